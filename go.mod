@@ -1,0 +1,3 @@
+module github.com/corralhq/corral
+
+go 1.26.0

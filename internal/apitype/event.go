@@ -1,0 +1,299 @@
+package apitype
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Session event types.
+const (
+	EventUserMessage          = "user.message"
+	EventUserInterrupt        = "user.interrupt"
+	EventUserToolConfirmation = "user.tool_confirmation"
+	EventUserCustomToolResult = "user.custom_tool_result"
+	EventUserToolResult       = "user.tool_result"
+	EventUserDefineOutcome    = "user.define_outcome"
+	EventSystemMessage        = "system.message"
+
+	EventAgentMessage          = "agent.message"
+	EventAgentThinking         = "agent.thinking"
+	EventAgentToolUse          = "agent.tool_use"
+	EventAgentToolResult       = "agent.tool_result"
+	EventAgentMCPToolUse       = "agent.mcp_tool_use"
+	EventAgentMCPToolResult    = "agent.mcp_tool_result"
+	EventAgentCustomToolUse    = "agent.custom_tool_use"
+	EventAgentContextCompacted = "agent.thread_context_compacted"
+
+	EventSessionStatusRunning     = "session.status_running"
+	EventSessionStatusIdle        = "session.status_idle"
+	EventSessionStatusRescheduled = "session.status_rescheduled"
+	EventSessionStatusTerminated  = "session.status_terminated"
+	EventSessionError             = "session.error"
+	EventSessionDeleted           = "session.deleted"
+	EventSessionUpdated           = "session.updated"
+
+	EventSpanModelRequestStart = "span.model_request_start"
+	EventSpanModelRequestEnd   = "span.model_request_end"
+
+	// Corral's own spans: where the hands' time and failures went.
+	EventSpanSandboxProvisionStart = "span.sandbox_provision_start"
+	EventSpanSandboxProvisionEnd   = "span.sandbox_provision_end"
+)
+
+// IsUserEvent reports whether t is an event a client sends (and a brain must act on).
+func IsUserEvent(t string) bool {
+	switch t {
+	case EventUserMessage, EventUserInterrupt, EventUserToolConfirmation, EventUserCustomToolResult,
+		EventUserToolResult, EventUserDefineOutcome, EventSystemMessage:
+		return true
+	}
+	return false
+}
+
+// Event is one entry of a session's log. Data holds the type-specific fields as a JSON object; on the wire
+// they sit beside id, type and processed_at.
+type Event struct {
+	ID          string
+	Type        string
+	SessionID   string
+	Seq         int64      // per-session, contiguous from 1
+	CreatedAt   time.Time  // when it was appended
+	ProcessedAt *time.Time // nil until a brain has processed a client event
+	Data        json.RawMessage
+}
+
+// MarshalJSON writes the event as one flat object: {"id","type","processed_at",...Data}.
+func (e Event) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(`{"id":`)
+	writeJSONString(&b, e.ID)
+	b.WriteString(`,"type":`)
+	writeJSONString(&b, e.Type)
+	b.WriteString(`,"processed_at":`)
+	if e.ProcessedAt != nil {
+		writeJSONString(&b, e.ProcessedAt.UTC().Format(TimeFormat))
+	} else {
+		b.WriteString("null")
+	}
+	data := bytes.TrimSpace(e.Data)
+	if len(data) > 2 && data[0] == '{' {
+		inner := bytes.TrimSpace(data[1 : len(data)-1])
+		if len(inner) > 0 {
+			b.WriteByte(',')
+			b.Write(inner)
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	out, _ := json.Marshal(s) // a string always marshals.
+	b.Write(out)
+}
+
+// DecodeData decodes the event's type-specific fields into v.
+func (e Event) DecodeData(v any) error {
+	if len(e.Data) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(e.Data, v); err != nil {
+		return fmt.Errorf("decode %s event %s: %w", e.Type, e.ID, err)
+	}
+	return nil
+}
+
+// NewEvent is an event to append: its type and its type-specific fields. The store assigns id, seq and times.
+type NewEvent struct {
+	Type string
+	Data json.RawMessage
+	// Processed marks a server event processed at append (every event a brain writes). Client events are
+	// appended unprocessed and marked when a brain takes them.
+	Processed bool
+}
+
+// MakeEvent builds a NewEvent from a payload struct.
+func MakeEvent(typ string, payload any) (NewEvent, error) {
+	if payload == nil {
+		return NewEvent{Type: typ, Data: json.RawMessage("{}"), Processed: !IsUserEvent(typ)}, nil
+	}
+	data, err := json.Marshal(payload)
+	if err != nil {
+		return NewEvent{}, fmt.Errorf("encode %s: %w", typ, err)
+	}
+	if len(data) == 0 || data[0] != '{' {
+		return NewEvent{}, errors.New("event payload must be a JSON object")
+	}
+	return NewEvent{Type: typ, Data: data, Processed: !IsUserEvent(typ)}, nil
+}
+
+// ContentBlock is one block of message or tool-result content. Type selects which fields are set.
+type ContentBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text,omitempty"`
+	Source    json.RawMessage `json:"source,omitempty"`
+	Title     *string         `json:"title,omitempty"`
+	Context   *string         `json:"context,omitempty"`
+	Content   json.RawMessage `json:"content,omitempty"`
+	Citations json.RawMessage `json:"citations,omitempty"`
+}
+
+// TextBlock is a text content block.
+func TextBlock(s string) ContentBlock { return ContentBlock{Type: "text", Text: s} }
+
+// ImageSource is the base64 source of an image block.
+type ImageSource struct {
+	Type      string `json:"type"`
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+	FileID    string `json:"file_id,omitempty"`
+}
+
+// Payloads of the events a brain reads and writes.
+
+// UserMessage is the payload of user.message (and system.message).
+type UserMessage struct {
+	Content []ContentBlock `json:"content"`
+}
+
+// UserInterrupt is the payload of user.interrupt.
+type UserInterrupt struct {
+	SessionThreadID string `json:"session_thread_id,omitempty"`
+}
+
+// UserToolConfirmation is the payload of user.tool_confirmation.
+type UserToolConfirmation struct {
+	ToolUseID   string `json:"tool_use_id"`
+	Result      string `json:"result"` // allow | deny
+	DenyMessage string `json:"deny_message,omitempty"`
+}
+
+// UserCustomToolResult is the payload of user.custom_tool_result.
+type UserCustomToolResult struct {
+	CustomToolUseID string         `json:"custom_tool_use_id"`
+	Content         []ContentBlock `json:"content,omitempty"`
+	IsError         bool           `json:"is_error,omitempty"`
+}
+
+// UserToolResult is the payload of user.tool_result (self-hosted environments).
+type UserToolResult struct {
+	ToolUseID string         `json:"tool_use_id"`
+	Content   []ContentBlock `json:"content,omitempty"`
+	IsError   bool           `json:"is_error,omitempty"`
+}
+
+// AgentMessage is the payload of agent.message.
+type AgentMessage struct {
+	Content []ContentBlock `json:"content"`
+}
+
+// AgentThinking is the payload of agent.thinking. The hosted service sends no content; Corral keeps the
+// thinking text and its signature (extra fields, which clients ignore) so that a resumed turn can pass them back
+// to the model exactly.
+type AgentThinking struct {
+	Thinking  string `json:"thinking,omitempty"`
+	Signature string `json:"signature,omitempty"`
+	Redacted  string `json:"redacted_data,omitempty"`
+}
+
+// AgentToolUse is the payload of agent.tool_use and agent.custom_tool_use.
+type AgentToolUse struct {
+	Name                string          `json:"name"`
+	Input               json.RawMessage `json:"input"`
+	EvaluatedPermission string          `json:"evaluated_permission,omitempty"`
+	Evaluation          *ToolEvaluation `json:"evaluation,omitempty"`
+	// ModelToolUseID is the id the model gave the call; kept so history replays exactly.
+	ModelToolUseID string `json:"model_tool_use_id,omitempty"`
+}
+
+// ToolEvaluation names the policy that produced evaluated_permission.
+type ToolEvaluation struct {
+	Type string `json:"type"`
+}
+
+// AgentToolResult is the payload of agent.tool_result.
+type AgentToolResult struct {
+	ToolUseID string         `json:"tool_use_id"`
+	Content   []ContentBlock `json:"content,omitempty"`
+	IsError   bool           `json:"is_error"`
+}
+
+// StopReason says why a session went idle.
+type StopReason struct {
+	Type     string   `json:"type"` // end_turn | requires_action | retries_exhausted | budget_reached | refusal
+	EventIDs []string `json:"event_ids,omitempty"`
+}
+
+// Stop reasons.
+const (
+	StopEndTurn          = "end_turn"
+	StopRequiresAction   = "requires_action"
+	StopRetriesExhausted = "retries_exhausted"
+	StopRefusal          = "refusal"
+)
+
+// SessionIdle is the payload of session.status_idle.
+type SessionIdle struct {
+	StopReason  StopReason      `json:"stop_reason"`
+	StopDetails json.RawMessage `json:"stop_details"`
+}
+
+// SessionError is the payload of session.error.
+type SessionError struct {
+	Error SessionErrorBody `json:"error"`
+}
+
+// SessionErrorBody is the error object of session.error.
+type SessionErrorBody struct {
+	Type        string      `json:"type"`
+	Message     string      `json:"message"`
+	RetryStatus RetryStatus `json:"retry_status"`
+}
+
+// RetryStatus says what follows a session error: retrying, exhausted or terminal.
+type RetryStatus struct {
+	Type string `json:"type"`
+}
+
+// Session error types.
+const (
+	SessionErrUnknown            = "unknown_error"
+	SessionErrModelOverloaded    = "model_overloaded_error"
+	SessionErrModelRateLimited   = "model_rate_limited_error"
+	SessionErrModelRequestFailed = "model_request_failed_error"
+)
+
+// SpanModelRequestEnd is the payload of span.model_request_end.
+type SpanModelRequestEnd struct {
+	ModelRequestStartID string    `json:"model_request_start_id"`
+	IsError             bool      `json:"is_error"`
+	ModelUsage          SpanUsage `json:"model_usage"`
+}
+
+// SpanUsage is token usage of one model request.
+type SpanUsage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+// ContextCompacted is the payload of agent.thread_context_compacted. Summary and UpToSeq are Corral's own
+// fields: the summary the brain made and the last sequence number it covers.
+type ContextCompacted struct {
+	Summary string `json:"summary,omitempty"`
+	UpToSeq int64  `json:"up_to_seq,omitempty"`
+}
+
+// SandboxProvisionEnd is the payload of span.sandbox_provision_end.
+type SandboxProvisionEnd struct {
+	ProvisionStartID string  `json:"provision_start_id"`
+	Backend          string  `json:"backend"`
+	IsError          bool    `json:"is_error"`
+	Error            string  `json:"error,omitempty"`
+	DurationMS       float64 `json:"duration_ms"`
+}

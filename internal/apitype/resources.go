@@ -1,0 +1,240 @@
+package apitype
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Agent is a versioned agent configuration. Every update writes a new version.
+type Agent struct {
+	Type              string            `json:"type"` // "agent"
+	ID                string            `json:"id"`
+	Version           int               `json:"version"`
+	Name              string            `json:"name"`
+	Description       string            `json:"description"`
+	System            string            `json:"system"`
+	Model             ModelConfig       `json:"model"`
+	Tools             []Tool            `json:"tools"`
+	MCPServers        []MCPServer       `json:"mcp_servers"`
+	Skills            []SkillRef        `json:"skills"`
+	Multiagent        json.RawMessage   `json:"multiagent"`
+	ExecutionIdentity ExecutionIdentity `json:"execution_identity"`
+	Metadata          map[string]string `json:"metadata"`
+	CreatedAt         time.Time         `json:"created_at"`
+	UpdatedAt         time.Time         `json:"updated_at"`
+	ArchivedAt        *time.Time        `json:"archived_at"`
+}
+
+// ModelConfig names the model and how it runs.
+type ModelConfig struct {
+	ID           string  `json:"id"`
+	Effort       *Effort `json:"effort"`
+	Speed        string  `json:"speed,omitempty"`
+	InferenceGeo string  `json:"inference_geo,omitempty"`
+}
+
+// Effort is the reasoning effort, in object form.
+type Effort struct {
+	Type string `json:"type"`
+}
+
+// Tool is one entry of an agent's tools: the built-in toolset, an MCP toolset or a custom tool.
+type Tool struct {
+	Type string `json:"type"` // agent_toolset_20260401 | mcp_toolset | custom
+
+	// agent_toolset_20260401 and mcp_toolset
+	MCPServerName string        `json:"mcp_server_name,omitempty"`
+	DefaultConfig *ToolDefaults `json:"default_config,omitempty"`
+	Configs       []ToolConfig  `json:"configs,omitempty"`
+
+	// custom
+	Name        string          `json:"name,omitempty"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+}
+
+// Tool types.
+const (
+	ToolTypeAgentToolset = "agent_toolset_20260401"
+	ToolTypeMCPToolset   = "mcp_toolset"
+	ToolTypeCustom       = "custom"
+)
+
+// ToolDefaults is a toolset's default_config.
+type ToolDefaults struct {
+	Enabled          bool             `json:"enabled"`
+	PermissionPolicy PermissionPolicy `json:"permission_policy"`
+}
+
+// ToolConfig configures one tool of a toolset. Extra holds tool-specific fields (web_fetch, web_search).
+type ToolConfig struct {
+	Name             string           `json:"name"`
+	Type             string           `json:"type,omitempty"`
+	Enabled          bool             `json:"enabled"`
+	PermissionPolicy PermissionPolicy `json:"permission_policy"`
+}
+
+// PermissionPolicy decides whether a tool call runs, asks, or is refused.
+type PermissionPolicy struct {
+	Type string `json:"type"` // always_allow | always_ask | auto
+}
+
+// Permission policies.
+const (
+	PolicyAlwaysAllow = "always_allow"
+	PolicyAlwaysAsk   = "always_ask"
+	PolicyAuto        = "auto"
+)
+
+// BuiltinTools are the tools of agent_toolset_20260401, in the reference order.
+var BuiltinTools = []string{"bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search"}
+
+// MCPServer is a remote MCP server an agent may call.
+type MCPServer struct {
+	Type string `json:"type"` // "url"
+	Name string `json:"name"`
+	URL  string `json:"url"`
+}
+
+// SkillRef references a skill by id and version.
+type SkillRef struct {
+	Type    string `json:"type"`
+	SkillID string `json:"skill_id"`
+	Version string `json:"version"`
+}
+
+// ExecutionIdentity is whom the agent acts as.
+type ExecutionIdentity struct {
+	Type    string `json:"type"`
+	RoleARN string `json:"role_arn,omitempty"`
+}
+
+// Environment is where a session's tools run: cloud (Corral's own sandboxes) or self_hosted.
+type Environment struct {
+	Type        string            `json:"type"` // "environment"
+	ID          string            `json:"id"`
+	Name        string            `json:"name"`
+	Description *string           `json:"description"`
+	Config      EnvConfig         `json:"config"`
+	Metadata    map[string]string `json:"metadata"`
+	Scope       string            `json:"scope,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	ArchivedAt  *time.Time        `json:"archived_at"`
+}
+
+// EnvConfig is an environment's configuration.
+type EnvConfig struct {
+	Type       string      `json:"type"` // cloud | self_hosted
+	Networking *Networking `json:"networking,omitempty"`
+	Packages   *Packages   `json:"packages,omitempty"`
+}
+
+// Networking is an environment's network policy.
+type Networking struct {
+	Type                 string   `json:"type"` // unrestricted | limited
+	AllowedHosts         []string `json:"allowed_hosts,omitempty"`
+	AllowMCPServers      *bool    `json:"allow_mcp_servers,omitempty"`
+	AllowPackageManagers *bool    `json:"allow_package_managers,omitempty"`
+}
+
+// Packages lists packages to install in an environment, per package manager.
+type Packages struct {
+	Type  string   `json:"type"`
+	Apt   []string `json:"apt"`
+	Cargo []string `json:"cargo"`
+	Gem   []string `json:"gem"`
+	Go    []string `json:"go"`
+	Npm   []string `json:"npm"`
+	Pip   []string `json:"pip"`
+}
+
+// Session statuses.
+const (
+	StatusRescheduling = "rescheduling"
+	StatusRunning      = "running"
+	StatusIdle         = "idle"
+	StatusTerminated   = "terminated"
+)
+
+// Session is one agent run.
+type Session struct {
+	Type               string            `json:"type"` // "session"
+	ID                 string            `json:"id"`
+	Title              *string           `json:"title"`
+	EnvironmentID      string            `json:"environment_id"`
+	Status             string            `json:"status"`
+	Agent              SessionAgent      `json:"agent"`
+	Resources          []Resource        `json:"resources"`
+	VaultIDs           []string          `json:"vault_ids"`
+	Metadata           map[string]string `json:"metadata"`
+	Budget             json.RawMessage   `json:"budget"`
+	OutcomeEvaluations []json.RawMessage `json:"outcome_evaluations"`
+	Stats              SessionStats      `json:"stats"`
+	Usage              SessionUsage      `json:"usage"`
+	DeploymentID       *string           `json:"deployment_id"`
+	CreatedAt          time.Time         `json:"created_at"`
+	UpdatedAt          time.Time         `json:"updated_at"`
+	ArchivedAt         *time.Time        `json:"archived_at"`
+}
+
+// SessionAgent is the snapshot of the agent a session runs.
+type SessionAgent struct {
+	Type              string            `json:"type"` // "agent"
+	ID                string            `json:"id"`
+	Version           int               `json:"version"`
+	Name              string            `json:"name"`
+	Description       string            `json:"description"`
+	System            string            `json:"system"`
+	Model             ModelConfig       `json:"model"`
+	Tools             []Tool            `json:"tools"`
+	MCPServers        []MCPServer       `json:"mcp_servers"`
+	Skills            []SkillRef        `json:"skills"`
+	ExecutionIdentity ExecutionIdentity `json:"execution_identity"`
+	Multiagent        json.RawMessage   `json:"multiagent"`
+}
+
+// SessionStats holds a session's timings.
+type SessionStats struct {
+	ActiveSeconds   float64 `json:"active_seconds"`
+	DurationSeconds float64 `json:"duration_seconds"`
+}
+
+// SessionUsage is the token usage accumulated over a session.
+type SessionUsage struct {
+	InputTokens          int64          `json:"input_tokens"`
+	OutputTokens         int64          `json:"output_tokens"`
+	CacheReadInputTokens int64          `json:"cache_read_input_tokens"`
+	CacheCreation        *CacheCreation `json:"cache_creation,omitempty"`
+}
+
+// CacheCreation counts tokens written to the prompt cache.
+type CacheCreation struct {
+	Ephemeral5mInputTokens int64 `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1hInputTokens int64 `json:"ephemeral_1h_input_tokens"`
+}
+
+// Resource is something mounted into a session's workspace: a git repository, a file or a memory store.
+type Resource struct {
+	ID            string          `json:"id"`
+	Type          string          `json:"type"` // github_repository | file | memory_store
+	URL           string          `json:"url,omitempty"`
+	MountPath     string          `json:"mount_path,omitempty"`
+	Checkout      json.RawMessage `json:"checkout,omitempty"`
+	FileID        string          `json:"file_id,omitempty"`
+	MemoryStoreID string          `json:"memory_store_id,omitempty"`
+	Access        string          `json:"access,omitempty"`
+	Instructions  string          `json:"instructions,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+}
+
+// APIKey is a key clients authenticate with. Only its hash is stored.
+type APIKey struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Hash      string     `json:"-"`
+	Hint      string     `json:"hint"` // the last four characters
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
+}

@@ -1,0 +1,127 @@
+// Package model is the port to language models: one streamed call that takes a provider-neutral request and
+// returns the model's content blocks. Adapters: anthropic (the official SDK) and openai (any OpenAI-compatible
+// chat completions endpoint, through the official openai-go SDK). modeltest has a fake Messages API server.
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// Model calls a language model.
+type Model interface {
+	// Call sends the request, streams the answer (onDelta, if set, sees text and thinking as they arrive) and
+	// returns the complete response. Errors are *Error when the provider answered with one.
+	Call(ctx context.Context, req *Request, onDelta func(Delta)) (*Response, error)
+}
+
+// Request is a provider-neutral model request.
+type Request struct {
+	Model     string
+	System    string
+	Messages  []Message
+	Tools     []ToolSpec
+	MaxTokens int
+	// ThinkingBudget enables extended thinking with this many tokens (0 = off).
+	ThinkingBudget int
+	// CacheBreakpoints asks the adapter to mark the stable prefix for prompt caching (providers without
+	// caching ignore it).
+	CacheBreakpoints bool
+}
+
+// Message is one turn of the conversation.
+type Message struct {
+	Role    string // user | assistant
+	Content []Block
+}
+
+// Block types.
+const (
+	BlockText             = "text"
+	BlockImage            = "image"
+	BlockThinking         = "thinking"
+	BlockRedactedThinking = "redacted_thinking"
+	BlockToolUse          = "tool_use"
+	BlockToolResult       = "tool_result"
+)
+
+// Block is one content block of a message.
+type Block struct {
+	Type string
+
+	Text string // text
+
+	Image *apitype.ImageSource // image
+
+	Thinking  string // thinking
+	Signature string // thinking
+	Data      string // redacted_thinking
+
+	ID    string          // tool_use
+	Name  string          // tool_use
+	Input json.RawMessage // tool_use
+
+	ToolUseID string  // tool_result
+	IsError   bool    // tool_result
+	Content   []Block // tool_result: text and image blocks
+}
+
+// ToolSpec describes a tool the model may call.
+type ToolSpec struct {
+	Name        string
+	Description string
+	InputSchema json.RawMessage
+}
+
+// Response is a complete model answer.
+type Response struct {
+	Content    []Block
+	StopReason string // end_turn | tool_use | max_tokens | refusal | stop_sequence | pause_turn
+	Usage      apitype.SpanUsage
+}
+
+// Delta is a fragment of streamed output.
+type Delta struct {
+	Index   int    // content block index
+	Type    string // text | thinking
+	Text    string
+	Started bool // the block at Index started (Text empty)
+}
+
+// ErrorKind classifies a model error so the brain knows whether to retry.
+type ErrorKind int
+
+// Error kinds.
+const (
+	ErrUnknown        ErrorKind = iota
+	ErrOverloaded               // 529, overloaded_error: retry
+	ErrRateLimited              // 429: retry after RetryAfter
+	ErrServer                   // 5xx, connection reset: retry
+	ErrInvalid                  // 400: the request is wrong; do not retry
+	ErrAuth                     // 401/403, or no credentials: do not retry
+	ErrContextTooLong           // the prompt is too long: compact, then retry
+)
+
+// Error is a failed model call.
+type Error struct {
+	Kind       ErrorKind
+	Status     int           // HTTP status, 0 if none
+	RetryAfter time.Duration // from the provider, 0 if none
+	Err        error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("model: %v", e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Retryable reports whether the call may succeed if made again.
+func (e *Error) Retryable() bool {
+	return e.Kind == ErrOverloaded || e.Kind == ErrRateLimited || e.Kind == ErrServer
+}
+
+// ErrNoCredentials is returned (in an *Error of kind ErrAuth) when no provider credentials are configured.
+var ErrNoCredentials = errors.New("no model credentials configured (set ANTHROPIC_API_KEY, or OPENAI_API_KEY for openai/ models)")

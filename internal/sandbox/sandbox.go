@@ -1,0 +1,83 @@
+// Package sandbox is the port to the hands: where model-written code runs. A Provider provisions a Sandbox from
+// a Recipe; Sandbox.Execute runs one built-in tool call inside it. Pool puts the port's rules on top of any
+// Provider: provision lazily on a session's first tool call, reuse, reap when idle, and replace a dead sandbox
+// from the same recipe on the next call.
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// ErrSandboxDead is returned (wrapped) by Execute when the sandbox died; the call's outcome is unknown and the
+// sandbox must be replaced.
+var ErrSandboxDead = errors.New("sandbox died")
+
+// Provider provisions sandboxes of one backend (bwrap, runc, gvisor, process).
+type Provider interface {
+	// Name is the backend's name, as in --sandbox.
+	Name() string
+	// Provision starts a sandbox for the recipe. The sandbox's /workspace is Recipe.WorkspaceDir on the host.
+	Provision(ctx context.Context, r *Recipe) (Sandbox, error)
+}
+
+// Sandbox is one running sandbox.
+type Sandbox interface {
+	// Execute runs a built-in tool (bash, read, write, edit, glob, grep) with its JSON input. A tool-level
+	// failure (bad input, missing file, command timeout) is a Result with IsError; an error return means the
+	// sandbox itself failed (ErrSandboxDead).
+	Execute(ctx context.Context, name string, input json.RawMessage) (Result, error)
+	// Close kills every process of the sandbox. The workspace stays. Idempotent.
+	Close() error
+}
+
+// Result is a tool's output as the model sees it.
+type Result struct {
+	Content []apitype.ContentBlock
+	IsError bool
+}
+
+// Recipe is everything needed to (re)build a session's sandbox.
+type Recipe struct {
+	SessionID    string
+	WorkspaceDir string // host directory bound at /workspace; survives re-provisioning
+	Environment  apitype.EnvConfig
+	Resources    []apitype.Resource
+	Limits       Limits
+}
+
+// Limits bound a sandbox's resources.
+type Limits struct {
+	MemoryBytes    int64         // 0 = backend default
+	Pids           int           // 0 = backend default
+	CPUQuota       float64       // CPUs; 0 = unlimited
+	CommandTimeout time.Duration // per tool call; 0 = default
+	OutputBytes    int           // cap on a tool's output; 0 = default
+}
+
+// Hands is what a brain calls to run a built-in tool for a session. *Pool implements it.
+type Hands interface {
+	Execute(ctx context.Context, call *Call) (Result, error)
+}
+
+// Call is one tool call routed to a session's hands.
+type Call struct {
+	Recipe Recipe
+	Name   string
+	Input  json.RawMessage
+	// OnProvision, if set, is called when a sandbox starts provisioning (done=false) and when provisioning ends
+	// (done=true, with its duration and error), so the brain can put provisioning into the session's log.
+	OnProvision func(p ProvisionReport)
+}
+
+// ProvisionReport describes a provisioning attempt.
+type ProvisionReport struct {
+	Backend  string
+	Done     bool
+	Duration time.Duration
+	Err      error
+}

@@ -1,0 +1,241 @@
+// Package store is the port to Corral's durable state: the resources (agents, environments, sessions, API keys)
+// and each session's append-only event log, with the leases that fence the brains working on sessions.
+//
+// Adapters (sqlite, postgres) implement Store and pass the conformance suite in storetest. Every method takes a
+// context and, where it takes more than an id, a *Params struct; errors are the sentinels below, wrapped.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// Sentinel errors. Adapters wrap them; callers test with errors.Is.
+var (
+	// ErrNotFound: no such resource, or it was deleted.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a condition of the write did not hold (stale agent version, wrong expected sequence,
+	// duplicate id).
+	ErrConflict = errors.New("conflict")
+	// ErrLeaseLost: the caller's lease on the session is no longer the current one (expired, reclaimed or
+	// released). A brain that gets it must stop working on the session.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrNoWork: no session is runnable right now.
+	ErrNoWork = errors.New("no runnable session")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// Store is everything Corral keeps durably.
+type Store interface {
+	AgentStore
+	EnvironmentStore
+	SessionStore
+	EventStore
+	LeaseStore
+	APIKeyStore
+
+	// Capabilities says what this adapter does natively.
+	Capabilities() Capabilities
+	// Close releases the store's connections and goroutines.
+	Close() error
+}
+
+// Capabilities describes an adapter.
+type Capabilities struct {
+	Name string // "sqlite" or "postgres"
+	// CrossProcessNotify: subscriptions are woken by appends made in other processes (LISTEN/NOTIFY), not only
+	// by appends through this Store value. Without it, readers must also poll.
+	CrossProcessNotify bool
+}
+
+// ListParams pages a list of resources ordered by (created_at, id).
+type ListParams struct {
+	Limit           int     // at most this many items; adapters cap nothing, callers validate
+	After           *Cursor // continue after this item
+	Desc            bool    // newest first
+	IncludeArchived bool
+	CreatedAfter    *time.Time // created_at > t  (gt)
+	CreatedFrom     *time.Time // created_at >= t (gte)
+	CreatedBefore   *time.Time // created_at < t  (lt)
+	CreatedTo       *time.Time // created_at <= t (lte)
+}
+
+// Cursor is the position of an item in a (created_at, id) ordered list.
+type Cursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// AgentStore keeps agents and their immutable versions.
+type AgentStore interface {
+	// AgentCreate stores version 1 of a new agent.
+	AgentCreate(ctx context.Context, a *apitype.Agent) error
+	// AgentGet returns the agent at a version (0 = latest), with archived_at of the agent.
+	AgentGet(ctx context.Context, p *AgentGetParams) (*apitype.Agent, error)
+	// AgentPutVersion stores a new version a.Version of an existing agent. It fails with ErrConflict unless
+	// the current latest version is a.Version-1: two concurrent updates cannot both win.
+	AgentPutVersion(ctx context.Context, a *apitype.Agent) error
+	// AgentArchive marks the agent archived (idempotent) and returns its latest version.
+	AgentArchive(ctx context.Context, id string, at time.Time) (*apitype.Agent, error)
+	// AgentList lists the latest version of each agent.
+	AgentList(ctx context.Context, p *ListParams) ([]apitype.Agent, error)
+	// AgentVersionList lists an agent's versions, newest first; After.ID is unused, After.CreatedAt unused:
+	// paging is by version (AfterVersion).
+	AgentVersionList(ctx context.Context, p *AgentVersionListParams) ([]apitype.Agent, error)
+}
+
+// AgentGetParams selects an agent version.
+type AgentGetParams struct {
+	ID      string
+	Version int // 0 = latest
+}
+
+// AgentVersionListParams pages an agent's versions, newest first.
+type AgentVersionListParams struct {
+	ID            string
+	Limit         int
+	BeforeVersion int // only versions < this; 0 = from the latest
+}
+
+// EnvironmentStore keeps environments.
+type EnvironmentStore interface {
+	EnvironmentCreate(ctx context.Context, e *apitype.Environment) error
+	EnvironmentGet(ctx context.Context, id string) (*apitype.Environment, error)
+	// EnvironmentUpdate reads the environment, applies fn and writes the result, atomically.
+	EnvironmentUpdate(ctx context.Context, id string, fn func(*apitype.Environment) error) (*apitype.Environment, error)
+	EnvironmentList(ctx context.Context, p *ListParams) ([]apitype.Environment, error)
+	EnvironmentDelete(ctx context.Context, id string) error
+}
+
+// SessionStore keeps sessions. A session's status, usage and scheduling state are owned by the store and the
+// brain; the rest of the document by the API.
+type SessionStore interface {
+	// SessionCreate stores a new session and appends its initial events in the same transaction, marking it
+	// runnable when there are any.
+	SessionCreate(ctx context.Context, p *SessionCreateParams) (*apitype.Session, []apitype.Event, error)
+	SessionGet(ctx context.Context, id string) (*apitype.Session, error)
+	// SessionUpdate reads the session, applies fn and writes the result, atomically. fn must not change
+	// status or usage; those belong to EventAppend.
+	SessionUpdate(ctx context.Context, id string, fn func(*apitype.Session) error) (*apitype.Session, error)
+	SessionList(ctx context.Context, p *SessionListParams) ([]apitype.Session, error)
+	// SessionDelete removes the session and its log. Subscribers are woken; their next read finds ErrNotFound.
+	SessionDelete(ctx context.Context, id string) error
+}
+
+// SessionCreateParams creates a session.
+type SessionCreateParams struct {
+	Session       *apitype.Session
+	InitialEvents []apitype.NewEvent
+}
+
+// SessionListParams filters and pages sessions.
+type SessionListParams struct {
+	ListParams
+	AgentID      string
+	AgentVersion int
+	Statuses     []string
+}
+
+// EventStore is the session log.
+type EventStore interface {
+	// EventAppend appends events to a session's log atomically, with contiguous sequence numbers, and returns
+	// them with ids, sequence numbers and times assigned. It returns only once the events are durable.
+	//
+	// Conditions: with Lease set, the lease must be the session's current, unexpired lease (else
+	// ErrLeaseLost); with ExpectedSeq > 0, the first new event must get exactly that sequence number (else
+	// ErrConflict). An unknown or deleted session gives ErrNotFound.
+	EventAppend(ctx context.Context, p *EventAppendParams) ([]apitype.Event, error)
+	// EventList returns a slice of a session's log. Its cost is proportional to the slice, not the log.
+	EventList(ctx context.Context, p *EventListParams) ([]apitype.Event, error)
+	// EventMarkProcessed sets processed_at on client events (by sequence number) that have none. The lease
+	// fences it like an append.
+	EventMarkProcessed(ctx context.Context, p *EventMarkProcessedParams) error
+	// Subscribe returns a channel that receives a value (coalesced) whenever the session may have new events,
+	// and a function that ends the subscription. Readers re-read the log from their last sequence number, so a
+	// missed or spurious wake-up costs nothing. Adapters without CrossProcessNotify only see appends made
+	// through this Store value; readers poll as well.
+	Subscribe(sessionID string) (<-chan struct{}, func())
+}
+
+// EventAppendParams appends events to a session.
+type EventAppendParams struct {
+	SessionID   string
+	Events      []apitype.NewEvent
+	Lease       *Lease // a brain's append: fenced by the lease
+	ExpectedSeq int64  // if > 0, the sequence number the first event must get
+
+	// Wake marks the session runnable (a client event a brain must act on), in the same transaction.
+	Wake bool
+	// Status, if set, becomes the session's status in the same transaction.
+	Status string
+	// Usage, if set, replaces the session's accumulated usage in the same transaction.
+	Usage *apitype.SessionUsage
+	// ActiveSeconds, if > 0, is added to the session's active time.
+	ActiveSeconds float64
+}
+
+// EventListParams selects a slice of a session's log.
+type EventListParams struct {
+	SessionID string
+	AfterSeq  int64 // seq > AfterSeq
+	BeforeSeq int64 // if > 0, seq < BeforeSeq
+	Types     []string
+	// Time filters on created_at (the append time; equal to processed_at for every server event).
+	CreatedAfter, CreatedFrom, CreatedBefore, CreatedTo *time.Time
+	Desc                                                bool // newest first: with BeforeSeq, "the Limit events before BeforeSeq"
+	Limit                                               int  // required, > 0
+}
+
+// EventMarkProcessedParams marks client events processed.
+type EventMarkProcessedParams struct {
+	SessionID string
+	Lease     *Lease
+	Seqs      []int64
+	At        time.Time
+}
+
+// Lease is a brain's claim on a session. Token fences every write the brain makes.
+type Lease struct {
+	SessionID string
+	Owner     string
+	Token     string
+	ExpiresAt time.Time
+	// WakeSeq is the session's wake counter when the lease was taken or last renewed; releasing with it
+	// tells the store which wake-ups the brain has handled.
+	WakeSeq int64
+}
+
+// LeaseStore schedules sessions onto brains.
+type LeaseStore interface {
+	// LeaseClaim claims one runnable session whose lease is free or expired, for ttl. A session is runnable
+	// when it has been woken (EventAppend with Wake) since its last release. ErrNoWork when none is.
+	LeaseClaim(ctx context.Context, p *LeaseClaimParams) (*Lease, error)
+	// LeaseRenew extends the lease by ttl from now, returning the renewed lease, or ErrLeaseLost. It also
+	// refreshes WakeSeq.
+	LeaseRenew(ctx context.Context, l *Lease, ttl time.Duration) (*Lease, error)
+	// LeaseRelease gives the session up. Wake-ups up to l.WakeSeq count as handled: if the session was woken
+	// again since, it stays runnable for the next claim. ErrLeaseLost if the lease is no longer held.
+	LeaseRelease(ctx context.Context, l *Lease) error
+	// WaitRunnable returns a channel that receives a value when some session may have become runnable.
+	WaitRunnable() (<-chan struct{}, func())
+}
+
+// LeaseClaimParams claims a runnable session.
+type LeaseClaimParams struct {
+	Owner     string
+	TTL       time.Duration
+	SessionID string // if set, claim only this session (and only if runnable)
+}
+
+// APIKeyStore keeps hashed API keys.
+type APIKeyStore interface {
+	APIKeyCreate(ctx context.Context, k *apitype.APIKey) error
+	// APIKeyByHash finds an unrevoked key by the hash of its secret.
+	APIKeyByHash(ctx context.Context, hash string) (*apitype.APIKey, error)
+	APIKeyList(ctx context.Context) ([]apitype.APIKey, error)
+	APIKeyRevoke(ctx context.Context, id string, at time.Time) error
+}
