@@ -1,0 +1,79 @@
+package store
+
+import "sync"
+
+// Hub delivers in-process wake-ups: per-session "new events" signals and a global "a session may be runnable"
+// signal. Adapters use it for appends made through their own Store value; the postgres adapter also feeds it
+// from LISTEN/NOTIFY so that appends in other processes wake local readers. Signals are coalesced: a
+// subscriber's channel holds at most one pending value, and readers re-read from their own position.
+type Hub struct {
+	mu       sync.Mutex
+	sessions map[string]map[chan struct{}]struct{}
+	runnable map[chan struct{}]struct{}
+}
+
+// NewHub returns an empty hub.
+func NewHub() *Hub {
+	return &Hub{sessions: map[string]map[chan struct{}]struct{}{}, runnable: map[chan struct{}]struct{}{}}
+}
+
+// Subscribe returns a channel woken by NotifySession(sessionID), and a function that ends the subscription.
+func (h *Hub) Subscribe(sessionID string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	subs := h.sessions[sessionID]
+	if subs == nil {
+		subs = map[chan struct{}]struct{}{}
+		h.sessions[sessionID] = subs
+	}
+	subs[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if subs := h.sessions[sessionID]; subs != nil {
+			delete(subs, ch)
+			if len(subs) == 0 {
+				delete(h.sessions, sessionID)
+			}
+		}
+	}
+}
+
+// NotifySession wakes every subscriber of the session.
+func (h *Hub) NotifySession(sessionID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.sessions[sessionID] {
+		signal(ch)
+	}
+}
+
+// WaitRunnable returns a channel woken by NotifyRunnable, and a function that ends the subscription.
+func (h *Hub) WaitRunnable() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	h.runnable[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.runnable, ch)
+		h.mu.Unlock()
+	}
+}
+
+// NotifyRunnable wakes every runnable waiter.
+func (h *Hub) NotifyRunnable() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.runnable {
+		signal(ch)
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
