@@ -151,6 +151,8 @@ type EventStore interface {
 	EventAppend(ctx context.Context, p *EventAppendParams) ([]apitype.Event, error)
 	// EventList returns a slice of a session's log. Its cost is proportional to the slice, not the log.
 	EventList(ctx context.Context, p *EventListParams) ([]apitype.Event, error)
+	// EventGet returns one event of a session by its id (ErrNotFound if the session has no such event).
+	EventGet(ctx context.Context, sessionID, eventID string) (*apitype.Event, error)
 	// EventMarkProcessed sets processed_at on client events (by sequence number) that have none. The lease
 	// fences it like an append.
 	EventMarkProcessed(ctx context.Context, p *EventMarkProcessedParams) error
