@@ -1,0 +1,144 @@
+// Package archtest enforces the dependency rule of docs/architecture.md: imports point down toward apitype,
+// adapters import only their port, api and harness never import each other, and only cmd/ picks backends.
+package archtest
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/corralhq/corral/"
+
+// ports are the packages whose subpackages are adapters (or kits for testing them).
+var ports = []string{"internal/store", "internal/model", "internal/sandbox"}
+
+// rules lists, per package, the internal packages it may import (non-test files). A package not listed may
+// import what the general rules allow.
+var rules = map[string][]string{
+	"internal/apitype":  {},
+	"internal/store":    {"internal/apitype"},
+	"internal/model":    {"internal/apitype"},
+	"internal/sandbox":  {"internal/apitype"},
+	"internal/api":      {"internal/apitype", "internal/store"},
+	"internal/harness":  {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},
+	"internal/archtest": {},
+}
+
+func TestDependencyRule(t *testing.T) {
+	root := filepath.Join("..", "..")
+	imports := map[string][]string{} // package dir -> internal imports (non-test files)
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); name == "testdata" || (strings.HasPrefix(name, ".") && path != root) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p := strings.Trim(imp.Path.Value, `"`)
+			if dep, ok := strings.CutPrefix(p, module); ok && !slices.Contains(imports[rel], dep) {
+				imports[rel] = append(imports[rel], dep)
+			}
+		}
+		if _, ok := imports[rel]; !ok {
+			imports[rel] = nil
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(imports) < 5 {
+		t.Fatalf("found only %d packages; is the walk rooted right?", len(imports))
+	}
+	for pkg, deps := range imports {
+		for _, dep := range deps {
+			if msg := violation(pkg, dep); msg != "" {
+				t.Errorf("%s imports %s: %s", pkg, dep, msg)
+			}
+		}
+	}
+}
+
+// violation says why pkg may not import dep, or "" if it may.
+func violation(pkg, dep string) string {
+	if strings.HasPrefix(pkg, "cmd/") {
+		return "" // the composition root knows every backend
+	}
+	if allowed, ok := rules[pkg]; ok {
+		if !slices.Contains(allowed, dep) {
+			return "not in its allowed imports " + strings.Join(allowed, ", ")
+		}
+		return ""
+	}
+	if port := portOf(pkg); port != "" {
+		// An adapter (or a kit testing a port) imports its port, apitype, and its own subpackages only.
+		if dep == port || dep == "internal/apitype" || strings.HasPrefix(dep, pkg+"/") || portOf(dep) == port && isShared(dep) {
+			return ""
+		}
+		return "an adapter may import only its port (" + port + "), apitype and its own subpackages"
+	}
+	if portOf(dep) != "" && !isShared(dep) {
+		return "only cmd/ may pick a backend"
+	}
+	if dep == "internal/worker" || (pkg == "internal/worker" && (dep == "internal/store" || dep == "internal/vault")) {
+		return "the worker imports neither store nor vault"
+	}
+	return ""
+}
+
+// portOf returns the port a package is an adapter of, or "".
+func portOf(pkg string) string {
+	for _, p := range ports {
+		if strings.HasPrefix(pkg, p+"/") {
+			return p
+		}
+	}
+	return ""
+}
+
+// isShared reports whether a port subpackage is shared by its adapters rather than an adapter itself: the
+// in-sandbox agent's tool code is used by every sandbox backend.
+func isShared(pkg string) bool {
+	return pkg == "internal/sandbox/agent"
+}
+
+func TestViolation(t *testing.T) {
+	cases := []struct {
+		pkg, dep string
+		ok       bool
+	}{
+		{"internal/api", "internal/harness", false},
+		{"internal/harness", "internal/api", false},
+		{"internal/api", "internal/store/sqlite", false},
+		{"internal/store/sqlite", "internal/store", true},
+		{"internal/store/sqlite", "internal/store/postgres", false},
+		{"internal/store/sqlite", "internal/model", false},
+		{"internal/sandbox/bwrap", "internal/sandbox/agent", true},
+		{"internal/apitype", "internal/store", false},
+		{"internal/store", "internal/api", false},
+		{"cmd/corral", "internal/store/sqlite", true},
+	}
+	for _, c := range cases {
+		if got := violation(c.pkg, c.dep) == ""; got != c.ok {
+			t.Errorf("violation(%s, %s) allowed=%v, want %v", c.pkg, c.dep, got, c.ok)
+		}
+	}
+}
