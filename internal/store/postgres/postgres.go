@@ -1,0 +1,190 @@
+// Package postgres implements store.Store on PostgreSQL with pgx: resources as JSON documents beside indexed
+// columns, each session's log keyed by (session_id, seq), leases claimed with FOR UPDATE SKIP LOCKED, and
+// wake-ups carried across processes by LISTEN/NOTIFY.
+//
+// Appends from concurrent callers are gathered into shared transactions (group commit); each is still
+// acknowledged only after its transaction has committed.
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/corralhq/corral/internal/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Store is a store.Store backed by PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	hub  *store.Hub
+
+	// NOTIFY channels, named for the schema so that installations sharing a database do not wake each other.
+	eventsChannel   string
+	runnableChannel string
+
+	appender *appender
+	listener *listener
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// Open connects to the database at dsn (a postgres:// or postgresql:// URL; pgx pool parameters such as
+// pool_max_conns are accepted), applies pending migrations and starts listening for wake-ups.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return nil, fmt.Errorf("postgres: dsn scheme %q: want postgres:// or postgresql://", u.Scheme)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
+	}
+	if u.Query().Get("pool_max_conns") == "" {
+		// Appends are batched, so a few connections carry many sessions; the rest serve reads.
+		cfg.MaxConns = max(cfg.MaxConns, 8)
+	}
+	// An append is acknowledged only once it is durable, whatever the server's default.
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	s := &Store{pool: pool, hub: store.NewHub()}
+	if err := s.init(ctx, cfg.ConnConfig); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) init(ctx context.Context, connCfg *pgx.ConnConfig) error {
+	var schema string
+	if err := s.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return fmt.Errorf("postgres: current schema: %w", err)
+	}
+	if schema == "" {
+		return errors.New("postgres: no schema: search_path names no existing schema")
+	}
+	if err := migrate(ctx, s.pool, schema); err != nil {
+		return err
+	}
+	s.eventsChannel = "corral_events." + schema
+	s.runnableChannel = "corral_runnable." + schema
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	l, err := startListener(ctx, runCtx, connCfg, s, &s.wg)
+	if err != nil {
+		cancel()
+		return err
+	}
+	s.listener = l
+	s.appender = startAppender(runCtx, s, int(max(2, s.pool.Config().MaxConns/2)), &s.wg)
+	return nil
+}
+
+// Capabilities reports that subscriptions see appends made by other processes.
+func (s *Store) Capabilities() store.Capabilities {
+	return store.Capabilities{Name: "postgres", CrossProcessNotify: true}
+}
+
+// Close stops the store's goroutines, waits for them and closes its connections. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.cancel()
+		s.wg.Wait()
+		s.pool.Close()
+	})
+	return nil
+}
+
+// Subscribe returns a channel woken whenever the session may have new events, in this process or another.
+func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
+	ch, stop := s.hub.Subscribe(sessionID)
+	s.listener.track(sessionID)
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			stop()
+			s.listener.untrack(sessionID)
+		})
+	}
+}
+
+// WaitRunnable returns a channel woken whenever some session may have become runnable, in any process.
+func (s *Store) WaitRunnable() (<-chan struct{}, func()) {
+	return s.hub.WaitRunnable()
+}
+
+// check returns ErrClosed once the store is closed.
+func (s *Store) check() error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// inTx runs fn in a transaction, committing if it returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// dbErr maps driver errors to the port's sentinels and adds context.
+func dbErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict),
+		errors.Is(err, store.ErrLeaseLost), errors.Is(err, store.ErrNoWork), errors.Is(err, store.ErrClosed):
+		return fmt.Errorf("%s: %w", op, err)
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
+		return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, pgErr.ConstraintName)
+	case errors.As(err, &pgErr) && pgErr.Code == "23503": // foreign_key_violation
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// newToken returns a random lease token.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails.
+	return hex.EncodeToString(b[:])
+}
+
+// utc returns t in UTC, or nil.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

@@ -1,0 +1,382 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/store/storetest"
+)
+
+// harness runs the conformance suite with each test in its own schema of the CORRAL_TEST_POSTGRES database.
+var harness = storetest.Harness{
+	NewDSN: newDSN,
+	Open: func(ctx context.Context, dsn string) (store.Store, error) {
+		return Open(ctx, dsn)
+	},
+}
+
+func TestMain(m *testing.M) {
+	if storetest.RunCrashChild(harness) {
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, harness) }
+
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, harness) }
+
+// baseDSN returns CORRAL_TEST_POSTGRES, or skips the test (fails it under CI) when it is not set.
+func baseDSN(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv("CORRAL_TEST_POSTGRES")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CORRAL_TEST_POSTGRES is not set: CI requires the postgres tests")
+		}
+		t.Skip("CORRAL_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable): skipping postgres tests")
+	}
+	return dsn
+}
+
+// newDSN creates a fresh schema, dropped when the test ends, and returns a DSN whose search_path selects it.
+func newDSN(t testing.TB) string {
+	t.Helper()
+	base := baseDSN(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "corral_test_" + hex.EncodeToString(b[:])
+	admin(t, base, "CREATE SCHEMA "+schema)
+	t.Cleanup(func() { admin(t, base, "DROP SCHEMA "+schema+" CASCADE") })
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("parse CORRAL_TEST_POSTGRES: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// admin runs one statement on its own connection to dsn.
+func admin(t testing.TB, dsn, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("admin connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("admin %q: %v", sql, err)
+	}
+}
+
+// openStore opens a store on dsn, closed when the test ends.
+func openStore(t testing.TB, dsn string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return s
+}
+
+func newTestSession(t testing.TB, s *Store) *apitype.Session {
+	t.Helper()
+	now := apitype.Now()
+	sess, _, err := s.SessionCreate(context.Background(), &store.SessionCreateParams{Session: &apitype.Session{
+		Type: "session", ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle,
+		Agent: apitype.SessionAgent{Type: "agent", ID: "agent_x", Version: 1}, CreatedAt: now, UpdatedAt: now,
+	}})
+	if err != nil {
+		t.Fatalf("create session: %v", err)
+	}
+	return sess
+}
+
+func message(t testing.TB, text string) apitype.NewEvent {
+	t.Helper()
+	e, err := apitype.MakeEvent(apitype.EventUserMessage, apitype.UserMessage{Content: []apitype.ContentBlock{apitype.TextBlock(text)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func expectSignal(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: no wake-up within 5s", what)
+	}
+}
+
+func expectQuiet(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Fatalf("%s: unexpected wake-up", what)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestCrossProcessNotify checks that a second Store on the same schema, standing for another process, is woken
+// by appends, wake-ups and deletions made through the first.
+func TestCrossProcessNotify(t *testing.T) {
+	t.Parallel()
+	dsn := newDSN(t)
+	a, b := openStore(t, dsn), openStore(t, dsn)
+	if !b.Capabilities().CrossProcessNotify || b.Capabilities().Name != "postgres" {
+		t.Fatalf("capabilities = %+v", b.Capabilities())
+	}
+	ctx := context.Background()
+	sess := newTestSession(t, a)
+
+	events, stopEvents := b.Subscribe(sess.ID)
+	defer stopEvents()
+	runnable, stopRunnable := b.WaitRunnable()
+	defer stopRunnable()
+	expectQuiet(t, events, "before any append")
+
+	if _, err := a.EventAppend(ctx, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "hi")}}); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	expectSignal(t, events, "subscriber in the other store after an append")
+	expectQuiet(t, runnable, "runnable waiter after an append without Wake")
+
+	if _, err := a.EventAppend(ctx, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "again")}, Wake: true}); err != nil {
+		t.Fatalf("append with wake: %v", err)
+	}
+	expectSignal(t, events, "subscriber after an append with Wake")
+	expectSignal(t, runnable, "runnable waiter in the other store after Wake")
+
+	other := newTestSession(t, a)
+	if _, err := a.EventAppend(ctx, &store.EventAppendParams{SessionID: other.ID, Events: []apitype.NewEvent{message(t, "x")}}); err != nil {
+		t.Fatalf("append to another session: %v", err)
+	}
+	expectQuiet(t, events, "subscriber after an append to another session")
+
+	if err := a.SessionDelete(ctx, sess.ID); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	expectSignal(t, events, "subscriber after the session was deleted")
+	if _, err := b.EventList(ctx, &store.EventListParams{SessionID: sess.ID, Limit: 10}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("list after delete: got %v, want ErrNotFound", err)
+	}
+}
+
+// TestListenerReconnects kills the LISTEN connection's backend and checks that the store reconnects, wakes its
+// subscribers (they may have missed notifications) and hears later appends.
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	dsn := newDSN(t)
+	a, b := openStore(t, dsn), openStore(t, dsn)
+	sess := newTestSession(t, a)
+	events, stop := b.Subscribe(sess.ID)
+	defer stop()
+
+	pid := b.listener.pid.Load()
+	if pid == 0 {
+		t.Fatal("listener not connected after Open")
+	}
+	admin(t, baseDSN(t), "SELECT pg_terminate_backend($1)", int32(pid))
+	expectSignal(t, events, "subscriber after the listener reconnected")
+	deadline := time.Now().Add(10 * time.Second)
+	for p := b.listener.pid.Load(); p == 0 || p == pid; p = b.listener.pid.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("listener did not reconnect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	drainSignal(events)
+
+	if _, err := a.EventAppend(context.Background(), &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "hi")}}); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	expectSignal(t, events, "subscriber after an append following the reconnect")
+}
+
+func drainSignal(ch <-chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
+}
+
+// TestLeaseClaimAcrossStores has brains in two stores claim concurrently: every runnable session is claimed
+// exactly once.
+func TestLeaseClaimAcrossStores(t *testing.T) {
+	t.Parallel()
+	dsn := newDSN(t)
+	stores := []*Store{openStore(t, dsn), openStore(t, dsn)}
+	ctx := context.Background()
+	const sessions = 40
+	for range sessions {
+		sess := newTestSession(t, stores[0])
+		if _, err := stores[0].EventAppend(ctx, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "go")}, Wake: true}); err != nil {
+			t.Fatalf("append: %v", err)
+		}
+	}
+	var (
+		mu      sync.Mutex
+		claimed = map[string]string{}
+		wg      sync.WaitGroup
+	)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[i%2]
+			owner := "brain-" + string(rune('a'+i))
+			for {
+				l, err := s.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: owner, TTL: time.Minute})
+				if errors.Is(err, store.ErrNoWork) {
+					return
+				}
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				mu.Lock()
+				if prev, ok := claimed[l.SessionID]; ok {
+					t.Errorf("session %s claimed by %s and %s", l.SessionID, prev, owner)
+				}
+				claimed[l.SessionID] = owner
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(claimed) != sessions {
+		t.Fatalf("claimed %d sessions, want %d", len(claimed), sessions)
+	}
+}
+
+// TestBatchIsolatesFailures runs one group-commit batch in which one append breaks a condition and one is
+// refused by the server: the others still commit, in order.
+func TestBatchIsolatesFailures(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, newDSN(t))
+	ctx := context.Background()
+	x, y := newTestSession(t, s), newTestSession(t, s)
+	reqs := []*appendReq{
+		s.newAppend(ctx, &store.EventAppendParams{SessionID: x.ID, Events: []apitype.NewEvent{message(t, "1"), message(t, "2")}}),
+		s.newAppend(ctx, &store.EventAppendParams{SessionID: y.ID, Events: []apitype.NewEvent{message(t, "1")}, ExpectedSeq: 5}),
+		s.newAppend(ctx, &store.EventAppendParams{SessionID: x.ID, Events: []apitype.NewEvent{message(t, "3")}, ExpectedSeq: 3}),
+		s.newAppend(ctx, &store.EventAppendParams{SessionID: y.ID, Events: []apitype.NewEvent{{Type: "user.message", Data: []byte(`{"broken"`)}}}),
+		s.newAppend(ctx, &store.EventAppendParams{SessionID: y.ID, Events: []apitype.NewEvent{message(t, "1")}, ExpectedSeq: 1}),
+	}
+	s.appender.run(reqs)
+	got := make([]appendResult, len(reqs))
+	for i, r := range reqs {
+		got[i] = <-r.resp
+	}
+	want := []struct {
+		ok      bool
+		lastSeq int64
+		err     bool
+	}{{true, 2, false}, {false, 0, false}, {true, 3, false}, {false, 0, true}, {true, 1, false}}
+	for i, w := range want {
+		if got[i].ok != w.ok || (w.ok && got[i].lastSeq != w.lastSeq) || (got[i].err != nil) != w.err {
+			t.Errorf("request %d: got %+v, want %+v", i, got[i], w)
+		}
+	}
+	for _, c := range []struct {
+		id   string
+		want int
+	}{{x.ID, 3}, {y.ID, 1}} {
+		evs, err := s.EventList(ctx, &store.EventListParams{SessionID: c.id, Limit: 10})
+		if err != nil {
+			t.Fatalf("list: %v", err)
+		}
+		if len(evs) != c.want {
+			t.Fatalf("session %s has %d events, want %d", c.id, len(evs), c.want)
+		}
+	}
+}
+
+// TestMigrations opens stores on one schema concurrently and then again: every migration is applied once.
+func TestMigrations(t *testing.T) {
+	t.Parallel()
+	dsn := newDSN(t)
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := Open(ctx, dsn)
+			if err != nil {
+				errs <- err
+				return
+			}
+			errs <- s.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent open: %v", err)
+		}
+	}
+	s := openStore(t, dsn) // and once more, with nothing left to apply
+	var n, maxVersion int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*), max(version) FROM schema_migrations").Scan(&n, &maxVersion); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(ms) || maxVersion != ms[len(ms)-1].version {
+		t.Fatalf("schema_migrations has %d rows up to %d, want %d up to %d", n, maxVersion, len(ms), ms[len(ms)-1].version)
+	}
+}
+
+func TestOpenDSN(t *testing.T) {
+	t.Parallel()
+	dsn := newDSN(t)
+	u, _ := url.Parse(dsn)
+	u.Scheme = "postgresql"
+	s := openStore(t, u.String())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if _, err := s.SessionGet(context.Background(), "sesn_x"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("get after close: got %v, want ErrClosed", err)
+	}
+	if _, err := s.EventAppend(context.Background(), &store.EventAppendParams{SessionID: "sesn_x"}); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("append after close: got %v, want ErrClosed", err)
+	}
+	for _, bad := range []string{"sqlite://x.db", "host=localhost dbname=test", "mysql://localhost/test"} {
+		if s, err := Open(context.Background(), bad); err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded, want an error", bad)
+		}
+	}
+}

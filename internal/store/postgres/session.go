@@ -1,0 +1,174 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// sessionColumns are read by scanSession, in order.
+const sessionColumns = `doc, archived_at, status, usage, active_seconds`
+
+// scanSession reads a session document and fills the fields the store owns from their columns.
+func scanSession(row pgx.Row) (apitype.Session, error) {
+	var (
+		sess          apitype.Session
+		doc, usage    []byte
+		archived      *time.Time
+		status        string
+		activeSeconds float64
+	)
+	if err := row.Scan(&doc, &archived, &status, &usage, &activeSeconds); err != nil {
+		return sess, err
+	}
+	if err := json.Unmarshal(doc, &sess); err != nil {
+		return sess, fmt.Errorf("decode session: %w", err)
+	}
+	sess.Usage = apitype.SessionUsage{}
+	if err := json.Unmarshal(usage, &sess.Usage); err != nil {
+		return sess, fmt.Errorf("decode session usage: %w", err)
+	}
+	sess.ArchivedAt = utc(archived)
+	sess.Status = status
+	sess.Stats.ActiveSeconds = activeSeconds
+	return sess, nil
+}
+
+// SessionCreate stores a new session and appends its initial events in one transaction, marking the session
+// runnable when there are any.
+func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams) (*apitype.Session, []apitype.Event, error) {
+	sess := *p.Session
+	if sess.Status == "" {
+		sess.Status = apitype.StatusIdle
+	}
+	doc, err := json.Marshal(&sess)
+	if err != nil {
+		return nil, nil, fmt.Errorf("session create: encode: %w", err)
+	}
+	usage, err := json.Marshal(&sess.Usage)
+	if err != nil {
+		return nil, nil, fmt.Errorf("session create: encode usage: %w", err)
+	}
+	ap := &store.EventAppendParams{SessionID: sess.ID, Events: p.InitialEvents, Wake: len(p.InitialEvents) > 0}
+	req := s.newAppend(ctx, ap)
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO sessions (id, created_at, archived_at, agent_id, agent_version, doc, status, usage, active_seconds)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			sess.ID, sess.CreatedAt, sess.ArchivedAt, sess.Agent.ID, sess.Agent.Version, doc, sess.Status, usage,
+			sess.Stats.ActiveSeconds); err != nil {
+			return err
+		}
+		if len(p.InitialEvents) == 0 {
+			return nil
+		}
+		var lastSeq int64
+		if err := tx.QueryRow(ctx, appendSQL, req.args...).Scan(&lastSeq, nil, nil); err != nil {
+			return err
+		}
+		req.fill(lastSeq)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, dbErr("session create", err)
+	}
+	s.notifyLocal(sess.ID, ap.Wake)
+	return &sess, req.events, nil
+}
+
+// SessionGet returns a session with its status, usage and stats.
+func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	sess, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = $1`, id))
+	if err != nil {
+		return nil, dbErr("session get", err)
+	}
+	return &sess, nil
+}
+
+// SessionUpdate applies fn to the session under a row lock and stores the document. Status and usage stay
+// those of the store.
+func (s *Store) SessionUpdate(ctx context.Context, id string, fn func(*apitype.Session) error) (*apitype.Session, error) {
+	var out apitype.Session
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = $1 FOR NO KEY UPDATE`, id))
+		if err != nil {
+			return err
+		}
+		status, usage, stats := sess.Status, sess.Usage, sess.Stats
+		if err := fn(&sess); err != nil {
+			return err
+		}
+		sess.ID, sess.Status, sess.Usage, sess.Stats = id, status, usage, stats
+		doc, err := json.Marshal(&sess)
+		if err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sessions SET doc = $2, archived_at = $3, agent_id = $4, agent_version = $5 WHERE id = $1`,
+			id, doc, sess.ArchivedAt, sess.Agent.ID, sess.Agent.Version); err != nil {
+			return err
+		}
+		out = sess
+		return nil
+	})
+	if err != nil {
+		return nil, dbErr("session update", err)
+	}
+	return &out, nil
+}
+
+// SessionList lists sessions, filtered by agent and status.
+func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]apitype.Session, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var q query
+	q.sql.WriteString(`SELECT s.doc, s.archived_at, s.status, s.usage, s.active_seconds FROM sessions s WHERE true`)
+	if p.AgentID != "" {
+		fmt.Fprintf(&q.sql, " AND s.agent_id = %s", q.arg(p.AgentID))
+	}
+	if p.AgentVersion > 0 {
+		fmt.Fprintf(&q.sql, " AND s.agent_version = %s", q.arg(p.AgentVersion))
+	}
+	if len(p.Statuses) > 0 {
+		fmt.Fprintf(&q.sql, " AND s.status = ANY(%s)", q.arg(p.Statuses))
+	}
+	q.listFilter(&p.ListParams, "s", true)
+	rows, err := s.pool.Query(ctx, q.sql.String(), q.args...)
+	if err != nil {
+		return nil, dbErr("session list", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apitype.Session, error) { return scanSession(row) })
+	if err != nil {
+		return nil, dbErr("session list", err)
+	}
+	if out == nil {
+		out = []apitype.Session{}
+	}
+	return out, nil
+}
+
+// SessionDelete removes the session and its log and wakes its subscribers, here and in other processes.
+func (s *Store) SessionDelete(ctx context.Context, id string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	var deleted bool
+	err := s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM sessions WHERE id = $1 RETURNING id)
+		SELECT EXISTS (SELECT 1 FROM d), (SELECT pg_notify($2, id) FROM d)`, id, s.eventsChannel).Scan(&deleted, nil)
+	if err == nil && !deleted {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return dbErr("session delete", err)
+	}
+	s.hub.NotifySession(id)
+	return nil
+}
