@@ -297,3 +297,8 @@ type SandboxProvisionEnd struct {
 	Error            string  `json:"error,omitempty"`
 	DurationMS       float64 `json:"duration_ms"`
 }
+
+// SandboxProvisionStart is the payload of span.sandbox_provision_start.
+type SandboxProvisionStart struct {
+	Backend string `json:"backend,omitempty"`
+}

@@ -1,0 +1,275 @@
+// Package harness is the brain: a stateless loop that claims a runnable session, reads its log, calls the model,
+// routes tool calls and appends every step to the log before acting on it.
+//
+// Nothing in a brain has to survive a crash. All it knows it reads from the log; all it does it writes there
+// first, fenced by a lease, so a brain that stalls or dies is replaced by another that resumes from the last
+// event. A tool call cut short by a crash is never run again silently: the next brain gives it an error result
+// saying its outcome is unknown, and the model decides.
+package harness
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// Config configures a Brain. Zero fields take the defaults documented on them.
+type Config struct {
+	Store store.Store
+	Model model.Model
+	// Hands runs built-in tools. Nil means this server has no sandbox: built-in tool calls get an error result.
+	Hands  sandbox.Hands
+	Logger *slog.Logger // default: discard
+	// Owner names this brain in leases (default: hostname, pid and a random suffix).
+	Owner string
+	// Workers is how many sessions this brain works at once (default runtime.NumCPU()).
+	Workers int
+	// LeaseTTL is how long a claim lasts without renewal (default 10s); leases are renewed every LeaseTTL/3.
+	LeaseTTL time.Duration
+	// PollInterval is how often to look for work and client events when no wake-up arrives (default 1s).
+	PollInterval time.Duration
+	Retry        RetryPolicy
+	// ContextTokens is the model's context window in tokens (default 200000).
+	ContextTokens int
+	// CompactAt is the fraction of ContextTokens past which the conversation is compacted (default 0.8).
+	CompactAt float64
+	// MaxTokens caps each model answer (default 8192).
+	MaxTokens int
+	// ThinkingBudget enables extended thinking with this many tokens (0 = off). It must be below MaxTokens.
+	ThinkingBudget int
+	// WorkspaceRoot, if set, is the host directory under which each session's workspace lives
+	// (WorkspaceRoot/<session id>); otherwise the hands choose.
+	WorkspaceRoot string
+}
+
+// RetryPolicy says how retryable model errors are retried.
+type RetryPolicy struct {
+	MaxRetries int           // retries after the first attempt (default 5)
+	BaseDelay  time.Duration // first backoff (default 1s); doubled each retry, with jitter
+	MaxDelay   time.Duration // cap on one backoff (default 1m)
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname() // an empty host name still gives a unique owner below
+		c.Owner = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "brain"), os.Getpid(), apitype.NewID("")[4:12])
+	}
+	c.Workers = cmp.Or(c.Workers, runtime.NumCPU())
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 10*time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.Retry.MaxRetries = cmp.Or(c.Retry.MaxRetries, 5)
+	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, time.Second)
+	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, time.Minute)
+	c.ContextTokens = cmp.Or(c.ContextTokens, 200000)
+	c.CompactAt = cmp.Or(c.CompactAt, 0.8)
+	c.MaxTokens = cmp.Or(c.MaxTokens, 8192)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("harness: Config.Store is required")
+	case c.Model == nil:
+		return errors.New("harness: Config.Model is required")
+	case c.Workers < 0:
+		return errors.New("harness: Config.Workers must not be negative")
+	case c.LeaseTTL < 3*time.Millisecond:
+		return errors.New("harness: Config.LeaseTTL is too short")
+	case c.CompactAt <= 0 || c.CompactAt > 1:
+		return errors.New("harness: Config.CompactAt must be in (0, 1]")
+	case c.ThinkingBudget < 0 || (c.ThinkingBudget > 0 && c.ThinkingBudget >= c.MaxTokens):
+		return errors.New("harness: Config.ThinkingBudget must be below MaxTokens")
+	case c.Retry.MaxRetries < 0 || c.Retry.BaseDelay < 0 || c.Retry.MaxDelay < c.Retry.BaseDelay:
+		return errors.New("harness: Config.Retry is invalid")
+	}
+	return nil
+}
+
+// Brain runs sessions: Workers goroutines each claim a runnable session, work it until its turn is over, and
+// release it. An idle session holds no goroutine.
+type Brain struct {
+	cfg Config
+	err error // from validation; Start returns it
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup
+}
+
+// New returns a brain for cfg. Invalid configuration is reported by Start.
+func New(cfg Config) *Brain {
+	cfg.setDefaults()
+	return &Brain{cfg: cfg, err: cfg.validate()}
+}
+
+// Errors that end a brain's work on a session.
+var (
+	// errStopping: the brain is stopping. It appends nothing more to the session except a reschedule, and
+	// releases it.
+	errStopping = errors.New("harness: brain stopping")
+	// errLeaseLost: another brain owns the session now. The brain stops at once and appends nothing more.
+	errLeaseLost = fmt.Errorf("harness: %w", store.ErrLeaseLost)
+)
+
+// Start starts the workers. They run until Stop is called or ctx is done.
+func (b *Brain) Start(ctx context.Context) error {
+	if b.err != nil {
+		return b.err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started {
+		return errors.New("harness: brain already started")
+	}
+	b.started = true
+	ctx, b.cancel = context.WithCancelCause(ctx)
+	for range b.cfg.Workers {
+		b.wg.Go(func() { b.worker(ctx) })
+	}
+	return nil
+}
+
+// Stop stops the workers: in-flight appends finish, sessions in the middle of a turn are rescheduled for the
+// next brain, leases are released, and Stop returns once every goroutine of the brain has exited. Idempotent.
+func (b *Brain) Stop() {
+	b.mu.Lock()
+	if b.cancel != nil {
+		b.cancel(errStopping)
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// Wake works one session now if it is runnable: it claims the session, runs it until its turn is over or it
+// needs the client, and releases it. It returns store.ErrNoWork (wrapped) when the session is not runnable or
+// another brain holds it. It is the single-session entry point for tests and tools; Start does the same for
+// every session.
+func (b *Brain) Wake(ctx context.Context, sessionID string) error {
+	if b.err != nil {
+		return b.err
+	}
+	l, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL, SessionID: sessionID})
+	if err != nil {
+		return fmt.Errorf("harness: claim %s: %w", sessionID, err)
+	}
+	return b.work(ctx, l)
+}
+
+// worker claims runnable sessions and works them, one at a time, until ctx is done.
+func (b *Brain) worker(ctx context.Context) {
+	runnable, stop := b.cfg.Store.WaitRunnable()
+	defer stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		l, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL})
+		if err == nil {
+			if err := b.work(ctx, l); err != nil && ctx.Err() == nil {
+				b.cfg.Logger.Warn("session work ended", "session_id", l.SessionID, "err", err)
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, store.ErrNoWork) {
+			b.cfg.Logger.Error("lease claim failed", "err", err)
+		}
+		timer.Reset(b.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-runnable:
+		case <-timer.C:
+		}
+	}
+}
+
+// work runs a claimed session until its turn is over (then releases it), the lease is lost (then it stops at
+// once), or ctx is done (then it reschedules the session if a turn was in progress, and releases it).
+func (b *Brain) work(ctx context.Context, l *store.Lease) error {
+	leaseCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	h := &leaseHolder{lease: *l}
+	var renewer sync.WaitGroup
+	renewCtx, stopRenew := context.WithCancel(leaseCtx)
+	renewer.Go(func() { b.renew(renewCtx, h, cancel) })
+	defer func() { stopRenew(); renewer.Wait() }()
+
+	r := &run{b: b, lease: h, ctx: leaseCtx, cancel: cancel, fresh: map[string]bool{}}
+	err := r.loop()
+	stopRenew()
+	renewer.Wait()
+	switch {
+	case errors.Is(context.Cause(leaseCtx), errLeaseLost) || errors.Is(err, store.ErrLeaseLost):
+		return errLeaseLost
+	case err != nil && leaseCtx.Err() == nil:
+		// A store or internal failure: keep the lease until it expires, so the session is retried after a pause.
+		return err
+	}
+	// The turn is over, or the brain is stopping: hand the session back.
+	return r.release()
+}
+
+// renew renews the lease every LeaseTTL/3 until ctx is done. When the store says the lease is lost, or it
+// cannot be renewed before it expires, it cancels the work with errLeaseLost.
+func (b *Brain) renew(ctx context.Context, h *leaseHolder, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(b.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := h.renew(ctx, b.cfg.Store, b.cfg.LeaseTTL); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, store.ErrLeaseLost) || time.Now().After(h.get().ExpiresAt) {
+				cancel(errLeaseLost)
+				return
+			}
+			b.cfg.Logger.Warn("lease renewal failed", "session_id", h.get().SessionID, "err", err)
+		}
+	}
+}
+
+// leaseHolder is the current lease of a session being worked, shared by the work and its renewal.
+type leaseHolder struct {
+	mu    sync.Mutex
+	lease store.Lease
+}
+
+func (h *leaseHolder) get() *store.Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.lease
+	return &l
+}
+
+func (h *leaseHolder) renew(ctx context.Context, s store.Store, ttl time.Duration) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l, err := s.LeaseRenew(ctx, &h.lease, ttl)
+	if err != nil {
+		return fmt.Errorf("renew lease: %w", err)
+	}
+	h.lease = *l
+	return nil
+}
