@@ -13,55 +13,63 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// appendSQL appends events to one session in a single statement: it takes the session row lock while
-// advancing last_seq (only if the lease and expected sequence conditions hold), inserts the events with the
-// sequence numbers it reserved, and queues the wake-ups, which PostgreSQL delivers at commit. It returns no
-// row when a condition failed or the session does not exist.
+// appendSQL appends events to several sessions in one statement, one request per session: for each request
+// it takes the session row lock while advancing last_seq (only if the request's lease and expected sequence
+// conditions hold), inserts the request's events with the sequence numbers it reserved, and queues the
+// wake-ups, which PostgreSQL delivers at commit. It returns a row (request index, new last_seq) for each request
+// that was applied; a request without a row broke a condition or named no session.
 //
-// $1 session id, $2 event count, $3 wake, $4 status, $5 usage, $6 active seconds, $7 lease token,
-// $8 expected seq, $9 append time, $10-$13 event ids, types, data and processed flags, $14-$15 channels.
-const appendSQL = `WITH s AS (
-	UPDATE sessions SET
-		last_seq = last_seq + $2,
-		wake_seq = wake_seq + CASE WHEN $3 THEN 1 ELSE 0 END,
-		woken_at = CASE WHEN $3 AND wake_seq <= handled_wake_seq THEN now() ELSE woken_at END,
-		status = COALESCE($4, status),
-		usage = COALESCE($5::json, usage),
-		active_seconds = active_seconds + $6
-	WHERE id = $1
-		AND ($7::text IS NULL OR (lease_token = $7 AND lease_expires_at > now()))
-		AND ($8::bigint <= 0 OR last_seq + 1 = $8)
-	RETURNING last_seq
+// Requests: $1 index, $2 session id, $3 event count, $4 wake, $5 status, $6 usage, $7 active seconds,
+// $8 lease token, $9 expected seq, $10 append time. Events: $11 request index, $12 position in the request,
+// $13-$16 ids, types, data and processed flags. $17-$18 the events and runnable channels.
+const appendSQL = `WITH r AS (
+	SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bool[], $5::text[], $6::text[], $7::float8[],
+		$8::text[], $9::bigint[], $10::timestamptz[])
+		AS r (idx, session_id, n, wake, status, usage, active, token, expected, created)
+), u AS (
+	UPDATE sessions s SET
+		last_seq = s.last_seq + r.n,
+		wake_seq = s.wake_seq + CASE WHEN r.wake THEN 1 ELSE 0 END,
+		woken_at = CASE WHEN r.wake AND s.wake_seq <= s.handled_wake_seq THEN now() ELSE s.woken_at END,
+		status = COALESCE(r.status, s.status),
+		usage = COALESCE(r.usage::json, s.usage),
+		active_seconds = s.active_seconds + r.active
+	FROM r
+	WHERE s.id = r.session_id
+		AND (r.token IS NULL OR (s.lease_token = r.token AND s.lease_expires_at > now()))
+		AND (r.expected <= 0 OR s.last_seq + 1 = r.expected)
+	RETURNING r.idx, r.session_id, r.n, r.wake, r.created, s.last_seq
 ), ins AS (
 	INSERT INTO events (session_id, seq, id, type, created_at, processed_at, data)
-	SELECT $1, s.last_seq - $2 + e.ord, e.id, e.type, $9, CASE WHEN e.processed THEN $9::timestamptz END, e.data::json
-	FROM s, unnest($10::text[], $11::text[], $12::text[], $13::bool[]) WITH ORDINALITY AS e (id, type, data, processed, ord)
+	SELECT u.session_id, u.last_seq - u.n + e.ord, e.id, e.type, u.created,
+		CASE WHEN e.processed THEN u.created END, e.data::json
+	FROM u JOIN unnest($11::int[], $12::bigint[], $13::text[], $14::text[], $15::text[], $16::bool[])
+		AS e (idx, ord, id, type, data, processed) ON e.idx = u.idx
 )
-SELECT s.last_seq, pg_notify($14, $1), CASE WHEN $3 THEN pg_notify($15, $1) END FROM s`
+SELECT u.idx, u.last_seq, pg_notify($17, u.session_id), CASE WHEN u.wake THEN pg_notify($18, u.session_id) END FROM u`
 
 // appendReq is one EventAppend on its way through the appender.
 type appendReq struct {
-	ctx     context.Context
-	p       *store.EventAppendParams
-	args    []any
-	events  []apitype.Event
-	resp    chan appendResult
-	created time.Time
+	ctx    context.Context
+	p      *store.EventAppendParams
+	events []apitype.Event
+	resp   chan appendResult
+
+	created              time.Time
+	status, usage, token *string
 }
 
-// appendResult is the outcome of appendSQL: the session's new last_seq, or ok=false when a condition failed.
+// appendResult is the outcome of an append: the session's new last_seq, or ok=false when a condition failed.
 type appendResult struct {
 	lastSeq int64
 	ok      bool
 	err     error
 }
 
-// newAppend prepares the arguments of appendSQL and the events it will create.
+// newAppend prepares an append and the events it will create.
 func (s *Store) newAppend(ctx context.Context, p *store.EventAppendParams) *appendReq {
-	n := len(p.Events)
 	now := apitype.Now()
-	r := &appendReq{ctx: ctx, p: p, events: make([]apitype.Event, n), resp: make(chan appendResult, 1), created: now}
-	ids, types, data, processed := make([]string, n), make([]string, n), make([]string, n), make([]bool, n)
+	r := &appendReq{ctx: ctx, p: p, events: make([]apitype.Event, len(p.Events)), resp: make(chan appendResult, 1), created: now}
 	for i, ne := range p.Events {
 		ev := apitype.Event{ID: apitype.NewID(apitype.PrefixEvent), Type: ne.Type, SessionID: p.SessionID, CreatedAt: now, Data: ne.Data}
 		if len(ev.Data) == 0 {
@@ -71,22 +79,68 @@ func (s *Store) newAppend(ctx context.Context, p *store.EventAppendParams) *appe
 			ev.ProcessedAt = &now
 		}
 		r.events[i] = ev
-		ids[i], types[i], data[i], processed[i] = ev.ID, ev.Type, string(ev.Data), ne.Processed
 	}
-	var status, usage, token any
 	if p.Status != "" {
-		status = p.Status
+		r.status = &p.Status
 	}
 	if p.Usage != nil {
 		b, _ := json.Marshal(p.Usage) // SessionUsage always encodes.
-		usage = string(b)
+		u := string(b)
+		r.usage = &u
 	}
 	if p.Lease != nil {
-		token = p.Lease.Token
+		r.token = &p.Lease.Token
 	}
-	r.args = []any{p.SessionID, int64(n), p.Wake, status, usage, max(0, p.ActiveSeconds), token, p.ExpectedSeq, now,
-		ids, types, data, processed, s.eventsChannel, s.runnableChannel}
 	return r
+}
+
+// appendArgs returns the arguments of appendSQL for requests to distinct sessions.
+func (s *Store) appendArgs(reqs []*appendReq) []any {
+	n := len(reqs)
+	var (
+		idx, count, expected = make([]int32, n), make([]int64, n), make([]int64, n)
+		sessionIDs           = make([]string, n)
+		wake                 = make([]bool, n)
+		status, usage, token = make([]*string, n), make([]*string, n), make([]*string, n)
+		active               = make([]float64, n)
+		created              = make([]time.Time, n)
+
+		eIdx                []int32
+		eOrd                []int64
+		eIDs, eTypes, eData []string
+		eProcessed          []bool
+	)
+	for i, r := range reqs {
+		idx[i], sessionIDs[i], count[i], wake[i] = int32(i), r.p.SessionID, int64(len(r.events)), r.p.Wake
+		status[i], usage[i], active[i], token[i] = r.status, r.usage, max(0, r.p.ActiveSeconds), r.token
+		expected[i], created[i] = r.p.ExpectedSeq, r.created
+		for j, ev := range r.events {
+			eIdx = append(eIdx, int32(i))
+			eOrd = append(eOrd, int64(j+1))
+			eIDs = append(eIDs, ev.ID)
+			eTypes = append(eTypes, ev.Type)
+			eData = append(eData, string(ev.Data))
+			eProcessed = append(eProcessed, ev.ProcessedAt != nil)
+		}
+	}
+	return []any{idx, sessionIDs, count, wake, status, usage, active, token, expected, created,
+		eIdx, eOrd, eIDs, eTypes, eData, eProcessed, s.eventsChannel, s.runnableChannel}
+}
+
+// scanAppend reads appendSQL's rows into results, indexed like its requests.
+func scanAppend(rows pgx.Rows, results []appendResult) error {
+	var (
+		idx     int32
+		lastSeq int64
+	)
+	_, err := pgx.ForEachRow(rows, []any{&idx, &lastSeq, nil, nil}, func() error {
+		if idx < 0 || int(idx) >= len(results) {
+			return fmt.Errorf("append: row for request %d of %d", idx, len(results))
+		}
+		results[idx] = appendResult{lastSeq: lastSeq, ok: true}
+		return nil
+	})
+	return err
 }
 
 // fill assigns the reserved sequence numbers to the request's events.

@@ -99,7 +99,7 @@ func (s *Store) init(ctx context.Context, connCfg *pgx.ConnConfig) error {
 		return err
 	}
 	s.listener = l
-	s.appender = startAppender(runCtx, s, int(max(2, s.pool.Config().MaxConns/2)), &s.wg)
+	s.appender = startAppender(runCtx, s, appendWorkers, &s.wg)
 	return nil
 }
 

@@ -67,11 +67,18 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 		if len(p.InitialEvents) == 0 {
 			return nil
 		}
-		var lastSeq int64
-		if err := tx.QueryRow(ctx, appendSQL, req.args...).Scan(&lastSeq, nil, nil); err != nil {
+		rows, err := tx.Query(ctx, appendSQL, s.appendArgs([]*appendReq{req})...)
+		if err != nil {
 			return err
 		}
-		req.fill(lastSeq)
+		res := make([]appendResult, 1)
+		if err := scanAppend(rows, res); err != nil {
+			return err
+		}
+		if !res[0].ok {
+			return fmt.Errorf("initial events not appended")
+		}
+		req.fill(res[0].lastSeq)
 		return nil
 	})
 	if err != nil {
