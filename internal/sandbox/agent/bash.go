@@ -1,0 +1,274 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// bashInput is the bash tool's input, as in the reference schema.
+type bashInput struct {
+	Command   *string `json:"command"`
+	Restart   bool    `json:"restart"`
+	TimeoutMS *int64  `json:"timeout_ms"`
+}
+
+// bashTool owns the persistent shell. Calls are serialised: one shell runs one command at a time.
+type bashTool struct {
+	cfg Config
+
+	mu   sync.Mutex // serialises calls
+	sess *shell
+}
+
+func (t *bashTool) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sess != nil {
+		t.sess.kill()
+		t.sess = nil
+	}
+}
+
+func (t *bashTool) run(ctx context.Context, raw json.RawMessage, timeout time.Duration, outCap int) result {
+	var in bashInput
+	if err := decodeStrict(raw, &in); err != nil {
+		return errorf("invalid bash input: %v", err)
+	}
+	if in.TimeoutMS != nil {
+		if *in.TimeoutMS <= 0 {
+			return errorf("invalid bash input: timeout_ms must be a positive number of milliseconds")
+		}
+		timeout = time.Duration(*in.TimeoutMS) * time.Millisecond
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if in.Restart {
+		if t.sess != nil {
+			t.sess.kill()
+			t.sess = nil
+		}
+		if in.Command == nil || *in.Command == "" {
+			return textResult("bash session restarted")
+		}
+	}
+	if in.Command == nil || *in.Command == "" {
+		return errorf("invalid bash input: command is required")
+	}
+	if t.sess == nil {
+		s, err := startShell(t.cfg)
+		if err != nil {
+			return errorf("bash: start shell: %v", err)
+		}
+		t.sess = s
+	}
+	out, code, err := t.sess.exec(ctx, *in.Command, timeout, outCap)
+	res := t.result(out, code, err, timeout)
+	res.capped = true
+	return res
+}
+
+func (t *bashTool) result(out string, code int, err error, timeout time.Duration) result {
+	if err != nil {
+		// The shell is in an unknown state (killed on timeout, exited, or the call was cancelled): replace it.
+		sess := t.sess
+		sess.kill()
+		t.sess = nil
+		switch {
+		case errors.Is(err, errTimedOut):
+			return errorf("%s\n[command timed out after %s; its process group was killed and the shell restarted (cwd and variables reset)]", out, timeout)
+		case errors.Is(err, errShellExited):
+			code := -1
+			if sess.cmd.ProcessState != nil { // set before kill returned
+				code = sess.cmd.ProcessState.ExitCode()
+			}
+			return errorf("%s\nexit code: %d\n[the shell exited; the next call starts a new shell]", out, code)
+		}
+		return errorf("%s\nbash: %v", out, err)
+	}
+	if code != 0 {
+		return errorf("%s\nexit code: %d", out, code)
+	}
+	return textResult(out)
+}
+
+var (
+	errTimedOut    = errors.New("command timed out")
+	errShellExited = errors.New("shell exited")
+)
+
+// shell is one persistent /bin/bash in its own process group, reading commands from a pipe, its stdout and
+// stderr on one pipe.
+type shell struct {
+	cmd    *exec.Cmd
+	stdin  *os.File
+	out    *os.File
+	exited chan struct{} // closed when the shell has been reaped
+	status error
+
+	mu        sync.Mutex
+	buf       []byte
+	dropped   int // bytes dropped from the front of buf since the call began
+	limit     int
+	notify    chan struct{}
+	drainDone chan struct{}
+}
+
+func startShell(cfg Config) (*shell, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, fmt.Errorf("output pipe: %w", err)
+	}
+	cmd := exec.Command("/bin/bash", "--noprofile", "--norc")
+	cmd.Dir = cfg.Workspace
+	cmd.Env = append(append([]string(nil), cfg.Env...), "HISTFILE=", "PS1=", "PS2=")
+	cmd.Stdin = inR
+	cmd.Stdout = outW
+	cmd.Stderr = outW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("start /bin/bash: %w", err)
+	}
+	// The shell and everything it starts are the first the kernel should kill when the sandbox runs out of
+	// memory, so the agent survives to report it. Raising one's own oom_score_adj needs no privilege.
+	_ = os.WriteFile("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/oom_score_adj", []byte("1000"), 0)
+	s := &shell{
+		cmd: cmd, stdin: inW, out: outR,
+		exited: make(chan struct{}), notify: make(chan struct{}, 1), drainDone: make(chan struct{}),
+	}
+	go func() {
+		s.status = cmd.Wait()
+		close(s.exited)
+	}()
+	go s.drain()
+	return s, nil
+}
+
+func (s *shell) drain() {
+	defer close(s.drainDone)
+	tmp := make([]byte, 32*1024)
+	for {
+		n, err := s.out.Read(tmp)
+		if n > 0 {
+			s.mu.Lock()
+			s.buf = append(s.buf, tmp[:n]...)
+			// Keep only the tail: a command that floods its output must not exhaust the agent's memory, and the
+			// end marker arrives last.
+			if s.limit > 0 && len(s.buf) > 2*s.limit {
+				over := len(s.buf) - s.limit
+				s.dropped += over
+				s.buf = append(s.buf[:0], s.buf[over:]...)
+			}
+			s.mu.Unlock()
+			select {
+			case s.notify <- struct{}{}:
+			default:
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// kill kills the shell's process group and releases its pipes.
+func (s *shell) kill() {
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	s.stdin.Close()
+	<-s.exited
+	s.out.Close() // unblocks drain even when a process outside the group still holds the pipe
+	<-s.drainDone
+}
+
+// exec runs command in the shell and returns its combined output (the last outCap bytes, with a note when
+// more was written) and exit status.
+func (s *shell) exec(ctx context.Context, command string, timeout time.Duration, outCap int) (string, int, error) {
+	nonce := make([]byte, 12)
+	_, _ = rand.Read(nonce)
+	tag := "__CORRAL_" + hex.EncodeToString(nonce)
+	marker := tag + "_DONE__"
+	// The command travels as a quoted here-document and runs through eval, so a syntax error in it cannot
+	// swallow the end marker; the marker is split in the script so that echoing the script cannot fake it.
+	script := fmt.Sprintf("IFS= read -r -d '' __corral_cmd <<'%s'\n%s\n%s\neval \"$__corral_cmd\" </dev/null; printf '\\n%%s%%s%%d\\n' '%s' '%s' \"$?\"\n",
+		tag, command, tag, marker[:len(marker)/2], marker[len(marker)/2:])
+
+	s.mu.Lock()
+	s.buf = s.buf[:0]
+	s.dropped = 0
+	s.limit = outCap + len(marker) + 32
+	s.mu.Unlock()
+	if _, err := s.stdin.WriteString(script); err != nil {
+		return "", -1, fmt.Errorf("%w: write command: %v", errShellExited, err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		var stop error
+		select {
+		case <-ctx.Done():
+			stop = ctx.Err()
+		case <-s.exited:
+			// Give the drain a moment to collect what the shell wrote last.
+			select {
+			case <-s.drainDone:
+			case <-time.After(100 * time.Millisecond):
+			}
+			stop = fmt.Errorf("%w: %v", errShellExited, s.status)
+		case <-timer.C:
+			stop = errTimedOut
+		case <-s.notify:
+		}
+		s.mu.Lock()
+		out := append([]byte(nil), s.buf...)
+		dropped := s.dropped
+		s.mu.Unlock()
+		if i := bytes.Index(out, []byte(marker)); i >= 0 {
+			code, err := strconv.Atoi(string(bytes.TrimSpace(out[i+len(marker):])))
+			if err != nil {
+				continue // the status line is not complete yet
+			}
+			// Drop the newline the marker line starts with, and the output's own final newline.
+			body := bytes.TrimSuffix(bytes.TrimSuffix(out[:i], []byte("\n")), []byte("\n"))
+			return tail(body, dropped, outCap), code, nil
+		}
+		if stop != nil {
+			if errors.Is(stop, errTimedOut) {
+				_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+			}
+			return tail(out, dropped, outCap), -1, stop
+		}
+	}
+}
+
+// tail returns the last outCap bytes of out, noting how many were dropped.
+func tail(out []byte, dropped, outCap int) string {
+	if len(out) > outCap {
+		dropped += len(out) - outCap
+		out = out[len(out)-outCap:]
+	}
+	if dropped > 0 {
+		return fmt.Sprintf("[output truncated: the first %d bytes were dropped]\n%s", dropped, out)
+	}
+	return string(out)
+}

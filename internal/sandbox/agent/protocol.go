@@ -1,0 +1,49 @@
+// Package agent is the in-sandbox agent and the host's half of its protocol. The agent is a small static program
+// (cmd/corral-sandbox-agent) bound read-only into every sandbox and started as the sandbox's process. It speaks
+// line-delimited JSON over stdin/stdout: one Request per line in, one Response per line out, matched by ID, and
+// implements the built-in toolset agent_toolset_20260401 (bash, read, write, edit, glob, grep) with the schemas
+// and behaviour of the reference SDK's tools/agenttoolset.
+//
+// Client is the host side: it multiplexes concurrent calls over one agent's pipes and reports the agent's death
+// as sandbox.ErrSandboxDead.
+package agent
+
+import (
+	"encoding/json"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// Request is one tool call sent to the agent.
+type Request struct {
+	ID        uint64          `json:"id"`
+	Tool      string          `json:"tool"`
+	Input     json.RawMessage `json:"input"`
+	TimeoutMS int64           `json:"timeout_ms,omitempty"` // default timeout of a command; 0 = agent default
+	OutputCap int             `json:"output_cap,omitempty"` // cap on the result's text, bytes; 0 = agent default
+}
+
+// Response is the agent's answer to one Request.
+type Response struct {
+	ID      uint64                 `json:"id"`
+	Content []apitype.ContentBlock `json:"content"`
+	IsError bool                   `json:"is_error,omitempty"`
+}
+
+// Defaults the agent applies when a Request leaves them zero.
+const (
+	DefaultTimeoutMS = 120_000
+	DefaultOutputCap = 100 * 1024
+)
+
+// Paths inside a sandbox shared by every isolating backend.
+const (
+	// BinPath is where the agent binary is bound, read-only.
+	BinPath = "/.corral/agent"
+	// ProxySocketPath is where the host's egress proxy socket is bound, when the sandbox has networking.
+	ProxySocketPath = "/.corral/proxy.sock"
+	// Workspace is the sandbox's working directory; relative tool paths resolve against it.
+	Workspace = "/workspace"
+	// ProxyListenAddr is where the agent bridges TCP to the egress proxy socket inside the sandbox.
+	ProxyListenAddr = "127.0.0.1:3128"
+)

@@ -1,0 +1,220 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
+)
+
+// Defaults for sandbox.Limits left zero.
+const (
+	DefaultCommandTimeout = DefaultTimeoutMS * time.Millisecond
+	DefaultMemoryBytes    = 2 << 30
+	DefaultPids           = 1024
+	// hangGrace is how long past a call's timeout the host waits before it declares the agent hung.
+	hangGrace = 15 * time.Second
+)
+
+// WithDefaults fills the zero fields of l with the defaults.
+func WithDefaults(l sandbox.Limits) sandbox.Limits {
+	if l.CommandTimeout <= 0 {
+		l.CommandTimeout = DefaultCommandTimeout
+	}
+	if l.OutputBytes <= 0 {
+		l.OutputBytes = DefaultOutputCap
+	}
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = DefaultMemoryBytes
+	}
+	if l.Pids <= 0 {
+		l.Pids = DefaultPids
+	}
+	return l
+}
+
+// Process is a started agent process: the command and the client on its pipes.
+type Process struct {
+	Cmd    *exec.Cmd
+	Client *Client
+	stderr *tailWriter
+	exited chan struct{}
+}
+
+// StartProcess starts cmd (which must run the agent) with its stdin and stdout as the protocol's pipes. Its
+// stderr is kept (the last few KiB) for error reports. cmd's other fields (Env, ExtraFiles, SysProcAttr) are
+// the caller's.
+func StartProcess(cmd *exec.Cmd) (*Process, error) {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("agent stdin: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("agent stdout: %w", err)
+	}
+	p := &Process{Cmd: cmd, stderr: &tailWriter{max: 4096}, exited: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	p.Client = NewClient(stdin, stdout)
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// Exited is closed once the process has been reaped.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Stderr returns the tail of what the process wrote to stderr.
+func (p *Process) Stderr() string { return strings.TrimSpace(p.stderr.String()) }
+
+// Sandbox is a sandbox.Sandbox served by an agent process. Every backend builds one once its agent runs.
+type Sandbox struct {
+	proc   *Process
+	limits sandbox.Limits
+	group  *cgroup.Group // nil when the backend enforces no cgroup limits itself
+	// teardown kills what the backend started and releases its resources, in order; run once by Close.
+	teardown []func() error
+
+	mu     sync.Mutex
+	seen   cgroup.Events
+	closed bool
+	dead   error
+}
+
+// NewSandbox wraps a started agent. group, if set, is read after each call to report limits that were hit.
+// teardown runs once on Close, in order, after the agent process has been killed.
+func NewSandbox(proc *Process, limits sandbox.Limits, group *cgroup.Group, teardown ...func() error) *Sandbox {
+	return &Sandbox{proc: proc, limits: WithDefaults(limits), group: group, teardown: teardown}
+}
+
+var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+// Execute runs one tool call in the sandbox.
+func (s *Sandbox) Execute(ctx context.Context, name string, input json.RawMessage) (sandbox.Result, error) {
+	s.mu.Lock()
+	if s.dead != nil {
+		err := s.dead
+		s.mu.Unlock()
+		return sandbox.Result{}, err
+	}
+	s.mu.Unlock()
+	res, err := s.proc.Client.Call(ctx, name, input, s.limits.CommandTimeout, s.limits.OutputBytes, hangGrace)
+	if err != nil && !errors.Is(err, sandbox.ErrSandboxDead) {
+		return res, err
+	}
+	var ev cgroup.Events
+	if s.group != nil {
+		ev = s.group.Events()
+	}
+	s.mu.Lock()
+	prev := s.seen
+	s.seen = ev
+	s.mu.Unlock()
+	switch {
+	case ev.PidsMax > prev.PidsMax:
+		// Whatever forked past the limit may still be forking: stop the whole sandbox. The next call gets a
+		// fresh one with the same workspace.
+		return sandbox.Result{}, s.die(fmt.Errorf("%w: it reached its limit of %d processes (a fork bomb?); all its processes were killed", sandbox.ErrSandboxDead, s.limits.Pids))
+	case err != nil && ev.OOMKills > prev.OOMKills:
+		return sandbox.Result{}, s.die(fmt.Errorf("%w: it ran out of memory (limit %d MiB) and the kernel killed its agent", sandbox.ErrSandboxDead, s.limits.MemoryBytes>>20))
+	case err != nil:
+		if tail := s.proc.Stderr(); tail != "" {
+			err = fmt.Errorf("%w (agent stderr: %s)", err, lastLine(tail))
+		}
+		return sandbox.Result{}, s.die(err)
+	case ev.OOMKills > prev.OOMKills:
+		res.IsError = true
+		res.Content = append(res.Content, apitype.TextBlock(fmt.Sprintf(
+			"[the sandbox reached its memory limit of %d MiB; the kernel killed %d process(es) (oom-kill)]",
+			s.limits.MemoryBytes>>20, ev.OOMKills-prev.OOMKills)))
+	}
+	return res, nil
+}
+
+// die records that the sandbox is dead, kills what is left of it and returns err.
+func (s *Sandbox) die(err error) error {
+	s.mu.Lock()
+	if s.dead == nil {
+		s.dead = err
+	}
+	s.mu.Unlock()
+	s.kill()
+	return err
+}
+
+func (s *Sandbox) kill() {
+	if s.group != nil {
+		s.group.Kill()
+	}
+	if s.proc.Cmd.Process != nil {
+		_ = s.proc.Cmd.Process.Kill()
+	}
+	<-s.proc.exited
+}
+
+// Close kills every process of the sandbox and releases its resources. Idempotent.
+func (s *Sandbox) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	if s.dead == nil {
+		s.dead = fmt.Errorf("%w: sandbox closed", sandbox.ErrSandboxDead)
+	}
+	s.mu.Unlock()
+	s.kill()
+	var errs []error
+	for _, f := range s.teardown {
+		errs = append(errs, f())
+	}
+	return errors.Join(errs...)
+}
+
+func lastLine(s string) string {
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+var _ io.Writer = (*tailWriter)(nil)
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - w.max; over > 0 {
+		w.buf = append(w.buf[:0], w.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
+}

@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// Config configures the agent.
+type Config struct {
+	// Workspace is the directory relative paths resolve against and the shell starts in.
+	Workspace string
+	// Env is the complete environment of the commands the bash tool runs.
+	Env []string
+	// Confine limits the file tools to Workspace (symlinks resolved), as the reference toolset does. Isolating
+	// backends leave it off: the sandbox is the boundary and bash can read the same files anyway.
+	Confine bool
+}
+
+// Server runs tool calls. It is safe for concurrent use; bash calls are serialised on the one shell.
+type Server struct {
+	cfg  Config
+	bash *bashTool
+}
+
+// NewServer returns a Server for cfg.
+func NewServer(cfg Config) *Server {
+	return &Server{cfg: cfg, bash: &bashTool{cfg: cfg}}
+}
+
+// Close kills the shell and everything it started.
+func (s *Server) Close() { s.bash.close() }
+
+// Handle runs one request and returns its response. It never fails: problems become error results.
+func (s *Server) Handle(ctx context.Context, req Request) Response {
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	if timeout <= 0 {
+		timeout = DefaultTimeoutMS * time.Millisecond
+	}
+	outCap := req.OutputCap
+	if outCap <= 0 {
+		outCap = DefaultOutputCap
+	}
+	var res result
+	switch req.Tool {
+	case "bash":
+		res = s.bash.run(ctx, req.Input, timeout, outCap)
+	case "read":
+		res = execRead(req.Input, &s.cfg)
+	case "write":
+		res = execWrite(req.Input, &s.cfg)
+	case "edit":
+		res = execEdit(req.Input, &s.cfg)
+	case "glob":
+		res = execGlob(req.Input, &s.cfg)
+	case "grep":
+		res = execGrep(req.Input, &s.cfg)
+	default:
+		res = errorf("unknown tool %q: the sandbox runs bash, read, write, edit, glob and grep", req.Tool)
+	}
+	return Response{ID: req.ID, Content: res.blocks(outCap), IsError: res.isErr}
+}
+
+// result is a tool's output before it is framed.
+type result struct {
+	text   string
+	images []apitype.ContentBlock
+	isErr  bool
+	capped bool // text is already capped (bash keeps the tail of its output)
+}
+
+func textResult(s string) result { return result{text: s} }
+
+func errorf(format string, a ...any) result {
+	return result{text: fmt.Sprintf(format, a...), isErr: true}
+}
+
+// blocks frames a result, capping its text at outCap bytes with a note saying so.
+func (r result) blocks(outCap int) []apitype.ContentBlock {
+	if len(r.images) > 0 && r.text == "" {
+		return r.images
+	}
+	text := r.text
+	if !r.capped {
+		text = capText(text, outCap)
+	}
+	return append([]apitype.ContentBlock{apitype.TextBlock(text)}, r.images...)
+}
+
+// capText keeps the first outCap bytes of s (on a UTF-8 boundary) and says how much was cut.
+func capText(s string, outCap int) string {
+	if len(s) <= outCap {
+		return s
+	}
+	cut := outCap
+	for cut > 0 && cut < len(s) && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("\n[output truncated: %d of %d bytes shown]", cut, len(s))
+}
+
+// Serve reads requests from r and writes responses to w until r ends or ctx is done. Requests run concurrently;
+// responses are written whole, one per line.
+func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wmu sync.Mutex
+		wg  sync.WaitGroup
+	)
+	enc := json.NewEncoder(w)
+	write := func(resp Response) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		_ = enc.Encode(resp) // a broken stdout means the host is gone; the read loop ends too
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 64*1024*1024)
+	for sc.Scan() {
+		var req Request
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			write(Response{ID: req.ID, Content: []apitype.ContentBlock{apitype.TextBlock("invalid request: " + err.Error())}, IsError: true})
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			write(s.Handle(ctx, req))
+		}()
+	}
+	cancel()
+	wg.Wait()
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read requests: %w", err)
+	}
+	return nil
+}

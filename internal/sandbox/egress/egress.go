@@ -1,0 +1,294 @@
+// Package egress is the proxy through which a sandbox reaches the network. A sandbox has no network of its own;
+// the host runs one Proxy per sandbox on a Unix socket bound into it, and the in-sandbox agent bridges
+// 127.0.0.1:3128 to that socket. The proxy speaks HTTP CONNECT and plain (absolute-URI) HTTP, resolves names
+// itself, and enforces the environment's policy: `limited` allows only the listed hosts, `unrestricted` allows
+// any public host. Loopback, private, link-local and other internal addresses are refused unless the exact host
+// is listed, so a sandbox can never reach the server, its database or a metadata service by accident.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// Policy decides which destinations a sandbox may reach.
+type Policy struct {
+	// AllowAll allows every public destination (networking type unrestricted).
+	AllowAll bool
+	// Hosts are the allowed hosts (networking type limited): "example.com", "example.com:443",
+	// "*.example.com" (any subdomain) or an IP literal. Only an exact entry allows an internal address.
+	Hosts []string
+}
+
+// PolicyFor returns the policy of an environment's networking config. No config means unrestricted, as in the
+// reference API.
+func PolicyFor(n *apitype.Networking) Policy {
+	if n == nil || n.Type == "" || n.Type == "unrestricted" {
+		return Policy{AllowAll: true}
+	}
+	return Policy{Hosts: n.AllowedHosts}
+}
+
+// ErrDenied is returned (wrapped) for a destination the policy refuses.
+var ErrDenied = errors.New("destination not allowed")
+
+// check decides whether host:port may be reached, and returns the addresses to dial.
+func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	exact := false
+	allowed := p.AllowAll
+	for _, h := range p.Hosts {
+		h = strings.ToLower(h)
+		hh, hp, err := net.SplitHostPort(h)
+		if err != nil {
+			hh, hp = h, ""
+		}
+		hh = strings.Trim(hh, "[]")
+		if hp != "" && hp != port {
+			continue
+		}
+		switch {
+		case hh == host:
+			allowed, exact = true, true
+		case strings.HasPrefix(hh, "*.") && strings.HasSuffix(host, hh[1:]):
+			allowed = true
+		}
+	}
+	if !allowed {
+		return nil, fmt.Errorf("%w: %s is not in the environment's allowed_hosts", ErrDenied, net.JoinHostPort(host, port))
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(host); ip != nil {
+		ips = []net.IP{ip}
+	} else {
+		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s: %w", host, err)
+		}
+		for _, a := range addrs {
+			ips = append(ips, a.IP)
+		}
+	}
+	if !exact {
+		for _, ip := range ips {
+			if internal(ip) {
+				return nil, fmt.Errorf("%w: %s resolves to an internal address", ErrDenied, host)
+			}
+		}
+	}
+	return ips, nil
+}
+
+// internal reports whether ip is loopback, private, link-local, unspecified or multicast.
+func internal(ip net.IP) bool {
+	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified()
+}
+
+// Proxy is one sandbox's egress proxy on a Unix socket.
+type Proxy struct {
+	policy Policy
+	logger *slog.Logger
+	ln     net.Listener
+	srv    *http.Server
+	tr     *http.Transport
+	done   chan struct{}
+
+	mu     sync.Mutex
+	tunnel map[net.Conn]struct{}
+	closed bool
+}
+
+// Listen starts a proxy with policy on a new Unix socket at path (mode 0600, owned by uid:gid, which may be -1
+// to keep the caller's).
+func Listen(path string, uid, gid int, policy Policy, logger *slog.Logger) (*Proxy, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("egress: listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("egress: chmod socket: %w", err)
+	}
+	if err := os.Lchown(path, uid, gid); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("egress: chown socket: %w", err)
+	}
+	p := &Proxy{policy: policy, logger: logger, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
+	p.tr = &http.Transport{
+		Proxy:                 nil,
+		DialContext:           p.dial,
+		ForceAttemptHTTP2:     false,
+		MaxIdleConns:          8,
+		IdleConnTimeout:       30 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+	}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+	go func() {
+		defer close(p.done)
+		_ = p.srv.Serve(ln)
+	}()
+	return p, nil
+}
+
+// Close stops the proxy and cuts every connection through it. Idempotent.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	for c := range p.tunnel {
+		c.Close()
+	}
+	p.mu.Unlock()
+	err := p.srv.Close()
+	<-p.done
+	p.tr.CloseIdleConnections()
+	_ = os.Remove(p.ln.Addr().String())
+	return err
+}
+
+func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	ips, err := p.policy.check(ctx, host, port)
+	if err != nil {
+		return nil, err
+	}
+	d := net.Dialer{Timeout: 10 * time.Second}
+	var last error
+	for _, ip := range ips {
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("dial %s: %w", addr, last)
+}
+
+// ServeHTTP handles one proxied request: CONNECT tunnels, anything else is forwarded.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		p.connect(w, r)
+		return
+	}
+	if r.URL.Host == "" || (r.URL.Scheme != "http" && r.URL.Scheme != "https") {
+		http.Error(w, "egress proxy: only absolute http URLs and CONNECT are proxied", http.StatusBadRequest)
+		return
+	}
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"} {
+		out.Header.Del(h)
+	}
+	resp, err := p.tr.RoundTrip(out)
+	if err != nil {
+		p.refuse(w, r, err)
+		return
+	}
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	p.logger.Info("egress refused", "host", r.Host, "err", err)
+	if errors.Is(err, ErrDenied) {
+		http.Error(w, "egress proxy: "+err.Error(), http.StatusForbidden)
+		return
+	}
+	http.Error(w, "egress proxy: "+err.Error(), http.StatusBadGateway)
+}
+
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+	up, err := p.dial(r.Context(), "tcp", r.Host)
+	if err != nil {
+		p.refuse(w, r, err)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		up.Close()
+		http.Error(w, "egress proxy: cannot tunnel", http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	down, buf, err := hj.Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	if !p.track(up, down) {
+		up.Close()
+		down.Close()
+		return
+	}
+	defer p.untrack(up, down)
+	done := make(chan struct{}, 2)
+	go func() {
+		if n := buf.Reader.Buffered(); n > 0 {
+			b, _ := buf.Reader.Peek(n)
+			_, _ = up.Write(b)
+		}
+		_, _ = io.Copy(up, down)
+		if c, ok := up.(*net.TCPConn); ok {
+			_ = c.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(down, up)
+		if c, ok := down.(interface{ CloseWrite() error }); ok {
+			_ = c.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
+}
+
+func (p *Proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	for _, c := range cs {
+		p.tunnel[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *Proxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.tunnel, c)
+		c.Close()
+	}
+}

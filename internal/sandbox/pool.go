@@ -1,0 +1,302 @@
+package sandbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// DefaultIdleTimeout is how long a session's sandbox may sit unused before the Pool reaps it.
+const DefaultIdleTimeout = 15 * time.Minute
+
+// PoolConfig configures a Pool.
+type PoolConfig struct {
+	// Provider provisions the sandboxes. Required.
+	Provider Provider
+	// WorkspaceRoot holds the sessions' workspaces: a Recipe without WorkspaceDir gets WorkspaceRoot/<session
+	// id>, created 0700 (the provider gives it to the sandbox's uid). Required. Isolating backends need every
+	// ancestor of it to be searchable by other users (0711).
+	WorkspaceRoot string
+	// IdleTimeout is how long an unused sandbox lives; default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// Logger receives provisioning and reaping; default discards.
+	Logger *slog.Logger
+}
+
+func (c *PoolConfig) validate() error {
+	if c.Provider == nil {
+		return errors.New("sandbox pool: Provider is required")
+	}
+	if c.WorkspaceRoot == "" || !filepath.IsAbs(c.WorkspaceRoot) {
+		return fmt.Errorf("sandbox pool: WorkspaceRoot %q must be an absolute path", c.WorkspaceRoot)
+	}
+	if c.IdleTimeout < 0 {
+		return errors.New("sandbox pool: IdleTimeout must not be negative")
+	}
+	return nil
+}
+
+// Pool is the sessions' hands: it provisions a session's sandbox lazily on its first tool call, reuses it,
+// reaps it when idle, and replaces a dead one from the same recipe on the next call. The workspace outlives
+// every sandbox.
+type Pool struct {
+	cfg PoolConfig
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	stopped  bool
+
+	stop   chan struct{}
+	reaped sync.WaitGroup
+}
+
+// session is one session's slot. mu serialises provisioning; the sandbox then serves calls concurrently.
+type session struct {
+	mu       sync.Mutex
+	sb       Sandbox
+	removed  bool
+	inflight int
+	lastUsed time.Time
+}
+
+var _ Hands = (*Pool)(nil)
+
+// NewPool returns a Pool and starts its reaper. Stop it with Stop.
+func NewPool(cfg PoolConfig) (*Pool, error) {
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox pool: workspace root: %w", err)
+	}
+	p := &Pool{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
+	p.reaped.Add(1)
+	go p.reap()
+	return p, nil
+}
+
+// ErrPoolStopped is returned by Execute after Stop.
+var ErrPoolStopped = errors.New("sandbox pool stopped")
+
+// Execute runs one tool call in the session's sandbox, provisioning it first if the session has none. When the
+// sandbox dies, Execute returns an error wrapping ErrSandboxDead together with an error Result the brain can
+// hand to the model as is; the next call provisions a fresh sandbox with the same workspace.
+func (p *Pool) Execute(ctx context.Context, call *Call) (Result, error) {
+	r := call.Recipe
+	if err := validSessionID(r.SessionID); err != nil {
+		return errorResult(err.Error()), err
+	}
+	if r.WorkspaceDir == "" {
+		r.WorkspaceDir = filepath.Join(p.cfg.WorkspaceRoot, r.SessionID)
+	}
+	for {
+		s, err := p.session(r.SessionID)
+		if err != nil {
+			return errorResult(err.Error()), err
+		}
+		sb, ok, err := p.acquire(ctx, s, call, &r)
+		if err != nil {
+			return errorResult(fmt.Sprintf("could not start a sandbox: %v", err)), err
+		}
+		if !ok {
+			continue // the session was closed meanwhile; start over with a new slot
+		}
+		res, err := sb.Execute(ctx, call.Name, call.Input)
+		p.release(s, sb, err)
+		if errors.Is(err, ErrSandboxDead) {
+			p.cfg.Logger.Warn("sandbox died", "session", r.SessionID, "backend", p.cfg.Provider.Name(), "err", err)
+			return errorResult(fmt.Sprintf("The sandbox died while running this tool call (%v); its outcome is unknown. "+
+				"The next tool call starts a fresh sandbox with the same /workspace; processes, /tmp and shell state are lost.", err)), err
+		}
+		return res, err
+	}
+}
+
+func errorResult(text string) Result {
+	return Result{Content: []apitype.ContentBlock{apitype.TextBlock(text)}, IsError: true}
+}
+
+// validSessionID rejects ids that cannot name a directory of their own.
+func validSessionID(id string) error {
+	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\\\x00") || len(id) > 200 {
+		return fmt.Errorf("sandbox pool: invalid session id %q", id)
+	}
+	return nil
+}
+
+func (p *Pool) session(id string) (*session, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return nil, ErrPoolStopped
+	}
+	s := p.sessions[id]
+	if s == nil {
+		s = &session{}
+		p.sessions[id] = s
+	}
+	return s, nil
+}
+
+// acquire returns the session's sandbox, provisioning one if needed, and counts the call in flight. ok is false
+// when the session was removed before the sandbox could be handed out.
+func (p *Pool) acquire(ctx context.Context, s *session, call *Call, r *Recipe) (Sandbox, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.removed {
+		return nil, false, nil
+	}
+	if s.sb == nil {
+		sb, err := p.provision(ctx, call, r)
+		if err != nil {
+			return nil, true, err
+		}
+		s.sb = sb
+	}
+	s.inflight++
+	s.lastUsed = time.Now()
+	return s.sb, true, nil
+}
+
+func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, error) {
+	backend := p.cfg.Provider.Name()
+	if call.OnProvision != nil {
+		call.OnProvision(ProvisionReport{Backend: backend})
+	}
+	start := time.Now()
+	var sb Sandbox
+	err := os.MkdirAll(r.WorkspaceDir, 0o700)
+	if err != nil {
+		err = fmt.Errorf("workspace: %w", err)
+	} else {
+		sb, err = p.cfg.Provider.Provision(ctx, r)
+	}
+	d := time.Since(start)
+	if call.OnProvision != nil {
+		call.OnProvision(ProvisionReport{Backend: backend, Done: true, Duration: d, Err: err})
+	}
+	if err != nil {
+		p.cfg.Logger.Error("sandbox provisioning failed", "session", r.SessionID, "backend", backend, "err", err)
+		return nil, fmt.Errorf("provision %s sandbox: %w", backend, err)
+	}
+	p.cfg.Logger.Info("sandbox provisioned", "session", r.SessionID, "backend", backend, "duration", d)
+	return sb, nil
+}
+
+// release ends a call; a dead sandbox is closed and forgotten so that the next call provisions a new one.
+func (p *Pool) release(s *session, sb Sandbox, err error) {
+	s.mu.Lock()
+	s.inflight--
+	s.lastUsed = time.Now()
+	dead := errors.Is(err, ErrSandboxDead) && s.sb == sb
+	if dead {
+		s.sb = nil
+	}
+	s.mu.Unlock()
+	if dead {
+		_ = sb.Close()
+	}
+}
+
+// Close closes the session's sandbox, if any. The workspace stays. Idempotent.
+func (p *Pool) Close(sessionID string) error {
+	p.mu.Lock()
+	s := p.sessions[sessionID]
+	delete(p.sessions, sessionID)
+	p.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.close()
+}
+
+func (s *session) close() error {
+	s.mu.Lock()
+	sb := s.sb
+	s.sb = nil
+	s.removed = true
+	s.mu.Unlock()
+	if sb == nil {
+		return nil
+	}
+	return sb.Close()
+}
+
+// Stop closes every sandbox and waits for the reaper. Idempotent; Execute fails with ErrPoolStopped afterwards.
+func (p *Pool) Stop() error {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return nil
+	}
+	p.stopped = true
+	sessions := p.sessions
+	p.sessions = map[string]*session{}
+	p.mu.Unlock()
+	close(p.stop)
+	p.reaped.Wait()
+	var errs []error
+	for _, s := range sessions {
+		errs = append(errs, s.close())
+	}
+	return errors.Join(errs...)
+}
+
+// reap closes the sandboxes that have been idle for IdleTimeout, and forgets their sessions.
+func (p *Pool) reap() {
+	defer p.reaped.Done()
+	t := time.NewTicker(max(p.cfg.IdleTimeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-t.C:
+			for _, s := range p.idle(now) {
+				if err := s.close(); err != nil {
+					p.cfg.Logger.Warn("closing idle sandbox", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// idle removes and returns the sessions with no call in flight and no use for IdleTimeout.
+func (p *Pool) idle(now time.Time) []*session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*session
+	for id, s := range p.sessions {
+		if !s.mu.TryLock() {
+			continue // provisioning: busy, not idle
+		}
+		idle := s.inflight == 0 && now.Sub(s.lastUsed) >= p.cfg.IdleTimeout
+		s.mu.Unlock()
+		if idle {
+			delete(p.sessions, id)
+			out = append(out, s)
+			p.cfg.Logger.Info("reaping idle sandbox", "session", id)
+		}
+	}
+	return out
+}
+
+// Sessions returns the number of sessions that hold a slot (a sandbox or one being provisioned).
+func (p *Pool) Sessions() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sessions)
+}
