@@ -24,14 +24,14 @@ func main() {
 func run() error {
 	workspace := flag.String("workspace", agent.Workspace, "directory relative tool paths resolve against")
 	confine := flag.Bool("confine", false, "confine the file tools to the workspace")
-	proxySocket := flag.String("proxy-socket", agent.ProxySocketPath, "egress proxy Unix socket to bridge at "+agent.ProxyListenAddr+" when it exists")
+	proxySocket := flag.String("proxy-socket", agent.ProxySocketPath, "egress proxy Unix socket to bridge at "+agent.ProxyListenAddr+" when it exists; empty for none")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	env := os.Environ()
-	if _, err := os.Stat(*proxySocket); err == nil {
+	if _, err := os.Stat(*proxySocket); *proxySocket != "" && err == nil {
 		go func() {
 			if err := agent.Bridge(ctx, agent.ProxyListenAddr, *proxySocket); err != nil {
 				fmt.Fprintln(os.Stderr, "corral-sandbox-agent: proxy bridge:", err)
@@ -42,6 +42,12 @@ func run() error {
 			"no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1")
 	}
 	srv := agent.NewServer(agent.Config{Workspace: *workspace, Env: env, Confine: *confine})
+	go func() {
+		// Serve blocks reading stdin; on SIGTERM kill the shells and leave.
+		<-ctx.Done()
+		srv.Close()
+		os.Exit(0)
+	}()
 	defer srv.Close()
 	return srv.Serve(ctx, os.Stdin, os.Stdout)
 }

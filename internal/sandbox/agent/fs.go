@@ -233,7 +233,7 @@ func readImage(path, name, mediaType string, size int64) result {
 // large to load whole, capping the selection at maxFileBytes.
 func readRange(path, name string, startLine, endLine int64) result {
 	start := max(0, startLine-1)
-	end := int64(1<<62)
+	end := int64(1 << 62)
 	if endLine > 0 {
 		end = endLine
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -140,7 +141,7 @@ func (s *Sandbox) Execute(ctx context.Context, name string, input json.RawMessag
 	case ev.OOMKills > prev.OOMKills:
 		res.IsError = true
 		res.Content = append(res.Content, apitype.TextBlock(fmt.Sprintf(
-			"[the sandbox reached its memory limit of %d MiB; the kernel killed %d process(es) (oom-kill)]",
+			"\n[the sandbox reached its memory limit of %d MiB; the kernel killed %d process(es) (oom-kill)]",
 			s.limits.MemoryBytes>>20, ev.OOMKills-prev.OOMKills)))
 	}
 	return res, nil
@@ -160,10 +161,16 @@ func (s *Sandbox) die(err error) error {
 func (s *Sandbox) kill() {
 	if s.group != nil {
 		s.group.Kill()
+	} else {
+		// Without a cgroup to kill, ask the agent to kill its shells first; SIGKILL whatever is left after a
+		// second.
+		_ = s.proc.Cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.proc.exited:
+		case <-time.After(time.Second):
+		}
 	}
-	if s.proc.Cmd.Process != nil {
-		_ = s.proc.Cmd.Process.Kill()
-	}
+	_ = s.proc.Cmd.Process.Kill()
 	<-s.proc.exited
 }
 

@@ -105,8 +105,8 @@ func capText(s string, outCap int) string {
 	return s[:cut] + fmt.Sprintf("\n[output truncated: %d of %d bytes shown]", cut, len(s))
 }
 
-// Serve reads requests from r and writes responses to w until r ends or ctx is done. Requests run concurrently;
-// responses are written whole, one per line.
+// Serve reads requests from r and writes responses to w until r ends, then waits for the calls in flight.
+// Requests run concurrently; responses are written whole, one per line.
 func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -134,7 +134,7 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 			write(s.Handle(ctx, req))
 		}()
 	}
-	cancel()
+	// Input ended: finish the calls in flight (their own timeouts bound them), then stop.
 	wg.Wait()
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read requests: %w", err)

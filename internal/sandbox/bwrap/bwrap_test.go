@@ -42,3 +42,7 @@ func newProvider(t *testing.T) sandbox.Provider {
 func TestConformance(t *testing.T) { sandboxtest.Run(t, newProvider, sandboxtest.Options{}) }
 
 func TestRedTeam(t *testing.T) { sandboxtest.RunRedTeam(t, newProvider) }
+
+func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider) }
+
+func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }

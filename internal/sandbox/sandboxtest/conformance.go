@@ -24,7 +24,7 @@ func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, opts Opt
 	t.Run("BashState", func(t *testing.T) { t.Parallel(); testBashState(t, newProvider) })
 	t.Run("Timeout", func(t *testing.T) { t.Parallel(); testTimeout(t, newProvider) })
 	t.Run("OutputCap", func(t *testing.T) { t.Parallel(); testOutputCap(t, newProvider) })
-	t.Run("WorkspaceSurvivesReprovision", func(t *testing.T) { t.Parallel(); testWorkspaceSurvives(t, newProvider) })
+	t.Run("WorkspaceSurvivesReprovision", func(t *testing.T) { t.Parallel(); testWorkspaceSurvives(t, newProvider, opts) })
 	t.Run("KilledSandbox", func(t *testing.T) { t.Parallel(); testKilled(t, newProvider) })
 	t.Run("CloseIdempotent", func(t *testing.T) { t.Parallel(); testCloseIdempotent(t, newProvider) })
 	t.Run("IdleReap", func(t *testing.T) { t.Parallel(); testIdleReap(t, newProvider) })
@@ -206,16 +206,23 @@ func testOutputCap(t *testing.T, newProvider func(t *testing.T) sandbox.Provider
 	}
 }
 
-func testWorkspaceSurvives(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testWorkspaceSurvives(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, opts Options) {
 	p := newPool(t, newProvider, 0)
 	const s = "survive"
 	mustRun(t, p, call(s, "write", map[string]any{"file_path": "keep.txt", "content": "kept"}))
-	mustRun(t, p, bash(s, "echo tmp > /tmp/gone.txt"))
+	tmpFile := "/tmp/gone.txt" // private to the sandbox
+	if opts.NotIsolated {
+		tmpFile = "gone.d/gone.txt"
+	}
+	mustRun(t, p, bash(s, "mkdir -p gone.d && echo tmp > "+tmpFile))
+	if opts.NotIsolated {
+		mustRun(t, p, bash(s, "rm -r gone.d"))
+	}
 	if err := p.Close(s); err != nil {
 		t.Fatal(err)
 	}
 	var provisions int
-	c := bash(s, "cat keep.txt; cat /tmp/gone.txt 2>/dev/null || echo ' no-tmp'")
+	c := bash(s, "cat keep.txt; cat "+tmpFile+" 2>/dev/null || echo ' no-tmp'")
 	c.OnProvision = func(r sandbox.ProvisionReport) {
 		if r.Done {
 			provisions++

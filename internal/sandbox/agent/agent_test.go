@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newTestServer(t *testing.T, confine bool) (*Server, string) {
+	t.Helper()
+	ws := t.TempDir()
+	s := NewServer(Config{Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"}, Confine: confine})
+	t.Cleanup(s.Close)
+	return s, ws
+}
+
+func handle(t *testing.T, s *Server, tool, input string) (string, bool) {
+	t.Helper()
+	resp := s.Handle(context.Background(), Request{Tool: tool, Input: json.RawMessage(input), OutputCap: 4096})
+	var b strings.Builder
+	for _, c := range resp.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String(), resp.IsError
+}
+
+func TestConfinedPaths(t *testing.T) {
+	t.Parallel()
+	s, ws := newTestServer(t, true)
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ tool, input string }{
+		{"read", `{"file_path": "../` + filepath.Base(outside) + `/secret"}`},
+		{"read", `{"file_path": "` + outside + `/secret"}`},
+		{"read", `{"file_path": "link/secret"}`},
+		{"write", `{"file_path": "link/new", "content": "x"}`},
+		{"edit", `{"file_path": "link/secret", "old_string": "s", "new_string": "x"}`},
+		{"grep", `{"pattern": "s3cret", "path": "link"}`},
+	} {
+		out, isErr := handle(t, s, tc.tool, tc.input)
+		if !isErr || strings.Contains(out, "s3cret") || !strings.Contains(out, "outside") {
+			t.Errorf("%s %s: %v %q", tc.tool, tc.input, isErr, out)
+		}
+	}
+	// grep inside the workspace does not follow the symlink either.
+	if out, _ := handle(t, s, "grep", `{"pattern": "s3cret"}`); out != "no matches" {
+		t.Errorf("grep followed a symlink: %q", out)
+	}
+}
+
+func TestReadRanges(t *testing.T) {
+	t.Parallel()
+	s, ws := newTestServer(t, false)
+	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("1\n2\n3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ rng, want string }{
+		{"[1, 1]", "1"}, {"[2, 0]", "2\n3\n"}, {"[3, 2]", ""}, {"[9, 10]", ""}, {"[0, 2]", "1\n2"},
+	} {
+		if out, isErr := handle(t, s, "read", `{"file_path": "f", "view_range": `+tc.rng+`}`); isErr || out != tc.want {
+			t.Errorf("view_range %s: %v %q, want %q", tc.rng, isErr, out, tc.want)
+		}
+	}
+	// A file past the whole-file cap is read by range only.
+	big := bytes.Repeat([]byte("0123456789\n"), maxFileBytes/10)
+	if err := os.WriteFile(filepath.Join(ws, "big"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, isErr := handle(t, s, "read", `{"file_path": "big"}`); !isErr || !strings.Contains(out, "view_range") {
+		t.Errorf("big file: %v %q", isErr, out)
+	}
+	if out, isErr := handle(t, s, "read", `{"file_path": "big", "view_range": [2, 3]}`); isErr || out != "0123456789\n0123456789" {
+		t.Errorf("big file range: %v %q", isErr, out)
+	}
+	if out, isErr := handle(t, s, "read", `{"file_path": "/dev/zero"}`); !isErr || !strings.Contains(out, "not a regular file") {
+		t.Errorf("device: %v %q", isErr, out)
+	}
+}
+
+func TestBashOutputKeepsTail(t *testing.T) {
+	t.Parallel()
+	s, _ := newTestServer(t, false)
+	resp := s.Handle(context.Background(), Request{Tool: "bash", Input: json.RawMessage(`{"command": "seq 1 100000"}`), OutputCap: 100})
+	out := resp.Content[0].Text
+	if resp.IsError || !strings.HasSuffix(out, "100000") || !strings.Contains(out, "truncated") || len(out) > 200 {
+		t.Errorf("capped bash output: %q", out)
+	}
+}
+
+func TestBashTimeoutKillsGroup(t *testing.T) {
+	t.Parallel()
+	s, ws := newTestServer(t, false)
+	start := time.Now()
+	resp := s.Handle(context.Background(), Request{Tool: "bash", Input: json.RawMessage(`{"command": "(sleep 2; touch late) & sleep 5", "timeout_ms": 200}`)})
+	if !resp.IsError || !strings.Contains(resp.Content[0].Text, "timed out") || time.Since(start) > 2*time.Second {
+		t.Fatalf("timeout: %+v after %s", resp, time.Since(start))
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(ws, "late")); err == nil {
+		t.Error("a process of the timed-out command survived")
+	}
+}
+
+func TestServeProtocol(t *testing.T) {
+	t.Parallel()
+	s, _ := newTestServer(t, false)
+	in := strings.NewReader(`{"id":1,"tool":"bash","input":{"command":"echo hi"}}` + "\n" + `not json` + "\n" + `{"id":2,"tool":"glob","input":{"pattern":"*"}}` + "\n")
+	var out bytes.Buffer
+	if err := s.Serve(context.Background(), in, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]Response{}
+	dec := json.NewDecoder(&out)
+	for {
+		var r Response
+		if err := dec.Decode(&r); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		got[r.ID] = r
+	}
+	if r := got[1]; r.IsError || r.Content[0].Text != "hi" {
+		t.Errorf("id 1: %+v", r)
+	}
+	if r := got[0]; !r.IsError || !strings.Contains(r.Content[0].Text, "invalid request") {
+		t.Errorf("bad line: %+v", r)
+	}
+	if r := got[2]; r.IsError || r.Content[0].Text != "no matches" {
+		t.Errorf("id 2: %+v", r)
+	}
+}
+
+func FuzzToolInput(f *testing.F) {
+	for _, s := range []string{`{}`, `{"file_path": "a", "view_range": [1, 2]}`, `{"pattern": "**/*"}`, `null`, `[1]`, `{"old_string": 1}`} {
+		f.Add("read", s)
+		f.Add("glob", s)
+	}
+	ws := f.TempDir()
+	s := NewServer(Config{Workspace: ws, Confine: true})
+	f.Fuzz(func(t *testing.T, tool, input string) {
+		if tool == "bash" || tool == "write" || tool == "edit" {
+			return // side effects
+		}
+		resp := s.Handle(context.Background(), Request{Tool: tool, Input: json.RawMessage(input)})
+		if len(resp.Content) == 0 {
+			t.Fatalf("no content for %s %q", tool, input)
+		}
+	})
+}

@@ -1,0 +1,48 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+func TestPolicy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		policy Policy
+		host   string
+		port   string
+		denied bool
+	}{
+		{"unrestricted public IP", Policy{AllowAll: true}, "93.184.216.34", "443", false},
+		{"unrestricted loopback", Policy{AllowAll: true}, "127.0.0.1", "5432", true},
+		{"unrestricted localhost name", Policy{AllowAll: true}, "localhost", "80", true},
+		{"unrestricted metadata", Policy{AllowAll: true}, "169.254.169.254", "80", true},
+		{"unrestricted private", Policy{AllowAll: true}, "10.1.2.3", "80", true},
+		{"unrestricted v6 loopback", Policy{AllowAll: true}, "::1", "80", true},
+		{"limited listed", Policy{Hosts: []string{"93.184.216.34"}}, "93.184.216.34", "443", false},
+		{"limited unlisted", Policy{Hosts: []string{"93.184.216.34"}}, "93.184.216.35", "443", true},
+		{"limited port mismatch", Policy{Hosts: []string{"93.184.216.34:443"}}, "93.184.216.34", "80", true},
+		{"limited exact loopback", Policy{Hosts: []string{"127.0.0.1:8080"}}, "127.0.0.1", "8080", false},
+		{"limited wildcard suffix only", Policy{Hosts: []string{"*.example.com"}}, "evilexample.com", "80", true},
+	} {
+		_, err := tc.policy.check(context.Background(), tc.host, tc.port)
+		if denied := errors.Is(err, ErrDenied); denied != tc.denied {
+			t.Errorf("%s: err = %v, denied %v, want %v", tc.name, err, denied, tc.denied)
+		}
+	}
+}
+
+func TestPolicyFor(t *testing.T) {
+	t.Parallel()
+	if !PolicyFor(nil).AllowAll || !PolicyFor(&apitype.Networking{Type: "unrestricted"}).AllowAll {
+		t.Error("unrestricted")
+	}
+	p := PolicyFor(&apitype.Networking{Type: "limited", AllowedHosts: []string{"a.test"}})
+	if p.AllowAll || len(p.Hosts) != 1 {
+		t.Errorf("limited: %+v", p)
+	}
+}

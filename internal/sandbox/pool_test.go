@@ -1,0 +1,210 @@
+package sandbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeProvider provisions fakeSandboxes and counts them.
+type fakeProvider struct {
+	provisions atomic.Int32
+	fail       atomic.Bool
+	mu         sync.Mutex
+	recipes    []sandbox.Recipe
+	live       []*fakeSandbox
+}
+
+func (p *fakeProvider) Name() string { return "fake" }
+
+func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
+	p.provisions.Add(1)
+	if p.fail.Load() {
+		return nil, errors.New("no capacity")
+	}
+	sb := &fakeSandbox{}
+	p.mu.Lock()
+	p.recipes = append(p.recipes, *r)
+	p.live = append(p.live, sb)
+	p.mu.Unlock()
+	return sb, nil
+}
+
+type fakeSandbox struct {
+	closed atomic.Int32
+	dead   atomic.Bool
+}
+
+func (s *fakeSandbox) Execute(ctx context.Context, name string, input json.RawMessage) (sandbox.Result, error) {
+	if s.dead.Load() || s.closed.Load() > 0 {
+		return sandbox.Result{}, fmt.Errorf("%w: fake", sandbox.ErrSandboxDead)
+	}
+	return sandbox.Result{Content: []apitype.ContentBlock{apitype.TextBlock(name + " " + string(input))}}, nil
+}
+
+func (s *fakeSandbox) Close() error { s.closed.Add(1); return nil }
+
+func newPool(t *testing.T, prov sandbox.Provider, idle time.Duration) *sandbox.Pool {
+	t.Helper()
+	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: t.TempDir(), IdleTimeout: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	return p
+}
+
+func call(session string) *sandbox.Call {
+	return &sandbox.Call{Recipe: sandbox.Recipe{SessionID: session}, Name: "bash", Input: json.RawMessage(`{"command":"true"}`)}
+}
+
+func TestPoolLazyAndReused(t *testing.T) {
+	t.Parallel()
+	prov := &fakeProvider{}
+	p := newPool(t, prov, 0)
+	if prov.provisions.Load() != 0 {
+		t.Fatal("provisioned before the first call")
+	}
+	var reports []sandbox.ProvisionReport
+	c := call("s1")
+	c.OnProvision = func(r sandbox.ProvisionReport) { reports = append(reports, r) }
+	for range 3 {
+		if _, err := p.Execute(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := prov.provisions.Load(); n != 1 {
+		t.Errorf("provisions = %d, want 1", n)
+	}
+	if len(reports) != 2 || reports[0].Done || !reports[1].Done || reports[1].Backend != "fake" || reports[1].Err != nil {
+		t.Errorf("reports: %+v", reports)
+	}
+	if ws := prov.recipes[0].WorkspaceDir; !strings.HasSuffix(ws, "/s1") {
+		t.Errorf("workspace %q", ws)
+	}
+}
+
+func TestPoolConcurrentFirstCallsProvisionOnce(t *testing.T) {
+	t.Parallel()
+	prov := &fakeProvider{}
+	p := newPool(t, prov, 0)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.Execute(context.Background(), call("s")); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := prov.provisions.Load(); n != 1 {
+		t.Errorf("provisions = %d, want 1", n)
+	}
+}
+
+func TestPoolDeadSandboxReplaced(t *testing.T) {
+	t.Parallel()
+	prov := &fakeProvider{}
+	p := newPool(t, prov, 0)
+	if _, err := p.Execute(context.Background(), call("s")); err != nil {
+		t.Fatal(err)
+	}
+	prov.live[0].dead.Store(true)
+	res, err := p.Execute(context.Background(), call("s"))
+	if !errors.Is(err, sandbox.ErrSandboxDead) || !res.IsError || !strings.Contains(res.Content[0].Text, "sandbox died") {
+		t.Fatalf("dead sandbox: %v %+v", err, res)
+	}
+	if prov.live[0].closed.Load() != 1 {
+		t.Error("dead sandbox not closed")
+	}
+	if _, err := p.Execute(context.Background(), call("s")); err != nil {
+		t.Fatal(err)
+	}
+	if n := prov.provisions.Load(); n != 2 {
+		t.Errorf("provisions = %d, want 2", n)
+	}
+	if prov.recipes[0].WorkspaceDir != prov.recipes[1].WorkspaceDir {
+		t.Error("re-provisioned with another workspace")
+	}
+}
+
+func TestPoolProvisionFailure(t *testing.T) {
+	t.Parallel()
+	prov := &fakeProvider{}
+	prov.fail.Store(true)
+	p := newPool(t, prov, 0)
+	var last sandbox.ProvisionReport
+	c := call("s")
+	c.OnProvision = func(r sandbox.ProvisionReport) { last = r }
+	res, err := p.Execute(context.Background(), c)
+	if err == nil || !res.IsError || last.Err == nil || !last.Done {
+		t.Fatalf("failure: %v %+v %+v", err, res, last)
+	}
+	prov.fail.Store(false)
+	if _, err := p.Execute(context.Background(), call("s")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPoolIdleReapAndStop(t *testing.T) {
+	t.Parallel()
+	prov := &fakeProvider{}
+	p := newPool(t, prov, 20*time.Millisecond)
+	for _, s := range []string{"a", "b"} {
+		if _, err := p.Execute(context.Background(), call(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Sessions() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("not reaped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, sb := range prov.live {
+		if sb.closed.Load() != 1 {
+			t.Error("reaped sandbox not closed once")
+		}
+	}
+	if _, err := p.Execute(context.Background(), call("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if prov.live[2].closed.Load() != 1 {
+		t.Error("Stop did not close the live sandbox")
+	}
+	if _, err := p.Execute(context.Background(), call("a")); !errors.Is(err, sandbox.ErrPoolStopped) {
+		t.Errorf("after Stop: %v", err)
+	}
+}
+
+func TestPoolRejectsBadSessionID(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, &fakeProvider{}, 0)
+	for _, id := range []string{"", "..", "a/b", "."} {
+		if _, err := p.Execute(context.Background(), call(id)); err == nil {
+			t.Errorf("session id %q accepted", id)
+		}
+	}
+}

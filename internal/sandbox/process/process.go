@@ -1,0 +1,77 @@
+// Package process is the development-only sandbox backend: the in-sandbox agent runs as a plain child process
+// of the server, with the server's uid, filesystem and network. It isolates nothing; it exists to run Corral
+// where no isolating backend is available. Tool timeouts and output caps apply; memory, pids and CPU limits and
+// the networking policy do not. The file tools are confined to the workspace, as in the reference toolset, but
+// bash is not.
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
+)
+
+// Config configures the Provider.
+type Config struct {
+	// AgentPath is the corral-sandbox-agent binary. Required.
+	AgentPath string
+	// Logger receives the warning that nothing is isolated; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Provider starts agents as plain processes.
+type Provider struct {
+	cfg Config
+}
+
+var _ sandbox.Provider = (*Provider)(nil)
+
+// New returns a Provider and logs a warning: this backend does not isolate anything.
+func New(cfg Config) (*Provider, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.AgentPath == "" {
+		return nil, errors.New("process: AgentPath is required")
+	}
+	if _, err := os.Stat(cfg.AgentPath); err != nil {
+		return nil, fmt.Errorf("process: agent binary: %w", err)
+	}
+	cfg.Logger.Warn("sandbox backend 'process' isolates nothing: model-written code runs as the server's user with its files and network; use it for development only")
+	return &Provider{cfg: cfg}, nil
+}
+
+// Name returns "process".
+func (p *Provider) Name() string { return "process" }
+
+// Provision starts an agent in the workspace directory.
+func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
+	if !filepath.IsAbs(r.WorkspaceDir) {
+		return nil, fmt.Errorf("process: workspace %q must be an absolute path", r.WorkspaceDir)
+	}
+	if err := os.MkdirAll(r.WorkspaceDir, 0o700); err != nil {
+		return nil, fmt.Errorf("process: workspace: %w", err)
+	}
+	cmd := exec.Command(p.cfg.AgentPath, "-workspace", r.WorkspaceDir, "-confine", "-proxy-socket", "")
+	cmd.Dir = r.WorkspaceDir
+	cmd.Env = []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + r.WorkspaceDir,
+		"LANG=C.UTF-8",
+		"TERM=dumb",
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	proc, err := agent.StartProcess(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("process: %w", err)
+	}
+	return agent.NewSandbox(proc, r.Limits, nil), nil
+}

@@ -1,0 +1,57 @@
+package sandboxtest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/sandbox"
+)
+
+// RunLimits checks that a fork bomb and a memory hog are contained in their sandbox and reported to the model,
+// while the server and another session's sandbox stay healthy. Run it for every backend that enforces
+// sandbox.Limits.
+func RunLimits(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+	limits := sandbox.Limits{Pids: 64, MemoryBytes: 128 << 20, CommandTimeout: 20 * time.Second}
+	p := newPool(t, newProvider, 0)
+	limited := func(c *sandbox.Call) *sandbox.Call { c.Recipe.Limits = limits; return c }
+	// A bystander, provisioned before the trouble starts.
+	mustRun(t, p, limited(bash("bystander", "echo up")))
+
+	t.Run("ForkBomb", func(t *testing.T) {
+		mustRun(t, p, limited(call("bomb", "write", map[string]any{"file_path": "keep.txt", "content": "kept"})))
+		start := time.Now()
+		res, err := p.Execute(context.Background(), limited(bash("bomb", "b(){ b|b & }; b; sleep 5; echo survived")))
+		if !errors.Is(err, sandbox.ErrSandboxDead) {
+			t.Fatalf("fork bomb: err = %v (result %q), want ErrSandboxDead", err, text(res))
+		}
+		if got := text(res); !res.IsError || !strings.Contains(got, "limit of 64 processes") {
+			t.Errorf("fork bomb result: %q", got)
+		}
+		t.Logf("fork bomb contained in %s: %s", time.Since(start), text(res))
+		if got := mustRun(t, p, limited(bash("bystander", "echo still up"))); got != "still up" {
+			t.Errorf("bystander: %q", got)
+		}
+		// The next call gets a fresh sandbox with the workspace.
+		if got := mustRun(t, p, limited(bash("bomb", "cat keep.txt; ps -e --no-headers | wc -l"))); !strings.HasPrefix(got, "kept") {
+			t.Errorf("after fork bomb: %q", got)
+		}
+	})
+	t.Run("MemoryHog", func(t *testing.T) {
+		got := mustFail(t, p, limited(bash("hog", "tail /dev/zero; echo status $?")))
+		if !strings.Contains(got, "memory limit of 128 MiB") {
+			t.Errorf("memory hog result: %q", got)
+		}
+		t.Logf("memory hog: %s", got)
+		// The agent survived: the same sandbox keeps its shell state.
+		mustRun(t, p, limited(bash("hog", "export KEPT=yes")))
+		if got := mustRun(t, p, limited(bash("hog", "echo $KEPT"))); got != "yes" {
+			t.Errorf("after memory hog: %q", got)
+		}
+		if got := mustRun(t, p, limited(bash("bystander", "echo still up"))); got != "still up" {
+			t.Errorf("bystander: %q", got)
+		}
+	})
+}

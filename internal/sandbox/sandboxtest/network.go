@@ -1,0 +1,63 @@
+package sandboxtest
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox"
+)
+
+// RunNetwork checks egress: a sandbox has no network of its own and reaches out only through the host's proxy,
+// which enforces the environment's networking policy. Traffic goes only to a local httptest server.
+func RunNetwork(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "hello-from-host")
+	}))
+	t.Cleanup(srv.Close)
+	hostPort := strings.TrimPrefix(srv.URL, "http://")
+	p := newPool(t, newProvider, 0)
+	withNet := func(c *sandbox.Call, n *apitype.Networking) *sandbox.Call {
+		c.Recipe.Environment = apitype.EnvConfig{Type: "cloud", Networking: n}
+		return c
+	}
+	viaProxy := "curl -sS --max-time 10 --noproxy '' -x \"$http_proxy\" "
+	limited := &apitype.Networking{Type: "limited", AllowedHosts: []string{hostPort}}
+
+	t.Run("LimitedAllowed", func(t *testing.T) {
+		if got := mustRun(t, p, withNet(bash("allowed", viaProxy+srv.URL+"/"), limited)); got != "hello-from-host" {
+			t.Errorf("plain HTTP through the proxy: %q", got)
+		}
+		// CONNECT tunnel.
+		if got := mustRun(t, p, withNet(bash("allowed", viaProxy+"-p "+srv.URL+"/"), limited)); got != "hello-from-host" {
+			t.Errorf("CONNECT through the proxy: %q", got)
+		}
+	})
+	t.Run("LimitedRefused", func(t *testing.T) {
+		n := &apitype.Networking{Type: "limited", AllowedHosts: []string{"example.invalid"}}
+		got := mustFail(t, p, withNet(bash("refused", viaProxy+"-f -w '%{http_code}' "+srv.URL+"/"), n))
+		if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
+			t.Errorf("refused host: %q", got)
+		}
+		got = mustFail(t, p, withNet(bash("refused", viaProxy+"-p "+srv.URL+"/"), n))
+		if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
+			t.Errorf("refused CONNECT: %q", got)
+		}
+	})
+	t.Run("UnrestrictedRefusesLoopback", func(t *testing.T) {
+		n := &apitype.Networking{Type: "unrestricted"}
+		got := mustFail(t, p, withNet(bash("open", viaProxy+"-f -w '%{http_code}' "+srv.URL+"/"), n))
+		if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
+			t.Errorf("loopback through an unrestricted proxy: %q", got)
+		}
+	})
+	t.Run("NoDirectNetwork", func(t *testing.T) {
+		got := mustFail(t, p, withNet(bash("direct", "curl -sS --max-time 5 --noproxy '*' "+srv.URL+"/"), limited))
+		if strings.Contains(got, "hello-from-host") {
+			t.Errorf("direct connection reached the host: %q", got)
+		}
+	})
+}
