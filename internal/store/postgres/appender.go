@@ -160,18 +160,31 @@ func (a *appender) runOne(r *appendReq) {
 	r.resp <- res[0]
 }
 
-// rounds splits requests so that no round holds two for one session (one statement updates a row once): the
-// k-th request for a session goes in round k, which keeps each session's requests in order.
+// maxPayload bounds the session ids one round notifies, joined by commas: PostgreSQL's NOTIFY payload limit
+// is 8000 bytes.
+const maxPayload = 7900
+
+// rounds splits requests into the statements of a batch: no round holds two requests for one session (one
+// statement updates a row once), a session's later request goes in a later round, which keeps each session's
+// requests in order, and each round's session ids fit one notification.
 func rounds(reqs []*appendReq) [][]*appendReq {
-	var out [][]*appendReq
-	seen := make(map[string]int, len(reqs))
+	var (
+		out   [][]*appendReq
+		bytes []int
+		last  = make(map[string]int, len(reqs)) // session id -> 1 + the round of its latest request
+	)
 	for _, r := range reqs {
-		k := seen[r.p.SessionID]
-		seen[r.p.SessionID] = k + 1
+		id := r.p.SessionID
+		k := last[id]
+		for k < len(out) && bytes[k]+len(id)+1 > maxPayload {
+			k++
+		}
 		if k == len(out) {
-			out = append(out, nil)
+			out, bytes = append(out, nil), append(bytes, 0)
 		}
 		out[k] = append(out[k], r)
+		bytes[k] += len(id) + 1
+		last[id] = k + 1
 	}
 	return out
 }

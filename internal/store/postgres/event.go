@@ -16,7 +16,8 @@ import (
 // appendSQL appends events to several sessions in one statement, one request per session: for each request
 // it takes the session row lock while advancing last_seq (only if the request's lease and expected sequence
 // conditions hold), inserts the request's events with the sequence numbers it reserved, and queues the
-// wake-ups, which PostgreSQL delivers at commit. It returns a row (request index, new last_seq) for each request
+// wake-ups, which PostgreSQL delivers at commit: one notification per channel, listing the session ids
+// (so a round's ids must fit the 8000-byte payload). It returns a row (request index, new last_seq) for each request
 // that was applied; a request without a row broke a condition or named no session.
 //
 // Requests: $1 index, $2 session id, $3 event count, $4 wake, $5 status, $6 usage, $7 active seconds,
@@ -46,7 +47,10 @@ const appendSQL = `WITH r AS (
 	FROM u JOIN unnest($11::int[], $12::bigint[], $13::text[], $14::text[], $15::text[], $16::bool[])
 		AS e (idx, ord, id, type, data, processed) ON e.idx = u.idx
 )
-SELECT u.idx, u.last_seq, pg_notify($17, u.session_id), CASE WHEN u.wake THEN pg_notify($18, u.session_id) END FROM u`
+SELECT u.idx, u.last_seq,
+	(SELECT pg_notify($17, string_agg(session_id, ',')) FROM u),
+	(SELECT pg_notify($18, string_agg(session_id, ',')) FROM u WHERE wake HAVING count(*) > 0)
+FROM u`
 
 // appendReq is one EventAppend on its way through the appender.
 type appendReq struct {
@@ -239,14 +243,17 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 	if err != nil {
 		return nil, dbErr("event list", err)
 	}
-	out := []apitype.Event{}
-	var ev apitype.Event
-	_, err = pgx.ForEachRow(rows, []any{&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &ev.Data}, func() error {
+	out := make([]apitype.Event, 0, min(p.Limit, 1000))
+	var (
+		ev   apitype.Event
+		data []byte // scanned as bytes, a fresh copy per row: json.RawMessage would be re-validated
+	)
+	_, err = pgx.ForEachRow(rows, []any{&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &data}, func() error {
 		e := ev
 		e.SessionID = p.SessionID
 		e.CreatedAt = e.CreatedAt.UTC()
 		e.ProcessedAt = utc(e.ProcessedAt)
-		e.Data = append([]byte(nil), ev.Data...)
+		e.Data = data
 		out = append(out, e)
 		return nil
 	})
@@ -267,11 +274,13 @@ func (s *Store) EventGet(ctx context.Context, sessionID, eventID string) (*apity
 		return nil, err
 	}
 	ev := apitype.Event{SessionID: sessionID}
+	var data []byte
 	err := s.pool.QueryRow(ctx, `SELECT seq, id, type, created_at, processed_at, data FROM events WHERE id = $1 AND session_id = $2`,
-		eventID, sessionID).Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &ev.Data)
+		eventID, sessionID).Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &data)
 	if err != nil {
 		return nil, dbErr("event get", err)
 	}
+	ev.Data = data
 	ev.CreatedAt = ev.CreatedAt.UTC()
 	ev.ProcessedAt = utc(ev.ProcessedAt)
 	return &ev, nil

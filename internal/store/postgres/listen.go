@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +100,9 @@ func (l *listener) serve(ctx context.Context, conn *pgx.Conn) {
 		}
 		switch n.Channel {
 		case l.s.eventsChannel:
-			l.s.hub.NotifySession(n.Payload)
+			for id := range strings.SplitSeq(n.Payload, ",") {
+				l.s.hub.NotifySession(id)
+			}
 		case l.s.runnableChannel:
 			l.s.hub.NotifyRunnable()
 		}
