@@ -5,9 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
+	"reflect"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,6 +381,107 @@ func TestOpenDSN(t *testing.T) {
 		if s, err := Open(context.Background(), bad); err == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded, want an error", bad)
+		}
+	}
+}
+
+// TestRounds checks how a batch is split into statements: one request per session per round, each session's
+// requests in order, and each round's session ids within one notification payload.
+func TestRounds(t *testing.T) {
+	t.Parallel()
+	req := func(id string) *appendReq { return &appendReq{p: &store.EventAppendParams{SessionID: id}} }
+	long := func(c byte) string { return strings.Repeat(string(c), 3000) }
+	tests := []struct {
+		name string
+		ids  []string
+		want [][]string
+	}{
+		{"distinct", []string{"a", "b", "c"}, [][]string{{"a", "b", "c"}}},
+		{"repeats", []string{"a", "b", "a", "a", "c", "b"}, [][]string{{"a", "b", "c"}, {"a", "b"}, {"a"}}},
+		{"payload", []string{long('a'), long('b'), long('c'), "d", long('e')}, [][]string{{long('a'), long('b'), "d"}, {long('c'), long('e')}}},
+		{"payload keeps order", []string{long('a'), long('b'), long('c'), long('c'), long('a')}, [][]string{{long('a'), long('b')}, {long('c'), long('a')}, {long('c')}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var reqs []*appendReq
+			for _, id := range tt.ids {
+				reqs = append(reqs, req(id))
+			}
+			var got [][]string
+			for _, round := range rounds(reqs) {
+				var ids []string
+				for _, r := range round {
+					ids = append(ids, r.p.SessionID)
+				}
+				got = append(got, ids)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("rounds = %d rounds %v, want %d rounds %v", len(got), abbrev(got), len(tt.want), abbrev(tt.want))
+			}
+		})
+	}
+}
+
+func abbrev(rounds [][]string) [][]string {
+	out := make([][]string, len(rounds))
+	for i, r := range rounds {
+		for _, id := range r {
+			out[i] = append(out[i], fmt.Sprintf("%.3s(%d)", id, len(id)))
+		}
+	}
+	return out
+}
+
+// TestCloseDuringAppends closes a store while writers append: every append either commits (and is in the log)
+// or fails with ErrClosed, and Close returns with no goroutine left (goleak, in TestMain).
+func TestCloseDuringAppends(t *testing.T) {
+	t.Parallel()
+	dsn := newDSN(t)
+	s, err := Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions := make([]string, 8)
+	for i := range sessions {
+		sessions[i] = newTestSession(t, s).ID
+	}
+	var (
+		wg    sync.WaitGroup
+		acked = make([]atomic.Int64, len(sessions))
+	)
+	for i, id := range sessions {
+		wg.Go(func() {
+			for {
+				evs, err := s.EventAppend(context.Background(), &store.EventAppendParams{SessionID: id, Events: []apitype.NewEvent{message(t, "x")}})
+				if errors.Is(err, store.ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+				acked[i].Store(evs[0].Seq)
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	wg.Wait()
+
+	r := openStore(t, dsn)
+	for i, id := range sessions {
+		evs, err := r.EventList(context.Background(), &store.EventListParams{SessionID: id, Desc: true, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := int64(0)
+		if len(evs) > 0 {
+			last = evs[0].Seq
+		}
+		if last < acked[i].Load() {
+			t.Fatalf("session %d: last seq %d in the log, but seq %d was acknowledged", i, last, acked[i].Load())
 		}
 	}
 }
