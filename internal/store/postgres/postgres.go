@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -88,8 +89,8 @@ func (s *Store) init(ctx context.Context, connCfg *pgx.ConnConfig) error {
 	if err := migrate(ctx, s.pool, schema); err != nil {
 		return err
 	}
-	s.eventsChannel = "corral_events." + schema
-	s.runnableChannel = "corral_runnable." + schema
+	s.eventsChannel = channelName("corral_events", schema)
+	s.runnableChannel = channelName("corral_runnable", schema)
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -101,6 +102,17 @@ func (s *Store) init(ctx context.Context, connCfg *pgx.ConnConfig) error {
 	s.listener = l
 	s.appender = startAppender(runCtx, s, appendWorkers, &s.wg)
 	return nil
+}
+
+// channelName names a NOTIFY channel for a schema. Channel names are identifiers, at most 63 bytes: a schema
+// name too long to fit is replaced by its hash.
+func channelName(kind, schema string) string {
+	if name := kind + "." + schema; len(name) <= 63 {
+		return name
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(schema)) // hash writes never fail.
+	return fmt.Sprintf("%s.%016x", kind, h.Sum64())
 }
 
 // Capabilities reports that subscriptions see appends made by other processes.

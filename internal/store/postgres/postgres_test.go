@@ -485,3 +485,31 @@ func TestCloseDuringAppends(t *testing.T) {
 		}
 	}
 }
+
+// TestLongSchemaName opens two stores on a schema whose name is too long to appear whole in a channel name:
+// they still wake each other.
+func TestLongSchemaName(t *testing.T) {
+	t.Parallel()
+	base := baseDSN(t)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	schema := "corral_test_" + hex.EncodeToString(b[:]) + strings.Repeat("x", 63-12-16)
+	admin(t, base, "CREATE SCHEMA "+schema)
+	t.Cleanup(func() { admin(t, base, "DROP SCHEMA "+schema+" CASCADE") })
+	u, _ := url.Parse(base)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+
+	a, c := openStore(t, u.String()), openStore(t, u.String())
+	if len(a.eventsChannel) > 63 || len(a.runnableChannel) > 63 {
+		t.Fatalf("channel names %q, %q longer than 63 bytes", a.eventsChannel, a.runnableChannel)
+	}
+	sess := newTestSession(t, a)
+	ch, stop := c.Subscribe(sess.ID)
+	defer stop()
+	if _, err := a.EventAppend(context.Background(), &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "hi")}}); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	expectSignal(t, ch, "subscriber in the other store")
+}
