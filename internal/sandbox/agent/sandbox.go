@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -49,32 +50,50 @@ type Process struct {
 	Client *Client
 	stderr *tailWriter
 	exited chan struct{}
+	pipes  []*os.File
 }
 
-// StartProcess starts cmd (which must run the agent) with its stdin and stdout as the protocol's pipes. Its
-// stderr is kept (the last few KiB) for error reports. cmd's other fields (Env, ExtraFiles, SysProcAttr) are
-// the caller's.
+// StartProcess starts cmd (which must run the agent, or a launcher that hands its stdio to the agent) with its
+// stdin and stdout as the protocol's pipes. The pipes are the host's own, not exec's, so they outlive a launcher
+// that exits once the agent runs (runc create). Its stderr is kept (the last few KiB) for error reports. cmd's
+// other fields (Env, ExtraFiles, SysProcAttr) are the caller's.
 func StartProcess(cmd *exec.Cmd) (*Process, error) {
-	stdin, err := cmd.StdinPipe()
+	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("agent stdin: %w", err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	outR, outW, err := os.Pipe()
 	if err != nil {
+		inR.Close()
+		inW.Close()
 		return nil, fmt.Errorf("agent stdout: %w", err)
 	}
-	p := &Process{Cmd: cmd, stderr: &tailWriter{max: 4096}, exited: make(chan struct{})}
+	p := &Process{Cmd: cmd, stderr: &tailWriter{max: 4096}, exited: make(chan struct{}), pipes: []*os.File{inW, outR}}
+	cmd.Stdin = inR
+	cmd.Stdout = outW
 	cmd.Stderr = p.stderr
 	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	p.Client = NewClient(stdin, stdout)
+	p.Client = NewClient(inW, outR)
 	go func() {
 		_ = cmd.Wait()
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// closePipes closes the host's ends of the protocol pipes.
+func (p *Process) closePipes() {
+	for _, f := range p.pipes {
+		f.Close()
+	}
 }
 
 // Exited is closed once the process has been reaped.
@@ -172,6 +191,7 @@ func (s *Sandbox) kill() {
 	}
 	_ = s.proc.Cmd.Process.Kill()
 	<-s.proc.exited
+	s.proc.closePipes()
 }
 
 // Close kills every process of the sandbox and releases its resources. Idempotent.

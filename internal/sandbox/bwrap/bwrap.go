@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -33,11 +32,6 @@ import (
 	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	"github.com/corralhq/corral/internal/sandbox/egress"
 )
-
-// EtcFiles are the host /etc entries bound read-only into a sandbox: enough for the dynamic loader, user and
-// host lookups, TLS roots and time zones. Nothing else of /etc is visible.
-var EtcFiles = []string{"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group",
-	"nsswitch.conf", "hosts", "ssl", "ca-certificates", "localtime", "mime.types"}
 
 // Config configures the Provider.
 type Config struct {
@@ -170,7 +164,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 			}
 		}
 	}()
-	if err := PrepareWorkspace(r.WorkspaceDir, uid); err != nil {
+	if err := agent.PrepareWorkspace(r.WorkspaceDir, uid, true); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	name := "bwrap-" + randomID()
@@ -239,7 +233,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 
 	// Options come from the pipe; bwrap takes the command from its own argv.
 	cmd := exec.Command(p.bwrap, "--args", "3", "--", agent.BinPath)
-	cmd.Env = SandboxEnv()
+	cmd.Env = agent.SandboxEnv()
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{argsR, infoW, blockR}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -326,7 +320,7 @@ func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 		}
 	}
 	args = append(args, "--dir", "/etc")
-	for _, f := range EtcFiles {
+	for _, f := range agent.EtcFiles {
 		if _, err := os.Stat("/etc/" + f); err == nil {
 			args = append(args, "--ro-bind", "/etc/"+f, "/etc/"+f)
 		}
@@ -341,59 +335,6 @@ func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 		"--chdir", agent.Workspace,
 	)
 	return args
-}
-
-// SandboxEnv is the whole environment a sandbox starts with: nothing of the server's.
-func SandboxEnv() []string {
-	return []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + agent.Workspace,
-		"USER=user",
-		"LANG=C.UTF-8",
-		"TERM=dumb",
-		"TMPDIR=/tmp",
-	}
-}
-
-// PrepareWorkspace makes dir (created 0700 if missing) belong to uid:uid, every entry beneath it too, so that
-// a sandbox under a new uid can use the workspace a previous one left. The ancestors of dir must be
-// searchable by others: bwrap resolves the path as the sandbox uid.
-func PrepareWorkspace(dir string, uid int) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("workspace: %w", err)
-	}
-	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return fmt.Errorf("workspace: %w", err)
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("workspace: %s is not searchable by the sandbox uid (mode %v); make it 0711 or wider", d, fi.Mode().Perm())
-		}
-		if d == "/" {
-			break
-		}
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("workspace: %w", err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("workspace: %s is not a directory", dir)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid && int(st.Gid) == uid {
-		return nil
-	}
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, uid, uid)
-	})
-	if err != nil {
-		return fmt.Errorf("workspace: chown: %w", err)
-	}
-	return os.Chmod(dir, 0o700)
 }
 
 func randomID() string {

@@ -97,6 +97,16 @@ func New(root, name string, l Limits) (*Group, error) {
 	return g, nil
 }
 
+// Open returns the existing groups at <root>/<controller>/<path> (made by someone else, such as an OCI runtime)
+// for reading events and killing; Remove removes them.
+func Open(root, path string, l Limits) *Group {
+	g := &Group{limits: l, dirs: map[string]string{}}
+	for _, c := range controllers {
+		g.dirs[c] = filepath.Join(root, c, path)
+	}
+	return g
+}
+
 // ownGroups maps each controller to this process's group path, from /proc/self/cgroup.
 func ownGroups() (map[string]string, error) {
 	data, err := os.ReadFile("/proc/self/cgroup")

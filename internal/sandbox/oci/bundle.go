@@ -1,0 +1,160 @@
+package oci
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/corralhq/corral/internal/sandbox/agent"
+)
+
+// BundleSpec is what a sandbox's OCI bundle is generated from.
+type BundleSpec struct {
+	UID          int
+	WorkspaceDir string
+	AgentPath    string
+	ProxySocket  string // host path; "" for none
+	CgroupsPath  string // linux.cgroupsPath; "" leaves cgroups to the runtime's default
+	MemoryBytes  int64
+	Pids         int
+	CPUQuota     float64
+}
+
+// WriteBundle writes an OCI bundle into dir: an empty read-only rootfs of mount points, and a config.json that
+// runs the agent as spec.UID with no capabilities and no new privileges, in new pid, mount, network, ipc, uts
+// and cgroup namespaces, with /usr and a minimal /etc bound read-only, the workspace read-write at /workspace,
+// a private /tmp, and the resource limits in linux.resources. gVisor's runsc reads the same bundle.
+func WriteBundle(dir string, spec BundleSpec) error {
+	rootfs := filepath.Join(dir, "rootfs")
+	for _, d := range []string{"usr", "etc", "workspace", "tmp", "proc", "dev", ".corral"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+	}
+	// runc gives a tmpfs the mode of the directory it covers.
+	if err := os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	var mounts []map[string]any
+	mount := func(dst, typ, src string, opts ...string) {
+		mounts = append(mounts, map[string]any{"destination": dst, "type": typ, "source": src, "options": opts})
+	}
+	mount("/proc", "proc", "proc", "nosuid", "noexec", "nodev")
+	mount("/dev", "tmpfs", "tmpfs", "nosuid", "strictatime", "mode=755", "size=65536k")
+	mount("/dev/pts", "devpts", "devpts", "nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620")
+	mount("/dev/shm", "tmpfs", "shm", "nosuid", "noexec", "nodev", "mode=1777", "size=65536k")
+	mount("/tmp", "tmpfs", "tmpfs", "nosuid", "nodev", "mode=1777")
+	mount("/usr", "bind", "/usr", "rbind", "ro", "nosuid", "nodev")
+	for _, l := range []string{"bin", "lib", "lib64", "sbin", "lib32", "libx32"} {
+		if target, err := os.Readlink("/" + l); err == nil {
+			if err := os.Symlink(target, filepath.Join(rootfs, l)); err != nil && !os.IsExist(err) {
+				return fmt.Errorf("bundle: %w", err)
+			}
+		}
+	}
+	for _, f := range agent.EtcFiles {
+		src := "/etc/" + f
+		fi, err := os.Stat(src)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(rootfs, "etc", f)
+		if fi.IsDir() {
+			err = os.MkdirAll(dst, 0o755)
+		} else {
+			err = os.WriteFile(dst, nil, 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+		mount(src, "bind", src, "rbind", "ro", "nosuid", "nodev")
+	}
+	mount(agent.Workspace, "bind", spec.WorkspaceDir, "rbind", "nosuid", "nodev")
+	if err := os.WriteFile(filepath.Join(rootfs, agent.BinPath), nil, 0o755); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	mount(agent.BinPath, "bind", spec.AgentPath, "bind", "ro", "nosuid", "nodev")
+	if spec.ProxySocket != "" {
+		if err := os.WriteFile(filepath.Join(rootfs, agent.ProxySocketPath), nil, 0o644); err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+		mount(agent.ProxySocketPath, "bind", spec.ProxySocket, "bind", "ro", "nosuid", "nodev", "noexec")
+	}
+
+	resources := map[string]any{"devices": []map[string]any{{"allow": false, "access": "rwm"}}}
+	if spec.MemoryBytes > 0 {
+		resources["memory"] = map[string]any{"limit": spec.MemoryBytes, "swap": spec.MemoryBytes}
+	}
+	if spec.Pids > 0 {
+		resources["pids"] = map[string]any{"limit": spec.Pids}
+	}
+	if spec.CPUQuota > 0 {
+		resources["cpu"] = map[string]any{"quota": int64(spec.CPUQuota * 100000), "period": 100000}
+	}
+	linux := map[string]any{
+		"resources": resources,
+		"namespaces": []map[string]any{
+			{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "cgroup"},
+		},
+		"maskedPaths": []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"},
+		"readonlyPaths": []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+		"seccomp":       seccompProfile(),
+	}
+	if spec.CgroupsPath != "" {
+		linux["cgroupsPath"] = spec.CgroupsPath
+	}
+	noCaps := map[string]any{"bounding": []string{}, "effective": []string{}, "inheritable": []string{}, "permitted": []string{}, "ambient": []string{}}
+	config := map[string]any{
+		"ociVersion": "1.0.2",
+		"process": map[string]any{
+			"terminal":        false,
+			"user":            map[string]any{"uid": spec.UID, "gid": spec.UID, "additionalGids": []int{}},
+			"args":            []string{agent.BinPath},
+			"env":             agent.SandboxEnv(),
+			"cwd":             agent.Workspace,
+			"capabilities":    noCaps,
+			"noNewPrivileges": true,
+		},
+		"root":     map[string]any{"path": "rootfs", "readonly": true},
+		"hostname": "sandbox",
+		"mounts":   mounts,
+		"linux":    linux,
+	}
+	b, err := json.MarshalIndent(config, "", "\t")
+	if err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	return nil
+}
+
+// seccompProfile allows every system call except those that reach kernel attack surface a sandbox has no use
+// for: new user namespaces (clone with CLONE_NEWUSER, unshare, clone3, which glibc then replaces with clone),
+// joining namespaces, mounting, keyrings, BPF, perf, userfaultfd, modules and kexec. Without it a sandboxed
+// process can create a user namespace of its own and hold every capability in it.
+func seccompProfile() map[string]any {
+	const eperm, enosys = 1, 38
+	deny := func(errno int, names ...string) map[string]any {
+		return map[string]any{"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno}
+	}
+	const cloneNewUser = 0x10000000
+	return map[string]any{
+		"defaultAction": "SCMP_ACT_ALLOW",
+		"architectures": []string{"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32", "SCMP_ARCH_AARCH64"},
+		"syscalls": []map[string]any{
+			deny(eperm, "unshare", "setns", "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen",
+				"fsmount", "fsconfig", "fspick", "keyctl", "add_key", "request_key", "bpf", "perf_event_open",
+				"userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+				"open_by_handle_at", "swapon", "swapoff", "reboot", "acct", "quotactl", "syslog"),
+			deny(enosys, "clone3"),
+			{
+				"names": []string{"clone"}, "action": "SCMP_ACT_ERRNO", "errnoRet": eperm,
+				"args": []map[string]any{{"index": 0, "value": cloneNewUser, "valueTwo": cloneNewUser, "op": "SCMP_CMP_MASKED_EQ"}},
+			},
+		},
+	}
+}

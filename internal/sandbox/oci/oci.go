@@ -1,0 +1,232 @@
+// Package oci is the sandbox backend on an OCI runtime (runc, or crun where it works): one container per
+// session, generated from a bundle (see WriteBundle), running the in-sandbox agent as an unprivileged uid of
+// its own with no capabilities. The container is created with `runc create` (whose stdio become the agent's
+// protocol pipes), limited through linux.resources in a cgroup path the provider chooses, then started; Close
+// deletes it. Networking goes through a per-sandbox egress proxy socket, as for bwrap.
+package oci
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
+	"github.com/corralhq/corral/internal/sandbox/egress"
+)
+
+// Config configures the Provider.
+type Config struct {
+	// AgentPath is the static corral-sandbox-agent binary. Required.
+	AgentPath string
+	// Runtime is the OCI runtime binary; default "runc".
+	Runtime string
+	// RuntimeArgs are global flags put before the runtime's command (for runsc: --platform=..., --network=none).
+	RuntimeArgs []string
+	// Name is the backend's name; default "oci".
+	Name string
+	// RuntimeRoot is the runtime's state directory (--root); default /run/corral-<name>.
+	RuntimeRoot string
+	// StateDir holds the bundles; default a directory under os.TempDir().
+	StateDir string
+	// UIDBase and UIDCount are the host uids the containers run as; defaults 300000 and 10000.
+	UIDBase, UIDCount int
+	// NoCgroups leaves the container's cgroups to the runtime and enforces no memory, pids or CPU limits.
+	NoCgroups bool
+	// CgroupRoot is where cgroup v1 is mounted, to read back the limits hit; default /sys/fs/cgroup.
+	CgroupRoot string
+	// Logger; default discards.
+	Logger *slog.Logger
+}
+
+// Provider provisions OCI containers.
+type Provider struct {
+	cfg     Config
+	runtime string
+
+	mu   sync.Mutex
+	uids map[int]bool
+}
+
+var _ sandbox.Provider = (*Provider)(nil)
+
+// Available reports whether the runtime binary exists.
+func Available(runtime string) error {
+	if _, err := exec.LookPath(cmp.Or(runtime, "runc")); err != nil {
+		return fmt.Errorf("oci: runtime not found: %w", err)
+	}
+	return nil
+}
+
+// New returns a Provider for cfg.
+func New(cfg Config) (*Provider, error) {
+	cfg.Runtime = cmp.Or(cfg.Runtime, "runc")
+	cfg.Name = cmp.Or(cfg.Name, "oci")
+	cfg.RuntimeRoot = cmp.Or(cfg.RuntimeRoot, "/run/corral-"+cfg.Name)
+	cfg.StateDir = cmp.Or(cfg.StateDir, filepath.Join(os.TempDir(), fmt.Sprintf("corral-%s-%d", cfg.Name, os.Getpid())))
+	cfg.UIDBase = cmp.Or(cfg.UIDBase, 300000)
+	cfg.UIDCount = cmp.Or(cfg.UIDCount, 10000)
+	cfg.CgroupRoot = cmp.Or(cfg.CgroupRoot, cgroup.DefaultRoot)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.AgentPath == "" || !filepath.IsAbs(cfg.AgentPath) {
+		return nil, fmt.Errorf("oci: AgentPath %q must be an absolute path", cfg.AgentPath)
+	}
+	if cfg.UIDBase < 1000 || cfg.UIDCount < 1 {
+		return nil, fmt.Errorf("oci: uid range %d+%d is invalid", cfg.UIDBase, cfg.UIDCount)
+	}
+	rt, err := exec.LookPath(cfg.Runtime)
+	if err != nil {
+		return nil, fmt.Errorf("oci: runtime not found: %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("oci: the server must run as root to run containers")
+	}
+	if !cfg.NoCgroups {
+		if err := cgroup.Available(cfg.CgroupRoot); err != nil {
+			return nil, fmt.Errorf("oci: %w (set NoCgroups to run without limits)", err)
+		}
+	}
+	for _, d := range []string{cfg.RuntimeRoot, cfg.StateDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
+	return &Provider{cfg: cfg, runtime: rt, uids: map[int]bool{}}, nil
+}
+
+// Name returns the configured name ("oci" by default).
+func (p *Provider) Name() string { return p.cfg.Name }
+
+func (p *Provider) allocUID() (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.cfg.UIDCount {
+		if uid := p.cfg.UIDBase + i; !p.uids[uid] {
+			p.uids[uid] = true
+			return uid, nil
+		}
+	}
+	return 0, fmt.Errorf("oci: all %d sandbox uids are in use", p.cfg.UIDCount)
+}
+
+func (p *Provider) freeUID(uid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.uids, uid)
+}
+
+// runtimeCmd builds a runtime command with the global flags.
+func (p *Provider) runtimeCmd(ctx context.Context, args ...string) *exec.Cmd {
+	full := append(append([]string{"--root", p.cfg.RuntimeRoot}, p.cfg.RuntimeArgs...), args...)
+	cmd := exec.CommandContext(ctx, p.runtime, full...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	return cmd
+}
+
+// Provision creates and starts a container for r.
+func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.Sandbox, err error) {
+	if !filepath.IsAbs(r.WorkspaceDir) {
+		return nil, fmt.Errorf("oci: workspace %q must be an absolute path", r.WorkspaceDir)
+	}
+	uid, err := p.allocUID()
+	if err != nil {
+		return nil, err
+	}
+	var cleanup []func() error
+	cleanup = append(cleanup, func() error { p.freeUID(uid); return nil })
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				_ = cleanup[i]()
+			}
+		}
+	}()
+	if err := agent.PrepareWorkspace(r.WorkspaceDir, uid, false); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	name := "corral-" + hex.EncodeToString(b)
+	dir := filepath.Join(p.cfg.StateDir, name)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	cleanup = append(cleanup, func() error { return os.RemoveAll(dir) })
+	sockDir := filepath.Join(dir, "run")
+	if err := os.Mkdir(sockDir, 0o700); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	if err := os.Chown(sockDir, uid, uid); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	sock := filepath.Join(sockDir, "proxy.sock")
+	proxy, err := egress.Listen(sock, uid, uid, egress.PolicyFor(r.Environment.Networking), p.cfg.Logger.With("sandbox", name))
+	if err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	cleanup = append(cleanup, proxy.Close)
+
+	limits := agent.WithDefaults(r.Limits)
+	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.cfg.AgentPath, ProxySocket: sock}
+	var group *cgroup.Group
+	if !p.cfg.NoCgroups {
+		spec.CgroupsPath = "/corral/" + name
+		spec.MemoryBytes, spec.Pids, spec.CPUQuota = limits.MemoryBytes, limits.Pids, limits.CPUQuota
+		group = cgroup.Open(p.cfg.CgroupRoot, spec.CgroupsPath, cgroup.Limits{MemoryBytes: limits.MemoryBytes, Pids: limits.Pids, CPUQuota: limits.CPUQuota})
+	}
+	if err := WriteBundle(dir, spec); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	// runc create hands its stdio to the container's process and exits; the pipes then lead to the agent.
+	cmd := p.runtimeCmd(context.Background(), "create", "--bundle", dir, name)
+	proc, err := agent.StartProcess(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	cleanup = append(cleanup, func() error {
+		out, err := p.runtimeCmd(context.Background(), "delete", "--force", name).CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "not exist") {
+			return fmt.Errorf("oci: delete %s: %v: %s", name, err, out)
+		}
+		return nil
+	})
+	if group != nil {
+		cleanup = append(cleanup, group.Remove)
+	}
+	select {
+	case <-proc.Exited():
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-proc.Exited()
+		return nil, ctx.Err()
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-proc.Exited()
+		return nil, errors.New("oci: create timed out")
+	}
+	if !cmd.ProcessState.Success() {
+		return nil, fmt.Errorf("oci: %s create: %v: %s", p.cfg.Runtime, cmd.ProcessState, proc.Stderr())
+	}
+	if out, err := p.runtimeCmd(ctx, "start", name).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("oci: %s start: %v: %s", p.cfg.Runtime, err, out)
+	}
+	p.cfg.Logger.Debug("container started", "container", name, "session", r.SessionID, "uid", uid)
+	teardown := make([]func() error, 0, len(cleanup))
+	for i := len(cleanup) - 1; i >= 0; i-- {
+		teardown = append(teardown, cleanup[i])
+	}
+	return agent.NewSandbox(proc, r.Limits, group, teardown...), nil
+}

@@ -1,0 +1,48 @@
+package oci_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/oci"
+	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+)
+
+var agentPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "corral-agent-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentPath, err = sandboxtest.BuildAgent(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func newProvider(t *testing.T) sandbox.Provider {
+	t.Helper()
+	sandboxtest.Require(t, "oci", oci.Available("runc"))
+	p, err := oci.New(oci.Config{AgentPath: agentPath, StateDir: t.TempDir(), RuntimeRoot: t.TempDir()})
+	if err != nil {
+		sandboxtest.Require(t, "oci", err)
+	}
+	return p
+}
+
+func TestConformance(t *testing.T) { sandboxtest.Run(t, newProvider, sandboxtest.Options{}) }
+
+func TestRedTeam(t *testing.T) { sandboxtest.RunRedTeam(t, newProvider) }
+
+func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider) }
+
+func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
