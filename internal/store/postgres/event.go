@@ -16,8 +16,8 @@ import (
 // appendSQL appends events to several sessions in one statement, one request per session: for each request
 // it takes the session row lock while advancing last_seq (only if the request's lease and expected sequence
 // conditions hold), inserts the request's events with the sequence numbers it reserved, and queues the
-// wake-ups, which PostgreSQL delivers at commit: one notification per channel, listing the session ids
-// (so a round's ids must fit the 8000-byte payload). It returns a row (request index, new last_seq) for each request
+// wake-ups, which PostgreSQL delivers at commit: one notification per channel, listing the session ids (so a
+// round's ids must fit the 8000-byte payload). It returns a row (request index, new last_seq) for each request
 // that was applied; a request without a row broke a condition or named no session.
 //
 // Requests: $1 index, $2 session id, $3 event count, $4 wake, $5 status, $6 usage, $7 active seconds,
@@ -73,9 +73,13 @@ type appendResult struct {
 // newAppend prepares an append and the events it will create.
 func (s *Store) newAppend(ctx context.Context, p *store.EventAppendParams) *appendReq {
 	now := apitype.Now()
-	r := &appendReq{ctx: ctx, p: p, events: make([]apitype.Event, len(p.Events)), resp: make(chan appendResult, 1), created: now}
+	r := &appendReq{
+		ctx: ctx, p: p, events: make([]apitype.Event, len(p.Events)), resp: make(chan appendResult, 1), created: now,
+	}
 	for i, ne := range p.Events {
-		ev := apitype.Event{ID: apitype.NewID(apitype.PrefixEvent), Type: ne.Type, SessionID: p.SessionID, CreatedAt: now, Data: ne.Data}
+		ev := apitype.Event{
+			ID: apitype.NewID(apitype.PrefixEvent), Type: ne.Type, SessionID: p.SessionID, CreatedAt: now, Data: ne.Data,
+		}
 		if len(ev.Data) == 0 {
 			ev.Data = []byte("{}")
 		}
@@ -185,8 +189,8 @@ func (s *Store) whyRefused(ctx context.Context, sessionID string, lease *store.L
 		token *string
 		live  bool
 	)
-	err := s.pool.QueryRow(ctx, `SELECT lease_token, COALESCE(lease_expires_at > now(), false) FROM sessions WHERE id = $1`,
-		sessionID).Scan(&token, &live)
+	err := s.pool.QueryRow(ctx, `SELECT lease_token, COALESCE(lease_expires_at > now(), false)
+		FROM sessions WHERE id = $1`, sessionID).Scan(&token, &live)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return store.ErrNotFound
@@ -206,6 +210,9 @@ func (s *Store) notifyLocal(sessionID string, runnable bool) {
 	}
 }
 
+// eventColumns are the columns of an event, in the order EventList and EventGet scan them.
+const eventColumns = `seq, id, type, created_at, processed_at, data`
+
 // EventList returns a slice of a session's log: one index range scan on (session_id, seq).
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apitype.Event, error) {
 	if err := s.check(); err != nil {
@@ -215,7 +222,7 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 		return nil, fmt.Errorf("event list: limit %d must be > 0", p.Limit)
 	}
 	var q query
-	fmt.Fprintf(&q.sql, `SELECT seq, id, type, created_at, processed_at, data FROM events WHERE session_id = %s`, q.arg(p.SessionID))
+	fmt.Fprintf(&q.sql, `SELECT `+eventColumns+` FROM events WHERE session_id = %s`, q.arg(p.SessionID))
 	if p.AfterSeq > 0 {
 		fmt.Fprintf(&q.sql, " AND seq > %s", q.arg(p.AfterSeq))
 	}
@@ -275,7 +282,7 @@ func (s *Store) EventGet(ctx context.Context, sessionID, eventID string) (*apity
 	}
 	ev := apitype.Event{SessionID: sessionID}
 	var data []byte
-	err := s.pool.QueryRow(ctx, `SELECT seq, id, type, created_at, processed_at, data FROM events WHERE id = $1 AND session_id = $2`,
+	err := s.pool.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1 AND session_id = $2`,
 		eventID, sessionID).Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &data)
 	if err != nil {
 		return nil, dbErr("event get", err)
@@ -308,7 +315,8 @@ func (s *Store) EventMarkProcessed(ctx context.Context, p *store.EventMarkProces
 			UPDATE events e SET processed_at = $3 FROM s
 			WHERE e.session_id = s.id AND e.seq = ANY($4) AND e.processed_at IS NULL
 		)
-		SELECT count(*), (SELECT pg_notify($5, id) FROM s) FROM s`, p.SessionID, token, at, p.Seqs, s.eventsChannel).Scan(&held, nil)
+		SELECT count(*), (SELECT pg_notify($5, id) FROM s) FROM s`,
+		p.SessionID, token, at, p.Seqs, s.eventsChannel).Scan(&held, nil)
 	if err == nil && held == 0 {
 		err = s.whyRefused(ctx, p.SessionID, p.Lease)
 	}

@@ -63,7 +63,8 @@ func (s *Store) LeaseRenew(ctx context.Context, l *store.Lease, ttl time.Duratio
 	renewed := *l
 	err := s.pool.QueryRow(ctx, `UPDATE sessions SET lease_expires_at = now() + $3 * interval '1 microsecond'
 		WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now()
-		RETURNING lease_expires_at, wake_seq`, l.SessionID, l.Token, ttl.Microseconds()).Scan(&renewed.ExpiresAt, &renewed.WakeSeq)
+		RETURNING lease_expires_at, wake_seq`, l.SessionID, l.Token, ttl.Microseconds()).
+		Scan(&renewed.ExpiresAt, &renewed.WakeSeq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("lease renew: %w", store.ErrLeaseLost)
 	}

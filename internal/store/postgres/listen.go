@@ -30,7 +30,8 @@ type listener struct {
 
 // startListener connects and listens before it returns, so that a Store is never open without hearing other
 // processes' appends; then it serves notifications on its own goroutine until runCtx ends.
-func startListener(ctx, runCtx context.Context, connCfg *pgx.ConnConfig, s *Store, wg *sync.WaitGroup) (*listener, error) {
+func startListener(ctx, runCtx context.Context, connCfg *pgx.ConnConfig, s *Store,
+	wg *sync.WaitGroup) (*listener, error) {
 	cfg := connCfg.Copy()
 	cfg.RuntimeParams["application_name"] = "corral-listener"
 	l := &listener{s: s, cfg: cfg, tracked: map[string]int{}}

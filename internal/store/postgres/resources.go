@@ -49,7 +49,8 @@ func (q *query) listFilter(p *store.ListParams, t string, archivable bool) {
 		dir, op = "DESC", "<"
 	}
 	if p.After != nil {
-		fmt.Fprintf(&q.sql, " AND (%s.created_at, %s.id) %s (%s, %s)", t, t, op, q.arg(p.After.CreatedAt), q.arg(p.After.ID))
+		fmt.Fprintf(&q.sql, " AND (%s.created_at, %s.id) %s (%s, %s)",
+			t, t, op, q.arg(p.After.CreatedAt), q.arg(p.After.ID))
 	}
 	fmt.Fprintf(&q.sql, " ORDER BY %s.created_at %s, %s.id %s", t, dir, t, dir)
 	if p.Limit > 0 {
@@ -58,7 +59,8 @@ func (q *query) listFilter(p *store.ListParams, t string, archivable bool) {
 }
 
 // collectDocs runs q and decodes each row, a JSON document and an archived_at, with decode.
-func collectDocs[T any](ctx context.Context, s *Store, q *query, decode func(doc []byte, archived *time.Time) (T, error)) ([]T, error) {
+func collectDocs[T any](ctx context.Context, s *Store, q *query,
+	decode func(doc []byte, archived *time.Time) (T, error)) ([]T, error) {
 	rows, err := s.pool.Query(ctx, q.sql.String(), q.args...)
 	if err != nil {
 		return nil, err
@@ -98,11 +100,12 @@ func (s *Store) AgentCreate(ctx context.Context, a *apitype.Agent) error {
 		return fmt.Errorf("agent create: encode: %w", err)
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO agents (id, latest_version, created_at, archived_at) VALUES ($1, $2, $3, $4)`,
-			a.ID, a.Version, a.CreatedAt, a.ArchivedAt); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO agents (id, latest_version, created_at, archived_at)
+			VALUES ($1, $2, $3, $4)`, a.ID, a.Version, a.CreatedAt, a.ArchivedAt); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO agent_versions (agent_id, version, doc) VALUES ($1, $2, $3)`, a.ID, a.Version, doc)
+		_, err := tx.Exec(ctx, `INSERT INTO agent_versions (agent_id, version, doc) VALUES ($1, $2, $3)`,
+			a.ID, a.Version, doc)
 		return err
 	})
 	return dbErr("agent create", err)
@@ -137,7 +140,8 @@ func (s *Store) AgentPutVersion(ctx context.Context, a *apitype.Agent) error {
 		return fmt.Errorf("agent put version: encode: %w", err)
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE agents SET latest_version = $2 WHERE id = $1 AND latest_version = $2 - 1`, a.ID, a.Version)
+		tag, err := tx.Exec(ctx, `UPDATE agents SET latest_version = $2 WHERE id = $1 AND latest_version = $2 - 1`,
+			a.ID, a.Version)
 		if err != nil {
 			return err
 		}
@@ -151,7 +155,8 @@ func (s *Store) AgentPutVersion(ctx context.Context, a *apitype.Agent) error {
 			}
 			return fmt.Errorf("version %d does not follow the latest: %w", a.Version, store.ErrConflict)
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO agent_versions (agent_id, version, doc) VALUES ($1, $2, $3)`, a.ID, a.Version, doc)
+		_, err = tx.Exec(ctx, `INSERT INTO agent_versions (agent_id, version, doc) VALUES ($1, $2, $3)`,
+			a.ID, a.Version, doc)
 		return err
 	})
 	return dbErr("agent put version", err)
@@ -264,7 +269,8 @@ func (s *Store) EnvironmentGet(ctx context.Context, id string) (*apitype.Environ
 		doc      []byte
 		archived *time.Time
 	)
-	if err := s.pool.QueryRow(ctx, `SELECT doc, archived_at FROM environments WHERE id = $1`, id).Scan(&doc, &archived); err != nil {
+	err := s.pool.QueryRow(ctx, `SELECT doc, archived_at FROM environments WHERE id = $1`, id).Scan(&doc, &archived)
+	if err != nil {
 		return nil, dbErr("environment get", err)
 	}
 	e, err := decodeEnvironment(doc, archived)
@@ -275,14 +281,17 @@ func (s *Store) EnvironmentGet(ctx context.Context, id string) (*apitype.Environ
 }
 
 // EnvironmentUpdate applies fn to the environment under a row lock and stores the result.
-func (s *Store) EnvironmentUpdate(ctx context.Context, id string, fn func(*apitype.Environment) error) (*apitype.Environment, error) {
+func (s *Store) EnvironmentUpdate(ctx context.Context, id string,
+	fn func(*apitype.Environment) error) (*apitype.Environment, error) {
 	var out apitype.Environment
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var (
 			doc      []byte
 			archived *time.Time
 		)
-		if err := tx.QueryRow(ctx, `SELECT doc, archived_at FROM environments WHERE id = $1 FOR UPDATE`, id).Scan(&doc, &archived); err != nil {
+		err := tx.QueryRow(ctx, `SELECT doc, archived_at FROM environments WHERE id = $1 FOR NO KEY UPDATE`, id).
+			Scan(&doc, &archived)
+		if err != nil {
 			return err
 		}
 		e, err := decodeEnvironment(doc, archived)
@@ -296,7 +305,8 @@ func (s *Store) EnvironmentUpdate(ctx context.Context, id string, fn func(*apity
 		if doc, err = json.Marshal(&e); err != nil {
 			return fmt.Errorf("encode: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE environments SET doc = $2, archived_at = $3 WHERE id = $1`, id, doc, e.ArchivedAt); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE environments SET doc = $2, archived_at = $3 WHERE id = $1`,
+			id, doc, e.ArchivedAt); err != nil {
 			return err
 		}
 		out = e
@@ -337,7 +347,7 @@ func (s *Store) APIKeyCreate(ctx context.Context, k *apitype.APIKey) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (id, name, hash, hint, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6)`,
 		k.ID, k.Name, k.Hash, k.Hint, k.CreatedAt, k.RevokedAt)
 	return dbErr("api key create", err)
 }
@@ -357,7 +367,8 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash string) (*apitype.APIKey,
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	k, err := scanAPIKey(s.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`, hash))
+	k, err := scanAPIKey(s.pool.QueryRow(ctx,
+		`SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`, hash))
 	if err != nil {
 		return nil, dbErr("api key by hash", err)
 	}

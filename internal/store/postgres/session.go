@@ -42,7 +42,8 @@ func scanSession(row pgx.Row) (apitype.Session, error) {
 
 // SessionCreate stores a new session and appends its initial events in one transaction, marking the session
 // runnable when there are any.
-func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams) (*apitype.Session, []apitype.Event, error) {
+func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams) (*apitype.Session,
+	[]apitype.Event, error) {
 	sess := *p.Session
 	if sess.Status == "" {
 		sess.Status = apitype.StatusIdle
@@ -58,7 +59,8 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	ap := &store.EventAppendParams{SessionID: sess.ID, Events: p.InitialEvents, Wake: len(p.InitialEvents) > 0}
 	req := s.newAppend(ctx, ap)
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO sessions (id, created_at, archived_at, agent_id, agent_version, doc, status, usage, active_seconds)
+		if _, err := tx.Exec(ctx, `INSERT INTO sessions
+			(id, created_at, archived_at, agent_id, agent_version, doc, status, usage, active_seconds)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 			sess.ID, sess.CreatedAt, sess.ArchivedAt, sess.Agent.ID, sess.Agent.Version, doc, sess.Status, usage,
 			sess.Stats.ActiveSeconds); err != nil {
@@ -102,10 +104,12 @@ func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, er
 
 // SessionUpdate applies fn to the session under a row lock and stores the document. Status and usage stay
 // those of the store.
-func (s *Store) SessionUpdate(ctx context.Context, id string, fn func(*apitype.Session) error) (*apitype.Session, error) {
+func (s *Store) SessionUpdate(ctx context.Context, id string,
+	fn func(*apitype.Session) error) (*apitype.Session, error) {
 	var out apitype.Session
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = $1 FOR NO KEY UPDATE`, id))
+		sess, err := scanSession(tx.QueryRow(ctx,
+			`SELECT `+sessionColumns+` FROM sessions WHERE id = $1 FOR NO KEY UPDATE`, id))
 		if err != nil {
 			return err
 		}
@@ -118,8 +122,8 @@ func (s *Store) SessionUpdate(ctx context.Context, id string, fn func(*apitype.S
 		if err != nil {
 			return fmt.Errorf("encode: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE sessions SET doc = $2, archived_at = $3, agent_id = $4, agent_version = $5 WHERE id = $1`,
-			id, doc, sess.ArchivedAt, sess.Agent.ID, sess.Agent.Version); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE sessions SET doc = $2, archived_at = $3, agent_id = $4, agent_version = $5
+			WHERE id = $1`, id, doc, sess.ArchivedAt, sess.Agent.ID, sess.Agent.Version); err != nil {
 			return err
 		}
 		out = sess
@@ -137,7 +141,8 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 		return nil, err
 	}
 	var q query
-	q.sql.WriteString(`SELECT s.doc, s.archived_at, s.status, s.usage, s.active_seconds FROM sessions s WHERE true`)
+	q.sql.WriteString(`SELECT s.doc, s.archived_at, s.status, s.usage, s.active_seconds
+		FROM sessions s WHERE true`)
 	if p.AgentID != "" {
 		fmt.Fprintf(&q.sql, " AND s.agent_id = %s", q.arg(p.AgentID))
 	}
@@ -152,7 +157,9 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 	if err != nil {
 		return nil, dbErr("session list", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apitype.Session, error) { return scanSession(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apitype.Session, error) {
+		return scanSession(row)
+	})
 	if err != nil {
 		return nil, dbErr("session list", err)
 	}
