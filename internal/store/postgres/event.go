@@ -172,10 +172,10 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	r := s.newAppend(ctx, p)
 	res := s.appender.do(ctx, r)
 	if res.err != nil {
-		return nil, dbErr("event append", res.err)
+		return nil, s.dbErr("event append", res.err)
 	}
 	if !res.ok {
-		return nil, dbErr("event append", s.whyRefused(ctx, p.SessionID, p.Lease))
+		return nil, s.dbErr("event append", s.whyRefused(ctx, p.SessionID, p.Lease))
 	}
 	r.fill(res.lastSeq)
 	s.notifyLocal(p.SessionID, p.Wake)
@@ -248,7 +248,7 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 	fmt.Fprintf(&q.sql, " LIMIT %s", q.arg(p.Limit))
 	rows, err := s.pool.Query(ctx, q.sql.String(), q.args...)
 	if err != nil {
-		return nil, dbErr("event list", err)
+		return nil, s.dbErr("event list", err)
 	}
 	out := make([]apitype.Event, 0, min(p.Limit, 1000))
 	var (
@@ -265,11 +265,11 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 		return nil
 	})
 	if err != nil {
-		return nil, dbErr("event list", err)
+		return nil, s.dbErr("event list", err)
 	}
 	if len(out) == 0 {
 		if err := s.exists(ctx, "sessions", p.SessionID); err != nil {
-			return nil, dbErr("event list", err)
+			return nil, s.dbErr("event list", err)
 		}
 	}
 	return out, nil
@@ -285,7 +285,7 @@ func (s *Store) EventGet(ctx context.Context, sessionID, eventID string) (*apity
 	err := s.pool.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1 AND session_id = $2`,
 		eventID, sessionID).Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &data)
 	if err != nil {
-		return nil, dbErr("event get", err)
+		return nil, s.dbErr("event get", err)
 	}
 	ev.Data = data
 	ev.CreatedAt = ev.CreatedAt.UTC()
@@ -321,7 +321,7 @@ func (s *Store) EventMarkProcessed(ctx context.Context, p *store.EventMarkProces
 		err = s.whyRefused(ctx, p.SessionID, p.Lease)
 	}
 	if err != nil {
-		return dbErr("event mark processed", err)
+		return s.dbErr("event mark processed", err)
 	}
 	s.hub.NotifySession(p.SessionID)
 	return nil

@@ -39,14 +39,14 @@ func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) (*sto
 	err := s.pool.QueryRow(ctx, q.sql.String(), q.args...).Scan(&l.SessionID, &l.ExpiresAt, &l.WakeSeq)
 	if errors.Is(err, pgx.ErrNoRows) && p.SessionID != "" {
 		if err := s.exists(ctx, "sessions", p.SessionID); err != nil {
-			return nil, dbErr("lease claim", err)
+			return nil, s.dbErr("lease claim", err)
 		}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("lease claim: %w", store.ErrNoWork)
 	}
 	if err != nil {
-		return nil, dbErr("lease claim", err)
+		return nil, s.dbErr("lease claim", err)
 	}
 	l.ExpiresAt = l.ExpiresAt.UTC()
 	return l, nil
@@ -69,7 +69,7 @@ func (s *Store) LeaseRenew(ctx context.Context, l *store.Lease, ttl time.Duratio
 		return nil, fmt.Errorf("lease renew: %w", store.ErrLeaseLost)
 	}
 	if err != nil {
-		return nil, dbErr("lease renew", err)
+		return nil, s.dbErr("lease renew", err)
 	}
 	renewed.ExpiresAt = renewed.ExpiresAt.UTC()
 	return &renewed, nil
@@ -94,7 +94,7 @@ func (s *Store) LeaseRelease(ctx context.Context, l *store.Lease) error {
 		return fmt.Errorf("lease release: %w", store.ErrLeaseLost)
 	}
 	if err != nil {
-		return dbErr("lease release", err)
+		return s.dbErr("lease release", err)
 	}
 	if runnable {
 		s.hub.NotifyRunnable()

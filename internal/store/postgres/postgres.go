@@ -165,8 +165,9 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, fn)
 }
 
-// dbErr maps driver errors to the port's sentinels and adds context.
-func dbErr(op string, err error) error {
+// dbErr maps driver errors to the port's sentinels and adds context. A driver error after Close (an operation
+// that began as the store closed) is also ErrClosed.
+func (s *Store) dbErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -175,6 +176,8 @@ func dbErr(op string, err error) error {
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict),
 		errors.Is(err, store.ErrLeaseLost), errors.Is(err, store.ErrNoWork), errors.Is(err, store.ErrClosed):
 		return fmt.Errorf("%s: %w", op, err)
+	case s.closed.Load():
+		return fmt.Errorf("%s: %w: %w", op, store.ErrClosed, err)
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation

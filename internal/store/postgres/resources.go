@@ -108,7 +108,7 @@ func (s *Store) AgentCreate(ctx context.Context, a *apitype.Agent) error {
 			a.ID, a.Version, doc)
 		return err
 	})
-	return dbErr("agent create", err)
+	return s.dbErr("agent create", err)
 }
 
 // AgentGet returns a version of an agent (0 = latest) with the agent's archived_at.
@@ -124,7 +124,7 @@ func (s *Store) AgentGet(ctx context.Context, p *store.AgentGetParams) (*apitype
 		JOIN agent_versions v ON v.agent_id = a.id AND v.version = CASE WHEN $2 > 0 THEN $2 ELSE a.latest_version END
 		WHERE a.id = $1`, p.ID, p.Version).Scan(&doc, &archived)
 	if err != nil {
-		return nil, dbErr("agent get", err)
+		return nil, s.dbErr("agent get", err)
 	}
 	a, err := decodeAgent(doc, archived)
 	if err != nil {
@@ -159,7 +159,7 @@ func (s *Store) AgentPutVersion(ctx context.Context, a *apitype.Agent) error {
 			a.ID, a.Version, doc)
 		return err
 	})
-	return dbErr("agent put version", err)
+	return s.dbErr("agent put version", err)
 }
 
 // AgentArchive marks the agent archived (keeping the first archive time) and returns its latest version.
@@ -176,7 +176,7 @@ func (s *Store) AgentArchive(ctx context.Context, id string, at time.Time) (*api
 		SELECT v.doc, a.archived_at FROM a JOIN agent_versions v ON v.agent_id = a.id AND v.version = a.latest_version`,
 		id, at).Scan(&doc, &archived)
 	if err != nil {
-		return nil, dbErr("agent archive", err)
+		return nil, s.dbErr("agent archive", err)
 	}
 	a, err := decodeAgent(doc, archived)
 	if err != nil {
@@ -195,7 +195,7 @@ func (s *Store) AgentList(ctx context.Context, p *store.ListParams) ([]apitype.A
 		JOIN agent_versions v ON v.agent_id = a.id AND v.version = a.latest_version WHERE true`)
 	q.listFilter(p, "a", true)
 	out, err := collectDocs(ctx, s, &q, decodeAgent)
-	return out, dbErr("agent list", err)
+	return out, s.dbErr("agent list", err)
 }
 
 // AgentVersionList lists an agent's versions, newest first.
@@ -215,11 +215,11 @@ func (s *Store) AgentVersionList(ctx context.Context, p *store.AgentVersionListP
 	}
 	out, err := collectDocs(ctx, s, &q, decodeAgent)
 	if err != nil {
-		return nil, dbErr("agent version list", err)
+		return nil, s.dbErr("agent version list", err)
 	}
 	if len(out) == 0 {
 		if err := s.exists(ctx, "agents", p.ID); err != nil {
-			return nil, dbErr("agent version list", err)
+			return nil, s.dbErr("agent version list", err)
 		}
 	}
 	return out, nil
@@ -257,7 +257,7 @@ func (s *Store) EnvironmentCreate(ctx context.Context, e *apitype.Environment) e
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO environments (id, created_at, archived_at, doc) VALUES ($1, $2, $3, $4)`,
 		e.ID, e.CreatedAt, e.ArchivedAt, doc)
-	return dbErr("environment create", err)
+	return s.dbErr("environment create", err)
 }
 
 // EnvironmentGet returns an environment.
@@ -271,7 +271,7 @@ func (s *Store) EnvironmentGet(ctx context.Context, id string) (*apitype.Environ
 	)
 	err := s.pool.QueryRow(ctx, `SELECT doc, archived_at FROM environments WHERE id = $1`, id).Scan(&doc, &archived)
 	if err != nil {
-		return nil, dbErr("environment get", err)
+		return nil, s.dbErr("environment get", err)
 	}
 	e, err := decodeEnvironment(doc, archived)
 	if err != nil {
@@ -313,7 +313,7 @@ func (s *Store) EnvironmentUpdate(ctx context.Context, id string,
 		return nil
 	})
 	if err != nil {
-		return nil, dbErr("environment update", err)
+		return nil, s.dbErr("environment update", err)
 	}
 	return &out, nil
 }
@@ -327,7 +327,7 @@ func (s *Store) EnvironmentList(ctx context.Context, p *store.ListParams) ([]api
 	q.sql.WriteString(`SELECT e.doc, e.archived_at FROM environments e WHERE true`)
 	q.listFilter(p, "e", true)
 	out, err := collectDocs(ctx, s, &q, decodeEnvironment)
-	return out, dbErr("environment list", err)
+	return out, s.dbErr("environment list", err)
 }
 
 // EnvironmentDelete removes an environment.
@@ -339,7 +339,7 @@ func (s *Store) EnvironmentDelete(ctx context.Context, id string) error {
 	if err == nil && tag.RowsAffected() == 0 {
 		err = store.ErrNotFound
 	}
-	return dbErr("environment delete", err)
+	return s.dbErr("environment delete", err)
 }
 
 // APIKeyCreate stores a hashed API key; ErrConflict if the id or hash exists.
@@ -349,7 +349,7 @@ func (s *Store) APIKeyCreate(ctx context.Context, k *apitype.APIKey) error {
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6)`,
 		k.ID, k.Name, k.Hash, k.Hint, k.CreatedAt, k.RevokedAt)
-	return dbErr("api key create", err)
+	return s.dbErr("api key create", err)
 }
 
 const apiKeyColumns = `id, name, hash, hint, created_at, revoked_at`
@@ -370,7 +370,7 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash string) (*apitype.APIKey,
 	k, err := scanAPIKey(s.pool.QueryRow(ctx,
 		`SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`, hash))
 	if err != nil {
-		return nil, dbErr("api key by hash", err)
+		return nil, s.dbErr("api key by hash", err)
 	}
 	return &k, nil
 }
@@ -382,11 +382,11 @@ func (s *Store) APIKeyList(ctx context.Context) ([]apitype.APIKey, error) {
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
-		return nil, dbErr("api key list", err)
+		return nil, s.dbErr("api key list", err)
 	}
 	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apitype.APIKey, error) { return scanAPIKey(row) })
 	if err != nil {
-		return nil, dbErr("api key list", err)
+		return nil, s.dbErr("api key list", err)
 	}
 	if keys == nil {
 		keys = []apitype.APIKey{}
@@ -403,5 +403,5 @@ func (s *Store) APIKeyRevoke(ctx context.Context, id string, at time.Time) error
 	if err == nil && tag.RowsAffected() == 0 {
 		err = store.ErrNotFound
 	}
-	return dbErr("api key revoke", err)
+	return s.dbErr("api key revoke", err)
 }

@@ -84,7 +84,7 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 		return nil
 	})
 	if err != nil {
-		return nil, nil, dbErr("session create", err)
+		return nil, nil, s.dbErr("session create", err)
 	}
 	s.notifyLocal(sess.ID, ap.Wake)
 	return &sess, req.events, nil
@@ -97,7 +97,7 @@ func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, er
 	}
 	sess, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = $1`, id))
 	if err != nil {
-		return nil, dbErr("session get", err)
+		return nil, s.dbErr("session get", err)
 	}
 	return &sess, nil
 }
@@ -130,7 +130,7 @@ func (s *Store) SessionUpdate(ctx context.Context, id string,
 		return nil
 	})
 	if err != nil {
-		return nil, dbErr("session update", err)
+		return nil, s.dbErr("session update", err)
 	}
 	return &out, nil
 }
@@ -155,13 +155,13 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 	q.listFilter(&p.ListParams, "s", true)
 	rows, err := s.pool.Query(ctx, q.sql.String(), q.args...)
 	if err != nil {
-		return nil, dbErr("session list", err)
+		return nil, s.dbErr("session list", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apitype.Session, error) {
 		return scanSession(row)
 	})
 	if err != nil {
-		return nil, dbErr("session list", err)
+		return nil, s.dbErr("session list", err)
 	}
 	if out == nil {
 		out = []apitype.Session{}
@@ -181,7 +181,7 @@ func (s *Store) SessionDelete(ctx context.Context, id string) error {
 		err = store.ErrNotFound
 	}
 	if err != nil {
-		return dbErr("session delete", err)
+		return s.dbErr("session delete", err)
 	}
 	s.hub.NotifySession(id)
 	return nil
