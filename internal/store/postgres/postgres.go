@@ -63,8 +63,13 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// Appends are batched, so a few connections carry many sessions; the rest serve reads.
 		cfg.MaxConns = max(cfg.MaxConns, 8)
 	}
-	// An append is acknowledged only once it is durable, whatever the server's default.
-	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	// An append is acknowledged only once it is durable: turn synchronous_commit on where the server or the
+	// role has it off, and leave stronger settings (remote_write, remote_apply) alone.
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', false)
+			WHERE current_setting('synchronous_commit') = 'off'`)
+		return err
+	}
 
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -79,18 +84,18 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 }
 
 func (s *Store) init(ctx context.Context, connCfg *pgx.ConnConfig) error {
-	var schema string
+	var schema *string
 	if err := s.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		return fmt.Errorf("postgres: current schema: %w", err)
 	}
-	if schema == "" {
-		return errors.New("postgres: no schema: search_path names no existing schema")
+	if schema == nil {
+		return errors.New("postgres: no schema: the search_path names no existing schema")
 	}
-	if err := migrate(ctx, s.pool, schema); err != nil {
+	if err := migrate(ctx, s.pool, *schema); err != nil {
 		return err
 	}
-	s.eventsChannel = channelName("corral_events", schema)
-	s.runnableChannel = channelName("corral_runnable", schema)
+	s.eventsChannel = channelName("corral_events", *schema)
+	s.runnableChannel = channelName("corral_runnable", *schema)
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

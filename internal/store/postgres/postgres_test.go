@@ -377,6 +377,14 @@ func TestOpenDSN(t *testing.T) {
 	if _, err := s.EventAppend(context.Background(), &store.EventAppendParams{SessionID: "sesn_x"}); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("append after close: got %v, want ErrClosed", err)
 	}
+	u.Scheme = "postgres"
+	q := u.Query()
+	q.Set("search_path", "corral_no_such_schema")
+	u.RawQuery = q.Encode()
+	if s, err := Open(context.Background(), u.String()); err == nil {
+		s.Close()
+		t.Error("Open with a search_path naming no schema succeeded, want an error")
+	}
 	for _, bad := range []string{"sqlite://x.db", "host=localhost dbname=test", "mysql://localhost/test"} {
 		if s, err := Open(context.Background(), bad); err == nil {
 			s.Close()
@@ -482,6 +490,37 @@ func TestCloseDuringAppends(t *testing.T) {
 		}
 		if last < acked[i].Load() {
 			t.Fatalf("session %d: last seq %d in the log, but seq %d was acknowledged", i, last, acked[i].Load())
+		}
+	}
+}
+
+// TestSynchronousCommit checks that a role with synchronous_commit off still gets durable appends, and that a
+// stronger setting is kept.
+func TestSynchronousCommit(t *testing.T) {
+	t.Parallel()
+	dsn := newDSN(t)
+	ctx := context.Background()
+	for _, c := range []struct{ dsnValue, want string }{{"off", "on"}, {"remote_apply", "remote_apply"}, {"", ""}} {
+		u, _ := url.Parse(dsn)
+		q := u.Query()
+		if c.dsnValue != "" {
+			q.Set("synchronous_commit", c.dsnValue)
+		}
+		u.RawQuery = q.Encode()
+		s := openStore(t, u.String())
+		var got, server string
+		if err := s.pool.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), reset_val FROM pg_settings WHERE name = 'synchronous_commit'").Scan(&got, &server); err != nil {
+			t.Fatal(err)
+		}
+		want := c.want
+		if want == "" { // the server's default, unless that is off
+			want = server
+			if want == "off" {
+				want = "on"
+			}
+		}
+		if got != want {
+			t.Errorf("dsn synchronous_commit=%q: session has %q, want %q", c.dsnValue, got, want)
 		}
 	}
 }
