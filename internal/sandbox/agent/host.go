@@ -5,8 +5,55 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 )
+
+// uids are the host uids handed to live sandboxes by every provider of this process.
+var uids struct {
+	sync.Mutex
+	inUse map[int]bool
+}
+
+// AllocUID returns a host uid from [base, base+count) that no live sandbox of this process uses. Servers
+// sharing a host need ranges of their own.
+func AllocUID(base, count int) (int, error) {
+	uids.Lock()
+	defer uids.Unlock()
+	if uids.inUse == nil {
+		uids.inUse = map[int]bool{}
+	}
+	for uid := base; uid < base+count; uid++ {
+		if !uids.inUse[uid] {
+			uids.inUse[uid] = true
+			return uid, nil
+		}
+	}
+	return 0, fmt.Errorf("all %d sandbox uids from %d are in use", count, base)
+}
+
+// FreeUID returns a uid taken with AllocUID.
+func FreeUID(uid int) {
+	uids.Lock()
+	defer uids.Unlock()
+	delete(uids.inUse, uid)
+}
+
+// CheckSearchable reports an error unless every ancestor of path can be searched by any uid.
+func CheckSearchable(path string) error {
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is not searchable by the sandbox uid (mode %v); make it 0711 or wider", d, fi.Mode().Perm())
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
 
 // EtcFiles are the host /etc entries bound read-only into a sandbox: enough for the dynamic loader, user and
 // host lookups, TLS roots and time zones. Nothing else of /etc is visible.
@@ -32,16 +79,9 @@ func PrepareWorkspace(dir string, uid int, searchable bool) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
-	for d := filepath.Dir(dir); searchable; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
+	if searchable {
+		if err := CheckSearchable(dir); err != nil {
 			return fmt.Errorf("workspace: %w", err)
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("workspace: %s is not searchable by the sandbox uid (mode %v); make it 0711 or wider", d, fi.Mode().Perm())
-		}
-		if d == "/" {
-			break
 		}
 	}
 	fi, err := os.Lstat(dir)
@@ -65,4 +105,3 @@ func PrepareWorkspace(dir string, uid int, searchable bool) error {
 	}
 	return os.Chmod(dir, 0o700)
 }
-

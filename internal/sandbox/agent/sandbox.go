@@ -89,6 +89,14 @@ func StartProcess(cmd *exec.Cmd) (*Process, error) {
 	return p, nil
 }
 
+// Stop kills the process (only the process: a sandbox has its own teardown), waits for it and closes the
+// protocol pipes. For a Process that never became a Sandbox.
+func (p *Process) Stop() {
+	_ = p.Cmd.Process.Kill()
+	<-p.exited
+	p.closePipes()
+}
+
 // closePipes closes the host's ends of the protocol pipes.
 func (p *Process) closePipes() {
 	for _, f := range p.pipes {
@@ -132,17 +140,26 @@ func (s *Sandbox) Execute(ctx context.Context, name string, input json.RawMessag
 		s.mu.Unlock()
 		return sandbox.Result{}, err
 	}
+	prev := s.seen
 	s.mu.Unlock()
-	res, err := s.proc.Client.Call(ctx, name, input, s.limits.CommandTimeout, s.limits.OutputBytes, hangGrace)
-	if err != nil && !errors.Is(err, sandbox.ErrSandboxDead) {
-		return res, err
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if s.group != nil {
+		// A fork bomb keeps the sandbox at its pids limit for as long as the call runs: watch for it and stop
+		// the call at once rather than at its timeout.
+		stop := make(chan struct{})
+		defer close(stop)
+		go s.watchPids(prev.PidsMax, cancel, stop)
+	}
+	res, err := s.proc.Client.Call(callCtx, name, input, s.limits.CommandTimeout, s.limits.OutputBytes, hangGrace)
+	if err != nil && !errors.Is(err, sandbox.ErrSandboxDead) && ctx.Err() != nil {
+		return res, err // the caller gave up
 	}
 	var ev cgroup.Events
 	if s.group != nil {
 		ev = s.group.Events()
 	}
 	s.mu.Lock()
-	prev := s.seen
 	s.seen = ev
 	s.mu.Unlock()
 	switch {
@@ -164,6 +181,23 @@ func (s *Sandbox) Execute(ctx context.Context, name string, input json.RawMessag
 			s.limits.MemoryBytes>>20, ev.OOMKills-prev.OOMKills)))
 	}
 	return res, nil
+}
+
+// watchPids cancels the call when the pids limit is hit.
+func (s *Sandbox) watchPids(seen int, cancel func(), stop <-chan struct{}) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if s.group.Events().PidsMax > seen {
+				cancel()
+				return
+			}
+		}
+	}
 }
 
 // die records that the sandbox is dead, kills what is left of it and returns err.

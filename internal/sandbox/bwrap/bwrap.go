@@ -23,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -70,9 +69,6 @@ func (c *Config) validate() error {
 type Provider struct {
 	cfg   Config
 	bwrap string
-
-	mu   sync.Mutex
-	uids map[int]bool
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -121,42 +117,29 @@ func New(cfg Config) (*Provider, error) {
 	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
-	return &Provider{cfg: cfg, bwrap: bw, uids: map[int]bool{}}, nil
+	// bwrap resolves the bind sources (the proxy socket under StateDir, the agent) as the sandbox uid.
+	for _, path := range []string{filepath.Join(cfg.StateDir, "x"), cfg.AgentPath} {
+		if err := agent.CheckSearchable(path); err != nil {
+			return nil, fmt.Errorf("bwrap: %w", err)
+		}
+	}
+	return &Provider{cfg: cfg, bwrap: bw}, nil
 }
 
 // Name returns "bwrap".
 func (p *Provider) Name() string { return "bwrap" }
-
-func (p *Provider) allocUID() (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := range p.cfg.UIDCount {
-		uid := p.cfg.UIDBase + i
-		if !p.uids[uid] {
-			p.uids[uid] = true
-			return uid, nil
-		}
-	}
-	return 0, fmt.Errorf("bwrap: all %d sandbox uids are in use", p.cfg.UIDCount)
-}
-
-func (p *Provider) freeUID(uid int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.uids, uid)
-}
 
 // Provision starts a sandbox for r and returns once its agent is running.
 func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.Sandbox, err error) {
 	if r.WorkspaceDir == "" || !filepath.IsAbs(r.WorkspaceDir) {
 		return nil, fmt.Errorf("bwrap: workspace %q must be an absolute path", r.WorkspaceDir)
 	}
-	uid, err := p.allocUID()
+	uid, err := agent.AllocUID(p.cfg.UIDBase, p.cfg.UIDCount)
 	if err != nil {
 		return nil, err
 	}
 	var cleanup []func() error
-	cleanup = append(cleanup, func() error { p.freeUID(uid); return nil })
+	cleanup = append(cleanup, func() error { agent.FreeUID(uid); return nil })
 	defer func() {
 		if err != nil {
 			for i := len(cleanup) - 1; i >= 0; i-- {
@@ -246,11 +229,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	cleanup = append(cleanup, func() error {
-		_ = cmd.Process.Kill()
-		<-proc.Exited()
-		return nil
-	})
+	cleanup = append(cleanup, func() error { proc.Stop(); return nil })
 	childPID, err := readChildPID(ctx, infoR, proc)
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: sandbox did not start: %w", err)

@@ -1,8 +1,6 @@
 package bwrap_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/corralhq/corral/internal/sandbox"
@@ -12,24 +10,9 @@ import (
 
 var agentPath string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "corral-agent-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	agentPath, err = sandboxtest.BuildAgent(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m, &agentPath) }
 
-func newProvider(t *testing.T) sandbox.Provider {
+func newProvider(t testing.TB) sandbox.Provider {
 	t.Helper()
 	sandboxtest.Require(t, "bwrap", bwrap.Available(""))
 	p, err := bwrap.New(bwrap.Config{AgentPath: agentPath, StateDir: t.TempDir()})
@@ -46,3 +29,5 @@ func TestRedTeam(t *testing.T) { sandboxtest.RunRedTeam(t, newProvider) }
 func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider) }
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
+
+func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }

@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
@@ -54,9 +53,6 @@ type Config struct {
 type Provider struct {
 	cfg     Config
 	runtime string
-
-	mu   sync.Mutex
-	uids map[int]bool
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -104,29 +100,11 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
-	return &Provider{cfg: cfg, runtime: rt, uids: map[int]bool{}}, nil
+	return &Provider{cfg: cfg, runtime: rt}, nil
 }
 
 // Name returns the configured name ("oci" by default).
 func (p *Provider) Name() string { return p.cfg.Name }
-
-func (p *Provider) allocUID() (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := range p.cfg.UIDCount {
-		if uid := p.cfg.UIDBase + i; !p.uids[uid] {
-			p.uids[uid] = true
-			return uid, nil
-		}
-	}
-	return 0, fmt.Errorf("oci: all %d sandbox uids are in use", p.cfg.UIDCount)
-}
-
-func (p *Provider) freeUID(uid int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.uids, uid)
-}
 
 // runtimeCmd builds a runtime command with the global flags.
 func (p *Provider) runtimeCmd(ctx context.Context, args ...string) *exec.Cmd {
@@ -141,12 +119,12 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if !filepath.IsAbs(r.WorkspaceDir) {
 		return nil, fmt.Errorf("oci: workspace %q must be an absolute path", r.WorkspaceDir)
 	}
-	uid, err := p.allocUID()
+	uid, err := agent.AllocUID(p.cfg.UIDBase, p.cfg.UIDCount)
 	if err != nil {
 		return nil, err
 	}
 	var cleanup []func() error
-	cleanup = append(cleanup, func() error { p.freeUID(uid); return nil })
+	cleanup = append(cleanup, func() error { agent.FreeUID(uid); return nil })
 	defer func() {
 		if err != nil {
 			for i := len(cleanup) - 1; i >= 0; i-- {
@@ -196,6 +174,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
+	cleanup = append(cleanup, func() error { proc.Stop(); return nil })
 	cleanup = append(cleanup, func() error {
 		out, err := p.runtimeCmd(context.Background(), "delete", "--force", name).CombinedOutput()
 		if err != nil && !strings.Contains(string(out), "not exist") {

@@ -1,9 +1,7 @@
 package process_test
 
 import (
-	"fmt"
 	"log/slog"
-	"os"
 	"testing"
 
 	"github.com/corralhq/corral/internal/sandbox"
@@ -13,24 +11,9 @@ import (
 
 var agentPath string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "corral-agent-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	agentPath, err = sandboxtest.BuildAgent(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m, &agentPath) }
 
-func newProvider(t *testing.T) sandbox.Provider {
+func newProvider(t testing.TB) sandbox.Provider {
 	t.Helper()
 	p, err := process.New(process.Config{AgentPath: agentPath, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -42,3 +25,5 @@ func newProvider(t *testing.T) sandbox.Provider {
 func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, newProvider, sandboxtest.Options{NotIsolated: true})
 }
+
+func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }

@@ -18,7 +18,7 @@ import (
 )
 
 // Run is the conformance suite. newProvider returns a provider for one subtest.
-func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, opts Options) {
+func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Options) {
 	t.Run("Tools", func(t *testing.T) { t.Parallel(); testTools(t, newProvider) })
 	t.Run("InvalidInput", func(t *testing.T) { t.Parallel(); testInvalidInput(t, newProvider) })
 	t.Run("BashState", func(t *testing.T) { t.Parallel(); testBashState(t, newProvider) })
@@ -34,7 +34,7 @@ func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, opts Opt
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newProvider) })
 }
 
-func testTools(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testTools(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	p := newPool(t, newProvider, 0)
 	const s = "tools"
 	if got := mustRun(t, p, bash(s, "echo hello; echo oops >&2")); got != "hello\noops" {
@@ -108,7 +108,7 @@ func testTools(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
 	}
 }
 
-func testInvalidInput(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testInvalidInput(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	p := newPool(t, newProvider, 0)
 	const s = "invalid"
 	for _, tc := range []struct {
@@ -133,7 +133,7 @@ func testInvalidInput(t *testing.T, newProvider func(t *testing.T) sandbox.Provi
 	}
 }
 
-func testBashState(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testBashState(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	p := newPool(t, newProvider, 0)
 	const s = "state"
 	mustRun(t, p, bash(s, "mkdir -p sub && cd sub && export CORRAL_X=42 && Y=local"))
@@ -166,7 +166,7 @@ func testBashState(t *testing.T, newProvider func(t *testing.T) sandbox.Provider
 	}
 }
 
-func testTimeout(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testTimeout(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	p := newPool(t, newProvider, 0)
 	const s = "timeout"
 	mustRun(t, p, bash(s, "true"))
@@ -190,7 +190,7 @@ func testTimeout(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) 
 	}
 }
 
-func testOutputCap(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testOutputCap(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	p := newPool(t, newProvider, 0)
 	c := bash("cap", "for i in $(seq 1 2000); do echo line-$i; done")
 	c.Recipe.Limits.OutputBytes = 1000
@@ -206,7 +206,7 @@ func testOutputCap(t *testing.T, newProvider func(t *testing.T) sandbox.Provider
 	}
 }
 
-func testWorkspaceSurvives(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, opts Options) {
+func testWorkspaceSurvives(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Options) {
 	p := newPool(t, newProvider, 0)
 	const s = "survive"
 	mustRun(t, p, call(s, "write", map[string]any{"file_path": "keep.txt", "content": "kept"}))
@@ -239,7 +239,7 @@ func testWorkspaceSurvives(t *testing.T, newProvider func(t *testing.T) sandbox.
 	}
 }
 
-func testKilled(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testKilled(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	p := newPool(t, newProvider, 0)
 	const s = "killed"
 	mustRun(t, p, call(s, "write", map[string]any{"file_path": "keep.txt", "content": "kept"}))
@@ -333,7 +333,7 @@ func parentOf(pid int) int {
 	return ppid
 }
 
-func testCloseIdempotent(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testCloseIdempotent(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	prov := newProvider(t)
 	sb := provision(t, prov, filepath.Join(WorkspaceRoot(t), "close"), sandbox.Recipe{})
 	if _, err := exec1(t, sb, "bash", map[string]any{"command": "true"}); err != nil {
@@ -368,7 +368,7 @@ func testCloseIdempotent(t *testing.T, newProvider func(t *testing.T) sandbox.Pr
 	}
 }
 
-func testIdleReap(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testIdleReap(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	p := newPool(t, newProvider, 100*time.Millisecond)
 	mustRun(t, p, call("idle", "write", map[string]any{"file_path": "f", "content": "x"}))
 	deadline := time.Now().Add(5 * time.Second)
@@ -383,7 +383,7 @@ func testIdleReap(t *testing.T, newProvider func(t *testing.T) sandbox.Provider)
 	}
 }
 
-func testIsolation(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func testIsolation(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	const canary = "CORRAL_TEST_HOST_ENV_CANARY"
 	t.Setenv(canary, "host-env-value")
 	p := newPool(t, newProvider, 0)

@@ -13,7 +13,7 @@ import (
 // RunLimits checks that a fork bomb and a memory hog are contained in their sandbox and reported to the model,
 // while the server and another session's sandbox stay healthy. Run it for every backend that enforces
 // sandbox.Limits.
-func RunLimits(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	limits := sandbox.Limits{Pids: 64, MemoryBytes: 128 << 20, CommandTimeout: 20 * time.Second}
 	p := newPool(t, newProvider, 0)
 	limited := func(c *sandbox.Call) *sandbox.Call { c.Recipe.Limits = limits; return c }
@@ -23,12 +23,16 @@ func RunLimits(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
 	t.Run("ForkBomb", func(t *testing.T) {
 		mustRun(t, p, limited(call("bomb", "write", map[string]any{"file_path": "keep.txt", "content": "kept"})))
 		start := time.Now()
-		res, err := p.Execute(context.Background(), limited(bash("bomb", "b(){ b|b & }; b; sleep 5; echo survived")))
+		res, err := p.Execute(context.Background(), limited(bash("bomb", "b(){ b|b & }; b; sleep 60; echo survived")))
 		if !errors.Is(err, sandbox.ErrSandboxDead) {
 			t.Fatalf("fork bomb: err = %v (result %q), want ErrSandboxDead", err, text(res))
 		}
 		if got := text(res); !res.IsError || !strings.Contains(got, "limit of 64 processes") {
 			t.Errorf("fork bomb result: %q", got)
+		}
+		// The bomb is stopped when it hits the limit, not when the command's timeout (20 s) ends.
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("fork bomb stopped only after %s", d)
 		}
 		t.Logf("fork bomb contained in %s: %s", time.Since(start), text(res))
 		if got := mustRun(t, p, limited(bash("bystander", "echo still up"))); got != "still up" {

@@ -13,7 +13,7 @@ import (
 
 // RunNetwork checks egress: a sandbox has no network of its own and reaches out only through the host's proxy,
 // which enforces the environment's networking policy. Traffic goes only to a local httptest server.
-func RunNetwork(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func RunNetwork(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "hello-from-host")
 	}))

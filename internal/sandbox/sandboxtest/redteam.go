@@ -16,7 +16,7 @@ import (
 // RunRedTeam runs hostile probes from inside a sandbox, through the bash tool; every probe must fail and no
 // output may reveal the canary secret the test plants in its own environment and in a file of a fake data
 // directory. Run it for every isolating backend.
-func RunRedTeam(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+func RunRedTeam(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	canary := fmt.Sprintf("corral-canary-%d", time.Now().UnixNano())
 	t.Setenv("CORRAL_TEST_SECRET_TOKEN", canary)
 	dataDir := filepath.Join(WorkspaceRoot(t), "corral-data")

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/corralhq/corral/internal/sandbox"
 )
 
@@ -77,14 +79,14 @@ func WorkspaceRoot(t testing.TB) string {
 }
 
 // newPool returns a Pool over a new provider, stopped at the end of the test.
-func newPool(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, idle time.Duration) *sandbox.Pool {
+func newPool(t *testing.T, newProvider func(testing.TB) sandbox.Provider, idle time.Duration) *sandbox.Pool {
 	t.Helper()
 	p, _ := newPoolRoot(t, newProvider, idle)
 	return p
 }
 
 // newPoolRoot is newPool that also returns the pool's workspace root.
-func newPoolRoot(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, idle time.Duration) (*sandbox.Pool, string) {
+func newPoolRoot(t *testing.T, newProvider func(testing.TB) sandbox.Provider, idle time.Duration) (*sandbox.Pool, string) {
 	t.Helper()
 	root := WorkspaceRoot(t)
 	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: newProvider(t), WorkspaceRoot: root, IdleTimeout: idle})
@@ -171,4 +173,29 @@ func exec1(t *testing.T, sb sandbox.Sandbox, tool string, input any) (sandbox.Re
 	t.Helper()
 	b, _ := json.Marshal(input)
 	return sb.Execute(context.Background(), tool, b)
+}
+
+// Main is a backend test's TestMain: it builds the agent into a temporary directory, sets *agentPath, runs the
+// tests, and fails them if goroutines are left behind.
+func Main(m *testing.M, agentPath *string) {
+	dir, err := os.MkdirTemp("", "corral-agent-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*agentPath, err = BuildAgent(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
