@@ -187,8 +187,6 @@ func (s *Store) dbErr(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
 		return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, pgErr.ConstraintName)
-	case errors.As(err, &pgErr) && pgErr.Code == "23503": // foreign_key_violation
-		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

@@ -552,3 +552,42 @@ func TestLongSchemaName(t *testing.T) {
 	}
 	expectSignal(t, ch, "subscriber in the other store")
 }
+
+// TestSessionDeleteDuringAppends deletes a session while writers append to it: once they all see ErrNotFound,
+// none of the session's events is left behind (the log has no foreign key to do it for us).
+func TestSessionDeleteDuringAppends(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, newDSN(t))
+	ctx := context.Background()
+	sess := newTestSession(t, s)
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			for {
+				_, err := s.EventAppend(ctx, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "x")}})
+				if errors.Is(err, store.ErrNotFound) {
+					return
+				}
+				if err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(150 * time.Millisecond)
+	if err := s.SessionDelete(ctx, sess.ID); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wg.Wait()
+	var left int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE session_id = $1", sess.ID).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d events of the deleted session left in the log", left)
+	}
+	if err := s.SessionDelete(ctx, sess.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second delete: got %v, want ErrNotFound", err)
+	}
+}

@@ -174,12 +174,21 @@ func (s *Store) SessionDelete(ctx context.Context, id string) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	var deleted bool
-	err := s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM sessions WHERE id = $1 RETURNING id)
-		SELECT EXISTS (SELECT 1 FROM d), (SELECT pg_notify($2, id) FROM d)`, id, s.eventsChannel).Scan(&deleted, nil)
-	if err == nil && !deleted {
-		err = store.ErrNotFound
-	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var deleted bool
+		err := tx.QueryRow(ctx, `WITH d AS (DELETE FROM sessions WHERE id = $1 RETURNING id)
+			SELECT EXISTS (SELECT 1 FROM d), (SELECT pg_notify($2, id) FROM d)`, id, s.eventsChannel).Scan(&deleted, nil)
+		if err != nil {
+			return err
+		}
+		if !deleted {
+			return store.ErrNotFound
+		}
+		// A statement of its own, so that its snapshot, taken after the session row lock was won, holds the
+		// events of every append that committed before; later appends find no session row.
+		_, err = tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, id)
+		return err
+	})
 	if err != nil {
 		return s.dbErr("session delete", err)
 	}
