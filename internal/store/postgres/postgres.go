@@ -3,7 +3,12 @@
 // wake-ups carried across processes by LISTEN/NOTIFY.
 //
 // Appends from concurrent callers are gathered into shared transactions (group commit); each is still
-// acknowledged only after its transaction has committed.
+// acknowledged only after its transaction has committed with synchronous_commit on.
+//
+// The tables live in the first schema of the connection's search_path (set it in the URL:
+// ?search_path=corral); migrations are applied at Open under an advisory lock. Each Store holds one dedicated
+// connection for LISTEN, so a pooler in front of the database must give it a session (PgBouncer's session mode,
+// not transaction mode).
 package postgres
 
 import (
