@@ -50,7 +50,8 @@ func baseDSN(t testing.TB) string {
 		if os.Getenv("CI") != "" {
 			t.Fatal("CORRAL_TEST_POSTGRES is not set: CI requires the postgres tests")
 		}
-		t.Skip("CORRAL_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable): skipping postgres tests")
+		t.Skip("CORRAL_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable): " +
+			"skipping postgres tests")
 	}
 	return dsn
 }
@@ -117,13 +118,23 @@ func newTestSession(t testing.TB, s *Store) *apitype.Session {
 	return sess
 }
 
-func message(t testing.TB, text string) apitype.NewEvent {
-	t.Helper()
-	e, err := apitype.MakeEvent(apitype.EventUserMessage, apitype.UserMessage{Content: []apitype.ContentBlock{apitype.TextBlock(text)}})
+// message is a user.message event with the text.
+func message(text string) apitype.NewEvent {
+	e, err := apitype.MakeEvent(apitype.EventUserMessage, apitype.UserMessage{
+		Content: []apitype.ContentBlock{apitype.TextBlock(text)},
+	})
 	if err != nil {
-		t.Fatal(err)
+		panic(err) // a UserMessage always encodes
 	}
 	return e
+}
+
+// appendText appends one user message to the session, waking it if wake.
+func appendText(s *Store, sessionID, text string, wake bool) error {
+	_, err := s.EventAppend(context.Background(), &store.EventAppendParams{
+		SessionID: sessionID, Events: []apitype.NewEvent{message(text)}, Wake: wake,
+	})
+	return err
 }
 
 func expectSignal(t testing.TB, ch <-chan struct{}, what string) {
@@ -162,20 +173,20 @@ func TestCrossProcessNotify(t *testing.T) {
 	defer stopRunnable()
 	expectQuiet(t, events, "before any append")
 
-	if _, err := a.EventAppend(ctx, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "hi")}}); err != nil {
+	if err := appendText(a, sess.ID, "hi", false); err != nil {
 		t.Fatalf("append: %v", err)
 	}
 	expectSignal(t, events, "subscriber in the other store after an append")
 	expectQuiet(t, runnable, "runnable waiter after an append without Wake")
 
-	if _, err := a.EventAppend(ctx, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "again")}, Wake: true}); err != nil {
+	if err := appendText(a, sess.ID, "again", true); err != nil {
 		t.Fatalf("append with wake: %v", err)
 	}
 	expectSignal(t, events, "subscriber after an append with Wake")
 	expectSignal(t, runnable, "runnable waiter in the other store after Wake")
 
 	other := newTestSession(t, a)
-	if _, err := a.EventAppend(ctx, &store.EventAppendParams{SessionID: other.ID, Events: []apitype.NewEvent{message(t, "x")}}); err != nil {
+	if err := appendText(a, other.ID, "x", false); err != nil {
 		t.Fatalf("append to another session: %v", err)
 	}
 	expectQuiet(t, events, "subscriber after an append to another session")
@@ -184,7 +195,8 @@ func TestCrossProcessNotify(t *testing.T) {
 		t.Fatalf("delete: %v", err)
 	}
 	expectSignal(t, events, "subscriber after the session was deleted")
-	if _, err := b.EventList(ctx, &store.EventListParams{SessionID: sess.ID, Limit: 10}); !errors.Is(err, store.ErrNotFound) {
+	_, err := b.EventList(ctx, &store.EventListParams{SessionID: sess.ID, Limit: 10})
+	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("list after delete: got %v, want ErrNotFound", err)
 	}
 }
@@ -214,7 +226,7 @@ func TestListenerReconnects(t *testing.T) {
 	}
 	drainSignal(events)
 
-	if _, err := a.EventAppend(context.Background(), &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "hi")}}); err != nil {
+	if err := appendText(a, sess.ID, "hi", false); err != nil {
 		t.Fatalf("append: %v", err)
 	}
 	expectSignal(t, events, "subscriber after an append following the reconnect")
@@ -237,7 +249,7 @@ func TestLeaseClaimAcrossStores(t *testing.T) {
 	const sessions = 40
 	for range sessions {
 		sess := newTestSession(t, stores[0])
-		if _, err := stores[0].EventAppend(ctx, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "go")}, Wake: true}); err != nil {
+		if err := appendText(stores[0], sess.ID, "go", true); err != nil {
 			t.Fatalf("append: %v", err)
 		}
 	}
@@ -283,12 +295,16 @@ func TestBatchIsolatesFailures(t *testing.T) {
 	s := openStore(t, newDSN(t))
 	ctx := context.Background()
 	x, y := newTestSession(t, s), newTestSession(t, s)
-	reqs := []*appendReq{
-		s.newAppend(ctx, &store.EventAppendParams{SessionID: x.ID, Events: []apitype.NewEvent{message(t, "1"), message(t, "2")}}),
-		s.newAppend(ctx, &store.EventAppendParams{SessionID: y.ID, Events: []apitype.NewEvent{message(t, "1")}, ExpectedSeq: 5}),
-		s.newAppend(ctx, &store.EventAppendParams{SessionID: x.ID, Events: []apitype.NewEvent{message(t, "3")}, ExpectedSeq: 3}),
-		s.newAppend(ctx, &store.EventAppendParams{SessionID: y.ID, Events: []apitype.NewEvent{{Type: "user.message", Data: []byte(`{"broken"`)}}}),
-		s.newAppend(ctx, &store.EventAppendParams{SessionID: y.ID, Events: []apitype.NewEvent{message(t, "1")}, ExpectedSeq: 1}),
+	broken := apitype.NewEvent{Type: apitype.EventUserMessage, Data: []byte(`{"broken"`)}
+	var reqs []*appendReq
+	for _, p := range []store.EventAppendParams{
+		{SessionID: x.ID, Events: []apitype.NewEvent{message("1"), message("2")}},
+		{SessionID: y.ID, Events: []apitype.NewEvent{message("1")}, ExpectedSeq: 5}, // wrong seq
+		{SessionID: x.ID, Events: []apitype.NewEvent{message("3")}, ExpectedSeq: 3},
+		{SessionID: y.ID, Events: []apitype.NewEvent{broken}}, // refused by the server
+		{SessionID: y.ID, Events: []apitype.NewEvent{message("1")}, ExpectedSeq: 1},
+	} {
+		reqs = append(reqs, s.newAppend(ctx, &p))
 	}
 	s.appender.run(reqs)
 	got := make([]appendResult, len(reqs))
@@ -351,7 +367,8 @@ func TestMigrations(t *testing.T) {
 	}
 	s := openStore(t, dsn) // and once more, with nothing left to apply
 	var n, maxVersion int
-	if err := s.pool.QueryRow(ctx, "SELECT count(*), max(version) FROM schema_migrations").Scan(&n, &maxVersion); err != nil {
+	err = s.pool.QueryRow(ctx, "SELECT count(*), max(version) FROM schema_migrations").Scan(&n, &maxVersion)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n != len(ms) || maxVersion != ms[len(ms)-1].version {
@@ -374,7 +391,7 @@ func TestOpenDSN(t *testing.T) {
 	if _, err := s.SessionGet(context.Background(), "sesn_x"); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("get after close: got %v, want ErrClosed", err)
 	}
-	if _, err := s.EventAppend(context.Background(), &store.EventAppendParams{SessionID: "sesn_x"}); !errors.Is(err, store.ErrClosed) {
+	if err := appendText(s, "sesn_x", "x", false); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("append after close: got %v, want ErrClosed", err)
 	}
 	u.Scheme = "postgres"
@@ -406,8 +423,14 @@ func TestRounds(t *testing.T) {
 	}{
 		{"distinct", []string{"a", "b", "c"}, [][]string{{"a", "b", "c"}}},
 		{"repeats", []string{"a", "b", "a", "a", "c", "b"}, [][]string{{"a", "b", "c"}, {"a", "b"}, {"a"}}},
-		{"payload", []string{long('a'), long('b'), long('c'), "d", long('e')}, [][]string{{long('a'), long('b'), "d"}, {long('c'), long('e')}}},
-		{"payload keeps order", []string{long('a'), long('b'), long('c'), long('c'), long('a')}, [][]string{{long('a'), long('b')}, {long('c'), long('a')}, {long('c')}}},
+		{
+			"payload", []string{long('a'), long('b'), long('c'), "d", long('e')},
+			[][]string{{long('a'), long('b'), "d"}, {long('c'), long('e')}},
+		},
+		{
+			"payload keeps order", []string{long('a'), long('b'), long('c'), long('c'), long('a')},
+			[][]string{{long('a'), long('b')}, {long('c'), long('a')}, {long('c')}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -460,7 +483,9 @@ func TestCloseDuringAppends(t *testing.T) {
 	for i, id := range sessions {
 		wg.Go(func() {
 			for {
-				evs, err := s.EventAppend(context.Background(), &store.EventAppendParams{SessionID: id, Events: []apitype.NewEvent{message(t, "x")}})
+				evs, err := s.EventAppend(context.Background(), &store.EventAppendParams{
+					SessionID: id, Events: []apitype.NewEvent{message("x")},
+				})
 				if errors.Is(err, store.ErrClosed) {
 					return
 				}
@@ -509,7 +534,9 @@ func TestSynchronousCommit(t *testing.T) {
 		u.RawQuery = q.Encode()
 		s := openStore(t, u.String())
 		var got, server string
-		if err := s.pool.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), reset_val FROM pg_settings WHERE name = 'synchronous_commit'").Scan(&got, &server); err != nil {
+		err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), reset_val
+			FROM pg_settings WHERE name = 'synchronous_commit'`).Scan(&got, &server)
+		if err != nil {
 			t.Fatal(err)
 		}
 		want := c.want
@@ -547,7 +574,7 @@ func TestLongSchemaName(t *testing.T) {
 	sess := newTestSession(t, a)
 	ch, stop := c.Subscribe(sess.ID)
 	defer stop()
-	if _, err := a.EventAppend(context.Background(), &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "hi")}}); err != nil {
+	if err := appendText(a, sess.ID, "hi", false); err != nil {
 		t.Fatalf("append: %v", err)
 	}
 	expectSignal(t, ch, "subscriber in the other store")
@@ -564,7 +591,7 @@ func TestSessionDeleteDuringAppends(t *testing.T) {
 	for range 6 {
 		wg.Go(func() {
 			for {
-				_, err := s.EventAppend(ctx, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{message(t, "x")}})
+				err := appendText(s, sess.ID, "x", false)
 				if errors.Is(err, store.ErrNotFound) {
 					return
 				}
