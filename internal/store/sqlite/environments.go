@@ -1,0 +1,126 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// EnvironmentCreate stores a new environment.
+func (s *Store) EnvironmentCreate(ctx context.Context, e *apitype.Environment) error {
+	doc, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("sqlite: create environment %s: %w", e.ID, err)
+	}
+	err = s.write(ctx, func(w *wtx) error {
+		_, err := w.exec(`INSERT INTO environments (id, created_at, archived_at, doc) VALUES (?, ?, ?, ?)`,
+			e.ID, micros(e.CreatedAt), nullMicros(e.ArchivedAt), doc)
+		return err
+	}, nil)
+	if isConstraint(err) {
+		err = store.ErrConflict
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: create environment %s: %w", e.ID, err)
+	}
+	return nil
+}
+
+// EnvironmentGet returns an environment.
+func (s *Store) EnvironmentGet(ctx context.Context, id string) (*apitype.Environment, error) {
+	e, err := scanEnvironment(s.readRow(ctx, `SELECT doc FROM environments WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: get environment %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.readErr("get environment "+id, err)
+	}
+	return e, nil
+}
+
+// EnvironmentUpdate applies fn to the environment and stores the result, atomically.
+func (s *Store) EnvironmentUpdate(ctx context.Context, id string,
+	fn func(*apitype.Environment) error) (*apitype.Environment, error) {
+	var e *apitype.Environment
+	err := s.write(ctx, func(w *wtx) error {
+		var err error
+		e, err = scanEnvironment(w.queryRow(`SELECT doc FROM environments WHERE id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+		e.ID = id
+		doc, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		_, err = w.exec(`UPDATE environments SET archived_at = ?, doc = ? WHERE id = ?`,
+			nullMicros(e.ArchivedAt), doc, id)
+		return err
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: update environment %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// EnvironmentList lists environments.
+func (s *Store) EnvironmentList(ctx context.Context, p *store.ListParams) ([]apitype.Environment, error) {
+	var f filter
+	tail := f.addList("e", p)
+	rows, err := s.readQuery(ctx, `SELECT e.doc FROM environments e`+f.where()+tail,
+		append(f.args, limitArg(p.Limit))...)
+	if err != nil {
+		return nil, s.readErr("list environments", err)
+	}
+	defer rows.Close()
+	out := []apitype.Environment{}
+	for rows.Next() {
+		e, err := scanEnvironment(rows)
+		if err != nil {
+			return nil, s.readErr("list environments", err)
+		}
+		out = append(out, *e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("list environments", err)
+	}
+	return out, nil
+}
+
+// EnvironmentDelete removes an environment.
+func (s *Store) EnvironmentDelete(ctx context.Context, id string) error {
+	err := s.write(ctx, func(w *wtx) error {
+		n, err := w.execN(`DELETE FROM environments WHERE id = ?`, id)
+		if err == nil && n == 0 {
+			err = store.ErrNotFound
+		}
+		return err
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: delete environment %s: %w", id, err)
+	}
+	return nil
+}
+
+func scanEnvironment(row scanner) (*apitype.Environment, error) {
+	var doc []byte
+	if err := row.Scan(&doc); err != nil {
+		return nil, err
+	}
+	var e apitype.Environment
+	if err := json.Unmarshal(doc, &e); err != nil {
+		return nil, fmt.Errorf("decode environment: %w", err)
+	}
+	return &e, nil
+}

@@ -1,0 +1,255 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// EventAppend appends events to a session's log; it returns once their transaction has committed durably.
+func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]apitype.Event, error) {
+	for i, e := range p.Events {
+		if e.Type == "" {
+			return nil, fmt.Errorf("sqlite: append to session %s: event %d has no type", p.SessionID, i)
+		}
+	}
+	var events []apitype.Event
+	var runnable bool
+	err := s.write(ctx, func(w *wtx) error {
+		var err error
+		events, err = appendEvents(w, p)
+		runnable = p.Wake
+		return err
+	}, func() {
+		s.hub.NotifySession(p.SessionID)
+		if runnable {
+			s.hub.NotifyRunnable()
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: append to session %s: %w", p.SessionID, err)
+	}
+	return events, nil
+}
+
+// appendEvents checks p's conditions, inserts its events and applies its session changes, in w's transaction.
+func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
+	now := apitype.Now()
+	var lastSeq int64
+	var token sql.NullString
+	var expires sql.NullInt64
+	err := w.queryRow(`SELECT last_seq, lease_token, lease_expires_at FROM sessions WHERE id = ?`, p.SessionID).
+		Scan(&lastSeq, &token, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.Lease != nil && !leaseHeld(p.Lease, token, expires, now) {
+		return nil, store.ErrLeaseLost
+	}
+	if p.ExpectedSeq > 0 && p.ExpectedSeq != lastSeq+1 {
+		return nil, fmt.Errorf("expected seq %d, next is %d: %w", p.ExpectedSeq, lastSeq+1, store.ErrConflict)
+	}
+
+	created := micros(now)
+	events := make([]apitype.Event, len(p.Events))
+	for i, ne := range p.Events {
+		data := ne.Data
+		if len(data) == 0 {
+			data = json.RawMessage("{}")
+		}
+		e := apitype.Event{
+			ID:        apitype.NewID(apitype.PrefixEvent),
+			Type:      ne.Type,
+			SessionID: p.SessionID,
+			Seq:       lastSeq + int64(i) + 1,
+			CreatedAt: now,
+			Data:      data,
+		}
+		var processed any
+		if ne.Processed {
+			at := now
+			e.ProcessedAt = &at
+			processed = created
+		}
+		if _, err := w.exec(`INSERT INTO events (session_id, seq, id, type, created_at, processed_at, data)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, p.SessionID, e.Seq, e.ID, e.Type, created, processed, []byte(data)); err != nil {
+			return nil, err
+		}
+		events[i] = e
+	}
+
+	var status, usage any
+	if p.Status != "" {
+		status = p.Status
+	}
+	if p.Usage != nil {
+		b, err := json.Marshal(p.Usage)
+		if err != nil {
+			return nil, err
+		}
+		usage = b
+	}
+	wake := 0
+	if p.Wake {
+		wake = 1
+	}
+	if _, err := w.exec(`UPDATE sessions SET
+			last_seq = ?1,
+			woken_at = CASE WHEN ?2 = 1 AND wake_seq <= handled_wake_seq THEN ?3 ELSE woken_at END,
+			wake_seq = wake_seq + ?2,
+			status = coalesce(?4, status),
+			usage = coalesce(?5, usage),
+			active_seconds = active_seconds + ?6
+		WHERE id = ?7`,
+		lastSeq+int64(len(events)), wake, created, status, usage, max(p.ActiveSeconds, 0), p.SessionID); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// leaseHeld reports whether l is the session's current lease (token and expiry as stored) at now.
+func leaseHeld(l *store.Lease, token sql.NullString, expires sql.NullInt64, now time.Time) bool {
+	return token.Valid && token.String == l.Token && expires.Valid && expires.Int64 > micros(now)
+}
+
+// EventList returns a slice of a session's log: a range scan of the (session_id, seq) key.
+func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apitype.Event, error) {
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("sqlite: list events of %s: limit must be > 0", p.SessionID)
+	}
+	var q strings.Builder
+	q.WriteString(`SELECT ` + eventColumns + ` FROM events WHERE session_id = ? AND seq > ?`)
+	args := []any{p.SessionID, p.AfterSeq}
+	if p.BeforeSeq > 0 {
+		q.WriteString(` AND seq < ?`)
+		args = append(args, p.BeforeSeq)
+	}
+	if len(p.Types) > 0 {
+		q.WriteString(` AND type IN (` + placeholders(len(p.Types)) + `)`)
+		for _, t := range p.Types {
+			args = append(args, t)
+		}
+	}
+	for _, tf := range []struct {
+		op string
+		t  *time.Time
+	}{{">", p.CreatedAfter}, {">=", p.CreatedFrom}, {"<", p.CreatedBefore}, {"<=", p.CreatedTo}} {
+		if tf.t != nil {
+			q.WriteString(` AND created_at ` + tf.op + ` ?`)
+			args = append(args, micros(*tf.t))
+		}
+	}
+	if p.Desc {
+		q.WriteString(` ORDER BY seq DESC LIMIT ?`)
+	} else {
+		q.WriteString(` ORDER BY seq LIMIT ?`)
+	}
+	args = append(args, p.Limit)
+
+	rows, err := s.readQuery(ctx, q.String(), args...)
+	if err != nil {
+		return nil, s.readErr("list events of "+p.SessionID, err)
+	}
+	events, err := scanEvents(rows, p.SessionID)
+	if err != nil {
+		return nil, s.readErr("list events of "+p.SessionID, err)
+	}
+	if len(events) == 0 {
+		var one int
+		err := s.readRow(ctx, `SELECT 1 FROM sessions WHERE id = ?`, p.SessionID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("sqlite: list events of %s: %w", p.SessionID, store.ErrNotFound)
+		}
+		if err != nil {
+			return nil, s.readErr("list events of "+p.SessionID, err)
+		}
+	}
+	return events, nil
+}
+
+// EventGet returns one event of a session by its id.
+func (s *Store) EventGet(ctx context.Context, sessionID, eventID string) (*apitype.Event, error) {
+	rows, err := s.readQuery(ctx, `SELECT `+eventColumns+` FROM events WHERE id = ? AND session_id = ?`,
+		eventID, sessionID)
+	if err != nil {
+		return nil, s.readErr("get event "+eventID, err)
+	}
+	events, err := scanEvents(rows, sessionID)
+	if err != nil {
+		return nil, s.readErr("get event "+eventID, err)
+	}
+	if len(events) == 0 {
+		return nil, fmt.Errorf("sqlite: get event %s of session %s: %w", eventID, sessionID, store.ErrNotFound)
+	}
+	return &events[0], nil
+}
+
+const eventColumns = `seq, id, type, created_at, processed_at, data`
+
+func scanEvents(rows *sql.Rows, sessionID string) ([]apitype.Event, error) {
+	defer rows.Close()
+	events := []apitype.Event{}
+	for rows.Next() {
+		e := apitype.Event{SessionID: sessionID}
+		var created int64
+		var processed sql.NullInt64
+		var data []byte
+		if err := rows.Scan(&e.Seq, &e.ID, &e.Type, &created, &processed, &data); err != nil {
+			return nil, err
+		}
+		e.CreatedAt = fromMicros(created)
+		e.ProcessedAt = timePtr(processed)
+		e.Data = data
+		events = append(events, e)
+	}
+	return events, rows.Err()
+}
+
+// EventMarkProcessed sets processed_at on the given events that have none, fenced by the lease if given.
+func (s *Store) EventMarkProcessed(ctx context.Context, p *store.EventMarkProcessedParams) error {
+	at := p.At
+	if at.IsZero() {
+		at = apitype.Now()
+	}
+	err := s.write(ctx, func(w *wtx) error {
+		var token sql.NullString
+		var expires sql.NullInt64
+		err := w.queryRow(`SELECT lease_token, lease_expires_at FROM sessions WHERE id = ?`, p.SessionID).
+			Scan(&token, &expires)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if p.Lease != nil && !leaseHeld(p.Lease, token, expires, time.Now()) {
+			return store.ErrLeaseLost
+		}
+		for _, seq := range p.Seqs {
+			if _, err := w.exec(`UPDATE events SET processed_at = ?
+				WHERE session_id = ? AND seq = ? AND processed_at IS NULL`, micros(at), p.SessionID, seq); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, func() { s.hub.NotifySession(p.SessionID) })
+	if err != nil {
+		return fmt.Errorf("sqlite: mark events of %s processed: %w", p.SessionID, err)
+	}
+	return nil
+}
+
+// Subscribe returns a channel woken after every append to the session through this Store.
+func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
+	return s.hub.Subscribe(sessionID)
+}

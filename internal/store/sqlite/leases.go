@@ -1,0 +1,148 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/corralhq/corral/internal/store"
+)
+
+// LeaseClaim claims the runnable session woken longest ago whose lease is free or expired.
+func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) (*store.Lease, error) {
+	if p.TTL <= 0 {
+		return nil, fmt.Errorf("sqlite: claim lease: ttl must be > 0, got %s", p.TTL)
+	}
+	var lease *store.Lease
+	err := s.write(ctx, func(w *wtx) error {
+		now := time.Now()
+		var id string
+		var wakeSeq int64
+		var row *sql.Row
+		if p.SessionID != "" {
+			row = w.queryRow(`SELECT id, wake_seq FROM sessions WHERE id = ? AND wake_seq > handled_wake_seq
+				AND (lease_token IS NULL OR lease_expires_at <= ?)`, p.SessionID, micros(now))
+		} else {
+			row = w.queryRow(`SELECT id, wake_seq FROM sessions WHERE wake_seq > handled_wake_seq
+				AND (lease_token IS NULL OR lease_expires_at <= ?) ORDER BY woken_at, id LIMIT 1`, micros(now))
+		}
+		err := row.Scan(&id, &wakeSeq)
+		if errors.Is(err, sql.ErrNoRows) {
+			if p.SessionID != "" {
+				var one int
+				err := w.queryRow(`SELECT 1 FROM sessions WHERE id = ?`, p.SessionID).Scan(&one)
+				if errors.Is(err, sql.ErrNoRows) {
+					return store.ErrNotFound
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return store.ErrNoWork
+		}
+		if err != nil {
+			return err
+		}
+		token := newToken()
+		expires := now.Add(p.TTL).UTC().Truncate(time.Microsecond)
+		if _, err := w.exec(`UPDATE sessions SET lease_owner = ?, lease_token = ?, lease_expires_at = ? WHERE id = ?`,
+			p.Owner, token, micros(expires), id); err != nil {
+			return err
+		}
+		lease = &store.Lease{SessionID: id, Owner: p.Owner, Token: token, ExpiresAt: expires, WakeSeq: wakeSeq}
+		return nil
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim lease: %w", err)
+	}
+	return lease, nil
+}
+
+// LeaseRenew extends a held lease by ttl from now and refreshes its WakeSeq.
+func (s *Store) LeaseRenew(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
+	if ttl <= 0 {
+		return nil, fmt.Errorf("sqlite: renew lease: ttl must be > 0, got %s", ttl)
+	}
+	var renewed *store.Lease
+	err := s.write(ctx, func(w *wtx) error {
+		now := time.Now()
+		wakeSeq, err := checkLease(w, l, now)
+		if err != nil {
+			return err
+		}
+		expires := now.Add(ttl).UTC().Truncate(time.Microsecond)
+		if _, err := w.exec(`UPDATE sessions SET lease_expires_at = ? WHERE id = ?`,
+			micros(expires), l.SessionID); err != nil {
+			return err
+		}
+		r := *l
+		r.ExpiresAt, r.WakeSeq = expires, wakeSeq
+		renewed = &r
+		return nil
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: renew lease on %s: %w", l.SessionID, err)
+	}
+	return renewed, nil
+}
+
+// LeaseRelease gives the session up; wake-ups up to l.WakeSeq count as handled. If the session was woken since,
+// it stays runnable and runnable waiters are woken.
+func (s *Store) LeaseRelease(ctx context.Context, l *store.Lease) error {
+	var runnable bool
+	err := s.write(ctx, func(w *wtx) error {
+		wakeSeq, err := checkLease(w, l, time.Now())
+		if err != nil {
+			return err
+		}
+		if _, err := w.exec(`UPDATE sessions SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+			handled_wake_seq = max(handled_wake_seq, ?) WHERE id = ?`, l.WakeSeq, l.SessionID); err != nil {
+			return err
+		}
+		runnable = wakeSeq > l.WakeSeq
+		return nil
+	}, func() {
+		if runnable {
+			s.hub.NotifyRunnable()
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: release lease on %s: %w", l.SessionID, err)
+	}
+	return nil
+}
+
+// WaitRunnable returns a channel woken when a session may have become runnable through this Store.
+func (s *Store) WaitRunnable() (<-chan struct{}, func()) {
+	return s.hub.WaitRunnable()
+}
+
+// checkLease returns the session's wake_seq if l is its current, unexpired lease.
+func checkLease(w *wtx, l *store.Lease, now time.Time) (int64, error) {
+	var wakeSeq int64
+	var token sql.NullString
+	var expires sql.NullInt64
+	err := w.queryRow(`SELECT wake_seq, lease_token, lease_expires_at FROM sessions WHERE id = ?`, l.SessionID).
+		Scan(&wakeSeq, &token, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, store.ErrNotFound
+	}
+	if err != nil {
+		return 0, err
+	}
+	if !leaseHeld(l, token, expires, now) {
+		return 0, store.ErrLeaseLost
+	}
+	return wakeSeq, nil
+}
+
+// newToken returns a random lease token.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails.
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,196 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// The document plus the columns the store owns, which override the document's copies.
+const sessionColumns = `s.doc, s.status, s.usage, s.active_seconds, s.archived_at`
+
+// SessionCreate stores a session and appends its initial events in the same transaction; with any, the session
+// is runnable. An empty status is stored as idle.
+func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams) (*apitype.Session,
+	[]apitype.Event, error) {
+	in := *p.Session
+	if in.Status == "" {
+		in.Status = apitype.StatusIdle
+	}
+	doc, err := json.Marshal(&in)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
+	}
+	usage, err := json.Marshal(in.Usage)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
+	}
+	var sess *apitype.Session
+	var events []apitype.Event
+	wake := len(p.InitialEvents) > 0
+	err = s.write(ctx, func(w *wtx) error {
+		if _, err := w.exec(`INSERT INTO sessions (id, created_at, archived_at, agent_id, agent_version, status, doc,
+			usage, active_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.ID, micros(in.CreatedAt), nullMicros(in.ArchivedAt), in.Agent.ID, in.Agent.Version, in.Status, doc,
+			usage, in.Stats.ActiveSeconds); err != nil {
+			return err
+		}
+		if wake {
+			var err error
+			events, err = appendEvents(w, &store.EventAppendParams{
+				SessionID: in.ID, Events: p.InitialEvents, Wake: true,
+			})
+			if err != nil {
+				return err
+			}
+		}
+		var err error
+		sess, err = scanSession(w.queryRow(`SELECT `+sessionColumns+` FROM sessions s WHERE s.id = ?`, in.ID))
+		return err
+	}, func() {
+		if wake {
+			s.hub.NotifySession(in.ID)
+			s.hub.NotifyRunnable()
+		}
+	})
+	if isConstraint(err) {
+		err = store.ErrConflict
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
+	}
+	if events == nil {
+		events = []apitype.Event{}
+	}
+	return sess, events, nil
+}
+
+// SessionGet returns a session with its status, usage and active time.
+func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, error) {
+	sess, err := scanSession(s.readRow(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE s.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: get session %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.readErr("get session "+id, err)
+	}
+	return sess, nil
+}
+
+// SessionUpdate applies fn to the session and stores the result, atomically. Changes fn makes to the id, status,
+// usage or active time are ignored: those belong to the store.
+func (s *Store) SessionUpdate(ctx context.Context, id string,
+	fn func(*apitype.Session) error) (*apitype.Session, error) {
+	var sess *apitype.Session
+	err := s.write(ctx, func(w *wtx) error {
+		cur, err := scanSession(w.queryRow(`SELECT `+sessionColumns+` FROM sessions s WHERE s.id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		next := *cur
+		if err := fn(&next); err != nil {
+			return err
+		}
+		next.ID, next.Status, next.Usage, next.Stats.ActiveSeconds = id, cur.Status, cur.Usage, cur.Stats.ActiveSeconds
+		doc, err := json.Marshal(&next)
+		if err != nil {
+			return err
+		}
+		if _, err := w.exec(`UPDATE sessions SET doc = ?, archived_at = ?, agent_id = ?, agent_version = ?
+			WHERE id = ?`, doc, nullMicros(next.ArchivedAt), next.Agent.ID, next.Agent.Version, id); err != nil {
+			return err
+		}
+		sess = &next
+		return nil
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: update session %s: %w", id, err)
+	}
+	return sess, nil
+}
+
+// SessionList lists sessions matching p.
+func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]apitype.Session, error) {
+	var f filter
+	if p.AgentID != "" {
+		f.add("s.agent_id = ?", p.AgentID)
+		if p.AgentVersion > 0 {
+			f.add("s.agent_version = ?", p.AgentVersion)
+		}
+	} else if p.AgentVersion > 0 {
+		f.add("s.agent_version = ?", p.AgentVersion)
+	}
+	if len(p.Statuses) > 0 {
+		args := make([]any, len(p.Statuses))
+		for i, st := range p.Statuses {
+			args[i] = st
+		}
+		f.add("s.status IN ("+placeholders(len(args))+")", args...)
+	}
+	tail := f.addList("s", &p.ListParams)
+	rows, err := s.readQuery(ctx, `SELECT `+sessionColumns+` FROM sessions s`+f.where()+tail,
+		append(f.args, limitArg(p.Limit))...)
+	if err != nil {
+		return nil, s.readErr("list sessions", err)
+	}
+	defer rows.Close()
+	out := []apitype.Session{}
+	for rows.Next() {
+		sess, err := scanSession(rows)
+		if err != nil {
+			return nil, s.readErr("list sessions", err)
+		}
+		out = append(out, *sess)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("list sessions", err)
+	}
+	return out, nil
+}
+
+// SessionDelete removes a session and its log, and wakes its subscribers.
+func (s *Store) SessionDelete(ctx context.Context, id string) error {
+	err := s.write(ctx, func(w *wtx) error {
+		n, err := w.execN(`DELETE FROM sessions WHERE id = ?`, id)
+		if err == nil && n == 0 {
+			err = store.ErrNotFound
+		}
+		return err
+	}, func() { s.hub.NotifySession(id) })
+	if err != nil {
+		return fmt.Errorf("sqlite: delete session %s: %w", id, err)
+	}
+	return nil
+}
+
+func scanSession(row scanner) (*apitype.Session, error) {
+	var doc, usage []byte
+	var status string
+	var active float64
+	var archived sql.NullInt64
+	if err := row.Scan(&doc, &status, &usage, &active, &archived); err != nil {
+		return nil, err
+	}
+	var sess apitype.Session
+	if err := json.Unmarshal(doc, &sess); err != nil {
+		return nil, fmt.Errorf("decode session: %w", err)
+	}
+	sess.Usage = apitype.SessionUsage{}
+	if len(usage) > 0 {
+		if err := json.Unmarshal(usage, &sess.Usage); err != nil {
+			return nil, fmt.Errorf("decode session usage: %w", err)
+		}
+	}
+	sess.Status = status
+	sess.Stats.ActiveSeconds = active
+	sess.ArchivedAt = timePtr(archived)
+	return &sess, nil
+}

@@ -1,0 +1,106 @@
+package storetest
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// Bench runs the store benchmarks as sub-benchmarks of b:
+//
+//	Append/sessions=1/writers=1     one appender, one session: the latency of a durable append
+//	Append/sessions=1/writers=16    16 goroutines appending to one session
+//	Append/sessions=64/writers=64   64 goroutines, each appending to its own session
+//	EventList/100k/after            100 events after the middle of a 100,000-event log
+//	EventList/100k/before-desc      the 100 events before the middle, newest first
+//
+// Appends are one event each and report appends/s; reads report ns/op.
+func Bench(b *testing.B, h Harness) {
+	b.Run("Append", func(b *testing.B) {
+		for _, tc := range []struct {
+			name          string
+			sessions, per int
+		}{
+			{"sessions=1/writers=1", 1, 1},
+			{"sessions=1/writers=16", 1, 16},
+			{"sessions=64/writers=64", 64, 1},
+		} {
+			b.Run(tc.name, func(b *testing.B) { benchAppend(b, h, tc.sessions, tc.per) })
+		}
+	})
+	b.Run("EventList", func(b *testing.B) {
+		s := h.open(b)
+		sess := createSession(b, s)
+		const total, batch = 100_000, 2_000
+		events := make([]apitype.NewEvent, batch)
+		for i := range events {
+			events[i] = agentMessage(strings.Repeat("x", 200))
+		}
+		for range total / batch {
+			appendEvents(b, s, sess.ID, events...)
+		}
+		for _, tc := range []struct {
+			name  string
+			p     store.EventListParams
+			first int64
+		}{
+			{"100k/after", store.EventListParams{AfterSeq: total / 2, Limit: 100}, total/2 + 1},
+			{"100k/before-desc", store.EventListParams{BeforeSeq: total/2 + 1, Desc: true, Limit: 100}, total / 2},
+		} {
+			b.Run(tc.name, func(b *testing.B) {
+				p := tc.p
+				p.SessionID = sess.ID
+				b.ReportAllocs()
+				for b.Loop() {
+					got, err := s.EventList(ctxBg, &p)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(got) != 100 || got[0].Seq != tc.first {
+						b.Fatalf("got %d events from seq %d, want 100 from %d", len(got), got[0].Seq, tc.first)
+					}
+				}
+			})
+		}
+	})
+}
+
+// benchAppend appends b.N single events from sessions*per goroutines (per goroutines per session).
+func benchAppend(b *testing.B, h Harness, sessions, per int) {
+	s := h.open(b)
+	ids := make([]string, sessions)
+	for i := range ids {
+		ids[i] = createSession(b, s).ID
+	}
+	ev := agentMessage(strings.Repeat("x", 200))
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for _, id := range ids {
+		for range per {
+			wg.Go(func() {
+				p := &store.EventAppendParams{SessionID: id, Events: []apitype.NewEvent{ev}}
+				for next.Add(1) <= int64(b.N) {
+					if _, err := s.EventAppend(ctxBg, p); err != nil {
+						failed.CompareAndSwap(nil, &err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "appends/s")
+}
