@@ -325,7 +325,9 @@ func concurrentAppends(t *testing.T, s store.Store, sessionIDs []string, writers
 	var wg sync.WaitGroup
 	errs := make(chan error, len(sessionIDs)*writers)
 	for _, id := range sessionIDs {
-		seen[id] = map[int64]bool{}
+		seen[id] = map[int64]bool{} // before any writer starts: writers read seen under mu
+	}
+	for _, id := range sessionIDs {
 		for w := range writers {
 			wg.Go(func() {
 				for r := range rounds {
