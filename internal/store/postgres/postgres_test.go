@@ -618,3 +618,65 @@ func TestSessionDeleteDuringAppends(t *testing.T) {
 		t.Fatalf("second delete: got %v, want ErrNotFound", err)
 	}
 }
+
+// TestEventListPlan checks that a slice of a long log is read by a range scan of the (session_id, seq) key,
+// both ways, and that the cost does not grow with the log (rule 6: the brain reads the log in slices).
+func TestEventListPlan(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, newDSN(t))
+	ctx := context.Background()
+	var ids []string
+	for range 3 {
+		sess := newTestSession(t, s)
+		ids = append(ids, sess.ID)
+		batch := make([]apitype.NewEvent, 2000)
+		for i := range batch {
+			batch[i] = message("x")
+		}
+		for range 5 {
+			if _, err := s.EventAppend(ctx, &store.EventAppendParams{SessionID: sess.ID, Events: batch}); err != nil {
+				t.Fatalf("append: %v", err)
+			}
+		}
+	}
+	if _, err := s.pool.Exec(ctx, "ANALYZE events"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []store.EventListParams{
+		{SessionID: ids[1], AfterSeq: 5000, Limit: 100},
+		{SessionID: ids[1], BeforeSeq: 5001, Desc: true, Limit: 100},
+		{SessionID: ids[1], AfterSeq: 100, BeforeSeq: 200, Limit: 1000},
+	} {
+		q := eventListQuery(&p)
+		var plan []map[string]any
+		if err := s.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+q.sql.String(), q.args...).Scan(&plan); err != nil {
+			t.Fatalf("explain: %v", err)
+		}
+		var (
+			scans []string
+			rows  float64
+			walk  func(n map[string]any)
+		)
+		walk = func(n map[string]any) {
+			typ, _ := n["Node Type"].(string)
+			switch {
+			case typ == "Bitmap Heap Scan": // fed by a Bitmap Index Scan, checked below
+			case strings.Contains(typ, "Scan"):
+				scans = append(scans, fmt.Sprintf("%s on %v", typ, n["Index Name"]))
+				r, _ := n["Actual Rows"].(float64)
+				rows = max(rows, r)
+			}
+			children, _ := n["Plans"].([]any)
+			for _, c := range children {
+				walk(c.(map[string]any))
+			}
+		}
+		walk(plan[0]["Plan"].(map[string]any))
+		if len(scans) != 1 || !strings.HasSuffix(scans[0], "Index Scan on events_pkey") {
+			t.Errorf("%+v: scans %v, want one (bitmap) index scan on events_pkey", p, scans)
+		}
+		if rows > 100 {
+			t.Errorf("%+v: the scan read %v rows for a 100-event slice", p, rows)
+		}
+	}
+}
