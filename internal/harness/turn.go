@@ -14,10 +14,11 @@ import (
 // errTurnEnded: a model request failed for good; the session error and the idle are in the log.
 var errTurnEnded = errors.New("harness: turn ended by a model error")
 
-// modelTurn makes the next model call of a turn and appends its outputs. The client messages it includes are
-// marked processed first: processed_at says when the model picked them up.
+// modelTurn makes the next model call of a turn and appends its outputs. A session that is idle, or was
+// rescheduled, is announced running first. The client messages the call includes are marked processed before
+// it: processed_at says when the model picked them up.
 func (r *run) modelTurn(st *state, msgs []apitype.Event) error {
-	if !st.running() {
+	if st.status != apitype.EventSessionStatusRunning {
 		if _, err := r.append(apitype.StatusRunning, nil, mustEvent(apitype.EventSessionStatusRunning, nil)); err != nil {
 			return err
 		}

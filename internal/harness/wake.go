@@ -80,8 +80,11 @@ func (r *run) loop() error {
 // the middle of a turn back as rescheduled (and runnable), so the next brain resumes it without waiting for
 // the lease to expire.
 func (r *run) stopped() error {
-	if errors.Is(context.Cause(r.ctx), errLeaseLost) || r.st == nil || !r.st.running() {
+	if errors.Is(context.Cause(r.ctx), errLeaseLost) || r.tail == nil {
 		return nil
+	}
+	if st, err := derive(r.tail); err != nil || !st.running() {
+		return err
 	}
 	ev, err := apitype.MakeEvent(apitype.EventSessionStatusRescheduled, nil)
 	if err != nil {
@@ -409,7 +412,7 @@ func (r *run) answers(st *state) (bool, error) {
 	if len(confs) == 0 && len(results) == 0 {
 		return false, nil
 	}
-	if !st.running() && len(st.open()) > 0 {
+	if st.idle != nil && st.idle.StopReason.Type == apitype.StopRequiresAction {
 		if _, err := r.append(apitype.StatusRunning, nil, mustEvent(apitype.EventSessionStatusRunning, nil)); err != nil {
 			return true, err
 		}
