@@ -72,6 +72,23 @@ type ToolConfig struct {
 	Type             string           `json:"type,omitempty"`
 	Enabled          bool             `json:"enabled"`
 	PermissionPolicy PermissionPolicy `json:"permission_policy"`
+
+	// web_fetch and web_search only.
+	AllowedDomains []string `json:"allowed_domains,omitempty"`
+	BlockedDomains []string `json:"blocked_domains,omitempty"`
+	// web_fetch only.
+	MaxContentTokens *int           `json:"max_content_tokens,omitempty"`
+	URLSources       *WebURLSources `json:"url_sources,omitempty"`
+	// web_search only: {"type":"approximate","city","region","country","timezone"}.
+	UserLocation json.RawMessage `json:"user_location,omitempty"`
+}
+
+// WebURLSources says which URLs web_fetch may fetch, by where the URL came from. Each filter is a JSON object
+// ({"type":"all"|"none"} or {"type":"only"|"except","tools":[...]}); null means not set (all).
+type WebURLSources struct {
+	UserInput         json.RawMessage `json:"user_input"`
+	ClientToolResults json.RawMessage `json:"client_tool_results"`
+	ServerToolResults json.RawMessage `json:"server_tool_results"`
 }
 
 // PermissionPolicy decides whether a tool call runs, asks, or is refused.

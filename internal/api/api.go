@@ -1,0 +1,250 @@
+// Package api is Corral's HTTP API: the Managed Agents endpoints (agents, environments, sessions, session events
+// and resources, the SSE event stream), wire-compatible with Anthropic's Claude Managed Agents API so that the
+// official SDKs work against Corral by changing only the base URL.
+//
+// It owns authentication, request validation, pagination, the mapping of errors to the Anthropic error envelope
+// and SSE framing. It only writes client events to the store and reads the log; it never calls the brain.
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// Defaults for Config.
+const (
+	DefaultMaxBodyBytes      = 8 << 20
+	DefaultHeartbeatInterval = 15 * time.Second
+	DefaultPollInterval      = time.Second
+)
+
+// Config configures the API server.
+type Config struct {
+	// Store holds every resource and the session logs. Required.
+	Store store.Store
+	// Logger receives request failures; nil discards.
+	Logger *slog.Logger
+	// Keys authenticates API keys. Nil means KeyAuth{Store: Store}: only keys kept in the store.
+	Keys Authenticator
+	// MaxBodyBytes caps request bodies (413 beyond it). Default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// HeartbeatInterval is how often an idle SSE stream gets a ": ping" comment. Default 15s.
+	HeartbeatInterval time.Duration
+	// PollInterval is how often SSE streams re-read the log when the store cannot notify across processes.
+	// Default 1s.
+	PollInterval time.Duration
+	// RateLimit is the sustained number of requests per second allowed per API key; 0 disables rate limiting.
+	RateLimit float64
+	// RateBurst is the token bucket size per key. Default max(1, 2*RateLimit).
+	RateBurst int
+}
+
+func (c *Config) validate() error {
+	if c.Store == nil {
+		return errors.New("api: Config.Store is required")
+	}
+	if c.MaxBodyBytes < 0 || c.HeartbeatInterval < 0 || c.PollInterval < 0 || c.RateLimit < 0 || c.RateBurst < 0 {
+		return errors.New("api: negative limits in Config")
+	}
+	return nil
+}
+
+// Server serves the API. It holds no state besides the rate limiter; every request goes to the store.
+type Server struct {
+	store     store.Store
+	log       *slog.Logger
+	keys      Authenticator
+	maxBody   int64
+	heartbeat time.Duration
+	poll      time.Duration
+	limiter   *rateLimiter
+	mux       *http.ServeMux
+	// now is the clock; tests may replace it.
+	now func() time.Time
+}
+
+// New builds a server from cfg. It panics if cfg is invalid (a programming error in the composition root).
+func New(cfg Config) *Server {
+	if err := cfg.validate(); err != nil {
+		panic(err)
+	}
+	s := &Server{
+		store:     cfg.Store,
+		log:       cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		keys:      cfg.Keys,
+		maxBody:   cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		heartbeat: cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval),
+		poll:      cmp.Or(cfg.PollInterval, DefaultPollInterval),
+		now:       apitype.Now,
+	}
+	if s.keys == nil {
+		s.keys = &KeyAuth{Store: cfg.Store}
+	}
+	if cfg.RateLimit > 0 {
+		s.limiter = newRateLimiter(cfg.RateLimit, cmp.Or(cfg.RateBurst, max(1, int(2*cfg.RateLimit))))
+	}
+	s.mux = http.NewServeMux()
+	s.routes()
+	return s
+}
+
+// Handler returns the HTTP handler of the API.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(s.serveHTTP)
+}
+
+// handlerFunc is an endpoint: it writes a response or returns an error, which serveErr maps to the envelope.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) routes() {
+	health := func(w http.ResponseWriter, r *http.Request) error {
+		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}
+	s.mux.Handle("GET /{$}", s.public(health))
+	s.mux.Handle("GET /healthz", s.public(health))
+
+	s.mux.Handle("POST /v1/agents", s.authed(s.agentCreate))
+	s.mux.Handle("GET /v1/agents", s.authed(s.agentList))
+	s.mux.Handle("GET /v1/agents/{agent_id}", s.authed(s.agentGet))
+	s.mux.Handle("POST /v1/agents/{agent_id}", s.authed(s.agentUpdate))
+	s.mux.Handle("POST /v1/agents/{agent_id}/archive", s.authed(s.agentArchive))
+	s.mux.Handle("GET /v1/agents/{agent_id}/versions", s.authed(s.agentVersionList))
+
+	s.mux.Handle("POST /v1/environments", s.authed(s.envCreate))
+	s.mux.Handle("GET /v1/environments", s.authed(s.envList))
+	s.mux.Handle("GET /v1/environments/{environment_id}", s.authed(s.envGet))
+	s.mux.Handle("POST /v1/environments/{environment_id}", s.authed(s.envUpdate))
+	s.mux.Handle("DELETE /v1/environments/{environment_id}", s.authed(s.envDelete))
+	s.mux.Handle("POST /v1/environments/{environment_id}/archive", s.authed(s.envArchive))
+
+	s.mux.Handle("POST /v1/sessions", s.authed(s.sessionCreate))
+	s.mux.Handle("GET /v1/sessions", s.authed(s.sessionList))
+	s.mux.Handle("GET /v1/sessions/{session_id}", s.authed(s.sessionGet))
+	s.mux.Handle("POST /v1/sessions/{session_id}", s.authed(s.sessionUpdate))
+	s.mux.Handle("DELETE /v1/sessions/{session_id}", s.authed(s.sessionDelete))
+	s.mux.Handle("POST /v1/sessions/{session_id}/archive", s.authed(s.sessionArchive))
+
+	s.mux.Handle("GET /v1/sessions/{session_id}/events", s.authed(s.eventList))
+	s.mux.Handle("POST /v1/sessions/{session_id}/events", s.authed(s.eventSend))
+	s.mux.Handle("GET /v1/sessions/{session_id}/events/stream", s.authed(s.eventStream))
+
+	s.mux.Handle("GET /v1/sessions/{session_id}/resources", s.authed(s.resourceList))
+	s.mux.Handle("POST /v1/sessions/{session_id}/resources", s.authed(s.resourceAdd))
+	s.mux.Handle("GET /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceGet))
+	s.mux.Handle("POST /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceUpdate))
+	s.mux.Handle("DELETE /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceDelete))
+}
+
+type ctxKey int
+
+const requestIDKey ctxKey = iota
+
+// requestID returns the id the request was given by serveHTTP.
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// serveHTTP is the outermost layer: it gives every request an id and a request-id header, recovers panics, and
+// answers unknown routes with the error envelope.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	id := apitype.NewID(apitype.PrefixRequest)
+	w.Header().Set("request-id", id)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
+	tw := &trackingWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("api: panic", "request_id", id, "method", r.Method, "path", r.URL.Path, "panic", v)
+			if !tw.wrote {
+				s.serveErr(tw, r, fmt.Errorf("panic: %v", v))
+			}
+		}
+	}()
+	// The mux's own 404 and 405 answers are plain text; answer every unknown route with the envelope instead.
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.serveErr(tw, r, &apiError{status: http.StatusNotFound, typ: apitype.ErrNotFound,
+			msg: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+		return
+	}
+	s.mux.ServeHTTP(tw, r)
+}
+
+// public serves an endpoint without authentication.
+func (s *Server) public(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.serveErr(w, r, err)
+		}
+	})
+}
+
+// authed serves an endpoint after authenticating the caller, rate limiting it and capping the body size.
+func (s *Server) authed(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.admit(w, r); err != nil {
+			s.serveErr(w, r, err)
+			return
+		}
+		if r.ContentLength > s.maxBody {
+			s.serveErr(w, r, errTooLarge(s.maxBody))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		if err := h(w, r); err != nil {
+			s.serveErr(w, r, err)
+		}
+	})
+}
+
+// admit authenticates the request and applies the rate limit.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) error {
+	key := presentedKey(r)
+	if key == "" {
+		return &apiError{status: http.StatusUnauthorized, typ: apitype.ErrAuthentication,
+			msg: "missing API key: send Authorization: Bearer <key> or x-api-key: <key>"}
+	}
+	keyID, err := s.keys.Authenticate(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	if s.limiter != nil {
+		if wait, ok := s.limiter.allow(keyID, time.Now()); !ok {
+			secs := int(wait/time.Second) + 1
+			w.Header().Set("retry-after", fmt.Sprint(secs))
+			return &apiError{status: http.StatusTooManyRequests, typ: apitype.ErrRateLimit,
+				msg: fmt.Sprintf("rate limit exceeded; retry in %d s", secs)}
+		}
+	}
+	return nil
+}
+
+// trackingWriter remembers whether a response was started, so a recovered panic does not write twice. It
+// passes Flush and deadlines through (SSE needs both).
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }

@@ -1,0 +1,189 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+)
+
+// decodeBody reads the request body, which must be one JSON object, and decodes it into v. Unknown fields are
+// rejected (the request types model every field the SDK sends). Every failure is a 4xx naming the field.
+func decodeBody(r *http.Request, v any) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
+// decodeJSON decodes one JSON object from body into v, strictly.
+func decodeJSON(body []byte, v any) error {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return invalid("", "request body is required")
+	}
+	if body[0] != '{' {
+		return invalid("", "request body must be a JSON object")
+	}
+	if !utf8.Valid(body) {
+		return invalid("", "request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return invalid("", "malformed JSON: unexpected data after the top-level object")
+	}
+	return nil
+}
+
+// jsonError turns an encoding/json error into a 400 that names the field.
+func jsonError(err error) error { return jsonErrorAt("", err) }
+
+// jsonErrorAt is jsonError for a value decoded at path p of the body.
+func jsonErrorAt(p string, err error) error {
+	var ae *apiError
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &syn):
+		return invalid(p, "malformed JSON at byte %d: %v", syn.Offset, syn)
+	case errors.As(err, &typ):
+		field := path(p, typ.Field)
+		if field == "" {
+			field = "body"
+		}
+		return invalid(field, "expected %s, got JSON %s", jsonTypeName(typ.Type.String()), typ.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return invalid(p, "malformed JSON: unexpected end of input")
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return invalid(path(p, strings.Trim(name, `"`)), "unknown field")
+	}
+	return invalid(p, "invalid JSON: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+// jsonTypeName names a Go type the way a JSON client thinks of it.
+func jsonTypeName(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "a boolean"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "float"):
+		return "a number"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case strings.HasPrefix(goType, "map["):
+		return "an object"
+	}
+	return "an object"
+}
+
+// nullable is a request field that distinguishes omitted, null and a value: "omit to preserve, null to clear".
+type nullable[T any] struct {
+	Set   bool // present in the body (possibly null)
+	Null  bool
+	Value T
+}
+
+// UnmarshalJSON implements json.Unmarshaler; it is called for null too.
+func (n *nullable[T]) UnmarshalJSON(b []byte) error {
+	n.Set = true
+	if string(bytes.TrimSpace(b)) == "null" {
+		n.Null = true
+		return nil
+	}
+	return json.Unmarshal(b, &n.Value)
+}
+
+// path joins a field path: path("events[0]", "content") = "events[0].content".
+func path(parent, field string) string {
+	if parent == "" {
+		return field
+	}
+	return parent + "." + field
+}
+
+// index is parent[i].
+func index(parent string, i int) string { return fmt.Sprintf("%s[%d]", parent, i) }
+
+// Metadata limits, as the hosted service enforces them.
+const (
+	maxMetadataPairs = 16
+	maxMetadataKey   = 64
+	maxMetadataValue = 512
+)
+
+// validateMetadata checks a full metadata bag.
+func validateMetadata(p string, m map[string]string) error {
+	if len(m) > maxMetadataPairs {
+		return invalid(p, "at most %d pairs", maxMetadataPairs)
+	}
+	for k, v := range m {
+		if err := validateMetadataPair(p, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateMetadataPair(p, k, v string) error {
+	if k == "" {
+		return invalid(p, "keys must not be empty")
+	}
+	if utf8.RuneCountInString(k) > maxMetadataKey {
+		return invalid(path(p, k), "key longer than %d characters", maxMetadataKey)
+	}
+	if utf8.RuneCountInString(v) > maxMetadataValue {
+		return invalid(path(p, k), "value longer than %d characters", maxMetadataValue)
+	}
+	return nil
+}
+
+// patchMetadata applies a metadata patch: a string upserts, null or "" deletes (the Go SDK cannot send null),
+// omitted keys are kept. The result is validated.
+func patchMetadata(p string, cur map[string]string, patch map[string]*string) (map[string]string, error) {
+	out := make(map[string]string, len(cur)+len(patch))
+	for k, v := range cur {
+		out[k] = v
+	}
+	for k, v := range patch {
+		if v == nil || *v == "" {
+			delete(out, k)
+			continue
+		}
+		if err := validateMetadataPair(p, k, *v); err != nil {
+			return nil, err
+		}
+		out[k] = *v
+	}
+	if err := validateMetadata(p, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkString validates a required or optional string's length in characters.
+func checkString(p, v string, required bool, maxLen int) error {
+	if v == "" {
+		if required {
+			return invalid(p, "required")
+		}
+		return nil
+	}
+	if n := utf8.RuneCountInString(v); maxLen > 0 && n > maxLen {
+		return invalid(p, "longer than %d characters", maxLen)
+	}
+	return nil
+}

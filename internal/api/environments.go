@@ -1,0 +1,397 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// Environment config types.
+const (
+	envCloud      = "cloud"
+	envSelfHosted = "self_hosted"
+)
+
+type envCreateRequest struct {
+	Name        string            `json:"name"`
+	Description *string           `json:"description"`
+	Config      json.RawMessage   `json:"config"`
+	Scope       string            `json:"scope"`
+	Metadata    map[string]string `json:"metadata"`
+}
+
+type envUpdateRequest struct {
+	Name        nullable[string]          `json:"name"`
+	Description nullable[string]          `json:"description"`
+	Config      nullable[json.RawMessage] `json:"config"`
+	Scope       nullable[string]          `json:"scope"`
+	Metadata    map[string]*string        `json:"metadata"`
+}
+
+type envConfigIn struct {
+	Type       string          `json:"type"`
+	Networking json.RawMessage `json:"networking"`
+	Packages   *packagesIn     `json:"packages"`
+}
+
+type networkingIn struct {
+	Type                 string   `json:"type"`
+	AllowedHosts         []string `json:"allowed_hosts"`
+	AllowMCPServers      *bool    `json:"allow_mcp_servers"`
+	AllowPackageManagers *bool    `json:"allow_package_managers"`
+}
+
+// packagesIn lists packages per manager; a nil list is "omitted" (kept on update).
+type packagesIn struct {
+	Type  string   `json:"type"`
+	Apt   []string `json:"apt"`
+	Cargo []string `json:"cargo"`
+	Gem   []string `json:"gem"`
+	Go    []string `json:"go"`
+	Npm   []string `json:"npm"`
+	Pip   []string `json:"pip"`
+}
+
+var hostRE = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:[0-9]{1,5})?$`)
+
+// defaultEnvConfig is a cloud environment with unrestricted networking and no packages.
+func defaultEnvConfig() apitype.EnvConfig {
+	return apitype.EnvConfig{Type: envCloud, Networking: &apitype.Networking{Type: "unrestricted"},
+		Packages: emptyPackages()}
+}
+
+func emptyPackages() *apitype.Packages {
+	return &apitype.Packages{Type: "packages", Apt: []string{}, Cargo: []string{}, Gem: []string{}, Go: []string{},
+		Npm: []string{}, Pip: []string{}}
+}
+
+// resolveEnvConfig validates «EnvConfigIn» and merges it over prev (nil on create): on update, omitted fields
+// keep their value and the type may not change.
+func resolveEnvConfig(p string, raw json.RawMessage, prev *apitype.EnvConfig) (apitype.EnvConfig, error) {
+	var in envConfigIn
+	if err := strictUnmarshal(p, raw, &in); err != nil {
+		return apitype.EnvConfig{}, err
+	}
+	if in.Type == "" {
+		return apitype.EnvConfig{}, invalid(path(p, "type"), "required")
+	}
+	if in.Type != envCloud && in.Type != envSelfHosted {
+		return apitype.EnvConfig{}, invalid(path(p, "type"), `must be "cloud" or "self_hosted"`)
+	}
+	if prev != nil && prev.Type != in.Type {
+		return apitype.EnvConfig{}, invalidCode("invalid_config_type_change",
+			"config.type: cannot change an environment from %s to %s", prev.Type, in.Type)
+	}
+	if in.Type == envSelfHosted {
+		if !isNull(in.Networking) || in.Packages != nil {
+			return apitype.EnvConfig{}, invalid(p, "self_hosted environments take no networking or packages")
+		}
+		return apitype.EnvConfig{Type: envSelfHosted}, nil
+	}
+	out := defaultEnvConfig()
+	if prev != nil && prev.Type == envCloud {
+		out = cloneEnvConfig(*prev)
+	}
+	if !isNull(in.Networking) {
+		n, err := resolveNetworking(path(p, "networking"), in.Networking)
+		if err != nil {
+			return apitype.EnvConfig{}, err
+		}
+		out.Networking = n
+	}
+	if in.Packages != nil {
+		pp := path(p, "packages")
+		if in.Packages.Type != "" && in.Packages.Type != "packages" {
+			return apitype.EnvConfig{}, invalid(path(pp, "type"), `must be "packages"`)
+		}
+		for _, f := range []struct {
+			key string
+			in  []string
+			dst *[]string
+		}{
+			{"apt", in.Packages.Apt, &out.Packages.Apt}, {"cargo", in.Packages.Cargo, &out.Packages.Cargo},
+			{"gem", in.Packages.Gem, &out.Packages.Gem}, {"go", in.Packages.Go, &out.Packages.Go},
+			{"npm", in.Packages.Npm, &out.Packages.Npm}, {"pip", in.Packages.Pip, &out.Packages.Pip},
+		} {
+			if f.in == nil {
+				continue
+			}
+			if len(f.in) > 256 {
+				return apitype.EnvConfig{}, invalid(path(pp, f.key), "at most 256 packages")
+			}
+			for j, pkg := range f.in {
+				if err := checkString(index(path(pp, f.key), j), pkg, true, 256); err != nil {
+					return apitype.EnvConfig{}, err
+				}
+			}
+			*f.dst = append([]string{}, f.in...)
+		}
+	}
+	n := out.Networking
+	if n.Type == "limited" && (n.AllowPackageManagers == nil || !*n.AllowPackageManagers) && hasPackages(out.Packages) {
+		return apitype.EnvConfig{}, invalid(path(p, "networking.allow_package_managers"),
+			"must be true when packages are listed with limited networking")
+	}
+	return out, nil
+}
+
+func resolveNetworking(p string, raw json.RawMessage) (*apitype.Networking, error) {
+	var in networkingIn
+	if err := strictUnmarshal(p, raw, &in); err != nil {
+		return nil, err
+	}
+	switch in.Type {
+	case "unrestricted":
+		if in.AllowedHosts != nil || in.AllowMCPServers != nil || in.AllowPackageManagers != nil {
+			return nil, invalid(p, "unrestricted networking takes no other fields")
+		}
+		return &apitype.Networking{Type: "unrestricted"}, nil
+	case "limited":
+		if len(in.AllowedHosts) > 256 {
+			return nil, invalid(path(p, "allowed_hosts"), "at most 256 hosts")
+		}
+		for i, h := range in.AllowedHosts {
+			if !hostRE.MatchString(h) {
+				return nil, invalid(index(path(p, "allowed_hosts"), i), "invalid host %q", h)
+			}
+		}
+		f := false
+		n := &apitype.Networking{Type: "limited", AllowedHosts: append([]string{}, in.AllowedHosts...),
+			AllowMCPServers: &f, AllowPackageManagers: new(bool)}
+		if in.AllowMCPServers != nil {
+			n.AllowMCPServers = in.AllowMCPServers
+		}
+		if in.AllowPackageManagers != nil {
+			n.AllowPackageManagers = in.AllowPackageManagers
+		}
+		return n, nil
+	case "":
+		return nil, invalid(path(p, "type"), "required")
+	}
+	return nil, invalid(path(p, "type"), `must be "unrestricted" or "limited"`)
+}
+
+func hasPackages(p *apitype.Packages) bool {
+	return p != nil && len(p.Apt)+len(p.Cargo)+len(p.Gem)+len(p.Go)+len(p.Npm)+len(p.Pip) > 0
+}
+
+func cloneEnvConfig(c apitype.EnvConfig) apitype.EnvConfig {
+	out := c
+	if c.Networking != nil {
+		n := *c.Networking
+		n.AllowedHosts = append([]string{}, c.Networking.AllowedHosts...)
+		out.Networking = &n
+	} else {
+		out.Networking = &apitype.Networking{Type: "unrestricted"}
+	}
+	if c.Packages != nil {
+		pk := *c.Packages
+		out.Packages = &pk
+	} else {
+		out.Packages = emptyPackages()
+	}
+	return out
+}
+
+// environmentView is the response form of an environment: the config fully resolved, as «EnvConfig».
+type environmentView struct {
+	apitype.Environment
+	Config map[string]any `json:"config"` // shadows Environment.Config
+}
+
+func viewEnvironment(e *apitype.Environment) environmentView {
+	if e.Metadata == nil {
+		e.Metadata = map[string]string{}
+	}
+	return environmentView{Environment: *e, Config: envConfigView(e.Config)}
+}
+
+func envConfigView(c apitype.EnvConfig) map[string]any {
+	if c.Type == envSelfHosted {
+		return map[string]any{"type": envSelfHosted}
+	}
+	c = cloneEnvConfig(c)
+	net := map[string]any{"type": c.Networking.Type}
+	if c.Networking.Type == "limited" {
+		net["allowed_hosts"] = c.Networking.AllowedHosts
+		net["allow_mcp_servers"] = c.Networking.AllowMCPServers != nil && *c.Networking.AllowMCPServers
+		net["allow_package_managers"] = c.Networking.AllowPackageManagers != nil && *c.Networking.AllowPackageManagers
+	}
+	pk := c.Packages
+	for _, l := range []*[]string{&pk.Apt, &pk.Cargo, &pk.Gem, &pk.Go, &pk.Npm, &pk.Pip} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	pk.Type = "packages"
+	return map[string]any{"type": envCloud, "networking": net, "packages": pk}
+}
+
+func checkScope(p, scope string) error {
+	if scope != "organization" && scope != "account" {
+		return invalid(p, `must be "organization" or "account"`)
+	}
+	return nil
+}
+
+func (s *Server) envCreate(w http.ResponseWriter, r *http.Request) error {
+	var req envCreateRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if err := checkString("name", req.Name, true, maxNameLen); err != nil {
+		return err
+	}
+	e := &apitype.Environment{Type: "environment", Name: req.Name, Scope: "organization",
+		Config: defaultEnvConfig(), Metadata: req.Metadata}
+	if req.Description != nil {
+		if err := checkString("description", *req.Description, false, maxDescriptionLen); err != nil {
+			return err
+		}
+		e.Description = req.Description
+	}
+	if !isNull(req.Config) {
+		cfg, err := resolveEnvConfig("config", req.Config, nil)
+		if err != nil {
+			return err
+		}
+		e.Config = cfg
+	}
+	if req.Scope != "" {
+		if err := checkScope("scope", req.Scope); err != nil {
+			return err
+		}
+		e.Scope = req.Scope
+	}
+	if err := validateMetadata("metadata", req.Metadata); err != nil {
+		return err
+	}
+	if e.Metadata == nil {
+		e.Metadata = map[string]string{}
+	}
+	now := s.now()
+	e.ID = apitype.NewID(apitype.PrefixEnvironment)
+	e.CreatedAt, e.UpdatedAt = now, now
+	if err := s.store.EnvironmentCreate(r.Context(), e); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, viewEnvironment(e))
+}
+
+func (s *Server) envGet(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("environment_id")
+	e, err := s.store.EnvironmentGet(r.Context(), id)
+	if err != nil {
+		return lookup(err, "environment", id)
+	}
+	return writeJSON(w, http.StatusOK, viewEnvironment(e))
+}
+
+func (s *Server) envUpdate(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("environment_id")
+	var req envUpdateRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	now := s.now()
+	e, err := s.store.EnvironmentUpdate(r.Context(), id, func(e *apitype.Environment) error {
+		if e.ArchivedAt != nil {
+			return invalidCode("environment_archived", "environment %s is archived and cannot be updated", id)
+		}
+		if req.Name.Set {
+			if req.Name.Null {
+				return invalid("name", "cannot be cleared")
+			}
+			if err := checkString("name", req.Name.Value, true, maxNameLen); err != nil {
+				return err
+			}
+			e.Name = req.Name.Value
+		}
+		if req.Description.Set {
+			if req.Description.Null {
+				e.Description = nil
+			} else {
+				if err := checkString("description", req.Description.Value, false, maxDescriptionLen); err != nil {
+					return err
+				}
+				d := req.Description.Value
+				e.Description = &d
+			}
+		}
+		if req.Config.Set && !req.Config.Null {
+			cfg, err := resolveEnvConfig("config", req.Config.Value, &e.Config)
+			if err != nil {
+				return err
+			}
+			e.Config = cfg
+		}
+		if req.Scope.Set && !req.Scope.Null {
+			if err := checkScope("scope", req.Scope.Value); err != nil {
+				return err
+			}
+			e.Scope = req.Scope.Value
+		}
+		if req.Metadata != nil {
+			md, err := patchMetadata("metadata", e.Metadata, req.Metadata)
+			if err != nil {
+				return err
+			}
+			e.Metadata = md
+		}
+		e.UpdatedAt = now
+		return nil
+	})
+	if err != nil {
+		return lookup(err, "environment", id)
+	}
+	return writeJSON(w, http.StatusOK, viewEnvironment(e))
+}
+
+func (s *Server) envList(w http.ResponseWriter, r *http.Request) error {
+	p, limit, c, err := listParams(newQuery(r.URL), defaultLimit, maxLimit)
+	if err != nil {
+		return err
+	}
+	p.Desc = true
+	data, next, _, err := listByCreated(p, limit, c, false,
+		func(p *store.ListParams) ([]apitype.Environment, error) {
+			return s.store.EnvironmentList(r.Context(), p)
+		},
+		func(e *apitype.Environment) (time.Time, string) { return e.CreatedAt, e.ID })
+	if err != nil {
+		return err
+	}
+	views := make([]environmentView, len(data))
+	for i := range data {
+		views[i] = viewEnvironment(&data[i])
+	}
+	return writeJSON(w, http.StatusOK, listPage[environmentView]{Data: views, NextPage: next})
+}
+
+func (s *Server) envDelete(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("environment_id")
+	if err := s.store.EnvironmentDelete(r.Context(), id); err != nil {
+		return lookup(err, "environment", id)
+	}
+	return writeJSON(w, http.StatusOK, map[string]string{"id": id, "type": "environment_deleted"})
+}
+
+func (s *Server) envArchive(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("environment_id")
+	now := s.now()
+	e, err := s.store.EnvironmentUpdate(r.Context(), id, func(e *apitype.Environment) error {
+		if e.ArchivedAt == nil {
+			e.ArchivedAt = &now
+			e.UpdatedAt = now
+		}
+		return nil
+	})
+	if err != nil {
+		return lookup(err, "environment", id)
+	}
+	return writeJSON(w, http.StatusOK, viewEnvironment(e))
+}

@@ -1,0 +1,300 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	gopath "path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// Resource types.
+const (
+	resGitHub = "github_repository"
+	resFile   = "file"
+)
+
+const maxResourcesPerSession = 100
+
+// parseResource validates «ResourceIn». Mount paths default as the hosted service's do. The repository
+// authorization_token is accepted but not kept: Corral's git proxy takes repository credentials from the vault.
+func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool) (apitype.Resource, error) {
+	typ, err := typeOf(p, raw)
+	if err != nil {
+		return apitype.Resource{}, err
+	}
+	res := apitype.Resource{ID: apitype.NewID(apitype.PrefixResource), Type: typ, CreatedAt: now, UpdatedAt: now}
+	switch typ {
+	case resGitHub:
+		if !allowRepo {
+			return res, invalid(path(p, "type"), "only file resources can be added to an existing session")
+		}
+		var in struct {
+			Type               string          `json:"type"`
+			URL                string          `json:"url"`
+			MountPath          string          `json:"mount_path"`
+			Checkout           json.RawMessage `json:"checkout"`
+			AuthorizationToken string          `json:"authorization_token"`
+		}
+		if err := strictUnmarshal(p, raw, &in); err != nil {
+			return res, err
+		}
+		name, err := repoName(path(p, "url"), in.URL)
+		if err != nil {
+			return res, err
+		}
+		res.URL = in.URL
+		res.MountPath = in.MountPath
+		if res.MountPath == "" {
+			res.MountPath = "/workspace/" + name
+		}
+		if !isNull(in.Checkout) {
+			if res.Checkout, err = parseCheckout(path(p, "checkout"), in.Checkout); err != nil {
+				return res, err
+			}
+		}
+	case resFile:
+		var in struct {
+			Type      string `json:"type"`
+			FileID    string `json:"file_id"`
+			MountPath string `json:"mount_path"`
+		}
+		if err := strictUnmarshal(p, raw, &in); err != nil {
+			return res, err
+		}
+		if err := checkString(path(p, "file_id"), in.FileID, true, 256); err != nil {
+			return res, err
+		}
+		if strings.ContainsAny(in.FileID, "/\\") {
+			return res, invalid(path(p, "file_id"), "invalid file id %q", in.FileID)
+		}
+		res.FileID = in.FileID
+		res.MountPath = in.MountPath
+		if res.MountPath == "" {
+			res.MountPath = "/mnt/session/uploads/" + in.FileID
+		}
+	case "memory_store":
+		return res, invalid(path(p, "type"), "memory_store resources are not supported by this server")
+	case "":
+		return res, invalid(path(p, "type"), "required")
+	default:
+		return res, invalid(path(p, "type"), "unknown resource type %q", typ)
+	}
+	if err := checkMount(path(p, "mount_path"), res.MountPath); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// repoName checks a repository URL (https, host, owner/repo) and returns the repository's name.
+func repoName(p, s string) (string, error) {
+	if s == "" {
+		return "", invalid(p, "required")
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+		return "", invalid(p, "must be an https URL of a repository, without credentials")
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if len(parts) < 2 || parts[0] == "" || parts[len(parts)-1] == "" {
+		return "", invalid(p, "must name a repository, e.g. https://github.com/owner/repo")
+	}
+	name := strings.TrimSuffix(parts[len(parts)-1], ".git")
+	if name == "" || name == "." || name == ".." {
+		return "", invalid(p, "must name a repository")
+	}
+	return name, nil
+}
+
+func parseCheckout(p string, raw json.RawMessage) (json.RawMessage, error) {
+	var in struct {
+		Type string `json:"type"`
+		Name string `json:"name,omitempty"`
+		SHA  string `json:"sha,omitempty"`
+	}
+	if err := strictUnmarshal(p, raw, &in); err != nil {
+		return nil, err
+	}
+	switch in.Type {
+	case "branch":
+		if in.SHA != "" {
+			return nil, invalid(path(p, "sha"), "not allowed for a branch checkout")
+		}
+		if err := checkString(path(p, "name"), in.Name, true, 255); err != nil {
+			return nil, err
+		}
+		if strings.HasPrefix(in.Name, "-") || strings.ContainsAny(in.Name, " ~^:?*[\\") || strings.Contains(in.Name, "..") {
+			return nil, invalid(path(p, "name"), "invalid branch name %q", in.Name)
+		}
+	case "commit":
+		if in.Name != "" {
+			return nil, invalid(path(p, "name"), "not allowed for a commit checkout")
+		}
+		if len(in.SHA) < 7 || len(in.SHA) > 64 || strings.Trim(strings.ToLower(in.SHA), "0123456789abcdef") != "" {
+			return nil, invalid(path(p, "sha"), "must be a hexadecimal commit id")
+		}
+	default:
+		return nil, invalid(path(p, "type"), `must be "branch" or "commit"`)
+	}
+	out, _ := json.Marshal(in)
+	return out, nil
+}
+
+// checkMount checks a mount path: absolute, clean, and not the root.
+func checkMount(p, m string) error {
+	if len(m) > 1024 {
+		return invalid(p, "longer than 1024 characters")
+	}
+	if !strings.HasPrefix(m, "/") || gopath.Clean(m) != m || m == "/" || strings.ContainsAny(m, "\x00\n") {
+		return invalid(p, "must be a clean absolute path other than /, got %q", m)
+	}
+	return nil
+}
+
+// checkMountPath rejects a mount path that another resource of the session already uses.
+func checkMountPath(p string, existing []apitype.Resource, m string) error {
+	if len(existing) >= maxResourcesPerSession {
+		return invalid(p, "a session has at most %d resources", maxResourcesPerSession)
+	}
+	for _, r := range existing {
+		if r.MountPath == m {
+			return invalid(path(p, "mount_path"), "%q is already used by resource %s", m, r.ID)
+		}
+	}
+	return nil
+}
+
+func (s *Server) resourceList(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session_id")
+	q := newQuery(r.URL)
+	limit, err := q.limit(maxResourceLimit, maxResourceLimit)
+	if err != nil {
+		return err
+	}
+	c, err := q.page()
+	if err != nil {
+		return err
+	}
+	sess, err := s.store.SessionGet(r.Context(), id)
+	if err != nil {
+		return lookup(err, "session", id)
+	}
+	all := sess.Resources
+	if c != nil {
+		if c.ID == "" {
+			return invalid("page", "invalid page token")
+		}
+		i := slices.IndexFunc(all, func(res apitype.Resource) bool { return res.ID == c.ID })
+		if i < 0 {
+			return invalid("page", "the page token's resource no longer exists; list from the start")
+		}
+		all = all[i+1:]
+	}
+	data, more := trim(all, limit)
+	if data == nil {
+		data = []apitype.Resource{}
+	}
+	var next *string
+	if more {
+		next = cursor{ID: data[len(data)-1].ID}.encode()
+	}
+	return writeJSON(w, http.StatusOK, listPage[apitype.Resource]{Data: data, NextPage: next})
+}
+
+func (s *Server) resourceGet(w http.ResponseWriter, r *http.Request) error {
+	id, rid := r.PathValue("session_id"), r.PathValue("resource_id")
+	sess, err := s.store.SessionGet(r.Context(), id)
+	if err != nil {
+		return lookup(err, "session", id)
+	}
+	i := slices.IndexFunc(sess.Resources, func(res apitype.Resource) bool { return res.ID == rid })
+	if i < 0 {
+		return notFound("session resource", rid)
+	}
+	return writeJSON(w, http.StatusOK, sess.Resources[i])
+}
+
+func (s *Server) resourceAdd(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session_id")
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if err := decodeJSON(body, new(json.RawMessage)); err != nil {
+		return err
+	}
+	now := s.now()
+	res, err := parseResource("", body, now, false)
+	if err != nil {
+		return err
+	}
+	_, err = s.store.SessionUpdate(r.Context(), id, func(sess *apitype.Session) error {
+		if sess.Status == apitype.StatusTerminated {
+			return invalid("", "session %s is terminated", id)
+		}
+		if err := checkMountPath("", sess.Resources, res.MountPath); err != nil {
+			return err
+		}
+		sess.Resources = append(sess.Resources, res)
+		sess.UpdatedAt = now
+		return nil
+	})
+	if err != nil {
+		return lookup(err, "session", id)
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) resourceUpdate(w http.ResponseWriter, r *http.Request) error {
+	id, rid := r.PathValue("session_id"), r.PathValue("resource_id")
+	var req struct {
+		AuthorizationToken *string `json:"authorization_token"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if req.AuthorizationToken == nil || *req.AuthorizationToken == "" {
+		return invalid("authorization_token", "required")
+	}
+	now := s.now()
+	var out apitype.Resource
+	_, err := s.store.SessionUpdate(r.Context(), id, func(sess *apitype.Session) error {
+		i := slices.IndexFunc(sess.Resources, func(res apitype.Resource) bool { return res.ID == rid })
+		if i < 0 {
+			return notFound("session resource", rid)
+		}
+		if sess.Resources[i].Type != resGitHub {
+			return invalid("authorization_token", "only github_repository resources take an authorization token")
+		}
+		sess.Resources[i].UpdatedAt = now
+		sess.UpdatedAt = now
+		out = sess.Resources[i]
+		return nil
+	})
+	if err != nil {
+		return lookup(err, "session", id)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) resourceDelete(w http.ResponseWriter, r *http.Request) error {
+	id, rid := r.PathValue("session_id"), r.PathValue("resource_id")
+	now := s.now()
+	_, err := s.store.SessionUpdate(r.Context(), id, func(sess *apitype.Session) error {
+		i := slices.IndexFunc(sess.Resources, func(res apitype.Resource) bool { return res.ID == rid })
+		if i < 0 {
+			return notFound("session resource", rid)
+		}
+		sess.Resources = slices.Delete(sess.Resources, i, i+1)
+		sess.UpdatedAt = now
+		return nil
+	})
+	if err != nil {
+		return lookup(err, "session", id)
+	}
+	return writeJSON(w, http.StatusOK, map[string]string{"id": rid, "type": "session_resource_deleted"})
+}

@@ -1,0 +1,479 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+const maxTitleLen = 512
+
+var sessionStatuses = []string{apitype.StatusRescheduling, apitype.StatusRunning, apitype.StatusIdle,
+	apitype.StatusTerminated}
+
+// sessionCreateRequest is the body of POST /v1/sessions.
+type sessionCreateRequest struct {
+	Agent         json.RawMessage   `json:"agent"`
+	EnvironmentID string            `json:"environment_id"`
+	Title         *string           `json:"title"`
+	InitialEvents []json.RawMessage `json:"initial_events"`
+	Resources     []json.RawMessage `json:"resources"`
+	VaultIDs      []string          `json:"vault_ids"`
+	Budget        json.RawMessage   `json:"budget"`
+	Metadata      map[string]string `json:"metadata"`
+}
+
+// agentRef is the parsed "agent" of a session create: a reference and optional overrides.
+type agentRef struct {
+	ID         string
+	Version    int
+	System     nullable[string]
+	Model      json.RawMessage
+	Tools      nullable[[]json.RawMessage]
+	MCPServers nullable[[]json.RawMessage]
+	Skills     nullable[[]json.RawMessage]
+}
+
+func parseAgentRef(p string, raw json.RawMessage) (agentRef, error) {
+	if isNull(raw) {
+		return agentRef{}, invalid(p, "required")
+	}
+	var ref agentRef
+	if raw = bytes.TrimSpace(raw); raw[0] == '"' {
+		if err := json.Unmarshal(raw, &ref.ID); err != nil {
+			return ref, invalid(p, "expected an agent id or an object")
+		}
+	} else {
+		typ, err := typeOf(p, raw)
+		if err != nil {
+			return ref, err
+		}
+		switch typ {
+		case "agent":
+			var in struct {
+				Type    string `json:"type"`
+				ID      string `json:"id"`
+				Version *int   `json:"version"`
+			}
+			if err := strictUnmarshal(p, raw, &in); err != nil {
+				return ref, err
+			}
+			ref.ID = in.ID
+			if in.Version != nil {
+				if *in.Version < 1 {
+					return ref, invalid(path(p, "version"), "must be >= 1")
+				}
+				ref.Version = *in.Version
+			}
+		case "agent_with_overrides":
+			var in struct {
+				Type       string                      `json:"type"`
+				ID         string                      `json:"id"`
+				Version    *int                        `json:"version"`
+				System     nullable[string]            `json:"system"`
+				Model      json.RawMessage             `json:"model"`
+				Tools      nullable[[]json.RawMessage] `json:"tools"`
+				MCPServers nullable[[]json.RawMessage] `json:"mcp_servers"`
+				Skills     nullable[[]json.RawMessage] `json:"skills"`
+			}
+			if err := strictUnmarshal(p, raw, &in); err != nil {
+				return ref, err
+			}
+			ref = agentRef{ID: in.ID, System: in.System, Model: in.Model, Tools: in.Tools, MCPServers: in.MCPServers,
+				Skills: in.Skills}
+			if in.Version != nil {
+				if *in.Version < 1 {
+					return ref, invalid(path(p, "version"), "must be >= 1")
+				}
+				ref.Version = *in.Version
+			}
+		case "":
+			return ref, invalid(path(p, "type"), "required")
+		default:
+			return ref, invalid(path(p, "type"), `must be "agent" or "agent_with_overrides"`)
+		}
+	}
+	if ref.ID == "" {
+		return ref, invalid(path(p, "id"), "required")
+	}
+	return ref, nil
+}
+
+// snapshot builds the session's agent from the stored agent and the overrides.
+func (ref *agentRef) snapshot(p string, a *apitype.Agent) (apitype.SessionAgent, error) {
+	normalizeAgent(a)
+	sa := apitype.SessionAgent{Type: "agent", ID: a.ID, Version: a.Version, Name: a.Name,
+		Description: a.Description, System: a.System, Model: a.Model, Tools: a.Tools, MCPServers: a.MCPServers,
+		Skills: a.Skills, ExecutionIdentity: a.ExecutionIdentity, Multiagent: a.Multiagent}
+	var err error
+	if ref.System.Set {
+		if err := checkString(path(p, "system"), ref.System.Value, false, maxSystemLen); err != nil {
+			return sa, err
+		}
+		sa.System = ref.System.Value
+	}
+	if !isNull(ref.Model) {
+		if sa.Model, err = parseModel(path(p, "model"), ref.Model, &a.Model); err != nil {
+			return sa, err
+		}
+	}
+	if ref.MCPServers.Set {
+		if sa.MCPServers, err = resolveMCPServers(path(p, "mcp_servers"), ref.MCPServers.Value); err != nil {
+			return sa, err
+		}
+	}
+	if ref.Tools.Set {
+		if sa.Tools, err = resolveTools(path(p, "tools"), ref.Tools.Value, sa.MCPServers); err != nil {
+			return sa, err
+		}
+	} else if ref.MCPServers.Set {
+		if err := checkToolServers(sa.Tools, sa.MCPServers); err != nil {
+			return sa, err
+		}
+	}
+	if ref.Skills.Set {
+		if sa.Skills, err = resolveSkills(path(p, "skills"), ref.Skills.Value); err != nil {
+			return sa, err
+		}
+	}
+	return sa, nil
+}
+
+var amountRE = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})$`)
+
+// resolveBudget validates «BudgetIn» and returns it compacted.
+func resolveBudget(p string, raw json.RawMessage) (json.RawMessage, error) {
+	var in struct {
+		Type        string `json:"type"`
+		MaxListCost *struct {
+			Amount   string `json:"amount"`
+			Currency string `json:"currency"`
+		} `json:"max_list_cost"`
+	}
+	if err := strictUnmarshal(p, raw, &in); err != nil {
+		return nil, err
+	}
+	if in.Type != "limit" {
+		return nil, invalid(path(p, "type"), `must be "limit"`)
+	}
+	if in.MaxListCost == nil {
+		return nil, invalid(path(p, "max_list_cost"), "required")
+	}
+	if !amountRE.MatchString(in.MaxListCost.Amount) {
+		return nil, invalid(path(p, "max_list_cost.amount"), "must be an integer amount in minor units, as a string")
+	}
+	if in.MaxListCost.Currency != "USD" {
+		return nil, invalid(path(p, "max_list_cost.currency"), `must be "USD"`)
+	}
+	out, _ := json.Marshal(in)
+	return out, nil
+}
+
+// normalizeSession fills the response-only parts of a session: empty collections and the live duration.
+func normalizeSession(sess *apitype.Session, now time.Time) {
+	sess.Type = "session"
+	if sess.Resources == nil {
+		sess.Resources = []apitype.Resource{}
+	}
+	if sess.VaultIDs == nil {
+		sess.VaultIDs = []string{}
+	}
+	if sess.Metadata == nil {
+		sess.Metadata = map[string]string{}
+	}
+	if sess.OutcomeEvaluations == nil {
+		sess.OutcomeEvaluations = []json.RawMessage{}
+	}
+	a := &sess.Agent
+	if a.Tools == nil {
+		a.Tools = []apitype.Tool{}
+	}
+	if a.MCPServers == nil {
+		a.MCPServers = []apitype.MCPServer{}
+	}
+	if a.Skills == nil {
+		a.Skills = []apitype.SkillRef{}
+	}
+	if len(a.Multiagent) == 0 {
+		a.Multiagent = nil
+	}
+	if len(sess.Budget) == 0 {
+		sess.Budget = nil
+	}
+	if sess.Status != apitype.StatusTerminated {
+		sess.Stats.DurationSeconds = max(0, now.Sub(sess.CreatedAt).Seconds())
+	}
+}
+
+func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
+	var req sessionCreateRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	ref, err := parseAgentRef("agent", req.Agent)
+	if err != nil {
+		return err
+	}
+	if req.EnvironmentID == "" {
+		return invalid("environment_id", "required")
+	}
+	now := s.now()
+	sess := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession),
+		EnvironmentID: req.EnvironmentID, Status: apitype.StatusIdle, Metadata: req.Metadata,
+		VaultIDs: req.VaultIDs, CreatedAt: now, UpdatedAt: now}
+	if req.Title != nil {
+		if err := checkString("title", *req.Title, false, maxTitleLen); err != nil {
+			return err
+		}
+		sess.Title = req.Title
+	}
+	if err := validateMetadata("metadata", req.Metadata); err != nil {
+		return err
+	}
+	for i, v := range req.VaultIDs {
+		if err := checkString(index("vault_ids", i), v, true, 256); err != nil {
+			return err
+		}
+	}
+	if !isNull(req.Budget) {
+		if sess.Budget, err = resolveBudget("budget", req.Budget); err != nil {
+			return err
+		}
+	}
+	for i, raw := range req.Resources {
+		res, err := parseResource(index("resources", i), raw, now, true)
+		if err != nil {
+			return err
+		}
+		if err := checkMountPath(index("resources", i), sess.Resources, res.MountPath); err != nil {
+			return err
+		}
+		sess.Resources = append(sess.Resources, res)
+	}
+	if len(req.InitialEvents) > maxInitialEvents {
+		return invalid("initial_events", "at most %d events", maxInitialEvents)
+	}
+	initial := make([]apitype.NewEvent, 0, len(req.InitialEvents))
+	for i, raw := range req.InitialEvents {
+		ce, err := parseClientEvent(index("initial_events", i), raw,
+			[]string{apitype.EventUserMessage, apitype.EventUserDefineOutcome})
+		if err != nil {
+			return err
+		}
+		initial = append(initial, ce.ev)
+	}
+
+	a, err := s.store.AgentGet(r.Context(), &store.AgentGetParams{ID: ref.ID, Version: ref.Version})
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			if ref.Version > 0 {
+				return invalid("agent.version", "agent %s has no version %d", ref.ID, ref.Version)
+			}
+			return notFound("agent", ref.ID)
+		}
+		return err
+	}
+	if a.ArchivedAt != nil {
+		return invalid("agent", "agent %s is archived", ref.ID)
+	}
+	if sess.Agent, err = ref.snapshot("agent", a); err != nil {
+		return err
+	}
+	env, err := s.store.EnvironmentGet(r.Context(), req.EnvironmentID)
+	if err != nil {
+		return lookup(err, "environment", req.EnvironmentID)
+	}
+	if env.ArchivedAt != nil {
+		return invalidCode("environment_archived", "environment_id: environment %s is archived", env.ID)
+	}
+	created, _, err := s.store.SessionCreate(r.Context(), &store.SessionCreateParams{Session: sess, InitialEvents: initial})
+	if err != nil {
+		return err
+	}
+	normalizeSession(created, s.now())
+	return writeJSON(w, http.StatusOK, created)
+}
+
+func (s *Server) sessionGet(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session_id")
+	sess, err := s.store.SessionGet(r.Context(), id)
+	if err != nil {
+		return lookup(err, "session", id)
+	}
+	normalizeSession(sess, s.now())
+	return writeJSON(w, http.StatusOK, sess)
+}
+
+// sessionUpdateRequest is the body of POST /v1/sessions/{id}.
+type sessionUpdateRequest struct {
+	Title    nullable[string]          `json:"title"`
+	Metadata map[string]*string        `json:"metadata"`
+	Agent    nullable[json.RawMessage] `json:"agent"`
+	Budget   nullable[json.RawMessage] `json:"budget"`
+	VaultIDs nullable[[]string]        `json:"vault_ids"`
+}
+
+func (s *Server) sessionUpdate(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session_id")
+	var req sessionUpdateRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if req.VaultIDs.Set {
+		return invalid("vault_ids", "cannot be changed after the session is created")
+	}
+	var agentUpd struct {
+		Tools      nullable[[]json.RawMessage] `json:"tools"`
+		MCPServers nullable[[]json.RawMessage] `json:"mcp_servers"`
+	}
+	if req.Agent.Set {
+		if req.Agent.Null {
+			return invalid("agent", "cannot be cleared")
+		}
+		if err := strictUnmarshal("agent", req.Agent.Value, &agentUpd); err != nil {
+			return err
+		}
+	}
+	var budget json.RawMessage
+	if req.Budget.Set && !req.Budget.Null {
+		var err error
+		if budget, err = resolveBudget("budget", req.Budget.Value); err != nil {
+			return err
+		}
+	}
+	now := s.now()
+	sess, err := s.store.SessionUpdate(r.Context(), id, func(sess *apitype.Session) error {
+		if req.Title.Set {
+			if req.Title.Null {
+				sess.Title = nil
+			} else {
+				if err := checkString("title", req.Title.Value, false, maxTitleLen); err != nil {
+					return err
+				}
+				t := req.Title.Value
+				sess.Title = &t
+			}
+		}
+		if req.Metadata != nil {
+			md, err := patchMetadata("metadata", sess.Metadata, req.Metadata)
+			if err != nil {
+				return err
+			}
+			sess.Metadata = md
+		}
+		if req.Agent.Set && (agentUpd.Tools.Set || agentUpd.MCPServers.Set) {
+			if sess.Status == apitype.StatusRunning {
+				return invalid("agent", "cannot change the agent's tools while the session is running")
+			}
+			servers := sess.Agent.MCPServers
+			var err error
+			if agentUpd.MCPServers.Set {
+				if servers, err = resolveMCPServers("agent.mcp_servers", agentUpd.MCPServers.Value); err != nil {
+					return err
+				}
+			}
+			tools := sess.Agent.Tools
+			if agentUpd.Tools.Set {
+				if tools, err = resolveTools("agent.tools", agentUpd.Tools.Value, servers); err != nil {
+					return err
+				}
+			} else if err := checkToolServers(tools, servers); err != nil {
+				return err
+			}
+			sess.Agent.Tools, sess.Agent.MCPServers = tools, servers
+		}
+		if req.Budget.Set {
+			if sess.Status == apitype.StatusTerminated {
+				return invalid("budget", "session is terminated")
+			}
+			if len(sess.Budget) == 0 || string(sess.Budget) == "null" {
+				if !req.Budget.Null {
+					return invalidCode("budget_create_only", "budget: can only be set when the session is created")
+				}
+			} else {
+				sess.Budget = budget
+			}
+		}
+		sess.UpdatedAt = now
+		return nil
+	})
+	if err != nil {
+		return lookup(err, "session", id)
+	}
+	normalizeSession(sess, s.now())
+	return writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {
+	q := newQuery(r.URL)
+	lp, limit, c, err := listParams(q, defaultLimit, maxLimit)
+	if err != nil {
+		return err
+	}
+	if lp.Desc, err = q.desc(true); err != nil {
+		return err
+	}
+	p := store.SessionListParams{ListParams: lp, AgentID: q.str("agent_id"), Statuses: q.list("statuses")}
+	if p.AgentVersion, err = q.intParam("agent_version"); err != nil {
+		return err
+	}
+	if p.AgentVersion > 0 && p.AgentID == "" {
+		return invalid("agent_version", "requires agent_id")
+	}
+	for i, st := range p.Statuses {
+		if !slices.Contains(sessionStatuses, st) {
+			return invalid(index("statuses", i), "unknown status %q", st)
+		}
+	}
+	// Corral has no deployments and no memory-store resources: those filters match nothing.
+	if q.str("deployment_id") != "" || q.str("memory_store_id") != "" {
+		return writeJSON(w, http.StatusOK, biPage[apitype.Session]{Data: []apitype.Session{}})
+	}
+	data, next, prev, err := listByCreated(p.ListParams, limit, c, true,
+		func(lp *store.ListParams) ([]apitype.Session, error) {
+			sp := p
+			sp.ListParams = *lp
+			return s.store.SessionList(r.Context(), &sp)
+		},
+		func(sess *apitype.Session) (time.Time, string) { return sess.CreatedAt, sess.ID })
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	for i := range data {
+		normalizeSession(&data[i], now)
+	}
+	return writeJSON(w, http.StatusOK, biPage[apitype.Session]{Data: data, NextPage: next, PrevPage: prev})
+}
+
+func (s *Server) sessionArchive(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session_id")
+	now := s.now()
+	sess, err := s.store.SessionUpdate(r.Context(), id, func(sess *apitype.Session) error {
+		if sess.ArchivedAt == nil {
+			sess.ArchivedAt = &now
+			sess.UpdatedAt = now
+		}
+		return nil
+	})
+	if err != nil {
+		return lookup(err, "session", id)
+	}
+	normalizeSession(sess, s.now())
+	return writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *Server) sessionDelete(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("session_id")
+	if err := s.store.SessionDelete(r.Context(), id); err != nil {
+		return lookup(err, "session", id)
+	}
+	return writeJSON(w, http.StatusOK, map[string]string{"id": id, "type": "session_deleted"})
+}

@@ -1,0 +1,194 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// streamBatch is how many events the stream reads from the log at a time.
+const streamBatch = 500
+
+// eventStream serves GET /v1/sessions/{id}/events/stream: Server-Sent Events read from the log.
+//
+// It subscribes before it fixes its position, so no append is lost between the two. Without Last-Event-ID it
+// sends only events appended after the stream opened, like the hosted service; with Last-Event-ID (an event id
+// or a sequence number, Corral's extension) it first replays every event after that one, so a client that
+// reconnects misses nothing. It also polls when the store cannot notify across processes, sends ": ping"
+// comments when idle, and ends with a session.deleted event when the session is deleted.
+func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id := r.PathValue("session_id")
+	if _, err := s.store.SessionGet(ctx, id); err != nil {
+		return lookup(err, "session", id)
+	}
+	wake, unsubscribe := s.store.Subscribe(id)
+	defer unsubscribe()
+	pos, err := s.streamStart(ctx, id, r.Header.Get("Last-Event-ID"))
+	if err != nil {
+		return err
+	}
+
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's write timeout; not every writer can
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return nil
+	}
+
+	heartbeat := time.NewTicker(s.heartbeat)
+	defer heartbeat.Stop()
+	var poll <-chan time.Time
+	if !s.store.Capabilities().CrossProcessNotify {
+		t := time.NewTicker(s.poll)
+		defer t.Stop()
+		poll = t.C
+	}
+	sse := &sseWriter{w: w, rc: rc}
+	for {
+		done, err := s.streamDrain(ctx, sse, id, &pos)
+		if done || err != nil {
+			if err != nil && ctx.Err() == nil {
+				s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session_id", id, "err", err)
+				sse.error(apitype.ErrorEnvelope{Type: "error", RequestID: requestID(ctx),
+					Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-poll:
+		case <-heartbeat.C:
+			if sse.comment("ping") != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// streamStart resolves where the stream begins: after the Last-Event-ID, or after the current end of the log.
+func (s *Server) streamStart(ctx context.Context, sessionID, lastEventID string) (int64, error) {
+	lastEventID = strings.TrimSpace(lastEventID)
+	if lastEventID != "" {
+		if seq, err := strconv.ParseInt(lastEventID, 10, 64); err == nil {
+			if seq < 0 {
+				return 0, invalid("Last-Event-ID", "must be an event id or a sequence number >= 0")
+			}
+			return seq, nil
+		}
+		ev, err := s.store.EventGet(ctx, sessionID, lastEventID)
+		if errors.Is(err, store.ErrNotFound) {
+			return 0, invalid("Last-Event-ID", "no event %q in session %s", lastEventID, sessionID)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("event %s: %w", lastEventID, err)
+		}
+		return ev.Seq, nil
+	}
+	tail, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, Desc: true, Limit: 1})
+	if err != nil {
+		return 0, lookup(err, "session", sessionID)
+	}
+	if len(tail) == 0 {
+		return 0, nil
+	}
+	return tail[0].Seq, nil
+}
+
+// streamDrain writes every event after *pos. done means the stream is over: the session was deleted or
+// terminated, or the client went away.
+func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID string, pos *int64) (done bool, err error) {
+	for {
+		events, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, AfterSeq: *pos,
+			Limit: streamBatch})
+		if errors.Is(err, store.ErrNotFound) {
+			now := s.now()
+			_ = sse.event(apitype.Event{ID: apitype.NewID(apitype.PrefixEvent), Type: apitype.EventSessionDeleted,
+				SessionID: sessionID, CreatedAt: now, ProcessedAt: &now, Data: json.RawMessage("{}")})
+			return true, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		for _, ev := range events {
+			if err := sse.event(ev); err != nil {
+				return true, nil
+			}
+			*pos = ev.Seq
+			if ev.Type == apitype.EventSessionDeleted || ev.Type == apitype.EventSessionStatusTerminated {
+				return true, nil
+			}
+		}
+		if len(events) < streamBatch {
+			return false, nil
+		}
+	}
+}
+
+// sseWriter frames Server-Sent Events and flushes after each.
+type sseWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+// event writes "id: <id>\nevent: <type>\ndata: <json>\n\n".
+func (s *sseWriter) event(ev apitype.Event) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return s.frame(ev.ID, ev.Type, data)
+}
+
+func (s *sseWriter) error(env apitype.ErrorEnvelope) {
+	data, _ := json.Marshal(env) // the envelope always encodes
+	_ = s.frame("", "error", data)
+}
+
+// comment writes ": text\n\n", which clients ignore; it keeps proxies and idle timeouts at bay.
+func (s *sseWriter) comment(text string) error {
+	if _, err := io.WriteString(s.w, ": "+text+"\n\n"); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+func (s *sseWriter) frame(id, typ string, data []byte) error {
+	var b bytes.Buffer
+	if id != "" {
+		b.WriteString("id: " + sseField(id) + "\n")
+	}
+	b.WriteString("event: " + sseField(typ) + "\n")
+	// JSON from encoding/json has no raw newlines, but split defensively so a frame can never be broken.
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		b.WriteString("data: ")
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	if _, err := s.w.Write(b.Bytes()); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+// sseField strips line breaks from a header-like SSE field.
+func sseField(s string) string {
+	return strings.NewReplacer("\r", "", "\n", "").Replace(s)
+}
