@@ -975,3 +975,88 @@ func TestTwoBrainsNeverShareASession(t *testing.T) {
 		t.Error("two brains worked one session at once")
 	}
 }
+
+func TestPromptTooLongCompactsAndRetries(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.Script(
+		modeltest.Turn{Text: "first answer"},
+		modeltest.Turn{Err: modeltest.PromptTooLong()},
+		modeltest.Turn{Text: "SUMMARY-1"},
+		modeltest.Turn{Text: "second answer"},
+	)
+	f.start(f.config())
+	id := f.session()
+	f.say(id, "one")
+	f.waitIdle(id, 1)
+	f.say(id, "two")
+	evs := f.waitIdle(id, 2)
+	assertTypes(t, evs[6:], userMsg, running, start, end, start, end, compacted, start, agentMsg, end, idle)
+	if span := decode[apitype.SpanModelRequestEnd](t, evs[9]); !span.IsError {
+		t.Errorf("too-long span = %+v", span)
+	}
+	last := f.srv.Requests()[3]
+	if len(last.Messages) != 1 || !strings.Contains(last.Messages[0].Content[0].Text, "SUMMARY-1") || !strings.HasSuffix(last.LastUserText(), "two") {
+		t.Errorf("request after forced compaction = %+v", last.Messages)
+	}
+}
+
+func TestInterruptWhileRequiresAction(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_c", Name: "lookup"}}},
+		modeltest.Turn{Text: "Never mind then."},
+	)
+	f.start(f.config())
+	id := f.session(apitype.Tool{Type: apitype.ToolTypeCustom, Name: "lookup", Description: "Look up", InputSchema: json.RawMessage(`{"type":"object"}`)})
+	f.say(id, "look it up")
+	f.waitIdle(id, 1)
+	f.send(id, interrupt, apitype.UserInterrupt{})
+	evs := f.waitIdle(id, 2)
+	assertTypes(t, evs, userMsg, running, start, customUse, end, idle, interrupt, toolResult, idle)
+	if res := decode[apitype.AgentToolResult](t, evs[7]); res.ToolUseID != evs[3].ID || !res.IsError || resultText(res) != "interrupted by the user" {
+		t.Errorf("result = %+v", res)
+	}
+	if r := stopReason(t, evs[8]); r.Type != apitype.StopEndTurn {
+		t.Errorf("stop_reason = %+v", r)
+	}
+
+	// The next message starts a turn whose history is valid: the interrupted call has its result.
+	f.say(id, "something else")
+	evs = f.waitIdle(id, 3)
+	assertTypes(t, evs[9:], userMsg, running, start, agentMsg, end, idle)
+	req := f.srv.Requests()[1]
+	last := req.Messages[len(req.Messages)-1]
+	if len(last.Content) != 2 || last.Content[0].ToolUseID != "toolu_c" || last.Content[1].Text != "something else" {
+		t.Errorf("last turn = %+v", last)
+	}
+}
+
+func TestThinkingKeptForTheModel(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.Script(
+		modeltest.Turn{Thinking: "I should list files.", Signature: "sig-1", ToolUses: []modeltest.ToolUse{{ID: "toolu_1", Name: "glob", Input: `{"pattern":"*"}`}}},
+		modeltest.Turn{Text: "Two files."},
+	)
+	cfg := f.config()
+	cfg.MaxTokens, cfg.ThinkingBudget = 4096, 1024
+	f.start(cfg)
+	id := f.session(toolset)
+	f.say(id, "what is here?")
+	evs := f.waitIdle(id, 1)
+	assertTypes(t, evs, userMsg, running, start, apitype.EventAgentThinking, toolUse, end, toolResult, start, agentMsg, end, idle)
+	if th := decode[apitype.AgentThinking](t, evs[3]); th.Thinking != "I should list files." || th.Signature != "sig-1" {
+		t.Errorf("agent.thinking = %+v", th)
+	}
+	req := f.srv.Requests()[1]
+	if req.Thinking == nil || req.Thinking.BudgetTokens != 1024 {
+		t.Errorf("thinking param = %+v", req.Thinking)
+	}
+	asst := req.Messages[1]
+	if asst.Role != "assistant" || len(asst.Content) != 2 || asst.Content[0].Type != "thinking" ||
+		asst.Content[0].Signature != "sig-1" || asst.Content[1].ID != "toolu_1" {
+		t.Errorf("assistant turn replayed as %+v", asst)
+	}
+}

@@ -71,7 +71,11 @@ func (r *run) request(force bool) (*model.Request, error) {
 	if !force && estimateTokens(req) <= r.compactLimit() {
 		return req, nil
 	}
-	compacted, err := r.compact(turns)
+	keep := r.compactLimit() / 3
+	if force {
+		keep = 0 // the estimate was wrong: keep as little as possible verbatim
+	}
+	compacted, err := r.compact(turns, keep)
 	if err != nil || !compacted {
 		return req, err
 	}
@@ -95,9 +99,9 @@ const (
 // compact summarises the older part of the conversation with the model and appends
 // agent.thread_context_compacted with the summary and the last sequence number it covers. The most recent turns
 // stay verbatim; a tool call is never separated from its result. The log itself is not rewritten. It reports
-// false when there is nothing to compact.
-func (r *run) compact(turns []transcriptTurn) (bool, error) {
-	split := compactionSplit(turns, r.compactLimit()/3)
+// false when there is nothing to compact. The kept turns fit in keepTokens where a valid cut allows it.
+func (r *run) compact(turns []transcriptTurn, keepTokens int) (bool, error) {
+	split := compactionSplit(turns, keepTokens)
 	if split <= 0 {
 		return false, nil
 	}
@@ -119,6 +123,11 @@ func (r *run) compact(turns []transcriptTurn) (bool, error) {
 		if b.Type == model.BlockText {
 			summary.WriteString(b.Text)
 		}
+	}
+	if strings.TrimSpace(summary.String()) == "" {
+		// An empty summary would drop the history: keep the conversation as it is.
+		_, err := r.append("", r.addUsage(resp.Usage), spanEnd(startID, false, resp.Usage))
+		return false, err
 	}
 	upTo := int64(0)
 	for _, t := range turns[:split] {
