@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) { sandboxtest.Run(t, newProvider, sandboxtest
 
 func TestRedTeam(t *testing.T) { sandboxtest.RunRedTeam(t, newProvider) }
 
-func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider) }
+func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider, sandboxtest.Options{}) }
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 

@@ -12,8 +12,9 @@ import (
 
 // RunLimits checks that a fork bomb and a memory hog are contained in their sandbox and reported to the model,
 // while the server and another session's sandbox stay healthy. Run it for every backend that enforces
-// sandbox.Limits.
-func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+// sandbox.Limits. Under gVisor (opts.NoHostProcesses) the kernel's OOM killer kills the whole sandbox, not one
+// process in it, which must then be reported as the sandbox's death.
+func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Options) {
 	limits := sandbox.Limits{Pids: 64, MemoryBytes: 128 << 20, CommandTimeout: 20 * time.Second}
 	p := newPool(t, newProvider, 0)
 	limited := func(c *sandbox.Call) *sandbox.Call { c.Recipe.Limits = limits; return c }
@@ -44,6 +45,16 @@ func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		}
 	})
 	t.Run("MemoryHog", func(t *testing.T) {
+		if opts.NoHostProcesses {
+			res, err := p.Execute(context.Background(), limited(bash("hog", "tail /dev/zero; echo status $?")))
+			if !errors.Is(err, sandbox.ErrSandboxDead) || !strings.Contains(text(res), "ran out of memory (limit 128 MiB)") {
+				t.Fatalf("memory hog: %v %q", err, text(res))
+			}
+			if got := mustRun(t, p, limited(bash("hog", "echo fresh"))); got != "fresh" {
+				t.Errorf("after memory hog: %q", got)
+			}
+			return
+		}
 		got := mustFail(t, p, limited(bash("hog", "tail /dev/zero; echo status $?")))
 		if !strings.Contains(got, "memory limit of 128 MiB") {
 			t.Errorf("memory hog result: %q", got)

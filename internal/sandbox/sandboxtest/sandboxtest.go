@@ -64,6 +64,9 @@ type Options struct {
 	// NotIsolated marks a backend without isolation (process): the isolation checks are skipped and paths are
 	// host paths.
 	NotIsolated bool
+	// NoHostProcesses marks a backend whose sandboxed processes are not host processes (gVisor): the test that
+	// kills a sandbox's processes from the host is skipped.
+	NoHostProcesses bool
 }
 
 // WorkspaceRoot returns a new directory for workspaces whose ancestors sandbox uids can search.

@@ -1,0 +1,55 @@
+// Package gvisor is the sandbox backend on gVisor: runsc, an OCI runtime with a user-space kernel, runs the
+// same bundle as package oci (one container per session, the agent as its process). Debian's runsc (2022)
+// cannot serve here (statx always fails with EINVAL); a current runsc is needed, e.g.
+// `go install gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237`.
+package gvisor
+
+import (
+	"cmp"
+	"fmt"
+	"os/exec"
+
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/oci"
+)
+
+// Config configures the Provider.
+type Config struct {
+	// Runsc is the runsc binary; default "runsc" on PATH.
+	Runsc string
+	// Platform is runsc's --platform; default "systrap".
+	Platform string
+	// OCI is the rest of the configuration (AgentPath is required); Runtime, RuntimeArgs and Name are set here.
+	OCI oci.Config
+}
+
+// Provider provisions gVisor containers.
+type Provider struct {
+	*oci.Provider
+}
+
+var _ sandbox.Provider = (*Provider)(nil)
+
+// Available reports whether runsc exists.
+func Available(runsc string) error {
+	if _, err := exec.LookPath(cmp.Or(runsc, "runsc")); err != nil {
+		return fmt.Errorf("gvisor: runsc not found: %w", err)
+	}
+	return nil
+}
+
+// New returns a Provider for cfg.
+func New(cfg Config) (*Provider, error) {
+	c := cfg.OCI
+	c.Runtime = cmp.Or(cfg.Runsc, "runsc")
+	c.Name = "gvisor"
+	// The sandbox has only loopback; it reaches the egress proxy through the bound Unix socket, which gVisor
+	// lets it open (--host-uds=open). --oci-seccomp applies the bundle's seccomp profile inside the sandbox
+	// too (no nested user namespaces).
+	c.RuntimeArgs = append([]string{"--platform=" + cmp.Or(cfg.Platform, "systrap"), "--network=none", "--host-uds=open", "--oci-seccomp"}, c.RuntimeArgs...)
+	p, err := oci.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
+	}
+	return &Provider{p}, nil
+}

@@ -1,0 +1,48 @@
+package gvisor_test
+
+import (
+	"cmp"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/gvisor"
+	"github.com/corralhq/corral/internal/sandbox/oci"
+	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+)
+
+var agentPath string
+
+func TestMain(m *testing.M) { sandboxtest.Main(m, &agentPath) }
+
+// runsc is the runsc to test: $CORRAL_RUNSC, or runsc on PATH.
+var runsc = cmp.Or(os.Getenv("CORRAL_RUNSC"), "runsc")
+
+func newProvider(t testing.TB) sandbox.Provider {
+	t.Helper()
+	sandboxtest.Require(t, "gvisor", gvisor.Available(runsc))
+	root := t.TempDir()
+	// runsc --network=none leaves a namespace file mounted in its root.
+	t.Cleanup(func() { _ = syscall.Unmount(filepath.Join(root, "null-netns"), syscall.MNT_DETACH) })
+	p, err := gvisor.New(gvisor.Config{Runsc: runsc, OCI: oci.Config{AgentPath: agentPath, StateDir: t.TempDir(), RuntimeRoot: root}})
+	if err != nil {
+		sandboxtest.Require(t, "gvisor", err)
+	}
+	return p
+}
+
+func TestConformance(t *testing.T) {
+	sandboxtest.Run(t, newProvider, sandboxtest.Options{NoHostProcesses: true})
+}
+
+func TestRedTeam(t *testing.T) { sandboxtest.RunRedTeam(t, newProvider) }
+
+func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
+
+func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
+
+func TestLimits(t *testing.T) {
+	sandboxtest.RunLimits(t, newProvider, sandboxtest.Options{NoHostProcesses: true})
+}
