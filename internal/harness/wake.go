@@ -474,6 +474,9 @@ func (r *run) execute(u *toolUse) error {
 		ev = toolResult(u.ev.ID, true, msgInterrupted)
 	case r.ctx.Err() != nil:
 		return context.Cause(r.ctx)
+	case err != nil && len(res.Content) > 0:
+		// The hands explained the failure for the model.
+		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: res.Content, IsError: true})
 	case err != nil:
 		ev = toolResult(u.ev.ID, true, fmt.Sprintf("The sandbox failed while running this tool, so its outcome is unknown (%v). The next tool call gets a fresh sandbox.", err))
 	default:

@@ -1,0 +1,65 @@
+package harness_test
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/process"
+	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+)
+
+// TestProcessSandbox runs built-in tools in real hands: the Pool over the process backend, provisioned lazily on
+// the first tool call.
+func TestProcessSandbox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the sandbox agent")
+	}
+	t.Parallel()
+	agentPath, err := sandboxtest.BuildAgent(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider, err := process.New(process.Config{AgentPath: agentPath, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: provider, WorkspaceRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pool.Stop() })
+
+	f := newFixture(t)
+	f.srv.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_w", Name: "write", Input: `{"file_path":"notes/hello.txt","content":"hello from the model\n"}`}}},
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_r", Name: "bash", Input: `{"command":"cat notes/hello.txt"}`}}},
+		modeltest.Turn{Text: "The file says hello."},
+	)
+	cfg := f.config()
+	cfg.Hands = pool
+	f.start(cfg)
+	id := f.session(toolset)
+	f.say(id, "write a note and read it back")
+
+	evs := f.waitIdle(id, 1)
+	assertTypes(t, evs, userMsg, running, start, toolUse, end,
+		apitype.EventSpanSandboxProvisionStart, apitype.EventSpanSandboxProvisionEnd, toolResult,
+		start, toolUse, end, toolResult, start, agentMsg, end, idle)
+	if pe := decode[apitype.SandboxProvisionEnd](t, evs[6]); pe.Backend != "process" || pe.IsError || pe.ProvisionStartID != evs[5].ID {
+		t.Errorf("provision end = %+v", pe)
+	}
+	if res := decode[apitype.AgentToolResult](t, evs[7]); res.IsError {
+		t.Errorf("write = %+v", res)
+	}
+	res := decode[apitype.AgentToolResult](t, evs[11])
+	if res.IsError || strings.TrimSpace(resultText(res)) != "hello from the model" {
+		t.Errorf("bash = %+v", res)
+	}
+	if tr := lastToolResult(t, f.srv.Requests()[2]); tr.ToolUseID != "toolu_r" || strings.TrimSpace(blockText(tr)) != "hello from the model" {
+		t.Errorf("model saw %+v", tr)
+	}
+}
