@@ -199,3 +199,20 @@ func userText(text string) anthropic.BetaManagedAgentsEventParamsUnion {
 		{OfText: &anthropic.BetaManagedAgentsTextBlockParam{Text: text}},
 	})
 }
+
+// httpServer serves an API built from cfg and returns its URL.
+func httpServer(t *testing.T, cfg api.Config) string {
+	t.Helper()
+	srv := httptest.NewServer(api.New(cfg).Handler())
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv.URL
+}
+
+// deafStore is a store whose subscriptions never fire, like a store written to by another process without
+// cross-process notification.
+type deafStore struct{ store.Store }
+
+func (deafStore) Subscribe(string) (<-chan struct{}, func()) { return make(chan struct{}), func() {} }

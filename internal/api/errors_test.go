@@ -1,0 +1,154 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+
+	for _, path := range []string{"/", "/healthz"} {
+		status, hdr, body := h.do("GET", path, "", "Authorization", "")
+		if status != http.StatusOK || !strings.HasPrefix(hdr.Get("request-id"), "req_") {
+			t.Errorf("GET %s: %d %s", path, status, body)
+		}
+	}
+	status, hdr, body := h.do("GET", "/v1/agents", "", "Authorization", "")
+	var env envelope
+	decodeRaw(t, string(body), &env)
+	if status != http.StatusUnauthorized || env.Type != "error" || env.Error.Type != apitype.ErrAuthentication ||
+		env.RequestID != hdr.Get("request-id") || env.RequestID == "" {
+		t.Fatalf("no key: %d %s", status, body)
+	}
+
+	noKey := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(h.srv.URL),
+		option.WithAPIKey("wrong"), option.WithMaxRetries(0))
+	_, err := noKey.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{})
+	wantAPIError(t, err, http.StatusUnauthorized, apitype.ErrAuthentication)
+
+	// x-api-key works as well as Bearer; unknown query parameters and beta headers are ignored.
+	status, _, body = h.do("GET", "/v1/agents?beta=true&whatever=1", "", "Authorization", "", "x-api-key", testKey,
+		"anthropic-beta", "future-beta-2099-01-01,managed-agents-2026-04-01", "anthropic-version", "2099-01-01")
+	if status != http.StatusOK {
+		t.Fatalf("x-api-key: %d %s", status, body)
+	}
+
+	// Keys kept in the store are looked up by the hash of the presented key, until revoked.
+	secret := apitype.NewAPIKeySecret()
+	key := &apitype.APIKey{ID: apitype.NewID(apitype.PrefixAPIKey), Name: "ci", Hash: apitype.HashAPIKey(secret),
+		Hint: secret[len(secret)-4:], CreatedAt: apitype.Now()}
+	if err := h.store.APIKeyCreate(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	stored := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(h.srv.URL),
+		option.WithAPIKey(secret), option.WithMaxRetries(0))
+	if _, err := stored.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{}); err != nil {
+		t.Fatalf("stored key: %v", err)
+	}
+	if err := h.store.APIKeyRevoke(ctx, key.ID, apitype.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = stored.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{})
+	wantAPIError(t, err, http.StatusUnauthorized, apitype.ErrAuthentication)
+}
+
+func TestMalformedRequests(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *api.Config) { c.MaxBodyBytes = 1 << 10 })
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		typ                      string
+	}{
+		{"malformed json", "POST", "/v1/agents", `{"name":`, 400, apitype.ErrInvalidRequest},
+		{"not an object", "POST", "/v1/agents", `[1,2]`, 400, apitype.ErrInvalidRequest},
+		{"trailing data", "POST", "/v1/agents", `{"name":"a","model":"m"} {}`, 400, apitype.ErrInvalidRequest},
+		{"empty body", "POST", "/v1/environments", ``, 400, apitype.ErrInvalidRequest},
+		{"oversized", "POST", "/v1/agents", `{"name":"` + strings.Repeat("a", 2<<10) + `","model":"m"}`, 413, apitype.ErrRequestTooLarge},
+		{"unknown agent", "GET", "/v1/agents/agent_nope", ``, 404, apitype.ErrNotFound},
+		{"unknown route", "GET", "/v1/nothing", ``, 404, apitype.ErrNotFound},
+		{"bad limit", "GET", "/v1/agents?limit=1000", ``, 400, apitype.ErrInvalidRequest},
+		{"bad time", "GET", "/v1/agents?created_at[gte]=yesterday", ``, 400, apitype.ErrInvalidRequest},
+		{"bad version", "GET", "/v1/agents/agent_x?version=0", ``, 400, apitype.ErrInvalidRequest},
+		{"bad cursor", "GET", "/v1/environments?page=page", ``, 400, apitype.ErrInvalidRequest},
+		{"events bad cursor", "GET", "/v1/sessions/sesn_x/events?page=eyJ0IjoxfQ", ``, 400, apitype.ErrInvalidRequest},
+		{"resource of unknown session", "GET", "/v1/sessions/sesn_x/resources/sesrsc_x", ``, 404, apitype.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, hdr, body := h.do(tc.method, tc.path, tc.body)
+			var env envelope
+			decodeRaw(t, string(body), &env)
+			if status != tc.status || env.Error.Type != tc.typ || env.Error.Message == "" ||
+				!strings.Contains(hdr.Get("Content-Type"), "application/json") {
+				t.Fatalf("%d %s, want %d %s", status, body, tc.status, tc.typ)
+			}
+		})
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *api.Config) { c.RateLimit, c.RateBurst = 0.001, 2 })
+	ctx := ctxT(t)
+	for range 2 {
+		if _, err := h.client.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := h.client.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{})
+	aerr := wantAPIError(t, err, http.StatusTooManyRequests, apitype.ErrRateLimit)
+	if aerr.Response.Header.Get("retry-after") == "" {
+		t.Error("no retry-after header")
+	}
+	// Health checks are not rate limited.
+	if status, _, _ := h.do("GET", "/healthz", ""); status != http.StatusOK {
+		t.Errorf("healthz: %d", status)
+	}
+}
+
+// panicStore panics on AgentGet and fails EnvironmentGet, to exercise the 500 paths.
+type panicStore struct{ store.Store }
+
+func (panicStore) AgentGet(context.Context, *store.AgentGetParams) (*apitype.Agent, error) {
+	panic("boom")
+}
+
+func (panicStore) EnvironmentGet(context.Context, string) (*apitype.Environment, error) {
+	return nil, context.DeadlineExceeded
+}
+
+func TestInternalErrors(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	url := httpServer(t, api.Config{Store: panicStore{h.store}, Keys: &api.KeyAuth{Static: testKey}})
+	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(url), option.WithAPIKey(testKey),
+		option.WithMaxRetries(0), option.WithRequestTimeout(5*time.Second))
+	ctx := ctxT(t)
+	_, err := client.Beta.Agents.Get(ctx, "agent_x", anthropic.BetaAgentGetParams{})
+	aerr := wantAPIError(t, err, http.StatusInternalServerError, apitype.ErrAPI)
+	if strings.Contains(aerr.Message, "boom") {
+		t.Errorf("panic leaked to the client: %q", aerr.Message)
+	}
+	_, err = client.Beta.Environments.Get(ctx, "env_x", anthropic.BetaEnvironmentGetParams{})
+	aerr = wantAPIError(t, err, http.StatusInternalServerError, apitype.ErrAPI)
+	if strings.Contains(aerr.Message, "deadline") {
+		t.Errorf("cause leaked to the client: %q", aerr.Message)
+	}
+	// The server survives.
+	if _, err := client.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{}); err != nil {
+		t.Fatalf("after panic: %v", err)
+	}
+}
