@@ -179,8 +179,12 @@ func (b *Brain) worker(ctx context.Context) {
 	for {
 		l, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL})
 		if err == nil {
-			if err := b.work(ctx, l); err != nil && ctx.Err() == nil {
-				b.cfg.Logger.Warn("session work ended", "session_id", l.SessionID, "err", err)
+			switch err := b.work(ctx, l); {
+			case err == nil || ctx.Err() != nil:
+			case errors.Is(err, store.ErrLeaseLost):
+				b.cfg.Logger.Info("session taken over by another brain", "session_id", l.SessionID)
+			default:
+				b.cfg.Logger.Warn("session work failed; retried when its lease expires", "session_id", l.SessionID, "err", err)
 			}
 			continue
 		}

@@ -40,7 +40,9 @@ type run struct {
 	tools *toolset
 	usage apitype.SessionUsage
 	tail  *tail
-	st    *state
+	// seenSeq is the last sequence number the current state was derived from: a client event after it may not
+	// have been acted on yet.
+	seenSeq int64
 }
 
 // loop works the session until its turn is over and no newer wake-up arrived, or the work is cancelled.
@@ -303,7 +305,7 @@ func (r *run) step() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	r.st = st
+	r.seenSeq = r.tail.lastSeq
 
 	// 1. An interrupt jumps the queue.
 	if ints := st.unprocessedOf(apitype.EventUserInterrupt); len(ints) > 0 {
@@ -538,7 +540,7 @@ var errWatchDone = errors.New("harness: operation finished")
 // arriving meanwhile just queue.
 func (r *run) watchInterrupts() (context.Context, func() bool) {
 	ctx, cancel := context.WithCancelCause(r.ctx)
-	after := r.tail.lastSeq
+	after := r.seenSeq
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		wake, unsubscribe := r.b.cfg.Store.Subscribe(r.sess.ID)
