@@ -33,6 +33,9 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 			s.hub.NotifyRunnable()
 		}
 	})
+	if isConstraint(err) {
+		err = store.ErrConflict // a duplicate event id
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: append to session %s: %w", p.SessionID, err)
 	}

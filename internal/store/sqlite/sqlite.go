@@ -73,8 +73,14 @@ func (c *config) validate() error {
 type Store struct {
 	rdb *sql.DB // read-only pool
 	wdb *sql.DB // the single writer connection, used only by the writer goroutine (and Open)
+	cdb *sql.DB // the checkpointer's connection
+
 	hub *store.Hub
 	cfg config
+
+	checkpointNeeded chan struct{} // the writer committed; coalesced
+	stopCheckpoints  chan struct{}
+	checkpointerDone chan struct{}
 
 	reqs chan *writeReq
 
@@ -96,7 +102,7 @@ type Store struct {
 }
 
 // Open opens (creating if needed) the database named by dsn, "sqlite://PATH" or a plain path, applies the
-// embedded migrations and starts the writer goroutine. Close releases it.
+// embedded migrations and starts the writer and checkpointer goroutines. Close releases it.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	cfg := config{
 		readers:     max(4, runtime.GOMAXPROCS(0)),
@@ -120,8 +126,10 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 
 	busy := strconv.FormatInt(cfg.busyTimeout.Milliseconds(), 10)
-	wdb, err := sql.Open("sqlite", path+"?_busy_timeout="+busy+
-		"&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=1&_txlock=immediate")
+	// The writer never checkpoints (wal_autocheckpoint(0)): the checkpointer goroutine does, off its path. Its page
+	// cache (32 MiB) keeps the pages that appends touch in memory.
+	wdb, err := sql.Open("sqlite", path+"?_busy_timeout="+busy+"&_journal_mode=WAL&_synchronous=FULL"+
+		"&_foreign_keys=1&_txlock=immediate&_pragma=wal_autocheckpoint(0)&_pragma=cache_size(-32768)")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open writer: %w", err)
 	}
@@ -147,16 +155,29 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open readers: %w", err)
 	}
 
+	cdb, err := sql.Open("sqlite", path+"?_busy_timeout="+busy+"&_synchronous=FULL")
+	if err != nil {
+		rdb.Close()
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: open checkpointer: %w", err)
+	}
+	cdb.SetMaxOpenConns(1)
+
 	s := &Store{
-		rdb:        rdb,
-		wdb:        wdb,
-		hub:        store.NewHub(),
-		cfg:        cfg,
-		reqs:       make(chan *writeReq, cfg.maxBatch),
-		writerDone: make(chan struct{}),
-		wstmts:     map[string]*sql.Stmt{},
+		rdb:              rdb,
+		wdb:              wdb,
+		cdb:              cdb,
+		hub:              store.NewHub(),
+		cfg:              cfg,
+		checkpointNeeded: make(chan struct{}, 1),
+		stopCheckpoints:  make(chan struct{}),
+		checkpointerDone: make(chan struct{}),
+		reqs:             make(chan *writeReq, cfg.maxBatch),
+		writerDone:       make(chan struct{}),
+		wstmts:           map[string]*sql.Stmt{},
 	}
 	go s.writer()
+	go s.checkpointer()
 	return s, nil
 }
 
@@ -248,18 +269,53 @@ func (s *Store) Close() error {
 		close(s.reqs)
 		s.mu.Unlock()
 		<-s.writerDone
+		close(s.stopCheckpoints)
+		<-s.checkpointerDone
 
 		var errs []error
 		s.rstmts.Range(func(_, v any) bool {
 			errs = append(errs, v.(*sql.Stmt).Close())
 			return true
 		})
-		errs = append(errs, s.rdb.Close(), s.wdb.Close())
+		errs = append(errs, s.rdb.Close(), s.cdb.Close(), s.wdb.Close())
 		if err := errors.Join(errs...); err != nil {
 			s.closeErr = fmt.Errorf("sqlite: close: %w", err)
 		}
 	})
 	return s.closeErr
+}
+
+const (
+	// checkpointEvery spaces the checkpoints out under a steady write load.
+	checkpointEvery = 100 * time.Millisecond
+	// restartWALPages: a WAL longer than this (pages) gets a RESTART checkpoint, which waits for the writer
+	// between two transactions, so that the WAL cannot grow without bound under a write load that never pauses.
+	restartWALPages = 16384
+)
+
+// checkpointer copies the WAL back into the database file after commits, on its own connection, so that the
+// writer goroutine spends no time on it. A PASSIVE checkpoint never blocks the writer. A failed checkpoint is
+// retried after the next commit; the WAL keeps every committed transaction in the meantime.
+func (s *Store) checkpointer() {
+	defer close(s.checkpointerDone)
+	ctx := context.Background()
+	for {
+		select {
+		case <-s.stopCheckpoints:
+			return
+		case <-s.checkpointNeeded:
+		}
+		var busy, walPages, done int
+		err := s.cdb.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &walPages, &done)
+		if err == nil && walPages > restartWALPages {
+			_, _ = s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
+		}
+		select {
+		case <-s.stopCheckpoints:
+			return
+		case <-time.After(checkpointEvery):
+		}
+	}
 }
 
 // writeReq is one write: fn runs in a savepoint of the group transaction; after runs once the group has
@@ -312,6 +368,10 @@ func (s *Store) writer() {
 			return
 		}
 		batch = append(batch[:0], r)
+		if len(s.reqs) < s.cfg.maxBatch {
+			// Let the requesters just acknowledged queue their next request, so the group grows.
+			runtime.Gosched()
+		}
 	fill:
 		for len(batch) < s.cfg.maxBatch {
 			select {
@@ -325,6 +385,10 @@ func (s *Store) writer() {
 			}
 		}
 		s.runBatch(batch)
+		select {
+		case s.checkpointNeeded <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -359,19 +423,19 @@ func (s *Store) runTx(ctx context.Context, batch []*writeReq) error {
 			r.err = err
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
+		if _, err := w.exec("SAVEPOINT req"); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("sqlite: savepoint: %w", err)
 		}
 		if r.err = runFn(r.fn, w); r.err != nil {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO req"); err != nil {
+			if _, err := w.exec("ROLLBACK TO req"); err != nil {
 				tx.Rollback()
 				return fmt.Errorf("sqlite: rollback to savepoint: %w", err)
 			}
 		} else {
 			applied++
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE req"); err != nil {
+		if _, err := w.exec("RELEASE req"); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("sqlite: release savepoint: %w", err)
 		}
