@@ -124,10 +124,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 
 	deltas := 0
-	first := true
+	held := false
+	// delta sends one delta chunk, as the Messages API stream does (see streamMessages).
 	delta := func(d map[string]any) bool {
 		wait := s.cfg.perToken
-		if first {
+		if deltas == 0 {
 			wait = s.cfg.ttft
 		}
 		if !s.sleep(ctx, wait) {
@@ -137,10 +138,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		if !chunk(choice(d, nil), nil) {
 			return false
 		}
-		if !first {
+		if _, isText := d["content"]; held || (turn.Text != "" && !isText) {
 			return true
 		}
-		first = false
+		held = true
 		return s.afterFirstChat(r, turn, send)
 	}
 
@@ -170,7 +171,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if first && !s.afterFirstChat(r, turn, send) {
+	if !held && !s.afterFirstChat(r, turn, send) {
 		return
 	}
 	if !chunk(choice(map[string]any{}, finishReason(stopReason(turn))), nil) {

@@ -108,12 +108,13 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, req *Req
 	}
 
 	deltas := 0
-	first := true
-	// delta sends one content delta, waiting the latency first; after the first one it applies Hold,
-	// StreamErr and Disconnect. It returns false when the stream is over.
+	held := false
+	// delta sends one content delta, waiting the latency first; after the first text delta (the first delta of
+	// any kind when the turn has no text) it applies Hold, StreamErr and Disconnect. It returns false when the
+	// stream is over.
 	delta := func(index int, d map[string]any) bool {
 		wait := s.cfg.perToken
-		if first {
+		if deltas == 0 {
 			wait = s.cfg.ttft
 		}
 		if !s.sleep(ctx, wait) {
@@ -123,10 +124,10 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, req *Req
 		if !send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": d}) {
 			return false
 		}
-		if !first {
+		if held || (turn.Text != "" && d["type"] != "text_delta") {
 			return true
 		}
-		first = false
+		held = true
 		return s.afterFirst(w, r, turn, send)
 	}
 
@@ -182,7 +183,7 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, req *Req
 			return
 		}
 	}
-	if first && !s.afterFirst(w, r, turn, send) { // a turn without content
+	if !held && !s.afterFirst(w, r, turn, send) { // a turn without content
 		return
 	}
 	final := usageFor(turn, req, deltas).messages()
@@ -195,7 +196,7 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, req *Req
 	send("message_stop", map[string]string{"type": "message_stop"})
 }
 
-// afterFirst applies Hold, StreamErr and Disconnect after the first content delta; false ends the stream.
+// afterFirst applies Hold, StreamErr and Disconnect after the first text delta; false ends the stream.
 func (s *Server) afterFirst(w http.ResponseWriter, r *http.Request, turn Turn, send func(string, any) bool) bool {
 	if !s.hold(r.Context(), turn.Hold) {
 		return false

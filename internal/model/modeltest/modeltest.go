@@ -61,14 +61,15 @@ type Turn struct {
 	// output tokens are the number of streamed deltas.
 	Usage Usage
 	Err   *ErrorReply // answer with this HTTP error instead (after Hold, if set)
-	// StreamErr, when set on a streamed reply, sends an error event after the first content delta and ends the
+	// Hold, after the first text delta, blocks until closed or until the client goes away: for interrupt and
+	// crash tests. A turn without text holds after its first delta of any kind, or before the end of the
+	// stream when it has none; a non-streaming reply holds before answering.
+	Hold <-chan struct{}
+	// StreamErr, when set on a streamed reply, sends an error event where Hold applies (after it) and ends the
 	// stream, the way the API reports errors (overloaded_error) that happen mid-stream.
 	StreamErr *ErrorReply
-	// Disconnect drops the connection after the first content delta (after Hold), without ending the stream.
+	// Disconnect drops the connection where Hold applies (after it), without ending the stream.
 	Disconnect bool
-	// Hold, after the first content delta (or before the answer when there is none, or when not streaming),
-	// blocks until closed or until the client goes away: for interrupt and crash tests.
-	Hold <-chan struct{}
 	// Match, if set, makes only matching requests pop this turn; the others pass it by.
 	Match func(r *Request) bool
 }
