@@ -1,0 +1,121 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/model"
+)
+
+// logOf builds a tail from (type, payload) pairs: events e1, e2, ... with sequence numbers from 1, all processed.
+func logOf(t *testing.T, entries ...any) *tail {
+	t.Helper()
+	tl := &tail{}
+	now := time.Now()
+	for i := 0; i < len(entries); i += 2 {
+		typ := entries[i].(string)
+		data, err := json.Marshal(entries[i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := int64(len(tl.events) + 1)
+		ev := apitype.Event{ID: fmt.Sprintf("e%d", seq), Type: typ, Seq: seq, Data: data, ProcessedAt: &now}
+		tl.events = append(tl.events, ev)
+		tl.lastSeq = seq
+	}
+	return tl
+}
+
+func text(s string) apitype.UserMessage {
+	return apitype.UserMessage{Content: []apitype.ContentBlock{apitype.TextBlock(s)}}
+}
+
+func TestTranscriptPlacesQueuedMessagesAfterToolResults(t *testing.T) {
+	tl := logOf(t,
+		apitype.EventUserMessage, text("do it"), // 1
+		apitype.EventSpanModelRequestStart, struct{}{}, // 2
+		apitype.EventAgentToolUse, apitype.AgentToolUse{Name: "bash", Input: json.RawMessage(`{}`), ModelToolUseID: "toolu_1"}, // 3
+		apitype.EventUserMessage, text("also this"), // 4: sent while the tool ran
+		apitype.EventSpanModelRequestEnd, struct{}{}, // 5
+		apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: "e3", Content: []apitype.ContentBlock{apitype.TextBlock("ok")}}, // 6
+	)
+	turns, err := transcript(tl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(turns) != 3 {
+		t.Fatalf("%d turns: %+v", len(turns), turns)
+	}
+	last := turns[2].msg
+	if last.Role != "user" || len(last.Content) != 2 || last.Content[0].Type != model.BlockToolResult ||
+		last.Content[0].ToolUseID != "toolu_1" || last.Content[1].Text != "also this" {
+		t.Errorf("last turn = %+v", last)
+	}
+}
+
+func TestCompactionSplitNeverSeparatesAToolCallFromItsResult(t *testing.T) {
+	user := func(seq int64, blocks ...model.Block) transcriptTurn {
+		return transcriptTurn{msg: model.Message{Role: "user", Content: blocks}, minSeq: seq, maxSeq: seq}
+	}
+	asst := func(seq int64, blocks ...model.Block) transcriptTurn {
+		return transcriptTurn{msg: model.Message{Role: "assistant", Content: blocks}, minSeq: seq, maxSeq: seq}
+	}
+	txt := model.Block{Type: model.BlockText, Text: "some text of a turn"}
+	use := model.Block{Type: model.BlockToolUse, ID: "t", Name: "bash", Input: json.RawMessage(`{}`)}
+	res := model.Block{Type: model.BlockToolResult, ToolUseID: "t"}
+	for _, tc := range []struct {
+		name  string
+		turns []transcriptTurn
+		keep  int
+		want  int
+	}{
+		{"keeps what fits", []transcriptTurn{user(1, txt), asst(2, txt), user(3, txt)}, 1000, 1},
+		{"keeps the least when nothing fits", []transcriptTurn{user(1, txt), asst(2, txt), user(3, txt)}, 0, 2},
+		{"skips a tool result turn", []transcriptTurn{user(1, txt), asst(2, use), user(3, res)}, 0, 1},
+		{"nothing to cut", []transcriptTurn{user(1, txt)}, 0, 0},
+		{"events out of order", []transcriptTurn{user(1, txt), asst(5, txt), user(3, txt)}, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := compactionSplit(tc.turns, tc.keep); got != tc.want {
+				t.Errorf("split = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestResolveTools(t *testing.T) {
+	ts := resolveTools([]apitype.Tool{
+		{Type: apitype.ToolTypeAgentToolset,
+			DefaultConfig: &apitype.ToolDefaults{Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAllow}},
+			Configs: []apitype.ToolConfig{
+				{Name: "bash", Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAsk}},
+				{Name: "write", Enabled: false},
+				{Name: "web_fetch", Enabled: true},
+			}},
+		{Type: apitype.ToolTypeMCPToolset, MCPServerName: "docs"},
+		{Type: apitype.ToolTypeCustom, Name: "deploy", InputSchema: json.RawMessage(`{"type":"object"}`)},
+	})
+	var names []string
+	for _, s := range ts.specs {
+		names = append(names, s.Name)
+	}
+	if want := "bash edit read glob grep deploy"; strings.Join(names, " ") != want {
+		t.Errorf("offered %q, want %q", strings.Join(names, " "), want)
+	}
+	for name, want := range map[string]toolRoute{
+		"bash":      {kind: toolBuiltin, policy: apitype.PolicyAlwaysAsk},
+		"read":      {kind: toolBuiltin, policy: apitype.PolicyAlwaysAllow},
+		"write":     {kind: toolUnknown, reason: "the tool write is disabled for this agent"},
+		"web_fetch": {kind: toolUnknown, reason: "the tool web_fetch is not available on this server"},
+		"deploy":    {kind: toolCustom},
+		"nope":      {kind: toolUnknown, reason: "there is no tool named nope"},
+	} {
+		if got := ts.route(name); got != want {
+			t.Errorf("route(%s) = %+v, want %+v", name, got, want)
+		}
+	}
+}
