@@ -55,7 +55,7 @@ type Config struct {
 
 // RetryPolicy says how retryable model errors are retried.
 type RetryPolicy struct {
-	MaxRetries int           // retries after the first attempt (default 5)
+	MaxRetries int           // retries after the first attempt (0 = default 5; negative = none)
 	BaseDelay  time.Duration // first backoff (default 1s); doubled each retry, with jitter
 	MaxDelay   time.Duration // cap on one backoff (default 1m)
 }
@@ -71,7 +71,7 @@ func (c *Config) setDefaults() {
 	c.Workers = cmp.Or(c.Workers, runtime.NumCPU())
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 10*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
-	c.Retry.MaxRetries = cmp.Or(c.Retry.MaxRetries, 5)
+	c.Retry.MaxRetries = max(cmp.Or(c.Retry.MaxRetries, 5), 0)
 	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, time.Second)
 	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, time.Minute)
 	c.ContextTokens = cmp.Or(c.ContextTokens, 200000)
@@ -93,7 +93,7 @@ func (c *Config) validate() error {
 		return errors.New("harness: Config.CompactAt must be in (0, 1]")
 	case c.ThinkingBudget < 0 || (c.ThinkingBudget > 0 && c.ThinkingBudget >= c.MaxTokens):
 		return errors.New("harness: Config.ThinkingBudget must be below MaxTokens")
-	case c.Retry.MaxRetries < 0 || c.Retry.BaseDelay < 0 || c.Retry.MaxDelay < c.Retry.BaseDelay:
+	case c.Retry.BaseDelay < 0 || c.Retry.MaxDelay < c.Retry.BaseDelay:
 		return errors.New("harness: Config.Retry is invalid")
 	}
 	return nil

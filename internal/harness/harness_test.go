@@ -306,6 +306,9 @@ func TestTextTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if sess.Stats.ActiveSeconds <= 0 {
+		t.Errorf("active seconds = %v", sess.Stats.ActiveSeconds)
+	}
 	if sess.Status != apitype.StatusIdle || sess.Usage.InputTokens != 11 || sess.Usage.OutputTokens != 3 || sess.Usage.CacheReadInputTokens != 2 {
 		t.Errorf("session status %q usage %+v", sess.Status, sess.Usage)
 	}

@@ -40,6 +40,9 @@ type run struct {
 	tools *toolset
 	usage apitype.SessionUsage
 	tail  *tail
+	// activeFrom is when this run last saw the session start working (zero while idle): the time until it idles
+	// again is added to the session's active seconds.
+	activeFrom time.Time
 	// seenSeq is the last sequence number the current state was derived from: a client event after it may not
 	// have been acted on yet.
 	seenSeq int64
@@ -186,6 +189,9 @@ walk:
 		}
 	}
 	r.tail = t
+	if st, err := derive(t); err == nil && st.running() {
+		r.activeFrom = time.Now() // a turn in progress: count from the takeover
+	}
 	return nil
 }
 
@@ -235,9 +241,19 @@ func (r *run) append(status string, usage *apitype.SessionUsage, evs ...apitype.
 	if r.ctx.Err() != nil {
 		return nil, context.Cause(r.ctx)
 	}
-	out, err := r.appendRaw(&store.EventAppendParams{Events: evs, Status: status, Usage: usage})
+	p := &store.EventAppendParams{Events: evs, Status: status, Usage: usage}
+	if status == apitype.StatusIdle && !r.activeFrom.IsZero() {
+		p.ActiveSeconds = time.Since(r.activeFrom).Seconds()
+	}
+	out, err := r.appendRaw(p)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case status == apitype.StatusIdle:
+		r.activeFrom = time.Time{}
+	case r.activeFrom.IsZero() && (status == apitype.StatusRunning || status == apitype.StatusRescheduling):
+		r.activeFrom = time.Now()
 	}
 	if len(out) > 0 && out[0].Seq == r.tail.lastSeq+1 {
 		r.tail.events = append(r.tail.events, out...)
