@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { sandboxtest.Main(m, &agentPath) }
 func newProvider(t testing.TB) sandbox.Provider {
 	t.Helper()
 	sandboxtest.Require(t, "bwrap", bwrap.Available(""))
-	p, err := bwrap.New(bwrap.Config{AgentPath: agentPath, StateDir: t.TempDir()})
+	p, err := bwrap.New(bwrap.Config{AgentPath: agentPath, StateDir: sandboxtest.WorkspaceRoot(t)})
 	if err != nil {
 		sandboxtest.Require(t, "bwrap", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -29,10 +30,19 @@ type Limits struct {
 	CPUQuota    float64 // CPUs
 }
 
-// Group is one sandbox's set of cgroups.
+// Group is one sandbox's set of cgroups. It is safe for concurrent use.
 type Group struct {
 	limits Limits
-	dirs   map[string]string // controller -> directory
+
+	mu   sync.Mutex
+	dirs map[string]string // controller -> directory; emptied by Remove
+}
+
+// dir returns the group's directory of a controller, or "" once removed.
+func (g *Group) dir(c string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dirs[c]
 }
 
 // Events counts how often the limits were hit since the group was created.
@@ -134,7 +144,7 @@ func ownGroups() (map[string]string, error) {
 // Add moves a process into every group. Its later children are born there.
 func (g *Group) Add(pid int) error {
 	for _, c := range controllers {
-		if err := os.WriteFile(filepath.Join(g.dirs[c], "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		if err := os.WriteFile(filepath.Join(g.dir(c), "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 			return fmt.Errorf("cgroup: add %d to %s: %w", pid, c, err)
 		}
 	}
@@ -147,10 +157,14 @@ func (g *Group) Limits() Limits { return g.limits }
 // Events reads how often the limits were hit.
 func (g *Group) Events() Events {
 	var ev Events
-	if data, err := os.ReadFile(filepath.Join(g.dirs["memory"], "memory.oom_control")); err == nil {
+	mem, pids := g.dir("memory"), g.dir("pids")
+	if mem == "" || pids == "" {
+		return ev
+	}
+	if data, err := os.ReadFile(filepath.Join(mem, "memory.oom_control")); err == nil {
 		ev.OOMKills = field(data, "oom_kill")
 	}
-	if data, err := os.ReadFile(filepath.Join(g.dirs["pids"], "pids.events")); err == nil {
+	if data, err := os.ReadFile(filepath.Join(pids, "pids.events")); err == nil {
 		ev.PidsMax = field(data, "max")
 	}
 	return ev
@@ -170,7 +184,11 @@ func field(data []byte, key string) int {
 
 // Procs lists the processes in the group.
 func (g *Group) Procs() []int {
-	data, err := os.ReadFile(filepath.Join(g.dirs["pids"], "cgroup.procs"))
+	dir := g.dir("pids")
+	if dir == "" {
+		return nil
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil
 	}
@@ -201,10 +219,9 @@ func (g *Group) Kill() {
 
 // Remove kills what is left in the groups and removes them. Idempotent.
 func (g *Group) Remove() error {
-	if len(g.dirs) == 0 {
-		return nil
-	}
 	g.Kill()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	var errs []error
 	for c, dir := range g.dirs {
 		var err error
