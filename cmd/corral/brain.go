@@ -1,0 +1,69 @@
+package main
+
+import (
+	"flag"
+	"log/slog"
+	"time"
+
+	"github.com/corralhq/corral/internal/harness"
+	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/model/anthropic"
+	"github.com/corralhq/corral/internal/model/openai"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// brainFlags configure the brains of serve and harness.
+type brainFlags struct {
+	workers        int
+	leaseTTL       time.Duration
+	pollInterval   time.Duration
+	contextTokens  int
+	maxTokens      int
+	thinkingBudget int
+	maxRetries     int
+}
+
+func (f *brainFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.workers, "brains", defaultWorkers(), "how many sessions this process works at once")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", 10*time.Second, "how long a brain's claim on a session lasts without renewal; another brain resumes the session after it")
+	fs.DurationVar(&f.pollInterval, "poll", time.Second, "how often brains look for work when no wake-up arrives")
+	fs.IntVar(&f.contextTokens, "context-tokens", 200000, "the model's context window; history is compacted past 80% of it")
+	fs.IntVar(&f.maxTokens, "max-tokens", 8192, "max_tokens of each model request")
+	fs.IntVar(&f.thinkingBudget, "thinking-budget", 0, "extended thinking budget in tokens (0 = off)")
+	fs.IntVar(&f.maxRetries, "model-retries", 5, "retries of a failed model call before the session idles with retries_exhausted")
+}
+
+// config builds the brain's config. hands may be nil: built-in tools then get an error result.
+func (f *brainFlags) config(st store.Store, hands *sandbox.Pool, logger *slog.Logger) (harness.Config, error) {
+	m, err := newModel()
+	if err != nil {
+		return harness.Config{}, err
+	}
+	cfg := harness.Config{
+		Store:          st,
+		Model:          m,
+		Logger:         logger,
+		Workers:        f.workers,
+		LeaseTTL:       f.leaseTTL,
+		PollInterval:   f.pollInterval,
+		ContextTokens:  f.contextTokens,
+		MaxTokens:      f.maxTokens,
+		ThinkingBudget: f.thinkingBudget,
+		Retry:          harness.RetryPolicy{MaxRetries: f.maxRetries},
+	}
+	if hands != nil {
+		cfg.Hands = hands
+	}
+	return cfg, nil
+}
+
+// newModel routes model ids to providers: "openai/<model>" to an OpenAI-compatible endpoint (OPENAI_BASE_URL,
+// OPENAI_API_KEY), everything else to the Anthropic Messages API (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY), with
+// credentials read from the environment as the official SDKs read them.
+func newModel() (model.Model, error) {
+	return model.NewMux(model.MuxConfig{
+		Default: anthropic.New(anthropic.Config{}),
+		Routes:  map[string]model.Model{"openai": openai.New(openai.Config{})},
+	})
+}
