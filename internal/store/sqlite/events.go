@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -71,7 +72,7 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 			data = json.RawMessage("{}")
 		}
 		e := apitype.Event{
-			ID:        apitype.NewID(apitype.PrefixEvent),
+			ID:        w.s.eventIDs.next(now),
 			Type:      ne.Type,
 			SessionID: p.SessionID,
 			Seq:       lastSeq + int64(i) + 1,
@@ -118,6 +119,33 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 		return nil, err
 	}
 	return events, nil
+}
+
+// base58 is the alphabet of apitype.NewID, in ascending byte order: fixed-width numbers in it sort as numbers.
+const base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+// eventIDs makes event ids of the shape apitype.NewID makes ("sevt_", "011C", 24 base58 characters), but
+// time-ordered: 9 characters of a strictly increasing microsecond clock, then 15 random ones (about 88 bits).
+// Appends then add to the right edge of the id index instead of a random page of it, which cuts the pages a
+// group commit writes by about a third. Only the writer goroutine uses it.
+type eventIDs struct{ last int64 }
+
+func (g *eventIDs) next(now time.Time) string {
+	t := max(now.UnixMicro(), g.last+1)
+	g.last = t
+	const prefix = apitype.PrefixEvent + "011C"
+	var b [len(prefix) + 24]byte
+	copy(b[:], prefix)
+	for i := len(prefix) + 8; i >= len(prefix); i-- { // 58^9 > 7e15 µs: good until the year 2200
+		b[i] = base58[t%58]
+		t /= 58
+	}
+	random := b[len(prefix)+9:]
+	_, _ = rand.Read(random) // crypto/rand.Read never fails.
+	for i, c := range random {
+		random[i] = base58[int(c)%len(base58)]
+	}
+	return string(b[:])
 }
 
 // leaseHeld reports whether l is the session's current lease (token and expiry as stored) at now.

@@ -12,7 +12,10 @@ import (
 )
 
 // The document plus the columns the store owns, which override the document's copies.
-const sessionColumns = `s.doc, s.status, s.usage, s.active_seconds, s.archived_at`
+const (
+	sessionColumns = `d.doc, s.status, s.usage, s.active_seconds, s.archived_at`
+	sessionFrom    = ` FROM sessions s JOIN session_docs d ON d.session_id = s.id`
+)
 
 // SessionCreate stores a session and appends its initial events in the same transaction; with any, the session
 // is runnable. An empty status is stored as idle.
@@ -34,10 +37,13 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	var events []apitype.Event
 	wake := len(p.InitialEvents) > 0
 	err = s.write(ctx, func(w *wtx) error {
-		if _, err := w.exec(`INSERT INTO sessions (id, created_at, archived_at, agent_id, agent_version, status, doc,
-			usage, active_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			in.ID, micros(in.CreatedAt), nullMicros(in.ArchivedAt), in.Agent.ID, in.Agent.Version, in.Status, doc,
+		if _, err := w.exec(`INSERT INTO sessions (id, created_at, archived_at, agent_id, agent_version, status,
+			usage, active_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.ID, micros(in.CreatedAt), nullMicros(in.ArchivedAt), in.Agent.ID, in.Agent.Version, in.Status,
 			usage, in.Stats.ActiveSeconds); err != nil {
+			return err
+		}
+		if _, err := w.exec(`INSERT INTO session_docs (session_id, doc) VALUES (?, ?)`, in.ID, doc); err != nil {
 			return err
 		}
 		if wake {
@@ -50,7 +56,7 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 			}
 		}
 		var err error
-		sess, err = scanSession(w.queryRow(`SELECT `+sessionColumns+` FROM sessions s WHERE s.id = ?`, in.ID))
+		sess, err = scanSession(w.queryRow(`SELECT `+sessionColumns+sessionFrom+` WHERE s.id = ?`, in.ID))
 		return err
 	}, func() {
 		if wake {
@@ -72,7 +78,7 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 
 // SessionGet returns a session with its status, usage and active time.
 func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, error) {
-	sess, err := scanSession(s.readRow(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE s.id = ?`, id))
+	sess, err := scanSession(s.readRow(ctx, `SELECT `+sessionColumns+sessionFrom+` WHERE s.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sqlite: get session %s: %w", id, store.ErrNotFound)
 	}
@@ -88,7 +94,7 @@ func (s *Store) SessionUpdate(ctx context.Context, id string,
 	fn func(*apitype.Session) error) (*apitype.Session, error) {
 	var sess *apitype.Session
 	err := s.write(ctx, func(w *wtx) error {
-		cur, err := scanSession(w.queryRow(`SELECT `+sessionColumns+` FROM sessions s WHERE s.id = ?`, id))
+		cur, err := scanSession(w.queryRow(`SELECT `+sessionColumns+sessionFrom+` WHERE s.id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNotFound
 		}
@@ -104,8 +110,11 @@ func (s *Store) SessionUpdate(ctx context.Context, id string,
 		if err != nil {
 			return err
 		}
-		if _, err := w.exec(`UPDATE sessions SET doc = ?, archived_at = ?, agent_id = ?, agent_version = ?
-			WHERE id = ?`, doc, nullMicros(next.ArchivedAt), next.Agent.ID, next.Agent.Version, id); err != nil {
+		if _, err := w.exec(`UPDATE sessions SET archived_at = ?, agent_id = ?, agent_version = ? WHERE id = ?`,
+			nullMicros(next.ArchivedAt), next.Agent.ID, next.Agent.Version, id); err != nil {
+			return err
+		}
+		if _, err := w.exec(`UPDATE session_docs SET doc = ? WHERE session_id = ?`, doc, id); err != nil {
 			return err
 		}
 		sess = &next
@@ -136,7 +145,7 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 		f.add("s.status IN ("+placeholders(len(args))+")", args...)
 	}
 	tail := f.addList("s", &p.ListParams)
-	rows, err := s.readQuery(ctx, `SELECT `+sessionColumns+` FROM sessions s`+f.where()+tail,
+	rows, err := s.readQuery(ctx, `SELECT `+sessionColumns+sessionFrom+f.where()+tail,
 		append(f.args, limitArg(p.Limit))...)
 	if err != nil {
 		return nil, s.readErr("list sessions", err)

@@ -96,6 +96,7 @@ type Store struct {
 	// wstmts caches statements prepared on the writer connection; only the writer goroutine touches it.
 	wstmts    map[string]*sql.Stmt
 	toPrepare []string
+	eventIDs  eventIDs // writer goroutine only
 	// rstmts caches statements prepared on the read pool (query string -> *sql.Stmt).
 	rstmts sync.Map
 	rstmtN atomic.Int32

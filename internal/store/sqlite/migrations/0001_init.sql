@@ -30,7 +30,6 @@ CREATE TABLE sessions (
 	agent_id         TEXT    NOT NULL,
 	agent_version    INTEGER NOT NULL,
 	status           TEXT    NOT NULL,
-	doc              BLOB    NOT NULL,
 	last_seq         INTEGER NOT NULL DEFAULT 0, -- sequence number of the last event
 	wake_seq         INTEGER NOT NULL DEFAULT 0, -- bumped by every append with Wake
 	handled_wake_seq INTEGER NOT NULL DEFAULT 0, -- wake_seq handled by the last release
@@ -45,6 +44,13 @@ CREATE INDEX sessions_created ON sessions (created_at, id);
 CREATE INDEX sessions_agent ON sessions (agent_id, agent_version, created_at, id);
 -- The runnable queue: only sessions woken since their last release are in it.
 CREATE INDEX sessions_runnable ON sessions (woken_at, id) WHERE wake_seq > handled_wake_seq;
+
+-- A session's document lives apart from its row in sessions, which every append rewrites: that row stays small,
+-- so the rows of many sessions share a page.
+CREATE TABLE session_docs (
+	session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+	doc        BLOB NOT NULL
+);
 
 -- Keyed (session_id, seq) and clustered on it, so a slice of one session's log is a range scan.
 CREATE TABLE events (
