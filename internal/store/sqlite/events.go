@@ -16,11 +16,6 @@ import (
 
 // EventAppend appends events to a session's log; it returns once their transaction has committed durably.
 func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]apitype.Event, error) {
-	for i, e := range p.Events {
-		if e.Type == "" {
-			return nil, fmt.Errorf("sqlite: append to session %s: event %d has no type", p.SessionID, i)
-		}
-	}
 	var events []apitype.Event
 	var runnable bool
 	err := s.write(ctx, func(w *wtx) error {
@@ -45,6 +40,11 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 
 // appendEvents checks p's conditions, inserts its events and applies its session changes, in w's transaction.
 func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
+	for i, e := range p.Events {
+		if e.Type == "" {
+			return nil, fmt.Errorf("event %d has no type", i)
+		}
+	}
 	now := apitype.Now()
 	var lastSeq int64
 	var token sql.NullString

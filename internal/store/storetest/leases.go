@@ -10,8 +10,9 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// shortTTL is long enough for the calls a test makes under the lease, short enough to wait out.
-const shortTTL = 300 * time.Millisecond
+// shortTTL is long enough for the calls a test makes under the lease (on a loaded machine), short enough to wait
+// out.
+const shortTTL = time.Second
 
 func claim(s store.Store, owner string, ttl time.Duration, sessionID string) (*store.Lease, error) {
 	return s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: owner, TTL: ttl, SessionID: sessionID})

@@ -14,8 +14,9 @@
 // durability test re-executes the test binary as a child process (see RunCrashChild), kills it mid-stream with
 // SIGKILL and checks that every append the child saw acknowledged is in the log.
 //
-// Where the port leaves a choice to the adapter, the suite accepts either answer and says so at the assertion
-// (renewing or releasing a lease on a deleted session: ErrLeaseLost or ErrNotFound).
+// Where the port leaves a choice to the adapter, the suite accepts either answer and says so at the assertion:
+// renewing or releasing a lease on a deleted session gives ErrLeaseLost or ErrNotFound; claiming an unknown
+// session by id gives ErrNoWork or ErrNotFound.
 package storetest
 
 import (
