@@ -27,13 +27,26 @@ type bashInput struct {
 type bashTool struct {
 	cfg Config
 
-	mu   sync.Mutex // serialises calls
-	sess *shell
+	mu     sync.Mutex // serialises calls
+	sess   *shell
+	closed bool
+}
+
+// warm starts the shell ahead of the first call, so that the first call does not wait for bash to start.
+func (t *bashTool) warm() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sess == nil && !t.closed {
+		if s, err := startShell(t.cfg); err == nil {
+			t.sess = s
+		}
+	}
 }
 
 func (t *bashTool) close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.closed = true
 	if t.sess != nil {
 		t.sess.kill()
 		t.sess = nil

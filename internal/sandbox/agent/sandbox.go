@@ -68,19 +68,31 @@ func StartProcess(cmd *exec.Cmd) (*Process, error) {
 		inW.Close()
 		return nil, fmt.Errorf("agent stdout: %w", err)
 	}
-	p := &Process{Cmd: cmd, stderr: &tailWriter{max: 4096}, exited: make(chan struct{}), pipes: []*os.File{inW, outR}}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("agent stderr: %w", err)
+	}
+	p := &Process{Cmd: cmd, stderr: &tailWriter{max: 4096}, exited: make(chan struct{}), pipes: []*os.File{inW, outR, errR}}
 	cmd.Stdin = inR
 	cmd.Stdout = outW
-	cmd.Stderr = p.stderr
-	cmd.WaitDelay = time.Second
+	// stderr too is a pipe of our own, read by our own goroutine: with exec's, Wait would wait for every holder
+	// of the pipe (the agent itself, when a launcher hands its stdio over).
+	cmd.Stderr = errW
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
+	errW.Close()
 	if err != nil {
 		inW.Close()
 		outR.Close()
+		errR.Close()
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
+	go func() { _, _ = io.Copy(p.stderr, errR) }()
 	p.Client = NewClient(inW, outR)
 	go func() {
 		_ = cmd.Wait()

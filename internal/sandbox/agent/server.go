@@ -114,6 +114,7 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 		wmu sync.Mutex
 		wg  sync.WaitGroup
 	)
+	go s.bash.warm()
 	enc := json.NewEncoder(w)
 	write := func(resp Response) {
 		wmu.Lock()

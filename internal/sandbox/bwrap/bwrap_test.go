@@ -31,3 +31,15 @@ func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider, sandboxtes
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 
 func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
+
+// BenchmarkSandboxNoCgroups measures bwrap without the cgroup setup, to show what the limits cost.
+func BenchmarkSandboxNoCgroups(b *testing.B) {
+	sandboxtest.Bench(b, func(t testing.TB) sandbox.Provider {
+		sandboxtest.Require(t, "bwrap", bwrap.Available(""))
+		p, err := bwrap.New(bwrap.Config{AgentPath: agentPath, StateDir: sandboxtest.WorkspaceRoot(t), NoCgroups: true})
+		if err != nil {
+			sandboxtest.Require(t, "bwrap", err)
+		}
+		return p
+	})
+}
