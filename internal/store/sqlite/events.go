@@ -46,25 +46,50 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 		}
 	}
 	now := apitype.Now()
+	created := micros(now)
+	n := int64(len(p.Events))
+	var status, usage, token any
+	if p.Status != "" {
+		status = p.Status
+	}
+	if p.Usage != nil {
+		b, err := json.Marshal(p.Usage)
+		if err != nil {
+			return nil, err
+		}
+		usage = b
+	}
+	if p.Lease != nil {
+		token = p.Lease.Token
+	}
+	wake := 0
+	if p.Wake {
+		wake = 1
+	}
+	// One statement checks the conditions and applies the session's changes; only when it matches no row does a
+	// second one find out which condition failed.
 	var lastSeq int64
-	var token sql.NullString
-	var expires sql.NullInt64
-	err := w.queryRow(`SELECT last_seq, lease_token, lease_expires_at FROM sessions WHERE id = ?`, p.SessionID).
-		Scan(&lastSeq, &token, &expires)
+	err := w.queryRow(`UPDATE sessions SET
+			last_seq = last_seq + ?1,
+			woken_at = CASE WHEN ?2 = 1 AND wake_seq <= handled_wake_seq THEN ?3 ELSE woken_at END,
+			wake_seq = wake_seq + ?2,
+			status = coalesce(?4, status),
+			usage = coalesce(?5, usage),
+			active_seconds = active_seconds + ?6
+		WHERE id = ?7
+			AND (?8 IS NULL OR (lease_token = ?8 AND lease_expires_at > ?3))
+			AND (?9 = 0 OR last_seq + 1 = ?9)
+		RETURNING last_seq`,
+		n, wake, created, status, usage, max(p.ActiveSeconds, 0), p.SessionID, token, max(p.ExpectedSeq, 0)).
+		Scan(&lastSeq)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
+		return nil, appendFailure(w, p, now)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if p.Lease != nil && !leaseHeld(p.Lease, token, expires, now) {
-		return nil, store.ErrLeaseLost
-	}
-	if p.ExpectedSeq > 0 && p.ExpectedSeq != lastSeq+1 {
-		return nil, fmt.Errorf("expected seq %d, next is %d: %w", p.ExpectedSeq, lastSeq+1, store.ErrConflict)
-	}
 
-	created := micros(now)
+	first := lastSeq - n + 1
 	events := make([]apitype.Event, len(p.Events))
 	for i, ne := range p.Events {
 		data := ne.Data
@@ -75,7 +100,7 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 			ID:        w.s.eventIDs.next(now),
 			Type:      ne.Type,
 			SessionID: p.SessionID,
-			Seq:       lastSeq + int64(i) + 1,
+			Seq:       first + int64(i),
 			CreatedAt: now,
 			Data:      data,
 		}
@@ -91,34 +116,27 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 		}
 		events[i] = e
 	}
-
-	var status, usage any
-	if p.Status != "" {
-		status = p.Status
-	}
-	if p.Usage != nil {
-		b, err := json.Marshal(p.Usage)
-		if err != nil {
-			return nil, err
-		}
-		usage = b
-	}
-	wake := 0
-	if p.Wake {
-		wake = 1
-	}
-	if _, err := w.exec(`UPDATE sessions SET
-			last_seq = ?1,
-			woken_at = CASE WHEN ?2 = 1 AND wake_seq <= handled_wake_seq THEN ?3 ELSE woken_at END,
-			wake_seq = wake_seq + ?2,
-			status = coalesce(?4, status),
-			usage = coalesce(?5, usage),
-			active_seconds = active_seconds + ?6
-		WHERE id = ?7`,
-		lastSeq+int64(len(events)), wake, created, status, usage, max(p.ActiveSeconds, 0), p.SessionID); err != nil {
-		return nil, err
-	}
 	return events, nil
+}
+
+// appendFailure says which condition of an append failed.
+func appendFailure(w *wtx, p *store.EventAppendParams, now time.Time) error {
+	var lastSeq int64
+	var token sql.NullString
+	var expires sql.NullInt64
+	err := w.queryRow(`SELECT last_seq, lease_token, lease_expires_at FROM sessions WHERE id = ?`, p.SessionID).
+		Scan(&lastSeq, &token, &expires)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.ErrNotFound
+	case err != nil:
+		return err
+	case p.Lease != nil && !leaseHeld(p.Lease, token, expires, now):
+		return store.ErrLeaseLost
+	case p.ExpectedSeq > 0 && p.ExpectedSeq != lastSeq+1:
+		return fmt.Errorf("expected seq %d, next is %d: %w", p.ExpectedSeq, lastSeq+1, store.ErrConflict)
+	}
+	return errors.New("append matched no session row, yet every condition holds")
 }
 
 // base58 is the alphabet of apitype.NewID, in ascending byte order: fixed-width numbers in it sort as numbers.

@@ -418,23 +418,33 @@ func (s *Store) runTx(ctx context.Context, batch []*writeReq) error {
 	}
 	w := &wtx{ctx: ctx, s: s, tx: tx}
 	defer w.closeStmts()
+	// With more than one request, each runs in a savepoint so that a failed one leaves the others' writes; a
+	// lone request that fails rolls the transaction back instead.
+	savepoints := len(batch) > 1
 	applied := 0
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.err = err
 			continue
 		}
-		if _, err := w.exec("SAVEPOINT req"); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("sqlite: savepoint: %w", err)
+		if savepoints {
+			if _, err := w.exec("SAVEPOINT req"); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("sqlite: savepoint: %w", err)
+			}
 		}
-		if r.err = runFn(r.fn, w); r.err != nil {
+		r.err = runFn(r.fn, w)
+		if r.err == nil {
+			applied++
+		}
+		if !savepoints {
+			continue
+		}
+		if r.err != nil {
 			if _, err := w.exec("ROLLBACK TO req"); err != nil {
 				tx.Rollback()
 				return fmt.Errorf("sqlite: rollback to savepoint: %w", err)
 			}
-		} else {
-			applied++
 		}
 		if _, err := w.exec("RELEASE req"); err != nil {
 			tx.Rollback()
