@@ -70,7 +70,8 @@ type Turn struct {
 	StreamErr *ErrorReply
 	// Disconnect drops the connection where Hold applies (after it), without ending the stream.
 	Disconnect bool
-	// Match, if set, makes only matching requests pop this turn; the others pass it by.
+	// Match, if set, makes only matching requests pop this turn; the others pass it by. It runs under the
+	// server's lock: it must not call the Server's methods.
 	Match func(r *Request) bool
 }
 
@@ -123,7 +124,7 @@ func NewServer(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	s, err := Start(opts...)
 	if err != nil {
-		t.Fatalf("modeltest: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
 	return s
@@ -136,7 +137,7 @@ func Start(opts ...Option) (*Server, error) {
 		o(&s.cfg)
 	}
 	if s.cfg.ttft < 0 || s.cfg.perToken < 0 || s.cfg.jitter < 0 {
-		return nil, errors.New("negative latency")
+		return nil, errors.New("modeltest: negative latency")
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", s.handleMessages)

@@ -309,3 +309,25 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestLatency(t *testing.T) {
+	t.Parallel()
+	s := modeltest.NewServer(t, modeltest.WithLatency(60*time.Millisecond, 10*time.Millisecond, 5*time.Millisecond))
+	s.Script(modeltest.Turn{Text: "one two three four"})
+	start := time.Now()
+	resp := post(t, s.URL+"/v1/messages", `{"model":"m","max_tokens":1,"stream":true,"messages":[]}`)
+	events := readSSE(t, resp.Body)
+	total := time.Since(start)
+	text, _ := streamedText(t, events)
+	// Four deltas: the first after 60ms+-5ms, the other three after 10ms+-5ms each.
+	if text != "one two three four" || total < 70*time.Millisecond {
+		t.Fatalf("text %q in %v, want at least 70ms", text, total)
+	}
+}
+
+func TestLatencyRejectsNegative(t *testing.T) {
+	t.Parallel()
+	if _, err := modeltest.Start(modeltest.WithLatency(-time.Second, 0, 0)); err == nil {
+		t.Fatal("Start accepted a negative latency")
+	}
+}
