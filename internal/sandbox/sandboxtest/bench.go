@@ -6,14 +6,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
 )
 
-// Bench measures a backend: cold provisioning (until the agent has answered a first call) and the round trip
-// of `true` in a provisioned sandbox, reporting p50 and p95 in milliseconds. It never asserts on timings.
+// Bench measures a backend: cold provisioning (Provision's return, and until the agent has answered a first
+// call) and the round trips of the bash builtin `true` and of /bin/true in a provisioned sandbox, reporting p50
+// and p95 in milliseconds. It never asserts on timings.
 func Bench(b *testing.B, newProvider func(testing.TB) sandbox.Provider) {
 	b.Run("Provision", func(b *testing.B) {
 		prov := newProvider(b)
@@ -43,31 +45,36 @@ func Bench(b *testing.B, newProvider func(testing.TB) sandbox.Provider) {
 		report(b, "provision", started)
 		report(b, "ready", ready)
 	})
-	b.Run("True", func(b *testing.B) {
-		prov := newProvider(b)
-		r := sandbox.Recipe{SessionID: "bench", WorkspaceDir: filepath.Join(WorkspaceRoot(b), "ws")}
-		sb, err := prov.Provision(context.Background(), &r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sb.Close()
-		in := json.RawMessage(`{"command":"true"}`)
-		for range 5 { // warm up the shell
-			if _, err := sb.Execute(context.Background(), "bash", in); err != nil {
+	for _, tc := range []struct{ name, command string }{
+		{"True", "true"},         // a shell builtin: the agent's round trip
+		{"BinTrue", "/bin/true"}, // fork and exec in the sandbox
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			prov := newProvider(b)
+			r := sandbox.Recipe{SessionID: "bench", WorkspaceDir: filepath.Join(WorkspaceRoot(b), "ws")}
+			sb, err := prov.Provision(context.Background(), &r)
+			if err != nil {
 				b.Fatal(err)
 			}
-		}
-		var durs []time.Duration
-		for b.Loop() {
-			t0 := time.Now()
-			res, err := sb.Execute(context.Background(), "bash", in)
-			durs = append(durs, time.Since(t0))
-			if err != nil || res.IsError {
-				b.Fatalf("true: %v %+v", err, res)
+			defer sb.Close()
+			in, _ := json.Marshal(map[string]string{"command": tc.command})
+			for range 5 { // warm up the shell
+				if _, err := sb.Execute(context.Background(), "bash", in); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-		report(b, "true", durs)
-	})
+			var durs []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				res, err := sb.Execute(context.Background(), "bash", in)
+				durs = append(durs, time.Since(t0))
+				if err != nil || res.IsError {
+					b.Fatalf("%s: %v %+v", tc.command, err, res)
+				}
+			}
+			report(b, strings.ToLower(tc.name), durs)
+		})
+	}
 }
 
 // report adds the p50 and p95 of durs, in milliseconds, to the benchmark's output.
