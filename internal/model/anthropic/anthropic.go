@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -21,6 +22,21 @@ import (
 // DefaultMaxTokens is the max_tokens of a request that sets none, when Config.DefaultMaxTokens is 0.
 const DefaultMaxTokens = 8192
 
+// ResponseHeaderTimeout bounds the wait for response headers with the default HTTP client, as the SDK's own
+// default does; a stream's body is not bounded (the caller's context is).
+const ResponseHeaderTimeout = 10 * time.Minute
+
+// defaultHTTPClient is a clone of the default transport with ResponseHeaderTimeout.
+func defaultHTTPClient() *http.Client {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return &http.Client{Transport: http.DefaultTransport}
+	}
+	t = t.Clone()
+	t.ResponseHeaderTimeout = ResponseHeaderTimeout
+	return &http.Client{Transport: t}
+}
+
 // Config configures a Model.
 type Config struct {
 	// APIKey authenticates the requests. When it and AuthToken are empty, ANTHROPIC_API_KEY, then ANTHROPIC_AUTH_TOKEN,
@@ -30,7 +46,8 @@ type Config struct {
 	AuthToken string
 	// BaseURL of the API; default ANTHROPIC_BASE_URL, else the SDK's production URL.
 	BaseURL string
-	// HTTPClient makes the requests; default the SDK's.
+	// HTTPClient makes the requests; default a client like the SDK's, whose transport waits at most
+	// ResponseHeaderTimeout for the response headers.
 	HTTPClient *http.Client
 	// MaxRetries is the SDK's retry count; default 0, because the brain owns retries.
 	MaxRetries int
@@ -58,9 +75,7 @@ func New(cfg Config) *Model {
 	if baseURL := cmp.Or(cfg.BaseURL, os.Getenv("ANTHROPIC_BASE_URL")); baseURL != "" {
 		opts = append(opts, option.WithBaseURL(baseURL))
 	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
-	}
+	opts = append(opts, option.WithHTTPClient(cmp.Or(cfg.HTTPClient, defaultHTTPClient())))
 	switch {
 	case apiKey != "":
 		opts = append(opts, option.WithAPIKey(apiKey))
