@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,15 +16,20 @@ var uids struct {
 	inUse map[int]bool
 }
 
-// AllocUID returns a host uid from [base, base+count) that no live sandbox of this process uses. Servers
-// sharing a host need ranges of their own.
-func AllocUID(base, count int) (int, error) {
+// AllocUID returns a host uid from [base, base+count) that no live sandbox of this process uses. It prefers
+// the uid key (a session id) hashes to, so that a session's next sandbox usually gets the uid its workspace
+// already belongs to and need not re-own it. Servers sharing a host need ranges of their own.
+func AllocUID(base, count int, key string) (int, error) {
 	uids.Lock()
 	defer uids.Unlock()
 	if uids.inUse == nil {
 		uids.inUse = map[int]bool{}
 	}
-	for uid := base; uid < base+count; uid++ {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	start := int(h.Sum32() % uint32(count))
+	for i := range count {
+		uid := base + (start+i)%count
 		if !uids.inUse[uid] {
 			uids.inUse[uid] = true
 			return uid, nil

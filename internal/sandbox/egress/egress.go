@@ -90,17 +90,45 @@ func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) 
 	return ips, nil
 }
 
-// internal reports whether ip is loopback, private, link-local, unspecified or multicast.
+// internalNets are ranges that are not public though net.IP's predicates miss them: shared address space
+// (CGNAT, also used by overlay networks such as Tailscale), benchmarking, and the IPv6 translation prefixes
+// that can embed an internal IPv4 address.
+var internalNets = func() []*net.IPNet {
+	var nets []*net.IPNet
+	for _, c := range []string{"100.64.0.0/10", "198.18.0.0/15", "192.0.0.0/24", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16"} {
+		_, n, err := net.ParseCIDR(c)
+		if err != nil {
+			panic(err)
+		}
+		nets = append(nets, n)
+	}
+	return nets
+}()
+
+// internal reports whether ip is loopback, private, link-local, unspecified, multicast or otherwise not public.
 func internal(ip net.IP) bool {
-	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified()
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
+		return true
+	}
+	for _, n := range internalNets {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
+
+// MaxConns bounds the connections one sandbox may hold through its proxy at a time, so that a sandbox cannot
+// exhaust the server's file descriptors.
+const MaxConns = 256
 
 // Proxy is one sandbox's egress proxy on a Unix socket.
 type Proxy struct {
 	policy Policy
 	logger *slog.Logger
 	ln     net.Listener
+	slots  chan struct{} // one per connection in use, up to MaxConns
 	srv    *http.Server
 	tr     *http.Transport
 	done   chan struct{}
@@ -129,7 +157,7 @@ func Listen(path string, uid, gid int, policy Policy, logger *slog.Logger) (*Pro
 		ln.Close()
 		return nil, fmt.Errorf("egress: chown socket: %w", err)
 	}
-	p := &Proxy{policy: policy, logger: logger, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
+	p := &Proxy{policy: policy, logger: logger, ln: ln, slots: make(chan struct{}, MaxConns), done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
 	p.tr = &http.Transport{
 		Proxy:                 nil,
 		DialContext:           p.dial,
@@ -188,6 +216,13 @@ func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 
 // ServeHTTP handles one proxied request: CONNECT tunnels, anything else is forwarded.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case p.slots <- struct{}{}:
+		defer func() { <-p.slots }()
+	default:
+		http.Error(w, fmt.Sprintf("egress proxy: more than %d connections at once", MaxConns), http.StatusTooManyRequests)
+		return
+	}
 	if r.Method == http.MethodConnect {
 		p.connect(w, r)
 		return

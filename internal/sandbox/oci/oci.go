@@ -119,7 +119,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if !filepath.IsAbs(r.WorkspaceDir) {
 		return nil, fmt.Errorf("oci: workspace %q must be an absolute path", r.WorkspaceDir)
 	}
-	uid, err := agent.AllocUID(p.cfg.UIDBase, p.cfg.UIDCount)
+	uid, err := agent.AllocUID(p.cfg.UIDBase, p.cfg.UIDCount, r.SessionID)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func TestAllocUIDPrefersTheSessionsUID(t *testing.T) {
+	const base, count = 900000, 50
+	a, err := AllocUID(base, count, "session-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	FreeUID(a)
+	again, err := AllocUID(base, count, "session-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer FreeUID(again)
+	if again != a {
+		t.Errorf("session-a got %d, then %d", a, again)
+	}
+	// While it is taken, the same key gets another uid in the range.
+	other, err := AllocUID(base, count, "session-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer FreeUID(other)
+	if other == again || other < base || other >= base+count {
+		t.Errorf("second uid %d", other)
+	}
+}
+
+func TestPrepareWorkspaceReowns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	dir := filepath.Join(t.TempDir(), "ws")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sub", "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "outside")
+	if err := os.WriteFile(outside, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrepareWorkspace(dir, 912345, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "sub"), filepath.Join(dir, "sub", "f"), filepath.Join(dir, "link")} {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 912345 || st.Gid != 912345 {
+			t.Errorf("%s owned by %d:%d", p, st.Uid, st.Gid)
+		}
+	}
+	// The symlink's target outside the workspace is not re-owned.
+	fi, _ := os.Stat(outside)
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 {
+		t.Errorf("symlink target re-owned to %d", st.Uid)
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+		t.Errorf("workspace mode %v", fi.Mode().Perm())
+	}
+}
