@@ -364,3 +364,30 @@ func TestInvalidRequest(t *testing.T) {
 		t.Fatal("an invalid request was sent")
 	}
 }
+
+// FuzzToolInput checks that any JSON tool input streamed in input_json_delta fragments comes back equal.
+func FuzzToolInput(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"a":1}`, `{"s":"\u65e5\u672c\u8a9e \u00e9\u00e8"}`, `{"n":[1,2,{"x":null}],"b":true}`, `{"q":"\"\\\n"}`} {
+		f.Add(seed)
+	}
+	s, err := modeltest.Start()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(s.Close)
+	m := anthropic.New(anthropic.Config{APIKey: "k", BaseURL: s.URL})
+	f.Fuzz(func(t *testing.T, input string) {
+		var v map[string]any
+		if json.Unmarshal([]byte(input), &v) != nil {
+			t.Skip("not a JSON object")
+		}
+		s.Script(modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "t", Name: "f", Input: input}}})
+		resp, err := m.Call(context.Background(), &model.Request{Model: "c", Messages: []model.Message{userText("x")}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Content) != 1 || !jsonEqualRaw(t, resp.Content[0].Input, input) {
+			t.Fatalf("got %+v, want input %s", resp.Content, input)
+		}
+	})
+}

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Server is a running fake model API. Its zero value is not usable; use NewServer or Start.
@@ -281,12 +282,17 @@ func tokens(text string) []string {
 	return out
 }
 
-// jsonTokens splits a JSON text into chunks of at most 8 bytes, the way input_json_delta arrives.
+// jsonTokens splits a JSON text into chunks of about 8 bytes, the way input_json_delta arrives, never inside a
+// UTF-8 sequence.
 func jsonTokens(s string) []string {
 	var out []string
 	for len(s) > 8 {
-		out = append(out, s[:8])
-		s = s[8:]
+		n := 8
+		for n < len(s) && !utf8.RuneStart(s[n]) {
+			n++
+		}
+		out = append(out, s[:n])
+		s = s[n:]
 	}
 	if s != "" {
 		out = append(out, s)
