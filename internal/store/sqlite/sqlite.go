@@ -4,9 +4,10 @@
 // The database runs in WAL mode with synchronous=FULL, so an acknowledged write survives a crash of the process or
 // the machine. All writes go through one connection owned by a writer goroutine, which group-commits: it runs every
 // pending write request in one transaction, each in its own SAVEPOINT so that one failed condition does not fail
-// the others, commits once (one fsync for the whole group), then acknowledges each request. Reads use a separate
-// pool of read-only connections. Wake-ups are in-process only (store.Hub): Capabilities().CrossProcessNotify is
-// false.
+// the others, commits once (one fsync for the whole group), then acknowledges each request. A checkpointer
+// goroutine, on a connection of its own, copies the WAL back into the database file off the writer's path. Reads
+// use a separate pool of read-only connections. Wake-ups are in-process only (store.Hub):
+// Capabilities().CrossProcessNotify is false.
 package sqlite
 
 import (
@@ -319,8 +320,8 @@ func (s *Store) checkpointer() {
 	}
 }
 
-// writeReq is one write: fn runs in a savepoint of the group transaction; after runs once the group has
-// committed, if fn succeeded.
+// writeReq is one write: fn runs in the group transaction (in a savepoint of its own when the group has others);
+// after runs once the group has committed, if fn succeeded.
 type writeReq struct {
 	ctx   context.Context
 	fn    func(w *wtx) error
