@@ -289,6 +289,9 @@ func resolveToolset(p string, raw json.RawMessage) (apitype.Tool, error) {
 		if !ok {
 			tc = apitype.ToolConfig{Name: name, Type: name, Enabled: def.Enabled, PermissionPolicy: def.PermissionPolicy}
 		}
+		if name == "web_fetch" && tc.URLSources == nil {
+			tc.URLSources = &apitype.WebURLSources{} // resolved: every source unset (null), i.e. all
+		}
 		t.Configs = append(t.Configs, tc)
 	}
 	return t, nil

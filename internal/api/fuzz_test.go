@@ -1,0 +1,193 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// The request decoders must never panic, and must reject bad input only with a 4xx: a 500 would mean a
+// client's mistake is reported as the server's.
+
+func check4xx(t *testing.T, input []byte, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		t.Fatalf("input %q: error %v (%T) is not an API error", input, err, err)
+	}
+	if ae.status < 400 || ae.status >= 500 || ae.msg == "" || ae.typ == "" {
+		t.Fatalf("input %q: %d %s %q", input, ae.status, ae.typ, ae.msg)
+	}
+}
+
+var agentSeeds = []string{
+	`{"name":"a","model":"claude-sonnet-4-6"}`,
+	`{"name":"a","model":{"id":"m","effort":{"type":"max"},"speed":"fast"},"system":"s","description":"d","metadata":{"k":"v"}}`,
+	`{"name":"a","model":"m","tools":[{"type":"agent_toolset_20260401","default_config":{"enabled":false,"permission_policy":{"type":"always_ask"}},"configs":[{"name":"bash","enabled":true},{"type":"web_fetch","allowed_domains":["a.com"],"max_content_tokens":5,"url_sources":{"user_input":"all","client_tool_results":{"type":"only","tools":[{"type":"tool_reference","name":"x"}]}}},{"name":"web_search","user_location":{"type":"approximate","country":"DE"}}]}]}`,
+	`{"name":"a","model":"m","mcp_servers":[{"type":"url","name":"s","url":"https://s.example"}],"tools":[{"type":"mcp_toolset","mcp_server_name":"s","configs":[{"name":"t","permission_policy":{"type":"auto"}}]}]}`,
+	`{"name":"a","model":"m","tools":[{"type":"custom","name":"c","description":"d","input_schema":{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}}]}`,
+	`{"name":"a","model":"m","skills":[{"type":"anthropic","skill_id":"xlsx"}],"execution_identity":{"type":"aws_role","role_arn":"arn:x"},"multiagent":{"type":"coordinator","agents":["agent_x"]}}`,
+	`{"name":1}`, `{"tools":[1]}`, `{"model":{"effort":[]}}`, `{`, `null`, `{"tools":[{"type":"custom","input_schema":"x"}]}`,
+}
+
+func FuzzAgentCreate(f *testing.F) {
+	for _, s := range agentSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		a, err := parseAgentCreate(body)
+		check4xx(t, body, err)
+		if err == nil {
+			if a.Name == "" || a.Model.ID == "" || a.Model.Effort == nil || a.Tools == nil || a.Metadata == nil {
+				t.Fatalf("accepted %q as an incomplete agent %+v", body, a)
+			}
+			if _, err := json.Marshal(a); err != nil {
+				t.Fatalf("accepted %q but cannot encode it: %v", body, err)
+			}
+		}
+	})
+}
+
+func FuzzAgentUpdate(f *testing.F) {
+	for _, s := range append(agentSeeds, `{"version":1,"description":null,"tools":null,"metadata":{"k":null}}`,
+		`{"multiagent":null,"model":{"id":"x"}}`) {
+		f.Add([]byte(s))
+	}
+	base, err := parseAgentCreate([]byte(agentSeeds[3]))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req agentUpdateRequest
+		if err := decodeJSON(body, &req); err != nil {
+			check4xx(t, body, err)
+			return
+		}
+		cur := *base
+		_, err := applyAgentUpdate(&cur, &req)
+		check4xx(t, body, err)
+	})
+}
+
+func FuzzEventSend(f *testing.F) {
+	for _, s := range []string{
+		`{"events":[{"type":"user.message","content":[{"type":"text","text":"hi"}]},{"type":"system.message","content":[{"type":"text","text":"s"}]}]}`,
+		`{"events":[{"type":"user.message","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}},{"type":"document","source":{"type":"text","data":"x"},"title":"t"}]}]}`,
+		`{"events":[{"type":"user.interrupt","session_thread_id":"sthr_x"}]}`,
+		`{"events":[{"type":"user.tool_confirmation","tool_use_id":"sevt_x","result":"deny","deny_message":"no"}]}`,
+		`{"events":[{"type":"user.custom_tool_result","custom_tool_use_id":"sevt_x","content":[{"type":"search_result","source":"https://x","title":"t","content":[{"type":"text","text":"c"}],"citations":{"enabled":true}}],"is_error":false}]}`,
+		`{"events":[{"type":"user.tool_result","tool_use_id":"sevt_x","content":[{"type":"document","source":{"type":"url","url":"https://x/y.pdf"}}]}]}`,
+		`{"events":[{"type":"user.define_outcome","description":"d","rubric":{"type":"file","file_id":"file_x"},"max_iterations":3}]}`,
+		`{"events":[{"type":"user.message","content":[{"type":"foo"}]}]}`, `{"events":{}}`, `{"events":[null]}`, `{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		events, err := parseSend(body)
+		check4xx(t, body, err)
+		for _, ce := range events {
+			if !apitype.IsUserEvent(ce.ev.Type) || len(ce.ev.Data) == 0 || ce.ev.Processed {
+				t.Fatalf("accepted %q as %+v", body, ce.ev)
+			}
+		}
+	})
+}
+
+func FuzzSessionCreate(f *testing.F) {
+	for _, s := range []string{
+		`{"agent":"agent_x","environment_id":"env_x"}`,
+		`{"agent":{"type":"agent","id":"agent_x","version":2},"environment_id":"env_x","title":"t","metadata":{"a":"b"},"vault_ids":["vlt_x"]}`,
+		`{"agent":{"type":"agent_with_overrides","id":"agent_x","system":null,"model":"m","tools":[],"mcp_servers":[],"skills":[]},"environment_id":"e"}`,
+		`{"agent":"a","environment_id":"e","resources":[{"type":"github_repository","url":"https://github.com/a/b","checkout":{"type":"commit","sha":"abcdef1"}},{"type":"file","file_id":"f","mount_path":"/x"}]}`,
+		`{"agent":"a","environment_id":"e","budget":{"type":"limit","max_list_cost":{"amount":"2500","currency":"USD"}}}`,
+		`{"agent":"a","environment_id":"e","initial_events":[{"type":"user.message","content":[{"type":"text","text":"x"}]}]}`,
+		`{"agent":7}`, `{"agent":{"type":"agent"}}`, `{"agent":"a","resources":[{"type":"file","mount_path":"/"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	now := time.Unix(1_800_000_000, 0).UTC()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req sessionCreateRequest
+		if err := decodeJSON(body, &req); err != nil {
+			check4xx(t, body, err)
+			return
+		}
+		ref, err := parseAgentRef("agent", req.Agent)
+		check4xx(t, body, err)
+		if err == nil {
+			a, _ := parseAgentCreate([]byte(agentSeeds[3]))
+			_, err = ref.snapshot("agent", a)
+			check4xx(t, body, err)
+		}
+		for i, raw := range req.Resources {
+			res, err := parseResource(index("resources", i), raw, now, true)
+			check4xx(t, body, err)
+			if err == nil && (res.MountPath == "" || res.MountPath[0] != '/') {
+				t.Fatalf("accepted %q with mount path %q", body, res.MountPath)
+			}
+		}
+		for i, raw := range req.InitialEvents {
+			_, err := parseClientEvent(index("initial_events", i), raw, []string{apitype.EventUserMessage})
+			check4xx(t, body, err)
+		}
+		if !isNull(req.Budget) {
+			_, err := resolveBudget("budget", req.Budget)
+			check4xx(t, body, err)
+		}
+	})
+}
+
+func FuzzEnvConfig(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"cloud"}`, `{"type":"self_hosted"}`,
+		`{"type":"cloud","networking":{"type":"limited","allowed_hosts":["*.pypi.org","10.0.0.1:8080"],"allow_mcp_servers":true,"allow_package_managers":true},"packages":{"type":"packages","pip":["x==1"],"apt":[]}}`,
+		`{"type":"cloud","networking":{"type":"unrestricted"}}`, `{"type":"cloud","packages":{"npm":null}}`, `{"type":5}`,
+	} {
+		f.Add([]byte(s))
+	}
+	prev := defaultEnvConfig()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		cfg, err := resolveEnvConfig("config", raw, nil)
+		check4xx(t, raw, err)
+		if err == nil {
+			if v := envConfigView(cfg); v["type"] != cfg.Type {
+				t.Fatalf("view of %q = %v", raw, v)
+			}
+		}
+		_, err = resolveEnvConfig("config", raw, &prev)
+		check4xx(t, raw, err)
+	})
+}
+
+func FuzzListQuery(f *testing.F) {
+	for _, s := range []string{
+		"limit=5&page=" + *itemCursor(time.Unix(1, 0), "agent_x", false), "page=" + *seqCursor(9) + "&order=desc",
+		"created_at[gte]=2026-01-01T00:00:00Z&include_archived=true&statuses[]=idle&statuses=running",
+		"limit=-1", "page=%%%", "types[]=user.message,agent.message",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		u, err := url.Parse("/v1/x?" + raw)
+		if err != nil {
+			return
+		}
+		q := newQuery(u)
+		_, _, c, err := listParams(q, defaultLimit, maxLimit)
+		check4xx(t, []byte(raw), err)
+		if err == nil && c != nil {
+			p, _, _, _ := listParams(q, defaultLimit, maxLimit)
+			check4xx(t, []byte(raw), itemPageInto(c, &p))
+		}
+		_, err = q.desc(true)
+		check4xx(t, []byte(raw), err)
+		_ = q.list("types")
+	})
+}
