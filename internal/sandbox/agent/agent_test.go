@@ -159,3 +159,33 @@ func FuzzToolInput(f *testing.F) {
 		}
 	})
 }
+
+func TestServeCancel(t *testing.T) {
+	t.Parallel()
+	s, ws := newTestServer(t, false)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background(), inR, outW); outW.Close() }()
+	start := time.Now()
+	go func() {
+		_, _ = io.WriteString(inW, `{"id":7,"tool":"bash","input":{"command":"sleep 1; touch late"}}`+"\n")
+		time.Sleep(200 * time.Millisecond)
+		_, _ = io.WriteString(inW, `{"cancel":7}`+"\n")
+	}()
+	var resp Response
+	if err := json.NewDecoder(outR).Decode(&resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.ID != 7 || !resp.IsError || !strings.Contains(resp.Content[0].Text, "cancelled") || time.Since(start) > 3*time.Second {
+		t.Errorf("cancelled call: %+v after %s", resp, time.Since(start))
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(ws, "late")); err == nil {
+		t.Error("the cancelled command ran on")
+	}
+}

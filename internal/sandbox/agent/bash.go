@@ -107,6 +107,9 @@ func (t *bashTool) result(out string, code int, err error, timeout time.Duration
 			}
 			return errorf("%s\nexit code: %d\n[the shell exited; the next call starts a new shell]", out, code)
 		}
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return errorf("%s\n[the call was cancelled; its process group was killed and the shell restarted]", out)
+		}
 		return errorf("%s\nbash: %v", out, err)
 	}
 	if code != 0 {

@@ -113,6 +113,12 @@ func (c *Client) Call(ctx context.Context, tool string, input json.RawMessage, t
 		return sandbox.Result{Content: resp.Content, IsError: resp.IsError}, nil
 	case <-ctx.Done():
 		c.forget(id)
+		// Best effort: have the agent kill what the call started.
+		if line, err := json.Marshal(Request{Cancel: id}); err == nil {
+			c.wmu.Lock()
+			_, _ = c.w.Write(append(line, '\n'))
+			c.wmu.Unlock()
+		}
 		return sandbox.Result{}, ctx.Err()
 	case <-hang.C:
 		c.forget(id)

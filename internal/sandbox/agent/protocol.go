@@ -21,6 +21,9 @@ type Request struct {
 	Input     json.RawMessage `json:"input"`
 	TimeoutMS int64           `json:"timeout_ms,omitempty"` // default timeout of a command; 0 = agent default
 	OutputCap int             `json:"output_cap,omitempty"` // cap on the result's text, bytes; 0 = agent default
+	// Cancel, when set, makes this line a cancellation of the request with that ID (its command is killed);
+	// it gets no response of its own.
+	Cancel uint64 `json:"cancel,omitempty"`
 }
 
 // Response is the agent's answer to one Request.

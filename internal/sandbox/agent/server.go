@@ -121,6 +121,10 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 		defer wmu.Unlock()
 		_ = enc.Encode(resp) // a broken stdout means the host is gone; the read loop ends too
 	}
+	var (
+		cmu     sync.Mutex
+		cancels = map[uint64]context.CancelFunc{}
+	)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 64*1024*1024)
 	for sc.Scan() {
@@ -129,10 +133,27 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 			write(Response{ID: req.ID, Content: []apitype.ContentBlock{apitype.TextBlock("invalid request: " + err.Error())}, IsError: true})
 			continue
 		}
+		if req.Cancel != 0 {
+			cmu.Lock()
+			if cancel := cancels[req.Cancel]; cancel != nil {
+				cancel()
+			}
+			cmu.Unlock()
+			continue
+		}
+		reqCtx, cancel := context.WithCancel(ctx)
+		cmu.Lock()
+		cancels[req.ID] = cancel
+		cmu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			write(s.Handle(ctx, req))
+			resp := s.Handle(reqCtx, req)
+			cmu.Lock()
+			delete(cancels, req.ID)
+			cmu.Unlock()
+			cancel()
+			write(resp)
 		}()
 	}
 	// Input ended: finish the calls in flight (their own timeouts bound them), then stop.

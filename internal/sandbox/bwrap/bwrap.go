@@ -73,13 +73,11 @@ type Provider struct {
 
 var _ sandbox.Provider = (*Provider)(nil)
 
-// Available reports whether bubblewrap can be used on this host.
+// Available reports whether bubblewrap can be found (bwrapPath, or "bwrap" on PATH).
 func Available(bwrapPath string) error {
-	p, err := exec.LookPath(cmp.Or(bwrapPath, "bwrap"))
-	if err != nil {
+	if _, err := exec.LookPath(cmp.Or(bwrapPath, "bwrap")); err != nil {
 		return fmt.Errorf("bwrap: bubblewrap not found: %w", err)
 	}
-	_ = p
 	return nil
 }
 
@@ -100,8 +98,10 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: bubblewrap not found: %w", err)
 	}
-	if _, err := os.Stat(cfg.AgentPath); err != nil {
+	if fi, err := os.Stat(cfg.AgentPath); err != nil {
 		return nil, fmt.Errorf("bwrap: agent binary: %w", err)
+	} else if fi.Mode().Perm()&0o005 != 0o005 {
+		return nil, fmt.Errorf("bwrap: agent binary %s must be readable and executable by others (mode %v)", cfg.AgentPath, fi.Mode().Perm())
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("bwrap: the server must run as root to start sandboxes under their own uids")

@@ -23,6 +23,7 @@ func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Optio
 	t.Run("InvalidInput", func(t *testing.T) { t.Parallel(); testInvalidInput(t, newProvider) })
 	t.Run("BashState", func(t *testing.T) { t.Parallel(); testBashState(t, newProvider) })
 	t.Run("Timeout", func(t *testing.T) { t.Parallel(); testTimeout(t, newProvider) })
+	t.Run("Cancel", func(t *testing.T) { t.Parallel(); testCancel(t, newProvider) })
 	t.Run("OutputCap", func(t *testing.T) { t.Parallel(); testOutputCap(t, newProvider) })
 	t.Run("WorkspaceSurvivesReprovision", func(t *testing.T) { t.Parallel(); testWorkspaceSurvives(t, newProvider, opts) })
 	t.Run("KilledSandbox", func(t *testing.T) {
@@ -193,6 +194,21 @@ func testTimeout(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	c.Recipe.Limits.CommandTimeout = 200 * time.Millisecond
 	if got := mustFail(t, p, c); !strings.Contains(got, "timed out") {
 		t.Errorf("recipe timeout: %q", got)
+	}
+}
+
+func testCancel(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+	p := newPool(t, newProvider, 0)
+	const s = "cancel"
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := p.Execute(ctx, bash(s, "sleep 1; touch late")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cancelled call: err = %v", err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	// The command was killed with its shell; the sandbox lives on.
+	if got := mustRun(t, p, bash(s, "ls late 2>/dev/null || echo absent")); got != "absent" {
+		t.Errorf("the cancelled command ran on: %q", got)
 	}
 }
 
