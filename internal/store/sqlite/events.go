@@ -16,18 +16,23 @@ import (
 
 // EventAppend appends events to a session's log; it returns once their transaction has committed durably.
 func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]apitype.Event, error) {
+	if err := checkEvents(p.Events); err != nil {
+		return nil, fmt.Errorf("sqlite: append to session %s: %w", p.SessionID, err)
+	}
 	var events []apitype.Event
-	var runnable bool
-	err := s.write(ctx, func(w *wtx) error {
-		var err error
-		events, err = appendEvents(w, p)
-		runnable = p.Wake
-		return err
-	}, func() {
-		s.hub.NotifySession(p.SessionID)
-		if runnable {
-			s.hub.NotifyRunnable()
-		}
+	err := s.submit(ctx, &writeReq{
+		fn: func(w *wtx) error {
+			var err error
+			events, err = appendEvents(w, p)
+			return err
+		},
+		after: func() {
+			s.hub.NotifySession(p.SessionID)
+			if p.Wake {
+				s.hub.NotifyRunnable()
+			}
+		},
+		checksFirst: true, // appendEvents checks every condition in its first statement
 	})
 	if isConstraint(err) {
 		err = store.ErrConflict // a duplicate event id
@@ -40,10 +45,8 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 
 // appendEvents checks p's conditions, inserts its events and applies its session changes, in w's transaction.
 func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
-	for i, e := range p.Events {
-		if e.Type == "" {
-			return nil, fmt.Errorf("event %d has no type", i)
-		}
+	if err := checkEvents(p.Events); err != nil {
+		return nil, err
 	}
 	now := apitype.Now()
 	created := micros(now)
@@ -117,6 +120,16 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 		events[i] = e
 	}
 	return events, nil
+}
+
+// checkEvents validates events to append.
+func checkEvents(events []apitype.NewEvent) error {
+	for i, e := range events {
+		if e.Type == "" {
+			return fmt.Errorf("event %d has no type", i)
+		}
+	}
+	return nil
 }
 
 // appendFailure says which condition of an append failed.

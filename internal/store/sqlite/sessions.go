@@ -22,6 +22,9 @@ const (
 func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams) (*apitype.Session,
 	[]apitype.Event, error) {
 	in := *p.Session
+	if err := checkEvents(p.InitialEvents); err != nil {
+		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
+	}
 	if in.Status == "" {
 		in.Status = apitype.StatusIdle
 	}

@@ -326,18 +326,32 @@ type writeReq struct {
 	ctx   context.Context
 	fn    func(w *wtx) error
 	after func()
-	err   error
-	done  chan struct{}
+	// checksFirst: fn fails with a condition error (see isCondition) only before its first write, so it needs no
+	// savepoint; any other error it returns fails the whole group.
+	checksFirst bool
+
+	err  error
+	done chan struct{}
+}
+
+// isCondition reports whether err is a failed condition of a write rather than a failure of the database.
+func isCondition(err error) bool {
+	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLeaseLost)
 }
 
 // write queues fn for the writer goroutine and waits until its transaction has committed (or fn failed). Once
 // queued, a request is waited for even if ctx ends, so that a nil error always means "durable" and a non-nil
 // one "not applied".
 func (s *Store) write(ctx context.Context, fn func(w *wtx) error, after func()) error {
+	return s.submit(ctx, &writeReq{fn: fn, after: after})
+}
+
+// submit queues r for the writer goroutine and waits for its outcome, as write does.
+func (s *Store) submit(ctx context.Context, r *writeReq) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r := &writeReq{ctx: ctx, fn: fn, after: after, done: make(chan struct{})}
+	r.ctx, r.done = ctx, make(chan struct{})
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -428,7 +442,8 @@ func (s *Store) runTx(ctx context.Context, batch []*writeReq) error {
 			r.err = err
 			continue
 		}
-		if savepoints {
+		savepoint := savepoints && !r.checksFirst
+		if savepoint {
 			if _, err := w.exec("SAVEPOINT req"); err != nil {
 				tx.Rollback()
 				return fmt.Errorf("sqlite: savepoint: %w", err)
@@ -437,8 +452,12 @@ func (s *Store) runTx(ctx context.Context, batch []*writeReq) error {
 		r.err = runFn(r.fn, w)
 		if r.err == nil {
 			applied++
+		} else if savepoints && !savepoint && !isCondition(r.err) {
+			// The request may have written part of its changes, and there is no savepoint to undo them.
+			tx.Rollback()
+			return fmt.Errorf("sqlite: another write in the group failed: %w", r.err)
 		}
-		if !savepoints {
+		if !savepoint {
 			continue
 		}
 		if r.err != nil {

@@ -436,3 +436,58 @@ func testSubscribe(t *testing.T, h Harness) {
 	case <-time.After(20 * time.Millisecond):
 	}
 }
+
+// testFailedAppendsInGroup runs appends that fail (unknown session, wrong expected seq, lost lease) alongside
+// appends that succeed, concurrently, so that a batching adapter groups them: each fails or succeeds on its own.
+func testFailedAppendsInGroup(t *testing.T, h Harness) {
+	s := h.open(t)
+	good := createSession(t, s)
+	leased := createSession(t, s, userMessage("go"))
+	l, err := claim(s, "brain", time.Minute, leased.ID)
+	must(t, err, "claim")
+	stale := *l
+	stale.Token = "stale"
+
+	const rounds = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*rounds)
+	for i := range rounds {
+		wg.Go(func() {
+			_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: good.ID,
+				Events: []apitype.NewEvent{agentMessage(strconv.Itoa(i)), agentMessage("b")}})
+			if err != nil {
+				errs <- fmt.Errorf("good append: %w", err)
+			}
+		})
+		wg.Go(func() {
+			_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: "sesn_missing",
+				Events: []apitype.NewEvent{agentMessage("x")}})
+			if !errors.Is(err, store.ErrNotFound) {
+				errs <- fmt.Errorf("append to unknown session: got %v, want ErrNotFound", err)
+			}
+		})
+		wg.Go(func() {
+			_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: good.ID, ExpectedSeq: 1_000_000,
+				Events: []apitype.NewEvent{agentMessage("x")}})
+			if !errors.Is(err, store.ErrConflict) {
+				errs <- fmt.Errorf("append with a wrong expected seq: got %v, want ErrConflict", err)
+			}
+		})
+		wg.Go(func() {
+			_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: leased.ID, Lease: &stale,
+				Events: []apitype.NewEvent{agentMessage("x")}})
+			if !errors.Is(err, store.ErrLeaseLost) {
+				errs <- fmt.Errorf("append with a stale lease: got %v, want ErrLeaseLost", err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	events := allEvents(t, s, good.ID)
+	checkContiguous(t, events)
+	equal(t, len(events), 2*rounds, "events of the good appends")
+	equalSeqs(t, allEvents(t, s, leased.ID), []int64{1}, "the leased session's log")
+}

@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentAppendsOneSession", testConcurrentAppendsOneSession},
 		{"ConcurrentAppendsManySessions", testConcurrentAppendsManySessions},
 		{"ExpectedSeqRace", testExpectedSeqRace},
+		{"FailedAppendsInGroup", testFailedAppendsInGroup},
 		{"Subscribe", testSubscribe},
 		{"LeaseClaimNoWork", testLeaseClaimNoWork},
 		{"LeaseFencing", testLeaseFencing},
