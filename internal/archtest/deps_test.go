@@ -115,9 +115,14 @@ func portOf(pkg string) string {
 }
 
 // isShared reports whether a port subpackage is shared by its adapters rather than an adapter itself: the
-// in-sandbox agent's tool code is used by every sandbox backend.
+// in-sandbox agent and the host-side pieces every isolating sandbox backend uses (cgroup limits, the egress
+// proxy), and the OCI bundle code that the gVisor backend (an OCI runtime) builds on.
 func isShared(pkg string) bool {
-	return pkg == "internal/sandbox/agent"
+	switch pkg {
+	case "internal/sandbox/agent", "internal/sandbox/cgroup", "internal/sandbox/egress", "internal/sandbox/oci":
+		return true
+	}
+	return false
 }
 
 func TestViolation(t *testing.T) {
@@ -132,6 +137,8 @@ func TestViolation(t *testing.T) {
 		{"internal/store/sqlite", "internal/store/postgres", false},
 		{"internal/store/sqlite", "internal/model", false},
 		{"internal/sandbox/bwrap", "internal/sandbox/agent", true},
+		{"internal/sandbox/gvisor", "internal/sandbox/oci", true},
+		{"internal/sandbox/bwrap", "internal/sandbox/process", false},
 		{"internal/apitype", "internal/store", false},
 		{"internal/store", "internal/api", false},
 		{"cmd/corral", "internal/store/sqlite", true},

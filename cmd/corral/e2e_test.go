@@ -1,0 +1,386 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// These tests run the real corral binary as a process: the contract outside tools rely on (flags, environment,
+// signals) and the crash behaviour of rule 2 and 3, which only a real SIGKILL shows.
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "corral-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := func() int {
+		build := exec.Command("go", "build", "-o", dir, ".", "../corral-sandbox-agent")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build corral:", err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const testKey = "corral-e2e-key"
+
+// server is a running `corral serve`.
+type server struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	url    string
+	stderr *lockedBuffer
+	exited chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// sandboxKind is the backend the e2e tests use: bwrap where it runs, else the unisolated process backend.
+func sandboxKind() string {
+	if _, err := exec.LookPath("bwrap"); err == nil && os.Geteuid() == 0 {
+		return "bwrap"
+	}
+	return "process"
+}
+
+// startServer starts `corral serve` on the data dir and waits until it listens.
+func startServer(t *testing.T, data string, model *modeltest.Server, extra ...string) *server {
+	t.Helper()
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--sandbox", sandboxKind(),
+		"--lease-ttl", "2s", "--poll", "200ms"}, extra...)
+	cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
+	cmd.Env = append(os.Environ(), "CORRAL_API_KEY="+testKey, "ANTHROPIC_API_KEY=test-model-key", "ANTHROPIC_BASE_URL="+model.URL)
+	pr, pw := io.Pipe()
+	s := &server{t: t, cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr = io.MultiWriter(pw, s.stderr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		pw.Close()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-s.exited
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.stderr.String())
+		}
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "corral: listening on "); ok {
+				addr <- rest
+			}
+		}
+	}()
+	select {
+	case s.url = <-addr:
+	case <-s.exited:
+		t.Fatalf("corral serve exited early:\n%s", s.stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("corral serve did not start:\n%s", s.stderr.String())
+	}
+	return s
+}
+
+func (s *server) client() *client {
+	return &client{base: s.url, key: testKey, http: http.DefaultClient}
+}
+
+// waitIdle polls the session's events until it is idle with a final stop reason, and returns the whole log.
+func waitIdle(t *testing.T, c *client, sessionID string) []map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		events := listEvents(t, c, sessionID)
+		if n := len(events); n > 0 {
+			last := events[n-1]
+			if last["type"] == "session.status_idle" {
+				if sr, _ := last["stop_reason"].(map[string]any); sr["type"] != "requires_action" {
+					return events
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("session %s did not go idle; events: %v", sessionID, types(listEvents(t, c, sessionID)))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func listEvents(t *testing.T, c *client, sessionID string) []map[string]any {
+	t.Helper()
+	var all []map[string]any
+	page := ""
+	for {
+		q := url.Values{"limit": {"1000"}}
+		if page != "" {
+			q.Set("page", page)
+		}
+		var out struct {
+			Data     []map[string]any `json:"data"`
+			NextPage *string          `json:"next_page"`
+		}
+		if err := c.do(context.Background(), "GET", "/v1/sessions/"+sessionID+"/events", q, nil, &out); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, out.Data...)
+		if out.NextPage == nil || *out.NextPage == "" {
+			return all
+		}
+		page = *out.NextPage
+	}
+}
+
+func types(events []map[string]any) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i], _ = e["type"].(string)
+	}
+	return out
+}
+
+func count(events []map[string]any, typ string) int {
+	n := 0
+	for _, e := range events {
+		if e["type"] == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// newSession creates an agent with the built-in toolset, an environment and a session that starts with text.
+func newSession(t *testing.T, c *client, text string) string {
+	t.Helper()
+	ctx := context.Background()
+	var agent, env, sess struct {
+		ID string `json:"id"`
+	}
+	if err := c.do(ctx, "POST", "/v1/agents", nil, map[string]any{
+		"name": "e2e", "model": "claude-sonnet-4-5", "system": "You are terse.",
+		"tools": []any{map[string]any{"type": "agent_toolset_20260401"}},
+	}, &agent); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.do(ctx, "POST", "/v1/environments", nil, map[string]any{"name": "e2e", "config": map[string]any{"type": "cloud"}}, &env); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.do(ctx, "POST", "/v1/sessions", nil, map[string]any{
+		"agent": agent.ID, "environment_id": env.ID, "initial_events": []any{userMessage(text)},
+	}, &sess); err != nil {
+		t.Fatal(err)
+	}
+	return sess.ID
+}
+
+// assertLogSound checks what every log must satisfy: unique ids, and no event doubled by a resumed brain.
+func assertLogSound(t *testing.T, events []map[string]any) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, e := range events {
+		id, _ := e["id"].(string)
+		if seen[id] {
+			t.Errorf("event id %s appears twice", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestServeToolTurn(t *testing.T) {
+	t.Parallel()
+	model := modeltest.NewServer(t)
+	model.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt"}`}}},
+		modeltest.Turn{Text: "The file says corral-42."},
+	)
+	s := startServer(t, t.TempDir(), model)
+	c := s.client()
+	id := newSession(t, c, "Write the answer to a file and show it.")
+	events := waitIdle(t, c, id)
+	assertLogSound(t, events)
+
+	var toolUse, toolResult, message int = -1, -1, -1
+	for i, e := range events {
+		switch e["type"] {
+		case "agent.tool_use":
+			toolUse = i
+		case "agent.tool_result":
+			toolResult = i
+			b, _ := json.Marshal(e["content"])
+			if !strings.Contains(string(b), "corral-42") || e["is_error"] == true {
+				t.Errorf("tool result = %s (is_error %v), want corral-42", b, e["is_error"])
+			}
+		case "agent.message":
+			message = i
+		}
+	}
+	if !(toolUse >= 0 && toolUse < toolResult && toolResult < message) {
+		t.Fatalf("want tool_use < tool_result < message, got %d %d %d in %v", toolUse, toolResult, message, types(events))
+	}
+	// The second model request carried the tool's output.
+	reqs := model.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("model got %d requests, want 2", len(reqs))
+	}
+	if b, _ := json.Marshal(reqs[1].Messages); !strings.Contains(string(b), "corral-42") {
+		t.Errorf("second model request lacks the tool result: %s", b)
+	}
+	if count(events, "span.sandbox_provision_start") != 1 {
+		t.Errorf("want one sandbox provisioning span, got %v", types(events))
+	}
+}
+
+func TestServeTextTurnProvisionsNothing(t *testing.T) {
+	t.Parallel()
+	model := modeltest.NewServer(t)
+	model.Script(modeltest.Turn{Text: "Hello."})
+	data := t.TempDir()
+	s := startServer(t, data, model)
+	c := s.client()
+	id := newSession(t, c, "Say hello.")
+	events := waitIdle(t, c, id)
+	want := []string{"user.message", "session.status_running", "span.model_request_start", "agent.message", "span.model_request_end", "session.status_idle"}
+	if got := types(events); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("events = %v, want %v", got, want)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(data, "workspaces")); len(entries) != 0 {
+		t.Errorf("a text-only session created %d workspaces", len(entries))
+	}
+}
+
+// TestServeCrashMidModelCall kills `corral serve` with SIGKILL while the model is answering, starts it again on
+// the same data, and expects the session to finish with exactly one user and one agent message.
+func TestServeCrashMidModelCall(t *testing.T) {
+	t.Parallel()
+	model := modeltest.NewServer(t)
+	hold := make(chan struct{})
+	defer close(hold)
+	model.Script(modeltest.Turn{Text: "partial answer that never completes", Hold: hold})
+	data := t.TempDir()
+	s := startServer(t, data, model)
+	id := newSession(t, s.client(), "Tell me something.")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := model.WaitRequests(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.exited
+
+	model.Script(modeltest.Turn{Text: "The complete answer."})
+	killed := time.Now()
+	s2 := startServer(t, data, model)
+	events := waitIdle(t, s2.client(), id)
+	t.Logf("resumed and finished %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
+	assertLogSound(t, events)
+	if n := count(events, "user.message"); n != 1 {
+		t.Errorf("%d user messages, want 1: %v", n, types(events))
+	}
+	if n := count(events, "agent.message"); n != 1 {
+		t.Errorf("%d agent messages, want 1: %v", n, types(events))
+	}
+	for _, e := range events {
+		if e["type"] == "agent.message" {
+			if b, _ := json.Marshal(e["content"]); !strings.Contains(string(b), "The complete answer.") {
+				t.Errorf("agent message = %s", b)
+			}
+		}
+	}
+}
+
+// TestServeSIGTERM: a graceful stop exits 0 and hands a running session over without waiting for its lease.
+func TestServeSIGTERM(t *testing.T) {
+	t.Parallel()
+	model := modeltest.NewServer(t)
+	hold := make(chan struct{})
+	defer close(hold)
+	model.Script(modeltest.Turn{Text: "held", Hold: hold})
+	data := t.TempDir()
+	s := startServer(t, data, model, "--lease-ttl", "30s")
+	id := newSession(t, s.client(), "Hi.")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := model.WaitRequests(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("corral serve did not exit after SIGTERM")
+	}
+	if code := s.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	// The lease (30 s) was released, and the session left runnable: another brain can claim it at once.
+	st, err := openStore(ctx, "sqlite://"+filepath.Join(data, "corral.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := st.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "probe", TTL: time.Second, SessionID: id})
+	if err != nil {
+		t.Fatalf("claim after SIGTERM: %v (the lease was not released, or the session not left runnable)", err)
+	}
+	if err := st.LeaseRelease(ctx, &store.Lease{SessionID: id, Owner: "probe", Token: lease.Token, WakeSeq: 0}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	model.Script(modeltest.Turn{Text: "Resumed."})
+	s2 := startServer(t, data, model, "--lease-ttl", "30s")
+	events := waitIdle(t, s2.client(), id)
+	if n := count(events, "agent.message"); n != 1 {
+		t.Errorf("%d agent messages, want 1: %v", n, types(events))
+	}
+}
