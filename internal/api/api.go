@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -171,13 +172,30 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	// The mux's own 404 and 405 answers are plain text; answer every unknown route with the envelope instead.
+	// The mux's own 404 and 405 answers are plain text; answer unknown routes with the envelope instead.
 	if _, pattern := s.mux.Handler(r); pattern == "" {
-		s.serveErr(tw, r, &apiError{status: http.StatusNotFound, typ: apitype.ErrNotFound,
-			msg: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+		s.serveErr(tw, r, s.noRoute(r))
 		return
 	}
 	s.mux.ServeHTTP(tw, r)
+}
+
+// noRoute is the error for a request no pattern matches: 405 if the path exists for another method, else 404.
+func (s *Server) noRoute(r *http.Request) error {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		return &apiError{status: http.StatusMethodNotAllowed, typ: apitype.ErrInvalidRequest,
+			msg: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))}
+	}
+	return &apiError{status: http.StatusNotFound, typ: apitype.ErrNotFound,
+		msg: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)}
 }
 
 // public serves an endpoint without authentication.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.uber.org/goleak"
 
 	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/apitype"
@@ -23,6 +24,8 @@ import (
 )
 
 const testKey = "test-key"
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // harness is a real API server on httptest over a SQLite store in a temporary directory, and an official SDK
 // client pointed at it.
@@ -200,15 +203,17 @@ func userText(text string) anthropic.BetaManagedAgentsEventParamsUnion {
 	})
 }
 
-// httpServer serves an API built from cfg and returns its URL.
-func httpServer(t *testing.T, cfg api.Config) string {
+// httpServer serves an API built from cfg and returns an SDK client for it.
+func httpServer(t *testing.T, cfg api.Config, opts ...option.RequestOption) anthropic.Client {
 	t.Helper()
 	srv := httptest.NewServer(api.New(cfg).Handler())
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
 	})
-	return srv.URL
+	return anthropic.NewClient(append([]option.RequestOption{option.WithoutEnvironmentDefaults(),
+		option.WithBaseURL(srv.URL), option.WithAPIKey(testKey), option.WithMaxRetries(0),
+		option.WithHTTPClient(srv.Client())}, opts...)...)
 }
 
 // deafStore is a store whose subscriptions never fire, like a store written to by another process without

@@ -35,7 +35,7 @@ func TestAuth(t *testing.T) {
 	}
 
 	noKey := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(h.srv.URL),
-		option.WithAPIKey("wrong"), option.WithMaxRetries(0))
+		option.WithAPIKey("wrong"), option.WithMaxRetries(0), option.WithHTTPClient(h.srv.Client()))
 	_, err := noKey.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{})
 	wantAPIError(t, err, http.StatusUnauthorized, apitype.ErrAuthentication)
 
@@ -54,7 +54,7 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(h.srv.URL),
-		option.WithAPIKey(secret), option.WithMaxRetries(0))
+		option.WithAPIKey(secret), option.WithMaxRetries(0), option.WithHTTPClient(h.srv.Client()))
 	if _, err := stored.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{}); err != nil {
 		t.Fatalf("stored key: %v", err)
 	}
@@ -80,6 +80,7 @@ func TestMalformedRequests(t *testing.T) {
 		{"oversized", "POST", "/v1/agents", `{"name":"` + strings.Repeat("a", 2<<10) + `","model":"m"}`, 413, apitype.ErrRequestTooLarge},
 		{"unknown agent", "GET", "/v1/agents/agent_nope", ``, 404, apitype.ErrNotFound},
 		{"unknown route", "GET", "/v1/nothing", ``, 404, apitype.ErrNotFound},
+		{"wrong method", "PUT", "/v1/agents", `{}`, 405, apitype.ErrInvalidRequest},
 		{"bad limit", "GET", "/v1/agents?limit=1000", ``, 400, apitype.ErrInvalidRequest},
 		{"bad time", "GET", "/v1/agents?created_at[gte]=yesterday", ``, 400, apitype.ErrInvalidRequest},
 		{"bad version", "GET", "/v1/agents/agent_x?version=0", ``, 400, apitype.ErrInvalidRequest},
@@ -133,9 +134,8 @@ func (panicStore) EnvironmentGet(context.Context, string) (*apitype.Environment,
 func TestInternalErrors(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	url := httpServer(t, api.Config{Store: panicStore{h.store}, Keys: &api.KeyAuth{Static: testKey}})
-	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(url), option.WithAPIKey(testKey),
-		option.WithMaxRetries(0), option.WithRequestTimeout(5*time.Second))
+	client := httpServer(t, api.Config{Store: panicStore{h.store}, Keys: &api.KeyAuth{Static: testKey}},
+		option.WithRequestTimeout(5*time.Second))
 	ctx := ctxT(t)
 	_, err := client.Beta.Agents.Get(ctx, "agent_x", anthropic.BetaAgentGetParams{})
 	aerr := wantAPIError(t, err, http.StatusInternalServerError, apitype.ErrAPI)

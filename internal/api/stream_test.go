@@ -202,10 +202,8 @@ func TestStreamPollsWithoutNotify(t *testing.T) {
 	agentID, envID := h.seed(ctx)
 	id := h.newSession(ctx, agentID, envID)
 	// A second server over the same store, with subscriptions that never fire: only polling can wake it.
-	deaf := httpServer(t, api.Config{Store: deafStore{h.store}, Keys: &api.KeyAuth{Static: testKey},
+	client := httpServer(t, api.Config{Store: deafStore{h.store}, Keys: &api.KeyAuth{Static: testKey},
 		PollInterval: 20 * time.Millisecond})
-	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(deaf), option.WithAPIKey(testKey),
-		option.WithMaxRetries(0))
 	stream := client.Beta.Sessions.Events.StreamEvents(ctx, id, anthropic.BetaSessionEventStreamParams{})
 	defer stream.Close()
 	ev := h.appendAgent(ctx, id, apitype.EventAgentMessage, agentMessage("polled"))
