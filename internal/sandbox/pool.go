@@ -23,8 +23,7 @@ type PoolConfig struct {
 	// Provider provisions the sandboxes. Required.
 	Provider Provider
 	// WorkspaceRoot holds the sessions' workspaces: a Recipe without WorkspaceDir gets WorkspaceRoot/<session
-	// id>, created 0700 (the provider gives it to the sandbox's uid). Required. Isolating backends need every
-	// ancestor of it to be searchable by other users (0711).
+	// id>, created 0700 (the provider gives it to the sandbox's uid). Required.
 	WorkspaceRoot string
 	// IdleTimeout is how long an unused sandbox lives; default DefaultIdleTimeout.
 	IdleTimeout time.Duration

@@ -79,16 +79,10 @@ func SandboxEnv() []string {
 }
 
 // PrepareWorkspace makes dir (created 0700 if missing) belong to uid:uid, every entry beneath it too, so that
-// a sandbox under a new uid can use the workspace a previous one left. With searchable set, every ancestor
-// of dir must be searchable by others (a launcher running as the sandbox uid, like bwrap, resolves the path).
-func PrepareWorkspace(dir string, uid int, searchable bool) error {
+// a sandbox under a new uid can use the workspace a previous one left. Symlinks are re-owned, not followed.
+func PrepareWorkspace(dir string, uid int) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("workspace: %w", err)
-	}
-	if searchable {
-		if err := CheckSearchable(dir); err != nil {
-			return fmt.Errorf("workspace: %w", err)
-		}
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {

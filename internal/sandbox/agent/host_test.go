@@ -51,7 +51,7 @@ func TestPrepareWorkspaceReowns(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
-	if err := PrepareWorkspace(dir, 912345, false); err != nil {
+	if err := PrepareWorkspace(dir, 912345); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{dir, filepath.Join(dir, "sub"), filepath.Join(dir, "sub", "f"), filepath.Join(dir, "link")} {

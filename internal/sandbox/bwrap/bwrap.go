@@ -19,10 +19,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,8 +45,10 @@ type Config struct {
 	// UIDBase and UIDCount are the range of host uids (and gids) sandboxes run as, one per live sandbox. They
 	// must belong to no host user. Defaults: 200000 and 10000.
 	UIDBase, UIDCount int
-	// StateDir holds per-sandbox runtime files (the egress proxy's socket). It is created 0711. Default: a
-	// directory under os.TempDir().
+	// StateDir holds a directory per sandbox: the egress proxy's socket, and bind mounts of the workspace and
+	// the agent, so that those need not be reachable by the sandbox uid where they are. It must be searchable
+	// by every uid (it is created 0711, its ancestors are checked). Default: /run/corral-bwrap/<pid>, or under
+	// os.TempDir() without /run. Directories of servers that are gone are swept (mounts detached) by New.
 	StateDir string
 	// CgroupRoot is where the cgroup v1 hierarchies are mounted; default /sys/fs/cgroup. With NoCgroups set
 	// no limits are enforced (MemoryBytes, Pids and CPUQuota are ignored).
@@ -87,7 +93,20 @@ func New(cfg Config) (*Provider, error) {
 	cfg.UIDBase = cmp.Or(cfg.UIDBase, 200000)
 	cfg.UIDCount = cmp.Or(cfg.UIDCount, 10000)
 	cfg.CgroupRoot = cmp.Or(cfg.CgroupRoot, cgroup.DefaultRoot)
-	cfg.StateDir = cmp.Or(cfg.StateDir, filepath.Join(os.TempDir(), fmt.Sprintf("corral-bwrap-%d", os.Getpid())))
+	if cfg.StateDir == "" {
+		base := "/run/corral-bwrap"
+		if _, err := os.Stat("/run"); err != nil {
+			base = filepath.Join(os.TempDir(), "corral-bwrap")
+		}
+		sweep(base)
+		cfg.StateDir = filepath.Join(base, strconv.Itoa(os.Getpid()))
+		if err := os.MkdirAll(base, 0o711); err != nil {
+			return nil, fmt.Errorf("bwrap: state dir: %w", err)
+		}
+		if err := os.Chmod(base, 0o711); err != nil {
+			return nil, fmt.Errorf("bwrap: state dir: %w", err)
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -117,11 +136,9 @@ func New(cfg Config) (*Provider, error) {
 	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
-	// bwrap resolves the bind sources (the proxy socket under StateDir, the agent) as the sandbox uid.
-	for _, path := range []string{filepath.Join(cfg.StateDir, "x"), cfg.AgentPath} {
-		if err := agent.CheckSearchable(path); err != nil {
-			return nil, fmt.Errorf("bwrap: %w", err)
-		}
+	// bwrap resolves its bind sources as the sandbox uid: they are all staged under StateDir.
+	if err := agent.CheckSearchable(filepath.Join(cfg.StateDir, "x")); err != nil {
+		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
 	return &Provider{cfg: cfg, bwrap: bw}, nil
 }
@@ -147,7 +164,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 			}
 		}
 	}()
-	if err := agent.PrepareWorkspace(r.WorkspaceDir, uid, true); err != nil {
+	if err := agent.PrepareWorkspace(r.WorkspaceDir, uid); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	name := "bwrap-" + randomID()
@@ -158,10 +175,29 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err := os.Mkdir(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
-	cleanup = append(cleanup, func() error { return os.RemoveAll(stateDir) })
+	cleanup = append(cleanup, func() error { return removeShallow(stateDir) })
 	if err := os.Chown(stateDir, uid, uid); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
+	// The workspace and the agent are bound here first: bwrap, running as the sandbox uid, must be able to
+	// resolve its sources, and the directories that hold them may be private to root.
+	ws := filepath.Join(stateDir, "workspace")
+	agentBin := filepath.Join(stateDir, "agent")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	if err := os.WriteFile(agentBin, nil, 0o500); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	if err := bindMount(r.WorkspaceDir, ws, false); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	cleanup = append(cleanup, func() error { return unmount(ws) })
+	if err := bindMount(p.cfg.AgentPath, agentBin, true); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	cleanup = append(cleanup, func() error { return unmount(agentBin) })
+	args = append(args, "--bind", ws, agent.Workspace, "--ro-bind", agentBin, agent.BinPath)
 	sock := filepath.Join(stateDir, "proxy.sock")
 	proxy, err := egress.Listen(sock, uid, uid, egress.PolicyFor(r.Environment.Networking), p.cfg.Logger.With("sandbox", name))
 	if err != nil {
@@ -308,12 +344,99 @@ func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 		"--proc", "/proc",
 		"--dev", "/dev",
 		"--tmpfs", "/tmp",
-		"--bind", r.WorkspaceDir, agent.Workspace,
 		"--dir", "/.corral",
-		"--ro-bind", p.cfg.AgentPath, agent.BinPath,
 		"--chdir", agent.Workspace,
 	)
 	return args
+}
+
+// bindMount binds src onto dst in the host's mount namespace, read-only if ro, without suid or devices.
+func bindMount(src, dst string, ro bool) error {
+	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	flags := uintptr(syscall.MS_BIND | syscall.MS_REMOUNT | syscall.MS_NOSUID | syscall.MS_NODEV)
+	if ro {
+		flags |= syscall.MS_RDONLY
+	}
+	if err := syscall.Mount("", dst, "", flags, ""); err != nil {
+		_ = unmount(dst)
+		return fmt.Errorf("remount %s: %w", dst, err)
+	}
+	return nil
+}
+
+// unmount detaches the mount at path.
+func unmount(path string) error {
+	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("bwrap: unmount %s: %w", path, err)
+	}
+	return nil
+}
+
+// sweep removes the state directories under base of servers that are gone, detaching the mounts they left.
+func sweep(base string) {
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		dir := filepath.Join(base, e.Name())
+		for _, m := range mountsUnder(dir) {
+			_ = unmount(m)
+		}
+		boxes, _ := os.ReadDir(dir)
+		for _, b := range boxes {
+			_ = removeShallow(filepath.Join(dir, b.Name()))
+		}
+		_ = os.Remove(dir)
+	}
+}
+
+// removeShallow removes dir and the entries directly in it, never recursing: a workspace still mounted there
+// makes it fail rather than lose the workspace's files.
+func removeShallow(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bwrap: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bwrap: remove state: %w", err)
+	}
+	return nil
+}
+
+// mountsUnder lists the mount points below dir, deepest first.
+func mountsUnder(dir string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
 }
 
 func randomID() string {

@@ -1,6 +1,12 @@
 package bwrap_test
 
 import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/corralhq/corral/internal/sandbox"
@@ -15,7 +21,7 @@ func TestMain(m *testing.M) { sandboxtest.Main(m, &agentPath) }
 func newProvider(t testing.TB) sandbox.Provider {
 	t.Helper()
 	sandboxtest.Require(t, "bwrap", bwrap.Available(""))
-	p, err := bwrap.New(bwrap.Config{AgentPath: agentPath, StateDir: sandboxtest.WorkspaceRoot(t)})
+	p, err := bwrap.New(bwrap.Config{AgentPath: agentPath})
 	if err != nil {
 		sandboxtest.Require(t, "bwrap", err)
 	}
@@ -42,4 +48,44 @@ func BenchmarkSandboxNoCgroups(b *testing.B) {
 		}
 		return p
 	})
+}
+
+// TestPrivateWorkspaceRoot checks that workspaces under a directory private to root (0700 ancestors) work:
+// they reach the sandbox through bind mounts staged under the state directory.
+func TestPrivateWorkspaceRoot(t *testing.T) {
+	prov := newProvider(t)
+	root := filepath.Join(t.TempDir(), "private", "workspaces")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(root), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Stop()
+	res, err := pool.Execute(context.Background(), &sandbox.Call{
+		Recipe: sandbox.Recipe{SessionID: "s"}, Name: "bash",
+		Input: json.RawMessage(`{"command":"echo hello > f && cat f && id -u"}`),
+	})
+	if err != nil || res.IsError || res.Content[0].Text != "hello\n1000" {
+		t.Fatalf("bash: %v %+v", err, res)
+	}
+	fi, err := os.Stat(filepath.Join(root, "s", "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid < 200000 {
+		t.Errorf("file owned by host uid %d, want the sandbox's", st.Uid)
+	}
+	if err := pool.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The staging mounts are gone.
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(data), "corral-bwrap") {
+		t.Errorf("mounts left behind:\n%s", data)
+	}
 }

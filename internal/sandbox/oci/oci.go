@@ -132,7 +132,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 			}
 		}
 	}()
-	if err := agent.PrepareWorkspace(r.WorkspaceDir, uid, false); err != nil {
+	if err := agent.PrepareWorkspace(r.WorkspaceDir, uid); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	b := make([]byte, 8)
