@@ -208,3 +208,55 @@ func TestAgentValidation(t *testing.T) {
 		})
 	}
 }
+
+func TestAgentUpdateSemantics(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	status, _, body := h.do("POST", "/v1/agents", `{"name":"u","description":"d","system":"s",
+		"model":{"id":"m","effort":"low","inference_geo":"eu"},
+		"mcp_servers":[{"name":"s1","url":"https://s1.example"}],
+		"tools":[{"type":"mcp_toolset","mcp_server_name":"s1"},{"type":"custom","name":"c","description":"d","input_schema":{"type":"object"}}],
+		"skills":[{"type":"anthropic","skill_id":"xlsx"}],"metadata":{"a":"1","b":"2"}}`)
+	if status != http.StatusOK {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	var a apitype.Agent
+	decodeRaw(t, string(body), &a)
+	if a.Skills[0].Version != "latest" || a.Model.Effort.Type != "low" || a.Model.InferenceGeo != "eu" {
+		t.Fatalf("created = %s", body)
+	}
+	update := func(body string) (int, apitype.Agent, string) {
+		t.Helper()
+		status, _, b := h.do("POST", "/v1/agents/"+a.ID, body)
+		var out apitype.Agent
+		if status == http.StatusOK {
+			decodeRaw(t, string(b), &out)
+		}
+		return status, out, string(b)
+	}
+
+	// null clears description and system; a new model without effort keeps the effort and drops inference_geo.
+	status, got, b := update(`{"description":null,"system":null,"model":{"id":"m2"},"metadata":{"a":null,"c":"3"}}`)
+	if status != http.StatusOK || got.Version != 2 || got.Description != "" || got.System != "" ||
+		got.Model.ID != "m2" || got.Model.Effort.Type != "low" || got.Model.InferenceGeo != "" ||
+		len(got.Metadata) != 2 || got.Metadata["b"] != "2" || got.Metadata["c"] != "3" {
+		t.Fatalf("update 1: %d %s", status, b)
+	}
+	// Dropping the server its toolset uses is refused; replacing both together is fine.
+	if status, _, b := update(`{"mcp_servers":[]}`); status != http.StatusBadRequest || !strings.Contains(b, "tools[0].mcp_server_name") {
+		t.Fatalf("orphaned toolset: %d %s", status, b)
+	}
+	status, got, b = update(`{"version":2,"mcp_servers":null,"tools":[],"skills":null}`)
+	if status != http.StatusOK || got.Version != 3 || len(got.Tools) != 0 || len(got.MCPServers) != 0 || len(got.Skills) != 0 {
+		t.Fatalf("clear: %d %s", status, b)
+	}
+	if status, _, b := update(`{"name":null}`); status != http.StatusBadRequest {
+		t.Fatalf("clearing the name: %d %s", status, b)
+	}
+	if status, _, b := update(`{"version":0}`); status != http.StatusBadRequest {
+		t.Fatalf("version 0: %d %s", status, b)
+	}
+	if status, _, b := h.do("POST", "/v1/agents/agent_nope", `{"name":"x"}`); status != http.StatusNotFound {
+		t.Fatalf("unknown agent: %d %s", status, b)
+	}
+}
