@@ -342,6 +342,8 @@ func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 	}
 	args = append(args,
 		"--proc", "/proc",
+		// The kernel command line of a VM host may carry boot secrets.
+		"--ro-bind", "/dev/null", "/proc/cmdline",
 		"--dev", "/dev",
 		"--tmpfs", "/tmp",
 		"--dir", "/.corral",

@@ -73,7 +73,9 @@ func RunRedTeam(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		{"postgres", "exec 3<>/dev/tcp/127.0.0.1/5432 && echo ESCAPED"},
 		{"abstract socket", fmt.Sprintf("python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"\\0%s\"); print(\"ESCAPED\")'", abstract)},
 		{"root", "id -u; cat /proc/self/status | grep -E '^Cap(Eff|Bnd)'"},
+		{"kernel cmdline", "cat /proc/cmdline"},
 	}
+	hostCmdline, _ := os.ReadFile("/proc/cmdline")
 	for _, pr := range probes {
 		res, err := p.Execute(context.Background(), bash(attacker, pr.cmd))
 		if err != nil {
@@ -86,6 +88,9 @@ func RunRedTeam(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		}
 		if strings.Contains(out, "ESCAPED") || strings.Contains(out, "UNSHARED") {
 			t.Errorf("probe %s succeeded: %q", pr.name, out)
+		}
+		if pr.name == "kernel cmdline" && len(hostCmdline) > 20 && strings.Contains(out, strings.TrimSpace(string(hostCmdline))) {
+			t.Errorf("the host's kernel command line is visible: %q", out)
 		}
 		if pr.name == "root" && (strings.HasPrefix(out, "0\n") || !strings.Contains(out, "CapEff:\t0000000000000000") || !strings.Contains(out, "CapBnd:\t0000000000000000")) {
 			t.Errorf("sandbox runs privileged: %q", out)
