@@ -158,7 +158,7 @@ const base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 // eventIDs makes event ids of the shape apitype.NewID makes ("sevt_", "011C", 24 base58 characters), but
 // time-ordered: 9 characters of a strictly increasing microsecond clock, then 15 random ones (about 88 bits).
 // Appends then add to the right edge of the id index instead of a random page of it, which cuts the pages a
-// group commit writes by about a third. Only the writer goroutine uses it.
+// group commit writes by about a quarter. Only the writer goroutine uses it.
 type eventIDs struct{ last int64 }
 
 func (g *eventIDs) next(now time.Time) string {
