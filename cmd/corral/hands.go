@@ -44,6 +44,13 @@ func (f *handsFlags) build(dataDir string, logger *slog.Logger) (*sandbox.Pool, 
 		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")
 		return nil, nil
 	}
+	// Sandboxes run as their own uids and must reach their workspaces under the data dir: let others search
+	// (not list) it. The database and keys in it stay 0600 and outside every sandbox's mounts.
+	if fi, err := os.Stat(dataDir); err == nil && fi.Mode().Perm()&0o011 != 0o011 {
+		if err := os.Chmod(dataDir, fi.Mode().Perm()|0o011); err != nil {
+			return nil, err
+		}
+	}
 	provider, err := f.provider(dataDir, logger)
 	if err != nil {
 		logger.Warn("sandbox backend unavailable: built-in tools will fail until it is fixed", "sandbox", f.kind, "err", err)
