@@ -398,3 +398,69 @@ func testClose(t *testing.T, h Harness) {
 	}})
 	mustIs(t, err, store.ErrClosed, "append after close")
 }
+
+// testCloseDuringAppends closes the store while goroutines append: each append either succeeds, and is in the
+// log when the database is opened again, or fails with ErrClosed.
+func testCloseDuringAppends(t *testing.T, h Harness) {
+	dsn := h.NewDSN(t)
+	s, err := h.Open(ctxBg, dsn)
+	must(t, err, "open")
+	sess := createSession(t, s)
+
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	started := make(chan struct{}, 8)
+	for range 8 {
+		wg.Go(func() {
+			signalled := false
+			defer func() {
+				if !signalled { // failed early: do not keep the test waiting
+					started <- struct{}{}
+				}
+			}()
+			for i := 0; ; i++ {
+				events, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID,
+					Events: []apitype.NewEvent{agentMessage("x")}})
+				if err != nil {
+					if !errors.Is(err, store.ErrClosed) {
+						errs <- err
+					}
+					return
+				}
+				mu.Lock()
+				acked[events[0].ID] = true
+				mu.Unlock()
+				if i == 2 {
+					signalled = true
+					started <- struct{}{}
+				}
+			}
+		})
+	}
+	for range 8 {
+		<-started
+	}
+	must(t, s.Close(), "close during appends")
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("append during close: got %v, want nil or ErrClosed", err)
+	}
+
+	s, err = h.Open(ctxBg, dsn)
+	must(t, err, "reopen")
+	defer func() { must(t, s.Close(), "close") }()
+	events := allEvents(t, s, sess.ID)
+	checkContiguous(t, events)
+	stored := map[string]bool{}
+	for _, e := range events {
+		stored[e.ID] = true
+	}
+	for id := range acked {
+		if !stored[id] {
+			t.Fatalf("acknowledged event %s lost by Close", id)
+		}
+	}
+}

@@ -77,6 +77,7 @@ func Run(t *testing.T, h Harness) {
 		{"WaitRunnable", testWaitRunnable},
 		{"APIKey", testAPIKey},
 		{"Close", testClose},
+		{"CloseDuringAppends", testCloseDuringAppends},
 		{"Durability", testDurability},
 	}
 	for _, tt := range tests {
