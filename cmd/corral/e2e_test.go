@@ -34,8 +34,8 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := func() int {
-		build := exec.Command("go", "build", "-o", dir, ".", "../corral-sandbox-agent")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		// Only corral: serve copies itself into the data dir and runs as the in-sandbox agent.
+		build := exec.Command("go", "build", "-o", dir, ".")
 		build.Stderr = os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build corral:", err)

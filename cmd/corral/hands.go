@@ -1,9 +1,9 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -33,7 +33,7 @@ func defaultSandbox() string {
 
 func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kind, "sandbox", envOr("CORRAL_SANDBOX", defaultSandbox()), "sandbox `backend`: bwrap, oci (runc), process (no isolation: development only) or none (env CORRAL_SANDBOX)")
-	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary, then on PATH)")
+	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary or on PATH, else this binary)")
 	fs.DurationVar(&f.idle, "sandbox-idle", 10*time.Minute, "how long an unused sandbox lives before it is reaped (its workspace stays)")
 }
 
@@ -64,7 +64,7 @@ func (f *handsFlags) build(dataDir string, logger *slog.Logger) (*sandbox.Pool, 
 }
 
 func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Provider, error) {
-	agentPath, err := f.agentPath()
+	agentPath, err := f.agentPath(dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -83,18 +83,73 @@ func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Prov
 	return nil, fmt.Errorf("unknown sandbox backend %q (want bwrap, oci, process or none)", f.kind)
 }
 
-func (f *handsFlags) agentPath() (string, error) {
+// agentName is the in-sandbox agent's binary name; the corral binary runs as the agent under it.
+const agentName = "corral-sandbox-agent"
+
+// agentPath finds the in-sandbox agent: --sandbox-agent, else corral-sandbox-agent beside this binary or on
+// PATH, else a copy of this binary (which runs as the agent under that name) in the data dir, where sandbox
+// uids can reach it (go run builds into a private directory).
+func (f *handsFlags) agentPath(dataDir string) (string, error) {
 	if f.agent != "" {
 		return filepath.Abs(f.agent)
 	}
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "corral-sandbox-agent")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find own binary: %w", err)
 	}
-	if p, err := exec.LookPath("corral-sandbox-agent"); err == nil {
+	if p := filepath.Join(filepath.Dir(exe), agentName); fileExists(p) {
+		return p, nil
+	}
+	if p, err := exec.LookPath(agentName); err == nil {
 		return filepath.Abs(p)
 	}
-	return "", errors.New("corral-sandbox-agent not found: build it (CGO_ENABLED=0 go build ./cmd/corral-sandbox-agent) and pass --sandbox-agent")
+	dst, err := filepath.Abs(filepath.Join(dataDir, "bin", agentName))
+	if err != nil {
+		return "", err
+	}
+	return dst, copyIfChanged(exe, dst)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// copyIfChanged copies src to dst (mode 0755, directory 0711) unless dst has src's size and modification time.
+func copyIfChanged(src, dst string) error {
+	si, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if di, err := os.Stat(dst); err == nil && di.Size() == si.Size() && di.ModTime().Equal(si.ModTime()) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o711); err != nil {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), agentName+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return fmt.Errorf("copy agent: %w", err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chtimes(tmp.Name(), si.ModTime(), si.ModTime()); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
 }

@@ -13,8 +13,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"syscall"
+
+	"github.com/corralhq/corral/internal/sandbox/agent"
 )
 
 // command is one subcommand. Each lives in its own file.
@@ -38,6 +41,10 @@ func register(name, summary string, run func(ctx context.Context, io *stdio, arg
 var errUsage = errors.New("usage")
 
 func main() {
+	// The binary doubles as the in-sandbox agent: sandboxes start it under the agent's name.
+	if base := filepath.Base(os.Args[0]); base == agentName || os.Args[0] == agent.BinPath {
+		os.Exit(agent.Main(os.Args[1:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, &stdio{out: os.Stdout, err: os.Stderr}, os.Args[1:])
 	stop()

@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Main is the in-sandbox agent's entry point (cmd/corral-sandbox-agent, and the corral binary when invoked as
+// corral-sandbox-agent): it serves tool calls on stdin/stdout until stdin closes or SIGTERM, and returns the
+// process exit code.
+func Main(args []string) int {
+	if err := run(args); err != nil {
+		fmt.Fprintln(os.Stderr, "corral-sandbox-agent:", err)
+		return 1
+	}
+	return 0
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("corral-sandbox-agent", flag.ContinueOnError)
+	workspace := fs.String("workspace", Workspace, "directory relative tool paths resolve against")
+	confine := fs.Bool("confine", false, "confine the file tools to the workspace")
+	proxySocket := fs.String("proxy-socket", ProxySocketPath, "egress proxy Unix socket to bridge at "+ProxyListenAddr+" when it exists; empty for none")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	env := os.Environ()
+	if _, err := os.Stat(*proxySocket); *proxySocket != "" && err == nil {
+		go func() {
+			if err := Bridge(ctx, ProxyListenAddr, *proxySocket); err != nil {
+				fmt.Fprintln(os.Stderr, "corral-sandbox-agent: proxy bridge:", err)
+			}
+		}()
+		proxy := "http://" + ProxyListenAddr
+		env = append(env, "http_proxy="+proxy, "https_proxy="+proxy, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy,
+			"no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1")
+	}
+	srv := NewServer(Config{Workspace: *workspace, Env: env, Confine: *confine})
+	go func() {
+		// Serve blocks reading stdin; on SIGTERM kill the shells and leave.
+		<-ctx.Done()
+		srv.Close()
+		os.Exit(0)
+	}()
+	defer srv.Close()
+	return srv.Serve(ctx, os.Stdin, os.Stdout)
+}
