@@ -51,6 +51,11 @@ type Config struct {
 	// WorkspaceRoot, if set, is the host directory under which each session's workspace lives
 	// (WorkspaceRoot/<session id>); otherwise the hands choose.
 	WorkspaceRoot string
+	// EagerHands provisions the session's sandbox before its first model call, as a coupled design does; for
+	// comparison only (corral bench). It applies when Hands implements sandbox.Provisioner and the agent has
+	// built-in tools; the provisioning is logged as usual, and a failure is only logged (the first tool call
+	// then retries it, as with lazy hands).
+	EagerHands bool
 }
 
 // RetryPolicy says how retryable model errors are retried.

@@ -147,6 +147,16 @@ func resolveTools(tools []apitype.Tool) *toolset {
 	return ts
 }
 
+// hasBuiltin reports whether any built-in tool is enabled, i.e. whether the session may need a sandbox.
+func (ts *toolset) hasBuiltin() bool {
+	for _, r := range ts.routes {
+		if r.kind == toolBuiltin {
+			return true
+		}
+	}
+	return false
+}
+
 // route says how a call to name is handled.
 func (ts *toolset) route(name string) toolRoute {
 	if r, ok := ts.routes[name]; ok {

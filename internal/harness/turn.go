@@ -9,6 +9,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // errTurnEnded: a model request failed for good; the session error and the idle are in the log.
@@ -26,6 +27,7 @@ func (r *run) modelTurn(st *state, msgs []apitype.Event) error {
 	if err := r.markProcessed(msgs); err != nil {
 		return err
 	}
+	r.provisionEagerly()
 	req, err := r.request(false)
 	if err != nil {
 		return r.endedOK(err)
@@ -35,6 +37,18 @@ func (r *run) modelTurn(st *state, msgs []apitype.Event) error {
 		return r.endedOK(err)
 	}
 	return r.appendResponse(resp, startID)
+}
+
+// provisionEagerly, with Config.EagerHands, makes sure the session's sandbox exists before the model call, the
+// way a coupled design provisions a container before it can call the model. Lazy hands (the default) skip it.
+func (r *run) provisionEagerly() {
+	p, ok := r.b.cfg.Hands.(sandbox.Provisioner)
+	if !r.b.cfg.EagerHands || !ok || !r.tools.hasBuiltin() {
+		return
+	}
+	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter()}); err != nil {
+		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session_id", r.sess.ID, "err", err)
+	}
 }
 
 // endedOK turns the errors after which the log already says what happened (the turn ended, or an interrupt

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -121,6 +122,48 @@ func (p *Pool) Execute(ctx context.Context, call *Call) (Result, error) {
 				"The next tool call starts a fresh sandbox with the same /workspace; processes, /tmp and shell state are lost.", err)), err
 		}
 		return res, err
+	}
+}
+
+var _ Provisioner = (*Pool)(nil)
+
+// Provision provisions the session's sandbox now, without a tool call, if it has none, and waits until the new
+// sandbox is ready: it answers a no-op call (bash "true"), as a coupled design's container is ready to run tools
+// before the first model call. An existing sandbox is only marked used. Provision exists for comparing with a
+// coupled design (harness.Config.EagerHands): lazy provisioning on the first tool call is the rule.
+func (p *Pool) Provision(ctx context.Context, call *Call) error {
+	r := call.Recipe
+	if err := validSessionID(r.SessionID); err != nil {
+		return err
+	}
+	if r.WorkspaceDir == "" {
+		r.WorkspaceDir = filepath.Join(p.cfg.WorkspaceRoot, r.SessionID)
+	}
+	fresh := false
+	c := *call
+	c.OnProvision = func(rep ProvisionReport) {
+		fresh = true
+		if call.OnProvision != nil {
+			call.OnProvision(rep)
+		}
+	}
+	for {
+		s, err := p.session(r.SessionID)
+		if err != nil {
+			return err
+		}
+		sb, ok, err := p.acquire(ctx, s, &c, &r)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if fresh {
+			_, err = sb.Execute(ctx, "bash", json.RawMessage(`{"command":"true"}`))
+		}
+		p.release(s, sb, err)
+		return err
 	}
 }
 

@@ -64,6 +64,14 @@ type Hands interface {
 	Execute(ctx context.Context, call *Call) (Result, error)
 }
 
+// Provisioner is implemented by hands that can provision a session's sandbox before any tool call (*Pool does).
+// Only the coupled comparison mode of the brain (harness.Config.EagerHands) uses it: lazy hands are the rule.
+type Provisioner interface {
+	// Provision makes sure the session of call.Recipe has a ready sandbox, provisioning one (and reporting it
+	// through call.OnProvision) if it has none. Name and Input of the call are ignored.
+	Provision(ctx context.Context, call *Call) error
+}
+
 // Call is one tool call routed to a session's hands.
 type Call struct {
 	Recipe Recipe

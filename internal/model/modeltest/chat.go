@@ -55,10 +55,12 @@ func chatToolCall(u ToolUse, reqID, i int) map[string]any {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	received := time.Now()
 	req, turn, reqID, ok := s.receive(w, r, decodeChatRequest)
 	if !ok {
 		return
 	}
+	defer s.observed(req, received)
 	ctx := r.Context()
 	if turn.Err != nil {
 		if s.hold(ctx, turn.Hold) {

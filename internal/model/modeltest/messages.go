@@ -55,10 +55,12 @@ func messageContent(t Turn, reqID int) []map[string]any {
 }
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	received := time.Now()
 	req, turn, reqID, ok := s.receive(w, r, decodeMessagesRequest)
 	if !ok {
 		return
 	}
+	defer s.observed(req, received)
 	ctx := r.Context()
 	if turn.Err != nil {
 		if s.hold(ctx, turn.Hold) {

@@ -41,6 +41,28 @@ type Option func(*config)
 
 type config struct {
 	ttft, perToken, jitter time.Duration
+	observe                func(Timing)
+}
+
+// Timing is when the server received one request and when it finished answering it: the fake model's own share
+// of a call's latency.
+type Timing struct {
+	Request  *Request
+	Received time.Time // the handler started (request headers read)
+	Done     time.Time // the handler returned (last byte written and flushed)
+}
+
+// WithObserver calls observe after each request is answered (or abandoned), from the request's goroutine. For
+// benchmarks that subtract the fake model's own time from an end-to-end latency.
+func WithObserver(observe func(Timing)) Option {
+	return func(c *config) { c.observe = observe }
+}
+
+// observed reports a request's timing to the observer, if any.
+func (s *Server) observed(req *Request, received time.Time) {
+	if s.cfg.observe != nil && req != nil {
+		s.cfg.observe(Timing{Request: req, Received: received, Done: time.Now()})
+	}
 }
 
 // WithLatency makes streamed replies wait ttft before the first content delta and perToken before each later
