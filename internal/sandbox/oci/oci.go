@@ -16,7 +16,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
@@ -35,9 +37,10 @@ type Config struct {
 	RuntimeArgs []string
 	// Name is the backend's name; default "oci".
 	Name string
-	// RuntimeRoot is the runtime's state directory (--root); default /run/corral-<name>.
+	// RuntimeRoot is the runtime's state directory (--root); default /run/corral-<name>/<pid>. Containers
+	// outlive a server that crashes; New deletes those left in the default roots of servers that are gone.
 	RuntimeRoot string
-	// StateDir holds the bundles; default a directory under os.TempDir().
+	// StateDir holds the bundles; default <os.TempDir()>/corral-<name>/<pid>, swept likewise.
 	StateDir string
 	// UIDBase and UIDCount are the host uids the containers run as; defaults 300000 and 10000.
 	UIDBase, UIDCount int
@@ -69,8 +72,14 @@ func Available(runtime string) error {
 func New(cfg Config) (*Provider, error) {
 	cfg.Runtime = cmp.Or(cfg.Runtime, "runc")
 	cfg.Name = cmp.Or(cfg.Name, "oci")
-	cfg.RuntimeRoot = cmp.Or(cfg.RuntimeRoot, "/run/corral-"+cfg.Name)
-	cfg.StateDir = cmp.Or(cfg.StateDir, filepath.Join(os.TempDir(), fmt.Sprintf("corral-%s-%d", cfg.Name, os.Getpid())))
+	pid := strconv.Itoa(os.Getpid())
+	runBase, stateBase := "/run/corral-"+cfg.Name, filepath.Join(os.TempDir(), "corral-"+cfg.Name)
+	if cfg.RuntimeRoot == "" {
+		cfg.RuntimeRoot = filepath.Join(runBase, pid)
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(stateBase, pid)
+	}
 	cfg.UIDBase = cmp.Or(cfg.UIDBase, 300000)
 	cfg.UIDCount = cmp.Or(cfg.UIDCount, 10000)
 	cfg.CgroupRoot = cmp.Or(cfg.CgroupRoot, cgroup.DefaultRoot)
@@ -100,15 +109,55 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
-	return &Provider{cfg: cfg, runtime: rt}, nil
+	p := &Provider{cfg: cfg, runtime: rt}
+	p.sweep(runBase, stateBase)
+	return p, nil
 }
 
 // Name returns the configured name ("oci" by default).
 func (p *Provider) Name() string { return p.cfg.Name }
 
+// sweep deletes the containers, and removes the runtime roots and bundles, that servers which are gone left in
+// the default locations.
+func (p *Provider) sweep(runBase, stateBase string) {
+	ents, _ := os.ReadDir(runBase)
+	for _, e := range ents {
+		if !deadPID(e.Name()) {
+			continue
+		}
+		root := filepath.Join(runBase, e.Name())
+		out, err := p.runtimeCmdRoot(context.Background(), root, "list", "-q").Output()
+		if err != nil {
+			continue // leave what cannot be listed
+		}
+		for _, id := range strings.Fields(string(out)) {
+			_ = p.runtimeCmdRoot(context.Background(), root, "delete", "--force", id).Run()
+		}
+		_ = syscall.Unmount(filepath.Join(root, "null-netns"), syscall.MNT_DETACH) // runsc --network=none
+		_ = os.RemoveAll(root)
+	}
+	// Bundles hold no host mounts: the containers' mounts live in their own namespaces.
+	ents, _ = os.ReadDir(stateBase)
+	for _, e := range ents {
+		if deadPID(e.Name()) {
+			_ = os.RemoveAll(filepath.Join(stateBase, e.Name()))
+		}
+	}
+}
+
+// deadPID reports whether name is the pid of a process that no longer exists.
+func deadPID(name string) bool {
+	pid, err := strconv.Atoi(name)
+	return err == nil && pid > 0 && pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH
+}
+
 // runtimeCmd builds a runtime command with the global flags.
 func (p *Provider) runtimeCmd(ctx context.Context, args ...string) *exec.Cmd {
-	full := append(append([]string{"--root", p.cfg.RuntimeRoot}, p.cfg.RuntimeArgs...), args...)
+	return p.runtimeCmdRoot(ctx, p.cfg.RuntimeRoot, args...)
+}
+
+func (p *Provider) runtimeCmdRoot(ctx context.Context, root string, args ...string) *exec.Cmd {
+	full := append(append([]string{"--root", root}, p.cfg.RuntimeArgs...), args...)
 	cmd := exec.CommandContext(ctx, p.runtime, full...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	return cmd
