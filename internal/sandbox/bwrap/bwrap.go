@@ -129,6 +129,7 @@ func New(cfg Config) (*Provider, error) {
 		if err := cgroup.Available(cfg.CgroupRoot); err != nil {
 			return nil, fmt.Errorf("bwrap: %w (set NoCgroups to run without limits)", err)
 		}
+		cgroup.Sweep(cfg.CgroupRoot, "bwrap-", time.Minute)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)

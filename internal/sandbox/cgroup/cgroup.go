@@ -117,6 +117,28 @@ func Open(root, path string, l Limits) *Group {
 	return g
 }
 
+// Sweep removes the groups named prefix* under <own group>/corral that are empty and older than age: those
+// left by a server that crashed. A group in use is never removed (the kernel refuses to remove a populated
+// group), and age spares one that another server has just made and not yet filled.
+func Sweep(root, prefix string, age time.Duration) {
+	own, err := ownGroups()
+	if err != nil {
+		return
+	}
+	for _, c := range controllers {
+		parent := filepath.Join(root, c, own[c], "corral")
+		ents, _ := os.ReadDir(parent)
+		for _, e := range ents {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+				continue
+			}
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > age {
+				_ = os.Remove(filepath.Join(parent, e.Name()))
+			}
+		}
+	}
+}
+
 // ownGroups maps each controller to this process's group path, from /proc/self/cgroup.
 func ownGroups() (map[string]string, error) {
 	data, err := os.ReadFile("/proc/self/cgroup")

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestGroup(t *testing.T) {
@@ -50,5 +51,35 @@ func TestGroup(t *testing.T) {
 	}
 	if err := g.Remove(); err != nil {
 		t.Errorf("second Remove: %v", err)
+	}
+}
+
+func TestSweepKeepsPopulatedAndNewGroups(t *testing.T) {
+	if err := Available(DefaultRoot); err != nil {
+		t.Skipf("cgroup v1 unavailable: %v", err)
+	}
+	stale, err := New(DefaultRoot, "sweeptest-stale", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := New(DefaultRoot, "sweeptest-fresh", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stale.Remove(); _ = fresh.Remove() })
+	old := time.Now().Add(-time.Hour)
+	for _, c := range controllers {
+		if err := os.Chtimes(stale.dir(c), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	Sweep(DefaultRoot, "sweeptest-", time.Minute)
+	for _, c := range controllers {
+		if _, err := os.Stat(stale.dir(c)); !os.IsNotExist(err) {
+			t.Errorf("stale %s group kept: %v", c, err)
+		}
+		if _, err := os.Stat(fresh.dir(c)); err != nil {
+			t.Errorf("fresh %s group removed: %v", c, err)
+		}
 	}
 }
