@@ -27,15 +27,22 @@ type bashInput struct {
 type bashTool struct {
 	cfg Config
 
-	mu     sync.Mutex // serialises calls
+	turn   chan struct{} // holds one token while a call (or warm, or close) uses the shell
 	sess   *shell
 	closed bool
 }
 
+func newBashTool(cfg Config) *bashTool {
+	return &bashTool{cfg: cfg, turn: make(chan struct{}, 1)}
+}
+
+func (t *bashTool) lock()   { t.turn <- struct{}{} }
+func (t *bashTool) unlock() { <-t.turn }
+
 // warm starts the shell ahead of the first call, so that the first call does not wait for bash to start.
 func (t *bashTool) warm() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	if t.sess == nil && !t.closed {
 		if s, err := startShell(t.cfg); err == nil {
 			t.sess = s
@@ -44,8 +51,8 @@ func (t *bashTool) warm() {
 }
 
 func (t *bashTool) close() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	t.closed = true
 	if t.sess != nil {
 		t.sess.kill()
@@ -64,8 +71,13 @@ func (t *bashTool) run(ctx context.Context, raw json.RawMessage, timeout time.Du
 		}
 		timeout = time.Duration(*in.TimeoutMS) * time.Millisecond
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	// Wait for the shell, or give up with the caller.
+	select {
+	case t.turn <- struct{}{}:
+		defer t.unlock()
+	case <-ctx.Done():
+		return errorf("bash: the call was cancelled while it waited for the shell")
+	}
 	if in.Restart {
 		if t.sess != nil {
 			t.sess.kill()

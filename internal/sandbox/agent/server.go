@@ -31,7 +31,7 @@ type Server struct {
 
 // NewServer returns a Server for cfg.
 func NewServer(cfg Config) *Server {
-	return &Server{cfg: cfg, bash: &bashTool{cfg: cfg}}
+	return &Server{cfg: cfg, bash: newBashTool(cfg)}
 }
 
 // Close kills the shell and everything it started.
