@@ -103,13 +103,28 @@ func newFlagSet(io *stdio, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses flags, mapping a parse error to errUsage (the flag package already printed it).
+// parse parses flags wherever they stand among the positional arguments ("tail SESSION --until-idle"), up to
+// a "--", and leaves the positional arguments in fs.Args(). A parse error becomes errUsage (the flag package
+// already printed it).
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return errUsage
 		}
-		return errUsage
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
-	return nil
+	return fs.Parse(append([]string{"--"}, positional...))
 }
