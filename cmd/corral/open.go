@@ -47,5 +47,5 @@ func openStore(ctx context.Context, dbURL string) (store.Store, error) {
 	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
 		return postgres.Open(ctx, dbURL)
 	}
-	return nil, fmt.Errorf("unsupported store URL %q: want sqlite://PATH or postgres://...", dbURL)
+	return nil, fmt.Errorf("unsupported store URL %q: want sqlite://PATH or postgres://HOST/DB", dbURL)
 }

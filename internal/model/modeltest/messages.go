@@ -7,8 +7,6 @@ import (
 	"time"
 )
 
-const messagesPath = "/v1/messages"
-
 // messagesUsage is the Messages API usage object.
 type messagesUsage struct {
 	InputTokens              int64 `json:"input_tokens"`
@@ -18,7 +16,7 @@ type messagesUsage struct {
 }
 
 func (u Usage) messages() messagesUsage {
-	return messagesUsage{u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens}
+	return messagesUsage(u)
 }
 
 // writeMessagesError writes an error in the Anthropic error envelope.

@@ -569,14 +569,6 @@ func (w *wtx) queryRow(query string, args ...any) *sql.Row {
 	return st.QueryRowContext(w.ctx, args...)
 }
 
-func (w *wtx) query(query string, args ...any) (*sql.Rows, error) {
-	st, err := w.stmt(query)
-	if err != nil {
-		return nil, err
-	}
-	return st.QueryContext(w.ctx, args...)
-}
-
 // maxReadStmts bounds the read statement cache; queries beyond it are prepared per call.
 const maxReadStmts = 256
 
