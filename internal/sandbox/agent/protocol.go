@@ -33,6 +33,9 @@ type Response struct {
 	IsError bool                   `json:"is_error,omitempty"`
 }
 
+// PingTool is a request the agent answers at once with "pong": the host's proof that the agent runs.
+const PingTool = "ping"
+
 // Defaults the agent applies when a Request leaves them zero.
 const (
 	DefaultTimeoutMS = 120_000

@@ -144,6 +144,28 @@ func NewSandbox(proc *Process, limits sandbox.Limits, group *cgroup.Group, teard
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 
+// Ping waits until the agent answers a request, proving that it runs.
+func (s *Sandbox) Ping(ctx context.Context) error {
+	res, err := s.proc.Client.Call(ctx, PingTool, json.RawMessage(`{}`), 10*time.Second, 0, 5*time.Second)
+	if err != nil {
+		if tail := s.proc.Stderr(); tail != "" {
+			err = fmt.Errorf("%w (agent stderr: %s)", err, lastLine(tail))
+		}
+		return err
+	}
+	if res.IsError {
+		return errors.New("agent: ping failed")
+	}
+	return nil
+}
+
+// OnClose adds f to what Close runs, after the ones already added.
+func (s *Sandbox) OnClose(f func() error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.teardown = append(s.teardown, f)
+}
+
 // Execute runs one tool call in the sandbox.
 func (s *Sandbox) Execute(ctx context.Context, name string, input json.RawMessage) (sandbox.Result, error) {
 	s.mu.Lock()
@@ -253,8 +275,11 @@ func (s *Sandbox) Close() error {
 	}
 	s.mu.Unlock()
 	s.kill()
+	s.mu.Lock()
+	teardown := s.teardown
+	s.mu.Unlock()
 	var errs []error
-	for _, f := range s.teardown {
+	for _, f := range teardown {
 		errs = append(errs, f())
 	}
 	return errors.Join(errs...)

@@ -59,6 +59,8 @@ func (s *Server) Handle(ctx context.Context, req Request) Response {
 		res = execEdit(req.Input, &s.cfg)
 	case "glob":
 		res = execGlob(req.Input, &s.cfg)
+	case PingTool:
+		res = textResult("pong")
 	case "grep":
 		res = execGrep(req.Input, &s.cfg)
 	default:

@@ -45,9 +45,10 @@ type Config struct {
 	// UIDBase and UIDCount are the range of host uids (and gids) sandboxes run as, one per live sandbox. They
 	// must belong to no host user. Defaults: 200000 and 10000.
 	UIDBase, UIDCount int
-	// StateDir holds a directory per sandbox: the egress proxy's socket, and bind mounts of the workspace and
-	// the agent, so that those need not be reachable by the sandbox uid where they are. It must be searchable
-	// by every uid (it is created 0711, its ancestors are checked). Default: /run/corral-bwrap/<pid>, or under
+	// StateDir holds a directory per sandbox: the egress proxy's socket, and, while the sandbox starts, bind
+	// mounts of the workspace and the agent, so that those need not be reachable by the sandbox uid where they
+	// are. It must be searchable by every uid (it is created 0711, its ancestors are checked) and belong to
+	// one server. Default: /run/corral-bwrap/<pid>, or under
 	// os.TempDir() without /run. Directories of servers that are gone are swept (mounts detached) by New.
 	StateDir string
 	// CgroupRoot is where the cgroup v1 hierarchies are mounted; default /sys/fs/cgroup. With NoCgroups set
@@ -130,6 +131,11 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("bwrap: %w (set NoCgroups to run without limits)", err)
 		}
 		cgroup.Sweep(cfg.CgroupRoot, "bwrap-", time.Minute)
+	}
+	// Staging mounts live only while a sandbox starts; a server that crashed then left some. A StateDir
+	// belongs to one server, so none of them is in use.
+	for _, m := range mountsUnder(cfg.StateDir) {
+		_ = unmount(m)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
@@ -280,13 +286,24 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: start agent: %w", err)
 	}
 	blockW.Close()
-	p.cfg.Logger.Debug("sandbox started", "sandbox", name, "session", r.SessionID, "uid", uid, "pid", childPID)
-	// The cleanups run in reverse on Close; the agent process is killed first by the Sandbox itself.
-	teardown := make([]func() error, 0, len(cleanup))
-	for i := len(cleanup) - 1; i >= 0; i-- {
-		teardown = append(teardown, cleanup[i])
+	sb := agent.NewSandbox(proc, r.Limits, group)
+	// Once the agent answers, bwrap has made the sandbox's own mounts of the staged workspace and agent, and
+	// the host's staging mounts can go: a server that crashes later leaves none behind.
+	if err := sb.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("bwrap: sandbox did not start: %w", err)
 	}
-	return agent.NewSandbox(proc, r.Limits, group, teardown...), nil
+	for _, m := range []string{agentBin, ws} {
+		if err := unmount(m); err != nil {
+			_ = sb.Close()
+			return nil, err
+		}
+	}
+	p.cfg.Logger.Debug("sandbox started", "sandbox", name, "session", r.SessionID, "uid", uid, "pid", childPID)
+	// The cleanups run in reverse on Close, after the Sandbox has killed the agent.
+	for i := len(cleanup) - 1; i >= 0; i-- {
+		sb.OnClose(cleanup[i])
+	}
+	return sb, nil
 }
 
 // readChildPID reads bwrap's --info-fd JSON for the host pid of the sandbox's pid 1.
@@ -353,10 +370,15 @@ func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 	return args
 }
 
-// bindMount binds src onto dst in the host's mount namespace, read-only if ro, without suid or devices.
+// bindMount binds src onto dst in the host's mount namespace, read-only if ro, without suid or devices. The
+// mount is private, so that unmounting it later cannot propagate into the sandbox's copy.
 func bindMount(src, dst string, ro bool) error {
 	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	if err := syscall.Mount("", dst, "", syscall.MS_PRIVATE, ""); err != nil {
+		_ = unmount(dst)
+		return fmt.Errorf("make %s private: %w", dst, err)
 	}
 	flags := uintptr(syscall.MS_BIND | syscall.MS_REMOUNT | syscall.MS_NOSUID | syscall.MS_NODEV)
 	if ro {

@@ -73,6 +73,10 @@ func TestPrivateWorkspaceRoot(t *testing.T) {
 	if err != nil || res.IsError || res.Content[0].Text != "hello\n1000" {
 		t.Fatalf("bash: %v %+v", err, res)
 	}
+	// The staging mounts are gone once the sandbox runs.
+	if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), "corral-bwrap") {
+		t.Errorf("staging mounts left while the sandbox runs:\n%s", data)
+	}
 	fi, err := os.Stat(filepath.Join(root, "s", "f"))
 	if err != nil {
 		t.Fatal(err)
