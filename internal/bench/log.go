@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// LogResult is the log's throughput through the API and its fan-out to subscribers.
+type LogResult struct {
+	// AppendsPerSec: user events appended per second by Writers concurrent clients, each POSTing to its own
+	// session, one event per request, for the run's duration (no brain: nothing answers).
+	AppendsPerSec float64
+	Writers       int
+	AppendLatency Dist // one POST round trip (the event durably appended)
+	// Delivery: from just before a client POSTs an event to when each of Subscribers streams of the session
+	// reads it.
+	Delivery    Dist
+	Subscribers int
+	Events      int
+}
+
+// RunAppends measures appends per second through the API.
+func RunAppends(ctx context.Context, c *Client, agentID, envID string, writers int, d time.Duration) (LogResult, error) {
+	res := LogResult{Writers: writers}
+	ids := make([]string, writers)
+	for i := range ids {
+		id, err := c.CreateSession(ctx, agentID, envID)
+		if err != nil {
+			return res, err
+		}
+		ids[i] = id
+	}
+	var n atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	var firstErr error
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			var mine []time.Duration
+			for i := 0; time.Now().Before(deadline); i++ {
+				t := time.Now()
+				if err := c.Say(ctx, id, fmt.Sprintf("append %d", i)); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				mine = append(mine, time.Since(t))
+				n.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return res, firstErr
+	}
+	res.AppendsPerSec = float64(n.Load()) / time.Since(start).Seconds()
+	res.AppendLatency = Summarize(lat)
+	return res, nil
+}
+
+// RunFanout opens subscribers streams on one session, then sends events one at a time, gap apart, and
+// measures when each subscriber reads each of them.
+func RunFanout(ctx context.Context, c *Client, agentID, envID string, subscribers, events int, gap time.Duration) (Dist, error) {
+	id, err := c.CreateSession(ctx, agentID, envID)
+	if err != nil {
+		return Dist{}, err
+	}
+	streams := make([]*Stream, subscribers)
+	for i := range streams {
+		if streams[i], err = c.Open(ctx, id); err != nil {
+			for _, s := range streams[:i] {
+				s.Close()
+			}
+			return Dist{}, err
+		}
+	}
+	sent := make([]time.Time, events)
+	var sentMu sync.RWMutex
+	markers := make([][]byte, events)
+	for i := range markers {
+		markers[i] = fmt.Appendf(nil, "fanout-%06d", i)
+	}
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	for _, s := range streams {
+		wg.Go(func() {
+			defer s.Close()
+			seen := 0
+			for seen < events {
+				ev, err := s.Next()
+				if err != nil {
+					return
+				}
+				for i, m := range markers {
+					if bytes.Contains(ev.Content, m) {
+						sentMu.RLock()
+						d := ev.At.Sub(sent[i])
+						sentMu.RUnlock()
+						mu.Lock()
+						lat = append(lat, d)
+						mu.Unlock()
+						seen++
+						break
+					}
+				}
+			}
+		})
+	}
+	for i := range events {
+		sentMu.Lock()
+		sent[i] = time.Now()
+		sentMu.Unlock()
+		if err := c.Say(ctx, id, string(markers[i])); err != nil {
+			for _, s := range streams {
+				s.Close()
+			}
+			wg.Wait()
+			return Dist{}, err
+		}
+		time.Sleep(gap)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		for _, s := range streams {
+			s.Close()
+		}
+		<-done
+	}
+	if want := subscribers * events; len(lat) < want {
+		return Summarize(lat), fmt.Errorf("fan-out: %d of %d deliveries arrived", len(lat), want)
+	}
+	return Summarize(lat), nil
+}

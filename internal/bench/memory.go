@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MemoryResult is what idle sessions cost a server: an idle session must hold no goroutine and no sandbox.
+type MemoryResult struct {
+	Sessions, ToolSessions int
+	// HeapPerSession and RSSPerSession are the growth of the live heap (after GC) and of the process's resident
+	// set (after returning freed memory to the OS), divided by Sessions. The store is in the same process.
+	HeapPerSession, RSSPerSession     float64
+	GoroutinesBefore, GoroutinesAfter int
+	// SandboxesLeft is how many sandboxes the pool still held after the idle timeout.
+	SandboxesLeft int
+}
+
+// Snapshot is the process's memory and goroutines, after a GC.
+type Snapshot struct {
+	Heap, RSS  uint64
+	Goroutines int
+}
+
+// Measure forces a GC, returns freed memory to the OS and reads the live heap, RSS and goroutine count.
+func Measure() Snapshot {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return Snapshot{Heap: ms.HeapAlloc, RSS: rss(), Goroutines: runtime.NumGoroutine()}
+}
+
+// rss reads the resident set size from /proc/self/statm (0 where it does not exist).
+func rss() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseUint(f[1], 10, 64)
+	return pages * uint64(os.Getpagesize())
+}
+
+// IdleConfig configures RunIdleMemory.
+type IdleConfig struct {
+	Workload // Concurrency and ToolShare are used; Rounds is derived from Sessions
+	Sessions int
+	// Sandboxes, if set, reports how many sandboxes the server's hands hold.
+	Sandboxes func() int
+	// Settle bounds the wait for the sandboxes to be reaped and connections to close.
+	Settle time.Duration
+}
+
+// RunIdleMemory warms the server with one round, takes a snapshot, runs Sessions sessions through one turn each,
+// lets them go idle (streams closed, sandboxes reaped), and takes another.
+func RunIdleMemory(ctx context.Context, c *Client, fake FakeModel, cfg IdleConfig) (MemoryResult, error) {
+	res := MemoryResult{}
+	w := cfg.Workload
+	w.Rounds = 1
+	if _, _, err := RunTTFT(ctx, c, fake, w); err != nil {
+		return res, err
+	}
+	settle := func() {
+		c.CloseIdle()
+		deadline := time.Now().Add(cfg.Settle)
+		for time.Now().Before(deadline) && cfg.Sandboxes != nil && cfg.Sandboxes() > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond) // server-side connection goroutines exit
+	}
+	settle()
+	before := Measure()
+	w.Rounds = max(1, cfg.Sessions/max(w.Concurrency, 1))
+	samples, _, err := RunTTFT(ctx, c, fake, w)
+	if err != nil {
+		return res, err
+	}
+	settle()
+	after := Measure()
+	res.Sessions = len(samples)
+	for _, s := range samples {
+		if s.Tool {
+			res.ToolSessions++
+		}
+	}
+	if res.Sessions > 0 {
+		res.HeapPerSession = (float64(after.Heap) - float64(before.Heap)) / float64(res.Sessions)
+		res.RSSPerSession = (float64(after.RSS) - float64(before.RSS)) / float64(res.Sessions)
+	}
+	res.GoroutinesBefore, res.GoroutinesAfter = before.Goroutines, after.Goroutines
+	if cfg.Sandboxes != nil {
+		res.SandboxesLeft = cfg.Sandboxes()
+	}
+	return res, nil
+}
