@@ -66,6 +66,11 @@ func TestAgentCreateResolvesConfig(t *testing.T) {
 	if got.Tools[1].MCPServerName != "docs" || got.Tools[1].DefaultConfig == nil {
 		t.Errorf("mcp toolset = %+v", got.Tools[1])
 	}
+	// configs is a required field of the SDK's BetaManagedAgentsMCPToolset: [] when none are set, never omitted.
+	mcp := a.Tools[1].AsMCPToolset()
+	if !mcp.JSON.Configs.Valid() || mcp.Configs == nil {
+		t.Errorf("mcp toolset without configs: %s", mcp.RawJSON())
+	}
 }
 
 func TestAgentVersions(t *testing.T) {

@@ -45,7 +45,7 @@ type Tool struct {
 	// agent_toolset_20260401 and mcp_toolset
 	MCPServerName string        `json:"mcp_server_name,omitempty"`
 	DefaultConfig *ToolDefaults `json:"default_config,omitempty"`
-	Configs       []ToolConfig  `json:"configs,omitempty"`
+	Configs       []ToolConfig  `json:"configs,omitzero"` // [] for toolsets, nil (omitted) for custom tools
 
 	// custom
 	Name        string          `json:"name,omitempty"`
