@@ -13,15 +13,21 @@ import (
 
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/bwrap"
+	"github.com/corralhq/corral/internal/sandbox/gvisor"
 	"github.com/corralhq/corral/internal/sandbox/oci"
 	"github.com/corralhq/corral/internal/sandbox/process"
 )
 
 // handsFlags pick and configure the sandbox backend.
 type handsFlags struct {
-	kind  string
-	agent string
-	idle  time.Duration
+	kind     string
+	agent    string
+	runsc    string
+	idle     time.Duration
+	memoryMB int64
+	pids     int
+	cpus     float64
+	timeout  time.Duration
 }
 
 func defaultSandbox() string {
@@ -32,9 +38,18 @@ func defaultSandbox() string {
 }
 
 func (f *handsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.kind, "sandbox", envOr("CORRAL_SANDBOX", defaultSandbox()), "sandbox `backend`: bwrap, oci (runc), process (no isolation: development only) or none (env CORRAL_SANDBOX)")
+	fs.StringVar(&f.kind, "sandbox", envOr("CORRAL_SANDBOX", defaultSandbox()), "sandbox `backend`: bwrap, oci (runc), gvisor (runsc), process (no isolation: development only) or none (env CORRAL_SANDBOX)")
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary or on PATH, else this binary)")
+	fs.StringVar(&f.runsc, "runsc", envOr("CORRAL_RUNSC", "runsc"), "runsc `binary` for --sandbox gvisor (a current, static build; env CORRAL_RUNSC)")
 	fs.DurationVar(&f.idle, "sandbox-idle", 10*time.Minute, "how long an unused sandbox lives before it is reaped (its workspace stays)")
+	fs.Int64Var(&f.memoryMB, "sandbox-memory", 2048, "memory limit of each sandbox in `MiB`")
+	fs.IntVar(&f.pids, "sandbox-pids", 1024, "process limit of each sandbox")
+	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
+	fs.DurationVar(&f.timeout, "tool-timeout", 2*time.Minute, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
+}
+
+func (f *handsFlags) limits() sandbox.Limits {
+	return sandbox.Limits{MemoryBytes: f.memoryMB << 20, Pids: f.pids, CPUQuota: f.cpus, CommandTimeout: f.timeout}
 }
 
 // build returns the pool of hands, or nil with a warning when the backend cannot run here: sessions still
@@ -43,13 +58,6 @@ func (f *handsFlags) build(dataDir string, logger *slog.Logger) (*sandbox.Pool, 
 	if f.kind == "none" {
 		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")
 		return nil, nil
-	}
-	// Sandboxes run as their own uids and must reach their workspaces under the data dir: let others search
-	// (not list) it. The database and keys in it stay 0600 and outside every sandbox's mounts.
-	if fi, err := os.Stat(dataDir); err == nil && fi.Mode().Perm()&0o011 != 0o011 {
-		if err := os.Chmod(dataDir, fi.Mode().Perm()|0o011); err != nil {
-			return nil, err
-		}
 	}
 	provider, err := f.provider(dataDir, logger)
 	if err != nil {
@@ -60,7 +68,7 @@ func (f *handsFlags) build(dataDir string, logger *slog.Logger) (*sandbox.Pool, 
 	if err != nil {
 		return nil, err
 	}
-	return sandbox.NewPool(sandbox.PoolConfig{Provider: provider, WorkspaceRoot: root, IdleTimeout: f.idle, Logger: logger})
+	return sandbox.NewPool(sandbox.PoolConfig{Provider: provider, WorkspaceRoot: root, IdleTimeout: f.idle, Logger: logger, Limits: f.limits()})
 }
 
 func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Provider, error) {
@@ -68,19 +76,17 @@ func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Prov
 	if err != nil {
 		return nil, err
 	}
-	state, err := filepath.Abs(filepath.Join(dataDir, "sandboxes"))
-	if err != nil {
-		return nil, err
-	}
 	switch f.kind {
 	case "bwrap":
-		return bwrap.New(bwrap.Config{AgentPath: agentPath, StateDir: state, Logger: logger})
+		return bwrap.New(bwrap.Config{AgentPath: agentPath, Logger: logger})
 	case "oci", "runc":
-		return oci.New(oci.Config{AgentPath: agentPath, StateDir: state, Logger: logger})
+		return oci.New(oci.Config{AgentPath: agentPath, Logger: logger})
+	case "gvisor":
+		return gvisor.New(gvisor.Config{Runsc: f.runsc, OCI: oci.Config{AgentPath: agentPath, Logger: logger}})
 	case "process":
 		return process.New(process.Config{AgentPath: agentPath, Logger: logger})
 	}
-	return nil, fmt.Errorf("unknown sandbox backend %q (want bwrap, oci, process or none)", f.kind)
+	return nil, fmt.Errorf("unknown sandbox backend %q (want bwrap, oci, gvisor, process or none)", f.kind)
 }
 
 // agentName is the in-sandbox agent's binary name; the corral binary runs as the agent under it.

@@ -30,6 +30,8 @@ type PoolConfig struct {
 	IdleTimeout time.Duration
 	// Logger receives provisioning and reaping; default discards.
 	Logger *slog.Logger
+	// Limits apply to every sandbox whose recipe leaves a limit zero (the backends' defaults apply after).
+	Limits Limits
 }
 
 func (c *PoolConfig) validate() error {
@@ -95,12 +97,9 @@ var ErrPoolStopped = errors.New("sandbox pool stopped")
 // sandbox dies, Execute returns an error wrapping ErrSandboxDead together with an error Result the brain can
 // hand to the model as is; the next call provisions a fresh sandbox with the same workspace.
 func (p *Pool) Execute(ctx context.Context, call *Call) (Result, error) {
-	r := call.Recipe
-	if err := validSessionID(r.SessionID); err != nil {
+	r, err := p.recipe(call)
+	if err != nil {
 		return errorResult(err.Error()), err
-	}
-	if r.WorkspaceDir == "" {
-		r.WorkspaceDir = filepath.Join(p.cfg.WorkspaceRoot, r.SessionID)
 	}
 	for {
 		s, err := p.session(r.SessionID)
@@ -125,6 +124,25 @@ func (p *Pool) Execute(ctx context.Context, call *Call) (Result, error) {
 	}
 }
 
+// recipe is the call's recipe with the pool's defaults: the workspace under WorkspaceRoot, and the pool's
+// limits for every limit the recipe leaves zero.
+func (p *Pool) recipe(call *Call) (Recipe, error) {
+	r := call.Recipe
+	if err := validSessionID(r.SessionID); err != nil {
+		return r, err
+	}
+	if r.WorkspaceDir == "" {
+		r.WorkspaceDir = filepath.Join(p.cfg.WorkspaceRoot, r.SessionID)
+	}
+	l, d := &r.Limits, p.cfg.Limits
+	l.MemoryBytes = cmp.Or(l.MemoryBytes, d.MemoryBytes)
+	l.Pids = cmp.Or(l.Pids, d.Pids)
+	l.CPUQuota = cmp.Or(l.CPUQuota, d.CPUQuota)
+	l.CommandTimeout = cmp.Or(l.CommandTimeout, d.CommandTimeout)
+	l.OutputBytes = cmp.Or(l.OutputBytes, d.OutputBytes)
+	return r, nil
+}
+
 var _ Provisioner = (*Pool)(nil)
 
 // Provision provisions the session's sandbox now, without a tool call, if it has none, and waits until the new
@@ -132,12 +150,9 @@ var _ Provisioner = (*Pool)(nil)
 // before the first model call. An existing sandbox is only marked used. Provision exists for comparing with a
 // coupled design (harness.Config.EagerHands): lazy provisioning on the first tool call is the rule.
 func (p *Pool) Provision(ctx context.Context, call *Call) error {
-	r := call.Recipe
-	if err := validSessionID(r.SessionID); err != nil {
+	r, err := p.recipe(call)
+	if err != nil {
 		return err
-	}
-	if r.WorkspaceDir == "" {
-		r.WorkspaceDir = filepath.Join(p.cfg.WorkspaceRoot, r.SessionID)
 	}
 	fresh := false
 	c := *call

@@ -208,3 +208,33 @@ func TestPoolRejectsBadSessionID(t *testing.T) {
 		}
 	}
 }
+
+func TestPoolDefaultLimits(t *testing.T) {
+	t.Parallel()
+	prov := &fakeProvider{}
+	defaults := sandbox.Limits{MemoryBytes: 64 << 20, Pids: 32, CPUQuota: 0.5, CommandTimeout: time.Second, OutputBytes: 1000}
+	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: t.TempDir(), Limits: defaults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	ctx := context.Background()
+	if _, err := p.Execute(ctx, call("sesn_defaults")); err != nil {
+		t.Fatal(err)
+	}
+	own := call("sesn_own")
+	own.Recipe.Limits = sandbox.Limits{MemoryBytes: 128 << 20}
+	if _, err := p.Execute(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	prov.mu.Lock()
+	defer prov.mu.Unlock()
+	if got := prov.recipes[0].Limits; got != defaults {
+		t.Errorf("recipe without limits provisioned with %+v, want the pool's %+v", got, defaults)
+	}
+	want := defaults
+	want.MemoryBytes = 128 << 20
+	if got := prov.recipes[1].Limits; got != want {
+		t.Errorf("recipe with its own memory limit provisioned with %+v, want %+v", got, want)
+	}
+}
