@@ -15,7 +15,7 @@ func TestCLI(t *testing.T) {
 	t.Parallel()
 	model := modeltest.NewServer(t)
 	model.Script(modeltest.Turn{Text: "Hello from the model."})
-	s := startServer(t, dataDir(t), model)
+	s := startServer(t, t.TempDir(), model)
 
 	conn := []string{"--url", s.url, "--key", testKey}
 	cli := func(args ...string) string {

@@ -83,17 +83,6 @@ func sandboxKind() string {
 	return "process"
 }
 
-// dataDir returns a fresh data directory whose ancestors sandbox uids can search (t.TempDir's parent is 0700).
-func dataDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "corral-e2e-data-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // startServer starts `corral serve` on the data dir and waits until it listens.
 func startServer(t *testing.T, data string, model *modeltest.Server, extra ...string) *server {
 	t.Helper()
@@ -251,7 +240,7 @@ func TestServeToolTurn(t *testing.T) {
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt"}`}}},
 		modeltest.Turn{Text: "The file says corral-42."},
 	)
-	s := startServer(t, dataDir(t), model)
+	s := startServer(t, t.TempDir(), model)
 	c := s.client()
 	id := newSession(t, c, "Write the answer to a file and show it.")
 	events := waitIdle(t, c, id)
@@ -292,7 +281,7 @@ func TestServeTextTurnProvisionsNothing(t *testing.T) {
 	t.Parallel()
 	model := modeltest.NewServer(t)
 	model.Script(modeltest.Turn{Text: "Hello."})
-	data := dataDir(t)
+	data := t.TempDir()
 	s := startServer(t, data, model)
 	c := s.client()
 	id := newSession(t, c, "Say hello.")
@@ -314,7 +303,7 @@ func TestServeCrashMidModelCall(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	model.Script(modeltest.Turn{Text: "partial answer that never completes", Hold: hold})
-	data := dataDir(t)
+	data := t.TempDir()
 	s := startServer(t, data, model)
 	id := newSession(t, s.client(), "Tell me something.")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -355,7 +344,7 @@ func TestServeSIGTERM(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	model.Script(modeltest.Turn{Text: "held", Hold: hold})
-	data := dataDir(t)
+	data := t.TempDir()
 	s := startServer(t, data, model, "--lease-ttl", "30s")
 	id := newSession(t, s.client(), "Hi.")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

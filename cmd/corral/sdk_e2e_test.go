@@ -22,7 +22,7 @@ func TestSDKFullTurn(t *testing.T) {
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt"}`}}},
 		modeltest.Turn{Text: "The file holds corral-42."},
 	)
-	s := startServer(t, dataDir(t), model)
+	s := startServer(t, t.TempDir(), model)
 	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
 		option.WithAPIKey(testKey), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
