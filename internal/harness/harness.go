@@ -110,6 +110,9 @@ type Brain struct {
 	cfg Config
 	err error // from validation; Start returns it
 
+	// turns holds the claim turns of idle workers (see worker).
+	turns chan struct{}
+
 	mu      sync.Mutex
 	started bool
 	cancel  context.CancelCauseFunc
@@ -143,6 +146,11 @@ func (b *Brain) Start(ctx context.Context) error {
 	}
 	b.started = true
 	ctx, b.cancel = context.WithCancelCause(ctx)
+	claimers := min(b.cfg.Workers, max(2, runtime.NumCPU()))
+	b.turns = make(chan struct{}, claimers)
+	for range claimers {
+		b.turns <- struct{}{}
+	}
 	for range b.cfg.Workers {
 		b.wg.Go(func() { b.worker(ctx) })
 	}
@@ -176,25 +184,48 @@ func (b *Brain) Wake(ctx context.Context, sessionID string) error {
 }
 
 // worker claims runnable sessions and works them, one at a time, until ctx is done.
+//
+// Idle workers take turns at claiming: only the holders of a claim turn (at most claimers of them) wait for a
+// wake-up and call LeaseClaim; a worker that claimed a session passes its turn on before working it, so the next
+// idle worker claims at once and a burst of runnable sessions is drained without delay. Without turns, every
+// wake-up would send every idle worker to the store at once (a thundering herd: with hundreds of workers, most of
+// the store's time went to claims that found nothing), and every idle worker would poll.
 func (b *Brain) worker(ctx context.Context) {
 	runnable, stop := b.cfg.Store.WaitRunnable()
 	defer stop()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.turns:
+		}
+		l, ok := b.claim(ctx, runnable, timer)
+		b.turns <- struct{}{}
+		if !ok {
+			return
+		}
+		switch err := b.work(ctx, l); {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, store.ErrLeaseLost):
+			b.cfg.Logger.Info("session taken over by another brain", "session_id", l.SessionID)
+		default:
+			b.cfg.Logger.Warn("session work failed; retried when its lease expires", "session_id", l.SessionID, "err", err)
+		}
+	}
+}
+
+// claim claims a runnable session, waiting for a wake-up or the poll interval between attempts. It returns false
+// when ctx is done.
+func (b *Brain) claim(ctx context.Context, runnable <-chan struct{}, timer *time.Timer) (*store.Lease, bool) {
+	for {
 		l, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL})
 		if err == nil {
-			switch err := b.work(ctx, l); {
-			case err == nil || ctx.Err() != nil:
-			case errors.Is(err, store.ErrLeaseLost):
-				b.cfg.Logger.Info("session taken over by another brain", "session_id", l.SessionID)
-			default:
-				b.cfg.Logger.Warn("session work failed; retried when its lease expires", "session_id", l.SessionID, "err", err)
-			}
-			continue
+			return l, true
 		}
 		if ctx.Err() != nil {
-			return
+			return nil, false
 		}
 		if !errors.Is(err, store.ErrNoWork) {
 			b.cfg.Logger.Error("lease claim failed", "err", err)
@@ -202,7 +233,7 @@ func (b *Brain) worker(ctx context.Context) {
 		timer.Reset(b.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
-			return
+			return nil, false
 		case <-runnable:
 		case <-timer.C:
 		}
