@@ -22,6 +22,7 @@ type brainFlags struct {
 	maxTokens      int
 	thinkingBudget int
 	maxRetries     int
+	eagerHands     bool
 }
 
 func (f *brainFlags) register(fs *flag.FlagSet) {
@@ -32,6 +33,7 @@ func (f *brainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxTokens, "max-tokens", 8192, "max_tokens of each model request")
 	fs.IntVar(&f.thinkingBudget, "thinking-budget", 0, "extended thinking budget in tokens (0 = off)")
 	fs.IntVar(&f.maxRetries, "model-retries", 5, "retries of a failed model call before the session idles with retries_exhausted")
+	fs.BoolVar(&f.eagerHands, "eager-hands", false, "advanced, for comparison only (corral bench): provision each session's sandbox before its first model call, as a coupled design does")
 }
 
 // config builds the brain's config. hands may be nil: built-in tools then get an error result.
@@ -51,6 +53,7 @@ func (f *brainFlags) config(st store.Store, hands *sandbox.Pool, logger *slog.Lo
 		MaxTokens:      f.maxTokens,
 		ThinkingBudget: f.thinkingBudget,
 		Retry:          harness.RetryPolicy{MaxRetries: f.maxRetries},
+		EagerHands:     f.eagerHands,
 	}
 	if hands != nil {
 		cfg.Hands = hands
