@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +48,8 @@ type benchFlags struct {
 	ttft, perToken time.Duration
 	jitter         time.Duration
 	scale          string
+	scaleTTFT      time.Duration
+	scalePerSlot   int
 	idleSessions   int
 	sections       string
 	failoverRuns   int
@@ -55,6 +58,7 @@ type benchFlags struct {
 	out, svg       string
 	agent          string
 	runsc          string
+	cpuProfile     string
 }
 
 const defaultFailoverDB = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -71,7 +75,9 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.ttft, "model-ttft", 300*time.Millisecond, "the fake model's time to first token")
 	fs.DurationVar(&f.perToken, "model-per-token", 10*time.Millisecond, "the fake model's time per later token")
 	fs.DurationVar(&f.jitter, "model-jitter", 30*time.Millisecond, "the fake model's jitter: each wait varies by up to +- this")
-	fs.StringVar(&f.scale, "scale", "250,500,1000,1500,2000", "comma-separated concurrent-session `levels` of the scale search (stops at the first level over 50 ms p95 overhead)")
+	fs.StringVar(&f.scale, "scale", "250,500,1000,1500,2000", "comma-separated concurrent-session `levels` of the scale search (stops at the first level at or over 50 ms p95 overhead)")
+	fs.DurationVar(&f.scaleTTFT, "scale-model-ttft", 2*time.Second, "the fake model's time to first token in the scale section (a session stays active that long per call)")
+	fs.IntVar(&f.scalePerSlot, "scale-turns", 2, "fresh sessions each concurrent slot runs, one after the other, at each scale level")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")
 	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,failover", "comma-separated `sections` to run")
 	fs.IntVar(&f.failoverRuns, "failover-runs", 3, "SIGKILL failovers to measure")
@@ -80,6 +86,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.out, "out", "docs/benchmarks.md", "markdown `file` whose generated section is replaced (\"\" = do not write)")
 	fs.StringVar(&f.svg, "svg", "", "SVG chart `file` (default bench.svg beside --out)")
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of corral-sandbox-agent (default: beside this binary, on PATH, else built with go build)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, brains and client are one process) to `file`")
 	fs.StringVar(&f.runsc, "runsc", cmp.Or(os.Getenv("CORRAL_RUNSC"), "runsc"), "runsc `binary` for the gvisor backend (env CORRAL_RUNSC; /opt/corral-runsc/runsc is tried too)")
 }
 
@@ -89,13 +96,14 @@ func (f *benchFlags) applyQuick(set map[string]bool) {
 		return
 	}
 	q := map[string]func(){
-		"sessions":      func() { f.sessions = "1,10" },
-		"samples":       func() { f.samples = 4 },
-		"scale":         func() { f.scale = "50,100" },
-		"idle-sessions": func() { f.idleSessions = 100 },
-		"failover-runs": func() { f.failoverRuns = 1 },
-		"model-ttft":    func() { f.ttft = 100 * time.Millisecond },
-		"brains":        func() { f.workers = 200 },
+		"sessions":         func() { f.sessions = "1,10" },
+		"samples":          func() { f.samples = 4 },
+		"scale":            func() { f.scale = "50,100" },
+		"scale-model-ttft": func() { f.scaleTTFT = 300 * time.Millisecond },
+		"idle-sessions":    func() { f.idleSessions = 100 },
+		"failover-runs":    func() { f.failoverRuns = 1 },
+		"model-ttft":       func() { f.ttft = 100 * time.Millisecond },
+		"brains":           func() { f.workers = 200 },
 	}
 	for name, apply := range q {
 		if !set[name] {
@@ -133,6 +141,17 @@ Flags:
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	f.applyQuick(set)
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	return (&benchRun{f: &f, io: io, args: args}).run(ctx)
 }
 
@@ -144,7 +163,6 @@ type benchRun struct {
 	root string // temp dir: stores, workspaces, sandbox state
 	rep  bench.Report
 	fake *fakeModel
-	mdl  model.Model
 	pg   *pgSchemas // fresh schemas created for --db postgres
 }
 
@@ -157,7 +175,7 @@ func (b *benchRun) run(ctx context.Context) error {
 	b.rep = bench.Report{
 		Started: time.Now(), Command: "corral bench " + strings.Join(b.args, " "), Workers: f.workers,
 		ModelTTFT: f.ttft, ModelPerToken: f.perToken, ModelJitter: f.jitter, ToolShare: f.toolShare,
-		Rounds: map[int]int{}, Machine: machine(),
+		PerSlot: map[int]int{}, Machine: machine(), ScaleModelTTFT: f.scaleTTFT, ScalePerSlot: f.scalePerSlot,
 	}
 	b.rep.Command = strings.TrimSpace(b.rep.Command)
 	load0 := loadAvg()
@@ -185,16 +203,11 @@ func (b *benchRun) run(ctx context.Context) error {
 		b.rep.Store = "SQLite (a fresh file per server, WAL, synchronous=FULL)"
 	}
 
-	b.fake = newFakeModel()
-	srv, err := modeltest.Start(modeltest.WithLatency(f.ttft, f.perToken, f.jitter), modeltest.WithObserver(b.fake.observe))
+	b.fake, err = startFake(f.ttft, f.perToken, f.jitter)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	b.fake.srv = srv
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 4096, 4096
-	b.mdl = anthropic.New(anthropic.Config{APIKey: "bench", BaseURL: srv.URL, HTTPClient: &http.Client{Transport: tr}})
+	defer b.fake.srv.Close()
 
 	var providers []*benchBackend
 	if sections["ttft"] || sections["hands"] || sections["idle"] {
@@ -468,7 +481,7 @@ func (s *benchServer) close() {
 
 // startServer starts an in-process server: a fresh store, the backend's pool (idle sandboxes reaped after
 // idle), brains unless noBrain.
-func (b *benchRun) startServer(ctx context.Context, name string, be *benchBackend, eager, noBrain bool, idle time.Duration) (*benchServer, error) {
+func (b *benchRun) startServer(ctx context.Context, name string, fake *fakeModel, be *benchBackend, eager, noBrain bool, idle time.Duration) (*benchServer, error) {
 	st, err := b.openStore(ctx, name)
 	if err != nil {
 		return nil, err
@@ -492,7 +505,7 @@ func (b *benchRun) startServer(ctx context.Context, name string, be *benchBacken
 		}
 	}
 	s.Server, err = bench.StartServer(ctx, bench.ServerConfig{
-		Store: st, Model: b.mdl, Hands: s.pool, EagerHands: eager, NoBrain: noBrain, Workers: b.f.workers,
+		Store: st, Model: fake.mdl, Hands: s.pool, EagerHands: eager, NoBrain: noBrain, Workers: b.f.workers,
 		LeaseTTL: 10 * time.Second, PollInterval: time.Second,
 		Logger: slog.New(slog.NewTextHandler(b.io.err, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
@@ -550,7 +563,7 @@ func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
 		return fmt.Errorf("--sessions: %w", err)
 	}
 	for _, mode := range []string{bench.Decoupled, bench.Coupled} {
-		s, err := b.startServer(ctx, "ttft-"+be.name+"-"+mode, be, mode == bench.Coupled, false, 5*time.Second)
+		s, err := b.startServer(ctx, "ttft-"+be.name+"-"+mode, b.fake, be, mode == bench.Coupled, false, 5*time.Second)
 		if err != nil {
 			return err
 		}
@@ -567,11 +580,11 @@ func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
 					b.skipOnce(fmt.Sprintf("TTFT, gvisor at %d sessions", n), fmt.Sprintf("above --gvisor-max %d (each gVisor sandbox takes ~0.3-1 s of this machine's 2 CPUs to start)", b.f.gvisorMax))
 					continue
 				}
-				rounds := max(2, int(math.Ceil(float64(b.f.samples)/float64(n))))
-				b.rep.Rounds[n] = rounds
-				b.progress("ttft: %s %s, %d sessions × %d rounds", be.name, mode, n, rounds)
+				perSlot := max(2, int(math.Ceil(float64(b.f.samples)/float64(n))))
+				b.rep.PerSlot[n] = perSlot
+				b.progress("ttft: %s %s, %d concurrent sessions × %d each", be.name, mode, n, perSlot)
 				samples, errs, err := bench.RunTTFT(ctx, c, b.fake, bench.Workload{
-					AgentID: agentID, EnvID: envID, Concurrency: n, Rounds: rounds, ToolShare: b.f.toolShare,
+					AgentID: agentID, EnvID: envID, Concurrency: n, PerSlot: perSlot, Stagger: b.f.ttft, ToolShare: b.f.toolShare,
 				})
 				if err != nil && len(samples) == 0 {
 					return err
@@ -604,7 +617,7 @@ func (b *benchRun) skipOnce(section, reason string) {
 }
 
 func (b *benchRun) log(ctx context.Context) error {
-	s, err := b.startServer(ctx, "log", nil, false, true, 0)
+	s, err := b.startServer(ctx, "log", b.fake, nil, false, true, 0)
 	if err != nil {
 		return err
 	}
@@ -641,7 +654,13 @@ func (b *benchRun) scale(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--scale: %w", err)
 	}
-	s, err := b.startServer(ctx, "scale", nil, false, false, 0)
+	// Sessions stay active for a model call as long as a real one: a slower fake model of its own.
+	fake, err := startFake(b.f.scaleTTFT, b.f.perToken, b.f.jitter)
+	if err != nil {
+		return err
+	}
+	defer fake.srv.Close()
+	s, err := b.startServer(ctx, "scale", fake, nil, false, false, 0)
 	if err != nil {
 		return err
 	}
@@ -657,14 +676,19 @@ func (b *benchRun) scale(ctx context.Context) error {
 			b.skip(fmt.Sprintf("scale at %d sessions", n), fmt.Sprintf("more than --brains %d", b.f.workers))
 			break
 		}
-		b.progress("scale: %d sessions at once", n)
-		samples, errs, err := bench.RunTTFT(ctx, c, b.fake, bench.Workload{AgentID: agentID, EnvID: envID, Concurrency: n, Rounds: 1})
+		b.progress("scale: %d concurrent active sessions × %d turns each", n, b.f.scalePerSlot)
+		samples, errs, err := bench.RunTTFT(ctx, c, fake, bench.Workload{
+			AgentID: agentID, EnvID: envID, Concurrency: n, PerSlot: b.f.scalePerSlot, Stagger: b.f.scaleTTFT,
+		})
 		if err != nil && len(samples) == 0 {
 			return err
 		}
 		step := bench.ScaleStep{Sessions: n, TTFT: bench.Summarize(bench.TTFTs(samples)), Overhead: bench.Summarize(bench.Overheads(samples)), Errors: errs}
 		b.rep.Scale = append(b.rep.Scale, step)
 		b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %d errors", n, bench.Ms(step.Overhead.P50), bench.Ms(step.Overhead.P95), errs)
+		if err != nil {
+			b.progress("scale: first error: %v", err)
+		}
 		c.CloseIdle()
 		if errs > 0 || step.Overhead.P95 >= bench.GoalScaleOverhead {
 			break
@@ -675,7 +699,7 @@ func (b *benchRun) scale(ctx context.Context) error {
 }
 
 func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
-	s, err := b.startServer(ctx, "idle", be, false, false, time.Second)
+	s, err := b.startServer(ctx, "idle", b.fake, be, false, false, time.Second)
 	if err != nil {
 		return err
 	}
@@ -709,13 +733,24 @@ func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
 // fakeModel is the scripted model server with per-marker timings.
 type fakeModel struct {
 	srv *modeltest.Server
+	mdl model.Model
 	mu  sync.Mutex
 	got map[string]time.Duration
 	new chan struct{} // closed and replaced on each timing
 }
 
-func newFakeModel() *fakeModel {
-	return &fakeModel{got: map[string]time.Duration{}, new: make(chan struct{})}
+// startFake starts a fake model server of the latency, and the Anthropic adapter pointed at it.
+func startFake(ttft, perToken, jitter time.Duration) (*fakeModel, error) {
+	m := &fakeModel{got: map[string]time.Duration{}, new: make(chan struct{})}
+	srv, err := modeltest.Start(modeltest.WithLatency(ttft, perToken, jitter), modeltest.WithObserver(m.observe))
+	if err != nil {
+		return nil, err
+	}
+	m.srv = srv
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 4096, 4096
+	m.mdl = anthropic.New(anthropic.Config{APIKey: "bench", BaseURL: srv.URL, HTTPClient: &http.Client{Transport: tr}})
+	return m, nil
 }
 
 func (m *fakeModel) observe(t modeltest.Timing) {

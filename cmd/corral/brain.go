@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"log/slog"
 	"time"
@@ -26,8 +27,8 @@ type brainFlags struct {
 }
 
 func (f *brainFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&f.workers, "brains", defaultWorkers(), "how many sessions this process works at once")
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", 10*time.Second, "how long a brain's claim on a session lasts without renewal; another brain resumes the session after it")
+	fs.IntVar(&f.workers, "brains", defaultWorkers(), "how many sessions this process works at once (serve: 0 runs the API alone, for brains in `corral harness` processes)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", 5*time.Second, "how long a brain's claim on a session lasts without renewal; another brain resumes the session after it")
 	fs.DurationVar(&f.pollInterval, "poll", time.Second, "how often brains look for work when no wake-up arrives")
 	fs.IntVar(&f.contextTokens, "context-tokens", 200000, "the model's context window; history is compacted past 80% of it")
 	fs.IntVar(&f.maxTokens, "max-tokens", 8192, "max_tokens of each model request")
@@ -69,4 +70,32 @@ func newModel() (model.Model, error) {
 		Default: anthropic.New(anthropic.Config{}),
 		Routes:  map[string]model.Model{"openai": openai.New(openai.Config{})},
 	})
+}
+
+// startBrains builds the hands and starts the brains; stop stops the brains (finishing in-flight appends and
+// releasing their leases), then the sandboxes.
+func startBrains(ctx context.Context, bf *brainFlags, hf *handsFlags, dataDir string, st store.Store, logger *slog.Logger) (stop func(), err error) {
+	hands, err := hf.build(dataDir, logger)
+	if err != nil {
+		return nil, err
+	}
+	stopHands := func() {
+		if hands != nil {
+			_ = hands.Stop()
+		}
+	}
+	cfg, err := bf.config(st, hands, logger)
+	if err != nil {
+		stopHands()
+		return nil, err
+	}
+	brain := harness.New(cfg)
+	if err := brain.Start(ctx); err != nil {
+		stopHands()
+		return nil, err
+	}
+	return func() {
+		brain.Stop()
+		stopHands()
+	}, nil
 }

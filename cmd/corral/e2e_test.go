@@ -88,6 +88,13 @@ func startServer(t *testing.T, data string, model *modeltest.Server, extra ...st
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--sandbox", sandboxKind(),
 		"--lease-ttl", "2s", "--poll", "200ms"}, extra...)
+	return startCorral(t, model, "corral: listening on ", args...)
+}
+
+// startCorral runs the corral binary with the model behind ANTHROPIC_BASE_URL and waits for a stderr line that
+// starts with ready; the rest of that line becomes s.url. The process is killed when the test ends.
+func startCorral(t *testing.T, model *modeltest.Server, ready string, args ...string) *server {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
 	cmd.Env = append(os.Environ(), "CORRAL_API_KEY="+testKey, "ANTHROPIC_API_KEY=test-model-key", "ANTHROPIC_BASE_URL="+model.URL)
 	pr, pw := io.Pipe()
@@ -105,24 +112,24 @@ func startServer(t *testing.T, data string, model *modeltest.Server, extra ...st
 		_ = cmd.Process.Kill()
 		<-s.exited
 		if t.Failed() {
-			t.Logf("server log:\n%s", s.stderr.String())
+			t.Logf("corral %s log:\n%s", args[0], s.stderr.String())
 		}
 	})
-	addr := make(chan string, 1)
+	line := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "corral: listening on "); ok {
-				addr <- rest
+			if rest, ok := strings.CutPrefix(sc.Text(), ready); ok {
+				line <- rest
 			}
 		}
 	}()
 	select {
-	case s.url = <-addr:
+	case s.url = <-line:
 	case <-s.exited:
-		t.Fatalf("corral serve exited early:\n%s", s.stderr.String())
+		t.Fatalf("corral %s exited early:\n%s", args[0], s.stderr.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("corral serve did not start:\n%s", s.stderr.String())
+		t.Fatalf("corral %s did not start:\n%s", args[0], s.stderr.String())
 	}
 	return s
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-
-	"github.com/corralhq/corral/internal/harness"
 )
 
 func init() {
@@ -22,30 +20,22 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if bf.workers < 1 {
+		return fmt.Errorf("--brains must be at least 1")
+	}
 	logger := newLogger(io)
 	st, err := sf.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	hands, err := hf.build(sf.data, logger)
+	stopBrains, err := startBrains(ctx, &bf, &hf, sf.data, st, logger)
 	if err != nil {
-		return err
-	}
-	if hands != nil {
-		defer hands.Stop()
-	}
-	brainCfg, err := bf.config(st, hands, logger)
-	if err != nil {
-		return err
-	}
-	brain := harness.New(brainCfg)
-	if err := brain.Start(ctx); err != nil {
 		return err
 	}
 	logger.Info("corral harness running", "store", st.Capabilities().Name, "brains", bf.workers)
-	fmt.Fprintln(io.err, "corral: harness running; stop with SIGTERM")
+	fmt.Fprintln(io.err, "corral: harness running")
 	<-ctx.Done()
-	brain.Stop() // finishes in-flight appends and releases leases
+	stopBrains() // finishes in-flight appends and releases leases
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/api"
-	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -46,23 +45,13 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 
-	hands, err := hf.build(sf.data, logger)
-	if err != nil {
-		return err
+	if bf.workers > 0 {
+		stopBrains, err := startBrains(ctx, &bf, &hf, sf.data, st, logger)
+		if err != nil {
+			return err
+		}
+		defer stopBrains()
 	}
-	if hands != nil {
-		defer hands.Stop()
-	}
-
-	brainCfg, err := bf.config(st, hands, logger)
-	if err != nil {
-		return err
-	}
-	brain := harness.New(brainCfg)
-	if err := brain.Start(ctx); err != nil {
-		return err
-	}
-	defer brain.Stop()
 
 	srv := api.New(api.Config{Store: st, Logger: logger, Keys: keys, RateLimit: *rateLimit})
 	ln, err := net.Listen("tcp", *listen)

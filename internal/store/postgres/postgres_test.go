@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/corralhq/corral/internal/store/postgres/pgtest"
 	"net/url"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -25,7 +24,7 @@ import (
 
 // harness runs the conformance suite with each test in its own schema of the CORRAL_TEST_POSTGRES database.
 var harness = storetest.Harness{
-	NewDSN: newDSN,
+	NewDSN: pgtest.NewDSN,
 	Open: func(ctx context.Context, dsn string) (store.Store, error) {
 		return Open(ctx, dsn)
 	},
@@ -41,54 +40,6 @@ func TestMain(m *testing.M) {
 func TestConformance(t *testing.T) { storetest.Run(t, harness) }
 
 func BenchmarkStore(b *testing.B) { storetest.Bench(b, harness) }
-
-// baseDSN returns CORRAL_TEST_POSTGRES, or skips the test (fails it under CI) when it is not set.
-func baseDSN(t testing.TB) string {
-	t.Helper()
-	dsn := os.Getenv("CORRAL_TEST_POSTGRES")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CORRAL_TEST_POSTGRES is not set: CI requires the postgres tests")
-		}
-		t.Skip("CORRAL_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable): " +
-			"skipping postgres tests")
-	}
-	return dsn
-}
-
-// newDSN creates a fresh schema, dropped when the test ends, and returns a DSN whose search_path selects it.
-func newDSN(t testing.TB) string {
-	t.Helper()
-	base := baseDSN(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "corral_test_" + hex.EncodeToString(b[:])
-	admin(t, base, "CREATE SCHEMA "+schema)
-	t.Cleanup(func() { admin(t, base, "DROP SCHEMA "+schema+" CASCADE") })
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("parse CORRAL_TEST_POSTGRES: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// admin runs one statement on its own connection to dsn.
-func admin(t testing.TB, dsn, sql string, args ...any) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("admin connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("admin %q: %v", sql, err)
-	}
-}
 
 // openStore opens a store on dsn, closed when the test ends.
 func openStore(t testing.TB, dsn string) *Store {
@@ -159,7 +110,7 @@ func expectQuiet(t testing.TB, ch <-chan struct{}, what string) {
 // by appends, wake-ups and deletions made through the first.
 func TestCrossProcessNotify(t *testing.T) {
 	t.Parallel()
-	dsn := newDSN(t)
+	dsn := pgtest.NewDSN(t)
 	a, b := openStore(t, dsn), openStore(t, dsn)
 	if !b.Capabilities().CrossProcessNotify || b.Capabilities().Name != "postgres" {
 		t.Fatalf("capabilities = %+v", b.Capabilities())
@@ -205,7 +156,7 @@ func TestCrossProcessNotify(t *testing.T) {
 // subscribers (they may have missed notifications) and hears later appends.
 func TestListenerReconnects(t *testing.T) {
 	t.Parallel()
-	dsn := newDSN(t)
+	dsn := pgtest.NewDSN(t)
 	a, b := openStore(t, dsn), openStore(t, dsn)
 	sess := newTestSession(t, a)
 	events, stop := b.Subscribe(sess.ID)
@@ -215,7 +166,7 @@ func TestListenerReconnects(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("listener not connected after Open")
 	}
-	admin(t, baseDSN(t), "SELECT pg_terminate_backend($1)", int32(pid))
+	pgtest.Exec(t, pgtest.BaseDSN(t), "SELECT pg_terminate_backend($1)", int32(pid))
 	expectSignal(t, events, "subscriber after the listener reconnected")
 	deadline := time.Now().Add(10 * time.Second)
 	for p := b.listener.pid.Load(); p == 0 || p == pid; p = b.listener.pid.Load() {
@@ -243,7 +194,7 @@ func drainSignal(ch <-chan struct{}) {
 // exactly once.
 func TestLeaseClaimAcrossStores(t *testing.T) {
 	t.Parallel()
-	dsn := newDSN(t)
+	dsn := pgtest.NewDSN(t)
 	stores := []*Store{openStore(t, dsn), openStore(t, dsn)}
 	ctx := context.Background()
 	const sessions = 40
@@ -292,7 +243,7 @@ func TestLeaseClaimAcrossStores(t *testing.T) {
 // refused by the server: the others still commit, in order.
 func TestBatchIsolatesFailures(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, newDSN(t))
+	s := openStore(t, pgtest.NewDSN(t))
 	ctx := context.Background()
 	x, y := newTestSession(t, s), newTestSession(t, s)
 	broken := apitype.NewEvent{Type: apitype.EventUserMessage, Data: []byte(`{"broken"`)}
@@ -338,7 +289,7 @@ func TestBatchIsolatesFailures(t *testing.T) {
 // TestMigrations opens stores on one schema concurrently and then again: every migration is applied once.
 func TestMigrations(t *testing.T) {
 	t.Parallel()
-	dsn := newDSN(t)
+	dsn := pgtest.NewDSN(t)
 	ms, err := migrations()
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +329,7 @@ func TestMigrations(t *testing.T) {
 
 func TestOpenDSN(t *testing.T) {
 	t.Parallel()
-	dsn := newDSN(t)
+	dsn := pgtest.NewDSN(t)
 	u, _ := url.Parse(dsn)
 	u.Scheme = "postgresql"
 	s := openStore(t, u.String())
@@ -467,7 +418,7 @@ func abbrev(rounds [][]string) [][]string {
 // or fails with ErrClosed, and Close returns with no goroutine left (goleak, in TestMain).
 func TestCloseDuringAppends(t *testing.T) {
 	t.Parallel()
-	dsn := newDSN(t)
+	dsn := pgtest.NewDSN(t)
 	s, err := Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -523,7 +474,7 @@ func TestCloseDuringAppends(t *testing.T) {
 // stronger setting is kept.
 func TestSynchronousCommit(t *testing.T) {
 	t.Parallel()
-	dsn := newDSN(t)
+	dsn := pgtest.NewDSN(t)
 	ctx := context.Background()
 	for _, c := range []struct{ dsnValue, want string }{{"off", "on"}, {"remote_apply", "remote_apply"}, {"", ""}} {
 		u, _ := url.Parse(dsn)
@@ -556,12 +507,12 @@ func TestSynchronousCommit(t *testing.T) {
 // they still wake each other.
 func TestLongSchemaName(t *testing.T) {
 	t.Parallel()
-	base := baseDSN(t)
+	base := pgtest.BaseDSN(t)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	schema := "corral_test_" + hex.EncodeToString(b[:]) + strings.Repeat("x", 63-12-16)
-	admin(t, base, "CREATE SCHEMA "+schema)
-	t.Cleanup(func() { admin(t, base, "DROP SCHEMA "+schema+" CASCADE") })
+	pgtest.Exec(t, base, "CREATE SCHEMA "+schema)
+	t.Cleanup(func() { pgtest.Exec(t, base, "DROP SCHEMA "+schema+" CASCADE") })
 	u, _ := url.Parse(base)
 	q := u.Query()
 	q.Set("search_path", schema)
@@ -584,7 +535,7 @@ func TestLongSchemaName(t *testing.T) {
 // none of the session's events is left behind (the log has no foreign key to do it for us).
 func TestSessionDeleteDuringAppends(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, newDSN(t))
+	s := openStore(t, pgtest.NewDSN(t))
 	ctx := context.Background()
 	sess := newTestSession(t, s)
 	var wg sync.WaitGroup
@@ -623,7 +574,7 @@ func TestSessionDeleteDuringAppends(t *testing.T) {
 // both ways, and that the cost does not grow with the log (rule 6: the brain reads the log in slices).
 func TestEventListPlan(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, newDSN(t))
+	s := openStore(t, pgtest.NewDSN(t))
 	ctx := context.Background()
 	var ids []string
 	for range 3 {

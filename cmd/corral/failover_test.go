@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/store/postgres/pgtest"
+)
+
+// TestHarnessFailover runs the scaled-out shape: `corral serve --brains 0` (the API alone) and two
+// `corral harness` processes on one PostgreSQL. The brain working a session is killed with SIGKILL in the
+// middle of a model call; the other one resumes the session when the lease expires, and the session finishes
+// with nothing lost or doubled.
+func TestHarnessFailover(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDSN(t)
+	model := modeltest.NewServer(t)
+	hold := make(chan struct{})
+	defer close(hold)
+	model.Script(modeltest.Turn{Text: "an answer that never completes", Hold: hold})
+
+	api := startServer(t, t.TempDir(), model, "--db", db, "--brains", "0")
+	harness := func() *server {
+		return startCorral(t, model, "corral: harness running", "harness", "--db", db, "--data", t.TempDir(),
+			"--sandbox", "none", "--brains", "4", "--lease-ttl", "2s", "--poll", "200ms")
+	}
+	first := harness()
+	id := newSession(t, api.client(), "Tell me something.")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := model.WaitRequests(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	second := harness() // started only now, so the first one is the one holding the session
+	model.Script(modeltest.Turn{Text: "The answer from the second brain."})
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.exited
+	killed := time.Now()
+
+	events := waitIdle(t, api.client(), id)
+	t.Logf("session finished by the second brain %v after the SIGKILL (lease TTL 2s)", time.Since(killed).Round(time.Millisecond))
+	assertLogSound(t, events)
+	if n := count(events, "user.message"); n != 1 {
+		t.Errorf("%d user messages, want 1: %v", n, types(events))
+	}
+	if n := count(events, "agent.message"); n != 1 {
+		t.Fatalf("%d agent messages, want 1: %v", n, types(events))
+	}
+	for _, e := range events {
+		if e["type"] == "agent.message" {
+			if b, _ := json.Marshal(e["content"]); !strings.Contains(string(b), "second brain") {
+				t.Errorf("agent message = %s", b)
+			}
+		}
+	}
+	if strings.Contains(second.stderr.String(), "panic") {
+		t.Errorf("second brain panicked:\n%s", second.stderr.String())
+	}
+}
