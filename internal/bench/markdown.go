@@ -57,9 +57,11 @@ func (r *Report) Markdown(svgName string) string {
 	p("has answered. **Coupled** is `corral serve --eager-hands` (`harness.Config.EagerHands`): the brain provisions the ")
 	p("session's sandbox and waits until it answers a call before the first model call of a turn, as the old design did. ")
 	p("Both modes run the same code otherwise.\n")
-	p("- **Workload**: rounds of N fresh sessions (N = concurrent sessions) that open their stream, then send their first ")
-	p("message together; %.0f%% of them get a tool call as first answer (the sandbox then runs `echo hello`, and the model ", r.ToolShare*100)
-	p("answers \"ok\"), the others a text answer. Every agent has the built-in toolset. Rounds per level: %s.\n\n", roundsText(r.Rounds))
+	p("- **Workload**: N concurrent slots (N = concurrent sessions), each running fresh sessions one after the other: ")
+	p("create the session, open its stream, send the first message, read until the turn is over. The slots start spread ")
+	p("over one model TTFT, so about N sessions are in flight at any time without a synchronized burst. ")
+	p("%.0f%% of the sessions get a tool call as first answer (the sandbox then runs `echo hello` and the model ", r.ToolShare*100)
+	p("answers \"ok\"), the others a text answer. Every agent has the built-in toolset. Sessions per slot: %s.\n\n", roundsText(r.PerSlot))
 
 	if pairs := r.Pairs(); len(pairs) > 0 {
 		p("### Time to first token, decoupled vs coupled\n\n")
@@ -112,8 +114,10 @@ func (r *Report) Markdown(svgName string) string {
 
 	if len(r.Scale) > 0 {
 		p("### Scale\n\n")
-		p("Concurrent active sessions: N fresh sessions send their first message together (text answers, decoupled, ")
-		p("each with its stream open); the level holds when the p95 platform overhead stays under %s ms. ", Ms(GoalScaleOverhead))
+		p("Concurrent active sessions: the TTFT workload with N slots, text answers only, decoupled, against a fake model ")
+		p("whose TTFT is %s (a real model call keeps a session active for seconds; the short TTFT above would measure ", r.ScaleModelTTFT)
+		p("arrival bursts instead), %d sessions per slot, so about N sessions are active (in a turn, stream open) at any ", r.ScalePerSlot)
+		p("time. A level holds when every session succeeds and the p95 platform overhead stays under %s ms. ", Ms(GoalScaleOverhead))
 		p("The search stops at the first level that does not hold.\n\n")
 		p("| sessions | TTFT p50 / p95 / p99 | overhead p50 / p95 / p99 | errors | holds |\n|---|---|---|---|---|\n")
 		for _, s := range r.Scale {
@@ -163,7 +167,7 @@ func roundsText(m map[int]int) string {
 	slices.Sort(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%d at %d", m[k], k)
+		parts[i] = fmt.Sprintf("%d at N=%d", m[k], k)
 	}
 	return strings.Join(parts, ", ")
 }

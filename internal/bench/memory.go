@@ -52,7 +52,7 @@ func rss() uint64 {
 
 // IdleConfig configures RunIdleMemory.
 type IdleConfig struct {
-	Workload // Concurrency and ToolShare are used; Rounds is derived from Sessions
+	Workload // PerSlot is derived from Sessions
 	Sessions int
 	// Sandboxes, if set, reports how many sandboxes the server's hands hold.
 	Sandboxes func() int
@@ -65,7 +65,7 @@ type IdleConfig struct {
 func RunIdleMemory(ctx context.Context, c *Client, fake FakeModel, cfg IdleConfig) (MemoryResult, error) {
 	res := MemoryResult{}
 	w := cfg.Workload
-	w.Rounds = 1
+	w.PerSlot = 1
 	if _, _, err := RunTTFT(ctx, c, fake, w); err != nil {
 		return res, err
 	}
@@ -79,7 +79,7 @@ func RunIdleMemory(ctx context.Context, c *Client, fake FakeModel, cfg IdleConfi
 	}
 	settle()
 	before := Measure()
-	w.Rounds = max(1, cfg.Sessions/max(w.Concurrency, 1))
+	w.PerSlot = max(1, cfg.Sessions/max(w.Concurrency, 1))
 	samples, _, err := RunTTFT(ctx, c, fake, w)
 	if err != nil {
 		return res, err

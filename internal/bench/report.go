@@ -54,7 +54,9 @@ type Report struct {
 	Workers                               int
 	ModelTTFT, ModelPerToken, ModelJitter time.Duration
 	ToolShare                             float64
-	Rounds                                map[int]int // concurrency -> rounds
+	PerSlot                               map[int]int // concurrency -> sessions per slot
+	ScaleModelTTFT                        time.Duration
+	ScalePerSlot                          int
 
 	Cells    []Cell
 	Hands    []HandsResult

@@ -33,23 +33,26 @@ type Sample struct {
 // Overhead is what the platform adds to the model's own time: TTFT minus Model.
 func (s Sample) Overhead() time.Duration { return s.TTFT - s.Model }
 
-// Workload is the TTFT workload: rounds of Concurrency fresh sessions that send their first message together.
+// Workload is the TTFT workload: Concurrency slots, each running PerSlot fresh sessions one after the other
+// (create the session, open its stream, send the first message, read until the turn is over). The slots start
+// spread evenly over Stagger, so that about Concurrency sessions are in flight at any time without arriving in
+// one synchronized burst.
 type Workload struct {
 	AgentID, EnvID string
 	Concurrency    int
-	Rounds         int
+	PerSlot        int
+	// Stagger spreads the slots' starts (typically the model's TTFT); 0 starts them together.
+	Stagger time.Duration
 	// ToolShare is the fraction of sessions whose first answer is a tool call (bash ToolCommand); the others get
 	// a short text answer.
 	ToolShare   float64
 	ToolCommand string
 	// Timeout bounds one session's turn (default 2 min).
 	Timeout time.Duration
-	// Progress, if set, is called after each round.
-	Progress func(round int, samples []Sample, errs int)
 }
 
-// RunTTFT runs the workload and returns the samples of the sessions that completed, and the number that failed.
-// In each round every session is created and its stream opened first; then all send at once.
+// RunTTFT runs the workload and returns the samples of the sessions that completed, the number that failed,
+// and the first failure.
 func RunTTFT(ctx context.Context, c *Client, fake FakeModel, w Workload) ([]Sample, int, error) {
 	if w.Timeout == 0 {
 		w.Timeout = 2 * time.Minute
@@ -57,27 +60,48 @@ func RunTTFT(ctx context.Context, c *Client, fake FakeModel, w Workload) ([]Samp
 	if w.ToolCommand == "" {
 		w.ToolCommand = "echo hello"
 	}
-	var all []Sample
-	errs := 0
-	var firstErr error
-	for round := range w.Rounds {
-		samples, n, err := runRound(ctx, c, fake, w, round)
-		all = append(all, samples...)
-		errs += n
-		if firstErr == nil {
-			firstErr = err
-		}
-		if ctx.Err() != nil {
-			return all, errs, ctx.Err()
-		}
-		if w.Progress != nil {
-			w.Progress(round, all, errs)
-		}
+	var (
+		mu       sync.Mutex
+		samples  []Sample
+		errs     int
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for slot := range w.Concurrency {
+		wg.Go(func() {
+			if w.Stagger > 0 && w.Concurrency > 1 {
+				select {
+				case <-time.After(w.Stagger * time.Duration(slot) / time.Duration(w.Concurrency)):
+				case <-ctx.Done():
+					return
+				}
+			}
+			for k := range w.PerSlot {
+				if ctx.Err() != nil {
+					return
+				}
+				i := slot*w.PerSlot + k
+				// Spread tool sessions evenly: session i needs a tool when the running share crosses an integer.
+				tool := int(float64(i+1)*w.ToolShare) > int(float64(i)*w.ToolShare)
+				s, err := session(ctx, c, fake, w, tool, fmt.Sprintf("s%d-%d", slot, k))
+				mu.Lock()
+				if err != nil {
+					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
+				} else {
+					samples = append(samples, s)
+				}
+				mu.Unlock()
+			}
+		})
 	}
-	if len(all) == 0 && firstErr != nil {
-		return nil, errs, firstErr
+	wg.Wait()
+	if len(samples) == 0 && firstErr == nil {
+		firstErr = ctx.Err()
 	}
-	return all, errs, nil
+	return samples, errs, firstErr
 }
 
 type prepared struct {
@@ -87,73 +111,22 @@ type prepared struct {
 	marker string
 }
 
-func runRound(ctx context.Context, c *Client, fake FakeModel, w Workload, round int) ([]Sample, int, error) {
-	n := w.Concurrency
-	preps := make([]*prepared, n)
-	var mu sync.Mutex
-	var firstErr error
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		mu.Unlock()
+// session runs one fresh session's first turn.
+func session(ctx context.Context, c *Client, fake FakeModel, w Workload, tool bool, name string) (Sample, error) {
+	id, err := c.CreateSession(ctx, w.AgentID, w.EnvID)
+	if err != nil {
+		return Sample{}, err
 	}
-	// Set up: sessions and open streams, 32 at a time.
-	sem := make(chan struct{}, 32)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			id, err := c.CreateSession(ctx, w.AgentID, w.EnvID)
-			if err != nil {
-				fail(err)
-				return
-			}
-			st, err := c.Open(ctx, id)
-			if err != nil {
-				fail(err)
-				return
-			}
-			p := &prepared{id: id, stream: st, marker: fmt.Sprintf("bench r%d s%d %s", round, i, id)}
-			// Spread tool sessions evenly: session i needs a tool when the running share crosses an integer.
-			p.tool = int(float64(i+1)*w.ToolShare) > int(float64(i)*w.ToolShare)
-			if p.tool {
-				fake.ScriptTool(p.marker, w.ToolCommand)
-			}
-			preps[i] = p
-		})
+	st, err := c.Open(ctx, id)
+	if err != nil {
+		return Sample{}, err
 	}
-	wg.Wait()
-
-	start := make(chan struct{})
-	samples := make([]Sample, 0, n)
-	errs := 0
-	for _, p := range preps {
-		if p == nil {
-			errs++
-			continue
-		}
-		wg.Go(func() {
-			defer p.stream.Close()
-			<-start
-			s, err := turn(ctx, c, fake, p, w.Timeout)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs++
-				if firstErr == nil {
-					firstErr = err
-				}
-				return
-			}
-			samples = append(samples, s)
-		})
+	defer st.Close()
+	p := &prepared{id: id, stream: st, tool: tool, marker: "bench " + name + " " + id}
+	if tool {
+		fake.ScriptTool(p.marker, w.ToolCommand)
 	}
-	close(start)
-	wg.Wait()
-	return samples, errs, firstErr
+	return turn(ctx, c, fake, p, w.Timeout)
 }
 
 // turn sends the session's first message and reads its stream until the turn is over.

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/corralhq/corral/internal/bench"
+)
+
+// TestBenchQuick runs `corral bench --quick` end to end: a real binary, real sandboxes (bwrap where it runs, else
+// the process backend), and PostgreSQL for failover when one answers (the section is skipped with its reason
+// otherwise). It checks the outputs are produced, never the figures.
+func TestBenchQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a whole quick benchmark (about 10 s)")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "benchmarks.md")
+	if err := os.WriteFile(out, []byte("# Benchmarks\n\n## Store\n\nother engineers' figures\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "corral"), "bench", "--quick", "--backends", sandboxKind(),
+		"--sessions", "1,4", "--scale", "20", "--idle-sessions", "20", "--out", out)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("corral bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "goal") || !strings.Contains(stdout.String(), "ratio p50") {
+		t.Errorf("summary table missing from stdout:\n%s", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "ttft: ") {
+		t.Errorf("no progress on stderr:\n%s", stderr.String())
+	}
+	md, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"other engineers' figures", bench.BeginMarker, "### Time to first token", "### Hands", "### Log",
+		"### Scale", "### Idle sessions", "### Closing note"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if !strings.Contains(string(md), "### Failover") && !strings.Contains(string(md), "failover: ") {
+		t.Errorf("report neither measures failover nor says why not:\n%s", md)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "bench.svg"))
+	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
+		t.Errorf("bench.svg: %v %.80q", err, svg)
+	}
+	t.Logf("stdout:\n%s", stdout.String())
+}
