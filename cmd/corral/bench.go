@@ -720,7 +720,7 @@ func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
 	b.progress("idle: %d sessions through one turn each, then idle", b.f.idleSessions)
 	res, err := bench.RunIdleMemory(ctx, c, b.fake, bench.IdleConfig{
 		Workload: bench.Workload{AgentID: agentID, EnvID: envID, Concurrency: 50, ToolShare: share},
-		Sessions: b.f.idleSessions, Sandboxes: sandboxes, Settle: 10 * time.Second,
+		Sessions: b.f.idleSessions, Sandboxes: sandboxes, Settle: 10 * time.Second, Forget: b.fake.srv.DropRequests,
 	})
 	if err != nil {
 		return err

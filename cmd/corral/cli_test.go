@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -59,5 +62,64 @@ func TestCLI(t *testing.T) {
 	}
 	if code := run(context.Background(), &stdio{out: &bytes.Buffer{}, err: &errb}, []string{"agents", "bogus"}); code == 0 {
 		t.Errorf("unknown subcommand exited 0")
+	}
+}
+
+// TestKeys: with no CORRAL_API_KEY, the first start mints a key and prints it once; `corral keys` manages more
+// in the store, and a revoked key is refused.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	model := modeltest.NewServer(t)
+	data := t.TempDir()
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--sandbox", "none"}
+	s := startCorral(t, serverEnv(model, ""), "corral: listening on ", args...)
+	printed := regexp.MustCompile(`created API key (apikey_\w+).*\n\s*\n\s+(corral-\w+)`).FindStringSubmatch(s.stderr.String())
+	if printed == nil {
+		t.Fatalf("first start printed no key:\n%s", s.stderr.String())
+	}
+	first := printed[2]
+	ctx := context.Background()
+	get := func(key string) error {
+		c := &client{base: s.url, key: key, http: http.DefaultClient}
+		return c.do(ctx, "GET", "/v1/agents", nil, nil, nil)
+	}
+	if err := get(first); err != nil {
+		t.Fatalf("the printed key is refused: %v", err)
+	}
+
+	cli := func(args ...string) (string, int) {
+		var out, errb bytes.Buffer
+		code := run(ctx, &stdio{out: &out, err: &errb}, append(args, "--data", data))
+		return out.String() + errb.String(), code
+	}
+	out, code := cli("keys", "create", "--name", "ci")
+	fields := strings.Fields(out)
+	if code != 0 || len(fields) < 2 || !strings.HasPrefix(fields[0], "apikey_") {
+		t.Fatalf("keys create: exit %d: %s", code, out)
+	}
+	secondID, second := fields[0], fields[1]
+	if err := get(second); err != nil {
+		t.Fatalf("a created key is refused: %v", err)
+	}
+	if out, _ := cli("keys", "list"); !strings.Contains(out, secondID) || !strings.Contains(out, printed[1]) || strings.Contains(out, second) {
+		t.Errorf("keys list must show both ids and no secret:\n%s", out)
+	}
+	if out, code := cli("keys", "revoke", secondID); code != 0 {
+		t.Fatalf("keys revoke: exit %d: %s", code, out)
+	}
+	var apiErr *apiError
+	if err := get(second); !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
+		t.Errorf("revoked key: got %v, want 401", err)
+	}
+	if err := get("corral-not-a-key"); !errors.As(err, &apiErr) || apiErr.Body.Error.Type != "authentication_error" {
+		t.Errorf("unknown key: got %v, want authentication_error", err)
+	}
+
+	// A restart with keys in the store mints none.
+	s.cmd.Process.Kill()
+	<-s.exited
+	s2 := startCorral(t, serverEnv(model, ""), "corral: listening on ", args...)
+	if strings.Contains(s2.stderr.String(), "created API key") {
+		t.Errorf("second start minted another key:\n%s", s2.stderr.String())
 	}
 }

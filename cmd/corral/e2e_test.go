@@ -88,18 +88,28 @@ func startServer(t *testing.T, data string, model *modeltest.Server, extra ...st
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--sandbox", sandboxKind(),
 		"--lease-ttl", "2s", "--poll", "200ms"}, extra...)
-	return startCorral(t, model, "corral: listening on ", args...)
+	return startCorral(t, serverEnv(model, testKey), "corral: listening on ", args...)
 }
 
-// startCorral runs the corral binary with the model behind ANTHROPIC_BASE_URL and waits for a stderr line that
-// starts with ready; the rest of that line becomes s.url. The process is killed when the test ends.
-func startCorral(t *testing.T, model *modeltest.Server, ready string, args ...string) *server {
+// serverEnv is the environment of a corral process: the model behind ANTHROPIC_BASE_URL and, when key is not
+// empty, the server's API key.
+func serverEnv(model *modeltest.Server, key string) []string {
+	env := append(os.Environ(), "ANTHROPIC_API_KEY=test-model-key", "ANTHROPIC_BASE_URL="+model.URL)
+	if key != "" {
+		env = append(env, "CORRAL_API_KEY="+key)
+	}
+	return env
+}
+
+// startCorral runs the corral binary with the environment and waits for a stderr line that starts with ready;
+// the rest of that line becomes s.url. The process is killed when the test ends.
+func startCorral(t *testing.T, env []string, ready string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
-	cmd.Env = append(os.Environ(), "CORRAL_API_KEY="+testKey, "ANTHROPIC_API_KEY=test-model-key", "ANTHROPIC_BASE_URL="+model.URL)
+	cmd.Env = env
 	pr, pw := io.Pipe()
 	s := &server{t: t, cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = io.MultiWriter(pw, s.stderr)
+	cmd.Stderr = io.MultiWriter(s.stderr, pw) // the buffer first: it holds a line by the time the reader sees it
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestHarnessFailover(t *testing.T) {
 
 	api := startServer(t, t.TempDir(), model, "--db", db, "--brains", "0")
 	harness := func() *server {
-		return startCorral(t, model, "corral: harness running", "harness", "--db", db, "--data", t.TempDir(),
+		return startCorral(t, serverEnv(model, testKey), "corral: harness running", "harness", "--db", db, "--data", t.TempDir(),
 			"--sandbox", "none", "--brains", "4", "--lease-ttl", "2s", "--poll", "200ms")
 	}
 	first := harness()
