@@ -6,8 +6,11 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -178,6 +181,24 @@ type EventAppendParams struct {
 	Usage *apitype.SessionUsage
 	// ActiveSeconds, if > 0, is added to the session's active time.
 	ActiveSeconds float64
+}
+
+// CheckEvents validates events before an adapter appends them: each has a type, and its data, when set, is one
+// JSON object (empty data is stored as {}). A log entry that could not be encoded would fail every later read
+// of its session, so adapters refuse it rather than store it.
+func CheckEvents(events []apitype.NewEvent) error {
+	for i, e := range events {
+		if e.Type == "" {
+			return fmt.Errorf("event %d has no type", i)
+		}
+		if len(e.Data) == 0 {
+			continue
+		}
+		if d := bytes.TrimSpace(e.Data); len(d) == 0 || d[0] != '{' || !json.Valid(d) {
+			return fmt.Errorf("event %d (%s): data is not a JSON object", i, e.Type)
+		}
+	}
+	return nil
 }
 
 // EventListParams selects a slice of a session's log.

@@ -164,10 +164,8 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	for i, e := range p.Events {
-		if e.Type == "" {
-			return nil, fmt.Errorf("event append: event %d has no type", i)
-		}
+	if err := store.CheckEvents(p.Events); err != nil {
+		return nil, fmt.Errorf("event append: %w", err)
 	}
 	r := s.newAppend(ctx, p)
 	res := s.appender.do(ctx, r)

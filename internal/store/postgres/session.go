@@ -44,6 +44,9 @@ func scanSession(row pgx.Row) (apitype.Session, error) {
 // runnable when there are any.
 func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams) (*apitype.Session,
 	[]apitype.Event, error) {
+	if err := store.CheckEvents(p.InitialEvents); err != nil {
+		return nil, nil, fmt.Errorf("session create: %w", err)
+	}
 	sess := *p.Session
 	if sess.Status == "" {
 		sess.Status = apitype.StatusIdle

@@ -16,7 +16,7 @@ import (
 
 // EventAppend appends events to a session's log; it returns once their transaction has committed durably.
 func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]apitype.Event, error) {
-	if err := checkEvents(p.Events); err != nil {
+	if err := store.CheckEvents(p.Events); err != nil {
 		return nil, fmt.Errorf("sqlite: append to session %s: %w", p.SessionID, err)
 	}
 	var events []apitype.Event
@@ -44,10 +44,8 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 }
 
 // appendEvents checks p's conditions, inserts its events and applies its session changes, in w's transaction.
+// Callers have checked p.Events with store.CheckEvents, outside the writer goroutine.
 func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
-	if err := checkEvents(p.Events); err != nil {
-		return nil, err
-	}
 	now := apitype.Now()
 	created := micros(now)
 	n := int64(len(p.Events))
@@ -120,16 +118,6 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 		events[i] = e
 	}
 	return events, nil
-}
-
-// checkEvents validates events to append.
-func checkEvents(events []apitype.NewEvent) error {
-	for i, e := range events {
-		if e.Type == "" {
-			return fmt.Errorf("event %d has no type", i)
-		}
-	}
-	return nil
 }
 
 // appendFailure says which condition of an append failed.

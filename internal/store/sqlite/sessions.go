@@ -22,7 +22,7 @@ const (
 func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams) (*apitype.Session,
 	[]apitype.Event, error) {
 	in := *p.Session
-	if err := checkEvents(p.InitialEvents); err != nil {
+	if err := store.CheckEvents(p.InitialEvents); err != nil {
 		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
 	}
 	if in.Status == "" {

@@ -71,6 +71,24 @@ func testEventAppend(t *testing.T, h Harness) {
 		userMessage("nobody"),
 	}})
 	mustIs(t, err, store.ErrNotFound, "append to unknown session")
+
+	// An event whose data is not a JSON object is refused, alone or in a batch, and nothing of its append is
+	// written: a log entry that cannot be encoded would fail every later read of the session.
+	for _, data := range []string{`not json`, `{"a":`, `[1,2]`, `"text"`, `null`, `{} {}`} {
+		_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{
+			agentMessage("fine"), {Type: apitype.EventAgentMessage, Data: []byte(data), Processed: true},
+		}})
+		if err == nil {
+			t.Fatalf("append with data %q succeeded", data)
+		}
+		_, _, err = s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: newSession("agent_x", 1, apitype.Now()), InitialEvents: []apitype.NewEvent{
+			{Type: apitype.EventUserMessage, Data: []byte(data)},
+		}})
+		if err == nil {
+			t.Fatalf("session create with initial event data %q succeeded", data)
+		}
+	}
+	equal(t, len(allEvents(t, s, sess.ID)), len(appended), "stored events after refused appends")
 }
 
 func testEventAppendConditions(t *testing.T, h Harness) {
