@@ -174,14 +174,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	// The mux's own 404 and 405 answers are plain text; answer unknown routes with the envelope instead.
 	if _, pattern := s.mux.Handler(r); pattern == "" {
-		s.serveErr(tw, r, s.noRoute(r))
+		s.serveErr(tw, r, s.noRoute(tw, r))
 		return
 	}
 	s.mux.ServeHTTP(tw, r)
 }
 
-// noRoute is the error for a request no pattern matches: 405 if the path exists for another method, else 404.
-func (s *Server) noRoute(r *http.Request) error {
+// noRoute is the error for a request no pattern matches: 405 with an Allow header if the path exists for another
+// method, else 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) error {
 	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
 		probe := r.Clone(r.Context())
@@ -191,6 +192,7 @@ func (s *Server) noRoute(r *http.Request) error {
 		}
 	}
 	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
 		return &apiError{status: http.StatusMethodNotAllowed, typ: apitype.ErrInvalidRequest,
 			msg: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))}
 	}

@@ -100,6 +100,18 @@ func TestMalformedRequests(t *testing.T) {
 	}
 }
 
+// A 405 says which methods the path takes (RFC 9110, 15.5.6).
+func TestMethodNotAllowedAllow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for path, want := range map[string]string{"/v1/agents": "GET, POST", "/v1/environments/env_x": "GET, POST, DELETE"} {
+		status, hdr, body := h.do("PUT", path, `{}`)
+		if status != http.StatusMethodNotAllowed || hdr.Get("Allow") != want {
+			t.Errorf("PUT %s: %d, Allow %q, want 405 and %q: %s", path, status, hdr.Get("Allow"), want, body)
+		}
+	}
+}
+
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *api.Config) { c.RateLimit, c.RateBurst = 0.001, 2 })
