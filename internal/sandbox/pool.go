@@ -32,6 +32,8 @@ type PoolConfig struct {
 	Logger *slog.Logger
 	// Limits apply to every sandbox whose recipe leaves a limit zero (the backends' defaults apply after).
 	Limits Limits
+	// Resources configures how session resources (git repositories) are placed in workspaces.
+	Resources ResourceConfig
 }
 
 func (c *PoolConfig) validate() error {
@@ -68,6 +70,8 @@ type session struct {
 	removed  bool
 	inflight int
 	lastUsed time.Time
+	// unplaced are resources that could not be placed, for a note in front of the next tool result.
+	unplaced []*ResourceError
 }
 
 var _ Hands = (*Pool)(nil)
@@ -115,11 +119,13 @@ func (p *Pool) Execute(ctx context.Context, call *Call) (Result, error) {
 		}
 		res, err := sb.Execute(ctx, call.Name, call.Input)
 		p.release(s, sb, err)
+		notes := resourceNotes(s.takeUnplaced())
 		if errors.Is(err, ErrSandboxDead) {
 			p.cfg.Logger.Warn("sandbox died", "session", r.SessionID, "backend", p.cfg.Provider.Name(), "err", err)
-			return errorResult(fmt.Sprintf("The sandbox died while running this tool call (%v); its outcome is unknown. "+
-				"The next tool call starts a fresh sandbox with the same /workspace; processes, /tmp and shell state are lost.", err)), err
+			res = errorResult(fmt.Sprintf("The sandbox died while running this tool call (%v); its outcome is unknown. "+
+				"The next tool call starts a fresh sandbox with the same /workspace; processes, /tmp and shell state are lost.", err))
 		}
+		res.Content = append(notes, res.Content...)
 		return res, err
 	}
 }
@@ -217,7 +223,8 @@ func (p *Pool) acquire(ctx context.Context, s *session, call *Call, r *Recipe) (
 		return nil, false, nil
 	}
 	if s.sb == nil {
-		sb, err := p.provision(ctx, call, r)
+		sb, unplaced, err := p.provision(ctx, call, r)
+		s.unplaced = append(s.unplaced, unplaced...)
 		if err != nil {
 			return nil, true, err
 		}
@@ -228,29 +235,33 @@ func (p *Pool) acquire(ctx context.Context, s *session, call *Call, r *Recipe) (
 	return s.sb, true, nil
 }
 
-func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, error) {
+// provision places the session's resources not yet placed in its workspace, then provisions a sandbox. It
+// returns the resources that could not be placed: the sandbox is provisioned without them.
+func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, []*ResourceError, error) {
 	backend := p.cfg.Provider.Name()
 	if call.OnProvision != nil {
 		call.OnProvision(ProvisionReport{Backend: backend})
 	}
 	start := time.Now()
 	var sb Sandbox
+	var unplaced []*ResourceError
 	err := os.MkdirAll(r.WorkspaceDir, 0o700)
 	if err != nil {
 		err = fmt.Errorf("workspace: %w", err)
 	} else {
+		unplaced = p.placeResources(ctx, r)
 		sb, err = p.cfg.Provider.Provision(ctx, r)
 	}
 	d := time.Since(start)
 	if call.OnProvision != nil {
-		call.OnProvision(ProvisionReport{Backend: backend, Done: true, Duration: d, Err: err})
+		call.OnProvision(ProvisionReport{Backend: backend, Done: true, Duration: d, Err: err, ResourceErrors: unplaced})
 	}
 	if err != nil {
 		p.cfg.Logger.Error("sandbox provisioning failed", "session", r.SessionID, "backend", backend, "err", err)
-		return nil, fmt.Errorf("provision %s sandbox: %w", backend, err)
+		return nil, unplaced, fmt.Errorf("provision %s sandbox: %w", backend, err)
 	}
 	p.cfg.Logger.Info("sandbox provisioned", "session", r.SessionID, "backend", backend, "duration", d)
-	return sb, nil
+	return sb, unplaced, nil
 }
 
 // release ends a call; a dead sandbox is closed and forgotten so that the next call provisions a new one.

@@ -88,4 +88,8 @@ type ProvisionReport struct {
 	Done     bool
 	Duration time.Duration
 	Err      error
+	// ResourceErrors (done=true only) are the session resources that could not be placed in the workspace
+	// before this sandbox was provisioned. They do not fail provisioning: the sandbox runs without them, and the
+	// session's next tool result starts with a note about them.
+	ResourceErrors []*ResourceError
 }

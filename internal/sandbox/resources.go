@@ -1,0 +1,524 @@
+package sandbox
+
+// Session resources are placed in a session's workspace by the Pool, on the host, before the session's sandbox
+// is provisioned. A git repository is cloned by a git process that runs outside every sandbox, with a clean
+// environment and only https allowed (so that a credential, once the vault supplies one, never enters the
+// sandbox, and a session cannot clone the server's own files). Each resource is placed once per session: a
+// record beside the workspace lists the resources already attempted, so re-provisioning a sandbox (the
+// workspace survives) does not clone again. A resource that cannot be placed does not stop the session: the
+// failure is reported (ProvisionReport.ResourceErrors, the Pool's log, and a note in front of the session's
+// next tool result) and the session continues without it.
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// DefaultCloneTimeout bounds the clone and checkout of one repository resource.
+const DefaultCloneTimeout = 5 * time.Minute
+
+// Resource types placed in the workspace.
+const (
+	ResourceGitHubRepository = "github_repository"
+	ResourceFile             = "file"
+	ResourceMemoryStore      = "memory_store"
+)
+
+// Session error types (as the hosted service names them) for resources that could not be placed.
+const (
+	ErrTypeRepositoryClone    = "repository_clone_error"
+	ErrTypeRepositoryCheckout = "repository_checkout_error"
+)
+
+// ResourceConfig configures how the Pool places session resources in workspaces.
+type ResourceConfig struct {
+	// CloneTimeout bounds the clone and checkout of one repository; default DefaultCloneTimeout.
+	CloneTimeout time.Duration
+	// Git is the git binary; default "git" on PATH.
+	Git string
+	// AllowLocalURLs lets repositories be cloned from http:// URLs, file:// URLs and absolute host paths, not
+	// only https:// ones. For tests only: with it a session can clone any repository the server can read.
+	AllowLocalURLs bool
+}
+
+// ResourceError is a session resource that could not be placed in the workspace. The sandbox is provisioned
+// without it and the session continues.
+type ResourceError struct {
+	ResourceID string // the resource's id, if it has one
+	Type       string // the resource's type: github_repository, file, ...; empty when no resource could be placed
+	URL        string // a repository's URL, its password (if any) redacted
+	MountPath  string // where the resource was to appear in the sandbox
+	// ErrorType is the hosted service's session error type for the failure (repository_clone_error,
+	// repository_checkout_error), or empty when none fits.
+	ErrorType string
+	Err       error
+}
+
+func (e *ResourceError) Error() string {
+	if e.Type == "" {
+		return fmt.Sprintf("session resources: %v", e.Err)
+	}
+	what := e.Type
+	if e.URL != "" {
+		what += " " + e.URL
+	}
+	if e.MountPath != "" {
+		what += " at " + e.MountPath
+	}
+	return fmt.Sprintf("session resource %s: %v", what, e.Err)
+}
+
+func (e *ResourceError) Unwrap() error { return e.Err }
+
+// ErrFileResourcesUnsupported is the error of a file resource: Corral has no Files API yet.
+var ErrFileResourcesUnsupported = errors.New("file resources are not supported yet (this server has no Files API); the file was not placed")
+
+// workspaceMount is where the workspace appears in a sandbox.
+const workspaceMount = "/workspace"
+
+// resourceRecord is the file, beside a workspace, that lists the resources already placed (or attempted).
+type resourceRecord struct {
+	// Attempted maps a resource's key to "" when it was placed, or to the error that prevented it.
+	Attempted map[string]string `json:"attempted"`
+}
+
+// recordPath is the record of workspace ws. It lives beside the workspace, out of every sandbox's reach.
+func recordPath(ws string) string {
+	return filepath.Join(filepath.Dir(ws), "."+filepath.Base(ws)+".resources.json")
+}
+
+// resourceKey identifies a resource in the record: its id, or a hash of what it places where.
+func resourceKey(res *apitype.Resource) string {
+	if res.ID != "" {
+		return res.ID
+	}
+	h := sha256.Sum256([]byte(res.Type + "\x00" + res.URL + "\x00" + res.FileID + "\x00" + res.MountPath + "\x00" + string(res.Checkout)))
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// placeResources places the recipe's resources that were not attempted before in its workspace, which exists.
+// It returns the resources that could not be placed; those are recorded too and not attempted again. An
+// attempt cut short because ctx ended is not recorded, so the next provisioning tries again.
+func (p *Pool) placeResources(ctx context.Context, r *Recipe) []*ResourceError {
+	if len(r.Resources) == 0 {
+		return nil
+	}
+	recPath := recordPath(r.WorkspaceDir)
+	rec := resourceRecord{Attempted: map[string]string{}}
+	switch data, err := os.ReadFile(recPath); {
+	case err == nil:
+		if err := json.Unmarshal(data, &rec); err != nil || rec.Attempted == nil {
+			// An unreadable record must not make every resource be placed again over what is there.
+			err = fmt.Errorf("record %s of the placed resources is unreadable (%v); no resource was placed", recPath, err)
+			p.cfg.Logger.Error("session resources not placed", "session", r.SessionID, "err", err)
+			return []*ResourceError{{Err: err}}
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		err = fmt.Errorf("record of the placed resources: %w; no resource was placed", err)
+		p.cfg.Logger.Error("session resources not placed", "session", r.SessionID, "err", err)
+		return []*ResourceError{{Err: err}}
+	}
+	var failed []*ResourceError
+	changed := false
+	for i := range r.Resources {
+		res := &r.Resources[i]
+		key := resourceKey(res)
+		if _, done := rec.Attempted[key]; done || res.Type == ResourceMemoryStore {
+			continue // memory stores are not files of the workspace
+		}
+		start := time.Now()
+		rerr := p.placeResource(ctx, r.WorkspaceDir, res)
+		if rerr != nil && ctx.Err() != nil {
+			p.cfg.Logger.Warn("session resource: placement interrupted", "session", r.SessionID, "err", rerr)
+			break
+		}
+		changed = true
+		rec.Attempted[key] = ""
+		if rerr != nil {
+			rec.Attempted[key] = rerr.Error()
+			failed = append(failed, rerr)
+			p.cfg.Logger.Warn("session resource not placed", "session", r.SessionID, "type", res.Type, "err", rerr)
+			continue
+		}
+		p.cfg.Logger.Info("session resource placed", "session", r.SessionID, "type", res.Type, "url", res.URL,
+			"mount_path", mountPathOf(res), "duration", time.Since(start))
+	}
+	if changed {
+		if err := writeRecord(recPath, &rec); err != nil {
+			p.cfg.Logger.Error("session resources: record not written; they may be placed again", "session", r.SessionID, "err", err)
+		}
+	}
+	return failed
+}
+
+// mountPathOf is where a resource appears in the sandbox: its mount path, or the default of its type
+// (/workspace/<repo-name> for a repository, /mnt/session/uploads/<file_id> for a file).
+func mountPathOf(res *apitype.Resource) string {
+	switch {
+	case res.MountPath != "":
+		return res.MountPath
+	case res.Type == ResourceGitHubRepository:
+		if name, err := repoName(res.URL); err == nil {
+			return workspaceMount + "/" + name
+		}
+	case res.Type == ResourceFile:
+		return "/mnt/session/uploads/" + res.FileID
+	}
+	return ""
+}
+
+// writeRecord replaces the record atomically.
+func writeRecord(name string, rec *resourceRecord) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// placeResource places one resource in workspace ws.
+func (p *Pool) placeResource(ctx context.Context, ws string, res *apitype.Resource) *ResourceError {
+	rerr := &ResourceError{ResourceID: res.ID, Type: res.Type, URL: redactURL(res.URL), MountPath: mountPathOf(res)}
+	switch res.Type {
+	case ResourceGitHubRepository:
+		if rerr.MountPath == "" {
+			_, rerr.Err = repoName(res.URL)
+			return rerr
+		}
+		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, ws, res.URL, rerr.MountPath, res.Checkout)
+	case ResourceFile:
+		rerr.Err = fmt.Errorf("file %s: %w", res.FileID, ErrFileResourcesUnsupported)
+	default:
+		rerr.Err = fmt.Errorf("unsupported resource type %q", res.Type)
+	}
+	if rerr.Err != nil {
+		return rerr
+	}
+	return nil
+}
+
+// checkout is a repository resource's checkout: a branch or a commit; neither means the default branch.
+type checkout struct {
+	Type string `json:"type"` // branch | commit
+	Name string `json:"name"`
+	SHA  string `json:"sha"`
+}
+
+func parseCheckout(raw json.RawMessage) (checkout, error) {
+	var c checkout
+	if len(raw) == 0 || string(raw) == "null" {
+		return c, nil
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return c, fmt.Errorf("checkout: %w", err)
+	}
+	switch c.Type {
+	case "branch":
+		if c.Name == "" || strings.HasPrefix(c.Name, "-") || strings.ContainsAny(c.Name, "\x00\n\r \t~^:?*[\\") ||
+			strings.Contains(c.Name, "..") {
+			return c, fmt.Errorf("checkout: invalid branch name %q", c.Name)
+		}
+	case "commit":
+		if len(c.SHA) < 7 || len(c.SHA) > 64 || strings.Trim(strings.ToLower(c.SHA), "0123456789abcdef") != "" {
+			return c, fmt.Errorf("checkout: invalid commit sha %q", c.SHA)
+		}
+	default:
+		return c, fmt.Errorf("checkout: unknown type %q (want branch or commit)", c.Type)
+	}
+	return c, nil
+}
+
+// repoName is the last element of a repository URL's path without ".git": the default mount directory.
+func repoName(rawURL string) (string, error) {
+	p := rawURL
+	if u, err := url.Parse(rawURL); err == nil && u.Scheme != "" {
+		p = u.Path
+	}
+	name := strings.TrimSuffix(path.Base(strings.TrimRight(p, "/")), ".git")
+	if name == "" || name == "." || name == ".." || name == "/" {
+		return "", fmt.Errorf("repository URL %q names no repository", rawURL)
+	}
+	return name, nil
+}
+
+// redactURL hides the password of a URL that has one.
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return raw
+}
+
+// workspaceRel maps a mount path under /workspace to a path relative to the workspace.
+func workspaceRel(mountPath string) (string, error) {
+	if !strings.HasPrefix(mountPath, "/") || strings.ContainsRune(mountPath, 0) {
+		return "", fmt.Errorf("mount path %q must be an absolute path under %s", mountPath, workspaceMount)
+	}
+	clean := path.Clean(mountPath)
+	rel, ok := strings.CutPrefix(clean, workspaceMount+"/")
+	if !ok || rel == "" {
+		return "", fmt.Errorf("mount path %q must lie under %s/ (only the workspace is writable from the host)", mountPath, workspaceMount)
+	}
+	return filepath.FromSlash(rel), nil
+}
+
+// checkRepoURL refuses what may not be cloned: anything but https:// (http://, file:// and absolute paths too
+// with AllowLocalURLs), and URLs that carry credentials, which would end up in the clone's .git/config.
+func (c *ResourceConfig) checkRepoURL(raw string) error {
+	if strings.HasPrefix(raw, "-") || strings.ContainsAny(raw, "\x00\n\r") {
+		return fmt.Errorf("invalid repository URL %q", raw)
+	}
+	if filepath.IsAbs(raw) {
+		if c.AllowLocalURLs {
+			return nil
+		}
+		return fmt.Errorf("repository URL %q: local paths are not allowed; use an https:// URL", raw)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("repository URL %q is not allowed; use an https:// URL: %w", raw, err)
+	}
+	switch u.Scheme {
+	case "https":
+	case "http", "file":
+		if !c.AllowLocalURLs {
+			return fmt.Errorf("repository URL %q: scheme %s is not allowed; use an https:// URL", u.Redacted(), u.Scheme)
+		}
+	default:
+		return fmt.Errorf("repository URL %q: scheme %q is not allowed; use an https:// URL", u.Redacted(), u.Scheme)
+	}
+	if u.User != nil {
+		return fmt.Errorf("repository URL %q carries credentials; they are not allowed in a URL", u.Redacted())
+	}
+	if u.Scheme != "file" && u.Host == "" {
+		return fmt.Errorf("repository URL %q has no host", raw)
+	}
+	return nil
+}
+
+// cloneRepository clones repoURL into workspace ws at mountPath and checks out co. The clone goes to a new
+// directory of the workspace first and is then renamed into place, through an os.Root of the workspace, so
+// that nothing a sandbox left in the workspace (a symlink) can redirect the host's writes out of it. It
+// returns the hosted service's error type with the error.
+func (p *Pool) cloneRepository(ctx context.Context, ws, repoURL, mountPath string, rawCheckout json.RawMessage) (string, error) {
+	cfg := &p.cfg.Resources
+	rel, err := workspaceRel(mountPath)
+	if err != nil {
+		return "", err
+	}
+	if err := cfg.checkRepoURL(repoURL); err != nil {
+		return "", err
+	}
+	co, err := parseCheckout(rawCheckout)
+	if err != nil {
+		return ErrTypeRepositoryCheckout, err
+	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+	}
+	defer root.Close()
+	if _, err := root.Lstat(rel); err == nil {
+		return ErrTypeRepositoryClone, fmt.Errorf("%s already exists in the workspace", mountPath)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+	}
+	owner, err := root.Stat(".")
+	if err != nil {
+		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+	}
+	st, ok := owner.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ErrTypeRepositoryClone, errors.New("workspace: no owner information")
+	}
+	uid, gid := int(st.Uid), int(st.Gid)
+
+	staging := ".corral-clone-" + randomHex(8)
+	if err := root.Mkdir(staging, 0o700); err != nil {
+		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+	}
+	defer func() { _ = root.RemoveAll(staging) }()
+	home, err := os.MkdirTemp("", "corral-git-home-")
+	if err != nil {
+		return ErrTypeRepositoryClone, fmt.Errorf("git home: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(home) }()
+
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(cfg.CloneTimeout, DefaultCloneTimeout))
+	defer cancel()
+	dst := filepath.Join(ws, staging, "repo")
+	args := []string{"clone", "--quiet"}
+	switch co.Type {
+	case "branch":
+		args = append(args, "--branch="+co.Name)
+	case "commit":
+		args = append(args, "--no-checkout")
+	}
+	if err := cfg.git(ctx, home, "", append(args, "--", repoURL, dst)...); err != nil {
+		return ErrTypeRepositoryClone, fmt.Errorf("could not clone the repository: %w", err)
+	}
+	if co.Type == "commit" {
+		if err := cfg.git(ctx, home, dst, "checkout", "--quiet", "--detach", co.SHA, "--"); err != nil {
+			// The commit may be on no branch the clone fetched; ask the remote for it by id.
+			if ferr := cfg.git(ctx, home, dst, "fetch", "--quiet", "origin", co.SHA); ferr != nil {
+				return ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
+			}
+			if err := cfg.git(ctx, home, dst, "checkout", "--quiet", "--detach", "FETCH_HEAD", "--"); err != nil {
+				return ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
+			}
+		}
+	}
+	// The clone belongs to the workspace's owner. A fresh workspace is still the server's: the backend gives
+	// it, with everything in it, to the sandbox's uid when it provisions.
+	if uid != os.Geteuid() || gid != os.Getegid() {
+		err := filepath.WalkDir(dst, func(p string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, gid)
+		})
+		if err != nil {
+			return ErrTypeRepositoryClone, fmt.Errorf("chown the clone: %w", err)
+		}
+	}
+	if err := mkdirAllOwned(root, filepath.Dir(rel), uid, gid); err != nil {
+		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+	}
+	if err := root.Rename(filepath.Join(staging, "repo"), rel); err != nil {
+		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+	}
+	return "", nil
+}
+
+// mkdirAllOwned creates dir (relative to root) and its missing parents, owned by uid:gid.
+func mkdirAllOwned(root *os.Root, dir string, uid, gid int) error {
+	if dir == "." || dir == "" {
+		return nil
+	}
+	if err := mkdirAllOwned(root, filepath.Dir(dir), uid, gid); err != nil {
+		return err
+	}
+	fi, err := root.Lstat(dir)
+	switch {
+	case err == nil && fi.IsDir():
+		return nil
+	case err == nil:
+		return fmt.Errorf("%s is not a directory", dir)
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	if err := root.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	if uid != os.Geteuid() || gid != os.Getegid() {
+		return root.Lchown(dir, uid, gid)
+	}
+	return nil
+}
+
+// gitEnvPath is the PATH of git when the server has none.
+const gitEnvPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// git runs git in dir (if set) with a clean environment: nothing of the server's but PATH, a private HOME, no
+// system or global configuration, no prompts, and only the allowed transport protocols. The whole process
+// group is killed when ctx ends.
+func (c *ResourceConfig) git(ctx context.Context, home, dir string, args ...string) error {
+	protocols := []string{"-c", "protocol.allow=never", "-c", "protocol.https.allow=always"}
+	if c.AllowLocalURLs {
+		protocols = append(protocols, "-c", "protocol.http.allow=always", "-c", "protocol.file.allow=always")
+	} else {
+		protocols = append(protocols, "-c", "protocol.file.allow=never")
+	}
+	full := append(protocols, "-c", "credential.helper=", "-c", "core.hooksPath=/dev/null")
+	if dir != "" {
+		full = append(full, "-C", dir)
+	}
+	full = append(full, args...)
+	cmd := exec.CommandContext(ctx, cmp.Or(c.Git, "git"), full...)
+	cmd.Env = []string{
+		"PATH=" + cmp.Or(os.Getenv("PATH"), gitEnvPath),
+		"HOME=" + home,
+		"GIT_TERMINAL_PROMPT=0",
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=/dev/null",
+		"LC_ALL=C",
+	}
+	cmd.Dir = home
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	err := cmd.Run()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w (%w)", err, ctx.Err())
+	}
+	msg := strings.TrimSpace(out.String())
+	if len(msg) > 2000 {
+		msg = "…" + msg[len(msg)-2000:]
+	}
+	if msg == "" {
+		return fmt.Errorf("git %s: %w", args[0], err)
+	}
+	return fmt.Errorf("git %s: %w: %s", args[0], err, msg)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// resourceNotes is the note put in front of a tool result about resources that could not be placed.
+func resourceNotes(errs []*ResourceError) []apitype.ContentBlock {
+	if len(errs) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("Note: the session continues without these resources, which could not be placed in the workspace:")
+	for _, e := range errs {
+		b.WriteString("\n- ")
+		b.WriteString(e.Error())
+	}
+	return []apitype.ContentBlock{apitype.TextBlock(b.String())}
+}
+
+// takeUnplaced returns and forgets the session's resources that could not be placed and that no tool result
+// has mentioned yet.
+func (s *session) takeUnplaced() []*ResourceError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.unplaced
+	s.unplaced = nil
+	return u
+}
