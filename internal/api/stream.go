@@ -19,6 +19,10 @@ import (
 // streamBatch is how many events the stream reads from the log at a time.
 const streamBatch = 500
 
+// sseWriteTimeout bounds each write to a stream. A stream has no overall write deadline, so without this a
+// client that stays connected but stops reading would hold its handler, and its subscription, forever.
+const sseWriteTimeout = time.Minute
+
 // eventStream serves GET /v1/sessions/{id}/events/stream: Server-Sent Events read from the log.
 //
 // It subscribes before it fixes its position, so no append is lost between the two. Without Last-Event-ID it
@@ -163,6 +167,7 @@ func (s *sseWriter) error(env apitype.ErrorEnvelope) {
 
 // comment writes ": text\n\n", which clients ignore; it keeps proxies and idle timeouts at bay.
 func (s *sseWriter) comment(text string) error {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)) // not every writer can
 	if _, err := io.WriteString(s.w, ": "+text+"\n\n"); err != nil {
 		return err
 	}
@@ -182,6 +187,7 @@ func (s *sseWriter) frame(id, typ string, data []byte) error {
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
+	_ = s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)) // not every writer can
 	if _, err := s.w.Write(b.Bytes()); err != nil {
 		return err
 	}
