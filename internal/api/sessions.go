@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -349,7 +350,11 @@ func (s *Server) sessionUpdate(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	now := s.now()
+	var changed sessionChanges
 	sess, err := s.store.SessionUpdate(r.Context(), id, func(sess *apitype.Session) error {
+		changed = sessionChanges{}
+		before := *sess
+		defer func() { changed.diff(&before, sess) }()
 		if req.Title.Set {
 			if req.Title.Null {
 				sess.Title = nil
@@ -408,7 +413,50 @@ func (s *Server) sessionUpdate(w http.ResponseWriter, r *http.Request) error {
 		return lookup(err, "session", id)
 	}
 	normalizeSession(sess, s.now())
+	if ev, ok := changed.event(sess); ok {
+		if _, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id,
+			Events: []apitype.NewEvent{ev}}); err != nil {
+			return lookup(err, "session", id)
+		}
+	}
 	return writeJSON(w, http.StatusOK, sess)
+}
+
+// sessionChanges records which fields a session update changed, for its session.updated event.
+type sessionChanges struct {
+	title, metadata, agent, budget bool
+}
+
+// diff compares the session before and after an update.
+func (c *sessionChanges) diff(before, after *apitype.Session) {
+	enc := func(v any) string { b, _ := json.Marshal(v); return string(b) } // sessions always encode
+	c.title = enc(before.Title) != enc(after.Title)
+	c.metadata = !maps.Equal(before.Metadata, after.Metadata)
+	c.agent = enc(before.Agent.Tools) != enc(after.Agent.Tools) || enc(before.Agent.MCPServers) != enc(after.Agent.MCPServers)
+	c.budget = !bytes.Equal(before.Budget, after.Budget)
+}
+
+// event is the session.updated event of the changes, carrying only what changed (the full metadata bag when it
+// is not empty, the full agent snapshot), or false when the update changed nothing.
+func (c *sessionChanges) event(sess *apitype.Session) (apitype.NewEvent, bool) {
+	fields := map[string]any{}
+	if c.title {
+		fields["title"] = sess.Title
+	}
+	if c.metadata && len(sess.Metadata) > 0 {
+		fields["metadata"] = sess.Metadata
+	}
+	if c.agent {
+		fields["agent"] = sess.Agent
+	}
+	if c.budget {
+		fields["budget"] = sess.Budget
+	}
+	if len(fields) == 0 && !c.metadata {
+		return apitype.NewEvent{}, false
+	}
+	ev, err := apitype.MakeEvent(apitype.EventSessionUpdated, fields)
+	return ev, err == nil // a map of encodable fields always encodes
 }
 
 func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {

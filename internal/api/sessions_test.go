@@ -243,3 +243,62 @@ func TestSessionListFiltersAndPages(t *testing.T) {
 	_, err = h.client.Beta.Sessions.List(ctx, anthropic.BetaSessionListParams{Page: anthropic.String("garbage!")})
 	wantAPIError(t, err, http.StatusBadRequest, apitype.ErrInvalidRequest)
 }
+
+// An update that changes something emits session.updated with only the changed fields; one that changes
+// nothing emits nothing.
+func TestSessionUpdateEmitsSessionUpdated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, envID := h.seed(ctx)
+	id := h.newSession(ctx, agentID, envID)
+	updated := func() []anthropic.BetaManagedAgentsSessionUpdatedEvent {
+		t.Helper()
+		page, err := h.client.Beta.Sessions.Events.List(ctx, id, anthropic.BetaSessionEventListParams{
+			Types: []anthropic.BetaManagedAgentsSessionEventType{"session.updated"}})
+		if err != nil {
+			t.Fatalf("list: %v", err)
+		}
+		var out []anthropic.BetaManagedAgentsSessionUpdatedEvent
+		for _, e := range page.Data {
+			out = append(out, e.AsSessionUpdated())
+		}
+		return out
+	}
+
+	update := func(p anthropic.BetaSessionUpdateParams) {
+		t.Helper()
+		if _, err := h.client.Beta.Sessions.Update(ctx, id, p); err != nil {
+			t.Fatalf("update: %v", err)
+		}
+	}
+	update(anthropic.BetaSessionUpdateParams{Title: anthropic.String("renamed"), Metadata: map[string]string{"a": "1"}})
+	evs := updated()
+	if len(evs) != 1 {
+		t.Fatalf("%d session.updated events, want 1", len(evs))
+	}
+	e := evs[0]
+	if e.Title != "renamed" || e.Metadata["a"] != "1" || e.JSON.Agent.Raw() != "" || e.JSON.Budget.Raw() != "" ||
+		e.ProcessedAt.IsZero() {
+		t.Errorf("session.updated = %s, want title and metadata only", e.RawJSON())
+	}
+
+	update(anthropic.BetaSessionUpdateParams{Title: anthropic.String("renamed")})
+	if n := len(updated()); n != 1 {
+		t.Errorf("an update that changed nothing emitted session.updated (%d events)", n)
+	}
+
+	update(anthropic.BetaSessionUpdateParams{Agent: anthropic.BetaManagedAgentsSessionAgentUpdateParam{
+		Tools: []anthropic.BetaManagedAgentsSessionAgentUpdateToolUnionParam{{OfCustom: &anthropic.BetaManagedAgentsCustomToolParams{
+			Name: "other", Description: "another tool",
+			InputSchema: anthropic.BetaManagedAgentsCustomToolInputSchemaParam{Properties: map[string]any{}},
+		}}}}})
+	evs = updated()
+	if len(evs) != 2 {
+		t.Fatalf("%d session.updated events, want 2", len(evs))
+	}
+	if e := evs[1]; e.Agent.ID != agentID || len(e.Agent.Tools) != 1 || e.Agent.Tools[0].Name != "other" ||
+		e.JSON.Title.Raw() != "" || e.JSON.Metadata.Raw() != "" {
+		t.Errorf("session.updated = %s, want the agent snapshot only", e.RawJSON())
+	}
+}
