@@ -123,7 +123,7 @@ func (s *Store) AgentList(ctx context.Context, p *store.ListParams) ([]apitype.A
 	if err != nil {
 		return nil, s.readErr("list agents", err)
 	}
-	out, err := scanAgents(rows)
+	out, err := collect(rows, scanAgent)
 	if err != nil {
 		return nil, s.readErr("list agents", err)
 	}
@@ -139,7 +139,7 @@ func (s *Store) AgentVersionList(ctx context.Context, p *store.AgentVersionListP
 	if err != nil {
 		return nil, s.readErr("list agent versions "+p.ID, err)
 	}
-	out, err := scanAgents(rows)
+	out, err := collect(rows, scanAgent)
 	if err != nil {
 		return nil, s.readErr("list agent versions "+p.ID, err)
 	}
@@ -172,15 +172,16 @@ func scanAgent(row scanner) (*apitype.Agent, error) {
 	return &a, nil
 }
 
-func scanAgents(rows *sql.Rows) ([]apitype.Agent, error) {
+// collect scans every row of rows with scan and closes rows; no rows give an empty slice.
+func collect[T any](rows *sql.Rows, scan func(scanner) (*T, error)) ([]T, error) {
 	defer rows.Close()
-	out := []apitype.Agent{}
+	out := []T{}
 	for rows.Next() {
-		a, err := scanAgent(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, *a)
+		out = append(out, *v)
 	}
 	return out, rows.Err()
 }

@@ -48,16 +48,8 @@ func (s *Store) APIKeyList(ctx context.Context) ([]apitype.APIKey, error) {
 	if err != nil {
 		return nil, s.readErr("list api keys", err)
 	}
-	defer rows.Close()
-	out := []apitype.APIKey{}
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, s.readErr("list api keys", err)
-		}
-		out = append(out, *k)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := collect(rows, scanAPIKey)
+	if err != nil {
 		return nil, s.readErr("list api keys", err)
 	}
 	return out, nil

@@ -83,16 +83,8 @@ func (s *Store) EnvironmentList(ctx context.Context, p *store.ListParams) ([]api
 	if err != nil {
 		return nil, s.readErr("list environments", err)
 	}
-	defer rows.Close()
-	out := []apitype.Environment{}
-	for rows.Next() {
-		e, err := scanEnvironment(rows)
-		if err != nil {
-			return nil, s.readErr("list environments", err)
-		}
-		out = append(out, *e)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := collect(rows, scanEnvironment)
+	if err != nil {
 		return nil, s.readErr("list environments", err)
 	}
 	return out, nil

@@ -153,16 +153,8 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 	if err != nil {
 		return nil, s.readErr("list sessions", err)
 	}
-	defer rows.Close()
-	out := []apitype.Session{}
-	for rows.Next() {
-		sess, err := scanSession(rows)
-		if err != nil {
-			return nil, s.readErr("list sessions", err)
-		}
-		out = append(out, *sess)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := collect(rows, scanSession)
+	if err != nil {
 		return nil, s.readErr("list sessions", err)
 	}
 	return out, nil
