@@ -252,6 +252,8 @@ type SessionErrorBody struct {
 	Type        string      `json:"type"`
 	Message     string      `json:"message"`
 	RetryStatus RetryStatus `json:"retry_status"`
+	// RepositoryURL names the repository of a repository_* error.
+	RepositoryURL *string `json:"repository_url,omitempty"`
 }
 
 // RetryStatus says what follows a session error: retrying, exhausted or terminal.

@@ -710,6 +710,38 @@ func TestSandboxFailureAndProvisionSpans(t *testing.T) {
 	}
 }
 
+// A repository that could not be cloned is a session.error (retrying: the session continues without it),
+// logged with the provisioning span that tried it.
+func TestResourceErrorsLogged(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.hands.run = func(ctx context.Context, call *sandbox.Call) (sandbox.Result, error) {
+		call.OnProvision(sandbox.ProvisionReport{Backend: "fake"})
+		call.OnProvision(sandbox.ProvisionReport{Backend: "fake", Done: true, ResourceErrors: []*sandbox.ResourceError{{
+			Type: "github_repository", URL: "https://example.invalid/r.git", MountPath: "/workspace/r",
+			ErrorType: "repository_clone_error", Err: errors.New("could not resolve host"),
+		}}})
+		return sandbox.Result{Content: []apitype.ContentBlock{apitype.TextBlock("ok")}}, nil
+	}
+	f.srv.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"ls"}`}}},
+		modeltest.Turn{Text: "done"},
+	)
+	f.start(f.config())
+	id := f.session(toolset)
+	f.say(id, "ls")
+	evs := f.waitIdle(id, 1)
+	assertTypes(t, evs, userMsg, running, start, toolUse, end,
+		apitype.EventSpanSandboxProvisionStart, apitype.EventSpanSandboxProvisionEnd, apitype.EventSessionError,
+		toolResult, start, agentMsg, end, idle)
+	se := decode[apitype.SessionError](t, evs[7])
+	if se.Error.Type != "repository_clone_error" || se.Error.RetryStatus.Type != "retrying" ||
+		se.Error.RepositoryURL == nil || *se.Error.RepositoryURL != "https://example.invalid/r.git" ||
+		!strings.Contains(se.Error.Message, "could not resolve host") {
+		t.Errorf("session.error = %+v", se.Error)
+	}
+}
+
 func TestCompaction(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

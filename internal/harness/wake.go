@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -534,7 +535,8 @@ func (r *run) provisionReporter() func(sandbox.ProvisionReport) {
 			}
 			ev = mustEvent(apitype.EventSpanSandboxProvisionEnd, end)
 		}
-		out, err := r.appendRaw(&store.EventAppendParams{Events: []apitype.NewEvent{ev}})
+		events := append([]apitype.NewEvent{ev}, resourceErrors(p.ResourceErrors)...)
+		out, err := r.appendRaw(&store.EventAppendParams{Events: events})
 		if err != nil {
 			r.b.cfg.Logger.Warn("provision span not logged", "session_id", r.sess.ID, "err", err)
 			return
@@ -543,6 +545,24 @@ func (r *run) provisionReporter() func(sandbox.ProvisionReport) {
 			startID = out[0].ID
 		}
 	}
+}
+
+// resourceErrors are the session.error events for session resources that could not be placed in the workspace:
+// as the hosted service does, retry_status retrying, and the session continues without them.
+func resourceErrors(errs []*sandbox.ResourceError) []apitype.NewEvent {
+	events := make([]apitype.NewEvent, 0, len(errs))
+	for _, e := range errs {
+		body := apitype.SessionErrorBody{
+			Type:        cmp.Or(e.ErrorType, apitype.SessionErrUnknown),
+			Message:     e.Error(),
+			RetryStatus: apitype.RetryStatus{Type: "retrying"},
+		}
+		if e.URL != "" {
+			body.RepositoryURL = &e.URL
+		}
+		events = append(events, mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}))
+	}
+	return events
 }
 
 // errInterrupted cancels a model call or a tool when the user interrupts.
