@@ -70,12 +70,12 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.backends, "backends", "", "comma-separated sandbox `backends` to compare: bwrap, oci, gvisor, process (default: bwrap, oci and gvisor, those that run here)")
 	fs.StringVar(&f.sessions, "sessions", "1,10,100", "comma-separated concurrent-session `levels` of the TTFT comparison")
 	fs.IntVar(&f.samples, "samples", 30, "TTFT samples per level and mode (at least 2 rounds per level)")
-	fs.IntVar(&f.gvisorMax, "gvisor-max", 10, "highest concurrency level run with gvisor (its sandboxes start in ~0.3-1 s each)")
+	fs.IntVar(&f.gvisorMax, "gvisor-max", 100, "highest concurrency level run with gvisor (its sandboxes take ~0.3 s of CPU each to start: 100 coupled sessions take about a minute on 2 vCPUs)")
 	fs.Float64Var(&f.toolShare, "tool-share", 0.5, "fraction of sessions whose first answer is a tool call")
 	fs.DurationVar(&f.ttft, "model-ttft", 300*time.Millisecond, "the fake model's time to first token")
 	fs.DurationVar(&f.perToken, "model-per-token", 10*time.Millisecond, "the fake model's time per later token")
 	fs.DurationVar(&f.jitter, "model-jitter", 30*time.Millisecond, "the fake model's jitter: each wait varies by up to +- this")
-	fs.StringVar(&f.scale, "scale", "250,500,1000,1500,2000", "comma-separated concurrent-session `levels` of the scale search (stops at the first level at or over 50 ms p95 overhead)")
+	fs.StringVar(&f.scale, "scale", "100,250,500,1000,1500,2000", "comma-separated concurrent-session `levels` of the scale search (stops at the first level at or over 50 ms p95 overhead)")
 	fs.DurationVar(&f.scaleTTFT, "scale-model-ttft", 2*time.Second, "the fake model's time to first token in the scale section (a session stays active that long per call)")
 	fs.IntVar(&f.scalePerSlot, "scale-turns", 2, "fresh sessions each concurrent slot runs, one after the other, at each scale level")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")
@@ -577,15 +577,17 @@ func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
 			}
 			for _, n := range levels {
 				if be.name == "gvisor" && n > b.f.gvisorMax {
-					b.skipOnce(fmt.Sprintf("TTFT, gvisor at %d sessions", n), fmt.Sprintf("above --gvisor-max %d (each gVisor sandbox takes ~0.3-1 s of this machine's 2 CPUs to start)", b.f.gvisorMax))
+					b.skipOnce(fmt.Sprintf("TTFT, gvisor at %d sessions", n), fmt.Sprintf("above --gvisor-max %d (each gVisor sandbox takes ~0.3 s of CPU to start)", b.f.gvisorMax))
 					continue
 				}
 				perSlot := max(2, int(math.Ceil(float64(b.f.samples)/float64(n))))
 				b.rep.PerSlot[n] = perSlot
 				b.progress("ttft: %s %s, %d concurrent sessions × %d each", be.name, mode, n, perSlot)
+				t0 := time.Now()
 				samples, errs, err := bench.RunTTFT(ctx, c, b.fake, bench.Workload{
 					AgentID: agentID, EnvID: envID, Concurrency: n, PerSlot: perSlot, Stagger: b.f.ttft, ToolShare: b.f.toolShare,
 				})
+				rate := float64(len(samples)) / time.Since(t0).Seconds()
 				if err != nil && len(samples) == 0 {
 					return err
 				}
@@ -593,7 +595,7 @@ func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
 					b.progress("ttft: %d sessions failed; first error: %v", errs, err)
 				}
 				cell := bench.Cell{Backend: be.name, Mode: mode, Concurrency: n, TTFT: bench.Summarize(bench.TTFTs(samples)),
-					Overhead: bench.Summarize(bench.Overheads(samples)), Model: bench.Summarize(bench.Models(samples)), Errors: errs}
+					Overhead: bench.Summarize(bench.Overheads(samples)), Model: bench.Summarize(bench.Models(samples)), Errors: errs, Rate: rate}
 				b.rep.Cells = append(b.rep.Cells, cell)
 				b.progress("ttft: %s %s ×%d: TTFT p50 %s p95 %s ms; overhead p50 %s p95 %s ms", be.name, mode, n,
 					bench.Ms(cell.TTFT.P50), bench.Ms(cell.TTFT.P95), bench.Ms(cell.Overhead.P50), bench.Ms(cell.Overhead.P95))
@@ -677,13 +679,15 @@ func (b *benchRun) scale(ctx context.Context) error {
 			break
 		}
 		b.progress("scale: %d concurrent active sessions × %d turns each", n, b.f.scalePerSlot)
+		t0 := time.Now()
 		samples, errs, err := bench.RunTTFT(ctx, c, fake, bench.Workload{
 			AgentID: agentID, EnvID: envID, Concurrency: n, PerSlot: b.f.scalePerSlot, Stagger: b.f.scaleTTFT,
 		})
+		rate := float64(len(samples)) / time.Since(t0).Seconds()
 		if err != nil && len(samples) == 0 {
 			return err
 		}
-		step := bench.ScaleStep{Sessions: n, TTFT: bench.Summarize(bench.TTFTs(samples)), Overhead: bench.Summarize(bench.Overheads(samples)), Errors: errs}
+		step := bench.ScaleStep{Sessions: n, TTFT: bench.Summarize(bench.TTFTs(samples)), Overhead: bench.Summarize(bench.Overheads(samples)), Errors: errs, Rate: rate}
 		b.rep.Scale = append(b.rep.Scale, step)
 		b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %d errors", n, bench.Ms(step.Overhead.P50), bench.Ms(step.Overhead.P95), errs)
 		if err != nil {

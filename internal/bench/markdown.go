@@ -68,12 +68,12 @@ func (r *Report) Markdown(svgName string) string {
 		if svgName != "" {
 			p("![TTFT p50 and p95, decoupled vs coupled](%s)\n\n", svgName)
 		}
-		p("| backend | concurrent sessions | decoupled TTFT p50 / p95 / p99 | coupled TTFT p50 / p95 / p99 | ratio p50 | ratio p95 | decoupled overhead p50 / p95 | coupled overhead p50 / p95 | samples (errors) |\n")
-		p("|---|---|---|---|---|---|---|---|---|\n")
+		p("| backend | concurrent sessions | decoupled TTFT p50 / p95 / p99 | coupled TTFT p50 / p95 / p99 | ratio p50 | ratio p95 | decoupled overhead p50 / p95 | coupled overhead p50 / p95 | sessions/s (decoupled, coupled) | samples (errors) |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range pairs {
-			p("| %s | %d | %s | %s | %s | %s | %s | %s | %d+%d (%d+%d) |\n", x.Backend, x.Concurrency, dist3(x.D.TTFT), dist3(x.C.TTFT),
+			p("| %s | %d | %s | %s | %s | %s | %s | %s | %.1f, %.1f | %d+%d (%d+%d) |\n", x.Backend, x.Concurrency, dist3(x.D.TTFT), dist3(x.C.TTFT),
 				Ratio(x.D.TTFT.P50, x.C.TTFT.P50), Ratio(x.D.TTFT.P95, x.C.TTFT.P95), dist2(x.D.Overhead), dist2(x.C.Overhead),
-				x.D.TTFT.N, x.C.TTFT.N, x.D.Errors, x.C.Errors)
+				x.D.Rate, x.C.Rate, x.D.TTFT.N, x.C.TTFT.N, x.D.Errors, x.C.Errors)
 		}
 		p("\nAll times in milliseconds; ratio = decoupled / coupled (goal: p50 <= %.1f, p95 <= %.1f). ", GoalRatioP50, GoalRatioP95)
 		p("The fake model's own time is in every TTFT: p50 %s ms over the decoupled cells.\n\n", Ms(medianModel(r)))
@@ -119,9 +119,9 @@ func (r *Report) Markdown(svgName string) string {
 		p("arrival bursts instead), %d sessions per slot, so about N sessions are active (in a turn, stream open) at any ", r.ScalePerSlot)
 		p("time. A level holds when every session succeeds and the p95 platform overhead stays under %s ms. ", Ms(GoalScaleOverhead))
 		p("The search stops at the first level that does not hold.\n\n")
-		p("| sessions | TTFT p50 / p95 / p99 | overhead p50 / p95 / p99 | errors | holds |\n|---|---|---|---|---|\n")
+		p("| sessions | TTFT p50 / p95 / p99 | overhead p50 / p95 / p99 | turns/s | errors | holds |\n|---|---|---|---|---|---|\n")
 		for _, s := range r.Scale {
-			p("| %d | %s | %s | %d | %s |\n", s.Sessions, dist3(s.TTFT), dist3(s.Overhead), s.Errors, yes(s.Errors == 0 && s.Overhead.P95 < GoalScaleOverhead))
+			p("| %d | %s | %s | %.0f | %d | %s |\n", s.Sessions, dist3(s.TTFT), dist3(s.Overhead), s.Rate, s.Errors, yes(s.Errors == 0 && s.Overhead.P95 < GoalScaleOverhead))
 		}
 		p("\nLargest level held: **%s**.\n\n", scaleText(r))
 	}
@@ -207,37 +207,54 @@ func (r *Report) closingNote() string {
 	for _, h := range r.Hands {
 		hands[h.Backend] = h
 	}
+	model := medianModel(r)
+	ttftNoted, overheadNoted := false, false
 	for _, g := range gs {
 		if g.Met {
 			continue
 		}
 		switch {
-		case strings.HasPrefix(g.Name, "TTFT"):
-			backend := strings.Split(strings.TrimPrefix(g.Name, "TTFT decoupled/coupled, "), ",")[0]
-			fmt.Fprintf(&b, "\n\n- **%s: %s.** ", g.Name, g.Measured)
-			model := medianModel(r)
-			if h, ok := hands[backend]; ok && h.Ready.N > 0 {
-				bound := float64(model) / float64(model+h.Ready.P50)
-				fmt.Fprintf(&b, "The coupled design only adds the sandbox's start before the model call: here %s ms at p50 "+
-					"(ready, one at a time; more under concurrency) against a model TTFT of %s ms, so even a platform with zero "+
-					"overhead could not get below a p50 ratio of about %.2f. ", Ms(h.Ready.P50), Ms(model), bound)
+		case strings.HasPrefix(g.Name, "TTFT") && !ttftNoted:
+			ttftNoted = true
+			fmt.Fprintf(&b, "\n\n- **TTFT ratios.** ")
+			for _, x := range r.Pairs() {
+				if x.Concurrency == 1 {
+					if h, ok := hands[x.Backend]; ok && h.Ready.N > 0 {
+						fmt.Fprintf(&b, "With one session at a time, coupled %s adds its sandbox's start (ready p50 %s ms) to a model "+
+							"TTFT of %s ms: even a platform with no overhead could not show a p50 ratio below about %.2f (measured %s). ",
+							x.Backend, Ms(h.Ready.P50), Ms(model), float64(model)/float64(model+h.Ready.P50), Ratio(x.D.TTFT.P50, x.C.TTFT.P50))
+					}
+				}
 			}
-			fmt.Fprintf(&b, "The architecture's 60%% / 90%% came from coupled sessions that waited for a container to start "+
-				"(seconds: image pull, boot, setup), which dominated a model TTFT under a second. Our sandboxes start in "+
-				"milliseconds (bwrap) to a few hundred milliseconds (runc under load, gVisor), so decoupling still removes the "+
-				"sandbox from every session's critical path and from the tail under load, but the ratio it can show is "+
-				"bounded by how cheap our hands already are. The goal assumes container-class start costs; it is not met with "+
-				"these backends, and the table shows the true figures.")
-		case strings.HasPrefix(g.Name, "platform overhead"):
-			fmt.Fprintf(&b, "\n\n- **%s: %s.** At 100 sessions sending at once, each turn is about ten store writes "+
-				"(the user event, running, processed marks, spans, the answer, idle, lease claim, renewal and release) and "+
-				"two HTTP hops, on 2 vCPUs shared with the model fake, the client and other engineers' builds: the tail is "+
-				"queueing for the CPU and for the store's single writer, not a fixed cost (compare the 1-session rows).", g.Name, g.Measured)
+			fmt.Fprintf(&b, "The architecture's 60%% / 90%% came from coupled sessions that waited seconds for a container "+
+				"(image, boot, setup) before a model TTFT under a second. Our sandboxes start in tens of milliseconds (bwrap, "+
+				"runc) to a few hundred (gVisor), so at low concurrency the sandbox is a small part of TTFT and the ratio "+
+				"cannot reach the goal. Under concurrency the coupled mode's sandbox starts queue for the CPU and the ratio "+
+				"falls (see the 100-session rows: a container-class start cost, gVisor, shows the architecture's effect), "+
+				"but on 2 vCPUs the decoupled mode's tail also grows: the tool sessions' sandboxes, started after the model "+
+				"answers, compete for the same CPUs as the other sessions' turns, so p95 ratios stay above 0.1. The goals "+
+				"assume container-class start costs on a machine whose CPUs are not shared with the sandboxes; this run "+
+				"reports the true figures of this machine.")
+		case strings.HasPrefix(g.Name, "platform overhead") && !overheadNoted:
+			overheadNoted = true
+			fmt.Fprintf(&b, "\n\n- **Platform overhead at 100 sessions.** ")
+			for _, c := range r.Cells {
+				if c.Mode == Decoupled && c.Concurrency == 100 {
+					fmt.Fprintf(&b, "%s: p50 %s ms, p95 %s ms at %.0f sessions/s. ", c.Backend, Ms(c.Overhead.P50), Ms(c.Overhead.P95), c.Rate)
+				}
+			}
+			fmt.Fprintf(&b, "With a %s model and short answers, 100 concurrent sessions are a new turn every few "+
+				"milliseconds; each turn is about ten durable store writes (the user event, running, processed marks, spans, "+
+				"the answer, idle, lease claim and release), two HTTP hops and an SSE delivery, and half of them start a "+
+				"sandbox, all on 2 vCPUs shared with the fake model, the clients and other engineers' builds. The overhead is "+
+				"queueing for the CPU and for the store's single writer, not a fixed cost: compare the 1-session rows, and the "+
+				"Scale section, where the same server holds more sessions with lower overhead when each model call lasts as "+
+				"long as a real one.", r.ModelTTFT)
 		case strings.HasPrefix(g.Name, "concurrent active"):
-			fmt.Fprintf(&b, "\n\n- **%s: %s.** A burst of N sessions is N× the per-turn work at once on 2 shared vCPUs "+
-				"(the API, the brains, the SQLite writer, the fake model and the N SSE clients all run on them); the p95 "+
-				"overhead grows with the queue, so the limit is CPU and the single store writer on this machine, not "+
-				"memory or goroutines (an idle session holds none).", g.Name, g.Measured)
+			fmt.Fprintf(&b, "\n\n- **%s: %s.** The sessions/s column shows the load: each turn costs CPU (HTTP, JSON, "+
+				"the brain) and about ten durable writes to SQLite's single writer, and the API, the brains, the store, the fake "+
+				"model and every client share 2 vCPUs with other engineers' work. The limit is that throughput, not memory or "+
+				"goroutines (an idle session holds none; see Idle sessions).", g.Name, g.Measured)
 		case strings.HasPrefix(g.Name, "failover"):
 			fmt.Fprintf(&b, "\n\n- **%s: %s.** Resuming waits for the dead brain's lease to expire (--lease-ttl) and for "+
 				"the next poll of the surviving brain.", g.Name, g.Measured)

@@ -58,6 +58,9 @@ type IdleConfig struct {
 	Sandboxes func() int
 	// Settle bounds the wait for the sandboxes to be reaped and connections to close.
 	Settle time.Duration
+	// Forget, if set, is called before each snapshot to drop what the benchmark itself keeps in the process
+	// (the fake model's record of requests).
+	Forget func()
 }
 
 // RunIdleMemory warms the server with one round, takes a snapshot, runs Sessions sessions through one turn each,
@@ -76,6 +79,9 @@ func RunIdleMemory(ctx context.Context, c *Client, fake FakeModel, cfg IdleConfi
 			time.Sleep(100 * time.Millisecond)
 		}
 		time.Sleep(500 * time.Millisecond) // server-side connection goroutines exit
+		if cfg.Forget != nil {
+			cfg.Forget()
+		}
 	}
 	settle()
 	before := Measure()

@@ -25,6 +25,8 @@ type Cell struct {
 	Overhead    Dist
 	Model       Dist
 	Errors      int
+	// Rate is the sessions completed per second over the cell's wall time: the load the server sustained.
+	Rate float64
 }
 
 // ScaleStep is one level of the scale search (text-only sessions, decoupled).
@@ -33,6 +35,7 @@ type ScaleStep struct {
 	TTFT     Dist
 	Overhead Dist
 	Errors   int
+	Rate     float64 // sessions (turns) completed per second
 }
 
 // FailoverResult is the brain failover measurement.

@@ -21,23 +21,43 @@ func (r *Report) SVG() string {
 	width := left + right + float64(max(len(pairs), 1))*(groupW+groupGap)
 	width = math.Max(width, 560)
 	height := top + plotH + bottom
-	var maxMs float64
+	// A logarithmic axis: coupled gVisor at 100 sessions is seconds, bwrap at one session a few hundred ms.
+	maxMs, minMs := 1.0, math.Inf(1)
 	for _, p := range pairs {
 		for _, d := range []time.Duration{p.D.TTFT.P95, p.C.TTFT.P95, p.D.TTFT.P50, p.C.TTFT.P50} {
-			maxMs = math.Max(maxMs, ms(d))
+			if v := ms(d); v > 0 {
+				maxMs, minMs = math.Max(maxMs, v), math.Min(minMs, v)
+			}
 		}
 	}
-	step := niceStep(maxMs / 5)
-	top0 := math.Max(step, math.Ceil(maxMs/step)*step)
-	y := func(v float64) float64 { return top + plotH - v/top0*plotH }
+	if math.IsInf(minMs, 1) {
+		minMs = 1
+	}
+	lo := math.Pow(10, math.Floor(math.Log10(minMs)))
+	hi := math.Pow(10, math.Ceil(math.Log10(maxMs)))
+	if hi <= lo {
+		hi = lo * 10
+	}
+	y := func(v float64) float64 {
+		v = math.Max(v, lo)
+		return top + plotH - (math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*plotH
+	}
+	var ticks []float64
+	for dec := lo; dec <= hi*1.001; dec *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if v := dec * m; v <= hi*1.001 {
+				ticks = append(ticks, v)
+			}
+		}
+	}
 
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`+"\n", width, height, width, height)
 	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
 	p(`<text x="%.0f" y="20" font-size="14" font-weight="bold">Time to first token: decoupled (lazy hands) vs coupled (eager hands)</text>`+"\n", left)
-	p(`<text x="%.0f" y="36" fill="#555">fake model TTFT %s; %s; milliseconds</text>`+"\n", left, r.ModelTTFT, html.EscapeString(r.Machine))
-	for v := 0.0; v <= top0+step/2; v += step {
+	p(`<text x="%.0f" y="36" fill="#555">fake model TTFT %s; %s; milliseconds, log scale</text>`+"\n", left, r.ModelTTFT, html.EscapeString(r.Machine))
+	for _, v := range ticks {
 		p(`<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, width-right, y(v), y(v))
 		p(`<text x="%.0f" y="%.1f" text-anchor="end" fill="#333">%g</text>`+"\n", left-6, y(v)+4, v)
 	}
@@ -70,17 +90,3 @@ func (r *Report) SVG() string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// niceStep rounds a raw axis step up to 1, 2 or 5 times a power of ten.
-func niceStep(raw float64) float64 {
-	if raw <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= raw {
-			return m * p
-		}
-	}
-	return 10 * p
-}

@@ -201,6 +201,14 @@ func (s *Server) Requests() []Request {
 	return append([]Request(nil), s.requests...)
 }
 
+// DropRequests forgets the requests received so far (Requests then returns only later ones), so that a long
+// benchmark does not hold every request body.
+func (s *Server) DropRequests() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = nil
+}
+
 // WaitRequests blocks until n requests have arrived or ctx is done.
 func (s *Server) WaitRequests(ctx context.Context, n int) error {
 	for {
