@@ -27,7 +27,7 @@ type brainFlags struct {
 }
 
 func (f *brainFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&f.workers, "brains", defaultWorkers(), "how many sessions this process works at once (serve: 0 runs the API alone, for brains in `corral harness` processes)")
+	fs.IntVar(&f.workers, "brains", defaultWorkers(), "how many sessions this process works at once (serve: 0 runs the API alone, for brains in corral harness processes)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 5*time.Second, "how long a brain's claim on a session lasts without renewal; another brain resumes the session after it")
 	fs.DurationVar(&f.pollInterval, "poll", time.Second, "how often brains look for work when no wake-up arrives")
 	fs.IntVar(&f.contextTokens, "context-tokens", 200000, "the model's context window; history is compacted past 80% of it")
@@ -53,7 +53,7 @@ func (f *brainFlags) config(st store.Store, hands *sandbox.Pool, logger *slog.Lo
 		ContextTokens:  f.contextTokens,
 		MaxTokens:      f.maxTokens,
 		ThinkingBudget: f.thinkingBudget,
-		Retry:          harness.RetryPolicy{MaxRetries: f.maxRetries},
+		Retry:          harness.RetryPolicy{MaxRetries: retries(f.maxRetries)},
 		EagerHands:     f.eagerHands,
 	}
 	if hands != nil {
@@ -98,4 +98,12 @@ func startBrains(ctx context.Context, bf *brainFlags, hf *handsFlags, dataDir st
 		brain.Stop()
 		stopHands()
 	}, nil
+}
+
+// retries maps the flag (0 = no retries) to harness.RetryPolicy.MaxRetries (0 = the default, negative = none).
+func retries(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

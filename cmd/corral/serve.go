@@ -28,7 +28,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	bf.register(fs)
 	var hf handsFlags
 	hf.register(fs)
-	rateLimit := fs.Float64("rate-limit", 0, "requests per `second` allowed per API key (0 = unlimited)")
+	rateLimit := fs.Float64("rate-limit", 0, "`requests` per second allowed per API key (0 = unlimited)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
