@@ -277,7 +277,7 @@ func (b *Brain) renew(ctx context.Context, h *leaseHolder, cancel context.Cancel
 			return
 		case <-t.C:
 		}
-		if err := h.renew(ctx, b.cfg.Store, b.cfg.LeaseTTL); err != nil {
+		if err := h.renew(ctx, b.cfg.Store, b.cfg.LeaseTTL, false); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -303,12 +303,18 @@ func (h *leaseHolder) get() *store.Lease {
 	return &l
 }
 
-func (h *leaseHolder) renew(ctx context.Context, s store.Store, ttl time.Duration) error {
+// renew extends the lease. Only a renewal followed by a fresh look at the log (refreshWake) may advance WakeSeq,
+// the wake-ups a release counts as handled: a background renewal that took the store's newer WakeSeq could mark
+// a client event that arrived after the brain's last look as handled, and the session would never run again.
+func (h *leaseHolder) renew(ctx context.Context, s store.Store, ttl time.Duration, refreshWake bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l, err := s.LeaseRenew(ctx, &h.lease, ttl)
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
+	}
+	if !refreshWake {
+		l.WakeSeq = h.lease.WakeSeq
 	}
 	h.lease = *l
 	return nil

@@ -75,7 +75,7 @@ func (r *run) loop() error {
 		}
 		// Nothing left to do. Renew to learn the latest wake-up, then look once more: a client event that
 		// arrived meanwhile is in the log by now, and one that arrives later keeps the session runnable.
-		if err := r.lease.renew(r.ctx, r.b.cfg.Store, r.b.cfg.LeaseTTL); err != nil {
+		if err := r.lease.renew(r.ctx, r.b.cfg.Store, r.b.cfg.LeaseTTL, true); err != nil {
 			return err
 		}
 		renewed = true
