@@ -64,6 +64,9 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	httpSrv := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute, // a slow body cannot hold a handler forever
+		WriteTimeout:      time.Minute, // streams set their own per-write deadlines
+		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
