@@ -595,7 +595,7 @@ func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
 					b.progress("ttft: %d sessions failed; first error: %v", errs, err)
 				}
 				cell := bench.Cell{Backend: be.name, Mode: mode, Concurrency: n, TTFT: bench.Summarize(bench.TTFTs(samples)),
-					Overhead: bench.Summarize(bench.Overheads(samples)), Model: bench.Summarize(bench.Models(samples)), Errors: errs, Rate: rate}
+					Overhead: bench.Summarize(bench.Overheads(samples)), Model: bench.Summarize(bench.Models(samples)), Errors: errs, Rate: rate, Phases: bench.PhaseDists(samples)}
 				b.rep.Cells = append(b.rep.Cells, cell)
 				b.progress("ttft: %s %s ×%d: TTFT p50 %s p95 %s ms; overhead p50 %s p95 %s ms", be.name, mode, n,
 					bench.Ms(cell.TTFT.P50), bench.Ms(cell.TTFT.P95), bench.Ms(cell.Overhead.P50), bench.Ms(cell.Overhead.P95))
@@ -739,13 +739,13 @@ type fakeModel struct {
 	srv *modeltest.Server
 	mdl model.Model
 	mu  sync.Mutex
-	got map[string]time.Duration
+	got map[string]modeltest.Timing
 	new chan struct{} // closed and replaced on each timing
 }
 
 // startFake starts a fake model server of the latency, and the Anthropic adapter pointed at it.
 func startFake(ttft, perToken, jitter time.Duration) (*fakeModel, error) {
-	m := &fakeModel{got: map[string]time.Duration{}, new: make(chan struct{})}
+	m := &fakeModel{got: map[string]modeltest.Timing{}, new: make(chan struct{})}
 	srv, err := modeltest.Start(modeltest.WithLatency(ttft, perToken, jitter), modeltest.WithObserver(m.observe))
 	if err != nil {
 		return nil, err
@@ -765,7 +765,8 @@ func (m *fakeModel) observe(t modeltest.Timing) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.got[marker]; !ok {
-		m.got[marker] = t.Done.Sub(t.Received)
+		t.Request = nil
+		m.got[marker] = t
 		close(m.new)
 		m.new = make(chan struct{})
 	}
@@ -778,22 +779,22 @@ func (m *fakeModel) ScriptTool(marker, command string) {
 	})
 }
 
-func (m *fakeModel) ModelTime(ctx context.Context, marker string) (time.Duration, error) {
+func (m *fakeModel) ModelTime(ctx context.Context, marker string) (received, done time.Time, err error) {
 	for {
 		m.mu.Lock()
-		d, ok := m.got[marker]
+		t, ok := m.got[marker]
 		ch := m.new
 		if ok {
 			delete(m.got, marker)
 		}
 		m.mu.Unlock()
 		if ok {
-			return d, nil
+			return t.Received, t.Done, nil
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return 0, fmt.Errorf("the fake model never answered %q", marker)
+			return time.Time{}, time.Time{}, fmt.Errorf("the fake model never answered %q", marker)
 		}
 	}
 }

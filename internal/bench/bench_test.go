@@ -73,11 +73,13 @@ func sampleReport() *Report {
 			TTFT: Dist{N: 10, P50: dms(ttft), P95: dms(ttft * 1.5), P99: dms(ttft * 2)}, Overhead: Dist{N: 10, P50: dms(over), P95: dms(over * 2)},
 			Model: Dist{N: 10, P50: dms(300)}}
 	}
+	phased := cell("bwrap", Decoupled, 1, 305, 5)
+	phased.Phases[PhaseWake] = Dist{N: 1, P50: dms(2)}
 	return &Report{
 		Started: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC), Command: "corral bench", Machine: "2 vCPU <test> & co",
 		ModelTTFT: dms(300), ToolShare: 0.5, PerSlot: map[int]int{1: 30, 100: 2},
 		Cells: []Cell{
-			cell("bwrap", Decoupled, 1, 305, 5), cell("bwrap", Coupled, 1, 340, 40),
+			phased, cell("bwrap", Coupled, 1, 340, 40),
 			cell("bwrap", Decoupled, 100, 310, 4), cell("bwrap", Coupled, 100, 900, 600),
 			cell("gvisor", Decoupled, 1, 305, 5), // no coupled counterpart: not a pair
 		},
@@ -120,7 +122,7 @@ func TestRender(t *testing.T) {
 	r := sampleReport()
 	md := r.Markdown("bench.svg")
 	for _, want := range []string{"| bwrap | 100 | 310 / 465 / 620 | 900 / 1350 / 1800 | 0.34 | 0.34 |", "![TTFT", "### Closing note",
-		"runc is not installed", "Largest level held: **500**", "2.0 KiB"} {
+		"runc is not installed", "Largest level held: **500**", "2.0 KiB", "| bwrap | decoupled | 1 | 2.00 / 0.00 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}

@@ -112,7 +112,9 @@ type Event struct {
 		Type string `json:"type"`
 	} `json:"stop_reason"`
 	Content json.RawMessage `json:"content"`
-	At      time.Time       `json:"-"` // when the client read it
+	// ProcessedAt is, for server events, when the event was appended.
+	ProcessedAt *time.Time `json:"processed_at"`
+	At          time.Time  `json:"-"` // when the client read it
 }
 
 // ModelOutput reports whether the event carries model output: the first such event is the client's "first

@@ -77,6 +77,23 @@ func (r *Report) Markdown(svgName string) string {
 		}
 		p("\nAll times in milliseconds; ratio = decoupled / coupled (goal: p50 <= %.1f, p95 <= %.1f). ", GoalRatioP50, GoalRatioP95)
 		p("The fake model's own time is in every TTFT: p50 %s ms over the decoupled cells.\n\n", Ms(medianModel(r)))
+		p("Where the overhead goes: p50 / p95 of each phase, from the events' append times (`processed_at`, µs) and the ")
+		p("fake model's clock (one host, one clock), in milliseconds.\n\n| backend | mode | sessions |")
+		for _, n := range PhaseNames {
+			p(" %s |", n)
+		}
+		p("\n|---|---|---|%s\n", strings.Repeat("---|", int(NumPhases)))
+		for _, c := range r.Cells {
+			if c.Phases[0].N == 0 {
+				continue
+			}
+			p("| %s | %s | %d |", c.Backend, c.Mode, c.Concurrency)
+			for _, d := range c.Phases {
+				p(" %s |", dist2(d))
+			}
+			p("\n")
+		}
+		p("\n")
 	}
 
 	if gs := r.Goals(); len(gs) > 0 {

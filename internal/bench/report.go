@@ -27,6 +27,8 @@ type Cell struct {
 	Errors      int
 	// Rate is the sessions completed per second over the cell's wall time: the load the server sustained.
 	Rate float64
+	// Phases splits the overhead (see PhaseNames).
+	Phases [NumPhases]Dist
 }
 
 // ScaleStep is one level of the scale search (text-only sessions, decoupled).

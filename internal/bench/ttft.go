@@ -14,8 +14,8 @@ type FakeModel interface {
 	// command; the answer after the tool result is the default short text.
 	ScriptTool(marker, command string)
 	// ModelTime waits (until ctx is done) for the fake model to have answered the first request whose last user
-	// text is marker, and returns how long it took from receiving the request to the end of its answer.
-	ModelTime(ctx context.Context, marker string) (time.Duration, error)
+	// text is marker, and returns when it received the request and when it finished answering it.
+	ModelTime(ctx context.Context, marker string) (received, done time.Time, err error)
 }
 
 // Sample is one session's first turn as a client saw it.
@@ -28,7 +28,23 @@ type Sample struct {
 	Model time.Duration
 	// Turn is from the send to the end of the turn (session idle).
 	Turn time.Duration
+	// Phases splits the overhead, from the events' append times and the fake model's clock (one host, one
+	// clock): see Phase names.
+	Phases [NumPhases]time.Duration
 }
+
+// Phases of the platform overhead.
+const (
+	PhaseWake    = iota // send -> session.status_running appended: the API's append, wake-up, claim, reading the log
+	PhasePrepare        // -> span.model_request_start appended: processed marks, building the request (coupled: the sandbox)
+	PhaseToModel        // -> the fake model received the request: the adapter and the HTTP hop
+	PhaseAnswer         // the fake model done -> the answer appended: reading the stream's end, the append
+	PhaseDeliver        // -> the client read the answer on its SSE stream
+	NumPhases
+)
+
+// PhaseNames name the phases in reports.
+var PhaseNames = [NumPhases]string{"wake (send to running)", "prepare (to model request start)", "to model (HTTP)", "answer appended", "SSE delivery"}
 
 // Overhead is what the platform adds to the model's own time: TTFT minus Model.
 func (s Sample) Overhead() time.Duration { return s.TTFT - s.Model }
@@ -140,6 +156,8 @@ func turn(ctx context.Context, c *Client, fake FakeModel, p *prepared, timeout t
 	if err := c.Say(ctx, p.id, p.marker); err != nil {
 		return s, err
 	}
+	var running, spanStart, output time.Time
+	var outputRead time.Time
 	for {
 		ev, err := p.stream.Next()
 		if err != nil {
@@ -148,8 +166,18 @@ func turn(ctx context.Context, c *Client, fake FakeModel, p *prepared, timeout t
 			}
 			return s, err
 		}
+		at := time.Time{}
+		if ev.ProcessedAt != nil {
+			at = *ev.ProcessedAt
+		}
+		switch {
+		case ev.Type == "session.status_running" && running.IsZero():
+			running = at
+		case ev.Type == "span.model_request_start" && spanStart.IsZero():
+			spanStart = at
+		}
 		if s.TTFT == 0 && ev.ModelOutput() {
-			s.TTFT = ev.At.Sub(t0)
+			s.TTFT, output, outputRead = ev.At.Sub(t0), at, ev.At
 		}
 		if ev.TurnOver() {
 			s.Turn = ev.At.Sub(t0)
@@ -159,12 +187,33 @@ func turn(ctx context.Context, c *Client, fake FakeModel, p *prepared, timeout t
 	if s.TTFT == 0 {
 		return s, errors.New("session " + p.id + ": turn ended without model output")
 	}
-	m, err := fake.ModelTime(ctx, p.marker)
+	received, done, err := fake.ModelTime(ctx, p.marker)
 	if err != nil {
 		return s, err
 	}
-	s.Model = m
+	s.Model = done.Sub(received)
+	if !running.IsZero() && !spanStart.IsZero() && !output.IsZero() {
+		s.Phases = [NumPhases]time.Duration{
+			PhaseWake: running.Sub(t0), PhasePrepare: spanStart.Sub(running), PhaseToModel: received.Sub(spanStart),
+			PhaseAnswer: output.Sub(done), PhaseDeliver: outputRead.Sub(output),
+		}
+	}
 	return s, nil
+}
+
+// PhaseDists summarises each phase over the samples that have them.
+func PhaseDists(ss []Sample) [NumPhases]Dist {
+	var out [NumPhases]Dist
+	for ph := range NumPhases {
+		var ds []time.Duration
+		for _, s := range ss {
+			if s.Phases != ([NumPhases]time.Duration{}) {
+				ds = append(ds, s.Phases[ph])
+			}
+		}
+		out[ph] = Summarize(ds)
+	}
+	return out
 }
 
 // TTFTs, Overheads and Models extract one column of samples.
