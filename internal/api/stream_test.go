@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -209,5 +210,33 @@ func TestStreamPollsWithoutNotify(t *testing.T) {
 	ev := h.appendAgent(ctx, id, apitype.EventAgentMessage, agentMessage("polled"))
 	if got := next(t, stream); got.ID != ev.ID {
 		t.Fatalf("got %s, want %s", got.ID, ev.ID)
+	}
+}
+
+// A stream outlives the server's read and write timeouts: corral serve sets both to a minute.
+func TestStreamOutlivesServerTimeouts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, envID := h.seed(ctx)
+	id := h.newSession(ctx, agentID, envID)
+
+	srv := httptest.NewUnstartedServer(api.New(api.Config{Store: h.store, Keys: &api.KeyAuth{Static: testKey}}).Handler())
+	srv.Config.ReadTimeout = 100 * time.Millisecond
+	srv.Config.WriteTimeout = 100 * time.Millisecond
+	srv.Start()
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(srv.URL),
+		option.WithAPIKey(testKey), option.WithMaxRetries(0), option.WithHTTPClient(srv.Client()))
+
+	stream := client.Beta.Sessions.Events.StreamEvents(ctx, id, anthropic.BetaSessionEventStreamParams{})
+	defer stream.Close()
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // past both timeouts
+	want := h.appendAgent(ctx, id, apitype.EventAgentMessage, agentMessage("late"))
+	if got := next(t, stream); got.ID != want.ID {
+		t.Fatalf("streamed %s (%s), want %s", got.ID, got.Type, want.ID)
 	}
 }
