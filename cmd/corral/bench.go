@@ -687,9 +687,9 @@ func (b *benchRun) scale(ctx context.Context) error {
 		if err != nil && len(samples) == 0 {
 			return err
 		}
-		step := bench.ScaleStep{Sessions: n, TTFT: bench.Summarize(bench.TTFTs(samples)), Overhead: bench.Summarize(bench.Overheads(samples)), Errors: errs, Rate: rate}
+		step := bench.ScaleStep{Sessions: n, TTFT: bench.Summarize(bench.TTFTs(samples)), Overhead: bench.Summarize(bench.Overheads(samples)), Errors: errs, Rate: rate, Phases: bench.PhaseDists(samples)}
 		b.rep.Scale = append(b.rep.Scale, step)
-		b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %d errors", n, bench.Ms(step.Overhead.P50), bench.Ms(step.Overhead.P95), errs)
+		b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %.0f turns/s, %d errors", n, bench.Ms(step.Overhead.P50), bench.Ms(step.Overhead.P95), rate, errs)
 		if err != nil {
 			b.progress("scale: first error: %v", err)
 		}

@@ -141,6 +141,19 @@ func (r *Report) Markdown(svgName string) string {
 			p("| %d | %s | %s | %.0f | %d | %s |\n", s.Sessions, dist3(s.TTFT), dist3(s.Overhead), s.Rate, s.Errors, yes(s.Errors == 0 && s.Overhead.P95 < GoalScaleOverhead))
 		}
 		p("\nLargest level held: **%s**.\n\n", scaleText(r))
+		p("Phases of the overhead (p50 / p95, ms), as in the TTFT section:\n\n| sessions |")
+		for _, n := range PhaseNames {
+			p(" %s |", n)
+		}
+		p("\n|---|%s\n", strings.Repeat("---|", int(NumPhases)))
+		for _, s := range r.Scale {
+			p("| %d |", s.Sessions)
+			for _, d := range s.Phases {
+				p(" %s |", dist2(d))
+			}
+			p("\n")
+		}
+		p("\n")
 	}
 
 	if m := r.Memory; m != nil {

@@ -38,6 +38,7 @@ type ScaleStep struct {
 	Overhead Dist
 	Errors   int
 	Rate     float64 // sessions (turns) completed per second
+	Phases   [NumPhases]Dist
 }
 
 // FailoverResult is the brain failover measurement.
