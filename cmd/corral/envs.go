@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/url"
 	"strings"
 )
 
@@ -11,7 +10,7 @@ func init() {
 		return subcommand(ctx, io, "envs", args, map[string]func(context.Context, *stdio, []string) error{
 			"create": envsCreate,
 			"get": func(ctx context.Context, io *stdio, args []string) error {
-				return getCommand(ctx, io, args, "envs get", "/v1/environments")
+				return idCommand(ctx, io, args, "envs get", "GET", "/v1/environments")
 			},
 			"list": func(ctx context.Context, io *stdio, args []string) error {
 				return listCommand(ctx, io, args, "envs list", "/v1/environments", func(item map[string]any) []any {
@@ -19,7 +18,9 @@ func init() {
 					return []any{item["id"], item["name"], cfg["type"]}
 				}, "ID", "NAME", "TYPE")
 			},
-			"delete": envsDelete,
+			"delete": func(ctx context.Context, io *stdio, args []string) error {
+				return idCommand(ctx, io, args, "envs delete", "DELETE", "/v1/environments")
+			},
 		})
 	})
 }
@@ -50,27 +51,6 @@ func envsCreate(ctx context.Context, io *stdio, args []string) error {
 	}
 	var out map[string]any
 	if err := c.do(ctx, "POST", "/v1/environments", nil, map[string]any{"name": *name, "config": config}, &out); err != nil {
-		return err
-	}
-	return printJSON(io.out, out)
-}
-
-func envsDelete(ctx context.Context, io *stdio, args []string) error {
-	fs := newFlagSet(io, "envs delete", "ENV_ID [flags]")
-	newClient := clientFlags(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
-	}
-	c, err := newClient()
-	if err != nil {
-		return err
-	}
-	var out map[string]any
-	if err := c.do(ctx, "DELETE", "/v1/environments/"+url.PathEscape(fs.Arg(0)), nil, nil, &out); err != nil {
 		return err
 	}
 	return printJSON(io.out, out)

@@ -71,8 +71,9 @@ func tabs(cols []any) string {
 	return s
 }
 
-// getCommand is the shared body of the "get" subcommands: GET path/ID, printed as JSON.
-func getCommand(ctx context.Context, io *stdio, args []string, name, path string) error {
+// idCommand is the shared body of the subcommands that act on one resource by id ("get", "delete"): METHOD
+// path/ID, the answer printed as JSON.
+func idCommand(ctx context.Context, io *stdio, args []string, name, method, path string) error {
 	fs := newFlagSet(io, name, "ID [flags]")
 	newClient := clientFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -87,7 +88,7 @@ func getCommand(ctx context.Context, io *stdio, args []string, name, path string
 		return err
 	}
 	var out map[string]any
-	if err := c.do(ctx, "GET", path+"/"+url.PathEscape(fs.Arg(0)), nil, nil, &out); err != nil {
+	if err := c.do(ctx, method, path+"/"+url.PathEscape(fs.Arg(0)), nil, nil, &out); err != nil {
 		return err
 	}
 	return printJSON(io.out, out)

@@ -9,7 +9,7 @@ func init() {
 		return subcommand(ctx, io, "sessions", args, map[string]func(context.Context, *stdio, []string) error{
 			"create": sessionsCreate,
 			"get": func(ctx context.Context, io *stdio, args []string) error {
-				return getCommand(ctx, io, args, "sessions get", "/v1/sessions")
+				return idCommand(ctx, io, args, "sessions get", "GET", "/v1/sessions")
 			},
 			"list": func(ctx context.Context, io *stdio, args []string) error {
 				return listCommand(ctx, io, args, "sessions list", "/v1/sessions", func(item map[string]any) []any {
