@@ -86,7 +86,7 @@ func (b *benchRun) failoverDB(ctx context.Context) (string, error) {
 	defer cancel()
 	conn, err := pgx.Connect(cctx, defaultFailoverDB)
 	if err != nil {
-		return "", fmt.Errorf("it needs PostgreSQL shared by two brain processes; none at %s (%v): pass --failover-db postgres://...", defaultFailoverDB, err)
+		return "", fmt.Errorf("it needs PostgreSQL shared by two brain processes; none at %s (%v); pass --failover-db URL", defaultFailoverDB, err)
 	}
 	conn.Close(context.Background())
 	return defaultFailoverDB, nil
