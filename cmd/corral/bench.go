@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"debug/elf"
 	"errors"
 	"flag"
 	"fmt"
@@ -424,7 +425,7 @@ func (b *benchRun) agentPath() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if b.f.agent != "" || !strings.HasSuffix(filepath.Base(exe), ".test") {
+	if b.f.agent != "" || (!strings.HasSuffix(filepath.Base(exe), ".test") && !dynamic(exe)) {
 		return hf.agentPath(b.root)
 	}
 	src := ""
@@ -434,6 +435,9 @@ func (b *benchRun) agentPath() (string, error) {
 		}
 	}
 	if src == "" {
+		if !strings.HasSuffix(filepath.Base(exe), ".test") {
+			return hf.agentPath(b.root) // dynamically linked: fine for bwrap and runc, not for gVisor
+		}
 		return "", errors.New("corral-sandbox-agent not found (pass --sandbox-agent)")
 	}
 	out := filepath.Join(b.root, "bin", "corral-sandbox-agent")
@@ -444,6 +448,22 @@ func (b *benchRun) agentPath() (string, error) {
 		return "", fmt.Errorf("build corral-sandbox-agent: %v: %s", err, msg)
 	}
 	return out, os.Chmod(filepath.Dir(out), 0o711)
+}
+
+// dynamic reports whether the executable is dynamically linked (built with cgo, as go run does by default): as
+// the in-sandbox agent it would then need the host's loader and libc, which gVisor's sandbox lacks.
+func dynamic(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true
+		}
+	}
+	return false
 }
 
 // openStore opens a fresh store for one server.
