@@ -106,8 +106,12 @@ func (e Event) DecodeData(v any) error {
 	return nil
 }
 
-// NewEvent is an event to append: its type and its type-specific fields. The store assigns id, seq and times.
+// NewEvent is an event to append: its type and its type-specific fields. The store assigns seq and times, and
+// the id unless ID is set.
 type NewEvent struct {
+	// ID, if set, is the id the event is stored under (it must have PrefixEvent, and no other event may have
+	// it): a brain names an answer's events before it appends them, so that stream previews can carry the id.
+	ID   string
 	Type string
 	Data json.RawMessage
 	// Processed marks a server event processed at append (every event a brain writes). Client events are

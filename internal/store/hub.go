@@ -6,15 +6,78 @@ import "sync"
 // signal. Adapters use it for appends made through their own Store value; the postgres adapter also feeds it
 // from LISTEN/NOTIFY so that appends in other processes wake local readers. Signals are coalesced: a
 // subscriber's channel holds at most one pending value, and readers re-read from their own position.
+//
+// It also fans out stream previews (PublishPreview, SubscribePreviews): those are not coalesced but buffered,
+// and dropped for a subscriber whose buffer is full.
 type Hub struct {
 	mu       sync.Mutex
 	sessions map[string]map[chan struct{}]struct{}
 	runnable map[chan struct{}]struct{}
+	previews map[string]map[chan []byte]struct{}
 }
+
+// PreviewBuffer is how many previews a subscriber's channel holds before new ones are dropped.
+const PreviewBuffer = 256
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{sessions: map[string]map[chan struct{}]struct{}{}, runnable: map[chan struct{}]struct{}{}}
+	return &Hub{
+		sessions: map[string]map[chan struct{}]struct{}{},
+		runnable: map[chan struct{}]struct{}{},
+		previews: map[string]map[chan []byte]struct{}{},
+	}
+}
+
+// SubscribePreviews returns a channel that receives the previews PublishPreview delivers for the session, and a
+// function that ends the subscription. Receivers must not modify the payloads: subscribers share them.
+func (h *Hub) SubscribePreviews(sessionID string) (<-chan []byte, func()) {
+	ch := make(chan []byte, PreviewBuffer)
+	h.mu.Lock()
+	subs := h.previews[sessionID]
+	if subs == nil {
+		subs = map[chan []byte]struct{}{}
+		h.previews[sessionID] = subs
+	}
+	subs[ch] = struct{}{}
+	h.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if subs := h.previews[sessionID]; subs != nil {
+				delete(subs, ch)
+				if len(subs) == 0 {
+					delete(h.previews, sessionID)
+				}
+			}
+		})
+	}
+}
+
+// HasPreviewSubscribers reports whether the session has preview subscribers in this hub.
+func (h *Hub) HasPreviewSubscribers(sessionID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.previews[sessionID]) > 0
+}
+
+// PublishPreview hands a copy of payload to every preview subscriber of the session without blocking: a
+// subscriber whose buffer is full misses it.
+func (h *Hub) PublishPreview(sessionID string, payload []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	subs := h.previews[sessionID]
+	if len(subs) == 0 {
+		return
+	}
+	p := append([]byte(nil), payload...)
+	for ch := range subs {
+		select {
+		case ch <- p:
+		default:
+		}
+	}
 }
 
 // Subscribe returns a channel woken by NotifySession(sessionID), and a function that ends the subscription.

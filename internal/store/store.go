@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/apitype"
 )
@@ -40,6 +41,7 @@ type Store interface {
 	EventStore
 	LeaseStore
 	APIKeyStore
+	PreviewStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities
@@ -146,7 +148,9 @@ type SessionListParams struct {
 // EventStore is the session log.
 type EventStore interface {
 	// EventAppend appends events to a session's log atomically, with contiguous sequence numbers, and returns
-	// them with ids, sequence numbers and times assigned. It returns only once the events are durable.
+	// them with ids, sequence numbers and times assigned. It returns only once the events are durable. An event
+	// with NewEvent.ID set is stored under that id; an id some event already has gives ErrConflict (and appends
+	// nothing).
 	//
 	// Conditions: with Lease set, the lease must be the session's current, unexpired lease (else
 	// ErrLeaseLost); with ExpectedSeq > 0, the first new event must get exactly that sequence number (else
@@ -164,6 +168,40 @@ type EventStore interface {
 	// missed or spurious wake-up costs nothing. Adapters without CrossProcessNotify only see appends made
 	// through this Store value; readers poll as well.
 	Subscribe(sessionID string) (<-chan struct{}, func())
+}
+
+// PreviewMaxBytes bounds one preview payload: what a PostgreSQL notification carries, less room for the
+// session id. Publishers split bigger previews (a long text fragment goes as several deltas).
+const PreviewMaxBytes = 7800
+
+// PreviewStore carries stream previews: event_start / event_delta frames a brain publishes while a model answer
+// streams, before the answer's events are appended. Previews are ephemeral and best effort: never stored, not
+// replayed, dropped for a subscriber that does not keep up, lost while a connection is down. The final event
+// always comes through the log, so a client that misses previews misses nothing but latency.
+type PreviewStore interface {
+	// PreviewPublish delivers payload (UTF-8 text without NUL bytes, at most PreviewMaxBytes; in practice one
+	// JSON object) to the session's current preview subscribers, in this process and, with CrossProcessNotify,
+	// in others. It returns once the preview is handed over (for postgres: its notification committed), so
+	// previews published before an append reach a subscriber before the append's wake-up. Having no
+	// subscriber is not an error.
+	PreviewPublish(ctx context.Context, sessionID string, payload []byte) error
+	// PreviewSubscribe returns a channel that receives the session's previews in publication order (a slow
+	// reader's channel drops new previews while full, rather than block publishers), and a function that ends
+	// the subscription. The channel is never closed.
+	PreviewSubscribe(sessionID string) (<-chan []byte, func())
+}
+
+// CheckPreview validates a preview payload before an adapter publishes it.
+func CheckPreview(payload []byte) error {
+	switch {
+	case len(payload) == 0:
+		return errors.New("empty preview")
+	case len(payload) > PreviewMaxBytes:
+		return fmt.Errorf("preview of %d bytes exceeds %d", len(payload), PreviewMaxBytes)
+	case !utf8.Valid(payload) || bytes.IndexByte(payload, 0) >= 0:
+		return errors.New("preview is not UTF-8 text without NUL bytes")
+	}
+	return nil
 }
 
 // EventAppendParams appends events to a session.
@@ -186,10 +224,25 @@ type EventAppendParams struct {
 // CheckEvents validates events before an adapter appends them: each has a type, and its data, when set, is one
 // JSON object (empty data is stored as {}). A log entry that could not be encoded would fail every later read
 // of its session, so adapters refuse it rather than store it.
+//
+// An event with an ID must have the event prefix; two events of one append with the same ID give ErrConflict.
 func CheckEvents(events []apitype.NewEvent) error {
+	var ids map[string]bool
 	for i, e := range events {
 		if e.Type == "" {
 			return fmt.Errorf("event %d has no type", i)
+		}
+		if e.ID != "" {
+			if !apitype.HasPrefix(e.ID, apitype.PrefixEvent) || len(e.ID) > 128 {
+				return fmt.Errorf("event %d: id %q is not an event id (%s...)", i, e.ID, apitype.PrefixEvent)
+			}
+			if ids[e.ID] {
+				return fmt.Errorf("event %d: id %s given twice: %w", i, e.ID, ErrConflict)
+			}
+			if ids == nil {
+				ids = map[string]bool{}
+			}
+			ids[e.ID] = true
 		}
 		if len(e.Data) == 0 {
 			continue

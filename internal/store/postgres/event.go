@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,7 +79,7 @@ func (s *Store) newAppend(ctx context.Context, p *store.EventAppendParams) *appe
 	}
 	for i, ne := range p.Events {
 		ev := apitype.Event{
-			ID: apitype.NewID(apitype.PrefixEvent), Type: ne.Type, SessionID: p.SessionID, CreatedAt: now, Data: ne.Data,
+			ID: cmp.Or(ne.ID, apitype.NewID(apitype.PrefixEvent)), Type: ne.Type, SessionID: p.SessionID, CreatedAt: now, Data: ne.Data,
 		}
 		if len(ev.Data) == 0 {
 			ev.Data = []byte("{}")

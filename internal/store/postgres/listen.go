@@ -52,7 +52,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, ch := range []string{l.s.eventsChannel, l.s.runnableChannel} {
+	for _, ch := range []string{l.s.eventsChannel, l.s.runnableChannel, l.s.previewChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			_ = conn.Close(ctx)
 			return nil, err
@@ -106,6 +106,8 @@ func (l *listener) serve(ctx context.Context, conn *pgx.Conn) {
 			}
 		case l.s.runnableChannel:
 			l.s.hub.NotifyRunnable()
+		case l.s.previewChannel:
+			l.s.receivePreview(n.Payload)
 		}
 	}
 }

@@ -40,6 +40,9 @@ type Store struct {
 	// NOTIFY channels, named for the schema so that installations sharing a database do not wake each other.
 	eventsChannel   string
 	runnableChannel string
+	previewChannel  string
+	// origin tags this Store's preview notifications, which its listener skips: they were delivered locally.
+	origin string
 
 	appender *appender
 	listener *listener
@@ -101,6 +104,8 @@ func (s *Store) init(ctx context.Context, connCfg *pgx.ConnConfig) error {
 	}
 	s.eventsChannel = channelName("corral_events", *schema)
 	s.runnableChannel = channelName("corral_runnable", *schema)
+	s.previewChannel = channelName("corral_preview", *schema)
+	s.origin = newToken()[:12]
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

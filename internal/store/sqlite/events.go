@@ -32,7 +32,9 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 				s.hub.NotifyRunnable()
 			}
 		},
-		checksFirst: true, // appendEvents checks every condition in its first statement
+		// appendEvents checks every condition in its first statement, except that an id the caller gives may
+		// already exist: such an append needs a savepoint of its own.
+		checksFirst: !hasIDs(p.Events),
 	})
 	if isConstraint(err) {
 		err = store.ErrConflict // a duplicate event id
@@ -98,12 +100,15 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 			data = json.RawMessage("{}")
 		}
 		e := apitype.Event{
-			ID:        w.s.eventIDs.next(now),
+			ID:        ne.ID,
 			Type:      ne.Type,
 			SessionID: p.SessionID,
 			Seq:       first + int64(i),
 			CreatedAt: now,
 			Data:      data,
+		}
+		if e.ID == "" {
+			e.ID = w.s.eventIDs.next(now)
 		}
 		var processed any
 		if ne.Processed {
@@ -118,6 +123,16 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 		events[i] = e
 	}
 	return events, nil
+}
+
+// hasIDs reports whether any of the events comes with its id.
+func hasIDs(events []apitype.NewEvent) bool {
+	for _, e := range events {
+		if e.ID != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // appendFailure says which condition of an append failed.
@@ -302,4 +317,22 @@ func (s *Store) EventMarkProcessed(ctx context.Context, p *store.EventMarkProces
 // Subscribe returns a channel woken after every append to the session through this Store.
 func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
 	return s.hub.Subscribe(sessionID)
+}
+
+// PreviewPublish hands a preview to the session's preview subscribers in this process (SQLite serves one
+// process). It never blocks on a subscriber.
+func (s *Store) PreviewPublish(ctx context.Context, sessionID string, payload []byte) error {
+	if err := store.CheckPreview(payload); err != nil {
+		return fmt.Errorf("sqlite: preview for session %s: %w", sessionID, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.hub.PublishPreview(sessionID, payload)
+	return nil
+}
+
+// PreviewSubscribe returns a channel of the session's previews published through this Store.
+func (s *Store) PreviewSubscribe(sessionID string) (<-chan []byte, func()) {
+	return s.hub.SubscribePreviews(sessionID)
 }
