@@ -56,6 +56,10 @@ type Config struct {
 	// built-in tools; the provisioning is logged as usual, and a failure is only logged (the first tool call
 	// then retries it, as with lazy hands).
 	EagerHands bool
+	// PreviewInterval is how often a streaming answer's previews (event_start / event_delta for clients that
+	// stream with event_deltas) are published to the store, the deltas in between coalesced (default 25ms).
+	// Negative: publish no previews.
+	PreviewInterval time.Duration
 }
 
 // RetryPolicy says how retryable model errors are retried.
@@ -76,6 +80,7 @@ func (c *Config) setDefaults() {
 	c.Workers = cmp.Or(c.Workers, runtime.NumCPU())
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 10*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.PreviewInterval = cmp.Or(c.PreviewInterval, 25*time.Millisecond)
 	c.Retry.MaxRetries = max(cmp.Or(c.Retry.MaxRetries, 5), 0)
 	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, time.Second)
 	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, time.Minute)

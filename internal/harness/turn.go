@@ -32,11 +32,11 @@ func (r *run) modelTurn(st *state, msgs []apitype.Event) error {
 	if err != nil {
 		return r.endedOK(err)
 	}
-	resp, startID, err := r.call(req, func() (*model.Request, error) { return r.request(true) })
+	resp, startID, ids, err := r.call(req, true, func() (*model.Request, error) { return r.request(true) })
 	if err != nil {
 		return r.endedOK(err)
 	}
-	return r.appendResponse(resp, startID)
+	return r.appendResponse(resp, startID, ids)
 }
 
 // provisionEagerly, with Config.EagerHands, makes sure the session's sandbox exists before the model call, the
@@ -128,7 +128,7 @@ func (r *run) compact(turns []transcriptTurn, keepTokens int) (bool, error) {
 	}
 	req := r.newRequest(prefix)
 	req.System, req.ThinkingBudget = summarySystem, 0
-	resp, startID, err := r.call(req, nil)
+	resp, startID, _, err := r.call(req, false, nil)
 	if err != nil {
 		return false, err
 	}
@@ -207,31 +207,41 @@ func compactionSplit(turns []transcriptTurn, keepTokens int) int {
 // errTurnEnded. When the model says the prompt is too long, shrink (if set) gives a compacted request to try
 // once instead.
 //
-// On success it returns the response and the id of the open span.model_request_start: the caller closes it
-// together with what it appends.
-func (r *run) call(req *model.Request, shrink func() (*model.Request, error)) (*model.Response, string, error) {
+// With preview set, each attempt publishes stream previews of the answer while it streams (see previewer); a
+// failed or interrupted attempt publishes nothing more, and its span.model_request_end closes its previews.
+//
+// On success it returns the response, the id of the open span.model_request_start (the caller closes it
+// together with what it appends) and the ids the previews gave the answer's events, by content block index.
+func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Request, error)) (*model.Response, string, map[int]string, error) {
 	for attempt := 0; ; attempt++ {
 		start, err := r.append("", nil, mustEvent(apitype.EventSpanModelRequestStart, nil))
 		if err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 		startID := start[0].ID
 		ctx, done := r.watchInterrupts()
-		resp, err := r.b.cfg.Model.Call(ctx, req, nil)
+		var pv *previewer
+		var onDelta func(model.Delta)
+		if preview && r.b.cfg.PreviewInterval > 0 {
+			pv = r.newPreviewer()
+			onDelta = pv.onDelta
+		}
+		resp, err := r.b.cfg.Model.Call(ctx, req, onDelta)
 		interrupted := done()
 		if err == nil && !interrupted {
-			return resp, startID, nil
+			return resp, startID, pv.finish(true), nil
 		}
+		pv.finish(false)
 		if r.ctx.Err() != nil {
-			return nil, "", fmt.Errorf("model call: %w", r.ctx.Err())
+			return nil, "", nil, fmt.Errorf("model call: %w", r.ctx.Err())
 		}
 		failed := spanEnd(startID, true, apitype.SpanUsage{})
 		if interrupted {
 			// No partial message: the interrupt step ends the turn.
 			if _, err := r.append("", nil, failed); err != nil {
-				return nil, "", err
+				return nil, "", nil, err
 			}
-			return nil, "", errInterrupted
+			return nil, "", nil, errInterrupted
 		}
 		var me *model.Error
 		if !errors.As(err, &me) {
@@ -239,10 +249,10 @@ func (r *run) call(req *model.Request, shrink func() (*model.Request, error)) (*
 		}
 		if me.Kind == model.ErrContextTooLong && shrink != nil {
 			if _, err := r.append("", nil, failed); err != nil {
-				return nil, "", err
+				return nil, "", nil, err
 			}
 			if req, err = shrink(); err != nil {
-				return nil, "", err
+				return nil, "", nil, err
 			}
 			shrink = nil
 			attempt--
@@ -255,13 +265,13 @@ func (r *run) call(req *model.Request, shrink func() (*model.Request, error)) (*
 				mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
 				mustEvent(apitype.EventSessionStatusRescheduled, nil))
 			if err != nil {
-				return nil, "", err
+				return nil, "", nil, err
 			}
 			if err := r.backoff(attempt, me.RetryAfter); err != nil {
-				return nil, "", err
+				return nil, "", nil, err
 			}
 			if _, err := r.append(apitype.StatusRunning, nil, mustEvent(apitype.EventSessionStatusRunning, nil)); err != nil {
-				return nil, "", err
+				return nil, "", nil, err
 			}
 			continue
 		}
@@ -270,9 +280,9 @@ func (r *run) call(req *model.Request, shrink func() (*model.Request, error)) (*
 			mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
 			idleEvent(apitype.StopReason{Type: apitype.StopRetriesExhausted}))
 		if err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
-		return nil, "", errTurnEnded
+		return nil, "", nil, errTurnEnded
 	}
 }
 
@@ -337,25 +347,42 @@ func errorMessage(e *model.Error) string {
 // agent.message per run of text, agent.tool_use (built-in, with the evaluated permission) or
 // agent.custom_tool_use per call, then span.model_request_end with the usage, which the session's accumulated
 // usage takes in the same write. An answer without tool calls ends the turn in that same append.
-func (r *run) appendResponse(resp *model.Response, startID string) error {
+//
+// ids are the event ids the stream previews gave the answer's agent.thinking and agent.message events, by
+// content block index (a message takes the id of its first block with text): the events are appended under
+// them, so that clients can match previews and events.
+func (r *run) appendResponse(resp *model.Response, startID string, ids map[int]string) error {
 	var evs []apitype.NewEvent
 	var text []apitype.ContentBlock
+	var textID string
+	used := map[string]bool{}
+	named := func(ev apitype.NewEvent, id string) apitype.NewEvent {
+		if id != "" && !used[id] {
+			used[id] = true
+			ev.ID = id
+		}
+		return ev
+	}
 	flushText := func() {
 		if len(text) > 0 {
-			evs = append(evs, mustEvent(apitype.EventAgentMessage, apitype.AgentMessage{Content: text}))
+			evs = append(evs, named(mustEvent(apitype.EventAgentMessage, apitype.AgentMessage{Content: text}), textID))
 			text = nil
 		}
 	}
 	calls := 0
-	for _, b := range resp.Content {
+	for i, b := range resp.Content {
 		switch b.Type {
 		case model.BlockText:
 			if b.Text != "" {
+				if len(text) == 0 {
+					textID = ids[i]
+				}
 				text = append(text, apitype.TextBlock(b.Text))
 			}
 		case model.BlockThinking:
 			flushText()
-			evs = append(evs, mustEvent(apitype.EventAgentThinking, apitype.AgentThinking{Thinking: b.Thinking, Signature: b.Signature}))
+			evs = append(evs, named(mustEvent(apitype.EventAgentThinking,
+				apitype.AgentThinking{Thinking: b.Thinking, Signature: b.Signature}), ids[i]))
 		case model.BlockRedactedThinking:
 			flushText()
 			evs = append(evs, mustEvent(apitype.EventAgentThinking, apitype.AgentThinking{Redacted: b.Data}))
