@@ -67,7 +67,7 @@ const defaultFailoverDB = "postgres://postgres@127.0.0.1:5432/test?sslmode=disab
 func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.quick, "quick", false, "a fast smoke run (seconds): fewer sessions, samples and levels; the flags below still override it")
 	fs.StringVar(&f.db, "db", "", "store `URL` of the servers under test: postgres://... (each run in a fresh schema); default a fresh SQLite file per server")
-	fs.StringVar(&f.failoverDB, "failover-db", "", "PostgreSQL `URL` for the failover section (default: --db if it is postgres, else "+defaultFailoverDB+" when it answers)")
+	fs.StringVar(&f.failoverDB, "failover-db", "", "PostgreSQL `URL` for the failover section (default: --db if it is postgres, else $CORRAL_TEST_POSTGRES or "+defaultFailoverDB+", when it answers)")
 	fs.StringVar(&f.backends, "backends", "", "comma-separated sandbox `backends` to compare: bwrap, oci, gvisor, process (default: bwrap, oci and gvisor, those that run here)")
 	fs.StringVar(&f.sessions, "sessions", "1,10,100", "comma-separated concurrent-session `levels` of the TTFT comparison")
 	fs.IntVar(&f.samples, "samples", 30, "TTFT samples per level and mode (at least 2 rounds per level)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,14 +83,15 @@ func (b *benchRun) failoverDB(ctx context.Context) (string, error) {
 	case strings.HasPrefix(b.f.db, "postgres"):
 		return b.f.db, nil
 	}
+	dsn := cmp.Or(os.Getenv("CORRAL_TEST_POSTGRES"), defaultFailoverDB)
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, defaultFailoverDB)
+	conn, err := pgx.Connect(cctx, dsn)
 	if err != nil {
-		return "", fmt.Errorf("it needs PostgreSQL shared by two brain processes; none at %s (%v); pass --failover-db URL", defaultFailoverDB, err)
+		return "", fmt.Errorf("it needs PostgreSQL shared by two brain processes; none at %s (%v); pass --failover-db URL", redact(dsn), err)
 	}
 	conn.Close(context.Background())
-	return defaultFailoverDB, nil
+	return dsn, nil
 }
 
 // brainProc is a running `corral harness`.

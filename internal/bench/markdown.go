@@ -189,6 +189,17 @@ func (r *Report) Markdown(svgName string) string {
 	return b.String()
 }
 
+// worstPhase returns the phase with the largest p95.
+func worstPhase(ps [NumPhases]Dist) (string, Dist) {
+	w := 0
+	for i, d := range ps {
+		if d.P95 > ps[w].P95 {
+			w = i
+		}
+	}
+	return PhaseNames[w], ps[w]
+}
+
 func roundsText(m map[int]int) string {
 	keys := make([]int, 0, len(m))
 	for k := range m {
@@ -270,21 +281,37 @@ func (r *Report) closingNote() string {
 			fmt.Fprintf(&b, "\n\n- **Platform overhead at 100 sessions.** ")
 			for _, c := range r.Cells {
 				if c.Mode == Decoupled && c.Concurrency == 100 {
-					fmt.Fprintf(&b, "%s: p50 %s ms, p95 %s ms at %.0f sessions/s. ", c.Backend, Ms(c.Overhead.P50), Ms(c.Overhead.P95), c.Rate)
+					name, d := worstPhase(c.Phases)
+					fmt.Fprintf(&b, "%s: p50 %s ms, p95 %s ms at %.0f sessions/s (largest p95 phase: %s, %s ms). ",
+						c.Backend, Ms(c.Overhead.P50), Ms(c.Overhead.P95), c.Rate, name, Ms(d.P95))
 				}
 			}
-			fmt.Fprintf(&b, "With a %s model and short answers, 100 concurrent sessions are a new turn every few "+
-				"milliseconds; each turn is about ten durable store writes (the user event, running, processed marks, spans, "+
-				"the answer, idle, lease claim and release), two HTTP hops and an SSE delivery, and half of them start a "+
-				"sandbox, all on 2 vCPUs shared with the fake model, the clients and other engineers' builds. The overhead is "+
-				"queueing for the CPU and for the store's single writer, not a fixed cost: compare the 1-session rows, and the "+
-				"Scale section, where the same server holds more sessions with lower overhead when each model call lasts as "+
-				"long as a real one.", r.ModelTTFT)
+			fmt.Fprintf(&b, "With one session at a time the overhead is a few milliseconds spread over the API's append and "+
+				"the wake-up, the model request and the SSE delivery (see the phases). At 100 sessions with a %s model, half "+
+				"of the sessions start a sandbox, and the sandboxes, the API, the brains, SQLite's single writer, the fake "+
+				"model and the 100 clients share 2 vCPUs (with other engineers' builds): the tail is queueing for the CPU, "+
+				"not a fixed cost.", r.ModelTTFT)
+			for _, s := range r.Scale {
+				if s.Sessions == 100 {
+					fmt.Fprintf(&b, " Without sandboxes and with model calls as long as real ones (the Scale section), 100 "+
+						"concurrent sessions measured p50 %s ms, p95 %s ms of overhead at %.0f turns/s.", Ms(s.Overhead.P50), Ms(s.Overhead.P95), s.Rate)
+				}
+			}
 		case strings.HasPrefix(g.Name, "concurrent active"):
-			fmt.Fprintf(&b, "\n\n- **%s: %s.** The sessions/s column shows the load: each turn costs CPU (HTTP, JSON, "+
-				"the brain) and about ten durable writes to SQLite's single writer, and the API, the brains, the store, the fake "+
-				"model and every client share 2 vCPUs with other engineers' work. The limit is that throughput, not memory or "+
-				"goroutines (an idle session holds none; see Idle sessions).", g.Name, g.Measured)
+			fmt.Fprintf(&b, "\n\n- **%s: %s.** ", g.Name, g.Measured)
+			for _, s := range r.Scale {
+				if s.Errors > 0 || s.Overhead.P95 >= GoalScaleOverhead {
+					name, d := worstPhase(s.Phases)
+					fmt.Fprintf(&b, "At %d sessions (%.0f turns/s) the p95 overhead was %s ms, mostly in %s (p95 %s ms). ",
+						s.Sessions, s.Rate, Ms(s.Overhead.P95), name, Ms(d.P95))
+					break
+				}
+			}
+			fmt.Fprintf(&b, "Each turn costs CPU (HTTP, JSON, the brain) and about ten durable writes to SQLite's single "+
+				"writer (the user event, running, processed marks, spans, the answer, idle, lease claim and release), and the "+
+				"API, the brains, the store, the fake model and every client share 2 vCPUs with other engineers' work: the "+
+				"limit is that throughput, not memory or goroutines (an idle session holds none; see Idle sessions). More "+
+				"cores, PostgreSQL (`--db`) or brains in other processes (`corral harness`) move it.")
 		case strings.HasPrefix(g.Name, "failover"):
 			fmt.Fprintf(&b, "\n\n- **%s: %s.** Resuming waits for the dead brain's lease to expire (--lease-ttl) and for "+
 				"the next poll of the surviving brain.", g.Name, g.Measured)
