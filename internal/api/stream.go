@@ -30,11 +30,25 @@ const sseWriteTimeout = time.Minute
 // or a sequence number, Corral's extension) it first replays every event after that one, so a client that
 // reconnects misses nothing. It also polls when the store cannot notify across processes, sends ": ping"
 // comments when idle, and ends with a session.deleted event when the session is deleted.
+//
+// With event_deltas (agent.message, agent.thinking) it also subscribes to the session's previews and writes
+// those of the requested types as event_start / event_delta frames, without an id: they are not log events, so
+// they do not move Last-Event-ID. See previewFilter for how they are kept consistent with the log's events.
 func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("session_id")
+	pf, err := newPreviewFilter(newQuery(r.URL).list("event_deltas"))
+	if err != nil {
+		return err
+	}
 	if _, err := s.store.SessionGet(ctx, id); err != nil {
 		return lookup(err, "session", id)
+	}
+	var previews <-chan []byte
+	if pf != nil {
+		ch, stop := s.store.PreviewSubscribe(id)
+		defer stop()
+		previews = ch
 	}
 	wake, unsubscribe := s.store.Subscribe(id)
 	defer unsubscribe()
@@ -62,20 +76,29 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		defer t.Stop()
 		poll = t.C
 	}
-	sse := &sseWriter{w: w, rc: rc}
+	sse := &sseWriter{w: w, rc: rc, previews: pf, previewCh: previews}
+	read := true
 	for {
-		done, err := s.streamDrain(ctx, sse, id, &pos)
-		if done || err != nil {
-			if err != nil && ctx.Err() == nil {
-				s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session_id", id, "err", err)
-				sse.error(apitype.ErrorEnvelope{Type: "error", RequestID: requestID(ctx),
-					Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
+		if read {
+			done, err := s.streamDrain(ctx, sse, id, &pos)
+			if done || err != nil {
+				if err != nil && ctx.Err() == nil {
+					s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session_id", id, "err", err)
+					sse.error(apitype.ErrorEnvelope{Type: "error", RequestID: requestID(ctx),
+						Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
+				}
+				return nil
 			}
-			return nil
 		}
+		read = true
 		select {
 		case <-ctx.Done():
 			return nil
+		case p := <-previews:
+			if sse.preview(p) != nil {
+				return nil
+			}
+			read = false // a preview is not a log event: no need to read the log
 		case <-wake:
 		case <-poll:
 		case <-heartbeat.C:
@@ -83,6 +106,69 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 				return nil
 			}
 		}
+	}
+}
+
+// previewFilter decides which previews a stream writes: those of the requested types, and only while they can
+// still make sense to the client. An event_delta is written only after its event_start was; a preview of an
+// event the stream has already written (a late one) or of a model request that has ended is dropped, since
+// the SDK's accumulator would otherwise reopen a finished message or keep an orphan.
+type previewFilter struct {
+	types map[string]bool
+	open  map[string]bool // previews started on this stream whose event has not been written
+	done  map[string]bool // ids of previewed types written as events (bounded: reset when large)
+}
+
+// maxDoneIDs bounds previewFilter.done; late previews older than that many events are not recognised.
+const maxDoneIDs = 1024
+
+// newPreviewFilter parses event_deltas; nil means the stream wants no previews.
+func newPreviewFilter(types []string) (*previewFilter, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	f := &previewFilter{types: map[string]bool{}, open: map[string]bool{}, done: map[string]bool{}}
+	for _, t := range types {
+		if t != apitype.EventAgentMessage && t != apitype.EventAgentThinking {
+			return nil, invalid("event_deltas", "unknown event type %q: want %s or %s", t,
+				apitype.EventAgentMessage, apitype.EventAgentThinking)
+		}
+		f.types[t] = true
+	}
+	return f, nil
+}
+
+// allow reports whether to write the preview.
+func (f *previewFilter) allow(p *apitype.Preview) bool {
+	typ, id, ok := p.Previewed()
+	if !ok || !f.types[typ] || f.done[id] {
+		return false
+	}
+	if p.Type == apitype.EventStart {
+		f.open[id] = true
+		return true
+	}
+	return f.open[id]
+}
+
+// written records an event written to the stream: the event a preview was about closes it, and the end of a
+// model request closes every preview of it.
+func (f *previewFilter) written(ev *apitype.Event) {
+	switch ev.Type {
+	case apitype.EventAgentMessage, apitype.EventAgentThinking:
+		delete(f.open, ev.ID)
+		if len(f.done) >= maxDoneIDs {
+			clear(f.done)
+		}
+		f.done[ev.ID] = true
+	case apitype.EventSpanModelRequestEnd:
+		for id := range f.open {
+			if len(f.done) >= maxDoneIDs {
+				clear(f.done)
+			}
+			f.done[id] = true
+		}
+		clear(f.open)
 	}
 }
 
@@ -130,6 +216,11 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 		if err != nil {
 			return true, err
 		}
+		// A brain publishes an answer's previews before it appends the answer, so by now the previews of these
+		// events are queued: write them first, so that a preview precedes its event.
+		if sse.pendingPreviews() != nil {
+			return true, nil
+		}
 		for _, ev := range events {
 			if err := sse.event(ev); err != nil {
 				return true, nil
@@ -149,6 +240,24 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 type sseWriter struct {
 	w  io.Writer
 	rc *http.ResponseController
+	// previews, if set, filters the previews the stream writes and follows the events it writes; previewCh
+	// is the stream's subscription.
+	previews  *previewFilter
+	previewCh <-chan []byte
+}
+
+// pendingPreviews writes the previews queued on the subscription.
+func (s *sseWriter) pendingPreviews() error {
+	for {
+		select {
+		case p := <-s.previewCh:
+			if err := s.preview(p); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
 }
 
 // event writes "id: <id>\nevent: <type>\ndata: <json>\n\n".
@@ -157,7 +266,20 @@ func (s *sseWriter) event(ev apitype.Event) error {
 	if err != nil {
 		return err
 	}
+	if s.previews != nil {
+		s.previews.written(&ev)
+	}
 	return s.frame(ev.ID, ev.Type, data)
+}
+
+// preview writes a preview the filter allows as "event: <type>\ndata: <json>\n\n", with no id: it is not a
+// log event, and must not move the client's Last-Event-ID. A payload that is not a preview is skipped.
+func (s *sseWriter) preview(payload []byte) error {
+	var p apitype.Preview
+	if s.previews == nil || json.Unmarshal(payload, &p) != nil || !s.previews.allow(&p) {
+		return nil
+	}
+	return s.frame("", p.Type, payload)
 }
 
 func (s *sseWriter) error(env apitype.ErrorEnvelope) {
