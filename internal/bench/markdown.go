@@ -136,18 +136,19 @@ func (r *Report) Markdown(svgName string) string {
 		p("arrival bursts instead), %d sessions per slot, so about N sessions are active (in a turn, stream open) at any ", r.ScalePerSlot)
 		p("time. A level holds when every session succeeds and the p95 platform overhead stays under %s ms. ", Ms(GoalScaleOverhead))
 		p("The search stops at the first level that does not hold.\n\n")
-		p("| sessions | TTFT p50 / p95 / p99 | overhead p50 / p95 / p99 | turns/s | errors | holds |\n|---|---|---|---|---|---|\n")
+		p("A level that misses is tried once more, since the machine is shared; every try is listed.\n\n")
+		p("| sessions | try | TTFT p50 / p95 / p99 | overhead p50 / p95 / p99 | turns/s | errors | holds |\n|---|---|---|---|---|---|---|\n")
 		for _, s := range r.Scale {
-			p("| %d | %s | %s | %.0f | %d | %s |\n", s.Sessions, dist3(s.TTFT), dist3(s.Overhead), s.Rate, s.Errors, yes(s.Errors == 0 && s.Overhead.P95 < GoalScaleOverhead))
+			p("| %d | %d | %s | %s | %.0f | %d | %s |\n", s.Sessions, max(s.Try, 1), dist3(s.TTFT), dist3(s.Overhead), s.Rate, s.Errors, yes(s.Holds()))
 		}
 		p("\nLargest level held: **%s**.\n\n", scaleText(r))
-		p("Phases of the overhead (p50 / p95, ms), as in the TTFT section:\n\n| sessions |")
+		p("Phases of the overhead (p50 / p95, ms), as in the TTFT section:\n\n| sessions | try |")
 		for _, n := range PhaseNames {
 			p(" %s |", n)
 		}
-		p("\n|---|%s\n", strings.Repeat("---|", int(NumPhases)))
+		p("\n|---|---|%s\n", strings.Repeat("---|", int(NumPhases)))
 		for _, s := range r.Scale {
-			p("| %d |", s.Sessions)
+			p("| %d | %d |", s.Sessions, max(s.Try, 1))
 			for _, d := range s.Phases {
 				p(" %s |", dist2(d))
 			}
@@ -161,7 +162,11 @@ func (r *Report) Markdown(svgName string) string {
 		p("%d sessions (%d of them ran a tool, so had a sandbox) each finished a turn; then their streams closed, the pool's ", m.Sessions, m.ToolSessions)
 		p("idle timeout passed and the process was measured after a GC (the store is in the same process).\n\n")
 		p("- live heap per idle session: **%s**; resident set per idle session: %s\n", bytesText(m.HeapPerSession), bytesText(m.RSSPerSession))
-		p("- goroutines: %d before, %d after (%+d): an idle session holds no goroutine\n", m.GoroutinesBefore, m.GoroutinesAfter, m.GoroutinesAfter-m.GoroutinesBefore)
+		if d := m.GoroutinesAfter - m.GoroutinesBefore; d <= max(10, m.Sessions/100) {
+			p("- goroutines: %d before, %d after (%+d for %d sessions): an idle session holds no goroutine\n", m.GoroutinesBefore, m.GoroutinesAfter, d, m.Sessions)
+		} else {
+			p("- goroutines: %d before, %d after (%+d for %d sessions): **idle sessions hold goroutines**\n", m.GoroutinesBefore, m.GoroutinesAfter, d, m.Sessions)
+		}
 		p("- sandboxes left after the idle timeout: %d\n\n", m.SandboxesLeft)
 	}
 
@@ -300,7 +305,7 @@ func (r *Report) closingNote() string {
 		case strings.HasPrefix(g.Name, "concurrent active"):
 			fmt.Fprintf(&b, "\n\n- **%s: %s.** ", g.Name, g.Measured)
 			for _, s := range r.Scale {
-				if s.Errors > 0 || s.Overhead.P95 >= GoalScaleOverhead {
+				if !s.Holds() {
 					name, d := worstPhase(s.Phases)
 					fmt.Fprintf(&b, "At %d sessions (%.0f turns/s) the p95 overhead was %s ms, mostly in %s (p95 %s ms). ",
 						s.Sessions, s.Rate, Ms(s.Overhead.P95), name, Ms(d.P95))

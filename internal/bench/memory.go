@@ -78,7 +78,18 @@ func RunIdleMemory(ctx context.Context, c *Client, fake FakeModel, cfg IdleConfi
 		for time.Now().Before(deadline) && cfg.Sandboxes != nil && cfg.Sandboxes() > 0 {
 			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(500 * time.Millisecond) // server-side connection goroutines exit
+		// Server-side connection goroutines exit: wait until the count stops falling.
+		last, stable := runtime.NumGoroutine(), 0
+		for time.Now().Before(deadline.Add(5*time.Second)) && stable < 5 {
+			time.Sleep(200 * time.Millisecond)
+			n := runtime.NumGoroutine()
+			if n < last {
+				stable = 0
+			} else {
+				stable++
+			}
+			last = min(last, n)
+		}
 		if cfg.Forget != nil {
 			cfg.Forget()
 		}

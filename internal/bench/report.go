@@ -39,7 +39,11 @@ type ScaleStep struct {
 	Errors   int
 	Rate     float64 // sessions (turns) completed per second
 	Phases   [NumPhases]Dist
+	Try      int // 1, or 2 for the second try of a level that missed
 }
+
+// Holds reports whether the level held: no session failed and the p95 overhead stayed under the goal.
+func (s ScaleStep) Holds() bool { return s.Errors == 0 && s.Overhead.P95 < GoalScaleOverhead }
 
 // FailoverResult is the brain failover measurement.
 type FailoverResult struct {
