@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,7 +49,7 @@ type Config struct {
 	// StateDir holds a directory per sandbox: the egress proxy's socket, and, while the sandbox starts, bind
 	// mounts of the workspace and the agent, so that those need not be reachable by the sandbox uid where they
 	// are. It must be searchable by every uid (it is created 0711, its ancestors are checked) and belong to
-	// one server. Default: /run/corral-bwrap/<pid>, or under
+	// one Provider. Default: /run/corral-bwrap/<pid>.<n> (n numbers the Providers of the process), or under
 	// os.TempDir() without /run. Directories of servers that are gone are swept (mounts detached) by New.
 	StateDir string
 	// CgroupRoot is where the cgroup v1 hierarchies are mounted; default /sys/fs/cgroup. With NoCgroups set
@@ -100,7 +101,9 @@ func New(cfg Config) (*Provider, error) {
 			base = filepath.Join(os.TempDir(), "corral-bwrap")
 		}
 		sweep(base)
-		cfg.StateDir = filepath.Join(base, strconv.Itoa(os.Getpid()))
+		// One directory per Provider, not per process: New detaches every mount under its StateDir, which
+		// would pull the staged workspace from under another Provider's starting sandbox in this process.
+		cfg.StateDir = filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
 		if err := os.MkdirAll(base, 0o711); err != nil {
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
@@ -399,6 +402,9 @@ func unmount(path string) error {
 	return nil
 }
 
+// providers numbers the Providers of this process, for their default StateDirs.
+var providers atomic.Int64
+
 // sweep removes the state directories under base of servers that are gone, detaching the mounts they left.
 func sweep(base string) {
 	ents, err := os.ReadDir(base)
@@ -406,7 +412,8 @@ func sweep(base string) {
 		return
 	}
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
+		owner, _, _ := strings.Cut(e.Name(), ".")
+		pid, err := strconv.Atoi(owner)
 		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
 			continue
 		}
