@@ -267,8 +267,10 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 		// A store or internal failure: keep the lease until it expires, so the session is retried after a pause.
 		return err
 	}
-	// The turn is over, or the brain is stopping: hand the session back.
-	return r.release()
+	// The turn is over, or the brain is stopping: hand the session back. Only a loop that ended on its own
+	// looked at the log after its last renewal; a brain stopped before that (even before it read the log)
+	// may not have acted on every wake-up, so it counts none as handled and the next brain looks again.
+	return r.release(err == nil && leaseCtx.Err() == nil)
 }
 
 // renew renews the lease every LeaseTTL/3 until ctx is done. When the store says the lease is lost, or it

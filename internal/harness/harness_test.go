@@ -1095,3 +1095,42 @@ func TestThinkingKeptForTheModel(t *testing.T) {
 		t.Errorf("assistant turn replayed as %+v", asst)
 	}
 }
+
+// stallingStore holds a brain's first read of a session until the brain stops: the brain has claimed the session
+// but not looked at its log yet.
+type stallingStore struct {
+	store.Store
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (s *stallingStore) SessionGet(ctx context.Context, id string) (*apitype.Session, error) {
+	s.once.Do(func() { close(s.entered) })
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A brain that stops after claiming a session, before acting on the message that woke it, must leave the session
+// runnable: the message was acknowledged to the client, so the next brain has to answer it.
+func TestStopBeforeActingKeepsSessionRunnable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.Script(modeltest.Turn{Text: "answered"})
+	ss := &stallingStore{Store: f.store, entered: make(chan struct{})}
+	cfgA := f.config()
+	cfgA.Store, cfgA.Owner, cfgA.Workers = ss, "brain-a", 1
+	a := harness.New(cfgA)
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	id := f.session()
+	f.say(id, "hi")
+	<-ss.entered
+	a.Stop()
+
+	cfgB := f.config()
+	cfgB.Owner = "brain-b"
+	f.start(cfgB)
+	assertTypes(t, f.waitIdle(id, 1), userMsg, running, start, agentMsg, end, idle)
+}

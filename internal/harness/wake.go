@@ -108,12 +108,17 @@ func (r *run) stopped() error {
 	return nil
 }
 
-// release gives the session up, counting the wake-ups seen at the last renewal as handled.
-func (r *run) release() error {
+// release gives the session up. With handled, the wake-ups seen at the last renewal count as handled;
+// without, none does and the session stays runnable.
+func (r *run) release(handled bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.b.cfg.LeaseTTL)
 	defer cancel()
-	if err := r.b.cfg.Store.LeaseRelease(ctx, r.lease.get()); err != nil {
-		return fmt.Errorf("release %s: %w", r.lease.get().SessionID, err)
+	l := r.lease.get()
+	if !handled {
+		l.WakeSeq = 0
+	}
+	if err := r.b.cfg.Store.LeaseRelease(ctx, l); err != nil {
+		return fmt.Errorf("release %s: %w", l.SessionID, err)
 	}
 	return nil
 }
