@@ -501,12 +501,16 @@ func (s *benchServer) close() {
 
 // startServer starts an in-process server: a fresh store, the backend's pool (idle sandboxes reaped after
 // idle), brains unless noBrain.
-func (b *benchRun) startServer(ctx context.Context, name string, fake *fakeModel, be *benchBackend, eager, noBrain bool, idle time.Duration) (*benchServer, error) {
+func (b *benchRun) startServer(ctx context.Context, name string, fake *fakeModel, be *benchBackend, eager, noBrain bool, idle time.Duration, wrap ...func(store.Store) store.Store) (*benchServer, error) {
 	st, err := b.openStore(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	s := &benchServer{st: st}
+	served := st
+	for _, w := range wrap {
+		served = w(served)
+	}
 	if be != nil {
 		dir, err := b.mkdir("hands-" + name)
 		if err != nil {
@@ -525,7 +529,7 @@ func (b *benchRun) startServer(ctx context.Context, name string, fake *fakeModel
 		}
 	}
 	s.Server, err = bench.StartServer(ctx, bench.ServerConfig{
-		Store: st, Model: fake.mdl, Hands: s.pool, EagerHands: eager, NoBrain: noBrain, Workers: b.f.workers,
+		Store: served, Model: fake.mdl, Hands: s.pool, EagerHands: eager, NoBrain: noBrain, Workers: b.f.workers,
 		LeaseTTL: 10 * time.Second, PollInterval: time.Second,
 		Logger: slog.New(slog.NewTextHandler(b.io.err, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
@@ -682,7 +686,11 @@ func (b *benchRun) scale(ctx context.Context) error {
 		return err
 	}
 	defer fake.srv.Close()
-	s, err := b.startServer(ctx, "scale", fake, nil, false, false, 0)
+	var timed *bench.TimedStore
+	s, err := b.startServer(ctx, "scale", fake, nil, false, false, 0, func(st store.Store) store.Store {
+		timed = bench.NewTimedStore(st)
+		return timed
+	})
 	if err != nil {
 		return err
 	}
@@ -701,18 +709,21 @@ levels:
 		}
 		for try := 1; try <= 2; try++ {
 			b.progress("scale: %d concurrent active sessions × %d turns each (try %d)", n, b.f.scalePerSlot, try)
+			timed.Take()
 			t0 := time.Now()
 			samples, errs, err := bench.RunTTFT(ctx, c, fake, bench.Workload{
 				AgentID: agentID, EnvID: envID, Concurrency: n, PerSlot: b.f.scalePerSlot, Stagger: b.f.scaleTTFT,
 			})
+			stt := timed.Take()
 			rate := float64(len(samples)) / time.Since(t0).Seconds()
 			if err != nil && len(samples) == 0 {
 				return err
 			}
 			step := bench.ScaleStep{Sessions: n, Try: try, TTFT: bench.Summarize(bench.TTFTs(samples)), Overhead: bench.Summarize(bench.Overheads(samples)),
-				Errors: errs, Rate: rate, Phases: bench.PhaseDists(samples)}
+				Errors: errs, Rate: rate, Phases: bench.PhaseDists(samples), Store: stt}
 			b.rep.Scale = append(b.rep.Scale, step)
-			b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %.0f turns/s, %d errors", n, bench.Ms(step.Overhead.P50), bench.Ms(step.Overhead.P95), rate, errs)
+			b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %.0f turns/s, %d errors; store append p95 %s ms, claim p95 %s ms, %d claims (%d found)",
+				n, bench.Ms(step.Overhead.P50), bench.Ms(step.Overhead.P95), rate, errs, bench.Ms(stt.Append.P95), bench.Ms(stt.Claim.P95), stt.Claims, stt.ClaimsFound)
 			if err != nil {
 				b.progress("scale: first error: %v", err)
 			}

@@ -40,6 +40,7 @@ type ScaleStep struct {
 	Rate     float64 // sessions (turns) completed per second
 	Phases   [NumPhases]Dist
 	Try      int // 1, or 2 for the second try of a level that missed
+	Store    StoreTimes
 }
 
 // Holds reports whether the level held: no session failed and the p95 overhead stayed under the goal.
