@@ -119,8 +119,8 @@ func internal(ip net.IP) bool {
 	return false
 }
 
-// MaxConns bounds the connections one sandbox may hold through its proxy at a time, so that a sandbox cannot
-// exhaust the server's file descriptors.
+// MaxConns bounds the connections one sandbox may hold to its proxy at a time, idle keep-alive ones included,
+// so that a sandbox cannot exhaust the server's file descriptors. A connection beyond it waits until one closes.
 const MaxConns = 256
 
 // Proxy is one sandbox's egress proxy on a Unix socket.
@@ -128,7 +128,6 @@ type Proxy struct {
 	policy Policy
 	logger *slog.Logger
 	ln     net.Listener
-	slots  chan struct{} // one per connection in use, up to MaxConns
 	srv    *http.Server
 	tr     *http.Transport
 	done   chan struct{}
@@ -157,7 +156,7 @@ func Listen(path string, uid, gid int, policy Policy, logger *slog.Logger) (*Pro
 		ln.Close()
 		return nil, fmt.Errorf("egress: chown socket: %w", err)
 	}
-	p := &Proxy{policy: policy, logger: logger, ln: ln, slots: make(chan struct{}, MaxConns), done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
+	p := &Proxy{policy: policy, logger: logger, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
 	p.tr = &http.Transport{
 		Proxy:                 nil,
 		DialContext:           p.dial,
@@ -166,10 +165,11 @@ func Listen(path string, uid, gid int, policy Policy, logger *slog.Logger) (*Pro
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Minute,
 	}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: time.Minute,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
 	go func() {
 		defer close(p.done)
-		_ = p.srv.Serve(ln)
+		_ = p.srv.Serve(&limitListener{Listener: ln, slots: make(chan struct{}, MaxConns), closed: make(chan struct{})})
 	}()
 	return p, nil
 }
@@ -214,15 +214,48 @@ func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 	return nil, fmt.Errorf("dial %s: %w", addr, last)
 }
 
+// limitListener accepts at most cap(slots) connections at a time: Accept waits for a slot, and closing a
+// connection (hijacked ones too) frees its slot. Close ends a wait (http.Server.Close waits for Serve to return
+// before it closes the connections).
+type limitListener struct {
+	net.Listener
+	slots     chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
+}
+
+type limitConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}
+
 // ServeHTTP handles one proxied request: CONNECT tunnels, anything else is forwarded.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	select {
-	case p.slots <- struct{}{}:
-		defer func() { <-p.slots }()
-	default:
-		http.Error(w, fmt.Sprintf("egress proxy: more than %d connections at once", MaxConns), http.StatusTooManyRequests)
-		return
-	}
 	if r.Method == http.MethodConnect {
 		p.connect(w, r)
 		return
