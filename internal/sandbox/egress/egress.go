@@ -3,7 +3,8 @@
 // 127.0.0.1:3128 to that socket. The proxy speaks HTTP CONNECT and plain (absolute-URI) HTTP, resolves names
 // itself, and enforces the environment's policy: `limited` allows only the listed hosts, `unrestricted` allows
 // any public host. Loopback, private, link-local and other internal addresses are refused unless the exact host
-// is listed, so a sandbox can never reach the server, its database or a metadata service by accident.
+// is listed, and so are the addresses of the host's own interfaces, so a sandbox can never reach the server, its
+// database or a metadata service by accident.
 package egress
 
 import (
@@ -82,12 +83,28 @@ func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) 
 	}
 	if !exact {
 		for _, ip := range ips {
-			if internal(ip) {
+			if internal(ip) || hostAddress(ip) {
 				return nil, fmt.Errorf("%w: %s resolves to an internal address", ErrDenied, host)
 			}
 		}
 	}
 	return ips, nil
+}
+
+// hostAddress reports whether ip is an address of one of the host's own interfaces, in whatever range: through
+// it a sandbox would reach every port the server's host listens on. If the interfaces cannot be read, every
+// address counts as the host's.
+func hostAddress(ip net.IP) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // internalNets are ranges that are not public though net.IP's predicates miss them: shared address space

@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -47,5 +48,28 @@ func TestPolicyFor(t *testing.T) {
 	p := PolicyFor(&apitype.Networking{Type: "limited", AllowedHosts: []string{"a.test"}})
 	if p.AllowAll || len(p.Hosts) != 1 {
 		t.Errorf("limited: %+v", p)
+	}
+}
+
+// The host's own addresses reach the server's listening ports (its API, its database) whatever range they are
+// in: a policy that is not an exact entry refuses every one of them.
+func TestPolicyRefusesHostAddresses(t *testing.T) {
+	t.Parallel()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		host := ipn.IP.String()
+		if _, err := (Policy{AllowAll: true}).check(context.Background(), host, "5432"); !errors.Is(err, ErrDenied) {
+			t.Errorf("unrestricted policy to the host's own address %s: err = %v, want denied", host, err)
+		}
+		if _, err := (Policy{Hosts: []string{"*.example.com", host}}).check(context.Background(), host, "5432"); err != nil {
+			t.Errorf("exact entry %s: %v", host, err)
+		}
 	}
 }
