@@ -342,7 +342,8 @@ func (p *Pool) reap() {
 	}
 }
 
-// idle removes and returns the sessions with no call in flight and no use for IdleTimeout.
+// idle removes and returns the sessions with no call in flight and no use for IdleTimeout. They are marked
+// removed at once: a call that took the slot before may not acquire the sandbox about to be closed.
 func (p *Pool) idle(now time.Time) []*session {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -352,6 +353,9 @@ func (p *Pool) idle(now time.Time) []*session {
 			continue // provisioning: busy, not idle
 		}
 		idle := s.inflight == 0 && now.Sub(s.lastUsed) >= p.cfg.IdleTimeout
+		if idle {
+			s.removed = true
+		}
 		s.mu.Unlock()
 		if idle {
 			delete(p.sessions, id)
