@@ -2,6 +2,7 @@ package sandboxtest
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -52,6 +53,38 @@ func RunNetwork(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		got := mustFail(t, p, withNet(bash("open", viaProxy+"-f -w '%{http_code}' "+srv.URL+"/"), n))
 		if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
 			t.Errorf("loopback through an unrestricted proxy: %q", got)
+		}
+	})
+	t.Run("UnrestrictedRefusesHostAddress", func(t *testing.T) {
+		// A port the host listens on for every interface, reached through an address of one of them that is
+		// in no reserved range (a public address): it is the host all the same.
+		ln, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hsrv := &http.Server{Handler: srv.Config.Handler}
+		go func() { _ = hsrv.Serve(ln) }()
+		defer hsrv.Close()
+		port := ln.Addr().(*net.TCPAddr).Port
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tried := 0
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok || ipn.IP.To4() == nil || ipn.IP.IsLoopback() || ipn.IP.IsPrivate() || ipn.IP.IsLinkLocalUnicast() {
+				continue
+			}
+			tried++
+			url := fmt.Sprintf("http://%s/", net.JoinHostPort(ipn.IP.String(), fmt.Sprint(port)))
+			got := mustFail(t, p, withNet(bash("open", viaProxy+"-f -w '%{http_code}' "+url), &apitype.Networking{Type: "unrestricted"}))
+			if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
+				t.Errorf("the host's address %s through an unrestricted proxy: %q", ipn.IP, got)
+			}
+		}
+		if tried == 0 {
+			t.Skip("the host has no IPv4 address outside the reserved ranges")
 		}
 	})
 	t.Run("NoDirectNetwork", func(t *testing.T) {
