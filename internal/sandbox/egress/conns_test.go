@@ -2,6 +2,8 @@ package egress
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -80,5 +82,50 @@ func TestConnectionLimit(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close hangs while a connection waits for a slot")
+	}
+}
+
+// When the destination closes its side of a CONNECT tunnel, the sandbox's side sees the end of the stream while
+// it may still send: the proxy half-closes, it does not wait for the sandbox to close first.
+func TestConnectHalfClose(t *testing.T) {
+	t.Parallel()
+	dst, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	go func() {
+		c, err := dst.Accept()
+		if err != nil {
+			return
+		}
+		_, _ = c.Write([]byte("hello"))
+		_ = c.(*net.TCPConn).CloseWrite()
+		_, _ = io.Copy(io.Discard, c) // the sandbox's side may still send
+		c.Close()
+	}()
+	sock := filepath.Join(t.TempDir(), "proxy.sock")
+	p, err := Listen(sock, -1, -1, Policy{Hosts: []string{dst.Addr().String()}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "CONNECT %[1]s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", dst.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(br)
+	if err != nil || string(got) != "hello" {
+		t.Errorf("through the tunnel: %q, %v; want hello and the end of the stream", got, err)
 	}
 }

@@ -271,6 +271,14 @@ func (c *limitConn) Close() error {
 	return err
 }
 
+// CloseWrite half-closes the connection, as a CONNECT tunnel does when its destination is done sending.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // ServeHTTP handles one proxied request: CONNECT tunnels, anything else is forwarded.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
