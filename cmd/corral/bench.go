@@ -277,6 +277,10 @@ func (b *benchRun) write() error {
 	if b.f.out == "" {
 		return nil
 	}
+	if _, err := os.Stat(filepath.Dir(b.f.out)); err != nil {
+		b.progress("not writing the report: %v (run from the source checkout, or pass --out)", err)
+		return nil
+	}
 	svgPath := cmp.Or(b.f.svg, filepath.Join(filepath.Dir(b.f.out), "bench.svg"))
 	rel, err := filepath.Rel(filepath.Dir(b.f.out), svgPath)
 	if err != nil {
