@@ -68,6 +68,12 @@ func TestPolicyRefusesHostAddresses(t *testing.T) {
 		if _, err := (Policy{AllowAll: true}).check(context.Background(), host, "5432"); !errors.Is(err, ErrDenied) {
 			t.Errorf("unrestricted policy to the host's own address %s: err = %v, want denied", host, err)
 		}
+		if v4 := ipn.IP.To4(); v4 != nil {
+			mapped := "::ffff:" + v4.String()
+			if _, err := (Policy{AllowAll: true}).check(context.Background(), mapped, "5432"); !errors.Is(err, ErrDenied) {
+				t.Errorf("unrestricted policy to the host's own address %s: err = %v, want denied", mapped, err)
+			}
+		}
 		if _, err := (Policy{Hosts: []string{"*.example.com", host}}).check(context.Background(), host, "5432"); err != nil {
 			t.Errorf("exact entry %s: %v", host, err)
 		}
