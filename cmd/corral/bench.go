@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"debug/elf"
 	"errors"
 	"flag"
 	"fmt"
@@ -452,22 +451,6 @@ func (b *benchRun) agentPath() (string, error) {
 		return "", fmt.Errorf("build corral-sandbox-agent: %v: %s", err, msg)
 	}
 	return out, os.Chmod(filepath.Dir(out), 0o711)
-}
-
-// dynamic reports whether the executable is dynamically linked (built with cgo, as go run does by default): as
-// the in-sandbox agent it would then need the host's loader and libc, which gVisor's sandbox lacks.
-func dynamic(path string) bool {
-	f, err := elf.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return true
-		}
-	}
-	return false
 }
 
 // openStore opens a fresh store for one server.

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +20,8 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/sandbox/oci"
+	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -34,8 +38,10 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := func() int {
-		// Only corral: serve copies itself into the data dir and runs as the in-sandbox agent.
+		// Only corral, statically linked (gVisor needs that): serve copies itself into the data dir and runs as
+		// the in-sandbox agent.
 		build := exec.Command("go", "build", "-o", dir, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stderr = os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build corral:", err)
@@ -252,12 +258,40 @@ func assertLogSound(t *testing.T, events []map[string]any) {
 
 func TestServeToolTurn(t *testing.T) {
 	t.Parallel()
+	testToolTurn(t)
+}
+
+// TestServeToolTurnBackends runs the same turn on the other isolating backends.
+func TestServeToolTurnBackends(t *testing.T) {
+	t.Parallel()
+	runsc := cmp.Or(os.Getenv("CORRAL_RUNSC"), "runsc")
+	for _, b := range []struct {
+		name      string
+		available error
+		args      []string
+	}{
+		{"oci", oci.Available("runc"), []string{"--sandbox", "oci"}},
+		{"gvisor", oci.Available(runsc), []string{"--sandbox", "gvisor", "--runsc", runsc}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			if os.Geteuid() != 0 {
+				sandboxtest.Require(t, b.name, errors.New("sandboxes need root"))
+			}
+			sandboxtest.Require(t, b.name, b.available)
+			testToolTurn(t, b.args...)
+		})
+	}
+}
+
+// testToolTurn: the model runs bash, the result holds corral-42, and the model's answer follows.
+func testToolTurn(t *testing.T, serverArgs ...string) {
 	model := modeltest.NewServer(t)
 	model.Script(
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt"}`}}},
 		modeltest.Turn{Text: "The file says corral-42."},
 	)
-	s := startServer(t, t.TempDir(), model)
+	s := startServer(t, t.TempDir(), model, serverArgs...)
 	c := s.client()
 	id := newSession(t, c, "Write the answer to a file and show it.")
 	events := waitIdle(t, c, id)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"debug/elf"
 	"flag"
 	"fmt"
 	"io"
@@ -82,6 +83,9 @@ func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Prov
 	case "oci", "runc":
 		return oci.New(oci.Config{AgentPath: agentPath, Logger: logger})
 	case "gvisor":
+		if dynamic(agentPath) {
+			return nil, fmt.Errorf("gvisor needs a statically linked agent, and %s is dynamically linked: build one with CGO_ENABLED=0 go build ./cmd/corral-sandbox-agent and pass --sandbox-agent (or build corral with CGO_ENABLED=0)", agentPath)
+		}
 		return gvisor.New(gvisor.Config{Runsc: f.runsc, OCI: oci.Config{AgentPath: agentPath, Logger: logger}})
 	case "process":
 		return process.New(process.Config{AgentPath: agentPath, Logger: logger})
@@ -158,4 +162,20 @@ func copyIfChanged(src, dst string) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), dst)
+}
+
+// dynamic reports whether the executable is dynamically linked (built with cgo, as go run does by default): as
+// the in-sandbox agent it would then need the host's loader and libc, which gVisor's sandbox lacks.
+func dynamic(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true
+		}
+	}
+	return false
 }
