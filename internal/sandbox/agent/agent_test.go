@@ -112,6 +112,20 @@ func TestBashTimeoutKillsGroup(t *testing.T) {
 	}
 }
 
+func TestBashTimeoutCapped(t *testing.T) {
+	t.Parallel()
+	s, _ := newTestServer(t, false)
+	for _, in := range []string{`{"command": "true", "timeout_ms": 3600001}`, `{"command": "true", "timeout_ms": 0}`} {
+		resp := s.Handle(context.Background(), Request{Tool: "bash", Input: json.RawMessage(in)})
+		if !resp.IsError || !strings.Contains(resp.Content[0].Text, "at most 3600000") {
+			t.Errorf("%s: %+v", in, resp)
+		}
+	}
+	if resp := s.Handle(context.Background(), Request{Tool: "bash", Input: json.RawMessage(`{"command": "echo ok", "timeout_ms": 3600000}`)}); resp.IsError {
+		t.Errorf("the maximum timeout is refused: %+v", resp)
+	}
+}
+
 func TestServeProtocol(t *testing.T) {
 	t.Parallel()
 	s, _ := newTestServer(t, false)

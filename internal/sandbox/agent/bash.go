@@ -66,8 +66,8 @@ func (t *bashTool) run(ctx context.Context, raw json.RawMessage, timeout time.Du
 		return errorf("invalid bash input: %v", err)
 	}
 	if in.TimeoutMS != nil {
-		if *in.TimeoutMS <= 0 {
-			return errorf("invalid bash input: timeout_ms must be a positive number of milliseconds")
+		if *in.TimeoutMS <= 0 || *in.TimeoutMS > MaxTimeoutMS {
+			return errorf("invalid bash input: timeout_ms must be a positive number of milliseconds, at most %d", MaxTimeoutMS)
 		}
 		timeout = time.Duration(*in.TimeoutMS) * time.Millisecond
 	}

@@ -147,7 +147,7 @@ func maxTimeout(input json.RawMessage, def time.Duration) time.Duration {
 		TimeoutMS int64 `json:"timeout_ms"`
 	}
 	if json.Unmarshal(input, &in) == nil && in.TimeoutMS > 0 {
-		return max(def, time.Duration(in.TimeoutMS)*time.Millisecond)
+		return max(def, time.Duration(min(in.TimeoutMS, MaxTimeoutMS))*time.Millisecond)
 	}
 	return def
 }

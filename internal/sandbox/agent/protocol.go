@@ -39,6 +39,8 @@ const PingTool = "ping"
 // Defaults the agent applies when a Request leaves them zero.
 const (
 	DefaultTimeoutMS = 120_000
+	// MaxTimeoutMS caps bash's timeout_ms: one command cannot hold a brain's worker for longer than an hour.
+	MaxTimeoutMS = 3_600_000
 	DefaultOutputCap = 100 * 1024
 )
 
