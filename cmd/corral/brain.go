@@ -23,6 +23,7 @@ type brainFlags struct {
 	maxTokens      int
 	thinkingBudget int
 	maxRetries     int
+	modelTimeout   time.Duration
 	eagerHands     bool
 }
 
@@ -33,6 +34,7 @@ func (f *brainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.contextTokens, "context-tokens", 200000, "the model's context window; history is compacted past 80% of it")
 	fs.IntVar(&f.maxTokens, "max-tokens", 8192, "max_tokens of each model request")
 	fs.IntVar(&f.thinkingBudget, "thinking-budget", 0, "extended thinking budget in tokens (0 = off)")
+	fs.DurationVar(&f.modelTimeout, "model-timeout", 10*time.Minute, "longest one model call may take, streaming included; a stalled call is retried")
 	fs.IntVar(&f.maxRetries, "model-retries", 5, "retries of a failed model call before the session idles with retries_exhausted")
 	fs.BoolVar(&f.eagerHands, "eager-hands", false, "advanced, for comparison only (corral bench): provision each session's sandbox before its first model call, as a coupled design does")
 }
@@ -52,6 +54,7 @@ func (f *brainFlags) config(st store.Store, hands *sandbox.Pool, logger *slog.Lo
 		PollInterval:   f.pollInterval,
 		ContextTokens:  f.contextTokens,
 		MaxTokens:      f.maxTokens,
+		ModelTimeout:   f.modelTimeout,
 		ThinkingBudget: f.thinkingBudget,
 		Retry:          harness.RetryPolicy{MaxRetries: retries(f.maxRetries)},
 		EagerHands:     f.eagerHands,

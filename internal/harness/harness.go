@@ -44,6 +44,9 @@ type Config struct {
 	ContextTokens int
 	// CompactAt is the fraction of ContextTokens past which the conversation is compacted (default 0.8).
 	CompactAt float64
+	// ModelTimeout bounds one model call, streaming included (default 10m): a stalled stream is cut and retried
+	// like a dropped connection, so it cannot hold a worker and its session forever.
+	ModelTimeout time.Duration
 	// MaxTokens caps each model answer (default 8192).
 	MaxTokens int
 	// ThinkingBudget enables extended thinking with this many tokens (0 = off). It must be below MaxTokens.
@@ -87,6 +90,7 @@ func (c *Config) setDefaults() {
 	c.ContextTokens = cmp.Or(c.ContextTokens, 200000)
 	c.CompactAt = cmp.Or(c.CompactAt, 0.8)
 	c.MaxTokens = cmp.Or(c.MaxTokens, 8192)
+	c.ModelTimeout = cmp.Or(c.ModelTimeout, 10*time.Minute)
 }
 
 func (c *Config) validate() error {

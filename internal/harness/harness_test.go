@@ -420,6 +420,26 @@ func TestRetriesThenSuccess(t *testing.T) {
 	}
 }
 
+// A model stream that stalls is cut after ModelTimeout and retried like a dropped connection.
+func TestStalledModelCallRetried(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	stall := make(chan struct{})
+	defer close(stall)
+	f.srv.Script(modeltest.Turn{Text: "stalls after this", Hold: stall}, modeltest.Turn{Text: "Recovered."})
+	cfg := f.config()
+	cfg.ModelTimeout = 300 * time.Millisecond
+	f.start(cfg)
+	id := f.session()
+	f.say(id, "hi")
+	evs := f.waitIdle(id, 1)
+	assertTypes(t, evs, userMsg, running, start, end, sessErr, resched, running, start, agentMsg, end, idle)
+	if e := decode[apitype.SessionError](t, evs[4]).Error; e.Type != apitype.SessionErrModelRequestFailed ||
+		e.RetryStatus.Type != "retrying" || !strings.Contains(e.Message, "no complete answer within 300ms") {
+		t.Errorf("session.error = %+v", e)
+	}
+}
+
 func TestRetriesExhausted(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

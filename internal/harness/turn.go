@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -226,10 +227,17 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			pv = r.newPreviewer()
 			onDelta = pv.onDelta
 		}
-		resp, err := r.b.cfg.Model.Call(ctx, req, onDelta)
+		callCtx, cancelCall := context.WithTimeoutCause(ctx, r.b.cfg.ModelTimeout, errModelTimeout)
+		resp, err := r.b.cfg.Model.Call(callCtx, req, onDelta)
+		timedOut := errors.Is(context.Cause(callCtx), errModelTimeout)
+		cancelCall()
 		interrupted := done()
 		if err == nil && !interrupted {
 			return resp, startID, pv.finish(true), nil
+		}
+		if timedOut && !interrupted {
+			// A stalled stream: retried like a dropped connection.
+			err = &model.Error{Kind: model.ErrServer, Err: fmt.Errorf("no complete answer within %v", r.b.cfg.ModelTimeout)}
 		}
 		pv.finish(false)
 		if r.ctx.Err() != nil {
@@ -285,6 +293,9 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 		return nil, "", nil, errTurnEnded
 	}
 }
+
+// errModelTimeout cancels a model call that has not finished within Config.ModelTimeout.
+var errModelTimeout = errors.New("harness: model call timed out")
 
 // backoff waits before retry attempt+1: exponential from BaseDelay with jitter, capped at MaxDelay, and never
 // shorter than the provider's retry-after. An interrupt cuts it short (errInterrupted).
