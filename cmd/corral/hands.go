@@ -14,6 +14,7 @@ import (
 
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/bwrap"
+	"github.com/corralhq/corral/internal/sandbox/egress"
 	"github.com/corralhq/corral/internal/sandbox/gvisor"
 	"github.com/corralhq/corral/internal/sandbox/oci"
 	"github.com/corralhq/corral/internal/sandbox/process"
@@ -69,7 +70,11 @@ func (f *handsFlags) build(dataDir string, logger *slog.Logger) (*sandbox.Pool, 
 	if err != nil {
 		return nil, err
 	}
-	return sandbox.NewPool(sandbox.PoolConfig{Provider: provider, WorkspaceRoot: root, IdleTimeout: f.idle, Logger: logger, Limits: f.limits()})
+	return sandbox.NewPool(sandbox.PoolConfig{
+		Provider: provider, WorkspaceRoot: root, IdleTimeout: f.idle, Logger: logger, Limits: f.limits(),
+		// Repositories are cloned on the server, under the same rules as the sandbox's egress proxy.
+		Resources: sandbox.ResourceConfig{Resolve: egress.Resolve},
+	})
 }
 
 func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Provider, error) {

@@ -20,11 +20,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +59,10 @@ type ResourceConfig struct {
 	// AllowLocalURLs lets repositories be cloned from http:// URLs, file:// URLs and absolute host paths, not
 	// only https:// ones. For tests only: with it a session can clone any repository the server can read.
 	AllowLocalURLs bool
+	// Resolve decides whether a repository's host may be reached under the session's networking policy and
+	// returns its addresses, which git is then pinned to (so a second DNS answer cannot send the clone to an
+	// internal address). The server wires the egress proxy's rules (egress.Resolve); nil allows every host.
+	Resolve func(ctx context.Context, n *apitype.Networking, host, port string) ([]net.IP, error)
 }
 
 // ResourceError is a session resource that could not be placed in the workspace. The sandbox is provisioned
@@ -145,7 +151,7 @@ func (p *Pool) placeResources(ctx context.Context, r *Recipe) []*ResourceError {
 			continue // memory stores are not files of the workspace
 		}
 		start := time.Now()
-		rerr := p.placeResource(ctx, r.WorkspaceDir, res)
+		rerr := p.placeResource(ctx, r.WorkspaceDir, res, r.Environment.Networking)
 		if rerr != nil && ctx.Err() != nil {
 			p.cfg.Logger.Warn("session resource: placement interrupted", "session", r.SessionID, "err", rerr)
 			break
@@ -203,7 +209,7 @@ func writeRecord(name string, rec *resourceRecord) error {
 }
 
 // placeResource places one resource in workspace ws.
-func (p *Pool) placeResource(ctx context.Context, ws string, res *apitype.Resource) *ResourceError {
+func (p *Pool) placeResource(ctx context.Context, ws string, res *apitype.Resource, n *apitype.Networking) *ResourceError {
 	rerr := &ResourceError{ResourceID: res.ID, Type: res.Type, URL: redactURL(res.URL), MountPath: mountPathOf(res)}
 	switch res.Type {
 	case ResourceGitHubRepository:
@@ -211,7 +217,7 @@ func (p *Pool) placeResource(ctx context.Context, ws string, res *apitype.Resour
 			_, rerr.Err = repoName(res.URL)
 			return rerr
 		}
-		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, ws, res.URL, rerr.MountPath, res.Checkout)
+		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, ws, res.URL, rerr.MountPath, res.Checkout, n)
 	case ResourceFile:
 		rerr.Err = fmt.Errorf("file %s: %w", res.FileID, ErrFileResourcesUnsupported)
 	default:
@@ -326,7 +332,7 @@ func (c *ResourceConfig) checkRepoURL(raw string) error {
 // directory of the workspace first and is then renamed into place, through an os.Root of the workspace, so
 // that nothing a sandbox left in the workspace (a symlink) can redirect the host's writes out of it. It
 // returns the hosted service's error type with the error.
-func (p *Pool) cloneRepository(ctx context.Context, ws, repoURL, mountPath string, rawCheckout json.RawMessage) (string, error) {
+func (p *Pool) cloneRepository(ctx context.Context, ws, repoURL, mountPath string, rawCheckout json.RawMessage, n *apitype.Networking) (string, error) {
 	cfg := &p.cfg.Resources
 	rel, err := workspaceRel(mountPath)
 	if err != nil {
@@ -334,6 +340,10 @@ func (p *Pool) cloneRepository(ctx context.Context, ws, repoURL, mountPath strin
 	}
 	if err := cfg.checkRepoURL(repoURL); err != nil {
 		return "", err
+	}
+	pin, err := cfg.pinHost(ctx, repoURL, n)
+	if err != nil {
+		return ErrTypeRepositoryClone, err
 	}
 	co, err := parseCheckout(rawCheckout)
 	if err != nil {
@@ -380,16 +390,16 @@ func (p *Pool) cloneRepository(ctx context.Context, ws, repoURL, mountPath strin
 	case "commit":
 		args = append(args, "--no-checkout")
 	}
-	if err := cfg.git(ctx, home, "", append(args, "--", repoURL, dst)...); err != nil {
+	if err := cfg.git(ctx, home, "", pin, append(args, "--", repoURL, dst)...); err != nil {
 		return ErrTypeRepositoryClone, fmt.Errorf("could not clone the repository: %w", err)
 	}
 	if co.Type == "commit" {
-		if err := cfg.git(ctx, home, dst, "checkout", "--quiet", "--detach", co.SHA, "--"); err != nil {
+		if err := cfg.git(ctx, home, dst, nil, "checkout", "--quiet", "--detach", co.SHA, "--"); err != nil {
 			// The commit may be on no branch the clone fetched; ask the remote for it by id.
-			if ferr := cfg.git(ctx, home, dst, "fetch", "--quiet", "origin", co.SHA); ferr != nil {
+			if ferr := cfg.git(ctx, home, dst, pin, "fetch", "--quiet", "origin", co.SHA); ferr != nil {
 				return ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
 			}
-			if err := cfg.git(ctx, home, dst, "checkout", "--quiet", "--detach", "FETCH_HEAD", "--"); err != nil {
+			if err := cfg.git(ctx, home, dst, nil, "checkout", "--quiet", "--detach", "FETCH_HEAD", "--"); err != nil {
 				return ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
 			}
 		}
@@ -442,20 +452,45 @@ func mkdirAllOwned(root *os.Root, dir string, uid, gid int) error {
 	return nil
 }
 
+// pinHost checks the repository's host against the session's networking policy (Resolve) and returns the git
+// options that pin the host to the addresses checked; none without Resolve or for a URL without a host.
+func (c *ResourceConfig) pinHost(ctx context.Context, repoURL string, n *apitype.Networking) ([]string, error) {
+	u, err := url.Parse(repoURL)
+	if c.Resolve == nil || err != nil || u.Hostname() == "" {
+		return nil, nil
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	}
+	ips, err := c.Resolve(ctx, n, u.Hostname(), port)
+	if err != nil {
+		return nil, fmt.Errorf("repository host %s: %w", u.Hostname(), err)
+	}
+	addrs := make([]string, len(ips))
+	for i, ip := range ips {
+		addrs[i] = ip.String()
+		if ip.To4() == nil {
+			addrs[i] = "[" + addrs[i] + "]"
+		}
+	}
+	return []string{"-c", fmt.Sprintf("http.curloptResolve=%s:%s:%s", u.Hostname(), port, strings.Join(addrs, ","))}, nil
+}
+
 // gitEnvPath is the PATH of git when the server has none.
 const gitEnvPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // git runs git in dir (if set) with a clean environment: nothing of the server's but PATH, a private HOME, no
 // system or global configuration, no prompts, and only the allowed transport protocols. The whole process
 // group is killed when ctx ends.
-func (c *ResourceConfig) git(ctx context.Context, home, dir string, args ...string) error {
+func (c *ResourceConfig) git(ctx context.Context, home, dir string, pin []string, args ...string) error {
 	protocols := []string{"-c", "protocol.allow=never", "-c", "protocol.https.allow=always"}
 	if c.AllowLocalURLs {
 		protocols = append(protocols, "-c", "protocol.http.allow=always", "-c", "protocol.file.allow=always")
 	} else {
 		protocols = append(protocols, "-c", "protocol.file.allow=never")
 	}
-	full := append(protocols, "-c", "credential.helper=", "-c", "core.hooksPath=/dev/null")
+	full := slices.Concat(protocols, []string{"-c", "credential.helper=", "-c", "core.hooksPath=/dev/null"}, pin)
 	if dir != "" {
 		full = append(full, "-C", dir)
 	}

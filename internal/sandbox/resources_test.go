@@ -4,15 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/egress"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
 )
 
@@ -328,5 +332,50 @@ func TestResourcesUnreadableRecord(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "sess_rec", "proj")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("repository cloned despite the unreadable record: %v", err)
+	}
+}
+
+// TestResourcesCloneFollowsNetworking: the clone runs on the server, so its host is checked against the
+// session's networking (the egress proxy's rules) and git is pinned to the addresses checked.
+func TestResourcesCloneFollowsNetworking(t *testing.T) {
+	t.Parallel()
+	newPool := func(resolve func(context.Context, *apitype.Networking, string, string) ([]net.IP, error)) *sandbox.Pool {
+		p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: &fakeProvider{}, WorkspaceRoot: t.TempDir(),
+			Resources: sandbox.ResourceConfig{Resolve: resolve, CloneTimeout: 20 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Stop() })
+		return p
+	}
+	// The server's own loopback (its API, its database) is refused under unrestricted networking.
+	p := newPool(egress.Resolve)
+	_, unplaced := provisionWith(t, p, "sess_loopback", repoResource("https://127.0.0.1:5432/db.git", "", ""))
+	if len(unplaced) != 1 || !errors.Is(unplaced[0], egress.ErrDenied) || unplaced[0].ErrorType != "repository_clone_error" {
+		t.Fatalf("clone from loopback: %v", unplaced)
+	}
+	// A host missing from a limited environment's allowed_hosts is refused.
+	c := call("sess_limited")
+	c.Recipe.Resources = []apitype.Resource{repoResource("https://github.com/corralhq/corral.git", "", "")}
+	c.Recipe.Environment.Networking = &apitype.Networking{Type: "limited", AllowedHosts: []string{"example.com"}}
+	var errs []*sandbox.ResourceError
+	c.OnProvision = func(r sandbox.ProvisionReport) { errs = append(errs, r.ResourceErrors...) }
+	if _, err := p.Execute(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 1 || !errors.Is(errs[0], egress.ErrDenied) {
+		t.Fatalf("clone from a host not allowed: %v", errs)
+	}
+	// An allowed host is pinned to the addresses the check returned: git connects there without resolving
+	// the name itself (example.invalid resolves nowhere).
+	pinned := newPool(func(_ context.Context, _ *apitype.Networking, host, port string) ([]net.IP, error) {
+		if host != "example.invalid" || port != "1" {
+			return nil, fmt.Errorf("asked for %s:%s", host, port)
+		}
+		return []net.IP{net.IPv4(127, 0, 0, 1)}, nil
+	})
+	_, unplaced = provisionWith(t, pinned, "sess_pinned", repoResource("https://example.invalid:1/r.git", "", ""))
+	if len(unplaced) != 1 || strings.Contains(unplaced[0].Error(), "resolve host") || !strings.Contains(unplaced[0].Error(), "connect to example.invalid port 1") {
+		t.Fatalf("pinned clone: %v (want a refused connection to the pinned address, not a failed name lookup)", unplaced)
 	}
 }

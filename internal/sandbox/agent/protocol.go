@@ -40,7 +40,7 @@ const PingTool = "ping"
 const (
 	DefaultTimeoutMS = 120_000
 	// MaxTimeoutMS caps bash's timeout_ms: one command cannot hold a brain's worker for longer than an hour.
-	MaxTimeoutMS = 3_600_000
+	MaxTimeoutMS     = 3_600_000
 	DefaultOutputCap = 100 * 1024
 )
 

@@ -41,6 +41,13 @@ func PolicyFor(n *apitype.Networking) Policy {
 	return Policy{Hosts: n.AllowedHosts}
 }
 
+// Resolve decides whether the server may reach host:port on a session's behalf under the environment's
+// networking (the same rules as the sandbox's proxy: internal and host addresses only when listed exactly) and
+// returns the addresses to use, so that a caller can pin them against a second, different DNS answer.
+func Resolve(ctx context.Context, n *apitype.Networking, host, port string) ([]net.IP, error) {
+	return PolicyFor(n).check(ctx, host, port)
+}
+
 // ErrDenied is returned (wrapped) for a destination the policy refuses.
 var ErrDenied = errors.New("destination not allowed")
 
