@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/harness"
@@ -97,10 +99,45 @@ func startBrains(ctx context.Context, bf *brainFlags, hf *handsFlags, dataDir st
 		stopHands()
 		return nil, err
 	}
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	var sweeper sync.WaitGroup
+	if hands != nil {
+		sweeper.Go(func() { sweepWorkspaces(sweepCtx, hands, st, logger) })
+	}
 	return func() {
+		stopSweep()
+		sweeper.Wait()
 		brain.Stop()
 		stopHands()
 	}, nil
+}
+
+// workspaceSweep is how often the workspaces of deleted sessions are removed.
+const workspaceSweep = 10 * time.Minute
+
+// sweepWorkspaces removes, now and every workspaceSweep, the local workspaces of sessions the store no longer
+// has (deleted through the API), until ctx ends.
+func sweepWorkspaces(ctx context.Context, hands *sandbox.Pool, st store.Store, logger *slog.Logger) {
+	gone := func(ctx context.Context, id string) (bool, error) {
+		_, err := st.SessionGet(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return true, nil
+		}
+		return false, err
+	}
+	t := time.NewTicker(workspaceSweep)
+	defer t.Stop()
+	for {
+		n, err := hands.RemoveWorkspaces(ctx, gone)
+		if n > 0 || err != nil {
+			logger.Info("workspaces of deleted sessions removed", "count", n, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // retries maps the flag (0 = no retries) to harness.RetryPolicy.MaxRetries (0 = the default, negative = none).

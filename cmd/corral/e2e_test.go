@@ -291,11 +291,13 @@ func testToolTurn(t *testing.T, serverArgs ...string) {
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt"}`}}},
 		modeltest.Turn{Text: "The file says corral-42."},
 	)
-	s := startServer(t, t.TempDir(), model, serverArgs...)
+	data := t.TempDir()
+	s := startServer(t, data, model, serverArgs...)
 	c := s.client()
 	id := newSession(t, c, "Write the answer to a file and show it.")
 	events := waitIdle(t, c, id)
 	assertLogSound(t, events)
+	t.Cleanup(func() { assertWorkspaceRemovedOnDelete(t, s, data, id, model, serverArgs...) })
 
 	var toolUse, toolResult, message int = -1, -1, -1
 	for i, e := range events {
@@ -343,6 +345,32 @@ func TestServeTextTurnProvisionsNothing(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(data, "workspaces")); len(entries) != 0 {
 		t.Errorf("a text-only session created %d workspaces", len(entries))
+	}
+}
+
+// assertWorkspaceRemovedOnDelete deletes the session through the API, restarts the server (which sweeps at
+// start) and checks that the session's workspace, which held out.txt, is gone.
+func assertWorkspaceRemovedOnDelete(t *testing.T, s *server, data, id string, model *modeltest.Server, serverArgs ...string) {
+	ws := filepath.Join(data, "workspaces", id)
+	if b, err := os.ReadFile(filepath.Join(ws, "out.txt")); err != nil || strings.TrimSpace(string(b)) != "corral-42" {
+		t.Errorf("workspace out.txt = %q, %v", b, err)
+	}
+	if err := s.client().do(context.Background(), "DELETE", "/v1/sessions/"+id, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.exited
+	startServer(t, data, model, serverArgs...)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := os.Stat(ws)
+		if errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workspace of the deleted session remains: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -289,6 +290,39 @@ func (p *Pool) Close(sessionID string) error {
 		return nil
 	}
 	return s.close()
+}
+
+// RemoveWorkspaces deletes the workspaces (and resource records) of the sessions that gone reports as gone,
+// closing any sandbox they still have, and returns how many it removed. A session gone cannot answer for is
+// left alone. Workspaces outlive sandboxes on purpose; this is how a deleted session's files go.
+func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Context, sessionID string) (bool, error)) (int, error) {
+	entries, err := os.ReadDir(p.cfg.WorkspaceRoot)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox pool: workspaces: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range entries {
+		id := e.Name()
+		if !e.IsDir() || validSessionID(id) != nil || strings.HasPrefix(id, ".") {
+			continue
+		}
+		if ok, err := gone(ctx, id); err != nil || !ok {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, p.Close(id))
+		dir := filepath.Join(p.cfg.WorkspaceRoot, id)
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox pool: remove workspace: %w", err))
+			continue
+		}
+		if err := os.Remove(recordPath(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 func (s *session) close() error {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,5 +238,51 @@ func TestPoolDefaultLimits(t *testing.T) {
 	want.MemoryBytes = 128 << 20
 	if got := prov.recipes[1].Limits; got != want {
 		t.Errorf("recipe with its own memory limit provisioned with %+v, want %+v", got, want)
+	}
+}
+
+func TestPoolRemoveWorkspaces(t *testing.T) {
+	t.Parallel()
+	prov := &fakeProvider{}
+	root := t.TempDir()
+	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	ctx := context.Background()
+	for _, id := range []string{"sesn_deleted", "sesn_live", "sesn_unknown"} {
+		if _, err := p.Execute(ctx, call(id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, id, "file"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := p.RemoveWorkspaces(ctx, func(_ context.Context, id string) (bool, error) {
+		switch id {
+		case "sesn_deleted":
+			return true, nil
+		case "sesn_unknown":
+			return false, errors.New("store unavailable")
+		}
+		return false, nil
+	})
+	if n != 1 || err == nil || !strings.Contains(err.Error(), "store unavailable") {
+		t.Fatalf("RemoveWorkspaces = %d, %v; want 1 and the lookup error", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "sesn_deleted")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the deleted session's workspace remains: %v", err)
+	}
+	for _, id := range []string{"sesn_live", "sesn_unknown"} {
+		if _, err := os.Stat(filepath.Join(root, id, "file")); err != nil {
+			t.Errorf("%s's workspace was touched: %v", id, err)
+		}
+	}
+	prov.mu.Lock()
+	closed := prov.live[0].closed.Load()
+	prov.mu.Unlock()
+	if closed == 0 {
+		t.Error("the deleted session's sandbox was not closed")
 	}
 }
