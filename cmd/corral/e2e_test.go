@@ -400,17 +400,24 @@ func TestServeCrashMidModelCall(t *testing.T) {
 	s2 := startServer(t, data, model)
 	events := waitIdle(t, s2.client(), id)
 	t.Logf("resumed and finished %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
+	assertOneTurn(t, events, "The complete answer.")
+}
+
+// assertOneTurn checks a log that a crash or a handover went through: sound, with exactly one user message and
+// one agent message, which holds want.
+func assertOneTurn(t *testing.T, events []map[string]any, want string) {
+	t.Helper()
 	assertLogSound(t, events)
 	if n := count(events, "user.message"); n != 1 {
 		t.Errorf("%d user messages, want 1: %v", n, types(events))
 	}
 	if n := count(events, "agent.message"); n != 1 {
-		t.Errorf("%d agent messages, want 1: %v", n, types(events))
+		t.Fatalf("%d agent messages, want 1: %v", n, types(events))
 	}
 	for _, e := range events {
 		if e["type"] == "agent.message" {
-			if b, _ := json.Marshal(e["content"]); !strings.Contains(string(b), "The complete answer.") {
-				t.Errorf("agent message = %s", b)
+			if b, _ := json.Marshal(e["content"]); !strings.Contains(string(b), want) {
+				t.Errorf("agent message = %s, want %q in it", b, want)
 			}
 		}
 	}
@@ -458,8 +465,5 @@ func TestServeSIGTERM(t *testing.T) {
 
 	model.Script(modeltest.Turn{Text: "Resumed."})
 	s2 := startServer(t, data, model, "--lease-ttl", "30s")
-	events := waitIdle(t, s2.client(), id)
-	if n := count(events, "agent.message"); n != 1 {
-		t.Errorf("%d agent messages, want 1: %v", n, types(events))
-	}
+	assertOneTurn(t, waitIdle(t, s2.client(), id), "Resumed.")
 }
