@@ -73,11 +73,18 @@ func TestKeys(t *testing.T) {
 	data := t.TempDir()
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--sandbox", "none"}
 	s := startCorral(t, serverEnv(model, ""), "corral: listening on ", args...)
-	printed := regexp.MustCompile(`created API key (apikey_\w+).*\n\s*\n\s+(corral-\w+)`).FindStringSubmatch(s.stderr.String())
-	if printed == nil {
-		t.Fatalf("first start printed no key:\n%s", s.stderr.String())
+	printed := regexp.MustCompile(`created API key (apikey_\w+)`).FindStringSubmatch(s.stderr.String())
+	// stdout and stderr are separate pipes: the key may arrive a moment after the listening line.
+	for deadline := time.Now().Add(5 * time.Second); s.stdout.String() == "" && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
-	first := printed[2]
+	first := strings.TrimSpace(s.stdout.String())
+	if printed == nil || !regexp.MustCompile(`^corral-\w{40}$`).MatchString(first) {
+		t.Fatalf("first start printed no key: stdout %q, stderr:\n%s", first, s.stderr.String())
+	}
+	if strings.Contains(s.stderr.String(), first) {
+		t.Error("the key secret was written to the log (stderr)")
+	}
 	ctx := context.Background()
 	get := func(key string) error {
 		c := &client{base: s.url, key: key, http: http.DefaultClient}
@@ -119,7 +126,7 @@ func TestKeys(t *testing.T) {
 	s.cmd.Process.Kill()
 	<-s.exited
 	s2 := startCorral(t, serverEnv(model, ""), "corral: listening on ", args...)
-	if strings.Contains(s2.stderr.String(), "created API key") {
+	if strings.Contains(s2.stderr.String(), "created API key") || s2.stdout.String() != "" {
 		t.Errorf("second start minted another key:\n%s", s2.stderr.String())
 	}
 }

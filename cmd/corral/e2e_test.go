@@ -61,6 +61,7 @@ type server struct {
 	cmd    *exec.Cmd
 	url    string
 	stderr *lockedBuffer
+	stdout *lockedBuffer
 	exited chan struct{}
 }
 
@@ -114,8 +115,9 @@ func startCorral(t *testing.T, env []string, ready string, args ...string) *serv
 	cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
 	cmd.Env = env
 	pr, pw := io.Pipe()
-	s := &server{t: t, cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	s := &server{t: t, cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(s.stderr, pw) // the buffer first: it holds a line by the time the reader sees it
+	cmd.Stdout = s.stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,9 @@ func apiKeys(ctx context.Context, io *stdio, st store.Store) (api.Authenticator,
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(io.err, "corral: created API key %s (shown once; only its hash is stored):\n\n    %s\n\n", key.ID, secret)
+	// The secret alone goes to stdout (for scripts: KEY=$(corral serve | head -1) ...), the words to stderr.
+	fmt.Fprintf(io.err, "corral: created API key %s; it is printed once, on stdout, and only its hash is stored\n", key.ID)
+	fmt.Fprintln(io.out, secret)
 	return auth, nil
 }
 
