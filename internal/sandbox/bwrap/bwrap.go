@@ -77,6 +77,7 @@ func (c *Config) validate() error {
 type Provider struct {
 	cfg   Config
 	bwrap string
+	etc   string // the staged minimal /etc (stageEtc)
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -150,7 +151,11 @@ func New(cfg Config) (*Provider, error) {
 	if err := agent.CheckSearchable(filepath.Join(cfg.StateDir, "x")); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
-	return &Provider{cfg: cfg, bwrap: bw}, nil
+	etc, err := stageEtc(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Provider{cfg: cfg, bwrap: bw, etc: etc}, nil
 }
 
 // Name returns "bwrap".
@@ -355,12 +360,7 @@ func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 			args = append(args, "--ro-bind", "/"+l, "/"+l)
 		}
 	}
-	args = append(args, "--dir", "/etc")
-	for _, f := range agent.EtcFiles {
-		if _, err := os.Stat("/etc/" + f); err == nil {
-			args = append(args, "--ro-bind", "/etc/"+f, "/etc/"+f)
-		}
-	}
+	args = append(args, "--ro-bind", p.etc, "/etc")
 	args = append(args,
 		"--proc", "/proc",
 		// The kernel command line of a VM host may carry boot secrets.
@@ -421,6 +421,7 @@ func sweep(base string) {
 		for _, m := range mountsUnder(dir) {
 			_ = unmount(m)
 		}
+		_ = os.RemoveAll(filepath.Join(dir, "etc")) // the staged /etc holds no mounts
 		boxes, _ := os.ReadDir(dir)
 		for _, b := range boxes {
 			_ = removeShallow(filepath.Join(dir, b.Name()))
