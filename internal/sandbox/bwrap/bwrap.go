@@ -196,9 +196,18 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	}
 	// The workspace and the agent are bound here first: bwrap, running as the sandbox uid, must be able to
 	// resolve its sources, and the directories that hold them may be private to root.
+	// The agent and the proxy's socket share one directory, bound read-only at /.corral: one bind for both.
 	ws := filepath.Join(stateDir, "workspace")
-	agentBin := filepath.Join(stateDir, "agent")
+	corralDir := filepath.Join(stateDir, "corral")
+	agentBin := filepath.Join(corralDir, filepath.Base(agent.BinPath))
 	if err := os.Mkdir(ws, 0o700); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	if err := os.Mkdir(corralDir, 0o700); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	cleanup = append(cleanup, func() error { return removeShallow(corralDir) })
+	if err := os.Chown(corralDir, uid, uid); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	if err := os.WriteFile(agentBin, nil, 0o500); err != nil {
@@ -212,14 +221,13 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	cleanup = append(cleanup, func() error { return unmount(agentBin) })
-	args = append(args, "--bind", ws, agent.Workspace, "--ro-bind", agentBin, agent.BinPath)
-	sock := filepath.Join(stateDir, "proxy.sock")
+	sock := filepath.Join(corralDir, filepath.Base(agent.ProxySocketPath))
 	proxy, err := egress.Listen(sock, uid, uid, egress.PolicyFor(r.Environment.Networking), p.cfg.Logger.With("sandbox", name))
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	cleanup = append(cleanup, proxy.Close)
-	args = append(args, "--ro-bind", sock, agent.ProxySocketPath)
+	args = append(args, "--bind", ws, agent.Workspace, "--ro-bind", corralDir, filepath.Dir(agent.BinPath))
 
 	var group *cgroup.Group
 	limits := agent.WithDefaults(r.Limits)
@@ -367,7 +375,6 @@ func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 		"--ro-bind", "/dev/null", "/proc/cmdline",
 		"--dev", "/dev",
 		"--tmpfs", "/tmp",
-		"--dir", "/.corral",
 		"--chdir", agent.Workspace,
 	)
 	return args
