@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // uids are the host uids handed to live sandboxes by every provider of this process.
@@ -104,4 +106,45 @@ func PrepareWorkspace(dir string, uid int) error {
 		return fmt.Errorf("workspace: chown: %w", err)
 	}
 	return os.Chmod(dir, 0o700)
+}
+
+// Undo is the teardown of a sandbox being built, one step per resource it took. Run undoes them, newest
+// first, when provisioning fails; Reversed gives them newest first to the Sandbox's Close when it succeeds.
+type Undo []func() error
+
+// Add records a step.
+func (u *Undo) Add(f func() error) { *u = append(*u, f) }
+
+// Reversed returns the steps newest first.
+func (u Undo) Reversed() []func() error {
+	out := make([]func() error, len(u))
+	for i, f := range u {
+		out[len(u)-1-i] = f
+	}
+	return out
+}
+
+// Run runs the steps newest first, ignoring their errors: it cleans up after a failure.
+func (u Undo) Run() {
+	for _, f := range u.Reversed() {
+		_ = f()
+	}
+}
+
+// Claim starts what every isolating backend's Provision does first: it checks the workspace path, takes a uid
+// of the sandbox's own from [base, base+count) and gives the workspace to it. The returned Undo frees the uid.
+func Claim(r *sandbox.Recipe, base, count int) (int, Undo, error) {
+	if !filepath.IsAbs(r.WorkspaceDir) {
+		return 0, nil, fmt.Errorf("workspace %q must be an absolute path", r.WorkspaceDir)
+	}
+	uid, err := AllocUID(base, count, r.SessionID)
+	if err != nil {
+		return 0, nil, err
+	}
+	undo := Undo{func() error { FreeUID(uid); return nil }}
+	if err := PrepareWorkspace(r.WorkspaceDir, uid); err != nil {
+		undo.Run()
+		return 0, nil, err
+	}
+	return uid, undo, nil
 }

@@ -163,25 +163,15 @@ func (p *Provider) Name() string { return "bwrap" }
 
 // Provision starts a sandbox for r and returns once its agent is running.
 func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.Sandbox, err error) {
-	if r.WorkspaceDir == "" || !filepath.IsAbs(r.WorkspaceDir) {
-		return nil, fmt.Errorf("bwrap: workspace %q must be an absolute path", r.WorkspaceDir)
-	}
-	uid, err := agent.AllocUID(p.cfg.UIDBase, p.cfg.UIDCount, r.SessionID)
+	uid, cleanup, err := agent.Claim(r, p.cfg.UIDBase, p.cfg.UIDCount)
 	if err != nil {
-		return nil, err
-	}
-	var cleanup []func() error
-	cleanup = append(cleanup, func() error { agent.FreeUID(uid); return nil })
-	defer func() {
-		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				_ = cleanup[i]()
-			}
-		}
-	}()
-	if err := agent.PrepareWorkspace(r.WorkspaceDir, uid); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			cleanup.Run()
+		}
+	}()
 	name := "bwrap-" + randomID()
 	args := p.baseArgs(r)
 
@@ -190,7 +180,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err := os.Mkdir(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
-	cleanup = append(cleanup, func() error { return removeShallow(stateDir) })
+	cleanup.Add(func() error { return removeShallow(stateDir) })
 	if err := os.Chown(stateDir, uid, uid); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
@@ -206,7 +196,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err := os.Mkdir(corralDir, 0o700); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	cleanup = append(cleanup, func() error { return removeShallow(corralDir) })
+	cleanup.Add(func() error { return removeShallow(corralDir) })
 	if err := os.Chown(corralDir, uid, uid); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
@@ -216,17 +206,17 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err := bindMount(r.WorkspaceDir, ws, false); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	cleanup = append(cleanup, func() error { return unmount(ws) })
+	cleanup.Add(func() error { return unmount(ws) })
 	if err := bindMount(p.cfg.AgentPath, agentBin, true); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	cleanup = append(cleanup, func() error { return unmount(agentBin) })
+	cleanup.Add(func() error { return unmount(agentBin) })
 	sock := filepath.Join(corralDir, filepath.Base(agent.ProxySocketPath))
 	proxy, err := egress.Listen(sock, uid, uid, egress.PolicyFor(r.Environment.Networking), p.cfg.Logger.With("sandbox", name))
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	cleanup = append(cleanup, proxy.Close)
+	cleanup.Add(proxy.Close)
 	args = append(args, "--bind", ws, agent.Workspace, "--ro-bind", corralDir, filepath.Dir(agent.BinPath))
 
 	var group *cgroup.Group
@@ -236,7 +226,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		if err != nil {
 			return nil, fmt.Errorf("bwrap: %w", err)
 		}
-		cleanup = append(cleanup, group.Remove)
+		cleanup.Add(group.Remove)
 	}
 
 	argsR, argsW, err := os.Pipe()
@@ -288,7 +278,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	cleanup = append(cleanup, func() error { proc.Stop(); return nil })
+	cleanup.Add(func() error { proc.Stop(); return nil })
 	childPID, err := readChildPID(ctx, infoR, proc)
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: sandbox did not start: %w", err)
@@ -316,8 +306,8 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	}
 	p.cfg.Logger.Debug("sandbox started", "sandbox", name, "session", r.SessionID, "uid", uid, "pid", childPID)
 	// The cleanups run in reverse on Close, after the Sandbox has killed the agent.
-	for i := len(cleanup) - 1; i >= 0; i-- {
-		sb.OnClose(cleanup[i])
+	for _, f := range cleanup.Reversed() {
+		sb.OnClose(f)
 	}
 	return sb, nil
 }

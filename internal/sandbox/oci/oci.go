@@ -165,25 +165,15 @@ func (p *Provider) runtimeCmdRoot(ctx context.Context, root string, args ...stri
 
 // Provision creates and starts a container for r.
 func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.Sandbox, err error) {
-	if !filepath.IsAbs(r.WorkspaceDir) {
-		return nil, fmt.Errorf("oci: workspace %q must be an absolute path", r.WorkspaceDir)
-	}
-	uid, err := agent.AllocUID(p.cfg.UIDBase, p.cfg.UIDCount, r.SessionID)
+	uid, cleanup, err := agent.Claim(r, p.cfg.UIDBase, p.cfg.UIDCount)
 	if err != nil {
-		return nil, err
-	}
-	var cleanup []func() error
-	cleanup = append(cleanup, func() error { agent.FreeUID(uid); return nil })
-	defer func() {
-		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				_ = cleanup[i]()
-			}
-		}
-	}()
-	if err := agent.PrepareWorkspace(r.WorkspaceDir, uid); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			cleanup.Run()
+		}
+	}()
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	name := "corral-" + hex.EncodeToString(b)
@@ -191,7 +181,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
-	cleanup = append(cleanup, func() error { return os.RemoveAll(dir) })
+	cleanup.Add(func() error { return os.RemoveAll(dir) })
 	sockDir := filepath.Join(dir, "run")
 	if err := os.Mkdir(sockDir, 0o700); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
@@ -204,7 +194,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
-	cleanup = append(cleanup, proxy.Close)
+	cleanup.Add(proxy.Close)
 
 	limits := agent.WithDefaults(r.Limits)
 	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.cfg.AgentPath, ProxySocket: sock}
@@ -223,8 +213,8 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
-	cleanup = append(cleanup, func() error { proc.Stop(); return nil })
-	cleanup = append(cleanup, func() error {
+	cleanup.Add(func() error { proc.Stop(); return nil })
+	cleanup.Add(func() error {
 		out, err := p.runtimeCmd(context.Background(), "delete", "--force", name).CombinedOutput()
 		if err != nil && !strings.Contains(string(out), "not exist") {
 			return fmt.Errorf("oci: delete %s: %v: %s", name, err, out)
@@ -232,7 +222,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil
 	})
 	if group != nil {
-		cleanup = append(cleanup, group.Remove)
+		cleanup.Add(group.Remove)
 	}
 	select {
 	case <-proc.Exited():
@@ -252,9 +242,5 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("oci: %s start: %v: %s", p.cfg.Runtime, err, out)
 	}
 	p.cfg.Logger.Debug("container started", "container", name, "session", r.SessionID, "uid", uid)
-	teardown := make([]func() error, 0, len(cleanup))
-	for i := len(cleanup) - 1; i >= 0; i-- {
-		teardown = append(teardown, cleanup[i])
-	}
-	return agent.NewSandbox(proc, r.Limits, group, teardown...), nil
+	return agent.NewSandbox(proc, r.Limits, group, cleanup.Reversed()...), nil
 }
