@@ -391,19 +391,25 @@ func (b *benchRun) backends() []*benchBackend {
 
 // probe starts and stops one sandbox of the backend.
 func (b *benchRun) probe(be *benchBackend) error {
-	dir, err := b.mkdir("probe-" + be.name)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := b.runHands(ctx, be, "probe-", 1, 1)
+	return err
+}
+
+// runHands runs n sandboxes of calls each, one at a time, on a fresh provider of the backend with a directory
+// of its own (prefix + the backend's name).
+func (b *benchRun) runHands(ctx context.Context, be *benchBackend, prefix string, n, calls int) (bench.HandsResult, error) {
+	dir, err := b.mkdir(prefix + be.name)
 	if err != nil {
-		return err
+		return bench.HandsResult{}, err
 	}
 	prov, err := be.new(filepath.Join(dir, "state"))
 	if err != nil {
-		return err
+		return bench.HandsResult{}, err
 	}
 	defer closeProvider(prov)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err = bench.RunHands(ctx, prov, filepath.Join(dir, "ws"), 1, 1)
-	return err
+	return bench.RunHands(ctx, prov, filepath.Join(dir, "ws"), n, calls)
 }
 
 func closeProvider(p sandbox.Provider) {
@@ -549,16 +555,7 @@ func (b *benchRun) hands(ctx context.Context, be *benchBackend) error {
 		n, calls = 3, 5
 	}
 	b.progress("hands: %s, %d sandboxes one at a time", be.name, n)
-	dir, err := b.mkdir("handsbench-" + be.name)
-	if err != nil {
-		return err
-	}
-	prov, err := be.new(filepath.Join(dir, "state"))
-	if err != nil {
-		return err
-	}
-	defer closeProvider(prov)
-	res, err := bench.RunHands(ctx, prov, filepath.Join(dir, "ws"), n, calls)
+	res, err := b.runHands(ctx, be, "handsbench-", n, calls)
 	if err != nil {
 		return err
 	}
