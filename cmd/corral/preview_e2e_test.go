@@ -47,23 +47,7 @@ func checkPreviewTurn(t *testing.T, url string) {
 		option.WithAPIKey(testKey), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	agent, err := client.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
-		Name: "previews", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := client.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: "previews"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
-		Agent:         anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)},
-		EnvironmentID: env.ID,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := sdkSession(ctx, t, client, "previews")
 	previews := client.Beta.Sessions.Events.StreamEvents(ctx, sess.ID, anthropic.BetaSessionEventStreamParams{
 		EventDeltas: []anthropic.BetaManagedAgentsDeltaType{anthropic.BetaManagedAgentsDeltaTypeAgentMessage},
 	})

@@ -28,25 +28,8 @@ func TestSDKFullTurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	agent, err := client.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
-		Name:  "sdk",
-		Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
-		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := client.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: "sdk"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
-		Agent:         anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)},
-		EnvironmentID: env.ID,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := sdkSession(ctx, t, client, "sdk",
+		anthropic.BetaAgentNewParamsToolUnion{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{}})
 	// Open the stream first, then send: the stream carries everything that follows.
 	stream := client.Beta.Sessions.Events.StreamEvents(ctx, sess.ID, anthropic.BetaSessionEventStreamParams{})
 	defer stream.Close()
@@ -102,4 +85,27 @@ func TestSDKFullTurn(t *testing.T) {
 	if got.Status != "idle" || got.Usage.OutputTokens == 0 {
 		t.Errorf("session status %q, usage %+v", got.Status, got.Usage)
 	}
+}
+
+// sdkSession creates, through the SDK, an agent with the tools, an environment and a session of them.
+func sdkSession(ctx context.Context, t *testing.T, client anthropic.Client, name string, tools ...anthropic.BetaAgentNewParamsToolUnion) *anthropic.BetaManagedAgentsSession {
+	t.Helper()
+	agent, err := client.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
+		Name: name, Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"}, Tools: tools,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := client.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent:         anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)},
+		EnvironmentID: env.ID,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess
 }
