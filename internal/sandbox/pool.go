@@ -258,6 +258,10 @@ func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, [
 		call.OnProvision(ProvisionReport{Backend: backend, Done: true, Duration: d, Err: err, ResourceErrors: unplaced})
 	}
 	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+			// The caller gave up mid-provisioning: the runtime's own failure (a killed process) is a symptom.
+			err = fmt.Errorf("%w: %w", ctxErr, err)
+		}
 		p.cfg.Logger.Error("sandbox provisioning failed", "session", r.SessionID, "backend", backend, "err", err)
 		return nil, unplaced, fmt.Errorf("provision %s sandbox: %w", backend, err)
 	}

@@ -163,6 +163,25 @@ func TestPoolProvisionFailure(t *testing.T) {
 	}
 }
 
+// slowProvider's runtime dies when the caller's context ends, as a killed runtime process does.
+type slowProvider struct{ fakeProvider }
+
+func (p *slowProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
+	<-ctx.Done()
+	return nil, errors.New("runsc start: signal: killed")
+}
+
+func TestPoolProvisionCancelled(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, &slowProvider{}, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := p.Execute(ctx, call("s"))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "signal: killed") {
+		t.Fatalf("cancelled provisioning: err = %v, want the deadline and the runtime's error", err)
+	}
+}
+
 func TestPoolIdleReapAndStop(t *testing.T) {
 	t.Parallel()
 	prov := &fakeProvider{}

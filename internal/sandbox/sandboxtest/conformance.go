@@ -200,6 +200,7 @@ func testTimeout(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 func testCancel(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	p := newPool(t, newProvider, 0)
 	const s = "cancel"
+	mustRun(t, p, bash(s, "true")) // provisioned: the deadline below is the command's, not the runtime's
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if _, err := p.Execute(ctx, bash(s, "sleep 1; touch late")); !errors.Is(err, context.DeadlineExceeded) {
