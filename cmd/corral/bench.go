@@ -706,7 +706,7 @@ levels:
 			step := bench.ScaleStep{Sessions: n, Try: try, TTFT: bench.Summarize(bench.TTFTs(samples)), Overhead: bench.Summarize(bench.Overheads(samples)),
 				Errors: errs, Rate: rate, Phases: bench.PhaseDists(samples), Store: stt}
 			b.rep.Scale = append(b.rep.Scale, step)
-			b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %.0f turns/s, %d errors; store append p95 %s ms, claim p95 %s ms, %d claims (%d found)",
+			b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %.0f turns/s, %d errors; store append p95 %s ms, claim p95 %s ms, %d claims (%d sessions)",
 				n, bench.Ms(step.Overhead.P50), bench.Ms(step.Overhead.P95), rate, errs, bench.Ms(stt.Append.P95), bench.Ms(stt.Claim.P95), stt.Claims, stt.ClaimsFound)
 			if err != nil {
 				b.progress("scale: first error: %v", err)

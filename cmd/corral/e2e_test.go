@@ -456,11 +456,11 @@ func TestServeSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := st.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "probe", TTL: time.Second, SessionID: id})
+	leases, err := st.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "probe", TTL: time.Second, SessionID: id})
 	if err != nil {
 		t.Fatalf("claim after SIGTERM: %v (the lease was not released, or the session not left runnable)", err)
 	}
-	if err := st.LeaseRelease(ctx, &store.Lease{SessionID: id, Owner: "probe", Token: lease.Token, WakeSeq: 0}); err != nil {
+	if err := st.LeaseRelease(ctx, &store.Lease{SessionID: id, Owner: "probe", Token: leases[0].Token, WakeSeq: 0}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()

@@ -62,8 +62,8 @@ func TestSessionCreate(t *testing.T) {
 	if err != nil || len(events) != 1 || events[0].Type != apitype.EventUserMessage || events[0].ProcessedAt != nil {
 		t.Fatalf("log = %+v, %v", events, err)
 	}
-	lease, err := h.store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "test", TTL: 60e9, SessionID: s.ID})
-	if err != nil || lease.SessionID != s.ID {
+	leases, err := h.store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "test", TTL: 60e9, SessionID: s.ID})
+	if err != nil || leases[0].SessionID != s.ID {
 		t.Fatalf("session not runnable: %v", err)
 	}
 

@@ -157,7 +157,7 @@ func (r *Report) Markdown(svgName string) string {
 		p("\n")
 		if len(r.Scale) > 0 && r.Scale[0].Store.Append.N > 0 {
 			p("The store's side (the brains' and the API's calls, as they see them, p50 / p95 ms):\n\n")
-			p("| sessions | try | append | mark processed | lease claim | lease release | claims (found a session) |\n|---|---|---|---|---|---|---|\n")
+			p("| sessions | try | append | mark processed | lease claim | lease release | claims (sessions claimed) |\n|---|---|---|---|---|---|---|\n")
 			for _, s := range r.Scale {
 				st := s.Store
 				p("| %d | %d | %s | %s | %s | %s | %d (%d) |\n", s.Sessions, max(s.Try, 1), dist2(st.Append), dist2(st.MarkProcessed),

@@ -32,7 +32,7 @@ func (t *TimedStore) record(op string, start time.Time) {
 }
 
 // StoreTimes summarises the recorded operations and resets them; Claims is how many lease claims were made and
-// how many found a session.
+// how many sessions they claimed.
 type StoreTimes struct {
 	Append, MarkProcessed, Claim, Release Dist
 	Claims, ClaimsFound                   int
@@ -60,16 +60,14 @@ func (t *TimedStore) EventMarkProcessed(ctx context.Context, p *store.EventMarkP
 	return t.Store.EventMarkProcessed(ctx, p)
 }
 
-func (t *TimedStore) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) (*store.Lease, error) {
+func (t *TimedStore) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*store.Lease, error) {
 	defer t.record("claim", time.Now())
-	l, err := t.Store.LeaseClaim(ctx, p)
+	ls, err := t.Store.LeaseClaim(ctx, p)
 	t.mu.Lock()
 	t.claims++
-	if err == nil {
-		t.found++
-	}
+	t.found += len(ls)
 	t.mu.Unlock()
-	return l, err
+	return ls, err
 }
 
 func (t *TimedStore) LeaseRelease(ctx context.Context, l *store.Lease) error {

@@ -119,8 +119,9 @@ type Brain struct {
 	cfg Config
 	err error // from validation; Start returns it
 
-	// turns holds the claim turns of idle workers (see worker).
-	turns chan struct{}
+	// free holds a token per idle worker; leases carries claimed sessions to idle workers (see dispatch).
+	free   chan struct{}
+	leases chan *store.Lease
 
 	mu      sync.Mutex
 	started bool
@@ -155,13 +156,14 @@ func (b *Brain) Start(ctx context.Context) error {
 	}
 	b.started = true
 	ctx, b.cancel = context.WithCancelCause(ctx)
-	claimers := min(b.cfg.Workers, max(2, runtime.NumCPU()))
-	b.turns = make(chan struct{}, claimers)
-	for range claimers {
-		b.turns <- struct{}{}
-	}
+	b.free = make(chan struct{}, b.cfg.Workers)
+	b.leases = make(chan *store.Lease)
 	for range b.cfg.Workers {
+		b.free <- struct{}{}
 		b.wg.Go(func() { b.worker(ctx) })
+	}
+	if b.cfg.Workers > 0 {
+		b.wg.Go(func() { b.dispatch(ctx) })
 	}
 	return nil
 }
@@ -185,35 +187,94 @@ func (b *Brain) Wake(ctx context.Context, sessionID string) error {
 	if b.err != nil {
 		return b.err
 	}
-	l, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL, SessionID: sessionID})
+	ls, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL, SessionID: sessionID})
 	if err != nil {
 		return fmt.Errorf("harness: claim %s: %w", sessionID, err)
 	}
-	return b.work(ctx, l)
+	return b.work(ctx, ls[0])
 }
 
-// worker claims runnable sessions and works them, one at a time, until ctx is done.
+// maxClaim is the most sessions one claim takes.
+const maxClaim = 64
+
+// dispatch claims runnable sessions for the idle workers and hands them out, until ctx is done.
 //
-// Idle workers take turns at claiming: only the holders of a claim turn (at most claimers of them) wait for a
-// wake-up and call LeaseClaim; a worker that claimed a session passes its turn on before working it, so the next
-// idle worker claims at once and a burst of runnable sessions is drained without delay. Without turns, every
-// wake-up would send every idle worker to the store at once (a thundering herd: with hundreds of workers, most of
-// the store's time went to claims that found nothing), and every idle worker would poll.
-func (b *Brain) worker(ctx context.Context) {
+// One claim takes as many sessions as there are idle workers (up to maxClaim), in one write: under a burst of
+// runnable sessions the store sees one claim per group instead of one per session, and a wake-up sends one
+// claimer to the store, not every idle worker (a thundering herd: with hundreds of workers polling on their own,
+// most of the store's time went to claims that found nothing).
+func (b *Brain) dispatch(ctx context.Context) {
 	runnable, stop := b.cfg.Store.WaitRunnable()
 	defer stop()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		// Wait for an idle worker, then count the others.
 		select {
 		case <-ctx.Done():
 			return
-		case <-b.turns:
+		case <-b.free:
 		}
-		l, ok := b.claim(ctx, runnable, timer)
-		b.turns <- struct{}{}
-		if !ok {
+		n := 1
+	count:
+		for n < maxClaim {
+			select {
+			case <-b.free:
+				n++
+			default:
+				break count
+			}
+		}
+		leases, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL, Limit: n})
+		if err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrNoWork) {
+			b.cfg.Logger.Error("lease claim failed", "err", err)
+		}
+		for i, l := range leases {
+			select {
+			case b.leases <- l:
+			case <-ctx.Done():
+				b.giveBack(leases[i:])
+				return
+			}
+		}
+		for range n - len(leases) {
+			b.free <- struct{}{}
+		}
+		if len(leases) == n {
+			continue // more may be waiting
+		}
+		timer.Reset(b.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
 			return
+		case <-runnable:
+		case <-timer.C:
+		}
+	}
+}
+
+// giveBack releases claimed leases no worker took (the brain is stopping), their wake-ups unhandled, so that
+// the next brain claims the sessions without waiting for the leases to expire.
+func (b *Brain) giveBack(leases []*store.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL)
+	defer cancel()
+	for _, l := range leases {
+		unhandled := *l
+		unhandled.WakeSeq = 0
+		if err := b.cfg.Store.LeaseRelease(ctx, &unhandled); err != nil {
+			b.cfg.Logger.Warn("lease release failed; the session waits for the lease to expire", "session_id", l.SessionID, "err", err)
+		}
+	}
+}
+
+// worker works the sessions dispatch hands it, one at a time, until ctx is done.
+func (b *Brain) worker(ctx context.Context) {
+	for {
+		var l *store.Lease
+		select {
+		case <-ctx.Done():
+			return
+		case l = <-b.leases:
 		}
 		switch err := b.work(ctx, l); {
 		case err == nil || ctx.Err() != nil:
@@ -222,30 +283,7 @@ func (b *Brain) worker(ctx context.Context) {
 		default:
 			b.cfg.Logger.Warn("session work failed; retried when its lease expires", "session_id", l.SessionID, "err", err)
 		}
-	}
-}
-
-// claim claims a runnable session, waiting for a wake-up or the poll interval between attempts. It returns false
-// when ctx is done.
-func (b *Brain) claim(ctx context.Context, runnable <-chan struct{}, timer *time.Timer) (*store.Lease, bool) {
-	for {
-		l, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL})
-		if err == nil {
-			return l, true
-		}
-		if ctx.Err() != nil {
-			return nil, false
-		}
-		if !errors.Is(err, store.ErrNoWork) {
-			b.cfg.Logger.Error("lease claim failed", "err", err)
-		}
-		timer.Reset(b.cfg.PollInterval)
-		select {
-		case <-ctx.Done():
-			return nil, false
-		case <-runnable:
-		case <-timer.C:
-		}
+		b.free <- struct{}{}
 	}
 }
 
@@ -272,8 +310,8 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 		return err
 	}
 	// The turn is over, or the brain is stopping: hand the session back. Only a loop that ended on its own
-	// looked at the log after its last renewal; a brain stopped before that (even before it read the log)
-	// may not have acted on every wake-up, so it counts none as handled and the next brain looks again.
+	// looked at the log after the claim; a brain stopped before that (even before it read the log) may not
+	// have acted on every wake-up, so it counts none as handled and the next brain looks again.
 	return r.release(err == nil && leaseCtx.Err() == nil)
 }
 
@@ -288,7 +326,7 @@ func (b *Brain) renew(ctx context.Context, h *leaseHolder, cancel context.Cancel
 			return
 		case <-t.C:
 		}
-		if err := h.renew(ctx, b.cfg.Store, b.cfg.LeaseTTL, false); err != nil {
+		if err := h.renew(ctx, b.cfg.Store, b.cfg.LeaseTTL); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -314,19 +352,18 @@ func (h *leaseHolder) get() *store.Lease {
 	return &l
 }
 
-// renew extends the lease. Only a renewal followed by a fresh look at the log (refreshWake) may advance WakeSeq,
-// the wake-ups a release counts as handled: a background renewal that took the store's newer WakeSeq could mark
-// a client event that arrived after the brain's last look as handled, and the session would never run again.
-func (h *leaseHolder) renew(ctx context.Context, s store.Store, ttl time.Duration, refreshWake bool) error {
+// renew extends the lease and keeps its WakeSeq, the wake-ups a release counts as handled: those the claim saw,
+// which the brain's first look at the log (after the claim) covers. Taking the store's newer WakeSeq could mark a
+// client event that arrived after the brain's last look as handled, and the session would never run again; left
+// as is, a wake-up the brain did act on only costs one more claim that finds nothing to do.
+func (h *leaseHolder) renew(ctx context.Context, s store.Store, ttl time.Duration) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l, err := s.LeaseRenew(ctx, &h.lease, ttl)
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}
-	if !refreshWake {
-		l.WakeSeq = h.lease.WakeSeq
-	}
+	l.WakeSeq = h.lease.WakeSeq
 	h.lease = *l
 	return nil
 }

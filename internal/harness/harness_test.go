@@ -858,7 +858,7 @@ func (c *crashable) EventMarkProcessed(ctx context.Context, p *store.EventMarkPr
 	return c.Store.EventMarkProcessed(ctx, p)
 }
 
-func (c *crashable) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) (*store.Lease, error) {
+func (c *crashable) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*store.Lease, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}

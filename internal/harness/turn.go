@@ -17,18 +17,18 @@ import (
 var errTurnEnded = errors.New("harness: turn ended by a model error")
 
 // modelTurn makes the next model call of a turn and appends its outputs. A session that is idle, or was
-// rescheduled, is announced running first. The client messages the call includes are marked processed before
-// it: processed_at says when the model picked them up.
+// rescheduled, is announced running first. The client messages the call includes are marked processed with
+// the call's start: processed_at says when the model picked them up. Both ride on the append of the call's
+// span.model_request_start (see lead).
 func (r *run) modelTurn(st *state, msgs []apitype.Event) error {
+	r.lead = &lead{processed: msgs}
 	if st.status != apitype.EventSessionStatusRunning {
-		if _, err := r.append(apitype.StatusRunning, nil, mustEvent(apitype.EventSessionStatusRunning, nil)); err != nil {
-			return err
-		}
+		r.lead.events = []apitype.NewEvent{mustEvent(apitype.EventSessionStatusRunning, nil)}
+		r.lead.status = apitype.StatusRunning
 	}
-	if err := r.markProcessed(msgs); err != nil {
+	if err := r.provisionEagerly(); err != nil {
 		return err
 	}
-	r.provisionEagerly()
 	req, err := r.request(false)
 	if err != nil {
 		return r.endedOK(err)
@@ -42,14 +42,21 @@ func (r *run) modelTurn(st *state, msgs []apitype.Event) error {
 
 // provisionEagerly, with Config.EagerHands, makes sure the session's sandbox exists before the model call, the
 // way a coupled design provisions a container before it can call the model. Lazy hands (the default) skip it.
-func (r *run) provisionEagerly() {
+// The session is announced running first, so the provisioning shows inside the turn.
+func (r *run) provisionEagerly() error {
 	p, ok := r.b.cfg.Hands.(sandbox.Provisioner)
 	if !r.b.cfg.EagerHands || !ok || !r.tools.hasBuiltin() {
-		return
+		return nil
+	}
+	if len(r.lead.events) > 0 {
+		if _, err := r.append("", nil); err != nil {
+			return err
+		}
 	}
 	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter()}); err != nil {
 		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session_id", r.sess.ID, "err", err)
 	}
+	return nil
 }
 
 // endedOK turns the errors after which the log already says what happened (the turn ended, or an interrupt

@@ -36,6 +36,9 @@ type run struct {
 	// use without a result was cut short by a crash.
 	fresh map[string]bool
 
+	// lead is what the next append carries ahead of its own events (see modelTurn).
+	lead *lead
+
 	sess  *apitype.Session
 	env   apitype.EnvConfig
 	tools *toolset
@@ -49,12 +52,11 @@ type run struct {
 	seenSeq int64
 }
 
-// loop works the session until its turn is over and no newer wake-up arrived, or the work is cancelled.
+// loop works the session until nothing is left to do, or the work is cancelled.
 func (r *run) loop() error {
 	if err := r.load(); err != nil {
 		return err
 	}
-	renewed := false
 	for {
 		if r.ctx.Err() != nil {
 			return r.stopped()
@@ -63,22 +65,11 @@ func (r *run) loop() error {
 		if r.ctx.Err() != nil {
 			return r.stopped()
 		}
-		if err != nil {
+		if err != nil || !acted {
+			// Nothing left to do: the release counts the wake-ups the claim saw as handled. A client event
+			// that arrived since keeps the session runnable, and the next claim looks again.
 			return err
 		}
-		if acted {
-			renewed = false
-			continue
-		}
-		if renewed {
-			return nil
-		}
-		// Nothing left to do. Renew to learn the latest wake-up, then look once more: a client event that
-		// arrived meanwhile is in the log by now, and one that arrives later keeps the session runnable.
-		if err := r.lease.renew(r.ctx, r.b.cfg.Store, r.b.cfg.LeaseTTL, true); err != nil {
-			return err
-		}
-		renewed = true
 	}
 }
 
@@ -241,13 +232,43 @@ func (t *tail) compactTo(summary string, upToSeq int64) {
 	t.events, t.summary, t.upToSeq = keep, summary, upToSeq
 }
 
+// setProcessed sets processed_at on the events with the given sequence numbers that have none.
+func (t *tail) setProcessed(seqs []int64, at time.Time) {
+	for i := range t.events {
+		if t.events[i].ProcessedAt == nil && slices.Contains(seqs, t.events[i].Seq) {
+			t.events[i].ProcessedAt = &at
+		}
+	}
+}
+
+// lead is what a model turn announces before its model request: the session running, and the client events the
+// request picks up, marked processed. It rides on the next append (the request's span.model_request_start), so
+// that the announcement and the request's start are one write, and a crash can never leave a client event
+// marked processed without the turn that picked it up.
+type lead struct {
+	events    []apitype.NewEvent
+	status    string
+	processed []apitype.Event
+}
+
 // append appends events fenced by the lease, with the session status and usage they imply, and adds them to
-// the tail. It refuses once the work is cancelled: a brain that lost its lease or is stopping writes nothing.
+// the tail. A pending lead goes first, in the same append; the events returned are the caller's. It refuses
+// once the work is cancelled: a brain that lost its lease or is stopping writes nothing.
 func (r *run) append(status string, usage *apitype.SessionUsage, evs ...apitype.NewEvent) ([]apitype.Event, error) {
 	if r.ctx.Err() != nil {
 		return nil, context.Cause(r.ctx)
 	}
 	p := &store.EventAppendParams{Events: evs, Status: status, Usage: usage}
+	led := 0
+	if l := r.lead; l != nil {
+		led = len(l.events)
+		p.Events = append(slices.Clip(l.events), evs...)
+		p.Status = cmp.Or(status, l.status)
+		for _, e := range l.processed {
+			p.MarkProcessed = append(p.MarkProcessed, e.Seq)
+		}
+	}
+	status = p.Status
 	if status == apitype.StatusIdle && !r.activeFrom.IsZero() {
 		p.ActiveSeconds = time.Since(r.activeFrom).Seconds()
 	}
@@ -255,18 +276,22 @@ func (r *run) append(status string, usage *apitype.SessionUsage, evs ...apitype.
 	if err != nil {
 		return nil, err
 	}
+	r.lead = nil
 	switch {
 	case status == apitype.StatusIdle:
 		r.activeFrom = time.Time{}
 	case r.activeFrom.IsZero() && (status == apitype.StatusRunning || status == apitype.StatusRescheduling):
 		r.activeFrom = time.Now()
 	}
+	if len(out) > 0 {
+		r.tail.setProcessed(p.MarkProcessed, out[0].CreatedAt)
+	}
 	if len(out) > 0 && out[0].Seq == r.tail.lastSeq+1 {
 		r.tail.events = append(r.tail.events, out...)
 		r.tail.lastSeq = out[len(out)-1].Seq
-		return out, nil
+		return out[led:], nil
 	}
-	return out, r.refresh()
+	return out[led:], r.refresh()
 }
 
 // appendRaw appends with the lease and does not touch the tail; it is safe from any goroutine. An append that
@@ -309,12 +334,7 @@ func (r *run) markProcessed(evs []apitype.Event) error {
 		}
 		return fmt.Errorf("mark processed: %w", err)
 	}
-	for i := range r.tail.events {
-		if slices.Contains(seqs, r.tail.events[i].Seq) && r.tail.events[i].ProcessedAt == nil {
-			at := now
-			r.tail.events[i].ProcessedAt = &at
-		}
-	}
+	r.tail.setProcessed(seqs, now)
 	return nil
 }
 

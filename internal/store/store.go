@@ -219,6 +219,10 @@ type EventAppendParams struct {
 	Usage *apitype.SessionUsage
 	// ActiveSeconds, if > 0, is added to the session's active time.
 	ActiveSeconds float64
+	// MarkProcessed lists earlier events of the session (by sequence number) whose processed_at, where unset,
+	// becomes the append's time, in the same transaction: a brain announces a model call and records which
+	// client events it picked up in one write, and a crash can never leave one without the other.
+	MarkProcessed []int64
 }
 
 // CheckEvents validates events before an adapter appends them: each has a type, and its data, when set, is one
@@ -287,9 +291,10 @@ type Lease struct {
 
 // LeaseStore schedules sessions onto brains.
 type LeaseStore interface {
-	// LeaseClaim claims one runnable session whose lease is free or expired, for ttl. A session is runnable
-	// when it has been woken (EventAppend with Wake) since its last release. ErrNoWork when none is.
-	LeaseClaim(ctx context.Context, p *LeaseClaimParams) (*Lease, error)
+	// LeaseClaim claims up to p.Limit runnable sessions whose lease is free or expired, for ttl, those woken
+	// longest ago first, each with a lease of its own. A session is runnable when it has been woken (EventAppend
+	// with Wake) since its last release. ErrNoWork when none is.
+	LeaseClaim(ctx context.Context, p *LeaseClaimParams) ([]*Lease, error)
 	// LeaseRenew extends the lease by ttl from now, returning the renewed lease, or ErrLeaseLost. It also
 	// refreshes WakeSeq.
 	LeaseRenew(ctx context.Context, l *Lease, ttl time.Duration) (*Lease, error)
@@ -300,11 +305,30 @@ type LeaseStore interface {
 	WaitRunnable() (<-chan struct{}, func())
 }
 
-// LeaseClaimParams claims a runnable session.
+// LeaseClaimParams claims runnable sessions.
 type LeaseClaimParams struct {
 	Owner     string
 	TTL       time.Duration
 	SessionID string // if set, claim only this session (and only if runnable)
+	// Limit is the most sessions one claim takes (0 means 1): a brain with several idle workers claims for
+	// all of them in one write.
+	Limit int
+}
+
+// MaxClaimLimit caps LeaseClaimParams.Limit.
+const MaxClaimLimit = 256
+
+// ClaimLimit returns p's effective limit, or an error naming the field.
+func (p *LeaseClaimParams) ClaimLimit() (int, error) {
+	switch {
+	case p.TTL <= 0:
+		return 0, fmt.Errorf("ttl must be > 0, got %s", p.TTL)
+	case p.Limit < 0 || p.Limit > MaxClaimLimit:
+		return 0, fmt.Errorf("limit must be in [0, %d], got %d", MaxClaimLimit, p.Limit)
+	case p.SessionID != "":
+		return 1, nil
+	}
+	return max(p.Limit, 1), nil
 }
 
 // APIKeyStore keeps hashed API keys.

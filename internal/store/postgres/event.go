@@ -23,7 +23,8 @@ import (
 //
 // Requests: $1 index, $2 session id, $3 event count, $4 wake, $5 status, $6 usage, $7 active seconds,
 // $8 lease token, $9 expected seq, $10 append time. Events: $11 request index, $12 position in the request,
-// $13-$16 ids, types, data and processed flags. $17-$18 the events and runnable channels.
+// $13-$16 ids, types, data and processed flags. $17-$18 the events and runnable channels. Processed marks:
+// $19 request index, $20 sequence number.
 const appendSQL = `WITH r AS (
 	SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bool[], $5::text[], $6::text[], $7::float8[],
 		$8::text[], $9::bigint[], $10::timestamptz[])
@@ -47,6 +48,10 @@ const appendSQL = `WITH r AS (
 		CASE WHEN e.processed THEN u.created END, e.data::json
 	FROM u JOIN unnest($11::int[], $12::bigint[], $13::text[], $14::text[], $15::text[], $16::bool[])
 		AS e (idx, ord, id, type, data, processed) ON e.idx = u.idx
+), mp AS (
+	UPDATE events e SET processed_at = u.created
+	FROM u JOIN unnest($19::int[], $20::bigint[]) AS m (idx, seq) ON m.idx = u.idx
+	WHERE e.session_id = u.session_id AND e.seq = m.seq AND e.processed_at IS NULL
 )
 SELECT u.idx, u.last_seq,
 	(SELECT pg_notify($17, string_agg(session_id, ',')) FROM u),
@@ -118,6 +123,8 @@ func (s *Store) appendArgs(reqs []*appendReq) []any {
 		eOrd                []int64
 		eIDs, eTypes, eData []string
 		eProcessed          []bool
+		mIdx                []int32
+		mSeq                []int64
 	)
 	for i, r := range reqs {
 		idx[i], sessionIDs[i], count[i], wake[i] = int32(i), r.p.SessionID, int64(len(r.events)), r.p.Wake
@@ -131,9 +138,13 @@ func (s *Store) appendArgs(reqs []*appendReq) []any {
 			eData = append(eData, string(ev.Data))
 			eProcessed = append(eProcessed, ev.ProcessedAt != nil)
 		}
+		for _, seq := range r.p.MarkProcessed {
+			mIdx = append(mIdx, int32(i))
+			mSeq = append(mSeq, seq)
+		}
 	}
 	return []any{idx, sessionIDs, count, wake, status, usage, active, token, expected, created,
-		eIdx, eOrd, eIDs, eTypes, eData, eProcessed, s.eventsChannel, s.runnableChannel}
+		eIdx, eOrd, eIDs, eTypes, eData, eProcessed, s.eventsChannel, s.runnableChannel, mIdx, mSeq}
 }
 
 // scanAppend reads appendSQL's rows into results, indexed like its requests.

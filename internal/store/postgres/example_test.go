@@ -23,8 +23,9 @@ func ExampleOpen() {
 	runnable, stop := s.WaitRunnable()
 	defer stop()
 	for {
-		lease, err := s.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "brain-1", TTL: 30 * time.Second})
+		leases, err := s.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "brain-1", TTL: 30 * time.Second})
 		if err == nil {
+			lease := leases[0]
 			// The newest event; a real brain reads the slices it needs to build the model's context.
 			last, err := s.EventList(ctx, &store.EventListParams{SessionID: lease.SessionID, Desc: true, Limit: 1})
 			if err != nil {

@@ -11,45 +11,63 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// LeaseClaim claims the runnable session woken longest ago whose lease is free or expired. Rows another claimer
-// holds locked are skipped, so concurrent brains in any process never claim the same session.
-func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) (*store.Lease, error) {
+// LeaseClaim claims up to p.Limit runnable sessions woken longest ago whose lease is free or expired. Rows another
+// claimer is taking are skipped, not waited for.
+func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*store.Lease, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if p.TTL <= 0 {
-		return nil, fmt.Errorf("lease claim: ttl %v must be positive", p.TTL)
+	limit, err := p.ClaimLimit()
+	if err != nil {
+		return nil, fmt.Errorf("lease claim: %w", err)
 	}
-	var q query
-	token := newToken()
-	fmt.Fprintf(&q.sql, `UPDATE sessions s SET lease_owner = %s, lease_token = %s,
-			lease_expires_at = now() + %s * interval '1 microsecond'
+	tokens := make([]string, limit)
+	for i := range tokens {
+		tokens[i] = newToken()
+	}
+	// Each claimed row takes the token at its rank among the claimed rows.
+	rows, err := s.pool.Query(ctx, `UPDATE sessions s SET lease_owner = $1, lease_token = ($4::text[])[c.rank],
+			lease_expires_at = now() + $2 * interval '1 microsecond'
 		FROM (
-			SELECT id FROM sessions
-			WHERE wake_seq > handled_wake_seq AND (lease_expires_at IS NULL OR lease_expires_at <= now())`,
-		q.arg(p.Owner), q.arg(token), q.arg(p.TTL.Microseconds()))
-	if p.SessionID != "" {
-		fmt.Fprintf(&q.sql, " AND id = %s", q.arg(p.SessionID))
-	}
-	q.sql.WriteString(` ORDER BY woken_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+			SELECT id, row_number() OVER (ORDER BY woken_at, id) AS rank FROM (
+				SELECT id, woken_at FROM sessions
+				WHERE wake_seq > handled_wake_seq AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+					AND ($3 = '' OR id = $3)
+				ORDER BY woken_at, id LIMIT $5 FOR UPDATE SKIP LOCKED
+			) runnable
 		) c
 		WHERE s.id = c.id
-		RETURNING s.id, s.lease_expires_at, s.wake_seq`)
-	l := &store.Lease{Owner: p.Owner, Token: token}
-	err := s.pool.QueryRow(ctx, q.sql.String(), q.args...).Scan(&l.SessionID, &l.ExpiresAt, &l.WakeSeq)
-	if errors.Is(err, pgx.ErrNoRows) && p.SessionID != "" {
-		if err := s.exists(ctx, "sessions", p.SessionID); err != nil {
-			return nil, s.dbErr("lease claim", err)
-		}
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("lease claim: %w", store.ErrNoWork)
-	}
+		RETURNING c.rank, s.id, s.lease_token, s.lease_expires_at, s.wake_seq`,
+		p.Owner, p.TTL.Microseconds(), p.SessionID, tokens, limit)
 	if err != nil {
 		return nil, s.dbErr("lease claim", err)
 	}
-	l.ExpiresAt = l.ExpiresAt.UTC()
-	return l, nil
+	leases := make([]*store.Lease, limit)
+	n := 0
+	for rows.Next() {
+		var rank int
+		l := &store.Lease{Owner: p.Owner}
+		if err := rows.Scan(&rank, &l.SessionID, &l.Token, &l.ExpiresAt, &l.WakeSeq); err != nil {
+			rows.Close()
+			return nil, s.dbErr("lease claim", err)
+		}
+		l.ExpiresAt = l.ExpiresAt.UTC()
+		leases[rank-1] = l // oldest wake-up first, as the caller hands them out
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.dbErr("lease claim", err)
+	}
+	leases = leases[:n]
+	if len(leases) == 0 {
+		if p.SessionID != "" {
+			if err := s.exists(ctx, "sessions", p.SessionID); err != nil {
+				return nil, s.dbErr("lease claim", err)
+			}
+		}
+		return nil, fmt.Errorf("lease claim: %w", store.ErrNoWork)
+	}
+	return leases, nil
 }
 
 // LeaseRenew extends an unexpired lease by ttl from now and refreshes its WakeSeq.

@@ -190,8 +190,8 @@ func drainSignal(ch <-chan struct{}) {
 	}
 }
 
-// TestLeaseClaimAcrossStores has brains in two stores claim concurrently: every runnable session is claimed
-// exactly once.
+// TestLeaseClaimAcrossStores has brains in two stores claim concurrently, one or several sessions at a time:
+// every runnable session is claimed exactly once.
 func TestLeaseClaimAcrossStores(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDSN(t)
@@ -216,7 +216,7 @@ func TestLeaseClaimAcrossStores(t *testing.T) {
 			s := stores[i%2]
 			owner := "brain-" + string(rune('a'+i))
 			for {
-				l, err := s.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: owner, TTL: time.Minute})
+				ls, err := s.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: owner, TTL: time.Minute, Limit: 1 + i%4})
 				if errors.Is(err, store.ErrNoWork) {
 					return
 				}
@@ -225,10 +225,12 @@ func TestLeaseClaimAcrossStores(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				if prev, ok := claimed[l.SessionID]; ok {
-					t.Errorf("session %s claimed by %s and %s", l.SessionID, prev, owner)
+				for _, l := range ls {
+					if prev, ok := claimed[l.SessionID]; ok {
+						t.Errorf("session %s claimed by %s and %s", l.SessionID, prev, owner)
+					}
+					claimed[l.SessionID] = owner
 				}
-				claimed[l.SessionID] = owner
 				mu.Unlock()
 			}
 		}()

@@ -122,6 +122,12 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 		}
 		events[i] = e
 	}
+	for _, seq := range p.MarkProcessed {
+		if _, err := w.exec(`UPDATE events SET processed_at = ?
+			WHERE session_id = ? AND seq = ? AND processed_at IS NULL`, created, p.SessionID, seq); err != nil {
+			return nil, err
+		}
+	}
 	return events, nil
 }
 

@@ -41,10 +41,11 @@ func Example() {
 	}
 
 	// A brain: claim the runnable session, read the log, answer, release.
-	lease, err := s.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "brain-1", TTL: time.Minute})
+	leases, err := s.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "brain-1", TTL: time.Minute})
 	if err != nil {
 		panic(err)
 	}
+	lease := leases[0]
 	events, err := s.EventList(ctx, &store.EventListParams{SessionID: sess.ID, AfterSeq: 0, Limit: 100})
 	if err != nil {
 		panic(err)

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -12,15 +13,16 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// LeaseClaim claims the runnable session woken longest ago whose lease is free or expired.
-func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) (*store.Lease, error) {
-	if p.TTL <= 0 {
-		return nil, fmt.Errorf("sqlite: claim lease: ttl must be > 0, got %s", p.TTL)
+// LeaseClaim claims up to p.Limit runnable sessions whose lease is free or expired, those woken longest ago first.
+func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*store.Lease, error) {
+	limit, err := p.ClaimLimit()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim lease: %w", err)
 	}
 	// Brains poll: look on the read pool first, so that a poll with nothing to claim costs the writer nothing. A
 	// session woken just after the look is found by the next poll, which the wake-up triggers.
 	var found int
-	err := s.readRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM sessions WHERE wake_seq > handled_wake_seq
+	err = s.readRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM sessions WHERE wake_seq > handled_wake_seq
 		AND (lease_token IS NULL OR lease_expires_at <= ?) AND (?2 = '' OR id = ?2) LIMIT 1)`,
 		micros(time.Now()), p.SessionID).Scan(&found)
 	if err != nil {
@@ -40,49 +42,43 @@ func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) (*sto
 		return nil, fmt.Errorf("sqlite: claim lease: %w", store.ErrNoWork)
 	}
 
-	var lease *store.Lease
+	var leases []*store.Lease
 	err = s.write(ctx, func(w *wtx) error {
+		leases = leases[:0]
 		now := time.Now()
-		var id string
-		var wakeSeq int64
-		var row *sql.Row
-		if p.SessionID != "" {
-			row = w.queryRow(`SELECT id, wake_seq FROM sessions WHERE id = ? AND wake_seq > handled_wake_seq
-				AND (lease_token IS NULL OR lease_expires_at <= ?)`, p.SessionID, micros(now))
-		} else {
-			row = w.queryRow(`SELECT id, wake_seq FROM sessions WHERE wake_seq > handled_wake_seq
-				AND (lease_token IS NULL OR lease_expires_at <= ?) ORDER BY woken_at, id LIMIT 1`, micros(now))
-		}
-		err := row.Scan(&id, &wakeSeq)
-		if errors.Is(err, sql.ErrNoRows) {
-			if p.SessionID != "" {
-				var one int
-				err := w.queryRow(`SELECT 1 FROM sessions WHERE id = ?`, p.SessionID).Scan(&one)
-				if errors.Is(err, sql.ErrNoRows) {
-					return store.ErrNotFound
-				}
-				if err != nil {
-					return err
-				}
-			}
-			return store.ErrNoWork
-		}
+		rows, err := w.query(`SELECT id, wake_seq FROM sessions WHERE wake_seq > handled_wake_seq
+			AND (lease_token IS NULL OR lease_expires_at <= ?1) AND (?2 = '' OR id = ?2)
+			ORDER BY woken_at, id LIMIT ?3`, micros(now), p.SessionID, limit)
 		if err != nil {
 			return err
 		}
-		token := newToken()
 		expires := now.Add(p.TTL).UTC().Truncate(time.Microsecond)
-		if _, err := w.exec(`UPDATE sessions SET lease_owner = ?, lease_token = ?, lease_expires_at = ? WHERE id = ?`,
-			p.Owner, token, micros(expires), id); err != nil {
+		for rows.Next() {
+			l := &store.Lease{Owner: p.Owner, Token: newToken(), ExpiresAt: expires}
+			if err := rows.Scan(&l.SessionID, &l.WakeSeq); err != nil {
+				rows.Close()
+				return err
+			}
+			leases = append(leases, l)
+		}
+		if err := cmp.Or(rows.Err(), rows.Close()); err != nil {
 			return err
 		}
-		lease = &store.Lease{SessionID: id, Owner: p.Owner, Token: token, ExpiresAt: expires, WakeSeq: wakeSeq}
+		if len(leases) == 0 {
+			return store.ErrNoWork
+		}
+		for _, l := range leases {
+			if _, err := w.exec(`UPDATE sessions SET lease_owner = ?, lease_token = ?, lease_expires_at = ? WHERE id = ?`,
+				l.Owner, l.Token, micros(expires), l.SessionID); err != nil {
+				return err
+			}
+		}
 		return nil
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim lease: %w", err)
 	}
-	return lease, nil
+	return leases, nil
 }
 
 // LeaseRenew extends a held lease by ttl from now and refreshes its WakeSeq.

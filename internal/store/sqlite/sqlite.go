@@ -560,6 +560,14 @@ func (w *wtx) execN(query string, args ...any) (int64, error) {
 	return res.RowsAffected()
 }
 
+func (w *wtx) query(query string, args ...any) (*sql.Rows, error) {
+	st, err := w.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(w.ctx, args...)
+}
+
 func (w *wtx) queryRow(query string, args ...any) *sql.Row {
 	st, err := w.stmt(query)
 	if err != nil {

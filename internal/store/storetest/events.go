@@ -205,6 +205,38 @@ func testEventMarkProcessed(t *testing.T, h Harness) {
 	}), store.ErrNotFound, "mark events of unknown session")
 }
 
+func testEventAppendMarkProcessed(t *testing.T, h Harness) {
+	s := h.open(t)
+	sess := createSession(t, s, userMessage("1"), userMessage("2"), userMessage("3"))
+	early := base.Add(time.Hour)
+	must(t, s.EventMarkProcessed(ctxBg, &store.EventMarkProcessedParams{SessionID: sess.ID, Seqs: []int64{2}, At: early}),
+		"mark one processed")
+	l, err := claim(s, "brain", time.Minute, sess.ID)
+	must(t, err, "claim")
+
+	// A failed condition marks nothing.
+	stale := *l
+	stale.Token = "stale"
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Lease: &stale, MarkProcessed: []int64{1},
+		Events: []apitype.NewEvent{agentMessage("refused")}})
+	mustIs(t, err, store.ErrLeaseLost, "append with a stale lease")
+	if e := allEvents(t, s, sess.ID)[0]; e.ProcessedAt != nil {
+		t.Fatalf("a refused append marked event 1 processed at %v", e.ProcessedAt)
+	}
+
+	out, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Lease: l, MarkProcessed: []int64{1, 2, 3},
+		Events: []apitype.NewEvent{agentMessage("running")}})
+	must(t, err, "append marking events processed")
+	events := allEvents(t, s, sess.ID)
+	equal(t, len(events), 4, "events")
+	wantAt := []time.Time{out[0].CreatedAt, early, out[0].CreatedAt}
+	for i, e := range events[:3] {
+		if e.ProcessedAt == nil || !e.ProcessedAt.Equal(wantAt[i]) {
+			t.Fatalf("event %d: processed_at %v, want %v (the append's time, set once)", e.Seq, e.ProcessedAt, wantAt[i])
+		}
+	}
+}
+
 // logWithTypes appends 50 events: seq%5 == 0 is a user.message, the rest agent.message.
 func logWithTypes(t testing.TB, s store.Store, sessionID string) {
 	t.Helper()

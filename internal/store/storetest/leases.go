@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +16,16 @@ import (
 // out.
 const shortTTL = time.Second
 
+// claim claims one session.
 func claim(s store.Store, owner string, ttl time.Duration, sessionID string) (*store.Lease, error) {
-	return s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: owner, TTL: ttl, SessionID: sessionID})
+	ls, err := s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: owner, TTL: ttl, SessionID: sessionID})
+	if err != nil {
+		return nil, err
+	}
+	if len(ls) != 1 {
+		return nil, fmt.Errorf("claim of one session returned %d leases", len(ls))
+	}
+	return ls[0], nil
 }
 
 // waitExpired sleeps until l has expired.
@@ -203,6 +213,48 @@ func testLeaseClaimSessionID(t *testing.T, h Harness) {
 	mustIs(t, err, store.ErrNoWork, "all runnable sessions leased")
 }
 
+func testLeaseClaimLimit(t *testing.T, h Harness) {
+	s := h.open(t)
+	var woken []string
+	for i := range 5 {
+		woken = append(woken, createSession(t, s, userMessage(fmt.Sprint("work ", i))).ID)
+	}
+	createSession(t, s) // never woken
+
+	for _, limit := range []int{-1, store.MaxClaimLimit + 1} {
+		_, err := s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: "brain", TTL: time.Minute, Limit: limit})
+		if err == nil || errors.Is(err, store.ErrNoWork) || !strings.Contains(err.Error(), "limit") {
+			t.Errorf("claim with limit %d: got %v, want an error naming the limit", limit, err)
+		}
+	}
+	first, err := s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: "brain", TTL: time.Minute, Limit: 3})
+	must(t, err, "claim three")
+	rest, err := s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: "brain", TTL: time.Minute, Limit: 10})
+	must(t, err, "claim the rest")
+	_, err = s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: "brain", TTL: time.Minute, Limit: 10})
+	mustIs(t, err, store.ErrNoWork, "claim with every runnable session leased")
+
+	all := append(first, rest...)
+	equal(t, len(first), 3, "leases of a claim with limit 3")
+	equal(t, len(all), len(woken), "leases of both claims")
+	tokens := map[string]bool{}
+	for i, l := range all {
+		equal(t, l.SessionID, woken[i], fmt.Sprintf("lease %d: sessions woken longest ago first", i))
+		equal(t, l.Owner, "brain", "owner")
+		if l.Token == "" || tokens[l.Token] {
+			t.Fatalf("lease %d: token %q empty or shared", i, l.Token)
+		}
+		tokens[l.Token] = true
+		// Each lease fences its own session.
+		_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: l.SessionID, Lease: l,
+			Events: []apitype.NewEvent{agentMessage("ok")}})
+		must(t, err, "append under a batch-claimed lease")
+		must(t, s.LeaseRelease(ctxBg, l), "release a batch-claimed lease")
+	}
+	_, err = s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: "brain", TTL: time.Minute, Limit: 10})
+	mustIs(t, err, store.ErrNoWork, "claim after every wake-up was handled")
+}
+
 func testLeaseClaimRace(t *testing.T, h Harness) {
 	s := h.open(t)
 	sess := createSession(t, s, userMessage("race"))
@@ -214,7 +266,14 @@ func testLeaseClaimRace(t *testing.T, h Harness) {
 	for i := range brains {
 		wg.Go(func() {
 			<-start
-			leases[i], errs[i] = claim(s, "brain", time.Minute, "")
+			var ls []*store.Lease
+			ls, errs[i] = s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: "brain", TTL: time.Minute, Limit: i % 3})
+			if errs[i] == nil {
+				leases[i] = ls[0]
+				if len(ls) != 1 {
+					errs[i] = fmt.Errorf("one runnable session, %d leases", len(ls))
+				}
+			}
 		})
 	}
 	close(start)

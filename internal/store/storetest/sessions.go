@@ -53,7 +53,7 @@ func testSessionCreate(t *testing.T, h Harness) {
 	sameTime(t, got.CreatedAt, base, "created_at")
 
 	// The initial events made it runnable.
-	l, err := s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: "brain", TTL: time.Minute, SessionID: in.ID})
+	l, err := claim(s, "brain", time.Minute, in.ID)
 	must(t, err, "claim session created with events")
 	equal(t, l.SessionID, in.ID, "claimed session")
 
