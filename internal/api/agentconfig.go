@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -132,7 +131,18 @@ const (
 	maxSkills     = 20
 )
 
-var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+// validToolName reports whether name is 1-128 characters of [A-Za-z0-9_-].
+func validToolName(name string) bool {
+	if len(name) < 1 || len(name) > 128 {
+		return false
+	}
+	for i := range len(name) {
+		if c := name[i]; !isAlnum(c) && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 type policyIn struct {
 	Type string `json:"type"`
@@ -506,7 +516,7 @@ func resolveCustomTool(p string, raw json.RawMessage) (apitype.Tool, error) {
 	if in.Name == "" {
 		return apitype.Tool{}, invalid(path(p, "name"), "required")
 	}
-	if !toolNameRE.MatchString(in.Name) {
+	if !validToolName(in.Name) {
 		return apitype.Tool{}, invalid(path(p, "name"), "must be 1-128 characters of [A-Za-z0-9_-]")
 	}
 	if err := checkString(path(p, "description"), in.Description, true, 10000); err != nil {
