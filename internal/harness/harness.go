@@ -302,6 +302,9 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	err := r.loop()
 	stopRenew()
 	renewer.Wait()
+	if r.released {
+		return err // handed back by the turn's last append
+	}
 	switch {
 	case errors.Is(context.Cause(leaseCtx), errLeaseLost) || errors.Is(err, store.ErrLeaseLost):
 		return errLeaseLost

@@ -389,6 +389,30 @@ func TestQueuedMessagePickedUpAtNextCall(t *testing.T) {
 	}
 }
 
+// A message that arrives while the last model call of a turn runs is not lost when the turn's last append
+// releases the session: its wake-up keeps the session runnable, and it gets a turn of its own.
+func TestMessageDuringLastCallGetsATurn(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	hold := make(chan struct{})
+	f.srv.Script(modeltest.Turn{Text: "One.", Hold: hold}, modeltest.Turn{Text: "Two."})
+	f.start(f.config())
+	id := f.session()
+	f.say(id, "first")
+	f.waitRequests(1)
+	f.say(id, "second, while you answer")
+	close(hold)
+
+	evs := f.waitIdle(id, 2)
+	assertTypes(t, evs, userMsg, running, start, userMsg, agentMsg, end, idle, running, start, agentMsg, end, idle)
+	if evs[3].ProcessedAt == nil {
+		t.Error("the second message was never processed")
+	}
+	if got := f.srv.Requests()[1].LastUserText(); got != "second, while you answer" {
+		t.Errorf("second call's user text = %q", got)
+	}
+}
+
 func TestRetriesThenSuccess(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

@@ -11,6 +11,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/store"
 )
 
 // errTurnEnded: a model request failed for good; the session error and the idle are in the log.
@@ -364,7 +365,8 @@ func errorMessage(e *model.Error) string {
 // appendResponse appends a model answer in order, in one append: agent.thinking per thinking block,
 // agent.message per run of text, agent.tool_use (built-in, with the evaluated permission) or
 // agent.custom_tool_use per call, then span.model_request_end with the usage, which the session's accumulated
-// usage takes in the same write. An answer without tool calls ends the turn in that same append.
+// usage takes in the same write. An answer without tool calls ends the turn in that same append, which also
+// releases the lease when no client event is waiting.
 //
 // ids are the event ids the stream previews gave the answer's agent.thinking and agent.message events, by
 // content block index (a message takes the id of its first block with text): the events are appended under
@@ -423,16 +425,18 @@ func (r *run) appendResponse(resp *model.Response, startID string, ids map[int]s
 	}
 	flushText()
 	evs = append(evs, spanEnd(startID, false, resp.Usage))
-	status := ""
+	p := &store.EventAppendParams{Usage: r.addUsage(resp.Usage)}
 	if calls == 0 {
 		reason := apitype.StopEndTurn
 		if resp.StopReason == "refusal" {
 			reason = apitype.StopRefusal
 		}
 		evs = append(evs, idleEvent(apitype.StopReason{Type: reason}))
-		status = apitype.StatusIdle
+		// The turn is over: with nothing else waiting, the same write hands the session back.
+		p.Status, p.Release = apitype.StatusIdle, r.tail.settled()
 	}
-	out, err := r.append(status, r.addUsage(resp.Usage), evs...)
+	p.Events = evs
+	out, err := r.appendP(p)
 	if err != nil {
 		return err
 	}

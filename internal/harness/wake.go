@@ -38,6 +38,8 @@ type run struct {
 
 	// lead is what the next append carries ahead of its own events (see modelTurn).
 	lead *lead
+	// released: an append released the lease (the turn's last); the run writes nothing more.
+	released bool
 
 	sess  *apitype.Session
 	env   apitype.EnvConfig
@@ -62,6 +64,9 @@ func (r *run) loop() error {
 			return r.stopped()
 		}
 		acted, err := r.step()
+		if r.released {
+			return err
+		}
 		if r.ctx.Err() != nil {
 			return r.stopped()
 		}
@@ -232,6 +237,18 @@ func (t *tail) compactTo(summary string, upToSeq int64) {
 	t.events, t.summary, t.upToSeq = keep, summary, upToSeq
 }
 
+// settled reports whether every client event in the tail has been processed: a turn that ends then leaves
+// nothing for this run to do, and may release the lease with its last append. A client event the tail lacks
+// arrived after the claim, and its wake-up keeps the session runnable past such a release.
+func (t *tail) settled() bool {
+	for _, e := range t.events {
+		if e.ProcessedAt == nil && apitype.IsUserEvent(e.Type) {
+			return false
+		}
+	}
+	return true
+}
+
 // setProcessed sets processed_at on the events with the given sequence numbers that have none.
 func (t *tail) setProcessed(seqs []int64, at time.Time) {
 	for i := range t.events {
@@ -255,10 +272,15 @@ type lead struct {
 // the tail. A pending lead goes first, in the same append; the events returned are the caller's. It refuses
 // once the work is cancelled: a brain that lost its lease or is stopping writes nothing.
 func (r *run) append(status string, usage *apitype.SessionUsage, evs ...apitype.NewEvent) ([]apitype.Event, error) {
+	return r.appendP(&store.EventAppendParams{Events: evs, Status: status, Usage: usage})
+}
+
+// appendP is append with the parameters spelled out; with p.Release, the run is over once it succeeds.
+func (r *run) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
 	if r.ctx.Err() != nil {
 		return nil, context.Cause(r.ctx)
 	}
-	p := &store.EventAppendParams{Events: evs, Status: status, Usage: usage}
+	status, evs := p.Status, p.Events
 	led := 0
 	if l := r.lead; l != nil {
 		led = len(l.events)
@@ -276,7 +298,7 @@ func (r *run) append(status string, usage *apitype.SessionUsage, evs ...apitype.
 	if err != nil {
 		return nil, err
 	}
-	r.lead = nil
+	r.lead, r.released = nil, p.Release
 	switch {
 	case status == apitype.StatusIdle:
 		r.activeFrom = time.Time{}
@@ -290,6 +312,9 @@ func (r *run) append(status string, usage *apitype.SessionUsage, evs ...apitype.
 		r.tail.events = append(r.tail.events, out...)
 		r.tail.lastSeq = out[len(out)-1].Seq
 		return out[led:], nil
+	}
+	if r.released {
+		return out[led:], nil // the run is over: nothing reads the tail again
 	}
 	return out[led:], r.refresh()
 }

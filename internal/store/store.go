@@ -223,6 +223,9 @@ type EventAppendParams struct {
 	// becomes the append's time, in the same transaction: a brain announces a model call and records which
 	// client events it picked up in one write, and a crash can never leave one without the other.
 	MarkProcessed []int64
+	// Release, with Lease, releases the lease in the same transaction, as LeaseRelease would: a brain ends its
+	// work on a session with the append that idles it, in one write.
+	Release bool
 }
 
 // CheckEvents validates events before an adapter appends them: each has a type, and its data, when set, is one

@@ -24,11 +24,12 @@ import (
 // Requests: $1 index, $2 session id, $3 event count, $4 wake, $5 status, $6 usage, $7 active seconds,
 // $8 lease token, $9 expected seq, $10 append time. Events: $11 request index, $12 position in the request,
 // $13-$16 ids, types, data and processed flags. $17-$18 the events and runnable channels. Processed marks:
-// $19 request index, $20 sequence number.
+// $19 request index, $20 sequence number. $21 release the lease, $22 the wake count it handled. A row's
+// runnable column says whether the session is runnable after it (woken, or released with a newer wake-up).
 const appendSQL = `WITH r AS (
 	SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bool[], $5::text[], $6::text[], $7::float8[],
-		$8::text[], $9::bigint[], $10::timestamptz[])
-		AS r (idx, session_id, n, wake, status, usage, active, token, expected, created)
+		$8::text[], $9::bigint[], $10::timestamptz[], $21::bool[], $22::bigint[])
+		AS r (idx, session_id, n, wake, status, usage, active, token, expected, created, release, handled)
 ), u AS (
 	UPDATE sessions s SET
 		last_seq = s.last_seq + r.n,
@@ -36,12 +37,17 @@ const appendSQL = `WITH r AS (
 		woken_at = CASE WHEN r.wake AND s.wake_seq <= s.handled_wake_seq THEN now() ELSE s.woken_at END,
 		status = COALESCE(r.status, s.status),
 		usage = COALESCE(r.usage::json, s.usage),
-		active_seconds = s.active_seconds + r.active
+		active_seconds = s.active_seconds + r.active,
+		lease_owner = CASE WHEN r.release THEN NULL ELSE s.lease_owner END,
+		lease_token = CASE WHEN r.release THEN NULL ELSE s.lease_token END,
+		lease_expires_at = CASE WHEN r.release THEN NULL ELSE s.lease_expires_at END,
+		handled_wake_seq = CASE WHEN r.release THEN greatest(s.handled_wake_seq, r.handled) ELSE s.handled_wake_seq END
 	FROM r
 	WHERE s.id = r.session_id
 		AND (r.token IS NULL OR (s.lease_token = r.token AND s.lease_expires_at > now()))
 		AND (r.expected <= 0 OR s.last_seq + 1 = r.expected)
-	RETURNING r.idx, r.session_id, r.n, r.wake, r.created, s.last_seq
+	RETURNING r.idx, r.session_id, r.n, r.created, s.last_seq,
+		r.wake OR (r.release AND s.wake_seq > s.handled_wake_seq) AS runnable
 ), ins AS (
 	INSERT INTO events (session_id, seq, id, type, created_at, processed_at, data)
 	SELECT u.session_id, u.last_seq - u.n + e.ord, e.id, e.type, u.created,
@@ -53,9 +59,9 @@ const appendSQL = `WITH r AS (
 	FROM u JOIN unnest($19::int[], $20::bigint[]) AS m (idx, seq) ON m.idx = u.idx
 	WHERE e.session_id = u.session_id AND e.seq = m.seq AND e.processed_at IS NULL
 )
-SELECT u.idx, u.last_seq,
+SELECT u.idx, u.last_seq, u.runnable,
 	(SELECT pg_notify($17, string_agg(session_id, ',')) FROM u),
-	(SELECT pg_notify($18, string_agg(session_id, ',')) FROM u WHERE wake HAVING count(*) > 0)
+	(SELECT pg_notify($18, string_agg(session_id, ',')) FROM u WHERE runnable HAVING count(*) > 0)
 FROM u`
 
 // appendReq is one EventAppend on its way through the appender.
@@ -69,11 +75,13 @@ type appendReq struct {
 	status, usage, token *string
 }
 
-// appendResult is the outcome of an append: the session's new last_seq, or ok=false when a condition failed.
+// appendResult is the outcome of an append: the session's new last_seq and whether it is runnable after it,
+// or ok=false when a condition failed.
 type appendResult struct {
-	lastSeq int64
-	ok      bool
-	err     error
+	lastSeq  int64
+	ok       bool
+	runnable bool
+	err      error
 }
 
 // newAppend prepares an append and the events it will create.
@@ -125,6 +133,8 @@ func (s *Store) appendArgs(reqs []*appendReq) []any {
 		eProcessed          []bool
 		mIdx                []int32
 		mSeq                []int64
+		release             = make([]bool, n)
+		handled             = make([]int64, n)
 	)
 	for i, r := range reqs {
 		idx[i], sessionIDs[i], count[i], wake[i] = int32(i), r.p.SessionID, int64(len(r.events)), r.p.Wake
@@ -138,26 +148,31 @@ func (s *Store) appendArgs(reqs []*appendReq) []any {
 			eData = append(eData, string(ev.Data))
 			eProcessed = append(eProcessed, ev.ProcessedAt != nil)
 		}
+		if r.p.Release {
+			release[i], handled[i] = true, r.p.Lease.WakeSeq
+		}
 		for _, seq := range r.p.MarkProcessed {
 			mIdx = append(mIdx, int32(i))
 			mSeq = append(mSeq, seq)
 		}
 	}
 	return []any{idx, sessionIDs, count, wake, status, usage, active, token, expected, created,
-		eIdx, eOrd, eIDs, eTypes, eData, eProcessed, s.eventsChannel, s.runnableChannel, mIdx, mSeq}
+		eIdx, eOrd, eIDs, eTypes, eData, eProcessed, s.eventsChannel, s.runnableChannel, mIdx, mSeq,
+		release, handled}
 }
 
 // scanAppend reads appendSQL's rows into results, indexed like its requests.
 func scanAppend(rows pgx.Rows, results []appendResult) error {
 	var (
-		idx     int32
-		lastSeq int64
+		idx      int32
+		lastSeq  int64
+		runnable bool
 	)
-	_, err := pgx.ForEachRow(rows, []any{&idx, &lastSeq, nil, nil}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&idx, &lastSeq, &runnable, nil, nil}, func() error {
 		if idx < 0 || int(idx) >= len(results) {
 			return fmt.Errorf("append: row for request %d of %d", idx, len(results))
 		}
-		results[idx] = appendResult{lastSeq: lastSeq, ok: true}
+		results[idx] = appendResult{lastSeq: lastSeq, ok: true, runnable: runnable}
 		return nil
 	})
 	return err
@@ -179,6 +194,9 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	if err := store.CheckEvents(p.Events); err != nil {
 		return nil, fmt.Errorf("event append: %w", err)
 	}
+	if p.Release && p.Lease == nil {
+		return nil, errors.New("event append: release without a lease")
+	}
 	r := s.newAppend(ctx, p)
 	res := s.appender.do(ctx, r)
 	if res.err != nil {
@@ -188,7 +206,7 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 		return nil, s.dbErr("event append", s.whyRefused(ctx, p.SessionID, p.Lease))
 	}
 	r.fill(res.lastSeq)
-	s.notifyLocal(p.SessionID, p.Wake)
+	s.notifyLocal(p.SessionID, res.runnable)
 	return r.events, nil
 }
 

@@ -19,16 +19,20 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	if err := store.CheckEvents(p.Events); err != nil {
 		return nil, fmt.Errorf("sqlite: append to session %s: %w", p.SessionID, err)
 	}
+	if p.Release && p.Lease == nil {
+		return nil, fmt.Errorf("sqlite: append to session %s: release without a lease", p.SessionID)
+	}
 	var events []apitype.Event
+	var runnable bool
 	err := s.submit(ctx, &writeReq{
 		fn: func(w *wtx) error {
 			var err error
-			events, err = appendEvents(w, p)
+			events, runnable, err = appendEvents(w, p)
 			return err
 		},
 		after: func() {
 			s.hub.NotifySession(p.SessionID)
-			if p.Wake {
+			if runnable {
 				s.hub.NotifyRunnable()
 			}
 		},
@@ -45,9 +49,10 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	return events, nil
 }
 
-// appendEvents checks p's conditions, inserts its events and applies its session changes, in w's transaction.
+// appendEvents checks p's conditions, inserts its events and applies its session changes, in w's transaction,
+// and reports whether the session is runnable after it (woken, or released with a wake-up it did not handle).
 // Callers have checked p.Events with store.CheckEvents, outside the writer goroutine.
-func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
+func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, bool, error) {
 	now := apitype.Now()
 	created := micros(now)
 	n := int64(len(p.Events))
@@ -58,38 +63,47 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 	if p.Usage != nil {
 		b, err := json.Marshal(p.Usage)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		usage = b
 	}
 	if p.Lease != nil {
 		token = p.Lease.Token
 	}
-	wake := 0
+	wake, release, handled := 0, 0, int64(0)
 	if p.Wake {
 		wake = 1
+	}
+	if p.Release {
+		release, handled = 1, p.Lease.WakeSeq
 	}
 	// One statement checks the conditions and applies the session's changes; only when it matches no row does a
 	// second one find out which condition failed.
 	var lastSeq int64
+	var runnable bool
 	err := w.queryRow(`UPDATE sessions SET
 			last_seq = last_seq + ?1,
 			woken_at = CASE WHEN ?2 = 1 AND wake_seq <= handled_wake_seq THEN ?3 ELSE woken_at END,
 			wake_seq = wake_seq + ?2,
 			status = coalesce(?4, status),
 			usage = coalesce(?5, usage),
-			active_seconds = active_seconds + ?6
+			active_seconds = active_seconds + ?6,
+			lease_owner = CASE WHEN ?10 = 1 THEN NULL ELSE lease_owner END,
+			lease_token = CASE WHEN ?10 = 1 THEN NULL ELSE lease_token END,
+			lease_expires_at = CASE WHEN ?10 = 1 THEN NULL ELSE lease_expires_at END,
+			handled_wake_seq = CASE WHEN ?10 = 1 THEN max(handled_wake_seq, ?11) ELSE handled_wake_seq END
 		WHERE id = ?7
 			AND (?8 IS NULL OR (lease_token = ?8 AND lease_expires_at > ?3))
 			AND (?9 = 0 OR last_seq + 1 = ?9)
-		RETURNING last_seq`,
-		n, wake, created, status, usage, max(p.ActiveSeconds, 0), p.SessionID, token, max(p.ExpectedSeq, 0)).
-		Scan(&lastSeq)
+		RETURNING last_seq, ?2 = 1 OR (?10 = 1 AND wake_seq > handled_wake_seq)`,
+		n, wake, created, status, usage, max(p.ActiveSeconds, 0), p.SessionID, token, max(p.ExpectedSeq, 0),
+		release, handled).
+		Scan(&lastSeq, &runnable)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, appendFailure(w, p, now)
+		return nil, false, appendFailure(w, p, now)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 
 	first := lastSeq - n + 1
@@ -118,17 +132,17 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, error) {
 		}
 		if _, err := w.exec(`INSERT INTO events (session_id, seq, id, type, created_at, processed_at, data)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, p.SessionID, e.Seq, e.ID, e.Type, created, processed, []byte(data)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		events[i] = e
 	}
 	for _, seq := range p.MarkProcessed {
 		if _, err := w.exec(`UPDATE events SET processed_at = ?
 			WHERE session_id = ? AND seq = ? AND processed_at IS NULL`, created, p.SessionID, seq); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return events, nil
+	return events, runnable, nil
 }
 
 // hasIDs reports whether any of the events comes with its id.

@@ -51,7 +51,7 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 		}
 		if wake {
 			var err error
-			events, err = appendEvents(w, &store.EventAppendParams{
+			events, _, err = appendEvents(w, &store.EventAppendParams{
 				SessionID: in.ID, Events: p.InitialEvents, Wake: true,
 			})
 			if err != nil {

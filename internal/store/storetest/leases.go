@@ -255,6 +255,51 @@ func testLeaseClaimLimit(t *testing.T, h Harness) {
 	mustIs(t, err, store.ErrNoWork, "claim after every wake-up was handled")
 }
 
+func testEventAppendRelease(t *testing.T, h Harness) {
+	s := h.open(t)
+	_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: createSession(t, s).ID, Release: true,
+		Events: []apitype.NewEvent{agentMessage("x")}})
+	if err == nil || errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("release without a lease: got %v, want an error", err)
+	}
+
+	// Every wake-up handled: the append releases the lease and the session is not runnable.
+	sess := createSession(t, s, userMessage("go"))
+	l, err := claim(s, "brain", time.Minute, "")
+	must(t, err, "claim")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Lease: l, Release: true,
+		Status: apitype.StatusIdle, Events: []apitype.NewEvent{agentMessage("done")}})
+	must(t, err, "append that releases")
+	_, err = claim(s, "other", time.Minute, "")
+	mustIs(t, err, store.ErrNoWork, "claim after a releasing append that handled every wake-up")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Lease: l,
+		Events: []apitype.NewEvent{agentMessage("late")}})
+	mustIs(t, err, store.ErrLeaseLost, "append under the released lease")
+	got, err := s.SessionGet(ctxBg, sess.ID)
+	must(t, err, "get session")
+	equal(t, got.Status, apitype.StatusIdle, "status set by the releasing append")
+
+	// A wake-up after the claim keeps the session runnable, and waiters hear of it.
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Wake: true,
+		Events: []apitype.NewEvent{userMessage("again")}})
+	must(t, err, "wake")
+	l, err = claim(s, "brain", time.Minute, "")
+	must(t, err, "claim again")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Wake: true,
+		Events: []apitype.NewEvent{userMessage("while working")}})
+	must(t, err, "wake while leased")
+	wait, stop := s.WaitRunnable()
+	defer stop()
+	drain(wait)
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Lease: l, Release: true,
+		Events: []apitype.NewEvent{agentMessage("done again")}})
+	must(t, err, "append that releases with an unhandled wake-up")
+	waitSignal(t, wait, "waiter woken by a release that left the session runnable")
+	l2, err := claim(s, "other", time.Minute, "")
+	must(t, err, "claim the session woken after the first claim")
+	equal(t, l2.SessionID, sess.ID, "claimed session")
+}
+
 func testLeaseClaimRace(t *testing.T, h Harness) {
 	s := h.open(t)
 	sess := createSession(t, s, userMessage("race"))

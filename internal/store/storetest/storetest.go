@@ -77,6 +77,7 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseReleaseWakeSeq", testLeaseReleaseWakeSeq},
 		{"LeaseClaimSessionID", testLeaseClaimSessionID},
 		{"LeaseClaimLimit", testLeaseClaimLimit},
+		{"EventAppendRelease", testEventAppendRelease},
 		{"LeaseClaimRace", testLeaseClaimRace},
 		{"WaitRunnable", testWaitRunnable},
 		{"APIKey", testAPIKey},
