@@ -31,6 +31,10 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 			return err
 		},
 		after: func() {
+			s.recent.appended(p.SessionID, events)
+			if len(events) > 0 {
+				s.recent.processed(p.SessionID, p.MarkProcessed, events[0].CreatedAt)
+			}
 			s.hub.NotifySession(p.SessionID)
 			if runnable {
 				s.hub.NotifyRunnable()
@@ -212,6 +216,13 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("sqlite: list events of %s: limit must be > 0", p.SessionID)
 	}
+	if p.BeforeSeq == 0 && len(p.Types) == 0 && !p.Desc &&
+		p.CreatedAfter == nil && p.CreatedFrom == nil && p.CreatedBefore == nil && p.CreatedTo == nil {
+		// Following a session: what was just appended is in memory.
+		if events, ok := s.recent.after(p.SessionID, p.AfterSeq, p.Limit); ok {
+			return events, nil
+		}
+	}
 	var q strings.Builder
 	q.WriteString(`SELECT ` + eventColumns + ` FROM events WHERE session_id = ? AND seq > ?`)
 	args := []any{p.SessionID, p.AfterSeq}
@@ -327,16 +338,22 @@ func (s *Store) EventMarkProcessed(ctx context.Context, p *store.EventMarkProces
 			}
 		}
 		return nil
-	}, func() { s.hub.NotifySession(p.SessionID) })
+	}, func() {
+		s.recent.processed(p.SessionID, p.Seqs, fromMicros(micros(at)))
+		s.hub.NotifySession(p.SessionID)
+	})
 	if err != nil {
 		return fmt.Errorf("sqlite: mark events of %s processed: %w", p.SessionID, err)
 	}
 	return nil
 }
 
-// Subscribe returns a channel woken after every append to the session through this Store.
+// Subscribe returns a channel woken after every append to the session through this Store. While it lasts, the
+// session's newest events are kept in memory for EventList (see recent).
 func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
-	return s.hub.Subscribe(sessionID)
+	ch, stop := s.hub.Subscribe(sessionID)
+	unfollow := s.recent.follow(sessionID)
+	return ch, func() { stop(); unfollow() }
 }
 
 // PreviewPublish hands a preview to the session's preview subscribers in this process (SQLite serves one

@@ -168,7 +168,10 @@ func (s *Store) SessionDelete(ctx context.Context, id string) error {
 			err = store.ErrNotFound
 		}
 		return err
-	}, func() { s.hub.NotifySession(id) })
+	}, func() {
+		s.recent.forget(id)
+		s.hub.NotifySession(id)
+	})
 	if err != nil {
 		return fmt.Errorf("sqlite: delete session %s: %w", id, err)
 	}

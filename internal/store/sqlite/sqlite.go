@@ -76,8 +76,9 @@ type Store struct {
 	wdb *sql.DB // the single writer connection, used only by the writer goroutine (and Open)
 	cdb *sql.DB // the checkpointer's connection
 
-	hub *store.Hub
-	cfg config
+	hub    *store.Hub
+	recent *recent // the newest events of followed sessions
+	cfg    config
 
 	checkpointNeeded chan struct{} // the writer committed; coalesced
 	stopCheckpoints  chan struct{}
@@ -170,6 +171,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		wdb:              wdb,
 		cdb:              cdb,
 		hub:              store.NewHub(),
+		recent:           newRecent(),
 		cfg:              cfg,
 		checkpointNeeded: make(chan struct{}, 1),
 		stopCheckpoints:  make(chan struct{}),

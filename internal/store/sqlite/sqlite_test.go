@@ -2,9 +2,11 @@ package sqlite_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -120,5 +122,92 @@ func TestEventIDs(t *testing.T) {
 			}
 			prev = e.ID
 		}
+	}
+}
+
+// TestFollowedSessionReadsMatchDatabase: while a session has a subscriber, EventList after a sequence number is
+// served from memory; it must return exactly what the database holds, processed marks included, across more
+// events than memory keeps, and a deleted session must still read as not found.
+func TestFollowedSessionReadsMatchDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "corral.db")
+	s, err := sqlite.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := sqlite.Open(ctx, dsn) // no subscribers: every read goes to the database
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	now := apitype.Now()
+	sess := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle, CreatedAt: now, UpdatedAt: now}
+	msg := func(typ, text string) apitype.NewEvent {
+		e, err := apitype.MakeEvent(typ, apitype.UserMessage{Content: []apitype.ContentBlock{apitype.TextBlock(text)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if _, _, err := s.SessionCreate(ctx, &store.SessionCreateParams{Session: sess, InitialEvents: []apitype.NewEvent{msg(apitype.EventUserMessage, "0")}}); err != nil {
+		t.Fatal(err)
+	}
+	_, unsubscribe := s.Subscribe(sess.ID)
+	defer unsubscribe()
+
+	compare := func(stage string) {
+		t.Helper()
+		for after := int64(0); after <= 100; after++ {
+			for _, limit := range []int{1, 7, 200} {
+				p := &store.EventListParams{SessionID: sess.ID, AfterSeq: after, Limit: limit}
+				got, err := s.EventList(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := db.EventList(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(want) {
+					t.Fatalf("%s: after %d limit %d: %d events, database %d", stage, after, limit, len(got), len(want))
+				}
+				for i := range got {
+					g, w := got[i], want[i]
+					if g.ID != w.ID || g.Seq != w.Seq || g.Type != w.Type || !g.CreatedAt.Equal(w.CreatedAt) ||
+						string(g.Data) != string(w.Data) || (g.ProcessedAt == nil) != (w.ProcessedAt == nil) ||
+						(g.ProcessedAt != nil && !g.ProcessedAt.Equal(*w.ProcessedAt)) {
+						t.Fatalf("%s: after %d: event %+v, database %+v", stage, after, g, w)
+					}
+				}
+			}
+		}
+	}
+	for i := 1; i <= 90; i++ {
+		typ := apitype.EventAgentMessage
+		if i%3 == 0 {
+			typ = apitype.EventUserMessage
+		}
+		p := &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{msg(typ, strings.Repeat("x", i))}}
+		if i%10 == 0 {
+			p.MarkProcessed = []int64{int64(i - 1)} // a user message appended just before
+		}
+		if _, err := s.EventAppend(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compare("after appends")
+	if err := s.EventMarkProcessed(ctx, &store.EventMarkProcessedParams{SessionID: sess.ID, Seqs: []int64{1, 60, 84, 90}, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	compare("after marking processed")
+
+	if err := s.SessionDelete(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EventList(ctx, &store.EventListParams{SessionID: sess.ID, AfterSeq: 89, Limit: 10}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("events of a deleted, followed session: %v, want ErrNotFound", err)
 	}
 }
