@@ -216,10 +216,10 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("sqlite: list events of %s: limit must be > 0", p.SessionID)
 	}
-	if p.BeforeSeq == 0 && len(p.Types) == 0 && !p.Desc &&
+	if p.BeforeSeq == 0 && !p.Desc &&
 		p.CreatedAfter == nil && p.CreatedFrom == nil && p.CreatedBefore == nil && p.CreatedTo == nil {
 		// Following a session: what was just appended is in memory.
-		if events, ok := s.recent.after(p.SessionID, p.AfterSeq, p.Limit); ok {
+		if events, ok := s.recent.after(p.SessionID, p.AfterSeq, p.Types, p.Limit); ok {
 			return events, nil
 		}
 	}

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -103,9 +104,9 @@ func (c *recent) forget(sessionID string) {
 	}
 }
 
-// after returns up to limit events of the session after seq, oldest first, if the ring covers them: ok is
-// false when the database must answer.
-func (c *recent) after(sessionID string, seq int64, limit int) (events []apitype.Event, ok bool) {
+// after returns up to limit events of the session after seq, oldest first, of the given types if any, when
+// the ring covers every event after seq: ok is false when the database must answer.
+func (c *recent) after(sessionID string, seq int64, types []string, limit int) (events []apitype.Event, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.rings[sessionID]
@@ -116,7 +117,13 @@ func (c *recent) after(sessionID string, seq int64, limit int) (events []apitype
 	if seq < first-1 || seq > last {
 		return nil, false
 	}
-	from := seq + 1 - first
-	to := min(int64(len(r.events)), from+int64(limit))
-	return append([]apitype.Event(nil), r.events[from:to]...), true
+	for _, e := range r.events[seq+1-first:] {
+		if len(events) == limit {
+			break
+		}
+		if len(types) == 0 || slices.Contains(types, e.Type) {
+			events = append(events, e)
+		}
+	}
+	return events, true
 }

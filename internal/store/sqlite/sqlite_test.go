@@ -163,6 +163,9 @@ func TestFollowedSessionReadsMatchDatabase(t *testing.T) {
 		for after := int64(0); after <= 100; after++ {
 			for _, limit := range []int{1, 7, 200} {
 				p := &store.EventListParams{SessionID: sess.ID, AfterSeq: after, Limit: limit}
+				if limit == 7 {
+					p.Types = []string{apitype.EventUserMessage}
+				}
 				got, err := s.EventList(ctx, p)
 				if err != nil {
 					t.Fatal(err)
