@@ -28,6 +28,14 @@ func claim(s store.Store, owner string, ttl time.Duration, sessionID string) (*s
 	return ls[0], nil
 }
 
+// wake appends a user message that wakes the session.
+func wake(t *testing.T, s store.Store, sessionID, text, what string) {
+	t.Helper()
+	_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sessionID, Wake: true,
+		Events: []apitype.NewEvent{userMessage(text)}})
+	must(t, err, what)
+}
+
 // waitExpired sleeps until l has expired.
 func waitExpired(l *store.Lease) {
 	time.Sleep(time.Until(l.ExpiresAt) + 20*time.Millisecond)
@@ -105,9 +113,7 @@ func testLeaseFencing(t *testing.T, h Harness) {
 	mustIs(t, err, store.ErrLeaseLost, "append after release")
 
 	// A client append needs no lease.
-	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Wake: true,
-		Events: []apitype.NewEvent{userMessage("client")}})
-	must(t, err, "client append")
+	wake(t, s, sess.ID, "client", "client append")
 
 	// Fenced calls on a deleted session: the adapter may answer ErrLeaseLost or ErrNotFound.
 	c, err := claim(s, "brain-c", time.Minute, "")
@@ -124,9 +130,7 @@ func testLeaseRenew(t *testing.T, h Harness) {
 	a, err := claim(s, "brain-a", shortTTL, sess.ID)
 	must(t, err, "claim")
 	appendEvents(t, s, sess.ID, agentMessage("no wake"))
-	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Wake: true,
-		Events: []apitype.NewEvent{userMessage("more")}})
-	must(t, err, "wake during the lease")
+	wake(t, s, sess.ID, "more", "wake during the lease")
 
 	r, err := s.LeaseRenew(ctxBg, a, time.Minute)
 	must(t, err, "renew")
@@ -164,16 +168,12 @@ func testLeaseReleaseWakeSeq(t *testing.T, h Harness) {
 	mustIs(t, err, store.ErrNoWork, "claim after a release that handled every wake-up")
 
 	// Woken again: runnable.
-	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Wake: true,
-		Events: []apitype.NewEvent{userMessage("again")}})
-	must(t, err, "wake")
+	wake(t, s, sess.ID, "again", "wake")
 	l, err = claim(s, "brain", time.Minute, "")
 	must(t, err, "claim the woken session")
 
 	// Woken during the lease: still runnable after release, and waiters hear about it.
-	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Wake: true,
-		Events: []apitype.NewEvent{userMessage("while you were busy")}})
-	must(t, err, "wake during the lease")
+	wake(t, s, sess.ID, "while you were busy", "wake during the lease")
 	_, err = claim(s, "other", time.Minute, "")
 	mustIs(t, err, store.ErrNoWork, "a woken session under a live lease is not claimable")
 	drain(wait)
@@ -280,14 +280,10 @@ func testEventAppendRelease(t *testing.T, h Harness) {
 	equal(t, got.Status, apitype.StatusIdle, "status set by the releasing append")
 
 	// A wake-up after the claim keeps the session runnable, and waiters hear of it.
-	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Wake: true,
-		Events: []apitype.NewEvent{userMessage("again")}})
-	must(t, err, "wake")
+	wake(t, s, sess.ID, "again", "wake")
 	l, err = claim(s, "brain", time.Minute, "")
 	must(t, err, "claim again")
-	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Wake: true,
-		Events: []apitype.NewEvent{userMessage("while working")}})
-	must(t, err, "wake while leased")
+	wake(t, s, sess.ID, "while working", "wake while leased")
 	wait, stop := s.WaitRunnable()
 	defer stop()
 	drain(wait)
