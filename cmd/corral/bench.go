@@ -75,7 +75,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.ttft, "model-ttft", 300*time.Millisecond, "the fake model's time to first token")
 	fs.DurationVar(&f.perToken, "model-per-token", 10*time.Millisecond, "the fake model's time per later token")
 	fs.DurationVar(&f.jitter, "model-jitter", 30*time.Millisecond, "the fake model's jitter: each wait varies by up to +- this")
-	fs.StringVar(&f.scale, "scale", "100,250,500,1000,1500,2000", "comma-separated concurrent-session `levels` of the scale search (stops at the first level at or over 50 ms p95 overhead)")
+	fs.StringVar(&f.scale, "scale", "100,250,500,750,1000,1500,2000", "comma-separated concurrent-session `levels` of the scale search (stops at the first level at or over 50 ms p95 overhead)")
 	fs.DurationVar(&f.scaleTTFT, "scale-model-ttft", 2*time.Second, "the fake model's time to first token in the scale section (a session stays active that long per call)")
 	fs.IntVar(&f.scalePerSlot, "scale-turns", 2, "fresh sessions each concurrent slot runs, one after the other, at each scale level")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")

@@ -41,8 +41,8 @@ func (r *Report) Markdown(svgName string) string {
 	p("Run %s UTC, %s; %s. Store: %s. Brains: %d in-process workers. Fake model: time to first token %s, %s per later token, ",
 		r.Started.UTC().Format("2006-01-02 15:04"), r.Elapsed.Round(time.Second), r.Machine, r.Store, r.Workers,
 		r.ModelTTFT, r.ModelPerToken)
-	p("each wait varied by up to ±%s. Load average %s. **The machine is shared with other engineers' builds and tests: ", r.ModelJitter, r.Load)
-	p("read tails (p95, p99) as upper bounds and re-run on a quiet machine before comparing with the goals.**\n\n")
+	p("each wait varied by up to ±%s. Load average %s. **Everything (server, sandboxes, fake model, clients) shares this ", r.ModelJitter, r.Load)
+	p("machine's cores, and other work on it moves the tails (p95, p99): compare ratios from one run, and re-run before comparing with the goals.**\n\n")
 
 	p("Definitions:\n\n")
 	p("- **TTFT** (time to first token, as a client sees it): from just before the client POSTs its `user.message` to when ")
@@ -304,7 +304,7 @@ func (r *Report) closingNote() string {
 			fmt.Fprintf(&b, "With one session at a time the overhead is a few milliseconds spread over the API's append and "+
 				"the wake-up, the model request and the SSE delivery (see the phases). At 100 sessions with a %s model, half "+
 				"of the sessions start a sandbox, and the sandboxes, the API, the brains, SQLite's single writer, the fake "+
-				"model and the 100 clients share 2 vCPUs (with other engineers' builds): the tail is queueing for the CPU, "+
+				"model and the 100 clients share the machine's cores: the tail is queueing for the CPU, "+
 				"not a fixed cost.", r.ModelTTFT)
 			for _, s := range r.Scale {
 				if s.Sessions == 100 {
@@ -322,11 +322,13 @@ func (r *Report) closingNote() string {
 					break
 				}
 			}
-			fmt.Fprintf(&b, "Each turn costs CPU (HTTP, JSON, the brain) and about ten durable writes to SQLite's single "+
-				"writer (the user event, running, processed marks, spans, the answer, idle, lease claim and release), and the "+
-				"API, the brains, the store, the fake model and every client share 2 vCPUs with other engineers' work: the "+
-				"limit is that throughput, not memory or goroutines (an idle session holds none; see Idle sessions). More "+
-				"cores, PostgreSQL (`--db`) or brains in other processes (`corral harness`) move it.")
+			fmt.Fprintf(&b, "Each turn of this workload costs four durable writes to SQLite's single writer (the new "+
+				"session; the user's message; the model call's start, with the running status and the message marked "+
+				"processed; the answer, with the idle status and the lease released), plus a share of a claim that takes "+
+				"up to 64 sessions, and CPU (HTTP, JSON, the brain) that the API, the brains, the store, the fake model and "+
+				"every client share on this machine's cores. What sets the tail is write latency and CPU queueing, not "+
+				"memory or goroutines (an idle session holds none; see Idle sessions). PostgreSQL (`--db`) with brains in "+
+				"other processes (`corral harness`) spreads the work over more machines.")
 		case strings.HasPrefix(g.Name, "failover"):
 			fmt.Fprintf(&b, "\n\n- **%s: %s.** Resuming waits for the dead brain's lease to expire (--lease-ttl) and for "+
 				"the next poll of the surviving brain.", g.Name, g.Measured)
