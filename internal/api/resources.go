@@ -21,7 +21,8 @@ const (
 const maxResourcesPerSession = 100
 
 // parseResource validates «ResourceIn». Mount paths default as the hosted service's do. The repository
-// authorization_token is accepted but not kept: Corral's git proxy takes repository credentials from the vault.
+// authorization_token is accepted but not kept: a credential must never reach the log, and Corral has no vault
+// yet to hold it for a proxy outside the sandbox, so only repositories that need no credential can be cloned.
 func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool) (apitype.Resource, error) {
 	typ, err := typeOf(p, raw)
 	if err != nil {
