@@ -286,7 +286,7 @@ func (r *Report) closingNote() string {
 				"(image, boot, setup) before a model TTFT under a second. Our sandboxes start in tens of milliseconds (bwrap, "+
 				"runc) to a few hundred (gVisor), so at low concurrency the sandbox is a small part of TTFT and the ratio "+
 				"cannot reach the goal. Under concurrency the coupled mode's sandbox starts queue for the CPU and the ratio "+
-				"falls (see the 100-session rows: a container-class start cost, gVisor, shows the architecture's effect), "+
+				"falls (see the highest-concurrency rows; gVisor, whose start cost is closest to a container's, shows the architecture's effect most), "+
 				"but on 2 vCPUs the decoupled mode's tail also grows: the tool sessions' sandboxes, started after the model "+
 				"answers, compete for the same CPUs as the other sessions' turns, so p95 ratios stay above 0.1. The goals "+
 				"assume container-class start costs on a machine whose CPUs are not shared with the sandboxes; this run "+

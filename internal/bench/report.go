@@ -205,7 +205,14 @@ func yes(b bool) string {
 }
 
 func dist3(d Dist) string { return Ms(d.P50) + " / " + Ms(d.P95) + " / " + Ms(d.P99) }
-func dist2(d Dist) string { return Ms(d.P50) + " / " + Ms(d.P95) }
+
+// dist2 is "p50 / p95", or a dash when nothing was measured (an operation the run never made).
+func dist2(d Dist) string {
+	if d.N == 0 {
+		return "—"
+	}
+	return Ms(d.P50) + " / " + Ms(d.P95)
+}
 
 // WriteSummary writes the summary table (stdout of corral bench).
 func (r *Report) WriteSummary(w io.Writer) {

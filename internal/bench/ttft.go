@@ -35,16 +35,20 @@ type Sample struct {
 
 // Phases of the platform overhead.
 const (
-	PhaseWake    = iota // send -> session.status_running appended: the API's append, wake-up, claim, reading the log
-	PhasePrepare        // -> span.model_request_start appended: processed marks, building the request (coupled: the sandbox)
-	PhaseToModel        // -> the fake model received the request: the adapter and the HTTP hop
-	PhaseAnswer         // the fake model done -> the answer appended: reading the stream's end, the append
-	PhaseDeliver        // -> the client read the answer on its SSE stream
+	// send -> session.status_running appended: the API's append, wake-up, claim, reading the log and building
+	// the request (the running status rides on the model request's start, in one append)
+	PhaseWake = iota
+	// -> span.model_request_start appended: zero unless coupled, where the session is announced running
+	// before its sandbox is provisioned
+	PhasePrepare
+	PhaseToModel // -> the fake model received the request: the adapter and the HTTP hop
+	PhaseAnswer  // the fake model done -> the answer appended: reading the stream's end, the append
+	PhaseDeliver // -> the client read the answer on its SSE stream
 	NumPhases
 )
 
 // PhaseNames name the phases in reports.
-var PhaseNames = [NumPhases]string{"wake (send to running)", "prepare (to model request start)", "to model (HTTP)", "answer appended", "SSE delivery"}
+var PhaseNames = [NumPhases]string{"wake (send to running)", "coupled sandbox (running to request start)", "to model (HTTP)", "answer appended", "SSE delivery"}
 
 // Overhead is what the platform adds to the model's own time: TTFT minus Model.
 func (s Sample) Overhead() time.Duration { return s.TTFT - s.Model }
