@@ -1178,3 +1178,47 @@ func TestStopBeforeActingKeepsSessionRunnable(t *testing.T) {
 	f.start(cfgB)
 	assertTypes(t, f.waitIdle(id, 1), userMsg, running, start, agentMsg, end, idle)
 }
+
+// claimHoldingStore's claims succeed in the store but return only once the brain is stopping, as if the
+// claim's answer arrived just as Stop was called.
+type claimHoldingStore struct {
+	store.Store
+	claimed chan struct{}
+	once    sync.Once
+}
+
+func (s *claimHoldingStore) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*store.Lease, error) {
+	ls, err := s.Store.LeaseClaim(context.WithoutCancel(ctx), p)
+	if err == nil {
+		s.once.Do(func() { close(s.claimed) })
+		<-ctx.Done()
+	}
+	return ls, err
+}
+
+// A brain that stops holding leases it claimed but never worked hands them back: the next brain claims the
+// sessions at once, not after the lease TTL.
+func TestStopHandsBackUnworkedClaims(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	cs := &claimHoldingStore{Store: f.store, claimed: make(chan struct{})}
+	cfg := f.config()
+	cfg.Store, cfg.Owner, cfg.LeaseTTL = cs, "brain-a", time.Minute
+	a := harness.New(cfg)
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	id := f.session()
+	f.say(id, "hi")
+	<-cs.claimed
+	a.Stop()
+
+	ls, err := f.store.LeaseClaim(context.Background(), &store.LeaseClaimParams{Owner: "brain-b", TTL: time.Minute, SessionID: id})
+	if err != nil {
+		t.Fatalf("claim after the first brain stopped: %v (its one-minute lease was kept)", err)
+	}
+	if ls[0].SessionID != id {
+		t.Fatalf("claimed %s, want %s", ls[0].SessionID, id)
+	}
+}
