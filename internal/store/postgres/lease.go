@@ -51,6 +51,10 @@ func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*s
 			rows.Close()
 			return nil, s.dbErr("lease claim", err)
 		}
+		if rank < 1 || rank > limit || leases[rank-1] != nil {
+			rows.Close()
+			return nil, fmt.Errorf("lease claim: row ranked %d of %d", rank, limit)
+		}
 		l.ExpiresAt = l.ExpiresAt.UTC()
 		leases[rank-1] = l // oldest wake-up first, as the caller hands them out
 		n++
