@@ -43,6 +43,10 @@ func New(cfg Config) (*Provider, error) {
 	c := cfg.OCI
 	c.Runtime = cmp.Or(cfg.Runsc, "runsc")
 	c.Name = "gvisor"
+	// The sandbox's host tasks include runsc's own: an idle sandbox held 55-61 of them on a 2-vCPU VM (the
+	// sentry's Go threads, the gofer, systrap's stubs), so a pids limit of 64 killed it for a fork bomb it
+	// never ran once the machine was loaded.
+	c.RuntimeTasks = cmp.Or(c.RuntimeTasks, 128)
 	// The sandbox has only loopback; it reaches the egress proxy through the bound Unix socket, which gVisor
 	// lets it open (--host-uds=open). --oci-seccomp applies the bundle's seccomp profile inside the sandbox
 	// too (no nested user namespaces).

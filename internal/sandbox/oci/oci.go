@@ -48,6 +48,10 @@ type Config struct {
 	NoCgroups bool
 	// CgroupRoot is where cgroup v1 is mounted, to read back the limits hit; default /sys/fs/cgroup.
 	CgroupRoot string
+	// RuntimeTasks is how many tasks the runtime itself keeps in the container's cgroup (gVisor's sentry
+	// threads, gofer and stub processes; none for runc). They are added to the pids limit, so that the
+	// runtime's own threads never count against the sandbox's processes.
+	RuntimeTasks int
 	// Logger; default discards.
 	Logger *slog.Logger
 }
@@ -201,8 +205,8 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	var group *cgroup.Group
 	if !p.cfg.NoCgroups {
 		spec.CgroupsPath = "/corral/" + name
-		spec.MemoryBytes, spec.Pids, spec.CPUQuota = limits.MemoryBytes, limits.Pids, limits.CPUQuota
-		group = cgroup.Open(p.cfg.CgroupRoot, spec.CgroupsPath, cgroup.Limits{MemoryBytes: limits.MemoryBytes, Pids: limits.Pids, CPUQuota: limits.CPUQuota})
+		spec.MemoryBytes, spec.Pids, spec.CPUQuota = limits.MemoryBytes, limits.Pids+p.cfg.RuntimeTasks, limits.CPUQuota
+		group = cgroup.Open(p.cfg.CgroupRoot, spec.CgroupsPath, cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, CPUQuota: spec.CPUQuota})
 	}
 	if err := WriteBundle(dir, spec); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
