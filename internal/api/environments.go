@@ -33,27 +33,9 @@ type envUpdateRequest struct {
 }
 
 type envConfigIn struct {
-	Type       string          `json:"type"`
-	Networking json.RawMessage `json:"networking"`
-	Packages   *packagesIn     `json:"packages"`
-}
-
-type networkingIn struct {
-	Type                 string   `json:"type"`
-	AllowedHosts         []string `json:"allowed_hosts"`
-	AllowMCPServers      *bool    `json:"allow_mcp_servers"`
-	AllowPackageManagers *bool    `json:"allow_package_managers"`
-}
-
-// packagesIn lists packages per manager; a nil list is "omitted" (kept on update).
-type packagesIn struct {
-	Type  string   `json:"type"`
-	Apt   []string `json:"apt"`
-	Cargo []string `json:"cargo"`
-	Gem   []string `json:"gem"`
-	Go    []string `json:"go"`
-	Npm   []string `json:"npm"`
-	Pip   []string `json:"pip"`
+	Type       string            `json:"type"`
+	Networking json.RawMessage   `json:"networking"`
+	Packages   *apitype.Packages `json:"packages"` // a nil list is "omitted" (kept on update)
 }
 
 // validHost reports whether h is an allowed_hosts entry: a host name of at most 253 characters of
@@ -165,7 +147,7 @@ func resolveEnvConfig(p string, raw json.RawMessage, prev *apitype.EnvConfig) (a
 }
 
 func resolveNetworking(p string, raw json.RawMessage) (*apitype.Networking, error) {
-	var in networkingIn
+	var in apitype.Networking
 	if err := strictUnmarshal(p, raw, &in); err != nil {
 		return nil, err
 	}
