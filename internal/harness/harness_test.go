@@ -211,6 +211,14 @@ func decode[T any](t *testing.T, e apitype.Event) T {
 	return v
 }
 
+// assertStop checks that ev is an idle whose stop_reason has type want.
+func assertStop(t *testing.T, ev apitype.Event, want string) {
+	t.Helper()
+	if r := stopReason(t, ev); r.Type != want {
+		t.Errorf("stop_reason = %+v, want %s", r, want)
+	}
+}
+
 func stopReason(t *testing.T, e apitype.Event) apitype.StopReason {
 	t.Helper()
 	if e.Type != idle {
@@ -294,9 +302,7 @@ func TestTextTurn(t *testing.T) {
 	if span.ModelRequestStartID != evs[2].ID || span.IsError || span.ModelUsage.InputTokens != 11 {
 		t.Errorf("span.model_request_end = %+v", span)
 	}
-	if r := stopReason(t, evs[5]); r.Type != apitype.StopEndTurn {
-		t.Errorf("stop_reason = %+v", r)
-	}
+	assertStop(t, evs[5], apitype.StopEndTurn)
 	reqs := f.srv.Requests()
 	if len(reqs) != 1 || reqs[0].System != "You are a test agent." || reqs[0].Model != "claude-sonnet-4-5" ||
 		reqs[0].LastUserText() != "hi" || !reqs[0].Stream || len(reqs[0].Tools) != 0 {
@@ -351,9 +357,7 @@ func TestToolTurn(t *testing.T) {
 	if tr.ToolUseID != "toolu_1" || tr.IsError || blockText(tr) != "ran bash" {
 		t.Errorf("second request's tool_result = %+v", tr)
 	}
-	if r := stopReason(t, evs[10]); r.Type != apitype.StopEndTurn {
-		t.Errorf("stop_reason = %+v", r)
-	}
+	assertStop(t, evs[10], apitype.StopEndTurn)
 }
 
 func TestQueuedMessagePickedUpAtNextCall(t *testing.T) {
@@ -489,9 +493,7 @@ func TestRetriesExhausted(t *testing.T) {
 			t.Errorf("session.error #%d = %+v", n, e)
 		}
 	}
-	if r := stopReason(t, evs[15]); r.Type != apitype.StopRetriesExhausted {
-		t.Errorf("stop_reason = %+v", r)
-	}
+	assertStop(t, evs[15], apitype.StopRetriesExhausted)
 	if n := len(f.srv.Requests()); n != 3 {
 		t.Errorf("%d model requests, want 3", n)
 	}
@@ -513,9 +515,7 @@ func TestNoCredentials(t *testing.T) {
 	if e.RetryStatus.Type != "exhausted" || !strings.Contains(e.Message, "ANTHROPIC_API_KEY") {
 		t.Errorf("session.error = %+v", e)
 	}
-	if r := stopReason(t, evs[5]); r.Type != apitype.StopRetriesExhausted {
-		t.Errorf("stop_reason = %+v", r)
-	}
+	assertStop(t, evs[5], apitype.StopRetriesExhausted)
 	if n := len(f.srv.Requests()); n != 0 {
 		t.Errorf("%d requests reached the model without credentials", n)
 	}
@@ -538,9 +538,7 @@ func TestInterruptMidStream(t *testing.T) {
 	if span := decode[apitype.SpanModelRequestEnd](t, evs[4]); !span.IsError || span.ModelRequestStartID != evs[2].ID {
 		t.Errorf("span end = %+v", span)
 	}
-	if r := stopReason(t, evs[5]); r.Type != apitype.StopEndTurn {
-		t.Errorf("stop_reason = %+v", r)
-	}
+	assertStop(t, evs[5], apitype.StopEndTurn)
 	f.waitFor(id, "interrupt processed", func(evs []apitype.Event) bool { return evs[3].ProcessedAt != nil })
 }
 
@@ -571,9 +569,7 @@ func TestInterruptDuringTool(t *testing.T) {
 	if !cancelled.Load() {
 		t.Error("the running tool was not cancelled")
 	}
-	if r := stopReason(t, evs[7]); r.Type != apitype.StopEndTurn {
-		t.Errorf("stop_reason = %+v", r)
-	}
+	assertStop(t, evs[7], apitype.StopEndTurn)
 }
 
 func TestCustomToolRoundTrip(t *testing.T) {
@@ -1097,9 +1093,7 @@ func TestInterruptWhileRequiresAction(t *testing.T) {
 	if res := decode[apitype.AgentToolResult](t, evs[7]); res.ToolUseID != evs[3].ID || !res.IsError || resultText(res) != "interrupted by the user" {
 		t.Errorf("result = %+v", res)
 	}
-	if r := stopReason(t, evs[8]); r.Type != apitype.StopEndTurn {
-		t.Errorf("stop_reason = %+v", r)
-	}
+	assertStop(t, evs[8], apitype.StopEndTurn)
 
 	// The next message starts a turn whose history is valid: the interrupted call has its result.
 	f.say(id, "something else")
