@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	gopath "path"
@@ -111,35 +112,18 @@ func repoName(p, s string) (string, error) {
 	return name, nil
 }
 
+// parseCheckout validates a repository's «Checkout» (apitype.Checkout.Validate) and returns it in its stored form.
 func parseCheckout(p string, raw json.RawMessage) (json.RawMessage, error) {
-	var in struct {
-		Type string `json:"type"`
-		Name string `json:"name,omitempty"`
-		SHA  string `json:"sha,omitempty"`
-	}
+	var in apitype.Checkout
 	if err := strictUnmarshal(p, raw, &in); err != nil {
 		return nil, err
 	}
-	switch in.Type {
-	case "branch":
-		if in.SHA != "" {
-			return nil, invalid(path(p, "sha"), "not allowed for a branch checkout")
+	if err := in.Validate(); err != nil {
+		var ce *apitype.CheckoutError
+		if errors.As(err, &ce) {
+			return nil, invalid(path(p, ce.Field), "%s", ce.Message)
 		}
-		if err := checkString(path(p, "name"), in.Name, true, 255); err != nil {
-			return nil, err
-		}
-		if strings.HasPrefix(in.Name, "-") || strings.ContainsAny(in.Name, " ~^:?*[\\") || strings.Contains(in.Name, "..") {
-			return nil, invalid(path(p, "name"), "invalid branch name %q", in.Name)
-		}
-	case "commit":
-		if in.Name != "" {
-			return nil, invalid(path(p, "name"), "not allowed for a commit checkout")
-		}
-		if len(in.SHA) < 7 || len(in.SHA) > 64 || strings.Trim(strings.ToLower(in.SHA), "0123456789abcdef") != "" {
-			return nil, invalid(path(p, "sha"), "must be a hexadecimal commit id")
-		}
-	default:
-		return nil, invalid(path(p, "type"), `must be "branch" or "commit"`)
+		return nil, invalid(p, "%v", err)
 	}
 	out, _ := json.Marshal(in)
 	return out, nil
