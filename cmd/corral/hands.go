@@ -18,6 +18,7 @@ import (
 	"github.com/corralhq/corral/internal/sandbox/gvisor"
 	"github.com/corralhq/corral/internal/sandbox/oci"
 	"github.com/corralhq/corral/internal/sandbox/process"
+	"github.com/corralhq/corral/internal/workspace"
 )
 
 // handsFlags pick and configure the sandbox backend.
@@ -70,10 +71,14 @@ func (f *handsFlags) build(dataDir string, logger *slog.Logger) (*sandbox.Pool, 
 	if err != nil {
 		return nil, err
 	}
+	// Repositories are cloned on the server, under the same rules as the sandbox's egress proxy.
+	placer, err := workspace.New(workspace.Config{Resolve: egress.Resolve, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
 	return sandbox.NewPool(sandbox.PoolConfig{
 		Provider: provider, WorkspaceRoot: root, IdleTimeout: f.idle, Logger: logger, Limits: f.limits(),
-		// Repositories are cloned on the server, under the same rules as the sandbox's egress proxy.
-		Resources: sandbox.ResourceConfig{Resolve: egress.Resolve},
+		Placer: placer,
 	})
 }
 

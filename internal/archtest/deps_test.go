@@ -27,6 +27,9 @@ var rules = map[string][]string{
 	"internal/api":      {"internal/apitype", "internal/store"},
 	"internal/harness":  {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},
 	"internal/archtest": {},
+	// The workspace placer implements the sandbox port's Placer; the composition root hands it the egress
+	// rules (Resolve), so it needs no backend and no sandbox subpackage.
+	"internal/workspace": {"internal/apitype", "internal/sandbox"},
 }
 
 func TestDependencyRule(t *testing.T) {
@@ -81,6 +84,9 @@ func TestDependencyRule(t *testing.T) {
 func violation(pkg, dep string) string {
 	if strings.HasPrefix(pkg, "cmd/") {
 		return "" // the composition root knows every backend
+	}
+	if dep == "internal/workspace" && (pkg == "internal/sandbox" || portOf(pkg) == "internal/sandbox") {
+		return "the sandbox port, its backends and the in-sandbox agent never import the workspace placer (no git or credential code in a sandbox)"
 	}
 	if allowed, ok := rules[pkg]; ok {
 		if !slices.Contains(allowed, dep) {
@@ -142,6 +148,19 @@ func TestViolation(t *testing.T) {
 		{"internal/apitype", "internal/store", false},
 		{"internal/store", "internal/api", false},
 		{"cmd/corral", "internal/store/sqlite", true},
+		{"cmd/corral", "internal/workspace", true},
+		{"internal/workspace", "internal/sandbox", true},
+		{"internal/workspace", "internal/apitype", true},
+		{"internal/workspace", "internal/sandbox/egress", false},
+		{"internal/workspace", "internal/sandbox/bwrap", false},
+		{"internal/workspace", "internal/store", false},
+		{"internal/sandbox", "internal/workspace", false},
+		{"internal/sandbox/agent", "internal/workspace", false},
+		{"internal/sandbox/bwrap", "internal/workspace", false},
+		{"internal/sandbox/oci", "internal/workspace", false},
+		{"internal/sandbox/gvisor", "internal/workspace", false},
+		{"internal/sandbox/process", "internal/workspace", false},
+		{"internal/sandbox/sandboxtest", "internal/workspace", false},
 	}
 	for _, c := range cases {
 		if got := violation(c.pkg, c.dep) == ""; got != c.ok {

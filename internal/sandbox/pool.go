@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -33,8 +32,9 @@ type PoolConfig struct {
 	Logger *slog.Logger
 	// Limits apply to every sandbox whose recipe leaves a limit zero (the backends' defaults apply after).
 	Limits Limits
-	// Resources configures how session resources (git repositories) are placed in workspaces.
-	Resources ResourceConfig
+	// Placer places session resources (git repositories) in workspaces before a sandbox is provisioned
+	// (internal/workspace). Without one, a session's resources are reported as not placed (ErrNoPlacer).
+	Placer Placer
 }
 
 func (c *PoolConfig) validate() error {
@@ -250,7 +250,7 @@ func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, [
 	if err != nil {
 		err = fmt.Errorf("workspace: %w", err)
 	} else {
-		unplaced = p.placeResources(ctx, r)
+		unplaced = p.place(ctx, r)
 		sb, err = p.cfg.Provider.Provision(ctx, r)
 	}
 	d := time.Since(start)
@@ -296,9 +296,9 @@ func (p *Pool) Close(sessionID string) error {
 	return s.close()
 }
 
-// RemoveWorkspaces deletes the workspaces (and resource records) of the sessions that gone reports as gone,
-// closing any sandbox they still have, and returns how many it removed. A session gone cannot answer for is
-// left alone. Workspaces outlive sandboxes on purpose; this is how a deleted session's files go.
+// RemoveWorkspaces deletes the workspaces of the sessions that gone reports as gone (and has the Placer forget
+// them), closing any sandbox they still have, and returns how many it removed. A session gone cannot answer for
+// is left alone. Workspaces outlive sandboxes on purpose; this is how a deleted session's files go.
 func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Context, sessionID string) (bool, error)) (int, error) {
 	entries, err := os.ReadDir(p.cfg.WorkspaceRoot)
 	if err != nil {
@@ -321,8 +321,8 @@ func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Conte
 			errs = append(errs, fmt.Errorf("sandbox pool: remove workspace: %w", err))
 			continue
 		}
-		if err := os.Remove(recordPath(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
+		if p.cfg.Placer != nil {
+			errs = append(errs, p.cfg.Placer.Forget(dir))
 		}
 		n++
 	}

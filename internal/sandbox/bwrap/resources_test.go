@@ -11,6 +11,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+	"github.com/corralhq/corral/internal/workspace"
 )
 
 // TestRepositoryResource: a repository cloned on the host into a session's workspace belongs to the sandbox's
@@ -19,8 +20,11 @@ func TestRepositoryResource(t *testing.T) {
 	prov := newProvider(t)
 	repo := sandboxtest.NewGitRepo(t)
 	root := sandboxtest.WorkspaceRoot(t)
-	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root,
-		Resources: sandbox.ResourceConfig{AllowLocalURLs: true}})
+	placer, err := workspace.New(workspace.Config{AllowLocalURLs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, Placer: placer})
 	if err != nil {
 		t.Fatal(err)
 	}

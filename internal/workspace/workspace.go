@@ -1,13 +1,16 @@
-package sandbox
-
-// Session resources are placed in a session's workspace by the Pool, on the host, before the session's sandbox
-// is provisioned. A git repository is cloned by a git process that runs outside every sandbox, with a clean
-// environment and only https allowed (so that a credential, once the vault supplies one, never enters the
-// sandbox, and a session cannot clone the server's own files). Each resource is placed once per session: a
+// Package workspace places a session's resources in its workspace, on the host, before the session's sandbox
+// is provisioned: it is the sandbox Pool's Placer (sandbox.Placer). A git repository is cloned by a git process
+// that runs outside every sandbox, with a clean environment and only https allowed (so that a credential, once
+// the vault supplies one, never enters the sandbox, and a session cannot clone the server's own files), and
+// pinned to the addresses the session's networking policy allowed. Each resource is placed once per session: a
 // record beside the workspace lists the resources already attempted, so re-provisioning a sandbox (the
 // workspace survives) does not clone again. A resource that cannot be placed does not stop the session: the
-// failure is reported (ProvisionReport.ResourceErrors, the Pool's log, and a note in front of the session's
+// failure is reported (sandbox.ProvisionReport.ResourceErrors, the log, and a note in front of the session's
 // next tool result) and the session continues without it.
+//
+// Neither the sandbox backends nor the in-sandbox agent import this package (internal/archtest checks it): the
+// code that handles repositories and their credentials stays in the server.
+package workspace
 
 import (
 	"bytes"
@@ -20,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -32,6 +36,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // DefaultCloneTimeout bounds the clone and checkout of one repository resource.
@@ -39,19 +44,13 @@ const DefaultCloneTimeout = 5 * time.Minute
 
 // Resource types placed in the workspace.
 const (
-	ResourceGitHubRepository = "github_repository"
-	ResourceFile             = "file"
-	ResourceMemoryStore      = "memory_store"
+	resourceGitHubRepository = "github_repository"
+	resourceFile             = "file"
+	resourceMemoryStore      = "memory_store"
 )
 
-// Session error types (as the hosted service names them) for resources that could not be placed.
-const (
-	ErrTypeRepositoryClone    = "repository_clone_error"
-	ErrTypeRepositoryCheckout = "repository_checkout_error"
-)
-
-// ResourceConfig configures how the Pool places session resources in workspaces.
-type ResourceConfig struct {
+// Config configures a Placer.
+type Config struct {
 	// CloneTimeout bounds the clone and checkout of one repository; default DefaultCloneTimeout.
 	CloneTimeout time.Duration
 	// Git is the git binary; default "git" on PATH.
@@ -63,36 +62,31 @@ type ResourceConfig struct {
 	// returns its addresses, which git is then pinned to (so a second DNS answer cannot send the clone to an
 	// internal address). The server wires the egress proxy's rules (egress.Resolve); nil allows every host.
 	Resolve func(ctx context.Context, n *apitype.Networking, host, port string) ([]net.IP, error)
+	// Logger receives the placements and their failures; default discards.
+	Logger *slog.Logger
 }
 
-// ResourceError is a session resource that could not be placed in the workspace. The sandbox is provisioned
-// without it and the session continues.
-type ResourceError struct {
-	ResourceID string // the resource's id, if it has one
-	Type       string // the resource's type: github_repository, file, ...; empty when no resource could be placed
-	URL        string // a repository's URL, its password (if any) redacted
-	MountPath  string // where the resource was to appear in the sandbox
-	// ErrorType is the hosted service's session error type for the failure (repository_clone_error,
-	// repository_checkout_error), or empty when none fits.
-	ErrorType string
-	Err       error
+// Placer places session resources in workspaces. It keeps no state but the records beside the workspaces, so
+// one Placer serves every session concurrently (the Pool serialises the provisionings of one session).
+type Placer struct {
+	cfg Config
 }
 
-func (e *ResourceError) Error() string {
-	if e.Type == "" {
-		return fmt.Sprintf("session resources: %v", e.Err)
-	}
-	what := e.Type
-	if e.URL != "" {
-		what += " " + e.URL
-	}
-	if e.MountPath != "" {
-		what += " at " + e.MountPath
-	}
-	return fmt.Sprintf("session resource %s: %v", what, e.Err)
-}
+var _ sandbox.Placer = (*Placer)(nil)
 
-func (e *ResourceError) Unwrap() error { return e.Err }
+// New returns a Placer. git is looked up only when a repository is cloned: a server without git still runs,
+// and a repository resource then fails with the reason.
+func New(cfg Config) (*Placer, error) {
+	if cfg.CloneTimeout < 0 {
+		return nil, errors.New("workspace: CloneTimeout must not be negative")
+	}
+	cfg.CloneTimeout = cmp.Or(cfg.CloneTimeout, DefaultCloneTimeout)
+	cfg.Git = cmp.Or(cfg.Git, "git")
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Placer{cfg: cfg}, nil
+}
 
 // ErrFileResourcesUnsupported is the error of a file resource: Corral has no Files API yet.
 var ErrFileResourcesUnsupported = errors.New("file resources are not supported yet (this server has no Files API); the file was not placed")
@@ -116,14 +110,14 @@ func resourceKey(res *apitype.Resource) string {
 	if res.ID != "" {
 		return res.ID
 	}
-	h := sha256.Sum256([]byte(res.Type + "\x00" + res.URL + "\x00" + res.FileID + "\x00" + res.MountPath + "\x00" + string(res.Checkout)))
+	h := sha256.Sum256([]byte(string(res.Type) + "\x00" + res.URL + "\x00" + res.FileID + "\x00" + res.MountPath + "\x00" + string(res.Checkout)))
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
-// placeResources places the recipe's resources that were not attempted before in its workspace, which exists.
-// It returns the resources that could not be placed; those are recorded too and not attempted again. An
-// attempt cut short because ctx ended is not recorded, so the next provisioning tries again.
-func (p *Pool) placeResources(ctx context.Context, r *Recipe) []*ResourceError {
+// Place places the recipe's resources that were not attempted before in its workspace, which exists. It
+// returns the resources that could not be placed; those are recorded too and not attempted again. An attempt
+// cut short because ctx ended is not recorded, so the next provisioning tries again.
+func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.ResourceError {
 	if len(r.Resources) == 0 {
 		return nil
 	}
@@ -135,19 +129,19 @@ func (p *Pool) placeResources(ctx context.Context, r *Recipe) []*ResourceError {
 			// An unreadable record must not make every resource be placed again over what is there.
 			err = fmt.Errorf("record %s of the placed resources is unreadable (%v); no resource was placed", recPath, err)
 			p.cfg.Logger.Error("session resources not placed", "session", r.SessionID, "err", err)
-			return []*ResourceError{{Err: err}}
+			return []*sandbox.ResourceError{{Err: err}}
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		err = fmt.Errorf("record of the placed resources: %w; no resource was placed", err)
 		p.cfg.Logger.Error("session resources not placed", "session", r.SessionID, "err", err)
-		return []*ResourceError{{Err: err}}
+		return []*sandbox.ResourceError{{Err: err}}
 	}
-	var failed []*ResourceError
+	var failed []*sandbox.ResourceError
 	changed := false
 	for i := range r.Resources {
 		res := &r.Resources[i]
 		key := resourceKey(res)
-		if _, done := rec.Attempted[key]; done || res.Type == ResourceMemoryStore {
+		if _, done := rec.Attempted[key]; done || res.Type == resourceMemoryStore {
 			continue // memory stores are not files of the workspace
 		}
 		start := time.Now()
@@ -175,17 +169,25 @@ func (p *Pool) placeResources(ctx context.Context, r *Recipe) []*ResourceError {
 	return failed
 }
 
+// Forget removes the record of workspace ws, whose workspace is gone. Idempotent.
+func (p *Placer) Forget(ws string) error {
+	if err := os.Remove(recordPath(ws)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	return nil
+}
+
 // mountPathOf is where a resource appears in the sandbox: its mount path, or the default of its type
 // (/workspace/<repo-name> for a repository, /mnt/session/uploads/<file_id> for a file).
 func mountPathOf(res *apitype.Resource) string {
 	switch {
 	case res.MountPath != "":
 		return res.MountPath
-	case res.Type == ResourceGitHubRepository:
+	case res.Type == resourceGitHubRepository:
 		if name, err := repoName(res.URL); err == nil {
 			return workspaceMount + "/" + name
 		}
-	case res.Type == ResourceFile:
+	case res.Type == resourceFile:
 		return "/mnt/session/uploads/" + res.FileID
 	}
 	return ""
@@ -209,16 +211,16 @@ func writeRecord(name string, rec *resourceRecord) error {
 }
 
 // placeResource places one resource in workspace ws.
-func (p *Pool) placeResource(ctx context.Context, ws string, res *apitype.Resource, n *apitype.Networking) *ResourceError {
-	rerr := &ResourceError{ResourceID: res.ID, Type: res.Type, URL: redactURL(res.URL), MountPath: mountPathOf(res)}
+func (p *Placer) placeResource(ctx context.Context, ws string, res *apitype.Resource, n *apitype.Networking) *sandbox.ResourceError {
+	rerr := &sandbox.ResourceError{ResourceID: res.ID, Type: string(res.Type), URL: redactURL(res.URL), MountPath: mountPathOf(res)}
 	switch res.Type {
-	case ResourceGitHubRepository:
+	case resourceGitHubRepository:
 		if rerr.MountPath == "" {
 			_, rerr.Err = repoName(res.URL)
 			return rerr
 		}
 		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, ws, res.URL, rerr.MountPath, res.Checkout, n)
-	case ResourceFile:
+	case resourceFile:
 		rerr.Err = fmt.Errorf("file %s: %w", res.FileID, ErrFileResourcesUnsupported)
 	default:
 		rerr.Err = fmt.Errorf("unsupported resource type %q", res.Type)
@@ -229,35 +231,20 @@ func (p *Pool) placeResource(ctx context.Context, ws string, res *apitype.Resour
 	return nil
 }
 
-// checkout is a repository resource's checkout: a branch or a commit; neither means the default branch.
-type checkout struct {
-	Type string `json:"type"` // branch | commit
-	Name string `json:"name"`
-	SHA  string `json:"sha"`
-}
-
-func parseCheckout(raw json.RawMessage) (checkout, error) {
-	var c checkout
+// parseCheckout decodes and validates a repository resource's checkout (apitype.Checkout.Validate, the rule
+// the API applied when the resource was created). No checkout (nil) means the default branch.
+func parseCheckout(raw json.RawMessage) (*apitype.Checkout, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return c, nil
+		return nil, nil
 	}
+	var c apitype.Checkout
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return c, fmt.Errorf("checkout: %w", err)
+		return nil, fmt.Errorf("checkout: %w", err)
 	}
-	switch c.Type {
-	case "branch":
-		if c.Name == "" || strings.HasPrefix(c.Name, "-") || strings.ContainsAny(c.Name, "\x00\n\r \t~^:?*[\\") ||
-			strings.Contains(c.Name, "..") {
-			return c, fmt.Errorf("checkout: invalid branch name %q", c.Name)
-		}
-	case "commit":
-		if len(c.SHA) < 7 || len(c.SHA) > 64 || strings.Trim(strings.ToLower(c.SHA), "0123456789abcdef") != "" {
-			return c, fmt.Errorf("checkout: invalid commit sha %q", c.SHA)
-		}
-	default:
-		return c, fmt.Errorf("checkout: unknown type %q (want branch or commit)", c.Type)
+	if err := c.Validate(); err != nil {
+		return nil, err
 	}
-	return c, nil
+	return &c, nil
 }
 
 // repoName is the last element of a repository URL's path without ".git": the default mount directory.
@@ -296,7 +283,7 @@ func workspaceRel(mountPath string) (string, error) {
 
 // checkRepoURL refuses what may not be cloned: anything but https:// (http://, file:// and absolute paths too
 // with AllowLocalURLs), and URLs that carry credentials, which would end up in the clone's .git/config.
-func (c *ResourceConfig) checkRepoURL(raw string) error {
+func (c *Config) checkRepoURL(raw string) error {
 	if strings.HasPrefix(raw, "-") || strings.ContainsAny(raw, "\x00\n\r") {
 		return fmt.Errorf("invalid repository URL %q", raw)
 	}
@@ -332,8 +319,8 @@ func (c *ResourceConfig) checkRepoURL(raw string) error {
 // directory of the workspace first and is then renamed into place, through an os.Root of the workspace, so
 // that nothing a sandbox left in the workspace (a symlink) can redirect the host's writes out of it. It
 // returns the hosted service's error type with the error.
-func (p *Pool) cloneRepository(ctx context.Context, ws, repoURL, mountPath string, rawCheckout json.RawMessage, n *apitype.Networking) (string, error) {
-	cfg := &p.cfg.Resources
+func (p *Placer) cloneRepository(ctx context.Context, ws, repoURL, mountPath string, rawCheckout json.RawMessage, n *apitype.Networking) (string, error) {
+	cfg := &p.cfg
 	rel, err := workspaceRel(mountPath)
 	if err != nil {
 		return "", err
@@ -343,64 +330,65 @@ func (p *Pool) cloneRepository(ctx context.Context, ws, repoURL, mountPath strin
 	}
 	pin, err := cfg.pinHost(ctx, repoURL, n)
 	if err != nil {
-		return ErrTypeRepositoryClone, err
+		return sandbox.ErrTypeRepositoryClone, err
 	}
 	co, err := parseCheckout(rawCheckout)
 	if err != nil {
-		return ErrTypeRepositoryCheckout, err
+		return sandbox.ErrTypeRepositoryCheckout, err
 	}
 	root, err := os.OpenRoot(ws)
 	if err != nil {
-		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	defer root.Close()
 	if _, err := root.Lstat(rel); err == nil {
-		return ErrTypeRepositoryClone, fmt.Errorf("%s already exists in the workspace", mountPath)
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("%s already exists in the workspace", mountPath)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	owner, err := root.Stat(".")
 	if err != nil {
-		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	st, ok := owner.Sys().(*syscall.Stat_t)
 	if !ok {
-		return ErrTypeRepositoryClone, errors.New("workspace: no owner information")
+		return sandbox.ErrTypeRepositoryClone, errors.New("workspace: no owner information")
 	}
 	uid, gid := int(st.Uid), int(st.Gid)
 
 	staging := ".corral-clone-" + randomHex(8)
 	if err := root.Mkdir(staging, 0o700); err != nil {
-		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	defer func() { _ = root.RemoveAll(staging) }()
 	home, err := os.MkdirTemp("", "corral-git-home-")
 	if err != nil {
-		return ErrTypeRepositoryClone, fmt.Errorf("git home: %w", err)
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("git home: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(home) }()
 
-	ctx, cancel := context.WithTimeout(ctx, cmp.Or(cfg.CloneTimeout, DefaultCloneTimeout))
+	ctx, cancel := context.WithTimeout(ctx, cfg.CloneTimeout)
 	defer cancel()
 	dst := filepath.Join(ws, staging, "repo")
 	args := []string{"clone", "--quiet"}
-	switch co.Type {
-	case "branch":
+	switch {
+	case co == nil:
+	case co.Type == apitype.CheckoutBranch:
 		args = append(args, "--branch="+co.Name)
-	case "commit":
+	case co.Type == apitype.CheckoutCommit:
 		args = append(args, "--no-checkout")
 	}
 	if err := cfg.git(ctx, home, "", pin, append(args, "--", repoURL, dst)...); err != nil {
-		return ErrTypeRepositoryClone, fmt.Errorf("could not clone the repository: %w", err)
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("could not clone the repository: %w", err)
 	}
-	if co.Type == "commit" {
+	if co != nil && co.Type == apitype.CheckoutCommit {
 		if err := cfg.git(ctx, home, dst, nil, "checkout", "--quiet", "--detach", co.SHA, "--"); err != nil {
 			// The commit may be on no branch the clone fetched; ask the remote for it by id.
 			if ferr := cfg.git(ctx, home, dst, pin, "fetch", "--quiet", "origin", co.SHA); ferr != nil {
-				return ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
+				return sandbox.ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
 			}
 			if err := cfg.git(ctx, home, dst, nil, "checkout", "--quiet", "--detach", "FETCH_HEAD", "--"); err != nil {
-				return ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
+				return sandbox.ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
 			}
 		}
 	}
@@ -414,14 +402,14 @@ func (p *Pool) cloneRepository(ctx context.Context, ws, repoURL, mountPath strin
 			return os.Lchown(p, uid, gid)
 		})
 		if err != nil {
-			return ErrTypeRepositoryClone, fmt.Errorf("chown the clone: %w", err)
+			return sandbox.ErrTypeRepositoryClone, fmt.Errorf("chown the clone: %w", err)
 		}
 	}
 	if err := mkdirAllOwned(root, filepath.Dir(rel), uid, gid); err != nil {
-		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	if err := root.Rename(filepath.Join(staging, "repo"), rel); err != nil {
-		return ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	return "", nil
 }
@@ -454,7 +442,7 @@ func mkdirAllOwned(root *os.Root, dir string, uid, gid int) error {
 
 // pinHost checks the repository's host against the session's networking policy (Resolve) and returns the git
 // options that pin the host to the addresses checked; none without Resolve or for a URL without a host.
-func (c *ResourceConfig) pinHost(ctx context.Context, repoURL string, n *apitype.Networking) ([]string, error) {
+func (c *Config) pinHost(ctx context.Context, repoURL string, n *apitype.Networking) ([]string, error) {
 	u, err := url.Parse(repoURL)
 	if c.Resolve == nil || err != nil || u.Hostname() == "" {
 		return nil, nil
@@ -483,7 +471,7 @@ const gitEnvPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 // git runs git in dir (if set) with a clean environment: nothing of the server's but PATH, a private HOME, no
 // system or global configuration, no prompts, and only the allowed transport protocols. The whole process
 // group is killed when ctx ends.
-func (c *ResourceConfig) git(ctx context.Context, home, dir string, pin []string, args ...string) error {
+func (c *Config) git(ctx context.Context, home, dir string, pin []string, args ...string) error {
 	protocols := []string{"-c", "protocol.allow=never", "-c", "protocol.https.allow=always"}
 	if c.AllowLocalURLs {
 		protocols = append(protocols, "-c", "protocol.http.allow=always", "-c", "protocol.file.allow=always")
@@ -495,7 +483,7 @@ func (c *ResourceConfig) git(ctx context.Context, home, dir string, pin []string
 		full = append(full, "-C", dir)
 	}
 	full = append(full, args...)
-	cmd := exec.CommandContext(ctx, cmp.Or(c.Git, "git"), full...)
+	cmd := exec.CommandContext(ctx, c.Git, full...)
 	cmd.Env = []string{
 		"PATH=" + cmp.Or(os.Getenv("PATH"), gitEnvPath),
 		"HOME=" + home,
@@ -532,28 +520,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// resourceNotes is the note put in front of a tool result about resources that could not be placed.
-func resourceNotes(errs []*ResourceError) []apitype.ContentBlock {
-	if len(errs) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	b.WriteString("Note: the session continues without these resources, which could not be placed in the workspace:")
-	for _, e := range errs {
-		b.WriteString("\n- ")
-		b.WriteString(e.Error())
-	}
-	return []apitype.ContentBlock{apitype.TextBlock(b.String())}
-}
-
-// takeUnplaced returns and forgets the session's resources that could not be placed and that no tool result
-// has mentioned yet.
-func (s *session) takeUnplaced() []*ResourceError {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	u := s.unplaced
-	s.unplaced = nil
-	return u
 }

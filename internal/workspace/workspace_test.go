@@ -1,4 +1,4 @@
-package sandbox_test
+package workspace_test
 
 import (
 	"context"
@@ -18,18 +18,28 @@ import (
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/egress"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+	"github.com/corralhq/corral/internal/workspace"
 )
 
-// resourcePool is a Pool over prov whose repositories may come from local paths (the test repositories).
-func resourcePool(t *testing.T, prov sandbox.Provider, root string, allowLocal bool) *sandbox.Pool {
+// placerPool is a Pool over prov with a Placer of cfg.
+func placerPool(t *testing.T, prov sandbox.Provider, root string, cfg workspace.Config) *sandbox.Pool {
 	t.Helper()
-	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root,
-		Resources: sandbox.ResourceConfig{AllowLocalURLs: allowLocal}})
+	placer, err := workspace.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, Placer: placer})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop() })
 	return p
+}
+
+// resourcePool is a Pool over prov whose repositories may come from local paths (the test repositories).
+func resourcePool(t *testing.T, prov sandbox.Provider, root string, allowLocal bool) *sandbox.Pool {
+	t.Helper()
+	return placerPool(t, prov, root, workspace.Config{AllowLocalURLs: allowLocal})
 }
 
 // repoResource is a github_repository resource; checkout is a JSON object or "".
@@ -340,13 +350,7 @@ func TestResourcesUnreadableRecord(t *testing.T) {
 func TestResourcesCloneFollowsNetworking(t *testing.T) {
 	t.Parallel()
 	newPool := func(resolve func(context.Context, *apitype.Networking, string, string) ([]net.IP, error)) *sandbox.Pool {
-		p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: &fakeProvider{}, WorkspaceRoot: t.TempDir(),
-			Resources: sandbox.ResourceConfig{Resolve: resolve, CloneTimeout: 20 * time.Second}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Stop() })
-		return p
+		return placerPool(t, &fakeProvider{}, t.TempDir(), workspace.Config{Resolve: resolve, CloneTimeout: 20 * time.Second})
 	}
 	// The server's own loopback (its API, its database) is refused under unrestricted networking.
 	p := newPool(egress.Resolve)
@@ -377,5 +381,73 @@ func TestResourcesCloneFollowsNetworking(t *testing.T) {
 	_, unplaced = provisionWith(t, pinned, "sess_pinned", repoResource("https://example.invalid:1/r.git", "", ""))
 	if len(unplaced) != 1 || strings.Contains(unplaced[0].Error(), "resolve host") || !strings.Contains(unplaced[0].Error(), "connect to example.invalid port 1") {
 		t.Fatalf("pinned clone: %v (want a refused connection to the pinned address, not a failed name lookup)", unplaced)
+	}
+}
+
+// TestResourcesCheckoutValidated: the clone checks a checkout with the API's rule (apitype.Checkout.Validate)
+// before git sees it: one the API would refuse (as a stored resource from before the rule could hold) is a
+// repository_checkout_error, and nothing is cloned.
+func TestResourcesCheckoutValidated(t *testing.T) {
+	t.Parallel()
+	repo := sandboxtest.NewGitRepo(t)
+	root := t.TempDir()
+	p := resourcePool(t, &fakeProvider{}, root, true)
+	for i, tc := range []struct{ checkout, want string }{
+		{`{"type":"commit","sha":"` + repo.First[:7] + `"}`, "checkout.sha: invalid commit sha"},
+		{`{"type":"branch","name":"feat\u0009ure"}`, "checkout.name: invalid branch name"},
+		{`{"type":"branch","name":"feature","sha":"` + repo.First + `"}`, "checkout.sha: not allowed for a branch checkout"},
+		{`{"type":"tag","name":"v1"}`, `checkout.type: must be "branch" or "commit"`},
+		{`{"type":7}`, "checkout: json: cannot unmarshal"},
+	} {
+		session := fmt.Sprintf("sess_checkout%d", i)
+		_, unplaced := provisionWith(t, p, session, repoResource(repo.Path, "/workspace/r", tc.checkout))
+		if len(unplaced) != 1 || unplaced[0].ErrorType != sandbox.ErrTypeRepositoryCheckout || !strings.Contains(unplaced[0].Error(), tc.want) {
+			t.Errorf("checkout %s: unplaced = %v, want one checkout error containing %q", tc.checkout, unplaced, tc.want)
+		}
+		if entries, err := os.ReadDir(filepath.Join(root, session)); err != nil || len(entries) != 0 {
+			t.Errorf("checkout %s: workspace holds %v (%v), want nothing", tc.checkout, entries, err)
+		}
+	}
+}
+
+// TestResourcesRecordForgotten: when the Pool removes a deleted session's workspace, the Placer forgets its
+// record; the record of a live session stays.
+func TestResourcesRecordForgotten(t *testing.T) {
+	t.Parallel()
+	repo := sandboxtest.NewGitRepo(t)
+	root := t.TempDir()
+	p := resourcePool(t, &fakeProvider{}, root, true)
+	for _, s := range []string{"sess_gone", "sess_live"} {
+		if _, unplaced := provisionWith(t, p, s, repoResource(repo.Path, "", "")); len(unplaced) != 0 {
+			t.Fatalf("%s: unplaced = %v", s, unplaced)
+		}
+		if _, err := os.Stat(filepath.Join(root, "."+s+".resources.json")); err != nil {
+			t.Fatalf("%s: no record: %v", s, err)
+		}
+	}
+	n, err := p.RemoveWorkspaces(context.Background(), func(_ context.Context, id string) (bool, error) { return id == "sess_gone", nil })
+	if err != nil || n != 1 {
+		t.Fatalf("RemoveWorkspaces = %d, %v", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, ".sess_gone.resources.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the removed workspace's record remains: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, ".sess_live.resources.json")); err != nil {
+		t.Errorf("the live session's record: %v", err)
+	}
+	placer, err := workspace.New(workspace.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := placer.Forget(filepath.Join(root, "sess_gone")); err != nil {
+		t.Errorf("Forget again: %v, want nil (idempotent)", err)
+	}
+}
+
+// TestNewConfig: New refuses a negative clone timeout.
+func TestNewConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := workspace.New(workspace.Config{CloneTimeout: -time.Second}); err == nil {
+		t.Error("New accepted a negative CloneTimeout")
 	}
 }

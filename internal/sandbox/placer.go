@@ -1,0 +1,100 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// Placer places a session's resources (git repositories, files) in its workspace, on the host, before the Pool
+// provisions the session's sandbox. The Pool calls it on every provisioning; the Placer places each resource
+// once per workspace and remembers what it attempted, so that a re-provisioned sandbox (the workspace survives)
+// finds the workspace as the session left it. internal/workspace implements it; the port only calls it, so that
+// neither the backends nor the in-sandbox agent link the placement code (host git, credentials).
+type Placer interface {
+	// Place places the recipe's resources that were not attempted before in r.WorkspaceDir, which exists. It
+	// returns the resources that could not be placed: they do not stop the session, which continues without
+	// them (an error with an empty Type is a failure of the placement as a whole). An attempt cut short because
+	// ctx ended must not count as attempted.
+	Place(ctx context.Context, r *Recipe) []*ResourceError
+	// Forget discards what the Placer keeps about workspace dir, whose workspace the Pool has removed.
+	// Idempotent.
+	Forget(workspaceDir string) error
+}
+
+// ErrNoPlacer is the resource error of a session that has resources when the Pool has no Placer.
+var ErrNoPlacer = errors.New("the sandbox pool has no workspace placer; no resource was placed")
+
+// Session error types (as the hosted service names them) for resources that could not be placed.
+const (
+	ErrTypeRepositoryClone    = "repository_clone_error"
+	ErrTypeRepositoryCheckout = "repository_checkout_error"
+)
+
+// ResourceError is a session resource that could not be placed in the workspace. The sandbox is provisioned
+// without it and the session continues.
+type ResourceError struct {
+	ResourceID string // the resource's id, if it has one
+	Type       string // the resource's type: github_repository, file, ...; empty when no resource could be placed
+	URL        string // a repository's URL, its password (if any) redacted
+	MountPath  string // where the resource was to appear in the sandbox
+	// ErrorType is the hosted service's session error type for the failure (repository_clone_error,
+	// repository_checkout_error), or empty when none fits.
+	ErrorType string
+	Err       error
+}
+
+func (e *ResourceError) Error() string {
+	if e.Type == "" {
+		return fmt.Sprintf("session resources: %v", e.Err)
+	}
+	what := e.Type
+	if e.URL != "" {
+		what += " " + e.URL
+	}
+	if e.MountPath != "" {
+		what += " at " + e.MountPath
+	}
+	return fmt.Sprintf("session resource %s: %v", what, e.Err)
+}
+
+func (e *ResourceError) Unwrap() error { return e.Err }
+
+// place has the Placer place the recipe's resources; without one, a recipe with resources gets ErrNoPlacer.
+func (p *Pool) place(ctx context.Context, r *Recipe) []*ResourceError {
+	if len(r.Resources) == 0 {
+		return nil
+	}
+	if p.cfg.Placer == nil {
+		p.cfg.Logger.Error("session resources not placed", "session", r.SessionID, "err", ErrNoPlacer)
+		return []*ResourceError{{Err: ErrNoPlacer}}
+	}
+	return p.cfg.Placer.Place(ctx, r)
+}
+
+// resourceNotes is the note put in front of a tool result about resources that could not be placed.
+func resourceNotes(errs []*ResourceError) []apitype.ContentBlock {
+	if len(errs) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("Note: the session continues without these resources, which could not be placed in the workspace:")
+	for _, e := range errs {
+		b.WriteString("\n- ")
+		b.WriteString(e.Error())
+	}
+	return []apitype.ContentBlock{apitype.TextBlock(b.String())}
+}
+
+// takeUnplaced returns and forgets the session's resources that could not be placed and that no tool result
+// has mentioned yet.
+func (s *session) takeUnplaced() []*ResourceError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.unplaced
+	s.unplaced = nil
+	return u
+}
