@@ -315,10 +315,10 @@ func (c *Config) checkRepoURL(raw string) error {
 	return nil
 }
 
-// cloneRepository clones repoURL into workspace ws at mountPath and checks out co. The clone goes to a new
-// directory of the workspace first and is then renamed into place, through an os.Root of the workspace, so
-// that nothing a sandbox left in the workspace (a symlink) can redirect the host's writes out of it. It
-// returns the hosted service's error type with the error.
+// cloneRepository clones repoURL into workspace ws at mountPath and checks out rawCheckout (a branch, a commit,
+// or by default the default branch). The clone goes to a new directory of the workspace first and is then
+// renamed into place, through an os.Root of the workspace, so that nothing a sandbox left in the workspace (a
+// symlink) can redirect the host's writes out of it. It returns the hosted service's error type with the error.
 func (p *Placer) cloneRepository(ctx context.Context, ws, repoURL, mountPath string, rawCheckout json.RawMessage, n *apitype.Networking) (string, error) {
 	cfg := &p.cfg
 	rel, err := workspaceRel(mountPath)
