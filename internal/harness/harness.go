@@ -5,6 +5,13 @@
 // first, fenced by a lease, so a brain that stalls or dies is replaced by another that resumes from the last
 // event. A tool call cut short by a crash is never run again silently: the next brain gives it an error result
 // saying its outcome is unknown, and the model decides.
+//
+// The files follow one session's work: harness.go (the Brain: claims and workers) and lease.go (renewal), then
+// per claimed session run.go (the run and its loop), tail.go (reading the log), state.go (the state derived from
+// it), step.go (the next step it calls for), append.go (fenced appends), turn.go and call.go (a model turn and
+// one model call under the retry policy), transcript.go and compact.go (the model's context and its
+// compaction), tools.go (tool routes), hands.go (built-in tool calls and provisioning spans), interrupt.go,
+// events.go (event builders) and preview.go (stream previews).
 package harness
 
 import (
@@ -316,57 +323,4 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	// looked at the log after the claim; a brain stopped before that (even before it read the log) may not
 	// have acted on every wake-up, so it counts none as handled and the next brain looks again.
 	return r.release(err == nil && leaseCtx.Err() == nil)
-}
-
-// renew renews the lease every LeaseTTL/3 until ctx is done. When the store says the lease is lost, or it
-// cannot be renewed before it expires, it cancels the work with errLeaseLost.
-func (b *Brain) renew(ctx context.Context, h *leaseHolder, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(b.cfg.LeaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := h.renew(ctx, b.cfg.Store, b.cfg.LeaseTTL); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, store.ErrLeaseLost) || time.Now().After(h.get().ExpiresAt) {
-				cancel(errLeaseLost)
-				return
-			}
-			b.cfg.Logger.Warn("lease renewal failed", "session_id", h.get().SessionID, "err", err)
-		}
-	}
-}
-
-// leaseHolder is the current lease of a session being worked, shared by the work and its renewal.
-type leaseHolder struct {
-	mu    sync.Mutex
-	lease store.Lease
-}
-
-func (h *leaseHolder) get() *store.Lease {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	l := h.lease
-	return &l
-}
-
-// renew extends the lease and keeps its WakeSeq, the wake-ups a release counts as handled: those the claim saw,
-// which the brain's first look at the log (after the claim) covers. Taking the store's newer WakeSeq could mark a
-// client event that arrived after the brain's last look as handled, and the session would never run again; left
-// as is, a wake-up the brain did act on only costs one more claim that finds nothing to do.
-func (h *leaseHolder) renew(ctx context.Context, s store.Store, ttl time.Duration) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	l, err := s.LeaseRenew(ctx, &h.lease, ttl)
-	if err != nil {
-		return fmt.Errorf("renew lease: %w", err)
-	}
-	l.WakeSeq = h.lease.WakeSeq
-	h.lease = *l
-	return nil
 }
