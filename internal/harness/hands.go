@@ -19,6 +19,7 @@ import (
 func (r *run) execute(u *toolUse) error {
 	delete(r.fresh, u.ev.ID)
 	if r.b.cfg.Hands == nil {
+		// Approved by a brain that had hands (the log says so): this one has none.
 		_, err := r.append("", nil, toolResult(u.ev.ID, true, msgNoHands))
 		return err
 	}

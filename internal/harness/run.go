@@ -111,7 +111,7 @@ func (r *run) load() error {
 		return fmt.Errorf("get session %s: %w", id, err)
 	}
 	r.sess, r.usage = sess, sess.Usage
-	r.tools = resolveTools(sess.Agent.Tools)
+	r.tools = resolveTools(sess.Agent.Tools, r.b.cfg.Hands)
 	if sess.EnvironmentID != "" {
 		env, err := r.b.cfg.Store.EnvironmentGet(r.ctx, sess.EnvironmentID)
 		switch {

@@ -93,11 +93,11 @@ func (r *run) appendResponse(a *answer) error {
 			calls++
 			use := apitype.AgentToolUse{Name: b.Name, Input: b.Input, ModelToolUseID: b.ID}
 			typ := apitype.EventAgentToolUse
-			switch route := r.tools.route(b.Name); route.kind {
-			case toolBuiltin:
+			switch route := r.tools.route(b.Name); route.by {
+			case execHands:
 				use.EvaluatedPermission = permission(route.policy)
 				use.Evaluation = &apitype.ToolEvaluation{Type: route.policy}
-			case toolCustom:
+			case execClient:
 				typ = apitype.EventAgentCustomToolUse
 			default:
 				use.EvaluatedPermission = "deny"
