@@ -13,6 +13,7 @@ import (
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/model/openai"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -63,6 +64,9 @@ func (f *brainFlags) config(st store.Store, hands *sandbox.Pool, logger *slog.Lo
 	}
 	if hands != nil {
 		cfg.Hands = hands
+	} else {
+		// The model is still offered the built-in tools, and each call's result says why they cannot run.
+		cfg.Hands = sandbox.Unavailable(agent.Tools(), "no sandbox is configured on this server, so built-in tools cannot run")
 	}
 	return cfg, nil
 }
@@ -94,7 +98,11 @@ func startBrains(ctx context.Context, bf *brainFlags, hf *handsFlags, dataDir st
 		stopHands()
 		return nil, err
 	}
-	brain := harness.New(cfg)
+	brain, err := harness.New(cfg)
+	if err != nil {
+		stopHands()
+		return nil, err
+	}
 	if err := brain.Start(ctx); err != nil {
 		stopHands()
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -57,8 +58,15 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 		if cfg.Hands != nil {
 			hc.Hands = cfg.Hands
+		} else {
+			// As corral serve without a sandbox: the model is offered the built-in tools, which fail.
+			hc.Hands = sandbox.Unavailable(agent.Tools(), "no sandbox is configured on this server, so built-in tools cannot run")
 		}
-		s.brain = harness.New(hc)
+		brain, err := harness.New(hc)
+		if err != nil {
+			return nil, err
+		}
+		s.brain = brain
 		if err := s.brain.Start(context.WithoutCancel(ctx)); err != nil {
 			return nil, err
 		}

@@ -22,13 +22,16 @@ func ExampleBrain() {
 	}
 	defer st.Close()
 
-	brain := harness.New(harness.Config{
+	brain, err := harness.New(harness.Config{
 		Store:    st,
 		Model:    anthropic.New(anthropic.Config{}), // ANTHROPIC_API_KEY from the environment
-		Hands:    nil,                               // no sandbox: built-in tools get an error result
+		Hands:    nil,                               // no sandbox: no built-in tools
 		Logger:   slog.Default(),
 		LeaseTTL: 10 * time.Second,
 	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := brain.Start(ctx); err != nil {
 		log.Fatal(err)
 	}

@@ -5,6 +5,13 @@
 // first, fenced by a lease, so a brain that stalls or dies is replaced by another that resumes from the last
 // event. A tool call cut short by a crash is never run again silently: the next brain gives it an error result
 // saying its outcome is unknown, and the model decides.
+//
+// The files follow one session's work: harness.go (the Brain: claims and workers) and lease.go (renewal), then
+// per claimed session run.go (the run and its loop), tail.go (reading the log), state.go (the state derived from
+// it), step.go (the next step it calls for), append.go (fenced appends), turn.go and call.go (a model turn and
+// one model call under the retry policy), transcript.go and compact.go (the model's context and its
+// compaction), tools.go (tool routes), hands.go (built-in tool calls and provisioning spans), interrupt.go,
+// events.go (event builders) and preview.go (stream previews).
 package harness
 
 import (
@@ -28,26 +35,32 @@ import (
 type Config struct {
 	Store store.Store
 	Model model.Model
-	// Hands runs built-in tools. Nil means this server has no sandbox: built-in tool calls get an error result.
+	// Hands declares the built-in tools (the model is offered their definitions) and runs them. Nil means no
+	// hands: no built-in tool is offered, and a call to one gets an error result. A server whose sandbox backend
+	// cannot run passes sandbox.Unavailable instead, so the model is still offered the tools and learns why they
+	// fail.
 	Hands  sandbox.Hands
 	Logger *slog.Logger // default: discard
 	// Owner names this brain in leases (default: hostname, pid and a random suffix).
 	Owner string
-	// Workers is how many sessions this brain works at once (default runtime.NumCPU()).
+	// Workers is how many sessions this brain works at once (default DefaultWorkers()).
 	Workers int
-	// LeaseTTL is how long a claim lasts without renewal (default 10s); leases are renewed every LeaseTTL/3.
+	// LeaseTTL is how long a claim lasts without renewal (default DefaultLeaseTTL); leases are renewed every
+	// LeaseTTL/3.
 	LeaseTTL time.Duration
-	// PollInterval is how often to look for work and client events when no wake-up arrives (default 1s).
+	// PollInterval is how often to look for work and client events when no wake-up arrives (default
+	// DefaultPollInterval).
 	PollInterval time.Duration
 	Retry        RetryPolicy
-	// ContextTokens is the model's context window in tokens (default 200000).
+	// ContextTokens is the model's context window in tokens (default DefaultContextTokens).
 	ContextTokens int
-	// CompactAt is the fraction of ContextTokens past which the conversation is compacted (default 0.8).
+	// CompactAt is the fraction of ContextTokens past which the conversation is compacted (default
+	// DefaultCompactAt).
 	CompactAt float64
-	// ModelTimeout bounds one model call, streaming included (default 10m): a stalled stream is cut and retried
-	// like a dropped connection, so it cannot hold a worker and its session forever.
+	// ModelTimeout bounds one model call, streaming included (default DefaultModelTimeout): a stalled stream is
+	// cut and retried like a dropped connection, so it cannot hold a worker and its session forever.
 	ModelTimeout time.Duration
-	// MaxTokens caps each model answer (default 8192).
+	// MaxTokens caps each model answer (default DefaultMaxTokens).
 	MaxTokens int
 	// ThinkingBudget enables extended thinking with this many tokens (0 = off). It must be below MaxTokens.
 	ThinkingBudget int
@@ -60,17 +73,35 @@ type Config struct {
 	// then retries it, as with lazy hands).
 	EagerHands bool
 	// PreviewInterval is how often a streaming answer's previews (event_start / event_delta for clients that
-	// stream with event_deltas) are published to the store, the deltas in between coalesced (default 25ms).
-	// Negative: publish no previews.
+	// stream with event_deltas) are published to the store, the deltas in between coalesced (default
+	// DefaultPreviewInterval). Negative: publish no previews.
 	PreviewInterval time.Duration
 }
 
 // RetryPolicy says how retryable model errors are retried.
 type RetryPolicy struct {
-	MaxRetries int           // retries after the first attempt (0 = default 5; negative = none)
-	BaseDelay  time.Duration // first backoff (default 1s); doubled each retry, with jitter
-	MaxDelay   time.Duration // cap on one backoff (default 1m)
+	MaxRetries int           // retries after the first attempt (0 = DefaultMaxRetries; negative = none)
+	BaseDelay  time.Duration // first backoff (default DefaultRetryBaseDelay); doubled each retry, with jitter
+	MaxDelay   time.Duration // cap on one backoff (default DefaultRetryMaxDelay)
 }
+
+// The defaults of Config, for the flags of cmd/ to show and use.
+const (
+	DefaultLeaseTTL        = 5 * time.Second
+	DefaultPollInterval    = time.Second
+	DefaultContextTokens   = 200000
+	DefaultCompactAt       = 0.8
+	DefaultModelTimeout    = 10 * time.Minute
+	DefaultMaxTokens       = 8192
+	DefaultPreviewInterval = 25 * time.Millisecond
+	DefaultMaxRetries      = 5
+	DefaultRetryBaseDelay  = time.Second
+	DefaultRetryMaxDelay   = time.Minute
+)
+
+// DefaultWorkers is the default of Config.Workers, sized to the machine: a brain mostly waits on the model, so
+// a core keeps many sessions going.
+func DefaultWorkers() int { return 100 * runtime.NumCPU() }
 
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
@@ -80,17 +111,17 @@ func (c *Config) setDefaults() {
 		host, _ := os.Hostname() // an empty host name still gives a unique owner below
 		c.Owner = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "brain"), os.Getpid(), apitype.NewID("")[4:12])
 	}
-	c.Workers = cmp.Or(c.Workers, runtime.NumCPU())
-	c.LeaseTTL = cmp.Or(c.LeaseTTL, 10*time.Second)
-	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
-	c.PreviewInterval = cmp.Or(c.PreviewInterval, 25*time.Millisecond)
-	c.Retry.MaxRetries = max(cmp.Or(c.Retry.MaxRetries, 5), 0)
-	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, time.Second)
-	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, time.Minute)
-	c.ContextTokens = cmp.Or(c.ContextTokens, 200000)
-	c.CompactAt = cmp.Or(c.CompactAt, 0.8)
-	c.MaxTokens = cmp.Or(c.MaxTokens, 8192)
-	c.ModelTimeout = cmp.Or(c.ModelTimeout, 10*time.Minute)
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers())
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.PreviewInterval = cmp.Or(c.PreviewInterval, DefaultPreviewInterval)
+	c.Retry.MaxRetries = max(cmp.Or(c.Retry.MaxRetries, DefaultMaxRetries), 0)
+	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, DefaultRetryBaseDelay)
+	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, DefaultRetryMaxDelay)
+	c.ContextTokens = cmp.Or(c.ContextTokens, DefaultContextTokens)
+	c.CompactAt = cmp.Or(c.CompactAt, DefaultCompactAt)
+	c.MaxTokens = cmp.Or(c.MaxTokens, DefaultMaxTokens)
+	c.ModelTimeout = cmp.Or(c.ModelTimeout, DefaultModelTimeout)
 }
 
 func (c *Config) validate() error {
@@ -117,7 +148,6 @@ func (c *Config) validate() error {
 // release it. An idle session holds no goroutine.
 type Brain struct {
 	cfg Config
-	err error // from validation; Start returns it
 
 	// free holds a token per idle worker; leases carries claimed sessions to idle workers (see dispatch).
 	free   chan struct{}
@@ -125,14 +155,19 @@ type Brain struct {
 
 	mu      sync.Mutex
 	started bool
+	stopped bool
 	cancel  context.CancelCauseFunc
 	wg      sync.WaitGroup
 }
 
-// New returns a brain for cfg. Invalid configuration is reported by Start.
-func New(cfg Config) *Brain {
+// New returns a brain for cfg, with the defaults filled in, or the reason cfg is invalid. It starts nothing:
+// Start does.
+func New(cfg Config) (*Brain, error) {
 	cfg.setDefaults()
-	return &Brain{cfg: cfg, err: cfg.validate()}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Brain{cfg: cfg}, nil
 }
 
 // Errors that end a brain's work on a session.
@@ -144,14 +179,15 @@ var (
 	errLeaseLost = fmt.Errorf("harness: %w", store.ErrLeaseLost)
 )
 
-// Start starts the workers. They run until Stop is called or ctx is done.
+// Start starts the workers. They run until Stop is called or ctx is done. A brain starts once: Start after
+// Start or Stop fails.
 func (b *Brain) Start(ctx context.Context) error {
-	if b.err != nil {
-		return b.err
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.started {
+	switch {
+	case b.stopped:
+		return errors.New("harness: brain stopped")
+	case b.started:
 		return errors.New("harness: brain already started")
 	}
 	b.started = true
@@ -169,9 +205,11 @@ func (b *Brain) Start(ctx context.Context) error {
 }
 
 // Stop stops the workers: in-flight appends finish, sessions in the middle of a turn are rescheduled for the
-// next brain, leases are released, and Stop returns once every goroutine of the brain has exited. Idempotent.
+// next brain, leases are released, and Stop returns once every goroutine of the brain has exited. Idempotent,
+// and safe before Start (the brain then never starts).
 func (b *Brain) Stop() {
 	b.mu.Lock()
+	b.stopped = true
 	if b.cancel != nil {
 		b.cancel(errStopping)
 	}
@@ -184,9 +222,6 @@ func (b *Brain) Stop() {
 // another brain holds it. It is the single-session entry point for tests and tools; Start does the same for
 // every session.
 func (b *Brain) Wake(ctx context.Context, sessionID string) error {
-	if b.err != nil {
-		return b.err
-	}
 	ls, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL, SessionID: sessionID})
 	if err != nil {
 		return fmt.Errorf("harness: claim %s: %w", sessionID, err)
@@ -316,57 +351,4 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	// looked at the log after the claim; a brain stopped before that (even before it read the log) may not
 	// have acted on every wake-up, so it counts none as handled and the next brain looks again.
 	return r.release(err == nil && leaseCtx.Err() == nil)
-}
-
-// renew renews the lease every LeaseTTL/3 until ctx is done. When the store says the lease is lost, or it
-// cannot be renewed before it expires, it cancels the work with errLeaseLost.
-func (b *Brain) renew(ctx context.Context, h *leaseHolder, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(b.cfg.LeaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := h.renew(ctx, b.cfg.Store, b.cfg.LeaseTTL); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, store.ErrLeaseLost) || time.Now().After(h.get().ExpiresAt) {
-				cancel(errLeaseLost)
-				return
-			}
-			b.cfg.Logger.Warn("lease renewal failed", "session_id", h.get().SessionID, "err", err)
-		}
-	}
-}
-
-// leaseHolder is the current lease of a session being worked, shared by the work and its renewal.
-type leaseHolder struct {
-	mu    sync.Mutex
-	lease store.Lease
-}
-
-func (h *leaseHolder) get() *store.Lease {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	l := h.lease
-	return &l
-}
-
-// renew extends the lease and keeps its WakeSeq, the wake-ups a release counts as handled: those the claim saw,
-// which the brain's first look at the log (after the claim) covers. Taking the store's newer WakeSeq could mark a
-// client event that arrived after the brain's last look as handled, and the session would never run again; left
-// as is, a wake-up the brain did act on only costs one more claim that finds nothing to do.
-func (h *leaseHolder) renew(ctx context.Context, s store.Store, ttl time.Duration) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	l, err := s.LeaseRenew(ctx, &h.lease, ttl)
-	if err != nil {
-		return fmt.Errorf("renew lease: %w", err)
-	}
-	l.WakeSeq = h.lease.WakeSeq
-	h.lease = *l
-	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
 )
@@ -82,10 +84,20 @@ func (f *fixture) config() harness.Config {
 	}
 }
 
+// newBrain returns a brain for cfg, which must be valid.
+func newBrain(t *testing.T, cfg harness.Config) *harness.Brain {
+	t.Helper()
+	b, err := harness.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // start starts a brain that the test's cleanup stops.
 func (f *fixture) start(cfg harness.Config) *harness.Brain {
 	f.t.Helper()
-	b := harness.New(cfg)
+	b := newBrain(f.t, cfg)
 	if err := b.Start(context.Background()); err != nil {
 		f.t.Fatal(err)
 	}
@@ -265,6 +277,9 @@ type fakeHands struct {
 	run   func(ctx context.Context, call *sandbox.Call) (sandbox.Result, error)
 }
 
+// Tools are the in-sandbox agent's: the model is offered the real definitions.
+func (h *fakeHands) Tools() []sandbox.Tool { return agent.Tools() }
+
 func (h *fakeHands) Execute(ctx context.Context, call *sandbox.Call) (sandbox.Result, error) {
 	h.mu.Lock()
 	h.calls = append(h.calls, call.Name+" "+string(call.Input))
@@ -280,6 +295,45 @@ func (h *fakeHands) count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.calls)
+}
+
+// TestLifecycle: New reports an invalid configuration, a brain starts once, and Stop is idempotent, safe before
+// Start and final.
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for name, mutate := range map[string]func(*harness.Config){
+		"no store":         func(c *harness.Config) { c.Store = nil },
+		"no model":         func(c *harness.Config) { c.Model = nil },
+		"negative workers": func(c *harness.Config) { c.Workers = -1 },
+		"short lease":      func(c *harness.Config) { c.LeaseTTL = time.Millisecond },
+		"thinking budget":  func(c *harness.Config) { c.ThinkingBudget = harness.DefaultMaxTokens },
+	} {
+		cfg := f.config()
+		mutate(&cfg)
+		if b, err := harness.New(cfg); err == nil || b != nil {
+			t.Errorf("%s: New = %v, %v; want an error", name, b, err)
+		}
+	}
+
+	b := newBrain(t, f.config())
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err == nil {
+		t.Error("second Start succeeded")
+	}
+	b.Stop()
+	b.Stop() // idempotent
+	if err := b.Start(context.Background()); err == nil {
+		t.Error("Start after Stop succeeded")
+	}
+
+	never := newBrain(t, f.config())
+	never.Stop() // before Start: returns at once
+	if err := never.Start(context.Background()); err == nil {
+		t.Error("Start after Stop (before any Start) succeeded")
+	}
 }
 
 func TestTextTurn(t *testing.T) {
@@ -352,6 +406,12 @@ func TestToolTurn(t *testing.T) {
 	}
 	if want := []string{"bash", "edit", "read", "write", "glob", "grep"}; !slices.Equal(names, want) {
 		t.Errorf("tools = %v, want %v", names, want)
+	}
+	// The model sees the hands' definitions as they declare them.
+	for i, tl := range reqs[0].Tools {
+		if d := agent.Tools()[i]; tl.Description != d.Description || !jsonEqual(t, tl.InputSchema, d.InputSchema) {
+			t.Errorf("tool %d = %+v, want the hands' %+v", i, tl, d)
+		}
 	}
 	tr := lastToolResult(t, reqs[1])
 	if tr.ToolUseID != "toolu_1" || tr.IsError || blockText(tr) != "ran bash" {
@@ -720,6 +780,47 @@ func TestNoHands(t *testing.T) {
 	}
 }
 
+// TestUnavailableHands: hands that cannot run (sandbox.Unavailable) are still offered to the model, and every
+// call's result gives their reason.
+func TestUnavailableHands(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const reason = "bubblewrap is not installed: apt-get install bubblewrap"
+	f.srv.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"ls"}`}}},
+		modeltest.Turn{Text: "The sandbox cannot run."},
+	)
+	cfg := f.config()
+	cfg.Hands = sandbox.Unavailable(agent.Tools(), reason)
+	f.start(cfg)
+	id := f.session(toolset)
+	f.say(id, "ls")
+	evs := f.waitIdle(id, 1)
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, toolResult, start, agentMsg, end, idle)
+	if use := decode[apitype.AgentToolUse](t, evs[3]); use.EvaluatedPermission != "allow" {
+		t.Errorf("tool use = %+v", use)
+	}
+	if res := decode[apitype.AgentToolResult](t, evs[5]); !res.IsError || resultText(res) != reason {
+		t.Errorf("result = %+v, want the reason %q", res, reason)
+	}
+	if n := len(f.srv.Requests()[0].Tools); n != len(agent.Tools()) {
+		t.Errorf("offered %d tools, want the %d the hands declare", n, len(agent.Tools()))
+	}
+}
+
+// jsonEqual reports whether two JSON documents are equal as values.
+func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
+	t.Helper()
+	var va, vb any
+	if err := json.Unmarshal(a, &va); err != nil {
+		t.Fatalf("%s: %v", a, err)
+	}
+	if err := json.Unmarshal(b, &vb); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
 func TestSandboxFailureAndProvisionSpans(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -794,7 +895,7 @@ func TestCompaction(t *testing.T) {
 	)
 	cfg := f.config()
 	cfg.ContextTokens, cfg.CompactAt = 400, 0.5 // compact past 200 estimated tokens
-	b := harness.New(cfg)
+	b := newBrain(t, cfg)
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -982,7 +1083,7 @@ func TestStopReschedulesMidTurn(t *testing.T) {
 		modeltest.Turn{Text: "never delivered", Hold: hold},
 		modeltest.Turn{Text: "delivered"},
 	)
-	a := harness.New(f.config())
+	a := newBrain(t, f.config())
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -1157,7 +1258,7 @@ func TestStopBeforeActingKeepsSessionRunnable(t *testing.T) {
 	ss := &stallingStore{Store: f.store, entered: make(chan struct{})}
 	cfgA := f.config()
 	cfgA.Store, cfgA.Owner, cfgA.Workers = ss, "brain-a", 1
-	a := harness.New(cfgA)
+	a := newBrain(t, cfgA)
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -1198,7 +1299,7 @@ func TestStopHandsBackUnworkedClaims(t *testing.T) {
 	cs := &claimHoldingStore{Store: f.store, claimed: make(chan struct{})}
 	cfg := f.config()
 	cfg.Store, cfg.Owner, cfg.LeaseTTL = cs, "brain-a", time.Minute
-	a := harness.New(cfg)
+	a := newBrain(t, cfg)
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

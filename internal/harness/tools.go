@@ -5,89 +5,24 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
-// builtinTool is one tool of agent_toolset_20260401 that the brain offers the model.
-type builtinTool struct {
-	name        string
-	description string
-	schema      string
-}
-
-// builtinTools are the tools of agent_toolset_20260401 that Corral runs in its sandboxes, in the reference
-// order. The descriptions and input schemas are those of the official SDK's local executors
-// (anthropic-sdk-go/v2 tools/agenttoolset), so a model sees the same tools here as with the hosted service.
-//
-// web_fetch and web_search are not implemented: the hosted service runs them on its own side, and Corral has no
-// equivalent yet. They are never offered to the model, whatever the agent's configuration says; a call to either
-// gets an error result.
-var builtinTools = []builtinTool{
-	{
-		name:        "bash",
-		description: "Run a bash command in a persistent shell. State (cwd, env vars) persists across calls.",
-		schema: `{"type":"object","properties":{` +
-			`"command":{"type":"string","description":"The command to run"},` +
-			`"restart":{"type":"boolean","description":"Restart the persistent shell before running"},` +
-			`"timeout_ms":{"type":"integer","description":"Per-call timeout in milliseconds"}}}`,
-	},
-	{
-		name:        "edit",
-		description: "Replace a unique occurrence of old_string with new_string in a file (set replace_all to replace every occurrence).",
-		schema: `{"type":"object","properties":{` +
-			`"file_path":{"type":"string","description":"Path of the file to edit, rooted at the workdir (absolute paths inside it are allowed)."},` +
-			`"old_string":{"type":"string","description":"Substring to find and replace."},` +
-			`"new_string":{"type":"string","description":"Replacement text."},` +
-			`"replace_all":{"type":"boolean","description":"Replace every occurrence instead of requiring a unique match."}},` +
-			`"required":["file_path","old_string","new_string"]}`,
-	},
-	{
-		name:        "read",
-		description: "Read a UTF-8 text file rooted at the workdir.",
-		schema: `{"type":"object","properties":{` +
-			`"file_path":{"type":"string","description":"Path of the file to read, rooted at the workdir (absolute paths inside it are allowed)."},` +
-			`"view_range":{"type":"array","items":{"type":"integer"},"description":"[start_line, end_line] 1-indexed inclusive"}},` +
-			`"required":["file_path"]}`,
-	},
-	{
-		name:        "write",
-		description: "Write a UTF-8 text file rooted at the workdir, creating parent directories as needed.",
-		schema: `{"type":"object","properties":{` +
-			`"file_path":{"type":"string","description":"Path of the file to write, rooted at the workdir (absolute paths inside it are allowed)."},` +
-			`"content":{"type":"string","description":"Full file contents to write."}},` +
-			`"required":["file_path","content"]}`,
-	},
-	{
-		name:        "glob",
-		description: "List paths matching a glob pattern (e.g. **/*.go), newest first.",
-		schema: `{"type":"object","properties":{` +
-			`"pattern":{"type":"string","description":"Glob pattern, e.g. **/*.go (** matches any depth)."},` +
-			`"path":{"type":"string","description":"Directory to search in. Defaults to the workdir."}},` +
-			`"required":["pattern"]}`,
-	},
-	{
-		name:        "grep",
-		description: "Search file contents for a regex. Uses ripgrep if available, otherwise a built-in walker.",
-		schema: `{"type":"object","properties":{` +
-			`"pattern":{"type":"string","description":"Regular expression to search for."},` +
-			`"path":{"type":"string","description":"Directory to search in. Defaults to the workdir."}},` +
-			`"required":["pattern"]}`,
-	},
-}
-
-// toolKind says how a tool call is routed.
-type toolKind int
+// executor is who runs the calls to a tool.
+type executor int
 
 const (
-	toolUnknown toolKind = iota // not offered to the model: refused with an error result
-	toolBuiltin                 // a built-in tool: run by the hands
-	toolCustom                  // a custom tool: run by the API client
+	execNone   executor = iota // nobody: the call is refused with an error result (see toolRoute.reason)
+	execHands                  // the hands: a built-in tool, run in the session's sandbox
+	execClient                 // the API client: a custom tool, answered with user.custom_tool_result
+	// MCP servers and self-hosted workers come next, each an executor with a source of routes in resolveTools.
 )
 
-// toolRoute is how the brain treats calls to one tool name.
+// toolRoute is how the brain treats the calls to one tool name.
 type toolRoute struct {
-	kind   toolKind
-	policy string // built-in: the resolved permission policy
-	reason string // unknown: why the call is refused
+	by     executor
+	policy string // execHands: the resolved permission policy
+	reason string // execNone: why the call is refused
 }
 
 // toolset is an agent's tools as the brain resolved them: what the model is offered, and how each call is routed.
@@ -96,61 +31,89 @@ type toolset struct {
 	routes map[string]toolRoute
 }
 
-// resolveTools resolves an agent's tools. Built-in tools follow agent_toolset_20260401's default_config and
-// per-tool configs (as the API stores them: resolved, with enabled and permission_policy set); the default is
-// enabled with always_allow. Custom tools are offered with their input schema. mcp_toolset is not supported
-// yet: its tools are left out.
-func resolveTools(tools []apitype.Tool) *toolset {
+// offer offers the model a tool whose calls take the route.
+func (ts *toolset) offer(spec model.ToolSpec, r toolRoute) {
+	ts.routes[spec.Name] = r
+	ts.specs = append(ts.specs, spec)
+}
+
+// refuse routes the calls to a tool the model is not offered to an error result saying why.
+func (ts *toolset) refuse(name, reason string) {
+	ts.routes[name] = toolRoute{by: execNone, reason: reason}
+}
+
+// resolveTools merges the routes of a session's tools: the built-in tools the hands serve (hands may be nil:
+// none), under the agent's agent_toolset_20260401 config, and the agent's custom tools. mcp_toolset is not
+// supported yet: its tools are left out.
+func resolveTools(tools []apitype.Tool, hands sandbox.Hands) *toolset {
 	ts := &toolset{routes: map[string]toolRoute{}}
 	for _, t := range tools {
 		switch t.Type {
 		case apitype.ToolTypeAgentToolset:
-			enabled, policy := true, apitype.PolicyAlwaysAllow
-			if t.DefaultConfig != nil {
-				enabled = t.DefaultConfig.Enabled
-				if t.DefaultConfig.PermissionPolicy.Type != "" {
-					policy = t.DefaultConfig.PermissionPolicy.Type
-				}
-			}
-			for _, bt := range builtinTools {
-				on, pol := enabled, policy
-				for _, c := range t.Configs {
-					if c.Name != bt.name && c.Type != bt.name {
-						continue
-					}
-					on = c.Enabled
-					if c.PermissionPolicy.Type != "" {
-						pol = c.PermissionPolicy.Type
-					}
-				}
-				if !on {
-					ts.routes[bt.name] = toolRoute{kind: toolUnknown, reason: "the tool " + bt.name + " is disabled for this agent"}
-					continue
-				}
-				ts.routes[bt.name] = toolRoute{kind: toolBuiltin, policy: pol}
-				ts.specs = append(ts.specs, model.ToolSpec{
-					Name: bt.name, Description: bt.description, InputSchema: json.RawMessage(bt.schema),
-				})
-			}
-			for _, name := range []string{"web_fetch", "web_search"} {
-				ts.routes[name] = toolRoute{kind: toolUnknown, reason: "the tool " + name + " is not available on this server"}
-			}
+			ts.addToolset(&t, hands)
 		case apitype.ToolTypeCustom:
 			schema := t.InputSchema
 			if len(schema) == 0 {
 				schema = json.RawMessage(`{"type":"object"}`)
 			}
-			ts.routes[t.Name] = toolRoute{kind: toolCustom}
-			ts.specs = append(ts.specs, model.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: schema})
+			ts.offer(model.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: schema}, toolRoute{by: execClient})
 		}
 	}
 	return ts
 }
 
+// addToolset adds the built-in tools under an agent_toolset_20260401 config: its default_config and per-tool
+// configs (as the API stores them: resolved, with enabled and permission_policy set); the default is enabled
+// with always_allow. The model is offered the hands' own definitions. A tool of the toolset the hands do not
+// serve (web_fetch and web_search, which the hosted service runs on its own side; every tool when there are no
+// hands) is refused, whatever the configuration says.
+func (ts *toolset) addToolset(t *apitype.Tool, hands sandbox.Hands) {
+	var builtins []sandbox.Tool
+	if hands != nil {
+		builtins = hands.Tools()
+	}
+	enabled, policy := true, apitype.PolicyAlwaysAllow
+	if t.DefaultConfig != nil {
+		enabled = t.DefaultConfig.Enabled
+		if t.DefaultConfig.PermissionPolicy.Type != "" {
+			policy = t.DefaultConfig.PermissionPolicy.Type
+		}
+	}
+	served := map[string]bool{}
+	for _, bt := range builtins {
+		served[bt.Name] = true
+		on, pol := enabled, policy
+		for _, c := range t.Configs {
+			if c.Name != bt.Name && c.Type != bt.Name {
+				continue
+			}
+			on = c.Enabled
+			if c.PermissionPolicy.Type != "" {
+				pol = c.PermissionPolicy.Type
+			}
+		}
+		if !on {
+			ts.refuse(bt.Name, "the tool "+bt.Name+" is disabled for this agent")
+			continue
+		}
+		ts.offer(model.ToolSpec{Name: bt.Name, Description: bt.Description, InputSchema: bt.InputSchema},
+			toolRoute{by: execHands, policy: pol})
+	}
+	for _, name := range apitype.BuiltinTools {
+		switch {
+		case served[name]:
+		case hands == nil:
+			ts.refuse(name, msgNoHands)
+		default:
+			ts.refuse(name, "the tool "+name+" is not available on this server")
+		}
+	}
+}
+
 // hasBuiltin reports whether any built-in tool is enabled, i.e. whether the session may need a sandbox.
 func (ts *toolset) hasBuiltin() bool {
 	for _, r := range ts.routes {
-		if r.kind == toolBuiltin {
+		if r.by == execHands {
 			return true
 		}
 	}
@@ -162,7 +125,7 @@ func (ts *toolset) route(name string) toolRoute {
 	if r, ok := ts.routes[name]; ok {
 		return r
 	}
-	return toolRoute{kind: toolUnknown, reason: "there is no tool named " + name}
+	return toolRoute{by: execNone, reason: "there is no tool named " + name}
 }
 
 // permission maps a resolved policy to the evaluated_permission of an agent.tool_use. The auto policy has no

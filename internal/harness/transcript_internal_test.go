@@ -3,12 +3,15 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 )
 
 // logOf builds a tail from (type, payload) pairs: events e1, e2, ... with sequence numbers from 1, all processed.
@@ -88,7 +91,7 @@ func TestCompactionSplitNeverSeparatesAToolCallFromItsResult(t *testing.T) {
 }
 
 func TestResolveTools(t *testing.T) {
-	ts := resolveTools([]apitype.Tool{
+	tools := []apitype.Tool{
 		{Type: apitype.ToolTypeAgentToolset,
 			DefaultConfig: &apitype.ToolDefaults{Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAllow}},
 			Configs: []apitype.ToolConfig{
@@ -98,7 +101,8 @@ func TestResolveTools(t *testing.T) {
 			}},
 		{Type: apitype.ToolTypeMCPToolset, MCPServerName: "docs"},
 		{Type: apitype.ToolTypeCustom, Name: "deploy", InputSchema: json.RawMessage(`{"type":"object"}`)},
-	})
+	}
+	ts := resolveTools(tools, sandbox.Unavailable(agent.Tools(), "no sandbox here"))
 	var names []string
 	for _, s := range ts.specs {
 		names = append(names, s.Name)
@@ -106,16 +110,37 @@ func TestResolveTools(t *testing.T) {
 	if want := "bash edit read glob grep deploy"; strings.Join(names, " ") != want {
 		t.Errorf("offered %q, want %q", strings.Join(names, " "), want)
 	}
+	// The model is offered the hands' own definitions.
+	for _, s := range ts.specs[:5] {
+		i := slices.IndexFunc(agent.Tools(), func(t sandbox.Tool) bool { return t.Name == s.Name })
+		if d := agent.Tools()[i]; s.Description != d.Description || string(s.InputSchema) != string(d.InputSchema) {
+			t.Errorf("offered %+v, want the hands' definition %+v", s, d)
+		}
+	}
 	for name, want := range map[string]toolRoute{
-		"bash":      {kind: toolBuiltin, policy: apitype.PolicyAlwaysAsk},
-		"read":      {kind: toolBuiltin, policy: apitype.PolicyAlwaysAllow},
-		"write":     {kind: toolUnknown, reason: "the tool write is disabled for this agent"},
-		"web_fetch": {kind: toolUnknown, reason: "the tool web_fetch is not available on this server"},
-		"deploy":    {kind: toolCustom},
-		"nope":      {kind: toolUnknown, reason: "there is no tool named nope"},
+		"bash":      {by: execHands, policy: apitype.PolicyAlwaysAsk},
+		"read":      {by: execHands, policy: apitype.PolicyAlwaysAllow},
+		"write":     {by: execNone, reason: "the tool write is disabled for this agent"},
+		"web_fetch": {by: execNone, reason: "the tool web_fetch is not available on this server"},
+		"deploy":    {by: execClient},
+		"nope":      {by: execNone, reason: "there is no tool named nope"},
 	} {
 		if got := ts.route(name); got != want {
 			t.Errorf("route(%s) = %+v, want %+v", name, got, want)
 		}
+	}
+
+	// Without hands no built-in tool is offered, and a call to one is refused with the reason.
+	ts = resolveTools(tools, nil)
+	if len(ts.specs) != 1 || ts.specs[0].Name != "deploy" {
+		t.Errorf("without hands: offered %+v, want deploy only", ts.specs)
+	}
+	for _, name := range []string{"bash", "write", "web_fetch"} {
+		if got := ts.route(name); got.by != execNone || got.reason != msgNoHands {
+			t.Errorf("without hands: route(%s) = %+v, want refused with %q", name, got, msgNoHands)
+		}
+	}
+	if ts.hasBuiltin() {
+		t.Error("without hands: hasBuiltin")
 	}
 }

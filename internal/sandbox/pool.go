@@ -41,6 +41,9 @@ func (c *PoolConfig) validate() error {
 	if c.Provider == nil {
 		return errors.New("sandbox pool: Provider is required")
 	}
+	if err := validTools(c.Provider.Tools()); err != nil {
+		return fmt.Errorf("sandbox pool: provider %s: %w", c.Provider.Name(), err)
+	}
 	if c.WorkspaceRoot == "" || !filepath.IsAbs(c.WorkspaceRoot) {
 		return fmt.Errorf("sandbox pool: WorkspaceRoot %q must be an absolute path", c.WorkspaceRoot)
 	}
@@ -93,6 +96,27 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	p.reaped.Add(1)
 	go p.reap()
 	return p, nil
+}
+
+// Tools are the built-in tools of the pool's provider.
+func (p *Pool) Tools() []Tool { return p.cfg.Provider.Tools() }
+
+// validTools checks that every tool has a name of its own and an object schema.
+func validTools(tools []Tool) error {
+	seen := map[string]bool{}
+	for _, t := range tools {
+		if t.Name == "" || seen[t.Name] {
+			return fmt.Errorf("tool name %q is empty or repeated", t.Name)
+		}
+		seen[t.Name] = true
+		var schema struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(t.InputSchema, &schema); err != nil || schema.Type != "object" {
+			return fmt.Errorf("tool %s: the input schema must be a JSON object schema", t.Name)
+		}
+	}
+	return nil
 }
 
 // ErrPoolStopped is returned by Execute after Stop.

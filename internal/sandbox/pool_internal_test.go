@@ -16,7 +16,8 @@ func (nopSandbox) Close() error { return nil }
 
 type nopProvider struct{}
 
-func (nopProvider) Name() string { return "nop" }
+func (nopProvider) Name() string  { return "nop" }
+func (nopProvider) Tools() []Tool { return nil }
 func (nopProvider) Provision(context.Context, *Recipe) (Sandbox, error) {
 	return nopSandbox{}, nil
 }

@@ -32,6 +32,11 @@ type fakeProvider struct {
 
 func (p *fakeProvider) Name() string { return "fake" }
 
+// fakeTools are the tools of fakeProvider.
+var fakeTools = []sandbox.Tool{{Name: "bash", Description: "Run a command.", InputSchema: json.RawMessage(`{"type":"object"}`)}}
+
+func (p *fakeProvider) Tools() []sandbox.Tool { return fakeTools }
+
 func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
 	p.provisions.Add(1)
 	if p.fail.Load() {

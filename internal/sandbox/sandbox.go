@@ -21,15 +21,26 @@ var ErrSandboxDead = errors.New("sandbox died")
 type Provider interface {
 	// Name is the backend's name, as in --sandbox.
 	Name() string
+	// Tools are the built-in tools its sandboxes run, in the order the model is offered them. The slice and
+	// its schemas are shared: callers must not modify them.
+	Tools() []Tool
 	// Provision starts a sandbox for the recipe. The sandbox's /workspace is Recipe.WorkspaceDir on the host.
 	Provision(ctx context.Context, r *Recipe) (Sandbox, error)
 }
 
+// Tool is a built-in tool as the hands declare it and the model is offered it.
+type Tool struct {
+	Name        string
+	Description string
+	// InputSchema is the JSON Schema (an object schema) of the tool's input.
+	InputSchema json.RawMessage
+}
+
 // Sandbox is one running sandbox.
 type Sandbox interface {
-	// Execute runs a built-in tool (bash, read, write, edit, glob, grep) with its JSON input. A tool-level
-	// failure (bad input, missing file, command timeout) is a Result with IsError; an error return means the
-	// sandbox itself failed (ErrSandboxDead).
+	// Execute runs one of its provider's Tools with its JSON input. A tool-level failure (bad input, missing
+	// file, command timeout) is a Result with IsError; an error return means the sandbox itself failed
+	// (ErrSandboxDead).
 	Execute(ctx context.Context, name string, input json.RawMessage) (Result, error)
 	// Close kills every process of the sandbox. The workspace stays. Idempotent.
 	Close() error
@@ -61,6 +72,10 @@ type Limits struct {
 
 // Hands is what a brain calls to run a built-in tool for a session. *Pool implements it.
 type Hands interface {
+	// Tools are the built-in tools the hands run, in the order the model is offered them. The slice and its
+	// schemas are shared: callers must not modify them.
+	Tools() []Tool
+	// Execute runs one call to one of the Tools in the session's sandbox.
 	Execute(ctx context.Context, call *Call) (Result, error)
 }
 

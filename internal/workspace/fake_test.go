@@ -27,6 +27,11 @@ type fakeProvider struct {
 
 func (p *fakeProvider) Name() string { return "fake" }
 
+// Tools declares the one tool the pool tests call.
+func (p *fakeProvider) Tools() []sandbox.Tool {
+	return []sandbox.Tool{{Name: "bash", Description: "Run a command.", InputSchema: json.RawMessage(`{"type":"object"}`)}}
+}
+
 func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
 	p.provisions.Add(1)
 	sb := &fakeSandbox{}

@@ -2,7 +2,8 @@
 // (cmd/corral-sandbox-agent) bound read-only into every sandbox and started as the sandbox's process. It speaks
 // line-delimited JSON over stdin/stdout: one Request per line in, one Response per line out, matched by ID, and
 // implements the built-in toolset agent_toolset_20260401 (bash, read, write, edit, glob, grep) with the schemas
-// and behaviour of the reference SDK's tools/agenttoolset.
+// and behaviour of the reference SDK's tools/agenttoolset. Tools declares them, for the backends' Provider.Tools:
+// name, description, schema and implementation of each tool are one entry of one table (tools.go).
 //
 // Client is the host side: it multiplexes concurrent calls over one agent's pipes and reports the agent's death
 // as sandbox.ErrSandboxDead.

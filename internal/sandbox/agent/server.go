@@ -48,23 +48,13 @@ func (s *Server) Handle(ctx context.Context, req Request) Response {
 		outCap = DefaultOutputCap
 	}
 	var res result
-	switch req.Tool {
-	case "bash":
-		res = s.bash.run(ctx, req.Input, timeout, outCap)
-	case "read":
-		res = execRead(req.Input, &s.cfg)
-	case "write":
-		res = execWrite(req.Input, &s.cfg)
-	case "edit":
-		res = execEdit(req.Input, &s.cfg)
-	case "glob":
-		res = execGlob(req.Input, &s.cfg)
-	case PingTool:
+	switch b := byName[req.Tool]; {
+	case b != nil:
+		res = b.run(s, ctx, req.Input, timeout, outCap)
+	case req.Tool == PingTool:
 		res = textResult("pong")
-	case "grep":
-		res = execGrep(req.Input, &s.cfg)
 	default:
-		res = errorf("unknown tool %q: the sandbox runs bash, read, write, edit, glob and grep", req.Tool)
+		res = errorf("unknown tool %q: the sandbox runs %s", req.Tool, toolNames())
 	}
 	return Response{ID: req.ID, Content: res.blocks(outCap), IsError: res.isErr}
 }

@@ -161,6 +161,9 @@ func New(cfg Config) (*Provider, error) {
 // Name returns "bwrap".
 func (p *Provider) Name() string { return "bwrap" }
 
+// Tools are the in-sandbox agent's built-in tools.
+func (p *Provider) Tools() []sandbox.Tool { return agent.Tools() }
+
 // Provision starts a sandbox for r and returns once its agent is running.
 func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.Sandbox, err error) {
 	uid, cleanup, err := agent.Claim(r, p.cfg.UIDBase, p.cfg.UIDCount)

@@ -121,6 +121,9 @@ func New(cfg Config) (*Provider, error) {
 // Name returns the configured name ("oci" by default).
 func (p *Provider) Name() string { return p.cfg.Name }
 
+// Tools are the in-sandbox agent's built-in tools.
+func (p *Provider) Tools() []sandbox.Tool { return agent.Tools() }
+
 // sweep deletes the containers, and removes the runtime roots and bundles, that servers which are gone left in
 // the default locations.
 func (p *Provider) sweep(runBase, stateBase string) {

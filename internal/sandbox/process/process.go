@@ -52,6 +52,9 @@ func New(cfg Config) (*Provider, error) {
 // Name returns "process".
 func (p *Provider) Name() string { return "process" }
 
+// Tools are the in-sandbox agent's built-in tools.
+func (p *Provider) Tools() []sandbox.Tool { return agent.Tools() }
+
 // Provision starts an agent in the workspace directory.
 func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
 	if !filepath.IsAbs(r.WorkspaceDir) {

@@ -138,6 +138,17 @@ func testInvalidInput(t *testing.T, newProvider func(testing.TB) sandbox.Provide
 			t.Errorf("%s %s: got %q, want it to mention %q", tc.tool, tc.input, got, tc.want)
 		}
 	}
+	// The provider declares the tools its sandboxes run: each one is dispatched, none refused as unknown.
+	if len(p.Tools()) == 0 {
+		t.Error("the provider declares no tools")
+	}
+	for _, tl := range p.Tools() {
+		c := &sandbox.Call{Recipe: sandbox.Recipe{SessionID: s}, Name: tl.Name, Input: json.RawMessage(`{}`)}
+		res, err := p.Execute(context.Background(), c)
+		if err != nil || strings.Contains(text(res), "unknown tool") {
+			t.Errorf("declared tool %s: %v %q", tl.Name, err, text(res))
+		}
+	}
 }
 
 func testBashState(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {

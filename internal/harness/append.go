@@ -1,0 +1,118 @@
+package harness
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// lead is what a model turn announces before its model request: the session running, and the client events the
+// request picks up, marked processed. It rides on the next append (the request's span.model_request_start), so
+// that the announcement and the request's start are one write, and a crash can never leave a client event
+// marked processed without the turn that picked it up.
+type lead struct {
+	events    []apitype.NewEvent
+	status    string
+	processed []apitype.Event
+}
+
+// append appends events fenced by the lease, with the session status and usage they imply, and adds them to
+// the tail. A pending lead goes first, in the same append; the events returned are the caller's. It refuses
+// once the work is cancelled: a brain that lost its lease or is stopping writes nothing.
+func (r *run) append(status string, usage *apitype.SessionUsage, evs ...apitype.NewEvent) ([]apitype.Event, error) {
+	return r.appendP(&store.EventAppendParams{Events: evs, Status: status, Usage: usage})
+}
+
+// appendP is append with the parameters spelled out; with p.Release, the run is over once it succeeds.
+func (r *run) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
+	if r.ctx.Err() != nil {
+		return nil, context.Cause(r.ctx)
+	}
+	status, evs := p.Status, p.Events
+	led := 0
+	if l := r.lead; l != nil {
+		led = len(l.events)
+		p.Events = append(slices.Clip(l.events), evs...)
+		p.Status = cmp.Or(status, l.status)
+		for _, e := range l.processed {
+			p.MarkProcessed = append(p.MarkProcessed, e.Seq)
+		}
+	}
+	status = p.Status
+	if status == apitype.StatusIdle && !r.activeFrom.IsZero() {
+		p.ActiveSeconds = time.Since(r.activeFrom).Seconds()
+	}
+	out, err := r.appendRaw(p)
+	if err != nil {
+		return nil, err
+	}
+	r.lead, r.released = nil, p.Release
+	switch {
+	case status == apitype.StatusIdle:
+		r.activeFrom = time.Time{}
+	case r.activeFrom.IsZero() && (status == apitype.StatusRunning || status == apitype.StatusRescheduling):
+		r.activeFrom = time.Now()
+	}
+	if len(out) > 0 {
+		r.tail.setProcessed(p.MarkProcessed, out[0].CreatedAt)
+	}
+	if len(out) > 0 && out[0].Seq == r.tail.lastSeq+1 {
+		r.tail.events = append(r.tail.events, out...)
+		r.tail.lastSeq = out[len(out)-1].Seq
+		return out[led:], nil
+	}
+	if r.released {
+		return out[led:], nil // the run is over: nothing reads the tail again
+	}
+	return out[led:], r.refresh()
+}
+
+// appendRaw appends with the lease and does not touch the tail; it is safe from any goroutine. An append that
+// has started finishes even if the work is cancelled meanwhile.
+func (r *run) appendRaw(p *store.EventAppendParams) ([]apitype.Event, error) {
+	p.SessionID, p.Lease = r.sess.ID, r.lease.get()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.b.cfg.LeaseTTL)
+	defer cancel()
+	out, err := r.b.cfg.Store.EventAppend(ctx, p)
+	if err != nil {
+		if errors.Is(err, store.ErrLeaseLost) {
+			r.cancel(errLeaseLost)
+		}
+		return nil, fmt.Errorf("append to %s: %w", r.sess.ID, err)
+	}
+	return out, nil
+}
+
+// markProcessed sets processed_at on client events, in the log and in the tail.
+func (r *run) markProcessed(evs []apitype.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	if r.ctx.Err() != nil {
+		return context.Cause(r.ctx)
+	}
+	seqs := make([]int64, len(evs))
+	for i, e := range evs {
+		seqs[i] = e.Seq
+	}
+	now := apitype.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.b.cfg.LeaseTTL)
+	defer cancel()
+	err := r.b.cfg.Store.EventMarkProcessed(ctx, &store.EventMarkProcessedParams{
+		SessionID: r.sess.ID, Lease: r.lease.get(), Seqs: seqs, At: now,
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrLeaseLost) {
+			r.cancel(errLeaseLost)
+		}
+		return fmt.Errorf("mark processed: %w", err)
+	}
+	r.tail.setProcessed(seqs, now)
+	return nil
+}

@@ -1,0 +1,176 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/model"
+)
+
+// call makes one model request under the retry policy; retries live here and nowhere else. Each attempt is a
+// span.model_request_start; a failed attempt is closed with span.model_request_end is_error. A retryable error
+// appends session.error (retrying) and session.status_rescheduled, backs off (honouring the provider's
+// retry-after), and tries again after session.status_running. When retries run out, or the error is not
+// retryable, it appends session.error (exhausted) and idles the session with retries_exhausted, and returns
+// errTurnEnded. When the model says the prompt is too long, shrink (if set) gives a compacted request to try
+// once instead.
+//
+// With preview set, each attempt publishes stream previews of the answer while it streams (see previewer); a
+// failed or interrupted attempt publishes nothing more, and its span.model_request_end closes its previews.
+//
+// On success it returns the answer, whose span.model_request_start is still open: the caller closes it together
+// with what it appends.
+func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Request, error)) (*answer, error) {
+	for attempt := 0; ; attempt++ {
+		start, err := r.append("", nil, mustEvent(apitype.EventSpanModelRequestStart, nil))
+		if err != nil {
+			return nil, err
+		}
+		startID := start[0].ID
+		ctx, done := r.watchInterrupts()
+		var pv *previewer
+		var onDelta func(model.Delta)
+		if preview && r.b.cfg.PreviewInterval > 0 {
+			pv = r.newPreviewer()
+			onDelta = pv.onDelta
+		}
+		callCtx, cancelCall := context.WithTimeoutCause(ctx, r.b.cfg.ModelTimeout, errModelTimeout)
+		resp, err := r.b.cfg.Model.Call(callCtx, req, onDelta)
+		timedOut := errors.Is(context.Cause(callCtx), errModelTimeout)
+		cancelCall()
+		interrupted := done()
+		if err == nil && !interrupted {
+			return &answer{resp: resp, startID: startID, ids: pv.finish(true)}, nil
+		}
+		if timedOut && !interrupted {
+			// A stalled stream: retried like a dropped connection.
+			err = &model.Error{Kind: model.ErrServer, Err: fmt.Errorf("no complete answer within %v", r.b.cfg.ModelTimeout)}
+		}
+		pv.finish(false)
+		if r.ctx.Err() != nil {
+			return nil, fmt.Errorf("model call: %w", r.ctx.Err())
+		}
+		failed := spanEnd(startID, true, apitype.SpanUsage{})
+		if interrupted {
+			// No partial message: the interrupt step ends the turn.
+			if _, err := r.append("", nil, failed); err != nil {
+				return nil, err
+			}
+			return nil, errInterrupted
+		}
+		var me *model.Error
+		if !errors.As(err, &me) {
+			me = &model.Error{Kind: model.ErrServer, Err: err}
+		}
+		if me.Kind == model.ErrContextTooLong && shrink != nil {
+			if _, err := r.append("", nil, failed); err != nil {
+				return nil, err
+			}
+			if req, err = shrink(); err != nil {
+				return nil, err
+			}
+			shrink = nil
+			attempt--
+			continue
+		}
+		body := apitype.SessionErrorBody{Type: sessionErrorType(me), Message: errorMessage(me)}
+		if me.Retryable() && attempt < r.b.cfg.Retry.MaxRetries {
+			body.RetryStatus.Type = "retrying"
+			_, err := r.append(apitype.StatusRescheduling, nil, failed,
+				mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
+				mustEvent(apitype.EventSessionStatusRescheduled, nil))
+			if err != nil {
+				return nil, err
+			}
+			if err := r.backoff(attempt, me.RetryAfter); err != nil {
+				return nil, err
+			}
+			if _, err := r.append(apitype.StatusRunning, nil, mustEvent(apitype.EventSessionStatusRunning, nil)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		body.RetryStatus.Type = "exhausted"
+		_, err = r.append(apitype.StatusIdle, nil, failed,
+			mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
+			idleEvent(apitype.StopReason{Type: apitype.StopRetriesExhausted}))
+		if err != nil {
+			return nil, err
+		}
+		return nil, errTurnEnded
+	}
+}
+
+// answer is a model call that succeeded.
+type answer struct {
+	resp *model.Response
+	// startID is the id of the call's span.model_request_start, which is still open.
+	startID string
+	// ids are the event ids the stream previews gave the answer's agent.thinking and agent.message events, by
+	// content block index (nil without previews).
+	ids map[int]string
+}
+
+// errModelTimeout cancels a model call that has not finished within Config.ModelTimeout.
+var errModelTimeout = errors.New("harness: model call timed out")
+
+// backoff waits before retry attempt+1: exponential from BaseDelay with jitter, capped at MaxDelay, and never
+// shorter than the provider's retry-after. An interrupt cuts it short (errInterrupted).
+func (r *run) backoff(attempt int, retryAfter time.Duration) error {
+	p := r.b.cfg.Retry
+	d := p.BaseDelay << min(attempt, 30)
+	if d <= 0 || d > p.MaxDelay {
+		d = p.MaxDelay
+	}
+	d = d/2 + rand.N(d/2+1) // jitter in [d/2, d]
+	d = max(d, retryAfter)
+	ctx, done := r.watchInterrupts()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if done() {
+		return errInterrupted
+	}
+	if r.ctx.Err() != nil {
+		return fmt.Errorf("backoff: %w", r.ctx.Err())
+	}
+	return nil
+}
+
+// sessionErrorType maps a model error to the session.error type clients know.
+func sessionErrorType(e *model.Error) string {
+	switch e.Kind {
+	case model.ErrOverloaded:
+		return apitype.SessionErrModelOverloaded
+	case model.ErrRateLimited:
+		return apitype.SessionErrModelRateLimited
+	default:
+		return apitype.SessionErrModelRequestFailed
+	}
+}
+
+// errorMessage says what went wrong, and for configuration errors what to configure.
+func errorMessage(e *model.Error) string {
+	switch {
+	case errors.Is(e, model.ErrNoCredentials):
+		return "The model request was not sent: " + model.ErrNoCredentials.Error() + "."
+	case e.Kind == model.ErrAuth:
+		return fmt.Sprintf("The model provider rejected the credentials (%v). Check the API key this server is configured with.", e.Err)
+	case e.Kind == model.ErrInvalid:
+		return fmt.Sprintf("The model provider rejected the request (%v).", e.Err)
+	case e.Kind == model.ErrContextTooLong:
+		return fmt.Sprintf("The conversation is too long for the model even after compaction (%v).", e.Err)
+	case e.Kind == model.ErrOverloaded:
+		return fmt.Sprintf("The model is overloaded (%v).", e.Err)
+	case e.Kind == model.ErrRateLimited:
+		return fmt.Sprintf("The model provider is rate limiting requests (%v).", e.Err)
+	}
+	return fmt.Sprintf("The model request failed (%v).", e.Err)
+}

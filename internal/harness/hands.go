@@ -1,0 +1,129 @@
+package harness
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// execute runs an approved built-in tool in the hands and appends its result. The model sees a sandbox failure
+// as an error result; the next call provisions a fresh sandbox from the same recipe.
+func (r *run) execute(u *toolUse) error {
+	delete(r.fresh, u.ev.ID)
+	if r.b.cfg.Hands == nil {
+		// Approved by a brain that had hands (the log says so): this one has none.
+		_, err := r.append("", nil, toolResult(u.ev.ID, true, msgNoHands))
+		return err
+	}
+	input := u.data.Input
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	call := &sandbox.Call{Recipe: r.recipe(), Name: u.data.Name, Input: input, OnProvision: r.provisionReporter()}
+	ctx, done := r.watchInterrupts()
+	res, err := r.b.cfg.Hands.Execute(ctx, call)
+	interrupted := done()
+	var ev apitype.NewEvent
+	switch {
+	case interrupted:
+		ev = toolResult(u.ev.ID, true, msgInterrupted)
+	case r.ctx.Err() != nil:
+		return context.Cause(r.ctx)
+	case err != nil && len(res.Content) > 0:
+		// The hands explained the failure for the model.
+		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: res.Content, IsError: true})
+	case err != nil:
+		ev = toolResult(u.ev.ID, true, fmt.Sprintf("The sandbox failed while running this tool, so its outcome is unknown (%v). The next tool call gets a fresh sandbox.", err))
+	default:
+		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: res.Content, IsError: res.IsError})
+	}
+	_, err = r.append("", nil, ev)
+	return err
+}
+
+// recipe is what the hands need to (re)build the session's sandbox.
+func (r *run) recipe() sandbox.Recipe {
+	rec := sandbox.Recipe{SessionID: r.sess.ID, Environment: r.env, Resources: r.sess.Resources}
+	if r.b.cfg.WorkspaceRoot != "" {
+		rec.WorkspaceDir = filepath.Join(r.b.cfg.WorkspaceRoot, r.sess.ID)
+	}
+	return rec
+}
+
+// provisionReporter returns the OnProvision callback that puts sandbox provisioning into the log as
+// span.sandbox_provision_start / span.sandbox_provision_end.
+func (r *run) provisionReporter() func(sandbox.ProvisionReport) {
+	var mu sync.Mutex
+	startID := ""
+	return func(p sandbox.ProvisionReport) {
+		mu.Lock()
+		defer mu.Unlock()
+		var ev apitype.NewEvent
+		if !p.Done {
+			ev = mustEvent(apitype.EventSpanSandboxProvisionStart, apitype.SandboxProvisionStart{Backend: p.Backend})
+		} else {
+			end := apitype.SandboxProvisionEnd{
+				ProvisionStartID: startID, Backend: p.Backend, IsError: p.Err != nil,
+				DurationMS: float64(p.Duration) / float64(time.Millisecond),
+			}
+			if p.Err != nil {
+				end.Error = p.Err.Error()
+			}
+			ev = mustEvent(apitype.EventSpanSandboxProvisionEnd, end)
+		}
+		events := append([]apitype.NewEvent{ev}, resourceErrors(p.ResourceErrors)...)
+		out, err := r.appendRaw(&store.EventAppendParams{Events: events})
+		if err != nil {
+			r.b.cfg.Logger.Warn("provision span not logged", "session_id", r.sess.ID, "err", err)
+			return
+		}
+		if !p.Done && len(out) > 0 {
+			startID = out[0].ID
+		}
+	}
+}
+
+// resourceErrors are the session.error events for session resources that could not be placed in the workspace:
+// as the hosted service does, retry_status retrying, and the session continues without them.
+func resourceErrors(errs []*sandbox.ResourceError) []apitype.NewEvent {
+	events := make([]apitype.NewEvent, 0, len(errs))
+	for _, e := range errs {
+		body := apitype.SessionErrorBody{
+			Type:        cmp.Or(e.ErrorType, apitype.SessionErrUnknown),
+			Message:     e.Error(),
+			RetryStatus: apitype.RetryStatus{Type: "retrying"},
+		}
+		if e.URL != "" {
+			body.RepositoryURL = &e.URL
+		}
+		events = append(events, mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}))
+	}
+	return events
+}
+
+// provisionEagerly, with Config.EagerHands, makes sure the session's sandbox exists before the model call, the
+// way a coupled design provisions a container before it can call the model. Lazy hands (the default) skip it.
+// The session is announced running first, so the provisioning shows inside the turn.
+func (r *run) provisionEagerly() error {
+	p, ok := r.b.cfg.Hands.(sandbox.Provisioner)
+	if !r.b.cfg.EagerHands || !ok || !r.tools.hasBuiltin() {
+		return nil
+	}
+	if len(r.lead.events) > 0 {
+		if _, err := r.append("", nil); err != nil {
+			return err
+		}
+	}
+	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter()}); err != nil {
+		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session_id", r.sess.ID, "err", err)
+	}
+	return nil
+}

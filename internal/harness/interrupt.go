@@ -1,0 +1,77 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// interrupt ends the turn: a model call in flight is closed as failed, every open tool call gets an error
+// result, and the session goes idle with end_turn. Client events queued behind the interrupt stay queued.
+func (r *run) interrupt(st *state, ints []apitype.Event) error {
+	var evs []apitype.NewEvent
+	if st.openSpan != nil {
+		evs = append(evs, spanEnd(st.openSpan.ID, true, apitype.SpanUsage{}))
+	}
+	open := st.open()
+	for _, u := range open {
+		evs = append(evs, toolResult(u.ev.ID, true, msgInterrupted))
+	}
+	status := ""
+	if st.running() || len(evs) > 0 || (st.idle != nil && st.idle.StopReason.Type != apitype.StopEndTurn) {
+		evs = append(evs, idleEvent(apitype.StopReason{Type: apitype.StopEndTurn}))
+		status = apitype.StatusIdle
+	}
+	if len(evs) > 0 {
+		if _, err := r.append(status, nil, evs...); err != nil {
+			return err
+		}
+	}
+	return r.markProcessed(ints)
+}
+
+// errInterrupted cancels a model call or a tool when the user interrupts.
+var errInterrupted = errors.New("harness: interrupted by the user")
+
+// errWatchDone ends an interrupt watch whose operation finished.
+var errWatchDone = errors.New("harness: operation finished")
+
+// watchInterrupts returns a context for a model call, a tool or a backoff that is cancelled as soon as a
+// user.interrupt arrives, and a function that ends the watch and reports whether it fired. Other client events
+// arriving meanwhile just queue.
+func (r *run) watchInterrupts() (context.Context, func() bool) {
+	ctx, cancel := context.WithCancelCause(r.ctx)
+	after := r.seenSeq
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		wake, unsubscribe := r.b.cfg.Store.Subscribe(r.sess.ID)
+		defer unsubscribe()
+		tick := time.NewTicker(r.b.cfg.PollInterval)
+		defer tick.Stop()
+		for {
+			evs, err := r.b.cfg.Store.EventList(ctx, &store.EventListParams{
+				SessionID: r.sess.ID, AfterSeq: after, Types: []string{apitype.EventUserInterrupt}, Limit: eventPage,
+			})
+			if err == nil && slices.ContainsFunc(evs, func(e apitype.Event) bool { return e.ProcessedAt == nil }) {
+				cancel(errInterrupted)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake:
+			case <-tick.C:
+			}
+		}
+	})
+	return ctx, func() bool {
+		cancel(errWatchDone)
+		wg.Wait()
+		return errors.Is(context.Cause(ctx), errInterrupted)
+	}
+}

@@ -1,0 +1,128 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// run is one brain's work on one claimed session: everything it knows it has read from the log.
+type run struct {
+	b      *Brain
+	lease  *leaseHolder
+	ctx    context.Context // cancelled when the lease is lost or the brain stops
+	cancel context.CancelCauseFunc
+	// fresh holds the tool uses this run appended or saw confirmed, and has not run yet. Any other approved tool
+	// use without a result was cut short by a crash.
+	fresh map[string]bool
+
+	// lead is what the next append carries ahead of its own events (see modelTurn).
+	lead *lead
+	// released: an append released the lease (the turn's last); the run writes nothing more.
+	released bool
+
+	sess  *apitype.Session
+	env   apitype.EnvConfig
+	tools *toolset
+	usage apitype.SessionUsage
+	tail  *tail
+	// activeFrom is when this run last saw the session start working (zero while idle): the time until it idles
+	// again is added to the session's active seconds.
+	activeFrom time.Time
+	// seenSeq is the last sequence number the current state was derived from: a client event after it may not
+	// have been acted on yet.
+	seenSeq int64
+}
+
+// loop works the session until nothing is left to do, or the work is cancelled.
+func (r *run) loop() error {
+	if err := r.load(); err != nil {
+		return err
+	}
+	for {
+		if r.ctx.Err() != nil {
+			return r.stopped()
+		}
+		acted, err := r.step()
+		if r.released {
+			return err
+		}
+		if r.ctx.Err() != nil {
+			return r.stopped()
+		}
+		if err != nil || !acted {
+			// Nothing left to do: the release counts the wake-ups the claim saw as handled. A client event
+			// that arrived since keeps the session runnable, and the next claim looks again.
+			return err
+		}
+	}
+}
+
+// stopped ends the work after cancellation. A lost lease ends it at once; a stopping brain hands a session in
+// the middle of a turn back as rescheduled (and runnable), so the next brain resumes it without waiting for
+// the lease to expire.
+func (r *run) stopped() error {
+	if errors.Is(context.Cause(r.ctx), errLeaseLost) || r.tail == nil {
+		return nil
+	}
+	if st, err := derive(r.tail); err != nil || !st.running() {
+		return err
+	}
+	ev, err := apitype.MakeEvent(apitype.EventSessionStatusRescheduled, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.b.cfg.LeaseTTL)
+	defer cancel()
+	_, err = r.b.cfg.Store.EventAppend(ctx, &store.EventAppendParams{
+		SessionID: r.sess.ID, Events: []apitype.NewEvent{ev}, Lease: r.lease.get(),
+		Status: apitype.StatusRescheduling, Wake: true,
+	})
+	if err != nil {
+		return fmt.Errorf("reschedule: %w", err)
+	}
+	return nil
+}
+
+// release gives the session up. With handled, the wake-ups seen at the last renewal count as handled;
+// without, none does and the session stays runnable.
+func (r *run) release(handled bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.b.cfg.LeaseTTL)
+	defer cancel()
+	l := r.lease.get()
+	if !handled {
+		l.WakeSeq = 0
+	}
+	if err := r.b.cfg.Store.LeaseRelease(ctx, l); err != nil {
+		return fmt.Errorf("release %s: %w", l.SessionID, err)
+	}
+	return nil
+}
+
+// load reads the session, its environment and the log's tail.
+func (r *run) load() error {
+	id := r.lease.get().SessionID
+	sess, err := r.b.cfg.Store.SessionGet(r.ctx, id)
+	if err != nil {
+		return fmt.Errorf("get session %s: %w", id, err)
+	}
+	r.sess, r.usage = sess, sess.Usage
+	r.tools = resolveTools(sess.Agent.Tools, r.b.cfg.Hands)
+	if sess.EnvironmentID != "" {
+		env, err := r.b.cfg.Store.EnvironmentGet(r.ctx, sess.EnvironmentID)
+		switch {
+		case err == nil:
+			r.env = env.Config
+		case !errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("get environment %s: %w", sess.EnvironmentID, err)
+		}
+	}
+	return r.loadTail()
+}
+
+// selfHosted reports whether the client runs the built-in tools (a self_hosted environment).
+func (r *run) selfHosted() bool { return r.env.Type == "self_hosted" }

@@ -1,0 +1,142 @@
+package harness
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// eventPage is how many events a brain reads from the log at a time.
+const eventPage = 200
+
+// loadTail reads the log backwards from its end, a page at a time, down to the last compaction's UpToSeq (or
+// the start). It never reads the part a summary replaced.
+func (r *run) loadTail() error {
+	t := &tail{}
+	var rev []apitype.Event
+	stopAt := int64(-1) // once a compaction is found: the last seq its summary covers
+	before := int64(0)
+walk:
+	for {
+		page, err := r.b.cfg.Store.EventList(r.ctx, &store.EventListParams{
+			SessionID: r.sess.ID, BeforeSeq: before, Desc: true, Limit: eventPage,
+		})
+		if err != nil {
+			return fmt.Errorf("read log: %w", err)
+		}
+		for _, e := range page {
+			if t.lastSeq == 0 {
+				t.lastSeq = e.Seq
+			}
+			if stopAt >= 0 && e.Seq <= stopAt {
+				break walk
+			}
+			if stopAt < 0 && e.Type == apitype.EventAgentContextCompacted {
+				var c apitype.ContextCompacted
+				if err := e.DecodeData(&c); err != nil {
+					return err
+				}
+				t.summary, t.upToSeq, stopAt = c.Summary, c.UpToSeq, c.UpToSeq
+			}
+			rev = append(rev, e)
+		}
+		if len(page) < eventPage {
+			break
+		}
+		before = page[len(page)-1].Seq
+	}
+	slices.Reverse(rev)
+	t.events = rev
+	if t.upToSeq > 0 && !slices.ContainsFunc(t.events, isStatus) {
+		last, err := r.b.cfg.Store.EventList(r.ctx, &store.EventListParams{
+			SessionID: r.sess.ID, BeforeSeq: t.upToSeq + 1, Desc: true, Limit: 1,
+			Types: []string{apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled},
+		})
+		if err != nil {
+			return fmt.Errorf("read log: %w", err)
+		}
+		if len(last) > 0 {
+			t.priorStatus = last[0].Type
+		}
+	}
+	r.tail = t
+	if st, err := derive(t); err == nil && st.running() {
+		r.activeFrom = time.Now() // a turn in progress: count from the takeover
+	}
+	return nil
+}
+
+func isStatus(e apitype.Event) bool {
+	switch e.Type {
+	case apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled:
+		return true
+	}
+	return false
+}
+
+// refresh reads the events appended since the tail's last one.
+func (r *run) refresh() error {
+	for {
+		page, err := r.b.cfg.Store.EventList(r.ctx, &store.EventListParams{
+			SessionID: r.sess.ID, AfterSeq: r.tail.lastSeq, Limit: eventPage,
+		})
+		if err != nil {
+			return fmt.Errorf("read log: %w", err)
+		}
+		r.tail.events = append(r.tail.events, page...)
+		if len(page) > 0 {
+			r.tail.lastSeq = page[len(page)-1].Seq
+		}
+		if len(page) < eventPage {
+			return nil
+		}
+	}
+}
+
+// compactTo drops the events a new summary covers.
+func (t *tail) compactTo(summary string, upToSeq int64) {
+	keep := t.events[:0]
+	for _, e := range t.events {
+		if e.Seq > upToSeq {
+			keep = append(keep, e)
+		} else if isStatus(e) {
+			t.priorStatus = e.Type
+		}
+	}
+	t.events, t.summary, t.upToSeq = keep, summary, upToSeq
+}
+
+// settled reports whether every client event in the tail has been processed: a turn that ends then leaves
+// nothing for this run to do, and may release the lease with its last append. A client event the tail lacks
+// arrived after the claim, and its wake-up keeps the session runnable past such a release.
+func (t *tail) settled() bool {
+	for _, e := range t.events {
+		if e.ProcessedAt == nil && apitype.IsUserEvent(e.Type) {
+			return false
+		}
+	}
+	return true
+}
+
+// setProcessed sets processed_at on the events with the given sequence numbers that have none.
+func (t *tail) setProcessed(seqs []int64, at time.Time) {
+	for i := range t.events {
+		if t.events[i].ProcessedAt == nil && slices.Contains(seqs, t.events[i].Seq) {
+			t.events[i].ProcessedAt = &at
+		}
+	}
+}
+
+// tail is the part of a session's log a brain works from: every event after the last compaction's UpToSeq,
+// in sequence order. The older part lives on only as the compaction's summary.
+type tail struct {
+	events  []apitype.Event
+	summary string // the last compaction's summary, "" if the log was never compacted
+	upToSeq int64  // the last sequence number the summary covers
+	lastSeq int64  // the last sequence number read
+	// priorStatus is the type of the last session.status_* event before the tail, for a tail that has none.
+	priorStatus string
+}
