@@ -145,18 +145,17 @@ func validToolName(name string) bool {
 }
 
 type policyIn struct {
-	Type string `json:"type"`
+	Type apitype.PermissionPolicyType `json:"type"`
 }
 
 func (pi *policyIn) resolve(p string, def apitype.PermissionPolicy) (apitype.PermissionPolicy, error) {
 	if pi == nil {
 		return def, nil
 	}
-	switch pi.Type {
-	case apitype.PolicyAlwaysAllow, apitype.PolicyAlwaysAsk, apitype.PolicyAuto:
-		return apitype.PermissionPolicy{Type: pi.Type}, nil
+	if !pi.Type.Valid() {
+		return def, invalid(path(p, "type"), "unknown permission policy %q", pi.Type)
 	}
-	return def, invalid(path(p, "type"), "unknown permission policy %q", pi.Type)
+	return apitype.PermissionPolicy{Type: pi.Type}, nil
 }
 
 type toolDefaultsIn struct {
@@ -164,7 +163,7 @@ type toolDefaultsIn struct {
 	PermissionPolicy *policyIn `json:"permission_policy"`
 }
 
-func (d *toolDefaultsIn) resolve(p string, defPolicy string) (*apitype.ToolDefaults, error) {
+func (d *toolDefaultsIn) resolve(p string, defPolicy apitype.PermissionPolicyType) (*apitype.ToolDefaults, error) {
 	out := &apitype.ToolDefaults{Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: defPolicy}}
 	if d == nil {
 		return out, nil

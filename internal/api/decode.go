@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 )
@@ -62,7 +63,7 @@ func jsonErrorAt(p string, err error) error {
 		if field == "" {
 			field = "body"
 		}
-		return invalid(field, "expected %s, got JSON %s", jsonTypeName(typ.Type.String()), typ.Value)
+		return invalid(field, "expected %s, got JSON %s", jsonTypeName(typ.Type), typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return invalid(p, "malformed JSON: unexpected end of input")
 	}
@@ -73,19 +74,19 @@ func jsonErrorAt(p string, err error) error {
 	return invalid(p, "invalid JSON: %s", strings.TrimPrefix(msg, "json: "))
 }
 
-// jsonTypeName names a Go type the way a JSON client thinks of it.
-func jsonTypeName(goType string) string {
-	switch {
-	case goType == "string":
+// jsonTypeName names a Go type the way a JSON client thinks of it: by its kind, so that a field of a named type
+// (apitype.EnvironmentType) is "a string" like a field of type string.
+func jsonTypeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
 		return "a string"
-	case goType == "bool":
+	case reflect.Bool:
 		return "a boolean"
-	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "float"):
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+		reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr, reflect.Float32, reflect.Float64:
 		return "a number"
-	case strings.HasPrefix(goType, "[]"):
+	case reflect.Slice, reflect.Array:
 		return "an array"
-	case strings.HasPrefix(goType, "map["):
-		return "an object"
 	}
 	return "an object"
 }

@@ -95,10 +95,10 @@ func parseClientEvent(p string, raw json.RawMessage, allowed []string) (clientEv
 		payload = apitype.UserInterrupt{SessionThreadID: in.SessionThreadID}
 	case apitype.EventUserToolConfirmation:
 		var in struct {
-			Type        string  `json:"type"`
-			ToolUseID   string  `json:"tool_use_id"`
-			Result      string  `json:"result"`
-			DenyMessage *string `json:"deny_message"`
+			Type        string                     `json:"type"`
+			ToolUseID   string                     `json:"tool_use_id"`
+			Result      apitype.ConfirmationResult `json:"result"`
+			DenyMessage *string                    `json:"deny_message"`
 		}
 		if err := strictUnmarshal(p, raw, &in); err != nil {
 			return ce, err
@@ -106,12 +106,12 @@ func parseClientEvent(p string, raw json.RawMessage, allowed []string) (clientEv
 		if in.ToolUseID == "" {
 			return ce, invalid(path(p, "tool_use_id"), "required")
 		}
-		if in.Result != "allow" && in.Result != "deny" {
+		if !in.Result.Valid() {
 			return ce, invalid(path(p, "result"), `must be "allow" or "deny"`)
 		}
 		out := apitype.UserToolConfirmation{ToolUseID: in.ToolUseID, Result: in.Result}
 		if in.DenyMessage != nil {
-			if in.Result != "deny" {
+			if in.Result != apitype.ConfirmDeny {
 				return ce, invalid(path(p, "deny_message"), `only allowed with result "deny"`)
 			}
 			if err := checkString(path(p, "deny_message"), *in.DenyMessage, false, 10_000); err != nil {
@@ -461,7 +461,7 @@ func (s *Server) checkRefs(r *http.Request, sess *apitype.Session, events []clie
 				}
 				env = e
 			}
-			if env.Config.Type != envSelfHosted {
+			if env.Config.Type != apitype.EnvironmentSelfHosted {
 				return invalid(path(ce.path, "type"), "user.tool_result is only accepted in self_hosted environments")
 			}
 		}

@@ -86,8 +86,8 @@ const (
 // toolRoute is how the brain treats calls to one tool name.
 type toolRoute struct {
 	kind   toolKind
-	policy string // built-in: the resolved permission policy
-	reason string // unknown: why the call is refused
+	policy apitype.PermissionPolicyType // built-in: the resolved permission policy
+	reason string                       // unknown: why the call is refused
 }
 
 // toolset is an agent's tools as the brain resolved them: what the model is offered, and how each call is routed.
@@ -167,7 +167,7 @@ func (ts *toolset) route(name string) toolRoute {
 
 // permission maps a resolved policy to the evaluated_permission of an agent.tool_use. The auto policy has no
 // classifier in Corral yet; it asks, which is the safe answer.
-func permission(policy string) string {
+func permission(policy apitype.PermissionPolicyType) apitype.Permission {
 	if policy == apitype.PolicyAlwaysAllow {
 		return "allow"
 	}

@@ -26,8 +26,8 @@ type toolUse struct {
 	ev        apitype.Event
 	data      apitype.AgentToolUse
 	custom    bool
-	resolved  bool   // a result is in the log
-	confirmed string // allow | deny, from a processed user.tool_confirmation
+	resolved  bool                       // a result is in the log
+	confirmed apitype.ConfirmationResult // from a processed user.tool_confirmation
 }
 
 // approved reports whether the call may run: its policy allowed it, or the user confirmed it.

@@ -116,7 +116,7 @@ func resourceKey(res *apitype.Resource) string {
 	if res.ID != "" {
 		return res.ID
 	}
-	h := sha256.Sum256([]byte(res.Type + "\x00" + res.URL + "\x00" + res.FileID + "\x00" + res.MountPath + "\x00" + string(res.Checkout)))
+	h := sha256.Sum256([]byte(string(res.Type) + "\x00" + res.URL + "\x00" + res.FileID + "\x00" + res.MountPath + "\x00" + string(res.Checkout)))
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
@@ -210,7 +210,7 @@ func writeRecord(name string, rec *resourceRecord) error {
 
 // placeResource places one resource in workspace ws.
 func (p *Pool) placeResource(ctx context.Context, ws string, res *apitype.Resource, n *apitype.Networking) *ResourceError {
-	rerr := &ResourceError{ResourceID: res.ID, Type: res.Type, URL: redactURL(res.URL), MountPath: mountPathOf(res)}
+	rerr := &ResourceError{ResourceID: res.ID, Type: string(res.Type), URL: redactURL(res.URL), MountPath: mountPathOf(res)}
 	switch res.Type {
 	case ResourceGitHubRepository:
 		if rerr.MountPath == "" {
