@@ -45,6 +45,40 @@ func decodeJSON(body []byte, v any) error {
 	return nil
 }
 
+// strictUnmarshal decodes raw into v rejecting unknown fields; errors name fields under p.
+func strictUnmarshal(p string, raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonErrorAt(p, err)
+	}
+	return nil
+}
+
+// typeOf reads the "type" discriminator of a JSON object.
+func typeOf(p string, raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return "", invalid(p, "expected an object")
+	}
+	var t struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return "", invalid(path(p, "type"), "expected a string")
+	}
+	if t.Type == nil {
+		return "", nil
+	}
+	return *t.Type, nil
+}
+
+// isNull reports whether a raw field is absent or null.
+func isNull(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || string(raw) == "null"
+}
+
 // jsonError turns an encoding/json error into a 400 that names the field.
 func jsonError(err error) error { return jsonErrorAt("", err) }
 
