@@ -22,6 +22,19 @@ func decodeBody(r *http.Request, v any) error {
 	return decodeJSON(body, v)
 }
 
+// readBody reads the whole (size-capped) request body.
+func readBody(r *http.Request) ([]byte, error) {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(r.Body); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errTooLarge(tooLarge.Limit)
+		}
+		return nil, invalid("", "reading request body: %v", err)
+	}
+	return buf.Bytes(), nil
+}
+
 // decodeJSON decodes one JSON object from body into v, strictly.
 func decodeJSON(body []byte, v any) error {
 	body = bytes.TrimSpace(body)
