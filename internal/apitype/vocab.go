@@ -83,6 +83,7 @@ const (
 	StopRequiresAction   StopReasonType = "requires_action" // tool calls wait for the client: event_ids
 	StopRetriesExhausted StopReasonType = "retries_exhausted"
 	StopRefusal          StopReasonType = "refusal"
+	StopBudgetReached    StopReasonType = "budget_reached" // of the hosted service; Corral does not enforce budgets yet
 )
 
 // RetryStatusType says what follows a session.error (its error.retry_status.type).
