@@ -13,39 +13,6 @@ import (
 // This file validates and resolves the parts of an agent configuration that sessions reuse: model, tools, MCP
 // servers, skills, execution identity and multiagent.
 
-// strictUnmarshal decodes raw into v rejecting unknown fields; errors name fields under p.
-func strictUnmarshal(p string, raw json.RawMessage, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonErrorAt(p, err)
-	}
-	return nil
-}
-
-// typeOf reads the "type" discriminator of a JSON object.
-func typeOf(p string, raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '{' {
-		return "", invalid(p, "expected an object")
-	}
-	var t struct {
-		Type *string `json:"type"`
-	}
-	if err := json.Unmarshal(raw, &t); err != nil {
-		return "", invalid(path(p, "type"), "expected a string")
-	}
-	if t.Type == nil {
-		return "", nil
-	}
-	return *t.Type, nil
-}
-
-func isNull(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) == 0 || string(raw) == "null"
-}
-
 var efforts = []string{"low", "medium", "high", "xhigh", "max"}
 
 // defaultEffort is the effort of a model configured without one.
@@ -145,18 +112,17 @@ func validToolName(name string) bool {
 }
 
 type policyIn struct {
-	Type string `json:"type"`
+	Type apitype.PermissionPolicyType `json:"type"`
 }
 
 func (pi *policyIn) resolve(p string, def apitype.PermissionPolicy) (apitype.PermissionPolicy, error) {
 	if pi == nil {
 		return def, nil
 	}
-	switch pi.Type {
-	case apitype.PolicyAlwaysAllow, apitype.PolicyAlwaysAsk, apitype.PolicyAuto:
-		return apitype.PermissionPolicy{Type: pi.Type}, nil
+	if !pi.Type.Valid() {
+		return def, invalid(path(p, "type"), "unknown permission policy %q", pi.Type)
 	}
-	return def, invalid(path(p, "type"), "unknown permission policy %q", pi.Type)
+	return apitype.PermissionPolicy{Type: pi.Type}, nil
 }
 
 type toolDefaultsIn struct {
@@ -164,7 +130,7 @@ type toolDefaultsIn struct {
 	PermissionPolicy *policyIn `json:"permission_policy"`
 }
 
-func (d *toolDefaultsIn) resolve(p string, defPolicy string) (*apitype.ToolDefaults, error) {
+func (d *toolDefaultsIn) resolve(p string, defPolicy apitype.PermissionPolicyType) (*apitype.ToolDefaults, error) {
 	out := &apitype.ToolDefaults{Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: defPolicy}}
 	if d == nil {
 		return out, nil

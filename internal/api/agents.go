@@ -375,36 +375,3 @@ func (s *Server) agentVersionList(w http.ResponseWriter, r *http.Request) error 
 	}
 	return writeJSON(w, http.StatusOK, listPage[apitype.Agent]{Data: versions, NextPage: next})
 }
-
-// listParams reads the common list parameters: limit, page, include_archived and the created_at filters.
-func listParams(q query, def, maxN int) (store.ListParams, int, *cursor, error) {
-	var p store.ListParams
-	limit, err := q.limit(def, maxN)
-	if err != nil {
-		return p, 0, nil, err
-	}
-	c, err := q.page()
-	if err != nil {
-		return p, 0, nil, err
-	}
-	if p.IncludeArchived, err = q.boolean("include_archived"); err != nil {
-		return p, 0, nil, err
-	}
-	if err := q.createdFilters(&p); err != nil {
-		return p, 0, nil, err
-	}
-	return p, limit, c, nil
-}
-
-// readBody reads the whole (size-capped) request body.
-func readBody(r *http.Request) ([]byte, error) {
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(r.Body); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return nil, errTooLarge(tooLarge.Limit)
-		}
-		return nil, invalid("", "reading request body: %v", err)
-	}
-	return buf.Bytes(), nil
-}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 )
@@ -19,6 +20,19 @@ func decodeBody(r *http.Request, v any) error {
 		return err
 	}
 	return decodeJSON(body, v)
+}
+
+// readBody reads the whole (size-capped) request body.
+func readBody(r *http.Request) ([]byte, error) {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(r.Body); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errTooLarge(tooLarge.Limit)
+		}
+		return nil, invalid("", "reading request body: %v", err)
+	}
+	return buf.Bytes(), nil
 }
 
 // decodeJSON decodes one JSON object from body into v, strictly.
@@ -44,6 +58,40 @@ func decodeJSON(body []byte, v any) error {
 	return nil
 }
 
+// strictUnmarshal decodes raw into v rejecting unknown fields; errors name fields under p.
+func strictUnmarshal(p string, raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonErrorAt(p, err)
+	}
+	return nil
+}
+
+// typeOf reads the "type" discriminator of a JSON object.
+func typeOf(p string, raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return "", invalid(p, "expected an object")
+	}
+	var t struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return "", invalid(path(p, "type"), "expected a string")
+	}
+	if t.Type == nil {
+		return "", nil
+	}
+	return *t.Type, nil
+}
+
+// isNull reports whether a raw field is absent or null.
+func isNull(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || string(raw) == "null"
+}
+
 // jsonError turns an encoding/json error into a 400 that names the field.
 func jsonError(err error) error { return jsonErrorAt("", err) }
 
@@ -62,7 +110,7 @@ func jsonErrorAt(p string, err error) error {
 		if field == "" {
 			field = "body"
 		}
-		return invalid(field, "expected %s, got JSON %s", jsonTypeName(typ.Type.String()), typ.Value)
+		return invalid(field, "expected %s, got JSON %s", jsonTypeName(typ.Type), typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return invalid(p, "malformed JSON: unexpected end of input")
 	}
@@ -73,19 +121,19 @@ func jsonErrorAt(p string, err error) error {
 	return invalid(p, "invalid JSON: %s", strings.TrimPrefix(msg, "json: "))
 }
 
-// jsonTypeName names a Go type the way a JSON client thinks of it.
-func jsonTypeName(goType string) string {
-	switch {
-	case goType == "string":
+// jsonTypeName names a Go type the way a JSON client thinks of it: by its kind, so that a field of a named type
+// (apitype.EnvironmentType) is "a string" like a field of type string.
+func jsonTypeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
 		return "a string"
-	case goType == "bool":
+	case reflect.Bool:
 		return "a boolean"
-	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "float"):
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+		reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr, reflect.Float32, reflect.Float64:
 		return "a number"
-	case strings.HasPrefix(goType, "[]"):
+	case reflect.Slice, reflect.Array:
 		return "an array"
-	case strings.HasPrefix(goType, "map["):
-		return "an object"
 	}
 	return "an object"
 }

@@ -10,12 +10,6 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// Environment config types.
-const (
-	envCloud      = "cloud"
-	envSelfHosted = "self_hosted"
-)
-
 type envCreateRequest struct {
 	Name        string            `json:"name"`
 	Description *string           `json:"description"`
@@ -33,9 +27,9 @@ type envUpdateRequest struct {
 }
 
 type envConfigIn struct {
-	Type       string            `json:"type"`
-	Networking json.RawMessage   `json:"networking"`
-	Packages   *apitype.Packages `json:"packages"` // a nil list is "omitted" (kept on update)
+	Type       apitype.EnvironmentType `json:"type"`
+	Networking json.RawMessage         `json:"networking"`
+	Packages   *apitype.Packages       `json:"packages"` // a nil list is "omitted" (kept on update)
 }
 
 // validHost reports whether h is an allowed_hosts entry: a host name of at most 253 characters of
@@ -67,7 +61,7 @@ func isAlnum(c byte) bool {
 
 // defaultEnvConfig is a cloud environment with unrestricted networking and no packages.
 func defaultEnvConfig() apitype.EnvConfig {
-	return apitype.EnvConfig{Type: envCloud, Networking: &apitype.Networking{Type: "unrestricted"},
+	return apitype.EnvConfig{Type: apitype.EnvironmentCloud, Networking: &apitype.Networking{Type: apitype.NetworkingUnrestricted},
 		Packages: emptyPackages()}
 }
 
@@ -86,21 +80,21 @@ func resolveEnvConfig(p string, raw json.RawMessage, prev *apitype.EnvConfig) (a
 	if in.Type == "" {
 		return apitype.EnvConfig{}, invalid(path(p, "type"), "required")
 	}
-	if in.Type != envCloud && in.Type != envSelfHosted {
+	if !in.Type.Valid() {
 		return apitype.EnvConfig{}, invalid(path(p, "type"), `must be "cloud" or "self_hosted"`)
 	}
 	if prev != nil && prev.Type != in.Type {
 		return apitype.EnvConfig{}, invalidCode("invalid_config_type_change",
 			"config.type: cannot change an environment from %s to %s", prev.Type, in.Type)
 	}
-	if in.Type == envSelfHosted {
+	if in.Type == apitype.EnvironmentSelfHosted {
 		if !isNull(in.Networking) || in.Packages != nil {
 			return apitype.EnvConfig{}, invalid(p, "self_hosted environments take no networking or packages")
 		}
-		return apitype.EnvConfig{Type: envSelfHosted}, nil
+		return apitype.EnvConfig{Type: apitype.EnvironmentSelfHosted}, nil
 	}
 	out := defaultEnvConfig()
-	if prev != nil && prev.Type == envCloud {
+	if prev != nil && prev.Type == apitype.EnvironmentCloud {
 		out = cloneEnvConfig(*prev)
 	}
 	if !isNull(in.Networking) {
@@ -139,7 +133,7 @@ func resolveEnvConfig(p string, raw json.RawMessage, prev *apitype.EnvConfig) (a
 		}
 	}
 	n := out.Networking
-	if n.Type == "limited" && (n.AllowPackageManagers == nil || !*n.AllowPackageManagers) && hasPackages(out.Packages) {
+	if n.Type == apitype.NetworkingLimited && (n.AllowPackageManagers == nil || !*n.AllowPackageManagers) && hasPackages(out.Packages) {
 		return apitype.EnvConfig{}, invalid(path(p, "networking.allow_package_managers"),
 			"must be true when packages are listed with limited networking")
 	}
@@ -152,12 +146,12 @@ func resolveNetworking(p string, raw json.RawMessage) (*apitype.Networking, erro
 		return nil, err
 	}
 	switch in.Type {
-	case "unrestricted":
+	case apitype.NetworkingUnrestricted:
 		if in.AllowedHosts != nil || in.AllowMCPServers != nil || in.AllowPackageManagers != nil {
 			return nil, invalid(p, "unrestricted networking takes no other fields")
 		}
-		return &apitype.Networking{Type: "unrestricted"}, nil
-	case "limited":
+		return &apitype.Networking{Type: apitype.NetworkingUnrestricted}, nil
+	case apitype.NetworkingLimited:
 		if len(in.AllowedHosts) > 256 {
 			return nil, invalid(path(p, "allowed_hosts"), "at most 256 hosts")
 		}
@@ -167,7 +161,7 @@ func resolveNetworking(p string, raw json.RawMessage) (*apitype.Networking, erro
 			}
 		}
 		f := false
-		n := &apitype.Networking{Type: "limited", AllowedHosts: append([]string{}, in.AllowedHosts...),
+		n := &apitype.Networking{Type: apitype.NetworkingLimited, AllowedHosts: append([]string{}, in.AllowedHosts...),
 			AllowMCPServers: &f, AllowPackageManagers: new(bool)}
 		if in.AllowMCPServers != nil {
 			n.AllowMCPServers = in.AllowMCPServers
@@ -193,7 +187,7 @@ func cloneEnvConfig(c apitype.EnvConfig) apitype.EnvConfig {
 		n.AllowedHosts = append([]string{}, c.Networking.AllowedHosts...)
 		out.Networking = &n
 	} else {
-		out.Networking = &apitype.Networking{Type: "unrestricted"}
+		out.Networking = &apitype.Networking{Type: apitype.NetworkingUnrestricted}
 	}
 	if c.Packages != nil {
 		pk := *c.Packages
@@ -218,12 +212,12 @@ func viewEnvironment(e *apitype.Environment) environmentView {
 }
 
 func envConfigView(c apitype.EnvConfig) map[string]any {
-	if c.Type == envSelfHosted {
-		return map[string]any{"type": envSelfHosted}
+	if c.Type == apitype.EnvironmentSelfHosted {
+		return map[string]any{"type": apitype.EnvironmentSelfHosted}
 	}
 	c = cloneEnvConfig(c)
 	net := map[string]any{"type": c.Networking.Type}
-	if c.Networking.Type == "limited" {
+	if c.Networking.Type == apitype.NetworkingLimited {
 		net["allowed_hosts"] = c.Networking.AllowedHosts
 		net["allow_mcp_servers"] = c.Networking.AllowMCPServers != nil && *c.Networking.AllowMCPServers
 		net["allow_package_managers"] = c.Networking.AllowPackageManagers != nil && *c.Networking.AllowPackageManagers
@@ -235,7 +229,7 @@ func envConfigView(c apitype.EnvConfig) map[string]any {
 		}
 	}
 	pk.Type = "packages"
-	return map[string]any{"type": envCloud, "networking": net, "packages": pk}
+	return map[string]any{"type": apitype.EnvironmentCloud, "networking": net, "packages": pk}
 }
 
 func checkScope(p, scope string) error {

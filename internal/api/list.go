@@ -180,6 +180,26 @@ func (q query) page() (*cursor, error) {
 	return &c, nil
 }
 
+// listParams reads the common list parameters: limit, page, include_archived and the created_at filters.
+func listParams(q query, def, maxN int) (store.ListParams, int, *cursor, error) {
+	var p store.ListParams
+	limit, err := q.limit(def, maxN)
+	if err != nil {
+		return p, 0, nil, err
+	}
+	c, err := q.page()
+	if err != nil {
+		return p, 0, nil, err
+	}
+	if p.IncludeArchived, err = q.boolean("include_archived"); err != nil {
+		return p, 0, nil, err
+	}
+	if err := q.createdFilters(&p); err != nil {
+		return p, 0, nil, err
+	}
+	return p, limit, c, nil
+}
+
 // itemPage reads a created_at/id cursor into p, rejecting tokens of another kind.
 func itemPageInto(c *cursor, p *store.ListParams) error {
 	if c == nil {

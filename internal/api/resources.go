@@ -13,12 +13,6 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 )
 
-// Resource types.
-const (
-	resGitHub = "github_repository"
-	resFile   = "file"
-)
-
 const maxResourcesPerSession = 100
 
 // parseResource validates «ResourceIn». Mount paths default as the hosted service's do. The repository
@@ -29,9 +23,10 @@ func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool)
 	if err != nil {
 		return apitype.Resource{}, err
 	}
-	res := apitype.Resource{ID: apitype.NewID(apitype.PrefixResource), Type: typ, CreatedAt: now, UpdatedAt: now}
-	switch typ {
-	case resGitHub:
+	res := apitype.Resource{ID: apitype.NewID(apitype.PrefixResource), Type: apitype.ResourceType(typ),
+		CreatedAt: now, UpdatedAt: now}
+	switch res.Type {
+	case apitype.ResourceGitHubRepository:
 		if !allowRepo {
 			return res, invalid(path(p, "type"), "only file resources can be added to an existing session")
 		}
@@ -59,7 +54,7 @@ func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool)
 				return res, err
 			}
 		}
-	case resFile:
+	case apitype.ResourceFile:
 		var in struct {
 			Type      string `json:"type"`
 			FileID    string `json:"file_id"`
@@ -79,7 +74,7 @@ func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool)
 		if res.MountPath == "" {
 			res.MountPath = "/mnt/session/uploads/" + in.FileID
 		}
-	case "memory_store":
+	case apitype.ResourceMemoryStore:
 		return res, invalid(path(p, "type"), "memory_store resources are not supported by this server")
 	case "":
 		return res, invalid(path(p, "type"), "required")
@@ -252,7 +247,7 @@ func (s *Server) resourceUpdate(w http.ResponseWriter, r *http.Request) error {
 		if i < 0 {
 			return notFound("session resource", rid)
 		}
-		if sess.Resources[i].Type != resGitHub {
+		if sess.Resources[i].Type != apitype.ResourceGitHubRepository {
 			return invalid("authorization_token", "only github_repository resources take an authorization token")
 		}
 		sess.Resources[i].UpdatedAt = now

@@ -171,9 +171,9 @@ type UserInterrupt struct {
 
 // UserToolConfirmation is the payload of user.tool_confirmation.
 type UserToolConfirmation struct {
-	ToolUseID   string `json:"tool_use_id"`
-	Result      string `json:"result"` // allow | deny
-	DenyMessage string `json:"deny_message,omitempty"`
+	ToolUseID   string             `json:"tool_use_id"`
+	Result      ConfirmationResult `json:"result"`
+	DenyMessage string             `json:"deny_message,omitempty"`
 }
 
 // UserCustomToolResult is the payload of user.custom_tool_result.
@@ -208,7 +208,7 @@ type AgentThinking struct {
 type AgentToolUse struct {
 	Name                string          `json:"name"`
 	Input               json.RawMessage `json:"input"`
-	EvaluatedPermission string          `json:"evaluated_permission,omitempty"`
+	EvaluatedPermission Permission      `json:"evaluated_permission,omitempty"`
 	Evaluation          *ToolEvaluation `json:"evaluation,omitempty"`
 	// ModelToolUseID is the id the model gave the call; kept so history replays exactly.
 	ModelToolUseID string `json:"model_tool_use_id,omitempty"`
@@ -216,7 +216,7 @@ type AgentToolUse struct {
 
 // ToolEvaluation names the policy that produced evaluated_permission.
 type ToolEvaluation struct {
-	Type string `json:"type"`
+	Type PermissionPolicyType `json:"type"`
 }
 
 // AgentToolResult is the payload of agent.tool_result.
@@ -228,17 +228,9 @@ type AgentToolResult struct {
 
 // StopReason says why a session went idle.
 type StopReason struct {
-	Type     string   `json:"type"` // end_turn | requires_action | retries_exhausted | budget_reached | refusal
-	EventIDs []string `json:"event_ids,omitempty"`
+	Type     StopReasonType `json:"type"`
+	EventIDs []string       `json:"event_ids,omitempty"`
 }
-
-// Stop reasons.
-const (
-	StopEndTurn          = "end_turn"
-	StopRequiresAction   = "requires_action"
-	StopRetriesExhausted = "retries_exhausted"
-	StopRefusal          = "refusal"
-)
 
 // SessionIdle is the payload of session.status_idle.
 type SessionIdle struct {
@@ -260,9 +252,9 @@ type SessionErrorBody struct {
 	RepositoryURL *string `json:"repository_url,omitempty"`
 }
 
-// RetryStatus says what follows a session error: retrying, exhausted or terminal.
+// RetryStatus says what follows a session error.
 type RetryStatus struct {
-	Type string `json:"type"`
+	Type RetryStatusType `json:"type"`
 }
 
 // Session error types.

@@ -93,15 +93,8 @@ type WebURLSources struct {
 
 // PermissionPolicy decides whether a tool call runs, asks, or is refused.
 type PermissionPolicy struct {
-	Type string `json:"type"` // always_allow | always_ask | auto
+	Type PermissionPolicyType `json:"type"`
 }
-
-// Permission policies.
-const (
-	PolicyAlwaysAllow = "always_allow"
-	PolicyAlwaysAsk   = "always_ask"
-	PolicyAuto        = "auto"
-)
 
 // BuiltinTools are the tools of agent_toolset_20260401, in the reference order.
 var BuiltinTools = []string{"bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search"}
@@ -142,17 +135,17 @@ type Environment struct {
 
 // EnvConfig is an environment's configuration.
 type EnvConfig struct {
-	Type       string      `json:"type"` // cloud | self_hosted
-	Networking *Networking `json:"networking,omitempty"`
-	Packages   *Packages   `json:"packages,omitempty"`
+	Type       EnvironmentType `json:"type"`
+	Networking *Networking     `json:"networking,omitempty"`
+	Packages   *Packages       `json:"packages,omitempty"`
 }
 
 // Networking is an environment's network policy.
 type Networking struct {
-	Type                 string   `json:"type"` // unrestricted | limited
-	AllowedHosts         []string `json:"allowed_hosts,omitempty"`
-	AllowMCPServers      *bool    `json:"allow_mcp_servers,omitempty"`
-	AllowPackageManagers *bool    `json:"allow_package_managers,omitempty"`
+	Type                 NetworkingType `json:"type"`
+	AllowedHosts         []string       `json:"allowed_hosts,omitempty"`
+	AllowMCPServers      *bool          `json:"allow_mcp_servers,omitempty"`
+	AllowPackageManagers *bool          `json:"allow_package_managers,omitempty"`
 }
 
 // Packages lists packages to install in an environment, per package manager.
@@ -234,7 +227,7 @@ type CacheCreation struct {
 // Resource is something mounted into a session's workspace: a git repository, a file or a memory store.
 type Resource struct {
 	ID            string          `json:"id"`
-	Type          string          `json:"type"` // github_repository | file | memory_store
+	Type          ResourceType    `json:"type"`
 	URL           string          `json:"url,omitempty"`
 	MountPath     string          `json:"mount_path,omitempty"`
 	Checkout      json.RawMessage `json:"checkout,omitempty"`

@@ -79,7 +79,7 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 		}
 		body := apitype.SessionErrorBody{Type: sessionErrorType(me), Message: errorMessage(me)}
 		if me.Retryable() && attempt < r.b.cfg.Retry.MaxRetries {
-			body.RetryStatus.Type = "retrying"
+			body.RetryStatus.Type = apitype.RetryStatusRetrying
 			_, err := r.append(apitype.StatusRescheduling, nil, failed,
 				mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
 				mustEvent(apitype.EventSessionStatusRescheduled, nil))
@@ -94,7 +94,7 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			}
 			continue
 		}
-		body.RetryStatus.Type = "exhausted"
+		body.RetryStatus.Type = apitype.RetryStatusExhausted
 		_, err = r.append(apitype.StatusIdle, nil, failed,
 			mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
 			idleEvent(apitype.StopReason{Type: apitype.StopRetriesExhausted}))

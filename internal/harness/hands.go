@@ -99,7 +99,7 @@ func resourceErrors(errs []*sandbox.ResourceError) []apitype.NewEvent {
 		body := apitype.SessionErrorBody{
 			Type:        cmp.Or(e.ErrorType, apitype.SessionErrUnknown),
 			Message:     e.Error(),
-			RetryStatus: apitype.RetryStatus{Type: "retrying"},
+			RetryStatus: apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
 		}
 		if e.URL != "" {
 			body.RepositoryURL = &e.URL

@@ -224,7 +224,7 @@ func decode[T any](t *testing.T, e apitype.Event) T {
 }
 
 // assertStop checks that ev is an idle whose stop_reason has type want.
-func assertStop(t *testing.T, ev apitype.Event, want string) {
+func assertStop(t *testing.T, ev apitype.Event, want apitype.StopReasonType) {
 	t.Helper()
 	if r := stopReason(t, ev); r.Type != want {
 		t.Errorf("stop_reason = %+v, want %s", r, want)
@@ -546,7 +546,7 @@ func TestRetriesExhausted(t *testing.T) {
 		start, end, sessErr, resched, running,
 		start, end, sessErr, idle)
 	wantTypes := []string{apitype.SessionErrModelRequestFailed, apitype.SessionErrModelRateLimited, apitype.SessionErrModelOverloaded}
-	wantStatus := []string{"retrying", "retrying", "exhausted"}
+	wantStatus := []apitype.RetryStatusType{"retrying", "retrying", "exhausted"}
 	for n, i := range []int{4, 9, 14} {
 		e := decode[apitype.SessionError](t, evs[i]).Error
 		if e.Type != wantTypes[n] || e.RetryStatus.Type != wantStatus[n] {

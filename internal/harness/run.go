@@ -125,4 +125,4 @@ func (r *run) load() error {
 }
 
 // selfHosted reports whether the client runs the built-in tools (a self_hosted environment).
-func (r *run) selfHosted() bool { return r.env.Type == "self_hosted" }
+func (r *run) selfHosted() bool { return r.env.Type == apitype.EnvironmentSelfHosted }

@@ -12,16 +12,16 @@ type toolUse struct {
 	data      apitype.AgentToolUse
 	custom    bool
 	resolved  bool   // a result is in the log
-	confirmed string // allow | deny, from a processed user.tool_confirmation
+	confirmed apitype.ConfirmationResult // allow | deny, from a processed user.tool_confirmation
 }
 
 // approved reports whether the call may run: its policy allowed it, or the user confirmed it.
 func (u *toolUse) approved() bool {
-	return !u.custom && (u.data.EvaluatedPermission == "allow" || u.confirmed == "allow")
+	return !u.custom && (u.data.EvaluatedPermission == apitype.PermissionAllow || u.confirmed == apitype.ConfirmAllow)
 }
 
 // refused reports whether the call was refused before any policy (an unknown or disabled tool).
-func (u *toolUse) refused() bool { return !u.custom && u.data.EvaluatedPermission == "deny" }
+func (u *toolUse) refused() bool { return !u.custom && u.data.EvaluatedPermission == apitype.PermissionDeny }
 
 // state is what a brain derives from the tail to decide its next step.
 type state struct {

@@ -110,10 +110,10 @@ func (r *run) answers(st *state) (bool, error) {
 			return true, err
 		}
 		u := st.byID[conf.ToolUseID]
-		if u == nil || u.resolved || u.custom || u.confirmed != "" || u.data.EvaluatedPermission != "ask" {
+		if u == nil || u.resolved || u.custom || u.confirmed != "" || u.data.EvaluatedPermission != apitype.PermissionAsk {
 			continue // nothing to confirm: marked processed below
 		}
-		if conf.Result == "allow" {
+		if conf.Result == apitype.ConfirmAllow {
 			allowed = append(allowed, u.ev.ID)
 			continue
 		}

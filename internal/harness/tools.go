@@ -21,7 +21,7 @@ const (
 // toolRoute is how the brain treats the calls to one tool name.
 type toolRoute struct {
 	by     executor
-	policy string // execHands: the resolved permission policy
+	policy apitype.PermissionPolicyType // execHands: the resolved permission policy
 	reason string // execNone: why the call is refused
 }
 
@@ -130,9 +130,9 @@ func (ts *toolset) route(name string) toolRoute {
 
 // permission maps a resolved policy to the evaluated_permission of an agent.tool_use. The auto policy has no
 // classifier in Corral yet; it asks, which is the safe answer.
-func permission(policy string) string {
+func permission(policy apitype.PermissionPolicyType) apitype.Permission {
 	if policy == apitype.PolicyAlwaysAllow {
-		return "allow"
+		return apitype.PermissionAllow
 	}
-	return "ask"
+	return apitype.PermissionAsk
 }

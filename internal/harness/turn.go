@@ -100,7 +100,7 @@ func (r *run) appendResponse(a *answer) error {
 			case execClient:
 				typ = apitype.EventAgentCustomToolUse
 			default:
-				use.EvaluatedPermission = "deny"
+				use.EvaluatedPermission = apitype.PermissionDeny
 			}
 			evs = append(evs, mustEvent(typ, use))
 		}
@@ -127,7 +127,7 @@ func (r *run) appendResponse(a *answer) error {
 			continue
 		}
 		var u apitype.AgentToolUse
-		if err := e.DecodeData(&u); err == nil && u.EvaluatedPermission == "allow" {
+		if err := e.DecodeData(&u); err == nil && u.EvaluatedPermission == apitype.PermissionAllow {
 			r.fresh[e.ID] = true
 		}
 	}

@@ -42,13 +42,6 @@ import (
 // DefaultCloneTimeout bounds the clone and checkout of one repository resource.
 const DefaultCloneTimeout = 5 * time.Minute
 
-// Resource types placed in the workspace.
-const (
-	resourceGitHubRepository = "github_repository"
-	resourceFile             = "file"
-	resourceMemoryStore      = "memory_store"
-)
-
 // Config configures a Placer.
 type Config struct {
 	// CloneTimeout bounds the clone and checkout of one repository; default DefaultCloneTimeout.
@@ -141,7 +134,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 	for i := range r.Resources {
 		res := &r.Resources[i]
 		key := resourceKey(res)
-		if _, done := rec.Attempted[key]; done || res.Type == resourceMemoryStore {
+		if _, done := rec.Attempted[key]; done || res.Type == apitype.ResourceMemoryStore {
 			continue // memory stores are not files of the workspace
 		}
 		start := time.Now()
@@ -183,11 +176,11 @@ func mountPathOf(res *apitype.Resource) string {
 	switch {
 	case res.MountPath != "":
 		return res.MountPath
-	case res.Type == resourceGitHubRepository:
+	case res.Type == apitype.ResourceGitHubRepository:
 		if name, err := repoName(res.URL); err == nil {
 			return workspaceMount + "/" + name
 		}
-	case res.Type == resourceFile:
+	case res.Type == apitype.ResourceFile:
 		return "/mnt/session/uploads/" + res.FileID
 	}
 	return ""
@@ -214,13 +207,13 @@ func writeRecord(name string, rec *resourceRecord) error {
 func (p *Placer) placeResource(ctx context.Context, ws string, res *apitype.Resource, n *apitype.Networking) *sandbox.ResourceError {
 	rerr := &sandbox.ResourceError{ResourceID: res.ID, Type: string(res.Type), URL: redactURL(res.URL), MountPath: mountPathOf(res)}
 	switch res.Type {
-	case resourceGitHubRepository:
+	case apitype.ResourceGitHubRepository:
 		if rerr.MountPath == "" {
 			_, rerr.Err = repoName(res.URL)
 			return rerr
 		}
 		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, ws, res.URL, rerr.MountPath, res.Checkout, n)
-	case resourceFile:
+	case apitype.ResourceFile:
 		rerr.Err = fmt.Errorf("file %s: %w", res.FileID, ErrFileResourcesUnsupported)
 	default:
 		rerr.Err = fmt.Errorf("unsupported resource type %q", res.Type)

@@ -35,7 +35,7 @@ type Policy struct {
 // PolicyFor returns the policy of an environment's networking config. No config means unrestricted, as in the
 // reference API.
 func PolicyFor(n *apitype.Networking) Policy {
-	if n == nil || n.Type == "" || n.Type == "unrestricted" {
+	if n == nil || n.Type == "" || n.Type == apitype.NetworkingUnrestricted {
 		return Policy{AllowAll: true}
 	}
 	return Policy{Hosts: n.AllowedHosts}

@@ -1,0 +1,139 @@
+package api
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// The decoder table holds a decoder for exactly the event types a client may send, each once.
+func TestClientEventTypes(t *testing.T) {
+	t.Parallel()
+	names := clientEventNames()
+	for _, typ := range []string{
+		apitype.EventUserMessage, apitype.EventUserInterrupt, apitype.EventUserToolConfirmation,
+		apitype.EventUserCustomToolResult, apitype.EventUserToolResult, apitype.EventUserDefineOutcome,
+		apitype.EventSystemMessage, apitype.EventAgentMessage, apitype.EventAgentThinking, apitype.EventAgentToolUse,
+		apitype.EventAgentToolResult, apitype.EventAgentMCPToolUse, apitype.EventAgentMCPToolResult,
+		apitype.EventAgentCustomToolUse, apitype.EventAgentContextCompacted, apitype.EventSessionStatusRunning,
+		apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled, apitype.EventSessionStatusTerminated,
+		apitype.EventSessionError, apitype.EventSessionDeleted, apitype.EventSessionUpdated,
+		apitype.EventSpanModelRequestStart, apitype.EventSpanModelRequestEnd, apitype.EventSpanSandboxProvisionStart,
+		apitype.EventSpanSandboxProvisionEnd, apitype.EventStart, apitype.EventDelta,
+	} {
+		if got, want := slices.Contains(names, typ), apitype.IsUserEvent(typ); got != want {
+			t.Errorf("%s: has a decoder %v, is a client event %v", typ, got, want)
+		}
+	}
+	for i, n := range names {
+		if !apitype.IsUserEvent(n) || slices.Index(names, n) != i {
+			t.Errorf("decoder %d for %q: not a client event, or a second decoder", i, n)
+		}
+	}
+}
+
+// A field of a named string type (the typed wire vocabulary) that gets a JSON value of another kind is reported
+// as the string it is, not as an object.
+func TestTypedFieldTypeErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		parse func() error
+		want  string
+	}{
+		{"environment type", func() error {
+			_, err := resolveEnvConfig("config", json.RawMessage(`{"type":5}`), nil)
+			return err
+		}, "config.type: expected a string, got JSON number"},
+		{"networking type", func() error {
+			_, err := resolveEnvConfig("config", json.RawMessage(`{"type":"cloud","networking":{"type":true}}`), nil)
+			return err
+		}, "config.networking.type: expected a string, got JSON bool"},
+		{"permission policy", func() error {
+			_, err := resolveTools("tools", []json.RawMessage{
+				json.RawMessage(`{"type":"agent_toolset_20260401","default_config":{"permission_policy":{"type":7}}}`)}, nil)
+			return err
+		}, "tools[0].default_config.permission_policy.type: expected a string, got JSON number"},
+		{"confirmation result", func() error {
+			_, err := parseClientEvent("events[0]",
+				json.RawMessage(`{"type":"user.tool_confirmation","tool_use_id":"sevt_1","result":[]}`), nil)
+			return err
+		}, "events[0].result: expected a string, got JSON array"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.parse()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Each client event type's decoder rejects its own mistakes with the message that names the field, and stores
+// what it accepted.
+func TestClientEventDecoders(t *testing.T) {
+	t.Parallel()
+	const text = `[{"type":"text","text":"a"}]`
+	for _, tc := range []struct{ event, want string }{
+		{`{"type":"user.message","content":[]}`, "events[0].content: required: at least one content block"},
+		{`{"type":"user.message","content":[{"type":"search_result"}]}`,
+			`events[0].content[0].type: unknown block type "search_result" (want one of text, image, document, redacted)`},
+		{`{"type":"user.interrupt","session_thread_id":7}`, "events[0].session_thread_id: expected a string, got JSON number"},
+		{`{"type":"user.tool_confirmation","result":"allow"}`, "events[0].tool_use_id: required"},
+		{`{"type":"user.tool_confirmation","tool_use_id":"sevt_1","result":"ask"}`, `events[0].result: must be "allow" or "deny"`},
+		{`{"type":"user.tool_confirmation","tool_use_id":"sevt_1","result":"allow","deny_message":"no"}`,
+			`events[0].deny_message: only allowed with result "deny"`},
+		{`{"type":"user.custom_tool_result","tool_use_id":"sevt_1"}`,
+			"events[0].tool_use_id: unknown field (user.custom_tool_result answers custom_tool_use_id)"},
+		{`{"type":"user.custom_tool_result","content":` + text + `}`, "events[0].custom_tool_use_id: required"},
+		{`{"type":"user.tool_result","custom_tool_use_id":"sevt_1"}`,
+			"events[0].custom_tool_use_id: unknown field (user.tool_result answers tool_use_id)"},
+		{`{"type":"user.tool_result","tool_use_id":"sevt_1","content":[{"type":"redacted"}]}`,
+			`events[0].content[0].type: unknown block type "redacted" (want one of text, image, document, search_result)`},
+		{`{"type":"user.define_outcome","description":"d"}`, "events[0].rubric: required"},
+		{`{"type":"user.define_outcome","description":"d","rubric":{"type":"file","content":"c"}}`,
+			"events[0].rubric.content: not allowed with a file rubric"},
+		{`{"type":"system.message","content":[{"type":"image"}]}`,
+			`events[0].content[0].type: unknown block type "image" (want one of text)`},
+		{`{"type":"user.nothing"}`, `events[0].type: unknown event type "user.nothing" (want one of user.message, ` +
+			`user.interrupt, user.tool_confirmation, user.custom_tool_result, user.tool_result, user.define_outcome, system.message)`},
+		{`{"content":[]}`, "events[0].type: required"},
+	} {
+		_, err := parseSend([]byte(`{"events":[` + tc.event + `]}`))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: error %v, want %q", tc.event, err, tc.want)
+		}
+	}
+
+	// Accepted events: the stored payload, and the event each answers.
+	for _, tc := range []struct {
+		event, data string
+		ref         eventRef
+	}{
+		{`{"type":"user.message","content":` + text + `}`, `{"content":[{"type":"text","text":"a"}]}`, eventRef{}},
+		{`{"type":"user.interrupt"}`, `{}`, eventRef{}},
+		{`{"type":"user.tool_confirmation","tool_use_id":"sevt_1","result":"deny","deny_message":"no"}`,
+			`{"tool_use_id":"sevt_1","result":"deny","deny_message":"no"}`,
+			eventRef{"sevt_1", "events[0].tool_use_id", []string{apitype.EventAgentToolUse, apitype.EventAgentMCPToolUse}}},
+		{`{"type":"user.custom_tool_result","custom_tool_use_id":"sevt_2","is_error":true}`,
+			`{"custom_tool_use_id":"sevt_2","is_error":true}`,
+			eventRef{"sevt_2", "events[0].custom_tool_use_id", []string{apitype.EventAgentCustomToolUse}}},
+		{`{"type":"user.tool_result","tool_use_id":"sevt_3","content":` + text + `}`,
+			`{"tool_use_id":"sevt_3","content":[{"type":"text","text":"a"}]}`,
+			eventRef{"sevt_3", "events[0].tool_use_id", []string{apitype.EventAgentToolUse}}},
+	} {
+		events, err := parseSend([]byte(`{"events":[` + tc.event + `]}`))
+		if err != nil {
+			t.Errorf("%s: %v", tc.event, err)
+			continue
+		}
+		ce := events[0]
+		if string(ce.ev.Data) != tc.data || ce.ref.id != tc.ref.id || ce.ref.path != tc.ref.path ||
+			!slices.Equal(ce.ref.kinds, tc.ref.kinds) {
+			t.Errorf("%s: stored %s answering %+v, want %s answering %+v", tc.event, ce.ev.Data, ce.ref, tc.data, tc.ref)
+		}
+	}
+}

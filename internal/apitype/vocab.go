@@ -1,0 +1,97 @@
+package apitype
+
+// The wire vocabulary: the closed sets of strings that the type discriminators and status fields of the
+// Managed Agents API take. Each set has its own Go type, so that a value of one set cannot be used for
+// another. A set whose values the API takes from a client as a plain choice has a Valid method; the others are
+// checked where their values are decoded (each type's fields differ). They are string types: the JSON of a field
+// of one of them is the JSON of the string.
+
+// EnvironmentType is an environment config's type: where a session's tools run.
+type EnvironmentType string
+
+// Environment types.
+const (
+	EnvironmentCloud      EnvironmentType = "cloud"       // in Corral's own sandboxes
+	EnvironmentSelfHosted EnvironmentType = "self_hosted" // by the client, which answers with user.tool_result
+)
+
+// Valid reports whether t is an environment type.
+func (t EnvironmentType) Valid() bool { return t == EnvironmentCloud || t == EnvironmentSelfHosted }
+
+// NetworkingType is a cloud environment's network policy.
+type NetworkingType string
+
+// Networking types.
+const (
+	NetworkingUnrestricted NetworkingType = "unrestricted"
+	NetworkingLimited      NetworkingType = "limited" // only allowed_hosts (and, if allowed, MCP servers and package managers)
+)
+
+// ResourceType is a session resource's type.
+type ResourceType string
+
+// Resource types.
+const (
+	ResourceGitHubRepository ResourceType = "github_repository"
+	ResourceFile             ResourceType = "file"
+	ResourceMemoryStore      ResourceType = "memory_store"
+)
+
+// PermissionPolicyType decides whether a tool call runs, asks, or is refused.
+type PermissionPolicyType string
+
+// Permission policies.
+const (
+	PolicyAlwaysAllow PermissionPolicyType = "always_allow"
+	PolicyAlwaysAsk   PermissionPolicyType = "always_ask"
+	PolicyAuto        PermissionPolicyType = "auto"
+)
+
+// Valid reports whether t is a permission policy.
+func (t PermissionPolicyType) Valid() bool {
+	return t == PolicyAlwaysAllow || t == PolicyAlwaysAsk || t == PolicyAuto
+}
+
+// Permission is the evaluated_permission of an agent.tool_use: what its tool's policy decided.
+type Permission string
+
+// Evaluated permissions.
+const (
+	PermissionAllow Permission = "allow" // the call runs
+	PermissionAsk   Permission = "ask"   // the call waits for a user.tool_confirmation
+	PermissionDeny  Permission = "deny"  // the call is refused (an unknown or disabled tool)
+)
+
+// ConfirmationResult is the result of a user.tool_confirmation: the user's answer to a call that asked.
+type ConfirmationResult string
+
+// Confirmation results.
+const (
+	ConfirmAllow ConfirmationResult = "allow"
+	ConfirmDeny  ConfirmationResult = "deny"
+)
+
+// Valid reports whether r is a confirmation result.
+func (r ConfirmationResult) Valid() bool { return r == ConfirmAllow || r == ConfirmDeny }
+
+// StopReasonType says why a session went idle (session.status_idle's stop_reason.type).
+type StopReasonType string
+
+// Stop reasons.
+const (
+	StopEndTurn          StopReasonType = "end_turn"
+	StopRequiresAction   StopReasonType = "requires_action" // tool calls wait for the client: event_ids
+	StopRetriesExhausted StopReasonType = "retries_exhausted"
+	StopRefusal          StopReasonType = "refusal"
+	StopBudgetReached    StopReasonType = "budget_reached" // of the hosted service; Corral does not enforce budgets yet
+)
+
+// RetryStatusType says what follows a session.error (its error.retry_status.type).
+type RetryStatusType string
+
+// Retry statuses.
+const (
+	RetryStatusRetrying  RetryStatusType = "retrying"  // the step is retried
+	RetryStatusExhausted RetryStatusType = "exhausted" // the turn is over: the session goes idle (retries_exhausted)
+	RetryStatusTerminal  RetryStatusType = "terminal"  // the session cannot continue
+)
