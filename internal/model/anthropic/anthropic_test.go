@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -337,18 +338,50 @@ func TestNoCredentials(t *testing.T) {
 	}
 }
 
-func TestEnvCredentials(t *testing.T) {
-	s := modeltest.NewServer(t)
+// TestIgnoresEnvironment: the adapter takes its credentials and endpoint from its Config alone; the command
+// reads the environment.
+func TestIgnoresEnvironment(t *testing.T) {
+	s, env := modeltest.NewServer(t), modeltest.NewServer(t)
 	t.Setenv("ANTHROPIC_API_KEY", "sk-env")
-	t.Setenv("ANTHROPIC_BASE_URL", s.URL)
-	m := anthropic.New(anthropic.Config{})
+	t.Setenv("ANTHROPIC_AUTH_TOKEN", "tok-env")
+	t.Setenv("ANTHROPIC_BASE_URL", env.URL)
+	t.Setenv("ANTHROPIC_CUSTOM_HEADERS", "X-From-Env: 1")
+	m := anthropic.New(anthropic.Config{APIKey: "sk-cfg", BaseURL: s.URL})
 	if _, err := m.Call(context.Background(), &model.Request{Model: "c", Messages: []model.Message{userText("x")}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Requests()[0].Header.Get("authorization"); got != "Bearer sk-env" {
-		t.Fatalf("authorization %q", got)
+	if got := s.Requests(); len(got) != 1 || got[0].Header.Get("authorization") != "Bearer sk-cfg" || got[0].Header.Get("X-From-Env") != "" {
+		t.Fatalf("requests %+v", got)
+	}
+
+	// Without credentials in the Config, the ones in the environment are not used.
+	m = anthropic.New(anthropic.Config{BaseURL: s.URL})
+	_, err := m.Call(context.Background(), &model.Request{Model: "c", Messages: []model.Message{userText("x")}}, nil)
+	if !errors.Is(err, model.ErrNoCredentials) {
+		t.Fatalf("got %v, want ErrNoCredentials", err)
+	}
+
+	// Without a base URL in the Config, the requests go to the production API, not ANTHROPIC_BASE_URL.
+	var hosts []string
+	m = anthropic.New(anthropic.Config{APIKey: "sk-cfg", HTTPClient: &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		hosts = append(hosts, r.URL.Host)
+		return nil, errors.New("no network in tests")
+	})}})
+	if _, err := m.Call(context.Background(), &model.Request{Model: "c", Messages: []model.Message{userText("x")}}, nil); err == nil {
+		t.Fatal("a call through a failing transport succeeded")
+	}
+	if len(hosts) != 1 || hosts[0] != "api.anthropic.com" {
+		t.Fatalf("requests went to %v, want api.anthropic.com", hosts)
+	}
+	if n := len(env.Requests()); n != 0 {
+		t.Fatalf("%d requests went to ANTHROPIC_BASE_URL", n)
 	}
 }
+
+// roundTripper is an http.RoundTripper of a function.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestInvalidRequest(t *testing.T) {
 	t.Parallel()

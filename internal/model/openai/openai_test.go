@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -228,15 +229,59 @@ func TestNoCredentials(t *testing.T) {
 	}
 }
 
-func TestEnvCredentials(t *testing.T) {
-	s := modeltest.NewServer(t)
+// TestIgnoresEnvironment: the adapter takes its credentials and endpoint from its Config alone, although
+// openai.NewClient reads OPENAI_*; the command reads the environment.
+func TestIgnoresEnvironment(t *testing.T) {
+	s, env := modeltest.NewServer(t), modeltest.NewServer(t)
 	t.Setenv("OPENAI_API_KEY", "sk-env")
-	t.Setenv("OPENAI_BASE_URL", s.URL+"/v1")
-	m := openai.New(openai.Config{})
+	t.Setenv("OPENAI_BASE_URL", env.URL+"/v1")
+	t.Setenv("OPENAI_ORG_ID", "org-env")
+	t.Setenv("OPENAI_PROJECT_ID", "proj-env")
+	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-From-Env: 1")
+	m := openai.New(openai.Config{APIKey: "sk-cfg", BaseURL: s.URL + "/v1"})
 	if _, err := m.Call(context.Background(), &model.Request{Model: "g", Messages: []model.Message{userText("x")}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Requests()[0].Header.Get("authorization"); got != "Bearer sk-env" {
-		t.Fatalf("authorization %q", got)
+	got := s.Requests()
+	if len(got) != 1 || got[0].Header.Get("authorization") != "Bearer sk-cfg" || got[0].Header.Get("OpenAI-Organization") != "" ||
+		got[0].Header.Get("OpenAI-Project") != "" || got[0].Header.Get("X-From-Env") != "" {
+		t.Fatalf("requests %+v", got)
+	}
+
+	// Organization and project come from the Config.
+	m = openai.New(openai.Config{APIKey: "sk-cfg", BaseURL: s.URL + "/v1", Organization: "org-cfg", Project: "proj-cfg"})
+	if _, err := m.Call(context.Background(), &model.Request{Model: "g", Messages: []model.Message{userText("x")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Requests()[1]; r.Header.Get("OpenAI-Organization") != "org-cfg" || r.Header.Get("OpenAI-Project") != "proj-cfg" {
+		t.Fatalf("headers %v", r.Header)
+	}
+
+	// Without a key in the Config, OPENAI_API_KEY is not used.
+	m = openai.New(openai.Config{BaseURL: s.URL + "/v1"})
+	_, err := m.Call(context.Background(), &model.Request{Model: "g", Messages: []model.Message{userText("x")}}, nil)
+	if !errors.Is(err, model.ErrNoCredentials) {
+		t.Fatalf("got %v, want ErrNoCredentials", err)
+	}
+
+	// Without a base URL in the Config, the requests go to OpenAI's, not OPENAI_BASE_URL.
+	var urls []string
+	m = openai.New(openai.Config{APIKey: "sk-cfg", HTTPClient: &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		urls = append(urls, r.URL.String())
+		return nil, errors.New("no network in tests")
+	})}})
+	if _, err := m.Call(context.Background(), &model.Request{Model: "g", Messages: []model.Message{userText("x")}}, nil); err == nil {
+		t.Fatal("a call through a failing transport succeeded")
+	}
+	if len(urls) != 1 || urls[0] != "https://api.openai.com/v1/chat/completions" {
+		t.Fatalf("requests went to %v, want OpenAI's API", urls)
+	}
+	if n := len(env.Requests()); n != 0 {
+		t.Fatalf("%d requests went to OPENAI_BASE_URL", n)
 	}
 }
+
+// roundTripper is an http.RoundTripper of a function.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
