@@ -22,7 +22,7 @@ import (
 	"github.com/corralhq/corral/internal/bench"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/anthropic"
-	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/model/fakemodel"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/bwrap"
 	"github.com/corralhq/corral/internal/sandbox/gvisor"
@@ -757,17 +757,17 @@ func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
 
 // fakeModel is the scripted model server with per-marker timings.
 type fakeModel struct {
-	srv *modeltest.Server
+	srv *fakemodel.Server
 	mdl model.Model
 	mu  sync.Mutex
-	got map[string]modeltest.Timing
+	got map[string]fakemodel.Timing
 	new chan struct{} // closed and replaced on each timing
 }
 
 // startFake starts a fake model server of the latency, and the Anthropic adapter pointed at it.
 func startFake(ttft, perToken, jitter time.Duration) (*fakeModel, error) {
-	m := &fakeModel{got: map[string]modeltest.Timing{}, new: make(chan struct{})}
-	srv, err := modeltest.Start(modeltest.WithLatency(ttft, perToken, jitter), modeltest.WithObserver(m.observe))
+	m := &fakeModel{got: map[string]fakemodel.Timing{}, new: make(chan struct{})}
+	srv, err := fakemodel.Start(fakemodel.WithLatency(ttft, perToken, jitter), fakemodel.WithObserver(m.observe))
 	if err != nil {
 		return nil, err
 	}
@@ -778,7 +778,7 @@ func startFake(ttft, perToken, jitter time.Duration) (*fakeModel, error) {
 	return m, nil
 }
 
-func (m *fakeModel) observe(t modeltest.Timing) {
+func (m *fakeModel) observe(t fakemodel.Timing) {
 	marker := t.Request.LastUserText()
 	if !strings.HasPrefix(marker, "bench ") {
 		return
@@ -794,9 +794,9 @@ func (m *fakeModel) observe(t modeltest.Timing) {
 }
 
 func (m *fakeModel) ScriptTool(marker, command string) {
-	m.srv.Script(modeltest.Turn{
-		ToolUses: []modeltest.ToolUse{{Name: "bash", Input: fmt.Sprintf(`{"command":%q}`, command)}},
-		Match:    func(r *modeltest.Request) bool { return r.LastUserText() == marker },
+	m.srv.Script(fakemodel.Turn{
+		ToolUses: []fakemodel.ToolUse{{Name: "bash", Input: fmt.Sprintf(`{"command":%q}`, command)}},
+		Match:    func(r *fakemodel.Request) bool { return r.LastUserText() == marker },
 	})
 }
 

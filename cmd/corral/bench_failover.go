@@ -20,7 +20,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/bench"
-	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/model/fakemodel"
 )
 
 // pgSchemas creates fresh schemas in a PostgreSQL database and drops them at the end.
@@ -254,7 +254,7 @@ func (b *benchRun) failoverOnce(ctx context.Context, exe, dbURL string, c *bench
 	hold := make(chan struct{})
 	defer close(hold)
 	marker := fmt.Sprintf("failover %d %s", run, id)
-	b.fake.srv.Script(modeltest.Turn{Text: "held", Hold: hold, Match: func(r *modeltest.Request) bool { return r.LastUserText() == marker }})
+	b.fake.srv.Script(fakemodel.Turn{Text: "held", Hold: hold, Match: func(r *fakemodel.Request) bool { return r.LastUserText() == marker }})
 	if err := c.Say(ctx, id, marker); err != nil {
 		return 0, 0, err
 	}
@@ -303,7 +303,7 @@ drained:
 	return 0, 0, fmt.Errorf("the session did not finish after the kill (%v); second harness: %s", ctx.Err(), lastLines(second.log.String(), 5))
 }
 
-func waitModelRequest(ctx context.Context, srv *modeltest.Server, marker string) error {
+func waitModelRequest(ctx context.Context, srv *fakemodel.Server, marker string) error {
 	seen := 0
 	for {
 		reqs := srv.Requests()

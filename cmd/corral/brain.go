@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -72,12 +73,22 @@ func (f *brainFlags) config(st store.Store, hands *sandbox.Pool, logger *slog.Lo
 }
 
 // newModel routes model ids to providers: "openai/<model>" to an OpenAI-compatible endpoint (OPENAI_BASE_URL,
-// OPENAI_API_KEY), everything else to the Anthropic Messages API (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY), with
-// credentials read from the environment as the official SDKs read them.
+// OPENAI_API_KEY, OPENAI_ORG_ID, OPENAI_PROJECT_ID), everything else to the Anthropic Messages API
+// (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN). The command reads the environment, under the
+// names the official SDKs use; the adapters read none.
 func newModel() (model.Model, error) {
 	return model.NewMux(model.MuxConfig{
-		Default: anthropic.New(anthropic.Config{}),
-		Routes:  map[string]model.Model{"openai": openai.New(openai.Config{})},
+		Default: anthropic.New(anthropic.Config{
+			APIKey:    os.Getenv("ANTHROPIC_API_KEY"),
+			AuthToken: os.Getenv("ANTHROPIC_AUTH_TOKEN"),
+			BaseURL:   os.Getenv("ANTHROPIC_BASE_URL"),
+		}),
+		Routes: map[string]model.Model{"openai": openai.New(openai.Config{
+			APIKey:       os.Getenv("OPENAI_API_KEY"),
+			BaseURL:      os.Getenv("OPENAI_BASE_URL"),
+			Organization: os.Getenv("OPENAI_ORG_ID"),
+			Project:      os.Getenv("OPENAI_PROJECT_ID"),
+		})},
 	})
 }
 

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -39,12 +38,12 @@ func defaultHTTPClient() *http.Client {
 
 // Config configures a Model.
 type Config struct {
-	// APIKey authenticates the requests. When it and AuthToken are empty, ANTHROPIC_API_KEY, then ANTHROPIC_AUTH_TOKEN,
-	// are read from the environment, as the SDK does.
+	// APIKey authenticates the requests. With neither it nor AuthToken, every call fails with
+	// model.ErrNoCredentials. The adapter reads no environment variable: the command does (ANTHROPIC_API_KEY).
 	APIKey string
 	// AuthToken is an OAuth bearer token, used when APIKey is empty.
 	AuthToken string
-	// BaseURL of the API; default ANTHROPIC_BASE_URL, else the SDK's production URL.
+	// BaseURL of the API; default the SDK's production URL.
 	BaseURL string
 	// HTTPClient makes the requests; default a client like the SDK's, whose transport waits at most
 	// ResponseHeaderTimeout for the response headers.
@@ -64,16 +63,14 @@ type Model struct {
 
 var _ model.Model = (*Model)(nil)
 
-// New returns a Model. Credentials come from cfg or the environment only: profiles and federation files on
-// disk are not read, so a server never picks up a developer's login by accident.
+// New returns a Model. Credentials and endpoint come from cfg only: the SDK reads neither the environment
+// (ANTHROPIC_*) nor profiles and federation files on disk, so a server never picks up a developer's login by
+// accident.
 func New(cfg Config) *Model {
 	apiKey, token := cfg.APIKey, cfg.AuthToken
-	if apiKey == "" && token == "" {
-		apiKey, token = os.Getenv("ANTHROPIC_API_KEY"), os.Getenv("ANTHROPIC_AUTH_TOKEN")
-	}
 	opts := []option.RequestOption{option.WithoutEnvironmentDefaults(), option.WithMaxRetries(max(cfg.MaxRetries, 0))}
-	if baseURL := cmp.Or(cfg.BaseURL, os.Getenv("ANTHROPIC_BASE_URL")); baseURL != "" {
-		opts = append(opts, option.WithBaseURL(baseURL))
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
 	opts = append(opts, option.WithHTTPClient(cmp.Or(cfg.HTTPClient, defaultHTTPClient())))
 	switch {

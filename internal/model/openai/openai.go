@@ -38,9 +38,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -50,11 +50,15 @@ import (
 
 // Config configures a Model.
 type Config struct {
-	// APIKey is sent as a bearer token; default OPENAI_API_KEY. Servers that need no key accept any.
+	// APIKey is sent as a bearer token; without one, every call fails with model.ErrNoCredentials (servers that
+	// need no key accept any). The adapter reads no environment variable: the command does (OPENAI_API_KEY).
 	APIKey string
-	// BaseURL of the API, including /v1 (e.g. http://localhost:11434/v1); default OPENAI_BASE_URL, else OpenAI's.
+	// BaseURL of the API, including /v1 (e.g. http://localhost:11434/v1); default OpenAI's.
 	BaseURL string
-	// HTTPClient makes the requests; default the SDK's.
+	// Organization and Project, if set, are sent as the OpenAI-Organization and OpenAI-Project headers.
+	Organization, Project string
+	// HTTPClient makes the requests; default a client like the SDK's, whose transport waits at most
+	// ResponseHeaderTimeout for the response headers.
 	HTTPClient *http.Client
 	// MaxRetries is the SDK's retry count; default 0, because the brain owns retries.
 	MaxRetries int
@@ -62,29 +66,52 @@ type Config struct {
 	LegacyMaxTokens bool
 }
 
+// ResponseHeaderTimeout bounds the wait for response headers with the default HTTP client, as the SDK's own
+// default does; a stream's body is not bounded (the caller's context is).
+const ResponseHeaderTimeout = 10 * time.Minute
+
+// defaultHTTPClient is a clone of the default transport with ResponseHeaderTimeout.
+func defaultHTTPClient() *http.Client {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return &http.Client{Transport: http.DefaultTransport}
+	}
+	t = t.Clone()
+	t.ResponseHeaderTimeout = ResponseHeaderTimeout
+	return &http.Client{Transport: t}
+}
+
 // Model calls a chat completions endpoint.
 type Model struct {
-	client  openai.Client
+	chat    openai.ChatCompletionService
 	legacy  bool
 	noCreds bool
 }
 
 var _ model.Model = (*Model)(nil)
 
-// New returns a Model.
+// New returns a Model. Credentials and endpoint come from cfg only. openai.NewClient would read OPENAI_* from
+// the environment (key, base URL, organization, project, custom headers) and the SDK has no public option to
+// stop it, so the adapter builds the one service it uses, which takes only the options given.
 func New(cfg Config) *Model {
-	apiKey := cmp.Or(cfg.APIKey, os.Getenv("OPENAI_API_KEY"))
-	opts := []option.RequestOption{option.WithMaxRetries(max(cfg.MaxRetries, 0))}
+	opts := []option.RequestOption{
+		option.WithEnvironmentProduction(), // the default base URL
+		option.WithHTTPClient(cmp.Or(cfg.HTTPClient, defaultHTTPClient())),
+		option.WithMaxRetries(max(cfg.MaxRetries, 0)),
+	}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
-	if apiKey != "" {
-		opts = append(opts, option.WithAPIKey(apiKey))
+	if cfg.Organization != "" {
+		opts = append(opts, option.WithOrganization(cfg.Organization))
 	}
-	return &Model{client: openai.NewClient(opts...), legacy: cfg.LegacyMaxTokens, noCreds: apiKey == ""}
+	if cfg.Project != "" {
+		opts = append(opts, option.WithProject(cfg.Project))
+	}
+	return &Model{chat: openai.NewChatCompletionService(opts...), legacy: cfg.LegacyMaxTokens, noCreds: cfg.APIKey == ""}
 }
 
 // toolCall is a tool call being streamed.
@@ -102,7 +129,7 @@ func (m *Model) Call(ctx context.Context, req *model.Request, onDelta func(model
 	if err != nil {
 		return nil, &model.Error{Kind: model.ErrInvalid, Err: fmt.Errorf("openai: %w", err)}
 	}
-	stream := m.client.Chat.Completions.NewStreaming(ctx, params)
+	stream := m.chat.NewStreaming(ctx, params)
 	defer stream.Close()
 
 	var (

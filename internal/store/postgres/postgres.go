@@ -13,8 +13,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -146,24 +144,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Subscribe returns a channel woken whenever the session may have new events, in this process or another.
-func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
-	ch, stop := s.hub.Subscribe(sessionID)
-	s.listener.track(sessionID)
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			stop()
-			s.listener.untrack(sessionID)
-		})
-	}
-}
-
-// WaitRunnable returns a channel woken whenever some session may have become runnable, in any process.
-func (s *Store) WaitRunnable() (<-chan struct{}, func()) {
-	return s.hub.WaitRunnable()
-}
-
 // check returns ErrClosed once the store is closed.
 func (s *Store) check() error {
 	if s.closed.Load() {
@@ -199,13 +179,6 @@ func (s *Store) dbErr(op string, err error) error {
 		return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, pgErr.ConstraintName)
 	}
 	return fmt.Errorf("%s: %w", op, err)
-}
-
-// newToken returns a random lease token.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails.
-	return hex.EncodeToString(b[:])
 }
 
 // utc returns t in UTC, or nil.

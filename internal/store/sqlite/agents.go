@@ -156,8 +156,6 @@ func (s *Store) AgentVersionList(ctx context.Context, p *store.AgentVersionListP
 	return out, nil
 }
 
-type scanner interface{ Scan(dest ...any) error }
-
 func scanAgent(row scanner) (*apitype.Agent, error) {
 	var doc []byte
 	var archived sql.NullInt64
@@ -170,18 +168,4 @@ func scanAgent(row scanner) (*apitype.Agent, error) {
 	}
 	a.ArchivedAt = timePtr(archived)
 	return &a, nil
-}
-
-// collect scans every row of rows with scan and closes rows; no rows give an empty slice.
-func collect[T any](rows *sql.Rows, scan func(scanner) (*T, error)) ([]T, error) {
-	defer rows.Close()
-	out := []T{}
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *v)
-	}
-	return out, rows.Err()
 }

@@ -206,11 +206,6 @@ func (g *eventIDs) next(now time.Time) string {
 	return string(b[:])
 }
 
-// leaseHeld reports whether l is the session's current lease (token and expiry as stored) at now.
-func leaseHeld(l *store.Lease, token sql.NullString, expires sql.NullInt64, now time.Time) bool {
-	return token.Valid && token.String == l.Token && expires.Valid && expires.Int64 > micros(now)
-}
-
 // EventList returns a slice of a session's log: a range scan of the (session_id, seq) key.
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apitype.Event, error) {
 	if p.Limit <= 0 {
@@ -354,22 +349,4 @@ func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
 	ch, stop := s.hub.Subscribe(sessionID)
 	unfollow := s.recent.follow(sessionID)
 	return ch, func() { stop(); unfollow() }
-}
-
-// PreviewPublish hands a preview to the session's preview subscribers in this process (SQLite serves one
-// process). It never blocks on a subscriber.
-func (s *Store) PreviewPublish(ctx context.Context, sessionID string, payload []byte) error {
-	if err := store.CheckPreview(payload); err != nil {
-		return fmt.Errorf("sqlite: preview for session %s: %w", sessionID, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.hub.PublishPreview(sessionID, payload)
-	return nil
-}
-
-// PreviewSubscribe returns a channel of the session's previews published through this Store.
-func (s *Store) PreviewSubscribe(sessionID string) (<-chan []byte, func()) {
-	return s.hub.SubscribePreviews(sessionID)
 }

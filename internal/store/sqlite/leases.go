@@ -165,3 +165,8 @@ func newToken() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails.
 	return hex.EncodeToString(b[:])
 }
+
+// leaseHeld reports whether l is the session's current lease (token and expiry as stored) at now.
+func leaseHeld(l *store.Lease, token sql.NullString, expires sql.NullInt64, now time.Time) bool {
+	return token.Valid && token.String == l.Token && expires.Valid && expires.Int64 > micros(now)
+}

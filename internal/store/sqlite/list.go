@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"database/sql"
 	"strings"
 
 	"github.com/corralhq/corral/internal/store"
@@ -55,4 +56,20 @@ func (f *filter) addList(t string, p *store.ListParams) string {
 // placeholders returns "?, ?, ..." for n arguments.
 func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+// collect scans every row of rows with scan and closes rows; no rows give an empty slice.
+func collect[T any](rows *sql.Rows, scan func(scanner) (*T, error)) ([]T, error) {
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *v)
+	}
+	return out, rows.Err()
 }

@@ -1,4 +1,4 @@
-package modeltest_test
+package fakemodel_test
 
 import (
 	"context"
@@ -7,19 +7,19 @@ import (
 
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/anthropic"
-	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/model/fakemodel"
 )
 
 // A test scripts the model's replies, runs the real adapter against the fake, and asserts on what was sent.
 func Example() {
-	s, err := modeltest.Start() // in a test: modeltest.NewServer(t)
+	s, err := fakemodel.Start() // in a test: newServer(t)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer s.Close()
 	s.Script(
-		modeltest.Turn{Text: "Let me look.", ToolUses: []modeltest.ToolUse{{ID: "toolu_1", Name: "bash", Input: `{"command":"ls"}`}}},
-		modeltest.Turn{Text: "There are two files."},
+		fakemodel.Turn{Text: "Let me look.", ToolUses: []fakemodel.ToolUse{{ID: "toolu_1", Name: "bash", Input: `{"command":"ls"}`}}},
+		fakemodel.Turn{Text: "There are two files."},
 	)
 
 	m := anthropic.New(anthropic.Config{APIKey: "test", BaseURL: s.URL})

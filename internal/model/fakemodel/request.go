@@ -1,4 +1,4 @@
-package modeltest
+package fakemodel
 
 import (
 	"bytes"

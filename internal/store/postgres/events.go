@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -360,4 +361,17 @@ func (s *Store) EventMarkProcessed(ctx context.Context, p *store.EventMarkProces
 	}
 	s.hub.NotifySession(p.SessionID)
 	return nil
+}
+
+// Subscribe returns a channel woken whenever the session may have new events, in this process or another.
+func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
+	ch, stop := s.hub.Subscribe(sessionID)
+	s.listener.track(sessionID)
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			stop()
+			s.listener.untrack(sessionID)
+		})
+	}
 }

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -122,4 +124,16 @@ func (s *Store) LeaseRelease(ctx context.Context, l *store.Lease) error {
 		s.hub.NotifyRunnable()
 	}
 	return nil
+}
+
+// WaitRunnable returns a channel woken whenever some session may have become runnable, in any process.
+func (s *Store) WaitRunnable() (<-chan struct{}, func()) {
+	return s.hub.WaitRunnable()
+}
+
+// newToken returns a random lease token.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails.
+	return hex.EncodeToString(b[:])
 }

@@ -1,4 +1,4 @@
-package modeltest
+package fakemodel
 
 import (
 	"encoding/json"
@@ -99,7 +99,7 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, req *Req
 	send := func(event string, data any) bool {
 		b, err := json.Marshal(data)
 		if err != nil {
-			panic(fmt.Sprintf("modeltest: marshal %s: %v", event, err))
+			panic(fmt.Sprintf("fakemodel: marshal %s: %v", event, err))
 		}
 		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
 			return false

@@ -1,4 +1,4 @@
-package modeltest_test
+package fakemodel_test
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/model/fakemodel"
 )
 
 // sseEvent is one server-sent event.
@@ -96,10 +96,10 @@ func streamedText(t testing.TB, events []sseEvent) (text, stop string) {
 
 func TestMessagesStreamSequence(t *testing.T) {
 	t.Parallel()
-	s := modeltest.NewServer(t)
-	s.Script(modeltest.Turn{
+	s := newServer(t)
+	s.Script(fakemodel.Turn{
 		Thinking: "let me think", Text: "hello there world",
-		ToolUses: []modeltest.ToolUse{{ID: "toolu_1", Name: "bash", Input: `{"command":"ls -la /tmp"}`}},
+		ToolUses: []fakemodel.ToolUse{{ID: "toolu_1", Name: "bash", Input: `{"command":"ls -la /tmp"}`}},
 	})
 	resp := post(t, s.URL+"/v1/messages", `{"model":"m","max_tokens":10,"stream":true,"system":"be brief",
 		"messages":[{"role":"user","content":"hi"}]}`)
@@ -132,8 +132,8 @@ func TestMessagesStreamSequence(t *testing.T) {
 
 func TestMessagesNonStreaming(t *testing.T) {
 	t.Parallel()
-	s := modeltest.NewServer(t)
-	s.Script(modeltest.Turn{Text: "done", Usage: modeltest.Usage{InputTokens: 7, OutputTokens: 2}})
+	s := newServer(t)
+	s.Script(fakemodel.Turn{Text: "done", Usage: fakemodel.Usage{InputTokens: 7, OutputTokens: 2}})
 	resp := post(t, s.URL+"/v1/messages", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
 	var msg struct {
 		Type    string `json:"type"`
@@ -154,8 +154,8 @@ func TestMessagesNonStreaming(t *testing.T) {
 
 func TestErrorEnvelope(t *testing.T) {
 	t.Parallel()
-	s := modeltest.NewServer(t)
-	s.Script(modeltest.Turn{Err: modeltest.RateLimited(1500 * time.Millisecond)})
+	s := newServer(t)
+	s.Script(fakemodel.Turn{Err: fakemodel.RateLimited(1500 * time.Millisecond)})
 	resp := post(t, s.URL+"/v1/messages", `{"model":"m","max_tokens":1,"messages":[]}`)
 	var env struct {
 		Type  string `json:"type"`
@@ -172,8 +172,8 @@ func TestErrorEnvelope(t *testing.T) {
 
 func TestMatchAndDefault(t *testing.T) {
 	t.Parallel()
-	s := modeltest.NewServer(t)
-	s.Script(modeltest.Turn{Text: "for b", Match: func(r *modeltest.Request) bool { return r.LastUserText() == "b" }})
+	s := newServer(t)
+	s.Script(fakemodel.Turn{Text: "for b", Match: func(r *fakemodel.Request) bool { return r.LastUserText() == "b" }})
 	ask := func(user string) string {
 		resp := post(t, s.URL+"/v1/messages", `{"model":"m","max_tokens":1,"stream":true,"messages":[{"role":"user","content":"`+user+`"}]}`)
 		text, _ := streamedText(t, readSSE(t, resp.Body))
@@ -197,11 +197,11 @@ func TestMatchAndDefault(t *testing.T) {
 
 func TestHoldReleasedByClose(t *testing.T) {
 	t.Parallel()
-	s, err := modeltest.Start()
+	s, err := fakemodel.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Script(modeltest.Turn{Text: "a b c", Hold: make(chan struct{})})
+	s.Script(fakemodel.Turn{Text: "a b c", Hold: make(chan struct{})})
 	errc := make(chan error, 1)
 	go func() {
 		resp, err := http.Post(s.URL+"/v1/messages", "application/json",
@@ -221,9 +221,9 @@ func TestHoldReleasedByClose(t *testing.T) {
 
 func TestChatStream(t *testing.T) {
 	t.Parallel()
-	s := modeltest.NewServer(t)
-	s.Script(modeltest.Turn{Text: "hi you", ToolUses: []modeltest.ToolUse{{ID: "call_1", Name: "f", Input: `{"x":1}`}},
-		Usage: modeltest.Usage{InputTokens: 3, OutputTokens: 4}})
+	s := newServer(t)
+	s.Script(fakemodel.Turn{Text: "hi you", ToolUses: []fakemodel.ToolUse{{ID: "call_1", Name: "f", Input: `{"x":1}`}},
+		Usage: fakemodel.Usage{InputTokens: 3, OutputTokens: 4}})
 	resp := post(t, s.URL+"/v1/chat/completions", `{"model":"gpt","stream":true,"stream_options":{"include_usage":true},
 		"messages":[{"role":"system","content":"sys"},{"role":"user","content":[{"type":"text","text":"q"}]}]}`)
 	events := readSSE(t, resp.Body)
@@ -273,7 +273,7 @@ func FuzzStreamedText(f *testing.F) {
 	for _, seed := range []string{"", "ok", "a  b ", "line\nbreak\r\n", "data: x\n\nevent: y", "\u00e9 \u65e5\u672c"} {
 		f.Add(seed)
 	}
-	s, err := modeltest.Start()
+	s, err := fakemodel.Start()
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func FuzzStreamedText(f *testing.F) {
 		if want == "" {
 			want = "ok" // an empty turn streams no text; the default reply does
 		}
-		s.Script(modeltest.Turn{Text: want})
+		s.Script(fakemodel.Turn{Text: want})
 		resp := post(t, s.URL+"/v1/messages", `{"model":"m","max_tokens":1,"stream":true,"messages":[]}`)
 		got, _ := streamedText(t, readSSE(t, resp.Body))
 		if got != want {
@@ -297,7 +297,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x"}]}]}`)
 	f.Add(`{"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"x"}]}`)
 	f.Add(`{"messages":[{"content":7}]}`)
-	s, err := modeltest.Start()
+	s, err := fakemodel.Start()
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -312,8 +312,8 @@ func FuzzDecodeRequest(f *testing.F) {
 
 func TestLatency(t *testing.T) {
 	t.Parallel()
-	s := modeltest.NewServer(t, modeltest.WithLatency(60*time.Millisecond, 10*time.Millisecond, 5*time.Millisecond))
-	s.Script(modeltest.Turn{Text: "one two three four"})
+	s := newServer(t, fakemodel.WithLatency(60*time.Millisecond, 10*time.Millisecond, 5*time.Millisecond))
+	s.Script(fakemodel.Turn{Text: "one two three four"})
 	start := time.Now()
 	resp := post(t, s.URL+"/v1/messages", `{"model":"m","max_tokens":1,"stream":true,"messages":[]}`)
 	events := readSSE(t, resp.Body)
@@ -327,7 +327,18 @@ func TestLatency(t *testing.T) {
 
 func TestLatencyRejectsNegative(t *testing.T) {
 	t.Parallel()
-	if _, err := modeltest.Start(modeltest.WithLatency(-time.Second, 0, 0)); err == nil {
+	if _, err := fakemodel.Start(fakemodel.WithLatency(-time.Second, 0, 0)); err == nil {
 		t.Fatal("Start accepted a negative latency")
 	}
+}
+
+// newServer starts a fake server that the test's cleanup closes.
+func newServer(t testing.TB, opts ...fakemodel.Option) *fakemodel.Server {
+	t.Helper()
+	s, err := fakemodel.Start(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
 }

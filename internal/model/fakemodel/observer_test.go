@@ -1,16 +1,16 @@
-package modeltest_test
+package fakemodel_test
 
 import (
 	"io"
 	"testing"
 
-	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/model/fakemodel"
 )
 
 func TestObserver(t *testing.T) {
 	t.Parallel()
-	got := make(chan modeltest.Timing, 1)
-	s := modeltest.NewServer(t, modeltest.WithObserver(func(tm modeltest.Timing) { got <- tm }))
+	got := make(chan fakemodel.Timing, 1)
+	s := newServer(t, fakemodel.WithObserver(func(tm fakemodel.Timing) { got <- tm }))
 	resp := post(t, s.URL+"/v1/messages", `{"model":"m","max_tokens":1,"stream":true,"messages":[{"role":"user","content":"marker-1"}]}`)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	tm := <-got

@@ -1,4 +1,4 @@
-package modeltest
+package fakemodel
 
 import (
 	"encoding/json"
@@ -117,7 +117,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		}
 		b, err := json.Marshal(c)
 		if err != nil {
-			panic(fmt.Sprintf("modeltest: marshal chunk: %v", err))
+			panic(fmt.Sprintf("fakemodel: marshal chunk: %v", err))
 		}
 		return send(string(b))
 	}

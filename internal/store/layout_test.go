@@ -1,0 +1,87 @@
+package store_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/corralhq/corral/internal/store"
+)
+
+// TestAdaptersMirror: the adapters keep the methods of each sub-interface of Store in the file named for it, so
+// that the same concern is in the same place in each.
+func TestAdaptersMirror(t *testing.T) {
+	t.Parallel()
+	files := map[reflect.Type]string{
+		reflect.TypeFor[store.AgentStore]():       "agents.go",
+		reflect.TypeFor[store.EnvironmentStore](): "environments.go",
+		reflect.TypeFor[store.SessionStore]():     "sessions.go",
+		reflect.TypeFor[store.EventStore]():       "events.go",
+		reflect.TypeFor[store.LeaseStore]():       "leases.go",
+		reflect.TypeFor[store.APIKeyStore]():      "apikeys.go",
+		reflect.TypeFor[store.PreviewStore]():     "previews.go",
+	}
+	// Every sub-interface embedded in Store has its file.
+	st := reflect.TypeFor[store.Store]()
+	covered := 0
+	for typ := range files {
+		if !st.Implements(typ) {
+			t.Fatalf("store.Store does not embed %s", typ)
+		}
+		covered += typ.NumMethod()
+	}
+	if own := 2; covered+own != st.NumMethod() { // Capabilities and Close are the adapter's own
+		t.Fatalf("the sub-interfaces cover %d of store.Store's %d methods: give the new one a file here", covered, st.NumMethod()-own)
+	}
+
+	for _, dir := range []string{"sqlite", "postgres"} {
+		t.Run(dir, func(t *testing.T) {
+			t.Parallel()
+			declared := storeMethods(t, dir)
+			for typ, file := range files {
+				for i := range typ.NumMethod() {
+					name := typ.Method(i).Name
+					if got := declared[name]; got != file {
+						t.Errorf("%s.%s (%s) is in %q, want %s", dir, name, typ, got, file)
+					}
+				}
+			}
+		})
+	}
+}
+
+// storeMethods maps the methods of *Store declared in the package in dir to the file of each.
+func storeMethods(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	fset := token.NewFileSet()
+	out := map[string]string{}
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || len(fn.Recv.List) != 1 {
+				continue
+			}
+			if star, ok := fn.Recv.List[0].Type.(*ast.StarExpr); ok {
+				if id, ok := star.X.(*ast.Ident); ok && id.Name == "Store" {
+					out[fn.Name.Name] = filepath.Base(path)
+				}
+			}
+		}
+	}
+	return out
+}
