@@ -42,6 +42,7 @@ type Store interface {
 	LeaseStore
 	APIKeyStore
 	PreviewStore
+	VaultStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities
