@@ -27,7 +27,13 @@ var rules = map[string][]string{
 	"internal/api":      {"internal/apitype", "internal/store"},
 	"internal/harness":  {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},
 	"internal/archtest": {},
+	"internal/vault":    {"internal/apitype", "internal/store"},
 }
+
+// vaultImporters are the only packages besides cmd/ that may import internal/vault, the one that sees
+// plaintext secrets: the proxies that inject them and the workspace that clones with them. The API only seals,
+// through an interface it is given.
+var vaultImporters = []string{"internal/proxy", "internal/workspace"}
 
 func TestDependencyRule(t *testing.T) {
 	root := filepath.Join("..", "..")
@@ -81,6 +87,9 @@ func TestDependencyRule(t *testing.T) {
 func violation(pkg, dep string) string {
 	if strings.HasPrefix(pkg, "cmd/") {
 		return "" // the composition root knows every backend
+	}
+	if dep == "internal/vault" && !slices.Contains(vaultImporters, pkg) && !strings.HasPrefix(pkg, "internal/proxy/") {
+		return "only the proxies and the workspace may import the vault (it opens secrets)"
 	}
 	if allowed, ok := rules[pkg]; ok {
 		if !slices.Contains(allowed, dep) {
@@ -142,6 +151,15 @@ func TestViolation(t *testing.T) {
 		{"internal/apitype", "internal/store", false},
 		{"internal/store", "internal/api", false},
 		{"cmd/corral", "internal/store/sqlite", true},
+		{"cmd/corral", "internal/vault", true},
+		{"internal/api", "internal/vault", false},
+		{"internal/harness", "internal/vault", false},
+		{"internal/sandbox/bwrap", "internal/vault", false},
+		{"internal/bench", "internal/vault", false},
+		{"internal/proxy", "internal/vault", true},
+		{"internal/workspace", "internal/vault", true},
+		{"internal/vault", "internal/store", true},
+		{"internal/vault", "internal/api", false},
 	}
 	for _, c := range cases {
 		if got := violation(c.pkg, c.dep) == ""; got != c.ok {
