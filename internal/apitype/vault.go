@@ -44,13 +44,13 @@ type Credential struct {
 // static_bearer have MCPServerURL (mcp_oauth also ExpiresAt and Refresh); environment_variable has SecretName,
 // InjectionLocation and Networking.
 type CredentialAuth struct {
-	Type              string                 `json:"type"`
-	MCPServerURL      string                 `json:"mcp_server_url,omitempty"`
-	ExpiresAt         *time.Time             `json:"expires_at,omitempty"`
-	Refresh           *OAuthRefresh          `json:"refresh,omitempty"`
-	SecretName        string                 `json:"secret_name,omitempty"`
-	InjectionLocation *InjectionLocation     `json:"injection_location,omitempty"`
-	Networking        *CredentialNetworking  `json:"networking,omitempty"`
+	Type              string                `json:"type"`
+	MCPServerURL      string                `json:"mcp_server_url,omitempty"`
+	ExpiresAt         *time.Time            `json:"expires_at,omitempty"`
+	Refresh           *OAuthRefresh         `json:"refresh,omitempty"`
+	SecretName        string                `json:"secret_name,omitempty"`
+	InjectionLocation *InjectionLocation    `json:"injection_location,omitempty"`
+	Networking        *CredentialNetworking `json:"networking,omitempty"`
 }
 
 // OAuthRefresh is an mcp_oauth credential's refresh configuration, without its refresh token and client secret.

@@ -427,4 +427,3 @@ func (s *Store) MasterKeyAdd(ctx context.Context, k *store.MasterKey) error {
 		k.ID, k.CheckValue, k.CreatedAt)
 	return s.dbErr("master key add", err)
 }
-
