@@ -1,6 +1,6 @@
 // Package api is Corral's HTTP API: the Managed Agents endpoints (agents, environments, sessions, session events
-// and resources, the SSE event stream), wire-compatible with Anthropic's Claude Managed Agents API so that the
-// official SDKs work against Corral by changing only the base URL.
+// and resources, the SSE event stream, vaults and credentials), wire-compatible with Anthropic's Claude Managed
+// Agents API so that the official SDKs work against Corral by changing only the base URL.
 //
 // It owns authentication, request validation, pagination, the mapping of errors to the Anthropic error envelope
 // and SSE framing. It only writes client events to the store and reads the log; it never calls the brain.
