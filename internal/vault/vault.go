@@ -222,6 +222,20 @@ func Open(ctx context.Context, st Store, keys ...Key) (*Vault, error) {
 			return nil, fmt.Errorf("vault: record master key check: %w", err)
 		}
 	}
+	if len(known) == 0 {
+		// A first start: two servers starting at once on an empty database, each with a key of its own, would
+		// both find nothing recorded; the one that sees the other's key refuses instead of splitting the secrets.
+		now, err := st.MasterKeyList(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("vault: read master key checks: %w", err)
+		}
+		for _, mk := range now {
+			if _, ok := v.keys[mk.ID]; !ok {
+				return nil, fmt.Errorf("%w: another server recorded master key %s while this one started with %s; "+
+					"give every server the same key", ErrWrongKey, mk.ID, v.primary.id)
+			}
+		}
+	}
 	return v, nil
 }
 

@@ -379,3 +379,30 @@ func TestRotateConditional(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// racingStore records another server's master key just as this one records its own.
+type racingStore struct {
+	store.Store
+	other vault.Key
+}
+
+func (r *racingStore) MasterKeyAdd(ctx context.Context, k *store.MasterKey) error {
+	if _, err := vault.Open(ctx, r.Store, r.other); err != nil {
+		return err
+	}
+	return r.Store.MasterKeyAdd(ctx, k)
+}
+
+func TestOpenRefusesAConcurrentFirstStartWithAnotherKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := openStore(t)
+	other := vault.NewKey()
+	_, err := vault.Open(ctx, &racingStore{Store: st, other: other}, vault.NewKey())
+	if !errors.Is(err, vault.ErrWrongKey) || !strings.Contains(err.Error(), other.ID()) {
+		t.Fatalf("concurrent first start with another key: %v", err)
+	}
+	if _, err := vault.Open(ctx, st, other); err != nil {
+		t.Fatalf("the server that won still opens: %v", err)
+	}
+}
