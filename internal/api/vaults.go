@@ -577,6 +577,10 @@ func updateCredAuth(p string, raw json.RawMessage, cur *apitype.CredentialAuth, 
 		return nil, invalid(path(p, "type"), "required")
 	}
 	if in.Type != cur.Type {
+		if !slices.Contains([]string{apitype.AuthMCPOAuth, apitype.AuthStaticBearer, apitype.AuthEnvironmentVariable}, in.Type) {
+			// Not echoed: an unknown value may be anything, a pasted secret included.
+			return nil, invalid(path(p, "type"), `must be "mcp_oauth", "static_bearer" or "environment_variable"`)
+		}
 		return nil, invalid(path(p, "type"), "cannot change a credential from %s to %s; create a new credential instead",
 			cur.Type, in.Type)
 	}

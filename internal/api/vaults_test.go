@@ -568,6 +568,8 @@ func TestSecretsNeverInResponses(t *testing.T) {
 		{"POST", base, `{"auth":{"type":"environment_variable","secret_name":"A","secret_value":"` + s + `","networking":{"type":"limited","allowed_hosts":["bad host"]}}}`},
 		{"POST", base, `{"auth":{"type":"environment_variable","secret_name":"A","secret_value":"` + strings.Repeat(s, 2000) + `","networking":{"type":"unrestricted"}}}`},
 		{"POST", base + "/" + bearer.ID, `{"auth":{"type":"mcp_oauth","access_token":"` + s + `"}}`},
+		{"POST", base + "/" + bearer.ID, `{"auth":{"type":"` + s + `","token":"` + s + `"}}`},
+		{"POST", base + "/" + bearer.ID, `{"auth":{"type":"static_bearer","token":""},"metadata":{"k":"` + strings.Repeat(s, 30) + `"}}`},
 		{"POST", base + "/" + env.ID, `{"auth":{"type":"environment_variable","secret_value":"` + s + `","secret_name":"B"}}`},
 		{"POST", base + "/" + oauth.ID, `{"auth":{"type":"mcp_oauth","refresh":{"refresh_token":"` + s + `","client_id":"x"}}}`},
 		{"POST", base + "/vcrd_missing", `{"auth":{"type":"static_bearer","token":"` + s + `"}}`},
