@@ -29,6 +29,8 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	var hf handsFlags
 	hf.register(fs)
 	rateLimit := fs.Float64("rate-limit", 0, "`requests` per second allowed per API key (0 = unlimited)")
+	var vf vaultFlags
+	vf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -45,6 +47,11 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 
+	vlt, err := vf.open(ctx, st, sf.data, io.err)
+	if err != nil {
+		return err
+	}
+
 	if bf.workers > 0 {
 		stopBrains, err := startBrains(ctx, &bf, &hf, sf.data, st, logger)
 		if err != nil {
@@ -53,7 +60,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		defer stopBrains()
 	}
 
-	srv := api.New(api.Config{Store: st, Logger: logger, Keys: keys, RateLimit: *rateLimit})
+	srv := api.New(api.Config{Store: st, Logger: logger, Keys: keys, RateLimit: *rateLimit, Sealer: vlt})
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err

@@ -1,6 +1,6 @@
 // Package api is Corral's HTTP API: the Managed Agents endpoints (agents, environments, sessions, session events
-// and resources, the SSE event stream), wire-compatible with Anthropic's Claude Managed Agents API so that the
-// official SDKs work against Corral by changing only the base URL.
+// and resources, the SSE event stream, vaults and credentials), wire-compatible with Anthropic's Claude Managed
+// Agents API so that the official SDKs work against Corral by changing only the base URL.
 //
 // It owns authentication, request validation, pagination, the mapping of errors to the Anthropic error envelope
 // and SSE framing. It only writes client events to the store and reads the log; it never calls the brain.
@@ -46,6 +46,9 @@ type Config struct {
 	RateLimit float64
 	// RateBurst is the token bucket size per key. Default max(1, 2*RateLimit).
 	RateBurst int
+	// Sealer encrypts credential secrets (a *vault.Vault). Without one, creating a credential with a secret
+	// fails.
+	Sealer Sealer
 }
 
 func (c *Config) validate() error {
@@ -67,6 +70,7 @@ type Server struct {
 	heartbeat time.Duration
 	poll      time.Duration
 	limiter   *rateLimiter
+	sealer    Sealer
 	mux       *http.ServeMux
 	// now is the clock; tests may replace it.
 	now func() time.Time
@@ -85,6 +89,7 @@ func New(cfg Config) *Server {
 		heartbeat: cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval),
 		poll:      cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		now:       apitype.Now,
+		sealer:    cfg.Sealer,
 	}
 	if s.keys == nil {
 		s.keys = &KeyAuth{Store: cfg.Store}
@@ -142,6 +147,8 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceGet))
 	s.mux.Handle("POST /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceUpdate))
 	s.mux.Handle("DELETE /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceDelete))
+
+	s.vaultRoutes()
 }
 
 type ctxKey int

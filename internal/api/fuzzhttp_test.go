@@ -16,6 +16,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
+	"github.com/corralhq/corral/internal/vault"
 )
 
 // FuzzHTTP drives the whole handler (routing, auth, decoding, validation, the SQLite store) with arbitrary
@@ -27,8 +28,12 @@ func FuzzHTTP(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = st.Close() })
+	sealer, err := vault.New(vault.NewKey())
+	if err != nil {
+		f.Fatal(err)
+	}
 	handler := api.New(api.Config{Store: st, Keys: &api.KeyAuth{Static: testKey},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxBodyBytes: 64 << 10}).Handler()
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxBodyBytes: 64 << 10, Sealer: sealer}).Handler()
 	call := func(method, target, body string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, target, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+testKey)
@@ -64,12 +69,18 @@ func FuzzHTTP(f *testing.F) {
 		f.Fatal(err)
 	}
 
+	vaultID := idOf(call("POST", "/v1/vaults", `{"display_name":"v"}`))
+	credID := idOf(call("POST", "/v1/vaults/"+vaultID+"/credentials",
+		`{"auth":{"type":"static_bearer","mcp_server_url":"https://m/","token":"t"}}`))
+
 	targets := []string{
 		"/v1/agents", "/v1/agents/" + agentID, "/v1/agents/" + agentID + "/versions", "/v1/agents/" + agentID + "/archive",
 		"/v1/environments", "/v1/environments/" + envID, "/v1/environments/" + envID + "/archive",
 		"/v1/sessions", "/v1/sessions/" + sessID, "/v1/sessions/" + sessID + "/events",
 		"/v1/sessions/" + sessID + "/resources", "/v1/sessions/" + sessID + "/resources/x", "/v1/sessions/" + sessID + "/archive",
 		"/", "/healthz", "/v1/agents/agent_nope", "/v1/sessions/sesn_nope/events",
+		"/v1/vaults", "/v1/vaults/" + vaultID, "/v1/vaults/" + vaultID + "/archive", "/v1/vaults/" + vaultID + "/credentials",
+		"/v1/vaults/" + vaultID + "/credentials/" + credID, "/v1/vaults/" + vaultID + "/credentials/" + credID + "/archive",
 	}
 	methods := []string{"GET", "POST", "DELETE"}
 	f.Add(uint8(1), uint8(0), "", `{"name":"x","model":{"id":"m","effort":"low"}}`)
@@ -85,6 +96,11 @@ func FuzzHTTP(f *testing.F) {
 	f.Add(uint8(1), uint8(10), "", `{"type":"file","file_id":"f2","mount_path":"/data/f2"}`)
 	f.Add(uint8(2), uint8(11), "", "")
 	f.Add(uint8(1), uint8(0), "", `{"name":`)
+	f.Add(uint8(1), uint8(17), "", `{"display_name":"w","metadata":{"k":"v"}}`)
+	f.Add(uint8(1), uint8(20), "", `{"auth":{"type":"environment_variable","secret_name":"K","secret_value":"v","networking":{"type":"limited","allowed_hosts":["*.a.com"]},"injection_location":{"body":true}}}`)
+	f.Add(uint8(1), uint8(20), "", `{"auth":{"type":"mcp_oauth","mcp_server_url":"https://o/","access_token":"a","expires_at":"2999-01-01T00:00:00Z","refresh":{"client_id":"c","refresh_token":"r","token_endpoint":"https://t/","token_endpoint_auth":{"type":"client_secret_basic","client_secret":"s"}}}}`)
+	f.Add(uint8(1), uint8(21), "", `{"auth":{"type":"static_bearer","token":"n"},"display_name":null,"metadata":{"a":""}}`)
+	f.Add(uint8(0), uint8(20), "limit=1&include_archived=true", "")
 	f.Fuzz(func(t *testing.T, m, target uint8, query, body string) {
 		method := methods[int(m)%len(methods)]
 		url := targets[int(target)%len(targets)]

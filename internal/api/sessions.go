@@ -238,11 +238,6 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := validateMetadata("metadata", req.Metadata); err != nil {
 		return err
 	}
-	for i, v := range req.VaultIDs {
-		if err := checkString(index("vault_ids", i), v, true, 256); err != nil {
-			return err
-		}
-	}
 	if !isNull(req.Budget) {
 		if sess.Budget, err = resolveBudget("budget", req.Budget); err != nil {
 			return err
@@ -293,6 +288,9 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	if env.ArchivedAt != nil {
 		return invalidCode("environment_archived", "environment_id: environment %s is archived", env.ID)
+	}
+	if err := s.checkSessionVaults(r, req.VaultIDs); err != nil {
+		return err
 	}
 	created, _, err := s.store.SessionCreate(r.Context(), &store.SessionCreateParams{Session: sess, InitialEvents: initial})
 	if err != nil {

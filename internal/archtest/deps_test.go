@@ -29,8 +29,16 @@ var rules = map[string][]string{
 	"internal/archtest": {},
 	// The workspace placer implements the sandbox port's Placer; the composition root hands it the egress
 	// rules (Resolve), so it needs no backend and no sandbox subpackage.
-	"internal/workspace": {"internal/apitype", "internal/sandbox"},
+	"internal/workspace": {"internal/apitype", "internal/sandbox", "internal/vault"},
+	// The model test kit wraps the fake model server that corral bench links too.
+	"internal/model/modeltest": {"internal/apitype", "internal/model", "internal/model/fakemodel"},
+	"internal/vault":           {"internal/apitype", "internal/store"},
 }
+
+// vaultImporters are the only packages besides cmd/ that may import internal/vault, the one that sees
+// plaintext secrets: the proxies that inject them and the workspace that clones with them. The API only seals,
+// through an interface it is given.
+var vaultImporters = []string{"internal/proxy", "internal/workspace"}
 
 func TestDependencyRule(t *testing.T) {
 	root := filepath.Join("..", "..")
@@ -87,6 +95,9 @@ func violation(pkg, dep string) string {
 	}
 	if dep == "internal/workspace" && (pkg == "internal/sandbox" || portOf(pkg) == "internal/sandbox") {
 		return "the sandbox port, its backends and the in-sandbox agent never import the workspace placer (no git or credential code in a sandbox)"
+	}
+	if dep == "internal/vault" && !slices.Contains(vaultImporters, pkg) && !strings.HasPrefix(pkg, "internal/proxy/") {
+		return "only the proxies and the workspace may import the vault (it opens secrets)"
 	}
 	if allowed, ok := rules[pkg]; ok {
 		if !slices.Contains(allowed, dep) {
@@ -161,6 +172,15 @@ func TestViolation(t *testing.T) {
 		{"internal/sandbox/gvisor", "internal/workspace", false},
 		{"internal/sandbox/process", "internal/workspace", false},
 		{"internal/sandbox/sandboxtest", "internal/workspace", false},
+		{"cmd/corral", "internal/vault", true},
+		{"internal/api", "internal/vault", false},
+		{"internal/harness", "internal/vault", false},
+		{"internal/sandbox/bwrap", "internal/vault", false},
+		{"internal/bench", "internal/vault", false},
+		{"internal/proxy", "internal/vault", true},
+		{"internal/workspace", "internal/vault", true},
+		{"internal/vault", "internal/store", true},
+		{"internal/vault", "internal/api", false},
 	}
 	for _, c := range cases {
 		if got := violation(c.pkg, c.dep) == ""; got != c.ok {

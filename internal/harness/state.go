@@ -11,7 +11,7 @@ type toolUse struct {
 	ev        apitype.Event
 	data      apitype.AgentToolUse
 	custom    bool
-	resolved  bool   // a result is in the log
+	resolved  bool                       // a result is in the log
 	confirmed apitype.ConfirmationResult // allow | deny, from a processed user.tool_confirmation
 }
 
@@ -21,7 +21,9 @@ func (u *toolUse) approved() bool {
 }
 
 // refused reports whether the call was refused before any policy (an unknown or disabled tool).
-func (u *toolUse) refused() bool { return !u.custom && u.data.EvaluatedPermission == apitype.PermissionDeny }
+func (u *toolUse) refused() bool {
+	return !u.custom && u.data.EvaluatedPermission == apitype.PermissionDeny
+}
 
 // state is what a brain derives from the tail to decide its next step.
 type state struct {

@@ -22,7 +22,7 @@ const (
 type toolRoute struct {
 	by     executor
 	policy apitype.PermissionPolicyType // execHands: the resolved permission policy
-	reason string // execNone: why the call is refused
+	reason string                       // execNone: why the call is refused
 }
 
 // toolset is an agent's tools as the brain resolved them: what the model is offered, and how each call is routed.

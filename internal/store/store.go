@@ -1,5 +1,6 @@
-// Package store is the port to Corral's durable state: the resources (agents, environments, sessions, API keys)
-// and each session's append-only event log, with the leases that fence the brains working on sessions.
+// Package store is the port to Corral's durable state: the resources (agents, environments, sessions, API keys,
+// vaults and credentials with their sealed secrets) and each session's append-only event log, with the leases
+// that fence the brains working on sessions.
 //
 // Adapters (sqlite, postgres) implement Store and pass the conformance suite in storetest. Every method takes a
 // context and, where it takes more than an id, a *Params struct; errors are the sentinels below, wrapped.
@@ -42,6 +43,7 @@ type Store interface {
 	LeaseStore
 	APIKeyStore
 	PreviewStore
+	VaultStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities

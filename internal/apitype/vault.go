@@ -1,0 +1,82 @@
+package apitype
+
+import "time"
+
+// ID prefixes of vaults and their credentials.
+const (
+	PrefixVault      = "vlt_"
+	PrefixCredential = "vcrd_"
+)
+
+// Credential auth types.
+const (
+	AuthMCPOAuth            = "mcp_oauth"
+	AuthStaticBearer        = "static_bearer"
+	AuthEnvironmentVariable = "environment_variable"
+)
+
+// Vault is a named collection of credentials that sessions reference by id («Vault»).
+type Vault struct {
+	Type        string            `json:"type"` // "vault"
+	ID          string            `json:"id"`
+	DisplayName string            `json:"display_name"`
+	Metadata    map[string]string `json:"metadata"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	ArchivedAt  *time.Time        `json:"archived_at"`
+}
+
+// Credential is a vault credential as the API shows it («Credential»): the auth's non-secret configuration
+// only. Its secrets are sealed separately (store.SealedSecret) and never part of this document.
+type Credential struct {
+	Type        string            `json:"type"` // "vault_credential"
+	ID          string            `json:"id"`
+	VaultID     string            `json:"vault_id"`
+	DisplayName *string           `json:"display_name"`
+	Metadata    map[string]string `json:"metadata"`
+	Auth        CredentialAuth    `json:"auth"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	ArchivedAt  *time.Time        `json:"archived_at"`
+}
+
+// CredentialAuth is the non-secret part of a credential's auth («CredAuth»), a union by Type: mcp_oauth and
+// static_bearer have MCPServerURL (mcp_oauth also ExpiresAt and Refresh); environment_variable has SecretName,
+// InjectionLocation and Networking.
+type CredentialAuth struct {
+	Type              string                `json:"type"`
+	MCPServerURL      string                `json:"mcp_server_url,omitempty"`
+	ExpiresAt         *time.Time            `json:"expires_at,omitempty"`
+	Refresh           *OAuthRefresh         `json:"refresh,omitempty"`
+	SecretName        string                `json:"secret_name,omitempty"`
+	InjectionLocation *InjectionLocation    `json:"injection_location,omitempty"`
+	Networking        *CredentialNetworking `json:"networking,omitempty"`
+}
+
+// OAuthRefresh is an mcp_oauth credential's refresh configuration, without its refresh token and client secret.
+type OAuthRefresh struct {
+	ClientID          string            `json:"client_id"`
+	TokenEndpoint     string            `json:"token_endpoint"`
+	TokenEndpointAuth TokenEndpointAuth `json:"token_endpoint_auth"`
+	Resource          *string           `json:"resource"`
+	Scope             *string           `json:"scope"`
+}
+
+// TokenEndpointAuth says how the client authenticates to the token endpoint: "none", "client_secret_basic" or
+// "client_secret_post" (the client secret itself is sealed).
+type TokenEndpointAuth struct {
+	Type string `json:"type"`
+}
+
+// InjectionLocation says where an environment_variable credential's placeholder is replaced.
+type InjectionLocation struct {
+	Body   bool `json:"body"`
+	Header bool `json:"header"`
+}
+
+// CredentialNetworking lists the hosts an environment_variable credential's value may be sent to: "unrestricted"
+// or "limited" with AllowedHosts.
+type CredentialNetworking struct {
+	Type         string   `json:"type"`
+	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+}

@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// VaultStore keeps vaults, their credentials, the credentials' sealed secrets and the check values of the
+// master keys that wrap them. The store never sees a plaintext secret: SealedSecret is ciphertext, a wrapped
+// data key and the id of the master key that wrapped it (package vault makes and opens them).
+type VaultStore interface {
+	VaultCreate(ctx context.Context, v *apitype.Vault) error
+	VaultGet(ctx context.Context, id string) (*apitype.Vault, error)
+	// VaultUpdate reads the vault, applies fn and writes the result, atomically.
+	VaultUpdate(ctx context.Context, id string, fn func(*apitype.Vault) error) (*apitype.Vault, error)
+	VaultList(ctx context.Context, p *ListParams) ([]apitype.Vault, error)
+	// VaultDelete removes the vault with its credentials and their secrets.
+	VaultDelete(ctx context.Context, id string) error
+	// VaultArchive marks the vault and its unarchived credentials archived at p.At (idempotent: an archived
+	// vault keeps its time) and removes those credentials' secrets, in one transaction.
+	VaultArchive(ctx context.Context, p *ArchiveParams) (*apitype.Vault, error)
+
+	// CredentialCreate stores a new credential of an existing, unarchived vault with its sealed secrets.
+	// ErrNotFound if the vault does not exist; ErrConflict if the id exists or an unarchived credential of the
+	// vault has the same MatchKey.
+	CredentialCreate(ctx context.Context, p *CredentialCreateParams) error
+	// CredentialGet returns a credential of a vault (ErrNotFound if the vault has no such credential).
+	CredentialGet(ctx context.Context, p *CredentialRef) (*apitype.Credential, error)
+	// CredentialUpdate reads the credential, applies p.Update and writes the result with the secrets it
+	// returns, atomically.
+	CredentialUpdate(ctx context.Context, p *CredentialUpdateParams) (*apitype.Credential, error)
+	// CredentialList lists a vault's credentials; ErrNotFound if the vault does not exist.
+	CredentialList(ctx context.Context, p *CredentialListParams) ([]apitype.Credential, error)
+	// CredentialDelete removes a credential and its secrets.
+	CredentialDelete(ctx context.Context, p *CredentialRef) error
+	// CredentialArchive marks the credential archived at p.At (idempotent) and removes its secrets: an
+	// archived credential keeps its record, not its secret.
+	CredentialArchive(ctx context.Context, p *CredentialArchiveParams) (*apitype.Credential, error)
+
+	// SecretList lists sealed secrets ordered by (credential id, name).
+	SecretList(ctx context.Context, p *SecretListParams) ([]SealedSecret, error)
+	// SecretRewrap replaces a secret's wrapped data key (and key id) if it is still wrapped as p.Old says:
+	// ErrConflict if it was rewritten since (or ErrNotFound if it is gone). The ciphertext is untouched.
+	SecretRewrap(ctx context.Context, p *SecretRewrapParams) error
+
+	// MasterKeyList returns the check values of every master key the store has seen.
+	MasterKeyList(ctx context.Context) ([]MasterKey, error)
+	// MasterKeyAdd records a master key's check value; ErrConflict if its id is recorded.
+	MasterKeyAdd(ctx context.Context, k *MasterKey) error
+}
+
+// ArchiveParams archives a resource by id.
+type ArchiveParams struct {
+	ID string
+	At time.Time
+}
+
+// CredentialRef names a credential of a vault.
+type CredentialRef struct {
+	VaultID string
+	ID      string
+}
+
+// CredentialCreateParams creates a credential.
+type CredentialCreateParams struct {
+	Credential *apitype.Credential
+	// MatchKey is what must be unique among a vault's unarchived credentials (the MCP server URL, or the
+	// environment variable's name), as the caller spells it.
+	MatchKey string
+	Secrets  []SealedSecret
+}
+
+// CredentialUpdateParams updates a credential.
+type CredentialUpdateParams struct {
+	CredentialRef
+	// Update changes the credential in place and returns the secrets to store: each replaces the credential's
+	// secret of its name (Ciphertext nil removes it). An error aborts the update and is returned as is.
+	Update func(c *apitype.Credential) ([]SealedSecret, error)
+}
+
+// CredentialListParams pages a vault's credentials.
+type CredentialListParams struct {
+	ListParams
+	VaultID string
+}
+
+// CredentialArchiveParams archives a credential.
+type CredentialArchiveParams struct {
+	CredentialRef
+	At time.Time
+}
+
+// SealedSecret is one secret of a credential (Name: "token", "access_token", "refresh_token",
+// "client_secret", "secret_value") as the store keeps it: sealed under a data key of its own, the data key
+// wrapped under the master key KeyID.
+type SealedSecret struct {
+	CredentialID string
+	Name         string
+	KeyID        string
+	WrappedKey   []byte
+	Ciphertext   []byte
+}
+
+// SecretListParams selects sealed secrets.
+type SecretListParams struct {
+	CredentialID string   // only this credential's, if set
+	NotKeyIDs    []string // only those wrapped under another master key than these
+	// After continues after this (credential id, name).
+	AfterCredentialID, AfterName string
+	Limit                        int // 0 = all
+}
+
+// SecretRewrapParams rewraps a secret's data key.
+type SecretRewrapParams struct {
+	CredentialID, Name string
+	// OldKeyID and OldWrappedKey are what the caller read: the rewrap applies only if they still hold.
+	OldKeyID      string
+	OldWrappedKey []byte
+	KeyID         string
+	WrappedKey    []byte
+}
+
+// MasterKey is a master key's check value: a known constant sealed under the key, so that a wrong key is
+// recognised at start instead of producing garbage.
+type MasterKey struct {
+	ID         string
+	CheckValue []byte
+	CreatedAt  time.Time
+}
