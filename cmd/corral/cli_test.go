@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/client"
 	"github.com/corralhq/corral/internal/model/modeltest"
 )
 
@@ -87,8 +88,12 @@ func TestKeys(t *testing.T) {
 	}
 	ctx := context.Background()
 	get := func(key string) error {
-		c := &client{base: s.url, key: key, http: http.DefaultClient}
-		return c.do(ctx, "GET", "/v1/agents", nil, nil, nil)
+		c, err := client.New(client.Config{BaseURL: s.url, APIKey: key})
+		if err != nil {
+			return err
+		}
+		_, err = c.AgentList(ctx, nil)
+		return err
 	}
 	if err := get(first); err != nil {
 		t.Fatalf("the printed key is refused: %v", err)
@@ -114,11 +119,11 @@ func TestKeys(t *testing.T) {
 	if out, code := cli("keys", "revoke", secondID); code != 0 {
 		t.Fatalf("keys revoke: exit %d: %s", code, out)
 	}
-	var apiErr *apiError
+	var apiErr *client.Error
 	if err := get(second); !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
 		t.Errorf("revoked key: got %v, want 401", err)
 	}
-	if err := get("corral-not-a-key"); !errors.As(err, &apiErr) || apiErr.Body.Error.Type != "authentication_error" {
+	if err := get("corral-not-a-key"); !errors.As(err, &apiErr) || apiErr.Type != "authentication_error" {
 		t.Errorf("unknown key: got %v, want authentication_error", err)
 	}
 
