@@ -146,7 +146,7 @@ func subcommand(ctx context.Context, std *stdio, noun string, args []string, ver
 }
 
 // flagOutput is where a flag set writes: stderr, for parse errors and for the usage a command prints when its
-// arguments are wrong. It carries stdout, where parse prints the usage that -h asks for.
+// arguments are wrong. It carries the command's stdio, so that parse can print the usage -h asks for to stdout.
 type flagOutput struct{ *stdio }
 
 func (o flagOutput) Write(p []byte) (int, error) { return o.err.Write(p) }
@@ -175,8 +175,11 @@ func parse(fs *flag.FlagSet, args []string) error {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				if o, ok := fs.Output().(flagOutput); ok {
-					fs.SetOutput(o.out)
-					defer fs.SetOutput(o)
+					// A usage func writes to fs.Output() or, if it is its command's own, to io.err: for -h both
+					// are stdout.
+					saved := *o.stdio
+					o.stdio.err = o.stdio.out
+					defer func() { *o.stdio = saved }()
 				}
 				usage()
 				return err
