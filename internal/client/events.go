@@ -274,11 +274,16 @@ func (c *Client) Follow(ctx context.Context, sessionID string, p *StreamParams, 
 	if p != nil {
 		q = *p
 	}
-	backoff := 200 * time.Millisecond
+	const minBackoff = 200 * time.Millisecond
+	backoff := minBackoff
 	for {
+		from := q.LastEventID
 		done, err := c.followOnce(ctx, sessionID, &q, fn)
 		if done {
 			return nil
+		}
+		if q.LastEventID != from {
+			backoff = minBackoff // the connection delivered events: it was not the server refusing
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
