@@ -433,3 +433,35 @@ func TestFollow(t *testing.T) {
 		t.Errorf("Follow of a missing session: %v, want 404", err)
 	}
 }
+
+// An error frame on a stream comes back as an *Error with Status 0 (temporary), the envelope's fields kept.
+func TestStreamErrorFrame(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Last-Event-ID") != "sevt_1" || r.Header.Get("Authorization") != "Bearer k" {
+			http.Error(w, "bad request headers", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, ": ping\n\nid: sevt_2\nevent: agent.message\ndata: {\"id\":\"sevt_2\",\"type\":\"agent.message\",\n"+
+			"data: \"processed_at\":null}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"internal server error\"},\"request_id\":\"req_9\"}\n\n")
+	}))
+	defer srv.Close()
+	c, err := client.New(client.Config{BaseURL: srv.URL, APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.EventStream(ctxT(t), "sesn_1", &client.StreamParams{LastEventID: "sevt_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if ev, err := s.Next(); err != nil || ev.ID != "sevt_2" || ev.Type != apitype.EventAgentMessage || s.LastEventID() != "sevt_2" {
+		t.Fatalf("first = %+v, %v (last id %q)", ev, err, s.LastEventID())
+	}
+	_, err = s.Next()
+	e, ok := errors.AsType[*client.Error](err)
+	if !ok || e.Status != 0 || e.Type != apitype.ErrAPI || e.Message != "internal server error" || e.RequestID != "req_9" || !e.Temporary() {
+		t.Errorf("error frame: %#v", err)
+	}
+}
