@@ -2,16 +2,17 @@ package main
 
 import (
 	"context"
-	"net/url"
-	"strconv"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
 )
 
 func init() {
 	register("agents", "manage agents: create, get, list", func(ctx context.Context, io *stdio, args []string) error {
-		return subcommand(ctx, io, "agents", args, map[string]func(context.Context, *stdio, []string) error{
-			"create": agentsCreate,
-			"get":    agentsGet,
-			"list":   agentsList,
+		return subcommand(ctx, io, "agents", args, []verb{
+			{"create", "create an agent", agentsCreate},
+			{"get", "print an agent (a version of it with --version)", agentsGet},
+			{"list", "list agents", agentsList},
 		})
 	})
 }
@@ -24,6 +25,7 @@ func agentsCreate(ctx context.Context, io *stdio, args []string) error {
 	system := fs.String("system", "", "system `prompt`")
 	description := fs.String("description", "", "`description`")
 	toolset := fs.Bool("toolset", true, "enable the built-in toolset agent_toolset_20260401 (bash, read, write, edit, glob, grep)")
+	quiet := quietFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -35,21 +37,15 @@ func agentsCreate(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	body := map[string]any{"name": *name, "model": map[string]any{"id": *modelID}}
-	if *system != "" {
-		body["system"] = *system
-	}
-	if *description != "" {
-		body["description"] = *description
-	}
+	p := &client.AgentCreateParams{Name: *name, Model: apitype.ModelConfig{ID: *modelID}, System: *system, Description: *description}
 	if *toolset {
-		body["tools"] = []any{map[string]any{"type": "agent_toolset_20260401"}}
+		p.Tools = []apitype.Tool{{Type: apitype.ToolTypeAgentToolset}}
 	}
-	var out map[string]any
-	if err := c.do(ctx, "POST", "/v1/agents", nil, body, &out); err != nil {
+	a, err := c.AgentCreate(ctx, p)
+	if err != nil {
 		return err
 	}
-	return printJSON(io.out, out)
+	return printCreated(io.out, *quiet, a.ID, a)
 }
 
 func agentsGet(ctx context.Context, io *stdio, args []string) error {
@@ -67,26 +63,15 @@ func agentsGet(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
-	if *version > 0 {
-		q.Set("version", strconv.Itoa(*version))
-	}
-	var out map[string]any
-	if err := c.do(ctx, "GET", "/v1/agents/"+url.PathEscape(fs.Arg(0)), q, nil, &out); err != nil {
+	a, err := c.AgentGet(ctx, fs.Arg(0), *version)
+	if err != nil {
 		return err
 	}
-	return printJSON(io.out, out)
+	return printJSON(io.out, a)
 }
 
 func agentsList(ctx context.Context, io *stdio, args []string) error {
-	return listCommand(ctx, io, args, "agents list", "/v1/agents", func(item map[string]any) []any {
-		return []any{item["id"], item["version"], item["name"], modelName(item["model"])}
+	return listCommand(ctx, io, args, "agents list", (*client.Client).AgentList, func(a *apitype.Agent) []any {
+		return []any{a.ID, a.Version, a.Name, a.Model.ID}
 	}, "ID", "VERSION", "NAME", "MODEL")
-}
-
-func modelName(v any) any {
-	if m, ok := v.(map[string]any); ok {
-		return m["id"]
-	}
-	return v
 }

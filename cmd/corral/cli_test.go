@@ -5,12 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
 	"github.com/corralhq/corral/internal/model/modeltest"
 )
 
@@ -87,8 +95,12 @@ func TestKeys(t *testing.T) {
 	}
 	ctx := context.Background()
 	get := func(key string) error {
-		c := &client{base: s.url, key: key, http: http.DefaultClient}
-		return c.do(ctx, "GET", "/v1/agents", nil, nil, nil)
+		c, err := client.New(client.Config{BaseURL: s.url, APIKey: key})
+		if err != nil {
+			return err
+		}
+		_, err = c.AgentList(ctx, nil)
+		return err
 	}
 	if err := get(first); err != nil {
 		t.Fatalf("the printed key is refused: %v", err)
@@ -114,11 +126,11 @@ func TestKeys(t *testing.T) {
 	if out, code := cli("keys", "revoke", secondID); code != 0 {
 		t.Fatalf("keys revoke: exit %d: %s", code, out)
 	}
-	var apiErr *apiError
+	var apiErr *client.Error
 	if err := get(second); !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
 		t.Errorf("revoked key: got %v, want 401", err)
 	}
-	if err := get("corral-not-a-key"); !errors.As(err, &apiErr) || apiErr.Body.Error.Type != "authentication_error" {
+	if err := get("corral-not-a-key"); !errors.As(err, &apiErr) || apiErr.Type != "authentication_error" {
 		t.Errorf("unknown key: got %v, want authentication_error", err)
 	}
 
@@ -128,5 +140,186 @@ func TestKeys(t *testing.T) {
 	s2 := startCorral(t, serverEnv(model, ""), "corral: listening on ", args...)
 	if strings.Contains(s2.stderr.String(), "created API key") || s2.stdout.String() != "" {
 		t.Errorf("second start minted another key:\n%s", s2.stderr.String())
+	}
+}
+
+// TestHelp: every way of asking for help prints it to stdout and exits 0, for the binary, every command, every
+// group and every group's commands; wrong arguments still print usage to stderr and fail.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	call := func(args ...string) (stdout, stderr string, code int) {
+		var out, errb bytes.Buffer
+		code = run(context.Background(), &stdio{out: &out, err: &errb}, args)
+		return out.String(), errb.String(), code
+	}
+	wantHelp := func(want string, args ...string) {
+		t.Helper()
+		out, errs, code := call(args...)
+		if code != 0 || !strings.Contains(out, want) || errs != "" {
+			t.Errorf("corral %s: exit %d, stdout %q, stderr %q; want exit 0 and %q on stdout only", strings.Join(args, " "), code, out, errs, want)
+		}
+	}
+	for _, h := range []string{"-h", "--help", "help"} {
+		wantHelp("Usage: corral <command>", h)
+	}
+	groups := map[string][]string{
+		"agents":   {"create", "get", "list"},
+		"envs":     {"create", "get", "list", "delete"},
+		"sessions": {"create", "get", "list"},
+		"keys":     {"create", "list", "revoke"},
+	}
+	for name := range commands {
+		wantHelp("Usage: corral "+name, name, "-h")
+		wantHelp("Usage: corral "+name, name, "--help")
+		wantHelp("Usage: corral "+name, "help", name)
+		verbs, group := groups[name]
+		if !group {
+			continue
+		}
+		wantHelp("Usage: corral "+name, name, "help")
+		out, _, _ := call(name, "-h")
+		for _, v := range verbs {
+			if !strings.Contains(out, "  "+v+" ") {
+				t.Errorf("corral %s -h does not list %s:\n%s", name, v, out)
+			}
+			wantHelp("Usage: corral "+name+" "+v, name, v, "-h")
+			wantHelp("Usage: corral "+name+" "+v, name, v, "--help")
+			wantHelp("Usage: corral "+name+" "+v, name, "help", v)
+		}
+	}
+	for _, g := range []string{"agents", "envs", "sessions", "keys"} {
+		if _, ok := commands[g]; !ok {
+			t.Errorf("group %s is not registered", g)
+		}
+	}
+	// Wrong arguments are reported on stderr (with the usage where it helps), with a failing exit.
+	for _, args := range [][]string{{}, {"agents"}, {"agents", "bogus"}, {"bogus"}, {"agents", "create"}, {"tail"}, {"agents", "create", "--bogus"}} {
+		out, errs, code := call(args...)
+		if code == 0 || out != "" || errs == "" {
+			t.Errorf("corral %s: exit %d, stdout %q, stderr %q; want a failure reported on stderr only", strings.Join(args, " "), code, out, errs)
+		}
+	}
+}
+
+// TestKeysRefuseToCreateStore: keys run where there is no store fail, say where they looked, and create
+// nothing.
+func TestKeysRefuseToCreateStore(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"keys", "list"}, {"keys", "create", "--name", "x"}, {"keys", "revoke", "apikey_x"}} {
+		dir := filepath.Join(t.TempDir(), "corral-data")
+		var out, errb bytes.Buffer
+		code := run(context.Background(), &stdio{out: &out, err: &errb}, append(args, "--data", dir))
+		want := filepath.Join(dir, "corral.db")
+		if code == 0 || !strings.Contains(errb.String(), "no store at "+want) {
+			t.Errorf("corral %s: exit %d, stderr %q; want a failure naming %s", strings.Join(args, " "), code, errb.String(), want)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("corral %s created %s (%v)", strings.Join(args, " "), dir, err)
+		}
+	}
+	db := filepath.Join(t.TempDir(), "other.db")
+	var errb bytes.Buffer
+	if code := run(context.Background(), &stdio{out: io.Discard, err: &errb}, []string{"keys", "list", "--db", "sqlite://" + db}); code == 0 ||
+		!strings.Contains(errb.String(), db) {
+		t.Errorf("keys list --db: exit %d, stderr %q", code, errb.String())
+	}
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("keys list --db created %s", db)
+	}
+}
+
+// TestTailAndQuiet: create commands print only the id with -q; tail --until-idle exits at once for a turn that
+// ended before it connected (with and without history), follows a session whose log was empty when it
+// started, and prints tool input as the model wrote it.
+func TestTailAndQuiet(t *testing.T) {
+	t.Parallel()
+	const command = `echo "a" > b.txt && cat b.txt <x>`
+	model := modeltest.NewServer(t)
+	model.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":` + strconv.Quote(command) + `}`}}},
+		modeltest.Turn{Text: "Done."},
+		modeltest.Turn{Text: "Second turn."},
+	)
+	s := startServer(t, t.TempDir(), model)
+	conn := []string{"--url", s.url, "--key", testKey}
+	cli := func(ctx context.Context, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(ctx, &stdio{out: &out, err: &errb}, append(args, conn...)); code != 0 {
+			t.Fatalf("corral %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+		}
+		return out.String()
+	}
+	bg := context.Background()
+	id := func(out, prefix string) string {
+		t.Helper()
+		if !regexp.MustCompile(`^` + prefix + `\w+\n$`).MatchString(out) {
+			t.Fatalf("-q printed %q, want only a %s id", out, prefix)
+		}
+		return strings.TrimSpace(out)
+	}
+	agent := id(cli(bg, "agents", "create", "--name", "tail", "-q"), apitype.PrefixAgent)
+	env := id(cli(bg, "envs", "create", "--name", "tail", "--quiet"), apitype.PrefixEnvironment)
+	sess := id(cli(bg, "sessions", "create", "--agent", agent, "--env", env, "--message", "Run it.", "-q"), apitype.PrefixSession)
+	waitIdle(t, s.client(), sess)
+
+	// The turn is over: tail must not wait for another.
+	for _, args := range [][]string{{"tail", sess, "--until-idle"}, {"tail", sess, "--until-idle", "--history=false"}, {"tail", sess, "--until-idle", "--json"}} {
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		out := cli(ctx, args...)
+		if ctx.Err() != nil {
+			t.Errorf("corral %s did not exit on its own after the turn ended", strings.Join(args, " "))
+		}
+		cancel()
+		switch {
+		case slices.Contains(args, "--json"):
+			if !strings.Contains(out, `"command":`+strconv.Quote(command)) {
+				t.Errorf("tail --json does not show the tool input as written:\n%s", out)
+			}
+		case slices.Contains(args, "--history=false"):
+			if out != "" {
+				t.Errorf("tail --history=false printed old events:\n%s", out)
+			}
+		default:
+			if !strings.Contains(out, "bash "+`{"command":"echo \"a\" > b.txt && cat b.txt <x>"}`) || strings.Contains(out, `\u00`) {
+				t.Errorf("tail does not show the tool input as written:\n%s", out)
+			}
+		}
+	}
+
+	// A session whose log is empty when tail starts: what is sent afterwards is followed to the end of its turn.
+	empty := id(cli(bg, "sessions", "create", "--agent", agent, "--env", env, "-q"), apitype.PrefixSession)
+	done := make(chan string, 1)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	go func() {
+		var out, errb bytes.Buffer
+		run(ctx, &stdio{out: &out, err: &errb}, append([]string{"tail", empty, "--until-idle"}, conn...))
+		done <- out.String() + errb.String()
+	}()
+	cli(bg, "send", empty, "Again.")
+	out := <-done
+	if ctx.Err() != nil || !strings.Contains(out, "Second turn.") || !strings.Contains(out, "end_turn") {
+		t.Errorf("tail of a session that started empty (timed out: %v):\n%s", ctx.Err() != nil, out)
+	}
+}
+
+func TestUnescapeHTML(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"command":"a \u003e b \u0026\u0026 c \u003cd\u003E"}`: `{"command":"a > b && c <d>"}`,
+		`{"s":"\\u003c stays escaped"}`:                         `{"s":"\\u003c stays escaped"}`,
+		`{"s":"\\\u003c"}`:                                      `{"s":"\\<"}`,
+		`{"s":"\u00e9 \n \" \\"}`:                               `{"s":"\u00e9 \n \" \\"}`,
+		`"tail \`:                                               `"tail \`,
+	} {
+		got := string(unescapeHTML([]byte(in)))
+		if got != want {
+			t.Errorf("unescapeHTML(%s) = %s, want %s", in, got, want)
+		}
+		var a, b any
+		if json.Valid([]byte(in)) && (json.Unmarshal([]byte(in), &a) != nil || json.Unmarshal([]byte(got), &b) != nil || !reflect.DeepEqual(a, b)) {
+			t.Errorf("unescapeHTML(%s) changed the JSON value: %v vs %v", in, a, b)
+		}
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/sandbox/oci"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
@@ -152,12 +152,16 @@ func startCorral(t *testing.T, env []string, ready string, args ...string) *serv
 	return s
 }
 
-func (s *server) client() *client {
-	return &client{base: s.url, key: testKey, http: http.DefaultClient}
+func (s *server) client() *client.Client {
+	c, err := client.New(client.Config{BaseURL: s.url, APIKey: testKey})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
 }
 
 // waitIdle polls the session's events until it is idle with a final stop reason, and returns the whole log.
-func waitIdle(t *testing.T, c *client, sessionID string) []map[string]any {
+func waitIdle(t *testing.T, c *client.Client, sessionID string) []map[string]any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -179,28 +183,20 @@ func waitIdle(t *testing.T, c *client, sessionID string) []map[string]any {
 	}
 }
 
-func listEvents(t *testing.T, c *client, sessionID string) []map[string]any {
+func listEvents(t *testing.T, c *client.Client, sessionID string) []map[string]any {
 	t.Helper()
 	var all []map[string]any
-	page := ""
-	for {
-		q := url.Values{"limit": {"1000"}}
-		if page != "" {
-			q.Set("page", page)
-		}
-		var out struct {
-			Data     []map[string]any `json:"data"`
-			NextPage *string          `json:"next_page"`
-		}
-		if err := c.do(context.Background(), "GET", "/v1/sessions/"+sessionID+"/events", q, nil, &out); err != nil {
+	for ev, err := range c.Events(context.Background(), sessionID, nil) {
+		if err != nil {
 			t.Fatal(err)
 		}
-		all = append(all, out.Data...)
-		if out.NextPage == nil || *out.NextPage == "" {
-			return all
+		var m map[string]any
+		if err := json.Unmarshal(ev.Raw, &m); err != nil {
+			t.Fatal(err)
 		}
-		page = *out.NextPage
+		all = append(all, m)
 	}
+	return all
 }
 
 func types(events []map[string]any) []string {
@@ -222,24 +218,24 @@ func count(events []map[string]any, typ string) int {
 }
 
 // newSession creates an agent with the built-in toolset, an environment and a session that starts with text.
-func newSession(t *testing.T, c *client, text string) string {
+func newSession(t *testing.T, c *client.Client, text string) string {
 	t.Helper()
 	ctx := context.Background()
-	var agent, env, sess struct {
-		ID string `json:"id"`
-	}
-	if err := c.do(ctx, "POST", "/v1/agents", nil, map[string]any{
-		"name": "e2e", "model": "claude-sonnet-4-5", "system": "You are terse.",
-		"tools": []any{map[string]any{"type": "agent_toolset_20260401"}},
-	}, &agent); err != nil {
+	agent, err := c.AgentCreate(ctx, &client.AgentCreateParams{
+		Name: "e2e", Model: apitype.ModelConfig{ID: "claude-sonnet-4-5"}, System: "You are terse.",
+		Tools: []apitype.Tool{{Type: apitype.ToolTypeAgentToolset}},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.do(ctx, "POST", "/v1/environments", nil, map[string]any{"name": "e2e", "config": map[string]any{"type": "cloud"}}, &env); err != nil {
+	env, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: "e2e", Config: apitype.EnvConfig{Type: "cloud"}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.do(ctx, "POST", "/v1/sessions", nil, map[string]any{
-		"agent": agent.ID, "environment_id": env.ID, "initial_events": []any{userMessage(text)},
-	}, &sess); err != nil {
+	sess, err := c.SessionCreate(ctx, &client.SessionCreateParams{
+		Agent: client.AgentRef{ID: agent.ID}, EnvironmentID: env.ID, InitialEvents: []apitype.NewEvent{client.UserMessage(text)},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return sess.ID
@@ -357,7 +353,7 @@ func assertWorkspaceRemovedOnDelete(t *testing.T, s *server, data, id string, mo
 	if b, err := os.ReadFile(filepath.Join(ws, "out.txt")); err != nil || strings.TrimSpace(string(b)) != "corral-42" {
 		t.Errorf("workspace out.txt = %q, %v", b, err)
 	}
-	if err := s.client().do(context.Background(), "DELETE", "/v1/sessions/"+id, nil, nil, nil); err != nil {
+	if _, err := s.client().SessionDelete(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)

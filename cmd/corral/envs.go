@@ -3,24 +3,26 @@ package main
 import (
 	"context"
 	"strings"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
 )
 
 func init() {
 	register("envs", "manage environments: create, get, list, delete", func(ctx context.Context, io *stdio, args []string) error {
-		return subcommand(ctx, io, "envs", args, map[string]func(context.Context, *stdio, []string) error{
-			"create": envsCreate,
-			"get": func(ctx context.Context, io *stdio, args []string) error {
-				return idCommand(ctx, io, args, "envs get", "GET", "/v1/environments")
-			},
-			"list": func(ctx context.Context, io *stdio, args []string) error {
-				return listCommand(ctx, io, args, "envs list", "/v1/environments", func(item map[string]any) []any {
-					cfg, _ := item["config"].(map[string]any)
-					return []any{item["id"], item["name"], cfg["type"]}
+		return subcommand(ctx, io, "envs", args, []verb{
+			{"create", "create an environment", envsCreate},
+			{"get", "print an environment", func(ctx context.Context, io *stdio, args []string) error {
+				return idCommand(ctx, io, args, "envs get", (*client.Client).EnvironmentGet)
+			}},
+			{"list", "list environments", func(ctx context.Context, io *stdio, args []string) error {
+				return listCommand(ctx, io, args, "envs list", (*client.Client).EnvironmentList, func(e *apitype.Environment) []any {
+					return []any{e.ID, e.Name, e.Config.Type}
 				}, "ID", "NAME", "TYPE")
-			},
-			"delete": func(ctx context.Context, io *stdio, args []string) error {
-				return idCommand(ctx, io, args, "envs delete", "DELETE", "/v1/environments")
-			},
+			}},
+			{"delete", "delete an environment", func(ctx context.Context, io *stdio, args []string) error {
+				return idCommand(ctx, io, args, "envs delete", (*client.Client).EnvironmentDelete)
+			}},
 		})
 	})
 }
@@ -31,6 +33,7 @@ func envsCreate(ctx context.Context, io *stdio, args []string) error {
 	name := fs.String("name", "", "environment `name` (required)")
 	selfHosted := fs.Bool("self-hosted", false, "a self_hosted environment (tools run on your workers)")
 	allow := fs.String("allow-hosts", "", "limit networking to these comma-separated `hosts` (default: unrestricted)")
+	quiet := quietFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -42,16 +45,16 @@ func envsCreate(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	config := map[string]any{"type": "cloud"}
+	config := apitype.EnvConfig{Type: "cloud"}
 	switch {
 	case *selfHosted:
-		config = map[string]any{"type": "self_hosted"}
+		config = apitype.EnvConfig{Type: "self_hosted"}
 	case *allow != "":
-		config["networking"] = map[string]any{"type": "limited", "allowed_hosts": strings.Split(*allow, ",")}
+		config.Networking = &apitype.Networking{Type: "limited", AllowedHosts: strings.Split(*allow, ",")}
 	}
-	var out map[string]any
-	if err := c.do(ctx, "POST", "/v1/environments", nil, map[string]any{"name": *name, "config": config}, &out); err != nil {
+	e, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: *name, Config: config})
+	if err != nil {
 		return err
 	}
-	return printJSON(io.out, out)
+	return printCreated(io.out, *quiet, e.ID, e)
 }

@@ -12,10 +12,10 @@ import (
 
 func init() {
 	register("keys", "manage the server's API keys (create, list, revoke) in its store", func(ctx context.Context, io *stdio, args []string) error {
-		return subcommand(ctx, io, "keys", args, map[string]func(context.Context, *stdio, []string) error{
-			"create": keysCreate,
-			"list":   keysList,
-			"revoke": keysRevoke,
+		return subcommand(ctx, io, "keys", args, []verb{
+			{"create", "mint an API key and print its secret (once)", keysCreate},
+			{"list", "list the API keys (never their secrets)", keysList},
+			{"revoke", "revoke an API key", keysRevoke},
 		})
 	})
 }
@@ -28,7 +28,7 @@ func keysCreate(ctx context.Context, io *stdio, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	st, err := sf.open(ctx)
+	st, err := sf.openExisting(ctx)
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func keysList(ctx context.Context, io *stdio, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	st, err := sf.open(ctx)
+	st, err := sf.openExisting(ctx)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func keysRevoke(ctx context.Context, io *stdio, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	st, err := sf.open(ctx)
+	st, err := sf.openExisting(ctx)
 	if err != nil {
 		return err
 	}

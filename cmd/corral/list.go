@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strconv"
+	"strings"
 	"text/tabwriter"
+
+	"github.com/corralhq/corral/internal/client"
 )
 
 // listCommand is the shared body of the "list" subcommands: it follows next_page up to --limit items and prints
 // a table (or JSON with --json).
-func listCommand(ctx context.Context, io *stdio, args []string, name, path string, row func(map[string]any) []any, header ...any) error {
+func listCommand[T any](ctx context.Context, io *stdio, args []string, name string,
+	list func(*client.Client, context.Context, *client.ListParams) (*client.Page[T], error),
+	row func(*T) []any, header ...any,
+) error {
 	fs := newFlagSet(io, name, "[flags]")
 	newClient := clientFlags(fs)
 	limit := fs.Int("limit", 50, "show at most `n` items")
@@ -23,57 +27,44 @@ func listCommand(ctx context.Context, io *stdio, args []string, name, path strin
 	if err != nil {
 		return err
 	}
-	var items []map[string]any
-	page := ""
+	items := []T{}
+	p := &client.ListParams{IncludeArchived: *archived}
 	for len(items) < *limit {
-		q := url.Values{"limit": {strconv.Itoa(min(100, *limit-len(items)))}}
-		if page != "" {
-			q.Set("page", page)
-		}
-		if *archived {
-			q.Set("include_archived", "true")
-		}
-		var out struct {
-			Data     []map[string]any `json:"data"`
-			NextPage *string          `json:"next_page"`
-		}
-		if err := c.do(ctx, "GET", path, q, nil, &out); err != nil {
+		p.Limit = min(100, *limit-len(items))
+		page, err := list(c, ctx, p)
+		if err != nil {
 			return err
 		}
-		items = append(items, out.Data...)
-		if out.NextPage == nil || *out.NextPage == "" {
+		items = append(items, page.Data...)
+		if p.Page = page.Next(); p.Page == "" {
 			break
 		}
-		page = *out.NextPage
 	}
 	if *asJSON {
 		return printJSON(io.out, items)
 	}
 	tw := tabwriter.NewWriter(io.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, tabs(header))
-	for _, item := range items {
-		fmt.Fprintln(tw, tabs(row(item)))
+	for i := range items {
+		fmt.Fprintln(tw, tabs(row(&items[i])))
 	}
 	return tw.Flush()
 }
 
 func tabs(cols []any) string {
-	s := ""
+	s := make([]string, len(cols))
 	for i, c := range cols {
-		if i > 0 {
-			s += "\t"
-		}
-		if c == nil {
+		if c == nil || c == "" {
 			c = "-"
 		}
-		s += fmt.Sprint(c)
+		s[i] = fmt.Sprint(c)
 	}
-	return s
+	return strings.Join(s, "\t")
 }
 
-// idCommand is the shared body of the subcommands that act on one resource by id ("get", "delete"): METHOD
-// path/ID, the answer printed as JSON.
-func idCommand(ctx context.Context, io *stdio, args []string, name, method, path string) error {
+// idCommand is the shared body of the subcommands that act on one resource by id ("get", "delete"): the
+// answer printed as JSON.
+func idCommand[T any](ctx context.Context, io *stdio, args []string, name string, do func(*client.Client, context.Context, string) (T, error)) error {
 	fs := newFlagSet(io, name, "ID [flags]")
 	newClient := clientFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -87,8 +78,8 @@ func idCommand(ctx context.Context, io *stdio, args []string, name, method, path
 	if err != nil {
 		return err
 	}
-	var out map[string]any
-	if err := c.do(ctx, method, path+"/"+url.PathEscape(fs.Arg(0)), nil, nil, &out); err != nil {
+	out, err := do(c, ctx, fs.Arg(0))
+	if err != nil {
 		return err
 	}
 	return printJSON(io.out, out)

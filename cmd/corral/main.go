@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/corralhq/corral/internal/sandbox/agent"
@@ -52,11 +53,15 @@ func main() {
 }
 
 func run(ctx context.Context, io *stdio, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(io.err)
-		if len(args) == 0 {
-			return 2
+		return 2
+	}
+	if isHelp(args[0]) {
+		if args[0] == "help" && len(args) > 1 { // corral help COMMAND [VERB]: that command's help
+			return run(ctx, io, append(args[1:], "-h"))
 		}
+		usage(io.out)
 		return 0
 	}
 	cmd, ok := commands[args[0]]
@@ -77,6 +82,15 @@ func run(ctx context.Context, io *stdio, args []string) int {
 	return 0
 }
 
+// isHelp reports whether arg asks for help: -h, -help, --help or help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--h", "--help", "help":
+		return true
+	}
+	return false
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "Corral hosts long-running AI agents behind the Claude Managed Agents API.")
 	fmt.Fprintln(w, "\nUsage: corral <command> [flags]\n\nCommands:")
@@ -91,28 +105,86 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'corral <command> -h' for a command's flags.")
 }
 
+// verb is one subcommand of a command group ("agents create").
+type verb struct {
+	name, summary string
+	run           func(context.Context, *stdio, []string) error
+}
+
+// subcommand dispatches "corral NOUN VERB ..." to the verb. "corral NOUN -h" (or --help, or help) prints the
+// verbs to stdout; "corral NOUN help VERB" is "corral NOUN VERB -h".
+func subcommand(ctx context.Context, std *stdio, noun string, args []string, verbs []verb) error {
+	names := make([]string, len(verbs))
+	for i, v := range verbs {
+		names[i] = v.name
+	}
+	groupUsage := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: corral %s <%s> [flags]\n\nCommands:\n", noun, strings.Join(names, "|"))
+		for _, v := range verbs {
+			fmt.Fprintf(w, "  %-10s %s\n", v.name, v.summary)
+		}
+		fmt.Fprintf(w, "\nRun 'corral %s <command> -h' for a command's flags.\n", noun)
+	}
+	if len(args) == 0 {
+		groupUsage(std.err)
+		return errUsage
+	}
+	if isHelp(args[0]) {
+		if args[0] == "help" && len(args) > 1 {
+			return subcommand(ctx, std, noun, []string{args[1], "-h"}, verbs)
+		}
+		groupUsage(std.out)
+		return flag.ErrHelp
+	}
+	for _, v := range verbs {
+		if v.name == args[0] {
+			return v.run(ctx, std, args[1:])
+		}
+	}
+	fmt.Fprintf(std.err, "corral %s: unknown subcommand %q (want %s)\n", noun, args[0], strings.Join(names, ", "))
+	return errUsage
+}
+
+// flagOutput is where a flag set writes: stderr, for parse errors and for the usage a command prints when its
+// arguments are wrong. It carries the command's stdio, so that parse can print the usage -h asks for to stdout.
+type flagOutput struct{ *stdio }
+
+func (o flagOutput) Write(p []byte) (int, error) { return o.err.Write(p) }
+
 // newFlagSet returns a flag set that reports errors to io.err and prints "Usage: corral NAME SYNOPSIS" and
-// its flags on -h.
+// its flags: on -h to io.out, else (fs.Usage() after wrong arguments) to io.err.
 func newFlagSet(io *stdio, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("corral "+name, flag.ContinueOnError)
-	fs.SetOutput(io.err)
+	fs.SetOutput(flagOutput{io})
 	fs.Usage = func() {
-		fmt.Fprintf(io.err, "Usage: corral %s %s\n\nFlags:\n", name, synopsis)
+		fmt.Fprintf(fs.Output(), "Usage: corral %s %s\n\nFlags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
 }
 
 // parse parses flags wherever they stand among the positional arguments ("tail SESSION --until-idle"), up to
-// a "--", and leaves the positional arguments in fs.Args(). A parse error becomes errUsage (the flag package
-// already printed it).
+// a "--", and leaves the positional arguments in fs.Args(). A parse error becomes errUsage (the usage went to
+// stderr); -h or --help prints the usage to stdout and returns flag.ErrHelp (exit 0).
 func parse(fs *flag.FlagSet, args []string) error {
+	usage := fs.Usage
+	fs.Usage = func() {} // the flag package calls it on -h and on errors: which stream it goes to is decided here
+	defer func() { fs.Usage = usage }()
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				if o, ok := fs.Output().(flagOutput); ok {
+					// A usage func writes to fs.Output() or, if it is its command's own, to io.err: for -h both
+					// are stdout.
+					saved := *o.stdio
+					o.stdio.err = o.stdio.out
+					defer func() { *o.stdio = saved }()
+				}
+				usage()
 				return err
 			}
+			usage()
 			return errUsage
 		}
 		rest := fs.Args()

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,6 +40,45 @@ func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	return openStore(ctx, f.url())
+}
+
+// openExisting opens the store the flags select only if it exists: the commands that manage a server's store
+// (keys) must not create an empty one beside it, as they would when run from another directory. Only serve
+// and harness create a store. A PostgreSQL database exists before Corral does: its URL is opened as given.
+func (f *storeFlags) openExisting(ctx context.Context) (store.Store, error) {
+	dbURL := f.url()
+	if path, ok := sqlitePath(dbURL); ok {
+		if _, err := os.Stat(path); err != nil {
+			if abs, aerr := filepath.Abs(path); aerr == nil {
+				path = abs
+			}
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("no store at %s: point --data (or --db) at the server's store; only serve and harness create one", path)
+			}
+			return nil, fmt.Errorf("store %s: %w", path, err)
+		}
+	}
+	st, err := openStore(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", redactURL(dbURL), err)
+	}
+	return st, nil
+}
+
+// sqlitePath returns the file of a sqlite:// store URL.
+func sqlitePath(dbURL string) (string, bool) {
+	if p, ok := strings.CutPrefix(dbURL, "sqlite://"); ok {
+		return p, true
+	}
+	return "", false
+}
+
+// redactURL hides a password in a store URL.
+func redactURL(dbURL string) string {
+	if u, err := url.Parse(dbURL); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return dbURL
 }
 
 func openStore(ctx context.Context, dbURL string) (store.Store, error) {

@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
+
+	"github.com/corralhq/corral/internal/client"
 )
 
 func init() {
@@ -26,20 +27,15 @@ func runSend(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	event := userMessage(strings.Join(fs.Args()[1:], " "))
+	event := client.UserMessage(strings.Join(fs.Args()[1:], " "))
 	if *interrupt {
-		event = map[string]any{"type": "user.interrupt"}
+		event = client.UserInterrupt()
 	}
-	var out struct {
-		Data []struct {
-			ID   string `json:"id"`
-			Type string `json:"type"`
-		} `json:"data"`
-	}
-	if err := c.do(ctx, "POST", "/v1/sessions/"+url.PathEscape(fs.Arg(0))+"/events", nil, map[string]any{"events": []any{event}}, &out); err != nil {
+	sent, err := c.EventSend(ctx, fs.Arg(0), event)
+	if err != nil {
 		return err
 	}
-	for _, e := range out.Data {
+	for _, e := range sent {
 		fmt.Fprintf(io.out, "%s %s\n", e.ID, e.Type)
 	}
 	return nil

@@ -2,21 +2,31 @@ package main
 
 import (
 	"context"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
 )
 
 func init() {
 	register("sessions", "manage sessions: create, get, list", func(ctx context.Context, io *stdio, args []string) error {
-		return subcommand(ctx, io, "sessions", args, map[string]func(context.Context, *stdio, []string) error{
-			"create": sessionsCreate,
-			"get": func(ctx context.Context, io *stdio, args []string) error {
-				return idCommand(ctx, io, args, "sessions get", "GET", "/v1/sessions")
-			},
-			"list": func(ctx context.Context, io *stdio, args []string) error {
-				return listCommand(ctx, io, args, "sessions list", "/v1/sessions", func(item map[string]any) []any {
-					agent, _ := item["agent"].(map[string]any)
-					return []any{item["id"], item["status"], agent["id"], item["title"], item["created_at"]}
+		return subcommand(ctx, io, "sessions", args, []verb{
+			{"create", "create a session (and start it with --message)", sessionsCreate},
+			{"get", "print a session", func(ctx context.Context, io *stdio, args []string) error {
+				return idCommand(ctx, io, args, "sessions get", (*client.Client).SessionGet)
+			}},
+			{"list", "list sessions", func(ctx context.Context, io *stdio, args []string) error {
+				list := func(c *client.Client, ctx context.Context, p *client.ListParams) (*client.Page[apitype.Session], error) {
+					return c.SessionList(ctx, &client.SessionListParams{ListParams: *p})
+				}
+				return listCommand(ctx, io, args, "sessions list", list, func(s *apitype.Session) []any {
+					var title any
+					if s.Title != nil {
+						title = *s.Title
+					}
+					return []any{s.ID, s.Status, s.Agent.ID, title, s.CreatedAt.Format(time.RFC3339)}
 				}, "ID", "STATUS", "AGENT", "TITLE", "CREATED")
-			},
+			}},
 		})
 	})
 }
@@ -28,6 +38,7 @@ func sessionsCreate(ctx context.Context, io *stdio, args []string) error {
 	env := fs.String("env", "", "environment `id` (required)")
 	title := fs.String("title", "", "session `title`")
 	message := fs.String("message", "", "a first user `message` to start the session with")
+	quiet := quietFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -39,20 +50,13 @@ func sessionsCreate(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	body := map[string]any{"agent": *agent, "environment_id": *env}
-	if *title != "" {
-		body["title"] = *title
-	}
+	p := &client.SessionCreateParams{Agent: client.AgentRef{ID: *agent}, EnvironmentID: *env, Title: *title}
 	if *message != "" {
-		body["initial_events"] = []any{userMessage(*message)}
+		p.InitialEvents = []apitype.NewEvent{client.UserMessage(*message)}
 	}
-	var out map[string]any
-	if err := c.do(ctx, "POST", "/v1/sessions", nil, body, &out); err != nil {
+	s, err := c.SessionCreate(ctx, p)
+	if err != nil {
 		return err
 	}
-	return printJSON(io.out, out)
-}
-
-func userMessage(text string) map[string]any {
-	return map[string]any{"type": "user.message", "content": []any{map[string]any{"type": "text", "text": text}}}
+	return printCreated(io.out, *quiet, s.ID, s)
 }

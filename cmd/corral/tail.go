@@ -1,16 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strings"
-	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
 )
 
 func init() {
@@ -21,7 +19,7 @@ func runTail(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "tail", "SESSION_ID [flags]")
 	newClient := clientFlags(fs)
 	history := fs.Bool("history", true, "print the events already in the log first")
-	untilIdle := fs.Bool("until-idle", false, "exit when the session goes idle with a final stop reason")
+	untilIdle := fs.Bool("until-idle", false, "exit when the session goes idle with a final stop reason (at once if it already is)")
 	asJSON := fs.Bool("json", false, "print each event as a JSON line")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -34,157 +32,81 @@ func runTail(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	t := &tailer{c: c, session: fs.Arg(0), out: io.out, json: *asJSON, untilIdle: *untilIdle}
-	if *history {
-		if done, err := t.printHistory(ctx); err != nil || done {
-			return err
-		}
-	} else {
-		// Start from the newest event already in the log, so that nothing appended from now on is missed.
-		if err := t.seekEnd(ctx); err != nil {
-			return err
-		}
-	}
-	return t.follow(ctx)
-}
+	id := fs.Arg(0)
+	t := &tailer{out: io.out, json: *asJSON}
 
-// tailer prints a session's events and follows its stream, reconnecting with Last-Event-ID so that a dropped
-// connection loses nothing.
-type tailer struct {
-	c         *client
-	session   string
-	out       io.Writer
-	json      bool
-	untilIdle bool
-	lastID    string
-}
-
-type wireEvent struct {
-	ID   string `json:"id"`
-	Type string `json:"type"`
-}
-
-func (t *tailer) eventsPath() string { return "/v1/sessions/" + url.PathEscape(t.session) + "/events" }
-
-func (t *tailer) printHistory(ctx context.Context) (done bool, err error) {
-	page := ""
-	for {
-		q := url.Values{"limit": {"1000"}, "order": {"asc"}}
-		if page != "" {
-			q.Set("page", page)
-		}
-		var out struct {
-			Data     []json.RawMessage `json:"data"`
-			NextPage *string           `json:"next_page"`
-		}
-		if err := t.c.do(ctx, "GET", t.eventsPath(), q, nil, &out); err != nil {
-			return false, err
-		}
-		for _, raw := range out.Data {
-			done = t.print(raw) // only the newest event decides
-		}
-		if out.NextPage == nil || *out.NextPage == "" {
-			return done && t.untilIdle, nil
-		}
-		page = *out.NextPage
-	}
-}
-
-func (t *tailer) seekEnd(ctx context.Context) error {
-	var out struct {
-		Data []wireEvent `json:"data"`
-	}
-	if err := t.c.do(ctx, "GET", t.eventsPath(), url.Values{"limit": {"1"}, "order": {"desc"}}, nil, &out); err != nil {
+	// The session's status first: a missing session fails here, and a terminated one has nothing to follow.
+	sess, err := c.SessionGet(ctx, id)
+	if err != nil {
 		return err
 	}
-	if len(out.Data) > 0 {
-		t.lastID = out.Data[0].ID
-	}
-	return nil
-}
-
-func (t *tailer) follow(ctx context.Context) error {
-	backoff := 200 * time.Millisecond
-	for {
-		done, err := t.stream(ctx)
-		if done || ctx.Err() != nil {
-			return nil
+	// Then the log, up to its current end (printed with --history): the newest event read is where the stream
+	// resumes, so nothing appended meanwhile is missed. The log is read after the status, so it is the more
+	// recent of the two and decides: a turn that ended before tail connected ends with a final
+	// session.status_idle, and there is nothing to wait for.
+	var last *client.Event
+	if *history {
+		for ev, err := range c.Events(ctx, id, nil) {
+			if err != nil {
+				return err
+			}
+			t.print(ev)
+			last = ev
 		}
-		var apiErr *apiError
-		if errors.As(err, &apiErr) && apiErr.Status < 500 && apiErr.Status != 429 {
+	} else {
+		page, err := c.EventList(ctx, id, &client.EventListParams{Desc: true, Limit: 1})
+		if err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// stream reads the SSE stream until it ends; done is true when the tail should stop.
-func (t *tailer) stream(ctx context.Context) (done bool, err error) {
-	h := http.Header{}
-	if t.lastID != "" {
-		h.Set("Last-Event-ID", t.lastID)
-	}
-	resp, err := t.c.send(ctx, "GET", t.eventsPath()+"/stream", nil, nil, h)
-	if err != nil {
-		return false, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 32<<20)
-	var data strings.Builder
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if data.Len() > 0 && t.print(json.RawMessage(data.String())) && t.untilIdle {
-				return true, nil
-			}
-			data.Reset()
-		case strings.HasPrefix(line, "data:"):
-			if data.Len() > 0 {
-				data.WriteByte('\n')
-			}
-			data.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+		if len(page.Data) > 0 {
+			last = &page.Data[0]
 		}
 	}
-	return false, sc.Err()
+	if sess.Status == apitype.StatusTerminated || *untilIdle && last != nil && last.TurnOver() {
+		return nil
+	}
+	from := "0" // an empty log: replay from its start, in case events arrived since it was read
+	if last != nil {
+		from = last.ID
+	}
+	err = c.Follow(ctx, id, &client.StreamParams{LastEventID: from}, func(ev *client.Event) bool {
+		t.print(ev)
+		return !(*untilIdle && ev.TurnOver())
+	})
+	if ctx.Err() != nil {
+		return nil // interrupted: the user is done watching
+	}
+	return err
 }
 
-// print writes one event and reports whether it ends a turn for good (idle with a final stop reason, or
-// terminated / deleted).
-func (t *tailer) print(raw json.RawMessage) bool {
-	var e struct {
-		ID          string     `json:"id"`
-		Type        string     `json:"type"`
-		ProcessedAt *time.Time `json:"processed_at"`
-		Content     []struct{ Type, Text string }
-		Name        string          `json:"name"`
-		Input       json.RawMessage `json:"input"`
-		IsError     bool            `json:"is_error"`
-		StopReason  *struct {
-			Type     string   `json:"type"`
-			EventIDs []string `json:"event_ids"`
-		} `json:"stop_reason"`
-		Error *struct{ Type, Message string } `json:"error"`
-	}
-	if err := json.Unmarshal(raw, &e); err != nil || e.Type == "" {
-		return false
-	}
-	t.lastID = e.ID
-	final := e.Type == "session.status_terminated" || e.Type == "session.deleted" ||
-		(e.Type == "session.status_idle" && e.StopReason != nil && e.StopReason.Type != "requires_action")
+// tailer prints a session's events.
+type tailer struct {
+	out  io.Writer
+	json bool
+}
+
+// tailEvent is what tail shows of an event.
+type tailEvent struct {
+	Content    []apitype.ContentBlock `json:"content"`
+	Name       string                 `json:"name"`
+	Input      json.RawMessage        `json:"input"`
+	IsError    bool                   `json:"is_error"`
+	StopReason *apitype.StopReason    `json:"stop_reason"`
+	// Error is an object (session.error) or a string (span.sandbox_provision_end).
+	Error json.RawMessage `json:"error"`
+}
+
+// print writes one event: a JSON line with --json, else a line of time, type and the gist.
+func (t *tailer) print(ev *client.Event) {
 	if t.json {
-		fmt.Fprintln(t.out, string(raw))
-		return final
+		fmt.Fprintln(t.out, string(unescapeHTML(ev.Raw)))
+		return
 	}
+	var e tailEvent
+	_ = ev.Decode(&e) // a field of an unexpected shape shows as nothing
 	stamp := "        "
-	if e.ProcessedAt != nil {
-		stamp = e.ProcessedAt.Local().Format("15:04:05")
+	if ev.ProcessedAt != nil {
+		stamp = ev.ProcessedAt.Local().Format("15:04:05")
 	}
 	var text []string
 	for _, b := range e.Content {
@@ -195,20 +117,68 @@ func (t *tailer) print(raw json.RawMessage) bool {
 	detail := strings.Join(text, " ")
 	switch {
 	case e.Name != "":
-		detail = e.Name + " " + string(e.Input)
+		detail = e.Name + " " + string(unescapeHTML(e.Input))
 	case e.StopReason != nil:
 		detail = e.StopReason.Type
 		if len(e.StopReason.EventIDs) > 0 {
 			detail += " " + strings.Join(e.StopReason.EventIDs, ",")
 		}
-	case e.Error != nil:
-		detail = e.Error.Type + ": " + e.Error.Message
+	case len(e.Error) > 0 && string(e.Error) != "null":
+		detail = errorText(e.Error)
 	}
 	if e.IsError {
 		detail = "(error) " + detail
 	}
-	fmt.Fprintf(t.out, "%s  %-28s %s\n", stamp, e.Type, oneLine(detail, 200))
-	return final
+	fmt.Fprintf(t.out, "%s  %-28s %s\n", stamp, ev.Type, oneLine(detail, 200))
+}
+
+// errorText is "type: message" for an error object, the text for an error string.
+func errorText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var e struct{ Type, Message string }
+	if json.Unmarshal(raw, &e) == nil {
+		return e.Type + ": " + e.Message
+	}
+	return string(raw)
+}
+
+// unescapeHTML undoes encoding/json's HTML escaping (\u003c, \u003e, \u0026) in a JSON text, so that tool
+// input prints as the model wrote it ("a > b && c"). Every other escape stays: the result is the same JSON
+// value.
+func unescapeHTML(raw []byte) []byte {
+	if !strings.Contains(string(raw), `\u00`) {
+		return raw
+	}
+	out := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' || i+1 == len(raw) {
+			out = append(out, raw[i])
+			continue
+		}
+		// In JSON a backslash starts an escape: copy it whole, so that "\\u003c" (an escaped backslash) stays.
+		if raw[i+1] == 'u' && i+6 <= len(raw) {
+			switch strings.ToLower(string(raw[i+2 : i+6])) {
+			case "003c":
+				out = append(out, '<')
+				i += 5
+				continue
+			case "003e":
+				out = append(out, '>')
+				i += 5
+				continue
+			case "0026":
+				out = append(out, '&')
+				i += 5
+				continue
+			}
+		}
+		out = append(out, raw[i], raw[i+1])
+		i++
+	}
+	return out
 }
 
 func oneLine(s string, max int) string {

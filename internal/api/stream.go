@@ -302,7 +302,11 @@ func (s *sseWriter) frame(id, typ string, data []byte) error {
 		b.WriteString("id: " + sseField(id) + "\n")
 	}
 	b.WriteString("event: " + sseField(typ) + "\n")
-	// JSON from encoding/json has no raw newlines, but split defensively so a frame can never be broken.
+	// JSON from encoding/json has no raw line breaks, but split defensively so a frame can never be broken: a
+	// reader ends a line at "\r\n", "\r" or "\n".
+	if bytes.IndexByte(data, '\r') >= 0 {
+		data = bytes.ReplaceAll(bytes.ReplaceAll(data, []byte("\r\n"), []byte("\n")), []byte("\r"), []byte("\n"))
+	}
 	for _, line := range bytes.Split(data, []byte("\n")) {
 		b.WriteString("data: ")
 		b.Write(line)

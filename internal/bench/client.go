@@ -1,26 +1,24 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"strings"
 	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
 )
 
-// Client is a minimal client of Corral's HTTP API: what a benchmark needs, over real HTTP and SSE.
+// Client is the benchmark's client of Corral's HTTP API: internal/client (the one the CLI uses) over a transport
+// sized for many concurrent streams to one host, with the few calls a workload makes.
 type Client struct {
-	Base string // e.g. http://127.0.0.1:8080
-	Key  string
-	HTTP *http.Client
+	*client.Client
 }
 
-// NewClient returns a client with a transport sized for many concurrent streams to one host.
+// NewClient returns a client of the server at base with a transport sized for many concurrent streams to one
+// host. base is a server's own URL: an invalid one is a programming error, and panics.
 func NewClient(base, key string) *Client {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -28,170 +26,103 @@ func NewClient(base, key string) *Client {
 		MaxIdleConnsPerHost: 4096,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &Client{Base: strings.TrimRight(base, "/"), Key: key, HTTP: &http.Client{Transport: tr}}
+	c, err := client.New(client.Config{BaseURL: base, APIKey: key, HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		panic(err)
+	}
+	return &Client{Client: c}
 }
 
 // CloseIdle closes the client's idle connections.
-func (c *Client) CloseIdle() { c.HTTP.CloseIdleConnections() }
-
-// Do sends a JSON request and decodes a JSON answer into out (if not nil).
-func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("x-api-key", c.Key)
-	if body != nil {
-		req.Header.Set("content-type", "application/json")
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
-	}
-	if out == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-		return err
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
-}
-
-type idOnly struct {
-	ID string `json:"id"`
-}
+func (c *Client) CloseIdle() { c.CloseIdleConnections() }
 
 // CreateAgent creates an agent; with tools it has the built-in toolset (bash, read, write, ...).
 func (c *Client) CreateAgent(ctx context.Context, name string, tools bool) (string, error) {
-	body := map[string]any{"name": name, "model": "claude-sonnet-4-5", "system": "You are a benchmark agent."}
+	p := &client.AgentCreateParams{Name: name, Model: apitype.ModelConfig{ID: "claude-sonnet-4-5"}, System: "You are a benchmark agent."}
 	if tools {
-		body["tools"] = []any{map[string]any{"type": "agent_toolset_20260401"}}
+		p.Tools = []apitype.Tool{{Type: apitype.ToolTypeAgentToolset}}
 	}
-	var out idOnly
-	err := c.Do(ctx, "POST", "/v1/agents", body, &out)
-	return out.ID, err
+	a, err := c.AgentCreate(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	return a.ID, nil
 }
 
 // CreateEnvironment creates a cloud environment.
 func (c *Client) CreateEnvironment(ctx context.Context, name string) (string, error) {
-	var out idOnly
-	err := c.Do(ctx, "POST", "/v1/environments", map[string]any{"name": name, "config": map[string]any{"type": "cloud"}}, &out)
-	return out.ID, err
+	e, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: name, Config: apitype.EnvConfig{Type: "cloud"}})
+	if err != nil {
+		return "", err
+	}
+	return e.ID, nil
 }
 
 // CreateSession creates an idle session of the agent in the environment.
 func (c *Client) CreateSession(ctx context.Context, agentID, envID string) (string, error) {
-	var out idOnly
-	err := c.Do(ctx, "POST", "/v1/sessions", map[string]any{"agent": agentID, "environment_id": envID}, &out)
-	return out.ID, err
+	s, err := c.SessionCreate(ctx, &client.SessionCreateParams{Agent: client.AgentRef{ID: agentID}, EnvironmentID: envID})
+	if err != nil {
+		return "", err
+	}
+	return s.ID, nil
 }
 
 // Say sends a user.message with the text.
 func (c *Client) Say(ctx context.Context, sessionID, text string) error {
-	return c.Do(ctx, "POST", "/v1/sessions/"+sessionID+"/events", map[string]any{"events": []any{
-		map[string]any{"type": "user.message", "content": []any{map[string]any{"type": "text", "text": text}}},
-	}}, nil)
+	_, err := c.EventSend(ctx, sessionID, client.UserMessage(text))
+	return err
 }
 
-// Event is one event read from a stream.
+// Event is one event read from a stream, stamped with the time it was read.
 type Event struct {
-	Type       string `json:"type"`
-	ID         string `json:"id"`
-	StopReason *struct {
-		Type string `json:"type"`
-	} `json:"stop_reason"`
-	Content json.RawMessage `json:"content"`
-	// ProcessedAt is, for server events, when the event was appended.
-	ProcessedAt *time.Time `json:"processed_at"`
-	At          time.Time  `json:"-"` // when the client read it
+	*client.Event
+	// Content is the event's content field, raw (a workload looks for its markers in it).
+	Content json.RawMessage
+	At      time.Time // when the client read it
 }
 
 // ModelOutput reports whether the event carries model output: the first such event is the client's "first
 // token" (the brain appends the model's answer as agent.thinking, agent.message and agent.tool_use events).
 func (e *Event) ModelOutput() bool {
 	switch e.Type {
-	case "agent.message", "agent.thinking", "agent.tool_use", "agent.custom_tool_use":
+	case apitype.EventAgentMessage, apitype.EventAgentThinking, apitype.EventAgentToolUse, apitype.EventAgentCustomToolUse:
 		return true
 	}
 	return false
 }
 
-// TurnOver reports whether the event ends a turn: idle with a stop reason other than requires_action, or a
-// terminated session.
-func (e *Event) TurnOver() bool {
-	if e.Type == "session.status_terminated" {
-		return true
-	}
-	return e.Type == "session.status_idle" && (e.StopReason == nil || e.StopReason.Type != "requires_action")
-}
-
 // Stream is an open SSE stream of one session's events.
 type Stream struct {
-	resp *http.Response
-	sc   *bufio.Scanner
+	s *client.Stream
 }
 
 // Open opens the session's event stream; it returns once the server has answered with the stream's headers,
 // so every event appended afterwards is delivered on it.
 func (c *Client) Open(ctx context.Context, sessionID string) (*Stream, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.Base+"/v1/sessions/"+sessionID+"/events/stream", nil)
+	s, err := c.EventStream(ctx, sessionID, nil)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("x-api-key", c.Key)
-	req.Header.Set("accept", "text/event-stream")
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		return nil, fmt.Errorf("stream %s: %s: %s", sessionID, resp.Status, bytes.TrimSpace(b))
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 8<<20)
-	return &Stream{resp: resp, sc: sc}, nil
+	return &Stream{s: s}, nil
 }
 
-// Next returns the next event, stamped with the time it was read.
+// Next returns the next event, stamped with the time it was read. An error frame is a *client.Error; the end
+// of the stream io.EOF.
 func (s *Stream) Next() (*Event, error) {
-	var data []byte
-	for s.sc.Scan() {
-		line := s.sc.Bytes()
-		switch {
-		case len(line) == 0:
-			if data == nil {
-				continue
-			}
-			ev := &Event{At: time.Now()}
-			if err := json.Unmarshal(data, ev); err != nil {
-				return nil, fmt.Errorf("stream event: %w", err)
-			}
-			if ev.Type == "error" {
-				return nil, fmt.Errorf("stream error: %s", data)
-			}
-			return ev, nil
-		case bytes.HasPrefix(line, []byte("data:")):
-			data = append(data, bytes.TrimSpace(line[5:])...)
-		}
-	}
-	if err := s.sc.Err(); err != nil {
+	ev, err := s.s.Next()
+	if err != nil {
 		return nil, err
 	}
-	return nil, io.EOF
+	out := &Event{Event: ev, At: time.Now()}
+	var body struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if err := ev.Decode(&body); err != nil {
+		return nil, err
+	}
+	out.Content = body.Content
+	return out, nil
 }
 
 // Close closes the stream.
-func (s *Stream) Close() { s.resp.Body.Close() }
+func (s *Stream) Close() { _ = s.s.Close() }
