@@ -119,7 +119,7 @@ func (t *tailer) print(ev *client.Event) {
 	case e.Name != "":
 		detail = e.Name + " " + string(unescapeHTML(e.Input))
 	case e.StopReason != nil:
-		detail = e.StopReason.Type
+		detail = string(e.StopReason.Type)
 		if len(e.StopReason.EventIDs) > 0 {
 			detail += " " + strings.Join(e.StopReason.EventIDs, ",")
 		}

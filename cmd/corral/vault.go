@@ -17,8 +17,8 @@ import (
 
 func init() {
 	register("vault", "manage the vault's master key (rotate-key) in the server's store", func(ctx context.Context, io *stdio, args []string) error {
-		return subcommand(ctx, io, "vault", args, map[string]func(context.Context, *stdio, []string) error{
-			"rotate-key": vaultRotateKey,
+		return subcommand(ctx, io, "vault", args, []verb{
+			{"rotate-key", "re-wrap every credential's data key under a new master key", vaultRotateKey},
 		})
 	})
 }
@@ -134,7 +134,7 @@ func vaultRotateKey(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := sf.open(ctx)
+	st, err := sf.openExisting(ctx)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ var rules = map[string][]string{
 	"internal/store":    {"internal/apitype"},
 	"internal/model":    {"internal/apitype"},
 	"internal/sandbox":  {"internal/apitype"},
+	"internal/client":   {"internal/apitype"},
 	"internal/api":      {"internal/apitype", "internal/store"},
 	"internal/harness":  {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},
 	"internal/archtest": {},

@@ -305,7 +305,7 @@ func appendServer(t *testing.T, st store.Store, sessionID string, events ...apit
 	return out
 }
 
-func idle(t *testing.T, stop string) apitype.NewEvent {
+func idle(t *testing.T, stop apitype.StopReasonType) apitype.NewEvent {
 	ev, err := apitype.MakeEvent(apitype.EventSessionStatusIdle, apitype.SessionIdle{StopReason: apitype.StopReason{Type: stop}})
 	if err != nil {
 		t.Fatal(err)
