@@ -24,6 +24,7 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.LeaseStore]():       "leases.go",
 		reflect.TypeFor[store.APIKeyStore]():      "apikeys.go",
 		reflect.TypeFor[store.PreviewStore]():     "previews.go",
+		reflect.TypeFor[store.VaultStore]():       "vaults.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()
