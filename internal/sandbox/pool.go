@@ -35,6 +35,9 @@ type PoolConfig struct {
 	// Placer places session resources (git repositories) in workspaces before a sandbox is provisioned
 	// (internal/workspace). Without one, a session's resources are reported as not placed (ErrNoPlacer).
 	Placer Placer
+	// Egress, if set, builds each sandbox's Recipe.Egress (internal/proxy: the git endpoint, credentials
+	// injected at egress). A failure fails the provisioning.
+	Egress EgressSource
 }
 
 func (c *PoolConfig) validate() error {
@@ -275,7 +278,15 @@ func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, [
 		err = fmt.Errorf("workspace: %w", err)
 	} else {
 		unplaced = p.place(ctx, r)
-		sb, err = p.cfg.Provider.Provision(ctx, r)
+		if p.cfg.Egress != nil {
+			r.Egress, err = p.cfg.Egress.Egress(ctx, r)
+			if err != nil {
+				err = fmt.Errorf("egress: %w", err)
+			}
+		}
+		if err == nil {
+			sb, err = p.cfg.Provider.Provision(ctx, r)
+		}
 	}
 	d := time.Since(start)
 	if call.OnProvision != nil {

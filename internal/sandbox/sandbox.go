@@ -6,8 +6,11 @@ package sandbox
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -59,6 +62,51 @@ type Recipe struct {
 	Environment  apitype.EnvConfig
 	Resources    []apitype.Resource
 	Limits       Limits
+	// Egress is what the host adds to the sandbox's network beyond the environment's policy (PoolConfig.Egress
+	// builds it before each provisioning); nil means the policy alone.
+	Egress *Egress
+}
+
+// Egress is what the host adds to one sandbox's network beyond the environment's policy: services its proxy
+// answers itself and credentials it injects on the way out. It is built per session outside the sandbox
+// (internal/proxy); only Env and CACertPEM are visible inside the sandbox, and neither holds a secret.
+type Egress struct {
+	// AllowInternal are the host:port pairs the operator trusts although they are internal addresses
+	// (corral serve --egress-allow-internal).
+	AllowInternal []string
+	// RootCAs, if set, verify the upstream TLS of the connections the host makes for the sandbox (clones,
+	// the git endpoint, intercepted HTTPS); nil means the system roots.
+	RootCAs *x509.CertPool
+	// Env is added to the environment of the sandbox's processes: credential placeholders and CA bundle
+	// paths, never a secret.
+	Env map[string]string
+	// CACertPEM is the certificate (never the key) of the CA the proxy signs intercepted TLS with; the sandbox
+	// trusts it.
+	CACertPEM []byte
+	// Local serves the requests the sandbox sends through its proxy to LocalHost (the git endpoint).
+	Local http.Handler
+	// Intercept, if set, decides which destinations the proxy terminates TLS for, to inject credentials.
+	Intercept Interceptor
+}
+
+// LocalHost is the host name under which a sandbox reaches the services of its own proxy (Egress.Local).
+const LocalHost = "corral.internal"
+
+// Interceptor injects credentials into a sandbox's outgoing HTTP(S) requests, in the proxy outside it.
+type Interceptor interface {
+	// Intercepts reports whether requests to host:port are terminated in the proxy (TLS included) so that
+	// they can be rewritten.
+	Intercepts(host, port string) bool
+	// Certificate returns the certificate the proxy presents to the sandbox for host, signed by the CA of
+	// Egress.CACertPEM.
+	Certificate(host string) (*tls.Certificate, error)
+	// Rewrite replaces the placeholders of req (headed for req.URL.Host) with the credentials allowed there.
+	Rewrite(req *http.Request) error
+}
+
+// EgressSource builds a session's Egress before each of its sandboxes is provisioned.
+type EgressSource interface {
+	Egress(ctx context.Context, r *Recipe) (*Egress, error)
 }
 
 // Limits bound a sandbox's resources.
