@@ -18,6 +18,6 @@ func Unavailable(reason string) Hands { return unavailable{reason: reason} }
 type unavailable struct{ reason string }
 
 func (u unavailable) Execute(context.Context, *Call) (Result, error) {
-	msg := fmt.Sprintf("The sandbox backend of this server cannot run, so built-in tools cannot run: %s", u.reason)
+	msg := fmt.Sprintf("Built-in tools cannot run on this server: its sandbox backend is unavailable (%s).", u.reason)
 	return errorResult(msg), fmt.Errorf("%w: %s", ErrUnavailable, u.reason)
 }
