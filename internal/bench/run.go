@@ -1,6 +1,3 @@
-// Run is corral bench: it runs real servers (internal/server, as corral serve composes them) against a fake
-// model of configurable latency and real sandboxes, and reports.
-
 package bench
 
 import (
@@ -217,7 +214,7 @@ func (b *benchRun) write() error {
 		b.progress("not writing the report: %v (run from the source checkout, or pass --out)", err)
 		return nil
 	}
-	svgPath := cmp.Or(b.cfg.SVG, filepath.Join(filepath.Dir(b.cfg.Out), "svg"))
+	svgPath := cmp.Or(b.cfg.SVG, filepath.Join(filepath.Dir(b.cfg.Out), "bench.svg"))
 	rel, err := filepath.Rel(filepath.Dir(b.cfg.Out), svgPath)
 	if err != nil {
 		rel = svgPath
