@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/sandbox/egress"
 	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 )
@@ -40,11 +41,11 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kind, "sandbox", envOr("CORRAL_SANDBOX", defaultSandbox()), "sandbox `backend`: bwrap, oci (runc), gvisor (runsc), process (no isolation: development only) or none (env CORRAL_SANDBOX)")
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary or on PATH, else this binary)")
 	fs.StringVar(&f.runsc, "runsc", envOr("CORRAL_RUNSC", "runsc"), "runsc `binary` for --sandbox gvisor (a current, static build; env CORRAL_RUNSC; "+runscFallback+" is tried when runsc is not on PATH)")
-	fs.DurationVar(&f.idle, "sandbox-idle", 10*time.Minute, "how long an unused sandbox lives before it is reaped (its workspace stays)")
-	fs.Int64Var(&f.memoryMB, "sandbox-memory", 2048, "memory limit of each sandbox in `MiB`")
-	fs.IntVar(&f.pids, "sandbox-pids", 1024, "process limit of each sandbox")
+	fs.DurationVar(&f.idle, "sandbox-idle", sandbox.DefaultIdleTimeout, "how long an unused sandbox lives before it is reaped (its workspace stays)")
+	fs.Int64Var(&f.memoryMB, "sandbox-memory", agent.DefaultMemoryBytes>>20, "memory limit of each sandbox in `MiB`")
+	fs.IntVar(&f.pids, "sandbox-pids", agent.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
-	fs.DurationVar(&f.timeout, "tool-timeout", 2*time.Minute, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
+	fs.DurationVar(&f.timeout, "tool-timeout", agent.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
 }
 
 func (f *handsFlags) limits() sandbox.Limits {
