@@ -109,8 +109,8 @@ func runBench(ctx context.Context, io *stdio, args []string) error {
 	fs.Usage = func() {
 		fmt.Fprint(io.err, `Usage: corral bench [flags]
 
-Runs a real Corral server (SQLite by default, PostgreSQL with --db) on 127.0.0.1 against a fake model server of
-configurable latency and real sandboxes, and compares the decoupled design (lazy hands) with the coupled one
+Runs the server corral serve runs (the same assembly; SQLite by default, PostgreSQL with --db) on 127.0.0.1
+against a fake model server of configurable latency and real sandboxes, and compares the decoupled design (lazy hands) with the coupled one
 (the sandbox provisioned before the first model call, as serve --eager-hands does). Sections:
   ttft      time to first token as a client sees it, and platform overhead, per backend, mode and concurrency
   hands     provision / ready / execute latency per backend
