@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -234,4 +236,51 @@ func TestHarnessOnly(t *testing.T) {
 		t.Errorf("a brains-only server has address %v", srv.Addr())
 	}
 	srv.Stop()
+}
+
+// TestSweepAtStart: the workspace of a session the store no longer has is removed when the server starts; a
+// live session's stays.
+func TestSweepAtStart(t *testing.T) {
+	t.Parallel()
+	fake := modeltest.NewServer(t)
+	st := openStore(t)
+	root := t.TempDir()
+	gone := filepath.Join(root, "sesn_gone")
+	if err := os.MkdirAll(gone, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	srv := start(t, st, fake, server.SandboxConfig{Provider: &stubProvider{closed: make(chan struct{})},
+		Pool: sandbox.PoolConfig{WorkspaceRoot: root}})
+	var agent, env, sess struct{ ID string }
+	do(t, srv, "POST", "/v1/agents", map[string]any{"name": "a", "model": "claude-sonnet-4-5"}, &agent)
+	do(t, srv, "POST", "/v1/environments", map[string]any{"name": "e", "config": map[string]any{"type": "cloud"}}, &env)
+	do(t, srv, "POST", "/v1/sessions", map[string]any{"agent": agent.ID, "environment_id": env.ID}, &sess)
+	waitGone(t, gone)
+	srv.Stop()
+	// A second server over the same root sweeps again and keeps the live session's workspace.
+	live, gone2 := filepath.Join(root, sess.ID), filepath.Join(root, "sesn_gone2")
+	for _, dir := range []string{live, gone2} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, st, fake, server.SandboxConfig{Provider: &stubProvider{closed: make(chan struct{})}, Pool: sandbox.PoolConfig{WorkspaceRoot: root}})
+	waitGone(t, gone2)
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live session's workspace was swept: %v", err)
+	}
+}
+
+func waitGone(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the workspace %s of a session the store does not have was not swept", dir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
