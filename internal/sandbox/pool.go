@@ -16,8 +16,9 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 )
 
-// DefaultIdleTimeout is how long a session's sandbox may sit unused before the Pool reaps it.
-const DefaultIdleTimeout = 15 * time.Minute
+// DefaultIdleTimeout is how long a session's sandbox may sit unused before the Pool reaps it (serve's
+// --sandbox-idle default).
+const DefaultIdleTimeout = 10 * time.Minute
 
 // PoolConfig configures a Pool.
 type PoolConfig struct {
