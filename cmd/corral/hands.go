@@ -61,7 +61,7 @@ func (f *handsFlags) sandbox(dataDir string, logger *slog.Logger) (corral.Sandbo
 		return corral.SandboxConfig{}, err
 	}
 	// Repositories are cloned on the server, under the same rules as the sandbox's egress proxy.
-	placer, err := workspace.New(workspace.Config{Resolve: egress.Resolve, Logger: logger})
+	placer, err := workspace.New(workspace.Config{Resolve: egress.Resolve, Path: os.Getenv("PATH"), Logger: logger})
 	if err != nil {
 		return corral.SandboxConfig{}, err
 	}

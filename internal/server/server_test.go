@@ -143,7 +143,7 @@ func TestUnavailableSandbox(t *testing.T) {
 	const reason = "bubblewrap is not installed: apt-get install bubblewrap"
 	fake := modeltest.NewServer(t)
 	st := openStore(t)
-	srv := start(t, st, fake, server.SandboxConfig{Unavailable: reason})
+	srv := start(t, st, fake, server.SandboxConfig{Unavailable: reason, Tools: []sandbox.Tool{{Name: "bash", Description: "Run a command.", InputSchema: json.RawMessage(`{"type":"object"}`)}}})
 	if srv.Pool() != nil {
 		t.Error("a server without a provider has a pool")
 	}
