@@ -219,6 +219,15 @@ func (s *Server) Start(ctx context.Context) error {
 	sweepCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopCtx = cancel
 	if s.pool != nil {
+		// The pool's reaper runs until the pool's Stop, which stopLocked calls.
+		if err := s.pool.Start(context.WithoutCancel(ctx)); err != nil {
+			cancel()
+			if ln != nil {
+				ln.Close()
+			}
+			s.stopLocked()
+			return fmt.Errorf("server: %w", err)
+		}
 		s.wg.Go(func() { s.sweep(sweepCtx) })
 	}
 	if ln != nil {
