@@ -51,7 +51,7 @@ func (c *Client) CreateAgent(ctx context.Context, name string, tools bool) (stri
 
 // CreateEnvironment creates a cloud environment.
 func (c *Client) CreateEnvironment(ctx context.Context, name string) (string, error) {
-	e, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: name, Config: apitype.EnvConfig{Type: "cloud"}})
+	e, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: name, Config: apitype.EnvConfig{Type: apitype.EnvironmentCloud}})
 	if err != nil {
 		return "", err
 	}
