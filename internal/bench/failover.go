@@ -17,9 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/apitype"
-	"github.com/corralhq/corral/internal/server"
 )
 
 // pgSchemas creates fresh schemas in a PostgreSQL database and drops them at the end.
@@ -203,24 +201,15 @@ func (b *benchRun) failover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	srv, err := server.New(server.Config{Store: st, API: &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: st, Static: Key}}})
+	// The API alone: the brains are the corral harness processes.
+	s, err := b.serve(ctx, "failover", st, serverSpec{})
 	if err != nil {
 		return err
 	}
-	if err := srv.Start(ctx); err != nil {
-		return err
-	}
-	defer srv.Stop()
-	c := NewClient(srv.URL(), Key)
-	defer c.CloseIdle()
-	agentID, envID, err := setup(ctx, c)
-	if err != nil {
-		return err
-	}
+	defer s.close()
 	res := &FailoverResult{LeaseTTL: b.cfg.FailoverLeaseTTL}
 	for run := range b.cfg.FailoverRuns {
-		resume, complete, err := b.failoverOnce(ctx, exe, dbURL, c, agentID, envID, run)
+		resume, complete, err := b.failoverOnce(ctx, exe, dbURL, s, run)
 		if err != nil {
 			if len(res.Resume) == 0 {
 				return err
@@ -236,7 +225,8 @@ func (b *benchRun) failover(ctx context.Context) error {
 	return nil
 }
 
-func (b *benchRun) failoverOnce(ctx context.Context, exe, dbURL string, c *Client, agentID, envID string, run int) (resume, complete time.Duration, err error) {
+func (b *benchRun) failoverOnce(ctx context.Context, exe, dbURL string, s *benchServer, run int) (resume, complete time.Duration, err error) {
+	c := s.c
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	b.progress("failover: run %d: two corral harness processes, --lease-ttl %s", run+1, b.cfg.FailoverLeaseTTL)
@@ -245,7 +235,7 @@ func (b *benchRun) failoverOnce(ctx context.Context, exe, dbURL string, c *Clien
 		return 0, 0, err
 	}
 	defer first.kill()
-	id, err := c.CreateSession(ctx, agentID, envID)
+	id, err := c.CreateSession(ctx, s.agentID, s.envID)
 	if err != nil {
 		return 0, 0, err
 	}

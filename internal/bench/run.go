@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -331,76 +332,92 @@ func (b *benchRun) openStore(ctx context.Context, name string) (store.Store, err
 	return b.cfg.OpenStore(ctx, "sqlite://"+filepath.Join(dir, "corral.db"))
 }
 
-// benchServer is a server under test with its store.
+// benchServer is a server under test: its store, a client of it, and the agent (with the built-in toolset)
+// and environment every session of the server uses.
 type benchServer struct {
 	*server.Server
-	st store.Store
+	st             store.Store
+	c              *Client
+	agentID, envID string
 }
 
 func (s *benchServer) close() {
+	s.c.CloseIdle()
 	s.Server.Stop()
 	_ = s.st.Close()
 }
 
-// Client returns a client of the server.
-func (s *benchServer) Client() *Client { return NewClient(s.URL(), Key) }
-
 // Key is the API key of the benchmark's in-process servers (as CORRAL_API_KEY for serve).
 const Key = "corral-bench-key"
 
-// startServer starts an in-process server as corral serve composes it (internal/server): a fresh store, the
-// backend's pool (idle sandboxes reaped after idle), brains unless noBrain.
-func (b *benchRun) startServer(ctx context.Context, name string, fake *fakeModel, be *benchBackend, eager, noBrain bool, idle time.Duration, wrap ...func(store.Store) store.Store) (*benchServer, error) {
+// serverSpec is what differs between the servers of a run.
+type serverSpec struct {
+	fake    *fakeModel    // the model of the server's brains; nil runs no brains (the API alone)
+	backend *benchBackend // the sandbox backend of its pool; nil runs no sandbox
+	eager   bool          // provision each session's sandbox before its first model call (the coupled design)
+	idle    time.Duration // the pool's idle timeout
+	wrap    func(store.Store) store.Store
+}
+
+// startServer starts a server of spec on a fresh store of its own.
+func (b *benchRun) startServer(ctx context.Context, name string, spec serverSpec) (*benchServer, error) {
 	st, err := b.openStore(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	return b.serve(ctx, name, st, spec)
+}
+
+// serve starts an in-process server as corral serve composes it (internal/server) on st, which it closes with
+// the server (also on error), and creates the agent and environment of its sessions.
+func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec serverSpec) (_ *benchServer, err error) {
+	defer func() {
+		if err != nil {
+			_ = st.Close()
+		}
+	}()
 	served := st
-	for _, w := range wrap {
-		served = w(served)
+	if spec.wrap != nil {
+		served = spec.wrap(st)
 	}
 	logger := slog.New(slog.NewTextHandler(b.cfg.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg := server.Config{
 		Store: served, Logger: logger,
 		API: &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: served, Static: Key}},
 	}
-	if !noBrain {
+	if spec.fake != nil {
 		hc := b.cfg.Brain
-		hc.Model, hc.Workers, hc.EagerHands = fake.mdl, b.cfg.Workers, eager
+		hc.Model, hc.Workers, hc.EagerHands = spec.fake.mdl, b.cfg.Workers, spec.eager
 		cfg.Brain = &hc
 	}
-	if be != nil {
+	if be := spec.backend; be != nil {
 		dir, err := b.mkdir("hands-" + name)
 		if err != nil {
-			st.Close()
 			return nil, err
 		}
 		prov, err := be.new(filepath.Join(dir, "state"))
 		if err != nil {
-			st.Close()
 			return nil, err
 		}
-		cfg.Sandbox = server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: filepath.Join(dir, "workspaces"), IdleTimeout: idle}}
+		cfg.Sandbox = server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: filepath.Join(dir, "workspaces"), IdleTimeout: spec.idle}}
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	if err := srv.Start(ctx); err != nil {
-		st.Close()
 		return nil, err
 	}
-	return &benchServer{Server: srv, st: st}, nil
-}
-
-// setup creates the agent (with the built-in toolset) and environment every session of a server uses.
-func setup(ctx context.Context, c *Client) (agentID, envID string, err error) {
-	if agentID, err = c.CreateAgent(ctx, "bench", true); err != nil {
-		return "", "", err
+	s := &benchServer{Server: srv, st: st, c: NewClient(srv.URL(), Key)}
+	if s.agentID, err = s.c.CreateAgent(ctx, "bench", true); err == nil {
+		s.envID, err = s.c.CreateEnvironment(ctx, "bench")
 	}
-	envID, err = c.CreateEnvironment(ctx, "bench")
-	return agentID, envID, err
+	if err != nil {
+		s.c.CloseIdle()
+		srv.Stop()
+		return nil, err
+	}
+	return s, nil
 }
 
 func (b *benchRun) hands(ctx context.Context, be *benchBackend) error {
@@ -425,18 +442,12 @@ func (b *benchRun) hands(ctx context.Context, be *benchBackend) error {
 func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
 	levels := b.cfg.Sessions
 	for _, mode := range []string{Decoupled, Coupled} {
-		s, err := b.startServer(ctx, "ttft-"+be.name+"-"+mode, b.fake, be, mode == Coupled, false, 5*time.Second)
+		s, err := b.startServer(ctx, "ttft-"+be.name+"-"+mode, serverSpec{fake: b.fake, backend: be, eager: mode == Coupled, idle: 5 * time.Second})
 		if err != nil {
 			return err
 		}
 		err = func() error {
 			defer s.close()
-			c := s.Client()
-			defer c.CloseIdle()
-			agentID, envID, err := setup(ctx, c)
-			if err != nil {
-				return err
-			}
 			for _, n := range levels {
 				if be.name == "gvisor" && n > b.cfg.GvisorMax {
 					b.skipOnce(fmt.Sprintf("TTFT, gvisor at %d sessions", n), fmt.Sprintf("above --gvisor-max %d (each gVisor sandbox takes 0.3-0.5 s of CPU to start)", b.cfg.GvisorMax))
@@ -446,8 +457,8 @@ func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
 				b.rep.PerSlot[n] = perSlot
 				b.progress("ttft: %s %s, %d concurrent sessions × %d each", be.name, mode, n, perSlot)
 				t0 := time.Now()
-				samples, errs, err := RunTTFT(ctx, c, b.fake, Workload{
-					AgentID: agentID, EnvID: envID, Concurrency: n, PerSlot: perSlot, Stagger: b.cfg.ModelTTFT, ToolShare: b.cfg.ToolShare,
+				samples, errs, err := RunTTFT(ctx, s.c, b.fake, Workload{
+					AgentID: s.agentID, EnvID: s.envID, Concurrency: n, PerSlot: perSlot, Stagger: b.cfg.ModelTTFT, ToolShare: b.cfg.ToolShare,
 				})
 				rate := float64(len(samples)) / time.Since(t0).Seconds()
 				if err != nil && len(samples) == 0 {
@@ -481,30 +492,24 @@ func (b *benchRun) skipOnce(section, reason string) {
 }
 
 func (b *benchRun) log(ctx context.Context) error {
-	s, err := b.startServer(ctx, "log", b.fake, nil, false, true, 0)
+	s, err := b.startServer(ctx, "log", serverSpec{})
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	c := s.Client()
-	defer c.CloseIdle()
-	agentID, envID, err := setup(ctx, c)
-	if err != nil {
-		return err
-	}
 	d, events := 5*time.Second, 100
 	if b.cfg.Quick {
 		d, events = time.Second, 10
 	}
 	b.progress("log: appends through the API, 32 clients for %s", d)
-	res, err := RunAppends(ctx, c, agentID, envID, 32, d)
+	res, err := RunAppends(ctx, s.c, s.agentID, s.envID, 32, d)
 	if err != nil {
 		return err
 	}
 	b.progress("log: %.0f appends/s", res.AppendsPerSec)
 	b.progress("log: SSE fan-out to 100 subscribers, %d events", events)
 	res.Subscribers, res.Events = 100, events
-	res.Delivery, err = RunFanout(ctx, c, agentID, envID, 100, events, 20*time.Millisecond)
+	res.Delivery, err = RunFanout(ctx, s.c, s.agentID, s.envID, 100, events, 20*time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -522,20 +527,14 @@ func (b *benchRun) scale(ctx context.Context) error {
 	}
 	defer fake.close()
 	var timed *TimedStore
-	s, err := b.startServer(ctx, "scale", fake, nil, false, false, 0, func(st store.Store) store.Store {
+	s, err := b.startServer(ctx, "scale", serverSpec{fake: fake, wrap: func(st store.Store) store.Store {
 		timed = NewTimedStore(st)
 		return timed
-	})
+	}})
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	c := s.Client()
-	defer c.CloseIdle()
-	agentID, envID, err := setup(ctx, c)
-	if err != nil {
-		return err
-	}
 levels:
 	for _, n := range levels {
 		if n > b.cfg.Workers {
@@ -546,8 +545,8 @@ levels:
 			b.progress("scale: %d concurrent active sessions × %d turns each (try %d)", n, b.cfg.ScalePerSlot, try)
 			timed.Take()
 			t0 := time.Now()
-			samples, errs, err := RunTTFT(ctx, c, fake, Workload{
-				AgentID: agentID, EnvID: envID, Concurrency: n, PerSlot: b.cfg.ScalePerSlot, Stagger: b.cfg.ScaleTTFT,
+			samples, errs, err := RunTTFT(ctx, s.c, fake, Workload{
+				AgentID: s.agentID, EnvID: s.envID, Concurrency: n, PerSlot: b.cfg.ScalePerSlot, Stagger: b.cfg.ScaleTTFT,
 			})
 			stt := timed.Take()
 			rate := float64(len(samples)) / time.Since(t0).Seconds()
@@ -562,7 +561,7 @@ levels:
 			if err != nil {
 				b.progress("scale: first error: %v", err)
 			}
-			c.CloseIdle()
+			s.c.CloseIdle()
 			fake.forget()
 			if step.Holds() {
 				b.rep.ScaleMax = n
@@ -575,17 +574,11 @@ levels:
 }
 
 func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
-	s, err := b.startServer(ctx, "idle", b.fake, be, false, false, time.Second)
+	s, err := b.startServer(ctx, "idle", serverSpec{fake: b.fake, backend: be, idle: time.Second})
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	c := s.Client()
-	defer c.CloseIdle()
-	agentID, envID, err := setup(ctx, c)
-	if err != nil {
-		return err
-	}
 	share := 0.1
 	var sandboxes func() int
 	if pool := s.Pool(); pool != nil {
@@ -594,8 +587,8 @@ func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
 		share = 0
 	}
 	b.progress("idle: %d sessions through one turn each, then idle", b.cfg.IdleSessions)
-	res, err := RunIdleMemory(ctx, c, b.fake, IdleConfig{
-		Workload: Workload{AgentID: agentID, EnvID: envID, Concurrency: 50, ToolShare: share},
+	res, err := RunIdleMemory(ctx, s.c, b.fake, IdleConfig{
+		Workload: Workload{AgentID: s.agentID, EnvID: s.envID, Concurrency: 50, ToolShare: share},
 		Sessions: b.cfg.IdleSessions, Sandboxes: sandboxes, Settle: 10 * time.Second, Forget: b.fake.forget,
 	})
 	if err != nil {
@@ -635,15 +628,10 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// redact drops a URL's password.
+// redact hides a URL's password.
 func redact(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		if j := strings.Index(u[i+3:], "@"); j >= 0 {
-			cred := u[i+3 : i+3+j]
-			if k := strings.Index(cred, ":"); k >= 0 {
-				return u[:i+3] + cred[:k] + ":***" + u[i+3+j:]
-			}
-		}
+	if p, err := url.Parse(u); err == nil && p.User != nil {
+		return p.Redacted()
 	}
 	return u
 }
