@@ -77,7 +77,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.svg, "svg", "", "SVG chart `file` (default bench.svg beside --out)")
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of corral-sandbox-agent (default: beside this binary, on PATH, else built with go build)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, brains and client are one process) to `file`")
-	fs.StringVar(&f.runsc, "runsc", cmp.Or(os.Getenv("CORRAL_RUNSC"), "runsc"), "runsc `binary` for the gvisor backend (env CORRAL_RUNSC; /opt/corral-runsc/runsc is tried too)")
+	runscFlag(fs, &f.runsc)
 }
 
 // applyQuick lowers the defaults of the flags the command line did not set.

@@ -41,12 +41,17 @@ func defaultSandbox() string {
 func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kind, "sandbox", envOr("CORRAL_SANDBOX", defaultSandbox()), "sandbox `backend`: bwrap, oci (runc), gvisor (runsc), process (no isolation: development only) or none (env CORRAL_SANDBOX)")
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary or on PATH, else this binary)")
-	fs.StringVar(&f.runsc, "runsc", envOr("CORRAL_RUNSC", "runsc"), "runsc `binary` for --sandbox gvisor (a current, static build; env CORRAL_RUNSC; "+runscFallback+" is tried when runsc is not on PATH)")
+	runscFlag(fs, &f.runsc)
 	fs.DurationVar(&f.idle, "sandbox-idle", sandbox.DefaultIdleTimeout, "how long an unused sandbox lives before it is reaped (its workspace stays)")
 	fs.Int64Var(&f.memoryMB, "sandbox-memory", agent.DefaultMemoryBytes>>20, "memory limit of each sandbox in `MiB`")
 	fs.IntVar(&f.pids, "sandbox-pids", agent.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
 	fs.DurationVar(&f.timeout, "tool-timeout", agent.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
+}
+
+// runscFlag adds --runsc, the gvisor backend's binary, to serve, harness and bench.
+func runscFlag(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "runsc", envOr("CORRAL_RUNSC", "runsc"), "runsc `binary` of the gvisor backend (a current, static build; env CORRAL_RUNSC; "+runscFallback+" is tried when runsc is not on PATH)")
 }
 
 func (f *handsFlags) limits() sandbox.Limits {

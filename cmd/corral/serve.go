@@ -20,7 +20,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "serve", "[flags]")
 	var sf storeFlags
 	sf.register(fs)
-	listen := fs.String("listen", envOr("CORRAL_LISTEN", "127.0.0.1:8080"), "`address` to serve the API on (env CORRAL_LISTEN)")
+	listen := fs.String("listen", envOr("CORRAL_LISTEN", corral.DefaultListen), "`address` to serve the API on (env CORRAL_LISTEN)")
 	var bf brainFlags
 	bf.register(fs)
 	var hf handsFlags

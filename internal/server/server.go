@@ -29,6 +29,8 @@ const (
 	DefaultSweepInterval = 10 * time.Minute
 	// DefaultShutdownTimeout bounds the wait for in-flight requests in Stop.
 	DefaultShutdownTimeout = 20 * time.Second
+	// DefaultListen is the address the API serves on.
+	DefaultListen = "127.0.0.1:8080"
 )
 
 // HTTP server timeouts (the same for every server this package builds).
@@ -55,7 +57,7 @@ type Config struct {
 
 // APIConfig configures the HTTP API of a Server.
 type APIConfig struct {
-	// Listen is the TCP address to serve on (default "127.0.0.1:8080"; port 0 picks a free one).
+	// Listen is the TCP address to serve on (default DefaultListen; port 0 picks a free one).
 	Listen string
 	// Keys authenticates requests. Required.
 	Keys      api.Authenticator
@@ -93,7 +95,7 @@ func (c *Config) setDefaults() {
 	}
 	if c.API != nil {
 		a := *c.API
-		a.Listen = cmp.Or(a.Listen, "127.0.0.1:8080")
+		a.Listen = cmp.Or(a.Listen, DefaultListen)
 		a.ShutdownTimeout = cmp.Or(a.ShutdownTimeout, DefaultShutdownTimeout)
 		c.API = &a
 	}
