@@ -66,7 +66,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	msgID := fmt.Sprintf("msg_modeltest_%03d", reqID)
+	msgID := fmt.Sprintf("msg_fake_%03d", reqID)
 	if !req.Stream {
 		n := len(tokens(turn.Thinking)) + len(tokens(turn.Text))
 		for _, u := range turn.ToolUses {
