@@ -185,6 +185,15 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	return nil
 }
 
+// call sends a JSON request and returns its JSON answer decoded as a T.
+func call[T any](ctx context.Context, c *Client, method, path string, query url.Values, body any) (*T, error) {
+	var out T
+	if err := c.do(ctx, method, path, query, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Page is one page of a list: the items and the token of the next page (nil on the last page).
 type Page[T any] struct {
 	Data     []T     `json:"data"`
