@@ -75,7 +75,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.workers, "brains", 2500, "in-process brain workers of the servers under test (>= the largest level)")
 	fs.StringVar(&f.out, "out", "docs/benchmarks.md", "markdown `file` whose generated section is replaced (\"\" = do not write)")
 	fs.StringVar(&f.svg, "svg", "", "SVG chart `file` (default bench.svg beside --out)")
-	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of corral-sandbox-agent (default: beside this binary, on PATH, else built with go build)")
+	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: as serve finds it; from a test binary or a dynamically linked corral, built static with go build when run in the source checkout)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, brains and client are one process) to `file`")
 	runscFlag(fs, &f.runsc)
 }
@@ -110,8 +110,9 @@ func runBench(ctx context.Context, io *stdio, args []string) error {
 		fmt.Fprint(io.err, `Usage: corral bench [flags]
 
 Runs the server corral serve runs (the same assembly; SQLite by default, PostgreSQL with --db) on 127.0.0.1
-against a fake model server of configurable latency and real sandboxes, and compares the decoupled design (lazy hands) with the coupled one
-(the sandbox provisioned before the first model call, as serve --eager-hands does). Sections:
+against a fake model server of configurable latency and real sandboxes, and compares the decoupled design
+(lazy hands) with the coupled one (the sandbox provisioned before the first model call, as serve
+--eager-hands does). Sections:
   ttft      time to first token as a client sees it, and platform overhead, per backend, mode and concurrency
   hands     provision / ready / execute latency per backend
   log       appends per second through the API; SSE delivery latency to 100 subscribers of one session
