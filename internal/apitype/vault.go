@@ -78,5 +78,5 @@ type InjectionLocation struct {
 // or "limited" with AllowedHosts.
 type CredentialNetworking struct {
 	Type         NetworkingType `json:"type"`
-	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+	AllowedHosts []string       `json:"allowed_hosts,omitempty"`
 }

@@ -159,21 +159,28 @@ func New(cfg Config) (*Server, error) {
 	default:
 		hands = sandbox.Unavailable(sc.Tools, "Built-in tools cannot run on this server: no sandbox backend is configured (--sandbox none).")
 	}
+	// undo releases what was built when a later part fails: nothing runs yet.
+	undo := func(err error) (*Server, error) {
+		if s.pool != nil {
+			_ = s.pool.Stop()
+		}
+		closeProvider(cfg.Sandbox.Provider)
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if cfg.Brain != nil {
 		hc := *cfg.Brain
 		hc.Store, hc.Logger, hc.Hands = cfg.Store, cfg.Logger, hands
 		brain, err := harness.New(hc)
 		if err != nil {
-			if s.pool != nil {
-				_ = s.pool.Stop()
-			}
-			closeProvider(cfg.Sandbox.Provider)
-			return nil, fmt.Errorf("server: %w", err)
+			return undo(err)
 		}
 		s.brain = brain
 	}
 	if cfg.API != nil {
-		a := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer})
+		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer})
+		if err != nil {
+			return undo(err)
+		}
 		// Streams end when the server shuts down; ordinary requests finish first.
 		baseCtx, cancel := context.WithCancel(context.Background())
 		s.cancelStreams = cancel
