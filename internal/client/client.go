@@ -1,6 +1,6 @@
 // Package client is the typed Go client of Corral's HTTP API (the Managed Agents API), on the wire types of
 // apitype: agents, environments, sessions, session events and their SSE stream, with Last-Event-ID resume.
-// The CLI, the benchmark and the self-hosted worker use it; it imports nothing of Corral but apitype.
+// The CLI and the benchmark use it, and next the self-hosted worker; it imports nothing of Corral but apitype.
 package client
 
 import (
