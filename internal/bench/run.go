@@ -342,7 +342,7 @@ type benchServer struct {
 }
 
 func (s *benchServer) close() {
-	s.c.CloseIdle()
+	s.c.CloseIdleConnections()
 	s.Server.Stop()
 	_ = s.st.Close()
 }
@@ -413,7 +413,7 @@ func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec 
 		s.envID, err = s.c.CreateEnvironment(ctx, "bench")
 	}
 	if err != nil {
-		s.c.CloseIdle()
+		s.c.CloseIdleConnections()
 		srv.Stop()
 		return nil, err
 	}
@@ -561,7 +561,7 @@ levels:
 			if err != nil {
 				b.progress("scale: first error: %v", err)
 			}
-			s.c.CloseIdle()
+			s.c.CloseIdleConnections()
 			fake.forget()
 			if step.Holds() {
 				b.rep.ScaleMax = n
