@@ -224,6 +224,24 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+// TestNewFailureClosesTheProvider: when a part refuses its config (here the API's negative rate limit), New
+// returns the error and closes the provider it was given.
+func TestNewFailureClosesTheProvider(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	prov := &stubProvider{closed: make(chan struct{})}
+	_, err := server.New(server.Config{Store: st, API: &server.APIConfig{Keys: &api.KeyAuth{Static: key}, RateLimit: -1},
+		Sandbox: server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: t.TempDir()}}})
+	if err == nil {
+		t.Fatal("New with a negative rate limit succeeded")
+	}
+	select {
+	case <-prov.closed:
+	default:
+		t.Error("New failed without closing the provider")
+	}
+}
+
 // TestHarnessOnly: brains without an API (corral harness) have no address.
 func TestHarnessOnly(t *testing.T) {
 	t.Parallel()
