@@ -67,6 +67,15 @@ func NewCA() (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress ca: %w", err)
 	}
+	return NewCAFromKey(key)
+}
+
+// NewCAFromKey returns a CA with a new self-signed certificate (valid CALifetime) for a P-256 key the caller
+// holds: a test that must know the key to look for it, or an operator's own key.
+func NewCAFromKey(key *ecdsa.PrivateKey) (*CA, error) {
+	if key == nil || key.Curve != elliptic.P256() {
+		return nil, errors.New("egress ca: the key must be ECDSA P-256")
+	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),

@@ -19,8 +19,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
@@ -221,7 +223,21 @@ type Injector struct {
 	ca     *CA
 	creds  []*secret
 	logger *slog.Logger
+
+	mu sync.Mutex
+	// derived are encodings of secrets Rewrite made (a Basic authorization's base64 of user:secret), scrubbed
+	// from answers like the secrets; the last maxDerived.
+	derived []derived
 }
+
+// derived is an encoding of a secret and the same encoding of its placeholder.
+type derived struct {
+	secret    *secret
+	value, ph []byte
+}
+
+// maxDerived bounds the encodings an Injector remembers.
+const maxDerived = 64
 
 var _ sandbox.Interceptor = (*Injector)(nil)
 
@@ -272,7 +288,7 @@ func (in *Injector) Rewrite(req *http.Request) error {
 	if len(hdr) > 0 {
 		for k, vs := range req.Header {
 			for i, v := range vs {
-				vs[i] = rewriteHeader(k, v, hdr)
+				vs[i] = in.rewriteHeader(k, v, hdr)
 			}
 		}
 	}
@@ -308,68 +324,92 @@ func (in *Injector) Rewrite(req *http.Request) error {
 	return nil
 }
 
-// rewriteHeader replaces placeholders in one header value.
-func rewriteHeader(key, v string, creds []*secret) string {
-	if scheme, cred, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Basic") &&
-		(key == "Authorization" || key == "Proxy-Authorization") {
-		if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
-			out := replaceAll(raw, creds, false)
-			if !bytes.Equal(out, raw) {
-				return scheme + " " + base64.StdEncoding.EncodeToString(out)
+// rewriteHeader replaces placeholders in one header value; in a Basic authorization, inside its base64.
+func (in *Injector) rewriteHeader(key, v string, creds []*secret) string {
+	if scheme, cred, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Basic") && key == "Authorization" {
+		cred = strings.TrimSpace(cred)
+		if raw, err := base64.StdEncoding.DecodeString(cred); err == nil {
+			var used []*secret
+			for _, c := range creds {
+				if bytes.Contains(raw, c.placeholder) {
+					used = append(used, c)
+				}
+			}
+			if len(used) > 0 {
+				enc := base64.StdEncoding.EncodeToString(replaceAll(raw, used))
+				in.remember(used, []byte(enc), []byte(cred))
+				return scheme + " " + enc
 			}
 		}
 	}
-	return string(replaceAll([]byte(v), creds, false))
+	return string(replaceAll([]byte(v), creds))
 }
 
-// replaceAll replaces the creds' placeholders with their values in b, or the values with the placeholders
-// when reverse is set (values shorter than minScrubLen are left).
-func replaceAll(b []byte, creds []*secret, reverse bool) []byte {
-	for _, c := range creds {
-		old, nw := c.placeholder, c.value
-		if reverse {
-			if len(c.value) < minScrubLen {
-				continue
-			}
-			old, nw = c.value, c.placeholder
+// remember records an encoding made of the secrets of creds, so that the answers of the hosts where any of
+// them may go are scrubbed of it too.
+func (in *Injector) remember(creds []*secret, value, ph []byte) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, d := range in.derived {
+		if bytes.Equal(d.value, value) {
+			return
 		}
-		if bytes.Contains(b, old) {
-			b = bytes.ReplaceAll(b, old, nw)
+	}
+	for _, c := range creds {
+		if len(in.derived) >= maxDerived {
+			in.derived = in.derived[1:]
+		}
+		in.derived = append(in.derived, derived{secret: c, value: value, ph: ph})
+	}
+}
+
+// replaceAll replaces the creds' placeholders with their values in b.
+func replaceAll(b []byte, creds []*secret) []byte {
+	for _, c := range creds {
+		if bytes.Contains(b, c.placeholder) {
+			b = bytes.ReplaceAll(b, c.placeholder, c.value)
 		}
 	}
 	return b
 }
 
-// ScrubResponse replaces, in an answer from host, the secrets that may be sent there with their
-// placeholders: in the header values and, streaming, in the body (the body then has no Content-Length). A
-// host that echoes a request back thus never shows the sandbox the secret it was sent.
+// ScrubResponse replaces, in an answer from host, the secrets that may be sent there (and the encodings of
+// them Rewrite made) with their placeholders: in the header values and, streaming, in the body (the body then
+// has no Content-Length). A host that echoes a request back thus does not show the sandbox the secret it was
+// sent. Other encodings of a secret an upstream may choose (JSON escapes, its own base64) are not recognised.
 func (in *Injector) ScrubResponse(req *http.Request, resp *http.Response) {
 	creds := in.forHost(req.URL.Hostname())
-	var scrub []*secret
+	var old, nw [][]byte
 	for _, c := range creds {
 		if len(c.value) >= minScrubLen {
-			scrub = append(scrub, c)
+			old, nw = append(old, c.value), append(nw, c.placeholder)
 		}
 	}
-	if len(scrub) == 0 {
+	in.mu.Lock()
+	for _, d := range in.derived {
+		if slices.Contains(creds, d.secret) {
+			old, nw = append(old, d.value), append(nw, d.ph)
+		}
+	}
+	in.mu.Unlock()
+	if len(old) == 0 {
 		return
 	}
-	for k, vs := range resp.Header {
+	for _, vs := range resp.Header {
 		for i, v := range vs {
-			vs[i] = string(replaceAll([]byte(v), scrub, true))
-			if k == "Www-Authenticate" || k == "Authorization" {
-				vs[i] = rewriteBasicReverse(vs[i], scrub)
+			b := []byte(v)
+			for j := range old {
+				b = bytes.ReplaceAll(b, old[j], nw[j])
 			}
+			vs[i] = string(b)
 		}
 	}
 	if resp.Body == nil || resp.Body == http.NoBody || req.Method == http.MethodHead {
 		return
 	}
-	r := &replaceReader{src: resp.Body}
-	for _, c := range scrub {
-		r.old = append(r.old, c.value)
-		r.new = append(r.new, c.placeholder)
-		r.keep = max(r.keep, len(c.value)-1)
+	r := &replaceReader{src: resp.Body, old: old, new: nw}
+	for _, o := range old {
+		r.keep = max(r.keep, len(o)-1)
 	}
 	resp.Body = struct {
 		io.Reader
@@ -377,18 +417,6 @@ func (in *Injector) ScrubResponse(req *http.Request, resp *http.Response) {
 	}{r, resp.Body}
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
-}
-
-func rewriteBasicReverse(v string, creds []*secret) string {
-	scheme, cred, ok := strings.Cut(v, " ")
-	if !ok || !strings.EqualFold(scheme, "Basic") {
-		return v
-	}
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
-	if err != nil {
-		return v
-	}
-	return scheme + " " + base64.StdEncoding.EncodeToString(replaceAll(raw, creds, true))
 }
 
 // replaceReader replaces every old[i] in src with new[i], streaming: it holds back the last keep bytes read
