@@ -214,8 +214,8 @@ func RunSecrets(t *testing.T, newProvider func(testing.TB) sandbox.Provider, set
 	})
 	t.Run("RedTeam", func(t *testing.T) {
 		run(`mkdir -p /workspace/.dump && cd /workspace/.dump &&
-for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; echo; done > procs &&
-find / \( -path /proc -o -path /sys -o -path /dev -o -path /usr -o -path /workspace \) -prune -o -type f -size -64M -print 2>/dev/null > files &&
+for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; echo; done > procs
+find / \( -path /proc -o -path /sys -o -path /dev -o -path /usr -o -path /workspace \) -prune -o -type f -size -64M -print 2>/dev/null > files
 while read -r f; do cat "$f" 2>/dev/null; done < files > contents; wc -l < files`)
 		dump := filepath.Join(root, sess, ".dump")
 		var all bytes.Buffer
