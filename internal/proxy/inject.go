@@ -140,7 +140,7 @@ func (s *Secrets) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egres
 		return nil, nil
 	}
 	eg := &sandbox.Egress{Env: map[string]string{}, CACertPEM: s.cfg.CA.CertPEM(),
-		Intercept: &Injector{ca: s.cfg.CA, creds: creds, logger: s.cfg.Logger}}
+		Intercept: newInjector(s.cfg.CA, creds, s.cfg.Logger)}
 	for _, c := range creds {
 		eg.Env[c.name] = string(c.placeholder)
 	}
@@ -224,6 +224,8 @@ type Injector struct {
 	creds  []*secret
 	logger *slog.Logger
 
+	bodies chan struct{} // slots of the bodies held at a time (maxBodies)
+
 	mu sync.Mutex
 	// derived are encodings of secrets Rewrite made (a Basic authorization's base64 of user:secret), scrubbed
 	// from answers like the secrets; the last maxDerived.
@@ -236,10 +238,17 @@ type derived struct {
 	value, ph []byte
 }
 
+// maxBodies bounds the request bodies one Injector holds in memory at a time (each up to MaxBodyInjection).
+const maxBodies = 4
+
 // maxDerived bounds the encodings an Injector remembers.
 const maxDerived = 64
 
 var _ sandbox.Interceptor = (*Injector)(nil)
+
+func newInjector(ca *CA, creds []*secret, logger *slog.Logger) *Injector {
+	return &Injector{ca: ca, creds: creds, logger: logger, bodies: make(chan struct{}, maxBodies)}
+}
 
 // forHost returns the secrets that may be sent to host.
 func (in *Injector) forHost(host string) []*secret {
@@ -298,6 +307,13 @@ func (in *Injector) Rewrite(req *http.Request) error {
 	if ce := req.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		in.logger.Info("request body content-encoded; placeholders in it left as sent", "host", req.URL.Hostname(), "encoding", ce)
 		return nil
+	}
+	// Bodies are held in memory: a few at a time per sandbox, so that its many connections cannot hold more.
+	select {
+	case in.bodies <- struct{}{}:
+		defer func() { <-in.bodies }()
+	case <-req.Context().Done():
+		return req.Context().Err()
 	}
 	b, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyInjection+1))
 	if err != nil {

@@ -208,7 +208,7 @@ func testInjector(t *testing.T, creds ...*secret) *Injector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Injector{ca: ca, creds: creds, logger: discard()}
+	return newInjector(ca, creds, discard())
 }
 
 func newTestSecret(name, value string, header, body bool, hosts ...string) *secret {

@@ -27,8 +27,12 @@ type responseScrubber interface {
 	ScrubResponse(req *http.Request, resp *http.Response)
 }
 
-// interceptIdle bounds how long an intercepted connection waits for its next request, and for its first bytes.
+// interceptIdle bounds how long an intercepted connection waits for its next request.
 const interceptIdle = time.Minute
+
+// clientFirst is how long an intercepted tunnel waits for the client's first bytes (a TLS ClientHello) before
+// it takes the protocol for one whose server speaks first and tunnels it untouched.
+const clientFirst = 3 * time.Second
 
 // trusted reports whether host:port is one of the policy's AllowInternal pairs (host lower case, no brackets).
 func (p Policy) trusted(host, port string) bool {
@@ -138,14 +142,17 @@ func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, host, p
 		return
 	}
 	defer p.untrack(down)
-	_ = down.SetReadDeadline(time.Now().Add(interceptIdle))
+	// A TLS client speaks first, at once. A protocol whose server speaks first (SSH banners aside, SMTP, ...)
+	// sends nothing: after clientFirst it is tunnelled, as is anything that does not start a TLS handshake.
+	_ = down.SetReadDeadline(time.Now().Add(clientFirst))
 	first, err := buf.Reader.Peek(1)
 	_ = down.SetReadDeadline(time.Time{})
-	if err != nil {
+	var ne net.Error
+	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
 		return
 	}
 	in := &bufferedConn{Conn: down, r: buf.Reader}
-	if first[0] != 0x16 { // not a TLS handshake record: nothing to rewrite
+	if err != nil || first[0] != 0x16 { // not a TLS handshake record: nothing to rewrite
 		p.splice(r.Context(), in, r.Host)
 		return
 	}

@@ -215,6 +215,36 @@ func TestIntercept(t *testing.T) {
 			t.Errorf("echo through a non-TLS intercepted tunnel: %q, %v", buf, err)
 		}
 	})
+	t.Run("ServerFirstTunnels", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			c, err := ln.Accept()
+			if err == nil {
+				fmt.Fprint(c, "220 banner\r\n")
+				_, _ = io.Copy(io.Discard, c)
+				c.Close()
+			}
+		}()
+		sock := listen(t, Policy{AllowAll: true}, &sandbox.Egress{AllowInternal: []string{ln.Addr().String()}, Intercept: fake})
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", ln.Addr())
+		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(clientFirst + 5*time.Second))
+		if line, err := br.ReadString('\n'); err != nil || line != "220 banner\r\n" {
+			t.Errorf("a server-first protocol through an intercepted tunnel: %q, %v", line, err)
+		}
+	})
 	t.Run("PlainHTTPRewritten", func(t *testing.T) {
 		plain := httptest.NewServer(up.Config.Handler)
 		defer plain.Close()

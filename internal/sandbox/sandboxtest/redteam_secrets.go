@@ -83,7 +83,9 @@ func (rc *recorder) last(t *testing.T) recorded {
 
 type egressFunc func(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egress, error)
 
-func (f egressFunc) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egress, error) { return f(ctx, r) }
+func (f egressFunc) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egress, error) {
+	return f(ctx, r)
+}
 
 // RunSecrets checks environment_variable credentials injected at egress, from bash in real sandboxes, against
 // real HTTPS servers on 127.0.0.1 that record what they receive: the sandbox sees a placeholder; a request to
