@@ -144,16 +144,32 @@ func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, host, p
 	defer p.untrack(down)
 	// A TLS client speaks first, at once. A protocol whose server speaks first (SSH banners aside, SMTP, ...)
 	// sends nothing: after clientFirst it is tunnelled, as is anything that does not start a TLS handshake.
+	// The server's reader of the hijacked connection cancels the request's context on a read error (the
+	// timeout below): read directly unless it buffered the client's first bytes already.
+	// The proxy's Close ends it instead.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	go func() {
+		select {
+		case <-p.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	br := buf.Reader
+	if br.Buffered() == 0 {
+		br = bufio.NewReader(down)
+	}
 	_ = down.SetReadDeadline(time.Now().Add(clientFirst))
-	first, err := buf.Reader.Peek(1)
+	first, err := br.Peek(1)
 	_ = down.SetReadDeadline(time.Time{})
 	var ne net.Error
 	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
 		return
 	}
-	in := &bufferedConn{Conn: down, r: buf.Reader}
+	in := &bufferedConn{Conn: down, r: br}
 	if err != nil || first[0] != 0x16 { // not a TLS handshake record: nothing to rewrite
-		p.splice(r.Context(), in, r.Host)
+		p.splice(ctx, in, r.Host)
 		return
 	}
 	intercept := p.egress.Intercept
@@ -162,14 +178,14 @@ func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, host, p
 		NextProtos:     []string{"http/1.1"},
 		MinVersion:     tls.VersionTLS12,
 	})
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	err = c.HandshakeContext(ctx)
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = c.HandshakeContext(hctx)
 	cancel()
 	if err != nil {
 		p.logger.Info("egress intercept handshake failed", "host", host, "err", err)
 		return
 	}
-	p.serveIntercepted(r.Context(), c, net.JoinHostPort(host, port))
+	p.serveIntercepted(ctx, c, net.JoinHostPort(host, port))
 }
 
 // serveIntercepted reads the HTTP/1.1 requests of a terminated TLS connection to hostport and answers each
