@@ -16,6 +16,8 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/store/postgres"
+	"github.com/corralhq/corral/internal/store/postgres/pgtest"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/vault"
 )
@@ -23,19 +25,34 @@ import (
 var placeholderRE = regexp.MustCompile(`^corral-secret-[0-9a-f]{32}$`)
 
 type fixture struct {
-	st  *sqlite.Store
+	st  store.Store
 	v   *vault.Vault
 	ctx context.Context
 }
 
-func newFixture(t *testing.T) *fixture {
+// adapters open a fresh store of each adapter (PostgreSQL when CORRAL_TEST_POSTGRES is set).
+var adapters = map[string]func(t *testing.T) store.Store{
+	"sqlite": func(t *testing.T) store.Store {
+		st, err := sqlite.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "corral.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	},
+	"postgres": func(t *testing.T) store.Store {
+		st, err := postgres.Open(context.Background(), pgtest.NewDSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	},
+}
+
+func newFixture(t *testing.T, st store.Store) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "corral.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	v, err := vault.Open(ctx, st, vault.NewKey())
 	if err != nil {
 		t.Fatal(err)
@@ -96,10 +113,18 @@ func envAuth(name string, body bool, hosts ...string) apitype.CredentialAuth {
 		InjectionLocation: &apitype.InjectionLocation{Header: true, Body: body}, Networking: n}
 }
 
-// TestSecretsEgress reads a session's credentials through a real store and vault.
+// TestSecretsEgress reads a session's credentials through a real store (each adapter) and vault.
 func TestSecretsEgress(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	for name, open := range adapters {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testSecretsEgress(t, newFixture(t, open(t)))
+		})
+	}
+}
+
+func testSecretsEgress(t *testing.T, f *fixture) {
 	ca, err := NewCA()
 	if err != nil {
 		t.Fatal(err)
