@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
@@ -41,6 +42,11 @@ const MaxBodyInjection = 10 << 20
 // ordinary responses.
 const minScrubLen = 6
 
+// RefreshEvery is how often an Injector reads its credentials again: within it, a credential archived or
+// deleted (or its vault) stops being injected, and a new secret_value, allowed_hosts or injection_location
+// applies. A sandbox's placeholders stay; a credential created later reaches the session's next sandbox.
+const RefreshEvery = 15 * time.Second
+
 // secretValueName is the name of an environment_variable credential's sealed secret.
 const secretValueName = "secret_value"
 
@@ -49,6 +55,7 @@ type CredentialStore interface {
 	SessionGet(ctx context.Context, id string) (*apitype.Session, error)
 	VaultGet(ctx context.Context, id string) (*apitype.Vault, error)
 	CredentialList(ctx context.Context, p *store.CredentialListParams) ([]apitype.Credential, error)
+	CredentialGet(ctx context.Context, p *store.CredentialRef) (*apitype.Credential, error)
 	SecretList(ctx context.Context, p *store.SecretListParams) ([]store.SealedSecret, error)
 }
 
@@ -139,12 +146,53 @@ func (s *Secrets) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egres
 	if len(creds) == 0 {
 		return nil, nil
 	}
-	eg := &sandbox.Egress{Env: map[string]string{}, CACertPEM: s.cfg.CA.CertPEM(),
-		Intercept: newInjector(s.cfg.CA, creds, s.cfg.Logger)}
+	in := newInjector(s.cfg.CA, creds, s.cfg.Logger)
+	in.reload = s.reload
+	eg := &sandbox.Egress{Env: map[string]string{}, CACertPEM: s.cfg.CA.CertPEM(), Intercept: in}
 	for _, c := range creds {
 		eg.Env[c.name] = string(c.placeholder)
 	}
 	return eg, nil
+}
+
+// reload reads the credentials of cur again: those deleted or archived (or whose vault is) are dropped, the
+// others get their current secret and configuration under the placeholder they have.
+func (s *Secrets) reload(ctx context.Context, cur []*secret) ([]*secret, error) {
+	var next []*secret
+	vaults := map[string]bool{} // vault id -> usable
+	for _, old := range cur {
+		ok, seen := vaults[old.vaultID]
+		if !seen {
+			v, err := s.cfg.Store.VaultGet(ctx, old.vaultID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, fmt.Errorf("proxy: vault %s: %w", old.vaultID, err)
+			}
+			ok = err == nil && v.ArchivedAt == nil
+			vaults[old.vaultID] = ok
+		}
+		if !ok {
+			continue
+		}
+		c, err := s.cfg.Store.CredentialGet(ctx, &store.CredentialRef{VaultID: old.vaultID, ID: old.id})
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("proxy: credential %s: %w", old.id, err)
+		}
+		if c.ArchivedAt != nil || c.Auth.Type != apitype.AuthEnvironmentVariable || c.Auth.SecretName != old.name {
+			continue
+		}
+		sc, err := s.open(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		if sc != nil {
+			sc.placeholder = old.placeholder
+			next = append(next, sc)
+		}
+	}
+	return next, nil
 }
 
 // open reads and opens a credential's secret; nil if it has none (archived meanwhile).
@@ -169,6 +217,7 @@ func (s *Secrets) open(ctx context.Context, c *apitype.Credential) (*secret, err
 // secret is one credential as one sandbox's Injector holds it.
 type secret struct {
 	id, name    string
+	vaultID     string
 	placeholder []byte
 	value       []byte
 	hosts       []string // nil: every host (unrestricted networking)
@@ -177,7 +226,8 @@ type secret struct {
 }
 
 func newSecret(c *apitype.Credential, value []byte) *secret {
-	s := &secret{id: c.ID, name: c.Auth.SecretName, placeholder: []byte(NewPlaceholder()), value: value, header: true}
+	s := &secret{id: c.ID, name: c.Auth.SecretName, vaultID: c.VaultID, placeholder: []byte(NewPlaceholder()), value: value,
+		header: true}
 	if l := c.Auth.InjectionLocation; l != nil {
 		s.header, s.body = l.Header, l.Body
 	}
@@ -221,20 +271,22 @@ func normHost(h string) string {
 // hosts (sandbox.Interceptor), and secrets with their placeholders in the answers.
 type Injector struct {
 	ca     *CA
-	creds  []*secret
 	logger *slog.Logger
-
 	bodies chan struct{} // slots of the bodies held at a time (maxBodies)
+	// reload, if set, reads the credentials again (Secrets.reload), every RefreshEvery.
+	reload func(ctx context.Context, cur []*secret) ([]*secret, error)
 
-	mu sync.Mutex
+	mu     sync.Mutex
+	creds  []*secret
+	loaded time.Time
 	// derived are encodings of secrets Rewrite made (a Basic authorization's base64 of user:secret), scrubbed
 	// from answers like the secrets; the last maxDerived.
 	derived []derived
 }
 
-// derived is an encoding of a secret and the same encoding of its placeholder.
+// derived is an encoding of a secret (of the credential credID) and the same encoding of its placeholder.
 type derived struct {
-	secret    *secret
+	credID    string
 	value, ph []byte
 }
 
@@ -247,14 +299,33 @@ const maxDerived = 64
 var _ sandbox.Interceptor = (*Injector)(nil)
 
 func newInjector(ca *CA, creds []*secret, logger *slog.Logger) *Injector {
-	return &Injector{ca: ca, creds: creds, logger: logger, bodies: make(chan struct{}, maxBodies)}
+	return &Injector{ca: ca, creds: creds, logger: logger, bodies: make(chan struct{}, maxBodies), loaded: time.Now()}
+}
+
+// current returns the credentials, read again first if they are older than RefreshEvery. A failed read keeps
+// the ones it has (and is logged), until the next try.
+func (in *Injector) current() []*secret {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.reload != nil && time.Since(in.loaded) >= RefreshEvery {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		next, err := in.reload(ctx, in.creds)
+		cancel()
+		if err != nil {
+			in.logger.Warn("credentials not read again; the last ones stay", "err", err)
+		} else {
+			in.creds = next
+		}
+		in.loaded = time.Now()
+	}
+	return in.creds
 }
 
 // forHost returns the secrets that may be sent to host.
 func (in *Injector) forHost(host string) []*secret {
 	host = normHost(host)
 	var out []*secret
-	for _, c := range in.creds {
+	for _, c := range in.current() {
 		if c.allows(host) {
 			out = append(out, c)
 		}
@@ -375,7 +446,7 @@ func (in *Injector) remember(creds []*secret, value, ph []byte) {
 		if len(in.derived) >= maxDerived {
 			in.derived = in.derived[1:]
 		}
-		in.derived = append(in.derived, derived{secret: c, value: value, ph: ph})
+		in.derived = append(in.derived, derived{credID: c.id, value: value, ph: ph})
 	}
 }
 
@@ -403,7 +474,7 @@ func (in *Injector) ScrubResponse(req *http.Request, resp *http.Response) {
 	}
 	in.mu.Lock()
 	for _, d := range in.derived {
-		if slices.Contains(creds, d.secret) {
+		if slices.ContainsFunc(creds, func(c *secret) bool { return c.id == d.credID }) {
 			old, nw = append(old, d.value), append(nw, d.ph)
 		}
 	}

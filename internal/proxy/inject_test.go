@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
@@ -200,6 +201,48 @@ func testSecretsEgress(t *testing.T, f *fixture) {
 		}
 	}
 
+	// Read again: an archived credential is no longer injected, a new secret value is, under the same
+	// placeholders.
+	apiID := credID(t, f, v1, "API_TOKEN")
+	f.updateSecret(t, v1, apiID, "rotated-api-token")
+	wild := credID(t, f, v2, "WILD_TOKEN")
+	if _, err := f.st.CredentialArchive(f.ctx, &store.CredentialArchiveParams{CredentialRef: store.CredentialRef{VaultID: v2, ID: wild}, At: apitype.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	inj := in.(*Injector)
+	rewrite := func(url, ph string) string {
+		t.Helper()
+		req := request(t, url, "Bearer "+ph, "")
+		if err := inj.Rewrite(req); err != nil {
+			t.Fatal(err)
+		}
+		return req.Header.Get("Authorization")
+	}
+	if got := rewrite("https://x.example.org/", eg.Env["WILD_TOKEN"]); got != "Bearer value-of-wild" {
+		t.Fatalf("before the refresh: %q", got)
+	}
+	inj.mu.Lock()
+	inj.loaded = time.Time{}
+	inj.mu.Unlock()
+	if got := rewrite("https://api.example.com/", eg.Env["API_TOKEN"]); got != "Bearer rotated-api-token" {
+		t.Errorf("after a new secret_value: %q", got)
+	}
+	if got := rewrite("https://x.example.org/", eg.Env["WILD_TOKEN"]); got != "Bearer "+eg.Env["WILD_TOKEN"] {
+		t.Errorf("an archived credential is still injected: %q", got)
+	}
+	if _, err := f.st.VaultArchive(f.ctx, &store.ArchiveParams{ID: v1, At: apitype.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	inj.mu.Lock()
+	inj.loaded = time.Time{}
+	inj.mu.Unlock()
+	if got := rewrite("https://api.example.com/", eg.Env["API_TOKEN"]); got != "Bearer "+eg.Env["API_TOKEN"] {
+		t.Errorf("a credential of an archived vault is still injected: %q", got)
+	}
+	if inj.Intercepts("anything.test", "443") {
+		t.Errorf("the archived vault's unrestricted credential is still intercepted")
+	}
+
 	// No vault, or only archived ones: nothing to add.
 	for _, s := range []string{f.session(t), f.session(t, archived)} {
 		if eg, err := src.Egress(f.ctx, &sandbox.Recipe{SessionID: s}); err != nil || eg != nil {
@@ -208,6 +251,37 @@ func testSecretsEgress(t *testing.T, f *fixture) {
 	}
 	if _, err := src.Egress(f.ctx, &sandbox.Recipe{SessionID: "sesn_missing"}); err == nil {
 		t.Errorf("Egress of a missing session: no error")
+	}
+}
+
+func credID(t *testing.T, f *fixture, vid, name string) string {
+	t.Helper()
+	list, err := f.st.CredentialList(f.ctx, &store.CredentialListParams{VaultID: vid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range list {
+		if c.Auth.SecretName == name && c.ArchivedAt == nil {
+			return c.ID
+		}
+	}
+	t.Fatalf("no credential %s in %s", name, vid)
+	return ""
+}
+
+// updateSecret gives a credential a new secret_value, as the API does.
+func (f *fixture) updateSecret(t *testing.T, vid, id, value string) {
+	t.Helper()
+	_, err := f.st.CredentialUpdate(f.ctx, &store.CredentialUpdateParams{CredentialRef: store.CredentialRef{VaultID: vid, ID: id},
+		Update: func(c *apitype.Credential) ([]store.SealedSecret, error) {
+			sealed, err := f.v.Seal(c.ID, "secret_value", []byte(value))
+			if err != nil {
+				return nil, err
+			}
+			return []store.SealedSecret{*sealed}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

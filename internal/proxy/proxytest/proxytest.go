@@ -117,6 +117,15 @@ func (s *memStore) CredentialList(_ context.Context, p *store.CredentialListPara
 	return append([]apitype.Credential(nil), s.creds...), nil
 }
 
+func (s *memStore) CredentialGet(_ context.Context, p *store.CredentialRef) (*apitype.Credential, error) {
+	for _, c := range s.creds {
+		if c.ID == p.ID && c.VaultID == p.VaultID {
+			return &c, nil
+		}
+	}
+	return nil, store.ErrNotFound
+}
+
 func (s *memStore) SecretList(_ context.Context, p *store.SecretListParams) ([]store.SealedSecret, error) {
 	return append([]store.SealedSecret(nil), s.secrets[p.CredentialID]...), nil
 }
