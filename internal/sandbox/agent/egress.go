@@ -22,6 +22,15 @@ const CABundlePath = "/.corral/ca.pem"
 // SystemCABundle is the host's CA bundle that CABundle starts with, when it exists.
 var SystemCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
+// CABundleOverlays are the paths in a sandbox at which its CA bundle replaces the system bundle, for the tools
+// that read no CAEnv variable: the host's SystemCABundle, if it is a regular file of the /etc the sandbox sees.
+func CABundleOverlays() []string {
+	if fi, err := os.Lstat(SystemCABundle); err != nil || !fi.Mode().IsRegular() || !strings.HasPrefix(SystemCABundle, "/etc/") {
+		return nil
+	}
+	return []string{SystemCABundle}
+}
+
 // CAEnv are the variables that name the CA bundle for common TLS stacks: OpenSSL and Go (SSL_CERT_FILE), curl,
 // Python requests, Node and git.
 var CAEnv = []string{"SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO"}

@@ -218,8 +218,12 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	} else if bundle != nil {
 		// Root's file in the sandbox uid's directory: readable, not writable, at agent.CABundlePath.
-		if err := os.WriteFile(filepath.Join(corralDir, filepath.Base(agent.CABundlePath)), bundle, 0o444); err != nil {
+		caFile := filepath.Join(corralDir, filepath.Base(agent.CABundlePath))
+		if err := os.WriteFile(caFile, bundle, 0o444); err != nil {
 			return nil, fmt.Errorf("bwrap: ca bundle: %w", err)
+		}
+		for _, dst := range agent.CABundleOverlays() {
+			args = append(args, "--ro-bind", caFile, dst)
 		}
 	}
 	sock := filepath.Join(corralDir, filepath.Base(agent.ProxySocketPath))

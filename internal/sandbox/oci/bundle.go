@@ -80,8 +80,15 @@ func WriteBundle(dir string, spec BundleSpec) error {
 	}
 	mount(agent.BinPath, "bind", spec.AgentPath, "bind", "ro", "nosuid", "nodev")
 	if spec.CABundle != nil {
-		if err := os.WriteFile(filepath.Join(rootfs, agent.CABundlePath), spec.CABundle, 0o444); err != nil {
+		caFile, err := filepath.Abs(filepath.Join(rootfs, agent.CABundlePath))
+		if err != nil {
 			return fmt.Errorf("bundle: %w", err)
+		}
+		if err := os.WriteFile(caFile, spec.CABundle, 0o444); err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+		for _, dst := range agent.CABundleOverlays() {
+			mount(dst, "bind", caFile, "bind", "ro", "nosuid", "nodev", "noexec")
 		}
 	}
 	env := spec.Env

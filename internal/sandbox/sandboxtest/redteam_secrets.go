@@ -179,6 +179,19 @@ func RunSecrets(t *testing.T, newProvider func(testing.TB) sandbox.Provider, set
 			t.Errorf("the echo of the allowed host should show the placeholder back: %q", out)
 		}
 	})
+	t.Run("SystemBundleTrusted", func(t *testing.T) {
+		// A tool that reads no CA variable uses the system bundle, which holds the egress CA too.
+		if _, err := os.Stat("/etc/ssl/certs/ca-certificates.crt"); err != nil {
+			t.Skip("the host has no /etc/ssl/certs/ca-certificates.crt")
+		}
+		if got := strings.TrimSpace(run("grep -c 'Corral egress CA' /etc/ssl/certs/ca-certificates.crt")); got != "1" {
+			t.Errorf("the system bundle in the sandbox names the egress CA %s times", got)
+		}
+		run("env -u SSL_CERT_FILE -u CURL_CA_BUNDLE " + curl + `--cacert /etc/ssl/certs/ca-certificates.crt -H "Authorization: Bearer $MY_TOKEN" https://` + allowedAddr + "/")
+		if got := allowedRec.last(t).auth; got != "Bearer "+value {
+			t.Errorf("through the system bundle: Authorization %q", got)
+		}
+	})
 	t.Run("BasicAuthToAllowedHost", func(t *testing.T) {
 		run(curl + `-u "user:$MY_TOKEN" https://` + allowedAddr + "/")
 		if got, want := allowedRec.last(t).auth, "Basic "+base64.StdEncoding.EncodeToString([]byte("user:"+value)); got != want {
