@@ -324,6 +324,9 @@ func (in *Injector) current() []*secret {
 // forHost returns the secrets that may be sent to host.
 func (in *Injector) forHost(host string) []*secret {
 	host = normHost(host)
+	if host == sandbox.LocalHost {
+		return nil // the proxy's own services (the git endpoint) are never sent a secret, nor intercepted
+	}
 	var out []*secret
 	for _, c := range in.current() {
 		if c.allows(host) {

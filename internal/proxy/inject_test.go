@@ -174,6 +174,9 @@ func testSecretsEgress(t *testing.T, f *fixture) {
 			t.Errorf("Intercepts(%s) = false", host)
 		}
 	}
+	if in.Intercepts(sandbox.LocalHost, "80") {
+		t.Errorf("the proxy's own host is intercepted")
+	}
 	// API_TOKEN is the first vault's: sent to api.example.com, not to the second vault's evil.example.com.
 	req := request(t, "https://api.example.com/", "Bearer "+eg.Env["API_TOKEN"], "")
 	if err := in.Rewrite(req); err != nil {
