@@ -90,7 +90,8 @@ func (f egressFunc) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egr
 // RunSecrets checks environment_variable credentials injected at egress, from bash in real sandboxes, against
 // real HTTPS servers on 127.0.0.1 that record what they receive: the sandbox sees a placeholder; a request to
 // an allowed host arrives with the secret (headers, Basic auth, a body only where body injection is on, plain
-// HTTP too), verified by curl against the sandbox's CA bundle; the placeholder sent to a host that is not
+// HTTP too), verified by curl against the sandbox's CA bundle (and against the system bundle, which holds the
+// egress CA too); the placeholder sent to a host that is not
 // allowed arrives as the placeholder; an allowed host echoing the secret shows the sandbox the placeholder.
 // Then it searches everything the sandbox can reach (every process's environ and cmdline, every file outside
 // /usr, /proc, /sys and /dev, the CA bundle, the proxy's answers) for the secrets, the CA key and the master key.
