@@ -140,7 +140,8 @@ func LoadCA(path string, v *vault.Vault) (ca *CA, created bool, err error) {
 		WrappedKey: f.WrappedKey, Ciphertext: f.Ciphertext}
 	raw, err := v.Open(sealed)
 	if err != nil {
-		return nil, false, fmt.Errorf("egress ca: open the key of %s: %w", path, err)
+		return nil, false, fmt.Errorf("egress ca: open the key of %s (sealed under master key %s; start once with "+
+			"that key among the vault keys to rewrap it, or remove the file to make a new CA): %w", path, f.KeyID, err)
 	}
 	key, err := x509.ParseECPrivateKey(raw)
 	clear(raw)
