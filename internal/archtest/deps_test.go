@@ -39,6 +39,9 @@ var rules = map[string][]string{
 	// The model test kit wraps the fake model server that corral bench links too.
 	"internal/model/modeltest": {"internal/apitype", "internal/model", "internal/model/fakemodel"},
 	"internal/vault":           {"internal/apitype", "internal/store"},
+	// The credential proxy's kit feeds the sandbox suite (sandboxtest.RunSecrets) the real proxy.Secrets.
+	"internal/proxy/proxytest": {"internal/apitype", "internal/proxy", "internal/sandbox", "internal/sandbox/sandboxtest",
+		"internal/store", "internal/vault"},
 }
 
 // vaultImporters are the only packages besides cmd/ that may import internal/vault, the one that sees

@@ -214,8 +214,20 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	cleanup.Add(func() error { return unmount(agentBin) })
+	if bundle, err := agent.CABundle(r.Egress); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	} else if bundle != nil {
+		// Root's file in the sandbox uid's directory: readable, not writable, at agent.CABundlePath.
+		caFile := filepath.Join(corralDir, filepath.Base(agent.CABundlePath))
+		if err := os.WriteFile(caFile, bundle, 0o444); err != nil {
+			return nil, fmt.Errorf("bwrap: ca bundle: %w", err)
+		}
+		for _, dst := range agent.CABundleOverlays() {
+			args = append(args, "--ro-bind", caFile, dst)
+		}
+	}
 	sock := filepath.Join(corralDir, filepath.Base(agent.ProxySocketPath))
-	proxy, err := egress.Listen(sock, uid, uid, egress.PolicyFor(r.Environment.Networking), p.cfg.Logger.With("sandbox", name))
+	proxy, err := egress.Listen(sock, uid, uid, egress.PolicyFor(r.Environment.Networking), p.cfg.Logger.With("sandbox", name), r.Egress)
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
@@ -268,7 +280,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 
 	// Options come from the pipe; bwrap takes the command from its own argv.
 	cmd := exec.Command(p.bwrap, "--args", "3", "--", agent.BinPath)
-	cmd.Env = agent.SandboxEnv()
+	cmd.Env = agent.EnvFor(r.Egress)
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{argsR, infoW, blockR}
 	cmd.SysProcAttr = &syscall.SysProcAttr{

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // Policy decides which destinations a sandbox may reach.
@@ -30,6 +31,9 @@ type Policy struct {
 	// Hosts are the allowed hosts (networking type limited): "example.com", "example.com:443",
 	// "*.example.com" (any subdomain) or an IP literal. Only an exact entry allows an internal address.
 	Hosts []string
+	// AllowInternal are exact host:port pairs the operator trusts although they are internal addresses
+	// (sandbox.Egress.AllowInternal); the rest of the policy still applies to them.
+	AllowInternal []string
 }
 
 // PolicyFor returns the policy of an environment's networking config. No config means unrestricted, as in the
@@ -88,7 +92,7 @@ func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) 
 			ips = append(ips, a.IP)
 		}
 	}
-	if !exact {
+	if !exact && !p.trusted(host, port) {
 		for _, ip := range ips {
 			if internal(ip) || hostAddress(ip) {
 				return nil, fmt.Errorf("%w: %s resolves to an internal address", ErrDenied, host)
@@ -151,6 +155,8 @@ const MaxConns = 256
 type Proxy struct {
 	policy Policy
 	logger *slog.Logger
+	egress *sandbox.Egress // nil: the policy alone
+	itr    *http.Transport // upstream of intercepted requests (intercept.go)
 	ln     net.Listener
 	srv    *http.Server
 	tr     *http.Transport
@@ -162,8 +168,9 @@ type Proxy struct {
 }
 
 // Listen starts a proxy with policy on a new Unix socket at path (mode 0600, owned by uid:gid, which may be -1
-// to keep the caller's).
-func Listen(path string, uid, gid int, policy Policy, logger *slog.Logger) (*Proxy, error) {
+// to keep the caller's). eg, if not nil, adds the host's trusted internal destinations and credential
+// interception (intercept.go) to the policy.
+func Listen(path string, uid, gid int, policy Policy, logger *slog.Logger, eg *sandbox.Egress) (*Proxy, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -180,7 +187,11 @@ func Listen(path string, uid, gid int, policy Policy, logger *slog.Logger) (*Pro
 		ln.Close()
 		return nil, fmt.Errorf("egress: chown socket: %w", err)
 	}
-	p := &Proxy{policy: policy, logger: logger, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
+	if eg != nil {
+		policy.AllowInternal = append(policy.AllowInternal, eg.AllowInternal...)
+	}
+	p := &Proxy{policy: policy, logger: logger, egress: eg, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
+	p.itr = p.interceptTransport()
 	p.tr = &http.Transport{
 		Proxy:                 nil,
 		DialContext:           p.dial,
@@ -213,6 +224,7 @@ func (p *Proxy) Close() error {
 	err := p.srv.Close()
 	<-p.done
 	p.tr.CloseIdleConnections()
+	p.itr.CloseIdleConnections()
 	_ = os.Remove(p.ln.Addr().String())
 	return err
 }
@@ -301,6 +313,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"} {
 		out.Header.Del(h)
 	}
+	if p.intercepts(out.URL) {
+		p.forwardIntercepted(w, out)
+		return
+	}
 	resp, err := p.tr.RoundTrip(out)
 	if err != nil {
 		p.refuse(w, r, err)
@@ -326,6 +342,11 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+	if host, port, err := net.SplitHostPort(r.Host); err == nil && p.egress != nil && p.egress.Intercept != nil &&
+		p.egress.Intercept.Intercepts(host, port) {
+		p.interceptConnect(w, r, host, port)
+		return
+	}
 	up, err := p.dial(r.Context(), "tcp", r.Host)
 	if err != nil {
 		p.refuse(w, r, err)

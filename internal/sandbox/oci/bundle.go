@@ -19,6 +19,10 @@ type BundleSpec struct {
 	MemoryBytes  int64
 	Pids         int
 	CPUQuota     float64
+	// Env is the agent's environment; nil means agent.SandboxEnv().
+	Env []string
+	// CABundle, if set, is readable in the sandbox at agent.CABundlePath (agent.CABundle).
+	CABundle []byte
 }
 
 // WriteBundle writes an OCI bundle into dir: an empty read-only rootfs of mount points, and a config.json that
@@ -75,6 +79,22 @@ func WriteBundle(dir string, spec BundleSpec) error {
 		return fmt.Errorf("bundle: %w", err)
 	}
 	mount(agent.BinPath, "bind", spec.AgentPath, "bind", "ro", "nosuid", "nodev")
+	if spec.CABundle != nil {
+		caFile, err := filepath.Abs(filepath.Join(rootfs, agent.CABundlePath))
+		if err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+		if err := os.WriteFile(caFile, spec.CABundle, 0o444); err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+		for _, dst := range agent.CABundleOverlays() {
+			mount(dst, "bind", caFile, "bind", "ro", "nosuid", "nodev", "noexec")
+		}
+	}
+	env := spec.Env
+	if env == nil {
+		env = agent.SandboxEnv()
+	}
 	if spec.ProxySocket != "" {
 		if err := os.WriteFile(filepath.Join(rootfs, agent.ProxySocketPath), nil, 0o644); err != nil {
 			return fmt.Errorf("bundle: %w", err)
@@ -112,7 +132,7 @@ func WriteBundle(dir string, spec BundleSpec) error {
 			"terminal":        false,
 			"user":            map[string]any{"uid": spec.UID, "gid": spec.UID, "additionalGids": []int{}},
 			"args":            []string{agent.BinPath},
-			"env":             agent.SandboxEnv(),
+			"env":             env,
 			"cwd":             agent.Workspace,
 			"capabilities":    noCaps,
 			"noNewPrivileges": true,

@@ -197,14 +197,18 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	sock := filepath.Join(sockDir, "proxy.sock")
-	proxy, err := egress.Listen(sock, uid, uid, egress.PolicyFor(r.Environment.Networking), p.cfg.Logger.With("sandbox", name))
+	proxy, err := egress.Listen(sock, uid, uid, egress.PolicyFor(r.Environment.Networking), p.cfg.Logger.With("sandbox", name), r.Egress)
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	cleanup.Add(proxy.Close)
 
 	limits := agent.WithDefaults(r.Limits)
-	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.cfg.AgentPath, ProxySocket: sock}
+	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.cfg.AgentPath, ProxySocket: sock,
+		Env: agent.EnvFor(r.Egress)}
+	if spec.CABundle, err = agent.CABundle(r.Egress); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
 	var group *cgroup.Group
 	if !p.cfg.NoCgroups {
 		spec.CgroupsPath = "/corral/" + name

@@ -1,0 +1,564 @@
+// Package proxy holds what the host adds to a sandbox's network so that credentials never enter it. For
+// environment_variable credentials (Secrets), the sandbox gets each credential's secret_name set to an opaque
+// placeholder, and the sandbox's egress proxy, outside it, replaces the placeholder with the secret in the
+// requests to the credential's allowed hosts: it terminates their TLS with a certificate of the server's own CA
+// (the sandbox trusts the CA's certificate, never sees its key) and verifies the real upstream itself. A
+// placeholder sent anywhere else goes out as it is, and a secret an allowed host sends back is turned into its
+// placeholder again before the sandbox reads the answer.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/vault"
+)
+
+// PlaceholderPrefix starts every placeholder; 32 random hex digits follow.
+const PlaceholderPrefix = "corral-secret-"
+
+// MaxBodyInjection bounds the request bodies placeholders are replaced in: a larger body goes out as the
+// sandbox sent it (and the proxy logs that it did).
+const MaxBodyInjection = 10 << 20
+
+// minScrubLen is the shortest secret that answers are scrubbed of: replacing shorter strings would garble
+// ordinary responses.
+const minScrubLen = 6
+
+// RefreshEvery is how often an Injector reads its credentials again: within it, a credential archived or
+// deleted (or its vault) stops being injected, and a new secret_value, allowed_hosts or injection_location
+// applies. A sandbox's placeholders stay; a credential created later reaches the session's next sandbox.
+const RefreshEvery = 15 * time.Second
+
+// secretValueName is the name of an environment_variable credential's sealed secret.
+const secretValueName = "secret_value"
+
+// CredentialStore is what Secrets reads: the session's vaults, their credentials and sealed secrets.
+type CredentialStore interface {
+	SessionGet(ctx context.Context, id string) (*apitype.Session, error)
+	VaultGet(ctx context.Context, id string) (*apitype.Vault, error)
+	CredentialList(ctx context.Context, p *store.CredentialListParams) ([]apitype.Credential, error)
+	CredentialGet(ctx context.Context, p *store.CredentialRef) (*apitype.Credential, error)
+	SecretList(ctx context.Context, p *store.SecretListParams) ([]store.SealedSecret, error)
+}
+
+// SecretsConfig configures Secrets.
+type SecretsConfig struct {
+	Store CredentialStore // required
+	Vault *vault.Vault    // required: opens the secrets
+	CA    *CA             // required: signs the intercepted TLS (LoadCA)
+	// Logger receives what is skipped (a deleted vault, a duplicate variable, a body over the cap); it never
+	// carries a secret or a placeholder. Default discards.
+	Logger *slog.Logger
+}
+
+func (c *SecretsConfig) validate() error {
+	if c.Store == nil || c.Vault == nil || c.CA == nil {
+		return errors.New("proxy: Secrets needs a Store, a Vault and a CA")
+	}
+	return nil
+}
+
+// Secrets builds each sandbox's credential placeholders and the Injector that replaces them at egress: a
+// sandbox.EgressSource.
+type Secrets struct {
+	cfg SecretsConfig
+}
+
+var _ sandbox.EgressSource = (*Secrets)(nil)
+
+// NewSecrets returns Secrets for cfg.
+func NewSecrets(cfg SecretsConfig) (*Secrets, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Secrets{cfg: cfg}, nil
+}
+
+// Egress returns the session's Egress: Env maps every active environment_variable credential of the
+// session's unarchived vaults to a fresh placeholder, CACertPEM is the CA the sandbox must trust, and
+// Intercept replaces the placeholders. A session without such credentials gets nil. A vault named first
+// wins a variable name two vaults define; deleted or archived vaults are skipped.
+func (s *Secrets) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egress, error) {
+	sess, err := s.cfg.Store.SessionGet(ctx, r.SessionID)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: session %s: %w", r.SessionID, err)
+	}
+	var creds []*secret
+	names := map[string]bool{}
+	for _, vid := range sess.VaultIDs {
+		v, err := s.cfg.Store.VaultGet(ctx, vid)
+		if errors.Is(err, store.ErrNotFound) {
+			s.cfg.Logger.Warn("session vault gone; its credentials are not injected", "session", sess.ID, "vault", vid)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("proxy: vault %s: %w", vid, err)
+		}
+		if v.ArchivedAt != nil {
+			continue
+		}
+		list, err := s.cfg.Store.CredentialList(ctx, &store.CredentialListParams{VaultID: vid})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("proxy: credentials of vault %s: %w", vid, err)
+		}
+		for i := range list {
+			c := &list[i]
+			if c.ArchivedAt != nil || c.Auth.Type != apitype.AuthEnvironmentVariable || c.Auth.SecretName == "" {
+				continue
+			}
+			if names[c.Auth.SecretName] {
+				s.cfg.Logger.Warn("variable defined by two credentials; the first vault's is injected",
+					"session", sess.ID, "credential", c.ID, "variable", c.Auth.SecretName)
+				continue
+			}
+			sc, err := s.open(ctx, c)
+			if err != nil {
+				return nil, err
+			}
+			if sc == nil {
+				continue
+			}
+			names[c.Auth.SecretName] = true
+			creds = append(creds, sc)
+		}
+	}
+	if len(creds) == 0 {
+		return nil, nil
+	}
+	in := newInjector(s.cfg.CA, creds, s.cfg.Logger)
+	in.reload = s.reload
+	eg := &sandbox.Egress{Env: map[string]string{}, CACertPEM: s.cfg.CA.CertPEM(), Intercept: in}
+	for _, c := range creds {
+		eg.Env[c.name] = string(c.placeholder)
+	}
+	return eg, nil
+}
+
+// reload reads the credentials of cur again: those deleted or archived (or whose vault is) are dropped, the
+// others get their current secret and configuration under the placeholder they have.
+func (s *Secrets) reload(ctx context.Context, cur []*secret) ([]*secret, error) {
+	var next []*secret
+	vaults := map[string]bool{} // vault id -> usable
+	for _, old := range cur {
+		ok, seen := vaults[old.vaultID]
+		if !seen {
+			v, err := s.cfg.Store.VaultGet(ctx, old.vaultID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, fmt.Errorf("proxy: vault %s: %w", old.vaultID, err)
+			}
+			ok = err == nil && v.ArchivedAt == nil
+			vaults[old.vaultID] = ok
+		}
+		if !ok {
+			continue
+		}
+		c, err := s.cfg.Store.CredentialGet(ctx, &store.CredentialRef{VaultID: old.vaultID, ID: old.id})
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("proxy: credential %s: %w", old.id, err)
+		}
+		if c.ArchivedAt != nil || c.Auth.Type != apitype.AuthEnvironmentVariable || c.Auth.SecretName != old.name {
+			continue
+		}
+		sc, err := s.open(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		if sc != nil {
+			sc.placeholder = old.placeholder
+			next = append(next, sc)
+		}
+	}
+	return next, nil
+}
+
+// open reads and opens a credential's secret; nil if it has none (archived meanwhile).
+func (s *Secrets) open(ctx context.Context, c *apitype.Credential) (*secret, error) {
+	sealed, err := s.cfg.Store.SecretList(ctx, &store.SecretListParams{CredentialID: c.ID})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: secret of credential %s: %w", c.ID, err)
+	}
+	for i := range sealed {
+		if sealed[i].Name != secretValueName {
+			continue
+		}
+		value, err := s.cfg.Vault.Open(&sealed[i])
+		if err != nil {
+			return nil, fmt.Errorf("proxy: credential %s: %w", c.ID, err)
+		}
+		return newSecret(c, value), nil
+	}
+	return nil, nil
+}
+
+// secret is one credential as one sandbox's Injector holds it.
+type secret struct {
+	id, name    string
+	vaultID     string
+	placeholder []byte
+	value       []byte
+	hosts       []string // nil: every host (unrestricted networking)
+	header      bool
+	body        bool
+}
+
+func newSecret(c *apitype.Credential, value []byte) *secret {
+	s := &secret{id: c.ID, name: c.Auth.SecretName, vaultID: c.VaultID, placeholder: []byte(NewPlaceholder()), value: value,
+		header: true}
+	if l := c.Auth.InjectionLocation; l != nil {
+		s.header, s.body = l.Header, l.Body
+	}
+	if n := c.Auth.Networking; n == nil || n.Type != "unrestricted" {
+		s.hosts = []string{} // limited, or unknown: only the listed hosts (none if none)
+		if n != nil {
+			for _, h := range n.AllowedHosts {
+				s.hosts = append(s.hosts, normHost(h))
+			}
+		}
+	}
+	return s
+}
+
+// NewPlaceholder returns a fresh placeholder: PlaceholderPrefix and 128 random bits in hex, derived from
+// nothing.
+func NewPlaceholder() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return PlaceholderPrefix + hex.EncodeToString(b)
+}
+
+// allows reports whether the secret may be sent to host (lower case, no port).
+func (s *secret) allows(host string) bool {
+	if s.hosts == nil {
+		return true
+	}
+	for _, h := range s.hosts {
+		if h == host || strings.HasPrefix(h, "*.") && strings.HasSuffix(host, h[1:]) && len(host) > len(h)-1 {
+			return true
+		}
+	}
+	return false
+}
+
+func normHost(h string) string {
+	return strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
+}
+
+// Injector replaces one sandbox's placeholders with their secrets in the requests to the secrets' allowed
+// hosts (sandbox.Interceptor), and secrets with their placeholders in the answers.
+type Injector struct {
+	ca     *CA
+	logger *slog.Logger
+	bodies chan struct{} // slots of the bodies held at a time (maxBodies)
+	// reload, if set, reads the credentials again (Secrets.reload), every RefreshEvery.
+	reload func(ctx context.Context, cur []*secret) ([]*secret, error)
+
+	mu     sync.Mutex
+	creds  []*secret
+	loaded time.Time
+	// derived are encodings of secrets Rewrite made (a Basic authorization's base64 of user:secret), scrubbed
+	// from answers like the secrets; the last maxDerived.
+	derived []derived
+}
+
+// derived is an encoding of a secret (of the credential credID) and the same encoding of its placeholder.
+type derived struct {
+	credID    string
+	value, ph []byte
+}
+
+// maxBodies bounds the request bodies one Injector holds in memory at a time (each up to MaxBodyInjection).
+const maxBodies = 4
+
+// maxDerived bounds the encodings an Injector remembers.
+const maxDerived = 64
+
+var _ sandbox.Interceptor = (*Injector)(nil)
+
+func newInjector(ca *CA, creds []*secret, logger *slog.Logger) *Injector {
+	return &Injector{ca: ca, creds: creds, logger: logger, bodies: make(chan struct{}, maxBodies), loaded: time.Now()}
+}
+
+// current returns the credentials, read again first if they are older than RefreshEvery. A failed read keeps
+// the ones it has (and is logged), until the next try.
+func (in *Injector) current() []*secret {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.reload != nil && time.Since(in.loaded) >= RefreshEvery {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		next, err := in.reload(ctx, in.creds)
+		cancel()
+		if err != nil {
+			in.logger.Warn("credentials not read again; the last ones stay", "err", err)
+		} else {
+			in.creds = next
+		}
+		in.loaded = time.Now()
+	}
+	return in.creds
+}
+
+// forHost returns the secrets that may be sent to host.
+func (in *Injector) forHost(host string) []*secret {
+	host = normHost(host)
+	if host == sandbox.LocalHost {
+		return nil // the proxy's own services (the git endpoint) are never sent a secret, nor intercepted
+	}
+	var out []*secret
+	for _, c := range in.current() {
+		if c.allows(host) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Intercepts reports whether some secret may be sent to host (on any port): only those connections are
+// terminated in the proxy; every other one is tunnelled untouched.
+func (in *Injector) Intercepts(host, port string) bool { return len(in.forHost(host)) > 0 }
+
+// Certificate returns the CA's leaf for host, if the Injector intercepts host.
+func (in *Injector) Certificate(host string) (*tls.Certificate, error) {
+	if len(in.forHost(host)) == 0 {
+		return nil, fmt.Errorf("proxy: %s is not intercepted", host)
+	}
+	return in.ca.Leaf(host)
+}
+
+// Rewrite replaces the placeholders of the secrets allowed at req.URL's host with the secrets: in header
+// values (a Basic authorization's user:password included) when the credential's injection_location has
+// header, and in the body when it has body, a body of at most MaxBodyInjection bytes that is not
+// content-encoded. The request's Accept-Encoding is dropped (the proxy's transport asks for gzip itself and
+// decompresses), so that the answer can be scrubbed (ScrubResponse).
+func (in *Injector) Rewrite(req *http.Request) error {
+	creds := in.forHost(req.URL.Hostname())
+	if len(creds) == 0 {
+		return nil
+	}
+	req.Header.Del("Accept-Encoding")
+	var hdr, body []*secret
+	for _, c := range creds {
+		if c.header {
+			hdr = append(hdr, c)
+		}
+		if c.body {
+			body = append(body, c)
+		}
+	}
+	if len(hdr) > 0 {
+		for k, vs := range req.Header {
+			for i, v := range vs {
+				vs[i] = in.rewriteHeader(k, v, hdr)
+			}
+		}
+	}
+	if len(body) == 0 || req.Body == nil || req.Body == http.NoBody {
+		return nil
+	}
+	if ce := req.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		in.logger.Info("request body content-encoded; placeholders in it left as sent", "host", req.URL.Hostname(), "encoding", ce)
+		return nil
+	}
+	// Bodies are held in memory: a few at a time per sandbox, so that its many connections cannot hold more.
+	select {
+	case in.bodies <- struct{}{}:
+		defer func() { <-in.bodies }()
+	case <-req.Context().Done():
+		return req.Context().Err()
+	}
+	b, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyInjection+1))
+	if err != nil {
+		return fmt.Errorf("proxy: read request body: %w", err)
+	}
+	if len(b) > MaxBodyInjection {
+		in.logger.Info("request body over the injection cap; placeholders in it left as sent",
+			"host", req.URL.Hostname(), "cap_bytes", MaxBodyInjection)
+		req.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(b), req.Body), req.Body}
+		return nil
+	}
+	req.Body.Close()
+	for _, c := range body {
+		b = bytes.ReplaceAll(b, c.placeholder, c.value)
+	}
+	req.Body = io.NopCloser(bytes.NewReader(b))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	req.ContentLength = int64(len(b))
+	req.TransferEncoding = nil
+	req.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	return nil
+}
+
+// rewriteHeader replaces placeholders in one header value; in a Basic authorization, inside its base64.
+func (in *Injector) rewriteHeader(key, v string, creds []*secret) string {
+	if scheme, cred, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Basic") && key == "Authorization" {
+		cred = strings.TrimSpace(cred)
+		if raw, err := base64.StdEncoding.DecodeString(cred); err == nil {
+			var used []*secret
+			for _, c := range creds {
+				if bytes.Contains(raw, c.placeholder) {
+					used = append(used, c)
+				}
+			}
+			if len(used) > 0 {
+				enc := base64.StdEncoding.EncodeToString(replaceAll(raw, used))
+				in.remember(used, []byte(enc), []byte(cred))
+				return scheme + " " + enc
+			}
+		}
+	}
+	return string(replaceAll([]byte(v), creds))
+}
+
+// remember records an encoding made of the secrets of creds, so that the answers of the hosts where any of
+// them may go are scrubbed of it too.
+func (in *Injector) remember(creds []*secret, value, ph []byte) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, d := range in.derived {
+		if bytes.Equal(d.value, value) {
+			return
+		}
+	}
+	for _, c := range creds {
+		if len(in.derived) >= maxDerived {
+			in.derived = in.derived[1:]
+		}
+		in.derived = append(in.derived, derived{credID: c.id, value: value, ph: ph})
+	}
+}
+
+// replaceAll replaces the creds' placeholders with their values in b.
+func replaceAll(b []byte, creds []*secret) []byte {
+	for _, c := range creds {
+		if bytes.Contains(b, c.placeholder) {
+			b = bytes.ReplaceAll(b, c.placeholder, c.value)
+		}
+	}
+	return b
+}
+
+// ScrubResponse replaces, in an answer from host, the secrets that may be sent there (and the encodings of
+// them Rewrite made) with their placeholders: in the header values and, streaming, in the body (the body then
+// has no Content-Length). A host that echoes a request back thus does not show the sandbox the secret it was
+// sent. Other encodings of a secret an upstream may choose (JSON escapes, its own base64) are not recognised.
+func (in *Injector) ScrubResponse(req *http.Request, resp *http.Response) {
+	creds := in.forHost(req.URL.Hostname())
+	var old, nw [][]byte
+	for _, c := range creds {
+		if len(c.value) >= minScrubLen {
+			old, nw = append(old, c.value), append(nw, c.placeholder)
+		}
+	}
+	in.mu.Lock()
+	for _, d := range in.derived {
+		if slices.ContainsFunc(creds, func(c *secret) bool { return c.id == d.credID }) {
+			old, nw = append(old, d.value), append(nw, d.ph)
+		}
+	}
+	in.mu.Unlock()
+	if len(old) == 0 {
+		return
+	}
+	for _, vs := range resp.Header {
+		for i, v := range vs {
+			b := []byte(v)
+			for j := range old {
+				b = bytes.ReplaceAll(b, old[j], nw[j])
+			}
+			vs[i] = string(b)
+		}
+	}
+	if resp.Body == nil || resp.Body == http.NoBody || req.Method == http.MethodHead {
+		return
+	}
+	r := &replaceReader{src: resp.Body, old: old, new: nw}
+	for _, o := range old {
+		r.keep = max(r.keep, len(o)-1)
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{r, resp.Body}
+	resp.ContentLength = -1
+	resp.Header.Del("Content-Length")
+}
+
+// replaceReader replaces every old[i] in src with new[i], streaming: it holds back the last keep bytes read
+// (keep = the longest old minus one) until more arrive, so that a match split across reads is still found.
+type replaceReader struct {
+	src      io.Reader
+	old, new [][]byte
+	keep     int
+	in, out  []byte
+	err      error
+}
+
+func (r *replaceReader) Read(p []byte) (int, error) {
+	for len(r.out) == 0 {
+		if r.err != nil {
+			if len(r.in) > 0 {
+				r.flush(len(r.in))
+				continue
+			}
+			return 0, r.err
+		}
+		var buf [32 << 10]byte
+		n, err := r.src.Read(buf[:])
+		r.in = append(r.in, buf[:n]...)
+		r.err = err
+		if safe := len(r.in) - r.keep; safe > 0 {
+			r.flush(safe)
+		}
+	}
+	n := copy(p, r.out)
+	r.out = r.out[n:]
+	return n, nil
+}
+
+// flush moves r.in[:upTo] (and the whole of a match that starts before upTo) to r.out, replaced.
+func (r *replaceReader) flush(upTo int) {
+	i := 0
+	for i < upTo {
+		at, which := -1, -1
+		for k, o := range r.old {
+			if j := bytes.Index(r.in[i:], o); j >= 0 && (at < 0 || j < at) {
+				at, which = j, k
+			}
+		}
+		if at < 0 || i+at >= upTo {
+			r.out = append(r.out, r.in[i:upTo]...)
+			i = upTo
+			break
+		}
+		r.out = append(r.out, r.in[i:i+at]...)
+		r.out = append(r.out, r.new[which]...)
+		i += at + len(r.old[which])
+	}
+	r.in = append(r.in[:0], r.in[i:]...)
+}
