@@ -45,6 +45,15 @@ type VaultStore interface {
 	// ErrConflict if it was rewritten since (or ErrNotFound if it is gone). The ciphertext is untouched.
 	SecretRewrap(ctx context.Context, p *SecretRewrapParams) error
 
+	// ResourceSecretPut stores the sealed secret of a session's resource (a repository's authorization_token;
+	// SealedSecret.CredentialID is the resource's id), replacing the one of the same name. ErrNotFound if the
+	// session does not exist. A resource's secrets go when the session is deleted.
+	ResourceSecretPut(ctx context.Context, sessionID string, s *SealedSecret) error
+	// ResourceSecretGet returns a session resource's sealed secret; ErrNotFound if it has none of that name.
+	ResourceSecretGet(ctx context.Context, p *ResourceSecretRef) (*SealedSecret, error)
+	// ResourceSecretDelete removes every secret of a session's resource. Idempotent.
+	ResourceSecretDelete(ctx context.Context, sessionID, resourceID string) error
+
 	// MasterKeyList returns the check values of every master key the store has seen.
 	MasterKeyList(ctx context.Context) ([]MasterKey, error)
 	// MasterKeyAdd records a master key's check value; ErrConflict if its id is recorded.
@@ -101,6 +110,11 @@ type SealedSecret struct {
 	KeyID        string
 	WrappedKey   []byte
 	Ciphertext   []byte
+}
+
+// ResourceSecretRef names a secret of a session's resource.
+type ResourceSecretRef struct {
+	SessionID, ResourceID, Name string
 }
 
 // SecretListParams selects sealed secrets.

@@ -427,3 +427,46 @@ func (s *Store) MasterKeyAdd(ctx context.Context, k *store.MasterKey) error {
 		k.ID, k.CheckValue, k.CreatedAt)
 	return s.dbErr("master key add", err)
 }
+
+// ResourceSecretPut stores a session resource's sealed secret, replacing the one of the same name.
+func (s *Store) ResourceSecretPut(ctx context.Context, sessionID string, sec *store.SealedSecret) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var ok bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)`, sessionID).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO resource_secrets (session_id, resource_id, name, key_id, wrapped_key, ciphertext)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (session_id, resource_id, name) DO UPDATE
+			SET key_id = excluded.key_id, wrapped_key = excluded.wrapped_key, ciphertext = excluded.ciphertext`,
+			sessionID, sec.CredentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext)
+		return err
+	})
+	return s.dbErr("resource secret put", err)
+}
+
+// ResourceSecretGet returns a session resource's sealed secret.
+func (s *Store) ResourceSecretGet(ctx context.Context, p *store.ResourceSecretRef) (*store.SealedSecret, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	sec := store.SealedSecret{CredentialID: p.ResourceID, Name: p.Name}
+	err := s.pool.QueryRow(ctx, `SELECT key_id, wrapped_key, ciphertext FROM resource_secrets
+		WHERE session_id = $1 AND resource_id = $2 AND name = $3`, p.SessionID, p.ResourceID, p.Name).
+		Scan(&sec.KeyID, &sec.WrappedKey, &sec.Ciphertext)
+	if err != nil {
+		return nil, s.dbErr("resource secret get", err)
+	}
+	return &sec, nil
+}
+
+// ResourceSecretDelete removes a session resource's secrets.
+func (s *Store) ResourceSecretDelete(ctx context.Context, sessionID, resourceID string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `DELETE FROM resource_secrets WHERE session_id = $1 AND resource_id = $2`, sessionID, resourceID)
+	return s.dbErr("resource secret delete", err)
+}

@@ -461,3 +461,52 @@ func (s *Store) MasterKeyAdd(ctx context.Context, k *store.MasterKey) error {
 	}
 	return nil
 }
+
+// ResourceSecretPut stores a session resource's sealed secret, replacing the one of the same name.
+func (s *Store) ResourceSecretPut(ctx context.Context, sessionID string, sec *store.SealedSecret) error {
+	err := s.write(ctx, func(w *wtx) error {
+		var n int
+		if err := w.queryRow(`SELECT count(*) FROM sessions WHERE id = ?`, sessionID).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		_, err := w.exec(`INSERT INTO resource_secrets (session_id, resource_id, name, key_id, wrapped_key, ciphertext)
+			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, resource_id, name) DO UPDATE
+			SET key_id = excluded.key_id, wrapped_key = excluded.wrapped_key, ciphertext = excluded.ciphertext`,
+			sessionID, sec.CredentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext)
+		return err
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: put secret of resource %s: %w", sec.CredentialID, err)
+	}
+	return nil
+}
+
+// ResourceSecretGet returns a session resource's sealed secret.
+func (s *Store) ResourceSecretGet(ctx context.Context, p *store.ResourceSecretRef) (*store.SealedSecret, error) {
+	sec := store.SealedSecret{CredentialID: p.ResourceID, Name: p.Name}
+	err := s.readRow(ctx, `SELECT key_id, wrapped_key, ciphertext FROM resource_secrets
+		WHERE session_id = ? AND resource_id = ? AND name = ?`, p.SessionID, p.ResourceID, p.Name).
+		Scan(&sec.KeyID, &sec.WrappedKey, &sec.Ciphertext)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: get secret of resource %s: %w", p.ResourceID, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.readErr("get secret of resource "+p.ResourceID, err)
+	}
+	return &sec, nil
+}
+
+// ResourceSecretDelete removes a session resource's secrets.
+func (s *Store) ResourceSecretDelete(ctx context.Context, sessionID, resourceID string) error {
+	err := s.write(ctx, func(w *wtx) error {
+		_, err := w.exec(`DELETE FROM resource_secrets WHERE session_id = ? AND resource_id = ?`, sessionID, resourceID)
+		return err
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: delete secrets of resource %s: %w", resourceID, err)
+	}
+	return nil
+}

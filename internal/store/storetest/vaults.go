@@ -356,3 +356,41 @@ func testMasterKey(t *testing.T, h Harness) {
 	equal(t, bytes.Equal(keys[0].CheckValue, k.CheckValue), true, "check value round-trips")
 	sameTime(t, keys[0].CreatedAt, base, "created_at")
 }
+
+func testResourceSecret(t *testing.T, h Harness) {
+	s := h.open(t)
+	sess := createSession(t, s)
+	other := createSession(t, s)
+	ref := &store.ResourceSecretRef{SessionID: sess.ID, ResourceID: "sesrsc_a", Name: "authorization_token"}
+	_, err := s.ResourceSecretGet(ctxBg, ref)
+	mustIs(t, err, store.ErrNotFound, "get a secret never put")
+	first := sealed("sesrsc_a", "authorization_token", "mk_a", 1)
+	mustIs(t, s.ResourceSecretPut(ctxBg, "sesn_missing", &first), store.ErrNotFound, "put for a missing session")
+	must(t, s.ResourceSecretPut(ctxBg, sess.ID, &first), "put")
+	got, err := s.ResourceSecretGet(ctxBg, ref)
+	must(t, err, "get")
+	if got.CredentialID != "sesrsc_a" || got.Name != "authorization_token" || got.KeyID != "mk_a" ||
+		!bytes.Equal(got.WrappedKey, first.WrappedKey) || !bytes.Equal(got.Ciphertext, first.Ciphertext) {
+		t.Fatalf("get: %+v, want %+v", got, first)
+	}
+	// Another session's resource of the same id is another secret.
+	_, err = s.ResourceSecretGet(ctxBg, &store.ResourceSecretRef{SessionID: other.ID, ResourceID: "sesrsc_a", Name: "authorization_token"})
+	mustIs(t, err, store.ErrNotFound, "get through another session")
+	// Put again replaces (a rotated token).
+	second := sealed("sesrsc_a", "authorization_token", "mk_b", 7)
+	must(t, s.ResourceSecretPut(ctxBg, sess.ID, &second), "put again")
+	got, err = s.ResourceSecretGet(ctxBg, ref)
+	must(t, err, "get after put again")
+	if got.KeyID != "mk_b" || !bytes.Equal(got.Ciphertext, second.Ciphertext) {
+		t.Fatalf("get after put again: %+v", got)
+	}
+	must(t, s.ResourceSecretDelete(ctxBg, sess.ID, "sesrsc_a"), "delete")
+	must(t, s.ResourceSecretDelete(ctxBg, sess.ID, "sesrsc_a"), "delete again")
+	_, err = s.ResourceSecretGet(ctxBg, ref)
+	mustIs(t, err, store.ErrNotFound, "get after delete")
+	// Deleting the session deletes its resources' secrets.
+	must(t, s.ResourceSecretPut(ctxBg, sess.ID, &first), "put before the session's deletion")
+	must(t, s.SessionDelete(ctxBg, sess.ID), "delete session")
+	_, err = s.ResourceSecretGet(ctxBg, ref)
+	mustIs(t, err, store.ErrNotFound, "get after the session's deletion")
+}
