@@ -2,8 +2,10 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"regexp"
@@ -243,10 +245,18 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	var tokens []*store.SealedSecret
 	for i, raw := range req.Resources {
-		res, err := parseResource(index("resources", i), raw, now, true)
+		res, token, err := parseResource(index("resources", i), raw, now, true)
 		if err != nil {
 			return err
+		}
+		if token != "" {
+			sealed, err := s.sealToken(res.ID, token)
+			if err != nil {
+				return err
+			}
+			tokens = append(tokens, sealed)
 		}
 		if err := checkMountPath(index("resources", i), sess.Resources, res.MountPath); err != nil {
 			return err
@@ -295,6 +305,15 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	created, _, err := s.store.SessionCreate(r.Context(), &store.SessionCreateParams{Session: sess, InitialEvents: initial})
 	if err != nil {
 		return err
+	}
+	for _, sealed := range tokens {
+		if err := s.store.ResourceSecretPut(r.Context(), created.ID, sealed); err != nil {
+			// A session without its repository's token would fail its clone: take it back.
+			if derr := s.store.SessionDelete(context.WithoutCancel(r.Context()), created.ID); derr != nil {
+				s.log.Error("session without its repository token not deleted", "session", created.ID, "err", derr)
+			}
+			return fmt.Errorf("store the authorization token of %s: %w", sealed.CredentialID, err)
+		}
 	}
 	normalizeSession(created, s.now())
 	return writeJSON(w, http.StatusOK, created)
