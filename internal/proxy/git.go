@@ -32,7 +32,9 @@ const TokenSecretName = "authorization_token"
 const GitPrefix = "/git/"
 
 // LocalRemote is the URL a sandbox's clone of repository resource resourceID uses as its origin.
-func LocalRemote(resourceID string) string { return "http://" + sandbox.LocalHost + GitPrefix + resourceID }
+func LocalRemote(resourceID string) string {
+	return "http://" + sandbox.LocalHost + GitPrefix + resourceID
+}
 
 // Store is what Git reads: the sessions (for their current resources) and the resources' sealed tokens.
 type Store interface {
