@@ -124,6 +124,9 @@ type SecretListParams struct {
 	// After continues after this (credential id, name).
 	AfterCredentialID, AfterName string
 	Limit                        int // 0 = all
+	// Resources lists the sealed secrets of session resources (ResourceSecretPut) instead of the
+	// credentials'; CredentialID then means the resource's id.
+	Resources bool
 }
 
 // SecretRewrapParams rewraps a secret's data key.
@@ -134,6 +137,9 @@ type SecretRewrapParams struct {
 	OldWrappedKey []byte
 	KeyID         string
 	WrappedKey    []byte
+	// Resources rewraps a session resource's secret (CredentialID is the resource's id) instead of a
+	// credential's.
+	Resources bool
 }
 
 // MasterKey is a master key's check value: a known constant sealed under the key, so that a wrong key is

@@ -384,6 +384,30 @@ func testResourceSecret(t *testing.T, h Harness) {
 	if got.KeyID != "mk_b" || !bytes.Equal(got.Ciphertext, second.Ciphertext) {
 		t.Fatalf("get after put again: %+v", got)
 	}
+	// Listed and rewrapped apart from the credentials' secrets (a key rotation).
+	list, err := s.SecretList(ctxBg, &store.SecretListParams{Resources: true, NotKeyIDs: []string{"mk_a"}})
+	must(t, err, "list resource secrets")
+	if len(list) != 1 || list[0].CredentialID != "sesrsc_a" || list[0].Name != "authorization_token" || list[0].KeyID != "mk_b" {
+		t.Fatalf("list resource secrets: %+v", list)
+	}
+	creds, err := s.SecretList(ctxBg, &store.SecretListParams{CredentialID: "sesrsc_a"})
+	must(t, err, "list credential secrets")
+	equal(t, len(creds), 0, "credential secrets listing a resource's")
+	list, err = s.SecretList(ctxBg, &store.SecretListParams{Resources: true, NotKeyIDs: []string{"mk_b"}})
+	must(t, err, "list resource secrets not under mk_b")
+	equal(t, len(list), 0, "resource secrets not under mk_b")
+	rw := &store.SecretRewrapParams{CredentialID: "sesrsc_a", Name: "authorization_token", OldKeyID: "mk_b",
+		OldWrappedKey: second.WrappedKey, KeyID: "mk_c", WrappedKey: []byte("rewrapped"), Resources: true}
+	mustIs(t, s.SecretRewrap(ctxBg, &store.SecretRewrapParams{CredentialID: "sesrsc_a", Name: "authorization_token",
+		OldKeyID: "mk_b", OldWrappedKey: second.WrappedKey, KeyID: "mk_c", WrappedKey: []byte("x")}), store.ErrNotFound,
+		"rewrap a resource's secret as a credential's")
+	must(t, s.SecretRewrap(ctxBg, rw), "rewrap a resource secret")
+	mustIs(t, s.SecretRewrap(ctxBg, rw), store.ErrConflict, "rewrap a resource secret again")
+	got, err = s.ResourceSecretGet(ctxBg, ref)
+	must(t, err, "get after rewrap")
+	if got.KeyID != "mk_c" || string(got.WrappedKey) != "rewrapped" || !bytes.Equal(got.Ciphertext, second.Ciphertext) {
+		t.Fatalf("get after rewrap: %+v", got)
+	}
 	must(t, s.ResourceSecretDelete(ctxBg, sess.ID, "sesrsc_a"), "delete")
 	must(t, s.ResourceSecretDelete(ctxBg, sess.ID, "sesrsc_a"), "delete again")
 	_, err = s.ResourceSecretGet(ctxBg, ref)
