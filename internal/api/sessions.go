@@ -2,10 +2,8 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"net/http"
 	"regexp"
@@ -245,7 +243,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	var tokens []*store.SealedSecret
+	var tokens []store.SealedSecret
 	for i, raw := range req.Resources {
 		res, token, err := parseResource(index("resources", i), raw, now, true)
 		if err != nil {
@@ -256,7 +254,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 			if err != nil {
 				return err
 			}
-			tokens = append(tokens, sealed)
+			tokens = append(tokens, *sealed)
 		}
 		if err := checkMountPath(index("resources", i), sess.Resources, res.MountPath); err != nil {
 			return err
@@ -302,18 +300,11 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkSessionVaults(r, req.VaultIDs); err != nil {
 		return err
 	}
-	created, _, err := s.store.SessionCreate(r.Context(), &store.SessionCreateParams{Session: sess, InitialEvents: initial})
+	// The repositories' sealed tokens go in with the session: a brain that claims it at once finds them.
+	created, _, err := s.store.SessionCreate(r.Context(), &store.SessionCreateParams{Session: sess, InitialEvents: initial,
+		ResourceSecrets: tokens})
 	if err != nil {
 		return err
-	}
-	for _, sealed := range tokens {
-		if err := s.store.ResourceSecretPut(r.Context(), created.ID, sealed); err != nil {
-			// A session without its repository's token would fail its clone: take it back.
-			if derr := s.store.SessionDelete(context.WithoutCancel(r.Context()), created.ID); derr != nil {
-				s.log.Error("session without its repository token not deleted", "session", created.ID, "err", derr)
-			}
-			return fmt.Errorf("store the authorization token of %s: %w", sealed.CredentialID, err)
-		}
 	}
 	normalizeSession(created, s.now())
 	return writeJSON(w, http.StatusOK, created)

@@ -412,6 +412,16 @@ func testResourceSecret(t *testing.T, h Harness) {
 	must(t, s.ResourceSecretDelete(ctxBg, sess.ID, "sesrsc_a"), "delete again")
 	_, err = s.ResourceSecretGet(ctxBg, ref)
 	mustIs(t, err, store.ErrNotFound, "get after delete")
+	// A session created with its resources' secrets has them at once.
+	withSecret := newSession("agent_x", 1, apitype.Now())
+	third := sealed("sesrsc_c", "authorization_token", "mk_a", 9)
+	_, _, err = s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: withSecret, ResourceSecrets: []store.SealedSecret{third}})
+	must(t, err, "create a session with a resource secret")
+	got, err = s.ResourceSecretGet(ctxBg, &store.ResourceSecretRef{SessionID: withSecret.ID, ResourceID: "sesrsc_c", Name: "authorization_token"})
+	must(t, err, "get a secret created with its session")
+	if !bytes.Equal(got.Ciphertext, third.Ciphertext) || got.KeyID != "mk_a" {
+		t.Fatalf("secret created with its session: %+v", got)
+	}
 	// Deleting the session deletes its resources' secrets.
 	must(t, s.ResourceSecretPut(ctxBg, sess.ID, &first), "put before the session's deletion")
 	must(t, s.SessionDelete(ctxBg, sess.ID), "delete session")
