@@ -137,3 +137,15 @@ func (s *GitServer) git(t testing.TB, dir string, args ...string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// Commit adds an empty commit with subject msg on main of the repository at path, as another user's push
+// would, and returns its id.
+func (s *GitServer) Commit(t testing.TB, path, msg string) string {
+	t.Helper()
+	bare := filepath.Join(s.root, filepath.FromSlash(path)+".git")
+	work := filepath.Join(t.TempDir(), "work")
+	s.git(t, "", "clone", "--quiet", bare, work)
+	s.git(t, work, "-c", "user.name=other", "-c", "user.email=other@example.com", "commit", "--quiet", "--allow-empty", "-m", msg)
+	s.git(t, work, "push", "--quiet", "origin", "HEAD:main")
+	return s.git(t, work, "rev-parse", "HEAD")
+}

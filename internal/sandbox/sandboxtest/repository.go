@@ -97,6 +97,12 @@ func RunRepository(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 	if log := srv.Log(t, "o/proj", "main"); !strings.HasPrefix(log, "from-sandbox\n") {
 		t.Errorf("upstream main: %q, want the sandbox's commit on top", log)
 	}
+	// A commit pushed upstream by someone else reaches the sandbox with git pull.
+	srv.Commit(t, "o/proj", "from-upstream")
+	out, failed = runRepo(t, p, repoCall(session, res, "cd /workspace/proj && git pull --quiet --ff-only && git log --format=%s -2", time.Minute))
+	if failed || strings.TrimSpace(out) != "from-upstream\nfrom-sandbox" {
+		t.Errorf("pull in the sandbox: %q", out)
+	}
 
 	// The endpoint serves only this session's repositories, only smart HTTP, only in plain HTTP.
 	before := len(srv.Seen())
