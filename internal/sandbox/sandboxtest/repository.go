@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,19 @@ func RunRepository(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 	}
 	if seen := srv.Seen(); len(seen) != before {
 		t.Errorf("refused requests reached the repository: %d requests", len(seen)-before)
+	}
+
+	// The operator's trusted internal destination is reachable through the sandbox's proxy (without the token:
+	// the server answers 401); any other internal address is still refused.
+	untrusted, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer untrusted.Close()
+	out, _ = runRepo(t, p, repoCall(session, res, curl+"-k '"+repoURL+"/info/refs?service=git-upload-pack'; "+
+		curl+"'http://"+untrusted.Addr().String()+"/'", time.Minute))
+	if codes := strings.Fields(out); len(codes) != 2 || codes[0] != "401" || codes[1] != "403" {
+		t.Errorf("trusted and untrusted internal destinations through the proxy: %q, want 401 and 403", out)
 	}
 
 	// A revoked token: the push fails, saying so, and git asks for no credentials.
