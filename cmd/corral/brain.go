@@ -1,21 +1,25 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
-	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/model/openai"
-	"github.com/corralhq/corral/internal/sandbox"
-	"github.com/corralhq/corral/internal/sandbox/agent"
-	"github.com/corralhq/corral/internal/store"
+)
+
+// Defaults of the brain flags are the harness's own, declared once there: serve and harness show them, and
+// corral bench runs its servers with them, so that it measures what ships.
+const (
+	defaultLeaseTTL      = harness.DefaultLeaseTTL
+	defaultPollInterval  = harness.DefaultPollInterval
+	defaultContextTokens = harness.DefaultContextTokens
+	defaultMaxTokens     = harness.DefaultMaxTokens
+	defaultModelTimeout  = harness.DefaultModelTimeout
+	defaultModelRetries  = harness.DefaultMaxRetries
 )
 
 // brainFlags configure the brains of serve and harness.
@@ -33,26 +37,19 @@ type brainFlags struct {
 
 func (f *brainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.workers, "brains", defaultWorkers(), "how many sessions this process works at once (serve: 0 runs the API alone, for brains in corral harness processes)")
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", 5*time.Second, "how long a brain's claim on a session lasts without renewal; another brain resumes the session after it")
-	fs.DurationVar(&f.pollInterval, "poll", time.Second, "how often brains look for work when no wake-up arrives")
-	fs.IntVar(&f.contextTokens, "context-tokens", 200000, "the model's context window; history is compacted past 80% of it")
-	fs.IntVar(&f.maxTokens, "max-tokens", 8192, "max_tokens of each model request")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", defaultLeaseTTL, "how long a brain's claim on a session lasts without renewal; another brain resumes the session after it")
+	fs.DurationVar(&f.pollInterval, "poll", defaultPollInterval, "how often brains look for work when no wake-up arrives")
+	fs.IntVar(&f.contextTokens, "context-tokens", defaultContextTokens, "the model's context window; history is compacted past 80% of it")
+	fs.IntVar(&f.maxTokens, "max-tokens", defaultMaxTokens, "max_tokens of each model request")
 	fs.IntVar(&f.thinkingBudget, "thinking-budget", 0, "extended thinking budget in tokens (0 = off)")
-	fs.DurationVar(&f.modelTimeout, "model-timeout", 10*time.Minute, "longest one model call may take, streaming included; a stalled call is retried")
-	fs.IntVar(&f.maxRetries, "model-retries", 5, "retries of a failed model call before the session idles with retries_exhausted")
+	fs.DurationVar(&f.modelTimeout, "model-timeout", defaultModelTimeout, "longest one model call may take, streaming included; a stalled call is retried")
+	fs.IntVar(&f.maxRetries, "model-retries", defaultModelRetries, "retries of a failed model call before the session idles with retries_exhausted")
 	fs.BoolVar(&f.eagerHands, "eager-hands", false, "advanced, for comparison only (corral bench): provision each session's sandbox before its first model call, as a coupled design does")
 }
 
-// config builds the brain's config. hands may be nil: built-in tools then get an error result.
-func (f *brainFlags) config(st store.Store, hands *sandbox.Pool, logger *slog.Logger) (harness.Config, error) {
-	m, err := newModel()
-	if err != nil {
-		return harness.Config{}, err
-	}
-	cfg := harness.Config{
-		Store:          st,
-		Model:          m,
-		Logger:         logger,
+// config is the brains' config without the parts the server sets (Store, Hands, Logger) and the model.
+func (f *brainFlags) config() harness.Config {
+	return harness.Config{
 		Workers:        f.workers,
 		LeaseTTL:       f.leaseTTL,
 		PollInterval:   f.pollInterval,
@@ -63,13 +60,13 @@ func (f *brainFlags) config(st store.Store, hands *sandbox.Pool, logger *slog.Lo
 		Retry:          harness.RetryPolicy{MaxRetries: retries(f.maxRetries)},
 		EagerHands:     f.eagerHands,
 	}
-	if hands != nil {
-		cfg.Hands = hands
-	} else {
-		// The model is still offered the built-in tools, and each call's result says why they cannot run.
-		cfg.Hands = sandbox.Unavailable(agent.Tools(), "no sandbox is configured on this server, so built-in tools cannot run")
-	}
-	return cfg, nil
+}
+
+// defaultBrainConfig is the brains' config with every flag at its default: what corral bench's servers run.
+func defaultBrainConfig() harness.Config {
+	f := brainFlags{leaseTTL: defaultLeaseTTL, pollInterval: defaultPollInterval, contextTokens: defaultContextTokens,
+		maxTokens: defaultMaxTokens, modelTimeout: defaultModelTimeout, maxRetries: defaultModelRetries, workers: defaultWorkers()}
+	return f.config()
 }
 
 // newModel routes model ids to providers: "openai/<model>" to an OpenAI-compatible endpoint (OPENAI_BASE_URL,
@@ -92,71 +89,15 @@ func newModel() (model.Model, error) {
 	})
 }
 
-// startBrains builds the hands and starts the brains; stop stops the brains (finishing in-flight appends and
-// releasing their leases), then the sandboxes.
-func startBrains(ctx context.Context, bf *brainFlags, hf *handsFlags, dataDir string, st store.Store, logger *slog.Logger) (stop func(), err error) {
-	hands, err := hf.build(dataDir, logger)
+// brainConfig is the flags' brain config with the model.
+func (f *brainFlags) brainConfig() (*harness.Config, error) {
+	m, err := newModel()
 	if err != nil {
 		return nil, err
 	}
-	stopHands := func() {
-		if hands != nil {
-			_ = hands.Stop()
-		}
-	}
-	cfg, err := bf.config(st, hands, logger)
-	if err != nil {
-		stopHands()
-		return nil, err
-	}
-	brain, err := harness.New(cfg)
-	if err != nil {
-		stopHands()
-		return nil, err
-	}
-	if err := brain.Start(ctx); err != nil {
-		stopHands()
-		return nil, err
-	}
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	var sweeper sync.WaitGroup
-	if hands != nil {
-		sweeper.Go(func() { sweepWorkspaces(sweepCtx, hands, st, logger) })
-	}
-	return func() {
-		stopSweep()
-		sweeper.Wait()
-		brain.Stop()
-		stopHands()
-	}, nil
-}
-
-// workspaceSweep is how often the workspaces of deleted sessions are removed.
-const workspaceSweep = 10 * time.Minute
-
-// sweepWorkspaces removes, now and every workspaceSweep, the local workspaces of sessions the store no longer
-// has (deleted through the API), until ctx ends.
-func sweepWorkspaces(ctx context.Context, hands *sandbox.Pool, st store.Store, logger *slog.Logger) {
-	gone := func(ctx context.Context, id string) (bool, error) {
-		_, err := st.SessionGet(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return true, nil
-		}
-		return false, err
-	}
-	t := time.NewTicker(workspaceSweep)
-	defer t.Stop()
-	for {
-		n, err := hands.RemoveWorkspaces(ctx, gone)
-		if n > 0 || err != nil {
-			logger.Info("workspaces of deleted sessions removed", "count", n, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	cfg := f.config()
+	cfg.Model = m
+	return &cfg, nil
 }
 
 // retries maps the flag (0 = no retries) to harness.RetryPolicy.MaxRetries (0 = the default, negative = none).

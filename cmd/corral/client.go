@@ -9,12 +9,13 @@ import (
 	"os"
 
 	"github.com/corralhq/corral/internal/client"
+	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 )
 
 // clientFlags adds --url and --key to a flag set and returns a constructor for the API client: the CLI is a
 // client of the same HTTP API every other client uses.
 func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
-	base := fs.String("url", envOr("CORRAL_URL", "http://127.0.0.1:8080"), "Corral server `URL` (env CORRAL_URL)")
+	base := fs.String("url", envOr("CORRAL_URL", "http://"+corral.DefaultListen), "Corral server `URL` (env CORRAL_URL)")
 	key := fs.String("key", os.Getenv("CORRAL_API_KEY"), "API `key` (env CORRAL_API_KEY)")
 	return func() (*client.Client, error) {
 		if *key == "" {

@@ -45,12 +45,12 @@ func envsCreate(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	config := apitype.EnvConfig{Type: "cloud"}
+	config := apitype.EnvConfig{Type: apitype.EnvironmentCloud}
 	switch {
 	case *selfHosted:
-		config = apitype.EnvConfig{Type: "self_hosted"}
+		config = apitype.EnvConfig{Type: apitype.EnvironmentSelfHosted}
 	case *allow != "":
-		config.Networking = &apitype.Networking{Type: "limited", AllowedHosts: strings.Split(*allow, ",")}
+		config.Networking = &apitype.Networking{Type: apitype.NetworkingLimited, AllowedHosts: strings.Split(*allow, ",")}
 	}
 	e, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: *name, Config: config})
 	if err != nil {

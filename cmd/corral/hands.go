@@ -13,11 +13,9 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
-	"github.com/corralhq/corral/internal/sandbox/bwrap"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/sandbox/egress"
-	"github.com/corralhq/corral/internal/sandbox/gvisor"
-	"github.com/corralhq/corral/internal/sandbox/oci"
-	"github.com/corralhq/corral/internal/sandbox/process"
+	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 	"github.com/corralhq/corral/internal/workspace"
 )
 
@@ -43,64 +41,60 @@ func defaultSandbox() string {
 func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kind, "sandbox", envOr("CORRAL_SANDBOX", defaultSandbox()), "sandbox `backend`: bwrap, oci (runc), gvisor (runsc), process (no isolation: development only) or none (env CORRAL_SANDBOX)")
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary or on PATH, else this binary)")
-	fs.StringVar(&f.runsc, "runsc", envOr("CORRAL_RUNSC", "runsc"), "runsc `binary` for --sandbox gvisor (a current, static build; env CORRAL_RUNSC)")
-	fs.DurationVar(&f.idle, "sandbox-idle", 10*time.Minute, "how long an unused sandbox lives before it is reaped (its workspace stays)")
-	fs.Int64Var(&f.memoryMB, "sandbox-memory", 2048, "memory limit of each sandbox in `MiB`")
-	fs.IntVar(&f.pids, "sandbox-pids", 1024, "process limit of each sandbox")
+	runscFlag(fs, &f.runsc)
+	fs.DurationVar(&f.idle, "sandbox-idle", sandbox.DefaultIdleTimeout, "how long an unused sandbox lives before it is reaped (its workspace stays)")
+	fs.Int64Var(&f.memoryMB, "sandbox-memory", agent.DefaultMemoryBytes>>20, "memory limit of each sandbox in `MiB`")
+	fs.IntVar(&f.pids, "sandbox-pids", agent.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
-	fs.DurationVar(&f.timeout, "tool-timeout", 2*time.Minute, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
+	fs.DurationVar(&f.timeout, "tool-timeout", agent.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
+}
+
+// runscFlag adds --runsc, the gvisor backend's binary, to serve, harness and bench.
+func runscFlag(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "runsc", envOr("CORRAL_RUNSC", "runsc"), "runsc `binary` of the gvisor backend (a current, static build; env CORRAL_RUNSC; "+runscFallback+" is tried when runsc is not on PATH)")
 }
 
 func (f *handsFlags) limits() sandbox.Limits {
 	return sandbox.Limits{MemoryBytes: f.memoryMB << 20, Pids: f.pids, CPUQuota: f.cpus, CommandTimeout: f.timeout}
 }
 
-// build returns the pool of hands, or nil with a warning when the backend cannot run here: sessions still
-// work, and a built-in tool call then gets an error result that says why.
-func (f *handsFlags) build(dataDir string, logger *slog.Logger) (*sandbox.Pool, error) {
-	if f.kind == "none" {
-		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")
-		return nil, nil
-	}
-	provider, err := f.provider(dataDir, logger)
-	if err != nil {
-		logger.Warn("sandbox backend unavailable: built-in tools will fail until it is fixed", "sandbox", f.kind, "err", err)
-		return nil, nil
-	}
+// sandbox returns the server's sandbox configuration. A backend that cannot run here is logged and becomes
+// the reason every built-in tool call reports (sessions that need no sandbox still work).
+func (f *handsFlags) sandbox(dataDir string, logger *slog.Logger) (corral.SandboxConfig, error) {
 	root, err := filepath.Abs(filepath.Join(dataDir, "workspaces"))
 	if err != nil {
-		return nil, err
+		return corral.SandboxConfig{}, err
 	}
 	// Repositories are cloned on the server, under the same rules as the sandbox's egress proxy.
-	placer, err := workspace.New(workspace.Config{Resolve: egress.Resolve, Logger: logger})
+	placer, err := workspace.New(workspace.Config{Resolve: egress.Resolve, Path: os.Getenv("PATH"), Logger: logger})
+	if err != nil {
+		return corral.SandboxConfig{}, err
+	}
+	sc := corral.SandboxConfig{Tools: agent.Tools(), Pool: sandbox.PoolConfig{
+		WorkspaceRoot: root, IdleTimeout: f.idle, Limits: f.limits(), Placer: placer,
+	}}
+	if f.kind == "none" {
+		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")
+		return sc, nil
+	}
+	if sc.Provider, err = f.provider(dataDir, logger); err != nil {
+		logger.Warn("sandbox backend unavailable: built-in tools will fail until it is fixed", "sandbox", f.kind, "err", err)
+		sc.Unavailable = fmt.Sprintf("%s: %v", f.kind, err)
+	}
+	return sc, nil
+}
+
+// provider constructs the --sandbox backend from the table (backends.go), or says why it cannot run here.
+func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Provider, error) {
+	b, err := lookupBackend(f.kind)
 	if err != nil {
 		return nil, err
 	}
-	return sandbox.NewPool(sandbox.PoolConfig{
-		Provider: provider, WorkspaceRoot: root, IdleTimeout: f.idle, Logger: logger, Limits: f.limits(),
-		Placer: placer,
-	})
-}
-
-func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Provider, error) {
 	agentPath, err := f.agentPath(dataDir)
 	if err != nil {
 		return nil, err
 	}
-	switch f.kind {
-	case "bwrap":
-		return bwrap.New(bwrap.Config{AgentPath: agentPath, Logger: logger})
-	case "oci", "runc":
-		return oci.New(oci.Config{AgentPath: agentPath, Logger: logger})
-	case "gvisor":
-		if dynamic(agentPath) {
-			return nil, fmt.Errorf("gvisor needs a statically linked agent, and %s is dynamically linked: build one with CGO_ENABLED=0 go build ./cmd/corral-sandbox-agent and pass --sandbox-agent (or build corral with CGO_ENABLED=0)", agentPath)
-		}
-		return gvisor.New(gvisor.Config{Runsc: f.runsc, OCI: oci.Config{AgentPath: agentPath, Logger: logger}})
-	case "process":
-		return process.New(process.Config{AgentPath: agentPath, Logger: logger})
-	}
-	return nil, fmt.Errorf("unknown sandbox backend %q (want bwrap, oci, gvisor, process or none)", f.kind)
+	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger}, "")
 }
 
 // agentName is the in-sandbox agent's binary name; the corral binary runs as the agent under it.

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+
+	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 )
 
 func init() {
@@ -29,13 +31,25 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 	defer st.Close()
-	stopBrains, err := startBrains(ctx, &bf, &hf, sf.data, st, logger)
+	brain, err := bf.brainConfig()
 	if err != nil {
 		return err
 	}
+	sc, err := hf.sandbox(sf.data, logger)
+	if err != nil {
+		return err
+	}
+	srv, err := corral.New(corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	defer srv.Stop()
 	logger.Info("corral harness running", "store", st.Capabilities().Name, "brains", bf.workers)
 	fmt.Fprintln(io.err, "corral: harness running")
 	<-ctx.Done()
-	stopBrains() // finishes in-flight appends and releases leases
+	srv.Stop() // finishes in-flight appends and releases leases
 	return nil
 }

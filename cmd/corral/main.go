@@ -1,8 +1,9 @@
-// Command corral is Corral's one binary: the server (serve), brains alone (harness), key management (keys),
-// and a command-line client of the HTTP API (agents, envs, sessions, send, tail).
+// Command corral is Corral's one binary: the server (serve), brains alone (harness), the benchmark (bench), the
+// management of a server's store (keys, vault), a command-line client of the HTTP API (agents, envs, sessions,
+// send, tail), and the in-sandbox agent when invoked as corral-sandbox-agent.
 //
-// It is the composition root: the only package that knows every backend and wires flags and environment into
-// the components' configs.
+// It is the composition root: the only package that reads the environment, knows every backend (backends.go)
+// and wires flags and environment into the components' configs.
 package main
 
 import (

@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"runtime"
-	"time"
 
 	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/harness"
+	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -23,14 +20,14 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "serve", "[flags]")
 	var sf storeFlags
 	sf.register(fs)
-	listen := fs.String("listen", envOr("CORRAL_LISTEN", "127.0.0.1:8080"), "`address` to serve the API on (env CORRAL_LISTEN)")
+	listen := fs.String("listen", envOr("CORRAL_LISTEN", corral.DefaultListen), "`address` to serve the API on (env CORRAL_LISTEN)")
 	var bf brainFlags
 	bf.register(fs)
 	var hf handsFlags
 	hf.register(fs)
-	rateLimit := fs.Float64("rate-limit", 0, "`requests` per second allowed per API key (0 = unlimited)")
 	var vf vaultFlags
 	vf.register(fs)
+	rateLimit := fs.Float64("rate-limit", 0, "`requests` per second allowed per API key (0 = unlimited)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -46,56 +43,42 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-
 	vlt, err := vf.open(ctx, st, sf.data, io.err)
 	if err != nil {
 		return err
 	}
-
+	cfg := corral.Config{
+		Store: st, Logger: logger,
+		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt},
+	}
 	if bf.workers > 0 {
-		stopBrains, err := startBrains(ctx, &bf, &hf, sf.data, st, logger)
-		if err != nil {
+		if cfg.Brain, err = bf.brainConfig(); err != nil {
 			return err
 		}
-		defer stopBrains()
+		if cfg.Sandbox, err = hf.sandbox(sf.data, logger); err != nil {
+			return err
+		}
 	}
-
-	srv := api.New(api.Config{Store: st, Logger: logger, Keys: keys, RateLimit: *rateLimit, Sealer: vlt})
-	ln, err := net.Listen("tcp", *listen)
+	srv, err := corral.New(cfg)
 	if err != nil {
 		return err
 	}
-	// Streams end when the server shuts down; ordinary requests finish first.
-	baseCtx, cancelStreams := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelStreams()
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute, // a slow body cannot hold a handler forever
-		WriteTimeout:      time.Minute, // streams set their own per-write deadlines
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return baseCtx },
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	if err := srv.Start(ctx); err != nil {
+		return err
 	}
-	httpSrv.RegisterOnShutdown(cancelStreams)
-	logger.Info("corral serving", "addr", ln.Addr().String(), "store", st.Capabilities().Name, "sandbox", hf.kind, "brains", bf.workers)
-	fmt.Fprintf(io.err, "corral: listening on http://%s\n", ln.Addr())
+	defer srv.Stop()
+	logger.Info("corral serving", "addr", srv.Addr().String(), "store", st.Capabilities().Name, "sandbox", hf.kind, "brains", bf.workers)
+	fmt.Fprintf(io.err, "corral: listening on %s\n", srv.URL())
 
-	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.Serve(ln) }()
 	select {
-	case err := <-errc:
+	case err := <-srv.Failed():
 		return err
 	case <-ctx.Done():
 	}
 	// SIGTERM: stop accepting, let in-flight requests (and their writes) finish, then stop the brains, which
-	// release their leases, and close the store.
+	// release their leases; the store closes last.
 	logger.Info("corral shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := httpSrv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		logger.Warn("http shutdown", "err", err)
-	}
+	srv.Stop()
 	return nil
 }
 
@@ -134,6 +117,5 @@ func newLogger(io *stdio) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.err, &slog.HandlerOptions{Level: level}))
 }
 
-// defaultWorkers sizes the in-process brains to the machine. A brain mostly waits on the model, so a core
-// keeps many sessions going.
-func defaultWorkers() int { return 100 * runtime.NumCPU() }
+// defaultWorkers sizes the in-process brains to the machine (harness.DefaultWorkers).
+func defaultWorkers() int { return harness.DefaultWorkers() }

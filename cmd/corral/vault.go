@@ -33,7 +33,7 @@ type vaultFlags struct {
 
 func (f *vaultFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.keyFile, "vault-key-file", "", "`file` of the vault master key(s) that seal credentials: base64, one per line, "+
-		"the first seals (default DIR/vault.key, created on first start; or env CORRAL_VAULT_KEY, base64)")
+		"the first seals (default DIR/vault.key, which serve creates on first start; or env CORRAL_VAULT_KEY: base64 keys, comma-separated)")
 }
 
 // open returns the server's vault: the master key from --vault-key-file, CORRAL_VAULT_KEY or the data

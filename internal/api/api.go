@@ -76,10 +76,10 @@ type Server struct {
 	now func() time.Time
 }
 
-// New builds a server from cfg. It panics if cfg is invalid (a programming error in the composition root).
-func New(cfg Config) *Server {
+// New validates cfg and builds a server from it.
+func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
-		panic(err)
+		return nil, err
 	}
 	s := &Server{
 		store:     cfg.Store,
@@ -99,7 +99,7 @@ func New(cfg Config) *Server {
 	}
 	s.mux = http.NewServeMux()
 	s.routes()
-	return s
+	return s, nil
 }
 
 // Handler returns the HTTP handler of the API.

@@ -63,7 +63,7 @@ func newHarness(t *testing.T, tweak ...func(*api.Config)) *harness {
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	srv := httptest.NewServer(api.New(cfg).Handler())
+	srv := httptest.NewServer(newAPI(t, cfg).Handler())
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
@@ -214,10 +214,20 @@ func userText(text string) anthropic.BetaManagedAgentsEventParamsUnion {
 	})
 }
 
+// newAPI builds an API server from cfg.
+func newAPI(t testing.TB, cfg api.Config) *api.Server {
+	t.Helper()
+	a, err := api.New(cfg)
+	if err != nil {
+		t.Fatalf("api.New: %v", err)
+	}
+	return a
+}
+
 // httpServer serves an API built from cfg and returns an SDK client for it.
 func httpServer(t *testing.T, cfg api.Config, opts ...option.RequestOption) anthropic.Client {
 	t.Helper()
-	srv := httptest.NewServer(api.New(cfg).Handler())
+	srv := httptest.NewServer(newAPI(t, cfg).Handler())
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
@@ -232,3 +242,14 @@ func httpServer(t *testing.T, cfg api.Config, opts ...option.RequestOption) anth
 type deafStore struct{ store.Store }
 
 func (deafStore) Subscribe(string) (<-chan struct{}, func()) { return make(chan struct{}), func() {} }
+
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := api.New(api.Config{}); err == nil {
+		t.Error("api.New without a Store succeeded")
+	}
+	h := newHarness(t)
+	if _, err := api.New(api.Config{Store: h.store, MaxBodyBytes: -1}); err == nil {
+		t.Error("api.New with a negative MaxBodyBytes succeeded")
+	}
+}

@@ -26,12 +26,16 @@ func ExampleNew() {
 	}
 	defer st.Close()
 
-	srv := api.New(api.Config{
+	srv, err := api.New(api.Config{
 		Store:  st,
 		Logger: slog.New(slog.DiscardHandler),
 		// The static key would come from CORRAL_API_KEY; keys minted into the store work as well.
 		Keys: &api.KeyAuth{Static: "sk-example", Store: st},
 	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
 

@@ -32,7 +32,7 @@ func FuzzHTTP(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	handler := api.New(api.Config{Store: st, Keys: &api.KeyAuth{Static: testKey},
+	handler := newAPI(f, api.Config{Store: st, Keys: &api.KeyAuth{Static: testKey},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxBodyBytes: 64 << 10, Sealer: sealer}).Handler()
 	call := func(method, target, body string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, target, strings.NewReader(body))

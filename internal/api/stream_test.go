@@ -221,7 +221,7 @@ func TestStreamOutlivesServerTimeouts(t *testing.T) {
 	agentID, envID := h.seed(ctx)
 	id := h.newSession(ctx, agentID, envID)
 
-	srv := httptest.NewUnstartedServer(api.New(api.Config{Store: h.store, Keys: &api.KeyAuth{Static: testKey}}).Handler())
+	srv := httptest.NewUnstartedServer(newAPI(t, api.Config{Store: h.store, Keys: &api.KeyAuth{Static: testKey}}).Handler())
 	srv.Config.ReadTimeout = 100 * time.Millisecond
 	srv.Config.WriteTimeout = 100 * time.Millisecond
 	srv.Start()

@@ -347,19 +347,19 @@ func checkCredentialHost(p, h string) error {
 
 func parseCredNetworking(p string, raw json.RawMessage) (*apitype.CredentialNetworking, error) {
 	var in struct {
-		Type         string   `json:"type"`
-		AllowedHosts []string `json:"allowed_hosts"`
+		Type         apitype.NetworkingType `json:"type"`
+		AllowedHosts []string               `json:"allowed_hosts"`
 	}
 	if err := strictUnmarshal(p, raw, &in); err != nil {
 		return nil, err
 	}
 	switch in.Type {
-	case "unrestricted":
+	case apitype.NetworkingUnrestricted:
 		if in.AllowedHosts != nil {
 			return nil, invalid(path(p, "allowed_hosts"), "not a field of unrestricted networking")
 		}
-		return &apitype.CredentialNetworking{Type: "unrestricted"}, nil
-	case "limited":
+		return &apitype.CredentialNetworking{Type: apitype.NetworkingUnrestricted}, nil
+	case apitype.NetworkingLimited:
 		if len(in.AllowedHosts) == 0 || len(in.AllowedHosts) > maxCredentialHost {
 			return nil, invalid(path(p, "allowed_hosts"), "between 1 and %d hosts", maxCredentialHost)
 		}
@@ -368,7 +368,7 @@ func parseCredNetworking(p string, raw json.RawMessage) (*apitype.CredentialNetw
 				return nil, err
 			}
 		}
-		return &apitype.CredentialNetworking{Type: "limited", AllowedHosts: append([]string{}, in.AllowedHosts...)}, nil
+		return &apitype.CredentialNetworking{Type: apitype.NetworkingLimited, AllowedHosts: append([]string{}, in.AllowedHosts...)}, nil
 	case "":
 		return nil, invalid(path(p, "type"), "required")
 	}

@@ -96,7 +96,7 @@ func newVaultHarness(t *testing.T, st store.Store) *vaultHarness {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	srv := httptest.NewServer(api.New(api.Config{
+	srv := httptest.NewServer(newAPI(t, api.Config{
 		Store:  st,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Keys:   &api.KeyAuth{Static: testKey, Store: st},

@@ -77,6 +77,6 @@ type InjectionLocation struct {
 // CredentialNetworking lists the hosts an environment_variable credential's value may be sent to: "unrestricted"
 // or "limited" with AllowedHosts.
 type CredentialNetworking struct {
-	Type         string   `json:"type"`
-	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+	Type         NetworkingType `json:"type"`
+	AllowedHosts []string       `json:"allowed_hosts,omitempty"`
 }

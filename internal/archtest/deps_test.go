@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,13 +21,17 @@ var ports = []string{"internal/store", "internal/model", "internal/sandbox"}
 // rules lists, per package, the internal packages it may import (non-test files). A package not listed may
 // import what the general rules allow.
 var rules = map[string][]string{
-	"internal/apitype":  {},
-	"internal/store":    {"internal/apitype"},
-	"internal/model":    {"internal/apitype"},
-	"internal/sandbox":  {"internal/apitype"},
-	"internal/client":   {"internal/apitype"},
-	"internal/api":      {"internal/apitype", "internal/store"},
-	"internal/harness":  {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},
+	"internal/apitype": {},
+	"internal/store":   {"internal/apitype"},
+	"internal/model":   {"internal/apitype"},
+	"internal/sandbox": {"internal/apitype"},
+	"internal/client":  {"internal/apitype"},
+	"internal/api":     {"internal/apitype", "internal/store"},
+	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},
+	"internal/server":  {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox"},
+	// The benchmark composes servers through internal/server and is handed its backends by cmd/: it picks none.
+	"internal/bench": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/model",
+		"internal/sandbox", "internal/server", "internal/model/fakemodel", "internal/client"},
 	"internal/archtest": {},
 	// The workspace placer implements the sandbox port's Placer; the composition root hands it the egress
 	// rules (Resolve), so it needs no backend and no sandbox subpackage.
@@ -194,10 +199,76 @@ func TestViolation(t *testing.T) {
 		{"internal/workspace", "internal/vault", true},
 		{"internal/vault", "internal/store", true},
 		{"internal/vault", "internal/api", false},
+		{"internal/server", "internal/api", true},
+		{"internal/server", "internal/sandbox/bwrap", false},
+		{"internal/server", "internal/store/sqlite", false},
+		{"internal/bench", "internal/server", true},
+		{"internal/bench", "internal/sandbox/gvisor", false},
+		{"internal/bench", "internal/model/anthropic", false},
 	}
 	for _, c := range cases {
 		if got := violation(c.pkg, c.dep) == ""; got != c.ok {
 			t.Errorf("violation(%s, %s) allowed=%v, want %v", c.pkg, c.dep, got, c.ok)
+		}
+	}
+}
+
+// shipped are the binaries users run: no test kit may be linked into them.
+var shipped = []string{"./cmd/corral", "./cmd/corral-sandbox-agent"}
+
+// TestShippedDeps checks the transitive dependencies of each shipped binary (go list -deps): no testing, no
+// net/http/httptest, no package of this module named like a test kit (*test).
+func TestShippedDeps(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("go is not on PATH under CI: %v", err)
+		}
+		t.Skipf("go is not on PATH, so the binaries' dependencies cannot be listed: %v", err)
+	}
+	for _, bin := range shipped {
+		cmd := exec.Command(goBin, "list", "-deps", bin)
+		cmd.Dir = filepath.Join("..", "..")
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Fatalf("go list -deps %s: %v\n%s", bin, err, stderr)
+		}
+		deps := strings.Fields(string(out))
+		if !slices.Contains(deps, module+strings.TrimPrefix(bin, "./")) || len(deps) < 20 {
+			t.Fatalf("go list -deps %s listed only %d packages: %v", bin, len(deps), deps)
+		}
+		for _, dep := range deps {
+			if msg := shippedViolation(dep); msg != "" {
+				t.Errorf("%s links %s: %s", bin, dep, msg)
+			}
+		}
+	}
+}
+
+// shippedViolation says why a shipped binary may not link pkg, or "" if it may.
+func shippedViolation(pkg string) string {
+	if pkg == "testing" || strings.HasPrefix(pkg, "testing/") || pkg == "net/http/httptest" {
+		return "a test package in a shipped binary"
+	}
+	if rel, ok := strings.CutPrefix(pkg, module); ok && strings.HasSuffix(rel, "test") {
+		return "a test kit of this module in a shipped binary"
+	}
+	return ""
+}
+
+func TestShippedViolation(t *testing.T) {
+	for pkg, bad := range map[string]bool{
+		"testing": true, "testing/fstest": true, "net/http/httptest": true, "net/http": false,
+		module + "internal/model/modeltest": true, module + "internal/store/storetest": true,
+		module + "internal/store/postgres/pgtest": true, module + "internal/model/fakemodel": false,
+		module + "internal/bench": false, "github.com/other/latest": false,
+	} {
+		if got := shippedViolation(pkg) != ""; got != bad {
+			t.Errorf("shippedViolation(%s) = %v, want %v", pkg, got, bad)
 		}
 	}
 }

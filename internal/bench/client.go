@@ -33,9 +33,6 @@ func NewClient(base, key string) *Client {
 	return &Client{Client: c}
 }
 
-// CloseIdle closes the client's idle connections.
-func (c *Client) CloseIdle() { c.CloseIdleConnections() }
-
 // CreateAgent creates an agent; with tools it has the built-in toolset (bash, read, write, ...).
 func (c *Client) CreateAgent(ctx context.Context, name string, tools bool) (string, error) {
 	p := &client.AgentCreateParams{Name: name, Model: apitype.ModelConfig{ID: "claude-sonnet-4-5"}, System: "You are a benchmark agent."}
@@ -51,7 +48,7 @@ func (c *Client) CreateAgent(ctx context.Context, name string, tools bool) (stri
 
 // CreateEnvironment creates a cloud environment.
 func (c *Client) CreateEnvironment(ctx context.Context, name string) (string, error) {
-	e, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: name, Config: apitype.EnvConfig{Type: "cloud"}})
+	e, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: name, Config: apitype.EnvConfig{Type: apitype.EnvironmentCloud}})
 	if err != nil {
 		return "", err
 	}

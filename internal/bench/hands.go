@@ -31,7 +31,7 @@ func RunHands(ctx context.Context, prov sandbox.Provider, workRoot string, n, ca
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return res, err
 		}
-		r := &sandbox.Recipe{SessionID: fmt.Sprintf("sesn_bench%d", i), WorkspaceDir: dir, Environment: apitype.EnvConfig{Type: "cloud"}}
+		r := &sandbox.Recipe{SessionID: fmt.Sprintf("sesn_bench%d", i), WorkspaceDir: dir, Environment: apitype.EnvConfig{Type: apitype.EnvironmentCloud}}
 		t0 := time.Now()
 		sb, err := prov.Provision(ctx, r)
 		if err != nil {

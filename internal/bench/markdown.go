@@ -35,8 +35,8 @@ func (r *Report) Markdown(svgName string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("## End to end: `corral bench`\n\n")
-	p("A real server (the same packages as `corral serve`: store, API, brains, sandbox pool) on 127.0.0.1, driven over HTTP ")
-	p("and SSE as a client drives it, with a fake Messages API (`modeltest`) behind the real Anthropic adapter and real ")
+	p("A real server (the assembly `corral serve` runs, `internal/server`: store, API, brains, sandbox pool) on 127.0.0.1, driven over HTTP ")
+	p("and SSE as a client drives it, with a fake Messages API (`fakemodel`) behind the real Anthropic adapter and real ")
 	p("sandboxes. Reproduce with:\n\n```sh\n%s\n```\n\n", r.Command)
 	p("Run %s UTC, %s; %s. Store: %s. Brains: %d in-process workers. Fake model: time to first token %s, %s per later token, ",
 		r.Started.UTC().Format("2006-01-02 15:04"), r.Elapsed.Round(time.Second), r.Machine, r.Store, r.Workers,

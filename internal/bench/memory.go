@@ -73,7 +73,7 @@ func RunIdleMemory(ctx context.Context, c *Client, fake FakeModel, cfg IdleConfi
 		return res, err
 	}
 	settle := func() {
-		c.CloseIdle()
+		c.CloseIdleConnections()
 		deadline := time.Now().Add(cfg.Settle)
 		for time.Now().Before(deadline) && cfg.Sandboxes != nil && cfg.Sandboxes() > 0 {
 			time.Sleep(100 * time.Millisecond)

@@ -1,7 +1,8 @@
-// Package bench is the logic of `corral bench`: it drives a Corral server over HTTP and SSE the way a client
-// does, measures time to first token, platform overhead, hands, the log, scale, idle memory and failover, and
-// renders the report (markdown and an SVG chart). The composition root (cmd/corral) picks the backends and the
-// fake model and hands them in; this package imports only ports.
+// Package bench is `corral bench`: Run starts real servers (internal/server, the assembly corral serve runs) and
+// drives them over HTTP and SSE the way a client does, measures time to first token, platform overhead, hands,
+// the log, scale, idle memory and failover, and renders the report (markdown and an SVG chart). The composition
+// root (cmd/corral) maps the flags to a Config and hands in the backends (its backend table), the store opener
+// and the model adapter; this package picks none of them. The fake model server lives in fake.go alone.
 package bench
 
 import (

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
 )
 
 // FakeModel is the scripted model server behind the brains, as the benchmark needs it.
@@ -175,9 +177,9 @@ func turn(ctx context.Context, c *Client, fake FakeModel, p *prepared, timeout t
 			at = *ev.ProcessedAt
 		}
 		switch {
-		case ev.Type == "session.status_running" && running.IsZero():
+		case ev.Type == apitype.EventSessionStatusRunning && running.IsZero():
 			running = at
-		case ev.Type == "span.model_request_start" && spanStart.IsZero():
+		case ev.Type == apitype.EventSpanModelRequestStart && spanStart.IsZero():
 			spanStart = at
 		}
 		if s.TTFT == 0 && ev.ModelOutput() {

@@ -1,6 +1,6 @@
 // Package client is the typed Go client of Corral's HTTP API (the Managed Agents API), on the wire types of
 // apitype: agents, environments, sessions, session events and their SSE stream, with Last-Event-ID resume.
-// The CLI, the benchmark and the self-hosted worker use it; it imports nothing of Corral but apitype.
+// The CLI and the benchmark use it, and next the self-hosted worker; it imports nothing of Corral but apitype.
 package client
 
 import (
@@ -183,6 +183,15 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return fmt.Errorf("decode %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// call sends a JSON request and returns its JSON answer decoded as a T.
+func call[T any](ctx context.Context, c *Client, method, path string, query url.Values, body any) (*T, error) {
+	var out T
+	if err := c.do(ctx, method, path, query, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // Page is one page of a list: the items and the token of the next page (nil on the last page).

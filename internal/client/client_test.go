@@ -33,13 +33,17 @@ func newServer(t *testing.T) (*client.Client, store.Store, *httptest.Server) {
 	if err != nil {
 		t.Fatalf("open sqlite: %v", err)
 	}
-	srv := httptest.NewServer(api.New(api.Config{
+	a, err := api.New(api.Config{
 		Store:             st,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Keys:              &api.KeyAuth{Static: testKey, Store: st},
 		HeartbeatInterval: 20 * time.Millisecond,
 		PollInterval:      50 * time.Millisecond,
-	}).Handler())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()

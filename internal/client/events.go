@@ -161,11 +161,7 @@ func (p *EventListParams) values() url.Values {
 
 // EventList returns a page of the session's log.
 func (c *Client) EventList(ctx context.Context, sessionID string, p *EventListParams) (*Page[Event], error) {
-	var page Page[Event]
-	if err := c.do(ctx, "GET", pathOf("/v1/sessions/", sessionID, "/events"), p.values(), nil, &page); err != nil {
-		return nil, err
-	}
-	return &page, nil
+	return call[Page[Event]](ctx, c, "GET", pathOf("/v1/sessions/", sessionID, "/events"), p.values(), nil)
 }
 
 // Events iterates over the session's log from p (nil: every event, oldest first, 1000 a page), fetching page

@@ -33,7 +33,11 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer(api.New(api.Config{Store: st, Keys: &api.KeyAuth{Static: "key", Store: st}}).Handler())
+	a, err := api.New(api.Config{Store: st, Keys: &api.KeyAuth{Static: "key", Store: st}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
 
 	c, err := client.New(client.Config{BaseURL: srv.URL, APIKey: "key"})

@@ -39,11 +39,7 @@ type AgentUpdateParams struct {
 
 // AgentCreate creates an agent (version 1).
 func (c *Client) AgentCreate(ctx context.Context, p *AgentCreateParams) (*apitype.Agent, error) {
-	var a apitype.Agent
-	if err := c.do(ctx, "POST", "/v1/agents", nil, p, &a); err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return call[apitype.Agent](ctx, c, "POST", "/v1/agents", nil, p)
 }
 
 // AgentGet returns an agent: version 0 is the latest.
@@ -52,38 +48,22 @@ func (c *Client) AgentGet(ctx context.Context, id string, version int) (*apitype
 	if version > 0 {
 		q.Set("version", strconv.Itoa(version))
 	}
-	var a apitype.Agent
-	if err := c.do(ctx, "GET", pathOf("/v1/agents/", id), q, nil, &a); err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return call[apitype.Agent](ctx, c, "GET", pathOf("/v1/agents/", id), q, nil)
 }
 
 // AgentList returns a page of agents, newest first.
 func (c *Client) AgentList(ctx context.Context, p *ListParams) (*Page[apitype.Agent], error) {
-	var page Page[apitype.Agent]
-	if err := c.do(ctx, "GET", "/v1/agents", p.values(), nil, &page); err != nil {
-		return nil, err
-	}
-	return &page, nil
+	return call[Page[apitype.Agent]](ctx, c, "GET", "/v1/agents", p.values(), nil)
 }
 
 // AgentUpdate updates an agent and returns its latest version.
 func (c *Client) AgentUpdate(ctx context.Context, id string, p *AgentUpdateParams) (*apitype.Agent, error) {
-	var a apitype.Agent
-	if err := c.do(ctx, "POST", pathOf("/v1/agents/", id), nil, p, &a); err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return call[apitype.Agent](ctx, c, "POST", pathOf("/v1/agents/", id), nil, p)
 }
 
 // AgentArchive archives an agent: sessions may no longer be created with it.
 func (c *Client) AgentArchive(ctx context.Context, id string) (*apitype.Agent, error) {
-	var a apitype.Agent
-	if err := c.do(ctx, "POST", pathOf("/v1/agents/", id, "/archive"), nil, struct{}{}, &a); err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return call[apitype.Agent](ctx, c, "POST", pathOf("/v1/agents/", id, "/archive"), nil, struct{}{})
 }
 
 // EnvironmentCreateParams is the body of POST /v1/environments.
@@ -105,56 +85,32 @@ type EnvironmentUpdateParams struct {
 
 // EnvironmentCreate creates an environment.
 func (c *Client) EnvironmentCreate(ctx context.Context, p *EnvironmentCreateParams) (*apitype.Environment, error) {
-	var e apitype.Environment
-	if err := c.do(ctx, "POST", "/v1/environments", nil, p, &e); err != nil {
-		return nil, err
-	}
-	return &e, nil
+	return call[apitype.Environment](ctx, c, "POST", "/v1/environments", nil, p)
 }
 
 // EnvironmentGet returns an environment.
 func (c *Client) EnvironmentGet(ctx context.Context, id string) (*apitype.Environment, error) {
-	var e apitype.Environment
-	if err := c.do(ctx, "GET", pathOf("/v1/environments/", id), nil, nil, &e); err != nil {
-		return nil, err
-	}
-	return &e, nil
+	return call[apitype.Environment](ctx, c, "GET", pathOf("/v1/environments/", id), nil, nil)
 }
 
 // EnvironmentList returns a page of environments, newest first.
 func (c *Client) EnvironmentList(ctx context.Context, p *ListParams) (*Page[apitype.Environment], error) {
-	var page Page[apitype.Environment]
-	if err := c.do(ctx, "GET", "/v1/environments", p.values(), nil, &page); err != nil {
-		return nil, err
-	}
-	return &page, nil
+	return call[Page[apitype.Environment]](ctx, c, "GET", "/v1/environments", p.values(), nil)
 }
 
 // EnvironmentUpdate updates an environment.
 func (c *Client) EnvironmentUpdate(ctx context.Context, id string, p *EnvironmentUpdateParams) (*apitype.Environment, error) {
-	var e apitype.Environment
-	if err := c.do(ctx, "POST", pathOf("/v1/environments/", id), nil, p, &e); err != nil {
-		return nil, err
-	}
-	return &e, nil
+	return call[apitype.Environment](ctx, c, "POST", pathOf("/v1/environments/", id), nil, p)
 }
 
 // EnvironmentArchive archives an environment.
 func (c *Client) EnvironmentArchive(ctx context.Context, id string) (*apitype.Environment, error) {
-	var e apitype.Environment
-	if err := c.do(ctx, "POST", pathOf("/v1/environments/", id, "/archive"), nil, struct{}{}, &e); err != nil {
-		return nil, err
-	}
-	return &e, nil
+	return call[apitype.Environment](ctx, c, "POST", pathOf("/v1/environments/", id, "/archive"), nil, struct{}{})
 }
 
 // EnvironmentDelete deletes an environment.
 func (c *Client) EnvironmentDelete(ctx context.Context, id string) (*Deleted, error) {
-	var d Deleted
-	if err := c.do(ctx, "DELETE", pathOf("/v1/environments/", id), nil, nil, &d); err != nil {
-		return nil, err
-	}
-	return &d, nil
+	return call[Deleted](ctx, c, "DELETE", pathOf("/v1/environments/", id), nil, nil)
 }
 
 // AgentRef names the agent a session runs: its latest version (Version 0) or a given one.
@@ -234,20 +190,12 @@ type SessionListParams struct {
 
 // SessionCreate creates a session.
 func (c *Client) SessionCreate(ctx context.Context, p *SessionCreateParams) (*apitype.Session, error) {
-	var s apitype.Session
-	if err := c.do(ctx, "POST", "/v1/sessions", nil, p, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[apitype.Session](ctx, c, "POST", "/v1/sessions", nil, p)
 }
 
 // SessionGet returns a session.
 func (c *Client) SessionGet(ctx context.Context, id string) (*apitype.Session, error) {
-	var s apitype.Session
-	if err := c.do(ctx, "GET", pathOf("/v1/sessions/", id), nil, nil, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[apitype.Session](ctx, c, "GET", pathOf("/v1/sessions/", id), nil, nil)
 }
 
 // SessionList returns a page of sessions, newest first.
@@ -264,36 +212,20 @@ func (c *Client) SessionList(ctx context.Context, p *SessionListParams) (*Page[a
 			q.Add("statuses[]", s)
 		}
 	}
-	var page Page[apitype.Session]
-	if err := c.do(ctx, "GET", "/v1/sessions", q, nil, &page); err != nil {
-		return nil, err
-	}
-	return &page, nil
+	return call[Page[apitype.Session]](ctx, c, "GET", "/v1/sessions", q, nil)
 }
 
 // SessionUpdate updates a session's title, metadata or vaults.
 func (c *Client) SessionUpdate(ctx context.Context, id string, p *SessionUpdateParams) (*apitype.Session, error) {
-	var s apitype.Session
-	if err := c.do(ctx, "POST", pathOf("/v1/sessions/", id), nil, p, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[apitype.Session](ctx, c, "POST", pathOf("/v1/sessions/", id), nil, p)
 }
 
 // SessionArchive archives a session.
 func (c *Client) SessionArchive(ctx context.Context, id string) (*apitype.Session, error) {
-	var s apitype.Session
-	if err := c.do(ctx, "POST", pathOf("/v1/sessions/", id, "/archive"), nil, struct{}{}, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[apitype.Session](ctx, c, "POST", pathOf("/v1/sessions/", id, "/archive"), nil, struct{}{})
 }
 
 // SessionDelete deletes a session and its log.
 func (c *Client) SessionDelete(ctx context.Context, id string) (*Deleted, error) {
-	var d Deleted
-	if err := c.do(ctx, "DELETE", pathOf("/v1/sessions/", id), nil, nil, &d); err != nil {
-		return nil, err
-	}
-	return &d, nil
+	return call[Deleted](ctx, c, "DELETE", pathOf("/v1/sessions/", id), nil, nil)
 }

@@ -1,6 +1,7 @@
 // Package model is the port to language models: one streamed call that takes a provider-neutral request and
 // returns the model's content blocks. Adapters: anthropic (the official SDK) and openai (any OpenAI-compatible
-// chat completions endpoint, through the official openai-go SDK). modeltest has a fake Messages API server.
+// chat completions endpoint, through the official openai-go SDK). fakemodel is a scripted fake of both APIs on
+// a local HTTP server; modeltest is the conformance suite both adapters run.
 package model
 
 import (
@@ -8,10 +9,27 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 )
+
+// ResponseHeaderTimeout bounds an adapter's wait for response headers with DefaultHTTPClient, as the official
+// SDKs' own default does; a stream's body is not bounded (the caller's context is).
+const ResponseHeaderTimeout = 10 * time.Minute
+
+// DefaultHTTPClient is the HTTP client of an adapter given none: a clone of the default transport that waits
+// at most ResponseHeaderTimeout for the response headers.
+func DefaultHTTPClient() *http.Client {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return &http.Client{Transport: http.DefaultTransport}
+	}
+	t = t.Clone()
+	t.ResponseHeaderTimeout = ResponseHeaderTimeout
+	return &http.Client{Transport: t}
+}
 
 // Model calls a language model.
 type Model interface {

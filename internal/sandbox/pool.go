@@ -16,8 +16,9 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 )
 
-// DefaultIdleTimeout is how long a session's sandbox may sit unused before the Pool reaps it.
-const DefaultIdleTimeout = 15 * time.Minute
+// DefaultIdleTimeout is how long a session's sandbox may sit unused before the Pool reaps it (serve's
+// --sandbox-idle default).
+const DefaultIdleTimeout = 10 * time.Minute
 
 // PoolConfig configures a Pool.
 type PoolConfig struct {
@@ -64,6 +65,7 @@ type Pool struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	started  bool
 	stopped  bool
 
 	stop   chan struct{}
@@ -83,7 +85,7 @@ type session struct {
 
 var _ Hands = (*Pool)(nil)
 
-// NewPool returns a Pool and starts its reaper. Stop it with Stop.
+// NewPool returns a Pool. It serves calls at once; Start starts its reaper, and Stop stops both.
 func NewPool(cfg PoolConfig) (*Pool, error) {
 	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
 	if cfg.Logger == nil {
@@ -95,10 +97,20 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox pool: workspace root: %w", err)
 	}
-	p := &Pool{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
-	p.reaped.Add(1)
-	go p.reap()
-	return p, nil
+	return &Pool{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}, nil
+}
+
+// Start starts the reaper, which closes sandboxes idle for IdleTimeout, until Stop (or until ctx is done). It
+// may be called once, and not after Stop.
+func (p *Pool) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started || p.stopped {
+		return errors.New("sandbox pool: already started or stopped")
+	}
+	p.started = true
+	p.reaped.Go(func() { p.reap(ctx) })
+	return nil
 }
 
 // Tools are the built-in tools of the pool's provider.
@@ -397,13 +409,14 @@ func (p *Pool) Stop() error {
 }
 
 // reap closes the sandboxes that have been idle for IdleTimeout, and forgets their sessions.
-func (p *Pool) reap() {
-	defer p.reaped.Done()
+func (p *Pool) reap(ctx context.Context) {
 	t := time.NewTicker(max(p.cfg.IdleTimeout/4, 10*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
 		case <-p.stop:
+			return
+		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			for _, s := range p.idle(now) {

@@ -70,6 +70,9 @@ func newPool(t *testing.T, prov sandbox.Provider, idle time.Duration) *sandbox.P
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = p.Stop() })
 	return p
 }

@@ -1,7 +1,9 @@
 // Package sandbox is the port to the hands: where model-written code runs. A Provider provisions a Sandbox from
 // a Recipe; Sandbox.Execute runs one built-in tool call inside it. Pool puts the port's rules on top of any
 // Provider: provision lazily on a session's first tool call, reuse, reap when idle, and replace a dead sandbox
-// from the same recipe on the next call.
+// from the same recipe on the next call. Before a session's first sandbox the Pool has its Placer
+// (internal/workspace) place the session's resources, and its EgressSource build the sandbox's Egress.
+// Unavailable is the Hands of a server whose backend cannot run: every call's result says why.
 package sandbox
 
 import (

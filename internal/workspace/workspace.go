@@ -51,8 +51,10 @@ const DefaultCloneTimeout = 5 * time.Minute
 type Config struct {
 	// CloneTimeout bounds the clone and checkout of one repository; default DefaultCloneTimeout.
 	CloneTimeout time.Duration
-	// Git is the git binary; default "git" on PATH.
+	// Git is the git binary; default "git" on Path.
 	Git string
+	// Path is the PATH host git runs with (cmd/ passes the server's); default the usual system directories.
+	Path string
 	// AllowLocalURLs lets repositories be cloned from http:// URLs, file:// URLs and absolute host paths, not
 	// only https:// ones. For tests only: with it a session can clone any repository the server can read.
 	AllowLocalURLs bool
@@ -101,6 +103,7 @@ func New(cfg Config) (*Placer, error) {
 	}
 	cfg.CloneTimeout = cmp.Or(cfg.CloneTimeout, DefaultCloneTimeout)
 	cfg.Git = cmp.Or(cfg.Git, "git")
+	cfg.Path = cmp.Or(cfg.Path, gitEnvPath)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -667,7 +670,7 @@ func LocalRemote(resourceID string) string {
 	return "http://" + sandbox.LocalHost + "/git/" + resourceID
 }
 
-// gitEnvPath is the PATH of git when the server has none.
+// gitEnvPath is the PATH of git when Config.Path is empty.
 const gitEnvPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // git runs git in dir (if set) with a clean environment: nothing of the server's but PATH, a private HOME, no
@@ -691,7 +694,7 @@ func (c *Config) git(ctx context.Context, home, dir string, remote *remoteOpts, 
 	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, c.Git, full...)
 	cmd.Env = []string{
-		"PATH=" + cmp.Or(os.Getenv("PATH"), gitEnvPath),
+		"PATH=" + c.Path,
 		"HOME=" + home,
 		"GIT_TERMINAL_PROMPT=0",
 		"GIT_CONFIG_NOSYSTEM=1",

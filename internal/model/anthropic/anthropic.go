@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -21,21 +20,6 @@ import (
 // DefaultMaxTokens is the max_tokens of a request that sets none, when Config.DefaultMaxTokens is 0.
 const DefaultMaxTokens = 8192
 
-// ResponseHeaderTimeout bounds the wait for response headers with the default HTTP client, as the SDK's own
-// default does; a stream's body is not bounded (the caller's context is).
-const ResponseHeaderTimeout = 10 * time.Minute
-
-// defaultHTTPClient is a clone of the default transport with ResponseHeaderTimeout.
-func defaultHTTPClient() *http.Client {
-	t, ok := http.DefaultTransport.(*http.Transport)
-	if !ok {
-		return &http.Client{Transport: http.DefaultTransport}
-	}
-	t = t.Clone()
-	t.ResponseHeaderTimeout = ResponseHeaderTimeout
-	return &http.Client{Transport: t}
-}
-
 // Config configures a Model.
 type Config struct {
 	// APIKey authenticates the requests. With neither it nor AuthToken, every call fails with
@@ -45,8 +29,8 @@ type Config struct {
 	AuthToken string
 	// BaseURL of the API; default the SDK's production URL.
 	BaseURL string
-	// HTTPClient makes the requests; default a client like the SDK's, whose transport waits at most
-	// ResponseHeaderTimeout for the response headers.
+	// HTTPClient makes the requests; default model.DefaultHTTPClient (like the SDK's, its transport waits at
+	// most model.ResponseHeaderTimeout for the response headers).
 	HTTPClient *http.Client
 	// MaxRetries is the SDK's retry count; default 0, because the brain owns retries.
 	MaxRetries int
@@ -72,7 +56,7 @@ func New(cfg Config) *Model {
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
-	opts = append(opts, option.WithHTTPClient(cmp.Or(cfg.HTTPClient, defaultHTTPClient())))
+	opts = append(opts, option.WithHTTPClient(cmp.Or(cfg.HTTPClient, model.DefaultHTTPClient())))
 	switch {
 	case apiKey != "":
 		opts = append(opts, option.WithAPIKey(apiKey))

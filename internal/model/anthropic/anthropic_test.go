@@ -136,33 +136,15 @@ func TestToolHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := s.Requests()[0].Messages
-	if got := msgs[1].Content[1]; got.Type != "tool_use" || got.ID != "toolu_01" || !jsonEqualRaw(t, got.Input, input) {
+	if got := msgs[1].Content[1]; got.Type != "tool_use" || got.ID != "toolu_01" || !modeltest.JSONEqual(t, got.Input, input) {
 		t.Fatalf("tool_use sent back %+v", got)
 	}
 	res := msgs[2].Content[0]
 	if res.Type != "tool_result" || res.ToolUseID != "toolu_01" || !res.IsError || len(res.Content) != 2 ||
 		res.Content[0].Text != "exit status 1" || res.Content[1].Type != "image" ||
-		!jsonEqualRaw(t, res.Content[1].Source, `{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}`) {
+		!modeltest.JSONEqual(t, res.Content[1].Source, `{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}`) {
 		t.Fatalf("tool_result sent %+v", res)
 	}
-}
-
-func jsonEqual(a, b any) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
-}
-
-func jsonEqualRaw(t *testing.T, got json.RawMessage, want string) bool {
-	t.Helper()
-	var g, w any
-	if err := json.Unmarshal(got, &g); err != nil {
-		t.Fatalf("%s: %v", got, err)
-	}
-	if err := json.Unmarshal([]byte(want), &w); err != nil {
-		t.Fatal(err)
-	}
-	return jsonEqual(g, w)
 }
 
 func TestCacheBreakpoints(t *testing.T) {

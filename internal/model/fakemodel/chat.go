@@ -68,7 +68,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	id := fmt.Sprintf("chatcmpl-modeltest-%03d", reqID)
+	id := fmt.Sprintf("chatcmpl-fake-%03d", reqID)
 	created := time.Now().Unix()
 	if !req.Stream {
 		n := len(tokens(turn.Text))

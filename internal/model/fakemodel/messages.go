@@ -23,7 +23,7 @@ func (u Usage) messages() messagesUsage {
 func writeMessagesError(w http.ResponseWriter, e *ErrorReply) {
 	r := e.normalize()
 	setRetryAfter(w.Header(), r.RetryAfter)
-	w.Header().Set("request-id", "req_modeltest")
+	w.Header().Set("request-id", "req_fake")
 	writeJSON(w, r.Status, messagesErrorBody(r))
 }
 
@@ -31,7 +31,7 @@ func messagesErrorBody(r ErrorReply) map[string]any {
 	return map[string]any{
 		"type":       "error",
 		"error":      map[string]string{"type": r.Type, "message": r.Message},
-		"request_id": "req_modeltest",
+		"request_id": "req_fake",
 	}
 }
 
@@ -66,7 +66,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	msgID := fmt.Sprintf("msg_modeltest_%03d", reqID)
+	msgID := fmt.Sprintf("msg_fake_%03d", reqID)
 	if !req.Stream {
 		n := len(tokens(turn.Thinking)) + len(tokens(turn.Text))
 		for _, u := range turn.ToolUses {
@@ -94,7 +94,7 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, req *Req
 	rc := http.NewResponseController(w)
 	w.Header().Set("content-type", "text/event-stream")
 	w.Header().Set("cache-control", "no-cache")
-	w.Header().Set("request-id", "req_modeltest")
+	w.Header().Set("request-id", "req_fake")
 	w.WriteHeader(http.StatusOK)
 	send := func(event string, data any) bool {
 		b, err := json.Marshal(data)

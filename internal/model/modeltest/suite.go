@@ -97,7 +97,7 @@ func FuzzToolInput(f *testing.F, a Adapter) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(resp.Content) != 1 || !jsonEqualRaw(t, resp.Content[0].Input, input) {
+		if len(resp.Content) != 1 || !JSONEqual(t, resp.Content[0].Input, input) {
 			t.Fatalf("got %+v, want input %s", resp.Content, input)
 		}
 	})
@@ -189,7 +189,7 @@ func testToolUse(t *testing.T, a Adapter) {
 		t.Fatalf("tool use %+v input %s", tu, tu.Input)
 	}
 	tools := s.Requests()[0].Tools
-	if len(tools) != 1 || tools[0].Name != "bash" || tools[0].Description != "Run a command." || !jsonEqualRaw(t, tools[0].InputSchema, string(schema)) {
+	if len(tools) != 1 || tools[0].Name != "bash" || tools[0].Description != "Run a command." || !JSONEqual(t, tools[0].InputSchema, string(schema)) {
 		t.Fatalf("tools %+v", tools)
 	}
 }
@@ -321,8 +321,8 @@ func jsonEqual(a, b any) bool {
 	return string(x) == string(y)
 }
 
-// jsonEqualRaw reports whether got and want are the same JSON value.
-func jsonEqualRaw(t *testing.T, got json.RawMessage, want string) bool {
+// JSONEqual reports whether got and want are the same JSON value; it fails the test if either is not JSON.
+func JSONEqual(t testing.TB, got json.RawMessage, want string) bool {
 	t.Helper()
 	var g, w any
 	if err := json.Unmarshal(got, &g); err != nil {

@@ -40,7 +40,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -57,28 +56,13 @@ type Config struct {
 	BaseURL string
 	// Organization and Project, if set, are sent as the OpenAI-Organization and OpenAI-Project headers.
 	Organization, Project string
-	// HTTPClient makes the requests; default a client like the SDK's, whose transport waits at most
-	// ResponseHeaderTimeout for the response headers.
+	// HTTPClient makes the requests; default model.DefaultHTTPClient (like the SDK's, its transport waits at
+	// most model.ResponseHeaderTimeout for the response headers).
 	HTTPClient *http.Client
 	// MaxRetries is the SDK's retry count; default 0, because the brain owns retries.
 	MaxRetries int
 	// LegacyMaxTokens sends max_tokens instead of max_completion_tokens, for servers that know only the former.
 	LegacyMaxTokens bool
-}
-
-// ResponseHeaderTimeout bounds the wait for response headers with the default HTTP client, as the SDK's own
-// default does; a stream's body is not bounded (the caller's context is).
-const ResponseHeaderTimeout = 10 * time.Minute
-
-// defaultHTTPClient is a clone of the default transport with ResponseHeaderTimeout.
-func defaultHTTPClient() *http.Client {
-	t, ok := http.DefaultTransport.(*http.Transport)
-	if !ok {
-		return &http.Client{Transport: http.DefaultTransport}
-	}
-	t = t.Clone()
-	t.ResponseHeaderTimeout = ResponseHeaderTimeout
-	return &http.Client{Transport: t}
 }
 
 // Model calls a chat completions endpoint.
@@ -96,7 +80,7 @@ var _ model.Model = (*Model)(nil)
 func New(cfg Config) *Model {
 	opts := []option.RequestOption{
 		option.WithEnvironmentProduction(), // the default base URL
-		option.WithHTTPClient(cmp.Or(cfg.HTTPClient, defaultHTTPClient())),
+		option.WithHTTPClient(cmp.Or(cfg.HTTPClient, model.DefaultHTTPClient())),
 		option.WithMaxRetries(max(cfg.MaxRetries, 0)),
 	}
 	if cfg.BaseURL != "" {

@@ -22,11 +22,11 @@ func RunNetwork(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	hostPort := strings.TrimPrefix(srv.URL, "http://")
 	p := newPool(t, newProvider, 0)
 	withNet := func(c *sandbox.Call, n *apitype.Networking) *sandbox.Call {
-		c.Recipe.Environment = apitype.EnvConfig{Type: "cloud", Networking: n}
+		c.Recipe.Environment = apitype.EnvConfig{Type: apitype.EnvironmentCloud, Networking: n}
 		return c
 	}
 	viaProxy := "curl -sS --max-time 10 --noproxy '' -x \"$http_proxy\" "
-	limited := &apitype.Networking{Type: "limited", AllowedHosts: []string{hostPort}}
+	limited := &apitype.Networking{Type: apitype.NetworkingLimited, AllowedHosts: []string{hostPort}}
 
 	t.Run("LimitedAllowed", func(t *testing.T) {
 		if got := mustRun(t, p, withNet(bash("allowed", viaProxy+srv.URL+"/"), limited)); got != "hello-from-host" {
@@ -38,7 +38,7 @@ func RunNetwork(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		}
 	})
 	t.Run("LimitedRefused", func(t *testing.T) {
-		n := &apitype.Networking{Type: "limited", AllowedHosts: []string{"example.invalid"}}
+		n := &apitype.Networking{Type: apitype.NetworkingLimited, AllowedHosts: []string{"example.invalid"}}
 		got := mustFail(t, p, withNet(bash("refused", viaProxy+"-f -w '%{http_code}' "+srv.URL+"/"), n))
 		if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
 			t.Errorf("refused host: %q", got)
@@ -49,7 +49,7 @@ func RunNetwork(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		}
 	})
 	t.Run("UnrestrictedRefusesLoopback", func(t *testing.T) {
-		n := &apitype.Networking{Type: "unrestricted"}
+		n := &apitype.Networking{Type: apitype.NetworkingUnrestricted}
 		got := mustFail(t, p, withNet(bash("open", viaProxy+"-f -w '%{http_code}' "+srv.URL+"/"), n))
 		if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
 			t.Errorf("loopback through an unrestricted proxy: %q", got)
@@ -78,7 +78,7 @@ func RunNetwork(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 			}
 			tried++
 			url := fmt.Sprintf("http://%s/", net.JoinHostPort(ipn.IP.String(), fmt.Sprint(port)))
-			got := mustFail(t, p, withNet(bash("open", viaProxy+"-f -w '%{http_code}' "+url), &apitype.Networking{Type: "unrestricted"}))
+			got := mustFail(t, p, withNet(bash("open", viaProxy+"-f -w '%{http_code}' "+url), &apitype.Networking{Type: apitype.NetworkingUnrestricted}))
 			if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
 				t.Errorf("the host's address %s through an unrestricted proxy: %q", ipn.IP, got)
 			}

@@ -96,6 +96,9 @@ func newPoolRoot(t *testing.T, newProvider func(testing.TB) sandbox.Provider, id
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := p.Stop(); err != nil {
 			t.Errorf("Stop: %v", err)

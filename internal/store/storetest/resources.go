@@ -272,8 +272,8 @@ func testEnvironment(t *testing.T, h Harness) {
 	got, err := s.EnvironmentGet(ctxBg, e.ID)
 	must(t, err, "get environment")
 	equal(t, got.Name, "env", "name")
-	equal(t, got.Config.Type, "cloud", "config type")
-	equal(t, got.Config.Networking.Type, "unrestricted", "networking")
+	equal(t, got.Config.Type, apitype.EnvironmentCloud, "config type")
+	equal(t, got.Config.Networking.Type, apitype.NetworkingUnrestricted, "networking")
 	sameTime(t, got.CreatedAt, base, "created_at")
 
 	updated, err := s.EnvironmentUpdate(ctxBg, e.ID, func(e *apitype.Environment) error {

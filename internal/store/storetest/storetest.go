@@ -194,7 +194,7 @@ func newEnvironment(created time.Time) *apitype.Environment {
 		Type:      "environment",
 		ID:        apitype.NewID(apitype.PrefixEnvironment),
 		Name:      "env",
-		Config:    apitype.EnvConfig{Type: "cloud", Networking: &apitype.Networking{Type: "unrestricted"}},
+		Config:    apitype.EnvConfig{Type: apitype.EnvironmentCloud, Networking: &apitype.Networking{Type: apitype.NetworkingUnrestricted}},
 		Metadata:  map[string]string{},
 		CreatedAt: created,
 		UpdatedAt: created,

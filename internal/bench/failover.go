@@ -1,16 +1,15 @@
-package main
+package bench
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,8 +18,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/corralhq/corral/internal/apitype"
-	"github.com/corralhq/corral/internal/bench"
-	"github.com/corralhq/corral/internal/model/fakemodel"
 )
 
 // pgSchemas creates fresh schemas in a PostgreSQL database and drops them at the end.
@@ -78,12 +75,15 @@ func (p *pgSchemas) dropAll() {
 // failoverDB picks the PostgreSQL database of the failover section, or says why there is none.
 func (b *benchRun) failoverDB(ctx context.Context) (string, error) {
 	switch {
-	case b.f.failoverDB != "":
-		return b.f.failoverDB, nil
-	case strings.HasPrefix(b.f.db, "postgres"):
-		return b.f.db, nil
+	case b.cfg.FailoverDB != "":
+		return b.cfg.FailoverDB, nil
+	case strings.HasPrefix(b.cfg.DB, "postgres"):
+		return b.cfg.DB, nil
 	}
-	dsn := cmp.Or(os.Getenv("CORRAL_TEST_POSTGRES"), defaultFailoverDB)
+	dsn := b.cfg.FailoverFallback
+	if dsn == "" {
+		return "", errors.New("it needs PostgreSQL shared by two brain processes; pass --failover-db URL")
+	}
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, dsn)
@@ -128,8 +128,8 @@ func (b *benchRun) startBrain(ctx context.Context, exe, dbURL, name string) (*br
 		return nil, err
 	}
 	cmd := exec.Command(exe, "harness", "--db", dbURL, "--data", data, "--sandbox", "none", "--brains", "4",
-		"--lease-ttl", b.f.leaseTTL.String(), "--poll", "200ms", "--model-retries", "1")
-	cmd.Env = append(os.Environ(), "ANTHROPIC_BASE_URL="+b.fake.srv.URL, "ANTHROPIC_API_KEY=bench", "CORRAL_API_KEY=")
+		"--lease-ttl", b.cfg.FailoverLeaseTTL.String(), "--poll", "200ms", "--model-retries", "1")
+	cmd.Env = append(slices.Clone(b.cfg.Environ), "ANTHROPIC_BASE_URL="+b.fake.url(), "ANTHROPIC_API_KEY=bench", "CORRAL_API_KEY=")
 	pr, pw := io.Pipe()
 	p := &brainProc{cmd: cmd, exited: make(chan struct{}), log: &lockedLog{}}
 	cmd.Stderr = io.MultiWriter(pw, p.log)
@@ -180,9 +180,9 @@ func lastLines(s string, n int) string {
 
 // failover measures SIGKILL of the brain process holding a session to the session resuming in another one.
 func (b *benchRun) failover(ctx context.Context) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
+	exe := b.cfg.Executable
+	if exe == "" {
+		return errors.New("it runs `corral harness` processes, and no corral binary was given")
 	}
 	if strings.HasSuffix(filepath.Base(exe), ".test") {
 		return errors.New("it runs `corral harness` processes, and this is a test binary")
@@ -197,25 +197,19 @@ func (b *benchRun) failover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, dbURL)
+	st, err := b.cfg.OpenStore(ctx, dbURL)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	api, err := bench.StartServer(ctx, bench.ServerConfig{Store: st, NoBrain: true})
+	// The API alone: the brains are the corral harness processes.
+	s, err := b.serve(ctx, "failover", st, serverSpec{})
 	if err != nil {
 		return err
 	}
-	defer api.Close()
-	c := api.Client()
-	defer c.CloseIdle()
-	agentID, envID, err := setup(ctx, c)
-	if err != nil {
-		return err
-	}
-	res := &bench.FailoverResult{LeaseTTL: b.f.leaseTTL}
-	for run := range b.f.failoverRuns {
-		resume, complete, err := b.failoverOnce(ctx, exe, dbURL, c, agentID, envID, run)
+	defer s.close()
+	res := &FailoverResult{LeaseTTL: b.cfg.FailoverLeaseTTL}
+	for run := range b.cfg.FailoverRuns {
+		resume, complete, err := b.failoverOnce(ctx, exe, dbURL, s, run)
 		if err != nil {
 			if len(res.Resume) == 0 {
 				return err
@@ -231,16 +225,17 @@ func (b *benchRun) failover(ctx context.Context) error {
 	return nil
 }
 
-func (b *benchRun) failoverOnce(ctx context.Context, exe, dbURL string, c *bench.Client, agentID, envID string, run int) (resume, complete time.Duration, err error) {
+func (b *benchRun) failoverOnce(ctx context.Context, exe, dbURL string, s *benchServer, run int) (resume, complete time.Duration, err error) {
+	c := s.c
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	b.progress("failover: run %d: two corral harness processes, --lease-ttl %s", run+1, b.f.leaseTTL)
+	b.progress("failover: run %d: two corral harness processes, --lease-ttl %s", run+1, b.cfg.FailoverLeaseTTL)
 	first, err := b.startBrain(ctx, exe, dbURL, fmt.Sprintf("%d-a", run))
 	if err != nil {
 		return 0, 0, err
 	}
 	defer first.kill()
-	id, err := c.CreateSession(ctx, agentID, envID)
+	id, err := c.CreateSession(ctx, s.agentID, s.envID)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -254,12 +249,12 @@ func (b *benchRun) failoverOnce(ctx context.Context, exe, dbURL string, c *bench
 	hold := make(chan struct{})
 	defer close(hold)
 	marker := fmt.Sprintf("failover %d %s", run, id)
-	b.fake.srv.Script(fakemodel.Turn{Text: "held", Hold: hold, Match: func(r *fakemodel.Request) bool { return r.LastUserText() == marker }})
+	b.fake.scriptHeld(marker, hold)
 	if err := c.Say(ctx, id, marker); err != nil {
 		return 0, 0, err
 	}
 	// The first brain (the only one running) claims the session and calls the model, which holds the answer.
-	if err := waitModelRequest(ctx, b.fake.srv, marker); err != nil {
+	if err := b.fake.waitRequest(ctx, marker); err != nil {
 		return 0, 0, fmt.Errorf("%w; harness log: %s", err, lastLines(first.log.String(), 5))
 	}
 	second, err := b.startBrain(ctx, exe, dbURL, fmt.Sprintf("%d-b", run))
@@ -268,7 +263,7 @@ func (b *benchRun) failoverOnce(ctx context.Context, exe, dbURL string, c *bench
 	}
 	defer second.kill()
 	// Let the events the first brain appended reach the stream, then kill it.
-	events := make(chan *bench.Event, 64)
+	events := make(chan *Event, 64)
 	go func() {
 		defer close(events)
 		for {
@@ -301,22 +296,4 @@ drained:
 		}
 	}
 	return 0, 0, fmt.Errorf("the session did not finish after the kill (%v); second harness: %s", ctx.Err(), lastLines(second.log.String(), 5))
-}
-
-func waitModelRequest(ctx context.Context, srv *fakemodel.Server, marker string) error {
-	seen := 0
-	for {
-		reqs := srv.Requests()
-		for _, r := range reqs[seen:] {
-			if r.LastUserText() == marker {
-				return nil
-			}
-		}
-		seen = len(reqs)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the model call of the failover session never arrived: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/corralhq/corral/internal/bench"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/bwrap"
+	"github.com/corralhq/corral/internal/sandbox/gvisor"
+	"github.com/corralhq/corral/internal/sandbox/oci"
+	"github.com/corralhq/corral/internal/sandbox/process"
+)
+
+// backend is one sandbox backend. The table below is the one place that names, finds and constructs them:
+// serve and harness (--sandbox) and bench (--backends) pick from it.
+type backend struct {
+	name    string
+	aliases []string
+	// check says why the backend cannot run here (the reason a tool result and the log show), or nil. It may
+	// resolve options (the runsc binary).
+	check func(o *backendOptions) error
+	// new constructs a provider whose state lives under stateDir ("" = the backend's default).
+	new func(o *backendOptions, stateDir string) (sandbox.Provider, error)
+}
+
+// backendOptions are the settings every backend is constructed with.
+type backendOptions struct {
+	agentPath string // the in-sandbox agent binary (absolute)
+	runsc     string // runsc binary for gvisor: a path, or a name looked up on PATH
+	logger    *slog.Logger
+}
+
+// runscFallback is where the project's install script puts a current, static runsc.
+const runscFallback = "/opt/corral-runsc/runsc"
+
+var backends = []backend{
+	{
+		name: "bwrap",
+		check: func(*backendOptions) error {
+			if err := bwrap.Available(""); err != nil {
+				return errors.New("bubblewrap is not installed: apt-get install bubblewrap")
+			}
+			return needRoot("bwrap sandboxes run under uids of their own with cgroup limits")
+		},
+		new: func(o *backendOptions, dir string) (sandbox.Provider, error) {
+			return bwrap.New(bwrap.Config{AgentPath: o.agentPath, StateDir: dir, Logger: o.logger})
+		},
+	},
+	{
+		name:    "oci",
+		aliases: []string{"runc"},
+		check: func(*backendOptions) error {
+			if err := oci.Available("runc"); err != nil {
+				return errors.New("runc is not installed: apt-get install runc")
+			}
+			return needRoot("runc sandboxes run under uids of their own with cgroup limits")
+		},
+		new: func(o *backendOptions, dir string) (sandbox.Provider, error) {
+			return oci.New(ociConfig(o, dir))
+		},
+	},
+	{
+		name:    "gvisor",
+		aliases: []string{"runsc"},
+		check: func(o *backendOptions) error {
+			o.runsc = findRunsc(o.runsc)
+			if err := gvisor.Available(o.runsc); err != nil {
+				return fmt.Errorf("runsc (gVisor) is not installed: %s not found; install a current static build (https://gvisor.dev/docs/user_guide/install/) and pass --runsc", o.runsc)
+			}
+			if err := needRoot("runsc sandboxes run under uids of their own with cgroup limits"); err != nil {
+				return err
+			}
+			if dynamic(o.agentPath) {
+				return fmt.Errorf("gvisor needs a statically linked agent, and %s is dynamically linked: build one with CGO_ENABLED=0 go build ./cmd/corral-sandbox-agent and pass --sandbox-agent (or build corral with CGO_ENABLED=0)", o.agentPath)
+			}
+			return nil
+		},
+		new: func(o *backendOptions, dir string) (sandbox.Provider, error) {
+			return gvisor.New(gvisor.Config{Runsc: o.runsc, OCI: ociConfig(o, dir)})
+		},
+	},
+	{
+		name:  "process",
+		check: func(*backendOptions) error { return nil },
+		new: func(o *backendOptions, _ string) (sandbox.Provider, error) {
+			return process.New(process.Config{AgentPath: o.agentPath, Logger: o.logger})
+		},
+	},
+}
+
+// lookupBackend finds a backend by name or alias.
+func lookupBackend(name string) (*backend, error) {
+	for i := range backends {
+		if b := &backends[i]; b.name == name || slices.Contains(b.aliases, name) {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("unknown sandbox backend %q (want %s)", name, backendList())
+}
+
+// backendList names the backends: "bwrap, oci, gvisor, process".
+func backendList() string {
+	names := make([]string, len(backends))
+	for i, b := range backends {
+		names[i] = b.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// provider checks that the backend can run here and constructs it.
+func (b *backend) provider(o backendOptions, stateDir string) (sandbox.Provider, error) {
+	if err := b.check(&o); err != nil {
+		return nil, err
+	}
+	return b.new(&o, stateDir)
+}
+
+// benchBackends resolves corral bench's --backends against the table: every backend is returned, those that
+// cannot run here with their reason.
+func benchBackends(names []string, o backendOptions) []bench.Backend {
+	var out []bench.Backend
+	for _, name := range names {
+		b, err := lookupBackend(name)
+		if err != nil {
+			out = append(out, bench.Backend{Name: name, Unavailable: fmt.Sprintf("unknown backend (want %s)", backendList())})
+			continue
+		}
+		opts := o
+		if err := b.check(&opts); err != nil {
+			out = append(out, bench.Backend{Name: b.name, Unavailable: err.Error()})
+			continue
+		}
+		out = append(out, bench.Backend{Name: b.name, New: func(dir string) (sandbox.Provider, error) { return b.new(&opts, dir) }})
+	}
+	return out
+}
+
+func ociConfig(o *backendOptions, dir string) oci.Config {
+	c := oci.Config{AgentPath: o.agentPath, Logger: o.logger, StateDir: dir}
+	if dir != "" {
+		c.RuntimeRoot = filepath.Join(dir, "runtime")
+	}
+	return c
+}
+
+// findRunsc returns runsc as given, or the project's install location when the default name is not on PATH.
+func findRunsc(runsc string) string {
+	if runsc == "" {
+		runsc = "runsc"
+	}
+	if _, err := exec.LookPath(runsc); err != nil && runsc == "runsc" && fileExists(runscFallback) {
+		return runscFallback
+	}
+	return runsc
+}
+
+func needRoot(why string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root: %s (run corral as root, or use --sandbox process for development)", why)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestLookupBackend(t *testing.T) {
+	for name, want := range map[string]string{"bwrap": "bwrap", "oci": "oci", "runc": "oci", "gvisor": "gvisor", "runsc": "gvisor", "process": "process"} {
+		b, err := lookupBackend(name)
+		if err != nil || b.name != want {
+			t.Errorf("lookupBackend(%q) = %v, %v; want %s", name, b, err, want)
+		}
+	}
+	if _, err := lookupBackend("docker"); err == nil || !strings.Contains(err.Error(), "bwrap, oci, gvisor, process") {
+		t.Errorf("lookupBackend(docker) = %v, want an error naming the backends", err)
+	}
+}
+
+// TestBackendReasons: a backend that cannot run says why, with the fix, in the words the tool result carries.
+func TestBackendReasons(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // nothing installed
+	for name, want := range map[string]string{
+		"bwrap":  "bubblewrap is not installed: apt-get install bubblewrap",
+		"oci":    "runc is not installed: apt-get install runc",
+		"gvisor": "runsc (gVisor) is not installed: /nowhere/runsc not found",
+	} {
+		b, _ := lookupBackend(name)
+		_, err := b.provider(backendOptions{agentPath: "/nonexistent/agent", runsc: "/nowhere/runsc"}, "")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", name, err, want)
+		}
+	}
+	got := benchBackends([]string{"runc", "docker", "process"}, backendOptions{agentPath: "/nonexistent/agent"})
+	if len(got) != 3 || got[0].Name != "oci" || !strings.Contains(got[0].Unavailable, "runc is not installed") ||
+		got[1].Unavailable == "" || got[2].Name != "process" || got[2].Unavailable != "" || got[2].New == nil {
+		t.Errorf("benchBackends = %+v", got)
+	}
+}
+
+// TestGvisorNeedsStaticAgent: the test binary is linked as the tests were built; gVisor refuses a dynamic agent.
+func TestGvisorNeedsStaticAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the root check comes before the agent check")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dynamic(exe) {
+		t.Skip("this test binary is statically linked (CGO_ENABLED=0)")
+	}
+	b, _ := lookupBackend("gvisor")
+	opts := backendOptions{agentPath: exe, runsc: "/bin/true"} // a runsc that exists
+	if err := b.check(&opts); err == nil || !strings.Contains(err.Error(), "statically linked agent") {
+		t.Errorf("check = %v, want the static agent reason", err)
+	}
+}
+
+func TestFindRunsc(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if got := findRunsc("/custom/runsc"); got != "/custom/runsc" {
+		t.Errorf("findRunsc(/custom/runsc) = %q", got)
+	}
+	want := "runsc"
+	if fileExists(runscFallback) {
+		want = runscFallback
+	}
+	if got := findRunsc(""); got != want {
+		t.Errorf("findRunsc(\"\") = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,637 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/harness"
+	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// Sections of a run, in the order they run.
+var Sections = []string{"ttft", "hands", "log", "scale", "idle", "failover"}
+
+// Config is one corral bench run. cmd/corral maps the flags to it; the fields' doc is the flags' help.
+type Config struct {
+	// Args is the command line, quoted in the report.
+	Args  []string
+	Quick bool
+	// DB is a postgres:// URL under which each server gets a fresh schema; "" gives each a fresh SQLite file.
+	DB string
+	// FailoverDB is the PostgreSQL of the failover section; "" takes DB if it is PostgreSQL, else
+	// FailoverFallback when it answers.
+	FailoverDB, FailoverFallback string
+	// Backends resolves the sandbox backends to compare (cmd/corral's backend table); root is the run's
+	// temporary directory (for a copy of the agent). It is called only when a section needs sandboxes. An
+	// error skips every backend with its reason.
+	Backends func(root string) ([]Backend, error)
+	// OpenStore opens a store by URL (sqlite://PATH or postgres://...). Required.
+	OpenStore func(ctx context.Context, url string) (store.Store, error)
+	// Model returns the model adapter the brains call, pointed at the fake model's base URL. Required.
+	Model func(baseURL string, hc *http.Client) model.Model
+	// Brain is the brains' config as corral serve runs it by default; Workers, Model and EagerHands are set
+	// per server.
+	Brain harness.Config
+
+	Sessions                              []int // concurrent-session levels of the TTFT comparison
+	Samples                               int   // TTFT samples per level and mode
+	GvisorMax                             int   // highest level run with gvisor
+	ToolShare                             float64
+	ModelTTFT, ModelPerToken, ModelJitter time.Duration
+	Scale                                 []int // levels of the scale search
+	ScaleTTFT                             time.Duration
+	ScalePerSlot                          int
+	IdleSessions                          int
+	Sections                              []string // of Sections
+	FailoverRuns                          int
+	FailoverLeaseTTL                      time.Duration
+	Workers                               int    // in-process brain workers of the servers under test
+	Out, SVG                              string // markdown report (its generated section) and chart; Out "" writes neither
+
+	// Executable is the corral binary the failover section starts as `corral harness`; Environ is their
+	// environment (ANTHROPIC_* for the fake model are added).
+	Executable string
+	Environ    []string
+	// Stdout gets the summary table, Stderr the progress.
+	Stdout, Stderr io.Writer
+}
+
+// Backend is one sandbox backend under test.
+type Backend struct {
+	Name string
+	// Unavailable says why the backend cannot run here; New is nil then.
+	Unavailable string
+	// New constructs a provider whose state lives under stateDir.
+	New func(stateDir string) (sandbox.Provider, error)
+}
+
+// Run runs the benchmark: the sections of cfg, then the summary to Stdout and the report to Out and SVG.
+func Run(ctx context.Context, cfg Config) error {
+	switch {
+	case cfg.OpenStore == nil, cfg.Model == nil:
+		return errors.New("bench: Config.OpenStore and Config.Model are required")
+	}
+	cfg.Stdout = cmp.Or[io.Writer](cfg.Stdout, io.Discard)
+	cfg.Stderr = cmp.Or[io.Writer](cfg.Stderr, io.Discard)
+	return (&benchRun{cfg: &cfg}).run(ctx)
+}
+
+// benchRun is one corral bench invocation.
+type benchRun struct {
+	cfg  *Config
+	root string // temp dir: stores, workspaces, sandbox state
+	rep  Report
+	fake *fakeModel
+	pg   *pgSchemas // fresh schemas created for --db postgres
+}
+
+func (b *benchRun) progress(format string, args ...any) {
+	fmt.Fprintf(b.cfg.Stderr, "[%s] "+format+"\n", append([]any{time.Since(b.rep.Started).Round(time.Second)}, args...)...)
+}
+
+func (b *benchRun) run(ctx context.Context) error {
+	f := b.cfg
+	b.rep = Report{
+		Started: time.Now(), Command: "corral bench " + strings.Join(f.Args, " "), Workers: f.Workers,
+		ModelTTFT: f.ModelTTFT, ModelPerToken: f.ModelPerToken, ModelJitter: f.ModelJitter, ToolShare: f.ToolShare,
+		PerSlot: map[int]int{}, Machine: machine(), ScaleModelTTFT: f.ScaleTTFT, ScalePerSlot: f.ScalePerSlot,
+	}
+	b.rep.Command = strings.TrimSpace(b.rep.Command)
+	load0 := loadAvg()
+	sections := map[string]bool{}
+	for _, s := range f.Sections {
+		sections[s] = true
+	}
+	root, err := os.MkdirTemp("", "corral-bench-")
+	if err != nil {
+		return err
+	}
+	b.root = root
+	defer os.RemoveAll(root)
+	// Sandboxes run as their own uids and must reach their workspaces under root.
+	if err := os.Chmod(root, 0o711); err != nil {
+		return err
+	}
+	if strings.HasPrefix(f.DB, "postgres") {
+		b.pg = &pgSchemas{base: f.DB}
+		defer b.pg.dropAll()
+		b.rep.Store = "PostgreSQL (" + redact(f.DB) + ", a fresh schema per server)"
+	} else if f.DB != "" {
+		return fmt.Errorf("--db: want a postgres:// URL (the default is a fresh SQLite file per server)")
+	} else {
+		b.rep.Store = "SQLite (a fresh file per server, WAL, synchronous=FULL)"
+	}
+
+	b.fake, err = b.startFake(f.ModelTTFT)
+	if err != nil {
+		return err
+	}
+	defer b.fake.close()
+
+	var providers []*benchBackend
+	if sections["ttft"] || sections["hands"] || sections["idle"] {
+		providers = b.backends()
+	}
+	b.progress("corral bench: %s; backends %s; fake model TTFT %s + %s/token ± %s", b.rep.Machine, backendNames(providers), f.ModelTTFT, f.ModelPerToken, f.ModelJitter)
+
+	if sections["hands"] {
+		for _, be := range providers {
+			if err := b.hands(ctx, be); err != nil {
+				b.skip("hands, "+be.name, err.Error())
+			}
+		}
+	}
+	if sections["ttft"] {
+		for _, be := range providers {
+			if err := b.ttft(ctx, be); err != nil {
+				b.skip("TTFT, "+be.name, err.Error())
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	if sections["log"] {
+		if err := b.log(ctx); err != nil {
+			b.skip("log", err.Error())
+		}
+	}
+	if sections["scale"] {
+		if err := b.scale(ctx); err != nil {
+			b.skip("scale", err.Error())
+		}
+	}
+	if sections["idle"] {
+		var be *benchBackend
+		if len(providers) > 0 {
+			be = providers[0]
+		}
+		if err := b.idle(ctx, be); err != nil {
+			b.skip("idle sessions", err.Error())
+		}
+	}
+	if sections["failover"] {
+		if err := b.failover(ctx); err != nil {
+			b.skip("failover", err.Error())
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	b.rep.Elapsed = time.Since(b.rep.Started)
+	b.rep.Load = load0 + " before, " + loadAvg() + " after (1, 5, 15 min)"
+	b.progress("done in %s", b.rep.Elapsed.Round(time.Second))
+	b.rep.WriteSummary(b.cfg.Stdout)
+	return b.write()
+}
+
+func (b *benchRun) skip(section, reason string) {
+	b.progress("%s: not measured: %s", section, reason)
+	b.rep.Skipped = append(b.rep.Skipped, section+": "+reason)
+}
+
+// write writes the markdown section and the chart.
+func (b *benchRun) write() error {
+	if b.cfg.Out == "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Dir(b.cfg.Out)); err != nil {
+		b.progress("not writing the report: %v (run from the source checkout, or pass --out)", err)
+		return nil
+	}
+	svgPath := cmp.Or(b.cfg.SVG, filepath.Join(filepath.Dir(b.cfg.Out), "bench.svg"))
+	rel, err := filepath.Rel(filepath.Dir(b.cfg.Out), svgPath)
+	if err != nil {
+		rel = svgPath
+	}
+	if err := os.WriteFile(svgPath, []byte(b.rep.SVG()), 0o644); err != nil {
+		return err
+	}
+	doc, err := os.ReadFile(b.cfg.Out)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if len(doc) == 0 {
+		doc = []byte("# Benchmarks\n")
+	}
+	out := Splice(string(doc), b.rep.Markdown(filepath.ToSlash(rel)))
+	if err := os.WriteFile(b.cfg.Out, []byte(out), 0o644); err != nil {
+		return err
+	}
+	b.progress("wrote %s and %s", b.cfg.Out, svgPath)
+	return nil
+}
+
+// benchBackend is one sandbox backend under test that runs here.
+type benchBackend struct {
+	name string
+	new  func(stateDir string) (sandbox.Provider, error)
+}
+
+func backendNames(bs []*benchBackend) string {
+	var names []string
+	for _, b := range bs {
+		names = append(names, b.name)
+	}
+	return cmp.Or(strings.Join(names, ", "), "none")
+}
+
+// backends returns the backends to compare, skipping (with a reason) those that cannot run here.
+func (b *benchRun) backends() []*benchBackend {
+	if b.cfg.Backends == nil {
+		return nil
+	}
+	all, err := b.cfg.Backends(b.root)
+	if err != nil {
+		b.skip("sandboxes", err.Error())
+		return nil
+	}
+	var out []*benchBackend
+	for _, be := range all {
+		if be.Unavailable != "" || be.New == nil {
+			b.skip("backend "+be.Name, cmp.Or(be.Unavailable, "no constructor"))
+			continue
+		}
+		bb := &benchBackend{name: be.Name, new: be.New}
+		// A provider that cannot start a sandbox here is skipped, not fatal.
+		if err := b.probe(bb); err != nil {
+			b.skip("backend "+bb.name, err.Error())
+			continue
+		}
+		out = append(out, bb)
+	}
+	return out
+}
+
+// probe starts and stops one sandbox of the backend.
+func (b *benchRun) probe(be *benchBackend) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := b.runHands(ctx, be, "probe-", 1, 1)
+	return err
+}
+
+// runHands runs n sandboxes of calls each, one at a time, on a fresh provider of the backend with a directory
+// of its own (prefix + the backend's name).
+func (b *benchRun) runHands(ctx context.Context, be *benchBackend, prefix string, n, calls int) (HandsResult, error) {
+	dir, err := b.mkdir(prefix + be.name)
+	if err != nil {
+		return HandsResult{}, err
+	}
+	prov, err := be.new(filepath.Join(dir, "state"))
+	if err != nil {
+		return HandsResult{}, err
+	}
+	defer closeProvider(prov)
+	return RunHands(ctx, prov, filepath.Join(dir, "ws"), n, calls)
+}
+
+func closeProvider(p sandbox.Provider) {
+	if c, ok := p.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+func (b *benchRun) mkdir(name string) (string, error) {
+	dir := filepath.Join(b.root, name)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	return dir, os.Chmod(dir, 0o711)
+}
+
+// openStore opens a fresh store for one server.
+func (b *benchRun) openStore(ctx context.Context, name string) (store.Store, error) {
+	if b.pg != nil {
+		u, err := b.pg.fresh(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return b.cfg.OpenStore(ctx, u)
+	}
+	dir, err := b.mkdir("db-" + name)
+	if err != nil {
+		return nil, err
+	}
+	return b.cfg.OpenStore(ctx, "sqlite://"+filepath.Join(dir, "corral.db"))
+}
+
+// benchServer is a server under test: its store, a client of it, and the agent (with the built-in toolset)
+// and environment every session of the server uses.
+type benchServer struct {
+	*server.Server
+	st             store.Store
+	c              *Client
+	agentID, envID string
+}
+
+func (s *benchServer) close() {
+	s.c.CloseIdleConnections()
+	s.Server.Stop()
+	_ = s.st.Close()
+}
+
+// Key is the API key of the benchmark's in-process servers (as CORRAL_API_KEY for serve).
+const Key = "corral-bench-key"
+
+// serverSpec is what differs between the servers of a run.
+type serverSpec struct {
+	fake    *fakeModel    // the model of the server's brains; nil runs no brains (the API alone)
+	backend *benchBackend // the sandbox backend of its pool; nil runs no sandbox
+	eager   bool          // provision each session's sandbox before its first model call (the coupled design)
+	idle    time.Duration // the pool's idle timeout
+	wrap    func(store.Store) store.Store
+}
+
+// startServer starts a server of spec on a fresh store of its own.
+func (b *benchRun) startServer(ctx context.Context, name string, spec serverSpec) (*benchServer, error) {
+	st, err := b.openStore(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return b.serve(ctx, name, st, spec)
+}
+
+// serve starts an in-process server as corral serve composes it (internal/server) on st, which it closes with
+// the server (also on error), and creates the agent and environment of its sessions.
+func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec serverSpec) (_ *benchServer, err error) {
+	defer func() {
+		if err != nil {
+			_ = st.Close()
+		}
+	}()
+	served := st
+	if spec.wrap != nil {
+		served = spec.wrap(st)
+	}
+	logger := slog.New(slog.NewTextHandler(b.cfg.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	cfg := server.Config{
+		Store: served, Logger: logger,
+		API: &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: served, Static: Key}},
+	}
+	if spec.fake != nil {
+		hc := b.cfg.Brain
+		hc.Model, hc.Workers, hc.EagerHands = spec.fake.mdl, b.cfg.Workers, spec.eager
+		cfg.Brain = &hc
+	}
+	if be := spec.backend; be != nil {
+		dir, err := b.mkdir("hands-" + name)
+		if err != nil {
+			return nil, err
+		}
+		prov, err := be.new(filepath.Join(dir, "state"))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Sandbox = server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: filepath.Join(dir, "workspaces"), IdleTimeout: spec.idle}}
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	s := &benchServer{Server: srv, st: st, c: NewClient(srv.URL(), Key)}
+	if s.agentID, err = s.c.CreateAgent(ctx, "bench", true); err == nil {
+		s.envID, err = s.c.CreateEnvironment(ctx, "bench")
+	}
+	if err != nil {
+		s.c.CloseIdleConnections()
+		srv.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (b *benchRun) hands(ctx context.Context, be *benchBackend) error {
+	n, calls := 20, 20
+	if be.name == "gvisor" {
+		n = 8
+	}
+	if b.cfg.Quick {
+		n, calls = 3, 5
+	}
+	b.progress("hands: %s, %d sandboxes one at a time", be.name, n)
+	res, err := b.runHands(ctx, be, "handsbench-", n, calls)
+	if err != nil {
+		return err
+	}
+	b.progress("hands: %s provision p50 %s ms, ready p50 %s ms, execute p50 %s ms", be.name, Ms(res.Provision.P50), Ms(res.Ready.P50), Ms(res.Exec.P50))
+	b.rep.Hands = append(b.rep.Hands, res)
+	return nil
+}
+
+// ttft runs the TTFT comparison on one backend: both modes at every level.
+func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
+	levels := b.cfg.Sessions
+	for _, mode := range []string{Decoupled, Coupled} {
+		s, err := b.startServer(ctx, "ttft-"+be.name+"-"+mode, serverSpec{fake: b.fake, backend: be, eager: mode == Coupled, idle: 5 * time.Second})
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			defer s.close()
+			for _, n := range levels {
+				if be.name == "gvisor" && n > b.cfg.GvisorMax {
+					b.skipOnce(fmt.Sprintf("TTFT, gvisor at %d sessions", n), fmt.Sprintf("above --gvisor-max %d (each gVisor sandbox takes 0.3-0.5 s of CPU to start)", b.cfg.GvisorMax))
+					continue
+				}
+				perSlot := max(2, int(math.Ceil(float64(b.cfg.Samples)/float64(n))))
+				b.rep.PerSlot[n] = perSlot
+				b.progress("ttft: %s %s, %d concurrent sessions × %d each", be.name, mode, n, perSlot)
+				t0 := time.Now()
+				samples, errs, err := RunTTFT(ctx, s.c, b.fake, Workload{
+					AgentID: s.agentID, EnvID: s.envID, Concurrency: n, PerSlot: perSlot, Stagger: b.cfg.ModelTTFT, ToolShare: b.cfg.ToolShare,
+				})
+				rate := float64(len(samples)) / time.Since(t0).Seconds()
+				if err != nil && len(samples) == 0 {
+					return err
+				}
+				if err != nil {
+					b.progress("ttft: %d sessions failed; first error: %v", errs, err)
+				}
+				cell := Cell{Backend: be.name, Mode: mode, Concurrency: n, TTFT: Summarize(TTFTs(samples)),
+					Overhead: Summarize(Overheads(samples)), Model: Summarize(Models(samples)), Errors: errs, Rate: rate, Phases: PhaseDists(samples)}
+				b.rep.Cells = append(b.rep.Cells, cell)
+				b.progress("ttft: %s %s ×%d: TTFT p50 %s p95 %s ms; overhead p50 %s p95 %s ms", be.name, mode, n,
+					Ms(cell.TTFT.P50), Ms(cell.TTFT.P95), Ms(cell.Overhead.P50), Ms(cell.Overhead.P95))
+			}
+			return nil
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *benchRun) skipOnce(section, reason string) {
+	for _, s := range b.rep.Skipped {
+		if strings.HasPrefix(s, section+":") {
+			return
+		}
+	}
+	b.skip(section, reason)
+}
+
+func (b *benchRun) log(ctx context.Context) error {
+	s, err := b.startServer(ctx, "log", serverSpec{})
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	d, events := 5*time.Second, 100
+	if b.cfg.Quick {
+		d, events = time.Second, 10
+	}
+	b.progress("log: appends through the API, 32 clients for %s", d)
+	res, err := RunAppends(ctx, s.c, s.agentID, s.envID, 32, d)
+	if err != nil {
+		return err
+	}
+	b.progress("log: %.0f appends/s", res.AppendsPerSec)
+	b.progress("log: SSE fan-out to 100 subscribers, %d events", events)
+	res.Subscribers, res.Events = 100, events
+	res.Delivery, err = RunFanout(ctx, s.c, s.agentID, s.envID, 100, events, 20*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	b.progress("log: delivery p50 %s p95 %s ms", Ms(res.Delivery.P50), Ms(res.Delivery.P95))
+	b.rep.Log = &res
+	return nil
+}
+
+func (b *benchRun) scale(ctx context.Context) error {
+	levels := b.cfg.Scale
+	// Sessions stay active for a model call as long as a real one: a slower fake model of its own.
+	fake, err := b.startFake(b.cfg.ScaleTTFT)
+	if err != nil {
+		return err
+	}
+	defer fake.close()
+	var timed *TimedStore
+	s, err := b.startServer(ctx, "scale", serverSpec{fake: fake, wrap: func(st store.Store) store.Store {
+		timed = NewTimedStore(st)
+		return timed
+	}})
+	if err != nil {
+		return err
+	}
+	defer s.close()
+levels:
+	for _, n := range levels {
+		if n > b.cfg.Workers {
+			b.skip(fmt.Sprintf("scale at %d sessions", n), fmt.Sprintf("more than --brains %d", b.cfg.Workers))
+			break
+		}
+		for try := 1; try <= 2; try++ {
+			b.progress("scale: %d concurrent active sessions × %d turns each (try %d)", n, b.cfg.ScalePerSlot, try)
+			timed.Take()
+			t0 := time.Now()
+			samples, errs, err := RunTTFT(ctx, s.c, fake, Workload{
+				AgentID: s.agentID, EnvID: s.envID, Concurrency: n, PerSlot: b.cfg.ScalePerSlot, Stagger: b.cfg.ScaleTTFT,
+			})
+			stt := timed.Take()
+			rate := float64(len(samples)) / time.Since(t0).Seconds()
+			if err != nil && len(samples) == 0 {
+				return err
+			}
+			step := ScaleStep{Sessions: n, Try: try, TTFT: Summarize(TTFTs(samples)), Overhead: Summarize(Overheads(samples)),
+				Errors: errs, Rate: rate, Phases: PhaseDists(samples), Store: stt}
+			b.rep.Scale = append(b.rep.Scale, step)
+			b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %.0f turns/s, %d errors; store append p95 %s ms, claim p95 %s ms, %d claims (%d sessions)",
+				n, Ms(step.Overhead.P50), Ms(step.Overhead.P95), rate, errs, Ms(stt.Append.P95), Ms(stt.Claim.P95), stt.Claims, stt.ClaimsFound)
+			if err != nil {
+				b.progress("scale: first error: %v", err)
+			}
+			s.c.CloseIdleConnections()
+			fake.forget()
+			if step.Holds() {
+				b.rep.ScaleMax = n
+				continue levels
+			}
+		}
+		break
+	}
+	return nil
+}
+
+func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
+	s, err := b.startServer(ctx, "idle", serverSpec{fake: b.fake, backend: be, idle: time.Second})
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	share := 0.1
+	var sandboxes func() int
+	if pool := s.Pool(); pool != nil {
+		sandboxes = pool.Sessions
+	} else {
+		share = 0
+	}
+	b.progress("idle: %d sessions through one turn each, then idle", b.cfg.IdleSessions)
+	res, err := RunIdleMemory(ctx, s.c, b.fake, IdleConfig{
+		Workload: Workload{AgentID: s.agentID, EnvID: s.envID, Concurrency: 50, ToolShare: share},
+		Sessions: b.cfg.IdleSessions, Sandboxes: sandboxes, Settle: 10 * time.Second, Forget: b.fake.forget,
+	})
+	if err != nil {
+		return err
+	}
+	b.progress("idle: heap %.0f B/session, goroutines %d -> %d, sandboxes left %d", res.HeapPerSession, res.GoroutinesBefore, res.GoroutinesAfter, res.SandboxesLeft)
+	b.rep.Memory = &res
+	return nil
+}
+
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	s := fmt.Sprintf("%d vCPU", runtime.NumCPU())
+	if model != "" {
+		s += " " + model
+	}
+	return s + ", " + runtime.GOOS + "/" + runtime.GOARCH + ", " + runtime.Version()
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// redact hides a URL's password.
+func redact(u string) string {
+	if p, err := url.Parse(u); err == nil && p.User != nil {
+		return p.Redacted()
+	}
+	return u
+}

@@ -1,0 +1,109 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/bench"
+	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/model/anthropic"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/process"
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/store/sqlite"
+)
+
+// buildAgent builds corral-sandbox-agent (static) into dir.
+func buildAgent(t *testing.T, dir string) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("go is not on PATH under CI: %v", err)
+		}
+		t.Skipf("go is not on PATH, so the agent cannot be built: %v", err)
+	}
+	out := filepath.Join(dir, "corral-sandbox-agent")
+	cmd := exec.Command(goBin, "build", "-o", out, "../../cmd/corral-sandbox-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build agent: %v\n%s", err, msg)
+	}
+	return out
+}
+
+// TestRunQuick runs the benchmark in process, every section, on the process backend (and a backend that
+// cannot run, which is skipped with its reason). It checks that the outputs are produced, never the figures.
+func TestRunQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a whole small benchmark")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agent := buildAgent(t, dir)
+	out := filepath.Join(dir, "benchmarks.md")
+	if err := os.WriteFile(out, []byte("# Benchmarks\n\n## Store\n\nother engineers' figures\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cfg := bench.Config{
+		Args: []string{"--quick"}, Quick: true,
+		Backends: func(string) ([]bench.Backend, error) {
+			return []bench.Backend{
+				{Name: "bwrap", Unavailable: "bubblewrap is not installed: apt-get install bubblewrap"},
+				{Name: "process", New: func(string) (sandbox.Provider, error) {
+					return process.New(process.Config{AgentPath: agent})
+				}},
+			}, nil
+		},
+		OpenStore: func(ctx context.Context, url string) (store.Store, error) { return sqlite.Open(ctx, url) },
+		Model: func(baseURL string, hc *http.Client) model.Model {
+			return anthropic.New(anthropic.Config{APIKey: "bench", BaseURL: baseURL, HTTPClient: hc})
+		},
+		Sessions: []int{1, 2}, Samples: 2, GvisorMax: 10, ToolShare: 0.5,
+		ModelTTFT: 20 * time.Millisecond, ModelPerToken: time.Millisecond,
+		Scale: []int{4}, ScaleTTFT: 50 * time.Millisecond, ScalePerSlot: 1, IdleSessions: 8,
+		Sections: bench.Sections, FailoverRuns: 1, FailoverLeaseTTL: 2 * time.Second, Workers: 20,
+		Out: out, Stdout: &stdout, Stderr: &stderr,
+	}
+	if err := bench.Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "goal") || !strings.Contains(stdout.String(), "ratio p50") {
+		t.Errorf("summary table missing from stdout:\n%s", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "ttft: ") {
+		t.Errorf("no progress on stderr:\n%s", stderr.String())
+	}
+	md, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"other engineers' figures", bench.BeginMarker, "### Time to first token", "### Hands", "### Log",
+		"### Scale", "### Idle sessions", "### Closing note", "bubblewrap is not installed: apt-get install bubblewrap",
+		"failover: it runs `corral harness` processes"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "bench.svg"))
+	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
+		t.Errorf("bench.svg: %v %.80q", err, svg)
+	}
+}
+
+func TestRunNeedsOpenerAndModel(t *testing.T) {
+	t.Parallel()
+	if err := bench.Run(context.Background(), bench.Config{}); err == nil {
+		t.Error("Run without OpenStore and Model succeeded")
+	}
+}

@@ -1,0 +1,340 @@
+// Package server assembles one Corral server from its parts: the HTTP API, the brains and the sandbox pool over
+// a given store. `corral serve`, `corral harness` and `corral bench` all run this one assembly, so the benchmark
+// measures what ships: the same HTTP timeouts, brain settings, workspace sweeper and shutdown order.
+//
+// The server picks no backend: the caller (cmd/corral) opens the store and constructs the sandbox provider.
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/harness"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// Defaults of Config.
+const (
+	// DefaultSweepInterval is how often the workspaces of deleted sessions are removed.
+	DefaultSweepInterval = 10 * time.Minute
+	// DefaultShutdownTimeout bounds the wait for in-flight requests in Stop.
+	DefaultShutdownTimeout = 20 * time.Second
+	// DefaultListen is the address the API serves on.
+	DefaultListen = "127.0.0.1:8080"
+)
+
+// HTTP server timeouts (the same for every server this package builds).
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = time.Minute // a slow body cannot hold a handler forever
+	WriteTimeout      = time.Minute // streams set their own per-write deadlines
+	IdleTimeout       = 2 * time.Minute
+)
+
+// Config configures a Server. Zero fields take the defaults documented on them.
+type Config struct {
+	// Store is the store the API and the brains share. Required. The server does not close it.
+	Store  store.Store
+	Logger *slog.Logger // default: discard
+	// API serves the HTTP API; nil runs no API (corral harness).
+	API *APIConfig
+	// Brain runs brains in this process; nil runs none (serve --brains 0: the API alone, for brains in other
+	// processes). Its Store, Logger and Hands are set by the server.
+	Brain *harness.Config
+	// Sandbox configures the hands of the brains.
+	Sandbox SandboxConfig
+}
+
+// APIConfig configures the HTTP API of a Server.
+type APIConfig struct {
+	// Listen is the TCP address to serve on (default DefaultListen; port 0 picks a free one).
+	Listen string
+	// Keys authenticates requests. Required.
+	Keys      api.Authenticator
+	RateLimit float64 // requests per second per API key (0 = unlimited)
+	// Sealer seals the credentials the API is given (*vault.Vault); nil refuses to store credentials.
+	Sealer api.Sealer
+	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
+	// are cut at once.
+	ShutdownTimeout time.Duration
+}
+
+// SandboxConfig configures the hands: a pool of sandboxes of one provider.
+type SandboxConfig struct {
+	// Provider provisions the sandboxes; nil runs no sandbox. The server closes it on Stop if it is an
+	// io.Closer.
+	Provider sandbox.Provider
+	// Unavailable, when Provider is nil, says why the configured backend cannot run here (e.g. "bubblewrap is
+	// not installed: apt-get install bubblewrap"): every built-in tool call then gets an error result saying so.
+	// Empty with no Provider means no backend was configured.
+	Unavailable string
+	// Tools are the built-in tools offered to the model when Provider is nil (the backend's, agent.Tools()):
+	// each call then gets the error result that says why they cannot run.
+	Tools []sandbox.Tool
+	// Pool configures the pool; its Provider and Logger are set by the server. Pool.WorkspaceRoot is required
+	// with a Provider.
+	Pool sandbox.PoolConfig
+	// SweepInterval is how often the workspaces of deleted sessions are removed, the first time at Start
+	// (default DefaultSweepInterval).
+	SweepInterval time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.API != nil {
+		a := *c.API
+		a.Listen = cmp.Or(a.Listen, DefaultListen)
+		a.ShutdownTimeout = cmp.Or(a.ShutdownTimeout, DefaultShutdownTimeout)
+		c.API = &a
+	}
+	c.Sandbox.SweepInterval = cmp.Or(c.Sandbox.SweepInterval, DefaultSweepInterval)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("server: Config.Store is required")
+	case c.API == nil && c.Brain == nil:
+		return errors.New("server: Config needs an API, brains, or both")
+	case c.API != nil && c.API.Keys == nil:
+		return errors.New("server: Config.API.Keys is required")
+	case c.Sandbox.SweepInterval < 0:
+		return errors.New("server: Config.Sandbox.SweepInterval must not be negative")
+	}
+	return nil
+}
+
+// Server is one assembled server. New builds it, Start runs it, Stop stops it.
+type Server struct {
+	cfg   Config
+	pool  *sandbox.Pool
+	brain *harness.Brain
+	http  *http.Server
+
+	cancelStreams context.CancelFunc
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	addr     net.Addr
+	serveErr chan error
+	stopOnce sync.Once
+	stopCtx  context.CancelFunc // ends the sweeper
+	wg       sync.WaitGroup
+}
+
+// New validates cfg and builds the server's parts; nothing runs until Start.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, serveErr: make(chan error, 1)}
+	var hands sandbox.Hands
+	switch sc := cfg.Sandbox; {
+	case sc.Provider != nil:
+		pc := sc.Pool
+		pc.Provider = sc.Provider
+		pc.Logger = cmp.Or(pc.Logger, cfg.Logger)
+		pool, err := sandbox.NewPool(pc)
+		if err != nil {
+			closeProvider(sc.Provider)
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.pool, hands = pool, pool
+	case sc.Unavailable != "":
+		hands = sandbox.Unavailable(sc.Tools, fmt.Sprintf("Built-in tools cannot run on this server: its sandbox backend is unavailable (%s).", sc.Unavailable))
+	default:
+		hands = sandbox.Unavailable(sc.Tools, "Built-in tools cannot run on this server: no sandbox backend is configured (--sandbox none).")
+	}
+	// undo releases what was built when a later part fails: nothing runs yet.
+	undo := func(err error) (*Server, error) {
+		if s.pool != nil {
+			_ = s.pool.Stop()
+		}
+		closeProvider(cfg.Sandbox.Provider)
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if cfg.Brain != nil {
+		hc := *cfg.Brain
+		hc.Store, hc.Logger, hc.Hands = cfg.Store, cfg.Logger, hands
+		brain, err := harness.New(hc)
+		if err != nil {
+			return undo(err)
+		}
+		s.brain = brain
+	}
+	if cfg.API != nil {
+		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer})
+		if err != nil {
+			return undo(err)
+		}
+		// Streams end when the server shuts down; ordinary requests finish first.
+		baseCtx, cancel := context.WithCancel(context.Background())
+		s.cancelStreams = cancel
+		s.http = &http.Server{
+			Handler:           a.Handler(),
+			ReadHeaderTimeout: ReadHeaderTimeout,
+			ReadTimeout:       ReadTimeout,
+			WriteTimeout:      WriteTimeout,
+			IdleTimeout:       IdleTimeout,
+			BaseContext:       func(net.Listener) context.Context { return baseCtx },
+			ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		}
+		s.http.RegisterOnShutdown(cancel)
+	}
+	return s, nil
+}
+
+// Start starts the brains, the workspace sweeper and the API listener. The brains run until Stop is called or
+// ctx is done. On error, whatever started is stopped again.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.stopped {
+		return errors.New("server: already started")
+	}
+	s.started = true
+	var ln net.Listener
+	if s.http != nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.cfg.API.Listen); err != nil {
+			s.stopLocked()
+			return fmt.Errorf("server: %w", err)
+		}
+		s.addr = ln.Addr()
+	}
+	if s.brain != nil {
+		if err := s.brain.Start(ctx); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			s.stopLocked()
+			return fmt.Errorf("server: %w", err)
+		}
+	}
+	sweepCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopCtx = cancel
+	if s.pool != nil {
+		// The pool's reaper runs until the pool's Stop, which stopLocked calls.
+		if err := s.pool.Start(context.WithoutCancel(ctx)); err != nil {
+			cancel()
+			if ln != nil {
+				ln.Close()
+			}
+			s.stopLocked()
+			return fmt.Errorf("server: %w", err)
+		}
+		s.wg.Go(func() { s.sweep(sweepCtx) })
+	}
+	if ln != nil {
+		s.wg.Go(func() {
+			if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.serveErr <- err
+			}
+		})
+	}
+	return nil
+}
+
+// Addr is the address the API listens on (nil before Start or without an API).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// URL is the API's base URL, e.g. http://127.0.0.1:8080 ("" before Start or without an API).
+func (s *Server) URL() string {
+	if a := s.Addr(); a != nil {
+		return "http://" + a.String()
+	}
+	return ""
+}
+
+// Failed delivers the error that ended the API's serving before Stop (the listener failed).
+func (s *Server) Failed() <-chan error { return s.serveErr }
+
+// Pool is the server's sandbox pool, or nil when it runs no sandbox.
+func (s *Server) Pool() *sandbox.Pool { return s.pool }
+
+// Stop stops the server in order: the API stops accepting, open streams are cut and in-flight requests finish
+// (up to APIConfig.ShutdownTimeout); then the sweeper, the brains (which finish their appends and release
+// their leases), the sandboxes and the provider. It returns once every goroutine of the server has exited.
+// Idempotent; the store stays open.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+}
+
+func (s *Server) stopLocked() {
+	s.stopOnce.Do(func() {
+		s.stopped = true
+		if s.http != nil {
+			if s.started {
+				ctx, cancel := context.WithTimeout(context.Background(), s.cfg.API.ShutdownTimeout)
+				if err := s.http.Shutdown(ctx); err != nil {
+					s.cfg.Logger.Warn("http shutdown", "err", err)
+					_ = s.http.Close()
+				}
+				cancel()
+			}
+			s.cancelStreams()
+		}
+		if s.stopCtx != nil {
+			s.stopCtx()
+		}
+		s.wg.Wait()
+		if s.brain != nil {
+			s.brain.Stop()
+		}
+		if s.pool != nil {
+			_ = s.pool.Stop()
+		}
+		closeProvider(s.cfg.Sandbox.Provider)
+	})
+}
+
+// sweep removes, now and every SweepInterval, the local workspaces of sessions the store no longer has (deleted
+// through the API), until ctx ends.
+func (s *Server) sweep(ctx context.Context) {
+	gone := func(ctx context.Context, id string) (bool, error) {
+		_, err := s.cfg.Store.SessionGet(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return true, nil
+		}
+		return false, err
+	}
+	t := time.NewTicker(s.cfg.Sandbox.SweepInterval)
+	defer t.Stop()
+	for {
+		n, err := s.pool.RemoveWorkspaces(ctx, gone)
+		if n > 0 || (err != nil && ctx.Err() == nil) {
+			s.cfg.Logger.Info("workspaces of deleted sessions removed", "count", n, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func closeProvider(p sandbox.Provider) {
+	if c, ok := p.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
