@@ -12,10 +12,12 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/agent"
-	"github.com/corralhq/corral/internal/sandbox/egress"
 	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/vault"
 	"github.com/corralhq/corral/internal/workspace"
 )
 
@@ -29,6 +31,7 @@ type handsFlags struct {
 	pids     int
 	cpus     float64
 	timeout  time.Duration
+	egress   egressFlags
 }
 
 func defaultSandbox() string {
@@ -47,6 +50,7 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.pids, "sandbox-pids", agent.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
 	fs.DurationVar(&f.timeout, "tool-timeout", agent.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
+	f.egress.register(fs)
 }
 
 // runscFlag adds --runsc, the gvisor backend's binary, to serve, harness and bench.
@@ -58,20 +62,46 @@ func (f *handsFlags) limits() sandbox.Limits {
 	return sandbox.Limits{MemoryBytes: f.memoryMB << 20, Pids: f.pids, CPUQuota: f.cpus, CommandTimeout: f.timeout}
 }
 
+// caFileName is the file in the data directory that holds the egress proxies' CA (its key sealed by the vault).
+const caFileName = "egress-ca.json"
+
 // sandbox returns the server's sandbox configuration. A backend that cannot run here is logged and becomes
-// the reason every built-in tool call reports (sessions that need no sandbox still work).
-func (f *handsFlags) sandbox(dataDir string, logger *slog.Logger) (corral.SandboxConfig, error) {
+// the reason every built-in tool call reports (sessions that need no sandbox still work). The credentials of
+// the sandboxes' sessions stay outside them: repositories are cloned on the host with their token, the git
+// endpoint (proxy.Git) injects it into the sandbox's git traffic, and the egress proxy injects the session's
+// environment_variable credentials (proxy.Secrets) under the server's CA.
+func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, stderr io.Writer, logger *slog.Logger) (corral.SandboxConfig, error) {
 	root, err := filepath.Abs(filepath.Join(dataDir, "workspaces"))
 	if err != nil {
 		return corral.SandboxConfig{}, err
 	}
+	eo, err := f.egress.parse()
+	if err != nil {
+		return corral.SandboxConfig{}, err
+	}
+	git, err := proxy.NewGit(proxy.GitConfig{Store: st, Vault: vlt, AllowInternal: eo.AllowInternal, RootCAs: eo.RootCAs, Logger: logger})
+	if err != nil {
+		return corral.SandboxConfig{}, err
+	}
+	ca, created, err := proxy.LoadCA(filepath.Join(dataDir, caFileName), vlt)
+	if err != nil {
+		return corral.SandboxConfig{}, err
+	}
+	if created {
+		fmt.Fprintf(stderr, "corral: created the egress proxies' CA in %s (its key sealed by the vault)\n", filepath.Join(dataDir, caFileName))
+	}
+	secrets, err := proxy.NewSecrets(proxy.SecretsConfig{Store: st, Vault: vlt, CA: ca, Logger: logger})
+	if err != nil {
+		return corral.SandboxConfig{}, err
+	}
 	// Repositories are cloned on the server, under the same rules as the sandbox's egress proxy.
-	placer, err := workspace.New(workspace.Config{Resolve: egress.Resolve, Path: os.Getenv("PATH"), Logger: logger})
+	placer, err := workspace.New(workspace.Config{Resolve: proxy.Resolver(eo.AllowInternal), Path: os.Getenv("PATH"),
+		Tokens: git, ExtraRootCAsPEM: eo.CAPEM, Logger: logger})
 	if err != nil {
 		return corral.SandboxConfig{}, err
 	}
 	sc := corral.SandboxConfig{Tools: agent.Tools(), Pool: sandbox.PoolConfig{
-		WorkspaceRoot: root, IdleTimeout: f.idle, Limits: f.limits(), Placer: placer,
+		WorkspaceRoot: root, IdleTimeout: f.idle, Limits: f.limits(), Placer: placer, Egress: proxy.Merge(git, secrets),
 	}}
 	if f.kind == "none" {
 		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")

@@ -19,6 +19,8 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	bf.register(fs)
 	var hf handsFlags
 	hf.register(fs)
+	var vf vaultFlags
+	vf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -35,7 +37,11 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	sc, err := hf.sandbox(sf.data, logger)
+	vlt, err := vf.open(ctx, st, sf.data, io.err)
+	if err != nil {
+		return err
+	}
+	sc, err := hf.sandbox(sf.data, st, vlt, io.err, logger)
 	if err != nil {
 		return err
 	}

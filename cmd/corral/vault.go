@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/vault"
 )
@@ -148,6 +149,14 @@ func vaultRotateKey(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 	fmt.Fprintf(io.out, "rewrapped %d data keys under master key %s\n", res.Rewrapped, v.PrimaryKeyID())
+	// The egress proxies' CA key, sealed in the data directory, is rewrapped the same way (LoadCA rewraps a key
+	// wrapped under an older master key).
+	if caPath := filepath.Join(sf.data, caFileName); fileExists(caPath) {
+		if _, _, err := proxy.LoadCA(caPath, v); err != nil {
+			return fmt.Errorf("rewrap the egress CA key in %s: %w", caPath, err)
+		}
+		fmt.Fprintf(io.out, "rewrapped the egress CA key in %s\n", caPath)
+	}
 	if res.Remaining > 0 {
 		return fmt.Errorf("%d secrets were rewritten under an older key during the rotation; "+
 			"restart the servers with --vault-key-file %s and run rotate-key again", res.Remaining, *newKeyFile)

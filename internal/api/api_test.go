@@ -21,6 +21,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
+	"github.com/corralhq/corral/internal/vault"
 )
 
 const testKey = "test-key"
@@ -34,15 +35,25 @@ type harness struct {
 	store  store.Store
 	srv    *httptest.Server
 	client anthropic.Client
+	// vault is the Sealer of the server: it opens what the API sealed.
+	vault *vault.Vault
+	// dbPath is the SQLite file of the store.
+	dbPath string
 }
 
 func newHarness(t *testing.T, tweak ...func(*api.Config)) *harness {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "corral.db"))
+	dbPath := filepath.Join(t.TempDir(), "corral.db")
+	st, err := sqlite.Open(context.Background(), "sqlite://"+dbPath)
 	if err != nil {
 		t.Fatalf("open sqlite: %v", err)
 	}
+	v, err := vault.Open(context.Background(), st, vault.NewKey())
+	if err != nil {
+		t.Fatalf("open vault: %v", err)
+	}
 	cfg := api.Config{
+		Sealer:            v,
 		Store:             st,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Keys:              &api.KeyAuth{Static: testKey, Store: st},
@@ -67,7 +78,7 @@ func newHarness(t *testing.T, tweak ...func(*api.Config)) *harness {
 		option.WithMaxRetries(0),
 		option.WithHTTPClient(srv.Client()),
 	)
-	return &harness{t: t, store: st, srv: srv, client: client}
+	return &harness{t: t, store: st, srv: srv, client: client, vault: v, dbPath: dbPath}
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -22,7 +22,7 @@ func TestParseResourceCheckout(t *testing.T) {
 		`{"type":"commit","sha":"` + sha + `"}`:    `{"type":"commit","sha":"` + sha + `"}`,
 		`null`:                                     ``,
 	} {
-		res, err := parseResource("resources[0]", repo(checkout), now, true)
+		res, _, err := parseResource("resources[0]", repo(checkout), now, true)
 		if err != nil || string(res.Checkout) != want {
 			t.Errorf("checkout %s: stored %s, %v; want %s", checkout, res.Checkout, err, want)
 		}
@@ -37,7 +37,7 @@ func TestParseResourceCheckout(t *testing.T) {
 		`{"type":"commit","sha":"` + sha + `","name":"m"}`: `resources[0].checkout.name: not allowed for a commit checkout`,
 		`{"type":"commit","sha":"` + sha + `","ref":"m"}`:  `resources[0].checkout.ref: unknown field`,
 	} {
-		_, err := parseResource("resources[0]", repo(checkout), now, true)
+		_, _, err := parseResource("resources[0]", repo(checkout), now, true)
 		var ae *apiError
 		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || ae.msg != want {
 			t.Errorf("checkout %s: %v, want a 400 %q", checkout, err, want)

@@ -127,7 +127,7 @@ func FuzzSessionCreate(f *testing.F) {
 			check4xx(t, body, err)
 		}
 		for i, raw := range req.Resources {
-			res, err := parseResource(index("resources", i), raw, now, true)
+			res, _, err := parseResource(index("resources", i), raw, now, true)
 			check4xx(t, body, err)
 			if err == nil && (res.MountPath == "" || res.MountPath[0] != '/') {
 				t.Fatalf("accepted %q with mount path %q", body, res.MountPath)

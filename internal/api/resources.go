@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	gopath "path"
@@ -11,24 +12,66 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
 )
 
 const maxResourcesPerSession = 100
 
-// parseResource validates «ResourceIn». Mount paths default as the hosted service's do. The repository
-// authorization_token is accepted but not kept: a credential must never reach the log, and Corral has no vault
-// yet to hold it for a proxy outside the sandbox, so only repositories that need no credential can be cloned.
-func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool) (apitype.Resource, error) {
+// SecretAuthorizationToken is the name of a repository resource's sealed authorization_token
+// (store.SealedSecret.Name, bound into its encryption with the resource's id).
+const SecretAuthorizationToken = "authorization_token"
+
+// maxTokenLen bounds an authorization_token.
+const maxTokenLen = 4096
+
+// parseResource validates «ResourceIn». Mount paths default as the hosted service's do. It returns a repository's
+// authorization_token apart: the token is sealed and kept beside the session (store.ResourceSecretPut), never in
+// the session's document or its log.
+func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool) (apitype.Resource, string, error) {
+	res, token, err := parseResourceIn(p, raw, now, allowRepo)
+	if err == nil && token != "" {
+		err = checkToken(path(p, "authorization_token"), token)
+	}
+	return res, token, err
+}
+
+// checkToken refuses a token that cannot travel in an HTTP header. The token is never part of the message.
+func checkToken(p, token string) error {
+	if len(token) > maxTokenLen {
+		return invalid(p, "longer than %d bytes", maxTokenLen)
+	}
+	for _, c := range []byte(token) {
+		if c < 0x21 || c > 0x7e {
+			return invalid(p, "must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// sealToken seals a repository resource's authorization_token.
+func (s *Server) sealToken(resourceID, token string) (*store.SealedSecret, error) {
+	if s.sealer == nil {
+		return nil, errNoSealer
+	}
+	sealed, err := s.sealer.Seal(resourceID, SecretAuthorizationToken, []byte(token))
+	if err != nil {
+		return nil, fmt.Errorf("seal the authorization token of %s: %w", resourceID, err)
+	}
+	return sealed, nil
+}
+
+func parseResourceIn(p string, raw json.RawMessage, now time.Time, allowRepo bool) (apitype.Resource, string, error) {
 	typ, err := typeOf(p, raw)
 	if err != nil {
-		return apitype.Resource{}, err
+		return apitype.Resource{}, "", err
 	}
 	res := apitype.Resource{ID: apitype.NewID(apitype.PrefixResource), Type: apitype.ResourceType(typ),
 		CreatedAt: now, UpdatedAt: now}
+	var token string
 	switch res.Type {
 	case apitype.ResourceGitHubRepository:
 		if !allowRepo {
-			return res, invalid(path(p, "type"), "only file resources can be added to an existing session")
+			return res, "", invalid(path(p, "type"), "only file resources can be added to an existing session")
 		}
 		var in struct {
 			Type               string          `json:"type"`
@@ -38,20 +81,21 @@ func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool)
 			AuthorizationToken string          `json:"authorization_token"`
 		}
 		if err := strictUnmarshal(p, raw, &in); err != nil {
-			return res, err
+			return res, "", err
 		}
 		name, err := repoName(path(p, "url"), in.URL)
 		if err != nil {
-			return res, err
+			return res, "", err
 		}
 		res.URL = in.URL
+		token = in.AuthorizationToken
 		res.MountPath = in.MountPath
 		if res.MountPath == "" {
 			res.MountPath = "/workspace/" + name
 		}
 		if !isNull(in.Checkout) {
 			if res.Checkout, err = parseCheckout(path(p, "checkout"), in.Checkout); err != nil {
-				return res, err
+				return res, "", err
 			}
 		}
 	case apitype.ResourceFile:
@@ -61,13 +105,13 @@ func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool)
 			MountPath string `json:"mount_path"`
 		}
 		if err := strictUnmarshal(p, raw, &in); err != nil {
-			return res, err
+			return res, "", err
 		}
 		if err := checkString(path(p, "file_id"), in.FileID, true, 256); err != nil {
-			return res, err
+			return res, "", err
 		}
 		if strings.ContainsAny(in.FileID, "/\\") {
-			return res, invalid(path(p, "file_id"), "invalid file id %q", in.FileID)
+			return res, "", invalid(path(p, "file_id"), "invalid file id %q", in.FileID)
 		}
 		res.FileID = in.FileID
 		res.MountPath = in.MountPath
@@ -75,16 +119,16 @@ func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool)
 			res.MountPath = "/mnt/session/uploads/" + in.FileID
 		}
 	case apitype.ResourceMemoryStore:
-		return res, invalid(path(p, "type"), "memory_store resources are not supported by this server")
+		return res, "", invalid(path(p, "type"), "memory_store resources are not supported by this server")
 	case "":
-		return res, invalid(path(p, "type"), "required")
+		return res, "", invalid(path(p, "type"), "required")
 	default:
-		return res, invalid(path(p, "type"), "unknown resource type %q", typ)
+		return res, "", invalid(path(p, "type"), "unknown resource type %q", typ)
 	}
 	if err := checkMount(path(p, "mount_path"), res.MountPath); err != nil {
-		return res, err
+		return res, "", err
 	}
-	return res, nil
+	return res, token, nil
 }
 
 // repoName checks a repository URL (https, host, owner/repo) and returns the repository's name.
@@ -208,7 +252,7 @@ func (s *Server) resourceAdd(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := s.now()
-	res, err := parseResource("", body, now, false)
+	res, _, err := parseResource("", body, now, false)
 	if err != nil {
 		return err
 	}
@@ -240,9 +284,16 @@ func (s *Server) resourceUpdate(w http.ResponseWriter, r *http.Request) error {
 	if req.AuthorizationToken == nil || *req.AuthorizationToken == "" {
 		return invalid("authorization_token", "required")
 	}
+	if err := checkToken("authorization_token", *req.AuthorizationToken); err != nil {
+		return err
+	}
+	sealed, err := s.sealToken(rid, *req.AuthorizationToken)
+	if err != nil {
+		return err
+	}
 	now := s.now()
 	var out apitype.Resource
-	_, err := s.store.SessionUpdate(r.Context(), id, func(sess *apitype.Session) error {
+	_, err = s.store.SessionUpdate(r.Context(), id, func(sess *apitype.Session) error {
 		i := slices.IndexFunc(sess.Resources, func(res apitype.Resource) bool { return res.ID == rid })
 		if i < 0 {
 			return notFound("session resource", rid)
@@ -256,6 +307,11 @@ func (s *Server) resourceUpdate(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	})
 	if err != nil {
+		return lookup(err, "session", id)
+	}
+	// The rotated token replaces the old one for the next clone and every later request of the session's git
+	// endpoint. (A concurrent deletion of the resource may leave a secret behind; it goes with the session.)
+	if err := s.store.ResourceSecretPut(r.Context(), id, sealed); err != nil {
 		return lookup(err, "session", id)
 	}
 	return writeJSON(w, http.StatusOK, out)
@@ -275,6 +331,9 @@ func (s *Server) resourceDelete(w http.ResponseWriter, r *http.Request) error {
 	})
 	if err != nil {
 		return lookup(err, "session", id)
+	}
+	if err := s.store.ResourceSecretDelete(r.Context(), id, rid); err != nil {
+		return err
 	}
 	return writeJSON(w, http.StatusOK, map[string]string{"id": rid, "type": "session_resource_deleted"})
 }

@@ -243,10 +243,18 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	var tokens []store.SealedSecret
 	for i, raw := range req.Resources {
-		res, err := parseResource(index("resources", i), raw, now, true)
+		res, token, err := parseResource(index("resources", i), raw, now, true)
 		if err != nil {
 			return err
+		}
+		if token != "" {
+			sealed, err := s.sealToken(res.ID, token)
+			if err != nil {
+				return err
+			}
+			tokens = append(tokens, *sealed)
 		}
 		if err := checkMountPath(index("resources", i), sess.Resources, res.MountPath); err != nil {
 			return err
@@ -292,7 +300,9 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkSessionVaults(r, req.VaultIDs); err != nil {
 		return err
 	}
-	created, _, err := s.store.SessionCreate(r.Context(), &store.SessionCreateParams{Session: sess, InitialEvents: initial})
+	// The repositories' sealed tokens go in with the session: a brain that claims it at once finds them.
+	created, _, err := s.store.SessionCreate(r.Context(), &store.SessionCreateParams{Session: sess, InitialEvents: initial,
+		ResourceSecrets: tokens})
 	if err != nil {
 		return err
 	}

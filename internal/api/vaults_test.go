@@ -736,7 +736,7 @@ func TestSessionVaultIDs(t *testing.T) {
 func TestCredentialsWithoutSealer(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	h := newHarness(t)
+	h := newHarness(t, func(c *api.Config) { c.Sealer = nil })
 	v, err := h.client.Beta.Vaults.New(ctx, anthropic.BetaVaultNewParams{DisplayName: "v"})
 	if err != nil {
 		t.Fatal(err)

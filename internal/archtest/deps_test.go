@@ -39,9 +39,13 @@ var rules = map[string][]string{
 	// The model test kit wraps the fake model server that corral bench links too.
 	"internal/model/modeltest": {"internal/apitype", "internal/model", "internal/model/fakemodel"},
 	"internal/vault":           {"internal/apitype", "internal/store"},
-	// The credential proxy's kit feeds the sandbox suite (sandboxtest.RunSecrets) the real proxy.Secrets.
+	// The proxies use the vault's secrets outside every sandbox; the git endpoint checks destinations with
+	// the egress proxy's rules.
+	"internal/proxy": {"internal/apitype", "internal/sandbox", "internal/sandbox/egress", "internal/store", "internal/vault"},
+	// The proxy test kit wires a real store, vault, git endpoint, credential injection and workspace for the
+	// sandbox suites.
 	"internal/proxy/proxytest": {"internal/apitype", "internal/proxy", "internal/sandbox", "internal/sandbox/sandboxtest",
-		"internal/store", "internal/vault"},
+		"internal/store", "internal/store/sqlite", "internal/vault", "internal/workspace"},
 }
 
 // vaultImporters are the only packages besides cmd/ that may import internal/vault, the one that sees
@@ -187,6 +191,12 @@ func TestViolation(t *testing.T) {
 		{"internal/sandbox/bwrap", "internal/vault", false},
 		{"internal/bench", "internal/vault", false},
 		{"internal/proxy", "internal/vault", true},
+		{"internal/proxy", "internal/sandbox/egress", true},
+		{"internal/proxy", "internal/sandbox/bwrap", false},
+		{"internal/proxy", "internal/store/sqlite", false},
+		{"internal/proxy", "internal/workspace", false},
+		{"internal/proxy/proxytest", "internal/sandbox/sandboxtest", true},
+		{"internal/proxy/proxytest", "internal/sandbox/bwrap", false},
 		{"internal/workspace", "internal/vault", true},
 		{"internal/vault", "internal/store", true},
 		{"internal/vault", "internal/api", false},

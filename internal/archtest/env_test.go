@@ -18,6 +18,7 @@ var envReaders = map[string]string{
 	"internal/store/storetest/crash.go":           "test kit (the crash child's settings)",
 	"internal/sandbox/sandboxtest/sandboxtest.go": "test kit",
 	"internal/sandbox/sandboxtest/gitrepo.go":     "test kit",
+	"internal/sandbox/sandboxtest/gitserver.go":   "test kit",
 	"internal/sandbox/agent/main.go":              "the in-sandbox agent's main: its environment is the sandbox's",
 }
 

@@ -1,10 +1,5 @@
-// Package proxy holds what the host adds to a sandbox's network so that credentials never enter it. For
-// environment_variable credentials (Secrets), the sandbox gets each credential's secret_name set to an opaque
-// placeholder, and the sandbox's egress proxy, outside it, replaces the placeholder with the secret in the
-// requests to the credential's allowed hosts: it terminates their TLS with a certificate of the server's own CA
-// (the sandbox trusts the CA's certificate, never sees its key) and verifies the real upstream itself. A
-// placeholder sent anywhere else goes out as it is, and a secret an allowed host sends back is turned into its
-// placeholder again before the sandbox reads the answer.
+// This file is the credential injection at egress (Secrets); the package doc is in doc.go.
+
 package proxy
 
 import (

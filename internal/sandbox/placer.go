@@ -30,8 +30,11 @@ var ErrNoPlacer = errors.New("the sandbox pool has no workspace placer; no resou
 
 // Session error types (as the hosted service names them) for resources that could not be placed.
 const (
-	ErrTypeRepositoryClone    = "repository_clone_error"
-	ErrTypeRepositoryCheckout = "repository_checkout_error"
+	ErrTypeRepositoryClone          = "repository_clone_error"
+	ErrTypeRepositoryCheckout       = "repository_checkout_error"
+	ErrTypeRepositoryAuthentication = "repository_authentication_error" // the remote refused the token (401)
+	ErrTypeRepositoryForbidden      = "repository_forbidden_error"      // the token may not read it (403)
+	ErrTypeRepositoryNotFound       = "repository_not_found_error"      // no such repository (404)
 )
 
 // ResourceError is a session resource that could not be placed in the workspace. The sandbox is provisioned

@@ -137,6 +137,9 @@ type SessionStore interface {
 type SessionCreateParams struct {
 	Session       *apitype.Session
 	InitialEvents []apitype.NewEvent
+	// ResourceSecrets are stored with the session, in the same transaction (as ResourceSecretPut would): a
+	// repository's sealed authorization_token is there before anyone can act on the session.
+	ResourceSecrets []SealedSecret
 }
 
 // SessionListParams filters and pages sessions.

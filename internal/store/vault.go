@@ -45,6 +45,15 @@ type VaultStore interface {
 	// ErrConflict if it was rewritten since (or ErrNotFound if it is gone). The ciphertext is untouched.
 	SecretRewrap(ctx context.Context, p *SecretRewrapParams) error
 
+	// ResourceSecretPut stores the sealed secret of a session's resource (a repository's authorization_token;
+	// SealedSecret.CredentialID is the resource's id), replacing the one of the same name. ErrNotFound if the
+	// session does not exist. A resource's secrets go when the session is deleted.
+	ResourceSecretPut(ctx context.Context, sessionID string, s *SealedSecret) error
+	// ResourceSecretGet returns a session resource's sealed secret; ErrNotFound if it has none of that name.
+	ResourceSecretGet(ctx context.Context, p *ResourceSecretRef) (*SealedSecret, error)
+	// ResourceSecretDelete removes every secret of a session's resource. Idempotent.
+	ResourceSecretDelete(ctx context.Context, sessionID, resourceID string) error
+
 	// MasterKeyList returns the check values of every master key the store has seen.
 	MasterKeyList(ctx context.Context) ([]MasterKey, error)
 	// MasterKeyAdd records a master key's check value; ErrConflict if its id is recorded.
@@ -103,6 +112,11 @@ type SealedSecret struct {
 	Ciphertext   []byte
 }
 
+// ResourceSecretRef names a secret of a session's resource.
+type ResourceSecretRef struct {
+	SessionID, ResourceID, Name string
+}
+
 // SecretListParams selects sealed secrets.
 type SecretListParams struct {
 	CredentialID string   // only this credential's, if set
@@ -110,6 +124,9 @@ type SecretListParams struct {
 	// After continues after this (credential id, name).
 	AfterCredentialID, AfterName string
 	Limit                        int // 0 = all
+	// Resources lists the sealed secrets of session resources (ResourceSecretPut) instead of the
+	// credentials'; CredentialID then means the resource's id.
+	Resources bool
 }
 
 // SecretRewrapParams rewraps a secret's data key.
@@ -120,6 +137,9 @@ type SecretRewrapParams struct {
 	OldWrappedKey []byte
 	KeyID         string
 	WrappedKey    []byte
+	// Resources rewraps a session resource's secret (CredentialID is the resource's id) instead of a
+	// credential's.
+	Resources bool
 }
 
 // MasterKey is a master key's check value: a known constant sealed under the key, so that a wrong key is

@@ -38,9 +38,22 @@ func Rotate(ctx context.Context, st Store, v *Vault) (RotateResult, error) {
 	return res, nil
 }
 
-// rotatePass rewraps one pass over the secrets and returns how many it rewrapped and how many it could not.
+// rotatePass rewraps one pass over the secrets, the credentials' and the session resources' (repository
+// tokens), and returns how many it rewrapped and how many it could not.
 func rotatePass(ctx context.Context, st Store, v *Vault) (rewrapped, left int, err error) {
-	p := &store.SecretListParams{NotKeyIDs: []string{v.primary.id}, Limit: rotatePage}
+	for _, resources := range []bool{false, true} {
+		n, l, err := rotateTable(ctx, st, v, resources)
+		rewrapped, left = rewrapped+n, left+l
+		if err != nil {
+			return rewrapped, left, err
+		}
+	}
+	return rewrapped, left, nil
+}
+
+// rotateTable is rotatePass over the credentials' secrets, or the session resources'.
+func rotateTable(ctx context.Context, st Store, v *Vault, resources bool) (rewrapped, left int, err error) {
+	p := &store.SecretListParams{NotKeyIDs: []string{v.primary.id}, Limit: rotatePage, Resources: resources}
 	for {
 		page, err := st.SecretList(ctx, p)
 		if err != nil {
@@ -53,7 +66,7 @@ func rotatePass(ctx context.Context, st Store, v *Vault) (rewrapped, left int, e
 				return rewrapped, left, fmt.Errorf("vault: rotate %s/%s: %w", s.CredentialID, s.Name, err)
 			}
 			err = st.SecretRewrap(ctx, &store.SecretRewrapParams{CredentialID: s.CredentialID, Name: s.Name,
-				OldKeyID: s.KeyID, OldWrappedKey: s.WrappedKey, KeyID: nw.KeyID, WrappedKey: nw.WrappedKey})
+				OldKeyID: s.KeyID, OldWrappedKey: s.WrappedKey, KeyID: nw.KeyID, WrappedKey: nw.WrappedKey, Resources: resources})
 			switch {
 			case err == nil:
 				rewrapped++

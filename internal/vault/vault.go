@@ -207,13 +207,15 @@ func Open(ctx context.Context, st Store, keys ...Key) (*Vault, error) {
 		return nil, fmt.Errorf("%w: the given key (%s) is not the one this database was sealed with (%s); "+
 			"check --vault-key-file or CORRAL_VAULT_KEY", ErrWrongKey, strings.Join(v.ids(), ", "), strings.Join(stored, ", "))
 	}
-	orphans, err := st.SecretList(ctx, &store.SecretListParams{NotKeyIDs: v.ids(), Limit: 1})
-	if err != nil {
-		return nil, fmt.Errorf("vault: read secrets: %w", err)
-	}
-	if len(orphans) > 0 {
-		return nil, fmt.Errorf("%w: secrets are wrapped under master key %s, which the given keys (%s) do not include",
-			ErrWrongKey, orphans[0].KeyID, strings.Join(v.ids(), ", "))
+	for _, resources := range []bool{false, true} {
+		orphans, err := st.SecretList(ctx, &store.SecretListParams{NotKeyIDs: v.ids(), Limit: 1, Resources: resources})
+		if err != nil {
+			return nil, fmt.Errorf("vault: read secrets: %w", err)
+		}
+		if len(orphans) > 0 {
+			return nil, fmt.Errorf("%w: secrets are wrapped under master key %s, which the given keys (%s) do not include",
+				ErrWrongKey, orphans[0].KeyID, strings.Join(v.ids(), ", "))
+		}
 	}
 	if !slices.Contains(stored, v.primary.id) {
 		err := st.MasterKeyAdd(ctx, &store.MasterKey{ID: v.primary.id, CheckValue: checkValue(v.primary),

@@ -406,3 +406,54 @@ func TestOpenRefusesAConcurrentFirstStartWithAnotherKey(t *testing.T) {
 		t.Fatalf("the server that won still opens: %v", err)
 	}
 }
+
+// TestRotateResourceSecrets: a rotation rewraps the sealed tokens of session resources too, and Open refuses
+// keys that do not unwrap them.
+func TestRotateResourceSecrets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := openStore(t)
+	oldKey := vault.NewKey()
+	old, err := vault.Open(ctx, st, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := apitype.Now()
+	sess := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: "env_x",
+		Status: apitype.StatusIdle, Agent: apitype.SessionAgent{Type: "agent", ID: "agent_x", Version: 1, Name: "a"},
+		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
+	if _, _, err := st.SessionCreate(ctx, &store.SessionCreateParams{Session: sess}); err != nil {
+		t.Fatal(err)
+	}
+	rid := apitype.NewID(apitype.PrefixResource)
+	sealed, err := old.Seal(rid, "authorization_token", []byte("ghp_rotateMe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ResourceSecretPut(ctx, sess.ID, sealed); err != nil {
+		t.Fatal(err)
+	}
+	newKey := vault.NewKey()
+	if _, err := vault.Open(ctx, st, newKey); !errors.Is(err, vault.ErrWrongKey) {
+		t.Fatalf("open with a key that unwraps no repository token: %v", err)
+	}
+	both, err := vault.Open(ctx, st, newKey, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := vault.Rotate(ctx, st, both)
+	if err != nil || res.Rewrapped != 1 || res.Remaining != 0 {
+		t.Fatalf("rotate: %+v, %v", res, err)
+	}
+	got, err := st.ResourceSecretGet(ctx, &store.ResourceSecretRef{SessionID: sess.ID, ResourceID: rid, Name: "authorization_token"})
+	if err != nil || got.KeyID != newKey.ID() || !bytes.Equal(got.Ciphertext, sealed.Ciphertext) {
+		t.Fatalf("after rotation: %+v, %v", got, err)
+	}
+	onlyNew, err := vault.Open(ctx, st, newKey)
+	if err != nil {
+		t.Fatalf("open with the new key alone after rotation: %v", err)
+	}
+	if plain, err := onlyNew.Open(got); err != nil || string(plain) != "ghp_rotateMe" {
+		t.Fatalf("open the rotated token: %q, %v", plain, err)
+	}
+}

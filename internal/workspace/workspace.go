@@ -18,13 +18,18 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -59,6 +64,22 @@ type Config struct {
 	Resolve func(ctx context.Context, n *apitype.Networking, host, port string) ([]net.IP, error)
 	// Logger receives the placements and their failures; default discards.
 	Logger *slog.Logger
+	// Tokens, if set, supplies the repositories' authorization tokens (internal/proxy's Git), and means that
+	// the server serves the git endpoint: a repository resource is cloned with its token, and its clone's
+	// origin is then set to the endpoint (http://corral.internal/git/<resource_id>), through which the sandbox
+	// fetches and pushes without ever holding the token. The token reaches git only in its environment
+	// (GIT_CONFIG_COUNT), never in its arguments, a file or the clone's .git/config.
+	Tokens Tokens
+	// ExtraRootCAsPEM are CA certificates (PEM) trusted for the repositories' TLS besides the system roots
+	// (corral serve --egress-ca-file).
+	ExtraRootCAsPEM []byte
+}
+
+// Tokens supplies repository tokens to the clones.
+type Tokens interface {
+	// RepositoryAuthorization returns the Authorization header value that carries the token of a session's
+	// repository resource; false if the resource has no token.
+	RepositoryAuthorization(ctx context.Context, sessionID, resourceID string) (string, bool, error)
 }
 
 // Placer places session resources in workspaces. It keeps no state but the records beside the workspaces, so
@@ -74,6 +95,11 @@ var _ sandbox.Placer = (*Placer)(nil)
 func New(cfg Config) (*Placer, error) {
 	if cfg.CloneTimeout < 0 {
 		return nil, errors.New("workspace: CloneTimeout must not be negative")
+	}
+	if len(cfg.ExtraRootCAsPEM) > 0 {
+		if !x509.NewCertPool().AppendCertsFromPEM(cfg.ExtraRootCAsPEM) {
+			return nil, errors.New("workspace: ExtraRootCAsPEM holds no PEM certificate")
+		}
 	}
 	cfg.CloneTimeout = cmp.Or(cfg.CloneTimeout, DefaultCloneTimeout)
 	cfg.Git = cmp.Or(cfg.Git, "git")
@@ -141,7 +167,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 			continue // memory stores are not files of the workspace
 		}
 		start := time.Now()
-		rerr := p.placeResource(ctx, r.WorkspaceDir, res, r.Environment.Networking)
+		rerr := p.placeResource(ctx, r.SessionID, r.WorkspaceDir, res, r.Environment.Networking)
 		if rerr != nil && ctx.Err() != nil {
 			p.cfg.Logger.Warn("session resource: placement interrupted", "session", r.SessionID, "err", rerr)
 			break
@@ -207,7 +233,7 @@ func writeRecord(name string, rec *resourceRecord) error {
 }
 
 // placeResource places one resource in workspace ws.
-func (p *Placer) placeResource(ctx context.Context, ws string, res *apitype.Resource, n *apitype.Networking) *sandbox.ResourceError {
+func (p *Placer) placeResource(ctx context.Context, sessionID, ws string, res *apitype.Resource, n *apitype.Networking) *sandbox.ResourceError {
 	rerr := &sandbox.ResourceError{ResourceID: res.ID, Type: string(res.Type), URL: redactURL(res.URL), MountPath: mountPathOf(res)}
 	switch res.Type {
 	case apitype.ResourceGitHubRepository:
@@ -215,7 +241,7 @@ func (p *Placer) placeResource(ctx context.Context, ws string, res *apitype.Reso
 			_, rerr.Err = repoName(res.URL)
 			return rerr
 		}
-		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, ws, res.URL, rerr.MountPath, res.Checkout, n)
+		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, sessionID, ws, res, rerr.MountPath, n)
 	case apitype.ResourceFile:
 		rerr.Err = fmt.Errorf("file %s: %w", res.FileID, ErrFileResourcesUnsupported)
 	default:
@@ -315,8 +341,9 @@ func (c *Config) checkRepoURL(raw string) error {
 // or by default the default branch). The clone goes to a new directory of the workspace first and is then
 // renamed into place, through an os.Root of the workspace, so that nothing a sandbox left in the workspace (a
 // symlink) can redirect the host's writes out of it. It returns the hosted service's error type with the error.
-func (p *Placer) cloneRepository(ctx context.Context, ws, repoURL, mountPath string, rawCheckout json.RawMessage, n *apitype.Networking) (string, error) {
+func (p *Placer) cloneRepository(ctx context.Context, sessionID, ws string, res *apitype.Resource, mountPath string, n *apitype.Networking) (string, error) {
 	cfg := &p.cfg
+	repoURL := res.URL
 	rel, err := workspaceRel(mountPath)
 	if err != nil {
 		return "", err
@@ -324,13 +351,25 @@ func (p *Placer) cloneRepository(ctx context.Context, ws, repoURL, mountPath str
 	if err := cfg.checkRepoURL(repoURL); err != nil {
 		return "", err
 	}
-	pin, err := cfg.pinHost(ctx, repoURL, n)
+	co, err := parseCheckout(res.Checkout)
+	if err != nil {
+		return sandbox.ErrTypeRepositoryCheckout, err
+	}
+	remote, err := cfg.pinHost(ctx, repoURL, n)
 	if err != nil {
 		return sandbox.ErrTypeRepositoryClone, err
 	}
-	co, err := parseCheckout(rawCheckout)
-	if err != nil {
-		return sandbox.ErrTypeRepositoryCheckout, err
+	if cfg.Tokens != nil && res.ID != "" {
+		auth, ok, err := cfg.Tokens.RepositoryAuthorization(ctx, sessionID, res.ID)
+		if err != nil {
+			return sandbox.ErrTypeRepositoryClone, fmt.Errorf("the repository's token: %w", err)
+		}
+		if ok {
+			remote.withAuthorization(repoURL, auth)
+		}
+	}
+	if typ, err := cfg.probe(ctx, repoURL, remote); err != nil {
+		return typ, err
 	}
 	root, err := os.OpenRoot(ws)
 	if err != nil {
@@ -362,6 +401,9 @@ func (p *Placer) cloneRepository(ctx context.Context, ws, repoURL, mountPath str
 		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("git home: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(home) }()
+	if err := cfg.caBundle(home, remote); err != nil {
+		return sandbox.ErrTypeRepositoryClone, err
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.CloneTimeout)
 	defer cancel()
@@ -374,18 +416,27 @@ func (p *Placer) cloneRepository(ctx context.Context, ws, repoURL, mountPath str
 	case co.Type == apitype.CheckoutCommit:
 		args = append(args, "--no-checkout")
 	}
-	if err := cfg.git(ctx, home, "", pin, append(args, "--", repoURL, dst)...); err != nil {
+	if err := cfg.git(ctx, home, "", remote, append(args, "--", repoURL, dst)...); err != nil {
+		if co != nil && co.Type == apitype.CheckoutBranch && strings.Contains(err.Error(), "not found in upstream") {
+			return sandbox.ErrTypeRepositoryCheckout, fmt.Errorf("could not check out branch %s: %w", co.Name, err)
+		}
 		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("could not clone the repository: %w", err)
 	}
 	if co != nil && co.Type == apitype.CheckoutCommit {
 		if err := cfg.git(ctx, home, dst, nil, "checkout", "--quiet", "--detach", co.SHA, "--"); err != nil {
 			// The commit may be on no branch the clone fetched; ask the remote for it by id.
-			if ferr := cfg.git(ctx, home, dst, pin, "fetch", "--quiet", "origin", co.SHA); ferr != nil {
+			if ferr := cfg.git(ctx, home, dst, remote, "fetch", "--quiet", "origin", co.SHA); ferr != nil {
 				return sandbox.ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
 			}
 			if err := cfg.git(ctx, home, dst, nil, "checkout", "--quiet", "--detach", "FETCH_HEAD", "--"); err != nil {
 				return sandbox.ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
 			}
+		}
+	}
+	if cfg.Tokens != nil && res.ID != "" {
+		// The sandbox reaches the repository through the git endpoint, which adds the token.
+		if err := cfg.git(ctx, home, dst, nil, "remote", "set-url", "origin", LocalRemote(res.ID)); err != nil {
+			return sandbox.ErrTypeRepositoryClone, fmt.Errorf("could not point origin at the git endpoint: %w", err)
 		}
 	}
 	// The clone belongs to the workspace's owner. A fresh workspace is still the server's: the backend gives
@@ -436,21 +487,56 @@ func mkdirAllOwned(root *os.Root, dir string, uid, gid int) error {
 	return nil
 }
 
+// remoteOpts are what git needs to reach a repository: the options that pin its host to the addresses the
+// policy checked, the environment that carries its token and CA bundle, and the secrets to keep out of errors.
+type remoteOpts struct {
+	args    []string
+	env     []string
+	secrets []string
+	// ips, host and port are the pinned destination (ips empty: not pinned).
+	ips        []net.IP
+	host, port string
+	auth       string // the Authorization header value, if any
+}
+
+// withAuthorization makes git send auth to repoURL (and only there), through its environment.
+func (o *remoteOpts) withAuthorization(repoURL, auth string) {
+	o.auth = auth
+	o.secrets = append(o.secrets, auth)
+	if _, enc, ok := strings.Cut(auth, " "); ok {
+		o.secrets = append(o.secrets, enc)
+		if dec, err := base64.StdEncoding.DecodeString(enc); err == nil {
+			o.secrets = append(o.secrets, string(dec))
+			if _, tok, ok := strings.Cut(string(dec), ":"); ok && tok != "" {
+				o.secrets = append(o.secrets, tok)
+			}
+		}
+	}
+	o.env = append(o.env, "GIT_CONFIG_COUNT=2",
+		"GIT_CONFIG_KEY_0=http."+repoURL+".extraHeader", "GIT_CONFIG_VALUE_0=Authorization: "+auth,
+		"GIT_CONFIG_KEY_1=http.followRedirects", "GIT_CONFIG_VALUE_1=false")
+}
+
 // pinHost checks the repository's host against the session's networking policy (Resolve) and returns the git
 // options that pin the host to the addresses checked; none without Resolve or for a URL without a host.
-func (c *Config) pinHost(ctx context.Context, repoURL string, n *apitype.Networking) ([]string, error) {
+func (c *Config) pinHost(ctx context.Context, repoURL string, n *apitype.Networking) (*remoteOpts, error) {
+	o := &remoteOpts{}
 	u, err := url.Parse(repoURL)
-	if c.Resolve == nil || err != nil || u.Hostname() == "" {
-		return nil, nil
+	if err != nil || u.Hostname() == "" {
+		return o, nil
 	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	o.host, o.port = u.Hostname(), u.Port()
+	if o.port == "" {
+		o.port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
 	}
-	ips, err := c.Resolve(ctx, n, u.Hostname(), port)
+	if c.Resolve == nil {
+		return o, nil
+	}
+	ips, err := c.Resolve(ctx, n, o.host, o.port)
 	if err != nil {
-		return nil, fmt.Errorf("repository host %s: %w", u.Hostname(), err)
+		return nil, fmt.Errorf("repository host %s: %w", o.host, err)
 	}
+	o.ips = ips
 	addrs := make([]string, len(ips))
 	for i, ip := range ips {
 		addrs[i] = ip.String()
@@ -458,7 +544,130 @@ func (c *Config) pinHost(ctx context.Context, repoURL string, n *apitype.Network
 			addrs[i] = "[" + addrs[i] + "]"
 		}
 	}
-	return []string{"-c", fmt.Sprintf("http.curloptResolve=%s:%s:%s", u.Hostname(), port, strings.Join(addrs, ","))}, nil
+	o.args = []string{"-c", fmt.Sprintf("http.curloptResolve=%s:%s:%s", o.host, o.port, strings.Join(addrs, ","))}
+	return o, nil
+}
+
+// systemCABundles are where Linux distributions keep the system's CA bundle (as crypto/x509 looks for it).
+var systemCABundles = []string{
+	"/etc/ssl/certs/ca-certificates.crt",
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem",
+	"/etc/pki/tls/cacert.pem",
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+	"/etc/ssl/cert.pem",
+}
+
+// caBundle writes, with ExtraRootCAsPEM, the system's CA bundle and the extra CAs to a file of git's private
+// home and points git at it (GIT_SSL_CAINFO). No secret is in it.
+func (c *Config) caBundle(home string, o *remoteOpts) error {
+	if len(c.ExtraRootCAsPEM) == 0 {
+		return nil
+	}
+	var bundle []byte
+	for _, f := range systemCABundles {
+		if b, err := os.ReadFile(f); err == nil {
+			bundle = append(b, '\n')
+			break
+		}
+	}
+	bundle = append(bundle, c.ExtraRootCAsPEM...)
+	name := filepath.Join(home, "ca-bundle.pem")
+	if err := os.WriteFile(name, bundle, 0o600); err != nil {
+		return fmt.Errorf("git CA bundle: %w", err)
+	}
+	o.env = append(o.env, "GIT_SSL_CAINFO="+name)
+	return nil
+}
+
+// rootCAs are the system roots with ExtraRootCAsPEM.
+func (c *Config) rootCAs() *x509.CertPool {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	pool.AppendCertsFromPEM(c.ExtraRootCAsPEM)
+	return pool
+}
+
+// probe asks an https repository for its refs as the clone will, with Go's HTTP client (pinned, verified, no
+// redirects), to tell the typed failures apart by the real status: 401 (authentication), 403 (forbidden), 404
+// (not found); anything else that is not a success, or a host that cannot be reached, is a clone error.
+func (c *Config) probe(ctx context.Context, repoURL string, o *remoteOpts) (string, error) {
+	u, err := url.Parse(repoURL)
+	if err != nil || u.Scheme != "https" {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(c.CloneTimeout, time.Minute))
+	defer cancel()
+	dialer := &net.Dialer{Timeout: 15 * time.Second}
+	tr := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if len(o.ips) == 0 {
+				return dialer.DialContext(ctx, network, addr)
+			}
+			var last error
+			for _, ip := range o.ips {
+				conn, err := dialer.DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), o.port))
+				if err == nil {
+					return conn, nil
+				}
+				last = err
+			}
+			return nil, last
+		},
+		TLSClientConfig:     &tls.Config{RootCAs: c.rootCAs(), MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: 15 * time.Second,
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	probeURL := *u
+	probeURL.Path = strings.TrimRight(u.Path, "/") + "/info/refs"
+	probeURL.RawPath, probeURL.RawQuery, probeURL.Fragment = "", "service=git-upload-pack", ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, probeURL.String(), nil)
+	if err != nil {
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("repository URL: %w", err)
+	}
+	req.Header.Set("User-Agent", "git/2 (corral)")
+	if o.auth != "" {
+		req.Header.Set("Authorization", o.auth)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL's query
+		}
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("could not reach the repository at %s: %w", u.Host, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	withToken := "without a token"
+	if o.auth != "" {
+		withToken = "with the resource's authorization_token"
+	}
+	switch code := resp.StatusCode; {
+	case code >= 200 && code < 300:
+		return "", nil
+	case code == http.StatusUnauthorized:
+		return sandbox.ErrTypeRepositoryAuthentication, fmt.Errorf("the repository refused the credentials (401 %s): "+
+			"the token is missing, wrong, expired or revoked", withToken)
+	case code == http.StatusForbidden:
+		return sandbox.ErrTypeRepositoryForbidden, fmt.Errorf("the repository refused access (403 %s): the token may not read it", withToken)
+	case code == http.StatusNotFound:
+		return sandbox.ErrTypeRepositoryNotFound, fmt.Errorf("the repository was not found (404 %s)", withToken)
+	case code >= 300 && code < 400:
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("the repository redirected (%d); redirects are not followed", code)
+	default:
+		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("the repository answered %s", resp.Status)
+	}
+}
+
+// LocalRemote is the origin of a clone of repository resource resourceID in the sandbox: the git endpoint
+// (internal/proxy) under sandbox.LocalHost.
+func LocalRemote(resourceID string) string {
+	return "http://" + sandbox.LocalHost + "/git/" + resourceID
 }
 
 // gitEnvPath is the PATH of git when Config.Path is empty.
@@ -467,7 +676,11 @@ const gitEnvPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 // git runs git in dir (if set) with a clean environment: nothing of the server's but PATH, a private HOME, no
 // system or global configuration, no prompts, and only the allowed transport protocols. The whole process
 // group is killed when ctx ends.
-func (c *Config) git(ctx context.Context, home, dir string, pin []string, args ...string) error {
+func (c *Config) git(ctx context.Context, home, dir string, remote *remoteOpts, args ...string) error {
+	var pin, env, secrets []string
+	if remote != nil {
+		pin, env, secrets = remote.args, remote.env, remote.secrets
+	}
 	protocols := []string{"-c", "protocol.allow=never", "-c", "protocol.https.allow=always"}
 	if c.AllowLocalURLs {
 		protocols = append(protocols, "-c", "protocol.http.allow=always", "-c", "protocol.file.allow=always")
@@ -488,6 +701,7 @@ func (c *Config) git(ctx context.Context, home, dir string, pin []string, args .
 		"GIT_CONFIG_GLOBAL=/dev/null",
 		"LC_ALL=C",
 	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Dir = home
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -503,6 +717,11 @@ func (c *Config) git(ctx context.Context, home, dir string, pin []string, args .
 		err = fmt.Errorf("%w (%w)", err, ctx.Err())
 	}
 	msg := strings.TrimSpace(out.String())
+	for _, sec := range secrets {
+		if sec != "" {
+			msg = strings.ReplaceAll(msg, sec, "[redacted]")
+		}
+	}
 	if len(msg) > 2000 {
 		msg = "…" + msg[len(msg)-2000:]
 	}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/corralhq/corral/internal/proxy/proxytest"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/bwrap"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
@@ -31,6 +32,12 @@ func newProvider(t testing.TB) sandbox.Provider {
 func TestConformance(t *testing.T) { sandboxtest.Run(t, newProvider, sandboxtest.Options{}) }
 
 func TestRedTeam(t *testing.T) { sandboxtest.RunRedTeam(t, newProvider) }
+
+func TestRepository(t *testing.T) { sandboxtest.RunRepository(t, newProvider, proxytest.Host) }
+
+func TestRedTeamRepository(t *testing.T) {
+	sandboxtest.RunRedTeamRepository(t, newProvider, proxytest.Host)
+}
 
 func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider, sandboxtest.Options{}) }
 

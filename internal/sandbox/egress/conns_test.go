@@ -16,7 +16,7 @@ import (
 func TestConnectionLimit(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "proxy.sock")
-	p, err := Listen(sock, -1, -1, Policy{}, nil, nil)
+	p, err := Listen(Config{Path: sock, UID: -1, GID: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestConnectHalfClose(t *testing.T) {
 		c.Close()
 	}()
 	sock := filepath.Join(t.TempDir(), "proxy.sock")
-	p, err := Listen(sock, -1, -1, Policy{Hosts: []string{dst.Addr().String()}}, nil, nil)
+	p, err := Listen(Config{Path: sock, UID: -1, GID: -1, Policy: Policy{Hosts: []string{dst.Addr().String()}}})
 	if err != nil {
 		t.Fatal(err)
 	}

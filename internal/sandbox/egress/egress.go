@@ -4,7 +4,9 @@
 // itself, and enforces the environment's policy: `limited` allows only the listed hosts, `unrestricted` allows
 // any public host. Loopback, private, link-local and other internal addresses are refused unless the exact host
 // is listed, and so are the addresses of the host's own interfaces, so a sandbox can never reach the server, its
-// database or a metadata service by accident.
+// database or a metadata service by accident; the operator may trust exact internal host:port pairs
+// (Policy.AllowInternal). Requests for sandbox.LocalHost are not forwarded: the proxy hands them to the
+// sandbox's local services (sandbox.Egress.Local, the git endpoint), in plain HTTP only.
 package egress
 
 import (
@@ -16,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,8 +34,9 @@ type Policy struct {
 	// Hosts are the allowed hosts (networking type limited): "example.com", "example.com:443",
 	// "*.example.com" (any subdomain) or an IP literal. Only an exact entry allows an internal address.
 	Hosts []string
-	// AllowInternal are exact host:port pairs the operator trusts although they are internal addresses
-	// (sandbox.Egress.AllowInternal); the rest of the policy still applies to them.
+	// AllowInternal are host:port pairs the operator trusts although they are internal addresses
+	// (sandbox.Egress.AllowInternal): they may be reached where the policy allows their host. Every other
+	// internal address is still refused.
 	AllowInternal []string
 }
 
@@ -50,6 +54,22 @@ func PolicyFor(n *apitype.Networking) Policy {
 // returns the addresses to use, so that a caller can pin them against a second, different DNS answer.
 func Resolve(ctx context.Context, n *apitype.Networking, host, port string) ([]net.IP, error) {
 	return PolicyFor(n).check(ctx, host, port)
+}
+
+// Resolve is the package-level Resolve under a policy built by the caller (one with AllowInternal).
+func (p Policy) Resolve(ctx context.Context, host, port string) ([]net.IP, error) {
+	return p.check(ctx, host, port)
+}
+
+// trusted reports whether host:port is one of the operator's AllowInternal pairs.
+func (p Policy) trusted(host, port string) bool {
+	for _, hp := range p.AllowInternal {
+		h, pt, err := net.SplitHostPort(strings.ToLower(strings.TrimSpace(hp)))
+		if err == nil && pt == port && strings.TrimSuffix(h, ".") == host {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrDenied is returned (wrapped) for a destination the policy refuses.
@@ -151,9 +171,25 @@ func internal(ip net.IP) bool {
 // so that a sandbox cannot exhaust the server's file descriptors. A connection beyond it waits until one closes.
 const MaxConns = 256
 
+// Config configures a Proxy.
+type Config struct {
+	// Path is the Unix socket to create (mode 0600, owned by UID:GID, which may be -1 to keep the caller's).
+	Path     string
+	UID, GID int
+	// Policy is the environment's networking policy (PolicyFor).
+	Policy Policy
+	// Egress is what the host adds to the policy (sandbox.Recipe.Egress): its AllowInternal extends the
+	// policy's, its Local serves the requests for sandbox.LocalHost, its Intercept gets the requests to the
+	// destinations it claims (intercept.go). Nil adds nothing.
+	Egress *sandbox.Egress
+	// Logger receives refusals; default discards.
+	Logger *slog.Logger
+}
+
 // Proxy is one sandbox's egress proxy on a Unix socket.
 type Proxy struct {
 	policy Policy
+	local  http.Handler
 	logger *slog.Logger
 	egress *sandbox.Egress // nil: the policy alone
 	itr    *http.Transport // upstream of intercepted requests (intercept.go)
@@ -167,12 +203,16 @@ type Proxy struct {
 	closed bool
 }
 
-// Listen starts a proxy with policy on a new Unix socket at path (mode 0600, owned by uid:gid, which may be -1
-// to keep the caller's). eg, if not nil, adds the host's trusted internal destinations and credential
-// interception (intercept.go) to the policy.
-func Listen(path string, uid, gid int, policy Policy, logger *slog.Logger, eg *sandbox.Egress) (*Proxy, error) {
+// Listen starts a proxy on a new Unix socket (Config.Path).
+func Listen(cfg Config) (*Proxy, error) {
+	path, uid, gid, policy, logger := cfg.Path, cfg.UID, cfg.GID, cfg.Policy, cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	var local http.Handler
+	if e := cfg.Egress; e != nil {
+		policy.AllowInternal = append(slices.Clip(policy.AllowInternal), e.AllowInternal...)
+		local = e.Local
 	}
 	_ = os.Remove(path)
 	ln, err := net.Listen("unix", path)
@@ -187,10 +227,7 @@ func Listen(path string, uid, gid int, policy Policy, logger *slog.Logger, eg *s
 		ln.Close()
 		return nil, fmt.Errorf("egress: chown socket: %w", err)
 	}
-	if eg != nil {
-		policy.AllowInternal = append(policy.AllowInternal, eg.AllowInternal...)
-	}
-	p := &Proxy{policy: policy, logger: logger, egress: eg, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
+	p := &Proxy{policy: policy, local: local, logger: logger, egress: cfg.Egress, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
 	p.itr = p.interceptTransport()
 	p.tr = &http.Transport{
 		Proxy:                 nil,
@@ -300,6 +337,10 @@ func (c *limitConn) CloseWrite() error {
 
 // ServeHTTP handles one proxied request: CONNECT tunnels, anything else is forwarded.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isLocal(r) {
+		p.serveLocal(w, r)
+		return
+	}
 	if r.Method == http.MethodConnect {
 		p.connect(w, r)
 		return
@@ -330,6 +371,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+}
+
+// isLocal reports whether r is for sandbox.LocalHost (as a CONNECT target or an absolute URL).
+func isLocal(r *http.Request) bool {
+	host := r.URL.Host
+	if r.Method == http.MethodConnect {
+		host = r.Host
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return strings.EqualFold(strings.TrimSuffix(host, "."), sandbox.LocalHost)
+}
+
+// serveLocal hands a request for sandbox.LocalHost to the sandbox's local services, over plain HTTP only: the
+// proxy has no certificate for that name, and a tunnel would reach nothing.
+func (p *Proxy) serveLocal(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodConnect || r.URL.Scheme != "http":
+		http.Error(w, "egress proxy: "+sandbox.LocalHost+" is served over plain http:// only", http.StatusForbidden)
+	case p.local == nil:
+		http.Error(w, "egress proxy: this sandbox has no service at "+sandbox.LocalHost, http.StatusNotFound)
+	default:
+		for _, h := range []string{"Proxy-Connection", "Proxy-Authorization"} {
+			r.Header.Del(h)
+		}
+		p.local.ServeHTTP(w, r)
+	}
 }
 
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {

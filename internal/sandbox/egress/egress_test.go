@@ -32,6 +32,13 @@ func TestPolicy(t *testing.T) {
 		{"limited port mismatch", Policy{Hosts: []string{"93.184.216.34:443"}}, "93.184.216.34", "80", true},
 		{"limited exact loopback", Policy{Hosts: []string{"127.0.0.1:8080"}}, "127.0.0.1", "8080", false},
 		{"limited wildcard suffix only", Policy{Hosts: []string{"*.example.com"}}, "evilexample.com", "80", true},
+		{"trusted internal pair", Policy{AllowAll: true, AllowInternal: []string{"127.0.0.1:8443"}}, "127.0.0.1", "8443", false},
+		{"trusted pair by name", Policy{AllowAll: true, AllowInternal: []string{"LocalHost:8443"}}, "localhost", "8443", false},
+		{"trusted v6 pair", Policy{AllowAll: true, AllowInternal: []string{"[::1]:8443"}}, "::1", "8443", false},
+		{"trusted pair, other port", Policy{AllowAll: true, AllowInternal: []string{"127.0.0.1:8443"}}, "127.0.0.1", "5432", true},
+		{"trusted pair, other host", Policy{AllowAll: true, AllowInternal: []string{"127.0.0.1:8443"}}, "10.0.0.1", "8443", true},
+		{"trusted pair without port", Policy{AllowAll: true, AllowInternal: []string{"127.0.0.1"}}, "127.0.0.1", "8443", true},
+		{"trusted pair, host not allowed", Policy{Hosts: []string{"a.test"}, AllowInternal: []string{"127.0.0.1:8443"}}, "127.0.0.1", "8443", true},
 	} {
 		_, err := tc.policy.check(context.Background(), tc.host, tc.port)
 		if denied := errors.Is(err, ErrDenied); denied != tc.denied {

@@ -34,17 +34,6 @@ const interceptIdle = time.Minute
 // it takes the protocol for one whose server speaks first and tunnels it untouched.
 const clientFirst = 3 * time.Second
 
-// trusted reports whether host:port is one of the policy's AllowInternal pairs (host lower case, no brackets).
-func (p Policy) trusted(host, port string) bool {
-	for _, hp := range p.AllowInternal {
-		h, pt, err := net.SplitHostPort(hp)
-		if err == nil && pt == port && strings.EqualFold(strings.TrimSuffix(h, "."), host) {
-			return true
-		}
-	}
-	return false
-}
-
 // intercepts reports whether an absolute-URI request goes to a destination the Interceptor claims.
 func (p *Proxy) intercepts(u *url.URL) bool {
 	if p.egress == nil || p.egress.Intercept == nil {

@@ -97,7 +97,7 @@ func TestIntercept(t *testing.T) {
 
 	listen := func(t *testing.T, policy Policy, eg *sandbox.Egress) string {
 		sock := filepath.Join(t.TempDir(), "p.sock")
-		p, err := Listen(sock, -1, -1, policy, nil, eg)
+		p, err := Listen(Config{Path: sock, UID: -1, GID: -1, Policy: policy, Egress: eg})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/corralhq/corral/internal/proxy/proxytest"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/gvisor"
 	"github.com/corralhq/corral/internal/sandbox/oci"
@@ -38,6 +39,12 @@ func TestConformance(t *testing.T) {
 }
 
 func TestRedTeam(t *testing.T) { sandboxtest.RunRedTeam(t, newProvider) }
+
+func TestRepository(t *testing.T) { sandboxtest.RunRepository(t, newProvider, proxytest.Host) }
+
+func TestRedTeamRepository(t *testing.T) {
+	sandboxtest.RunRedTeamRepository(t, newProvider, proxytest.Host)
+}
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 

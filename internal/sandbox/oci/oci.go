@@ -197,7 +197,8 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	sock := filepath.Join(sockDir, "proxy.sock")
-	proxy, err := egress.Listen(sock, uid, uid, egress.PolicyFor(r.Environment.Networking), p.cfg.Logger.With("sandbox", name), r.Egress)
+	proxy, err := egress.Listen(egress.Config{Path: sock, UID: uid, GID: uid, Policy: egress.PolicyFor(r.Environment.Networking),
+		Egress: r.Egress, Logger: p.cfg.Logger.With("sandbox", name)})
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}

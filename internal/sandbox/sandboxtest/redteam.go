@@ -2,6 +2,7 @@ package sandboxtest
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -114,5 +115,106 @@ func RunRedTeam(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	case addr := <-reached:
 		t.Errorf("a sandbox connected to the host listener %s", addr)
 	default:
+	}
+}
+
+// blindPattern is an extended regular expression that matches s, written so that it does not contain s: the
+// command that searches for a secret must not itself put the secret in the sandbox (its /proc/*/cmdline).
+func blindPattern(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case i == 1:
+			fmt.Fprintf(&b, "[%c]", r)
+		case strings.ContainsRune(`\.+*?()|[]{}^$`, r):
+			b.WriteRune('\\')
+			b.WriteRune(r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// RunRedTeamRepository checks that a session with a private repository holds its token nowhere the sandbox
+// can reach: not in the environment or command line of any process it sees, not in any file it can read
+// (the clone's .git/config included), not in the answers of its proxy and git endpoint; nor the vault's
+// master key. Each search is proved to work by a control string planted where it looks. Run it for every
+// isolating backend.
+func RunRedTeamRepository(t *testing.T, newProvider func(testing.TB) sandbox.Provider, host RepoHost) {
+	token := fmt.Sprintf("ghp_redTeamToken%d", time.Now().UnixNano())
+	srv := NewGitServer(t, token)
+	repoURL := srv.NewRepo(t, "o/proj")
+	setup := host(t, srv)
+	p := repoPool(t, newProvider, setup)
+	session, res := setup.Session(t, repoURL, token)
+	secrets := map[string]string{
+		"token":                token,
+		"authorization header": base64.StdEncoding.EncodeToString([]byte("x-access-token:" + token)),
+		"master key":           setup.MasterKey,
+	}
+	var patterns []string
+	for _, s := range secrets {
+		patterns = append(patterns, "-e '"+blindPattern(s)+"'")
+	}
+	secretGrep := "grep -E " + strings.Join(patterns, " ")
+	control := fmt.Sprintf("corral-control-%d", time.Now().UnixNano())
+	controlGrep := "grep -E -e '" + blindPattern(control) + "'"
+
+	// The clone works, with its token, before anything is searched.
+	out, failed := runRepo(t, p, repoCall(session, res, "git -C /workspace/proj log --format=%s -1", time.Minute))
+	if failed || strings.TrimSpace(out) != "second" {
+		t.Fatalf("clone: %q", out)
+	}
+	probes := []struct {
+		name, cmd string
+		// wantControl: the output must show the control string was found (the search works).
+		wantControl string
+	}{
+		{"processes", fmt.Sprintf("export CORRAL_CONTROL=%s; sleep 60 & sleep 0.2; "+
+			"for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline /proc/[0-9]*/comm; do cat $f 2>/dev/null; echo; done | tr '\\0' '\\n' > /tmp/.procdump; "+
+			"echo secrets=$(%s -c /tmp/.procdump) control=$(%s -c /tmp/.procdump); rm -f /tmp/.procdump; kill $!",
+			control, secretGrep, controlGrep), "control="},
+		{"files", fmt.Sprintf("printf %%s %s > /workspace/.control; "+
+			"find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -4M -print0 2>/dev/null | "+
+			"xargs -0 %s -l 2>/dev/null | sed 's/^/secret-in: /'; "+
+			"find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -4M -print0 2>/dev/null | "+
+			"xargs -0 %s -l 2>/dev/null | sed 's/^/control-in: /'; rm -f /workspace/.control; echo done",
+			control, secretGrep, controlGrep), "control-in: /workspace/.control"},
+		{"env", "env; cat /proc/self/environ | tr '\\0' '\\n'", ""},
+		{"git config", "cat /workspace/proj/.git/config; git -C /workspace/proj config --list --show-origin; " +
+			"git -C /workspace/proj remote -v; ls -la /workspace/proj/.git; cat /workspace/proj/.git/FETCH_HEAD /workspace/proj/.git/packed-refs 2>/dev/null", ""},
+		{"proxy answers", "curl -sS -i --max-time 20 --noproxy '' -x \"$http_proxy\" 'http://" + sandbox.LocalHost + "/git/" + res.ID + "/info/refs?service=git-upload-pack' | head -c 20000; " +
+			"curl -sS -i --max-time 20 --noproxy '' -x \"$http_proxy\" 'http://" + sandbox.LocalHost + "/git/" + res.ID + "/info/refs?service=git-receive-pack' | head -c 20000; " +
+			"curl -sS -i --max-time 20 --noproxy '' -x \"$http_proxy\" -X POST --data x 'http://" + sandbox.LocalHost + "/git/" + res.ID + "/git-upload-pack'; " +
+			"curl -sS -i --max-time 20 --noproxy '' -x \"$http_proxy\" 'http://" + sandbox.LocalHost + "/git/" + res.ID + "/HEAD'; " +
+			"curl -sS -i --max-time 20 --noproxy '' -x \"$http_proxy\" 'http://" + sandbox.LocalHost + "/'; " +
+			"curl -sS -i --max-time 20 --noproxy '' -x \"$http_proxy\" '" + repoURL + "/info/refs?service=git-upload-pack'; " +
+			"curl -sS -i -k --max-time 20 --noproxy '' -x \"$http_proxy\" '" + repoURL + "/info/refs?service=git-upload-pack'; " +
+			"GIT_TRACE=1 GIT_CURL_VERBOSE=1 GIT_TRACE_CURL=1 git -C /workspace/proj fetch origin 2>&1 | head -c 60000", ""},
+	}
+	for _, pr := range probes {
+		out, _ := runRepo(t, p, repoCall(session, res, pr.cmd, 8*time.Minute))
+		t.Logf("probe %s: %.3000s", pr.name, strings.ReplaceAll(out, "\n", " | "))
+		for what, s := range secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("probe %s shows the %s", pr.name, what)
+			}
+		}
+		if strings.Contains(out, "secret-in: ") || strings.Contains(out, "secrets=") && !strings.Contains(out, "secrets=0 ") {
+			t.Errorf("probe %s found a secret: %.2000s", pr.name, out)
+		}
+		if pr.wantControl != "" && (!strings.Contains(out, pr.wantControl) || strings.Contains(out, pr.wantControl+"0")) {
+			t.Errorf("probe %s did not find its control string (the search does not work): %.2000s", pr.name, out)
+		}
+		if pr.name == "files" && !strings.HasSuffix(strings.TrimSpace(out), "done") {
+			t.Errorf("the file search did not finish: %.2000s", out)
+		}
+		if pr.name == "git config" && !strings.Contains(out, "url = http://"+sandbox.LocalHost+"/git/"+res.ID) {
+			t.Errorf("origin is not the git endpoint: %.2000s", out)
+		}
+		if pr.name == "proxy answers" && !strings.Contains(out, "git-upload-pack") {
+			t.Errorf("the git endpoint did not answer: %.2000s", out)
+		}
 	}
 }

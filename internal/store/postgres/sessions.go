@@ -69,6 +69,12 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 			sess.Stats.ActiveSeconds); err != nil {
 			return err
 		}
+		for _, sec := range p.ResourceSecrets {
+			if _, err := tx.Exec(ctx, `INSERT INTO resource_secrets (session_id, resource_id, name, key_id, wrapped_key, ciphertext)
+				VALUES ($1, $2, $3, $4, $5, $6)`, sess.ID, sec.CredentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext); err != nil {
+				return err
+			}
+		}
 		if len(p.InitialEvents) == 0 {
 			return nil
 		}

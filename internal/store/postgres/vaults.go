@@ -343,18 +343,19 @@ func (s *Store) SecretList(ctx context.Context, p *store.SecretListParams) ([]st
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	table, idCol := secretTable(p.Resources)
 	var q query
-	q.sql.WriteString(`SELECT credential_id, name, key_id, wrapped_key, ciphertext FROM vault_secrets WHERE true`)
+	q.sql.WriteString(`SELECT ` + idCol + `, name, key_id, wrapped_key, ciphertext FROM ` + table + ` WHERE true`)
 	if p.CredentialID != "" {
-		fmt.Fprintf(&q.sql, " AND credential_id = %s", q.arg(p.CredentialID))
+		fmt.Fprintf(&q.sql, " AND %s = %s", idCol, q.arg(p.CredentialID))
 	}
 	if len(p.NotKeyIDs) > 0 {
 		fmt.Fprintf(&q.sql, " AND NOT (key_id = ANY(%s))", q.arg(p.NotKeyIDs))
 	}
 	if p.AfterCredentialID != "" {
-		fmt.Fprintf(&q.sql, " AND (credential_id COLLATE \"C\", name COLLATE \"C\") > (%s, %s)", q.arg(p.AfterCredentialID), q.arg(p.AfterName))
+		fmt.Fprintf(&q.sql, " AND (%s COLLATE \"C\", name COLLATE \"C\") > (%s, %s)", idCol, q.arg(p.AfterCredentialID), q.arg(p.AfterName))
 	}
-	q.sql.WriteString(" ORDER BY credential_id COLLATE \"C\", name COLLATE \"C\"")
+	q.sql.WriteString(" ORDER BY " + idCol + " COLLATE \"C\", name COLLATE \"C\"")
 	if p.Limit > 0 {
 		fmt.Fprintf(&q.sql, " LIMIT %s", q.arg(p.Limit))
 	}
@@ -377,9 +378,10 @@ func (s *Store) SecretList(ctx context.Context, p *store.SecretListParams) ([]st
 
 // SecretRewrap replaces a secret's wrapped data key if it is still wrapped as the caller read it.
 func (s *Store) SecretRewrap(ctx context.Context, p *store.SecretRewrapParams) error {
+	table, idCol := secretTable(p.Resources)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE vault_secrets SET key_id = $3, wrapped_key = $4
-			WHERE credential_id = $1 AND name = $2 AND key_id = $5 AND wrapped_key = $6`,
+		tag, err := tx.Exec(ctx, `UPDATE `+table+` SET key_id = $3, wrapped_key = $4
+			WHERE `+idCol+` = $1 AND name = $2 AND key_id = $5 AND wrapped_key = $6`,
 			p.CredentialID, p.Name, p.KeyID, p.WrappedKey, p.OldKeyID, p.OldWrappedKey)
 		if err != nil {
 			return err
@@ -388,7 +390,7 @@ func (s *Store) SecretRewrap(ctx context.Context, p *store.SecretRewrapParams) e
 			return nil
 		}
 		var ok bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM vault_secrets WHERE credential_id = $1 AND name = $2)`,
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+table+` WHERE `+idCol+` = $1 AND name = $2)`,
 			p.CredentialID, p.Name).Scan(&ok); err != nil {
 			return err
 		}
@@ -398,6 +400,14 @@ func (s *Store) SecretRewrap(ctx context.Context, p *store.SecretRewrapParams) e
 		return store.ErrConflict
 	})
 	return s.dbErr("secret rewrap", err)
+}
+
+// secretTable is the table of credentials' secrets, or of session resources' secrets, and its id column.
+func secretTable(resources bool) (table, idCol string) {
+	if resources {
+		return "resource_secrets", "resource_id"
+	}
+	return "vault_secrets", "credential_id"
 }
 
 // MasterKeyList returns the recorded master key check values.
@@ -426,4 +436,47 @@ func (s *Store) MasterKeyAdd(ctx context.Context, k *store.MasterKey) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO vault_master_keys (id, check_value, created_at) VALUES ($1, $2, $3)`,
 		k.ID, k.CheckValue, k.CreatedAt)
 	return s.dbErr("master key add", err)
+}
+
+// ResourceSecretPut stores a session resource's sealed secret, replacing the one of the same name.
+func (s *Store) ResourceSecretPut(ctx context.Context, sessionID string, sec *store.SealedSecret) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var ok bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)`, sessionID).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO resource_secrets (session_id, resource_id, name, key_id, wrapped_key, ciphertext)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (session_id, resource_id, name) DO UPDATE
+			SET key_id = excluded.key_id, wrapped_key = excluded.wrapped_key, ciphertext = excluded.ciphertext`,
+			sessionID, sec.CredentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext)
+		return err
+	})
+	return s.dbErr("resource secret put", err)
+}
+
+// ResourceSecretGet returns a session resource's sealed secret.
+func (s *Store) ResourceSecretGet(ctx context.Context, p *store.ResourceSecretRef) (*store.SealedSecret, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	sec := store.SealedSecret{CredentialID: p.ResourceID, Name: p.Name}
+	err := s.pool.QueryRow(ctx, `SELECT key_id, wrapped_key, ciphertext FROM resource_secrets
+		WHERE session_id = $1 AND resource_id = $2 AND name = $3`, p.SessionID, p.ResourceID, p.Name).
+		Scan(&sec.KeyID, &sec.WrappedKey, &sec.Ciphertext)
+	if err != nil {
+		return nil, s.dbErr("resource secret get", err)
+	}
+	return &sec, nil
+}
+
+// ResourceSecretDelete removes a session resource's secrets.
+func (s *Store) ResourceSecretDelete(ctx context.Context, sessionID, resourceID string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `DELETE FROM resource_secrets WHERE session_id = $1 AND resource_id = $2`, sessionID, resourceID)
+	return s.dbErr("resource secret delete", err)
 }

@@ -49,6 +49,12 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 		if _, err := w.exec(`INSERT INTO session_docs (session_id, doc) VALUES (?, ?)`, in.ID, doc); err != nil {
 			return err
 		}
+		for _, sec := range p.ResourceSecrets {
+			if _, err := w.exec(`INSERT INTO resource_secrets (session_id, resource_id, name, key_id, wrapped_key, ciphertext)
+				VALUES (?, ?, ?, ?, ?, ?)`, in.ID, sec.CredentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext); err != nil {
+				return err
+			}
+		}
 		if wake {
 			var err error
 			events, _, err = appendEvents(w, &store.EventAppendParams{

@@ -363,9 +363,10 @@ func scanCredential(row scanner) (*apitype.Credential, error) {
 
 // SecretList lists sealed secrets.
 func (s *Store) SecretList(ctx context.Context, p *store.SecretListParams) ([]store.SealedSecret, error) {
+	table, idCol := secretTable(p.Resources)
 	var f filter
 	if p.CredentialID != "" {
-		f.add("credential_id = ?", p.CredentialID)
+		f.add(idCol+" = ?", p.CredentialID)
 	}
 	if len(p.NotKeyIDs) > 0 {
 		args := make([]any, len(p.NotKeyIDs))
@@ -375,10 +376,10 @@ func (s *Store) SecretList(ctx context.Context, p *store.SecretListParams) ([]st
 		f.add("key_id NOT IN ("+placeholders(len(args))+")", args...)
 	}
 	if p.AfterCredentialID != "" {
-		f.add("(credential_id, name) > (?, ?)", p.AfterCredentialID, p.AfterName)
+		f.add("("+idCol+", name) > (?, ?)", p.AfterCredentialID, p.AfterName)
 	}
-	rows, err := s.readQuery(ctx, `SELECT credential_id, name, key_id, wrapped_key, ciphertext FROM vault_secrets`+
-		f.where()+` ORDER BY credential_id, name LIMIT ?`, append(f.args, limitArg(p.Limit))...)
+	rows, err := s.readQuery(ctx, `SELECT `+idCol+`, name, key_id, wrapped_key, ciphertext FROM `+table+
+		f.where()+` ORDER BY `+idCol+`, name LIMIT ?`, append(f.args, limitArg(p.Limit))...)
 	if err != nil {
 		return nil, s.readErr("list secrets", err)
 	}
@@ -399,10 +400,11 @@ func (s *Store) SecretList(ctx context.Context, p *store.SecretListParams) ([]st
 
 // SecretRewrap replaces a secret's wrapped data key if it is still wrapped as the caller read it.
 func (s *Store) SecretRewrap(ctx context.Context, p *store.SecretRewrapParams) error {
+	table, idCol := secretTable(p.Resources)
 	err := s.write(ctx, func(w *wtx) error {
 		var keyID string
 		var wrapped []byte
-		err := w.queryRow(`SELECT key_id, wrapped_key FROM vault_secrets WHERE credential_id = ? AND name = ?`,
+		err := w.queryRow(`SELECT key_id, wrapped_key FROM `+table+` WHERE `+idCol+` = ? AND name = ?`,
 			p.CredentialID, p.Name).Scan(&keyID, &wrapped)
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNotFound
@@ -413,7 +415,7 @@ func (s *Store) SecretRewrap(ctx context.Context, p *store.SecretRewrapParams) e
 		if keyID != p.OldKeyID || !bytes.Equal(wrapped, p.OldWrappedKey) {
 			return store.ErrConflict
 		}
-		_, err = w.exec(`UPDATE vault_secrets SET key_id = ?, wrapped_key = ? WHERE credential_id = ? AND name = ?`,
+		_, err = w.exec(`UPDATE `+table+` SET key_id = ?, wrapped_key = ? WHERE `+idCol+` = ? AND name = ?`,
 			p.KeyID, p.WrappedKey, p.CredentialID, p.Name)
 		return err
 	}, nil)
@@ -421,6 +423,14 @@ func (s *Store) SecretRewrap(ctx context.Context, p *store.SecretRewrapParams) e
 		return fmt.Errorf("sqlite: rewrap secret %s/%s: %w", p.CredentialID, p.Name, err)
 	}
 	return nil
+}
+
+// secretTable is the table of credentials' secrets, or of session resources' secrets, and its id column.
+func secretTable(resources bool) (table, idCol string) {
+	if resources {
+		return "resource_secrets", "resource_id"
+	}
+	return "vault_secrets", "credential_id"
 }
 
 // MasterKeyList returns the recorded master key check values.
@@ -458,6 +468,55 @@ func (s *Store) MasterKeyAdd(ctx context.Context, k *store.MasterKey) error {
 	}, nil)
 	if err != nil {
 		return fmt.Errorf("sqlite: add master key %s: %w", k.ID, err)
+	}
+	return nil
+}
+
+// ResourceSecretPut stores a session resource's sealed secret, replacing the one of the same name.
+func (s *Store) ResourceSecretPut(ctx context.Context, sessionID string, sec *store.SealedSecret) error {
+	err := s.write(ctx, func(w *wtx) error {
+		var n int
+		if err := w.queryRow(`SELECT count(*) FROM sessions WHERE id = ?`, sessionID).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		_, err := w.exec(`INSERT INTO resource_secrets (session_id, resource_id, name, key_id, wrapped_key, ciphertext)
+			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, resource_id, name) DO UPDATE
+			SET key_id = excluded.key_id, wrapped_key = excluded.wrapped_key, ciphertext = excluded.ciphertext`,
+			sessionID, sec.CredentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext)
+		return err
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: put secret of resource %s: %w", sec.CredentialID, err)
+	}
+	return nil
+}
+
+// ResourceSecretGet returns a session resource's sealed secret.
+func (s *Store) ResourceSecretGet(ctx context.Context, p *store.ResourceSecretRef) (*store.SealedSecret, error) {
+	sec := store.SealedSecret{CredentialID: p.ResourceID, Name: p.Name}
+	err := s.readRow(ctx, `SELECT key_id, wrapped_key, ciphertext FROM resource_secrets
+		WHERE session_id = ? AND resource_id = ? AND name = ?`, p.SessionID, p.ResourceID, p.Name).
+		Scan(&sec.KeyID, &sec.WrappedKey, &sec.Ciphertext)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: get secret of resource %s: %w", p.ResourceID, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.readErr("get secret of resource "+p.ResourceID, err)
+	}
+	return &sec, nil
+}
+
+// ResourceSecretDelete removes a session resource's secrets.
+func (s *Store) ResourceSecretDelete(ctx context.Context, sessionID, resourceID string) error {
+	err := s.write(ctx, func(w *wtx) error {
+		_, err := w.exec(`DELETE FROM resource_secrets WHERE session_id = ? AND resource_id = ?`, sessionID, resourceID)
+		return err
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: delete secrets of resource %s: %w", resourceID, err)
 	}
 	return nil
 }

@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 		{"CredentialList", testCredentialList},
 		{"SecretRewrap", testSecretRewrap},
 		{"MasterKey", testMasterKey},
+		{"ResourceSecret", testResourceSecret},
 		{"Close", testClose},
 		{"CloseDuringAppends", testCloseDuringAppends},
 		{"Durability", testDurability},

@@ -356,3 +356,75 @@ func testMasterKey(t *testing.T, h Harness) {
 	equal(t, bytes.Equal(keys[0].CheckValue, k.CheckValue), true, "check value round-trips")
 	sameTime(t, keys[0].CreatedAt, base, "created_at")
 }
+
+func testResourceSecret(t *testing.T, h Harness) {
+	s := h.open(t)
+	sess := createSession(t, s)
+	other := createSession(t, s)
+	ref := &store.ResourceSecretRef{SessionID: sess.ID, ResourceID: "sesrsc_a", Name: "authorization_token"}
+	_, err := s.ResourceSecretGet(ctxBg, ref)
+	mustIs(t, err, store.ErrNotFound, "get a secret never put")
+	first := sealed("sesrsc_a", "authorization_token", "mk_a", 1)
+	mustIs(t, s.ResourceSecretPut(ctxBg, "sesn_missing", &first), store.ErrNotFound, "put for a missing session")
+	must(t, s.ResourceSecretPut(ctxBg, sess.ID, &first), "put")
+	got, err := s.ResourceSecretGet(ctxBg, ref)
+	must(t, err, "get")
+	if got.CredentialID != "sesrsc_a" || got.Name != "authorization_token" || got.KeyID != "mk_a" ||
+		!bytes.Equal(got.WrappedKey, first.WrappedKey) || !bytes.Equal(got.Ciphertext, first.Ciphertext) {
+		t.Fatalf("get: %+v, want %+v", got, first)
+	}
+	// Another session's resource of the same id is another secret.
+	_, err = s.ResourceSecretGet(ctxBg, &store.ResourceSecretRef{SessionID: other.ID, ResourceID: "sesrsc_a", Name: "authorization_token"})
+	mustIs(t, err, store.ErrNotFound, "get through another session")
+	// Put again replaces (a rotated token).
+	second := sealed("sesrsc_a", "authorization_token", "mk_b", 7)
+	must(t, s.ResourceSecretPut(ctxBg, sess.ID, &second), "put again")
+	got, err = s.ResourceSecretGet(ctxBg, ref)
+	must(t, err, "get after put again")
+	if got.KeyID != "mk_b" || !bytes.Equal(got.Ciphertext, second.Ciphertext) {
+		t.Fatalf("get after put again: %+v", got)
+	}
+	// Listed and rewrapped apart from the credentials' secrets (a key rotation).
+	list, err := s.SecretList(ctxBg, &store.SecretListParams{Resources: true, NotKeyIDs: []string{"mk_a"}})
+	must(t, err, "list resource secrets")
+	if len(list) != 1 || list[0].CredentialID != "sesrsc_a" || list[0].Name != "authorization_token" || list[0].KeyID != "mk_b" {
+		t.Fatalf("list resource secrets: %+v", list)
+	}
+	creds, err := s.SecretList(ctxBg, &store.SecretListParams{CredentialID: "sesrsc_a"})
+	must(t, err, "list credential secrets")
+	equal(t, len(creds), 0, "credential secrets listing a resource's")
+	list, err = s.SecretList(ctxBg, &store.SecretListParams{Resources: true, NotKeyIDs: []string{"mk_b"}})
+	must(t, err, "list resource secrets not under mk_b")
+	equal(t, len(list), 0, "resource secrets not under mk_b")
+	rw := &store.SecretRewrapParams{CredentialID: "sesrsc_a", Name: "authorization_token", OldKeyID: "mk_b",
+		OldWrappedKey: second.WrappedKey, KeyID: "mk_c", WrappedKey: []byte("rewrapped"), Resources: true}
+	mustIs(t, s.SecretRewrap(ctxBg, &store.SecretRewrapParams{CredentialID: "sesrsc_a", Name: "authorization_token",
+		OldKeyID: "mk_b", OldWrappedKey: second.WrappedKey, KeyID: "mk_c", WrappedKey: []byte("x")}), store.ErrNotFound,
+		"rewrap a resource's secret as a credential's")
+	must(t, s.SecretRewrap(ctxBg, rw), "rewrap a resource secret")
+	mustIs(t, s.SecretRewrap(ctxBg, rw), store.ErrConflict, "rewrap a resource secret again")
+	got, err = s.ResourceSecretGet(ctxBg, ref)
+	must(t, err, "get after rewrap")
+	if got.KeyID != "mk_c" || string(got.WrappedKey) != "rewrapped" || !bytes.Equal(got.Ciphertext, second.Ciphertext) {
+		t.Fatalf("get after rewrap: %+v", got)
+	}
+	must(t, s.ResourceSecretDelete(ctxBg, sess.ID, "sesrsc_a"), "delete")
+	must(t, s.ResourceSecretDelete(ctxBg, sess.ID, "sesrsc_a"), "delete again")
+	_, err = s.ResourceSecretGet(ctxBg, ref)
+	mustIs(t, err, store.ErrNotFound, "get after delete")
+	// A session created with its resources' secrets has them at once.
+	withSecret := newSession("agent_x", 1, apitype.Now())
+	third := sealed("sesrsc_c", "authorization_token", "mk_a", 9)
+	_, _, err = s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: withSecret, ResourceSecrets: []store.SealedSecret{third}})
+	must(t, err, "create a session with a resource secret")
+	got, err = s.ResourceSecretGet(ctxBg, &store.ResourceSecretRef{SessionID: withSecret.ID, ResourceID: "sesrsc_c", Name: "authorization_token"})
+	must(t, err, "get a secret created with its session")
+	if !bytes.Equal(got.Ciphertext, third.Ciphertext) || got.KeyID != "mk_a" {
+		t.Fatalf("secret created with its session: %+v", got)
+	}
+	// Deleting the session deletes its resources' secrets.
+	must(t, s.ResourceSecretPut(ctxBg, sess.ID, &first), "put before the session's deletion")
+	must(t, s.SessionDelete(ctxBg, sess.ID), "delete session")
+	_, err = s.ResourceSecretGet(ctxBg, ref)
+	mustIs(t, err, store.ErrNotFound, "get after the session's deletion")
+}

@@ -1,0 +1,90 @@
+package egress
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/corralhq/corral/internal/sandbox"
+)
+
+// proxyClient is an HTTP client that sends every request through the proxy on sock.
+func get(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Requests for sandbox.LocalHost go to Egress.Local, in plain HTTP only; every other destination keeps the
+// policy, with the operator's AllowInternal pairs reachable and no other internal address.
+func TestLocalAndAllowInternal(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "upstream") }))
+	defer up.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "other") }))
+	defer other.Close()
+	upHost := strings.TrimPrefix(up.URL, "http://")
+
+	sock := filepath.Join(t.TempDir(), "proxy.sock")
+	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "local %s %s proxy-auth=%q", r.Method, r.URL.Path, r.Header.Get("Proxy-Authorization"))
+	})
+	p, err := Listen(Config{Path: sock, UID: -1, GID: -1, Policy: Policy{AllowAll: true},
+		Egress: &sandbox.Egress{AllowInternal: []string{upHost}, Local: local}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := proxyClient(sock, nil)
+	defer c.CloseIdleConnections()
+
+	req, _ := http.NewRequest("GET", "http://"+sandbox.LocalHost+"/git/x/info/refs", nil)
+	req.Header.Set("Proxy-Authorization", "Basic c2VjcmV0")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != `local GET /git/x/info/refs proxy-auth=""` {
+		t.Errorf("local: %d %q", resp.StatusCode, b)
+	}
+	if code, body := get(t, c, "http://CORRAL.internal./git/y"); code != 200 || !strings.HasPrefix(body, "local GET /git/y") {
+		t.Errorf("local, other spelling: %d %q", code, body)
+	}
+	// No tunnel to the local name: an https:// URL is a CONNECT.
+	if code, body := get(t, c, "https://"+sandbox.LocalHost+"/git/x/info/refs"); code == 200 || strings.Contains(body, "local") {
+		t.Errorf("CONNECT to the local name: %d %q", code, body)
+	}
+	if code, body := get(t, c, up.URL+"/"); code != 200 || body != "upstream" {
+		t.Errorf("trusted internal pair: %d %q", code, body)
+	}
+	if code, body := get(t, c, other.URL+"/"); code != http.StatusForbidden || strings.Contains(body, "other") {
+		t.Errorf("untrusted internal address: %d %q", code, body)
+	}
+
+	// Without Local, the local name answers 404 and is never resolved or forwarded.
+	sock2 := filepath.Join(t.TempDir(), "proxy.sock")
+	p2, err := Listen(Config{Path: sock2, UID: -1, GID: -1, Policy: Policy{AllowAll: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	c2 := proxyClient(sock2, nil)
+	defer c2.CloseIdleConnections()
+	if code, body := get(t, c2, "http://"+sandbox.LocalHost+"/git/x"); code != http.StatusNotFound || !strings.Contains(body, "no service") {
+		t.Errorf("local without a service: %d %q", code, body)
+	}
+	if code, _ := get(t, c2, up.URL+"/"); code != http.StatusForbidden {
+		t.Errorf("internal address without AllowInternal: %d", code)
+	}
+}
