@@ -47,6 +47,9 @@ func New(cfg Config) (*Provider, error) {
 	// sentry's Go threads, the gofer, systrap's stubs), so a pids limit of 64 killed it for a fork bomb it
 	// never ran once the machine was loaded.
 	c.RuntimeTasks = cmp.Or(c.RuntimeTasks, 128)
+	// runsc turns the profile's ENOSYS for clone3 into EPERM, so glibc could not start a thread
+	// (oci.Config.AllowClone3).
+	c.AllowClone3 = true
 	// The sandbox has only loopback; it reaches the egress proxy through the bound Unix socket, which gVisor
 	// lets it open (--host-uds=open). --oci-seccomp applies the bundle's seccomp profile inside the sandbox
 	// too (no nested user namespaces).

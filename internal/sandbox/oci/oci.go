@@ -52,6 +52,12 @@ type Config struct {
 	// threads, gofer and stub processes; none for runc). They are added to the pids limit, so that the
 	// runtime's own threads never count against the sandbox's processes.
 	RuntimeTasks int
+	// AllowClone3 leaves clone3 allowed in the sandbox's seccomp profile. runsc answers a denied call with
+	// EPERM whatever errno the profile gives (google/gvisor#14688), and glibc (>= 2.34) creates threads with
+	// clone3 and falls back to clone only on ENOSYS, so under gVisor denying clone3 breaks every program that
+	// starts a thread (git's sideband, Python threads). There a clone3 with CLONE_NEWUSER makes a user
+	// namespace of gVisor's own kernel, not of the host's.
+	AllowClone3 bool
 	// Logger; default discards.
 	Logger *slog.Logger
 }
@@ -206,7 +212,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 
 	limits := agent.WithDefaults(r.Limits)
 	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.cfg.AgentPath, ProxySocket: sock,
-		Env: agent.EnvFor(r.Egress)}
+		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3}
 	if spec.CABundle, err = agent.CABundle(r.Egress); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}

@@ -35,6 +35,7 @@ func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Optio
 	})
 	t.Run("CloseIdempotent", func(t *testing.T) { t.Parallel(); testCloseIdempotent(t, newProvider) })
 	t.Run("IdleReap", func(t *testing.T) { t.Parallel(); testIdleReap(t, newProvider) })
+	t.Run("Threads", func(t *testing.T) { t.Parallel(); testThreads(t, newProvider) })
 	if opts.NotIsolated {
 		return
 	}
@@ -366,6 +367,16 @@ func parentOf(pid int) int {
 		return 0
 	}
 	return ppid
+}
+
+// testThreads: programs that start threads work (glibc creates them with clone3, which the seccomp profile
+// must not turn into a failure; git's sideband and Python threads need it).
+func testThreads(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+	p := newPool(t, newProvider, 0)
+	got := mustRun(t, p, bash("threads", `python3 -c 'import threading; t = threading.Thread(target=print, args=("thread ran",)); t.start(); t.join()'`))
+	if !strings.Contains(got, "thread ran") {
+		t.Errorf("a thread could not run: %q", got)
+	}
 }
 
 func testCloseIdempotent(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
