@@ -1,0 +1,556 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/bwrap"
+	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+)
+
+// These tests take issue 10's credential path end to end through the real binary: `corral serve` with the
+// bwrap sandbox and the operator's trusted destinations (--egress-allow-internal, --egress-ca-file), real
+// git and HTTPS servers over TLS on 127.0.0.1, the official SDK as the client, and the fake model driving bash.
+// Each then searches everything the API, the session log, the model, the server's output and the data
+// directory can show for the secret.
+
+// requireBwrap skips (or, when CORRAL_REQUIRE_SANDBOXES names bwrap, as CI sets it, fails) without a usable
+// bwrap: the credential path must be tested inside a real sandbox.
+func requireBwrap(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		sandboxtest.Require(t, "bwrap", errors.New("the bwrap backend needs root"))
+	}
+	sandboxtest.Require(t, "bwrap", bwrap.Available(""))
+}
+
+// secretString returns prefix with 32 random hex digits: a secret no other output can hold by chance.
+func secretString(prefix string) string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// writePEM writes a CA file for --egress-ca-file.
+func writePEM(t *testing.T, pemData []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(p, pemData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func sdkClient(s *server) anthropic.Client {
+	return anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
+		option.WithAPIKey(testKey), option.WithMaxRetries(0))
+}
+
+// bashTurn is a model turn that runs command with bash.
+func bashTurn(t *testing.T, command string) modeltest.Turn {
+	t.Helper()
+	in, err := json.Marshal(map[string]any{"command": command, "timeout_ms": 120000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: string(in)}}}
+}
+
+// sdkAgentEnv creates through the SDK an agent with the built-in toolset and an environment of cfg.
+func sdkAgentEnv(ctx context.Context, t *testing.T, c anthropic.Client, cfg anthropic.BetaEnvironmentNewParamsConfigUnion) (agentID, envID string) {
+	t.Helper()
+	agent, err := c.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
+		Name: "credentials", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
+		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := c.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: "credentials", Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent.ID, env.ID
+}
+
+// sendAndWait sends a user message through the SDK and waits, listing the events through the SDK, until the
+// session is idle with end_turn. It returns the events and their raw JSON.
+func sendAndWait(ctx context.Context, t *testing.T, c anthropic.Client, sessionID, text string) ([]anthropic.BetaManagedAgentsSessionEventUnion, string) {
+	t.Helper()
+	before, _ := sdkEvents(ctx, t, c, sessionID)
+	if _, err := c.Beta.Sessions.Events.Send(ctx, sessionID, anthropic.BetaSessionEventSendParams{
+		Events: []anthropic.BetaManagedAgentsEventParamsUnion{anthropic.BetaManagedAgentsEventParamsOfUserMessage(
+			[]anthropic.BetaManagedAgentsUserMessageEventParamsContentUnion{{OfText: &anthropic.BetaManagedAgentsTextBlockParam{Text: text}}})},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		events, raw := sdkEvents(ctx, t, c, sessionID)
+		// The idle that ends this turn follows the message sent, not the one that ended the previous turn.
+		if n := len(events); n > len(before)+1 && events[n-1].Type == "session.status_idle" {
+			if r := events[n-1].AsSessionStatusIdle().StopReason.Type; r != "requires_action" {
+				if r != "end_turn" {
+					t.Fatalf("idle with %q: %s", r, raw)
+				}
+				return events, raw
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("session %s did not go idle: %s", sessionID, raw)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// sdkEvents lists every event of the session through the SDK, with the raw JSON of each.
+func sdkEvents(ctx context.Context, t *testing.T, c anthropic.Client, sessionID string) ([]anthropic.BetaManagedAgentsSessionEventUnion, string) {
+	t.Helper()
+	var events []anthropic.BetaManagedAgentsSessionEventUnion
+	var raw strings.Builder
+	iter := c.Beta.Sessions.Events.ListAutoPaging(ctx, sessionID, anthropic.BetaSessionEventListParams{})
+	for iter.Next() {
+		ev := iter.Current()
+		events = append(events, ev)
+		raw.WriteString(ev.RawJSON())
+		raw.WriteByte('\n')
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return events, raw.String()
+}
+
+// toolOutput is what one agent.tool_result showed the model.
+type toolOutput struct {
+	text    string
+	isError bool
+}
+
+// toolResults returns the agent.tool_result events in order.
+func toolResults(events []anthropic.BetaManagedAgentsSessionEventUnion) []toolOutput {
+	var out []toolOutput
+	for _, ev := range events {
+		if ev.Type != "agent.tool_result" {
+			continue
+		}
+		r := ev.AsAgentToolResult()
+		var text strings.Builder
+		for _, b := range r.Content {
+			text.WriteString(b.Text)
+		}
+		out = append(out, toolOutput{text.String(), r.IsError})
+	}
+	return out
+}
+
+// rawGET returns the body of an authenticated GET of the API path (200 required).
+func rawGET(t *testing.T, s *server, path string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", testKey)
+	req.Header.Set("anthropic-version", "2023-06-01")
+	req.Header.Set("anthropic-beta", "managed-agents-2026-04-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return string(b)
+}
+
+// dataDirFiles returns the contents of every regular file under dir (the SQLite database and its WAL, the
+// vault's key file, the CA file, the workspaces), by path.
+func dataDirFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		files[p] = b
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// assertNowhere fails for every place (by label) whose content holds one of the forbidden strings (by label).
+func assertNowhere(t *testing.T, places map[string]string, forbidden map[string]string) {
+	t.Helper()
+	for place, content := range places {
+		if content == "" {
+			t.Errorf("%s is empty: the search would be vacuous", place)
+		}
+		for label, s := range forbidden {
+			if strings.Contains(content, s) {
+				t.Errorf("%s holds %s", place, label)
+			}
+		}
+	}
+}
+
+// TestPrivateRepositoryPush: a session with a private github_repository resource is cloned on the host; from
+// bash in the bwrap sandbox the agent commits and pushes through the git endpoint, and the commit arrives
+// upstream. Once the server revokes the token the push fails with a clear message; after the new token is
+// given to the API (the resource's update), the push goes through. Neither token is in any event, API answer,
+// model request, log line or file of the data directory (the workspace's .git/config included), nor in the
+// sandbox's environment.
+func TestPrivateRepositoryPush(t *testing.T) {
+	t.Parallel()
+	requireBwrap(t)
+	token := secretString("ghp_e2eToken")
+	srv := sandboxtest.NewGitServer(t, token)
+	repoURL := srv.NewRepo(t, "o/proj")
+
+	const mount = "/workspace/repo"
+	model := modeltest.NewServer(t)
+	// The sandbox's environment is printed too: it must not hold the token either.
+	model.Script(
+		bashTurn(t, "cd "+mount+" && git config user.email a@b && git config user.name a && echo hi > f && "+
+			"git add f && git commit -q -m e2e && git push -q origin HEAD:main 2>&1 && echo pushed-ok && git remote get-url origin && env"),
+		modeltest.Turn{Text: "Pushed."},
+		// After the token is revoked upstream: the push fails.
+		bashTurn(t, "cd "+mount+" && echo again >> f && git commit -q -am e2e-rotated && "+
+			"GIT_TERMINAL_PROMPT=0 git push -q origin HEAD:main 2>&1"),
+		modeltest.Turn{Text: "The push was refused."},
+		// After the new token is given to the API: the same commit goes through.
+		bashTurn(t, "cd "+mount+" && GIT_TERMINAL_PROMPT=0 git push -q origin HEAD:main 2>&1 && echo pushed-again"),
+		modeltest.Turn{Text: "Pushed again."},
+	)
+	data := t.TempDir()
+	s := startServer(t, data, model, "--sandbox", "bwrap",
+		"--egress-allow-internal", srv.HostPort, "--egress-ca-file", writePEM(t, srv.CAPEM))
+	c := sdkClient(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// The environment reaches only the git server's host (and the git endpoint, which is the sandbox's own).
+	agentID, envID := sdkAgentEnv(ctx, t, c, anthropic.BetaEnvironmentNewParamsConfigUnion{OfCloud: &anthropic.BetaCloudConfigParams{
+		Networking: anthropic.BetaCloudConfigParamsNetworkingUnion{OfLimited: &anthropic.BetaLimitedNetworkParams{AllowedHosts: []string{"127.0.0.1"}}},
+	}})
+	sess, err := c.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent:         anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agentID)},
+		EnvironmentID: envID,
+		Resources: []anthropic.BetaSessionNewParamsResourceUnion{{OfGitHubRepository: &anthropic.BetaManagedAgentsGitHubRepositoryResourceParams{
+			URL: repoURL, AuthorizationToken: token, MountPath: anthropic.String(mount),
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sess.Resources) != 1 || sess.Resources[0].Type != "github_repository" || sess.Resources[0].MountPath != mount {
+		t.Fatalf("session resources: %s", sess.RawJSON())
+	}
+	resID := sess.Resources[0].ID
+
+	events, rawEvents := sendAndWait(ctx, t, c, sess.ID, "Commit a file and push it.")
+	results := toolResults(events)
+	if len(results) != 1 {
+		t.Fatalf("%d tool results, want 1", len(results))
+	}
+	out, isErr := results[0].text, results[0].isError
+	want := "pushed-ok\nhttp://" + sandbox.LocalHost + "/git/" + resID + "\n"
+	if isErr || !strings.HasPrefix(out, want) || !strings.Contains(out, "\nPATH=") {
+		t.Errorf("tool result %q (is_error %v), want %q and the environment", out, isErr, want)
+	}
+	if log := srv.Log(t, "o/proj", "main"); !strings.HasPrefix(log, "e2e\n") {
+		t.Errorf("upstream main: %q, want the sandbox's commit on top", log)
+	}
+
+	// Revocation: the server stops accepting the token; the push fails with a clear message and git asks for
+	// no credentials.
+	rotated := secretString("ghp_e2eRotated")
+	srv.SetToken(rotated)
+	events, _ = sendAndWait(ctx, t, c, sess.ID, "Commit again and push.")
+	results = toolResults(events)
+	if len(results) != 2 || !results[1].isError || !strings.Contains(results[1].text, "refused the session's token") ||
+		strings.Contains(results[1].text, "Username") {
+		t.Errorf("push with the revoked token: %+v", results)
+	}
+	// Rotation: the API gets the new token (POST .../resources/{id}), and the push from the same workspace
+	// goes through with it.
+	upd, err := c.Beta.Sessions.Resources.Update(ctx, resID, anthropic.BetaSessionResourceUpdateParams{SessionID: sess.ID, AuthorizationToken: rotated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, rawEvents = sendAndWait(ctx, t, c, sess.ID, "Push again.")
+	results = toolResults(events)
+	if len(results) != 3 || results[2].isError || strings.TrimSpace(results[2].text) != "pushed-again" {
+		t.Errorf("push after the rotation: %+v", results)
+	}
+	if log := srv.Log(t, "o/proj", "main"); !strings.HasPrefix(log, "e2e-rotated\ne2e\n") {
+		t.Errorf("upstream main after the rotation: %q", log)
+	}
+
+	// The workspace's git config on the host: origin is the git endpoint, and no token.
+	ws := filepath.Join(data, "workspaces", sess.ID)
+	gitConfig, err := os.ReadFile(filepath.Join(ws, "repo", ".git", "config"))
+	if err != nil {
+		t.Fatalf("the repository's .git/config in the workspace: %v", err)
+	}
+	if !strings.Contains(string(gitConfig), "http://"+sandbox.LocalHost+"/git/"+resID) {
+		t.Errorf("the workspace's origin is not the git endpoint:\n%s", gitConfig)
+	}
+
+	places := map[string]string{
+		"the session's events (SDK)":         rawEvents,
+		"the session create response":        sess.RawJSON(),
+		"the resource update response":       upd.RawJSON(),
+		"GET /v1/sessions/{id}":              rawGET(t, s, "/v1/sessions/"+sess.ID),
+		"GET /v1/sessions/{id}/events":       rawGET(t, s, "/v1/sessions/"+sess.ID+"/events"),
+		"GET /v1/sessions/{id}/resources":    rawGET(t, s, "/v1/sessions/"+sess.ID+"/resources"),
+		"GET /v1/sessions/{id}/resources/id": rawGET(t, s, "/v1/sessions/"+sess.ID+"/resources/"+resID),
+		"the server's stderr":                s.stderr.String(),
+		"the workspace's .git/config":        string(gitConfig),
+	}
+	if stdout := s.stdout.String(); stdout != "" {
+		places["the server's stdout"] = stdout
+	}
+	for i, r := range model.Requests() {
+		places[fmt.Sprintf("model request %d", i+1)] = string(r.Body)
+	}
+	for p, b := range dataDirFiles(t, data) {
+		if len(b) > 0 {
+			places[p] = string(b)
+		}
+	}
+	assertNowhere(t, places, map[string]string{
+		"the token":                           token,
+		"the token's Basic auth form":         base64.StdEncoding.EncodeToString([]byte("x-access-token:" + token)),
+		"the rotated token":                   rotated,
+		"the rotated token's Basic auth form": base64.StdEncoding.EncodeToString([]byte("x-access-token:" + rotated)),
+	})
+	// The search is not vacuous: the model saw the tool's output.
+	if reqs := model.Requests(); len(reqs) != 6 || !strings.Contains(string(reqs[1].Body), "pushed-ok") || !strings.Contains(string(reqs[5].Body), "pushed-again") {
+		t.Errorf("the model's requests lack the tool results (%d requests)", len(reqs))
+	}
+}
+
+// authRecorder is an HTTPS upstream that records the Authorization headers it receives.
+type authRecorder struct {
+	mu   sync.Mutex
+	auth []string
+}
+
+func (a *authRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	a.auth = append(a.auth, r.Header.Get("Authorization"))
+	a.mu.Unlock()
+	io.WriteString(w, "upstream-ok\n")
+}
+
+func (a *authRecorder) seen() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.auth...)
+}
+
+// TestSecretInjectedAtEgress: an environment_variable credential of the session's vault, limited to 127.0.0.1,
+// reaches the sandbox as a placeholder; the egress proxy (terminating TLS under the server's CA, which the
+// sandbox trusts) replaces it on a request to 127.0.0.1 only; the same placeholder sent to another host
+// (localhost: the same machine, not an allowed host) arrives unreplaced. A session naming a vault that does not
+// exist or is archived is refused. After a restart on the same data directory (the vault's key file and the CA
+// loaded again) the secret is injected as before. The secret is in no tool result, event, API answer or error,
+// model request, log line or file of the data directory.
+//
+// The credential's allowed_hosts take bare hosts (no port), so the second server is reached by another name,
+// localhost; it is not intercepted, so curl verifies it itself and is told not to (-k: its certificate is the
+// test's own). Both are on the host's loopback, which the sandbox's no_proxy names (127.0.0.1 and localhost
+// are the sandbox's own loopback to it), so curl is told to use the proxy anyway (an empty --noproxy and -x).
+func TestSecretInjectedAtEgress(t *testing.T) {
+	t.Parallel()
+	requireBwrap(t)
+	secret := secretString("e2e-secret-value-")
+	var allowedRec, otherRec authRecorder
+	allowed := httptest.NewTLSServer(&allowedRec)
+	t.Cleanup(allowed.Close)
+	other := httptest.NewTLSServer(&otherRec)
+	t.Cleanup(other.Close)
+	allowedAddr := strings.TrimPrefix(allowed.URL, "https://")
+	_, otherPort, err := net.SplitHostPort(strings.TrimPrefix(other.URL, "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: allowed.Certificate().Raw})
+
+	curl := `curl -sS --max-time 30 --noproxy '' -x "$http_proxy" `
+	model := modeltest.NewServer(t)
+	model.Script(
+		bashTurn(t, curl+`-H "Authorization: Bearer $MY_TOKEN" https://`+allowedAddr+`/; `+
+			curl+`-k -H "Authorization: Bearer $MY_TOKEN" https://localhost:`+otherPort+`/; echo "env=$MY_TOKEN"; env`),
+		modeltest.Turn{Text: "Done."},
+	)
+	data := t.TempDir()
+	serverArgs := []string{"--sandbox", "bwrap", "--egress-allow-internal", allowedAddr + ",localhost:" + otherPort,
+		"--egress-ca-file", writePEM(t, ca)}
+	s := startServer(t, data, model, serverArgs...)
+	c := sdkClient(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	vlt, err := c.Beta.Vaults.New(ctx, anthropic.BetaVaultNewParams{DisplayName: "e2e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := c.Beta.Vaults.Credentials.New(ctx, vlt.ID, anthropic.BetaVaultCredentialNewParams{
+		Auth: anthropic.BetaVaultCredentialNewParamsAuthUnion{OfEnvironmentVariable: &anthropic.BetaManagedAgentsEnvironmentVariableCreateParams{
+			SecretName: "MY_TOKEN", SecretValue: secret,
+			Networking: anthropic.BetaManagedAgentsCredentialNetworkingParamsUnion{
+				OfLimited: &anthropic.BetaManagedAgentsLimitedCredentialNetworkingParams{AllowedHosts: []string{"127.0.0.1"}},
+			},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentID, envID := sdkAgentEnv(ctx, t, c, anthropic.BetaEnvironmentNewParamsConfigUnion{})
+	sess, err := c.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent:         anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agentID)},
+		EnvironmentID: envID,
+		VaultIDs:      []string{vlt.ID},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	events, rawEvents := sendAndWait(ctx, t, c, sess.ID, "Call both APIs.")
+	results := toolResults(events)
+	if len(results) != 1 {
+		t.Fatalf("%d tool results, want 1", len(results))
+	}
+	out, isErr := results[0].text, results[0].isError
+	// The sandbox holds a placeholder; the allowed host got the secret, the other the placeholder.
+	var ph string
+	for line := range strings.Lines(out) {
+		if v, ok := strings.CutPrefix(line, "env="); ok {
+			ph = strings.TrimSpace(v)
+		}
+	}
+	if !strings.HasPrefix(ph, "corral-secret-") || !strings.Contains(out, "\nMY_TOKEN="+ph+"\n") {
+		t.Fatalf("tool result %q (is_error %v): want env=<placeholder> and MY_TOKEN=<placeholder> in the environment", out, isErr)
+	}
+	if isErr || !strings.HasPrefix(out, "upstream-ok\nupstream-ok\nenv=") {
+		t.Errorf("tool result %q (is_error %v), want both upstreams' answers", out, isErr)
+	}
+	if got := allowedRec.seen(); len(got) != 1 || got[0] != "Bearer "+secret {
+		t.Errorf("the allowed host received Authorization %q, want the secret", got)
+	}
+	if got := otherRec.seen(); len(got) != 1 || got[0] != "Bearer "+ph {
+		t.Errorf("the host that is not allowed received Authorization %q, want the placeholder %q", got, ph)
+	}
+
+	// A session's vault_ids must name existing, unarchived vaults.
+	archived, err := c.Beta.Vaults.New(ctx, anthropic.BetaVaultNewParams{DisplayName: "archived"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Beta.Vaults.Archive(ctx, archived.ID, anthropic.BetaVaultArchiveParams{}); err != nil {
+		t.Fatal(err)
+	}
+	var apiErrs strings.Builder
+	for _, ids := range [][]string{{"vlt_doesnotexist"}, {archived.ID}, {vlt.ID, archived.ID}} {
+		_, err := c.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+			Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agentID)}, EnvironmentID: envID, VaultIDs: ids,
+		})
+		var apiErr *anthropic.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode < 400 || apiErr.StatusCode >= 500 {
+			t.Errorf("session with vault_ids %v: %v, want a 4xx error", ids, err)
+			continue
+		}
+		apiErrs.WriteString(apiErr.RawJSON())
+	}
+
+	// A restart on the same data directory: the vault's key file and the CA are loaded again, and the new
+	// sandbox's placeholder is replaced as before.
+	model.Script(
+		bashTurn(t, curl+`-H "Authorization: Bearer $MY_TOKEN" https://`+allowedAddr+`/`),
+		modeltest.Turn{Text: "Done again."},
+	)
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.exited
+	s2 := startServer(t, data, model, serverArgs...)
+	c = sdkClient(s2)
+	events, rawEvents = sendAndWait(ctx, t, c, sess.ID, "Call it again.")
+	if results := toolResults(events); len(results) != 2 || results[1].isError || strings.TrimSpace(results[1].text) != "upstream-ok" {
+		t.Errorf("after the restart: %+v", results)
+	}
+	if got := allowedRec.seen(); len(got) != 2 || got[1] != "Bearer "+secret {
+		t.Errorf("after the restart, the allowed host received Authorization %q, want the secret", got)
+	}
+
+	places := map[string]string{
+		"the session create errors":         apiErrs.String(),
+		"the tool result":                   out,
+		"the session's events (SDK)":        rawEvents,
+		"the credential create response":    cred.RawJSON(),
+		"the session create response":       sess.RawJSON(),
+		"GET /v1/sessions/{id}":             rawGET(t, s2, "/v1/sessions/"+sess.ID),
+		"GET /v1/sessions/{id}/events":      rawGET(t, s2, "/v1/sessions/"+sess.ID+"/events"),
+		"GET /v1/vaults/{id}":               rawGET(t, s2, "/v1/vaults/"+vlt.ID),
+		"GET /v1/vaults/{id}/credentials":   rawGET(t, s2, "/v1/vaults/"+vlt.ID+"/credentials"),
+		"GET /v1/vaults/{id}/credentials/i": rawGET(t, s2, "/v1/vaults/"+vlt.ID+"/credentials/"+cred.ID),
+		"the server's stderr":               s.stderr.String(),
+		"the restarted server's stderr":     s2.stderr.String(),
+	}
+	if stdout := s.stdout.String() + s2.stdout.String(); stdout != "" {
+		places["the servers' stdout"] = stdout
+	}
+	for i, r := range model.Requests() {
+		places[fmt.Sprintf("model request %d", i+1)] = string(r.Body)
+	}
+	for p, b := range dataDirFiles(t, data) {
+		if len(b) > 0 {
+			places[p] = string(b)
+		}
+	}
+	assertNowhere(t, places, map[string]string{"the secret value": secret})
+	if reqs := model.Requests(); len(reqs) != 4 || !strings.Contains(string(reqs[1].Body), "env="+ph) {
+		t.Errorf("the model's second request lacks the tool result (%d requests)", len(reqs))
+	}
+}
