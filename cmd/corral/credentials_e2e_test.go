@@ -146,7 +146,8 @@ func sdkEvents(ctx context.Context, t *testing.T, c anthropic.Client, sessionID 
 
 // toolOutput is what one agent.tool_result showed the model.
 type toolOutput struct {
-	text    string
+	text    string   // the text blocks, joined
+	blocks  []string // each text block
 	isError bool
 }
 
@@ -158,11 +159,11 @@ func toolResults(events []anthropic.BetaManagedAgentsSessionEventUnion) []toolOu
 			continue
 		}
 		r := ev.AsAgentToolResult()
-		var text strings.Builder
+		var blocks []string
 		for _, b := range r.Content {
-			text.WriteString(b.Text)
+			blocks = append(blocks, b.Text)
 		}
-		out = append(out, toolOutput{text.String(), r.IsError})
+		out = append(out, toolOutput{strings.Join(blocks, ""), blocks, r.IsError})
 	}
 	return out
 }
@@ -553,4 +554,110 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 	if reqs := model.Requests(); len(reqs) != 4 || !strings.Contains(string(reqs[1].Body), "env="+ph) {
 		t.Errorf("the model's second request lacks the tool result (%d requests)", len(reqs))
 	}
+}
+
+// TestPrivateRepositoryCloneErrors: a session's repositories that cannot be cloned each give a typed
+// session.error naming the repository (a wrong token, a token that may not read it, no such repository, a
+// branch that does not exist, a host the operator does not trust), the session goes on with the repository that
+// could be cloned, and no token is echoed anywhere.
+func TestPrivateRepositoryCloneErrors(t *testing.T) {
+	t.Parallel()
+	requireBwrap(t)
+	token := secretString("ghp_e2eGood")
+	wrong := secretString("ghp_e2eWrong")
+	srv := sandboxtest.NewGitServer(t, token)
+	good := srv.NewRepo(t, "o/proj")
+	untrusted := "https://127.0.0.2:1/o/proj.git" // internal and not --egress-allow-internal: refused
+	repos := []struct {
+		url, token, mount, branch, errType string
+	}{
+		{good, token, "/workspace/good", "", ""},
+		{good, wrong, "/workspace/wrong-token", "", "repository_authentication_error"},
+		{srv.URL + "/forbidden/proj.git", token, "/workspace/forbidden", "", "repository_forbidden_error"},
+		{srv.URL + "/o/missing.git", token, "/workspace/missing", "", "repository_not_found_error"},
+		{good, token, "/workspace/no-branch", "no-such-branch", "repository_checkout_error"},
+		{untrusted, token, "/workspace/untrusted", "", "repository_clone_error"},
+	}
+
+	model := modeltest.NewServer(t)
+	model.Script(bashTurn(t, "ls /workspace; cat /workspace/good/README"), modeltest.Turn{Text: "Listed."})
+	data := t.TempDir()
+	s := startServer(t, data, model, "--sandbox", "bwrap",
+		"--egress-allow-internal", srv.HostPort, "--egress-ca-file", writePEM(t, srv.CAPEM))
+	c := sdkClient(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	agentID, envID := sdkAgentEnv(ctx, t, c, anthropic.BetaEnvironmentNewParamsConfigUnion{})
+	var resources []anthropic.BetaSessionNewParamsResourceUnion
+	for _, r := range repos {
+		p := &anthropic.BetaManagedAgentsGitHubRepositoryResourceParams{URL: r.url, AuthorizationToken: r.token, MountPath: anthropic.String(r.mount)}
+		if r.branch != "" {
+			p.Checkout.OfBranch = &anthropic.BetaManagedAgentsBranchCheckoutParam{Name: r.branch}
+		}
+		resources = append(resources, anthropic.BetaSessionNewParamsResourceUnion{OfGitHubRepository: p})
+	}
+	sess, err := c.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agentID)}, EnvironmentID: envID, Resources: resources,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, rawEvents := sendAndWait(ctx, t, c, sess.ID, "List the workspace.")
+
+	got := map[string]string{} // error type by repository URL and mount, from the session.error events
+	var types []string
+	for _, ev := range events {
+		if ev.Type != "session.error" {
+			continue
+		}
+		e := ev.AsSessionError().Error
+		types = append(types, e.Type)
+		for _, r := range repos {
+			if r.errType == e.Type && r.url == e.RepositoryURL {
+				got[r.mount] = e.Type
+			}
+		}
+	}
+	for _, r := range repos {
+		if r.errType != "" && got[r.mount] != r.errType {
+			t.Errorf("%s (%s): no %s event; session errors: %v", r.mount, r.url, r.errType, types)
+		}
+	}
+	if n := len(types); n != len(repos)-1 {
+		t.Errorf("%d session.error events, want %d: %v", n, len(repos)-1, types)
+	}
+	// The session went on: the repository that could be cloned is there (README v2 at the head of main), the
+	// others are not, and the tool result's first block tells the model which are missing.
+	results := toolResults(events)
+	if len(results) != 1 || len(results[0].blocks) != 2 || strings.TrimSpace(results[0].blocks[1]) != "good\nv2" {
+		t.Fatalf("the workspace: %+v, want a note, then only good (README v2)", results)
+	}
+	for _, r := range repos {
+		if note := results[0].blocks[0]; (r.errType != "") != strings.Contains(note, " at "+r.mount+": ") {
+			t.Errorf("the note about unplaced resources and %s: %q", r.mount, note)
+		}
+	}
+
+	places := map[string]string{
+		"the session's events (SDK)":   rawEvents,
+		"the session create response":  sess.RawJSON(),
+		"GET /v1/sessions/{id}":        rawGET(t, s, "/v1/sessions/"+sess.ID),
+		"GET /v1/sessions/{id}/events": rawGET(t, s, "/v1/sessions/"+sess.ID+"/events"),
+		"the server's stderr":          s.stderr.String(),
+	}
+	for i, r := range model.Requests() {
+		places[fmt.Sprintf("model request %d", i+1)] = string(r.Body)
+	}
+	for p, b := range dataDirFiles(t, data) {
+		if len(b) > 0 {
+			places[p] = string(b)
+		}
+	}
+	assertNowhere(t, places, map[string]string{
+		"the token":                         token,
+		"the wrong token":                   wrong,
+		"the token's Basic auth form":       base64.StdEncoding.EncodeToString([]byte("x-access-token:" + token)),
+		"the wrong token's Basic auth form": base64.StdEncoding.EncodeToString([]byte("x-access-token:" + wrong)),
+	})
 }
