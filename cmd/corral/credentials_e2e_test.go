@@ -373,15 +373,18 @@ func TestPrivateRepositoryPush(t *testing.T) {
 	}
 }
 
-// authRecorder is an HTTPS upstream that records the Authorization headers it receives.
+// authRecorder is an HTTPS upstream that records the Authorization headers and the bodies it receives.
 type authRecorder struct {
 	mu   sync.Mutex
 	auth []string
+	body []string
 }
 
 func (a *authRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
 	a.mu.Lock()
 	a.auth = append(a.auth, r.Header.Get("Authorization"))
+	a.body = append(a.body, string(b))
 	a.mu.Unlock()
 	io.WriteString(w, "upstream-ok\n")
 }
@@ -392,13 +395,20 @@ func (a *authRecorder) seen() []string {
 	return append([]string(nil), a.auth...)
 }
 
+func (a *authRecorder) bodies() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.body...)
+}
+
 // TestSecretInjectedAtEgress: an environment_variable credential of the session's vault, limited to 127.0.0.1,
 // reaches the sandbox as a placeholder; the egress proxy (terminating TLS under the server's CA, which the
 // sandbox trusts) replaces it on a request to 127.0.0.1 only; the same placeholder sent to another host
 // (localhost: the same machine, not an allowed host) arrives unreplaced. A session naming a vault that does not
 // exist or is archived is refused. After a restart on the same data directory (the vault's key file and the CA
-// loaded again) the secret is injected as before. The secret is in no tool result, event, API answer or error,
-// model request, log line or file of the data directory.
+// loaded again) the secret is injected as before, and a second credential with injection_location.body is
+// replaced in a request body where the header-only one is not. No secret is in any tool result, event, API
+// answer or error, model request, log line or file of the data directory.
 //
 // The credential's allowed_hosts take bare hosts (no port), so the second server is reached by another name,
 // localhost; it is not intercepted, so curl verifies it itself and is told not to (-k: its certificate is the
@@ -408,6 +418,7 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)
 	secret := secretString("e2e-secret-value-")
+	bodySecret := secretString("e2e-body-secret-")
 	var allowedRec, otherRec authRecorder
 	allowed := httptest.NewTLSServer(&allowedRec)
 	t.Cleanup(allowed.Close)
@@ -445,6 +456,19 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 			Networking: anthropic.BetaManagedAgentsCredentialNetworkingParamsUnion{
 				OfLimited: &anthropic.BetaManagedAgentsLimitedCredentialNetworkingParams{AllowedHosts: []string{"127.0.0.1"}},
 			},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second credential is replaced in request bodies too (MY_TOKEN, by default, in headers only).
+	bodyCred, err := c.Beta.Vaults.Credentials.New(ctx, vlt.ID, anthropic.BetaVaultCredentialNewParams{
+		Auth: anthropic.BetaVaultCredentialNewParamsAuthUnion{OfEnvironmentVariable: &anthropic.BetaManagedAgentsEnvironmentVariableCreateParams{
+			SecretName: "MY_BODY_TOKEN", SecretValue: bodySecret,
+			Networking: anthropic.BetaManagedAgentsCredentialNetworkingParamsUnion{
+				OfLimited: &anthropic.BetaManagedAgentsLimitedCredentialNetworkingParams{AllowedHosts: []string{"127.0.0.1"}},
+			},
+			InjectionLocation: anthropic.BetaManagedAgentsInjectionLocationParams{Body: anthropic.Bool(true), Header: anthropic.Bool(true)},
 		}},
 	})
 	if err != nil {
@@ -508,9 +532,9 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 	}
 
 	// A restart on the same data directory: the vault's key file and the CA are loaded again, and the new
-	// sandbox's placeholder is replaced as before.
+	// sandbox's placeholders are replaced as before: MY_TOKEN in the header only, MY_BODY_TOKEN in the body.
 	model.Script(
-		bashTurn(t, curl+`-H "Authorization: Bearer $MY_TOKEN" https://`+allowedAddr+`/`),
+		bashTurn(t, curl+`-H "Authorization: Bearer $MY_TOKEN" --data-binary "a=$MY_TOKEN&b=$MY_BODY_TOKEN" https://`+allowedAddr+`/`),
 		modeltest.Turn{Text: "Done again."},
 	)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
@@ -524,12 +548,15 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 	if got := allowedRec.seen(); len(got) != 2 || got[1] != "Bearer "+secret {
 		t.Errorf("after the restart, the allowed host received Authorization %q, want the secret", got)
 	}
+	if got := allowedRec.bodies(); len(got) != 2 || !strings.HasPrefix(got[1], "a=corral-secret-") || !strings.HasSuffix(got[1], "&b="+bodySecret) {
+		t.Errorf("after the restart, the allowed host received the bodies %q, want a=<placeholder>&b=<body secret>", got)
+	}
 
 	places := map[string]string{
 		"the session create errors":         apiErrs.String(),
 		"the tool result":                   out,
 		"the session's events (SDK)":        rawEvents,
-		"the credential create response":    cred.RawJSON(),
+		"the credential create responses":   cred.RawJSON() + bodyCred.RawJSON(),
 		"the session create response":       sess.RawJSON(),
 		"GET /v1/sessions/{id}":             rawGET(t, s2, "/v1/sessions/"+sess.ID),
 		"GET /v1/sessions/{id}/events":      rawGET(t, s2, "/v1/sessions/"+sess.ID+"/events"),
@@ -550,7 +577,7 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 			places[p] = string(b)
 		}
 	}
-	assertNowhere(t, places, map[string]string{"the secret value": secret})
+	assertNowhere(t, places, map[string]string{"the secret value": secret, "the body secret value": bodySecret})
 	if reqs := model.Requests(); len(reqs) != 4 || !strings.Contains(string(reqs[1].Body), "env="+ph) {
 		t.Errorf("the model's second request lacks the tool result (%d requests)", len(reqs))
 	}
