@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/bwrap"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+	"github.com/corralhq/corral/internal/vault"
 )
 
 // These tests take issue 10's credential path end to end through the real binary: `corral serve` with the
@@ -239,9 +241,10 @@ func assertNowhere(t *testing.T, places map[string]string, forbidden map[string]
 // TestPrivateRepositoryPush: a session with a private github_repository resource is cloned on the host; from
 // bash in the bwrap sandbox the agent commits and pushes through the git endpoint, and the commit arrives
 // upstream. Once the server revokes the token the push fails with a clear message; after the new token is
-// given to the API (the resource's update), the push goes through. Neither token is in any event, API answer,
-// model request, log line or file of the data directory (the workspace's .git/config included), nor in the
-// sandbox's environment.
+// given to the API (the resource's update), the push goes through, and again after `corral vault rotate-key`
+// and a restart on the new master key alone. Neither token nor master key is in any event, API answer, model
+// request, log line or file of the data directory (the workspace's .git/config included), nor in the sandbox's
+// environment.
 func TestPrivateRepositoryPush(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)
@@ -263,10 +266,14 @@ func TestPrivateRepositoryPush(t *testing.T) {
 		// After the new token is given to the API: the same commit goes through.
 		bashTurn(t, "cd "+mount+" && GIT_TERMINAL_PROMPT=0 git push -q origin HEAD:main 2>&1 && echo pushed-again"),
 		modeltest.Turn{Text: "Pushed again."},
+		// After a restart on a rotated master key: the workspace's clone is used as it is, and pushes.
+		bashTurn(t, "cd "+mount+" && echo third >> f && git commit -q -am e2e-after-restart && "+
+			"GIT_TERMINAL_PROMPT=0 git push -q origin HEAD:main 2>&1 && echo pushed-after-restart"),
+		modeltest.Turn{Text: "Pushed after the restart."},
 	)
 	data := t.TempDir()
-	s := startServer(t, data, model, "--sandbox", "bwrap",
-		"--egress-allow-internal", srv.HostPort, "--egress-ca-file", writePEM(t, srv.CAPEM))
+	serverArgs := []string{"--sandbox", "bwrap", "--egress-allow-internal", srv.HostPort, "--egress-ca-file", writePEM(t, srv.CAPEM)}
+	s := startServer(t, data, model, serverArgs...)
 	c := sdkClient(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -329,6 +336,26 @@ func TestPrivateRepositoryPush(t *testing.T) {
 		t.Errorf("upstream main after the rotation: %q", log)
 	}
 
+	// `corral vault rotate-key` (the token's data key rewrapped), then a restart on the new master key alone.
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.exited
+	rot := rotateVaultKey(t, data, 1)
+	s2 := startServer(t, data, model, append(serverArgs, "--vault-key-file", rot.newKeyFile)...)
+	c = sdkClient(s2)
+	events, rawEvents = sendAndWait(ctx, t, c, sess.ID, "Commit once more and push.")
+	results = toolResults(events)
+	if len(results) != 4 || results[3].isError || strings.TrimSpace(results[3].text) != "pushed-after-restart" {
+		t.Errorf("push after the restart: %+v", results)
+	}
+	for _, ev := range events {
+		if ev.Type == "session.error" {
+			t.Errorf("session.error: %s", ev.RawJSON())
+		}
+	}
+	if log := srv.Log(t, "o/proj", "main"); !strings.HasPrefix(log, "e2e-after-restart\ne2e-rotated\ne2e\n") {
+		t.Errorf("upstream main after the restart: %q", log)
+	}
+
 	// The workspace's git config on the host: origin is the git endpoint, and no token.
 	ws := filepath.Join(data, "workspaces", sess.ID)
 	gitConfig, err := os.ReadFile(filepath.Join(ws, "repo", ".git", "config"))
@@ -343,15 +370,17 @@ func TestPrivateRepositoryPush(t *testing.T) {
 		"the session's events (SDK)":         rawEvents,
 		"the session create response":        sess.RawJSON(),
 		"the resource update response":       upd.RawJSON(),
-		"GET /v1/sessions/{id}":              rawGET(t, s, "/v1/sessions/"+sess.ID),
-		"GET /v1/sessions/{id}/events":       rawGET(t, s, "/v1/sessions/"+sess.ID+"/events"),
-		"GET /v1/sessions/{id}/resources":    rawGET(t, s, "/v1/sessions/"+sess.ID+"/resources"),
-		"GET /v1/sessions/{id}/resources/id": rawGET(t, s, "/v1/sessions/"+sess.ID+"/resources/"+resID),
+		"GET /v1/sessions/{id}":              rawGET(t, s2, "/v1/sessions/"+sess.ID),
+		"GET /v1/sessions/{id}/events":       rawGET(t, s2, "/v1/sessions/"+sess.ID+"/events"),
+		"GET /v1/sessions/{id}/resources":    rawGET(t, s2, "/v1/sessions/"+sess.ID+"/resources"),
+		"GET /v1/sessions/{id}/resources/id": rawGET(t, s2, "/v1/sessions/"+sess.ID+"/resources/"+resID),
 		"the server's stderr":                s.stderr.String(),
+		"the restarted server's stderr":      s2.stderr.String(),
+		"the output of rotate-key":           rot.output,
 		"the workspace's .git/config":        string(gitConfig),
 	}
-	if stdout := s.stdout.String(); stdout != "" {
-		places["the server's stdout"] = stdout
+	if stdout := s.stdout.String() + s2.stdout.String(); stdout != "" {
+		places["the servers' stdout"] = stdout
 	}
 	for i, r := range model.Requests() {
 		places[fmt.Sprintf("model request %d", i+1)] = string(r.Body)
@@ -366,11 +395,53 @@ func TestPrivateRepositoryPush(t *testing.T) {
 		"the token's Basic auth form":         base64.StdEncoding.EncodeToString([]byte("x-access-token:" + token)),
 		"the rotated token":                   rotated,
 		"the rotated token's Basic auth form": base64.StdEncoding.EncodeToString([]byte("x-access-token:" + rotated)),
+		"the old master key":                  rot.oldKey,
+		"the new master key":                  rot.newKey,
 	})
 	// The search is not vacuous: the model saw the tool's output.
-	if reqs := model.Requests(); len(reqs) != 6 || !strings.Contains(string(reqs[1].Body), "pushed-ok") || !strings.Contains(string(reqs[5].Body), "pushed-again") {
+	if reqs := model.Requests(); len(reqs) != 8 || !strings.Contains(string(reqs[1].Body), "pushed-ok") || !strings.Contains(string(reqs[7].Body), "pushed-after-restart") {
 		t.Errorf("the model's requests lack the tool results (%d requests)", len(reqs))
 	}
+}
+
+// rotation is what rotateVaultKey did.
+type rotation struct {
+	newKeyFile     string // holds the new master key alone
+	oldKey, newKey string // encoded
+	output         string // of corral vault rotate-key
+}
+
+// rotateVaultKey runs `corral vault rotate-key` on the stopped server's data directory, which must rewrap
+// the secrets' data keys and the egress CA's key, writes the new master key alone to a file, and removes the old key
+// file from the data directory: a server started on the new file can then only use the new key.
+func rotateVaultKey(t *testing.T, data string, secrets int) rotation {
+	t.Helper()
+	oldKeys, err := vault.ReadKeyFile(filepath.Join(data, vaultKeyFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := filepath.Join(t.TempDir(), "rotated.key")
+	cmd := exec.Command(filepath.Join(binDir, "corral"), "vault", "rotate-key", "--data", data, "--new-key-file", both)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("rotate-key: %v\n%s", err, out)
+	}
+	keys, err := vault.ReadKeyFile(both)
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("the rotated key file: %v, %d keys", err, len(keys))
+	}
+	if want := fmt.Sprintf("rewrapped %d data keys under master key %s", secrets, keys[0].ID()); !strings.Contains(string(out), want) ||
+		!strings.Contains(string(out), "rewrapped the egress CA key") {
+		t.Fatalf("rotate-key output %q, want %q and the CA rewrapped", out, want)
+	}
+	only := filepath.Join(t.TempDir(), "new.key")
+	if err := vault.WriteKeyFile(only, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(data, vaultKeyFileName)); err != nil {
+		t.Fatal(err)
+	}
+	return rotation{newKeyFile: only, oldKey: oldKeys[0].Encode(), newKey: keys[0].Encode(), output: string(out)}
 }
 
 // authRecorder is an HTTPS upstream that records the Authorization headers and the bodies it receives.
@@ -405,10 +476,10 @@ func (a *authRecorder) bodies() []string {
 // reaches the sandbox as a placeholder; the egress proxy (terminating TLS under the server's CA, which the
 // sandbox trusts) replaces it on a request to 127.0.0.1 only; the same placeholder sent to another host
 // (localhost: the same machine, not an allowed host) arrives unreplaced. A session naming a vault that does not
-// exist or is archived is refused. After a restart on the same data directory (the vault's key file and the CA
-// loaded again) the secret is injected as before, and a second credential with injection_location.body is
-// replaced in a request body where the header-only one is not. No secret is in any tool result, event, API
-// answer or error, model request, log line or file of the data directory.
+// exist or is archived is refused. After `corral vault rotate-key` and a restart on the new master key alone
+// (the secrets and the CA's key rewrapped), the secret is injected as before, and a second credential with
+// injection_location.body is replaced in a request body where the header-only one is not. No secret or master
+// key is in any tool result, event, API answer or error, model request, log line or file of the data directory.
 //
 // The credential's allowed_hosts take bare hosts (no port), so the second server is reached by another name,
 // localhost; it is not intercepted, so curl verifies it itself and is told not to (-k: its certificate is the
@@ -531,15 +602,17 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 		apiErrs.WriteString(apiErr.RawJSON())
 	}
 
-	// A restart on the same data directory: the vault's key file and the CA are loaded again, and the new
-	// sandbox's placeholders are replaced as before: MY_TOKEN in the header only, MY_BODY_TOKEN in the body.
+	// A restart after `corral vault rotate-key`, on the new master key alone: the secrets and the CA's key were
+	// rewrapped, and the new sandbox's placeholders are replaced as before: MY_TOKEN in the header only,
+	// MY_BODY_TOKEN in the body.
 	model.Script(
 		bashTurn(t, curl+`-H "Authorization: Bearer $MY_TOKEN" --data-binary "a=$MY_TOKEN&b=$MY_BODY_TOKEN" https://`+allowedAddr+`/`),
 		modeltest.Turn{Text: "Done again."},
 	)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.exited
-	s2 := startServer(t, data, model, serverArgs...)
+	rot := rotateVaultKey(t, data, 2)
+	s2 := startServer(t, data, model, append(serverArgs, "--vault-key-file", rot.newKeyFile)...)
 	c = sdkClient(s2)
 	events, rawEvents = sendAndWait(ctx, t, c, sess.ID, "Call it again.")
 	if results := toolResults(events); len(results) != 2 || results[1].isError || strings.TrimSpace(results[1].text) != "upstream-ok" {
@@ -565,6 +638,7 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 		"GET /v1/vaults/{id}/credentials/i": rawGET(t, s2, "/v1/vaults/"+vlt.ID+"/credentials/"+cred.ID),
 		"the server's stderr":               s.stderr.String(),
 		"the restarted server's stderr":     s2.stderr.String(),
+		"the output of rotate-key":          rot.output,
 	}
 	if stdout := s.stdout.String() + s2.stdout.String(); stdout != "" {
 		places["the servers' stdout"] = stdout
@@ -577,7 +651,8 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 			places[p] = string(b)
 		}
 	}
-	assertNowhere(t, places, map[string]string{"the secret value": secret, "the body secret value": bodySecret})
+	assertNowhere(t, places, map[string]string{"the secret value": secret, "the body secret value": bodySecret,
+		"the old master key": rot.oldKey, "the new master key": rot.newKey})
 	if reqs := model.Requests(); len(reqs) != 4 || !strings.Contains(string(reqs[1].Body), "env="+ph) {
 		t.Errorf("the model's second request lacks the tool result (%d requests)", len(reqs))
 	}
