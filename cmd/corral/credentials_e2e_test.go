@@ -29,13 +29,15 @@ import (
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/bwrap"
+	"github.com/corralhq/corral/internal/sandbox/oci"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
 	"github.com/corralhq/corral/internal/vault"
 )
 
-// These tests take issue 10's credential path end to end through the real binary: `corral serve` with the
-// bwrap sandbox and the operator's trusted destinations (--egress-allow-internal, --egress-ca-file), real
-// git and HTTPS servers over TLS on 127.0.0.1, the official SDK as the client, and the fake model driving bash.
+// These tests take issue 10's credential path end to end through the real binary: `corral serve` with a real
+// sandbox (the push and the injection on each isolating backend) and the operator's trusted destinations
+// (--egress-allow-internal, --egress-ca-file), real git and HTTPS servers over TLS on 127.0.0.1, the official
+// SDK as the client, and the fake model driving bash.
 // Each then searches everything the API, the session log, the model, the server's output and the data
 // directory can show for the secret.
 
@@ -47,6 +49,31 @@ func requireBwrap(t *testing.T) {
 		sandboxtest.Require(t, "bwrap", errors.New("the bwrap backend needs root"))
 	}
 	sandboxtest.Require(t, "bwrap", bwrap.Available(""))
+}
+
+// isolatingBackends runs test as a parallel subtest per isolating backend (bwrap, oci, gvisor) with the serve
+// flags that select it; a backend that cannot run here is skipped, or fails when CORRAL_REQUIRE_SANDBOXES
+// names it (sandboxtest.Require).
+func isolatingBackends(t *testing.T, test func(t *testing.T, sandboxArgs []string)) {
+	runsc := findRunsc(os.Getenv("CORRAL_RUNSC")) // as serve finds it: on PATH, else the install location
+	for _, b := range []struct {
+		name      string
+		available func() error
+		args      []string
+	}{
+		{"bwrap", func() error { return bwrap.Available("") }, []string{"--sandbox", "bwrap"}},
+		{"oci", func() error { return oci.Available("runc") }, []string{"--sandbox", "oci"}},
+		{"gvisor", func() error { return oci.Available(runsc) }, []string{"--sandbox", "gvisor", "--runsc", runsc}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			if os.Geteuid() != 0 {
+				sandboxtest.Require(t, b.name, errors.New("sandboxes need root"))
+			}
+			sandboxtest.Require(t, b.name, b.available())
+			test(t, b.args)
+		})
+	}
 }
 
 // secretString returns prefix with 32 random hex digits: a secret no other output can hold by chance.
@@ -239,7 +266,7 @@ func assertNowhere(t *testing.T, places map[string]string, forbidden map[string]
 }
 
 // TestPrivateRepositoryPush: a session with a private github_repository resource is cloned on the host; from
-// bash in the bwrap sandbox the agent commits and pushes through the git endpoint, and the commit arrives
+// bash in the sandbox (bwrap, oci, gvisor) the agent commits and pushes through the git endpoint, and the commit arrives
 // upstream. Once the server revokes the token the push fails with a clear message; after the new token is
 // given to the API (the resource's update), the push goes through, and again after `corral vault rotate-key`
 // and a restart on the new master key alone. Neither token nor master key is in any event, API answer, model
@@ -247,7 +274,10 @@ func assertNowhere(t *testing.T, places map[string]string, forbidden map[string]
 // environment.
 func TestPrivateRepositoryPush(t *testing.T) {
 	t.Parallel()
-	requireBwrap(t)
+	isolatingBackends(t, testPrivateRepositoryPush)
+}
+
+func testPrivateRepositoryPush(t *testing.T, sandboxArgs []string) {
 	token := secretString("ghp_e2eToken")
 	srv := sandboxtest.NewGitServer(t, token)
 	repoURL := srv.NewRepo(t, "o/proj")
@@ -272,7 +302,7 @@ func TestPrivateRepositoryPush(t *testing.T) {
 		modeltest.Turn{Text: "Pushed after the restart."},
 	)
 	data := t.TempDir()
-	serverArgs := []string{"--sandbox", "bwrap", "--egress-allow-internal", srv.HostPort, "--egress-ca-file", writePEM(t, srv.CAPEM)}
+	serverArgs := append(sandboxArgs, "--egress-allow-internal", srv.HostPort, "--egress-ca-file", writePEM(t, srv.CAPEM))
 	s := startServer(t, data, model, serverArgs...)
 	c := sdkClient(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -473,9 +503,9 @@ func (a *authRecorder) bodies() []string {
 }
 
 // TestSecretInjectedAtEgress: an environment_variable credential of the session's vault, limited to 127.0.0.1,
-// reaches the sandbox as a placeholder; the egress proxy (terminating TLS under the server's CA, which the
-// sandbox trusts) replaces it on a request to 127.0.0.1 only; the same placeholder sent to another host
-// (localhost: the same machine, not an allowed host) arrives unreplaced. A session naming a vault that does not
+// reaches the sandbox (bwrap, oci, gvisor) as a placeholder; the egress proxy (terminating TLS under the
+// server's CA, which the sandbox trusts) replaces it on a request to 127.0.0.1 only; the same placeholder sent to
+// another host (localhost: the same machine, not an allowed host) arrives unreplaced. A session naming a vault that does not
 // exist or is archived is refused. After `corral vault rotate-key` and a restart on the new master key alone
 // (the secrets and the CA's key rewrapped), the secret is injected as before, and a second credential with
 // injection_location.body is replaced in a request body where the header-only one is not. No secret or master
@@ -487,7 +517,10 @@ func (a *authRecorder) bodies() []string {
 // are the sandbox's own loopback to it), so curl is told to use the proxy anyway (an empty --noproxy and -x).
 func TestSecretInjectedAtEgress(t *testing.T) {
 	t.Parallel()
-	requireBwrap(t)
+	isolatingBackends(t, testSecretInjectedAtEgress)
+}
+
+func testSecretInjectedAtEgress(t *testing.T, sandboxArgs []string) {
 	secret := secretString("e2e-secret-value-")
 	bodySecret := secretString("e2e-body-secret-")
 	var allowedRec, otherRec authRecorder
@@ -510,8 +543,8 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 		modeltest.Turn{Text: "Done."},
 	)
 	data := t.TempDir()
-	serverArgs := []string{"--sandbox", "bwrap", "--egress-allow-internal", allowedAddr + ",localhost:" + otherPort,
-		"--egress-ca-file", writePEM(t, ca)}
+	serverArgs := append(sandboxArgs, "--egress-allow-internal", allowedAddr+",localhost:"+otherPort,
+		"--egress-ca-file", writePEM(t, ca))
 	s := startServer(t, data, model, serverArgs...)
 	c := sdkClient(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
