@@ -327,7 +327,7 @@ func testPrivateRepositoryPush(t *testing.T, sandboxArgs []string) {
 	}
 	resID := sess.Resources[0].ID
 
-	events, rawEvents := sendAndWait(ctx, t, c, sess.ID, "Commit a file and push it.")
+	events, _ := sendAndWait(ctx, t, c, sess.ID, "Commit a file and push it.")
 	results := toolResults(events)
 	if len(results) != 1 {
 		t.Fatalf("%d tool results, want 1", len(results))
@@ -357,7 +357,7 @@ func testPrivateRepositoryPush(t *testing.T, sandboxArgs []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, rawEvents = sendAndWait(ctx, t, c, sess.ID, "Push again.")
+	events, _ = sendAndWait(ctx, t, c, sess.ID, "Push again.")
 	results = toolResults(events)
 	if len(results) != 3 || results[2].isError || strings.TrimSpace(results[2].text) != "pushed-again" {
 		t.Errorf("push after the rotation: %+v", results)
@@ -372,7 +372,7 @@ func testPrivateRepositoryPush(t *testing.T, sandboxArgs []string) {
 	rot := rotateVaultKey(t, data, 1)
 	s2 := startServer(t, data, model, append(serverArgs, "--vault-key-file", rot.newKeyFile)...)
 	c = sdkClient(s2)
-	events, rawEvents = sendAndWait(ctx, t, c, sess.ID, "Commit once more and push.")
+	events, rawEvents := sendAndWait(ctx, t, c, sess.ID, "Commit once more and push.")
 	results = toolResults(events)
 	if len(results) != 4 || results[3].isError || strings.TrimSpace(results[3].text) != "pushed-after-restart" {
 		t.Errorf("push after the restart: %+v", results)
@@ -588,7 +588,7 @@ func testSecretInjectedAtEgress(t *testing.T, sandboxArgs []string) {
 		t.Fatal(err)
 	}
 
-	events, rawEvents := sendAndWait(ctx, t, c, sess.ID, "Call both APIs.")
+	events, _ := sendAndWait(ctx, t, c, sess.ID, "Call both APIs.")
 	results := toolResults(events)
 	if len(results) != 1 {
 		t.Fatalf("%d tool results, want 1", len(results))
@@ -647,7 +647,7 @@ func testSecretInjectedAtEgress(t *testing.T, sandboxArgs []string) {
 	rot := rotateVaultKey(t, data, 2)
 	s2 := startServer(t, data, model, append(serverArgs, "--vault-key-file", rot.newKeyFile)...)
 	c = sdkClient(s2)
-	events, rawEvents = sendAndWait(ctx, t, c, sess.ID, "Call it again.")
+	events, rawEvents := sendAndWait(ctx, t, c, sess.ID, "Call it again.")
 	if results := toolResults(events); len(results) != 2 || results[1].isError || strings.TrimSpace(results[1].text) != "upstream-ok" {
 		t.Errorf("after the restart: %+v", results)
 	}
