@@ -37,9 +37,8 @@ import (
 // These tests take issue 10's credential path end to end through the real binary: `corral serve` with a real
 // sandbox (the push and the injection on each isolating backend) and the operator's trusted destinations
 // (--egress-allow-internal, --egress-ca-file), real git and HTTPS servers over TLS on 127.0.0.1, the official
-// SDK as the client, and the fake model driving bash.
-// Each then searches everything the API, the session log, the model, the server's output and the data
-// directory can show for the secret.
+// SDK as the client, and the fake model driving bash. Each then searches everything the API, the session log,
+// the model, the server's output and the data directory can show for the secrets and the master keys.
 
 // requireBwrap skips (or, when CORRAL_REQUIRE_SANDBOXES names bwrap, as CI sets it, fails) without a usable
 // bwrap: the credential path must be tested inside a real sandbox.
