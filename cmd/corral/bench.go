@@ -19,6 +19,7 @@ import (
 	"github.com/corralhq/corral/internal/bench"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/anthropic"
+	"github.com/corralhq/corral/internal/vault"
 )
 
 func init() {
@@ -194,8 +195,10 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		Scale: scale, ScaleTTFT: f.scaleTTFT, ScalePerSlot: f.scalePerSlot, IdleSessions: f.idleSessions,
 		Sections: sections, FailoverRuns: f.failoverRuns, FailoverLeaseTTL: f.leaseTTL, Workers: f.workers,
 		Out: f.out, SVG: f.svg,
-		Executable: exe, Environ: os.Environ(),
-		Stdout: io.out, Stderr: io.err,
+		Executable: exe,
+		// The failover section's harness processes share one store, so they share its vault master key.
+		Environ: append(os.Environ(), "CORRAL_VAULT_KEY="+vault.NewKey().Encode()),
+		Stdout:  io.out, Stderr: io.err,
 	}, nil
 }
 

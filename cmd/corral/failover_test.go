@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/store/postgres/pgtest"
+	"github.com/corralhq/corral/internal/vault"
 )
 
 // TestHarnessFailover runs the scaled-out shape: `corral serve --brains 0` (the API alone) and two
@@ -23,10 +25,11 @@ func TestHarnessFailover(t *testing.T) {
 	defer close(hold)
 	model.Script(modeltest.Turn{Text: "an answer that never completes", Hold: hold})
 
-	api := startServer(t, t.TempDir(), model, "--db", db, "--brains", "0")
+	key := sharedVaultKey(t)
+	api := startServer(t, t.TempDir(), model, "--db", db, "--brains", "0", "--vault-key-file", key)
 	harness := func() *server {
 		return startCorral(t, serverEnv(model, testKey), "corral: harness running", "harness", "--db", db, "--data", t.TempDir(),
-			"--sandbox", "none", "--brains", "4", "--lease-ttl", "2s", "--poll", "200ms")
+			"--sandbox", "none", "--brains", "4", "--lease-ttl", "2s", "--poll", "200ms", "--vault-key-file", key)
 	}
 	first := harness()
 	id := newSession(t, api.client(), "Tell me something.")
@@ -49,4 +52,15 @@ func TestHarnessFailover(t *testing.T) {
 	if strings.Contains(second.stderr.String(), "panic") {
 		t.Errorf("second brain panicked:\n%s", second.stderr.String())
 	}
+}
+
+// sharedVaultKey writes a vault master key file for the processes of one deployment: every process on one
+// store must be given the same key (the first to start records it; the others refuse another).
+func sharedVaultKey(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "vault.key")
+	if err := vault.WriteKeyFile(path, vault.NewKey()); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

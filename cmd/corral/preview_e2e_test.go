@@ -35,9 +35,10 @@ func TestSDKStreamPreviewsAcrossProcesses(t *testing.T) {
 	db := pgtest.NewDSN(t)
 	model := modeltest.NewServer(t, modeltest.WithLatency(20*time.Millisecond, 15*time.Millisecond, 0))
 	model.Script(modeltest.Turn{Text: previewAnswer})
-	api := startServer(t, t.TempDir(), model, "--db", db, "--brains", "0")
+	key := sharedVaultKey(t)
+	api := startServer(t, t.TempDir(), model, "--db", db, "--brains", "0", "--vault-key-file", key)
 	startCorral(t, serverEnv(model, testKey), "corral: harness running", "harness", "--db", db, "--data", t.TempDir(),
-		"--sandbox", "none", "--brains", "2", "--lease-ttl", "2s", "--poll", "200ms")
+		"--sandbox", "none", "--brains", "2", "--lease-ttl", "2s", "--poll", "200ms", "--vault-key-file", key)
 	checkPreviewTurn(t, api.url)
 }
 
