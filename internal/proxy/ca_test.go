@@ -29,7 +29,10 @@ func keyForms(t *testing.T, ca *CA) map[string][]byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := ca.key.D.FillBytes(make([]byte, 32))
+	d, err := ca.key.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
 	return map[string][]byte{
 		"D raw":          d,
 		"D hex":          []byte(hex.EncodeToString(d)),

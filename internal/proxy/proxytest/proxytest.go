@@ -4,6 +4,7 @@
 package proxytest
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -68,14 +69,18 @@ func Setup(t *testing.T, creds []sandboxtest.SecretCredential) (sandbox.EgressSo
 // body), and its scalar D in hex and base64.
 func KeyForms(key vault.Key, caKey *ecdsa.PrivateKey) map[string]string {
 	raw, _ := base64.StdEncoding.DecodeString(key.Encode())
+	d, err := caKey.Bytes() // the scalar, fixed length
+	if err != nil {
+		panic(err)
+	}
 	out := map[string]string{
 		"master key (base64)":     key.Encode(),
 		"master key (base64url)":  base64.RawURLEncoding.EncodeToString(raw),
 		"master key (hex)":        hex.EncodeToString(raw),
-		"CA key D (hex)":          hex.EncodeToString(caKey.D.FillBytes(make([]byte, 32))),
-		"CA key D (base64)":       base64.StdEncoding.EncodeToString(caKey.D.FillBytes(make([]byte, 32))),
-		"CA key D (base64url)":    base64.RawURLEncoding.EncodeToString(caKey.D.FillBytes(make([]byte, 32))),
-		"CA key D (hex, no zero)": hex.EncodeToString(caKey.D.Bytes()),
+		"CA key D (hex)":          hex.EncodeToString(d),
+		"CA key D (base64)":       base64.StdEncoding.EncodeToString(d),
+		"CA key D (base64url)":    base64.RawURLEncoding.EncodeToString(d),
+		"CA key D (hex, no zero)": hex.EncodeToString(bytes.TrimLeft(d, "\x00")),
 	}
 	if der, err := x509.MarshalECPrivateKey(caKey); err == nil {
 		b64 := base64.StdEncoding.EncodeToString(der)
