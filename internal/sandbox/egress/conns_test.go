@@ -105,7 +105,8 @@ func TestConnectHalfClose(t *testing.T) {
 		c.Close()
 	}()
 	sock := filepath.Join(t.TempDir(), "proxy.sock")
-	p, err := Listen(Config{Path: sock, UID: -1, GID: -1, Policy: Policy{Hosts: []string{dst.Addr().String()}}})
+	p, err := Listen(Config{Path: sock, UID: -1, GID: -1, Policy: Policy{Hosts: []string{dst.Addr().String()},
+		AllowInternal: []string{dst.Addr().String()}}})
 	if err != nil {
 		t.Fatal(err)
 	}

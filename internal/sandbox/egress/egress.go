@@ -2,10 +2,11 @@
 // the host runs one Proxy per sandbox on a Unix socket bound into it, and the in-sandbox agent bridges
 // 127.0.0.1:3128 to that socket. The proxy speaks HTTP CONNECT and plain (absolute-URI) HTTP, resolves names
 // itself, and enforces the environment's policy: `limited` allows only the listed hosts, `unrestricted` allows
-// any public host. Loopback, private, link-local and other internal addresses are refused unless the exact host
-// is listed, and so are the addresses of the host's own interfaces, so a sandbox can never reach the server, its
-// database or a metadata service by accident; the operator may trust exact internal host:port pairs
-// (Policy.AllowInternal). Requests for sandbox.LocalHost are not forwarded: the proxy hands them to the
+// any public host. Every destination, allowed by name or not, is checked after resolution, and the connection
+// goes to the addresses checked: loopback, private, link-local and other internal addresses are refused, and so
+// are the addresses of the host's own interfaces, so a sandbox can never reach the server, its database or a
+// metadata service, even through a listed name that resolves there; only the operator may trust exact internal
+// host:port pairs (Policy.AllowInternal). Requests for sandbox.LocalHost are not forwarded: the proxy hands them to the
 // sandbox's local services (sandbox.Egress.Local, the git endpoint), in plain HTTP only.
 package egress
 
@@ -32,7 +33,8 @@ type Policy struct {
 	// AllowAll allows every public destination (networking type unrestricted).
 	AllowAll bool
 	// Hosts are the allowed hosts (networking type limited): "example.com", "example.com:443",
-	// "*.example.com" (any subdomain) or an IP literal. Only an exact entry allows an internal address.
+	// "*.example.com" (any subdomain) or an IP literal. No entry allows an internal address: only AllowInternal
+	// does.
 	Hosts []string
 	// AllowInternal are host:port pairs the operator trusts although they are internal addresses
 	// (sandbox.Egress.AllowInternal): they may be reached where the policy allows their host. Every other
@@ -50,7 +52,7 @@ func PolicyFor(n *apitype.Networking) Policy {
 }
 
 // Resolve decides whether the server may reach host:port on a session's behalf under the environment's
-// networking (the same rules as the sandbox's proxy: internal and host addresses only when listed exactly) and
+// networking (the same rules as the sandbox's proxy: internal and host addresses never, whatever allowed_hosts say) and
 // returns the addresses to use, so that a caller can pin them against a second, different DNS answer.
 func Resolve(ctx context.Context, n *apitype.Networking, host, port string) ([]net.IP, error) {
 	return PolicyFor(n).check(ctx, host, port)
@@ -75,10 +77,12 @@ func (p Policy) trusted(host, port string) bool {
 // ErrDenied is returned (wrapped) for a destination the policy refuses.
 var ErrDenied = errors.New("destination not allowed")
 
-// check decides whether host:port may be reached, and returns the addresses to dial.
+// check decides whether host:port may be reached, and returns the addresses to dial: the policy allows the name
+// (or address), then every address it resolves to is checked, whatever allowed it. An environment's
+// allowed_hosts never make an internal address reachable, however exact the entry; only the operator's
+// AllowInternal pairs do. The caller connects to the addresses returned, never to a second answer of the DNS.
 func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	exact := false
 	allowed := p.AllowAll
 	for _, h := range p.Hosts {
 		h = strings.ToLower(h)
@@ -86,13 +90,13 @@ func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) 
 		if err != nil {
 			hh, hp = h, ""
 		}
-		hh = strings.Trim(hh, "[]")
+		hh = strings.TrimSuffix(strings.Trim(hh, "[]"), ".")
 		if hp != "" && hp != port {
 			continue
 		}
 		switch {
 		case hh == host:
-			allowed, exact = true, true
+			allowed = true
 		case strings.HasPrefix(hh, "*.") && strings.HasSuffix(host, hh[1:]):
 			allowed = true
 		}
@@ -112,7 +116,7 @@ func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) 
 			ips = append(ips, a.IP)
 		}
 	}
-	if !exact && !p.trusted(host, port) {
+	if !p.trusted(host, port) {
 		for _, ip := range ips {
 			if internal(ip) || hostAddress(ip) {
 				return nil, fmt.Errorf("%w: %s resolves to an internal address", ErrDenied, host)
