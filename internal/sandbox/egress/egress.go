@@ -11,6 +11,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -414,15 +415,8 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, err)
 		return
 	}
-	hj, ok := w.(http.Hijacker)
+	down, buf, ok := establish(w)
 	if !ok {
-		up.Close()
-		http.Error(w, "egress proxy: cannot tunnel", http.StatusInternalServerError)
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-	down, buf, err := hj.Hijack()
-	if err != nil {
 		up.Close()
 		return
 	}
@@ -453,6 +447,33 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	}()
 	<-done
 	<-done
+}
+
+// established is the reply to a CONNECT the proxy tunnels. A 2xx reply to CONNECT has no content, hence no
+// Transfer-Encoding or Content-Length (RFC 9110, 9.3.6), which net/http adds to a header written before Hijack:
+// establish writes it on the hijacked connection instead.
+const established = "HTTP/1.1 200 Connection established\r\n\r\n"
+
+// establish hijacks the connection of an allowed CONNECT and answers it with established. If it cannot, the
+// client has its answer (or its connection is gone) and ok is false.
+func establish(w http.ResponseWriter) (down net.Conn, buf *bufio.ReadWriter, ok bool) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "egress proxy: cannot tunnel", http.StatusInternalServerError)
+		return nil, nil, false
+	}
+	down, buf, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, false
+	}
+	if _, err = buf.WriteString(established); err == nil {
+		err = buf.Flush()
+	}
+	if err != nil {
+		down.Close()
+		return nil, nil, false
+	}
+	return down, buf, true
 }
 
 func (p *Proxy) track(cs ...net.Conn) bool {
