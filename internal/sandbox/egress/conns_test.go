@@ -7,8 +7,11 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // A sandbox must not hold more than MaxConns connections to its proxy, idle keep-alive ones included: each is a
@@ -105,7 +108,8 @@ func TestConnectHalfClose(t *testing.T) {
 		c.Close()
 	}()
 	sock := filepath.Join(t.TempDir(), "proxy.sock")
-	p, err := Listen(Config{Path: sock, UID: -1, GID: -1, Policy: Policy{Hosts: []string{dst.Addr().String()}}})
+	p, err := Listen(Config{Path: sock, UID: -1, GID: -1, Policy: Policy{Hosts: []string{dst.Addr().String()},
+		AllowInternal: []string{dst.Addr().String()}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,5 +131,64 @@ func TestConnectHalfClose(t *testing.T) {
 	got, err := io.ReadAll(br)
 	if err != nil || string(got) != "hello" {
 		t.Errorf("through the tunnel: %q, %v; want hello and the end of the stream", got, err)
+	}
+}
+
+// A 2xx reply to CONNECT carries no Transfer-Encoding and no Content-Length (RFC 9110, 9.3.6): the bytes that
+// follow its blank line are the tunnel's, plain or intercepted. Read raw from the socket.
+func TestConnectReplyHeaders(t *testing.T) {
+	t.Parallel()
+	dst, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	go func() {
+		for {
+			c, err := dst.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("server-first"))
+			c.Close()
+		}
+	}()
+	cert, _ := selfSigned(t)
+	for name, eg := range map[string]*sandbox.Egress{
+		"tunnel":      {AllowInternal: []string{dst.Addr().String()}},
+		"intercepted": {AllowInternal: []string{dst.Addr().String()}, Intercept: &fakeInterceptor{hosts: map[string]bool{"127.0.0.1": true}, cert: cert}},
+	} {
+		sock := filepath.Join(t.TempDir(), "proxy.sock")
+		p, err := Listen(Config{Path: sock, UID: -1, GID: -1, Policy: Policy{AllowAll: true}, Egress: eg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := fmt.Fprintf(c, "CONNECT %[1]s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", dst.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		// The server speaks first; an intercepted tunnel waits clientFirst for a ClientHello before it splices.
+		_ = c.SetReadDeadline(time.Now().Add(clientFirst + 10*time.Second))
+		raw, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		head, body, ok := strings.Cut(string(raw), "\r\n\r\n")
+		if !ok || !strings.HasPrefix(head, "HTTP/1.1 200 ") {
+			t.Fatalf("%s: reply %q", name, raw)
+		}
+		for _, line := range strings.Split(head, "\r\n")[1:] {
+			if k, _, _ := strings.Cut(line, ":"); strings.EqualFold(k, "Transfer-Encoding") || strings.EqualFold(k, "Content-Length") {
+				t.Errorf("%s: the 200 to CONNECT carries %q", name, line)
+			}
+		}
+		if body != "server-first" {
+			t.Errorf("%s: after the reply: %q, want the tunnel's bytes untouched", name, body)
+		}
 	}
 }

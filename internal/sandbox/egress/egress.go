@@ -2,14 +2,16 @@
 // the host runs one Proxy per sandbox on a Unix socket bound into it, and the in-sandbox agent bridges
 // 127.0.0.1:3128 to that socket. The proxy speaks HTTP CONNECT and plain (absolute-URI) HTTP, resolves names
 // itself, and enforces the environment's policy: `limited` allows only the listed hosts, `unrestricted` allows
-// any public host. Loopback, private, link-local and other internal addresses are refused unless the exact host
-// is listed, and so are the addresses of the host's own interfaces, so a sandbox can never reach the server, its
-// database or a metadata service by accident; the operator may trust exact internal host:port pairs
-// (Policy.AllowInternal). Requests for sandbox.LocalHost are not forwarded: the proxy hands them to the
+// any public host. Every destination, allowed by name or not, is checked after resolution, and the connection
+// goes to the addresses checked: loopback, private, link-local and other internal addresses are refused, and so
+// are the addresses of the host's own interfaces, so a sandbox can never reach the server, its database or a
+// metadata service, even through a listed name that resolves there; only the operator may trust exact internal
+// host:port pairs (Policy.AllowInternal). Requests for sandbox.LocalHost are not forwarded: the proxy hands them to the
 // sandbox's local services (sandbox.Egress.Local, the git endpoint), in plain HTTP only.
 package egress
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -32,12 +35,16 @@ type Policy struct {
 	// AllowAll allows every public destination (networking type unrestricted).
 	AllowAll bool
 	// Hosts are the allowed hosts (networking type limited): "example.com", "example.com:443",
-	// "*.example.com" (any subdomain) or an IP literal. Only an exact entry allows an internal address.
+	// "*.example.com" (any subdomain) or an IP literal. No entry allows an internal address: only AllowInternal
+	// does.
 	Hosts []string
 	// AllowInternal are host:port pairs the operator trusts although they are internal addresses
 	// (sandbox.Egress.AllowInternal): they may be reached where the policy allows their host. Every other
 	// internal address is still refused.
 	AllowInternal []string
+
+	// lookup, if set, resolves names instead of net.DefaultResolver (tests).
+	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // PolicyFor returns the policy of an environment's networking config. No config means unrestricted, as in the
@@ -50,8 +57,8 @@ func PolicyFor(n *apitype.Networking) Policy {
 }
 
 // Resolve decides whether the server may reach host:port on a session's behalf under the environment's
-// networking (the same rules as the sandbox's proxy: internal and host addresses only when listed exactly) and
-// returns the addresses to use, so that a caller can pin them against a second, different DNS answer.
+// networking (the same rules as the sandbox's proxy: internal and host addresses never, whatever allowed_hosts
+// say) and returns the addresses to use, so that a caller can pin them against a second, different DNS answer.
 func Resolve(ctx context.Context, n *apitype.Networking, host, port string) ([]net.IP, error) {
 	return PolicyFor(n).check(ctx, host, port)
 }
@@ -61,11 +68,19 @@ func (p Policy) Resolve(ctx context.Context, host, port string) ([]net.IP, error
 	return p.check(ctx, host, port)
 }
 
-// trusted reports whether host:port is one of the operator's AllowInternal pairs.
+// trusted reports whether host:port is one of the operator's AllowInternal pairs (an IP literal in any of its
+// spellings).
 func (p Policy) trusted(host, port string) bool {
+	ip, ipErr := netip.ParseAddr(host)
 	for _, hp := range p.AllowInternal {
 		h, pt, err := net.SplitHostPort(strings.ToLower(strings.TrimSpace(hp)))
-		if err == nil && pt == port && strings.TrimSuffix(h, ".") == host {
+		if err != nil || pt != port {
+			continue
+		}
+		if h = strings.TrimSuffix(h, "."); h == host {
+			return true
+		}
+		if tip, err := netip.ParseAddr(h); err == nil && ipErr == nil && tip.Unmap() == ip.Unmap() {
 			return true
 		}
 	}
@@ -75,10 +90,13 @@ func (p Policy) trusted(host, port string) bool {
 // ErrDenied is returned (wrapped) for a destination the policy refuses.
 var ErrDenied = errors.New("destination not allowed")
 
-// check decides whether host:port may be reached, and returns the addresses to dial.
+// check decides whether host:port may be reached, and returns the addresses to dial: the policy allows the name
+// (or address), then every address it resolves to is checked, whatever allowed it (addr.go: only global
+// unicast, never the host's own networks). An environment's allowed_hosts never make an internal address
+// reachable, however exact the entry; only the operator's AllowInternal pairs do. The caller connects to the
+// addresses returned, never to a second answer of the DNS.
 func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	exact := false
 	allowed := p.AllowAll
 	for _, h := range p.Hosts {
 		h = strings.ToLower(h)
@@ -86,13 +104,13 @@ func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) 
 		if err != nil {
 			hh, hp = h, ""
 		}
-		hh = strings.Trim(hh, "[]")
+		hh = strings.TrimSuffix(strings.Trim(hh, "[]"), ".")
 		if hp != "" && hp != port {
 			continue
 		}
 		switch {
 		case hh == host:
-			allowed, exact = true, true
+			allowed = true
 		case strings.HasPrefix(hh, "*.") && strings.HasSuffix(host, hh[1:]):
 			allowed = true
 		}
@@ -100,71 +118,47 @@ func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) 
 	if !allowed {
 		return nil, fmt.Errorf("%w: %s is not in the environment's allowed_hosts", ErrDenied, net.JoinHostPort(host, port))
 	}
-	var ips []net.IP
-	if ip := net.ParseIP(host); ip != nil {
-		ips = []net.IP{ip}
-	} else {
-		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-		if err != nil {
-			return nil, fmt.Errorf("resolve %s: %w", host, err)
+	addrs, err := p.resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	if !p.trusted(host, port) {
+		nets, err := hostNets()
+		if err != nil { // the host's networks unknown: every address may be one of them
+			return nil, fmt.Errorf("%w: %s: %w", ErrDenied, host, err)
 		}
 		for _, a := range addrs {
-			ips = append(ips, a.IP)
-		}
-	}
-	if !exact && !p.trusted(host, port) {
-		for _, ip := range ips {
-			if internal(ip) || hostAddress(ip) {
+			if denied(a, nets) {
 				return nil, fmt.Errorf("%w: %s resolves to an internal address", ErrDenied, host)
 			}
 		}
 	}
+	ips := make([]net.IP, len(addrs))
+	for i, a := range addrs {
+		ips[i] = net.IP(a.Unmap().AsSlice())
+	}
 	return ips, nil
 }
 
-// hostAddress reports whether ip is an address of one of the host's own interfaces, in whatever range: through
-// it a sandbox would reach every port the server's host listens on. If the interfaces cannot be read, every
-// address counts as the host's.
-func hostAddress(ip net.IP) bool {
-	addrs, err := net.InterfaceAddrs()
+// resolve returns host's addresses: an IP literal's own, else those of the resolver (Policy.lookup in tests).
+func (p Policy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	lookup := p.lookup
+	if lookup == nil {
+		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	addrs, err := lookup(ctx, host)
+	if err == nil && len(addrs) == 0 {
+		err = errors.New("no address")
+	}
 	if err != nil {
-		return true
+		return nil, fmt.Errorf("resolve %s: %w", host, err)
 	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
-}
-
-// internalNets are ranges that are not public though net.IP's predicates miss them: shared address space
-// (CGNAT, also used by overlay networks such as Tailscale), benchmarking, and the IPv6 translation prefixes
-// that can embed an internal IPv4 address.
-var internalNets = func() []*net.IPNet {
-	var nets []*net.IPNet
-	for _, c := range []string{"100.64.0.0/10", "198.18.0.0/15", "192.0.0.0/24", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16"} {
-		_, n, err := net.ParseCIDR(c)
-		if err != nil {
-			panic(err)
-		}
-		nets = append(nets, n)
-	}
-	return nets
-}()
-
-// internal reports whether ip is loopback, private, link-local, unspecified, multicast or otherwise not public.
-func internal(ip net.IP) bool {
-	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
-		return true
-	}
-	for _, n := range internalNets {
-		if n.Contains(ip) {
-			return true
-		}
-	}
-	return false
+	return addrs, nil
 }
 
 // MaxConns bounds the connections one sandbox may hold to its proxy at a time, idle keep-alive ones included,
@@ -421,15 +415,8 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, err)
 		return
 	}
-	hj, ok := w.(http.Hijacker)
+	down, buf, ok := establish(w)
 	if !ok {
-		up.Close()
-		http.Error(w, "egress proxy: cannot tunnel", http.StatusInternalServerError)
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-	down, buf, err := hj.Hijack()
-	if err != nil {
 		up.Close()
 		return
 	}
@@ -460,6 +447,33 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	}()
 	<-done
 	<-done
+}
+
+// established is the reply to a CONNECT the proxy tunnels. A 2xx reply to CONNECT has no content, hence no
+// Transfer-Encoding or Content-Length (RFC 9110, 9.3.6), which net/http adds to a header written before Hijack:
+// establish writes it on the hijacked connection instead.
+const established = "HTTP/1.1 200 Connection established\r\n\r\n"
+
+// establish hijacks the connection of an allowed CONNECT and answers it with established. If it cannot, the
+// client has its answer (or its connection is gone) and ok is false.
+func establish(w http.ResponseWriter) (down net.Conn, buf *bufio.ReadWriter, ok bool) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "egress proxy: cannot tunnel", http.StatusInternalServerError)
+		return nil, nil, false
+	}
+	down, buf, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, false
+	}
+	if _, err = buf.WriteString(established); err == nil {
+		err = buf.Flush()
+	}
+	if err != nil {
+		down.Close()
+		return nil, nil, false
+	}
+	return down, buf, true
 }
 
 func (p *Proxy) track(cs ...net.Conn) bool {

@@ -30,7 +30,17 @@ func TestPolicy(t *testing.T) {
 		{"limited listed", Policy{Hosts: []string{"93.184.216.34"}}, "93.184.216.34", "443", false},
 		{"limited unlisted", Policy{Hosts: []string{"93.184.216.34"}}, "93.184.216.35", "443", true},
 		{"limited port mismatch", Policy{Hosts: []string{"93.184.216.34:443"}}, "93.184.216.34", "80", true},
-		{"limited exact loopback", Policy{Hosts: []string{"127.0.0.1:8080"}}, "127.0.0.1", "8080", false},
+		// An environment's allowed_hosts never make an internal address reachable, however exact the entry
+		// (issue 14, item 9): only the operator's AllowInternal pairs do.
+		{"limited exact loopback", Policy{Hosts: []string{"127.0.0.1:8080"}}, "127.0.0.1", "8080", true},
+		{"limited exact loopback, trusted", Policy{Hosts: []string{"127.0.0.1:8080"}, AllowInternal: []string{"127.0.0.1:8080"}}, "127.0.0.1", "8080", false},
+		{"limited exact name to loopback", Policy{Hosts: []string{"localhost"}}, "localhost", "5432", true},
+		{"limited exact name:port to loopback", Policy{Hosts: []string{"localhost:6379"}}, "localhost", "6379", true},
+		{"limited exact name, trailing dot", Policy{Hosts: []string{"localhost."}}, "localhost.", "5432", true},
+		{"limited exact name, trailing dot, trusted", Policy{Hosts: []string{"localhost."}, AllowInternal: []string{"localhost:5432"}}, "localhost.", "5432", false},
+		{"limited exact v6 loopback", Policy{Hosts: []string{"[::1]:8080"}}, "::1", "8080", true},
+		{"limited exact private", Policy{Hosts: []string{"10.1.2.3"}}, "10.1.2.3", "80", true},
+		{"limited exact metadata", Policy{Hosts: []string{"169.254.169.254"}}, "169.254.169.254", "80", true},
 		{"limited wildcard suffix only", Policy{Hosts: []string{"*.example.com"}}, "evilexample.com", "80", true},
 		{"trusted internal pair", Policy{AllowAll: true, AllowInternal: []string{"127.0.0.1:8443"}}, "127.0.0.1", "8443", false},
 		{"trusted pair by name", Policy{AllowAll: true, AllowInternal: []string{"LocalHost:8443"}}, "localhost", "8443", false},
@@ -59,7 +69,8 @@ func TestPolicyFor(t *testing.T) {
 }
 
 // The host's own addresses reach the server's listening ports (its API, its database) whatever range they are
-// in: a policy that is not an exact entry refuses every one of them.
+// in: every policy refuses every one of them, an exact allowed_hosts entry too; only an AllowInternal pair
+// reaches one.
 func TestPolicyRefusesHostAddresses(t *testing.T) {
 	t.Parallel()
 	addrs, err := net.InterfaceAddrs()
@@ -81,8 +92,12 @@ func TestPolicyRefusesHostAddresses(t *testing.T) {
 				t.Errorf("unrestricted policy to the host's own address %s: err = %v, want denied", mapped, err)
 			}
 		}
-		if _, err := (Policy{Hosts: []string{"*.example.com", host}}).check(context.Background(), host, "5432"); err != nil {
-			t.Errorf("exact entry %s: %v", host, err)
+		if _, err := (Policy{Hosts: []string{"*.example.com", host}}).check(context.Background(), host, "5432"); !errors.Is(err, ErrDenied) {
+			t.Errorf("exact entry %s: err = %v, want denied", host, err)
+		}
+		trusted := Policy{Hosts: []string{"*.example.com", host}, AllowInternal: []string{net.JoinHostPort(host, "5432")}}
+		if _, err := trusted.check(context.Background(), host, "5432"); err != nil {
+			t.Errorf("exact entry %s trusted by AllowInternal: %v", host, err)
 		}
 	}
 }

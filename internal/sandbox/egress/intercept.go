@@ -116,14 +116,8 @@ func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, host, p
 		p.refuse(w, r, err)
 		return
 	}
-	hj, ok := w.(http.Hijacker)
+	down, buf, ok := establish(w)
 	if !ok {
-		http.Error(w, "egress proxy: cannot tunnel", http.StatusInternalServerError)
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-	down, buf, err := hj.Hijack()
-	if err != nil {
 		return
 	}
 	if !p.track(down) {

@@ -3,6 +3,7 @@ package egress
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -86,5 +87,50 @@ func TestLocalAndAllowInternal(t *testing.T) {
 	}
 	if code, _ := get(t, c2, up.URL+"/"); code != http.StatusForbidden {
 		t.Errorf("internal address without AllowInternal: %d", code)
+	}
+}
+
+// An exact allowed_hosts entry, by name or by address, is checked after resolution like any other destination
+// (issue 14, item 9): a name that resolves to loopback (rebinding, split-horizon DNS) reaches nothing there, over
+// plain HTTP or CONNECT, on any port; the operator's AllowInternal pair does.
+func TestExactHostStillChecked(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "internal-service") }))
+	defer up.Close()
+	addr := strings.TrimPrefix(up.URL, "http://")
+	_, port, _ := net.SplitHostPort(addr)
+	byName := "localhost:" + port
+	for _, tc := range []struct {
+		name   string
+		policy Policy
+		url    string
+		want   int
+	}{
+		{"name", Policy{Hosts: []string{"localhost"}}, "http://" + byName + "/", http.StatusForbidden},
+		{"name:port", Policy{Hosts: []string{byName}}, "http://" + byName + "/", http.StatusForbidden},
+		{"address:port", Policy{Hosts: []string{addr}}, up.URL + "/", http.StatusForbidden},
+		{"name, CONNECT", Policy{Hosts: []string{byName}}, "https://" + byName + "/", 0},
+		{"address, CONNECT", Policy{Hosts: []string{addr}}, "https://" + addr + "/", 0},
+		{"name:port trusted", Policy{Hosts: []string{byName}, AllowInternal: []string{byName}}, "http://" + byName + "/", http.StatusOK},
+		{"address:port trusted", Policy{Hosts: []string{addr}, AllowInternal: []string{addr}}, up.URL + "/", http.StatusOK},
+	} {
+		sock := filepath.Join(t.TempDir(), "proxy.sock")
+		p, err := Listen(Config{Path: sock, UID: -1, GID: -1, Policy: tc.policy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := proxyClient(sock, nil)
+		code, body := get(t, c, tc.url)
+		c.CloseIdleConnections()
+		p.Close()
+		switch {
+		case tc.want == http.StatusOK && (code != 200 || body != "internal-service"):
+			t.Errorf("%s: %d %q, want the service", tc.name, code, body)
+		case tc.want == http.StatusForbidden && (code != http.StatusForbidden || strings.Contains(body, "internal-service")):
+			t.Errorf("%s: %d %q, want 403", tc.name, code, body)
+		case tc.want == 0 && (code != 0 || !strings.Contains(body, "Forbidden")):
+			// A refused CONNECT is an error of the client's transport that names the 403.
+			t.Errorf("%s: %d %q, want a 403 to CONNECT", tc.name, code, body)
+		}
 	}
 }

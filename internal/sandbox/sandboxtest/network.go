@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,7 +14,8 @@ import (
 )
 
 // RunNetwork checks egress: a sandbox has no network of its own and reaches out only through the host's proxy,
-// which enforces the environment's networking policy. Traffic goes only to a local httptest server.
+// which enforces the environment's networking policy. Traffic goes only to a local httptest server, an internal
+// address: an environment's allowed_hosts alone never reach it, the operator's AllowInternal pair does.
 func RunNetwork(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "hello-from-host")
@@ -21,6 +23,22 @@ func RunNetwork(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	t.Cleanup(srv.Close)
 	hostPort := strings.TrimPrefix(srv.URL, "http://")
 	p := newPool(t, newProvider, 0)
+	// The pool of a server whose operator trusts the test server (corral serve --egress-allow-internal).
+	trusted, err := sandbox.NewPool(sandbox.PoolConfig{Provider: newProvider(t), WorkspaceRoot: WorkspaceRoot(t),
+		Egress: egressFunc(func(context.Context, *sandbox.Recipe) (*sandbox.Egress, error) {
+			return &sandbox.Egress{AllowInternal: []string{hostPort}}, nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trusted.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := trusted.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
 	withNet := func(c *sandbox.Call, n *apitype.Networking) *sandbox.Call {
 		c.Recipe.Environment = apitype.EnvConfig{Type: apitype.EnvironmentCloud, Networking: n}
 		return c
@@ -29,12 +47,27 @@ func RunNetwork(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	limited := &apitype.Networking{Type: apitype.NetworkingLimited, AllowedHosts: []string{hostPort}}
 
 	t.Run("LimitedAllowed", func(t *testing.T) {
-		if got := mustRun(t, p, withNet(bash("allowed", viaProxy+srv.URL+"/"), limited)); got != "hello-from-host" {
+		if got := mustRun(t, trusted, withNet(bash("allowed", viaProxy+srv.URL+"/"), limited)); got != "hello-from-host" {
 			t.Errorf("plain HTTP through the proxy: %q", got)
 		}
 		// CONNECT tunnel.
-		if got := mustRun(t, p, withNet(bash("allowed", viaProxy+"-p "+srv.URL+"/"), limited)); got != "hello-from-host" {
+		if got := mustRun(t, trusted, withNet(bash("allowed", viaProxy+"-p "+srv.URL+"/"), limited)); got != "hello-from-host" {
 			t.Errorf("CONNECT through the proxy: %q", got)
+		}
+	})
+	t.Run("LimitedExactInternalRefused", func(t *testing.T) {
+		// The same exact entry, by address and by a name that resolves to it, without the operator's trust.
+		_, port, _ := net.SplitHostPort(hostPort)
+		for _, n := range []*apitype.Networking{limited, {Type: apitype.NetworkingLimited, AllowedHosts: []string{"localhost:" + port}}} {
+			u := "http://" + n.AllowedHosts[0] + "/"
+			got := mustFail(t, p, withNet(bash("exact", viaProxy+"-f -w '%{http_code}' "+u), n))
+			if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
+				t.Errorf("exact allowed_hosts entry %s, internal: %q", n.AllowedHosts[0], got)
+			}
+			got = mustFail(t, p, withNet(bash("exact", viaProxy+"-p "+u), n))
+			if strings.Contains(got, "hello-from-host") || !strings.Contains(got, "403") {
+				t.Errorf("exact allowed_hosts entry %s, internal, CONNECT: %q", n.AllowedHosts[0], got)
+			}
 		}
 	})
 	t.Run("LimitedRefused", func(t *testing.T) {
