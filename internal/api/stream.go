@@ -79,7 +79,10 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's write timeout; not every writer can
+	sse := &sseWriter{w: w, rc: rc, timeout: s.writeTimeout, previews: pf, previewCh: previews}
+	// A stream outlives the server's write timeout, but each of its writes, the headers' too, has a deadline
+	// of its own. Not every writer can.
+	_ = rc.SetWriteDeadline(sse.deadline())
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -97,7 +100,6 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		defer t.Stop()
 		poll = t.C
 	}
-	sse := &sseWriter{w: w, rc: rc, timeout: s.writeTimeout, previews: pf, previewCh: previews}
 	page := &streamPager{limit: streamFirstPage}
 	read := true
 	for {
