@@ -20,13 +20,13 @@ import (
 
 // A stream reads the log a page at a time and reads the next page only once the previous one is written, so
 // what a stream holds is its page (and the frame being written): a client that does not read blocks the
-// writes, not the memory. A page is sized in bytes, not only in events: streamBatch is its most events,
-// streamPageBytes the bytes of event data it aims at. The store cannot cap a page by bytes, so the page's event
-// count adapts to the sizes of the events read before it: it starts at streamFirstPage, doubles while pages
-// come back full and small, and shrinks to what fits streamPageBytes after a large one (never below one event).
+// writes, not the memory. A page is capped in bytes, not only in events: streamBatch is its most events, and
+// the store ends it at the event that brings it to streamPageBytes (EventListParams.MaxBytes), so a page holds
+// at most streamPageBytes plus one event. The number of events asked for follows the sizes of the events read
+// before (streamPager), so that a log of large events is not read, and dropped, a page of 500 at a time.
 const (
 	streamBatch     = 500
-	streamFirstPage = 4
+	streamFirstPage = 1
 	streamPageBytes = 256 << 10
 	// streamEventOverhead is counted per event besides its data: ids, type, times, framing.
 	streamEventOverhead = 256
@@ -232,10 +232,7 @@ type streamPager struct {
 
 // read records a page of the log that was read with the current limit, and sizes the next one.
 func (p *streamPager) read(events []apitype.Event) {
-	var size int
-	for i := range events {
-		size += len(events[i].Data) + streamEventOverhead
-	}
+	size := dataSize(events) + len(events)*streamEventOverhead
 	switch {
 	case size > streamPageBytes:
 		p.limit = max(1, p.limit*streamPageBytes/size)
@@ -244,13 +241,22 @@ func (p *streamPager) read(events []apitype.Event) {
 	}
 }
 
+// dataSize is the length of the events' data.
+func dataSize(events []apitype.Event) int {
+	n := 0
+	for i := range events {
+		n += len(events[i].Data)
+	}
+	return n
+}
+
 // streamDrain writes every event after *pos, a page at a time. done means the stream is over: the session was
 // deleted or terminated, or the client went away.
 func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID string, pos *int64, page *streamPager) (done bool, err error) {
 	for {
 		limit := page.limit
 		events, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, AfterSeq: *pos,
-			Limit: limit})
+			Limit: limit, MaxBytes: streamPageBytes})
 		if errors.Is(err, store.ErrNotFound) {
 			now := s.now()
 			_ = sse.event(apitype.Event{ID: apitype.NewID(apitype.PrefixEvent), Type: apitype.EventSessionDeleted,
@@ -266,6 +272,7 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 			return true, nil
 		}
 		page.read(events)
+		last := len(events) < limit && dataSize(events) < streamPageBytes // the end of the log, not of a page
 		for i := range events {
 			ev := events[i]
 			events[i] = apitype.Event{} // what is written need not be held while the rest of the page waits
@@ -277,7 +284,7 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 				return true, nil
 			}
 		}
-		if len(events) < limit {
+		if last {
 			return false, nil
 		}
 	}
@@ -309,16 +316,24 @@ func (s *sseWriter) pendingPreviews() error {
 	}
 }
 
-// event writes "id: <id>\nevent: <type>\ndata: <json>\n\n".
+// event writes "id: <id>\nevent: <type>\ndata: <json>\n\n". The JSON is encoded into the frame itself, not
+// copied into it: an event can be large, and a stream holds what it is writing. encoding/json writes no raw
+// line break (it escapes them in strings and compacts raw messages), so the data is one line.
 func (s *sseWriter) event(ev apitype.Event) error {
-	data, err := json.Marshal(ev)
-	if err != nil {
+	var b bytes.Buffer
+	b.Grow(len(ev.Data) + 512)
+	if ev.ID != "" {
+		b.WriteString("id: " + sseField(ev.ID) + "\n")
+	}
+	b.WriteString("event: " + sseField(ev.Type) + "\ndata: ")
+	if err := json.NewEncoder(&b).Encode(ev); err != nil { // ends the data line
 		return err
 	}
+	b.WriteByte('\n')
 	if s.previews != nil {
 		s.previews.written(&ev)
 	}
-	return s.frame(ev.ID, ev.Type, data)
+	return s.write(b.Bytes())
 }
 
 // preview writes a preview the filter allows as "event: <type>\ndata: <json>\n\n", with no id: it is not a
@@ -363,8 +378,13 @@ func (s *sseWriter) frame(id, typ string, data []byte) error {
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
+	return s.write(b.Bytes())
+}
+
+// write writes one frame under a deadline of its own and flushes it.
+func (s *sseWriter) write(frame []byte) error {
 	_ = s.rc.SetWriteDeadline(s.deadline()) // not every writer can
-	if _, err := s.w.Write(b.Bytes()); err != nil {
+	if _, err := s.w.Write(frame); err != nil {
 		return err
 	}
 	return s.rc.Flush()

@@ -6,14 +6,21 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/store/postgres"
+	"github.com/corralhq/corral/internal/store/postgres/pgtest"
 )
 
 // heapInuse returns runtime.MemStats.HeapInuse after a collection: what the process holds live.
@@ -94,13 +101,32 @@ func settledHeap() uint64 {
 // replay: twenty deaf replays of a 20 MB log must not make the server hold the log twenty times. Not parallel:
 // it measures the process's heap, so it runs before the parallel tests resume.
 func TestStreamDeafClientsBoundedMemory(t *testing.T) {
+	deafStreamsHoldLittle(t, newHarness(t))
+}
+
+// TestStreamDeafClientsBoundedMemoryPostgres is TestStreamDeafClientsBoundedMemory over PostgreSQL.
+func TestStreamDeafClientsBoundedMemoryPostgres(t *testing.T) {
+	st, err := postgres.Open(ctxT(t), pgtest.NewDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewServer(newAPI(t, api.Config{Store: st, Keys: &api.KeyAuth{Static: testKey}}).Handler())
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(srv.URL),
+		option.WithAPIKey(testKey), option.WithMaxRetries(0), option.WithHTTPClient(srv.Client()))
+	deafStreamsHoldLittle(t, &harness{t: t, store: st, srv: srv, client: client})
+}
+
+// deafStreamsHoldLittle opens twenty streams that replay a 20 MiB log and read nothing, and asserts a bound
+// on the heap they make the server hold.
+func deafStreamsHoldLittle(t *testing.T, h *harness) {
 	const (
 		streams   = 20
 		events    = 100
 		eventSize = 200 << 10 // 100 x 200 KiB: a 20 MiB log
 		bound     = streams * 3 << 20
 	)
-	h := newHarness(t)
 	ctx := ctxT(t)
 	agentID, envID := h.seed(ctx)
 	id := h.newSession(ctx, agentID, envID)
@@ -113,8 +139,10 @@ func TestStreamDeafClientsBoundedMemory(t *testing.T) {
 	}
 	after := settledHeap()
 	growth := int64(after) - int64(before)
-	t.Logf("log %d MiB, %d deaf streams: heap in use %d MiB before, %d MiB after, growth %d MiB (%.1f MiB per stream)",
-		events*eventSize>>20, streams, before>>20, after>>20, growth>>20, float64(growth)/streams/(1<<20))
+	const mib = 1 << 20
+	t.Logf("log %.1f MiB, %d deaf streams: heap in use %.1f MiB before, %.1f MiB after, growth %.1f MiB (%.2f MiB per stream)",
+		float64(events*eventSize)/mib, streams, float64(before)/mib, float64(after)/mib, float64(growth)/mib,
+		float64(growth)/streams/mib)
 	// Every stream was served (a refused stream would hold nothing and prove nothing).
 	for i, c := range conns {
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
