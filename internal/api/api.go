@@ -73,7 +73,8 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Server serves the API. It holds no state besides the rate limiter; every request goes to the store.
+// Server serves the API. It holds no state besides the rate limiter and the count of open event streams;
+// every request goes to the store.
 type Server struct {
 	store     store.Store
 	log       *slog.Logger
