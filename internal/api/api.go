@@ -22,9 +22,12 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultMaxBodyBytes      = 8 << 20
-	DefaultHeartbeatInterval = 15 * time.Second
-	DefaultPollInterval      = time.Second
+	DefaultMaxBodyBytes       = 8 << 20
+	DefaultHeartbeatInterval  = 15 * time.Second
+	DefaultPollInterval       = time.Second
+	DefaultMaxStreams         = 4096
+	DefaultMaxStreamsPerKey   = 2048
+	DefaultStreamWriteTimeout = time.Minute
 )
 
 // Config configures the API server.
@@ -42,6 +45,14 @@ type Config struct {
 	// PollInterval is how often SSE streams re-read the log when the store cannot notify across processes.
 	// Default 1s.
 	PollInterval time.Duration
+	// MaxStreams caps the event streams open at once on the server, MaxStreamsPerKey those of one API key;
+	// beyond either a stream request is answered 429. Each stream holds a bounded number of bytes (see
+	// streamPageBytes), so these bound the memory all streams hold together. Defaults DefaultMaxStreams and
+	// DefaultMaxStreamsPerKey.
+	MaxStreams, MaxStreamsPerKey int
+	// StreamWriteTimeout bounds each write to an event stream: a client that reads nothing for that long is
+	// disconnected, and resumes with Last-Event-ID. Default DefaultStreamWriteTimeout.
+	StreamWriteTimeout time.Duration
 	// RateLimit is the sustained number of requests per second allowed per API key; 0 disables rate limiting.
 	RateLimit float64
 	// RateBurst is the token bucket size per key. Default max(1, 2*RateLimit).
@@ -55,13 +66,15 @@ func (c *Config) validate() error {
 	if c.Store == nil {
 		return errors.New("api: Config.Store is required")
 	}
-	if c.MaxBodyBytes < 0 || c.HeartbeatInterval < 0 || c.PollInterval < 0 || c.RateLimit < 0 || c.RateBurst < 0 {
+	if c.MaxBodyBytes < 0 || c.HeartbeatInterval < 0 || c.PollInterval < 0 || c.RateLimit < 0 || c.RateBurst < 0 ||
+		c.MaxStreams < 0 || c.MaxStreamsPerKey < 0 || c.StreamWriteTimeout < 0 {
 		return errors.New("api: negative limits in Config")
 	}
 	return nil
 }
 
-// Server serves the API. It holds no state besides the rate limiter; every request goes to the store.
+// Server serves the API. It holds no state besides the rate limiter and the count of open event streams;
+// every request goes to the store.
 type Server struct {
 	store     store.Store
 	log       *slog.Logger
@@ -70,8 +83,11 @@ type Server struct {
 	heartbeat time.Duration
 	poll      time.Duration
 	limiter   *rateLimiter
-	sealer    Sealer
-	mux       *http.ServeMux
+	streams   *streamSlots
+	// writeTimeout bounds each write to an event stream.
+	writeTimeout time.Duration
+	sealer       Sealer
+	mux          *http.ServeMux
 	// now is the clock; tests may replace it.
 	now func() time.Time
 }
@@ -90,6 +106,9 @@ func New(cfg Config) (*Server, error) {
 		poll:      cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		now:       apitype.Now,
 		sealer:    cfg.Sealer,
+		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
+			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),
+		writeTimeout: cmp.Or(cfg.StreamWriteTimeout, DefaultStreamWriteTimeout),
 	}
 	if s.keys == nil {
 		s.keys = &KeyAuth{Store: cfg.Store}
@@ -153,7 +172,10 @@ func (s *Server) routes() {
 
 type ctxKey int
 
-const requestIDKey ctxKey = iota
+const (
+	requestIDKey ctxKey = iota
+	keyIDKey            // the id of the request's API key, set by authed
+)
 
 // requestID returns the id the request was given by serveHTTP.
 func requestID(ctx context.Context) string {
@@ -219,10 +241,12 @@ func (s *Server) public(h handlerFunc) http.Handler {
 // authed serves an endpoint after authenticating the caller, rate limiting it and capping the body size.
 func (s *Server) authed(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := s.admit(w, r); err != nil {
+		key, err := s.admit(w, r)
+		if err != nil {
 			s.serveErr(w, r, err)
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), keyIDKey, key))
 		if r.ContentLength > s.maxBody {
 			s.serveErr(w, r, errTooLarge(s.maxBody))
 			return
@@ -234,26 +258,32 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 	})
 }
 
-// admit authenticates the request and applies the rate limit.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request) error {
+// admit authenticates the request, applies the rate limit and returns the key's id.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (string, error) {
 	key := presentedKey(r)
 	if key == "" {
-		return &apiError{status: http.StatusUnauthorized, typ: apitype.ErrAuthentication,
+		return "", &apiError{status: http.StatusUnauthorized, typ: apitype.ErrAuthentication,
 			msg: "missing API key: send Authorization: Bearer <key> or x-api-key: <key>"}
 	}
 	keyID, err := s.keys.Authenticate(r.Context(), key)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if s.limiter != nil {
 		if wait, ok := s.limiter.allow(keyID, time.Now()); !ok {
 			secs := int(wait/time.Second) + 1
 			w.Header().Set("retry-after", fmt.Sprint(secs))
-			return &apiError{status: http.StatusTooManyRequests, typ: apitype.ErrRateLimit,
+			return "", &apiError{status: http.StatusTooManyRequests, typ: apitype.ErrRateLimit,
 				msg: fmt.Sprintf("rate limit exceeded; retry in %d s", secs)}
 		}
 	}
-	return nil
+	return keyID, nil
+}
+
+// keyID returns the id of the API key the request was authenticated with ("" on public endpoints).
+func keyID(ctx context.Context) string {
+	id, _ := ctx.Value(keyIDKey).(string)
+	return id
 }
 
 // trackingWriter remembers whether a response was started, so a recovered panic does not write twice. It

@@ -252,4 +252,10 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	if _, err := api.New(api.Config{Store: h.store, MaxBodyBytes: -1}); err == nil {
 		t.Error("api.New with a negative MaxBodyBytes succeeded")
 	}
+	for _, cfg := range []api.Config{{MaxStreams: -1}, {MaxStreamsPerKey: -1}, {StreamWriteTimeout: -time.Second}} {
+		cfg.Store = h.store
+		if _, err := api.New(cfg); err == nil {
+			t.Errorf("api.New with %+v succeeded", cfg)
+		}
+	}
 }

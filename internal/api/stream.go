@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,18 +11,32 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
 )
 
-// streamBatch is how many events the stream reads from the log at a time.
-const streamBatch = 500
+// A stream reads the log a page at a time and reads the next page only once the previous one is written, so
+// what a stream holds is its page (and the frame being written): a client that does not read blocks the
+// writes, not the memory. A page is capped in bytes, not only in events: streamBatch is its most events, and
+// the store ends it at the event that brings it to streamPageBytes (EventListParams.MaxBytes), so a page holds
+// at most streamPageBytes plus one event. The number of events asked for follows the sizes of the events read
+// before (streamPager), so that a log of large events is not read, and dropped, a page of 500 at a time.
+const (
+	streamBatch     = 500
+	streamFirstPage = 1
+	streamPageBytes = 256 << 10
+	// streamEventOverhead is counted per event besides its data: ids, type, times, framing.
+	streamEventOverhead = 256
+)
 
-// sseWriteTimeout bounds each write to a stream. A stream has no overall write deadline, so without this a
-// client that stays connected but stops reading would hold its handler, and its subscription, forever.
-const sseWriteTimeout = time.Minute
+// sseWriteTimeout is the default bound on each write to a stream (Config.StreamWriteTimeout). A stream has no
+// overall write deadline, so without this a client that stays connected but stops reading would hold its
+// handler, and its subscription, forever; with it, a client that falls that far behind is disconnected and
+// resumes with Last-Event-ID.
+const sseWriteTimeout = DefaultStreamWriteTimeout
 
 // eventStream serves GET /v1/sessions/{id}/events/stream: Server-Sent Events read from the log.
 //
@@ -44,6 +59,12 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.store.SessionGet(ctx, id); err != nil {
 		return lookup(err, "session", id)
 	}
+	release, err := s.streams.acquire(keyID(ctx))
+	if err != nil {
+		w.Header().Set("retry-after", "1")
+		return err
+	}
+	defer release()
 	var previews <-chan []byte
 	if pf != nil {
 		ch, stop := s.store.PreviewSubscribe(id)
@@ -58,7 +79,10 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's write timeout; not every writer can
+	sse := &sseWriter{w: w, rc: rc, timeout: s.writeTimeout, previews: pf, previewCh: previews}
+	// A stream outlives the server's write timeout, but each of its writes, the headers' too, has a deadline
+	// of its own. Not every writer can.
+	_ = rc.SetWriteDeadline(sse.deadline())
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -76,11 +100,11 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		defer t.Stop()
 		poll = t.C
 	}
-	sse := &sseWriter{w: w, rc: rc, previews: pf, previewCh: previews}
+	page := &streamPager{limit: streamFirstPage}
 	read := true
 	for {
 		if read {
-			done, err := s.streamDrain(ctx, sse, id, &pos)
+			done, err := s.streamDrain(ctx, sse, id, &pos, page)
 			if done || err != nil {
 				if err != nil && ctx.Err() == nil {
 					s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session_id", id, "err", err)
@@ -201,12 +225,38 @@ func (s *Server) streamStart(ctx context.Context, sessionID, lastEventID string)
 	return tail[0].Seq, nil
 }
 
-// streamDrain writes every event after *pos. done means the stream is over: the session was deleted or
-// terminated, or the client went away.
-func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID string, pos *int64) (done bool, err error) {
+// streamPager sizes a stream's pages of the log by the bytes of the events it has read (see streamPageBytes).
+type streamPager struct {
+	limit int // events to ask for in the next page
+}
+
+// read records a page of the log that was read with the current limit, and sizes the next one.
+func (p *streamPager) read(events []apitype.Event) {
+	size := dataSize(events) + len(events)*streamEventOverhead
+	switch {
+	case size > streamPageBytes:
+		p.limit = max(1, p.limit*streamPageBytes/size)
+	case len(events) == p.limit && size <= streamPageBytes/2:
+		p.limit = min(streamBatch, 2*p.limit)
+	}
+}
+
+// dataSize is the length of the events' data.
+func dataSize(events []apitype.Event) int {
+	n := 0
+	for i := range events {
+		n += len(events[i].Data)
+	}
+	return n
+}
+
+// streamDrain writes every event after *pos, a page at a time. done means the stream is over: the session was
+// deleted or terminated, or the client went away.
+func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID string, pos *int64, page *streamPager) (done bool, err error) {
 	for {
+		limit := page.limit
 		events, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, AfterSeq: *pos,
-			Limit: streamBatch})
+			Limit: limit, MaxBytes: streamPageBytes})
 		if errors.Is(err, store.ErrNotFound) {
 			now := s.now()
 			_ = sse.event(apitype.Event{ID: apitype.NewID(apitype.PrefixEvent), Type: apitype.EventSessionDeleted,
@@ -221,7 +271,11 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 		if sse.pendingPreviews() != nil {
 			return true, nil
 		}
-		for _, ev := range events {
+		page.read(events)
+		last := len(events) < limit && dataSize(events) < streamPageBytes // the end of the log, not of a page
+		for i := range events {
+			ev := events[i]
+			events[i] = apitype.Event{} // what is written need not be held while the rest of the page waits
 			if err := sse.event(ev); err != nil {
 				return true, nil
 			}
@@ -230,7 +284,7 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 				return true, nil
 			}
 		}
-		if len(events) < streamBatch {
+		if last {
 			return false, nil
 		}
 	}
@@ -240,6 +294,8 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 type sseWriter struct {
 	w  io.Writer
 	rc *http.ResponseController
+	// timeout bounds each write; zero means sseWriteTimeout.
+	timeout time.Duration
 	// previews, if set, filters the previews the stream writes and follows the events it writes; previewCh
 	// is the stream's subscription.
 	previews  *previewFilter
@@ -260,16 +316,24 @@ func (s *sseWriter) pendingPreviews() error {
 	}
 }
 
-// event writes "id: <id>\nevent: <type>\ndata: <json>\n\n".
+// event writes "id: <id>\nevent: <type>\ndata: <json>\n\n". The JSON is encoded into the frame itself, not
+// copied into it: an event can be large, and a stream holds what it is writing. encoding/json writes no raw
+// line break (it escapes them in strings and compacts raw messages), so the data is one line.
 func (s *sseWriter) event(ev apitype.Event) error {
-	data, err := json.Marshal(ev)
-	if err != nil {
+	var b bytes.Buffer
+	b.Grow(len(ev.Data) + 512)
+	if ev.ID != "" {
+		b.WriteString("id: " + sseField(ev.ID) + "\n")
+	}
+	b.WriteString("event: " + sseField(ev.Type) + "\ndata: ")
+	if err := json.NewEncoder(&b).Encode(ev); err != nil { // ends the data line
 		return err
 	}
+	b.WriteByte('\n')
 	if s.previews != nil {
 		s.previews.written(&ev)
 	}
-	return s.frame(ev.ID, ev.Type, data)
+	return s.write(b.Bytes())
 }
 
 // preview writes a preview the filter allows as "event: <type>\ndata: <json>\n\n", with no id: it is not a
@@ -289,7 +353,7 @@ func (s *sseWriter) error(env apitype.ErrorEnvelope) {
 
 // comment writes ": text\n\n", which clients ignore; it keeps proxies and idle timeouts at bay.
 func (s *sseWriter) comment(text string) error {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)) // not every writer can
+	_ = s.rc.SetWriteDeadline(s.deadline()) // not every writer can
 	if _, err := io.WriteString(s.w, ": "+text+"\n\n"); err != nil {
 		return err
 	}
@@ -298,6 +362,7 @@ func (s *sseWriter) comment(text string) error {
 
 func (s *sseWriter) frame(id, typ string, data []byte) error {
 	var b bytes.Buffer
+	b.Grow(len(id) + len(typ) + len(data) + 64) // one allocation of the frame's size, not doublings past it
 	if id != "" {
 		b.WriteString("id: " + sseField(id) + "\n")
 	}
@@ -313,11 +378,67 @@ func (s *sseWriter) frame(id, typ string, data []byte) error {
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
-	_ = s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)) // not every writer can
-	if _, err := s.w.Write(b.Bytes()); err != nil {
+	return s.write(b.Bytes())
+}
+
+// write writes one frame under a deadline of its own and flushes it.
+func (s *sseWriter) write(frame []byte) error {
+	_ = s.rc.SetWriteDeadline(s.deadline()) // not every writer can
+	if _, err := s.w.Write(frame); err != nil {
 		return err
 	}
 	return s.rc.Flush()
+}
+
+// deadline is the write deadline of a write starting now.
+func (s *sseWriter) deadline() time.Time {
+	return time.Now().Add(cmp.Or(s.timeout, sseWriteTimeout))
+}
+
+// streamSlots counts the open event streams, overall and per API key, and refuses those beyond the caps.
+type streamSlots struct {
+	max, perKey int
+	mu          sync.Mutex
+	total       int
+	keys        map[string]int
+}
+
+func newStreamSlots(max, perKey int) *streamSlots {
+	return &streamSlots{max: max, perKey: perKey, keys: map[string]int{}}
+}
+
+// acquire takes a slot for a stream of the key, or returns a 429 error; release gives it back.
+func (l *streamSlots) acquire(key string) (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.total >= l.max:
+		return nil, &apiError{status: http.StatusTooManyRequests, typ: apitype.ErrRateLimit,
+			msg: fmt.Sprintf("too many event streams open on this server (%d); retry later", l.max)}
+	case l.keys[key] >= l.perKey:
+		return nil, &apiError{status: http.StatusTooManyRequests, typ: apitype.ErrRateLimit,
+			msg: fmt.Sprintf("too many event streams open with this API key (%d); close one or retry later", l.perKey)}
+	}
+	l.total++
+	l.keys[key]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.total--
+			if l.keys[key]--; l.keys[key] == 0 {
+				delete(l.keys, key)
+			}
+		})
+	}, nil
+}
+
+// open returns the number of open streams.
+func (l *streamSlots) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
 }
 
 // sseField strips line breaks from a header-like SSE field.

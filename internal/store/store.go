@@ -276,6 +276,10 @@ type EventListParams struct {
 	CreatedAfter, CreatedFrom, CreatedBefore, CreatedTo *time.Time
 	Desc                                                bool // newest first: with BeforeSeq, "the Limit events before BeforeSeq"
 	Limit                                               int  // required, > 0
+	// MaxBytes, if > 0, also ends the page at the first event that brings the length of its events' Data to
+	// MaxBytes or more, so a page holds at least one event: a reader bounds the bytes it holds, not only the
+	// number of events.
+	MaxBytes int
 }
 
 // EventMarkProcessedParams marks client events processed.

@@ -239,6 +239,9 @@ func (s *Store) notifyLocal(sessionID string, runnable bool) {
 	}
 }
 
+// errPageFull stops EventList's scan at EventListParams.MaxBytes.
+var errPageFull = errors.New("page full")
+
 // eventColumns are the columns of an event, in the order EventList and EventGet scan them.
 const eventColumns = `seq, id, type, created_at, processed_at, data`
 
@@ -260,6 +263,7 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 		ev   apitype.Event
 		data []byte // scanned as bytes, a fresh copy per row: json.RawMessage would be re-validated
 	)
+	size := 0
 	_, err = pgx.ForEachRow(rows, []any{&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &data}, func() error {
 		e := ev
 		e.SessionID = p.SessionID
@@ -267,8 +271,14 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 		e.ProcessedAt = utc(e.ProcessedAt)
 		e.Data = data
 		out = append(out, e)
+		if size += len(data); p.MaxBytes > 0 && size >= p.MaxBytes {
+			return errPageFull // the rows after it are discarded, not kept
+		}
 		return nil
 	})
+	if errors.Is(err, errPageFull) {
+		err = nil
+	}
 	if err != nil {
 		return nil, s.dbErr("event list", err)
 	}

@@ -214,7 +214,7 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 	if p.BeforeSeq == 0 && !p.Desc &&
 		p.CreatedAfter == nil && p.CreatedFrom == nil && p.CreatedBefore == nil && p.CreatedTo == nil {
 		// Following a session: what was just appended is in memory.
-		if events, ok := s.recent.after(p.SessionID, p.AfterSeq, p.Types, p.Limit); ok {
+		if events, ok := s.recent.after(p.SessionID, p.AfterSeq, p.Types, p.Limit, p.MaxBytes); ok {
 			return events, nil
 		}
 	}
@@ -251,7 +251,7 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 	if err != nil {
 		return nil, s.readErr("list events of "+p.SessionID, err)
 	}
-	events, err := scanEvents(rows, p.SessionID)
+	events, err := scanEvents(rows, p.SessionID, p.MaxBytes)
 	if err != nil {
 		return nil, s.readErr("list events of "+p.SessionID, err)
 	}
@@ -275,7 +275,7 @@ func (s *Store) EventGet(ctx context.Context, sessionID, eventID string) (*apity
 	if err != nil {
 		return nil, s.readErr("get event "+eventID, err)
 	}
-	events, err := scanEvents(rows, sessionID)
+	events, err := scanEvents(rows, sessionID, 0)
 	if err != nil {
 		return nil, s.readErr("get event "+eventID, err)
 	}
@@ -287,10 +287,13 @@ func (s *Store) EventGet(ctx context.Context, sessionID, eventID string) (*apity
 
 const eventColumns = `seq, id, type, created_at, processed_at, data`
 
-func scanEvents(rows *sql.Rows, sessionID string) ([]apitype.Event, error) {
+// scanEvents reads the events of rows, stopping after the one that brings their data to maxBytes if
+// maxBytes > 0.
+func scanEvents(rows *sql.Rows, sessionID string, maxBytes int) ([]apitype.Event, error) {
 	defer rows.Close()
 	events := []apitype.Event{}
-	for rows.Next() {
+	size := 0
+	for (maxBytes <= 0 || size < maxBytes) && rows.Next() {
 		e := apitype.Event{SessionID: sessionID}
 		var created int64
 		var processed sql.NullInt64
@@ -302,6 +305,7 @@ func scanEvents(rows *sql.Rows, sessionID string) ([]apitype.Event, error) {
 		e.ProcessedAt = timePtr(processed)
 		e.Data = data
 		events = append(events, e)
+		size += len(data)
 	}
 	return events, rows.Err()
 }

@@ -104,9 +104,10 @@ func (c *recent) forget(sessionID string) {
 	}
 }
 
-// after returns up to limit events of the session after seq, oldest first, of the given types if any, when
+// after returns up to limit events of the session after seq, oldest first, of the given types if any, and
+// ending at the event that brings their data to maxBytes if maxBytes > 0 (see store.EventListParams), when
 // the ring covers every event after seq: ok is false when the database must answer.
-func (c *recent) after(sessionID string, seq int64, types []string, limit int) (events []apitype.Event, ok bool) {
+func (c *recent) after(sessionID string, seq int64, types []string, limit, maxBytes int) (events []apitype.Event, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.rings[sessionID]
@@ -117,12 +118,14 @@ func (c *recent) after(sessionID string, seq int64, types []string, limit int) (
 	if seq < first-1 || seq > last {
 		return nil, false
 	}
+	size := 0
 	for _, e := range r.events[seq+1-first:] {
-		if len(events) == limit {
+		if len(events) == limit || maxBytes > 0 && size >= maxBytes {
 			break
 		}
 		if len(types) == 0 || slices.Contains(types, e.Type) {
 			events = append(events, e)
+			size += len(e.Data)
 		}
 	}
 	return events, true

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -250,6 +251,41 @@ func logWithTypes(t testing.TB, s store.Store, sessionID string) {
 	}
 	appendEvents(t, s, sessionID, batch[:20]...)
 	appendEvents(t, s, sessionID, batch[20:]...)
+}
+
+// EventListParams.MaxBytes ends a page at the event that brings its data to MaxBytes, and a page holds at
+// least one event, whichever path answers (the log's recent tail, the database), in either order.
+func testEventListMaxBytes(t *testing.T, h Harness) {
+	s := h.open(t)
+	sess := createSession(t, s)
+	var batch []apitype.NewEvent
+	for i := range 10 {
+		batch = append(batch, agentMessage(strings.Repeat(strconv.Itoa(i), 1000+100*i)))
+	}
+	appendEvents(t, s, sess.ID, batch...)
+	all := allEvents(t, s, sess.ID)
+	size := func(seq int64) int { return len(all[seq-1].Data) }
+	for _, tc := range []struct {
+		name string
+		p    store.EventListParams
+		want []int64
+	}{
+		{"one byte: one event", store.EventListParams{MaxBytes: 1, Limit: 100}, seqRange(1, 1)},
+		{"just over two events", store.EventListParams{MaxBytes: size(1) + size(2) + 1, Limit: 100}, seqRange(1, 3)},
+		{"exactly two events", store.EventListParams{MaxBytes: size(1) + size(2), Limit: 100}, seqRange(1, 2)},
+		{"after seq", store.EventListParams{AfterSeq: 4, MaxBytes: size(5) + 1, Limit: 100}, seqRange(5, 6)},
+		{"limit first", store.EventListParams{MaxBytes: 1 << 20, Limit: 4}, seqRange(1, 4)},
+		{"all", store.EventListParams{MaxBytes: 1 << 20, Limit: 100}, seqRange(1, 10)},
+		{"desc", store.EventListParams{Desc: true, MaxBytes: size(10) + 1, Limit: 100}, seqRange(10, 9)},
+		{"types", store.EventListParams{Types: []string{apitype.EventAgentMessage}, AfterSeq: 7, MaxBytes: 1,
+			Limit: 100}, seqRange(8, 8)},
+	} {
+		p := tc.p
+		p.SessionID = sess.ID
+		got, err := s.EventList(ctxBg, &p)
+		must(t, err, tc.name)
+		equalSeqs(t, got, tc.want, tc.name)
+	}
 }
 
 func testEventListSlices(t *testing.T, h Harness) {

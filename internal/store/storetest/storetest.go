@@ -64,6 +64,7 @@ func Run(t *testing.T, h Harness) {
 		{"EventMarkProcessed", testEventMarkProcessed},
 		{"EventAppendMarkProcessed", testEventAppendMarkProcessed},
 		{"EventListSlices", testEventListSlices},
+		{"EventListMaxBytes", testEventListMaxBytes},
 		{"EventListTimeFilters", testEventListTimeFilters},
 		{"ConcurrentAppendsOneSession", testConcurrentAppendsOneSession},
 		{"ConcurrentAppendsManySessions", testConcurrentAppendsManySessions},
