@@ -127,19 +127,25 @@ func TestArchiveMidTurnStopsTheTurn(t *testing.T) {
 	defer close(hold)
 	f.srv.Script(modeltest.Turn{Text: "A long answer that never finishes", Hold: hold},
 		modeltest.Turn{Text: "I should never be asked."})
-	w := f.startWatched()
+	w := &releaseWatch{Store: f.store, released: make(chan string, 100)}
+	cfg := f.config()
+	cfg.Store, cfg.PreviewInterval = w, 5*time.Millisecond
+	f.start(cfg)
 	id := f.session()
+	ch, unsubscribe := f.store.PreviewSubscribe(id)
+	defer unsubscribe()
 	f.say(id, "tell me everything")
-	f.waitRequests(1)
+	waitTextPreview(t, ch)
 	f.archive(id, true)
 	evs := f.waitFor(id, "the call's span closed", func(evs []apitype.Event) bool { return evs[len(evs)-1].Type == end })
-	assertTypes(t, evs, userMsg, running, start, terminated, end)
-	if span := decode[apitype.SpanModelRequestEnd](t, evs[4]); !span.IsError {
+	// What the model said before the archive is recorded, as after an interrupt.
+	assertTypes(t, evs, userMsg, running, start, terminated, agentMsg, end)
+	if span := decode[apitype.SpanModelRequestEnd](t, evs[5]); !span.IsError {
 		t.Errorf("span end = %+v, want is_error", span)
 	}
 	w.waitHandled(t, id)
 	time.Sleep(50 * time.Millisecond) // nothing more may come
-	assertTypes(t, f.events(id), userMsg, running, start, terminated, end)
+	assertTypes(t, f.events(id), userMsg, running, start, terminated, agentMsg, end)
 	if n := len(f.srv.Requests()); n != 1 {
 		t.Errorf("%d model requests, want 1", n)
 	}
