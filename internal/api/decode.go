@@ -222,8 +222,21 @@ func patchMetadata(p string, cur map[string]string, patch map[string]*string) (m
 	return out, nil
 }
 
-// checkString validates a required or optional string's length in characters.
+// checkString validates a required or optional string's length in characters, and refuses NUL characters: a
+// name, an id or a setting with one would be cut short by whatever reads it later (a C string, a path, a log).
 func checkString(p, v string, required bool, maxLen int) error {
+	if err := checkText(p, v, required, maxLen); err != nil {
+		return err
+	}
+	if strings.IndexByte(v, 0) >= 0 {
+		return invalid(p, "must not contain NUL characters")
+	}
+	return nil
+}
+
+// checkText validates a required or optional string's length in characters. It is for content (message text,
+// tool output), which may hold any character.
+func checkText(p, v string, required bool, maxLen int) error {
 	if v == "" {
 		if required {
 			return invalid(p, "required")

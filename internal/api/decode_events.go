@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -197,7 +198,7 @@ func decodeToolConfirmation(p string, raw json.RawMessage) (any, eventRef, error
 		if in.Result != apitype.ConfirmDeny {
 			return nil, eventRef{}, invalid(path(p, "deny_message"), `only allowed with result "deny"`)
 		}
-		if err := checkString(path(p, "deny_message"), *in.DenyMessage, false, 10_000); err != nil {
+		if err := checkText(path(p, "deny_message"), *in.DenyMessage, false, 10_000); err != nil {
 			return nil, eventRef{}, err
 		}
 		out.DenyMessage = *in.DenyMessage
@@ -304,7 +305,7 @@ func decodeDefineOutcome(p string, raw json.RawMessage) (any, eventRef, error) {
 		if rubric.FileID != "" {
 			return nil, eventRef{}, invalid(path(rp, "file_id"), "not allowed with a text rubric")
 		}
-		if err := checkString(path(rp, "content"), rubric.Content, true, maxRubricLen); err != nil {
+		if err := checkText(path(rp, "content"), rubric.Content, true, maxRubricLen); err != nil {
 			return nil, eventRef{}, err
 		}
 	case "file":
@@ -359,7 +360,7 @@ func parseBlock(p string, raw json.RawMessage, allowed []string) (apitype.Conten
 		if err := strictUnmarshal(p, raw, &in); err != nil {
 			return b, err
 		}
-		if err := checkString(path(p, "text"), in.Text, true, maxTextLen); err != nil {
+		if err := checkText(path(p, "text"), in.Text, true, maxTextLen); err != nil {
 			return b, err
 		}
 		b.Text = in.Text
@@ -449,6 +450,9 @@ func parseSource(p string, raw json.RawMessage, document bool) (json.RawMessage,
 		}
 		if in.Data == "" {
 			return nil, invalid(path(p, "data"), "required")
+		}
+		if _, err := base64.StdEncoding.DecodeString(in.Data); err != nil {
+			return nil, invalid(path(p, "data"), "not valid base64")
 		}
 	case "text":
 		if !document {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -278,6 +279,9 @@ func (s *Server) envCreate(w http.ResponseWriter, r *http.Request) error {
 	e.ID = apitype.NewID(apitype.PrefixEnvironment)
 	e.CreatedAt, e.UpdatedAt = now, now
 	if err := s.store.EnvironmentCreate(r.Context(), e); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nameTaken(e.Name)
+		}
 		return err
 	}
 	return writeJSON(w, http.StatusOK, viewEnvironment(e))
@@ -346,10 +350,19 @@ func (s *Server) envUpdate(w http.ResponseWriter, r *http.Request) error {
 		e.UpdatedAt = now
 		return nil
 	})
+	if errors.Is(err, store.ErrConflict) {
+		return nameTaken(req.Name.Value)
+	}
 	if err != nil {
 		return lookup(err, "environment", id)
 	}
 	return writeJSON(w, http.StatusOK, viewEnvironment(e))
+}
+
+// nameTaken is the 409 of an environment create or rename whose name another environment that is not archived
+// has: names are unique.
+func nameTaken(name string) error {
+	return conflict("name: an environment named %q already exists", name)
 }
 
 func (s *Server) envList(w http.ResponseWriter, r *http.Request) error {

@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -139,4 +140,37 @@ func errorCode(t *testing.T, aerr *anthropic.Error) string {
 	decodeRaw(t, aerr.RawJSON(), &env)
 	code, _ := env.Error.Details["error_code"].(string)
 	return code
+}
+
+// TestEnvironmentNamesUnique: a second environment with a name in use, or a rename to one, is a 409
+// conflict_error naming the field, which clients must not retry; archiving an environment frees its name.
+func TestEnvironmentNamesUnique(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	first, err := h.client.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, hdr, body := h.do("POST", "/v1/environments", `{"name":"prod"}`)
+	var env envelope
+	decodeRaw(t, string(body), &env)
+	if status != http.StatusConflict || env.Error.Type != apitype.ErrConflict || env.Error.Message != `name: an environment named "prod" already exists` ||
+		hdr.Get("x-should-retry") != "false" {
+		t.Fatalf("duplicate create: %d %s %s", status, hdr, body)
+	}
+	other, err := h.client.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: "staging"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.client.Beta.Environments.Update(ctx, other.ID, anthropic.BetaEnvironmentUpdateParams{Name: anthropic.String("prod")})
+	if aerr := wantAPIError(t, err, http.StatusConflict, apitype.ErrConflict); !strings.Contains(aerr.Message, "name:") {
+		t.Errorf("rename conflict message %q does not name the field", aerr.Message)
+	}
+	if _, err := h.client.Beta.Environments.Archive(ctx, first.ID, anthropic.BetaEnvironmentArchiveParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Beta.Environments.Update(ctx, other.ID, anthropic.BetaEnvironmentUpdateParams{Name: anthropic.String("prod")}); err != nil {
+		t.Fatalf("rename to the archived environment's name: %v", err)
+	}
 }

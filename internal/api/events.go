@@ -69,6 +69,9 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return lookup(err, "session", id)
 	}
+	if sess.ArchivedAt != nil {
+		return invalid("", "session %s is archived and accepts no more events", id)
+	}
 	if sess.Status == apitype.StatusTerminated {
 		return invalid("", "session %s is terminated and accepts no more events", id)
 	}

@@ -273,6 +273,10 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		}
 		initial = append(initial, ce.ev)
 	}
+	if len(initial) > 0 {
+		// Initial events start the first turn at once: the session is running from its creation.
+		sess.Status = apitype.StatusRunning
+	}
 
 	a, err := s.store.AgentGet(r.Context(), &store.AgentGetParams{ID: ref.ID, Version: ref.Version})
 	if err != nil {
@@ -509,6 +513,9 @@ func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, biPage[apitype.Session]{Data: data, NextPage: next, PrevPage: prev})
 }
 
+// sessionArchive serves POST /v1/sessions/{id}/archive. Archiving is final: the session accepts no more
+// events, and one not yet terminated terminates (session.status_terminated, status terminated, its duration
+// frozen), which also tells a brain working on it to stop.
 func (s *Server) sessionArchive(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("session_id")
 	now := s.now()
@@ -516,11 +523,26 @@ func (s *Server) sessionArchive(w http.ResponseWriter, r *http.Request) error {
 		if sess.ArchivedAt == nil {
 			sess.ArchivedAt = &now
 			sess.UpdatedAt = now
+			if sess.Status != apitype.StatusTerminated {
+				sess.Stats.DurationSeconds = max(0, now.Sub(sess.CreatedAt).Seconds())
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return lookup(err, "session", id)
+	}
+	// A retried archive whose first attempt failed between the two writes terminates the session here too.
+	if sess.Status != apitype.StatusTerminated {
+		ev, err := apitype.MakeEvent(apitype.EventSessionStatusTerminated, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id,
+			Events: []apitype.NewEvent{ev}, Status: apitype.StatusTerminated}); err != nil {
+			return lookup(err, "session", id)
+		}
+		sess.Status = apitype.StatusTerminated
 	}
 	normalizeSession(sess, s.now())
 	return writeJSON(w, http.StatusOK, sess)

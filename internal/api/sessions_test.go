@@ -42,7 +42,7 @@ func TestSessionCreate(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	if s.Agent.ID != agentID || s.Agent.Version != 1 || s.Agent.Name != "seed agent" || s.EnvironmentID != envID ||
-		s.Title != "first" || s.Metadata["ticket"] != "42" || s.Status != "idle" {
+		s.Title != "first" || s.Metadata["ticket"] != "42" || s.Status != "running" {
 		t.Fatalf("session = %s", s.RawJSON())
 	}
 	if len(s.Agent.Tools) != 1 || s.Agent.Tools[0].Name != "lookup" {
@@ -71,7 +71,7 @@ func TestSessionCreate(t *testing.T) {
 	s2, err := h.client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
 		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agentID)}, EnvironmentID: envID,
 	})
-	if err != nil || s2.Agent.Version != 1 || s2.Title != "" {
+	if err != nil || s2.Agent.Version != 1 || s2.Title != "" || s2.Status != "idle" {
 		t.Fatalf("create by id: %v %s", err, s2.RawJSON())
 	}
 

@@ -201,7 +201,7 @@ func TestSessionsAndEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !apitype.HasPrefix(s.ID, apitype.PrefixSession) || s.Agent.ID != agentID || s.Agent.Version != 1 ||
-		s.EnvironmentID != envID || s.Title == nil || *s.Title != "t" || s.Status != apitype.StatusIdle {
+		s.EnvironmentID != envID || s.Title == nil || *s.Title != "t" || s.Status != apitype.StatusRunning {
 		t.Fatalf("created session = %+v", s)
 	}
 	sent, err := c.EventSend(ctx, s.ID, client.UserMessage("second"), client.UserInterrupt())

@@ -19,8 +19,10 @@ import (
 // errTurnEnded. When the model says the prompt is too long, shrink (if set) gives a compacted request to try
 // once instead.
 //
-// With preview set, each attempt publishes stream previews of the answer while it streams (see previewer); a
-// failed or interrupted attempt publishes nothing more, and its span.model_request_end closes its previews.
+// With preview set (a conversation answer, not a compaction), each attempt publishes stream previews of the
+// answer while it streams (see previewer); a failed or interrupted attempt publishes nothing more, and its
+// span.model_request_end closes its previews. An interrupted attempt appends the text it streamed as an
+// agent.message before that span end: the model said it, and the next request must show it.
 //
 // On success it returns the answer, whose span.model_request_start is still open: the caller closes it together
 // with what it appends.
@@ -33,10 +35,17 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 		startID := start[0].ID
 		ctx, done := r.watchInterrupts()
 		var pv *previewer
+		var said partialText // a conversation answer's text (preview is set only for those)
 		var onDelta func(model.Delta)
+		if preview {
+			onDelta = said.add
+		}
 		if preview && r.b.cfg.PreviewInterval > 0 {
 			pv = r.newPreviewer()
-			onDelta = pv.onDelta
+			onDelta = func(d model.Delta) {
+				said.add(d)
+				pv.onDelta(d)
+			}
 		}
 		callCtx, cancelCall := context.WithTimeoutCause(ctx, r.b.cfg.ModelTimeout, errModelTimeout)
 		resp, err := r.b.cfg.Model.Call(callCtx, req, onDelta)
@@ -50,14 +59,19 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			// A stalled stream: retried like a dropped connection.
 			err = &model.Error{Kind: model.ErrServer, Err: fmt.Errorf("no complete answer within %v", r.b.cfg.ModelTimeout)}
 		}
-		pv.finish(false)
+		ids := pv.finish(false)
 		if r.ctx.Err() != nil {
 			return nil, fmt.Errorf("model call: %w", r.ctx.Err())
 		}
 		failed := spanEnd(startID, true, apitype.SpanUsage{})
 		if interrupted {
-			// No partial message: the interrupt step ends the turn.
-			if _, err := r.append("", nil, failed); err != nil {
+			// What the model said before the interrupt is part of the conversation: the next request shows it
+			// (see transcript), under the id its previews gave it. The interrupt step ends the turn.
+			evs := []apitype.NewEvent{failed}
+			if msg, ok := said.message(ids); ok {
+				evs = []apitype.NewEvent{msg, failed}
+			}
+			if _, err := r.append("", nil, evs...); err != nil {
 				return nil, err
 			}
 			return nil, errInterrupted
@@ -173,4 +187,41 @@ func errorMessage(e *model.Error) string {
 		return fmt.Sprintf("The model provider is rate limiting requests (%v).", e.Err)
 	}
 	return fmt.Sprintf("The model request failed (%v).", e.Err)
+}
+
+// partialText collects the text an answer streams, for a call cut short by an interrupt.
+type partialText struct {
+	first  int // content index of the first text block
+	blocks [][]byte
+	last   int // content index of the last text block
+}
+
+// add records a streamed fragment; it runs on the model call's goroutine.
+func (p *partialText) add(d model.Delta) {
+	if d.Type != model.BlockText || d.Text == "" {
+		return
+	}
+	if len(p.blocks) == 0 {
+		p.first = d.Index
+	}
+	if len(p.blocks) == 0 || p.last != d.Index {
+		p.blocks = append(p.blocks, nil)
+		p.last = d.Index
+	}
+	p.blocks[len(p.blocks)-1] = append(p.blocks[len(p.blocks)-1], d.Text...)
+}
+
+// message is the agent.message of the text streamed so far, named by the previews' id for it (ids, by content
+// index), or false when no text streamed.
+func (p *partialText) message(ids map[int]string) (apitype.NewEvent, bool) {
+	if len(p.blocks) == 0 {
+		return apitype.NewEvent{}, false
+	}
+	content := make([]apitype.ContentBlock, len(p.blocks))
+	for i, b := range p.blocks {
+		content[i] = apitype.TextBlock(string(b))
+	}
+	ev := mustEvent(apitype.EventAgentMessage, apitype.AgentMessage{Content: content})
+	ev.ID = ids[p.first]
+	return ev, true
 }

@@ -587,18 +587,24 @@ func TestInterruptMidStream(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	f.srv.Script(modeltest.Turn{Text: "A long answer that never finishes", Hold: hold})
-	f.start(f.config())
+	cfg := f.config()
+	cfg.PreviewInterval = 5 * time.Millisecond // to know when the answer's first text reached the brain
+	f.start(cfg)
 	id := f.session()
+	ch, unsubscribe := f.store.PreviewSubscribe(id)
+	defer unsubscribe()
 	f.say(id, "tell me everything")
 	f.waitRequests(1)
+	waitTextPreview(t, ch)
 	f.send(id, interrupt, apitype.UserInterrupt{})
 
+	// What the model said before the interrupt is recorded (see TestInterruptedAnswerInNextRequest).
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, interrupt, end, idle)
-	if span := decode[apitype.SpanModelRequestEnd](t, evs[4]); !span.IsError || span.ModelRequestStartID != evs[2].ID {
+	assertTypes(t, evs, userMsg, running, start, interrupt, agentMsg, end, idle)
+	if span := decode[apitype.SpanModelRequestEnd](t, evs[5]); !span.IsError || span.ModelRequestStartID != evs[2].ID {
 		t.Errorf("span end = %+v", span)
 	}
-	assertStop(t, evs[5], apitype.StopEndTurn)
+	assertStop(t, evs[6], apitype.StopEndTurn)
 	f.waitFor(id, "interrupt processed", func(evs []apitype.Event) bool { return evs[3].ProcessedAt != nil })
 }
 

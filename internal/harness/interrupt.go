@@ -42,8 +42,8 @@ var errInterrupted = errors.New("harness: interrupted by the user")
 var errWatchDone = errors.New("harness: operation finished")
 
 // watchInterrupts returns a context for a model call, a tool or a backoff that is cancelled as soon as a
-// user.interrupt arrives, and a function that ends the watch and reports whether it fired. Other client events
-// arriving meanwhile just queue.
+// user.interrupt arrives, or the session terminates (it was archived), and a function that ends the watch and
+// reports whether it fired. Other client events arriving meanwhile just queue.
 func (r *run) watchInterrupts() (context.Context, func() bool) {
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	after := r.seenSeq
@@ -55,9 +55,12 @@ func (r *run) watchInterrupts() (context.Context, func() bool) {
 		defer tick.Stop()
 		for {
 			evs, err := r.b.cfg.Store.EventList(ctx, &store.EventListParams{
-				SessionID: r.sess.ID, AfterSeq: after, Types: []string{apitype.EventUserInterrupt}, Limit: eventPage,
+				SessionID: r.sess.ID, AfterSeq: after, Limit: eventPage,
+				Types: []string{apitype.EventUserInterrupt, apitype.EventSessionStatusTerminated},
 			})
-			if err == nil && slices.ContainsFunc(evs, func(e apitype.Event) bool { return e.ProcessedAt == nil }) {
+			if err == nil && slices.ContainsFunc(evs, func(e apitype.Event) bool {
+				return e.ProcessedAt == nil || e.Type == apitype.EventSessionStatusTerminated
+			}) {
 				cancel(errInterrupted)
 				return
 			}

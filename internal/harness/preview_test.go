@@ -87,8 +87,9 @@ func TestPreviewsMatchEvents(t *testing.T) {
 	}
 }
 
-// TestPreviewsStopAtInterrupt: an interrupted answer publishes nothing after the interrupt, and appends no
-// message; the span end closes what was previewed.
+// TestPreviewsStopAtInterrupt: an interrupted answer publishes nothing after the interrupt; the message it had
+// previewed is appended with what the model said so far (every previewed delta, in order), under the previewed
+// id, and the span end closes it.
 func TestPreviewsStopAtInterrupt(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -115,11 +116,15 @@ func TestPreviewsStopAtInterrupt(t *testing.T) {
 	}
 	f.send(id, interrupt, apitype.UserInterrupt{})
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, interrupt, end, idle)
+	assertTypes(t, evs, userMsg, running, start, interrupt, agentMsg, end, idle)
+	var previewed strings.Builder
 	for len(ch) > 0 {
 		var pv apitype.Preview
 		if err := json.Unmarshal(<-ch, &pv); err != nil || pv.EventID != messageID {
 			t.Fatalf("preview %+v (%v) of another event", pv, err)
+		}
+		if pv.Delta != nil {
+			previewed.WriteString(pv.Delta.Content.Text)
 		}
 	}
 	select {
@@ -127,10 +132,10 @@ func TestPreviewsStopAtInterrupt(t *testing.T) {
 		t.Fatalf("preview %s after the interrupted request ended", p)
 	case <-time.After(100 * time.Millisecond):
 	}
-	for _, e := range evs {
-		if e.ID == messageID {
-			t.Fatalf("the previewed message %s was appended", messageID)
-		}
+	msg := decode[apitype.AgentMessage](t, evs[4])
+	if evs[4].ID != messageID || len(msg.Content) != 1 || !strings.HasPrefix(msg.Content[0].Text, previewed.String()) ||
+		!strings.HasPrefix("A long answer that never finishes", msg.Content[0].Text) {
+		t.Fatalf("partial message %s %+v, want %s holding the previewed %q", evs[4].ID, msg, messageID, previewed.String())
 	}
 }
 

@@ -38,6 +38,9 @@ type state struct {
 	lastSide string
 }
 
+// terminated reports whether the session is over (archived, or ended for good): nothing more runs in it.
+func (s *state) terminated() bool { return s.status == apitype.EventSessionStatusTerminated }
+
 // running reports whether a turn is in progress.
 func (s *state) running() bool {
 	return s.status == apitype.EventSessionStatusRunning || s.status == apitype.EventSessionStatusRescheduled
@@ -77,6 +80,8 @@ func derive(t *tail) (*state, error) {
 		}
 		switch e.Type {
 		case apitype.EventSessionStatusRunning, apitype.EventSessionStatusRescheduled:
+			s.status, s.idle = e.Type, nil
+		case apitype.EventSessionStatusTerminated:
 			s.status, s.idle = e.Type, nil
 		case apitype.EventSessionStatusIdle:
 			var idle apitype.SessionIdle

@@ -17,6 +17,12 @@ func (r *run) step() (bool, error) {
 	}
 	r.seenSeq = r.tail.lastSeq
 
+	// 0. A terminated or archived session runs nothing more, whatever events reached it (one sent just before
+	// the archive, say): they stay unprocessed.
+	if st.terminated() || r.sess.ArchivedAt != nil {
+		return false, nil
+	}
+
 	// 1. An interrupt jumps the queue.
 	if ints := st.unprocessedOf(apitype.EventUserInterrupt); len(ints) > 0 {
 		return true, r.interrupt(st, ints)

@@ -53,7 +53,8 @@ walk:
 	if t.upToSeq > 0 && !slices.ContainsFunc(t.events, isStatus) {
 		last, err := r.b.cfg.Store.EventList(r.ctx, &store.EventListParams{
 			SessionID: r.sess.ID, BeforeSeq: t.upToSeq + 1, Desc: true, Limit: 1,
-			Types: []string{apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled},
+			Types: []string{apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled,
+				apitype.EventSessionStatusTerminated},
 		})
 		if err != nil {
 			return fmt.Errorf("read log: %w", err)
@@ -71,7 +72,8 @@ walk:
 
 func isStatus(e apitype.Event) bool {
 	switch e.Type {
-	case apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled:
+	case apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled,
+		apitype.EventSessionStatusTerminated:
 		return true
 	}
 	return false

@@ -21,7 +21,8 @@ type transcriptTurn struct {
 //
 // A client message is placed where a model call picked it up: after everything the log holds before the first
 // model request that started once it was processed. A message sent while a tool ran thus follows the tool's
-// result, as the model saw it. Unprocessed messages go last: the call being built picks them up.
+// result, as the model saw it. Unprocessed messages go last: the call being built picks them up. A turn the user
+// interrupted ends with an assistant note (interruptedNote).
 func transcript(t *tail) ([]transcriptTurn, error) {
 	var (
 		turns   []transcriptTurn
@@ -72,8 +73,22 @@ func transcript(t *tail) ([]transcriptTurn, error) {
 	if t.summary != "" {
 		add("user", t.upToSeq, model.Block{Type: model.BlockText, Text: summaryPreamble + t.summary})
 	}
+	// A turn the user interrupted ends with an assistant note saying so, after whatever the model said before
+	// it: the model learns that its answer was cut short, and the user's next message does not merge with the
+	// interrupted one.
+	turnRunning := t.priorStatus == apitype.EventSessionStatusRunning || t.priorStatus == apitype.EventSessionStatusRescheduled
+	interrupted := false
 	for _, e := range t.events {
 		switch e.Type {
+		case apitype.EventSessionStatusRunning, apitype.EventSessionStatusRescheduled:
+			turnRunning = true
+		case apitype.EventSessionStatusIdle, apitype.EventSessionStatusTerminated:
+			if interrupted {
+				add("assistant", e.Seq, model.Block{Type: model.BlockText, Text: interruptedNote})
+			}
+			turnRunning, interrupted = false, false
+		case apitype.EventUserInterrupt:
+			interrupted = interrupted || turnRunning
 		case apitype.EventUserMessage, apitype.EventSystemMessage:
 			pending = append(pending, e)
 		case apitype.EventSpanModelRequestStart:
@@ -142,6 +157,9 @@ func transcript(t *tail) ([]transcriptTurn, error) {
 	}
 	return turns, nil
 }
+
+// interruptedNote ends, in the model's context, a turn the user interrupted.
+const interruptedNote = "[The user interrupted this turn here.]"
 
 // summaryPreamble introduces the compaction summary in the first user turn.
 const summaryPreamble = "The earlier part of this conversation was compacted. Summary of it:\n\n"

@@ -144,3 +144,63 @@ func TestResolveTools(t *testing.T) {
 		t.Error("without hands: hasBuiltin")
 	}
 }
+
+// TestTranscriptNotesInterruptedTurns: a turn interrupted while running (including one that began before the tail,
+// after a compaction) ends with the assistant note; an interrupt while idle adds none.
+func TestTranscriptNotesInterruptedTurns(t *testing.T) {
+	describe := func(turns []transcriptTurn) string {
+		var parts []string
+		for _, tt := range turns {
+			var texts []string
+			for _, b := range tt.msg.Content {
+				texts = append(texts, b.Text)
+			}
+			parts = append(parts, tt.msg.Role+": "+strings.Join(texts, " | "))
+		}
+		return strings.Join(parts, "\n")
+	}
+	for _, tc := range []struct {
+		name  string
+		prior string
+		log   []any
+		want  string
+	}{
+		{"interrupted mid-answer", "", []any{
+			apitype.EventUserMessage, text("first"),
+			apitype.EventSessionStatusRunning, struct{}{},
+			apitype.EventSpanModelRequestStart, struct{}{},
+			apitype.EventUserInterrupt, struct{}{},
+			apitype.EventAgentMessage, apitype.AgentMessage{Content: []apitype.ContentBlock{apitype.TextBlock("Partial")}},
+			apitype.EventSpanModelRequestEnd, struct{}{},
+			apitype.EventSessionStatusIdle, struct{}{},
+			apitype.EventUserMessage, text("second"),
+		}, "user: first\nassistant: Partial | " + interruptedNote + "\nuser: second"},
+		{"a turn that began before the tail", apitype.EventSessionStatusRunning, []any{
+			apitype.EventSpanModelRequestStart, struct{}{},
+			apitype.EventUserInterrupt, struct{}{},
+			apitype.EventSpanModelRequestEnd, struct{}{},
+			apitype.EventSessionStatusIdle, struct{}{},
+			apitype.EventUserMessage, text("second"),
+		}, "assistant: " + interruptedNote + "\nuser: second"},
+		{"interrupt while idle", "", []any{
+			apitype.EventUserMessage, text("first"),
+			apitype.EventSessionStatusRunning, struct{}{},
+			apitype.EventSpanModelRequestStart, struct{}{},
+			apitype.EventAgentMessage, apitype.AgentMessage{Content: []apitype.ContentBlock{apitype.TextBlock("Done.")}},
+			apitype.EventSpanModelRequestEnd, struct{}{},
+			apitype.EventSessionStatusIdle, struct{}{},
+			apitype.EventUserInterrupt, struct{}{},
+			apitype.EventUserMessage, text("second"),
+		}, "user: first\nassistant: Done.\nuser: second"},
+	} {
+		tl := logOf(t, tc.log...)
+		tl.priorStatus = tc.prior
+		turns, err := transcript(tl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := describe(turns); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+	}
+}

@@ -218,7 +218,8 @@ type EventAppendParams struct {
 
 	// Wake marks the session runnable (a client event a brain must act on), in the same transaction.
 	Wake bool
-	// Status, if set, becomes the session's status in the same transaction.
+	// Status, if set, becomes the session's status in the same transaction, unless the session is terminated:
+	// terminated is final, and later appends (a brain finishing its last write) leave it so.
 	Status string
 	// Usage, if set, replaces the session's accumulated usage in the same transaction.
 	Usage *apitype.SessionUsage

@@ -21,7 +21,8 @@ func decodeEnvironment(doc []byte, archived *time.Time) (apitype.Environment, er
 	return e, nil
 }
 
-// EnvironmentCreate stores a new environment; ErrConflict if the id exists.
+// EnvironmentCreate stores a new environment; ErrConflict if the id, or the name of an environment that is not
+// archived, exists.
 func (s *Store) EnvironmentCreate(ctx context.Context, e *apitype.Environment) error {
 	if err := s.check(); err != nil {
 		return err
@@ -30,8 +31,8 @@ func (s *Store) EnvironmentCreate(ctx context.Context, e *apitype.Environment) e
 	if err != nil {
 		return fmt.Errorf("environment create: encode: %w", err)
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO environments (id, created_at, archived_at, doc) VALUES ($1, $2, $3, $4)`,
-		e.ID, e.CreatedAt, e.ArchivedAt, doc)
+	_, err = s.pool.Exec(ctx, `INSERT INTO environments (id, created_at, archived_at, name, doc) VALUES ($1, $2, $3, $4, $5)`,
+		e.ID, e.CreatedAt, e.ArchivedAt, e.Name, doc)
 	return s.dbErr("environment create", err)
 }
 
@@ -73,6 +74,7 @@ func (s *Store) EnvironmentUpdate(ctx context.Context, id string,
 		if err != nil {
 			return err
 		}
+		name := e.Name
 		if err := fn(&e); err != nil {
 			return err
 		}
@@ -80,8 +82,11 @@ func (s *Store) EnvironmentUpdate(ctx context.Context, id string,
 		if doc, err = json.Marshal(&e); err != nil {
 			return fmt.Errorf("encode: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE environments SET doc = $2, archived_at = $3 WHERE id = $1`,
-			id, doc, e.ArchivedAt); err != nil {
+		// The name column changes only with the name: an environment that shares a name it had before the
+		// names became unique keeps it.
+		if _, err := tx.Exec(ctx, `UPDATE environments SET doc = $2, archived_at = $3,
+			name = CASE WHEN $4 THEN $5 ELSE name END WHERE id = $1`,
+			id, doc, e.ArchivedAt, e.Name != name, e.Name); err != nil {
 			return err
 		}
 		out = e

@@ -36,7 +36,7 @@ const appendSQL = `WITH r AS (
 		last_seq = s.last_seq + r.n,
 		wake_seq = s.wake_seq + CASE WHEN r.wake THEN 1 ELSE 0 END,
 		woken_at = CASE WHEN r.wake AND s.wake_seq <= s.handled_wake_seq THEN now() ELSE s.woken_at END,
-		status = COALESCE(r.status, s.status),
+		status = CASE WHEN s.status = 'terminated' THEN s.status ELSE COALESCE(r.status, s.status) END,
 		usage = COALESCE(r.usage::json, s.usage),
 		active_seconds = s.active_seconds + r.active,
 		lease_owner = CASE WHEN r.release THEN NULL ELSE s.lease_owner END,

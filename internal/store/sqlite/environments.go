@@ -11,15 +11,16 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// EnvironmentCreate stores a new environment.
+// EnvironmentCreate stores a new environment; ErrConflict if the id, or the name of an environment that is not
+// archived, exists.
 func (s *Store) EnvironmentCreate(ctx context.Context, e *apitype.Environment) error {
 	doc, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("sqlite: create environment %s: %w", e.ID, err)
 	}
 	err = s.write(ctx, func(w *wtx) error {
-		_, err := w.exec(`INSERT INTO environments (id, created_at, archived_at, doc) VALUES (?, ?, ?, ?)`,
-			e.ID, micros(e.CreatedAt), nullMicros(e.ArchivedAt), doc)
+		_, err := w.exec(`INSERT INTO environments (id, created_at, archived_at, name, doc) VALUES (?, ?, ?, ?, ?)`,
+			e.ID, micros(e.CreatedAt), nullMicros(e.ArchivedAt), e.Name, doc)
 		return err
 	}, nil)
 	if isConstraint(err) {
@@ -56,6 +57,7 @@ func (s *Store) EnvironmentUpdate(ctx context.Context, id string,
 		if err != nil {
 			return err
 		}
+		name := e.Name
 		if err := fn(e); err != nil {
 			return err
 		}
@@ -64,10 +66,16 @@ func (s *Store) EnvironmentUpdate(ctx context.Context, id string,
 		if err != nil {
 			return err
 		}
-		_, err = w.exec(`UPDATE environments SET archived_at = ?, doc = ? WHERE id = ?`,
-			nullMicros(e.ArchivedAt), doc, id)
+		// The name column changes only with the name: an environment that shares a name it had before the
+		// names became unique keeps it.
+		_, err = w.exec(`UPDATE environments SET archived_at = ?, doc = ?,
+			name = CASE WHEN ? THEN ? ELSE name END WHERE id = ?`,
+			nullMicros(e.ArchivedAt), doc, e.Name != name, e.Name, id)
 		return err
 	}, nil)
+	if isConstraint(err) {
+		err = store.ErrConflict
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: update environment %s: %w", id, err)
 	}

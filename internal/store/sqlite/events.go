@@ -89,7 +89,7 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, bool, er
 			last_seq = last_seq + ?1,
 			woken_at = CASE WHEN ?2 = 1 AND wake_seq <= handled_wake_seq THEN ?3 ELSE woken_at END,
 			wake_seq = wake_seq + ?2,
-			status = coalesce(?4, status),
+			status = CASE WHEN status = 'terminated' THEN status ELSE coalesce(?4, status) END,
 			usage = coalesce(?5, usage),
 			active_seconds = active_seconds + ?6,
 			lease_owner = CASE WHEN ?10 = 1 THEN NULL ELSE lease_owner END,

@@ -160,6 +160,20 @@ func testEventAppendSessionState(t *testing.T, h Harness) {
 	equal(t, got.Usage.InputTokens, 150, "usage replaced")
 	equal(t, got.Usage.OutputTokens, 0, "usage replaced, not merged")
 	equalSeqs(t, allEvents(t, s, sess.ID), []int64{1, 2}, "a state-only append adds no event")
+
+	// Terminated is final: a later append's status (a brain's last write racing an archive) leaves it.
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{
+		SessionID: sess.ID, Events: []apitype.NewEvent{{Type: apitype.EventSessionStatusTerminated}},
+		Status: apitype.StatusTerminated,
+	})
+	must(t, err, "terminate")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{
+		SessionID: sess.ID, Events: []apitype.NewEvent{{Type: apitype.EventSessionStatusIdle}}, Status: apitype.StatusIdle,
+	})
+	must(t, err, "append after termination")
+	got, err = s.SessionGet(ctxBg, sess.ID)
+	must(t, err, "get session")
+	equal(t, got.Status, apitype.StatusTerminated, "status after termination")
 }
 
 func testEventGet(t *testing.T, h Harness) {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -309,11 +310,58 @@ func testEnvironment(t *testing.T, h Harness) {
 	mustIs(t, s.EnvironmentDelete(ctxBg, e.ID), store.ErrNotFound, "delete again")
 }
 
+// testEnvironmentNames: names are unique among the environments that are not archived, on create and on rename;
+// archiving or deleting an environment frees its name.
+func testEnvironmentNames(t *testing.T, h Harness) {
+	s := h.open(t)
+	prod := newEnvironment(base)
+	prod.Name = "prod"
+	must(t, s.EnvironmentCreate(ctxBg, prod), "create prod")
+	again := newEnvironment(base)
+	again.Name = "prod"
+	mustIs(t, s.EnvironmentCreate(ctxBg, again), store.ErrConflict, "create a second prod")
+	other := newEnvironment(base)
+	other.Name = "staging"
+	must(t, s.EnvironmentCreate(ctxBg, other), "create staging")
+	_, err := s.EnvironmentUpdate(ctxBg, other.ID, func(e *apitype.Environment) error {
+		e.Name = "prod"
+		return nil
+	})
+	mustIs(t, err, store.ErrConflict, "rename staging to prod")
+	got, err := s.EnvironmentGet(ctxBg, other.ID)
+	must(t, err, "get staging")
+	equal(t, got.Name, "staging", "a refused rename stores nothing")
+	_, err = s.EnvironmentUpdate(ctxBg, other.ID, func(e *apitype.Environment) error {
+		e.Metadata = map[string]string{"k": "v"}
+		return nil
+	})
+	must(t, err, "update staging, keeping its name")
+
+	at := base.Add(time.Hour)
+	_, err = s.EnvironmentUpdate(ctxBg, prod.ID, func(e *apitype.Environment) error {
+		e.ArchivedAt = &at
+		return nil
+	})
+	must(t, err, "archive prod")
+	must(t, s.EnvironmentCreate(ctxBg, again), "create prod once the first is archived")
+	_, err = s.EnvironmentUpdate(ctxBg, prod.ID, func(e *apitype.Environment) error {
+		e.Metadata = map[string]string{"k": "v"}
+		return nil
+	})
+	must(t, err, "update the archived prod")
+
+	must(t, s.EnvironmentDelete(ctxBg, again.ID), "delete the second prod")
+	third := newEnvironment(base)
+	third.Name = "prod"
+	must(t, s.EnvironmentCreate(ctxBg, third), "create prod once the second is deleted")
+}
+
 func testEnvironmentList(t *testing.T, h Harness) {
 	s := h.open(t)
 	var ids []string
 	for i := range 4 {
 		e := newEnvironment(base.Add(time.Duration(i) * time.Second))
+		e.Name = fmt.Sprintf("env-%d", i)
 		must(t, s.EnvironmentCreate(ctxBg, e), "create environment")
 		ids = append(ids, e.ID)
 	}

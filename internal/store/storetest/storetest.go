@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"AgentArchive", testAgentArchive},
 		{"AgentList", testAgentList},
 		{"Environment", testEnvironment},
+		{"EnvironmentNames", testEnvironmentNames},
 		{"EnvironmentList", testEnvironmentList},
 		{"SessionCreate", testSessionCreate},
 		{"SessionUpdate", testSessionUpdate},
