@@ -185,6 +185,11 @@ func startShell(cfg Config) (*shell, error) {
 		cmd: cmd, stdin: inW, out: outR,
 		exited: make(chan struct{}), notify: make(chan struct{}, 1), drainDone: make(chan struct{}),
 	}
+	// The shell keeps a copy of the output pipe in a variable of its own (a descriptor of 10 or above, read-only):
+	// exec restores stdout and stderr from it after every command.
+	if _, err := inW.WriteString("exec {__corral_out}>&1; readonly __corral_out\n"); err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	go func() {
 		s.status = cmd.Wait()
 		close(s.exited)
@@ -238,7 +243,11 @@ func (s *shell) exec(ctx context.Context, command string, timeout time.Duration,
 	marker := tag + "_DONE__"
 	// The command travels as a quoted here-document and runs through eval, so a syntax error in it cannot
 	// swallow the end marker; the marker is split in the script so that echoing the script cannot fake it.
-	script := fmt.Sprintf("IFS= read -r -d '' __corral_cmd <<'%s'\n%s\n%s\neval \"$__corral_cmd\" </dev/null; printf '\\n%%s%%s%%d\\n' '%s' '%s' \"$?\"\n",
+	// The marker goes to the output pipe through the shell's saved copy of it (see startShell), and stdout and
+	// stderr are pointed back at the pipe before it is written: a command that closed or redirected them (exec
+	// >&-, exec >log) finishes its call, and the next call's output is seen again. A shell that cannot restore
+	// them exits, which ends the call too.
+	script := fmt.Sprintf("IFS= read -r -d '' __corral_cmd <<'%s'\n%s\n%s\neval \"$__corral_cmd\" </dev/null; __corral_st=$?; exec >&\"$__corral_out\" 2>&1 || exit 125; printf '\\n%%s%%s%%d\\n' '%s' '%s' \"$__corral_st\"\n",
 		tag, command, tag, marker[:len(marker)/2], marker[len(marker)/2:])
 
 	s.mu.Lock()
