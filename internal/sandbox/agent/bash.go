@@ -113,11 +113,8 @@ func (t *bashTool) result(out string, code int, err error, timeout time.Duration
 		case errors.Is(err, errTimedOut):
 			return errorf("%s\n[command timed out after %s; its process group was killed and the shell restarted (cwd and variables reset)]", out, timeout)
 		case errors.Is(err, errShellExited):
-			code := -1
-			if sess.cmd.ProcessState != nil { // set before kill returned
-				code = sess.cmd.ProcessState.ExitCode()
-			}
-			return errorf("%s\nexit code: %d\n[the shell exited; the next call starts a new shell]", out, code)
+			// kill waited for the shell to be reaped.
+			return errorf("%s\nexit code: %d\n[the shell exited; the next call starts a new shell]", out, sess.code)
 		}
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return errorf("%s\n[the call was cancelled; its process group was killed and the shell restarted]", out)
@@ -139,10 +136,12 @@ var (
 // stderr on one pipe.
 type shell struct {
 	cmd    *exec.Cmd
+	pid    int // the shell's pid and process group
 	stdin  *os.File
 	out    *os.File
 	exited chan struct{} // closed when the shell has been reaped
-	status error
+	status error         // how it ended, as exec.Cmd.Wait says it, once exited is closed
+	code   int           // its exit code, -1 when a signal killed it, once exited is closed
 
 	mu        sync.Mutex
 	buf       []byte
@@ -170,7 +169,7 @@ func startShell(cfg Config) (*shell, error) {
 	cmd.Stdout = outW
 	cmd.Stderr = outW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
+	pid, exit, err := children.start(cmd)
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -180,18 +179,19 @@ func startShell(cfg Config) (*shell, error) {
 	}
 	// The shell and everything it starts are the first the kernel should kill when the sandbox runs out of
 	// memory, so the agent survives to report it. Raising one's own oom_score_adj needs no privilege.
-	_ = os.WriteFile("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/oom_score_adj", []byte("1000"), 0)
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
 	s := &shell{
-		cmd: cmd, stdin: inW, out: outR,
+		cmd: cmd, pid: pid, stdin: inW, out: outR,
 		exited: make(chan struct{}), notify: make(chan struct{}, 1), drainDone: make(chan struct{}),
 	}
 	// The shell keeps a copy of the output pipe in a variable of its own (a descriptor of 10 or above, read-only):
 	// exec restores stdout and stderr from it after every command.
 	if _, err := inW.WriteString("exec {__corral_out}>&1; readonly __corral_out\n"); err != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	go func() {
-		s.status = cmd.Wait()
+		e := <-exit
+		s.status, s.code = e.err, e.code
 		close(s.exited)
 	}()
 	go s.drain()
@@ -227,7 +227,7 @@ func (s *shell) drain() {
 
 // kill kills the shell's process group and releases its pipes.
 func (s *shell) kill() {
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 	s.stdin.Close()
 	<-s.exited
 	s.out.Close() // unblocks drain even when a process outside the group still holds the pipe
@@ -291,7 +291,7 @@ func (s *shell) exec(ctx context.Context, command string, timeout time.Duration,
 		}
 		if stop != nil {
 			if errors.Is(stop, errTimedOut) {
-				_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+				_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 			}
 			return tail(out, dropped, outCap), -1, stop
 		}
