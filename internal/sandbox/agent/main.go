@@ -10,8 +10,8 @@ import (
 )
 
 // Main is the in-sandbox agent's entry point (cmd/corral-sandbox-agent, and the corral binary when invoked as
-// corral-sandbox-agent): it serves tool calls on stdin/stdout until stdin closes or SIGTERM, and returns the
-// process exit code.
+// corral-sandbox-agent): it serves tool calls on stdin/stdout until stdin closes (or SIGTERM, unless it is the
+// sandbox's pid 1, which ignores signals), and returns the process exit code.
 func Main(args []string) int {
 	if err := run(args); err != nil {
 		fmt.Fprintln(os.Stderr, "corral-sandbox-agent:", err)
