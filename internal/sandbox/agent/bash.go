@@ -113,11 +113,8 @@ func (t *bashTool) result(out string, code int, err error, timeout time.Duration
 		case errors.Is(err, errTimedOut):
 			return errorf("%s\n[command timed out after %s; its process group was killed and the shell restarted (cwd and variables reset)]", out, timeout)
 		case errors.Is(err, errShellExited):
-			code := -1
-			if sess.cmd.ProcessState != nil { // set before kill returned
-				code = sess.cmd.ProcessState.ExitCode()
-			}
-			return errorf("%s\nexit code: %d\n[the shell exited; the next call starts a new shell]", out, code)
+			// kill waited for the shell to be reaped.
+			return errorf("%s\nexit code: %d\n[the shell exited; the next call starts a new shell]", out, sess.code)
 		}
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return errorf("%s\n[the call was cancelled; its process group was killed and the shell restarted]", out)
@@ -139,10 +136,12 @@ var (
 // stderr on one pipe.
 type shell struct {
 	cmd    *exec.Cmd
+	pid    int // the shell's pid and process group
 	stdin  *os.File
 	out    *os.File
 	exited chan struct{} // closed when the shell has been reaped
-	status error
+	status error         // how it ended, as exec.Cmd.Wait says it, once exited is closed
+	code   int           // its exit code, -1 when a signal killed it, once exited is closed
 
 	mu        sync.Mutex
 	buf       []byte
@@ -170,7 +169,7 @@ func startShell(cfg Config) (*shell, error) {
 	cmd.Stdout = outW
 	cmd.Stderr = outW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
+	pid, exit, err := children.start(cmd)
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -180,13 +179,19 @@ func startShell(cfg Config) (*shell, error) {
 	}
 	// The shell and everything it starts are the first the kernel should kill when the sandbox runs out of
 	// memory, so the agent survives to report it. Raising one's own oom_score_adj needs no privilege.
-	_ = os.WriteFile("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/oom_score_adj", []byte("1000"), 0)
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
 	s := &shell{
-		cmd: cmd, stdin: inW, out: outR,
+		cmd: cmd, pid: pid, stdin: inW, out: outR,
 		exited: make(chan struct{}), notify: make(chan struct{}, 1), drainDone: make(chan struct{}),
 	}
+	// The shell keeps a copy of the output pipe in a variable of its own (a descriptor of 10 or above, read-only):
+	// exec restores stdout and stderr from it after every command.
+	if _, err := inW.WriteString("exec {__corral_out}>&1; readonly __corral_out\n"); err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
 	go func() {
-		s.status = cmd.Wait()
+		e := <-exit
+		s.status, s.code = e.err, e.code
 		close(s.exited)
 	}()
 	go s.drain()
@@ -222,7 +227,7 @@ func (s *shell) drain() {
 
 // kill kills the shell's process group and releases its pipes.
 func (s *shell) kill() {
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 	s.stdin.Close()
 	<-s.exited
 	s.out.Close() // unblocks drain even when a process outside the group still holds the pipe
@@ -238,7 +243,11 @@ func (s *shell) exec(ctx context.Context, command string, timeout time.Duration,
 	marker := tag + "_DONE__"
 	// The command travels as a quoted here-document and runs through eval, so a syntax error in it cannot
 	// swallow the end marker; the marker is split in the script so that echoing the script cannot fake it.
-	script := fmt.Sprintf("IFS= read -r -d '' __corral_cmd <<'%s'\n%s\n%s\neval \"$__corral_cmd\" </dev/null; printf '\\n%%s%%s%%d\\n' '%s' '%s' \"$?\"\n",
+	// The marker goes to the output pipe through the shell's saved copy of it (see startShell), and stdout and
+	// stderr are pointed back at the pipe before it is written: a command that closed or redirected them (exec
+	// >&-, exec >log) finishes its call, and the next call's output is seen again. A shell that cannot restore
+	// them exits, which ends the call too.
+	script := fmt.Sprintf("IFS= read -r -d '' __corral_cmd <<'%s'\n%s\n%s\neval \"$__corral_cmd\" </dev/null; __corral_st=$?; exec >&\"$__corral_out\" 2>&1 || exit 125; printf '\\n%%s%%s%%d\\n' '%s' '%s' \"$__corral_st\"\n",
 		tag, command, tag, marker[:len(marker)/2], marker[len(marker)/2:])
 
 	s.mu.Lock()
@@ -282,7 +291,7 @@ func (s *shell) exec(ctx context.Context, command string, timeout time.Duration,
 		}
 		if stop != nil {
 			if errors.Is(stop, errTimedOut) {
-				_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+				_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 			}
 			return tail(out, dropped, outCap), -1, stop
 		}

@@ -3,11 +3,13 @@ package agent
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
@@ -19,17 +21,48 @@ type Client struct {
 
 	wmu sync.Mutex // serialises writes of whole lines
 
+	maxCap atomic.Int64 // the largest output cap of any call so far: it bounds every message's size
+
 	mu      sync.Mutex
 	next    uint64
-	pending map[uint64]chan Response
+	pending map[uint64]pendingCall
 	dead    error         // set once the agent's output ended
 	done    chan struct{} // closed when the read loop ends
+}
+
+// pendingCall is a call waiting for its response.
+type pendingCall struct {
+	ch     chan Response
+	outCap int
+}
+
+// Bounds on what the host accepts from an agent, whatever the agent is made to send. A response's text is
+// capped at the call's output cap plus the notes the agent adds (truncation, exit code, timeout), and may grow
+// threefold when invalid UTF-8 is replaced; a line as a
+// whole is at most that text JSON-escaped (six bytes per byte at worst), one image the read tool may return
+// (base64) and the envelope. A message over either bound means the agent is broken or taken over: the sandbox
+// is treated as dead, and the host never holds more than the line limit of one message.
+const (
+	// noteSlack is the room for the agent's own notes around a capped text.
+	noteSlack = 4 << 10
+	// envelopeBytes is the room for the JSON around the content.
+	envelopeBytes = 64 << 10
+)
+
+// MessageLimit is the largest line the host reads from an agent for a call with output cap outCap (0: the
+// agent's default).
+func MessageLimit(outCap int) int {
+	if outCap <= 0 {
+		outCap = DefaultOutputCap
+	}
+	return 6*(outCap+noteSlack) + base64.StdEncoding.EncodedLen(maxImageBytes) + envelopeBytes
 }
 
 // NewClient starts reading responses from r (the agent's stdout) and sends requests on w (its stdin). When r
 // ends, every call in flight and every later call fails with sandbox.ErrSandboxDead.
 func NewClient(w io.Writer, r io.Reader) *Client {
-	c := &Client{w: w, pending: map[uint64]chan Response{}, done: make(chan struct{})}
+	c := &Client{w: w, pending: map[uint64]pendingCall{}, done: make(chan struct{})}
+	c.maxCap.Store(DefaultOutputCap)
 	go c.readLoop(r)
 	return c
 }
@@ -39,36 +72,93 @@ func (c *Client) Done() <-chan struct{} { return c.done }
 
 func (c *Client) readLoop(r io.Reader) {
 	defer close(c.done)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 256*1024*1024)
+	br := bufio.NewReaderSize(r, 64*1024)
 	var err error
-	for sc.Scan() {
+	for {
+		var line []byte
+		if line, err = c.readLine(br); err != nil {
+			if !errors.Is(err, errTooLong) {
+				err = fmt.Errorf("agent output ended: %w", err)
+			}
+			break
+		}
 		var resp Response
-		if err = json.Unmarshal(sc.Bytes(), &resp); err != nil {
+		if err = json.Unmarshal(line, &resp); err != nil {
 			err = fmt.Errorf("malformed response: %w", err)
 			break
 		}
 		c.mu.Lock()
-		ch := c.pending[resp.ID]
+		call, ok := c.pending[resp.ID]
 		delete(c.pending, resp.ID)
 		c.mu.Unlock()
-		if ch != nil {
-			ch <- resp
+		if !ok {
+			continue
 		}
-	}
-	if err == nil {
-		err = sc.Err()
-	}
-	if err == nil {
-		err = io.EOF
+		if err = checkResponse(resp, call.outCap); err != nil {
+			c.mu.Lock()
+			c.pending[resp.ID] = call // failed below, once the client is marked dead
+			c.mu.Unlock()
+			break
+		}
+		call.ch <- resp
 	}
 	c.mu.Lock()
-	c.dead = fmt.Errorf("%w: agent output ended: %v", sandbox.ErrSandboxDead, err)
-	for id, ch := range c.pending {
-		close(ch)
+	c.dead = fmt.Errorf("%w: %v", sandbox.ErrSandboxDead, err)
+	for id, call := range c.pending {
+		close(call.ch)
 		delete(c.pending, id)
 	}
 	c.mu.Unlock()
+}
+
+// readLine reads one line of at most MessageLimit of the largest output cap in use, a chunk at a time, so that
+// a longer line is refused before it is buffered. It returns io.EOF at the end of the input.
+func (c *Client) readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if limit := MessageLimit(int(c.maxCap.Load())); len(line)+len(chunk) > limit {
+			return nil, fmt.Errorf("%w: more than %d bytes, over the %d-byte limit", errTooLong, len(line)+len(chunk), limit)
+		}
+		switch {
+		case err == nil:
+			if line == nil {
+				return chunk[:len(chunk)-1], nil // valid until the next read: parsed before it
+			}
+			return append(line, chunk[:len(chunk)-1]...), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			if need := len(line) + len(chunk); need > cap(line) {
+				// Double, up to the limit: what a long message costs stays within twice the limit.
+				grown := make([]byte, len(line), min(max(2*cap(line), need, 256<<10), MessageLimit(int(c.maxCap.Load()))))
+				copy(grown, line)
+				line = grown
+			}
+			line = append(line, chunk...)
+		case errors.Is(err, io.EOF) && len(line)+len(chunk) > 0:
+			return nil, errors.New("the agent's output ended inside a message")
+		default:
+			return nil, err
+		}
+	}
+}
+
+var errTooLong = errors.New("the agent sent a message too long for any result")
+
+// checkResponse refuses a response whose text exceeds what the agent can produce for a call with output cap
+// outCap (the content, not only the line, is bounded).
+func checkResponse(resp Response, outCap int) error {
+	if outCap <= 0 {
+		outCap = DefaultOutputCap
+	}
+	n := 0
+	for _, b := range resp.Content {
+		n += len(b.Text)
+	}
+	// The agent caps bytes; each invalid UTF-8 byte among them (binary output) arrives as U+FFFD, three bytes.
+	if n > 3*outCap+noteSlack {
+		return fmt.Errorf("response %d carries %d bytes of text, over the call's output cap of %d bytes", resp.ID, n, outCap)
+	}
+	return nil
 }
 
 // Call sends one tool call and waits for its response, for ctx, or for the agent's death. A call that outlives
@@ -84,8 +174,10 @@ func (c *Client) Call(ctx context.Context, tool string, input json.RawMessage, t
 	c.next++
 	id := c.next
 	ch := make(chan Response, 1)
-	c.pending[id] = ch
+	c.pending[id] = pendingCall{ch: ch, outCap: outputCap}
 	c.mu.Unlock()
+	for cur := c.maxCap.Load(); int64(outputCap) > cur && !c.maxCap.CompareAndSwap(cur, int64(outputCap)); cur = c.maxCap.Load() {
+	}
 
 	if len(input) == 0 {
 		input = json.RawMessage("{}")

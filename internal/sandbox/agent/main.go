@@ -10,8 +10,8 @@ import (
 )
 
 // Main is the in-sandbox agent's entry point (cmd/corral-sandbox-agent, and the corral binary when invoked as
-// corral-sandbox-agent): it serves tool calls on stdin/stdout until stdin closes or SIGTERM, and returns the
-// process exit code.
+// corral-sandbox-agent): it serves tool calls on stdin/stdout until stdin closes (or SIGTERM, unless it is the
+// sandbox's pid 1, which ignores signals), and returns the process exit code.
 func Main(args []string) int {
 	if err := run(args); err != nil {
 		fmt.Fprintln(os.Stderr, "corral-sandbox-agent:", err)
@@ -29,7 +29,16 @@ func run(args []string) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	pid1, err := protectSelf()
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.Background(), context.CancelFunc(func() {})
+	if !pid1 {
+		// Outside a sandbox of its own (the process backend) the host stops the agent with SIGTERM. As pid 1 it
+		// ignores signals; the host ends it by closing its stdin or by killing the sandbox.
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	}
 	defer stop()
 
 	env := os.Environ()

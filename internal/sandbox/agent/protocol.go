@@ -6,7 +6,12 @@
 // name, description, schema and implementation of each tool are one entry of one table (tools.go).
 //
 // Client is the host side: it multiplexes concurrent calls over one agent's pipes and reports the agent's death
-// as sandbox.ErrSandboxDead.
+// as sandbox.ErrSandboxDead. It trusts nothing the agent sends: a line longer than MessageLimit, or a result
+// larger than the call's output cap allows, is refused before it is buffered whole, and ends the sandbox.
+//
+// The agent guards itself against the code it runs (guard.go): it is not dumpable, so nothing in the sandbox
+// can trace it or open its /proc entries, and it runs as the sandbox's pid 1, which ignores every signal sent
+// from inside and reaps the sandbox's orphans.
 package agent
 
 import (

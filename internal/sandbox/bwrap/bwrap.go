@@ -362,6 +362,8 @@ func readChildPID(ctx context.Context, info io.Reader, proc *agent.Process) (int
 func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 	args := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+		// The agent is the sandbox's pid 1 (no bwrap init), which nothing inside can signal (agent/guard.go).
+		"--as-pid-1",
 		"--hostname", "sandbox",
 		"--uid", "1000", "--gid", "1000",
 		"--cap-drop", "ALL",

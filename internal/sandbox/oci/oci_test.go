@@ -32,6 +32,10 @@ func TestConformance(t *testing.T) { sandboxtest.Run(t, newProvider, sandboxtest
 
 func TestRedTeam(t *testing.T) { sandboxtest.RunRedTeam(t, newProvider) }
 
+func TestAgentGuard(t *testing.T) {
+	sandboxtest.RunAgentGuard(t, newProvider, sandboxtest.GuardOptions{})
+}
+
 func TestRepository(t *testing.T) { sandboxtest.RunRepository(t, newProvider, proxytest.Host) }
 
 func TestRedTeamRepository(t *testing.T) {
