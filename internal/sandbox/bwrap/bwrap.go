@@ -288,6 +288,11 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
 		Setpgid:    true,
 	}
+	if err := closeOnExec(); err != nil {
+		infoW.Close()
+		blockR.Close()
+		return nil, err
+	}
 	proc, err := agent.StartProcess(cmd)
 	infoW.Close()
 	blockR.Close()

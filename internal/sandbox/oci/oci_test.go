@@ -42,6 +42,8 @@ func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider, sandboxtes
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 
+func TestHardening(t *testing.T) { sandboxtest.RunHardening(t, newProvider) }
+
 func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
 
 // TestSweep checks that New deletes the containers a server that is gone left in its default runtime root.
