@@ -1,7 +1,8 @@
 // Package bwrap is the default sandbox backend on Linux: one bubblewrap sandbox per session, running the
 // in-sandbox agent. The form follows docs/research (sandbox-lab.md): bwrap runs as an unprivileged host uid of
 // its own (never root: root-run bwrap keeps capabilities or host kuid 0), in new user (no nested ones), pid,
-// mount, network, ipc, uts and cgroup namespaces, with a read-only /usr, a minimal /etc (never /etc/shadow), /workspace bound
+// mount, network, ipc, uts and cgroup namespaces, under the seccomp filter of package seccomp (the oci
+// backend's deny list), with a read-only /usr, a minimal /etc (never /etc/shadow), /workspace bound
 // read-write, a private /tmp, no capabilities, and an environment that holds only the sandbox's variables
 // (bwrap's pid 1 keeps its caller's environment, readable at /proc/1/environ). bwrap's arguments travel on a
 // pipe (--args), so /proc/1/cmdline shows no host path. Processes die with the server (--die-with-parent).
@@ -35,6 +36,7 @@ import (
 	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	"github.com/corralhq/corral/internal/sandbox/egress"
+	"github.com/corralhq/corral/internal/sandbox/seccomp"
 )
 
 // Config configures the Provider.
@@ -75,9 +77,10 @@ func (c *Config) validate() error {
 
 // Provider provisions bubblewrap sandboxes.
 type Provider struct {
-	cfg   Config
-	bwrap string
-	etc   string // the staged minimal /etc (stageEtc)
+	cfg     Config
+	bwrap   string
+	etc     string // the staged minimal /etc (stageEtc)
+	seccomp []byte // the seccomp filter (seccomp.Program)
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -151,11 +154,15 @@ func New(cfg Config) (*Provider, error) {
 	if err := agent.CheckSearchable(filepath.Join(cfg.StateDir, "x")); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
+	filter, err := seccomp.Program()
+	if err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
 	etc, err := stageEtc(cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{cfg: cfg, bwrap: bw, etc: etc}, nil
+	return &Provider{cfg: cfg, bwrap: bw, etc: etc, seccomp: filter}, nil
 }
 
 // Name returns "bwrap".
@@ -263,16 +270,30 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	defer blockW.Close()
-	// fds in the child: 3 = args, 4 = info, 5 = block.
-	args = append(args, "--info-fd", "4", "--block-fd", "5")
+	seccompR, seccompW, err := os.Pipe()
+	if err != nil {
+		argsW.Close()
+		infoW.Close()
+		blockR.Close()
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	defer seccompR.Close()
+	// fds in the child: 3 = args, 4 = info, 5 = block, 6 = the seccomp filter, which bwrap installs last,
+	// just before it runs the agent.
+	args = append(args, "--info-fd", "4", "--block-fd", "5", "--seccomp", "6")
 	var argv bytes.Buffer
 	for _, a := range args {
 		argv.WriteString(a)
 		argv.WriteByte(0)
 	}
-	// The arguments are far below a pipe's capacity, so writing them before bwrap starts cannot block.
+	// The arguments and the filter are far below a pipe's capacity, so writing them before bwrap starts
+	// cannot block.
 	_, werr := argsW.Write(argv.Bytes())
 	argsW.Close()
+	if werr == nil {
+		_, werr = seccompW.Write(p.seccomp)
+	}
+	seccompW.Close()
 	if werr != nil {
 		infoW.Close()
 		blockR.Close()
@@ -283,7 +304,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	cmd := exec.Command(p.bwrap, "--args", "3", "--", agent.BinPath)
 	cmd.Env = agent.EnvFor(r.Egress)
 	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{argsR, infoW, blockR}
+	cmd.ExtraFiles = []*os.File{argsR, infoW, blockR, seccompR}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
 		Setpgid:    true,

@@ -42,7 +42,9 @@ func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider, sandboxtes
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 
-func TestHardening(t *testing.T) { sandboxtest.RunHardening(t, newProvider) }
+func TestHardening(t *testing.T) {
+	sandboxtest.RunHardening(t, newProvider, sandboxtest.HardeningOptions{})
+}
 
 func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
 

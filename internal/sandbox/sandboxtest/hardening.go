@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,9 +14,17 @@ import (
 )
 
 // RunHardening checks what a sandbox must not inherit from its host, whatever the host's state: no file
-// descriptor the server holds (InheritedFDs). Run it for every isolating backend.
-func RunHardening(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+// descriptor the server holds (InheritedFDs), and no kernel surface beyond the seccomp deny list (Seccomp).
+// Run it for every isolating backend.
+func RunHardening(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts HardeningOptions) {
 	t.Run("InheritedFDs", func(t *testing.T) { testInheritedFDs(t, newProvider) })
+	t.Run("Seccomp", func(t *testing.T) { testSeccomp(t, newProvider, opts) })
+}
+
+// HardeningOptions tune RunHardening to a backend.
+type HardeningOptions struct {
+	// AllowClone3 marks a backend that lets clone3 through its seccomp filter (gVisor: oci.Config.AllowClone3).
+	AllowClone3 bool
 }
 
 // testInheritedFDs leaves descriptors open without close-on-exec in the server, as a supervisor, a CI runner
@@ -81,5 +90,72 @@ echo; echo done`
 		if len(f) == 3 && f[0] == "fd" && held[f[2]] {
 			t.Errorf("%s is %s, a descriptor of the server's", f[1], f[2])
 		}
+	}
+}
+
+// testSeccomp checks that the system calls of the seccomp deny list (package seccomp) fail with EPERM or
+// ENOSYS from a sandbox, whatever the kernel would answer, and that threads and ordinary programs still work.
+func testSeccomp(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts HardeningOptions) {
+	p := newPool(t, newProvider, 0)
+	// Arguments are invalid on purpose: a call that reaches the kernel fails with EINVAL, EFAULT, EBADF or
+	// ENOSPC rather than doing anything, and only the filter answers EPERM or ENOSYS for all of them.
+	const probe = `import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def probe(name, nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    if r == 0 and name == "clone_newuser":
+        os._exit(0)
+    e = ctypes.get_errno()
+    print(name, "ok" if r >= 0 else errno.errorcode.get(e, str(e)))
+probe("unshare_newuser", 272, 0x10000000)
+probe("unshare_newns", 272, 0x00020000)
+probe("clone_newuser", 56, 0x10000000 | 17, 0, 0, 0, 0)
+probe("setns", 308, -1, 0)
+probe("mount", 165, 0, 0, 0, 0, 0)
+probe("io_uring_setup", 425, 1, 0)
+probe("io_uring_enter", 426, -1, 0, 0, 0, 0, 0)
+probe("io_uring_register", 427, -1, 0, 0, 0)
+probe("keyctl", 250, 0, 0, 0, 0, 0)
+probe("add_key", 248, 0, 0, 0, 0, 0)
+probe("request_key", 249, 0, 0, 0, 0)
+probe("bpf", 321, 0, 0, 0)
+probe("perf_event_open", 298, 0, 0, -1, -1, 0)
+probe("userfaultfd", 323, 0)
+probe("kexec_load", 246, 0, 0, 0, 0)
+probe("init_module", 175, 0, 0, 0)
+probe("clone3", 435, 0, 0)
+`
+	out := mustRun(t, p, bash("seccomp", "python3 -c '"+probe+"'"))
+	t.Logf("probes:\n%s", out)
+	lines := strings.Split(out, "\n")
+	if len(lines) != 17 {
+		t.Fatalf("want 17 probe results, got %q", out)
+	}
+	for _, l := range lines {
+		name, res, _ := strings.Cut(l, " ")
+		if name == "clone3" && opts.AllowClone3 {
+			continue
+		}
+		if res != "EPERM" && res != "ENOSYS" {
+			t.Errorf("%s: %s, want EPERM or ENOSYS", name, res)
+		}
+	}
+	res, err := p.Execute(context.Background(), bash("seccomp", "unshare -r true && echo UNSHARED"))
+	if err != nil || strings.Contains(text(res), "UNSHARED") {
+		t.Errorf("unshare -r: %v %q", err, text(res))
+	}
+	// Threads (clone without CLONE_NEWUSER; glibc falls back from clone3), git and a pipeline still work.
+	const threads = `import threading
+r = []
+ts = [threading.Thread(target=lambda i=i: r.append(i)) for i in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(sum(r))`
+	if got := mustRun(t, p, bash("seccomp", "python3 -c '"+threads+"'")); got != "28" {
+		t.Errorf("threads: %q", got)
+	}
+	const git = `git init -q r && cd r && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m m && git log --format=%s | cat`
+	if got := mustRun(t, p, bash("seccomp", git)); got != "m" {
+		t.Errorf("git: %q", got)
 	}
 }
