@@ -51,8 +51,9 @@ type Config struct {
 	// StateDir holds a directory per sandbox: the egress proxy's socket, and, while the sandbox starts, bind
 	// mounts of the workspace and the agent, so that those need not be reachable by the sandbox uid where they
 	// are. It must be searchable by every uid (it is created 0711, its ancestors are checked) and belong to
-	// one Provider. Default: /run/corral-bwrap/<pid>.<n> (n numbers the Providers of the process), or under
-	// os.TempDir() without /run. Directories of servers that are gone are swept (mounts detached) by New.
+	// one Provider. Default: /run/corral-bwrap/s-<random>, or under os.TempDir() without /run, with a link
+	// <pid>.<n> to it (n numbers the Providers of the process): the sandbox's mount table shows the path, not
+	// the server's pid. Directories of servers that are gone are swept (mounts detached) by New.
 	StateDir string
 	// CgroupRoot is where the cgroup v1 hierarchies are mounted; default /sys/fs/cgroup. With NoCgroups set
 	// no limits are enforced (MemoryBytes, Pids and CPUQuota are ignored).
@@ -105,15 +106,26 @@ func New(cfg Config) (*Provider, error) {
 			base = filepath.Join(os.TempDir(), "corral-bwrap")
 		}
 		sweep(base)
-		// One directory per Provider, not per process: New detaches every mount under its StateDir, which
-		// would pull the staged workspace from under another Provider's starting sandbox in this process.
-		cfg.StateDir = filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
 		if err := os.MkdirAll(base, 0o711); err != nil {
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
 		if err := os.Chmod(base, 0o711); err != nil {
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
+		// One directory per Provider, not per process: New detaches every mount under its StateDir, which
+		// would pull the staged workspace from under another Provider's starting sandbox in this process.
+		// A sandbox's mount table shows the host paths its binds come from, so the directory has a neutral
+		// name; a link named for the server's pid says whose it is (sweep).
+		dir := filepath.Join(base, neutralPrefix+randomID())
+		if err := os.Mkdir(dir, 0o711); err != nil {
+			return nil, fmt.Errorf("bwrap: state dir: %w", err)
+		}
+		link := filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
+		_ = os.Remove(link) // a link a server of the same pid left before the host rebooted
+		if err := os.Symlink(filepath.Base(dir), link); err != nil {
+			return nil, fmt.Errorf("bwrap: state dir: %w", err)
+		}
+		cfg.StateDir = dir
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -441,22 +453,55 @@ func unmount(path string) error {
 	return nil
 }
 
-// providers numbers the Providers of this process, for their default StateDirs.
+// providers numbers the Providers of this process, for the links to their default StateDirs.
 var providers atomic.Int64
 
-// sweep removes the state directories under base of servers that are gone, detaching the mounts they left.
+// neutralPrefix starts the names of default state directories; the links to them are named <pid>.<n>.
+const neutralPrefix = "s-"
+
+// sweep removes the state directories under base of servers that are gone, detaching the mounts they left:
+// those a link <pid>.<n> of a dead pid points to, directories named <pid>.<n> (as servers before the links
+// made them), and neutral directories no link points to that are over a minute old (a server that died
+// between making one and its link).
 func sweep(base string) {
 	ents, err := os.ReadDir(base)
 	if err != nil {
 		return
 	}
+	linked := map[string]bool{}
+	var dead []string
 	for _, e := range ents {
 		owner, _, _ := strings.Cut(e.Name(), ".")
 		pid, err := strconv.Atoi(owner)
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+		if err != nil {
 			continue
 		}
-		dir := filepath.Join(base, e.Name())
+		path := filepath.Join(base, e.Name())
+		target, lerr := os.Readlink(path)
+		if lerr == nil {
+			linked[target] = true
+		}
+		if pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		if lerr == nil {
+			_ = os.Remove(path)
+			if !strings.Contains(target, "/") {
+				dead = append(dead, filepath.Join(base, target))
+			}
+			continue
+		}
+		dead = append(dead, path)
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), neutralPrefix) || linked[e.Name()] {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			dead = append(dead, filepath.Join(base, e.Name()))
+		}
+	}
+	for _, dir := range dead {
 		for _, m := range mountsUnder(dir) {
 			_ = unmount(m)
 		}

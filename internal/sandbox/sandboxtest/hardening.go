@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,11 +16,12 @@ import (
 )
 
 // RunHardening checks what a sandbox must not inherit from its host, whatever the host's state: no file
-// descriptor the server holds (InheritedFDs), and no kernel surface beyond the seccomp deny list (Seccomp).
-// Run it for every isolating backend.
+// descriptor the server holds (InheritedFDs), no kernel surface beyond the seccomp deny list (Seccomp), and no
+// host path in its mount table (MountTable). Run it for every isolating backend.
 func RunHardening(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts HardeningOptions) {
 	t.Run("InheritedFDs", func(t *testing.T) { testInheritedFDs(t, newProvider) })
 	t.Run("Seccomp", func(t *testing.T) { testSeccomp(t, newProvider, opts) })
+	t.Run("MountTable", func(t *testing.T) { testMountTable(t, newProvider) })
 }
 
 // HardeningOptions tune RunHardening to a backend.
@@ -157,5 +160,48 @@ print(sum(r))`
 	const git = `git init -q r && cd r && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m m && git log --format=%s | cat`
 	if got := mustRun(t, p, bash("seccomp", git)); got != "m" {
 		t.Errorf("git: %q", got)
+	}
+}
+
+// testMountTable checks that the sandbox's mount table (/proc/self/mountinfo, /proc/mounts) names no host
+// path that says where the server keeps its data or who it is: not the data directory (named corral-data
+// here), not the workspace root in it, and not the server's pid (state directories used to be named for it).
+//
+// The data directory is a filesystem of its own here, as in a deployment that gives the store a volume:
+// mountinfo shows a bind mount's source as its path from the root of its filesystem, and no mount option
+// hides that, so a workspace on the host's root filesystem shows the path of the workspace root there.
+func testMountTable(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+	data := filepath.Join(WorkspaceRoot(t), "corral-data")
+	if err := os.Mkdir(data, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", data, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0711,size=64m"); err != nil {
+		t.Fatalf("mount the data directory's filesystem: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(data, syscall.MNT_DETACH) })
+	root := filepath.Join(data, "workspaces")
+	if err := os.Mkdir(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: newProvider(t), WorkspaceRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pool.Stop() })
+	out := mustRun(t, pool, bash("mounts", "cat /proc/self/mountinfo; echo ===; cat /proc/mounts"))
+	t.Logf("mount table:\n%s", out)
+	if !strings.Contains(out, "===") || !strings.Contains(out, " /workspace ") {
+		t.Fatalf("no mount table: %q", out)
+	}
+	for _, s := range []string{data, root, "corral-data"} {
+		if strings.Contains(out, s) {
+			t.Errorf("the mount table shows %q", s)
+		}
+	}
+	pid := regexp.MustCompile(`(^|/)` + strconv.Itoa(os.Getpid()) + `($|[./])`)
+	for _, field := range strings.Fields(out) {
+		if pid.MatchString(field) {
+			t.Errorf("the mount table shows the server's pid %d in %q", os.Getpid(), field)
+		}
 	}
 }
