@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,7 +41,8 @@ type Config struct {
 	// RuntimeRoot is the runtime's state directory (--root); default /run/corral-<name>/<pid>. Containers
 	// outlive a server that crashes; New deletes those left in the default roots of servers that are gone.
 	RuntimeRoot string
-	// StateDir holds the bundles; default <os.TempDir()>/corral-<name>/<pid>, swept likewise.
+	// StateDir holds the bundles; default <os.TempDir()>/corral-<name>/s-<random>, with a link <pid>.<n> to
+	// it (the sandbox's mount table shows the path, not the server's pid), swept likewise.
 	StateDir string
 	// UIDBase and UIDCount are the host uids the containers run as; defaults 300000 and 10000.
 	UIDBase, UIDCount int
@@ -87,8 +89,13 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.RuntimeRoot == "" {
 		cfg.RuntimeRoot = filepath.Join(runBase, pid)
 	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = filepath.Join(stateBase, pid)
+	// A sandbox's mount table shows the host paths of its rootfs and binds, so the default bundle directory
+	// has a neutral name; a link <pid>.<n> to it says whose it is (sweep).
+	linkState := cfg.StateDir == ""
+	if linkState {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		cfg.StateDir = filepath.Join(stateBase, neutralPrefix+hex.EncodeToString(b))
 	}
 	cfg.UIDBase = cmp.Or(cfg.UIDBase, 300000)
 	cfg.UIDCount = cmp.Or(cfg.UIDCount, 10000)
@@ -116,6 +123,13 @@ func New(cfg Config) (*Provider, error) {
 	}
 	for _, d := range []string{cfg.RuntimeRoot, cfg.StateDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
+	if linkState {
+		link := filepath.Join(stateBase, fmt.Sprintf("%s.%d", pid, providers.Add(1)))
+		_ = os.Remove(link) // a link a server of the same pid left before the host rebooted
+		if err := os.Symlink(filepath.Base(cfg.StateDir), link); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
@@ -149,14 +163,45 @@ func (p *Provider) sweep(runBase, stateBase string) {
 		_ = syscall.Unmount(filepath.Join(root, "null-netns"), syscall.MNT_DETACH) // runsc --network=none
 		_ = os.RemoveAll(root)
 	}
-	// Bundles hold no host mounts: the containers' mounts live in their own namespaces.
+	// Bundles hold no host mounts: the containers' mounts live in their own namespaces. They are in the
+	// directories that links <pid>.<n> of dead pids point to, in directories named <pid> (as servers before
+	// the links made them), and in neutral directories no link points to that are over a minute old (a
+	// server that died between making one and its link).
 	ents, _ = os.ReadDir(stateBase)
+	linked := map[string]bool{}
 	for _, e := range ents {
-		if deadPID(e.Name()) {
+		path := filepath.Join(stateBase, e.Name())
+		target, lerr := os.Readlink(path)
+		if lerr == nil {
+			linked[target] = true
+		}
+		if owner, _, _ := strings.Cut(e.Name(), "."); !deadPID(owner) {
+			continue
+		}
+		if lerr == nil {
+			_ = os.Remove(path)
+			if !strings.Contains(target, "/") {
+				_ = os.RemoveAll(filepath.Join(stateBase, target))
+			}
+			continue
+		}
+		_ = os.RemoveAll(path)
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), neutralPrefix) || linked[e.Name()] {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
 			_ = os.RemoveAll(filepath.Join(stateBase, e.Name()))
 		}
 	}
 }
+
+// neutralPrefix starts the names of default bundle directories; the links to them are named <pid>.<n>.
+const neutralPrefix = "s-"
+
+// providers numbers the Providers of this process, for the links to their default StateDirs.
+var providers atomic.Int64
 
 // deadPID reports whether name is the pid of a process that no longer exists.
 func deadPID(name string) bool {
