@@ -81,6 +81,7 @@ type Provider struct {
 	cfg     Config
 	bwrap   string
 	etc     string // the staged minimal /etc (stageEtc)
+	agent   string // the staged agent binary (stageAgent)
 	seccomp []byte // the seccomp filter (seccomp.Program)
 }
 
@@ -174,7 +175,11 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{cfg: cfg, bwrap: bw, etc: etc, seccomp: filter}, nil
+	agentBin, err := stageAgent(cfg.StateDir, cfg.AgentPath)
+	if err != nil {
+		return nil, err
+	}
+	return &Provider{cfg: cfg, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter}, nil
 }
 
 // Name returns "bwrap".
@@ -229,7 +234,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	cleanup.Add(func() error { return unmount(ws) })
-	if err := bindMount(p.cfg.AgentPath, agentBin, true); err != nil {
+	if err := bindMount(p.agent, agentBin, true); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	cleanup.Add(func() error { return unmount(agentBin) })
@@ -506,6 +511,7 @@ func sweep(base string) {
 			_ = unmount(m)
 		}
 		_ = os.RemoveAll(filepath.Join(dir, "etc")) // the staged /etc holds no mounts
+		_ = os.Remove(filepath.Join(dir, stagedAgent))
 		boxes, _ := os.ReadDir(dir)
 		for _, b := range boxes {
 			_ = removeShallow(filepath.Join(dir, b.Name()))

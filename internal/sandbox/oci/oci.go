@@ -12,6 +12,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -68,6 +70,7 @@ type Config struct {
 type Provider struct {
 	cfg     Config
 	runtime string
+	agent   string // the agent binary staged in StateDir (stageAgent)
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -133,7 +136,11 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
-	p := &Provider{cfg: cfg, runtime: rt}
+	agentBin, err := stageAgent(cfg.StateDir, cfg.AgentPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &Provider{cfg: cfg, runtime: rt, agent: agentBin}
 	p.sweep(runBase, stateBase)
 	return p, nil
 }
@@ -197,6 +204,36 @@ func (p *Provider) sweep(runBase, stateBase string) {
 	}
 }
 
+// stageAgent puts the agent binary into dir, a hard link where dir is on the binary's filesystem and a copy
+// otherwise, and returns its path. A sandbox's mount table shows each bind's source path, and the binary may
+// live in the data directory (corral serve copies itself to <data>/bin); dir's path says nothing.
+func stageAgent(dir, agentPath string) (string, error) {
+	dst := filepath.Join(dir, "agent")
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("oci: stage agent: %w", err)
+	}
+	if err := os.Link(agentPath, dst); err == nil {
+		return dst, nil
+	}
+	in, err := os.Open(agentPath)
+	if err != nil {
+		return "", fmt.Errorf("oci: stage agent: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return "", fmt.Errorf("oci: stage agent: %w", err)
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("oci: stage agent: %w", err)
+	}
+	return dst, nil
+}
+
 // neutralPrefix starts the names of default bundle directories; the links to them are named <pid>.<n>.
 const neutralPrefix = "s-"
 
@@ -256,7 +293,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	cleanup.Add(proxy.Close)
 
 	limits := agent.WithDefaults(r.Limits)
-	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.cfg.AgentPath, ProxySocket: sock,
+	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.agent, ProxySocket: sock,
 		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3}
 	if spec.CABundle, err = agent.CABundle(r.Egress); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)

@@ -190,6 +190,7 @@ func Main(m *testing.M, agentPath *string) {
 		os.Exit(1)
 	}
 	*agentPath, err = BuildAgent(dir)
+	agentDir = dir
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
