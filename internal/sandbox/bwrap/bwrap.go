@@ -1,7 +1,8 @@
 // Package bwrap is the default sandbox backend on Linux: one bubblewrap sandbox per session, running the
 // in-sandbox agent. The form follows docs/research (sandbox-lab.md): bwrap runs as an unprivileged host uid of
 // its own (never root: root-run bwrap keeps capabilities or host kuid 0), in new user (no nested ones), pid,
-// mount, network, ipc, uts and cgroup namespaces, with a read-only /usr, a minimal /etc (never /etc/shadow), /workspace bound
+// mount, network, ipc, uts and cgroup namespaces, under the seccomp filter of package seccomp (the oci
+// backend's deny list), with a read-only /usr, a minimal /etc (never /etc/shadow), /workspace bound
 // read-write, a private /tmp, no capabilities, and an environment that holds only the sandbox's variables
 // (bwrap's pid 1 keeps its caller's environment, readable at /proc/1/environ). bwrap's arguments travel on a
 // pipe (--args), so /proc/1/cmdline shows no host path. Processes die with the server (--die-with-parent).
@@ -35,6 +36,7 @@ import (
 	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	"github.com/corralhq/corral/internal/sandbox/egress"
+	"github.com/corralhq/corral/internal/sandbox/seccomp"
 )
 
 // Config configures the Provider.
@@ -49,8 +51,9 @@ type Config struct {
 	// StateDir holds a directory per sandbox: the egress proxy's socket, and, while the sandbox starts, bind
 	// mounts of the workspace and the agent, so that those need not be reachable by the sandbox uid where they
 	// are. It must be searchable by every uid (it is created 0711, its ancestors are checked) and belong to
-	// one Provider. Default: /run/corral-bwrap/<pid>.<n> (n numbers the Providers of the process), or under
-	// os.TempDir() without /run. Directories of servers that are gone are swept (mounts detached) by New.
+	// one Provider. Default: /run/corral-bwrap/s-<random>, or under os.TempDir() without /run, with a link
+	// <pid>.<n> to it (n numbers the Providers of the process): the sandbox's mount table shows the path, not
+	// the server's pid. Directories of servers that are gone are swept (mounts detached) by New.
 	StateDir string
 	// CgroupRoot is where the cgroup v1 hierarchies are mounted; default /sys/fs/cgroup. With NoCgroups set
 	// no limits are enforced (MemoryBytes, Pids and CPUQuota are ignored).
@@ -75,9 +78,11 @@ func (c *Config) validate() error {
 
 // Provider provisions bubblewrap sandboxes.
 type Provider struct {
-	cfg   Config
-	bwrap string
-	etc   string // the staged minimal /etc (stageEtc)
+	cfg     Config
+	bwrap   string
+	etc     string // the staged minimal /etc (stageEtc)
+	agent   string // the staged agent binary (stageAgent)
+	seccomp []byte // the seccomp filter (seccomp.Program)
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -102,15 +107,26 @@ func New(cfg Config) (*Provider, error) {
 			base = filepath.Join(os.TempDir(), "corral-bwrap")
 		}
 		sweep(base)
-		// One directory per Provider, not per process: New detaches every mount under its StateDir, which
-		// would pull the staged workspace from under another Provider's starting sandbox in this process.
-		cfg.StateDir = filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
 		if err := os.MkdirAll(base, 0o711); err != nil {
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
 		if err := os.Chmod(base, 0o711); err != nil {
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
+		// One directory per Provider, not per process: New detaches every mount under its StateDir, which
+		// would pull the staged workspace from under another Provider's starting sandbox in this process.
+		// A sandbox's mount table shows the host paths its binds come from, so the directory has a neutral
+		// name; a link named for the server's pid says whose it is (sweep).
+		dir := filepath.Join(base, neutralPrefix+randomID())
+		if err := os.Mkdir(dir, 0o711); err != nil {
+			return nil, fmt.Errorf("bwrap: state dir: %w", err)
+		}
+		link := filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
+		_ = os.Remove(link) // a link a server of the same pid left before the host rebooted
+		if err := os.Symlink(filepath.Base(dir), link); err != nil {
+			return nil, fmt.Errorf("bwrap: state dir: %w", err)
+		}
+		cfg.StateDir = dir
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -151,11 +167,19 @@ func New(cfg Config) (*Provider, error) {
 	if err := agent.CheckSearchable(filepath.Join(cfg.StateDir, "x")); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
+	filter, err := seccomp.Program()
+	if err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
 	etc, err := stageEtc(cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{cfg: cfg, bwrap: bw, etc: etc}, nil
+	agentBin, err := stageAgent(cfg.StateDir, cfg.AgentPath)
+	if err != nil {
+		return nil, err
+	}
+	return &Provider{cfg: cfg, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter}, nil
 }
 
 // Name returns "bwrap".
@@ -210,7 +234,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	cleanup.Add(func() error { return unmount(ws) })
-	if err := bindMount(p.cfg.AgentPath, agentBin, true); err != nil {
+	if err := bindMount(p.agent, agentBin, true); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	cleanup.Add(func() error { return unmount(agentBin) })
@@ -263,16 +287,30 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	defer blockW.Close()
-	// fds in the child: 3 = args, 4 = info, 5 = block.
-	args = append(args, "--info-fd", "4", "--block-fd", "5")
+	seccompR, seccompW, err := os.Pipe()
+	if err != nil {
+		argsW.Close()
+		infoW.Close()
+		blockR.Close()
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	defer seccompR.Close()
+	// fds in the child: 3 = args, 4 = info, 5 = block, 6 = the seccomp filter, which bwrap installs last,
+	// just before it runs the agent.
+	args = append(args, "--info-fd", "4", "--block-fd", "5", "--seccomp", "6")
 	var argv bytes.Buffer
 	for _, a := range args {
 		argv.WriteString(a)
 		argv.WriteByte(0)
 	}
-	// The arguments are far below a pipe's capacity, so writing them before bwrap starts cannot block.
+	// The arguments and the filter are far below a pipe's capacity, so writing them before bwrap starts
+	// cannot block.
 	_, werr := argsW.Write(argv.Bytes())
 	argsW.Close()
+	if werr == nil {
+		_, werr = seccompW.Write(p.seccomp)
+	}
+	seccompW.Close()
 	if werr != nil {
 		infoW.Close()
 		blockR.Close()
@@ -283,10 +321,15 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	cmd := exec.Command(p.bwrap, "--args", "3", "--", agent.BinPath)
 	cmd.Env = agent.EnvFor(r.Egress)
 	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{argsR, infoW, blockR}
+	cmd.ExtraFiles = []*os.File{argsR, infoW, blockR, seccompR}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
 		Setpgid:    true,
+	}
+	if err := closeOnExec(); err != nil {
+		infoW.Close()
+		blockR.Close()
+		return nil, err
 	}
 	proc, err := agent.StartProcess(cmd)
 	infoW.Close()
@@ -417,26 +460,60 @@ func unmount(path string) error {
 	return nil
 }
 
-// providers numbers the Providers of this process, for their default StateDirs.
+// providers numbers the Providers of this process, for the links to their default StateDirs.
 var providers atomic.Int64
 
-// sweep removes the state directories under base of servers that are gone, detaching the mounts they left.
+// neutralPrefix starts the names of default state directories; the links to them are named <pid>.<n>.
+const neutralPrefix = "s-"
+
+// sweep removes the state directories under base of servers that are gone, detaching the mounts they left:
+// those a link <pid>.<n> of a dead pid points to, directories named <pid>.<n> (as servers before the links
+// made them), and neutral directories no link points to that are over a minute old (a server that died
+// between making one and its link).
 func sweep(base string) {
 	ents, err := os.ReadDir(base)
 	if err != nil {
 		return
 	}
+	linked := map[string]bool{}
+	var dead []string
 	for _, e := range ents {
 		owner, _, _ := strings.Cut(e.Name(), ".")
 		pid, err := strconv.Atoi(owner)
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+		if err != nil {
 			continue
 		}
-		dir := filepath.Join(base, e.Name())
+		path := filepath.Join(base, e.Name())
+		target, lerr := os.Readlink(path)
+		if lerr == nil {
+			linked[target] = true
+		}
+		if pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		if lerr == nil {
+			_ = os.Remove(path)
+			if !strings.Contains(target, "/") {
+				dead = append(dead, filepath.Join(base, target))
+			}
+			continue
+		}
+		dead = append(dead, path)
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), neutralPrefix) || linked[e.Name()] {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			dead = append(dead, filepath.Join(base, e.Name()))
+		}
+	}
+	for _, dir := range dead {
 		for _, m := range mountsUnder(dir) {
 			_ = unmount(m)
 		}
 		_ = os.RemoveAll(filepath.Join(dir, "etc")) // the staged /etc holds no mounts
+		_ = os.Remove(filepath.Join(dir, stagedAgent))
 		boxes, _ := os.ReadDir(dir)
 		for _, b := range boxes {
 			_ = removeShallow(filepath.Join(dir, b.Name()))

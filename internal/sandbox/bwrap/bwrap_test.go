@@ -47,6 +47,10 @@ func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider, sandboxtes
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 
+func TestHardening(t *testing.T) {
+	sandboxtest.RunHardening(t, newProvider, sandboxtest.HardeningOptions{})
+}
+
 func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
 
 // BenchmarkSandboxNoCgroups measures bwrap without the cgroup setup, to show what the limits cost.

@@ -1,6 +1,7 @@
 package bwrap
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -80,4 +81,24 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// stagedAgent is the name of the agent binary's copy in a StateDir.
+const stagedAgent = "agent"
+
+// stageAgent puts the agent binary into dir, a hard link where dir is on the binary's filesystem and a copy
+// otherwise, and returns its path. A sandbox's mount table shows each bind's source path, and the binary may
+// live in the data directory (corral serve copies itself to <data>/bin); dir's path says nothing.
+func stageAgent(dir, agentPath string) (string, error) {
+	dst := filepath.Join(dir, stagedAgent)
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("bwrap: stage agent: %w", err)
+	}
+	if err := os.Link(agentPath, dst); err == nil {
+		return dst, nil
+	}
+	if err := copyFile(agentPath, dst, 0o755); err != nil {
+		return "", fmt.Errorf("bwrap: stage agent: %w", err)
+	}
+	return dst, nil
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestSweepDetachesAndKeepsWorkspaces(t *testing.T) {
@@ -63,5 +64,46 @@ func TestSweepDetachesAndKeepsWorkspaces(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "precious")); err != nil {
 		t.Errorf("workspace file lost: %v", err)
+	}
+}
+
+// TestSweepLinkedStateDirs checks the default layout: neutral directories, each with a link named for its
+// server's pid. A dead server's directory and link go; a live one's stay; an unlinked directory goes once it
+// is over a minute old.
+func TestSweepLinkedStateDirs(t *testing.T) {
+	const deadPID = "4194303"
+	if syscall.Kill(4194303, 0) != syscall.ESRCH {
+		t.Skip("pid 4194303 exists")
+	}
+	base := t.TempDir()
+	mk := func(name string) string {
+		dir := filepath.Join(base, name)
+		if err := os.MkdirAll(filepath.Join(dir, "bwrap-1"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	deadDir, liveDir, orphan, young := mk("s-dead"), mk("s-live"), mk("s-orphan"), mk("s-young")
+	old := time.Now().Add(-2 * time.Minute)
+	for _, d := range []string{deadDir, liveDir, orphan} {
+		if err := os.Chtimes(d, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{deadPID + ".1": "s-dead", "1.1": "s-live"} {
+		if err := os.Symlink(target, filepath.Join(base, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweep(base)
+	for _, gone := range []string{deadDir, filepath.Join(base, deadPID+".1"), orphan} {
+		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s left: %v", gone, err)
+		}
+	}
+	for _, kept := range []string{liveDir, filepath.Join(base, "1.1"), young} {
+		if _, err := os.Lstat(kept); err != nil {
+			t.Errorf("%s removed: %v", kept, err)
+		}
 	}
 }

@@ -52,6 +52,10 @@ func TestRedTeamRepository(t *testing.T) {
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 
+func TestHardening(t *testing.T) {
+	sandboxtest.RunHardening(t, newProvider, sandboxtest.HardeningOptions{AllowClone3: true})
+}
+
 func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
 
 func TestLimits(t *testing.T) {

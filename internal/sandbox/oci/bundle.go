@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/seccomp"
 )
 
 // BundleSpec is what a sandbox's OCI bundle is generated from.
@@ -122,7 +123,7 @@ func WriteBundle(dir string, spec BundleSpec) error {
 		"maskedPaths": []string{"/proc/cmdline", "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"},
 		"readonlyPaths": []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
-		"seccomp":       seccompProfile(spec.AllowClone3),
+		"seccomp":       seccomp.OCIProfile(spec.AllowClone3),
 	}
 	if spec.CgroupsPath != "" {
 		linux["cgroupsPath"] = spec.CgroupsPath
@@ -152,37 +153,4 @@ func WriteBundle(dir string, spec BundleSpec) error {
 		return fmt.Errorf("bundle: %w", err)
 	}
 	return nil
-}
-
-// seccompProfile allows every system call except those that reach kernel attack surface a sandbox has no use
-// for: new user namespaces (clone with CLONE_NEWUSER, unshare, clone3, which glibc then replaces with clone),
-// joining namespaces, mounting, keyrings, BPF, perf, userfaultfd, modules and kexec. Without it a sandboxed
-// process can create a user namespace of its own and hold every capability in it. allowClone3 leaves clone3
-// allowed (see Config.AllowClone3).
-func seccompProfile(allowClone3 bool) map[string]any {
-	const eperm, enosys = 1, 38
-	deny := func(errno int, names ...string) map[string]any {
-		return map[string]any{"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno}
-	}
-	const cloneNewUser = 0x10000000
-	syscalls := []map[string]any{
-		deny(eperm, "unshare", "setns", "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen",
-			"fsmount", "fsconfig", "fspick", "keyctl", "add_key", "request_key", "bpf", "perf_event_open",
-			"userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-			"open_by_handle_at", "swapon", "swapoff", "reboot", "acct", "quotactl", "syslog"),
-		{
-			"names": []string{"clone"}, "action": "SCMP_ACT_ERRNO", "errnoRet": eperm,
-			"args": []map[string]any{{"index": 0, "value": cloneNewUser, "valueTwo": cloneNewUser, "op": "SCMP_CMP_MASKED_EQ"}},
-		},
-	}
-	if !allowClone3 {
-		// clone3's flags sit in a struct seccomp cannot read, so it is refused whole: ENOSYS makes glibc fall
-		// back to clone, whose flags the rule above checks.
-		syscalls = append(syscalls, deny(enosys, "clone3"))
-	}
-	return map[string]any{
-		"defaultAction": "SCMP_ACT_ALLOW",
-		"architectures": []string{"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32", "SCMP_ARCH_AARCH64"},
-		"syscalls":      syscalls,
-	}
 }

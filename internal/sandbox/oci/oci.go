@@ -12,12 +12,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,7 +43,8 @@ type Config struct {
 	// RuntimeRoot is the runtime's state directory (--root); default /run/corral-<name>/<pid>. Containers
 	// outlive a server that crashes; New deletes those left in the default roots of servers that are gone.
 	RuntimeRoot string
-	// StateDir holds the bundles; default <os.TempDir()>/corral-<name>/<pid>, swept likewise.
+	// StateDir holds the bundles; default <os.TempDir()>/corral-<name>/s-<random>, with a link <pid>.<n> to
+	// it (the sandbox's mount table shows the path, not the server's pid), swept likewise.
 	StateDir string
 	// UIDBase and UIDCount are the host uids the containers run as; defaults 300000 and 10000.
 	UIDBase, UIDCount int
@@ -66,6 +70,7 @@ type Config struct {
 type Provider struct {
 	cfg     Config
 	runtime string
+	agent   string // the agent binary staged in StateDir (stageAgent)
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -87,8 +92,13 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.RuntimeRoot == "" {
 		cfg.RuntimeRoot = filepath.Join(runBase, pid)
 	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = filepath.Join(stateBase, pid)
+	// A sandbox's mount table shows the host paths of its rootfs and binds, so the default bundle directory
+	// has a neutral name; a link <pid>.<n> to it says whose it is (sweep).
+	linkState := cfg.StateDir == ""
+	if linkState {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		cfg.StateDir = filepath.Join(stateBase, neutralPrefix+hex.EncodeToString(b))
 	}
 	cfg.UIDBase = cmp.Or(cfg.UIDBase, 300000)
 	cfg.UIDCount = cmp.Or(cfg.UIDCount, 10000)
@@ -119,7 +129,18 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
-	p := &Provider{cfg: cfg, runtime: rt}
+	if linkState {
+		link := filepath.Join(stateBase, fmt.Sprintf("%s.%d", pid, providers.Add(1)))
+		_ = os.Remove(link) // a link a server of the same pid left before the host rebooted
+		if err := os.Symlink(filepath.Base(cfg.StateDir), link); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
+	agentBin, err := stageAgent(cfg.StateDir, cfg.AgentPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &Provider{cfg: cfg, runtime: rt, agent: agentBin}
 	p.sweep(runBase, stateBase)
 	return p, nil
 }
@@ -149,14 +170,75 @@ func (p *Provider) sweep(runBase, stateBase string) {
 		_ = syscall.Unmount(filepath.Join(root, "null-netns"), syscall.MNT_DETACH) // runsc --network=none
 		_ = os.RemoveAll(root)
 	}
-	// Bundles hold no host mounts: the containers' mounts live in their own namespaces.
+	// Bundles hold no host mounts: the containers' mounts live in their own namespaces. They are in the
+	// directories that links <pid>.<n> of dead pids point to, in directories named <pid> (as servers before
+	// the links made them), and in neutral directories no link points to that are over a minute old (a
+	// server that died between making one and its link).
 	ents, _ = os.ReadDir(stateBase)
+	linked := map[string]bool{}
 	for _, e := range ents {
-		if deadPID(e.Name()) {
+		path := filepath.Join(stateBase, e.Name())
+		target, lerr := os.Readlink(path)
+		if lerr == nil {
+			linked[target] = true
+		}
+		if owner, _, _ := strings.Cut(e.Name(), "."); !deadPID(owner) {
+			continue
+		}
+		if lerr == nil {
+			_ = os.Remove(path)
+			if !strings.Contains(target, "/") {
+				_ = os.RemoveAll(filepath.Join(stateBase, target))
+			}
+			continue
+		}
+		_ = os.RemoveAll(path)
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), neutralPrefix) || linked[e.Name()] {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
 			_ = os.RemoveAll(filepath.Join(stateBase, e.Name()))
 		}
 	}
 }
+
+// stageAgent puts the agent binary into dir, a hard link where dir is on the binary's filesystem and a copy
+// otherwise, and returns its path. A sandbox's mount table shows each bind's source path, and the binary may
+// live in the data directory (corral serve copies itself to <data>/bin); dir's path says nothing.
+func stageAgent(dir, agentPath string) (string, error) {
+	dst := filepath.Join(dir, "agent")
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("oci: stage agent: %w", err)
+	}
+	if err := os.Link(agentPath, dst); err == nil {
+		return dst, nil
+	}
+	in, err := os.Open(agentPath)
+	if err != nil {
+		return "", fmt.Errorf("oci: stage agent: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return "", fmt.Errorf("oci: stage agent: %w", err)
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("oci: stage agent: %w", err)
+	}
+	return dst, nil
+}
+
+// neutralPrefix starts the names of default bundle directories; the links to them are named <pid>.<n>.
+const neutralPrefix = "s-"
+
+// providers numbers the Providers of this process, for the links to their default StateDirs.
+var providers atomic.Int64
 
 // deadPID reports whether name is the pid of a process that no longer exists.
 func deadPID(name string) bool {
@@ -211,7 +293,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	cleanup.Add(proxy.Close)
 
 	limits := agent.WithDefaults(r.Limits)
-	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.cfg.AgentPath, ProxySocket: sock,
+	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.agent, ProxySocket: sock,
 		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3}
 	if spec.CABundle, err = agent.CABundle(r.Egress); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)

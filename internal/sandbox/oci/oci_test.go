@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,6 +46,10 @@ func TestRedTeamRepository(t *testing.T) {
 func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider, sandboxtest.Options{}) }
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
+
+func TestHardening(t *testing.T) {
+	sandboxtest.RunHardening(t, newProvider, sandboxtest.HardeningOptions{})
+}
 
 func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
 
@@ -88,5 +93,47 @@ func TestSweep(t *testing.T) {
 	// (runc list makes the root again.)
 	if out, _ := exec.Command("runc", "--root", root, "list", "-q").Output(); strings.TrimSpace(string(out)) != "" {
 		t.Errorf("containers left: %q", out)
+	}
+}
+
+// TestNeutralStateDir checks the default bundle directory: a neutral name, which a sandbox's mount table shows,
+// with a link named for the server's pid, which sweep reads.
+func TestNeutralStateDir(t *testing.T) {
+	sandboxtest.Require(t, "oci", oci.Available("runc"))
+	const name = "ocistatetest"
+	base := filepath.Join(os.TempDir(), "corral-"+name)
+	t.Cleanup(func() {
+		_ = os.RemoveAll(base)
+		_ = os.RemoveAll("/run/corral-" + name)
+	})
+	if _, err := oci.New(oci.Config{AgentPath: agentPath, Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var links, dirs int
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(base, e.Name()))
+		switch {
+		case err == nil:
+			links++
+			owner, _, _ := strings.Cut(e.Name(), ".")
+			if owner != strconv.Itoa(os.Getpid()) || !strings.HasPrefix(target, "s-") {
+				t.Errorf("link %s -> %s", e.Name(), target)
+			}
+			if fi, err := os.Stat(filepath.Join(base, target)); err != nil || !fi.IsDir() {
+				t.Errorf("link %s -> %s: %v", e.Name(), target, err)
+			}
+		case e.IsDir():
+			dirs++
+			if strings.Contains(e.Name(), strconv.Itoa(os.Getpid())) {
+				t.Errorf("state dir %s is named for the pid", e.Name())
+			}
+		}
+	}
+	if links != 1 || dirs != 1 {
+		t.Errorf("%d links and %d directories in %s, want one each", links, dirs, base)
 	}
 }

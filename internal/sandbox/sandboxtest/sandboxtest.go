@@ -1,6 +1,7 @@
 // Package sandboxtest is the conformance suite every sandbox backend passes (Run), the red-team suite every
-// isolating backend passes (RunRedTeam), and the suites for resource limits (RunLimits) and egress networking
-// (RunNetwork). A backend's test builds the agent once (BuildAgent, in TestMain), decides whether its tool is
+// isolating backend passes (RunRedTeam), and the suites for resource limits (RunLimits), egress networking
+// (RunNetwork) and what a sandbox must not get from its host (RunHardening: inherited descriptors, system calls
+// beyond the seccomp deny list, host paths in its mount table). A backend's test builds the agent once (BuildAgent, in TestMain), decides whether its tool is
 // present (Require) and calls the suites with a constructor for its Provider.
 package sandboxtest
 
@@ -190,6 +191,7 @@ func Main(m *testing.M, agentPath *string) {
 		os.Exit(1)
 	}
 	*agentPath, err = BuildAgent(dir)
+	agentDir = dir
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
