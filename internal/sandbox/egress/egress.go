@@ -426,11 +426,21 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.untrack(up, down)
+	var pending []byte
+	if n := buf.Reader.Buffered(); n > 0 {
+		pending, _ = buf.Reader.Peek(n)
+	}
+	pipe(up, down, pending)
+}
+
+// pipe copies both ways between the sandbox's side of a tunnel (down) and its destination (up), pending (what
+// the sandbox sent before the tunnel was up) first, until both directions end; each side's write is
+// half-closed when its reader ends.
+func pipe(up, down net.Conn, pending []byte) {
 	done := make(chan struct{}, 2)
 	go func() {
-		if n := buf.Reader.Buffered(); n > 0 {
-			b, _ := buf.Reader.Peek(n)
-			_, _ = up.Write(b)
+		if len(pending) > 0 {
+			_, _ = up.Write(pending)
 		}
 		_, _ = io.Copy(up, down)
 		if c, ok := up.(*net.TCPConn); ok {

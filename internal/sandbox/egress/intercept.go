@@ -262,23 +262,7 @@ func (p *Proxy) splice(ctx context.Context, down net.Conn, addr string) {
 		return
 	}
 	defer p.untrack(up)
-	done := make(chan struct{}, 2)
-	go func() {
-		_, _ = io.Copy(up, down)
-		if c, ok := up.(*net.TCPConn); ok {
-			_ = c.CloseWrite()
-		}
-		done <- struct{}{}
-	}()
-	go func() {
-		_, _ = io.Copy(down, up)
-		if c, ok := down.(interface{ CloseWrite() error }); ok {
-			_ = c.CloseWrite()
-		}
-		done <- struct{}{}
-	}()
-	<-done
-	<-done
+	pipe(up, down, nil)
 }
 
 // bufferedConn reads what the server buffered of a hijacked connection before the connection itself.
