@@ -119,7 +119,11 @@ func (b *backend) provider(o backendOptions, stateDir string) (sandbox.Provider,
 	if err := b.check(&o); err != nil {
 		return nil, err
 	}
-	return b.new(&o, stateDir)
+	p, err := b.new(&o, stateDir)
+	if err != nil {
+		return nil, err // never a typed nil (*bwrap.Provider)(nil) in the interface
+	}
+	return p, nil
 }
 
 // benchBackends resolves corral bench's --backends against the table: every backend is returned, those that

@@ -108,6 +108,7 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, s
 		return sc, nil
 	}
 	if sc.Provider, err = f.provider(dataDir, logger); err != nil {
+		sc.Provider = nil // not a typed nil in the interface: the server must see no provider
 		logger.Warn("sandbox backend unavailable: built-in tools will fail until it is fixed", "sandbox", f.kind, "err", err)
 		sc.Unavailable = fmt.Sprintf("%s: %v", f.kind, err)
 	}
