@@ -125,6 +125,16 @@ func TestStreamDeafClientClosedThenResumes(t *testing.T) {
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
 
 	deaf := openDeafStream(t, srv.URL, id, "key")
+	_ = deaf.SetReadDeadline(time.Now().Add(30 * time.Second)) // fail, never hang
+	// The stream is served (its headers come at once) before anything else competes for the key's only slot;
+	// then the client reads nothing more.
+	resp, err := http.ReadResponse(bufio.NewReader(deaf), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("deaf stream: status %d, want 200", resp.StatusCode)
+	}
 	// The deaf stream holds the key's only slot until the server closes it.
 	for {
 		resp := getStream(t, ctx, srv, id, "key")
@@ -139,10 +149,6 @@ func TestStreamDeafClientClosedThenResumes(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// What reached the deaf client before the close, up to the cut.
-	resp, err := http.ReadResponse(bufio.NewReader(deaf), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	got, err := io.ReadAll(resp.Body)
 	if err == nil || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("deaf stream read %d bytes and ended with %v, want a cut (unexpected EOF)", len(got), err)
