@@ -94,7 +94,7 @@ func (h *harness) do(method, path, body string, hdr ...string) (int, http.Header
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, h.srv.URL+path, rd)
+	req, err := http.NewRequestWithContext(ctxT(h.t), method, h.srv.URL+path, rd) // fail, never hang
 	if err != nil {
 		h.t.Fatal(err)
 	}

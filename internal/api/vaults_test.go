@@ -126,7 +126,7 @@ func openSQLite(t *testing.T) (store.Store, string) {
 // raw sends a request with the test key through the recording client.
 func (h *vaultHarness) raw(method, path, body string) (int, []byte) {
 	h.t.Helper()
-	req, err := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctxT(h.t), method, h.srv.URL+path, strings.NewReader(body)) // fail, never hang
 	if err != nil {
 		h.t.Fatal(err)
 	}
