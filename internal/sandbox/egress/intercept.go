@@ -31,8 +31,11 @@ type responseScrubber interface {
 const interceptIdle = time.Minute
 
 // clientFirst is how long an intercepted tunnel waits for the client's first bytes (a TLS ClientHello) before
-// it takes the protocol for one whose server speaks first and tunnels it untouched.
-const clientFirst = 3 * time.Second
+// it takes the protocol for one whose server speaks first and tunnels it untouched. It is generous: a client
+// slower than that (a loaded machine: curl took over 3 s to send its ClientHello with both cores busy) would be
+// tunnelled and its credentials not injected, while only a server-first protocol (SMTP, FTP) to a host a
+// credential allows pays the wait.
+const clientFirst = 10 * time.Second
 
 // intercepts reports whether an absolute-URI request goes to a destination the Interceptor claims.
 func (p *Proxy) intercepts(u *url.URL) bool {
