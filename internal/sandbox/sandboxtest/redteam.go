@@ -194,7 +194,7 @@ func RunRedTeamRepository(t *testing.T, newProvider func(testing.TB) sandbox.Pro
 			"GIT_TRACE=1 GIT_CURL_VERBOSE=1 GIT_TRACE_CURL=1 git -C /workspace/proj fetch origin 2>&1 | head -c 60000", ""},
 	}
 	for _, pr := range probes {
-		out, _ := runRepo(t, p, repoCall(session, res, pr.cmd, 8*time.Minute))
+		out, _ := runRepo(t, p, repoCall(session, res, pr.cmd, 3*time.Minute))
 		t.Logf("probe %s: %.3000s", pr.name, strings.ReplaceAll(out, "\n", " | "))
 		for what, s := range secrets {
 			if strings.Contains(out, s) {

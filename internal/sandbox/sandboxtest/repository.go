@@ -58,7 +58,9 @@ func runRepo(t *testing.T, p *sandbox.Pool, c *sandbox.Call) (string, bool) {
 	t.Helper()
 	var placeErr []*sandbox.ResourceError
 	c.OnProvision = func(r sandbox.ProvisionReport) { placeErr = append(placeErr, r.ResourceErrors...) }
-	res, err := p.Execute(context.Background(), c)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // fail, never hang
+	defer cancel()
+	res, err := p.Execute(ctx, c)
 	if err != nil {
 		t.Fatalf("bash %s: %v", c.Input, err)
 	}
