@@ -45,6 +45,12 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	mcpProxy, err := hf.mcpProxy(st, vlt, logger)
+	if err != nil {
+		return err
+	}
+	defer mcpProxy.Close()
+	brain.MCP = mcpProxy
 	srv, err := corral.New(corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc})
 	if err != nil {
 		return err

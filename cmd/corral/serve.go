@@ -58,6 +58,12 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		if cfg.Sandbox, err = hf.sandbox(sf.data, st, vlt, io.err, logger); err != nil {
 			return err
 		}
+		mcpProxy, err := hf.mcpProxy(st, vlt, logger)
+		if err != nil {
+			return err
+		}
+		defer mcpProxy.Close()
+		cfg.Brain.MCP = mcpProxy
 	}
 	srv, err := corral.New(cfg)
 	if err != nil {

@@ -124,6 +124,24 @@ func transcript(t *tail) ([]transcriptTurn, error) {
 				input = json.RawMessage("{}")
 			}
 			add("assistant", e.Seq, model.Block{Type: model.BlockToolUse, ID: id, Name: u.Name, Input: input})
+		case apitype.EventAgentMCPToolUse:
+			var u apitype.AgentMCPToolUse
+			if err := e.DecodeData(&u); err != nil {
+				return nil, err
+			}
+			id := cmp.Or(u.ModelToolUseID, e.ID)
+			useIDs[e.ID] = id
+			input := u.Input
+			if len(input) == 0 || string(input) == "null" {
+				input = json.RawMessage("{}")
+			}
+			add("assistant", e.Seq, model.Block{Type: model.BlockToolUse, ID: id, Name: cmp.Or(u.ModelToolName, u.Name), Input: input})
+		case apitype.EventAgentMCPToolResult:
+			var r apitype.AgentMCPToolResult
+			if err := e.DecodeData(&r); err != nil {
+				return nil, err
+			}
+			result(e.Seq, r.MCPToolUseID, r.Content, r.IsError)
 		case apitype.EventAgentToolResult:
 			var r apitype.AgentToolResult
 			if err := e.DecodeData(&r); err != nil {
