@@ -11,7 +11,7 @@ type toolUse struct {
 	ev        apitype.Event
 	data      apitype.AgentToolUse
 	custom    bool
-	mcp       *apitype.AgentMCPToolUse // an agent.mcp_tool_use (data holds its shared fields too)
+	mcp       *apitype.AgentMCPToolUse   // an agent.mcp_tool_use (data holds its shared fields too)
 	resolved  bool                       // a result is in the log
 	confirmed apitype.ConfirmationResult // allow | deny, from a processed user.tool_confirmation
 }

@@ -255,10 +255,15 @@ func (m *MCP) conn(ctx context.Context, sessionID string, server apitype.MCPServ
 	if err != nil {
 		return nil, err
 	}
-	c = &mcpConn{m: m, server: server, cred: cred}
+	policy := mcpPolicy(networking, u)
+	policy.AllowInternal = slices.Clone(m.cfg.AllowInternal)
+	c = &mcpConn{m: m, server: server, cred: cred, policy: policy, host: u.Hostname(), port: u.Port()}
+	if c.port == "" {
+		c.port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
 	c.touch()
 	c.http = &http.Client{
-		Transport: &bearerTransport{c: c, base: m.transport(mcpPolicy(networking, u), u.Hostname())},
+		Transport: &bearerTransport{c: c, base: m.transport(policy)},
 		// A redirect would carry the token to wherever it points: not followed.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
@@ -284,8 +289,7 @@ func mcpPolicy(n *apitype.Networking, u *url.URL) egress.Policy {
 
 // transport is an HTTP transport whose every connection is checked by policy (with the operator's trusted
 // internal destinations) after resolution, and pinned to the addresses checked.
-func (m *MCP) transport(policy egress.Policy, _ string) *http.Transport {
-	policy.AllowInternal = slices.Clone(m.cfg.AllowInternal)
+func (m *MCP) transport(policy egress.Policy) *http.Transport {
 	dialer := &net.Dialer{Timeout: 15 * time.Second}
 	return &http.Transport{
 		Proxy: nil,
@@ -326,6 +330,9 @@ type mcpConn struct {
 	server apitype.MCPServer
 	cred   *bearer // nil: the session has no credential for the server
 	http   *http.Client
+	policy egress.Policy // the session's networking for MCP, with the operator's trusted internal destinations
+	host   string
+	port   string
 
 	used       atomic.Int64 // unix nanoseconds of the last use
 	authFailed atomic.Bool  // the server answered 401 or 403 (after any refresh) since the flag was reset
@@ -361,6 +368,13 @@ func (c *mcpConn) drop() {
 func (c *mcpConn) connect(ctx context.Context) error {
 	if c.sess != nil {
 		return nil
+	}
+	if _, err := c.policy.Resolve(ctx, c.host, c.port); err != nil {
+		msg := err.Error()
+		if errors.Is(err, egress.ErrDenied) {
+			msg = "the environment's networking does not allow this server: " + msg
+		}
+		return &mcp.Error{Kind: mcp.KindConnection, Server: c.server.Name, Message: msg}
 	}
 	client := sdk.NewClient(&sdk.Implementation{Name: "corral", Version: "1"}, &sdk.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { c.stale.Store(true) },

@@ -134,7 +134,7 @@ func (m *MCP) exchange(ctx context.Context, r *apitype.OAuthRefresh, refreshToke
 	}
 	// The token endpoint is reached like any public destination of the server, or an internal one the operator
 	// trusts; never a redirect.
-	hc := &http.Client{Transport: m.transport(egress.Policy{AllowAll: true}, u.Hostname()), Timeout: time.Minute,
+	hc := &http.Client{Transport: m.transport(egress.Policy{AllowAll: true, AllowInternal: m.cfg.AllowInternal}), Timeout: time.Minute,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
