@@ -378,7 +378,10 @@ func TestMCPServerErrors(t *testing.T) {
 		t.Fatal(list, err)
 	}
 	if _, err := f.store.CredentialUpdate(ctx, &store.CredentialUpdateParams{CredentialRef: store.CredentialRef{VaultID: vid, ID: list[0].ID},
-		Update: func(c *apitype.Credential) ([]store.SealedSecret, error) { c.Auth.Refresh.ClientID = "wrong"; return nil, nil }}); err != nil {
+		Update: func(c *apitype.Credential) ([]store.SealedSecret, error) {
+			c.Auth.Refresh.ClientID = "wrong"
+			return nil, nil
+		}}); err != nil {
 		t.Fatal(err)
 	}
 	f.say(id, "Check the tracker.")

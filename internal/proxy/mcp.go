@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -262,11 +263,7 @@ func (m *MCP) conn(ctx context.Context, sessionID string, server apitype.MCPServ
 		c.port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
 	c.touch()
-	c.http = &http.Client{
-		Transport: &bearerTransport{c: c, base: m.transport(policy)},
-		// A redirect would carry the token to wherever it points: not followed.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	c.http = newMCPHTTPClient(c, m.transport(policy))
 	m.mu.Lock()
 	if prev := m.conns[key]; prev != nil {
 		m.mu.Unlock()
@@ -275,6 +272,15 @@ func (m *MCP) conn(ctx context.Context, sessionID string, server apitype.MCPServ
 	m.conns[key] = c
 	m.mu.Unlock()
 	return c, nil
+}
+
+// newMCPHTTPClient is the HTTP client of a connection: the credential added by bearerTransport, no redirects (a
+// redirect would carry the token to wherever it points).
+func newMCPHTTPClient(c *mcpConn, base http.RoundTripper) *http.Client {
+	return &http.Client{
+		Transport:     &bearerTransport{c: c, base: base},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // mcpPolicy is the egress policy MCP calls of a session obey: its environment's networking, where limited
@@ -337,6 +343,9 @@ type mcpConn struct {
 	used       atomic.Int64 // unix nanoseconds of the last use
 	authFailed atomic.Bool  // the server answered 401 or 403 (after any refresh) since the flag was reset
 	stale      atomic.Bool  // the server said its tools changed
+	// record keeps the first failing HTTP answer in failed (validations).
+	record bool
+	failed atomic.Pointer[apitype.HTTPResponse]
 
 	mu     sync.Mutex
 	sess   *sdk.ClientSession
@@ -505,11 +514,38 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// observe notes a 401 or 403, which makes the failure an authentication error.
+// observe notes a 401 or 403, which makes the failure an authentication error, and keeps the first failing
+// answer (scrubbed) for a validation.
 func (t *bearerTransport) observe(resp *http.Response) {
-	if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+	if resp == nil {
+		return
+	}
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		t.c.authFailed.Store(true)
 	}
+	if t.c.record && resp.StatusCode >= 400 {
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, maxRecordedBody+1))
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+		body, cut := scrubBody(head, maxRecordedBody, t.c.secrets())
+		ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+		t.c.failed.CompareAndSwap(nil, &apitype.HTTPResponse{StatusCode: resp.StatusCode, ContentType: ct, Body: body, BodyTruncated: cut})
+	}
+}
+
+// maxRecordedBody bounds the body of a failing answer a validation reports.
+const maxRecordedBody = 4096
+
+// secrets are the credential's secrets, for scrubbing.
+func (c *mcpConn) secrets() []string {
+	if c.cred == nil {
+		return nil
+	}
+	c.cred.mu.Lock()
+	defer c.cred.mu.Unlock()
+	return slices.Clone(c.cred.seen)
 }
 
 // credential picks the session's credential for an MCP server: the first active static_bearer or mcp_oauth
@@ -585,6 +621,9 @@ type bearer struct {
 	secret  string // the client secret, "" if none
 	seen    []string
 	lastErr string // the last refresh failure, scrubbed
+	// refreshes counts successful refreshes; lastRefresh is the last failure as the token endpoint gave it.
+	refreshes   int
+	lastRefresh *RefreshError
 }
 
 // load reads the credential and its secrets from the store.
@@ -685,9 +724,15 @@ func (b *bearer) refreshAfter(ctx context.Context, old string) (string, error) {
 	defer b.mu.Unlock()
 	if err != nil {
 		b.lastErr = scrubAll(err.Error(), b.seen)
+		if re, ok := errors.AsType[*RefreshError](err); ok {
+			b.lastRefresh = re
+		} else {
+			b.lastRefresh = &RefreshError{Err: b.lastErr}
+		}
 		return "", errors.New(b.lastErr)
 	}
-	b.lastErr = ""
+	b.lastErr, b.lastRefresh = "", nil
+	b.refreshes++
 	return fresh, nil
 }
 
