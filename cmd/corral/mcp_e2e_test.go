@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/corralhq/corral/internal/mcp/mcptest"
 	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/store/postgres/pgtest"
 )
 
 // TestMCPThroughSDK is issue 11 end to end through the real binary and the official SDK: `corral serve` trusting
@@ -241,4 +243,102 @@ func TestMCPThroughSDK(t *testing.T) {
 	assertNowhere(t, places, forbidden)
 	t.Logf("red team: %d secrets (access tokens issued and refreshed, refresh token, client secret) searched in %d places: none found",
 		len(forbidden), len(places))
+}
+
+// TestMCPProxyProcess runs the MCP proxy as its own process beside brains on other machines: `corral serve
+// --brains 0` (the API), `corral proxy` (the only process that opens MCP credentials for the brains) and
+// `corral harness --mcp-proxy URL` on one PostgreSQL, the brains reaching the proxy with the shared token. An
+// agent's MCP tool is called end to end through the official SDK; a caller without the token is refused; no
+// MCP token is in the harness's output or the log.
+func TestMCPProxyProcess(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDSN(t)
+	mcpSrv := mcptest.New(t, mcptest.Config{ClientID: "corral"})
+	u, err := url.Parse(mcpSrv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := modeltest.NewServer(t)
+	model.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_echo", Name: "mcp__tracker__echo", Input: `{"text":"via corral proxy"}`}}},
+		modeltest.Turn{Text: "Done."},
+	)
+	key := sharedVaultKey(t)
+	proxyToken := "proxy-token-" + secretString("")
+	env := append(serverEnv(model, testKey), proxyTokenEnv+"="+proxyToken)
+	api := startServer(t, t.TempDir(), model, "--db", db, "--brains", "0", "--vault-key-file", key)
+	px := startCorral(t, env, "corral: proxy listening on ", "proxy", "--db", db, "--data", t.TempDir(),
+		"--vault-key-file", key, "--listen", "127.0.0.1:0", "--egress-allow-internal", u.Host)
+	brains := startCorral(t, env, "corral: harness running", "harness", "--db", db, "--data", t.TempDir(),
+		"--sandbox", "none", "--brains", "2", "--lease-ttl", "2s", "--poll", "200ms", "--vault-key-file", key, "--mcp-proxy", px.url)
+
+	c := sdkClient(api)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	vault, err := c.Beta.Vaults.New(ctx, anthropic.BetaVaultNewParams{DisplayName: "tracker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := mcpSrv.IssueAccess()
+	if _, err := c.Beta.Vaults.Credentials.New(ctx, vault.ID, anthropic.BetaVaultCredentialNewParams{
+		Auth: anthropic.BetaVaultCredentialNewParamsAuthUnion{OfStaticBearer: &anthropic.BetaManagedAgentsStaticBearerCreateParams{
+			Token: token, MCPServerURL: mcpSrv.MCPURL}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	agent, err := c.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
+		Name: "mcp-remote", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
+		MCPServers: []anthropic.BetaManagedAgentsURLMCPServerParams{{Name: "tracker", URL: mcpSrv.MCPURL}},
+		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfMCPToolset: &anthropic.BetaManagedAgentsMCPToolsetParams{MCPServerName: "tracker",
+			DefaultConfig: anthropic.BetaManagedAgentsMCPToolsetDefaultConfigParams{
+				PermissionPolicy: anthropic.BetaManagedAgentsMCPToolsetDefaultConfigParamsPermissionPolicyUnion{OfAlwaysAllow: &anthropic.BetaManagedAgentsAlwaysAllowPolicyParam{}}}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envRes, err := c.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: "mcp-remote"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := c.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)}, EnvironmentID: envRes.ID,
+		VaultIDs: []string{vault.ID},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, raw := sendAndWait(ctx, t, c, sess.ID, "Echo through the proxy.")
+	result := ""
+	for _, ev := range events {
+		if ev.Type == "agent.mcp_tool_result" {
+			for _, b := range ev.AsAgentMCPToolResult().Content {
+				result += b.Text
+			}
+		}
+	}
+	if result != "echo: via corral proxy" || mcpSrv.Calls("echo") != 1 {
+		t.Fatalf("result %q, %d calls: %s", result, mcpSrv.Calls("echo"), raw)
+	}
+
+	// Without the token, the proxy answers nobody.
+	body := strings.NewReader(`{"session_id":"` + sess.ID + `","server":{"type":"url","name":"tracker","url":"` + mcpSrv.MCPURL + `"}}`)
+	resp, err := http.Post(px.url+"/v1/mcp/list_tools", "application/json", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a request without the token got %s", resp.Status)
+	}
+	assertNowhere(t, map[string]string{
+		"the session log":   raw,
+		"the harness's log": brains.stderr.String() + " ",
+		"the model's requests": func() string {
+			var sb strings.Builder
+			for _, r := range model.Requests() {
+				sb.Write(r.Body)
+			}
+			return sb.String()
+		}(),
+	}, map[string]string{"the MCP token": token})
 }

@@ -28,8 +28,10 @@ var rules = map[string][]string{
 	"internal/client":  {"internal/apitype"},
 	"internal/api":     {"internal/apitype", "internal/store"},
 	"internal/mcp":     {"internal/apitype"},
-	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp"},
-	"internal/server":  {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox"},
+	// The MCP port over HTTP, for brains whose MCP proxy is `corral proxy`: no credential code.
+	"internal/mcp/remote": {"internal/apitype", "internal/mcp"},
+	"internal/harness":    {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp"},
+	"internal/server":     {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox"},
 	// The benchmark composes servers through internal/server and is handed its backends by cmd/: it picks none.
 	"internal/bench": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/model",
 		"internal/sandbox", "internal/server", "internal/model/fakemodel", "internal/client"},

@@ -24,7 +24,7 @@ func TestBrainLinksNoVault(t *testing.T) {
 		}
 		return strings.Fields(string(out))
 	}
-	for _, pkg := range []string{"./internal/harness", "./internal/mcp"} {
+	for _, pkg := range []string{"./internal/harness", "./internal/mcp", "./internal/mcp/remote"} {
 		d := deps(pkg)
 		if !slices.Contains(d, module+"internal/apitype") {
 			t.Fatalf("go list -deps %s lists no internal/apitype; is it run in the module? %v", pkg, d)
