@@ -89,10 +89,17 @@ func (r *run) offerMCP() []apitype.NewEvent {
 				return errs
 			}
 			e := mcp.AsError(err, srv.Name)
-			r.b.cfg.Logger.Warn("mcp server not listed", "session_id", r.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
-			errs = append(errs, mcpErrorEvent(e))
+			if !r.mcpDown[srv.Name] { // reported once per run, not at each model call of a turn
+				r.b.cfg.Logger.Warn("mcp server not listed", "session_id", r.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
+				errs = append(errs, mcpErrorEvent(e))
+				if r.mcpDown == nil {
+					r.mcpDown = map[string]bool{}
+				}
+				r.mcpDown[srv.Name] = true
+			}
 			continue
 		}
+		delete(r.mcpDown, srv.Name)
 		for _, tool := range tools {
 			on, pol := mcpToolConfig(t, tool.Name)
 			name := mcpToolName(srv.Name, tool.Name, func(n string) bool { _, ok := ts.routes[n]; return ok })

@@ -491,11 +491,18 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req.Clone(req.Context())
 	out.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := t.base.RoundTrip(out)
-	if err != nil || resp.StatusCode != http.StatusUnauthorized || !cred.refreshable() || (req.Body != nil && req.GetBody == nil) {
+	if err != nil || resp.StatusCode != http.StatusUnauthorized || (req.Body != nil && req.GetBody == nil) {
 		t.observe(resp)
 		return resp, err
 	}
-	fresh, rerr := cred.refreshAfter(req.Context(), tok)
+	var fresh string
+	var rerr error
+	if cred.refreshable() {
+		fresh, rerr = cred.refreshAfter(req.Context(), tok)
+	} else {
+		// A static token may have been replaced through the API since it was read.
+		fresh, rerr = cred.reloaded(req.Context(), tok)
+	}
 	if rerr != nil {
 		t.observe(resp)
 		return resp, nil
@@ -614,13 +621,14 @@ type bearer struct {
 	m           *MCP
 	vaultID, id string
 
-	mu      sync.Mutex
-	cred    *apitype.Credential
-	token   string
-	refresh string // the refresh token, "" if none
-	secret  string // the client secret, "" if none
-	seen    []string
-	lastErr string // the last refresh failure, scrubbed
+	mu       sync.Mutex
+	cred     *apitype.Credential
+	token    string
+	refresh  string // the refresh token, "" if none
+	secret   string // the client secret, "" if none
+	seen     []string
+	loadedAt time.Time
+	lastErr  string // the last refresh failure, scrubbed
 	// refreshes counts successful refreshes; lastRefresh is the last failure as the token endpoint gave it.
 	refreshes   int
 	lastRefresh *RefreshError
@@ -646,7 +654,7 @@ func (b *bearer) load(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.cred = c
+	b.cred, b.loadedAt = c, time.Now()
 	b.token = vals[secretBearerToken]
 	if c.Auth.Type == apitype.AuthMCPOAuth {
 		b.token = vals[secretAccessToken]
@@ -674,8 +682,20 @@ const refreshMargin = time.Minute
 // (a failed refresh sends the old token: the server decides).
 func (b *bearer) current(ctx context.Context) (string, error) {
 	b.mu.Lock()
-	tok, exp := b.token, b.cred.Auth.ExpiresAt
+	stale := time.Since(b.loadedAt) > RefreshEvery
 	b.mu.Unlock()
+	if stale {
+		// A credential updated (a new token), archived or deleted meanwhile: its current state applies.
+		if err := b.load(ctx); err != nil {
+			return "", err
+		}
+	}
+	b.mu.Lock()
+	tok, exp, archived := b.token, b.cred.Auth.ExpiresAt, b.cred.ArchivedAt != nil
+	b.mu.Unlock()
+	if archived || tok == "" {
+		return "", errors.New("the session's credential for this server was archived")
+	}
 	if exp != nil && time.Until(*exp) < refreshMargin && b.refreshable() {
 		if fresh, err := b.refreshAfter(ctx, tok); err == nil {
 			return fresh, nil
@@ -734,6 +754,19 @@ func (b *bearer) refreshAfter(ctx context.Context, old string) (string, error) {
 	b.lastErr, b.lastRefresh = "", nil
 	b.refreshes++
 	return fresh, nil
+}
+
+// reloaded reads the credential again and returns its token if it is no longer old.
+func (b *bearer) reloaded(ctx context.Context, old string) (string, error) {
+	if err := b.load(ctx); err != nil {
+		return "", err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.token == old || b.token == "" || b.cred.ArchivedAt != nil {
+		return "", errors.New("the credential has no newer token")
+	}
+	return b.token, nil
 }
 
 func (m *MCP) refreshLock(credID string) *sync.Mutex {

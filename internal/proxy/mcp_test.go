@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -482,6 +484,66 @@ func TestMCPConnectionFailures(t *testing.T) {
 	// A server the session's agent does not have is refused.
 	if _, err := f.proxy.ListTools(ctx, limited, untrusted); kind(err) != mcp.KindConnection {
 		t.Errorf("a server outside the agent's mcp_servers: %v", err)
+	}
+	f.checkLogs(t)
+}
+
+// TestMCPMalformedAndRemoved: a server that answers garbage instead of JSON-RPC is a connection error naming it;
+// a tool removed between list and call is an error result; a static token replaced in the vault is picked up
+// on the 401 its predecessor gets.
+func TestMCPMalformedAndRemoved(t *testing.T) {
+	t.Parallel()
+	f := newMCPFixture(t, mcptest.Config{})
+	ctx := testCtx(t)
+
+	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":`))
+	}))
+	defer garbage.Close()
+	gu, _ := url.Parse(garbage.URL)
+	p, err := NewMCP(MCPConfig{Store: f.st, Vault: f.v, AllowInternal: []string{gu.Host}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	bad := apitype.MCPServer{Type: "url", Name: "garbage", URL: garbage.URL + "/mcp"}
+	sid := f.mcpSession(t, nil, []apitype.MCPServer{bad})
+	_, err = p.ListTools(ctx, sid, bad)
+	var me *mcp.Error
+	if !errors.As(err, &me) || me.Kind != mcp.KindConnection || me.Server != "garbage" {
+		t.Errorf("malformed JSON-RPC: %v", err)
+	}
+
+	vid := f.vault(t)
+	cid := f.credential(t, vid, apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: f.srv.MCPURL}, f.srv.IssueAccess())
+	server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+	sid = f.mcpSession(t, nil, []apitype.MCPServer{server}, vid)
+	if _, err := f.proxy.ListTools(ctx, sid, server); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.RemoveTool("echo")
+	res, err := f.proxy.CallTool(ctx, sid, server, "echo", json.RawMessage(`{"text":"x"}`))
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "echo") {
+		t.Errorf("a removed tool: %+v, %v", res, err)
+	}
+
+	// The token is replaced through the vault (as the API's credential update does); the old one stops working.
+	f.srv.ExpireAll()
+	next := f.srv.IssueAccess()
+	if _, err := f.st.CredentialUpdate(ctx, &store.CredentialUpdateParams{CredentialRef: store.CredentialRef{VaultID: vid, ID: cid},
+		Update: func(c *apitype.Credential) ([]store.SealedSecret, error) {
+			s, err := f.v.Seal(c.ID, secretBearerToken, []byte(next))
+			if err != nil {
+				return nil, err
+			}
+			return []store.SealedSecret{*s}, nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = f.proxy.CallTool(ctx, sid, server, "fail", json.RawMessage(`{}`))
+	if err != nil || resultText(res) != "the tracker is read-only today" {
+		t.Errorf("after the token was replaced: %+v, %v", res, err)
 	}
 	f.checkLogs(t)
 }
