@@ -350,6 +350,7 @@ type mcpConn struct {
 	mu     sync.Mutex
 	sess   *sdk.ClientSession
 	cancel context.CancelFunc // ends sess's connection
+	ended  *atomic.Bool       // set once sess's connection has ended
 	tools  []mcp.Tool
 }
 
@@ -375,9 +376,10 @@ func (c *mcpConn) drop() {
 // connect connects if not connected: Streamable HTTP first, then the older HTTP+SSE transport. c.mu is held.
 // The connection lives beyond ctx (which bounds only the attempt).
 func (c *mcpConn) connect(ctx context.Context) error {
-	if c.sess != nil {
+	if c.sess != nil && !c.ended.Load() {
 		return nil
 	}
+	c.drop() // a connection the server (or the network) ended: a new one
 	if _, err := c.policy.Resolve(ctx, c.host, c.port); err != nil {
 		msg := err.Error()
 		if errors.Is(err, egress.ErrDenied) {
@@ -403,7 +405,12 @@ func (c *mcpConn) connect(ctx context.Context) error {
 	if err != nil {
 		return c.fail(ctx, err)
 	}
-	c.sess, c.cancel, c.tools = sess, cancel, nil
+	ended := &atomic.Bool{}
+	c.sess, c.cancel, c.tools, c.ended = sess, cancel, nil, ended
+	go func() {
+		_ = sess.Wait() // returns once the connection is closed, by either side
+		ended.Store(true)
+	}()
 	return nil
 }
 
