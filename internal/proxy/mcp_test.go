@@ -488,7 +488,8 @@ func TestMCPConnectionFailures(t *testing.T) {
 	f.checkLogs(t)
 }
 
-// TestMCPMalformedAndRemoved: a server that answers garbage instead of JSON-RPC is a connection error naming it;
+// TestMCPMalformedAndRemoved: a server that answers garbage instead of JSON-RPC, or whose TLS certificate cannot
+// be verified, is a connection error naming it;
 // a tool removed between list and call is an error result; a static token replaced in the vault is picked up
 // on the 401 its predecessor gets.
 func TestMCPMalformedAndRemoved(t *testing.T) {
@@ -513,6 +514,23 @@ func TestMCPMalformedAndRemoved(t *testing.T) {
 	var me *mcp.Error
 	if !errors.As(err, &me) || me.Kind != mcp.KindConnection || me.Server != "garbage" {
 		t.Errorf("malformed JSON-RPC: %v", err)
+	}
+
+	// TLS the proxy cannot verify (a self-signed certificate): a connection error, nothing sent.
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a request reached the server whose certificate failed: %s %s", r.Method, r.URL)
+	}))
+	defer tlsSrv.Close()
+	tu, _ := url.Parse(tlsSrv.URL)
+	p2, err := NewMCP(MCPConfig{Store: f.st, Vault: f.v, AllowInternal: []string{tu.Host}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	untrusted := apitype.MCPServer{Type: "url", Name: "selfsigned", URL: tlsSrv.URL + "/mcp"}
+	sid = f.mcpSession(t, nil, []apitype.MCPServer{untrusted})
+	if _, err := p2.ListTools(ctx, sid, untrusted); !errors.As(err, &me) || me.Kind != mcp.KindConnection || !strings.Contains(me.Message, "certificate") {
+		t.Errorf("a TLS failure: %v", err)
 	}
 
 	vid := f.vault(t)
