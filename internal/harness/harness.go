@@ -10,7 +10,8 @@
 // per claimed session run.go (the run and its loop), tail.go (reading the log), state.go (the state derived from
 // it), step.go (the next step it calls for), append.go (fenced appends), turn.go and call.go (a model turn and
 // one model call under the retry policy), transcript.go and compact.go (the model's context and its
-// compaction), tools.go (tool routes), hands.go (built-in tool calls and provisioning spans), interrupt.go,
+// compaction), tools.go (tool routes), hands.go (built-in tool calls and provisioning spans), mcp.go (MCP tools:
+// offered from Config.MCP, the MCP proxy, and their calls), interrupt.go,
 // events.go (event builders) and preview.go (stream previews).
 package harness
 

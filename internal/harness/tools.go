@@ -16,7 +16,7 @@ const (
 	execHands                  // the hands: a built-in tool, run in the session's sandbox
 	execClient                 // the API client: a custom tool, answered with user.custom_tool_result
 	execMCP                    // an MCP server, through the MCP proxy (mcp.go)
-	// MCP servers and self-hosted workers come next, each an executor with a source of routes in resolveTools.
+	// Self-hosted workers come next, an executor with a source of routes in resolveTools.
 )
 
 // toolRoute is how the brain treats the calls to one tool name.
@@ -47,8 +47,8 @@ func (ts *toolset) refuse(name, reason string) {
 }
 
 // resolveTools merges the routes of a session's tools: the built-in tools the hands serve (hands may be nil:
-// none), under the agent's agent_toolset_20260401 config, and the agent's custom tools. mcp_toolset is not
-// supported yet: its tools are left out.
+// none), under the agent's agent_toolset_20260401 config, and the agent's custom tools. The mcp_toolset tools are
+// added before each model call (offerMCP, mcp.go), after these, so that their names avoid them.
 func resolveTools(tools []apitype.Tool, hands sandbox.Hands) *toolset {
 	ts := &toolset{routes: map[string]toolRoute{}}
 	for _, t := range tools {
