@@ -466,6 +466,10 @@ func (c *mcpConn) fail(ctx context.Context, err error) error {
 	case errors.Is(err, egress.ErrDenied):
 		msg = "the environment's networking does not allow this server: " + msg
 	}
+	if kind == mcp.KindAuthentication {
+		// The session's credentials may change (one added, or replaced): the next use picks them again.
+		c.m.forget(c)
+	}
 	c.m.cfg.Logger.Info("mcp server failed", "mcp_server", c.server.Name, "kind", kind, "err", msg)
 	return &mcp.Error{Kind: kind, Server: c.server.Name, Message: msg}
 }
@@ -780,6 +784,17 @@ func (b *bearer) reloaded(ctx context.Context, old string) (string, error) {
 		return "", errors.New("the credential has no newer token")
 	}
 	return b.token, nil
+}
+
+// forget removes a connection from the cache (c.mu may be held: m.mu is never held while taking a c.mu).
+func (m *MCP) forget(c *mcpConn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, v := range m.conns {
+		if v == c {
+			delete(m.conns, k)
+		}
+	}
 }
 
 func (m *MCP) refreshLock(credID string) *sync.Mutex {

@@ -565,3 +565,21 @@ func TestMCPMalformedAndRemoved(t *testing.T) {
 	}
 	f.checkLogs(t)
 }
+
+// TestMCPCredentialAddedLater: a session refused for want of a credential succeeds once one is added to its vault.
+func TestMCPCredentialAddedLater(t *testing.T) {
+	t.Parallel()
+	f := newMCPFixture(t, mcptest.Config{})
+	ctx := testCtx(t)
+	vid := f.vault(t)
+	server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+	sid := f.mcpSession(t, nil, []apitype.MCPServer{server}, vid)
+	var me *mcp.Error
+	if _, err := f.proxy.ListTools(ctx, sid, server); !errors.As(err, &me) || me.Kind != mcp.KindAuthentication {
+		t.Fatalf("without a credential: %v", err)
+	}
+	f.credential(t, vid, apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: f.srv.MCPURL}, f.srv.IssueAccess())
+	if tools, err := f.proxy.ListTools(ctx, sid, server); err != nil || len(tools) != 6 {
+		t.Fatalf("with the credential added: %v, %v", tools, err)
+	}
+}
