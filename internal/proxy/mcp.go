@@ -538,11 +538,21 @@ func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// observe notes a 401 or 403, which makes the failure an authentication error, and keeps the first failing
-// answer (scrubbed) for a validation.
+// maxMCPResponse bounds an MCP server's JSON answer (an SSE stream's events are bounded one by one by the SDK's
+// MaxEventSize, 16 MiB): a hostile server cannot make the proxy hold more.
+const maxMCPResponse = 32 << 20
+
+// observe notes a 401 or 403, which makes the failure an authentication error, keeps the first failing answer
+// (scrubbed) for a validation, and caps a JSON answer at maxMCPResponse.
 func (t *bearerTransport) observe(resp *http.Response) {
 	if resp == nil {
 		return
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(resp.Body, maxMCPResponse), resp.Body}
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		t.c.authFailed.Store(true)
