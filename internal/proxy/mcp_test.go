@@ -19,6 +19,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/mcp"
 	"github.com/corralhq/corral/internal/mcp/mcptest"
+	"github.com/corralhq/corral/internal/mcp/remote"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
 )
@@ -581,5 +582,48 @@ func TestMCPCredentialAddedLater(t *testing.T) {
 	f.credential(t, vid, apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: f.srv.MCPURL}, f.srv.IssueAccess())
 	if tools, err := f.proxy.ListTools(ctx, sid, server); err != nil || len(tools) != 6 {
 		t.Fatalf("with the credential added: %v, %v", tools, err)
+	}
+}
+
+// TestMCPRemote carries the MCP proxy over HTTP (internal/mcp/remote, as corral proxy serves it): tools listed and
+// called through the client, an authentication failure passed on with its kind and server, and a caller without
+// the token refused.
+func TestMCPRemote(t *testing.T) {
+	t.Parallel()
+	f := newMCPFixture(t, mcptest.Config{})
+	ctx := testCtx(t)
+	const token = "remote-token-0123456789"
+	srv := httptest.NewServer(remote.Handler(f.proxy, token))
+	defer srv.Close()
+	client := &remote.Client{URL: srv.URL, Token: token, HTTP: srv.Client()}
+
+	vid := f.vault(t)
+	f.credential(t, vid, apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: f.srv.MCPURL}, f.srv.IssueAccess())
+	server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+	sid := f.mcpSession(t, nil, []apitype.MCPServer{server}, vid)
+	tools, err := client.ListTools(ctx, sid, server)
+	if err != nil || len(tools) != 6 {
+		t.Fatalf("tools %v, %v", tools, err)
+	}
+	res, err := client.CallTool(ctx, sid, server, "echo", json.RawMessage(`{"text":"remote"}`))
+	if err != nil || resultText(res) != "echo: remote" {
+		t.Fatalf("echo: %+v, %v", res, err)
+	}
+	res, err = client.CallTool(ctx, sid, server, "fail", json.RawMessage(`{}`))
+	if err != nil || !res.IsError {
+		t.Fatalf("fail: %+v, %v", res, err)
+	}
+
+	other := f.mcpSession(t, nil, []apitype.MCPServer{server})
+	var me *mcp.Error
+	if _, err := client.ListTools(ctx, other, server); !errors.As(err, &me) || me.Kind != mcp.KindAuthentication || me.Server != "tracker" {
+		t.Errorf("an authentication failure through the remote: %v", err)
+	}
+	bad := &remote.Client{URL: srv.URL, Token: "wrong-token-0123456789", HTTP: srv.Client()}
+	if _, err := bad.ListTools(ctx, sid, server); !errors.As(err, &me) || me.Kind != mcp.KindConnection || !strings.Contains(me.Message, "401") {
+		t.Errorf("a wrong token: %v", err)
+	}
+	if f.srv.Calls("echo") != 1 {
+		t.Errorf("echo ran %d times", f.srv.Calls("echo"))
 	}
 }
