@@ -442,3 +442,42 @@ func TestMCPCrashMidCall(t *testing.T) {
 		t.Errorf("model saw %+v", tr)
 	}
 }
+
+// TestMCPDenied: an always_ask MCP call the user denies never reaches the server; its agent.mcp_tool_result says
+// so with the user's message, and the model goes on.
+func TestMCPDenied(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	r := newMCPRig(t, f, mcptest.Config{ClientID: "corral"})
+	f.srv.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_d", Name: "mcp__tracker__danger", Input: `{}`}}},
+		modeltest.Turn{Text: "Understood, I will not."},
+	)
+	servers := []apitype.MCPServer{{Type: "url", Name: "tracker", URL: r.srv.MCPURL}}
+	tools := []apitype.Tool{{Type: apitype.ToolTypeMCPToolset, MCPServerName: "tracker"}} // default: always_ask
+	f.start(r.config())
+	id := r.session(t, servers, tools, r.oauthVault(t, r.srv.MCPURL))
+	f.say(id, "Do the dangerous thing.")
+	evs := f.waitIdle(id, 1)
+	reason := stopReason(t, evs[len(evs)-1])
+	if reason.Type != apitype.StopRequiresAction || len(reason.EventIDs) != 1 {
+		t.Fatalf("idle %+v; log %v", reason, types(evs))
+	}
+	f.send(id, confirm, apitype.UserToolConfirmation{ToolUseID: reason.EventIDs[0], Result: apitype.ConfirmDeny, DenyMessage: "not today"})
+	evs = f.waitIdle(id, 2)
+	var res apitype.AgentMCPToolResult
+	for _, e := range evs {
+		if e.Type == mcpResult {
+			res = decode[apitype.AgentMCPToolResult](t, e)
+		}
+	}
+	if res.MCPToolUseID != reason.EventIDs[0] || !res.IsError || !strings.Contains(res.Content[0].Text, "not today") {
+		t.Errorf("result %+v; log %v", res, types(evs))
+	}
+	if r.srv.Calls("danger") != 0 {
+		t.Error("the denied call reached the server")
+	}
+	if tr := lastToolResult(t, f.srv.Requests()[1]); tr.ToolUseID != "toolu_d" || !tr.IsError {
+		t.Errorf("model saw %+v", tr)
+	}
+}
