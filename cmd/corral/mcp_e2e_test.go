@@ -24,9 +24,12 @@ import (
 // model calls echo (agent.mcp_tool_use, agent.mcp_tool_result), runs bash in the sandbox to look for the tokens,
 // and calls danger, which waits for user.tool_confirmation. mcp_oauth_validate answers valid. Then the red team:
 // no token, refresh token or client secret is in any event, API answer, model request, the server's log, any
-// file of the data directory, or what bash saw in the sandbox.
+// file of the data directory, or what bash saw in the sandbox (each isolating backend: bwrap, oci, gvisor).
 func TestMCPThroughSDK(t *testing.T) {
-	t.Parallel()
+	isolatingBackends(t, testMCPThroughSDK)
+}
+
+func testMCPThroughSDK(t *testing.T, sandboxArgs []string) {
 	cfg := mcptest.Config{ClientID: "corral-e2e", ClientSecret: "client-secret-" + secretString(""), TokenAuth: "client_secret_post"}
 	mcpSrv := mcptest.New(t, cfg)
 	u, err := url.Parse(mcpSrv.URL)
@@ -41,7 +44,7 @@ func TestMCPThroughSDK(t *testing.T) {
 		modeltest.Turn{Text: "The tracker is done."},
 	)
 	data := t.TempDir()
-	s := startServer(t, data, model, "--egress-allow-internal", u.Host)
+	s := startServer(t, data, model, append(sandboxArgs, "--egress-allow-internal", u.Host)...)
 	c := sdkClient(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
