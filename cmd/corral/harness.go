@@ -21,6 +21,7 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	hf.register(fs)
 	var vf vaultFlags
 	vf.register(fs)
+	mcpProxyURL := fs.String("mcp-proxy", "", "`URL` of a corral proxy to call MCP servers through (token in "+proxyTokenEnv+"); default: an MCP proxy in this process")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -44,6 +45,18 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	sc, err := hf.sandbox(sf.data, st, vlt, io.err, logger)
 	if err != nil {
 		return err
+	}
+	if *mcpProxyURL != "" {
+		if brain.MCP, err = remoteMCP(*mcpProxyURL); err != nil {
+			return err
+		}
+	} else {
+		mcpProxy, err := hf.mcpProxy(st, vlt, logger)
+		if err != nil {
+			return err
+		}
+		defer mcpProxy.Close()
+		brain.MCP = mcpProxy
 	}
 	srv, err := corral.New(corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc})
 	if err != nil {

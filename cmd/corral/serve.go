@@ -47,9 +47,16 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The MCP proxy holds the sessions' MCP credentials: the brains call MCP servers through it, and the API
+	// validates credentials with it.
+	mcpProxy, err := hf.mcpProxy(st, vlt, logger)
+	if err != nil {
+		return err
+	}
+	defer mcpProxy.Close()
 	cfg := corral.Config{
 		Store: st, Logger: logger,
-		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt},
+		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Validator: mcpProxy},
 	}
 	if bf.workers > 0 {
 		if cfg.Brain, err = bf.brainConfig(); err != nil {
@@ -58,6 +65,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		if cfg.Sandbox, err = hf.sandbox(sf.data, st, vlt, io.err, logger); err != nil {
 			return err
 		}
+		cfg.Brain.MCP = mcpProxy
 	}
 	srv, err := corral.New(cfg)
 	if err != nil {

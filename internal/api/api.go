@@ -60,6 +60,9 @@ type Config struct {
 	// Sealer encrypts credential secrets (a *vault.Vault). Without one, creating a credential with a secret
 	// fails.
 	Sealer Sealer
+	// Validator probes MCP credentials for mcp_oauth_validate (the MCP proxy). Without one, the endpoint
+	// answers that this server cannot validate credentials.
+	Validator CredentialValidator
 }
 
 func (c *Config) validate() error {
@@ -87,6 +90,7 @@ type Server struct {
 	// writeTimeout bounds each write to an event stream.
 	writeTimeout time.Duration
 	sealer       Sealer
+	validator    CredentialValidator
 	mux          *http.ServeMux
 	// now is the clock; tests may replace it.
 	now func() time.Time
@@ -106,6 +110,7 @@ func New(cfg Config) (*Server, error) {
 		poll:      cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		now:       apitype.Now,
 		sealer:    cfg.Sealer,
+		validator: cfg.Validator,
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
 			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),
 		writeTimeout: cmp.Or(cfg.StreamWriteTimeout, DefaultStreamWriteTimeout),

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +61,7 @@ func (s *Server) vaultRoutes() {
 	s.mux.Handle("POST /v1/vaults/{vault_id}/credentials/{credential_id}", s.authed(s.credentialUpdate))
 	s.mux.Handle("DELETE /v1/vaults/{vault_id}/credentials/{credential_id}", s.authed(s.credentialDelete))
 	s.mux.Handle("POST /v1/vaults/{vault_id}/credentials/{credential_id}/archive", s.authed(s.credentialArchive))
+	s.mux.Handle("POST /v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate", s.authed(s.credentialValidate))
 }
 
 // Vaults.
@@ -882,4 +884,34 @@ func (s *Server) credentialArchive(w http.ResponseWriter, r *http.Request) error
 		return lookup(err, "credential", ref.ID)
 	}
 	return writeJSON(w, http.StatusOK, viewCredential(c))
+}
+
+// CredentialValidator probes an MCP credential against its server (the MCP proxy, which can open its secrets;
+// the API cannot). The answer holds nothing secret.
+type CredentialValidator interface {
+	Validate(ctx context.Context, vaultID, credentialID string) (*apitype.CredentialValidation, error)
+}
+
+// credentialValidate answers mcp_oauth_validate for a static_bearer or mcp_oauth credential.
+func (s *Server) credentialValidate(w http.ResponseWriter, r *http.Request) error {
+	ref := &store.CredentialRef{VaultID: r.PathValue("vault_id"), ID: r.PathValue("credential_id")}
+	c, err := s.store.CredentialGet(r.Context(), ref)
+	if err != nil {
+		return lookup(err, "credential", ref.ID)
+	}
+	if c.Auth.Type != apitype.AuthMCPOAuth && c.Auth.Type != apitype.AuthStaticBearer {
+		return invalid("", "credential %s is an %s credential; only mcp_oauth and static_bearer credentials can be validated", c.ID, c.Auth.Type)
+	}
+	if c.ArchivedAt != nil {
+		return invalid("", "credential %s is archived", c.ID)
+	}
+	if s.validator == nil {
+		return &apiError{status: http.StatusInternalServerError, typ: apitype.ErrAPI,
+			msg: "this server has no MCP proxy configured; it cannot validate credentials"}
+	}
+	v, err := s.validator.Validate(r.Context(), ref.VaultID, ref.ID)
+	if err != nil {
+		return lookup(err, "credential", ref.ID)
+	}
+	return writeJSON(w, http.StatusOK, v)
 }

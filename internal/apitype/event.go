@@ -214,6 +214,26 @@ type AgentToolUse struct {
 	ModelToolUseID string `json:"model_tool_use_id,omitempty"`
 }
 
+// AgentMCPToolUse is the payload of agent.mcp_tool_use: a call to a tool of an agent's MCP server.
+type AgentMCPToolUse struct {
+	MCPServerName       string          `json:"mcp_server_name"`
+	Name                string          `json:"name"` // the tool's name on the server
+	Input               json.RawMessage `json:"input"`
+	EvaluatedPermission Permission      `json:"evaluated_permission,omitempty"`
+	Evaluation          *ToolEvaluation `json:"evaluation,omitempty"`
+	// ModelToolUseID and ModelToolName are the id the model gave the call and the tool name it was offered;
+	// kept so history replays exactly.
+	ModelToolUseID string `json:"model_tool_use_id,omitempty"`
+	ModelToolName  string `json:"model_tool_name,omitempty"`
+}
+
+// AgentMCPToolResult is the payload of agent.mcp_tool_result.
+type AgentMCPToolResult struct {
+	MCPToolUseID string         `json:"mcp_tool_use_id"`
+	Content      []ContentBlock `json:"content,omitempty"`
+	IsError      bool           `json:"is_error"`
+}
+
 // ToolEvaluation names the policy that produced evaluated_permission.
 type ToolEvaluation struct {
 	Type PermissionPolicyType `json:"type"`
@@ -250,6 +270,8 @@ type SessionErrorBody struct {
 	RetryStatus RetryStatus `json:"retry_status"`
 	// RepositoryURL names the repository of a repository_* error.
 	RepositoryURL *string `json:"repository_url,omitempty"`
+	// MCPServerName names the server of an mcp_* error.
+	MCPServerName string `json:"mcp_server_name,omitempty"`
 }
 
 // RetryStatus says what follows a session error.
@@ -263,6 +285,8 @@ const (
 	SessionErrModelOverloaded    = "model_overloaded_error"
 	SessionErrModelRateLimited   = "model_rate_limited_error"
 	SessionErrModelRequestFailed = "model_request_failed_error"
+	SessionErrMCPConnection      = "mcp_connection_failed_error"
+	SessionErrMCPAuthentication  = "mcp_authentication_failed_error"
 )
 
 // SpanModelRequestEnd is the payload of span.model_request_end.

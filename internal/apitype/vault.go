@@ -80,3 +80,48 @@ type CredentialNetworking struct {
 	Type         NetworkingType `json:"type"`
 	AllowedHosts []string       `json:"allowed_hosts,omitempty"`
 }
+
+// CredentialValidation is the answer of mcp_oauth_validate («CredentialValidation»): whether the credential works
+// against its MCP server, what failed, and how its refresh went.
+type CredentialValidation struct {
+	Type            string               `json:"type"` // "vault_credential_validation"
+	CredentialID    string               `json:"credential_id"`
+	VaultID         string               `json:"vault_id"`
+	Status          string               `json:"status"` // valid | invalid | unknown
+	HasRefreshToken bool                 `json:"has_refresh_token"`
+	ValidatedAt     time.Time            `json:"validated_at"`
+	MCPProbe        *MCPProbe            `json:"mcp_probe"` // the failing step; null when the probe succeeded
+	Refresh         *CredentialRefreshed `json:"refresh"`   // null when no refresh was needed
+}
+
+// Validation statuses, and the refresh statuses of CredentialRefreshed.
+const (
+	ValidationValid   = "valid"
+	ValidationInvalid = "invalid"
+	ValidationUnknown = "unknown"
+
+	RefreshSucceeded      = "succeeded"
+	RefreshFailed         = "failed"
+	RefreshConnectError   = "connect_error"
+	RefreshNoRefreshToken = "no_refresh_token"
+)
+
+// MCPProbe is the step of the MCP probe that failed ("initialize" or "tools/list") and the server's answer.
+type MCPProbe struct {
+	Method       string        `json:"method"`
+	HTTPResponse *HTTPResponse `json:"http_response"`
+}
+
+// CredentialRefreshed is how a validation's refresh went, with the token endpoint's failing answer.
+type CredentialRefreshed struct {
+	Status       string        `json:"status"`
+	HTTPResponse *HTTPResponse `json:"http_response"`
+}
+
+// HTTPResponse is a failing HTTP answer, its body scrubbed of secrets and maybe truncated.
+type HTTPResponse struct {
+	StatusCode    int    `json:"status_code"`
+	ContentType   string `json:"content_type"`
+	Body          string `json:"body"`
+	BodyTruncated bool   `json:"body_truncated"`
+}

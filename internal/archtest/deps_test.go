@@ -27,8 +27,11 @@ var rules = map[string][]string{
 	"internal/sandbox": {"internal/apitype"},
 	"internal/client":  {"internal/apitype"},
 	"internal/api":     {"internal/apitype", "internal/store"},
-	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},
-	"internal/server":  {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox"},
+	"internal/mcp":     {"internal/apitype"},
+	// The MCP port over HTTP, for brains whose MCP proxy is `corral proxy`: no credential code.
+	"internal/mcp/remote": {"internal/apitype", "internal/mcp"},
+	"internal/harness":    {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp"},
+	"internal/server":     {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox"},
 	// The benchmark composes servers through internal/server and is handed its backends by cmd/: it picks none.
 	"internal/bench": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/model",
 		"internal/sandbox", "internal/server", "internal/model/fakemodel", "internal/client"},
@@ -41,7 +44,7 @@ var rules = map[string][]string{
 	"internal/vault":           {"internal/apitype", "internal/store"},
 	// The proxies use the vault's secrets outside every sandbox; the git endpoint checks destinations with
 	// the egress proxy's rules.
-	"internal/proxy": {"internal/apitype", "internal/sandbox", "internal/sandbox/egress", "internal/store", "internal/vault"},
+	"internal/proxy": {"internal/apitype", "internal/sandbox", "internal/sandbox/egress", "internal/store", "internal/vault", "internal/mcp"},
 	// The proxy test kit wires a real store, vault, git endpoint, credential injection and workspace for the
 	// sandbox suites.
 	"internal/proxy/proxytest": {"internal/apitype", "internal/proxy", "internal/sandbox", "internal/sandbox/sandboxtest",

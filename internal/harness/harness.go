@@ -10,7 +10,8 @@
 // per claimed session run.go (the run and its loop), tail.go (reading the log), state.go (the state derived from
 // it), step.go (the next step it calls for), append.go (fenced appends), turn.go and call.go (a model turn and
 // one model call under the retry policy), transcript.go and compact.go (the model's context and its
-// compaction), tools.go (tool routes), hands.go (built-in tool calls and provisioning spans), interrupt.go,
+// compaction), tools.go (tool routes), hands.go (built-in tool calls and provisioning spans), mcp.go (MCP tools:
+// offered from Config.MCP, the MCP proxy, and their calls), interrupt.go,
 // events.go (event builders) and preview.go (stream previews).
 package harness
 
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/mcp"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
@@ -39,8 +41,13 @@ type Config struct {
 	// hands: no built-in tool is offered, and a call to one gets an error result. A server whose sandbox backend
 	// cannot run passes sandbox.Unavailable instead, so the model is still offered the tools and learns why they
 	// fail.
-	Hands  sandbox.Hands
-	Logger *slog.Logger // default: discard
+	Hands sandbox.Hands
+	// MCP reaches the agents' MCP servers (the MCP proxy, which holds their credentials). Nil: an agent's
+	// mcp_toolset offers no tools, and the session gets an mcp_connection_failed_error saying why.
+	MCP mcp.Client
+	// MCPTimeout bounds one MCP tool listing or call (default DefaultMCPTimeout).
+	MCPTimeout time.Duration
+	Logger     *slog.Logger // default: discard
 	// Owner names this brain in leases (default: hostname, pid and a random suffix).
 	Owner string
 	// Workers is how many sessions this brain works at once (default DefaultWorkers()).

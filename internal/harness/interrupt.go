@@ -20,7 +20,7 @@ func (r *run) interrupt(st *state, ints []apitype.Event) error {
 	}
 	open := st.open()
 	for _, u := range open {
-		evs = append(evs, toolResult(u.ev.ID, true, msgInterrupted))
+		evs = append(evs, closeResult(u, true, msgInterrupted))
 	}
 	status := ""
 	if st.running() || len(evs) > 0 || (st.idle != nil && st.idle.StopReason.Type != apitype.StopEndTurn) {

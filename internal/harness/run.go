@@ -28,8 +28,10 @@ type run struct {
 	sess  *apitype.Session
 	env   apitype.EnvConfig
 	tools *toolset
-	usage apitype.SessionUsage
-	tail  *tail
+	// mcpDown holds the MCP servers whose listing failed in this run, reported once (mcp.go).
+	mcpDown map[string]bool
+	usage   apitype.SessionUsage
+	tail    *tail
 	// activeFrom is when this run last saw the session start working (zero while idle): the time until it idles
 	// again is added to the session's active seconds.
 	activeFrom time.Time

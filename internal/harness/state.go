@@ -11,6 +11,7 @@ type toolUse struct {
 	ev        apitype.Event
 	data      apitype.AgentToolUse
 	custom    bool
+	mcp       *apitype.AgentMCPToolUse   // an agent.mcp_tool_use (data holds its shared fields too)
 	resolved  bool                       // a result is in the log
 	confirmed apitype.ConfirmationResult // allow | deny, from a processed user.tool_confirmation
 }
@@ -104,6 +105,24 @@ func derive(t *tail) (*state, error) {
 			s.uses = append(s.uses, u)
 			s.byID[e.ID] = u
 			s.lastSide = "assistant"
+		case apitype.EventAgentMCPToolUse:
+			u := &toolUse{ev: e, mcp: &apitype.AgentMCPToolUse{}}
+			if err := e.DecodeData(u.mcp); err != nil {
+				return nil, err
+			}
+			u.data = apitype.AgentToolUse{Name: u.mcp.Name, Input: u.mcp.Input, EvaluatedPermission: u.mcp.EvaluatedPermission}
+			s.uses = append(s.uses, u)
+			s.byID[e.ID] = u
+			s.lastSide = "assistant"
+		case apitype.EventAgentMCPToolResult:
+			var r apitype.AgentMCPToolResult
+			if err := e.DecodeData(&r); err != nil {
+				return nil, err
+			}
+			if u := s.byID[r.MCPToolUseID]; u != nil {
+				u.resolved = true
+			}
+			s.lastSide = "user"
 		case apitype.EventAgentToolResult:
 			var r apitype.AgentToolResult
 			if err := e.DecodeData(&r); err != nil {

@@ -39,8 +39,8 @@ func (r *run) step() (bool, error) {
 		switch {
 		case u.refused():
 			results = append(results, toolResult(u.ev.ID, true, r.tools.route(u.data.Name).reason))
-		case u.approved() && !r.fresh[u.ev.ID] && !r.selfHosted():
-			results = append(results, toolResult(u.ev.ID, true, msgOutcomeUnknown))
+		case u.approved() && !r.fresh[u.ev.ID] && (!r.selfHosted() || u.mcp != nil):
+			results = append(results, closeResult(u, true, msgOutcomeUnknown))
 		}
 	}
 	if len(results) > 0 {
@@ -53,12 +53,15 @@ func (r *run) step() (bool, error) {
 		return acted, err
 	}
 
-	// 4. Run the approved built-in tools, one at a time, in order.
-	if !r.selfHosted() {
-		for _, u := range st.open() {
-			if u.approved() && r.fresh[u.ev.ID] {
-				return true, r.execute(u)
-			}
+	// 4. Run the approved built-in and MCP tools, one at a time, in order (in a self-hosted environment the
+	// client runs the built-in ones; MCP calls always go through the brain's MCP proxy).
+	for _, u := range st.open() {
+		switch {
+		case !u.approved() || !r.fresh[u.ev.ID]:
+		case u.mcp != nil:
+			return true, r.executeMCP(u)
+		case !r.selfHosted():
+			return true, r.execute(u)
 		}
 	}
 
@@ -127,7 +130,7 @@ func (r *run) answers(st *state) (bool, error) {
 		if conf.DenyMessage != "" {
 			msg += " Their message: " + conf.DenyMessage
 		}
-		denials = append(denials, toolResult(u.ev.ID, true, msg))
+		denials = append(denials, closeResult(u, true, msg))
 	}
 	if len(denials) > 0 {
 		if _, err := r.append("", nil, denials...); err != nil {

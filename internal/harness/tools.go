@@ -15,14 +15,18 @@ const (
 	execNone   executor = iota // nobody: the call is refused with an error result (see toolRoute.reason)
 	execHands                  // the hands: a built-in tool, run in the session's sandbox
 	execClient                 // the API client: a custom tool, answered with user.custom_tool_result
-	// MCP servers and self-hosted workers come next, each an executor with a source of routes in resolveTools.
+	execMCP                    // an MCP server, through the MCP proxy (mcp.go)
+	// Self-hosted workers come next, an executor with a source of routes in resolveTools.
 )
 
 // toolRoute is how the brain treats the calls to one tool name.
 type toolRoute struct {
 	by     executor
-	policy apitype.PermissionPolicyType // execHands: the resolved permission policy
+	policy apitype.PermissionPolicyType // execHands, execMCP: the resolved permission policy
 	reason string                       // execNone: why the call is refused
+	// execMCP: the agent's server and the tool's name there.
+	server  apitype.MCPServer
+	mcpName string
 }
 
 // toolset is an agent's tools as the brain resolved them: what the model is offered, and how each call is routed.
@@ -43,8 +47,8 @@ func (ts *toolset) refuse(name, reason string) {
 }
 
 // resolveTools merges the routes of a session's tools: the built-in tools the hands serve (hands may be nil:
-// none), under the agent's agent_toolset_20260401 config, and the agent's custom tools. mcp_toolset is not
-// supported yet: its tools are left out.
+// none), under the agent's agent_toolset_20260401 config, and the agent's custom tools. The mcp_toolset tools are
+// added before each model call (offerMCP, mcp.go), after these, so that their names avoid them.
 func resolveTools(tools []apitype.Tool, hands sandbox.Hands) *toolset {
 	ts := &toolset{routes: map[string]toolRoute{}}
 	for _, t := range tools {

@@ -42,6 +42,15 @@ func transcript(t *tail) ([]transcriptTurn, error) {
 		}
 		turns = append(turns, transcriptTurn{msg: model.Message{Role: role, Content: blocks}, minSeq: seq, maxSeq: seq})
 	}
+	// use adds a tool call under the id the model gave it (or its event's id) and the name the model called.
+	use := func(e apitype.Event, modelID, name string, input json.RawMessage) {
+		id := cmp.Or(modelID, e.ID)
+		useIDs[e.ID] = id
+		if len(input) == 0 || string(input) == "null" {
+			input = json.RawMessage("{}")
+		}
+		add("assistant", e.Seq, model.Block{Type: model.BlockToolUse, ID: id, Name: name, Input: input})
+	}
 	result := func(seq int64, useID string, content []apitype.ContentBlock, isErr bool) {
 		id, ok := useIDs[useID]
 		if !ok || answers[useID] {
@@ -117,13 +126,19 @@ func transcript(t *tail) ([]transcriptTurn, error) {
 			if err := e.DecodeData(&u); err != nil {
 				return nil, err
 			}
-			id := cmp.Or(u.ModelToolUseID, e.ID)
-			useIDs[e.ID] = id
-			input := u.Input
-			if len(input) == 0 || string(input) == "null" {
-				input = json.RawMessage("{}")
+			use(e, u.ModelToolUseID, u.Name, u.Input)
+		case apitype.EventAgentMCPToolUse:
+			var u apitype.AgentMCPToolUse
+			if err := e.DecodeData(&u); err != nil {
+				return nil, err
 			}
-			add("assistant", e.Seq, model.Block{Type: model.BlockToolUse, ID: id, Name: u.Name, Input: input})
+			use(e, u.ModelToolUseID, cmp.Or(u.ModelToolName, u.Name), u.Input)
+		case apitype.EventAgentMCPToolResult:
+			var r apitype.AgentMCPToolResult
+			if err := e.DecodeData(&r); err != nil {
+				return nil, err
+			}
+			result(e.Seq, r.MCPToolUseID, r.Content, r.IsError)
 		case apitype.EventAgentToolResult:
 			var r apitype.AgentToolResult
 			if err := e.DecodeData(&r); err != nil {

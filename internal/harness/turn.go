@@ -24,6 +24,12 @@ func (r *run) modelTurn(st *state, msgs []apitype.Event) error {
 	if err := r.provisionEagerly(); err != nil {
 		return err
 	}
+	if errs := r.offerMCP(); len(errs) > 0 {
+		if r.lead == nil {
+			r.lead = &lead{}
+		}
+		r.lead.events = append(r.lead.events, errs...)
+	}
 	req, err := r.request(false)
 	if err != nil {
 		return r.endedOK(err)
@@ -99,6 +105,9 @@ func (r *run) appendResponse(a *answer) error {
 				use.Evaluation = &apitype.ToolEvaluation{Type: route.policy}
 			case execClient:
 				typ = apitype.EventAgentCustomToolUse
+			case execMCP:
+				evs = append(evs, mcpToolUse(&b, route))
+				continue
 			default:
 				use.EvaluatedPermission = apitype.PermissionDeny
 			}
@@ -123,7 +132,7 @@ func (r *run) appendResponse(a *answer) error {
 		return err
 	}
 	for _, e := range out {
-		if e.Type != apitype.EventAgentToolUse {
+		if e.Type != apitype.EventAgentToolUse && e.Type != apitype.EventAgentMCPToolUse {
 			continue
 		}
 		var u apitype.AgentToolUse

@@ -14,4 +14,8 @@
 // placeholder sent anywhere else goes out as it is, and a secret an allowed host sends back is turned into its
 // placeholder again before the sandbox reads the answer. Merge combines the sources into the one
 // sandbox.PoolConfig.Egress.
+//
+// MCP is the MCP proxy, the brain's mcp.Client (mcp.go): it calls a session's MCP servers with the static_bearer
+// or mcp_oauth credential of the session's vaults that matches each server, refreshes mcp_oauth tokens
+// (mcp_oauth.go), validates credentials for the API (mcp_validate.go), and obeys the environment's networking.
 package proxy

@@ -148,28 +148,9 @@ func (g *Git) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egress, e
 func (g *Git) Handler(sessionID string, networking *apitype.Networking) http.Handler {
 	policy := egress.PolicyFor(networking)
 	policy.AllowInternal = slices.Clone(g.cfg.AllowInternal)
-	dialer := &net.Dialer{Timeout: 15 * time.Second}
 	tr := &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			host, port, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			ips, err := policy.Resolve(ctx, host, port)
-			if err != nil {
-				return nil, err
-			}
-			var last error
-			for _, ip := range ips {
-				c, err := dialer.DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), port))
-				if err == nil {
-					return c, nil
-				}
-				last = err
-			}
-			return nil, last
-		},
+		Proxy:                 nil,
+		DialContext:           dialChecked(policy),
 		TLSClientConfig:       &tls.Config{RootCAs: g.cfg.RootCAs, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:   15 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Minute,

@@ -64,6 +64,8 @@ type APIConfig struct {
 	RateLimit float64 // requests per second per API key (0 = unlimited)
 	// Sealer seals the credentials the API is given (*vault.Vault); nil refuses to store credentials.
 	Sealer api.Sealer
+	// Validator validates MCP credentials (the MCP proxy); nil: mcp_oauth_validate says it cannot.
+	Validator api.CredentialValidator
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
@@ -177,7 +179,8 @@ func New(cfg Config) (*Server, error) {
 		s.brain = brain
 	}
 	if cfg.API != nil {
-		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer})
+		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
+			Validator: cfg.API.Validator})
 		if err != nil {
 			return undo(err)
 		}

@@ -1,0 +1,255 @@
+package harness
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/mcp"
+	"github.com/corralhq/corral/internal/model"
+)
+
+// MCP tools: the agent's mcp_toolset entries offered to the model and their calls routed through Config.MCP, the
+// proxy that holds the credentials. The brain sees tool lists and results only, never a token.
+
+// MaxMCPResult caps the text of one MCP tool result (bytes), as the hands cap a built-in tool's output: the rest
+// is cut with a note saying how much was shown.
+const MaxMCPResult = 100 << 10
+
+// DefaultMCPTimeout bounds one MCP tool call or tool listing when Config.MCPTimeout is zero.
+const DefaultMCPTimeout = 2 * time.Minute
+
+// maxToolName is the Messages API's limit on a tool name (pattern ^[a-zA-Z0-9_-]{1,64}$).
+const maxToolName = 64
+
+// mcpToolName is the name the model is offered for tool of server: mcp__<server>__<tool> with characters outside
+// the API's pattern replaced by "_"; a name too long, or taken by a built-in, custom or other MCP tool, is
+// shortened and suffixed with a hash of the server and tool names, so names stay unique and stable.
+func mcpToolName(server, tool string, taken func(string) bool) string {
+	clean := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+				return r
+			}
+			return '_'
+		}, s)
+	}
+	name := "mcp__" + clean(server) + "__" + clean(tool)
+	if len(name) <= maxToolName && !taken(name) {
+		return name
+	}
+	sum := sha256.Sum256([]byte(server + "\x00" + tool))
+	for n := 0; ; n++ {
+		suffix := "_" + hex.EncodeToString(sum[:4])
+		if n > 0 {
+			suffix += fmt.Sprintf("_%d", n)
+		}
+		cand := name[:min(len(name), maxToolName-len(suffix))] + suffix
+		if !taken(cand) {
+			return cand
+		}
+	}
+}
+
+// offerMCP adds the tools of the agent's MCP servers to the toolset, under each mcp_toolset's configs and
+// default_config (enabled; always_allow or always_ask, always_ask by default). The tool lists come from the
+// MCP proxy (cached per session there, refreshed when a server says they changed). A server that cannot be
+// listed contributes no tools and is reported: the session.error events returned go into the log with the
+// turn's start.
+func (r *run) offerMCP() []apitype.NewEvent {
+	ts := resolveTools(r.sess.Agent.Tools, r.b.cfg.Hands)
+	r.tools = ts
+	var errs []apitype.NewEvent
+	for i := range r.sess.Agent.Tools {
+		t := &r.sess.Agent.Tools[i]
+		if t.Type != apitype.ToolTypeMCPToolset {
+			continue
+		}
+		srv, ok := r.mcpServer(t.MCPServerName)
+		if !ok {
+			continue // the API refuses a toolset without its server; nothing to offer
+		}
+		if r.b.cfg.MCP == nil {
+			errs = append(errs, mcpErrorEvent(&mcp.Error{Kind: mcp.KindConnection, Server: srv.Name,
+				Message: "this server has no MCP proxy configured, so MCP tools cannot run"}))
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, r.mcpTimeout())
+		tools, err := r.b.cfg.MCP.ListTools(ctx, r.sess.ID, srv)
+		cancel()
+		if err != nil {
+			if r.ctx.Err() != nil {
+				return errs
+			}
+			e := mcp.AsError(err, srv.Name)
+			if !r.mcpDown[srv.Name] { // reported once per run, not at each model call of a turn
+				r.b.cfg.Logger.Warn("mcp server not listed", "session_id", r.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
+				errs = append(errs, mcpErrorEvent(e))
+				if r.mcpDown == nil {
+					r.mcpDown = map[string]bool{}
+				}
+				r.mcpDown[srv.Name] = true
+			}
+			continue
+		}
+		delete(r.mcpDown, srv.Name)
+		for _, tool := range tools {
+			on, pol := mcpToolConfig(t, tool.Name)
+			name := mcpToolName(srv.Name, tool.Name, func(n string) bool { _, ok := ts.routes[n]; return ok })
+			route := toolRoute{by: execMCP, policy: pol, server: srv, mcpName: tool.Name}
+			if !on {
+				route = toolRoute{by: execNone, reason: "the MCP tool " + tool.Name + " of " + srv.Name + " is disabled for this agent"}
+				ts.routes[name] = route
+				continue
+			}
+			schema := tool.InputSchema
+			if len(schema) == 0 || string(schema) == "null" {
+				schema = json.RawMessage(`{"type":"object"}`)
+			}
+			ts.offer(model.ToolSpec{Name: name, Description: tool.Description, InputSchema: schema}, route)
+		}
+	}
+	return errs
+}
+
+// mcpToolConfig resolves a tool's enabled and permission policy under its toolset's configs and default_config.
+func mcpToolConfig(t *apitype.Tool, name string) (bool, apitype.PermissionPolicyType) {
+	on, pol := true, apitype.PolicyAlwaysAsk
+	if t.DefaultConfig != nil {
+		on = t.DefaultConfig.Enabled
+		pol = cmp.Or(t.DefaultConfig.PermissionPolicy.Type, pol)
+	}
+	for _, c := range t.Configs {
+		if c.Name == name {
+			on = c.Enabled
+			pol = cmp.Or(c.PermissionPolicy.Type, pol)
+		}
+	}
+	return on, pol
+}
+
+// mcpServer finds one of the agent's MCP servers by name.
+func (r *run) mcpServer(name string) (apitype.MCPServer, bool) {
+	for _, s := range r.sess.Agent.MCPServers {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return apitype.MCPServer{}, false
+}
+
+func (r *run) mcpTimeout() time.Duration { return cmp.Or(r.b.cfg.MCPTimeout, DefaultMCPTimeout) }
+
+// mcpToolUse is the agent.mcp_tool_use of a model's call to an MCP tool.
+func mcpToolUse(b *model.Block, route toolRoute) apitype.NewEvent {
+	return mustEvent(apitype.EventAgentMCPToolUse, apitype.AgentMCPToolUse{
+		MCPServerName: route.server.Name, Name: route.mcpName, Input: b.Input,
+		EvaluatedPermission: permission(route.policy), Evaluation: &apitype.ToolEvaluation{Type: route.policy},
+		ModelToolUseID: b.ID, ModelToolName: b.Name,
+	})
+}
+
+// closeResult is the error (or plain) result that closes a tool use without running it: an agent.mcp_tool_result
+// for an MCP call, an agent.tool_result otherwise.
+func closeResult(u *toolUse, isErr bool, text string) apitype.NewEvent {
+	if u.mcp != nil {
+		return mustEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{
+			MCPToolUseID: u.ev.ID, IsError: isErr, Content: []apitype.ContentBlock{apitype.TextBlock(text)},
+		})
+	}
+	return toolResult(u.ev.ID, isErr, text)
+}
+
+// executeMCP runs an approved MCP tool call through the proxy and appends its result. The agent.mcp_tool_use is
+// in the log before the call, so a brain that dies during it leaves a call the next brain closes as of unknown
+// outcome, never one it runs again. A server that cannot be reached or refuses the credential also gets a
+// session.error naming it; the model sees an error result it can act on, and the turn goes on.
+func (r *run) executeMCP(u *toolUse) error {
+	delete(r.fresh, u.ev.ID)
+	srv, ok := r.mcpServer(u.mcp.MCPServerName)
+	if !ok || r.b.cfg.MCP == nil {
+		_, err := r.append("", nil, closeResult(u, true, "the MCP server "+u.mcp.MCPServerName+" is not available to this session"))
+		return err
+	}
+	input := u.mcp.Input
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage("{}")
+	}
+	ctx, done := r.watchInterrupts()
+	ctx, cancel := context.WithTimeout(ctx, r.mcpTimeout())
+	res, err := r.b.cfg.MCP.CallTool(ctx, r.sess.ID, srv, u.mcp.Name, input)
+	timedOut := ctx.Err() == context.DeadlineExceeded
+	cancel()
+	interrupted := done()
+	var evs []apitype.NewEvent
+	switch {
+	case interrupted:
+		evs = append(evs, closeResult(u, true, msgInterrupted))
+	case r.ctx.Err() != nil:
+		return context.Cause(r.ctx)
+	case timedOut:
+		e := &mcp.Error{Kind: mcp.KindConnection, Server: srv.Name, Message: fmt.Sprintf("the tool call did not finish within %s", r.mcpTimeout())}
+		evs = append(evs, closeResult(u, true, "The MCP server "+srv.Name+" did not answer in time, so the outcome of this call is unknown."), mcpErrorEvent(e))
+	case err != nil:
+		e := mcp.AsError(err, srv.Name)
+		r.b.cfg.Logger.Warn("mcp tool call failed", "session_id", r.sess.ID, "mcp_server", srv.Name, "tool", u.mcp.Name, "kind", e.Kind, "err", e.Message)
+		evs = append(evs, closeResult(u, true, "The MCP server "+srv.Name+" could not be used: "+e.Message), mcpErrorEvent(e))
+	default:
+		evs = append(evs, mustEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{
+			MCPToolUseID: u.ev.ID, Content: capMCPContent(res.Content), IsError: res.IsError,
+		}))
+	}
+	_, err = r.append("", nil, evs...)
+	return err
+}
+
+// mcpErrorEvent is the session.error of an MCP failure. The session goes on (retrying: the next turn tries the
+// server again).
+func mcpErrorEvent(e *mcp.Error) apitype.NewEvent {
+	typ := apitype.SessionErrMCPConnection
+	if e.Kind == mcp.KindAuthentication {
+		typ = apitype.SessionErrMCPAuthentication
+	}
+	return mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
+		Type: typ, Message: e.Error(), MCPServerName: e.Server,
+		RetryStatus: apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+	}})
+}
+
+// capMCPContent keeps at most MaxMCPResult bytes of a result's content (text, image and document sources), cutting
+// the text block that passes it and dropping what follows, with a note saying how much was shown.
+func capMCPContent(content []apitype.ContentBlock) []apitype.ContentBlock {
+	size := func(c apitype.ContentBlock) int { return len(c.Text) + len(c.Source) + len(c.Content) }
+	all := 0
+	for _, c := range content {
+		all += size(c)
+	}
+	if all <= MaxMCPResult {
+		return content
+	}
+	shown, out := 0, []apitype.ContentBlock{}
+	for _, c := range content {
+		if shown+size(c) <= MaxMCPResult {
+			shown += size(c)
+			out = append(out, c)
+			continue
+		}
+		if room := MaxMCPResult - shown; c.Type == "text" && room > 0 {
+			cut := room
+			for cut > 0 && c.Text[cut]&0xC0 == 0x80 {
+				cut--
+			}
+			out = append(out, apitype.TextBlock(c.Text[:cut]))
+			shown += cut
+		}
+		break
+	}
+	return append(out, apitype.TextBlock(fmt.Sprintf("[output truncated: %d of %d bytes shown]", shown, all)))
+}
