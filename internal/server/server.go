@@ -64,6 +64,8 @@ type APIConfig struct {
 	RateLimit float64 // requests per second per API key (0 = unlimited)
 	// Sealer seals the credentials the API is given (*vault.Vault); nil refuses to store credentials.
 	Sealer api.Sealer
+	// WorkLeaseTTL is the default lease of a self-hosted worker on a work item (api.Config.WorkLeaseTTL).
+	WorkLeaseTTL time.Duration
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
@@ -177,7 +179,8 @@ func New(cfg Config) (*Server, error) {
 		s.brain = brain
 	}
 	if cfg.API != nil {
-		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer})
+		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
+			WorkLeaseTTL: cfg.API.WorkLeaseTTL})
 		if err != nil {
 			return undo(err)
 		}
