@@ -31,6 +31,9 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(sdkWorkerEnv); spec != "" {
+		os.Exit(runSDKWorkerChild(spec))
+	}
 	dir, err := os.MkdirTemp("", "corral-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

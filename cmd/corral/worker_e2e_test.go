@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/lib/environments"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/corralhq/corral/internal/model/modeltest"
+)
+
+// The SDK worker child: TestMain runs it instead of the tests when sdkWorkerEnv is set, so that a test can
+// SIGKILL a worker mid-tool-call.
+const sdkWorkerEnv = "CORRAL_TEST_SDK_WORKER" // "url env_id key workdir worker_id"
+
+// runSDKWorkerChild runs the official SDK's EnvironmentWorker until it is killed (or its work ends).
+func runSDKWorkerChild(spec string) int {
+	f := strings.Fields(spec)
+	if len(f) != 5 {
+		fmt.Fprintln(os.Stderr, "bad", sdkWorkerEnv, spec)
+		return 2
+	}
+	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(f[0]), option.WithAPIKey("unused"))
+	err := environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
+		EnvironmentID: f[1], EnvironmentKey: f[2], Workdir: f[3], WorkerID: f[4],
+	}).Run(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}
+
+// selfHostedSession creates, through the SDK, an agent with the built-in toolset, a self_hosted environment, an
+// environment key for it and a session.
+func selfHostedSession(ctx context.Context, t *testing.T, client anthropic.Client, name string) (sess *anthropic.BetaManagedAgentsSession, envID, key string) {
+	t.Helper()
+	agent, err := client.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
+		Name: name, Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
+		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := client.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: name,
+		Config: anthropic.BetaEnvironmentNewParamsConfigUnion{OfSelfHosted: &anthropic.BetaSelfHostedConfigParams{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Type string `json:"type"`
+		ID   string `json:"id"`
+		Key  string `json:"key"`
+	}
+	if err := client.Post(ctx, "v1/environments/"+env.ID+"/keys", map[string]string{"name": "e2e"}, &k); err != nil {
+		t.Fatal(err)
+	}
+	if k.Type != "environment_key" || !strings.HasPrefix(k.Key, "corral-env-") {
+		t.Fatalf("environment key answer %+v", k)
+	}
+	sess, err = client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent:         anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)},
+		EnvironmentID: env.ID,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess, env.ID, k.Key
+}
+
+// turnLog is what a test saw of a session's stream until it idled with end_turn.
+type turnLog struct {
+	types   []string
+	results map[string]string // tool_use_id -> the text of its user.tool_result
+	uses    []string          // agent.tool_use ids, in order
+	answer  string
+}
+
+// sendAndFollow sends a user message and reads the session's stream until it idles with end_turn.
+func sendAndFollow(ctx context.Context, t *testing.T, client anthropic.Client, sessionID, text string) *turnLog {
+	t.Helper()
+	stream := client.Beta.Sessions.Events.StreamEvents(ctx, sessionID, anthropic.BetaSessionEventStreamParams{})
+	defer stream.Close()
+	if _, err := client.Beta.Sessions.Events.Send(ctx, sessionID, anthropic.BetaSessionEventSendParams{
+		Events: []anthropic.BetaManagedAgentsEventParamsUnion{anthropic.BetaManagedAgentsEventParamsOfUserMessage(
+			[]anthropic.BetaManagedAgentsUserMessageEventParamsContentUnion{{OfText: &anthropic.BetaManagedAgentsTextBlockParam{Text: text}}})},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	l := &turnLog{results: map[string]string{}}
+	for stream.Next() {
+		ev := stream.Current()
+		l.types = append(l.types, ev.Type)
+		switch ev.Type {
+		case "agent.tool_use":
+			l.uses = append(l.uses, ev.ID)
+		case "user.tool_result":
+			var b strings.Builder
+			for _, c := range ev.AsUserToolResult().Content {
+				b.WriteString(c.Text)
+			}
+			l.results[ev.ToolUseID] = b.String()
+		case "agent.tool_result":
+			t.Errorf("agent.tool_result %s in a self-hosted session: the brain ran a tool itself", ev.ID)
+		case "agent.message":
+			for _, b := range ev.AsAgentMessage().Content {
+				l.answer += b.Text
+			}
+		case "session.status_idle":
+			if ev.AsSessionStatusIdle().StopReason.Type == "end_turn" {
+				return l
+			}
+		}
+	}
+	t.Fatalf("stream ended before end_turn: %v (events %v)", stream.Err(), l.types)
+	return nil
+}
+
+// TestSDKEnvironmentWorker: the official SDK's EnvironmentWorker, unmodified, runs a self-hosted session's tool
+// on the worker's machine, and the session completes.
+func TestSDKEnvironmentWorker(t *testing.T) {
+	t.Parallel()
+	model := modeltest.NewServer(t)
+	model.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt"}`}}},
+		modeltest.Turn{Text: "The file holds corral-42."},
+	)
+	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", "3s")
+	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
+		option.WithAPIKey(testKey), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	sess, envID, key := selfHostedSession(ctx, t, client, "sdk-worker")
+
+	workdir := t.TempDir()
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
+			EnvironmentID: envID, EnvironmentKey: key, Workdir: workdir, WorkerID: "e2e-worker",
+			Logger: slog.New(slog.NewTextHandler(&testWriter{t}, nil)),
+		}).Run(wctx)
+	}()
+	defer func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("the worker did not stop")
+		}
+	}()
+
+	l := sendAndFollow(ctx, t, client, sess.ID, "Run it.")
+	if len(l.uses) != 1 || !strings.Contains(l.results[l.uses[0]], "corral-42") || !strings.Contains(l.answer, "corral-42") {
+		t.Fatalf("uses %v, results %v, answer %q; events %v", l.uses, l.results, l.answer, l.types)
+	}
+	// The tool ran on the worker side, in its directory.
+	out, err := os.ReadFile(filepath.Join(workdir, "out.txt"))
+	if err != nil || strings.TrimSpace(string(out)) != "corral-42" {
+		t.Fatalf("out.txt in the worker's directory: %q, %v", out, err)
+	}
+
+	var st anthropic.BetaSelfHostedWorkQueueStats
+	if err := client.Get(ctx, "v1/environments/"+envID+"/work/stats", nil, &st, option.WithAuthToken(key)); err != nil {
+		t.Fatal(err)
+	}
+	if st.WorkersPolling < 1 || st.Depth != 0 {
+		t.Errorf("stats %+v: want the worker polling and nothing waiting", st)
+	}
+}
+
+// TestSDKWorkerKilled: a worker SIGKILLed mid-tool-call loses its lease; the call is settled as of unknown
+// outcome, never run again; a second SDK worker takes the session over and runs the next call.
+func TestSDKWorkerKilled(t *testing.T) {
+	t.Parallel()
+	model := modeltest.NewServer(t)
+	model.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"touch started.txt && sleep 120"}`}}},
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo second > second.txt && cat second.txt"}`}}},
+		modeltest.Turn{Text: "Done."},
+	)
+	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", "2s")
+	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
+		option.WithAPIKey(testKey), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	sess, envID, key := selfHostedSession(ctx, t, client, "sdk-worker-killed")
+
+	// The first worker, in its own process.
+	dir1 := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(exe)
+	child.Env = append(os.Environ(), sdkWorkerEnv+"="+strings.Join([]string{s.url, envID, key, dir1, "worker-1"}, " "))
+	childLog := &lockedBuffer{}
+	child.Stderr, child.Stdout = childLog, childLog
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = child.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = child.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("worker-1 log:\n%s", childLog.String())
+		}
+	})
+
+	type result struct {
+		l   *turnLog
+		err error
+	}
+	turn := make(chan *turnLog, 1)
+	go func() { turn <- sendAndFollow(ctx, t, client, sess.ID, "Go.") }()
+
+	// Once worker-1 runs the first call, kill it.
+	for {
+		if _, err := os.Stat(filepath.Join(dir1, "started.txt")); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("worker-1 never started the first call:\n%s", childLog.String())
+		case <-exited:
+			t.Fatalf("worker-1 exited:\n%s", childLog.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+
+	// The second worker, in this process.
+	dir2 := t.TempDir()
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
+			EnvironmentID: envID, EnvironmentKey: key, Workdir: dir2, WorkerID: "worker-2",
+			Logger: slog.New(slog.NewTextHandler(&testWriter{t}, nil)),
+		}).Run(wctx)
+	}()
+	defer func() {
+		stop()
+		<-done
+	}()
+
+	var l *turnLog
+	select {
+	case l = <-turn:
+	case <-ctx.Done():
+		t.Fatal("the session did not complete after worker-1 was killed")
+	}
+	if len(l.uses) != 2 {
+		t.Fatalf("tool uses %v; events %v", l.uses, l.types)
+	}
+	if r := l.results[l.uses[0]]; !strings.Contains(r, "outcome is unknown") {
+		t.Errorf("the killed worker's call was answered %q, want the outcome-unknown rule", r)
+	}
+	if r := l.results[l.uses[1]]; !strings.Contains(r, "second") {
+		t.Errorf("the second call was answered %q", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir2, "started.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("worker-2 ran the killed worker's call again (started.txt: %v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir2, "second.txt")); err != nil {
+		t.Errorf("worker-2 did not run the second call: %v", err)
+	}
+	_ = http.StatusOK
+}
+
+// testWriter sends a worker's log to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
