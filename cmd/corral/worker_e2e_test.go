@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,9 +41,9 @@ func runSDKWorkerChild(spec string) int {
 	return 0
 }
 
-// selfHostedSession creates, through the SDK, an agent with the built-in toolset, a self_hosted environment, an
-// environment key for it and a session.
-func selfHostedSession(ctx context.Context, t *testing.T, client anthropic.Client, name string) (sess *anthropic.BetaManagedAgentsSession, envID, key string) {
+// selfHostedEnv creates, through the SDK, an agent with the built-in toolset, a self_hosted environment and an
+// environment key for it.
+func selfHostedEnv(ctx context.Context, t testing.TB, client anthropic.Client, name string) (envID, key, agentID string) {
 	t.Helper()
 	agent, err := client.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
 		Name: name, Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
@@ -69,14 +68,21 @@ func selfHostedSession(ctx context.Context, t *testing.T, client anthropic.Clien
 	if k.Type != "environment_key" || !strings.HasPrefix(k.Key, "corral-env-") {
 		t.Fatalf("environment key answer %+v", k)
 	}
-	sess, err = client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
-		Agent:         anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)},
-		EnvironmentID: env.ID,
+	return env.ID, k.Key, agent.ID
+}
+
+// selfHostedSession creates what selfHostedEnv does, and a session of them.
+func selfHostedSession(ctx context.Context, t *testing.T, client anthropic.Client, name string) (sess *anthropic.BetaManagedAgentsSession, envID, key string) {
+	t.Helper()
+	envID, key, agentID := selfHostedEnv(ctx, t, client, name)
+	sess, err := client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent:         anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agentID)},
+		EnvironmentID: envID,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sess, env.ID, k.Key
+	return sess, envID, key
 }
 
 // turnLog is what a test saw of a session's stream until it idled with end_turn.
@@ -193,7 +199,7 @@ func TestSDKWorkerKilled(t *testing.T) {
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo second > second.txt && cat second.txt"}`}}},
 		modeltest.Turn{Text: "Done."},
 	)
-	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", "2s")
+	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", "5s")
 	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
 		option.WithAPIKey(testKey), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -223,10 +229,6 @@ func TestSDKWorkerKilled(t *testing.T) {
 		}
 	})
 
-	type result struct {
-		l   *turnLog
-		err error
-	}
 	turn := make(chan *turnLog, 1)
 	go func() { turn <- sendAndFollow(ctx, t, client, sess.ID, "Go.") }()
 
@@ -284,7 +286,6 @@ func TestSDKWorkerKilled(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir2, "second.txt")); err != nil {
 		t.Errorf("worker-2 did not run the second call: %v", err)
 	}
-	_ = http.StatusOK
 }
 
 // testWriter sends a worker's log to the test log.
@@ -293,4 +294,87 @@ type testWriter struct{ t *testing.T }
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// startWorker runs `corral worker` for the environment with the bwrap backend; its workspaces are under data.
+func startWorker(t *testing.T, s *server, envID, key, data, id string, uidBase int) *server {
+	t.Helper()
+	return startCorral(t, os.Environ(), "corral: worker ", "worker", "--url", s.url, "--env", envID, "--key", key,
+		"--data", data, "--worker-id", id, "--sandbox", "bwrap", "--sandbox-uids", fmt.Sprint(uidBase))
+}
+
+// TestCorralWorker: `corral worker` runs a self-hosted session's tool in a bwrap sandbox on its machine (its own
+// uid, its own workspace), and the session completes; a second worker shares the queue, and when the first is
+// SIGKILLed mid-call the call is settled as of unknown outcome and the second runs the next one.
+func TestCorralWorker(t *testing.T) {
+	t.Parallel()
+	requireBwrap(t)
+	model := modeltest.NewServer(t)
+	model.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt && id -u"}`}}},
+		modeltest.Turn{Text: "The file holds corral-42."},
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"touch started.txt && sleep 120"}`}}},
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo second > second.txt && cat second.txt"}`}}},
+		modeltest.Turn{Text: "Done."},
+	)
+	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", "5s")
+	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
+		option.WithAPIKey(testKey), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	sess, envID, key := selfHostedSession(ctx, t, client, "corral-worker")
+
+	data1 := t.TempDir()
+	w1 := startWorker(t, s, envID, key, data1, "worker-1", 400000)
+	l := sendAndFollow(ctx, t, client, sess.ID, "Run it.")
+	if len(l.uses) != 1 || !strings.Contains(l.results[l.uses[0]], "corral-42") {
+		t.Fatalf("uses %v, results %v; events %v", l.uses, l.results, l.types)
+	}
+	lines := strings.Fields(l.results[l.uses[0]])
+	if uid := lines[len(lines)-1]; uid == "0" || uid == fmt.Sprint(os.Geteuid()) {
+		t.Errorf("the tool ran as uid %s, not a sandbox uid of its own", uid)
+	}
+	out, err := os.ReadFile(filepath.Join(data1, "workspaces", sess.ID, "out.txt"))
+	if err != nil || strings.TrimSpace(string(out)) != "corral-42" {
+		t.Fatalf("out.txt in worker-1's workspace: %q, %v", out, err)
+	}
+
+	// Worker-2 joins the queue; worker-1 holds the session (its idle wait) and gets the next call.
+	data2 := t.TempDir()
+	startWorker(t, s, envID, key, data2, "worker-2", 410000)
+	turn := make(chan *turnLog, 1)
+	go func() { turn <- sendAndFollow(ctx, t, client, sess.ID, "Go on.") }()
+	started1 := filepath.Join(data1, "workspaces", sess.ID, "started.txt")
+	started2 := filepath.Join(data2, "workspaces", sess.ID, "started.txt")
+	var victim *server
+	for victim == nil {
+		if _, err := os.Stat(started1); err == nil {
+			victim = w1
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no worker started the long call")
+		case <-time.After(50 * time.Millisecond):
+		}
+		if _, err := os.Stat(started2); err == nil {
+			t.Fatal("worker-2 ran a call of the session worker-1 holds")
+		}
+	}
+	if err := victim.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l = <-turn:
+	case <-ctx.Done():
+		t.Fatal("the session did not complete after worker-1 was killed")
+	}
+	if len(l.uses) != 2 || !strings.Contains(l.results[l.uses[0]], "outcome is unknown") || !strings.Contains(l.results[l.uses[1]], "second") {
+		t.Fatalf("uses %v, results %v; events %v", l.uses, l.results, l.types)
+	}
+	if _, err := os.Stat(started2); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("worker-2 ran the killed worker's call again (started.txt: %v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(data2, "workspaces", sess.ID, "second.txt")); err != nil {
+		t.Errorf("worker-2 did not run the second call: %v", err)
+	}
 }

@@ -155,7 +155,7 @@ func (s *Server) routes() {
 
 	s.mux.Handle("POST /v1/environments", s.authed(s.envCreate))
 	s.mux.Handle("GET /v1/environments", s.authed(s.envList))
-	s.mux.Handle("GET /v1/environments/{environment_id}", s.authed(s.envGet))
+	s.mux.Handle("GET /v1/environments/{environment_id}", s.sessionAuthed(s.envGet))
 	s.mux.Handle("POST /v1/environments/{environment_id}", s.authed(s.envUpdate))
 	s.mux.Handle("DELETE /v1/environments/{environment_id}", s.authed(s.envDelete))
 	s.mux.Handle("POST /v1/environments/{environment_id}/archive", s.authed(s.envArchive))
