@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,32 +17,54 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/pagination"
 
 	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/sandbox/bwrap"
+	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+	"github.com/corralhq/corral/internal/store/postgres/pgtest"
 )
 
 // BenchmarkWorkerToolStart measures, for a new session of a self-hosted environment, the time from the brain
-// appending an agent.tool_use to the tool's command starting on an idle official SDK worker: the work item
-// queued, the long poll woken, ack, heartbeat, the session and its history read, the call dispatched. The
-// command prints its start time (date +%s%N); the agent.tool_use carries the time it was appended; both are
-// this machine's clock. It reports the median and the worst (ms).
+// appending an agent.tool_use to the tool's command starting on an idle worker: the work item queued, the long
+// poll woken, ack, heartbeat, the session and its history read, the call dispatched (and, for corral worker,
+// the sandbox provisioned). The command prints its start time (date +%s%N); the agent.tool_use carries the time
+// it was appended; both are this machine's clock. It reports the median and the worst (ms).
 func BenchmarkWorkerToolStart(b *testing.B) {
+	b.Run("sqlite/sdk-worker", func(b *testing.B) { benchToolStart(b, false, false) })
+	b.Run("postgres/sdk-worker", func(b *testing.B) { benchToolStart(b, true, false) })
+	b.Run("sqlite/corral-worker-bwrap", func(b *testing.B) { benchToolStart(b, false, true) })
+}
+
+func benchToolStart(b *testing.B, postgres, corralWorker bool) {
 	model := modeltest.NewServer(b)
-	s := startServer(b, b.TempDir(), model)
+	var extra []string
+	if postgres {
+		extra = append(extra, "--db", pgtest.NewDSN(b))
+	}
+	s := startServer(b, b.TempDir(), model, extra...)
 	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
 		option.WithAPIKey(testKey), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	envID, key, agentID := selfHostedEnv(ctx, b, client, "bench")
 
-	idle := 10 * time.Millisecond
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
-			EnvironmentID: envID, EnvironmentKey: key, Workdir: b.TempDir(), WorkerID: "bench", MaxIdle: &idle,
-			Logger: slog.New(slog.DiscardHandler),
-		}).Run(wctx)
-	}()
-	defer func() { stop(); <-done }()
+	if corralWorker {
+		if os.Geteuid() != 0 {
+			sandboxtest.Require(b, "bwrap", errors.New("the bwrap backend needs root"))
+		}
+		sandboxtest.Require(b, "bwrap", bwrap.Available(""))
+		startCorral(b, os.Environ(), "corral: worker ", "worker", "--url", s.url, "--env", envID, "--key", key,
+			"--data", b.TempDir(), "--sandbox", "bwrap", "--session-idle", "10ms")
+	} else {
+		idle := 10 * time.Millisecond
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
+				EnvironmentID: envID, EnvironmentKey: key, Workdir: b.TempDir(), WorkerID: "bench", MaxIdle: &idle,
+				Logger: slog.New(slog.DiscardHandler),
+			}).Run(wctx)
+		}()
+		defer func() { stop(); <-done }()
+	}
 
 	var lat []time.Duration
 	b.ResetTimer()
