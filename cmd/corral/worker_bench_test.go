@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
-	"github.com/anthropics/anthropic-sdk-go/v2/lib/environments"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/pagination"
 
@@ -55,15 +53,8 @@ func benchToolStart(b *testing.B, postgres, corralWorker bool) {
 			"--data", b.TempDir(), "--sandbox", "bwrap", "--session-idle", "10ms")
 	} else {
 		idle := 10 * time.Millisecond
-		wctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			done <- environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
-				EnvironmentID: envID, EnvironmentKey: key, Workdir: b.TempDir(), WorkerID: "bench", MaxIdle: &idle,
-				Logger: slog.New(slog.DiscardHandler),
-			}).Run(wctx)
-		}()
-		defer func() { stop(); <-done }()
+		stop := runSDKWorker(ctx, b, client, envID, key, b.TempDir(), "bench", &idle)
+		defer func() { _ = stop() }()
 	}
 
 	var lat []time.Duration

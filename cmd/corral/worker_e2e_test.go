@@ -85,6 +85,42 @@ func selfHostedSession(ctx context.Context, t *testing.T, client anthropic.Clien
 	return sess, envID, key
 }
 
+// workerServer starts `corral serve` with a work lease of ttl and a model scripted with turns, and returns it
+// with an SDK client of it.
+func workerServer(t testing.TB, ttl string, turns ...modeltest.Turn) (*server, anthropic.Client) {
+	t.Helper()
+	model := modeltest.NewServer(t)
+	model.Script(turns...)
+	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", ttl)
+	return s, anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
+		option.WithAPIKey(testKey), option.WithMaxRetries(0))
+}
+
+// runSDKWorker runs the official SDK's EnvironmentWorker in this process, in dir, until stop is called; stop
+// returns what Run returned.
+func runSDKWorker(ctx context.Context, t testing.TB, client anthropic.Client, envID, key, dir, id string, maxIdle *time.Duration) (stop func() error) {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	logger := slog.New(slog.DiscardHandler)
+	if tt, ok := t.(*testing.T); ok {
+		logger = slog.New(slog.NewTextHandler(&testWriter{tt}, nil))
+	}
+	go func() {
+		done <- environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
+			EnvironmentID: envID, EnvironmentKey: key, Workdir: dir, WorkerID: id, MaxIdle: maxIdle, Logger: logger,
+		}).Run(wctx)
+	}()
+	return func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("the worker did not stop")
+		}
+	}
+}
+
 // turnLog is what a test saw of a session's stream until it idled with end_turn.
 type turnLog struct {
 	types   []string
@@ -137,36 +173,19 @@ func sendAndFollow(ctx context.Context, t *testing.T, client anthropic.Client, s
 // on the worker's machine, and the session completes.
 func TestSDKEnvironmentWorker(t *testing.T) {
 	t.Parallel()
-	model := modeltest.NewServer(t)
-	model.Script(
+	_, client := workerServer(t, "3s",
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt"}`}}},
 		modeltest.Turn{Text: "The file holds corral-42."},
 	)
-	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", "3s")
-	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
-		option.WithAPIKey(testKey), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	sess, envID, key := selfHostedSession(ctx, t, client, "sdk-worker")
 
 	workdir := t.TempDir()
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
-			EnvironmentID: envID, EnvironmentKey: key, Workdir: workdir, WorkerID: "e2e-worker",
-			Logger: slog.New(slog.NewTextHandler(&testWriter{t}, nil)),
-		}).Run(wctx)
-	}()
+	stop := runSDKWorker(ctx, t, client, envID, key, workdir, "e2e-worker", nil)
 	defer func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("worker: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("the worker did not stop")
+		if err := stop(); err != nil {
+			t.Errorf("worker: %v", err)
 		}
 	}()
 
@@ -193,15 +212,11 @@ func TestSDKEnvironmentWorker(t *testing.T) {
 // outcome, never run again; a second SDK worker takes the session over and runs the next call.
 func TestSDKWorkerKilled(t *testing.T) {
 	t.Parallel()
-	model := modeltest.NewServer(t)
-	model.Script(
+	s, client := workerServer(t, "5s",
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"touch started.txt && sleep 120"}`}}},
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo second > second.txt && cat second.txt"}`}}},
 		modeltest.Turn{Text: "Done."},
 	)
-	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", "5s")
-	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
-		option.WithAPIKey(testKey), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	sess, envID, key := selfHostedSession(ctx, t, client, "sdk-worker-killed")
@@ -252,18 +267,8 @@ func TestSDKWorkerKilled(t *testing.T) {
 
 	// The second worker, in this process.
 	dir2 := t.TempDir()
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
-			EnvironmentID: envID, EnvironmentKey: key, Workdir: dir2, WorkerID: "worker-2",
-			Logger: slog.New(slog.NewTextHandler(&testWriter{t}, nil)),
-		}).Run(wctx)
-	}()
-	defer func() {
-		stop()
-		<-done
-	}()
+	stop := runSDKWorker(ctx, t, client, envID, key, dir2, "worker-2", nil)
+	defer func() { _ = stop() }()
 
 	var l *turnLog
 	select {
@@ -309,17 +314,13 @@ func startWorker(t *testing.T, s *server, envID, key, data, id string, uidBase i
 func TestCorralWorker(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)
-	model := modeltest.NewServer(t)
-	model.Script(
+	s, client := workerServer(t, "5s",
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt && id -u"}`}}},
 		modeltest.Turn{Text: "The file holds corral-42."},
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"touch started.txt && sleep 120"}`}}},
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo second > second.txt && cat second.txt"}`}}},
 		modeltest.Turn{Text: "Done."},
 	)
-	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", "5s")
-	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
-		option.WithAPIKey(testKey), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	sess, envID, key := selfHostedSession(ctx, t, client, "corral-worker")
