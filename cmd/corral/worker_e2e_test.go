@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +18,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/lib/environments"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model/modeltest"
 )
 
@@ -302,10 +305,11 @@ func (w *testWriter) Write(p []byte) (int, error) {
 }
 
 // startWorker runs `corral worker` for the environment with the bwrap backend; its workspaces are under data.
-func startWorker(t *testing.T, s *server, envID, key, data, id string, uidBase int) *server {
+func startWorker(t *testing.T, s *server, envID, key, data, id string, uidBase int, idle time.Duration) *server {
 	t.Helper()
 	return startCorral(t, os.Environ(), "corral: worker ", "worker", "--url", s.url, "--env", envID, "--key", key,
-		"--data", data, "--worker-id", id, "--sandbox", "bwrap", "--sandbox-uids", fmt.Sprint(uidBase))
+		"--data", data, "--worker-id", id, "--sandbox", "bwrap", "--sandbox-uids", fmt.Sprint(uidBase),
+		"--session-idle", idle.String())
 }
 
 // TestCorralWorker: `corral worker` runs a self-hosted session's tool in a bwrap sandbox on its machine (its own
@@ -323,10 +327,39 @@ func TestCorralWorker(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	sess, envID, key := selfHostedSession(ctx, t, client, "corral-worker")
+	// The environment and its key through the CLI.
+	cli := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(ctx, &stdio{out: &out, err: &errb}, append(args, "--url", s.url, "--key", testKey)); code != 0 {
+			t.Fatalf("corral %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+		}
+		return strings.TrimSpace(out.String())
+	}
+	envID := cli("envs", "create", "--name", "corral-worker", "--self-hosted", "-q")
+	key := cli("envs", "keys", "create", envID, "--name", "laptop", "-q")
+	if !strings.HasPrefix(key, apitype.EnvironmentKeyPrefix) {
+		t.Fatalf("envs keys create -q printed %q", key)
+	}
+	if list := cli("envs", "keys", "list", envID); !strings.Contains(list, "laptop") || !strings.Contains(list, key[len(key)-4:]) ||
+		strings.Contains(list, key) {
+		t.Fatalf("envs keys list (the hint, never the key):\n%s", list)
+	}
+	agent, err := client.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
+		Name: "corral-worker", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
+		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)}, EnvironmentID: envID})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	data1 := t.TempDir()
-	w1 := startWorker(t, s, envID, key, data1, "worker-1", 400000)
+	w1 := startWorker(t, s, envID, key, data1, "worker-1", 400000, time.Minute)
 	l := sendAndFollow(ctx, t, client, sess.ID, "Run it.")
 	if len(l.uses) != 1 || !strings.Contains(l.results[l.uses[0]], "corral-42") {
 		t.Fatalf("uses %v, results %v; events %v", l.uses, l.results, l.types)
@@ -342,7 +375,7 @@ func TestCorralWorker(t *testing.T) {
 
 	// Worker-2 joins the queue; worker-1 holds the session (its idle wait) and gets the next call.
 	data2 := t.TempDir()
-	startWorker(t, s, envID, key, data2, "worker-2", 410000)
+	w2 := startWorker(t, s, envID, key, data2, "worker-2", 410000, time.Second)
 	turn := make(chan *turnLog, 1)
 	go func() { turn <- sendAndFollow(ctx, t, client, sess.ID, "Go on.") }()
 	started1 := filepath.Join(data1, "workspaces", sess.ID, "started.txt")
@@ -377,5 +410,21 @@ func TestCorralWorker(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data2, "workspaces", sess.ID, "second.txt")); err != nil {
 		t.Errorf("worker-2 did not run the second call: %v", err)
+	}
+
+	// A revoked key stops working at once: once worker-2 lets the idle session go, its next poll is refused and
+	// it exits.
+	var keys []apitype.EnvironmentKey
+	if err := json.Unmarshal([]byte(cli("envs", "keys", "list", envID, "--json")), &keys); err != nil || len(keys) != 1 {
+		t.Fatalf("envs keys list --json: %v %v", keys, err)
+	}
+	cli("envs", "keys", "revoke", envID, keys[0].ID)
+	select {
+	case <-w2.exited:
+		if !strings.Contains(w2.stderr.String(), "401") {
+			t.Errorf("worker-2 exited without saying why:\n%s", w2.stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatal("worker-2 kept running with a revoked key")
 	}
 }
