@@ -171,7 +171,7 @@ func TestWorkAuth(t *testing.T) {
 	base := "/v1/environments/" + envID + "/work"
 	for _, c := range []struct {
 		name, method, path, body, cred string
-		want                            int
+		want                           int
 	}{
 		{"no credential", "GET", base + "/poll", "", "", http.StatusUnauthorized},
 		{"wrong environment key", "GET", base + "/poll", "", apitype.EnvironmentKeyPrefix + "nope", http.StatusUnauthorized},
