@@ -67,6 +67,19 @@ func txWork(ctx context.Context, tx pgx.Tx, envID, id string) (*apitype.Work, bo
 // item another poller is taking is skipped, not waited for.
 func (s *Store) WorkPoll(ctx context.Context, p *store.WorkPollParams) (*apitype.Work, error) {
 	reclaim := p.At.Add(-p.ReclaimAfter)
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	// Workers poll: look first, so that a poll with nothing to deliver or reclaim is one read, not a write.
+	var found bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM work_items WHERE environment_id = $1 AND state <> 'stopped'
+		AND ((state = 'queued' AND NOT held AND (polled_at IS NULL OR polled_at <= $2))
+			OR (`+workLeased+` AND lease_expires_at <= $3)))`, p.EnvironmentID, reclaim, p.At).Scan(&found); err != nil {
+		return nil, s.dbErr("work poll", err)
+	}
+	if !found {
+		return nil, s.dbErr("work poll", store.ErrNoWork)
+	}
 	var out *apitype.Work
 	var woken []string
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
