@@ -51,6 +51,14 @@ var (
 
 type callerKeyType struct{}
 
+// keyOf is the id of the request's environment key, "" for other credentials.
+func keyOf(ctx context.Context) string {
+	if c := callerOf(ctx); c != nil && c.envKey != nil {
+		return c.envKey.ID
+	}
+	return ""
+}
+
 func callerOf(ctx context.Context) *caller {
 	c, _ := ctx.Value(callerKeyType{}).(*caller)
 	return c
@@ -235,7 +243,7 @@ func (s *Server) workPoll(w http.ResponseWriter, r *http.Request) error {
 	for {
 		token := apitype.NewSessionsToken()
 		wk, err := s.store.WorkPoll(r.Context(), &store.WorkPollParams{EnvironmentID: e.ID, WorkerID: worker,
-			ReclaimAfter: reclaim, TokenHash: apitype.HashAPIKey(token), At: s.now()})
+			ReclaimAfter: reclaim, TokenHash: apitype.HashAPIKey(token), KeyID: keyOf(r.Context()), At: s.now()})
 		if err == nil {
 			secret := apitype.WorkSecret(token)
 			wk.Secret = &secret

@@ -240,6 +240,9 @@ func TestWorkAuth(t *testing.T) {
 	if status, _, _ := h.do("GET", base+"/poll", "", bearer(key)...); status != http.StatusUnauthorized {
 		t.Fatalf("poll with a revoked key: %d", status)
 	}
+	if status, _, _ := h.do("GET", "/v1/sessions/"+sessID+"/events", "", bearer(token)...); status != http.StatusUnauthorized {
+		t.Fatalf("the sessions token of an item the revoked key polled: %d, want 401", status)
+	}
 	if status, _, _ := h.do("DELETE", "/v1/environments/"+otherEnv+"/keys/"+keys[0].ID, ""); status != http.StatusNotFound {
 		t.Fatalf("revoke through another environment: %d", status)
 	}

@@ -68,6 +68,8 @@ type WorkPollParams struct {
 	ReclaimAfter time.Duration
 	// TokenHash is the hash of the sessions token the poll hands out with the item.
 	TokenHash string
+	// KeyID is the environment key the poll was made with: revoking it kills the token (EnvironmentKeyRevoke).
+	KeyID string
 	At        time.Time
 }
 
@@ -111,7 +113,8 @@ type EnvironmentKeyStore interface {
 	EnvironmentKeyByHash(ctx context.Context, hash string) (*apitype.EnvironmentKey, error)
 	// EnvironmentKeyList lists an environment's keys, revoked ones included, oldest first.
 	EnvironmentKeyList(ctx context.Context, environmentID string) ([]apitype.EnvironmentKey, error)
-	// EnvironmentKeyRevoke sets revoked_at (once); ErrNotFound for a key of another environment.
+	// EnvironmentKeyRevoke sets revoked_at (once) and, in the same transaction, ends the sessions tokens of the
+	// items polled with the key; ErrNotFound for a key of another environment.
 	EnvironmentKeyRevoke(ctx context.Context, environmentID, id string, at time.Time) error
 }
 

@@ -73,10 +73,17 @@ func (s *Store) EnvironmentKeyRevoke(ctx context.Context, environmentID, id stri
 	if err := s.check(); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE environment_keys SET revoked_at = COALESCE(revoked_at, $3)
-		WHERE environment_id = $1 AND id = $2`, environmentID, id, at)
-	if err == nil && tag.RowsAffected() == 0 {
-		err = store.ErrNotFound
-	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE environment_keys SET revoked_at = COALESCE(revoked_at, $3)
+			WHERE environment_id = $1 AND id = $2`, environmentID, id, at)
+		if err == nil && tag.RowsAffected() == 0 {
+			err = store.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE work_items SET token_hash = NULL WHERE environment_id = $1 AND key_id = $2`, environmentID, id)
+		return err
+	})
 	return s.dbErr("environment key revoke", err)
 }

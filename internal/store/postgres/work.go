@@ -125,10 +125,10 @@ func (s *Store) WorkPoll(ctx context.Context, p *store.WorkPollParams) (*apitype
 			return err
 		}
 		var id string
-		err = tx.QueryRow(ctx, `UPDATE work_items SET polled_at = $3, worker_id = $4, token_hash = $5
+		err = tx.QueryRow(ctx, `UPDATE work_items SET polled_at = $3, worker_id = $4, token_hash = $5, key_id = $6
 			WHERE id = (SELECT id FROM work_items WHERE environment_id = $1 AND state = 'queued' AND NOT held
 				AND (polled_at IS NULL OR polled_at <= $2) ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-			RETURNING id`, p.EnvironmentID, reclaim, p.At, p.WorkerID, p.TokenHash).Scan(&id)
+			RETURNING id`, p.EnvironmentID, reclaim, p.At, p.WorkerID, p.TokenHash, p.KeyID).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

@@ -70,6 +70,10 @@ func (s *Store) EnvironmentKeyRevoke(ctx context.Context, environmentID, id stri
 		if err == nil && n == 0 {
 			err = store.ErrNotFound
 		}
+		if err != nil {
+			return err
+		}
+		_, err = w.exec(`UPDATE work_items SET token_hash = NULL WHERE environment_id = ? AND key_id = ?`, environmentID, id)
 		return err
 	}, nil)
 	if err != nil {

@@ -100,8 +100,8 @@ func (s *Store) WorkPoll(ctx context.Context, p *store.WorkPollParams) (*apitype
 		if err != nil {
 			return err
 		}
-		if _, err := w.exec(`UPDATE work_items SET polled_at = ?, worker_id = ?, token_hash = ? WHERE id = ?`,
-			now, p.WorkerID, p.TokenHash, id); err != nil {
+		if _, err := w.exec(`UPDATE work_items SET polled_at = ?, worker_id = ?, token_hash = ?, key_id = ? WHERE id = ?`,
+			now, p.WorkerID, p.TokenHash, p.KeyID, id); err != nil {
 			return err
 		}
 		out, _ = w.work(p.EnvironmentID, id)

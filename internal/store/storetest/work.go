@@ -340,7 +340,19 @@ func testEnvironmentKeys(t *testing.T, h Harness) {
 
 	mustIs(t, s.EnvironmentKeyRevoke(ctxBg, apitype.NewID(apitype.PrefixEnvironment), k.ID, base), store.ErrNotFound,
 		"revoke through another environment")
+	// An item polled with the key: its sessions token dies with the key.
+	sess := createSession(t, s)
+	_, _, err = s.WorkEnsure(ctxBg, &store.WorkEnsureParams{ID: apitype.NewID(apitype.PrefixWork), EnvironmentID: e.ID,
+		SessionID: sess.ID, At: apitype.Now()})
+	must(t, err, "ensure work")
+	_, err = s.WorkPoll(ctxBg, &store.WorkPollParams{EnvironmentID: e.ID, WorkerID: "w", ReclaimAfter: time.Minute,
+		TokenHash: apitype.HashAPIKey("tok"), KeyID: k.ID, At: apitype.Now()})
+	must(t, err, "poll with the key")
+	_, err = s.WorkByTokenHash(ctxBg, apitype.HashAPIKey("tok"))
+	must(t, err, "the token before the revocation")
 	must(t, s.EnvironmentKeyRevoke(ctxBg, e.ID, k.ID, base.Add(time.Second)), "revoke")
+	_, err = s.WorkByTokenHash(ctxBg, apitype.HashAPIKey("tok"))
+	mustIs(t, err, store.ErrNotFound, "the token of an item polled with a revoked key")
 	_, err = s.EnvironmentKeyByHash(ctxBg, apitype.HashAPIKey("secret"))
 	mustIs(t, err, store.ErrNotFound, "a revoked key")
 	list, err = s.EnvironmentKeyList(ctxBg, e.ID)

@@ -12,6 +12,7 @@ CREATE TABLE work_items (
 	stop_requested_at   timestamptz,
 	stopped_at          timestamptz,
 	worker_id           text        NOT NULL DEFAULT '',
+	key_id              text        NOT NULL DEFAULT '', -- the environment key of the poll that delivered it
 	polled_at           timestamptz,
 	lease_expires_at    timestamptz,
 	ttl_seconds         integer     NOT NULL DEFAULT 0,

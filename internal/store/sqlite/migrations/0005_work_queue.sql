@@ -12,6 +12,7 @@ CREATE TABLE work_items (
 	stop_requested_at   INTEGER,
 	stopped_at          INTEGER,
 	worker_id           TEXT    NOT NULL DEFAULT '',
+	key_id              TEXT    NOT NULL DEFAULT '', -- the environment key of the poll that delivered it
 	polled_at           INTEGER,
 	lease_expires_at    INTEGER,
 	ttl_seconds         INTEGER NOT NULL DEFAULT 0,
