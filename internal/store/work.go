@@ -70,7 +70,7 @@ type WorkPollParams struct {
 	TokenHash string
 	// KeyID is the environment key the poll was made with: revoking it kills the token (EnvironmentKeyRevoke).
 	KeyID string
-	At        time.Time
+	At    time.Time
 }
 
 // WorkAckParams acks a delivered item.
