@@ -229,6 +229,20 @@ func testWorkLeaseExpiry(t *testing.T, h Harness) {
 	equal(t, again.ID, w.ID, "the same item is delivered again")
 	equal(t, again.WorkerID, "w2", "to the new worker")
 
+	// A worker that acks and never heartbeats loses the item when the ack's lease ends.
+	_, err = s.WorkAck(ctxBg, &store.WorkAckParams{EnvironmentID: env, WorkID: w.ID, TTL: 10 * time.Second, At: later})
+	must(t, err, "ack without a heartbeat")
+	later = later.Add(11 * time.Second)
+	_, err = poll(s, env, "w3", "t3", 5*time.Second, later)
+	mustIs(t, err, store.ErrNoWork, "poll after a worker that never heartbeated")
+	got, err = s.WorkGet(ctxBg, env, w.ID)
+	must(t, err, "get")
+	equal(t, got.State, apitype.WorkQueued, "an item whose worker never heartbeated is queued again")
+	equal(t, got.Held, true, "and held for the brain")
+	must(t, s.WorkResume(ctxBg, env, w.ID), "resume")
+	_, err = poll(s, env, "w3", "t3", 5*time.Second, later)
+	must(t, err, "poll after resume")
+
 	// A stop requested of a holder that then vanishes ends stopped.
 	_, err = s.WorkAck(ctxBg, &store.WorkAckParams{EnvironmentID: env, WorkID: w.ID, TTL: 10 * time.Second, At: later})
 	must(t, err, "ack again")
