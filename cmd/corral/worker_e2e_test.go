@@ -176,7 +176,7 @@ func sendAndFollow(ctx context.Context, t *testing.T, client anthropic.Client, s
 // on the worker's machine, and the session completes.
 func TestSDKEnvironmentWorker(t *testing.T) {
 	t.Parallel()
-	_, client := workerServer(t, "3s",
+	_, client := workerServer(t, "10s",
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt"}`}}},
 		modeltest.Turn{Text: "The file holds corral-42."},
 	)
@@ -215,7 +215,7 @@ func TestSDKEnvironmentWorker(t *testing.T) {
 // outcome, never run again; a second SDK worker takes the session over and runs the next call.
 func TestSDKWorkerKilled(t *testing.T) {
 	t.Parallel()
-	s, client := workerServer(t, "5s",
+	s, client := workerServer(t, "8s",
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"touch started.txt && sleep 120"}`}}},
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo second > second.txt && cat second.txt"}`}}},
 		modeltest.Turn{Text: "Done."},
@@ -318,7 +318,7 @@ func startWorker(t *testing.T, s *server, envID, key, data, id string, uidBase i
 func TestCorralWorker(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)
-	s, client := workerServer(t, "5s",
+	s, client := workerServer(t, "8s",
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo corral-$((6*7)) > out.txt && cat out.txt && id -u"}`}}},
 		modeltest.Turn{Text: "The file holds corral-42."},
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"touch started.txt && sleep 120"}`}}},
