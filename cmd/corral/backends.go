@@ -35,6 +35,9 @@ type backendOptions struct {
 	agentPath string // the in-sandbox agent binary (absolute)
 	runsc     string // runsc binary for gvisor: a path, or a name looked up on PATH
 	logger    *slog.Logger
+	// uidBase is the first host uid of the isolating backends' sandboxes (0: the backend's default). Processes
+	// that run sandboxes on one machine need ranges of their own: a uid is per sandbox only within a process.
+	uidBase int
 }
 
 // runscFallback is where the project's install script puts a current, static runsc.
@@ -50,7 +53,7 @@ var backends = []backend{
 			return needRoot("bwrap sandboxes run under uids of their own with cgroup limits")
 		},
 		new: func(o *backendOptions, dir string) (sandbox.Provider, error) {
-			return bwrap.New(bwrap.Config{AgentPath: o.agentPath, StateDir: dir, Logger: o.logger})
+			return bwrap.New(bwrap.Config{AgentPath: o.agentPath, StateDir: dir, Logger: o.logger, UIDBase: o.uidBase})
 		},
 	},
 	{
@@ -147,7 +150,7 @@ func benchBackends(names []string, o backendOptions) []bench.Backend {
 }
 
 func ociConfig(o *backendOptions, dir string) oci.Config {
-	c := oci.Config{AgentPath: o.agentPath, Logger: o.logger, StateDir: dir}
+	c := oci.Config{AgentPath: o.agentPath, Logger: o.logger, StateDir: dir, UIDBase: o.uidBase}
 	if dir != "" {
 		c.RuntimeRoot = filepath.Join(dir, "runtime")
 	}

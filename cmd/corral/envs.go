@@ -9,7 +9,7 @@ import (
 )
 
 func init() {
-	register("envs", "manage environments: create, get, list, delete", func(ctx context.Context, io *stdio, args []string) error {
+	register("envs", "manage environments: create, get, list, delete, keys", func(ctx context.Context, io *stdio, args []string) error {
 		return subcommand(ctx, io, "envs", args, []verb{
 			{"create", "create an environment", envsCreate},
 			{"get", "print an environment", func(ctx context.Context, io *stdio, args []string) error {
@@ -23,6 +23,7 @@ func init() {
 			{"delete", "delete an environment", func(ctx context.Context, io *stdio, args []string) error {
 				return idCommand(ctx, io, args, "envs delete", (*client.Client).EnvironmentDelete)
 			}},
+			{"keys", "a self-hosted environment's worker keys: create, list, revoke", envsKeys},
 		})
 	})
 }

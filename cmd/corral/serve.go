@@ -28,6 +28,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	var vf vaultFlags
 	vf.register(fs)
 	rateLimit := fs.Float64("rate-limit", 0, "`requests` per second allowed per API key (0 = unlimited)")
+	workTTL := fs.Duration("work-lease-ttl", api.DefaultWorkLeaseTTL, "how long a self-hosted worker keeps a work item without a heartbeat; after it the item goes to another worker")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -56,7 +57,8 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	defer mcpProxy.Close()
 	cfg := corral.Config{
 		Store: st, Logger: logger,
-		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Validator: mcpProxy},
+		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Validator: mcpProxy,
+			WorkLeaseTTL: *workTTL},
 	}
 	if bf.workers > 0 {
 		if cfg.Brain, err = bf.brainConfig(); err != nil {

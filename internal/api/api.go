@@ -28,6 +28,7 @@ const (
 	DefaultMaxStreams         = 4096
 	DefaultMaxStreamsPerKey   = 2048
 	DefaultStreamWriteTimeout = time.Minute
+	DefaultWorkLeaseTTL       = 30 * time.Second
 )
 
 // Config configures the API server.
@@ -57,6 +58,10 @@ type Config struct {
 	RateLimit float64
 	// RateBurst is the token bucket size per key. Default max(1, 2*RateLimit).
 	RateBurst int
+	// WorkLeaseTTL is the lease a self-hosted worker gets on a work item by its ack, and by a heartbeat that asks
+	// for no other (desired_ttl_seconds): a worker silent for that long loses the item. Default
+	// DefaultWorkLeaseTTL.
+	WorkLeaseTTL time.Duration
 	// Sealer encrypts credential secrets (a *vault.Vault). Without one, creating a credential with a secret
 	// fails.
 	Sealer Sealer
@@ -70,7 +75,7 @@ func (c *Config) validate() error {
 		return errors.New("api: Config.Store is required")
 	}
 	if c.MaxBodyBytes < 0 || c.HeartbeatInterval < 0 || c.PollInterval < 0 || c.RateLimit < 0 || c.RateBurst < 0 ||
-		c.MaxStreams < 0 || c.MaxStreamsPerKey < 0 || c.StreamWriteTimeout < 0 {
+		c.MaxStreams < 0 || c.MaxStreamsPerKey < 0 || c.StreamWriteTimeout < 0 || c.WorkLeaseTTL < 0 {
 		return errors.New("api: negative limits in Config")
 	}
 	return nil
@@ -91,7 +96,10 @@ type Server struct {
 	writeTimeout time.Duration
 	sealer       Sealer
 	validator    CredentialValidator
-	mux          *http.ServeMux
+	// workTTL is the default lease of a work item; workers tracks who polled lately.
+	workTTL time.Duration
+	workers *pollers
+	mux     *http.ServeMux
 	// now is the clock; tests may replace it.
 	now func() time.Time
 }
@@ -114,6 +122,8 @@ func New(cfg Config) (*Server, error) {
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
 			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),
 		writeTimeout: cmp.Or(cfg.StreamWriteTimeout, DefaultStreamWriteTimeout),
+		workTTL:      max(cmp.Or(cfg.WorkLeaseTTL, DefaultWorkLeaseTTL), time.Second),
+		workers:      newPollers(),
 	}
 	if s.keys == nil {
 		s.keys = &KeyAuth{Store: cfg.Store}
@@ -150,21 +160,21 @@ func (s *Server) routes() {
 
 	s.mux.Handle("POST /v1/environments", s.authed(s.envCreate))
 	s.mux.Handle("GET /v1/environments", s.authed(s.envList))
-	s.mux.Handle("GET /v1/environments/{environment_id}", s.authed(s.envGet))
+	s.mux.Handle("GET /v1/environments/{environment_id}", s.sessionAuthed(s.envGet))
 	s.mux.Handle("POST /v1/environments/{environment_id}", s.authed(s.envUpdate))
 	s.mux.Handle("DELETE /v1/environments/{environment_id}", s.authed(s.envDelete))
 	s.mux.Handle("POST /v1/environments/{environment_id}/archive", s.authed(s.envArchive))
 
 	s.mux.Handle("POST /v1/sessions", s.authed(s.sessionCreate))
 	s.mux.Handle("GET /v1/sessions", s.authed(s.sessionList))
-	s.mux.Handle("GET /v1/sessions/{session_id}", s.authed(s.sessionGet))
+	s.mux.Handle("GET /v1/sessions/{session_id}", s.sessionAuthed(s.sessionGet))
 	s.mux.Handle("POST /v1/sessions/{session_id}", s.authed(s.sessionUpdate))
 	s.mux.Handle("DELETE /v1/sessions/{session_id}", s.authed(s.sessionDelete))
 	s.mux.Handle("POST /v1/sessions/{session_id}/archive", s.authed(s.sessionArchive))
 
-	s.mux.Handle("GET /v1/sessions/{session_id}/events", s.authed(s.eventList))
-	s.mux.Handle("POST /v1/sessions/{session_id}/events", s.authed(s.eventSend))
-	s.mux.Handle("GET /v1/sessions/{session_id}/events/stream", s.authed(s.eventStream))
+	s.mux.Handle("GET /v1/sessions/{session_id}/events", s.sessionAuthed(s.eventList))
+	s.mux.Handle("POST /v1/sessions/{session_id}/events", s.sessionAuthed(s.eventSend))
+	s.mux.Handle("GET /v1/sessions/{session_id}/events/stream", s.sessionAuthed(s.eventStream))
 
 	s.mux.Handle("GET /v1/sessions/{session_id}/resources", s.authed(s.resourceList))
 	s.mux.Handle("POST /v1/sessions/{session_id}/resources", s.authed(s.resourceAdd))
@@ -173,6 +183,7 @@ func (s *Server) routes() {
 	s.mux.Handle("DELETE /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceDelete))
 
 	s.vaultRoutes()
+	s.workRoutes()
 }
 
 type ctxKey int
@@ -180,6 +191,7 @@ type ctxKey int
 const (
 	requestIDKey ctxKey = iota
 	keyIDKey            // the id of the request's API key, set by authed
+	workKey             // the *apitype.Work of a request authenticated by its sessions token
 )
 
 // requestID returns the id the request was given by serveHTTP.
@@ -245,13 +257,25 @@ func (s *Server) public(h handlerFunc) http.Handler {
 
 // authed serves an endpoint after authenticating the caller, rate limiting it and capping the body size.
 func (s *Server) authed(h handlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.guarded(h, func(w http.ResponseWriter, r *http.Request) (context.Context, error) {
 		key, err := s.admit(w, r)
+		if err != nil {
+			return nil, err
+		}
+		return context.WithValue(r.Context(), keyIDKey, key), nil
+	})
+}
+
+// guarded serves an endpoint after admit authenticated the request (returning its context), capping the body
+// size.
+func (s *Server) guarded(h handlerFunc, admit func(w http.ResponseWriter, r *http.Request) (context.Context, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, err := admit(w, r)
 		if err != nil {
 			s.serveErr(w, r, err)
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), keyIDKey, key))
+		r = r.WithContext(ctx)
 		if r.ContentLength > s.maxBody {
 			s.serveErr(w, r, errTooLarge(s.maxBody))
 			return
@@ -274,15 +298,20 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return keyID, s.rateLimit(w, keyID)
+}
+
+// rateLimit applies the rate limit of a key id.
+func (s *Server) rateLimit(w http.ResponseWriter, keyID string) error {
 	if s.limiter != nil {
 		if wait, ok := s.limiter.allow(keyID, time.Now()); !ok {
 			secs := int(wait/time.Second) + 1
 			w.Header().Set("retry-after", fmt.Sprint(secs))
-			return "", &apiError{status: http.StatusTooManyRequests, typ: apitype.ErrRateLimit,
+			return &apiError{status: http.StatusTooManyRequests, typ: apitype.ErrRateLimit,
 				msg: fmt.Sprintf("rate limit exceeded; retry in %d s", secs)}
 		}
 	}
-	return keyID, nil
+	return nil
 }
 
 // keyID returns the id of the API key the request was authenticated with ("" on public endpoints).

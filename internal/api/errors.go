@@ -18,6 +18,8 @@ type apiError struct {
 	typ    string // apitype.Err*
 	msg    string // safe to show the client
 	code   string // error.details.error_code, optional
+	// details are more fields of error.details, optional
+	details map[string]any
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -91,8 +93,14 @@ func (s *Server) serveErr(w http.ResponseWriter, r *http.Request, err error) {
 		Error:     apitype.ErrorDetail{Type: ae.typ, Message: ae.msg},
 		RequestID: requestID(r.Context()),
 	}
-	if ae.code != "" {
-		env.Error.Details = map[string]any{"error_code": ae.code}
+	if ae.code != "" || len(ae.details) > 0 {
+		env.Error.Details = map[string]any{}
+		for k, v := range ae.details {
+			env.Error.Details[k] = v
+		}
+		if ae.code != "" {
+			env.Error.Details["error_code"] = ae.code
+		}
 	}
 	_ = writeJSON(w, ae.status, env) // the envelope always encodes
 }

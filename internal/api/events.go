@@ -65,6 +65,9 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := tokenMayAppend(r.Context(), events); err != nil {
+		return err
+	}
 	sess, err := s.store.SessionGet(r.Context(), id)
 	if err != nil {
 		return lookup(err, "session", id)

@@ -48,6 +48,11 @@ func (r *run) step() (bool, error) {
 		return true, err
 	}
 
+	// 2b. Self-hosted hands: a work item for the open built-in calls, and the calls of a vanished worker settled.
+	if acted, err := r.handOff(st); acted || err != nil {
+		return acted, err
+	}
+
 	// 3. The client's answers: confirmations and tool results.
 	if acted, err := r.answers(st); acted || err != nil {
 		return acted, err

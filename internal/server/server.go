@@ -66,6 +66,8 @@ type APIConfig struct {
 	Sealer api.Sealer
 	// Validator validates MCP credentials (the MCP proxy); nil: mcp_oauth_validate says it cannot.
 	Validator api.CredentialValidator
+	// WorkLeaseTTL is the default lease of a self-hosted worker on a work item (api.Config.WorkLeaseTTL).
+	WorkLeaseTTL time.Duration
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
@@ -180,7 +182,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
-			Validator: cfg.API.Validator})
+			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL})
 		if err != nil {
 			return undo(err)
 		}

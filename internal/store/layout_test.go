@@ -17,14 +17,16 @@ import (
 func TestAdaptersMirror(t *testing.T) {
 	t.Parallel()
 	files := map[reflect.Type]string{
-		reflect.TypeFor[store.AgentStore]():       "agents.go",
-		reflect.TypeFor[store.EnvironmentStore](): "environments.go",
-		reflect.TypeFor[store.SessionStore]():     "sessions.go",
-		reflect.TypeFor[store.EventStore]():       "events.go",
-		reflect.TypeFor[store.LeaseStore]():       "leases.go",
-		reflect.TypeFor[store.APIKeyStore]():      "apikeys.go",
-		reflect.TypeFor[store.PreviewStore]():     "previews.go",
-		reflect.TypeFor[store.VaultStore]():       "vaults.go",
+		reflect.TypeFor[store.AgentStore]():          "agents.go",
+		reflect.TypeFor[store.EnvironmentStore]():    "environments.go",
+		reflect.TypeFor[store.SessionStore]():        "sessions.go",
+		reflect.TypeFor[store.EventStore]():          "events.go",
+		reflect.TypeFor[store.LeaseStore]():          "leases.go",
+		reflect.TypeFor[store.APIKeyStore]():         "apikeys.go",
+		reflect.TypeFor[store.PreviewStore]():        "previews.go",
+		reflect.TypeFor[store.VaultStore]():          "vaults.go",
+		reflect.TypeFor[store.WorkStore]():           "work.go",
+		reflect.TypeFor[store.EnvironmentKeyStore](): "environmentkeys.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()

@@ -44,6 +44,8 @@ type Store interface {
 	APIKeyStore
 	PreviewStore
 	VaultStore
+	WorkStore
+	EnvironmentKeyStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities
