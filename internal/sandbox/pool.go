@@ -425,7 +425,8 @@ func (s *session) close() error {
 	return err
 }
 
-// Stop closes every sandbox and waits for the reaper. Idempotent; Execute fails with ErrPoolStopped afterwards.
+// Stop closes every sandbox, detaches the workspaces' volumes (and closes Volumes if it has a Close method), and
+// waits for the reaper. Idempotent; Execute fails with ErrPoolStopped afterwards.
 func (p *Pool) Stop() error {
 	p.mu.Lock()
 	if p.stopped {
@@ -441,6 +442,10 @@ func (p *Pool) Stop() error {
 	var errs []error
 	for _, s := range sessions {
 		errs = append(errs, s.close())
+	}
+	// Every session detached its volume; a Volumes that can be closed unmounts whatever is left.
+	if c, ok := p.cfg.Volumes.(interface{ Close() error }); ok {
+		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -252,7 +252,7 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 		lock.Close()
 		return err
 	}
-	if err := mountImage(lock, dir); err != nil {
+	if err := mountImage(img, dir); err != nil {
 		lock.Close()
 		return err
 	}
@@ -326,8 +326,14 @@ func lockImage(img string) (*os.File, error) {
 	return f, nil
 }
 
-// mountImage binds img (open) to a free loop device with autoclear and mounts it at dir.
-func mountImage(img *os.File, dir string) error {
+// mountImage binds image file img to a free loop device with autoclear and mounts it at dir. The device gets
+// an open file of its own: it keeps it while mounted, and a flock on it would outlive the server.
+func mountImage(img, dir string) error {
+	f, err := os.OpenFile(img, os.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -344,7 +350,7 @@ func mountImage(img *os.File, dir string) error {
 		if err != nil {
 			return err
 		}
-		cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
+		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
 		copy(cfg.Info.File_name[:], "corral-workspace")
 		err = unix.IoctlLoopConfigure(int(loop.Fd()), &cfg)
