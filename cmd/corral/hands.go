@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/corralhq/corral/internal/proxy"
@@ -36,6 +37,7 @@ type handsFlags struct {
 	egress   egressFlags
 	// The quotas of each session's workspace and /tmp, and the disk reserve of the data directory.
 	diskMB, inodes, reserveMB, tmpMB, tmpInodes int64
+	overcommit                                  float64
 	fs                                          *flag.FlagSet // to tell the flags given from the defaults
 }
 
@@ -57,7 +59,8 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "tool-timeout", agent.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
 	fs.Int64Var(&f.diskMB, "sandbox-disk", volume.DefaultSizeBytes>>20, "disk quota of each session's workspace in `MiB` (a loop-mounted ext4 image; needs root, loop devices and mkfs.ext4; 0 = no quota)")
 	fs.Int64Var(&f.inodes, "sandbox-inodes", volume.DefaultInodes, "inode (file) quota of each session's workspace")
-	fs.Int64Var(&f.reserveMB, "sandbox-disk-reserve", volume.DefaultReserveBytes>>20, "free `MiB` the data directory's filesystem keeps: no workspace is created or mounted below it (0 = none)")
+	fs.Int64Var(&f.reserveMB, "sandbox-disk-reserve", volume.DefaultReserveBytes>>20, "`MiB` the data directory's filesystem keeps free: a workspace is mounted only while the unused quota of the mounted ones fits above it (0 = no check)")
+	fs.Float64Var(&f.overcommit, "sandbox-disk-overcommit", 1, "`factor` the reserve check divides the mounted workspaces' unused quota by (1 = strict: they can never fill the disk below the reserve)")
 	fs.Int64Var(&f.tmpMB, "sandbox-tmp", agent.DefaultTmpBytes>>20, "size of each sandbox's /tmp (a tmpfs, in its memory) in `MiB`")
 	fs.Int64Var(&f.tmpInodes, "sandbox-tmp-inodes", agent.DefaultTmpInodes, "inode (file) limit of each sandbox's /tmp (not enforced by gVisor)")
 	f.fs = fs
@@ -89,14 +92,15 @@ func (f *handsFlags) volumes(root string, logger *slog.Logger) (*volume.Volumes,
 	if reserve == 0 {
 		reserve = -1 // volume.Config: none
 	}
-	v, err := volume.New(volume.Config{Root: root, SizeBytes: f.diskMB << 20, Inodes: f.inodes, ReserveBytes: reserve, Logger: logger})
+	v, err := volume.New(volume.Config{Root: root, SizeBytes: f.diskMB << 20, Inodes: f.inodes, ReserveBytes: reserve,
+		Overcommit: f.overcommit, Logger: logger})
 	if err == nil {
 		return v, nil
 	}
 	asked := false
 	if f.fs != nil {
 		f.fs.Visit(func(fl *flag.Flag) {
-			asked = asked || fl.Name == "sandbox-disk" || fl.Name == "sandbox-inodes" || fl.Name == "sandbox-disk-reserve"
+			asked = asked || strings.HasPrefix(fl.Name, "sandbox-disk") || fl.Name == "sandbox-inodes"
 		})
 	}
 	if asked {

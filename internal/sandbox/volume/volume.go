@@ -50,9 +50,16 @@ type Config struct {
 	SizeBytes int64
 	// Inodes is each workspace's number of inodes (files, directories, links); default DefaultInodes.
 	Inodes int64
-	// ReserveBytes is the free space the filesystem of Root keeps: a workspace is not created or mounted when
-	// less is free (the session's tool calls then say why). 0 means DefaultReserveBytes; negative means none.
+	// ReserveBytes is the free space the filesystem of Root keeps whatever the sandboxes write: a workspace is
+	// mounted only if the free space, less what the mounted workspaces (this one included) may still grow by
+	// (their quota less what their image already takes, divided by Overcommit), stays at least ReserveBytes.
+	// Otherwise Attach fails with ErrReserve and the session's tool calls say why. 0 means
+	// DefaultReserveBytes; negative means no check at all.
 	ReserveBytes int64
+	// Overcommit divides the growth the reserve check counts: 1 (the default) is strict, so that the mounted
+	// workspaces can never fill the filesystem below ReserveBytes; 4 lets four times as many workspaces be
+	// mounted on the bet that at most a quarter of their quotas is used.
+	Overcommit float64
 	// Mkfs is the mkfs.ext4 binary; default "mkfs.ext4" on PATH (e2fsprogs).
 	Mkfs string
 	// Logger receives the mounts and their failures; default discards.
@@ -64,8 +71,11 @@ type Volumes struct {
 	cfg  Config
 	mkfs string
 
-	mu      sync.Mutex
-	entries map[string]*entry
+	mu       sync.Mutex
+	entries  map[string]*entry
+	attached map[string]bool // the workspaces mounted (by this process or another) that this one uses
+
+	admit sync.Mutex // serialises the reserve check with the mount it admits
 }
 
 // entry is one workspace directory: its lock and how many Attach calls hold it.
@@ -115,6 +125,10 @@ func New(cfg Config) (*Volumes, error) {
 	cfg.SizeBytes = cmp.Or(cfg.SizeBytes, DefaultSizeBytes)
 	cfg.Inodes = cmp.Or(cfg.Inodes, DefaultInodes)
 	cfg.ReserveBytes = cmp.Or(cfg.ReserveBytes, DefaultReserveBytes)
+	cfg.Overcommit = cmp.Or(cfg.Overcommit, 1)
+	if cfg.Overcommit < 1 {
+		return nil, fmt.Errorf("volume: Overcommit %v must be at least 1", cfg.Overcommit)
+	}
 	if cfg.SizeBytes < 8<<20 {
 		return nil, fmt.Errorf("volume: a workspace of %d bytes is too small (at least 8 MiB)", cfg.SizeBytes)
 	}
@@ -134,7 +148,7 @@ func New(cfg Config) (*Volumes, error) {
 	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
 		return nil, fmt.Errorf("volume: %w", err)
 	}
-	v := &Volumes{cfg: cfg, mkfs: mkfs, entries: map[string]*entry{}}
+	v := &Volumes{cfg: cfg, mkfs: mkfs, entries: map[string]*entry{}, attached: map[string]bool{}}
 	v.sweep()
 	return v, nil
 }
@@ -219,19 +233,24 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 			e.plain = true
 			return nil
 		}
-		if err := v.checkReserve(); err != nil {
+	} else if err != nil {
+		return err
+	}
+	v.admit.Lock()
+	defer v.admit.Unlock()
+	if _, err := os.Lstat(img); errors.Is(err, fs.ErrNotExist) {
+		if err := v.checkReserve(dir); err != nil {
 			return err
 		}
 		if err := v.create(ctx, img); err != nil {
 			return err
 		}
-	} else if err != nil {
-		return err
 	}
 	lock, err := lockImage(img)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
 		if isMount(dir) {
 			e.shared = true // another live server process mounted it
+			v.setAttached(dir, true)
 			return nil
 		}
 		return errors.New("the workspace image is held by another process that has not mounted it")
@@ -242,9 +261,10 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 	if isMount(dir) {
 		// Our lock is free, so this mount is a leftover (a crashed server's, adopted here).
 		e.lock = lock
+		v.setAttached(dir, true)
 		return nil
 	}
-	if err := v.checkReserve(); err != nil {
+	if err := v.checkReserve(dir); err != nil {
 		lock.Close()
 		return err
 	}
@@ -259,12 +279,24 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 	// mkfs leaves lost+found; /workspace starts empty (e2fsck recreates it if it ever needs it).
 	_ = os.Remove(filepath.Join(dir, "lost+found"))
 	e.lock = lock
+	v.setAttached(dir, true)
 	v.cfg.Logger.Debug("workspace mounted", "dir", dir)
 	return nil
 }
 
-// checkReserve refuses when the filesystem of Root has less than ReserveBytes free.
-func (v *Volumes) checkReserve() error {
+func (v *Volumes) setAttached(dir string, on bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if on {
+		v.attached[dir] = true
+	} else {
+		delete(v.attached, dir)
+	}
+}
+
+// checkReserve refuses to mount workspace dir when the free space of Root's filesystem, less what the mounted
+// workspaces and dir may still grow by (divided by Overcommit), would be below ReserveBytes.
+func (v *Volumes) checkReserve(dir string) error {
 	if v.cfg.ReserveBytes < 0 {
 		return nil
 	}
@@ -273,11 +305,34 @@ func (v *Volumes) checkReserve() error {
 		return err
 	}
 	free := int64(st.Bavail) * st.Bsize
-	if free < v.cfg.ReserveBytes {
-		return fmt.Errorf("%w: %d MiB free, below the reserve of %d MiB that no workspace may take; "+
-			"no workspace can be created or mounted until space is freed", ErrReserve, free>>20, v.cfg.ReserveBytes>>20)
+	v.mu.Lock()
+	dirs := make([]string, 0, len(v.attached))
+	for d := range v.attached {
+		if d != dir {
+			dirs = append(dirs, d)
+		}
+	}
+	v.mu.Unlock()
+	var others int64
+	for _, d := range dirs {
+		others += v.growth(d)
+	}
+	this := v.growth(dir)
+	if free-int64(float64(others+this)/v.cfg.Overcommit) < v.cfg.ReserveBytes {
+		return fmt.Errorf("%w: %d MiB free, the %d mounted workspaces may still grow by %d MiB and this one by %d MiB "+
+			"(overcommit %g), and the reserve of %d MiB must stay free; no workspace can be mounted until space is freed or sessions end",
+			ErrReserve, free>>20, len(dirs), others>>20, this>>20, v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
 	}
 	return nil
+}
+
+// growth is how much more of the filesystem workspace dir's image may take: its size less what it takes.
+func (v *Volumes) growth(dir string) int64 {
+	var st unix.Stat_t
+	if err := unix.Stat(imagePath(dir), &st); err != nil {
+		return v.cfg.SizeBytes
+	}
+	return max(0, max(st.Size, v.cfg.SizeBytes)-st.Blocks*512)
 }
 
 // create makes a sparse image of SizeBytes with an ext4 filesystem of Inodes inodes at img, atomically.
@@ -391,6 +446,7 @@ func (v *Volumes) Detach(dir string) error {
 func (v *Volumes) release(dir string, e *entry) error {
 	e.refs = 0
 	e.shared, e.plain = false, false
+	v.setAttached(dir, false)
 	if e.lock == nil {
 		return nil
 	}

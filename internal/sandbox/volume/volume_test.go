@@ -191,6 +191,42 @@ func TestReserve(t *testing.T) {
 	}
 }
 
+// TestReserveCountsGrowth: on a filesystem of 100 MiB with a reserve of 60, workspaces of 16 MiB are mounted
+// only while the quotas of those mounted fit above the reserve, whatever they already hold.
+func TestReserveCountsGrowth(t *testing.T) {
+	root := t.TempDir()
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=100m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	v := newVolumes(t, root, 60<<20)
+	ctx := context.Background()
+	for _, s := range []string{"a", "b"} {
+		if err := v.Attach(ctx, filepath.Join(root, s)); err != nil {
+			t.Fatalf("workspace %s: %v", s, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "a", "f"), make([]byte, 8<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Attach(ctx, filepath.Join(root, "c")); !errors.Is(err, ErrReserve) {
+		t.Fatalf("a third workspace whose quota does not fit above the reserve: %v", err)
+	} else {
+		t.Log(err)
+	}
+	if err := v.Detach(filepath.Join(root, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Attach(ctx, filepath.Join(root, "c")); err != nil {
+		t.Fatalf("the third workspace once another is detached: %v", err)
+	}
+	for _, s := range []string{"a", "c"} {
+		if err := v.Detach(filepath.Join(root, s)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // TestPlainWorkspace: a workspace from before quotas (files, no image) is used as it is, never mounted over.
 func TestPlainWorkspace(t *testing.T) {
 	root := t.TempDir()
