@@ -62,7 +62,7 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.reserveMB, "sandbox-disk-reserve", volume.DefaultReserveBytes>>20, "`MiB` the data directory's filesystem keeps free: a workspace is mounted only while the unused quota of the mounted ones fits above it (0 = no check)")
 	fs.Float64Var(&f.overcommit, "sandbox-disk-overcommit", 1, "`factor` the reserve check divides the mounted workspaces' unused quota by (1 = strict: they can never fill the disk below the reserve)")
 	fs.Int64Var(&f.tmpMB, "sandbox-tmp", agent.DefaultTmpBytes>>20, "size of each sandbox's /tmp (a tmpfs, in its memory) in `MiB`")
-	fs.Int64Var(&f.tmpInodes, "sandbox-tmp-inodes", agent.DefaultTmpInodes, "inode (file) limit of each sandbox's /tmp (not enforced by gVisor)")
+	fs.Int64Var(&f.tmpInodes, "sandbox-tmp-inodes", agent.DefaultTmpInodes, "inode (file) limit of each sandbox's /tmp")
 	f.fs = fs
 	f.egress.register(fs)
 }

@@ -53,7 +53,7 @@ func TestRedTeamRepository(t *testing.T) {
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 
 func TestQuota(t *testing.T) {
-	sandboxtest.RunQuota(t, newProvider, sandboxtest.QuotaOptions{NoTmpInodes: true})
+	sandboxtest.RunQuota(t, newProvider)
 }
 
 func TestHardening(t *testing.T) {

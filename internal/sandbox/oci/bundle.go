@@ -22,6 +22,8 @@ type BundleSpec struct {
 	CPUQuota     float64
 	// TmpBytes and TmpInodes bound the /tmp tmpfs (0: the kernel's defaults).
 	TmpBytes, TmpInodes int64
+	// TmpSource, if set, is a host directory (a bounded tmpfs: Config.HostTmp) bound at /tmp instead.
+	TmpSource string
 	// Env is the agent's environment; nil means agent.SandboxEnv().
 	Env []string
 	// CABundle, if set, is readable in the sandbox at agent.CABundlePath (agent.CABundle).
@@ -60,7 +62,11 @@ func WriteBundle(dir string, spec BundleSpec) error {
 	if spec.TmpInodes > 0 {
 		tmpOpts = append(tmpOpts, fmt.Sprintf("nr_inodes=%d", spec.TmpInodes))
 	}
-	mount("/tmp", "tmpfs", "tmpfs", tmpOpts...)
+	if spec.TmpSource != "" {
+		mount("/tmp", "bind", spec.TmpSource, "rbind", "nosuid", "nodev")
+	} else {
+		mount("/tmp", "tmpfs", "tmpfs", tmpOpts...)
+	}
 	mount("/usr", "bind", "/usr", "rbind", "ro", "nosuid", "nodev")
 	for _, l := range []string{"bin", "lib", "lib64", "sbin", "lib32", "libx32"} {
 		if target, err := os.Readlink("/" + l); err == nil {

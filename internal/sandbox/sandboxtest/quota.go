@@ -24,20 +24,13 @@ const (
 	quotaTmpInodes = 256
 )
 
-// QuotaOptions tune RunQuota to a backend.
-type QuotaOptions struct {
-	// NoTmpInodes marks a backend whose /tmp takes no inode count (gVisor's tmpfs ignores nr_inodes): /tmp is
-	// bounded by its size and the sandbox's memory there, and the inode check of /tmp is skipped.
-	NoTmpInodes bool
-}
-
 // RunQuota checks the disk and inode quotas of a sandbox's workspace (a volume.Volumes image) and /tmp: a
 // write past a quota fails with "No space left on device" and the tool result says which quota is used up;
 // what the sandbox wrote takes no more of the host's filesystem than the workspace's quota; the workspace's
 // files survive a new sandbox; the workspace's host path is not in the sandbox's mount table; a server below
 // its disk reserve refuses a new workspace with the reason; and nothing (mount, loop device, image) is left
 // after the pool stops or the workspace is removed.
-func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts QuotaOptions) {
+func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	prov := newProvider(t)
 	Require(t, prov.Name(), volume.Available(""))
 	root := WorkspaceRoot(t)
@@ -114,9 +107,6 @@ func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts 
 		out = mustRun(t, pool, bash("tmp", "rm /tmp/big; mkdir /tmp/d && cd /tmp/d && for i in $(seq 1 1000); do : > f$i || break; done 2>&1; ls | wc -l"))
 		n := lastNumber(out)
 		t.Logf("1000 files in /tmp: %d created", n)
-		if opts.NoTmpInodes {
-			return
-		}
 		wantQuotaHit(t, out, "/tmp", "file (inode) quota")
 		if n <= 0 || n >= quotaTmpInodes {
 			t.Errorf("%d files created in a /tmp of %d inodes", n, quotaTmpInodes)
