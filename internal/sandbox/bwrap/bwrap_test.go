@@ -55,6 +55,10 @@ func TestHardening(t *testing.T) {
 
 func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
 
+// BenchmarkQuotaFill replays the session of issue 14 that filled the store's filesystem (minutes; run with
+// -benchtime=1x).
+func BenchmarkQuotaFill(b *testing.B) { sandboxtest.BenchQuotaFill(b, newProvider) }
+
 // BenchmarkSandboxNoCgroups measures bwrap without the cgroup setup, to show what the limits cost.
 func BenchmarkSandboxNoCgroups(b *testing.B) {
 	sandboxtest.Bench(b, func(t testing.TB) sandbox.Provider {
