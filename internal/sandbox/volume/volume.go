@@ -92,12 +92,13 @@ var _ sandbox.Volumes = (*Volumes)(nil)
 // ErrReserve is returned (wrapped) by Attach when the filesystem of the workspaces is below its reserve.
 var ErrReserve = errors.New("the server's disk is nearly full")
 
-// Available reports whether workspace images can be mounted here: root, loop devices, mkfs.ext4 and ext4.
+// Available reports whether workspace images can be mounted here: root, loop devices and mkfs.ext4. (A kernel
+// without ext4 makes the first mount fail, with the reason.)
 func Available(mkfs string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("workspace quotas need root (to mount the workspace images)")
 	}
-	if _, err := exec.LookPath(cmp.Or(mkfs, "mkfs.ext4")); err != nil {
+	if _, err := lookMkfs(mkfs); err != nil {
 		return fmt.Errorf("workspace quotas need mkfs.ext4 (e2fsprogs): %w", err)
 	}
 	f, err := os.OpenFile("/dev/loop-control", os.O_RDWR|syscall.O_CLOEXEC, 0)
@@ -105,15 +106,21 @@ func Available(mkfs string) error {
 		return fmt.Errorf("workspace quotas need loop devices: %w", err)
 	}
 	f.Close()
-	data, err := os.ReadFile("/proc/filesystems")
-	if err == nil && !bytes.Contains(data, []byte("\text4\n")) {
-		// The module may load on first mount; only a kernel that lists filesystems and not ext4 is refused
-		// once modprobe has had its chance.
-		if out, err := exec.Command("modprobe", "ext4").CombinedOutput(); err != nil {
-			return fmt.Errorf("workspace quotas need ext4 in the kernel: %v: %s", err, bytes.TrimSpace(out))
+	return nil
+}
+
+// lookMkfs finds mkfs (default mkfs.ext4) on PATH, or in the sbin directories a non-root PATH may lack.
+func lookMkfs(mkfs string) (string, error) {
+	p, err := exec.LookPath(cmp.Or(mkfs, "mkfs.ext4"))
+	if err == nil || mkfs != "" {
+		return p, err
+	}
+	for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+		if _, serr := os.Stat(p); serr == nil {
+			return p, nil
 		}
 	}
-	return nil
+	return "", err
 }
 
 // New returns Volumes for cfg after checking Available, and unmounts the images of Root that a server that
@@ -141,7 +148,7 @@ func New(cfg Config) (*Volumes, error) {
 	if err := Available(cfg.Mkfs); err != nil {
 		return nil, err
 	}
-	mkfs, err := exec.LookPath(cmp.Or(cfg.Mkfs, "mkfs.ext4"))
+	mkfs, err := lookMkfs(cfg.Mkfs)
 	if err != nil {
 		return nil, err
 	}
