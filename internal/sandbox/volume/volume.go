@@ -391,6 +391,17 @@ func lockImage(img string) (*os.File, error) {
 // mountImage binds image file img to a free loop device with autoclear and mounts it at dir. The device gets
 // an open file of its own: it keeps it while mounted, and a flock on it would outlive the server.
 func mountImage(img, dir string) error {
+	const flags, opts = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOATIME, "errors=remount-ro"
+	// The filesystem of an earlier mount may live on after the host unmounted it, in the mount namespace of a
+	// sandbox that is still going away (gVisor's gofer, a bwrap sandbox being killed), its loop device bound
+	// until then. A second device would give the image a second filesystem over the first's unwritten state:
+	// the files the session wrote last would be lost, and the image corrupted. Mounting the same device again
+	// gives the same filesystem. (If autoclear releases it meanwhile, the mount fails and a new device is set up.)
+	if dev := boundLoop(img); dev != "" {
+		if err := unix.Mount(dev, dir, "ext4", flags, opts); err == nil {
+			return nil
+		}
+	}
 	f, err := os.OpenFile(img, os.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -425,13 +436,26 @@ func mountImage(img, dir string) error {
 			return fmt.Errorf("configure %s: %w", dev, err)
 		}
 		// The mount holds the device; closing ours lets autoclear release it when the last mount goes.
-		err = unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "errors=remount-ro")
+		err = unix.Mount(dev, dir, "ext4", flags, opts)
 		loop.Close()
 		if err != nil {
 			return fmt.Errorf("mount %s: %w", dev, err)
 		}
 		return nil
 	}
+}
+
+// boundLoop is the loop device bound to image file img, "" if none.
+func boundLoop(img string) string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		// A file deleted since (" (deleted)") is another image than the one now at img.
+		if err == nil && strings.TrimSpace(string(b)) == img {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		}
+	}
+	return ""
 }
 
 // Detach undoes one Attach of dir; the last one unmounts the image (the files stay in it).

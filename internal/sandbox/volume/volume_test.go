@@ -270,3 +270,46 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestReattachWhileStillMounted: the filesystem of a detached workspace may live on in a sandbox's mount
+// namespace (here: a second mount of it) while it goes away; attaching again gives the same filesystem, with
+// what was written through the other mount, not a second one over the image.
+func TestReattachWhileStillMounted(t *testing.T) {
+	root := t.TempDir()
+	v := newVolumes(t, root, -1)
+	dir := filepath.Join(root, "s")
+	ctx := context.Background()
+	if err := v.Attach(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "sandbox-view")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(dir, other, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(other, unix.MNT_DETACH)
+	if err := v.Detach(dir); err != nil || isMount(dir) {
+		t.Fatalf("Detach: %v, mounted %v", err, isMount(dir))
+	}
+	if err := os.WriteFile(filepath.Join(other, "last"), []byte("written last"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Attach(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "last")); err != nil || string(b) != "written last" {
+		t.Errorf("the file written through the filesystem that lived on: %q, %v", b, err)
+	}
+	var a, b unix.Stat_t
+	if unix.Stat(dir, &a) != nil || unix.Stat(other, &b) != nil || a.Dev != b.Dev {
+		t.Errorf("a second filesystem over the image: devices %d and %d", a.Dev, b.Dev)
+	}
+	if err := unix.Unmount(other, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Detach(dir); err != nil {
+		t.Fatal(err)
+	}
+}
