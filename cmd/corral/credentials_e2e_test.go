@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"golang.org/x/sys/unix"
 
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/sandbox"
@@ -236,7 +238,7 @@ func dataDirFiles(t *testing.T, dir string) map[string][]byte {
 		if !d.Type().IsRegular() {
 			return nil
 		}
-		b, err := os.ReadFile(p)
+		b, err := readAllocated(p)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -247,6 +249,47 @@ func dataDirFiles(t *testing.T, dir string) map[string][]byte {
 		t.Fatal(err)
 	}
 	return files
+}
+
+// readAllocated reads what file p holds, leaving out its holes and its 64 KiB blocks of zeros. A workspace's
+// image is a sparse file of gigabytes (4 GiB by default) of which a few MiB hold data: read whole, a few of them
+// took the test binary past 20 GiB and into the kernel's OOM killer.
+func readAllocated(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	var out []byte
+	buf := make([]byte, 64<<10)
+	for off := int64(0); ; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			return out, nil // no data after off
+		}
+		if err != nil {
+			return nil, err
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, err
+		}
+		for pos := data; pos < hole; {
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), hole-pos)], pos)
+			if n > 0 && slices.ContainsFunc(buf[:n], func(c byte) bool { return c != 0 }) {
+				out = append(out, buf[:n]...)
+			}
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					return out, nil
+				}
+				return nil, err
+			}
+			pos += int64(n)
+		}
+		off = hole
+	}
 }
 
 // assertNowhere fails for every place (by label) whose content holds one of the forbidden strings (by label).

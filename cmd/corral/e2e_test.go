@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,6 +112,47 @@ func serverEnv(model *modeltest.Server, key string) []string {
 	return env
 }
 
+// flagValue is the value of flag name in args ("" if absent).
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// detachMountsUnder detaches the mounts under dir (workspace images a killed server left), deepest first, so
+// that the test's temporary directory can go; their loop devices go with their last user (autoclear).
+func detachMountsUnder(t testing.TB, dir string) {
+	if dir == "" {
+		return
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var mounts []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], abs+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) })
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			t.Logf("detach %s: %v", m, err)
+		}
+	}
+}
+
 // startCorral runs the corral binary with the environment and waits for a stderr line that starts with ready;
 // the rest of that line becomes s.url. The process is killed when the test ends.
 func startCorral(t testing.TB, env []string, ready string, args ...string) *server {
@@ -130,8 +172,16 @@ func startCorral(t testing.TB, env []string, ready string, args ...string) *serv
 		close(s.exited)
 	}()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-s.exited
+		// A clean stop first: the server unmounts its sessions' workspace images. Then what a killed server
+		// (a crash test's) left mounted under its data directory goes too.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-s.exited
+		}
+		detachMountsUnder(t, flagValue(args, "--data"))
 		if t.Failed() {
 			t.Logf("corral %s log:\n%s", args[0], s.stderr.String())
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"debug/elf"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,11 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/volume"
 	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/vault"
@@ -32,6 +35,10 @@ type handsFlags struct {
 	cpus     float64
 	timeout  time.Duration
 	egress   egressFlags
+	// The quotas of each session's workspace and /tmp, and the disk reserve of the data directory.
+	diskMB, inodes, reserveMB, tmpMB, tmpInodes int64
+	overcommit                                  float64
+	fs                                          *flag.FlagSet // to tell the flags given from the defaults
 }
 
 func defaultSandbox() string {
@@ -50,6 +57,13 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.pids, "sandbox-pids", agent.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
 	fs.DurationVar(&f.timeout, "tool-timeout", agent.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
+	fs.Int64Var(&f.diskMB, "sandbox-disk", volume.DefaultSizeBytes>>20, "disk quota of each session's workspace in `MiB` (a loop-mounted ext4 image; needs root, loop devices and mkfs.ext4; 0 = no quota)")
+	fs.Int64Var(&f.inodes, "sandbox-inodes", volume.DefaultInodes, "inode (file) quota of each session's workspace")
+	fs.Int64Var(&f.reserveMB, "sandbox-disk-reserve", volume.DefaultReserveBytes>>20, "`MiB` the data directory's filesystem keeps free: a workspace is mounted only while the unused quota of the mounted ones fits above it (0 = no check)")
+	fs.Float64Var(&f.overcommit, "sandbox-disk-overcommit", 1, "`factor` the reserve check divides the mounted workspaces' unused quota by (1 = strict: they can never fill the disk below the reserve)")
+	fs.Int64Var(&f.tmpMB, "sandbox-tmp", agent.DefaultTmpBytes>>20, "size of each sandbox's /tmp (a tmpfs, in its memory) in `MiB`")
+	fs.Int64Var(&f.tmpInodes, "sandbox-tmp-inodes", agent.DefaultTmpInodes, "inode (file) limit of each sandbox's /tmp")
+	f.fs = fs
 	f.egress.register(fs)
 }
 
@@ -59,7 +73,41 @@ func runscFlag(fs *flag.FlagSet, p *string) {
 }
 
 func (f *handsFlags) limits() sandbox.Limits {
-	return sandbox.Limits{MemoryBytes: f.memoryMB << 20, Pids: f.pids, CPUQuota: f.cpus, CommandTimeout: f.timeout}
+	return sandbox.Limits{MemoryBytes: f.memoryMB << 20, Pids: f.pids, CPUQuota: f.cpus, CommandTimeout: f.timeout,
+		TmpBytes: f.tmpMB << 20, TmpInodes: f.tmpInodes}
+}
+
+// volumes returns the workspaces' quotas under root, or nil without them (--sandbox-disk 0). Where they
+// cannot work (not root, no loop devices, no mkfs.ext4) the reason is logged and the workspaces have none,
+// unless a quota flag was given: then the reason is returned, and the server's built-in tools report it.
+func (f *handsFlags) volumes(root string, logger *slog.Logger) (*volume.Volumes, error) {
+	if f.diskMB <= 0 {
+		logger.Warn("workspace disk quotas are off (--sandbox-disk 0): a session can fill the data directory's filesystem")
+		return nil, nil
+	}
+	if f.inodes <= 0 || f.tmpMB <= 0 || f.tmpInodes <= 0 || f.reserveMB < 0 {
+		return nil, errors.New("--sandbox-inodes, --sandbox-tmp and --sandbox-tmp-inodes must be positive, --sandbox-disk-reserve not negative")
+	}
+	reserve := f.reserveMB << 20
+	if reserve == 0 {
+		reserve = -1 // volume.Config: none
+	}
+	v, err := volume.New(volume.Config{Root: root, SizeBytes: f.diskMB << 20, Inodes: f.inodes, ReserveBytes: reserve,
+		Overcommit: f.overcommit, Logger: logger})
+	if err == nil {
+		return v, nil
+	}
+	asked := false
+	if f.fs != nil {
+		f.fs.Visit(func(fl *flag.Flag) {
+			asked = asked || strings.HasPrefix(fl.Name, "sandbox-disk") || fl.Name == "sandbox-inodes"
+		})
+	}
+	if asked {
+		return nil, fmt.Errorf("workspace quotas were asked for but cannot work here: %w", err)
+	}
+	logger.Warn("workspace disk quotas unavailable: sessions' workspaces have none (pass --sandbox-disk 0 to silence this)", "err", err)
+	return nil, nil
 }
 
 // caFileName is the file in the data directory that holds the egress proxies' CA (its key sealed by the vault).
@@ -106,6 +154,15 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, s
 	if f.kind == "none" {
 		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")
 		return sc, nil
+	}
+	vols, err := f.volumes(root, logger)
+	if err != nil {
+		logger.Error("sandbox unavailable: built-in tools will fail until it is fixed", "err", err)
+		sc.Unavailable = err.Error()
+		return sc, nil
+	}
+	if vols != nil {
+		sc.Pool.Volumes = vols
 	}
 	if sc.Provider, err = f.provider(dataDir, logger); err != nil {
 		sc.Provider = nil // not a typed nil in the interface: the server must see no provider

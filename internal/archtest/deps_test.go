@@ -149,11 +149,12 @@ func portOf(pkg string) string {
 
 // isShared reports whether a port subpackage is shared by its adapters rather than an adapter itself: the
 // in-sandbox agent and the host-side pieces every isolating sandbox backend uses (cgroup limits, the egress
-// proxy, the seccomp deny list), and the OCI bundle code that the gVisor backend (an OCI runtime) builds on.
+// proxy, the seccomp deny list, the workspace volumes with their disk quotas), and the OCI bundle code that the
+// gVisor backend (an OCI runtime) builds on.
 func isShared(pkg string) bool {
 	switch pkg {
 	case "internal/sandbox/agent", "internal/sandbox/cgroup", "internal/sandbox/egress", "internal/sandbox/oci",
-		"internal/sandbox/seccomp":
+		"internal/sandbox/seccomp", "internal/sandbox/volume":
 		return true
 	}
 	return false

@@ -39,6 +39,11 @@ type PoolConfig struct {
 	// Egress, if set, builds each sandbox's Recipe.Egress (internal/proxy: the git endpoint, credentials
 	// injected at egress). A failure fails the provisioning.
 	Egress EgressSource
+	// Volumes, if set, gives every workspace under WorkspaceRoot a filesystem of its own with a size and inode
+	// quota (internal/sandbox/volume), attached before the session's first sandbox and detached when its slot
+	// goes. A failure to attach fails the provisioning with the reason. A Recipe's own WorkspaceDir outside
+	// WorkspaceRoot gets none.
+	Volumes Volumes
 }
 
 func (c *PoolConfig) validate() error {
@@ -81,6 +86,8 @@ type session struct {
 	lastUsed time.Time
 	// unplaced are resources that could not be placed, for a note in front of the next tool result.
 	unplaced []*ResourceError
+	// detach, once the session's workspace volume is attached, detaches it when the slot closes.
+	detach func() error
 }
 
 var _ Hands = (*Pool)(nil)
@@ -186,6 +193,8 @@ func (p *Pool) recipe(call *Call) (Recipe, error) {
 	l.CPUQuota = cmp.Or(l.CPUQuota, d.CPUQuota)
 	l.CommandTimeout = cmp.Or(l.CommandTimeout, d.CommandTimeout)
 	l.OutputBytes = cmp.Or(l.OutputBytes, d.OutputBytes)
+	l.TmpBytes = cmp.Or(l.TmpBytes, d.TmpBytes)
+	l.TmpInodes = cmp.Or(l.TmpInodes, d.TmpInodes)
 	return r, nil
 }
 
@@ -263,7 +272,7 @@ func (p *Pool) acquire(ctx context.Context, s *session, call *Call, r *Recipe) (
 		return nil, false, nil
 	}
 	if s.sb == nil {
-		sb, unplaced, err := p.provision(ctx, call, r)
+		sb, unplaced, err := p.provision(ctx, s, call, r)
 		s.unplaced = append(s.unplaced, unplaced...)
 		if err != nil {
 			return nil, true, err
@@ -277,7 +286,7 @@ func (p *Pool) acquire(ctx context.Context, s *session, call *Call, r *Recipe) (
 
 // provision places the session's resources not yet placed in its workspace, then provisions a sandbox. It
 // returns the resources that could not be placed: the sandbox is provisioned without them.
-func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, []*ResourceError, error) {
+func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe) (Sandbox, []*ResourceError, error) {
 	backend := p.cfg.Provider.Name()
 	if call.OnProvision != nil {
 		call.OnProvision(ProvisionReport{Backend: backend})
@@ -285,7 +294,10 @@ func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, [
 	start := time.Now()
 	var sb Sandbox
 	var unplaced []*ResourceError
-	err := os.MkdirAll(r.WorkspaceDir, 0o700)
+	err := p.attach(ctx, s, r.WorkspaceDir)
+	if err == nil {
+		err = os.MkdirAll(r.WorkspaceDir, 0o700)
+	}
 	if err != nil {
 		err = fmt.Errorf("workspace: %w", err)
 	} else {
@@ -314,6 +326,20 @@ func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, [
 	}
 	p.cfg.Logger.Info("sandbox provisioned", "session", r.SessionID, "backend", backend, "duration", d)
 	return sb, unplaced, nil
+}
+
+// attach attaches the session's workspace volume, unless it is attached or the pool has no Volumes. s.mu is
+// held.
+func (p *Pool) attach(ctx context.Context, s *session, dir string) error {
+	v := p.cfg.Volumes
+	if v == nil || s.detach != nil || filepath.Dir(dir) != filepath.Clean(p.cfg.WorkspaceRoot) {
+		return nil
+	}
+	if err := v.Attach(ctx, dir); err != nil {
+		return err
+	}
+	s.detach = func() error { return v.Detach(dir) }
+	return nil
 }
 
 // release ends a call; a dead sandbox is closed and forgotten so that the next call provisions a new one.
@@ -364,6 +390,12 @@ func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Conte
 		}
 		errs = append(errs, p.Close(id))
 		dir := filepath.Join(p.cfg.WorkspaceRoot, id)
+		if p.cfg.Volumes != nil {
+			if err := p.cfg.Volumes.Remove(dir); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox pool: remove workspace: %w", err))
 			continue
@@ -378,17 +410,23 @@ func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Conte
 
 func (s *session) close() error {
 	s.mu.Lock()
-	sb := s.sb
-	s.sb = nil
+	sb, detach := s.sb, s.detach
+	s.sb, s.detach = nil, nil
 	s.removed = true
 	s.mu.Unlock()
-	if sb == nil {
-		return nil
+	var err error
+	if sb != nil {
+		err = sb.Close()
 	}
-	return sb.Close()
+	if detach != nil {
+		// After the sandbox: its processes no longer use the workspace.
+		err = errors.Join(err, detach())
+	}
+	return err
 }
 
-// Stop closes every sandbox and waits for the reaper. Idempotent; Execute fails with ErrPoolStopped afterwards.
+// Stop closes every sandbox, detaches the workspaces' volumes (and closes Volumes if it has a Close method), and
+// waits for the reaper. Idempotent; Execute fails with ErrPoolStopped afterwards.
 func (p *Pool) Stop() error {
 	p.mu.Lock()
 	if p.stopped {
@@ -404,6 +442,10 @@ func (p *Pool) Stop() error {
 	var errs []error
 	for _, s := range sessions {
 		errs = append(errs, s.close())
+	}
+	// Every session detached its volume; a Volumes that can be closed unmounts whatever is left.
+	if c, ok := p.cfg.Volumes.(interface{ Close() error }); ok {
+		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
 }

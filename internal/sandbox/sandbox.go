@@ -118,6 +118,9 @@ type Limits struct {
 	CPUQuota       float64       // CPUs; 0 = unlimited
 	CommandTimeout time.Duration // per tool call; 0 = default
 	OutputBytes    int           // cap on a tool's output; 0 = default
+	// TmpBytes and TmpInodes bound the sandbox's /tmp (a tmpfs, in the sandbox's memory); 0 = default.
+	TmpBytes  int64
+	TmpInodes int64
 }
 
 // Hands is what a brain calls to run a built-in tool for a session. *Pool implements it.

@@ -72,6 +72,10 @@ func fsErrorMessage(err error) string {
 		return "is a directory"
 	case errors.Is(err, syscall.ELOOP):
 		return "too many levels of symbolic links"
+	case errors.Is(err, syscall.ENOSPC):
+		return "no space left on device (the disk or file quota of this filesystem is used up)"
+	case errors.Is(err, syscall.EDQUOT):
+		return "disk quota exceeded"
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {

@@ -23,6 +23,9 @@ const (
 	DefaultCommandTimeout = DefaultTimeoutMS * time.Millisecond
 	DefaultMemoryBytes    = 2 << 30
 	DefaultPids           = 1024
+	// DefaultTmpBytes and DefaultTmpInodes bound /tmp, a tmpfs counted in the sandbox's memory.
+	DefaultTmpBytes  = 512 << 20
+	DefaultTmpInodes = 65536
 	// hangGrace is how long past a call's timeout the host waits before it declares the agent hung.
 	hangGrace = 15 * time.Second
 )
@@ -40,6 +43,12 @@ func WithDefaults(l sandbox.Limits) sandbox.Limits {
 	}
 	if l.Pids <= 0 {
 		l.Pids = DefaultPids
+	}
+	if l.TmpBytes <= 0 {
+		l.TmpBytes = DefaultTmpBytes
+	}
+	if l.TmpInodes <= 0 {
+		l.TmpInodes = DefaultTmpInodes
 	}
 	return l
 }

@@ -51,6 +51,9 @@ func (s *Server) Handle(ctx context.Context, req Request) Response {
 	switch b := byName[req.Tool]; {
 	case b != nil:
 		res = b.run(s, ctx, req.Input, timeout, outCap)
+		if writes[req.Tool] {
+			res.text += s.quotaNote()
+		}
 	case req.Tool == PingTool:
 		res = textResult("pong")
 	default:
@@ -58,6 +61,9 @@ func (s *Server) Handle(ctx context.Context, req Request) Response {
 	}
 	return Response{ID: req.ID, Content: res.blocks(outCap), IsError: res.isErr}
 }
+
+// writes are the tools that write files: their results end with a note when a quota is (nearly) used up.
+var writes = map[string]bool{"bash": true, "write": true, "edit": true}
 
 // result is a tool's output before it is framed.
 type result struct {

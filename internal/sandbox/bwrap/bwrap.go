@@ -257,10 +257,20 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	cleanup.Add(proxy.Close)
-	args = append(args, "--bind", ws, agent.Workspace, "--ro-bind", corralDir, filepath.Dir(agent.BinPath))
+	limits := agent.WithDefaults(r.Limits)
+	// /tmp is a tmpfs of the host's, bounded in size and inodes (bwrap's own --tmpfs takes no inode count),
+	// staged like the workspace and bound in.
+	tmp := filepath.Join(stateDir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	if err := mountTmp(tmp, limits.TmpBytes, limits.TmpInodes); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	cleanup.Add(func() error { return unmount(tmp) })
+	args = append(args, "--bind", ws, agent.Workspace, "--bind", tmp, "/tmp", "--ro-bind", corralDir, filepath.Dir(agent.BinPath))
 
 	var group *cgroup.Group
-	limits := agent.WithDefaults(r.Limits)
 	if !p.cfg.NoCgroups {
 		group, err = cgroup.New(p.cfg.CgroupRoot, name, cgroup.Limits{MemoryBytes: limits.MemoryBytes, Pids: limits.Pids, CPUQuota: limits.CPUQuota})
 		if err != nil {
@@ -357,7 +367,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err := sb.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("bwrap: sandbox did not start: %w", err)
 	}
-	for _, m := range []string{agentBin, ws} {
+	for _, m := range []string{agentBin, ws, tmp} {
 		if err := unmount(m); err != nil {
 			_ = sb.Close()
 			return nil, err
@@ -425,7 +435,6 @@ func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 		// The kernel command line of a VM host may carry boot secrets.
 		"--ro-bind", "/dev/null", "/proc/cmdline",
 		"--dev", "/dev",
-		"--tmpfs", "/tmp",
 		"--chdir", agent.Workspace,
 	)
 	return args
@@ -448,6 +457,20 @@ func bindMount(src, dst string, ro bool) error {
 	if err := syscall.Mount("", dst, "", flags, ""); err != nil {
 		_ = unmount(dst)
 		return fmt.Errorf("remount %s: %w", dst, err)
+	}
+	return nil
+}
+
+// mountTmp mounts a tmpfs of size bytes and inodes inodes at dir, private (see bindMount), without suid or
+// devices.
+func mountTmp(dir string, size, inodes int64) error {
+	opts := fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", size, inodes)
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount /tmp: %w", err)
+	}
+	if err := syscall.Mount("", dir, "", syscall.MS_PRIVATE, ""); err != nil {
+		_ = unmount(dir)
+		return fmt.Errorf("make /tmp private: %w", err)
 	}
 	return nil
 }

@@ -47,11 +47,17 @@ func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider, sandboxtes
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 
+func TestQuota(t *testing.T) { sandboxtest.RunQuota(t, newProvider) }
+
 func TestHardening(t *testing.T) {
 	sandboxtest.RunHardening(t, newProvider, sandboxtest.HardeningOptions{})
 }
 
 func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
+
+// BenchmarkQuotaFill replays the session of issue 14 that filled the store's filesystem (minutes; run with
+// -benchtime=1x).
+func BenchmarkQuotaFill(b *testing.B) { sandboxtest.BenchQuotaFill(b, newProvider) }
 
 // BenchmarkSandboxNoCgroups measures bwrap without the cgroup setup, to show what the limits cost.
 func BenchmarkSandboxNoCgroups(b *testing.B) {

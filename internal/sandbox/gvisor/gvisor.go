@@ -50,6 +50,8 @@ func New(cfg Config) (*Provider, error) {
 	// runsc turns the profile's ENOSYS for clone3 into EPERM, so glibc could not start a thread
 	// (oci.Config.AllowClone3).
 	c.AllowClone3 = true
+	// gVisor's tmpfs takes no inode count: /tmp is a bounded tmpfs of the host's (oci.Config.HostTmp).
+	c.HostTmp = true
 	// The sandbox has only loopback; it reaches the egress proxy through the bound Unix socket, which gVisor
 	// lets it open (--host-uds=open). --oci-seccomp applies the bundle's seccomp profile inside the sandbox
 	// too (no nested user namespaces).

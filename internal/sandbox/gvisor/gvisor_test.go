@@ -52,6 +52,10 @@ func TestRedTeamRepository(t *testing.T) {
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 
+func TestQuota(t *testing.T) {
+	sandboxtest.RunQuota(t, newProvider)
+}
+
 func TestHardening(t *testing.T) {
 	sandboxtest.RunHardening(t, newProvider, sandboxtest.HardeningOptions{AllowClone3: true})
 }

@@ -20,6 +20,10 @@ type BundleSpec struct {
 	MemoryBytes  int64
 	Pids         int
 	CPUQuota     float64
+	// TmpBytes and TmpInodes bound the /tmp tmpfs (0: the kernel's defaults).
+	TmpBytes, TmpInodes int64
+	// TmpSource, if set, is a host directory (a bounded tmpfs: Config.HostTmp) bound at /tmp instead.
+	TmpSource string
 	// Env is the agent's environment; nil means agent.SandboxEnv().
 	Env []string
 	// CABundle, if set, is readable in the sandbox at agent.CABundlePath (agent.CABundle).
@@ -51,7 +55,18 @@ func WriteBundle(dir string, spec BundleSpec) error {
 	mount("/dev", "tmpfs", "tmpfs", "nosuid", "strictatime", "mode=755", "size=65536k")
 	mount("/dev/pts", "devpts", "devpts", "nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620")
 	mount("/dev/shm", "tmpfs", "shm", "nosuid", "noexec", "nodev", "mode=1777", "size=65536k")
-	mount("/tmp", "tmpfs", "tmpfs", "nosuid", "nodev", "mode=1777")
+	tmpOpts := []string{"nosuid", "nodev", "mode=1777"}
+	if spec.TmpBytes > 0 {
+		tmpOpts = append(tmpOpts, fmt.Sprintf("size=%d", spec.TmpBytes))
+	}
+	if spec.TmpInodes > 0 {
+		tmpOpts = append(tmpOpts, fmt.Sprintf("nr_inodes=%d", spec.TmpInodes))
+	}
+	if spec.TmpSource != "" {
+		mount("/tmp", "bind", spec.TmpSource, "rbind", "nosuid", "nodev")
+	} else {
+		mount("/tmp", "tmpfs", "tmpfs", tmpOpts...)
+	}
 	mount("/usr", "bind", "/usr", "rbind", "ro", "nosuid", "nodev")
 	for _, l := range []string{"bin", "lib", "lib64", "sbin", "lib32", "libx32"} {
 		if target, err := os.Readlink("/" + l); err == nil {

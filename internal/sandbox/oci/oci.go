@@ -62,6 +62,10 @@ type Config struct {
 	// starts a thread (git's sideband, Python threads). There a clone3 with CLONE_NEWUSER makes a user
 	// namespace of gVisor's own kernel, not of the host's.
 	AllowClone3 bool
+	// HostTmp gives the container a /tmp from a tmpfs of the host's, bounded in size and inodes, bound in and
+	// detached on the host once the container runs, instead of a tmpfs of the runtime's: gVisor's own tmpfs
+	// does not enforce nr_inodes.
+	HostTmp bool
 	// Logger; default discards.
 	Logger *slog.Logger
 }
@@ -294,9 +298,16 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 
 	limits := agent.WithDefaults(r.Limits)
 	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.agent, ProxySocket: sock,
-		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3}
+		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3, TmpBytes: limits.TmpBytes, TmpInodes: limits.TmpInodes}
 	if spec.CABundle, err = agent.CABundle(r.Egress); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
+	}
+	if p.cfg.HostTmp {
+		spec.TmpSource = filepath.Join(dir, "tmp")
+		if err := mountTmp(spec.TmpSource, limits.TmpBytes, limits.TmpInodes); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+		cleanup.Add(func() error { return unmountTmp(spec.TmpSource) })
 	}
 	var group *cgroup.Group
 	if !p.cfg.NoCgroups {
@@ -341,6 +352,37 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if out, err := p.runtimeCmd(ctx, "start", name).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("oci: %s start: %v: %s", p.cfg.Runtime, err, out)
 	}
+	if spec.TmpSource != "" {
+		// The container holds its own mount of /tmp now; the host's goes, so that a crash leaves none.
+		if err := unmountTmp(spec.TmpSource); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
 	p.cfg.Logger.Debug("container started", "container", name, "session", r.SessionID, "uid", uid)
 	return agent.NewSandbox(proc, r.Limits, group, cleanup.Reversed()...), nil
+}
+
+// mountTmp mounts a private tmpfs of size bytes and inodes inodes, mode 1777, without suid or devices, at dir
+// (created).
+func mountTmp(dir string, size, inodes int64) error {
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", size, inodes)
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount /tmp: %w", err)
+	}
+	if err := syscall.Mount("", dir, "", syscall.MS_PRIVATE, ""); err != nil {
+		_ = unmountTmp(dir)
+		return fmt.Errorf("make /tmp private: %w", err)
+	}
+	return nil
+}
+
+// unmountTmp detaches the tmpfs at dir; the container's own mount of it stays. Idempotent.
+func unmountTmp(dir string) error {
+	if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	return nil
 }

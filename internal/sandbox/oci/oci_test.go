@@ -47,6 +47,8 @@ func TestLimits(t *testing.T) { sandboxtest.RunLimits(t, newProvider, sandboxtes
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
 
+func TestQuota(t *testing.T) { sandboxtest.RunQuota(t, newProvider) }
+
 func TestHardening(t *testing.T) {
 	sandboxtest.RunHardening(t, newProvider, sandboxtest.HardeningOptions{})
 }

@@ -173,7 +173,9 @@ print(sum(r))`
 //
 // The data directory is a filesystem of its own here, as in a deployment that gives the store a volume:
 // mountinfo shows a bind mount's source as its path from the root of its filesystem, and no mount option
-// hides that, so a workspace on the host's root filesystem shows the path of the workspace root there.
+// hides that, so a plain workspace directory on the host's root filesystem shows the path of the workspace root
+// there. A workspace with a quota (PoolConfig.Volumes) is the root of a filesystem of its own and shows no host
+// path wherever it lives: RunQuota checks that with the workspace root on the host's root filesystem.
 func testMountTable(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	data := filepath.Join(WorkspaceRoot(t), "corral-data")
 	if err := os.Mkdir(data, 0o711); err != nil {

@@ -1,0 +1,569 @@
+// Package volume gives each session's workspace a filesystem of its own, bounded in bytes and in inodes: a
+// sparse ext4 image beside the workspace (<root>/.<session>.img), loop-mounted nosuid,nodev at the workspace
+// directory (<root>/<session>) while the session has a sandbox. A sandbox that fills its workspace gets
+// ENOSPC at its quota, and the filesystem that holds the server's data (and its database) loses at most the
+// image's size. It implements the sandbox port's Volumes (sandbox.PoolConfig.Volumes).
+//
+// The loop device is bound with LOOP_CONFIGURE and autoclear, so that it is released as soon as the last mount
+// of the image goes (a sandbox's mount namespace may hold the filesystem a little longer than the host). A
+// mounted image is held under an exclusive flock: a second server process on the same data directory uses
+// the mount it finds without mounting the image twice, and a mount whose lock is free is a leftover of a
+// server that is gone, which New unmounts. Nothing here runs inside a sandbox or touches a cgroup: mkfs.ext4
+// is a child of the server.
+package volume
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/internal/sandbox"
+)
+
+// Defaults of corral serve's --sandbox-disk, --sandbox-inodes and --sandbox-disk-reserve.
+const (
+	DefaultSizeBytes    = 4 << 30
+	DefaultInodes       = 262144
+	DefaultReserveBytes = 2 << 30
+)
+
+// Config configures Volumes.
+type Config struct {
+	// Root is the directory of the workspaces (sandbox.PoolConfig.WorkspaceRoot). Required.
+	Root string
+	// SizeBytes is each workspace's size; default DefaultSizeBytes. At least 8 MiB.
+	SizeBytes int64
+	// Inodes is each workspace's number of inodes (files, directories, links); default DefaultInodes.
+	Inodes int64
+	// ReserveBytes is the free space the filesystem of Root keeps whatever the sandboxes write: a workspace is
+	// mounted only if the free space, less what the mounted workspaces (this one included) may still grow by
+	// (their quota less what their image already takes, divided by Overcommit), stays at least ReserveBytes.
+	// Otherwise Attach fails with ErrReserve and the session's tool calls say why. 0 means
+	// DefaultReserveBytes; negative means no check at all.
+	ReserveBytes int64
+	// Overcommit divides the growth the reserve check counts: 1 (the default) is strict, so that the mounted
+	// workspaces can never fill the filesystem below ReserveBytes; 4 lets four times as many workspaces be
+	// mounted on the bet that at most a quarter of their quotas is used.
+	Overcommit float64
+	// Mkfs is the mkfs.ext4 binary; default "mkfs.ext4" on PATH (e2fsprogs).
+	Mkfs string
+	// Logger receives the mounts and their failures; default discards.
+	Logger *slog.Logger
+}
+
+// Volumes mounts the sessions' workspace images. It is safe for concurrent use.
+type Volumes struct {
+	cfg  Config
+	mkfs string
+
+	mu       sync.Mutex
+	entries  map[string]*entry
+	attached map[string]bool // the workspaces mounted (by this process or another) that this one uses
+
+	admit sync.Mutex // serialises the reserve check with the mount it admits
+}
+
+// entry is one workspace directory: its lock and how many Attach calls hold it.
+type entry struct {
+	mu     sync.Mutex
+	refs   int
+	lock   *os.File // the image, flocked, while this process owns the mount
+	shared bool     // mounted by another live process: used, never unmounted here
+	plain  bool     // a directory from before quotas (not empty, no image): used as is
+}
+
+var _ sandbox.Volumes = (*Volumes)(nil)
+
+// ErrReserve is returned (wrapped) by Attach when the filesystem of the workspaces is below its reserve.
+var ErrReserve = errors.New("the server's disk is nearly full")
+
+// Available reports whether workspace images can be mounted here: root, loop devices and mkfs.ext4. (A kernel
+// without ext4 makes the first mount fail, with the reason.)
+func Available(mkfs string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("workspace quotas need root (to mount the workspace images)")
+	}
+	if _, err := lookMkfs(mkfs); err != nil {
+		return fmt.Errorf("workspace quotas need mkfs.ext4 (e2fsprogs): %w", err)
+	}
+	f, err := os.OpenFile("/dev/loop-control", os.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("workspace quotas need loop devices: %w", err)
+	}
+	f.Close()
+	return nil
+}
+
+// lookMkfs finds mkfs (default mkfs.ext4) on PATH, or in the sbin directories a non-root PATH may lack.
+func lookMkfs(mkfs string) (string, error) {
+	p, err := exec.LookPath(cmp.Or(mkfs, "mkfs.ext4"))
+	if err == nil || mkfs != "" {
+		return p, err
+	}
+	for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+		if _, serr := os.Stat(p); serr == nil {
+			return p, nil
+		}
+	}
+	return "", err
+}
+
+// New returns Volumes for cfg after checking Available, and unmounts the images of Root that a server that
+// is gone left mounted.
+func New(cfg Config) (*Volumes, error) {
+	if cfg.Root == "" || !filepath.IsAbs(cfg.Root) {
+		return nil, fmt.Errorf("volume: Root %q must be an absolute path", cfg.Root)
+	}
+	cfg.SizeBytes = cmp.Or(cfg.SizeBytes, DefaultSizeBytes)
+	cfg.Inodes = cmp.Or(cfg.Inodes, DefaultInodes)
+	cfg.ReserveBytes = cmp.Or(cfg.ReserveBytes, DefaultReserveBytes)
+	cfg.Overcommit = cmp.Or(cfg.Overcommit, 1)
+	if cfg.Overcommit < 1 {
+		return nil, fmt.Errorf("volume: Overcommit %v must be at least 1", cfg.Overcommit)
+	}
+	if cfg.SizeBytes < 8<<20 {
+		return nil, fmt.Errorf("volume: a workspace of %d bytes is too small (at least 8 MiB)", cfg.SizeBytes)
+	}
+	if cfg.Inodes < 64 {
+		return nil, fmt.Errorf("volume: %d inodes are too few (at least 64)", cfg.Inodes)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := Available(cfg.Mkfs); err != nil {
+		return nil, err
+	}
+	mkfs, err := lookMkfs(cfg.Mkfs)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
+		return nil, fmt.Errorf("volume: %w", err)
+	}
+	v := &Volumes{cfg: cfg, mkfs: mkfs, entries: map[string]*entry{}, attached: map[string]bool{}}
+	v.sweep()
+	return v, nil
+}
+
+// SizeBytes and Inodes are each workspace's quota.
+func (v *Volumes) SizeBytes() int64 { return v.cfg.SizeBytes }
+func (v *Volumes) Inodes() int64    { return v.cfg.Inodes }
+
+// imagePath is the image of workspace dir: hidden beside it, out of every sandbox's reach.
+func imagePath(dir string) string {
+	return filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".img")
+}
+
+// sweep unmounts the workspaces under Root whose image no live process holds: a crashed server's.
+func (v *Volumes) sweep() {
+	ents, err := os.ReadDir(v.cfg.Root)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".img")
+		if !ok || !strings.HasPrefix(name, ".") || e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(v.cfg.Root, strings.TrimPrefix(name, "."))
+		if !isMount(dir) {
+			continue
+		}
+		lock, err := lockImage(imagePath(dir))
+		if err != nil {
+			continue // held: another live server's mount
+		}
+		if err := unmount(dir); err != nil {
+			v.cfg.Logger.Warn("workspace left mounted by a server that is gone could not be unmounted", "dir", dir, "err", err)
+		} else {
+			v.cfg.Logger.Info("unmounted a workspace a server that is gone left mounted", "dir", dir)
+		}
+		lock.Close()
+	}
+}
+
+func (v *Volumes) entry(dir string) *entry {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e := v.entries[dir]
+	if e == nil {
+		e = &entry{}
+		v.entries[dir] = e
+	}
+	return e
+}
+
+// Attach makes dir, a workspace directory under Root, the mount point of the workspace's image, creating
+// the image on the workspace's first use. Each Attach is undone by one Detach; the image is mounted once
+// however many hold it.
+func (v *Volumes) Attach(ctx context.Context, dir string) error {
+	if filepath.Dir(dir) != filepath.Clean(v.cfg.Root) {
+		return fmt.Errorf("workspace quota: %s is not a workspace of %s", dir, v.cfg.Root)
+	}
+	e := v.entry(dir)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.refs > 0 {
+		e.refs++
+		return nil
+	}
+	if err := v.attach(ctx, dir, e); err != nil {
+		return fmt.Errorf("workspace quota: %w", err)
+	}
+	e.refs = 1
+	return nil
+}
+
+func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
+	img := imagePath(dir)
+	if _, err := os.Lstat(img); errors.Is(err, fs.ErrNotExist) {
+		if plain, err := nonEmptyDir(dir); err != nil {
+			return err
+		} else if plain {
+			// Files from before quotas: mounting over them would hide them.
+			v.cfg.Logger.Warn("workspace from before quotas has no image: it is used without a quota", "dir", dir)
+			e.plain = true
+			return nil
+		}
+	} else if err != nil {
+		return err
+	}
+	v.admit.Lock()
+	defer v.admit.Unlock()
+	if _, err := os.Lstat(img); errors.Is(err, fs.ErrNotExist) {
+		if err := v.checkReserve(dir); err != nil {
+			return err
+		}
+		if err := v.create(ctx, img); err != nil {
+			return err
+		}
+	}
+	lock, err := lockImage(img)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		if isMount(dir) {
+			e.shared = true // another live server process mounted it
+			v.setAttached(dir, true)
+			return nil
+		}
+		return errors.New("the workspace image is held by another process that has not mounted it")
+	}
+	if err != nil {
+		return err
+	}
+	if isMount(dir) {
+		// Our lock is free, so this mount is a leftover (a crashed server's, adopted here).
+		e.lock = lock
+		v.setAttached(dir, true)
+		return nil
+	}
+	if err := v.checkReserve(dir); err != nil {
+		lock.Close()
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		lock.Close()
+		return err
+	}
+	if err := mountImage(img, dir); err != nil {
+		lock.Close()
+		return err
+	}
+	// mkfs leaves lost+found; /workspace starts empty (e2fsck recreates it if it ever needs it).
+	_ = os.Remove(filepath.Join(dir, "lost+found"))
+	e.lock = lock
+	v.setAttached(dir, true)
+	v.cfg.Logger.Debug("workspace mounted", "dir", dir)
+	return nil
+}
+
+func (v *Volumes) setAttached(dir string, on bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if on {
+		v.attached[dir] = true
+	} else {
+		delete(v.attached, dir)
+	}
+}
+
+// checkReserve refuses to mount workspace dir when the free space of Root's filesystem, less what the mounted
+// workspaces and dir may still grow by (divided by Overcommit), would be below ReserveBytes.
+func (v *Volumes) checkReserve(dir string) error {
+	if v.cfg.ReserveBytes < 0 {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(v.cfg.Root, &st); err != nil {
+		return err
+	}
+	free := int64(st.Bavail) * st.Bsize
+	v.mu.Lock()
+	dirs := make([]string, 0, len(v.attached))
+	for d := range v.attached {
+		if d != dir {
+			dirs = append(dirs, d)
+		}
+	}
+	v.mu.Unlock()
+	var others int64
+	for _, d := range dirs {
+		others += v.growth(d)
+	}
+	this := v.growth(dir)
+	if free-int64(float64(others+this)/v.cfg.Overcommit) < v.cfg.ReserveBytes {
+		return fmt.Errorf("%w: %d MiB free, the %d mounted workspaces may still grow by %d MiB and this one by %d MiB "+
+			"(overcommit %g), and the reserve of %d MiB must stay free; no workspace can be mounted until space is freed or sessions end",
+			ErrReserve, free>>20, len(dirs), others>>20, this>>20, v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
+	}
+	return nil
+}
+
+// growth is how much more of the filesystem workspace dir's image may take: its size less what it takes.
+func (v *Volumes) growth(dir string) int64 {
+	var st unix.Stat_t
+	if err := unix.Stat(imagePath(dir), &st); err != nil {
+		return v.cfg.SizeBytes
+	}
+	return max(0, max(st.Size, v.cfg.SizeBytes)-st.Blocks*512)
+}
+
+// create makes a sparse image of SizeBytes with an ext4 filesystem of Inodes inodes at img, atomically.
+func (v *Volumes) create(ctx context.Context, img string) error {
+	tmp := img + ".new"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(v.cfg.SizeBytes)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	// -m 0: no blocks reserved for root (the sandbox is never root on it); lazy init keeps the image sparse;
+	// -N fixes the inode count, which is the inode quota.
+	cmd := exec.CommandContext(ctx, v.mkfs, "-q", "-F", "-t", "ext4", "-m", "0", "-N", strconv.FormatInt(v.cfg.Inodes, 10),
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", "-L", "workspace", tmp)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("mkfs.ext4: %w: %s", err, bytes.TrimSpace(out))
+	}
+	if err := os.Rename(tmp, img); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// lockImage opens img and takes its exclusive flock without waiting.
+func lockImage(img string) (*os.File, error) {
+	f, err := os.OpenFile(img, os.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// mountImage binds image file img to a free loop device with autoclear and mounts it at dir. The device gets
+// an open file of its own: it keeps it while mounted, and a flock on it would outlive the server.
+func mountImage(img, dir string) error {
+	const flags, opts = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOATIME, "errors=remount-ro"
+	// The filesystem of an earlier mount may live on after the host unmounted it, in the mount namespace of a
+	// sandbox that is still going away (gVisor's gofer, a bwrap sandbox being killed), its loop device bound
+	// until then. A second device would give the image a second filesystem over the first's unwritten state:
+	// the files the session wrote last would be lost, and the image corrupted. Mounting the same device again
+	// gives the same filesystem. (If autoclear releases it meanwhile, the mount fails and a new device is set up.)
+	if dev := boundLoop(img); dev != "" {
+		if err := unix.Mount(dev, dir, "ext4", flags, opts); err == nil {
+			return nil
+		}
+	}
+	f, err := os.OpenFile(img, os.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+	// Another process may take the free device between the two calls: try again with the next one.
+	for attempt := 0; ; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return fmt.Errorf("no free loop device: %w", err)
+		}
+		dev := "/dev/loop" + strconv.Itoa(n)
+		loop, err := os.OpenFile(dev, os.O_RDWR|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		copy(cfg.Info.File_name[:], "corral-workspace")
+		err = unix.IoctlLoopConfigure(int(loop.Fd()), &cfg)
+		if errors.Is(err, unix.EBUSY) && attempt < 16 {
+			loop.Close()
+			continue
+		}
+		if err != nil {
+			loop.Close()
+			return fmt.Errorf("configure %s: %w", dev, err)
+		}
+		// The mount holds the device; closing ours lets autoclear release it when the last mount goes.
+		err = unix.Mount(dev, dir, "ext4", flags, opts)
+		loop.Close()
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", dev, err)
+		}
+		return nil
+	}
+}
+
+// boundLoop is the loop device bound to image file img, "" if none.
+func boundLoop(img string) string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		// A file deleted since (" (deleted)") is another image than the one now at img.
+		if err == nil && strings.TrimSpace(string(b)) == img {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		}
+	}
+	return ""
+}
+
+// Detach undoes one Attach of dir; the last one unmounts the image (the files stay in it).
+func (v *Volumes) Detach(dir string) error {
+	e := v.entry(dir)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.refs == 0 {
+		return nil
+	}
+	e.refs--
+	if e.refs > 0 {
+		return nil
+	}
+	return v.release(dir, e)
+}
+
+// release unmounts dir if this process owns its mount, and forgets the entry's state.
+func (v *Volumes) release(dir string, e *entry) error {
+	e.refs = 0
+	e.shared, e.plain = false, false
+	v.setAttached(dir, false)
+	if e.lock == nil {
+		return nil
+	}
+	err := unmount(dir)
+	e.lock.Close()
+	e.lock = nil
+	if err != nil {
+		return fmt.Errorf("workspace quota: %w", err)
+	}
+	return nil
+}
+
+// Remove unmounts and deletes the image of dir, whose session is gone, whoever holds it. The Pool then
+// removes the directory. Idempotent.
+func (v *Volumes) Remove(dir string) error {
+	e := v.entry(dir)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	err := v.release(dir, e)
+	if isMount(dir) {
+		err = errors.Join(err, unmount(dir))
+	}
+	v.mu.Lock()
+	delete(v.entries, dir)
+	v.mu.Unlock()
+	if rerr := os.Remove(imagePath(dir)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	if err != nil {
+		return fmt.Errorf("workspace quota: remove: %w", err)
+	}
+	return nil
+}
+
+// Close unmounts every image this process mounted, whatever still holds it. Idempotent.
+func (v *Volumes) Close() error {
+	v.mu.Lock()
+	dirs := make(map[string]*entry, len(v.entries))
+	for d, e := range v.entries {
+		dirs[d] = e
+	}
+	v.mu.Unlock()
+	var errs []error
+	for d, e := range dirs {
+		e.mu.Lock()
+		errs = append(errs, v.release(d, e))
+		e.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// unmount unmounts dir: at once when nothing of this namespace uses it, else detached (what a sandbox still
+// holds goes when the sandbox does, and autoclear then frees the loop device).
+func unmount(dir string) error {
+	err := unix.Unmount(dir, 0)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(dir, unix.MNT_DETACH)
+	}
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	return nil
+}
+
+// isMount reports whether dir is a mount point (its device differs from its parent's).
+func isMount(dir string) bool {
+	var st, pst unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &pst) != nil {
+		return false
+	}
+	return st.Dev != pst.Dev
+}
+
+// nonEmptyDir reports whether dir is a directory with entries.
+func nonEmptyDir(dir string) (bool, error) {
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	return len(names) > 0, nil
+}
