@@ -207,3 +207,10 @@ func Main(m *testing.M, agentPath *string) {
 	}
 	os.Exit(code)
 }
+
+// crashChildEnv, set by RunCrash in the environment of the server process it starts, names the file that child
+// reports to: it makes RunCrash in the child provision sandboxes and wait to be killed.
+const crashChildEnv = "CORRAL_SANDBOXTEST_CRASH_CHILD"
+
+// crashChildReport is the file a crash child reports to, or "" in the test process itself.
+func crashChildReport() string { return os.Getenv(crashChildEnv) }
