@@ -35,6 +35,8 @@ type backendOptions struct {
 	agentPath string // the in-sandbox agent binary (absolute)
 	runsc     string // runsc binary for gvisor: a path, or a name looked up on PATH
 	logger    *slog.Logger
+	cpuShare  int  // the sandboxes' common cpu.shares (0 = the default, < 0 = the kernel's)
+	cpuIdle   bool // and cpu.idle on it
 }
 
 // runscFallback is where the project's install script puts a current, static runsc.
@@ -50,7 +52,7 @@ var backends = []backend{
 			return needRoot("bwrap sandboxes run under uids of their own with cgroup limits")
 		},
 		new: func(o *backendOptions, dir string) (sandbox.Provider, error) {
-			return bwrap.New(bwrap.Config{AgentPath: o.agentPath, StateDir: dir, Logger: o.logger})
+			return bwrap.New(bwrap.Config{AgentPath: o.agentPath, StateDir: dir, Logger: o.logger, CPUShare: o.cpuShare, CPUIdle: o.cpuIdle})
 		},
 	},
 	{
@@ -147,7 +149,7 @@ func benchBackends(names []string, o backendOptions) []bench.Backend {
 }
 
 func ociConfig(o *backendOptions, dir string) oci.Config {
-	c := oci.Config{AgentPath: o.agentPath, Logger: o.logger, StateDir: dir}
+	c := oci.Config{AgentPath: o.agentPath, Logger: o.logger, StateDir: dir, CPUShare: o.cpuShare, CPUIdle: o.cpuIdle}
 	if dir != "" {
 		c.RuntimeRoot = filepath.Join(dir, "runtime")
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/vault"
@@ -30,6 +31,8 @@ type handsFlags struct {
 	memoryMB int64
 	pids     int
 	cpus     float64
+	cpuShare int
+	cpuIdle  bool
 	timeout  time.Duration
 	egress   egressFlags
 }
@@ -49,8 +52,15 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.memoryMB, "sandbox-memory", agent.DefaultMemoryBytes>>20, "memory limit of each sandbox in `MiB`")
 	fs.IntVar(&f.pids, "sandbox-pids", agent.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
+	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
 	fs.DurationVar(&f.timeout, "tool-timeout", agent.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
 	f.egress.register(fs)
+}
+
+// cpuFlags adds --sandbox-cpu-share and --sandbox-cpu-idle to serve, harness and bench.
+func cpuFlags(fs *flag.FlagSet, share *int, idle *bool) {
+	fs.IntVar(share, "sandbox-cpu-share", 0, fmt.Sprintf("cpu.shares of the cgroup all sandboxes run in, beside the server's threads (1024 each); each sandbox gets an equal part of it (0 = %d, -1 = the kernel's 1024)", cgroup.DefaultShare))
+	fs.BoolVar(idle, "sandbox-cpu-idle", false, "also mark the sandboxes' cgroup idle (cpu.idle): sandboxes run only on CPU time nothing else on the host wants")
 }
 
 // runscFlag adds --runsc, the gvisor backend's binary, to serve, harness and bench.
@@ -125,7 +135,7 @@ func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Prov
 	if err != nil {
 		return nil, err
 	}
-	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger}, "")
+	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle}, "")
 }
 
 // agentName is the in-sandbox agent's binary name; the corral binary runs as the agent under it.
