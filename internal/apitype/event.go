@@ -263,6 +263,7 @@ const (
 	SessionErrModelOverloaded    = "model_overloaded_error"
 	SessionErrModelRateLimited   = "model_rate_limited_error"
 	SessionErrModelRequestFailed = "model_request_failed_error"
+	SessionErrBilling            = "billing_error"
 )
 
 // SpanModelRequestEnd is the payload of span.model_request_end.
