@@ -25,7 +25,7 @@ type CPUResult struct {
 
 // cpu measures what CPU-bound sandboxes cost the latency of sessions that only talk.
 func (b *benchRun) cpu(ctx context.Context, be *benchBackend) error {
-	busy, talk, perSlot := 4, 10, 5
+	busy, talk, perSlot := 4, 10, 10
 	if b.cfg.Quick {
 		perSlot = 3
 	}
@@ -36,6 +36,10 @@ func (b *benchRun) cpu(ctx context.Context, be *benchBackend) error {
 	defer s.close()
 	res := CPUResult{Backend: be.name, Share: b.cfg.CPUShare, Idle: b.cfg.CPUIdle, Busy: busy, Sessions: talk}
 	w := Workload{AgentID: s.agentID, EnvID: s.envID, Concurrency: talk, PerSlot: perSlot, Stagger: b.cfg.ModelTTFT}
+	// A first round warms the server (connections, the store's caches) and is not counted.
+	if _, _, err := RunTTFT(ctx, s.c, b.fake, Workload{AgentID: s.agentID, EnvID: s.envID, Concurrency: talk, PerSlot: 2}); err != nil {
+		return err
+	}
 	b.progress("cpu: %s, %d talk-only sessions alone", be.name, talk)
 	alone, errs, err := RunTTFT(ctx, s.c, b.fake, w)
 	if err != nil && len(alone) == 0 {
