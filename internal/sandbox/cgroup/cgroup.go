@@ -1,5 +1,6 @@
 // Package cgroup puts a sandbox's processes into per-sandbox cgroup v1 groups (memory, pids, cpu) with limits,
-// reads back whether a limit was hit, and kills and removes the groups. cgroup v1 is what this project's hosts
+// reads back whether a limit was hit, and kills and removes the groups; SetShare weighs the group all sandboxes
+// share against the server's own tasks. cgroup v1 is what this project's hosts
 // have: the v2 hierarchy carries no controllers there.
 package cgroup
 

@@ -1,7 +1,8 @@
 // Package sandboxtest is the conformance suite every sandbox backend passes (Run), the red-team suite every
 // isolating backend passes (RunRedTeam), and the suites for resource limits (RunLimits), egress networking
-// (RunNetwork) and what a sandbox must not get from its host (RunHardening: inherited descriptors, system calls
-// beyond the seccomp deny list, host paths in its mount table). A backend's test builds the agent once (BuildAgent, in TestMain), decides whether its tool is
+// (RunNetwork), what a sandbox must not get from its host (RunHardening: inherited descriptors, system calls
+// beyond the seccomp deny list, host paths in its mount table), and that sandboxes die with a SIGKILLed server
+// and leave nothing behind (RunCrash). A backend's test builds the agent once (BuildAgent, in TestMain), decides whether its tool is
 // present (Require) and calls the suites with a constructor for its Provider.
 package sandboxtest
 
