@@ -21,6 +21,17 @@ import (
 //     (outside the namespace) can kill it.
 //   - As pid 1 it is the parent of every orphan in the sandbox, and reaps them (reaper), so that zombies do not
 //     eat the pids limit.
+//
+// Under gVisor the second point does not hold: its kernel delivers SIGKILL and SIGSTOP from a namespace's members
+// to the namespace's init. Such a signal ends or hangs the sandbox (the host then reports it dead and replaces it);
+// it cannot hand the agent over. Making the agent unnameable from bash, by starting the shells in a pid namespace
+// of their own, needs a user namespace (the agent has no capabilities), and the seccomp deny list refuses
+// clone(CLONE_NEWUSER) and unshare; os/exec uses clone3 (which gVisor's profile lets through) only for
+// CLONE_INTO_CGROUP or CLONE_NEWTIME, and a raw clone3 from a Go program is unsafe. A seccomp filter on the shells
+// cannot name the agent's threads (a kill of any of their ids signals the agent), and a second uid for the shells
+// would need CAP_SETUID in the agent and a second host uid per sandbox. What would work: allowing
+// clone(CLONE_NEWUSER) under gVisor only (clone3 already allows the same there) and starting the shell with
+// CLONE_NEWUSER|CLONE_NEWPID, or a small non-Go launcher doing that clone3.
 
 // protectSelf makes the agent undumpable, and, when it is pid 1, ignores signals and starts reaping orphans. It
 // reports whether the agent runs as pid 1.
