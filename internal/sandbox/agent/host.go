@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -202,4 +203,30 @@ func processStart(pid int) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// ReplaceLink makes link a symlink to target, replacing whatever a process of the same pid left there (a server
+// killed before this one got its pid): a stale link must not make a backend unavailable.
+func ReplaceLink(target, link string) error {
+	var err error
+	for range 3 {
+		if err = os.Symlink(target, link); !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if rerr := os.Remove(link); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return rerr
+		}
+	}
+	return err
+}
+
+// RemovePaths removes each path (a file, a link or an empty directory); one that does not exist is no error.
+func RemovePaths(paths ...string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

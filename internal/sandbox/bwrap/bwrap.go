@@ -133,7 +133,7 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
 		link = filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
-		if err := replaceLink(filepath.Base(dir), link); err != nil {
+		if err := agent.ReplaceLink(filepath.Base(dir), link); err != nil {
 			_ = os.Remove(dir)
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
@@ -216,21 +216,6 @@ func (c *Config) reapGroup(name string) {
 	}
 }
 
-// replaceLink makes link a symlink to target, replacing whatever a process of the same pid left there (a
-// server killed before this one got its pid): a stale link must not make the backend unavailable.
-func replaceLink(target, link string) error {
-	var err error
-	for range 3 {
-		if err = os.Symlink(target, link); !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		if rerr := os.Remove(link); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			return rerr
-		}
-	}
-	return err
-}
-
 // Close removes what the provider keeps on the host once its sandboxes are closed: the staged /etc and agent,
 // the state directories of sandboxes that were not closed (killing their cgroups), and a default StateDir
 // with its link. The server calls it on Stop; a server that crashed leaves them to the next New's sweep.
@@ -252,16 +237,9 @@ func (p *Provider) Close() error {
 	if err := os.RemoveAll(filepath.Join(p.cfg.StateDir, "etc")); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.Remove(filepath.Join(p.cfg.StateDir, stagedAgent)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
-	}
+	errs = append(errs, agent.RemovePaths(filepath.Join(p.cfg.StateDir, stagedAgent)))
 	if p.owned {
-		if err := os.Remove(p.cfg.StateDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-		if err := os.Remove(p.link); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, agent.RemovePaths(p.cfg.StateDir, p.link))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bwrap: close: %w", err)

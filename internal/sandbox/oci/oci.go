@@ -156,7 +156,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if linkState {
 		p.link = filepath.Join(stateBase, owner)
-		if err := replaceLink(filepath.Base(cfg.StateDir), p.link); err != nil {
+		if err := agent.ReplaceLink(filepath.Base(cfg.StateDir), p.link); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
@@ -230,20 +230,6 @@ func (wd *watchdog) stop() {
 	<-wd.done
 }
 
-// replaceLink makes link a symlink to target, replacing whatever a process of the same pid left there.
-func replaceLink(target, link string) error {
-	var err error
-	for range 3 {
-		if err = os.Symlink(target, link); !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		if rerr := os.Remove(link); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			return rerr
-		}
-	}
-	return err
-}
-
 // containers lists the ids of the containers in the runtime root: `list` (runsc has no -q), or, when the
 // runtime cannot list them, the root's entries.
 func (p *Provider) containers(root string) []string {
@@ -310,16 +296,9 @@ func (p *Provider) Close() error {
 			errs = append(errs, os.RemoveAll(filepath.Join(p.cfg.StateDir, e.Name())))
 		}
 	}
-	if err := os.Remove(filepath.Join(p.cfg.StateDir, "agent")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
-	}
+	errs = append(errs, agent.RemovePaths(filepath.Join(p.cfg.StateDir, "agent")))
 	if p.link != "" {
-		if err := os.Remove(p.cfg.StateDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-		if err := os.Remove(p.link); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, agent.RemovePaths(p.cfg.StateDir, p.link))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("oci: close: %w", err)
