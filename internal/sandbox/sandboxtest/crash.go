@@ -52,7 +52,7 @@ func RunCrash(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 
 	report := filepath.Join(t.TempDir(), "report.json")
 	cmd := exec.Command(os.Args[0], "-test.run="+testPattern(t.Name()), "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+report)
+	cmd.Env = crashChildEnviron(report)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

@@ -215,3 +215,7 @@ const crashChildEnv = "CORRAL_SANDBOXTEST_CRASH_CHILD"
 
 // crashChildReport is the file a crash child reports to, or "" in the test process itself.
 func crashChildReport() string { return os.Getenv(crashChildEnv) }
+
+// crashChildEnviron is the environment of a crash child that reports to report: this test's own, which holds
+// what the backends' tests read (CORRAL_RUNSC, RequireEnv).
+func crashChildEnviron(report string) []string { return append(os.Environ(), crashChildEnv+"="+report) }
