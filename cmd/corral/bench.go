@@ -123,6 +123,8 @@ against a fake model server of configurable latency and real sandboxes, and comp
   scale     the most concurrent active sessions with p95 platform overhead under 50 ms
   idle      memory, goroutines and sandboxes held by idle sessions
   failover  SIGKILL of a 'corral harness' process to the session resumed in another (PostgreSQL)
+  cpu       overhead of talk-only sessions alone and beside 4 sandboxes running busy loops (not run by
+            default; compare --sandbox-cpu-share -1, the default and --sandbox-cpu-idle)
 Progress goes to stderr, the summary table to stdout, the report to --out (its generated section) and --svg.
 The defaults take under 10 minutes on 2 vCPUs; --quick takes seconds.
 
