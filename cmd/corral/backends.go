@@ -37,7 +37,9 @@ type backendOptions struct {
 	logger    *slog.Logger
 	// uidBase is the first host uid of the isolating backends' sandboxes (0: the backend's default). Processes
 	// that run sandboxes on one machine need ranges of their own: a uid is per sandbox only within a process.
-	uidBase int
+	uidBase  int
+	cpuShare int  // the sandboxes' common cpu.shares (0 = the default, < 0 = the kernel's)
+	cpuIdle  bool // and cpu.idle on it
 }
 
 // runscFallback is where the project's install script puts a current, static runsc.
@@ -53,7 +55,8 @@ var backends = []backend{
 			return needRoot("bwrap sandboxes run under uids of their own with cgroup limits")
 		},
 		new: func(o *backendOptions, dir string) (sandbox.Provider, error) {
-			return bwrap.New(bwrap.Config{AgentPath: o.agentPath, StateDir: dir, Logger: o.logger, UIDBase: o.uidBase})
+			return bwrap.New(bwrap.Config{AgentPath: o.agentPath, StateDir: dir, Logger: o.logger, UIDBase: o.uidBase,
+				CPUShare: o.cpuShare, CPUIdle: o.cpuIdle})
 		},
 	},
 	{
@@ -150,7 +153,8 @@ func benchBackends(names []string, o backendOptions) []bench.Backend {
 }
 
 func ociConfig(o *backendOptions, dir string) oci.Config {
-	c := oci.Config{AgentPath: o.agentPath, Logger: o.logger, StateDir: dir, UIDBase: o.uidBase}
+	c := oci.Config{AgentPath: o.agentPath, Logger: o.logger, StateDir: dir, UIDBase: o.uidBase, CPUShare: o.cpuShare,
+		CPUIdle: o.cpuIdle}
 	if dir != "" {
 		c.RuntimeRoot = filepath.Join(dir, "runtime")
 	}

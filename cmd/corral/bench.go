@@ -50,6 +50,8 @@ type benchFlags struct {
 	agent          string
 	runsc          string
 	cpuProfile     string
+	cpuShare       int
+	cpuIdle        bool
 }
 
 const defaultFailoverDB = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -70,7 +72,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.scaleTTFT, "scale-model-ttft", 2*time.Second, "the fake model's time to first token in the scale section (a session stays active that long per call)")
 	fs.IntVar(&f.scalePerSlot, "scale-turns", 2, "fresh sessions each concurrent slot runs, one after the other, at each scale level")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")
-	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,failover", "comma-separated `sections` to run")
+	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,failover", "comma-separated `sections` to run (also: cpu)")
 	fs.IntVar(&f.failoverRuns, "failover-runs", 3, "SIGKILL failovers to measure")
 	fs.DurationVar(&f.leaseTTL, "failover-lease-ttl", 2*time.Second, "--lease-ttl of the two harness processes in the failover section")
 	fs.IntVar(&f.workers, "brains", 2500, "in-process brain workers of the servers under test (>= the largest level)")
@@ -79,6 +81,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: as serve finds it; from a test binary or a dynamically linked corral, built static with go build when run in the source checkout)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, brains and client are one process) to `file`")
 	runscFlag(fs, &f.runsc)
+	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
 }
 
 // applyQuick lowers the defaults of the flags the command line did not set.
@@ -120,6 +123,8 @@ against a fake model server of configurable latency and real sandboxes, and comp
   scale     the most concurrent active sessions with p95 platform overhead under 50 ms
   idle      memory, goroutines and sandboxes held by idle sessions
   failover  SIGKILL of a 'corral harness' process to the session resumed in another (PostgreSQL)
+  cpu       overhead of talk-only sessions alone and beside 4 sandboxes running busy loops (not run by
+            default; compare --sandbox-cpu-share -1, the default and --sandbox-cpu-idle)
 Progress goes to stderr, the summary table to stdout, the report to --out (its generated section) and --svg.
 The defaults take under 10 minutes on 2 vCPUs; --quick takes seconds.
 
@@ -183,7 +188,7 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 			if len(want) == 0 {
 				want = []string{"bwrap", "oci", "gvisor"}
 			}
-			return benchBackends(want, backendOptions{agentPath: agentPath, runsc: f.runsc}), nil
+			return benchBackends(want, backendOptions{agentPath: agentPath, runsc: f.runsc, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle}), nil
 		},
 		OpenStore: openStore,
 		Model: func(baseURL string, hc *http.Client) model.Model {
@@ -194,7 +199,7 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		ModelTTFT: f.ttft, ModelPerToken: f.perToken, ModelJitter: f.jitter,
 		Scale: scale, ScaleTTFT: f.scaleTTFT, ScalePerSlot: f.scalePerSlot, IdleSessions: f.idleSessions,
 		Sections: sections, FailoverRuns: f.failoverRuns, FailoverLeaseTTL: f.leaseTTL, Workers: f.workers,
-		Out: f.out, SVG: f.svg,
+		Out: f.out, SVG: f.svg, CPUShare: f.cpuShare, CPUIdle: f.cpuIdle,
 		Executable: exe,
 		// The failover section's harness processes share one store, so they share its vault master key.
 		Environ: append(os.Environ(), "CORRAL_VAULT_KEY="+vault.NewKey().Encode()),

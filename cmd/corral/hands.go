@@ -17,6 +17,7 @@ import (
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	"github.com/corralhq/corral/internal/sandbox/volume"
 	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 	"github.com/corralhq/corral/internal/store"
@@ -33,6 +34,8 @@ type handsFlags struct {
 	memoryMB int64
 	pids     int
 	cpus     float64
+	cpuShare int
+	cpuIdle  bool
 	timeout  time.Duration
 	egress   egressFlags
 	// The quotas of each session's workspace and /tmp, and the disk reserve of the data directory.
@@ -56,6 +59,7 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.memoryMB, "sandbox-memory", agent.DefaultMemoryBytes>>20, "memory limit of each sandbox in `MiB`")
 	fs.IntVar(&f.pids, "sandbox-pids", agent.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
+	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
 	fs.DurationVar(&f.timeout, "tool-timeout", agent.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
 	fs.Int64Var(&f.diskMB, "sandbox-disk", volume.DefaultSizeBytes>>20, "disk quota of each session's workspace in `MiB` (a loop-mounted ext4 image; needs root, loop devices and mkfs.ext4; 0 = no quota)")
 	fs.Int64Var(&f.inodes, "sandbox-inodes", volume.DefaultInodes, "inode (file) quota of each session's workspace")
@@ -65,6 +69,12 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.tmpInodes, "sandbox-tmp-inodes", agent.DefaultTmpInodes, "inode (file) limit of each sandbox's /tmp")
 	f.fs = fs
 	f.egress.register(fs)
+}
+
+// cpuFlags adds --sandbox-cpu-share and --sandbox-cpu-idle to serve, harness and bench.
+func cpuFlags(fs *flag.FlagSet, share *int, idle *bool) {
+	fs.IntVar(share, "sandbox-cpu-share", 0, fmt.Sprintf("cpu.shares of the cgroup all sandboxes run in, beside the server's threads (1024 each); each sandbox gets an equal part of it (0 = %d, -1 = the kernel's 1024)", cgroup.DefaultShare))
+	fs.BoolVar(idle, "sandbox-cpu-idle", false, "also mark the sandboxes' cgroup idle (cpu.idle): sandboxes run only on CPU time nothing else on the host wants")
 }
 
 // runscFlag adds --runsc, the gvisor backend's binary, to serve, harness and bench.
@@ -182,7 +192,7 @@ func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Prov
 	if err != nil {
 		return nil, err
 	}
-	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger}, "")
+	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle}, "")
 }
 
 // agentName is the in-sandbox agent's binary name; the corral binary runs as the agent under it.

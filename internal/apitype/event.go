@@ -287,6 +287,7 @@ const (
 	SessionErrModelRequestFailed = "model_request_failed_error"
 	SessionErrMCPConnection      = "mcp_connection_failed_error"
 	SessionErrMCPAuthentication  = "mcp_authentication_failed_error"
+	SessionErrBilling            = "billing_error"
 )
 
 // SpanModelRequestEnd is the payload of span.model_request_end.

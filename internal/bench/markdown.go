@@ -180,6 +180,17 @@ func (r *Report) Markdown(svgName string) string {
 		p("- sandboxes left after the idle timeout: %d\n\n", m.SandboxesLeft)
 	}
 
+	if len(r.CPU) > 0 {
+		p("### CPU-bound sandboxes\n\n")
+		p("Overhead (TTFT minus the model's time, p50 / p95 ms) of talk-only sessions (no tool), alone and while other ")
+		p("sessions run a busy loop in their sandboxes (`while :; do :; done`).\n\n")
+		p("| backend | CPU share | busy sandboxes | talk sessions | alone | beside busy sandboxes | errors |\n|---|---|---|---|---|---|---|\n")
+		for _, c := range r.CPU {
+			p("| %s | %s | %d | %d | %s | %s | %d |\n", c.Backend, shareText(c.Share, c.Idle), c.Busy, c.Sessions, dist2(c.Alone), dist2(c.Loaded), c.Errors)
+		}
+		p("\n")
+	}
+
 	if f := r.Failover; f != nil && len(f.Resume) > 0 {
 		p("### Failover\n\n")
 		p("Two `corral harness` processes (this binary) on PostgreSQL with `--lease-ttl %s`, and an in-process API. A session's ", f.LeaseTTL)
@@ -338,4 +349,19 @@ func (r *Report) closingNote() string {
 		fmt.Fprintf(&b, "\n\n- Not measured: %s.", s)
 	}
 	return b.String()
+}
+
+// shareText names the --sandbox-cpu-share and --sandbox-cpu-idle settings.
+func shareText(share int, idle bool) string {
+	s := fmt.Sprintf("%d", share)
+	switch {
+	case share == 0:
+		s = "256 (default)"
+	case share < 0:
+		s = "1024 (off: the kernel's)"
+	}
+	if idle {
+		s += ", idle"
+	}
+	return s
 }

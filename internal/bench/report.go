@@ -75,6 +75,7 @@ type Report struct {
 	Scale    []ScaleStep
 	ScaleMax int // the largest level whose p95 overhead stayed under the limit
 	Memory   *MemoryResult
+	CPU      []CPUResult
 	Failover *FailoverResult
 	Skipped  []string // "section: reason"
 }

@@ -25,7 +25,7 @@ import (
 )
 
 // Sections of a run, in the order they run.
-var Sections = []string{"ttft", "hands", "log", "scale", "idle", "failover"}
+var Sections = []string{"ttft", "hands", "log", "scale", "idle", "cpu", "failover"}
 
 // Config is one corral bench run. cmd/corral maps the flags to it; the fields' doc is the flags' help.
 type Config struct {
@@ -62,6 +62,8 @@ type Config struct {
 	FailoverRuns                          int
 	FailoverLeaseTTL                      time.Duration
 	Workers                               int    // in-process brain workers of the servers under test
+	CPUShare                              int    // the backends' --sandbox-cpu-share, for the report
+	CPUIdle                               bool   // and --sandbox-cpu-idle
 	Out, SVG                              string // markdown report (its generated section) and chart; Out "" writes neither
 
 	// Executable is the corral binary the failover section starts as `corral harness`; Environ is their
@@ -145,7 +147,7 @@ func (b *benchRun) run(ctx context.Context) error {
 	defer b.fake.close()
 
 	var providers []*benchBackend
-	if sections["ttft"] || sections["hands"] || sections["idle"] {
+	if sections["ttft"] || sections["hands"] || sections["idle"] || sections["cpu"] {
 		providers = b.backends()
 	}
 	b.progress("corral bench: %s; backends %s; fake model TTFT %s + %s/token ± %s", b.rep.Machine, backendNames(providers), f.ModelTTFT, f.ModelPerToken, f.ModelJitter)
@@ -184,6 +186,13 @@ func (b *benchRun) run(ctx context.Context) error {
 		}
 		if err := b.idle(ctx, be); err != nil {
 			b.skip("idle sessions", err.Error())
+		}
+	}
+	if sections["cpu"] {
+		for _, be := range providers {
+			if err := b.cpu(ctx, be); err != nil {
+				b.skip("cpu, "+be.name, err.Error())
+			}
 		}
 	}
 	if sections["failover"] {

@@ -108,6 +108,18 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			}
 			continue
 		}
+		if me.Kind == model.ErrBilling {
+			// Terminal (retry_status terminal): no later turn can be billed either, so the session is
+			// terminated, as the hosted service does; terminated is final.
+			body.RetryStatus.Type = apitype.RetryStatusTerminal
+			_, err = r.append(apitype.StatusTerminated, nil, failed,
+				mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
+				mustEvent(apitype.EventSessionStatusTerminated, nil))
+			if err != nil {
+				return nil, err
+			}
+			return nil, errTurnEnded
+		}
 		body.RetryStatus.Type = apitype.RetryStatusExhausted
 		_, err = r.append(apitype.StatusIdle, nil, failed,
 			mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
@@ -165,6 +177,8 @@ func sessionErrorType(e *model.Error) string {
 		return apitype.SessionErrModelOverloaded
 	case model.ErrRateLimited:
 		return apitype.SessionErrModelRateLimited
+	case model.ErrBilling:
+		return apitype.SessionErrBilling
 	default:
 		return apitype.SessionErrModelRequestFailed
 	}
@@ -177,6 +191,8 @@ func errorMessage(e *model.Error) string {
 		return "The model request was not sent: " + model.ErrNoCredentials.Error() + "."
 	case e.Kind == model.ErrAuth:
 		return fmt.Sprintf("The model provider rejected the credentials (%v). Check the API key this server is configured with.", e.Err)
+	case e.Kind == model.ErrBilling:
+		return fmt.Sprintf("The model provider refused to bill the account (%v); the session cannot continue.", e.Err)
 	case e.Kind == model.ErrInvalid:
 		return fmt.Sprintf("The model provider rejected the request (%v).", e.Err)
 	case e.Kind == model.ErrContextTooLong:

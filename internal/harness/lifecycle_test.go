@@ -3,6 +3,7 @@ package harness_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,5 +153,38 @@ func TestArchiveMidTurnStopsTheTurn(t *testing.T) {
 	sess, err := f.store.SessionGet(context.Background(), id)
 	if err != nil || sess.Status != apitype.StatusTerminated {
 		t.Fatalf("session status %v, %v; want terminated", sess.Status, err)
+	}
+}
+
+// TestTerminalErrorTerminates: a model error no retry can mend (billing: the account cannot pay) is reported
+// with retry_status terminal, and the session goes terminated (session.status_terminated), as the spec says of
+// terminal errors; a later message runs no turn. Before, it idled with retries_exhausted like any other error.
+func TestTerminalErrorTerminates(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.Script(modeltest.Turn{Err: &modeltest.ErrorReply{Status: 402, Type: "billing_error", Message: "credit balance too low"}},
+		modeltest.Turn{Text: "must not be asked"})
+	f.start(f.config())
+	id := f.session()
+	f.say(id, "hi")
+	evs := f.waitFor(id, "terminated", func(evs []apitype.Event) bool { return evs[len(evs)-1].Type == terminated })
+	assertTypes(t, evs, userMsg, running, start, end, sessErr, terminated)
+	e := decode[apitype.SessionError](t, evs[4]).Error
+	if e.Type != apitype.SessionErrBilling || e.RetryStatus.Type != apitype.RetryStatusTerminal || !strings.Contains(e.Message, "bill") {
+		t.Errorf("session.error = %+v", e)
+	}
+	sess, err := f.store.SessionGet(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Status != apitype.StatusTerminated {
+		t.Errorf("status = %s, want terminated", sess.Status)
+	}
+	// Terminated is final: a message that reaches the log anyway gets no turn.
+	f.say(id, "again")
+	f.waitRequests(1)
+	time.Sleep(300 * time.Millisecond)
+	if n := len(f.srv.Requests()); n != 1 {
+		t.Errorf("%d model requests after termination, want 1", n)
 	}
 }

@@ -123,6 +123,7 @@ const (
 	ErrInvalid                  // 400: the request is wrong; do not retry
 	ErrAuth                     // 401/403, or no credentials: do not retry
 	ErrContextTooLong           // the prompt is too long: compact, then retry
+	ErrBilling                  // 402, billing_error, insufficient_quota: the account cannot pay; terminal
 )
 
 // Error is a failed model call.

@@ -43,7 +43,9 @@ func kind(status int, errType, message string) model.ErrorKind {
 		return model.ErrRateLimited
 	case "api_error", "timeout_error":
 		return model.ErrServer
-	case "authentication_error", "permission_error", "billing_error":
+	case "billing_error":
+		return model.ErrBilling
+	case "authentication_error", "permission_error":
 		return model.ErrAuth
 	case "request_too_large":
 		return model.ErrContextTooLong
@@ -60,7 +62,9 @@ func kind(status int, errType, message string) model.ErrorKind {
 		return model.ErrRateLimited
 	case status == http.StatusRequestTimeout || status >= 500:
 		return model.ErrServer
-	case status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusPaymentRequired:
+	case status == http.StatusPaymentRequired:
+		return model.ErrBilling
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return model.ErrAuth
 	case status == http.StatusRequestEntityTooLarge:
 		return model.ErrContextTooLong

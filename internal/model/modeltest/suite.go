@@ -222,6 +222,7 @@ var errorCases = []ErrorCase{
 	{"invalid", Turn{Err: Invalid("messages: roles must alternate")}, model.ErrInvalid, 400, 0},
 	{"unauthorized", Turn{Err: &ErrorReply{Status: 401}}, model.ErrAuth, 401, 0},
 	{"forbidden", Turn{Err: &ErrorReply{Status: 403}}, model.ErrAuth, 403, 0},
+	{"payment required", Turn{Err: &ErrorReply{Status: 402}}, model.ErrBilling, 402, 0},
 	{"overloaded mid-stream", Turn{Text: "a b c", StreamErr: Overloaded()}, model.ErrOverloaded, 0, 0},
 	{"error mid-stream", Turn{Text: "a b c", StreamErr: ServerError()}, model.ErrServer, 0, 0},
 	{"connection drop mid-stream", Turn{Text: "a b c", Disconnect: true}, model.ErrServer, 0, 0},

@@ -57,7 +57,7 @@ func kind(status int, errType, code, message string) model.ErrorKind {
 		strings.Contains(msg, "prompt is too long"):
 		return model.ErrContextTooLong
 	case code == "insufficient_quota" || errType == "insufficient_quota":
-		return model.ErrAuth
+		return model.ErrBilling
 	case errType == "overloaded_error":
 		return model.ErrOverloaded
 	case errType == "rate_limit_error" || code == "rate_limit_exceeded":
@@ -72,7 +72,9 @@ func kind(status int, errType, code, message string) model.ErrorKind {
 		return model.ErrRateLimited
 	case status == http.StatusRequestTimeout || status >= 500:
 		return model.ErrServer
-	case status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusPaymentRequired:
+	case status == http.StatusPaymentRequired:
+		return model.ErrBilling
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return model.ErrAuth
 	case status == http.StatusRequestEntityTooLarge:
 		return model.ErrContextTooLong

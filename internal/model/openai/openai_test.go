@@ -21,7 +21,7 @@ var adapter = modeltest.Adapter{
 		return openai.New(openai.Config{APIKey: apiKey, BaseURL: baseURL + "/v1"})
 	},
 	Errors: []modeltest.ErrorCase{
-		{Name: "quota", Turn: modeltest.Turn{Err: &modeltest.ErrorReply{Status: 429, Type: "insufficient_quota"}}, Kind: model.ErrAuth, Status: 429},
+		{Name: "quota", Turn: modeltest.Turn{Err: &modeltest.ErrorReply{Status: 429, Type: "insufficient_quota"}}, Kind: model.ErrBilling, Status: 429},
 	},
 }
 

@@ -132,21 +132,25 @@ func TestBashTimeoutCapped(t *testing.T) {
 func TestServeProtocol(t *testing.T) {
 	t.Parallel()
 	s, _ := newTestServer(t, false)
-	in := strings.NewReader(`{"id":1,"tool":"bash","input":{"command":"echo hi"}}` + "\n" + `not json` + "\n" + `{"id":2,"tool":"glob","input":{"pattern":"*"}}` + "\n")
-	var out bytes.Buffer
-	if err := s.Serve(context.Background(), in, &out); err != nil {
-		t.Fatal(err)
-	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(context.Background(), inR, outW); outW.Close() }()
+	go func() {
+		_, _ = io.WriteString(inW, `{"id":1,"tool":"bash","input":{"command":"echo hi"}}`+"\n"+`not json`+"\n"+`{"id":2,"tool":"glob","input":{"pattern":"*"}}`+"\n")
+	}()
 	got := map[uint64]Response{}
-	dec := json.NewDecoder(&out)
-	for {
+	dec := json.NewDecoder(outR)
+	for len(got) < 3 {
 		var r Response
-		if err := dec.Decode(&r); err == io.EOF {
-			break
-		} else if err != nil {
+		if err := dec.Decode(&r); err != nil {
 			t.Fatal(err)
 		}
 		got[r.ID] = r
+	}
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
 	}
 	if r := got[1]; r.IsError || r.Content[0].Text != "hi" {
 		t.Errorf("id 1: %+v", r)
@@ -156,6 +160,33 @@ func TestServeProtocol(t *testing.T) {
 	}
 	if r := got[2]; r.IsError || r.Content[0].Text != "no matches" {
 		t.Errorf("id 2: %+v", r)
+	}
+}
+
+// TestServeEndsCallsWhenInputEnds: once the host's end of the pipe is gone (it closed it or died), the calls in
+// flight are cancelled at once instead of running to their timeouts, so that a sandbox whose pid 1 is the agent
+// dies with its server. Before, Serve waited for the hour-long command.
+func TestServeEndsCallsWhenInputEnds(t *testing.T) {
+	t.Parallel()
+	s, _ := newTestServer(t, false)
+	inR, inW := io.Pipe()
+	var out bytes.Buffer
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(context.Background(), inR, &out) }()
+	if _, err := io.WriteString(inW, `{"id":1,"tool":"bash","input":{"command":"echo started; sleep 3600","timeout_ms":3600000}}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	inW.Close()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Serve still runs the call in flight a minute after its input ended")
+	}
+	if !strings.Contains(out.String(), "cancelled") {
+		t.Errorf("the call in flight was not reported cancelled: %s", out.String())
 	}
 }
 

@@ -21,6 +21,22 @@ import (
 //     (outside the namespace) can kill it.
 //   - As pid 1 it is the parent of every orphan in the sandbox, and reaps them (reaper), so that zombies do not
 //     eat the pids limit.
+//
+// Under gVisor the second point does not hold: its kernel delivers SIGKILL and SIGSTOP from a namespace's members
+// to the namespace's init. Such a signal ends or hangs the sandbox (the host then reports it dead and replaces it);
+// it cannot hand the agent over. Making the agent unnameable from bash, by starting the shells in a pid namespace
+// of their own, needs a user namespace (the agent has no capabilities), and the seccomp deny list refuses
+// clone(CLONE_NEWUSER) and unshare; os/exec uses clone3 (which gVisor's profile lets through) only for
+// CLONE_INTO_CGROUP or CLONE_NEWTIME, and a raw clone3 from a Go program is unsafe. A seccomp filter on the shells
+// cannot name the agent's threads (a kill of any of their ids signals the agent), and a second uid for the shells
+// would need CAP_SETUID in the agent and a second host uid per sandbox. Tried (2026-12-01): allowing
+// clone(CLONE_NEWUSER) under gVisor only (clone3 already lets any process there make a user namespace) and
+// starting the shell with CLONE_NEWUSER|CLONE_NEWPID does stop the signals (the agent is pid 0 in the shell's
+// namespace, and kill -KILL 0 1 ends only the shell), but gVisor refuses the uid and gid maps from a writer
+// without CAP_SETUID (EACCES), so the shell's processes would see themselves as nobody (65534) with a full
+// capability bounding set in their namespace, which the red-team suite rightly reports as privileged. A
+// launcher inside the new namespace could write its own maps (a process may map its own uid there) before it
+// execs the shell; that is the next step.
 
 // protectSelf makes the agent undumpable, and, when it is pid 1, ignores signals and starts reaping orphans. It
 // reports whether the agent runs as pid 1.

@@ -1,13 +1,18 @@
 package agent
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
 )
@@ -147,4 +152,81 @@ func Claim(r *sandbox.Recipe, base, count int) (int, Undo, error) {
 		return 0, nil, err
 	}
 	return uid, undo, nil
+}
+
+// OwnerGone reports whether the process that made something at time made (a state directory's link named for
+// its pid) is gone: no process has that pid, or the one that has it started after made, so the pid was reused
+// (a server restarted in a container often gets the pid its killed predecessor had). It never reports a live
+// owner gone; a pid reused within a second or two of made looks alive.
+func OwnerGone(pid int, made time.Time) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+		return true
+	}
+	started, ok := processStart(pid)
+	return ok && started.After(made.Add(2*time.Second))
+}
+
+// processStart reads when pid started, from /proc/<pid>/stat (clock ticks since boot, at the usual 100 Hz) and
+// the boot time in /proc/stat.
+func processStart(pid int) (time.Time, bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	// The command name (field 2) may hold spaces and parentheses: fields are counted after its last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return time.Time{}, false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 20 {
+		return time.Time{}, false
+	}
+	ticks, err := strconv.ParseInt(f[19], 10, 64) // field 22, starttime
+	if err != nil {
+		return time.Time{}, false
+	}
+	sys, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(sys), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, false
+			}
+			return time.Unix(boot, 0).Add(time.Duration(ticks) * 10 * time.Millisecond), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// ReplaceLink makes link a symlink to target, replacing whatever a process of the same pid left there (a server
+// killed before this one got its pid): a stale link must not make a backend unavailable.
+func ReplaceLink(target, link string) error {
+	var err error
+	for range 3 {
+		if err = os.Symlink(target, link); !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if rerr := os.Remove(link); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return rerr
+		}
+	}
+	return err
+}
+
+// RemovePaths removes each path (a file, a link or an empty directory); one that does not exist is no error.
+func RemovePaths(paths ...string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestAllocUIDPrefersTheSessionsUID(t *testing.T) {
@@ -70,5 +71,48 @@ func TestPrepareWorkspaceReowns(t *testing.T) {
 	}
 	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
 		t.Errorf("workspace mode %v", fi.Mode().Perm())
+	}
+}
+
+// TestOwnerGone: an owner is gone when its pid is free, or when the process holding the pid started after the
+// thing was made (the pid was reused, as by a server restarted in a container); a live owner never is.
+func TestOwnerGone(t *testing.T) {
+	if OwnerGone(os.Getpid(), time.Now()) {
+		t.Error("this process is reported gone")
+	}
+	started, ok := processStart(os.Getpid())
+	if !ok {
+		t.Fatal("no start time for this process")
+	}
+	if !OwnerGone(os.Getpid(), started.Add(-time.Minute)) {
+		t.Error("a link made a minute before this process started is reported alive: a reused pid keeps its predecessor's state")
+	}
+	if syscall.Kill(4194303, 0) == syscall.ESRCH && !OwnerGone(4194303, time.Now()) {
+		t.Error("a free pid is reported alive")
+	}
+	if OwnerGone(0, time.Time{}) || OwnerGone(-1, time.Time{}) {
+		t.Error("pid <= 0 is reported gone")
+	}
+}
+
+// TestReplaceLink: a stale link with the same name (a killed server of the same pid) is replaced; before, the
+// backend failed with "file exists" and became unavailable.
+func TestReplaceLink(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "123.1")
+	if err := os.Symlink("s-old", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReplaceLink("s-new", link); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(link); err != nil || got != "s-new" {
+		t.Errorf("link -> %q (%v), want s-new", got, err)
+	}
+	if err := RemovePaths(link, filepath.Join(dir, "missing")); err != nil {
+		t.Errorf("RemovePaths: %v", err)
+	}
+	if _, err := os.Lstat(link); !os.IsNotExist(err) {
+		t.Errorf("link left: %v", err)
 	}
 }

@@ -153,6 +153,15 @@ func NewSandbox(proc *Process, limits sandbox.Limits, group *cgroup.Group, teard
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 
+// CgroupDirs are the host directories of the sandbox's cgroups (none without limits). The crash suite checks
+// that none outlive a server.
+func (s *Sandbox) CgroupDirs() []string {
+	if s.group == nil {
+		return nil
+	}
+	return s.group.Dirs()
+}
+
 // Ping waits until the agent answers a request, proving that it runs.
 func (s *Sandbox) Ping(ctx context.Context) error {
 	res, err := s.proc.Client.Call(ctx, PingTool, json.RawMessage(`{}`), 10*time.Second, 0, 5*time.Second)

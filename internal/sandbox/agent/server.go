@@ -103,7 +103,8 @@ func capText(s string, outCap int) string {
 	return s[:cut] + fmt.Sprintf("\n[output truncated: %d of %d bytes shown]", cut, len(s))
 }
 
-// Serve reads requests from r and writes responses to w until r ends, then waits for the calls in flight.
+// Serve reads requests from r and writes responses to w until r ends, then cancels the calls in flight and waits
+// for them.
 // Requests run concurrently; responses are written whole, one per line.
 func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -154,7 +155,10 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 			write(resp)
 		}()
 	}
-	// Input ended: finish the calls in flight (their own timeouts bound them), then stop.
+	// Input ended: the host is gone (it closed the pipe, or it died). Nobody will read the results of the calls
+	// in flight, so stop them now rather than at their timeouts: an agent that is its sandbox's pid 1 takes the
+	// whole sandbox with it when it returns, and a sandbox must not outlive its server.
+	cancel()
 	wg.Wait()
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read requests: %w", err)

@@ -59,6 +59,13 @@ type Config struct {
 	// no limits are enforced (MemoryBytes, Pids and CPUQuota are ignored).
 	CgroupRoot string
 	NoCgroups  bool
+	// CPUShare is the cpu.shares of the group all sandboxes run in, beside the server's own tasks (1024 each):
+	// 0 means cgroup.DefaultShare; a negative value leaves the kernel's default (1024: the sandboxes together
+	// weigh as much as one task of the server). Each sandbox's own group has the default weight, so sandboxes
+	// share what the group gets fairly among themselves. CPUIdle also marks the group idle (cpu.idle): its
+	// sandboxes then run only on CPU time nothing else wants, and starve on a saturated host.
+	CPUShare int
+	CPUIdle  bool
 	// Logger receives the sandboxes' lifecycle; default discards.
 	Logger *slog.Logger
 }
@@ -79,6 +86,8 @@ func (c *Config) validate() error {
 // Provider provisions bubblewrap sandboxes.
 type Provider struct {
 	cfg     Config
+	link    string // the link <pid>.<n> to a default StateDir; "" for one the caller gave
+	owned   bool   // StateDir was made by New (the default), so Close removes it
 	bwrap   string
 	etc     string // the staged minimal /etc (stageEtc)
 	agent   string // the staged agent binary (stageAgent)
@@ -101,12 +110,14 @@ func New(cfg Config) (*Provider, error) {
 	cfg.UIDBase = cmp.Or(cfg.UIDBase, 200000)
 	cfg.UIDCount = cmp.Or(cfg.UIDCount, 10000)
 	cfg.CgroupRoot = cmp.Or(cfg.CgroupRoot, cgroup.DefaultRoot)
-	if cfg.StateDir == "" {
+	var link string
+	owned := cfg.StateDir == ""
+	if owned {
 		base := "/run/corral-bwrap"
 		if _, err := os.Stat("/run"); err != nil {
 			base = filepath.Join(os.TempDir(), "corral-bwrap")
 		}
-		sweep(base)
+		sweep(base, cfg.reapGroup)
 		if err := os.MkdirAll(base, 0o711); err != nil {
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
@@ -121,9 +132,9 @@ func New(cfg Config) (*Provider, error) {
 		if err := os.Mkdir(dir, 0o711); err != nil {
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
-		link := filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
-		_ = os.Remove(link) // a link a server of the same pid left before the host rebooted
-		if err := os.Symlink(filepath.Base(dir), link); err != nil {
+		link = filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
+		if err := agent.ReplaceLink(filepath.Base(dir), link); err != nil {
+			_ = os.Remove(dir)
 			return nil, fmt.Errorf("bwrap: state dir: %w", err)
 		}
 		cfg.StateDir = dir
@@ -151,6 +162,9 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("bwrap: %w (set NoCgroups to run without limits)", err)
 		}
 		cgroup.Sweep(cfg.CgroupRoot, "bwrap-", time.Minute)
+		if err := fairShare(cfg.CgroupRoot, cfg.CPUShare, cfg.CPUIdle); err != nil {
+			return nil, fmt.Errorf("bwrap: %w", err)
+		}
 	}
 	// Staging mounts live only while a sandbox starts; a server that crashed then left some. A StateDir
 	// belongs to one server, so none of them is in use.
@@ -179,7 +193,67 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{cfg: cfg, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter}, nil
+	return &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter}, nil
+}
+
+// fairShare sets the CPU weight of the group every sandbox's group is made in (Config.CPUShare, CPUIdle).
+func fairShare(root string, share int, idle bool) error {
+	parent, err := cgroup.Parent()
+	if err != nil {
+		return err
+	}
+	return cgroup.SetShare(root, parent, cgroup.Share(share), idle)
+}
+
+// reapGroup kills and removes the cgroups of a sandbox named name (its state directory's name) that a server
+// which is gone left.
+func (c *Config) reapGroup(name string) {
+	if c.NoCgroups || !strings.HasPrefix(name, "bwrap-") {
+		return
+	}
+	if g, err := cgroup.Existing(c.CgroupRoot, name); err == nil {
+		_ = g.Remove()
+	}
+}
+
+// Close removes what the provider keeps on the host once its sandboxes are closed: the staged /etc and agent,
+// the state directories of sandboxes that were not closed (killing their cgroups), and a default StateDir
+// with its link. The server calls it on Stop; a server that crashed leaves them to the next New's sweep.
+// Idempotent.
+func (p *Provider) Close() error {
+	var errs []error
+	for _, m := range mountsUnder(p.cfg.StateDir) {
+		errs = append(errs, unmount(m))
+	}
+	boxes, _ := os.ReadDir(p.cfg.StateDir)
+	for _, b := range boxes {
+		if !b.IsDir() || !strings.HasPrefix(b.Name(), "bwrap-") {
+			continue
+		}
+		p.cfg.reapGroup(b.Name())
+		dir := filepath.Join(p.cfg.StateDir, b.Name())
+		errs = append(errs, removeShallow(filepath.Join(dir, "corral")), removeShallow(dir))
+	}
+	if err := os.RemoveAll(filepath.Join(p.cfg.StateDir, "etc")); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, agent.RemovePaths(filepath.Join(p.cfg.StateDir, stagedAgent)))
+	if p.owned {
+		errs = append(errs, agent.RemovePaths(p.cfg.StateDir, p.link))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bwrap: close: %w", err)
+	}
+	return nil
+}
+
+// HostPaths are the host paths the provider keeps while it runs (its StateDir and the link to it); Close
+// removes them. The crash suite checks that none outlive a server.
+func (p *Provider) HostPaths() []string {
+	if !p.owned {
+		return nil
+	}
+	return []string{p.cfg.StateDir, p.link}
 }
 
 // Name returns "bwrap".
@@ -493,7 +567,7 @@ const neutralPrefix = "s-"
 // those a link <pid>.<n> of a dead pid points to, directories named <pid>.<n> (as servers before the links
 // made them), and neutral directories no link points to that are over a minute old (a server that died
 // between making one and its link).
-func sweep(base string) {
+func sweep(base string, reap func(box string)) {
 	ents, err := os.ReadDir(base)
 	if err != nil {
 		return
@@ -511,7 +585,7 @@ func sweep(base string) {
 		if lerr == nil {
 			linked[target] = true
 		}
-		if pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+		if fi, err := os.Lstat(path); err != nil || !agent.OwnerGone(pid, fi.ModTime()) {
 			continue
 		}
 		if lerr == nil {
@@ -539,6 +613,10 @@ func sweep(base string) {
 		_ = os.Remove(filepath.Join(dir, stagedAgent))
 		boxes, _ := os.ReadDir(dir)
 		for _, b := range boxes {
+			// bwrap died with its server (--die-with-parent), but a sandbox's group may hold a process that
+			// escaped; the group is named for the box.
+			reap(b.Name())
+			_ = removeShallow(filepath.Join(dir, b.Name(), "corral"))
 			_ = removeShallow(filepath.Join(dir, b.Name()))
 		}
 		_ = os.Remove(dir)

@@ -26,8 +26,17 @@ func newProvider(t testing.TB) sandbox.Provider {
 	if err != nil {
 		sandboxtest.Require(t, "bwrap", err)
 	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return p
 }
+
+// TestCrash: sandboxes die with a SIGKILLed server, and the next start sweeps the state directories and
+// cgroups it left.
+func TestCrash(t *testing.T) { sandboxtest.RunCrash(t, newProvider) }
 
 func TestConformance(t *testing.T) { sandboxtest.Run(t, newProvider, sandboxtest.Options{}) }
 

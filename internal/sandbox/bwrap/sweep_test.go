@@ -35,7 +35,7 @@ func TestSweepDetachesAndKeepsWorkspaces(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sweep(base)
+	sweep(base, func(string) {})
 	if _, err := os.Stat(filepath.Join(base, deadPID)); !os.IsNotExist(err) {
 		t.Errorf("dead server's state dir left: %v", err)
 	}
@@ -95,7 +95,7 @@ func TestSweepLinkedStateDirs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sweep(base)
+	sweep(base, func(string) {})
 	for _, gone := range []string{deadDir, filepath.Join(base, deadPID+".1"), orphan} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s left: %v", gone, err)

@@ -1,5 +1,6 @@
 // Package cgroup puts a sandbox's processes into per-sandbox cgroup v1 groups (memory, pids, cpu) with limits,
-// reads back whether a limit was hit, and kills and removes the groups. cgroup v1 is what this project's hosts
+// reads back whether a limit was hit, and kills and removes the groups; SetShare weighs the group all sandboxes
+// share against the server's own tasks. cgroup v1 is what this project's hosts
 // have: the v2 hierarchy carries no controllers there.
 package cgroup
 
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +119,79 @@ func Open(root, path string, l Limits) *Group {
 	return g
 }
 
+// Existing returns the groups New(root, name, ...) made, whether or not they still exist, for killing and
+// removing those of a server that is gone.
+func Existing(root, name string) (*Group, error) {
+	if name == "" || strings.ContainsAny(name, "/.") {
+		return nil, fmt.Errorf("cgroup: invalid name %q", name)
+	}
+	own, err := ownGroups()
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{dirs: map[string]string{}}
+	for _, c := range controllers {
+		g.dirs[c] = filepath.Join(root, c, own[c], "corral", name)
+	}
+	return g, nil
+}
+
+// Parent is the group New's groups are made in, "<own group>/corral", for the cpu controller: the one whose
+// share SetShare sets.
+func Parent() (string, error) {
+	own, err := ownGroups()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(own["cpu"], "corral"), nil
+}
+
+// DefaultShare is the cpu.shares of the group all sandboxes share, against the 1024 of every task of the
+// server's own group: all sandboxes together weigh a quarter of one busy server thread.
+const DefaultShare = 256
+
+// Share maps a configured share to cpu.shares: 0 is DefaultShare, a negative value the kernel's default 1024.
+func Share(configured int) int {
+	switch {
+	case configured == 0:
+		return DefaultShare
+	case configured < 0:
+		return 1024
+	}
+	return configured
+}
+
+// SetShare gives the cpu group <root>/cpu/<path> (created if missing), the parent of every sandbox's group, the
+// weight shares against its siblings, and marks it idle (cpu.idle, Linux 5.15+, where the file exists) when idle
+// is set: its tasks then run only when no task of the server's group wants the CPU. Below it each sandbox's group
+// has the default weight, so sandboxes share what they get fairly. shares 1024 and idle false are the kernel's
+// defaults: the sandboxes compete with the server as equals. The setting is the host's: the last server to start
+// wins.
+func SetShare(root, path string, shares int, idle bool) error {
+	dir := filepath.Join(root, "cpu", path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cgroup: create cpu group: %w", err)
+	}
+	idleFile := filepath.Join(dir, "cpu.idle")
+	_, statErr := os.Stat(idleFile)
+	hasIdle := statErr == nil
+	// The kernel refuses a new weight for an idle group: leave idle first.
+	if hasIdle {
+		if err := os.WriteFile(idleFile, []byte("0"), 0); err != nil {
+			return fmt.Errorf("cgroup: set cpu.idle: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.Itoa(shares)), 0); err != nil {
+		return fmt.Errorf("cgroup: set cpu.shares: %w", err)
+	}
+	if idle && hasIdle {
+		if err := os.WriteFile(idleFile, []byte("1"), 0); err != nil {
+			return fmt.Errorf("cgroup: set cpu.idle: %w", err)
+		}
+	}
+	return nil
+}
+
 // Sweep removes the groups named prefix* under <own group>/corral that are empty and older than age: those
 // left by a server that crashed. A group in use is never removed (the kernel refuses to remove a populated
 // group), and age spares one that another server has just made and not yet filled.
@@ -125,8 +200,17 @@ func Sweep(root, prefix string, age time.Duration) {
 	if err != nil {
 		return
 	}
+	sweep(root, func(c string) string { return filepath.Join(own[c], "corral") }, prefix, age)
+}
+
+// SweepAt is Sweep for groups under <root>/<controller>/<parent>, as the OCI runtimes make them.
+func SweepAt(root, parent, prefix string, age time.Duration) {
+	sweep(root, func(string) string { return parent }, prefix, age)
+}
+
+func sweep(root string, parentOf func(controller string) string, prefix string, age time.Duration) {
 	for _, c := range controllers {
-		parent := filepath.Join(root, c, own[c], "corral")
+		parent := filepath.Join(root, c, parentOf(c))
 		ents, _ := os.ReadDir(parent)
 		for _, e := range ents {
 			if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
@@ -163,14 +247,32 @@ func ownGroups() (map[string]string, error) {
 	return own, nil
 }
 
-// Add moves a process into every group. Its later children are born there.
+// Add moves a process into every group. Its later children are born there. It refuses pid 0 (which the kernel
+// reads as the writer itself), init and this process: the server must never join a sandbox's group, whose Kill
+// would then kill the server.
 func (g *Group) Add(pid int) error {
+	if pid <= 1 || pid == os.Getpid() {
+		return fmt.Errorf("cgroup: refusing to add pid %d to a sandbox's group", pid)
+	}
 	for _, c := range controllers {
 		if err := os.WriteFile(filepath.Join(g.dir(c), "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 			return fmt.Errorf("cgroup: add %d to %s: %w", pid, c, err)
 		}
 	}
 	return nil
+}
+
+// Dirs lists the group's directories, one per controller (none once removed).
+func (g *Group) Dirs() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var dirs []string
+	for _, c := range controllers {
+		if d := g.dirs[c]; d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }
 
 // Limits returns the limits the group was created with.
@@ -223,20 +325,28 @@ func (g *Group) Procs() []int {
 	return pids
 }
 
-// Kill sends SIGKILL to every process in the group until it is empty or a second has passed. A fork bomb
+// Kill sends SIGKILL to every process in the group until it is empty or ten seconds have passed. A fork bomb
 // cannot outrun it: the pids limit caps the group and killed processes do not come back.
 func (g *Group) Kill() {
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pids := g.Procs()
+		pids := slices.DeleteFunc(g.Procs(), func(p int) bool { return !killable(p) })
 		if len(pids) == 0 || time.Now().After(deadline) {
 			return
 		}
 		for _, p := range pids {
-			_ = syscall.Kill(p, syscall.SIGKILL)
+			if killable(p) {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// killable reports whether Kill may signal pid: never a process group (pid <= 0), init, this process or its
+// parent, whatever a group's cgroup.procs says.
+func killable(pid int) bool {
+	return pid > 1 && pid != os.Getpid() && pid != os.Getppid()
 }
 
 // Remove kills what is left in the groups and removes them. Idempotent.
@@ -247,13 +357,16 @@ func (g *Group) Remove() error {
 	var errs []error
 	for c, dir := range g.dirs {
 		var err error
-		// A group stays busy for a moment after its last process was reaped.
-		for range 100 {
+		// A group stays busy for a moment after its last process was reaped, and a killed process must still be
+		// scheduled to exit: in a sandbox's idle cpu group (SetShare) on a saturated machine that takes seconds.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 			if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
 				err = nil
 				break
 			}
-			time.Sleep(5 * time.Millisecond)
+			if time.Now().After(deadline) {
+				break
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cgroup: remove %s group: %w", c, err))

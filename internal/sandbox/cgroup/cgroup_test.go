@@ -83,3 +83,60 @@ func TestSweepKeepsPopulatedAndNewGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestAddRefusesTheWriter: pid 0 in cgroup.procs means the writer, so Add(0) would have moved the server into
+// the sandbox's group, whose Kill then killed the server. Add refuses it, init and this process.
+func TestAddRefusesTheWriter(t *testing.T) {
+	if err := Available(DefaultRoot); err != nil {
+		t.Skipf("cgroup v1 unavailable: %v", err)
+	}
+	g, err := New(DefaultRoot, "addtest-"+strings.ReplaceAll(filepath.Base(t.TempDir()), ".", ""), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Remove() })
+	for _, pid := range []int{0, -1, 1, os.Getpid()} {
+		if err := g.Add(pid); err == nil {
+			t.Errorf("Add(%d) succeeded", pid)
+		}
+	}
+	if procs := g.Procs(); len(procs) != 0 {
+		t.Errorf("group holds %v", procs)
+	}
+	if !killable(2) || killable(0) || killable(1) || killable(os.Getpid()) || killable(os.Getppid()) {
+		t.Error("killable lets Kill signal a process group, init, this process or its parent")
+	}
+}
+
+func TestSetShare(t *testing.T) {
+	if err := Available(DefaultRoot); err != nil {
+		t.Skipf("cgroup v1 unavailable: %v", err)
+	}
+	path := "sharetest-" + strings.ReplaceAll(filepath.Base(t.TempDir()), ".", "")
+	dir := filepath.Join(DefaultRoot, "cpu", path)
+	t.Cleanup(func() { _ = os.Remove(dir) })
+	read := func(f string) string {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	_, idleErr := os.Stat(filepath.Join(DefaultRoot, "cpu", "cpu.idle"))
+	if err := SetShare(DefaultRoot, path, 256, true); err != nil {
+		t.Fatal(err)
+	}
+	if idleErr == nil && read("cpu.idle") != "1" {
+		t.Errorf("cpu.idle = %s, want 1", read("cpu.idle"))
+	}
+	// Again, from idle: the kernel refuses a weight for an idle group unless idle is left first.
+	if err := SetShare(DefaultRoot, path, 512, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("cpu.shares"); got != "512" {
+		t.Errorf("cpu.shares = %s, want 512", got)
+	}
+	if idleErr == nil && read("cpu.idle") != "0" {
+		t.Errorf("cpu.idle = %s, want 0", read("cpu.idle"))
+	}
+}

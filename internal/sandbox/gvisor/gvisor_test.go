@@ -31,8 +31,29 @@ func newProvider(t testing.TB) sandbox.Provider {
 	if err != nil {
 		sandboxtest.Require(t, "gvisor", err)
 	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return p
 }
+
+// newDefaultProvider is newProvider in the default runtime root and state directory, which New sweeps.
+func newDefaultProvider(t testing.TB) sandbox.Provider {
+	t.Helper()
+	sandboxtest.Require(t, "gvisor", gvisor.Available(runsc))
+	p, err := gvisor.New(gvisor.Config{Runsc: runsc, OCI: oci.Config{AgentPath: agentPath}})
+	if err != nil {
+		sandboxtest.Require(t, "gvisor", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// TestCrash: gVisor sandboxes die with a SIGKILLed server, and the next start sweeps the runtime state, bundles
+// and cgroups it left.
+func TestCrash(t *testing.T) { sandboxtest.RunCrash(t, newDefaultProvider) }
 
 func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, newProvider, sandboxtest.Options{NoHostProcesses: true})

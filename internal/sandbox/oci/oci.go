@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,8 +41,10 @@ type Config struct {
 	RuntimeArgs []string
 	// Name is the backend's name; default "oci".
 	Name string
-	// RuntimeRoot is the runtime's state directory (--root); default /run/corral-<name>/<pid>. Containers
-	// outlive a server that crashes; New deletes those left in the default roots of servers that are gone.
+	// RuntimeRoot is the runtime's state directory (--root); default /run/corral-<name>/<pid>.<n> (n numbers
+	// the Providers of the process). The containers die with a server that crashes (their agent's pipe ends,
+	// and a watchdog kills what is left); New deletes the state left in the default roots of servers that are
+	// gone, and Close what is left in its own.
 	RuntimeRoot string
 	// StateDir holds the bundles; default <os.TempDir()>/corral-<name>/s-<random>, with a link <pid>.<n> to
 	// it (the sandbox's mount table shows the path, not the server's pid), swept likewise.
@@ -52,6 +55,10 @@ type Config struct {
 	NoCgroups bool
 	// CgroupRoot is where cgroup v1 is mounted, to read back the limits hit; default /sys/fs/cgroup.
 	CgroupRoot string
+	// CPUShare and CPUIdle set the CPU weight of the group /corral every container's group is made in, as
+	// bwrap.Config's do: 0 means cgroup.DefaultShare, a negative value the kernel's default.
+	CPUShare int
+	CPUIdle  bool
 	// RuntimeTasks is how many tasks the runtime itself keeps in the container's cgroup (gVisor's sentry
 	// threads, gofer and stub processes; none for runc). They are added to the pids limit, so that the
 	// runtime's own threads never count against the sandbox's processes.
@@ -72,10 +79,16 @@ type Config struct {
 
 // Provider provisions OCI containers.
 type Provider struct {
-	cfg     Config
-	runtime string
-	agent   string // the agent binary staged in StateDir (stageAgent)
+	cfg       Config
+	runtime   string
+	agent     string // the agent binary staged in StateDir (stageAgent)
+	link      string // the link <pid>.<n> to a default StateDir; ""  for one the caller gave
+	ownedRoot bool   // RuntimeRoot is the default, made by New, so Close removes it
+	watchdog  *watchdog
 }
+
+// cgroupParent is where the containers' groups are made, in every controller (linux.cgroupsPath is absolute).
+const cgroupParent = "/corral"
 
 var _ sandbox.Provider = (*Provider)(nil)
 
@@ -93,8 +106,11 @@ func New(cfg Config) (*Provider, error) {
 	cfg.Name = cmp.Or(cfg.Name, "oci")
 	pid := strconv.Itoa(os.Getpid())
 	runBase, stateBase := "/run/corral-"+cfg.Name, filepath.Join(os.TempDir(), "corral-"+cfg.Name)
-	if cfg.RuntimeRoot == "" {
-		cfg.RuntimeRoot = filepath.Join(runBase, pid)
+	// One root per Provider, not per process: Close deletes every container in its root.
+	owner := fmt.Sprintf("%s.%d", pid, providers.Add(1))
+	ownedRoot := cfg.RuntimeRoot == ""
+	if ownedRoot {
+		cfg.RuntimeRoot = filepath.Join(runBase, owner)
 	}
 	// A sandbox's mount table shows the host paths of its rootfs and binds, so the default bundle directory
 	// has a neutral name; a link <pid>.<n> to it says whose it is (sweep).
@@ -128,25 +144,183 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("oci: %w (set NoCgroups to run without limits)", err)
 		}
 	}
+	p := &Provider{cfg: cfg, runtime: rt, ownedRoot: ownedRoot}
+	// Before this provider makes its own: a server killed earlier may have had this pid, and so this root.
+	p.sweep(runBase, stateBase)
+	if !cfg.NoCgroups {
+		cgroup.SweepAt(cfg.CgroupRoot, cgroupParent, "corral-", time.Minute)
+		if err := cgroup.SetShare(cfg.CgroupRoot, cgroupParent, cgroup.Share(cfg.CPUShare), cfg.CPUIdle); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
 	for _, d := range []string{cfg.RuntimeRoot, cfg.StateDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
 	if linkState {
-		link := filepath.Join(stateBase, fmt.Sprintf("%s.%d", pid, providers.Add(1)))
-		_ = os.Remove(link) // a link a server of the same pid left before the host rebooted
-		if err := os.Symlink(filepath.Base(cfg.StateDir), link); err != nil {
+		p.link = filepath.Join(stateBase, owner)
+		if err := agent.ReplaceLink(filepath.Base(cfg.StateDir), p.link); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
-	agentBin, err := stageAgent(cfg.StateDir, cfg.AgentPath)
-	if err != nil {
+	if p.agent, err = stageAgent(cfg.StateDir, cfg.AgentPath); err != nil {
 		return nil, err
 	}
-	p := &Provider{cfg: cfg, runtime: rt, agent: agentBin}
-	p.sweep(runBase, stateBase)
+	if !cfg.NoCgroups {
+		if p.watchdog, err = startWatchdog(cfg.StateDir, cfg.CgroupRoot); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// watchdog is a process outside the server that kills every process of the provider's containers once the
+// server is gone, however it went (a SIGKILL included). The agent, each container's pid 1, already exits when
+// its pipe from the server ends, which ends its container; the watchdog also takes the runtime's own processes
+// (gVisor's sandbox, gofer and stubs), whatever state they are in. It is a shell reading a pipe whose write end
+// only the server holds; at end of file it SIGKILLs the processes in the pids group of each container the
+// StateDir has a bundle for, until none is left. It runs in a process group of its own and ignores the
+// terminal's signals, so that what kills the server's group does not kill it first.
+type watchdog struct {
+	w    *os.File
+	done chan struct{}
+}
+
+const watchdogScript = `trap '' HUP INT QUIT TERM PIPE
+read -r _
+for i in $(seq 100); do
+  n=0
+  for d in "$1"/corral-*; do
+    f="$2/pids` + cgroupParent + `/${d##*/}/cgroup.procs"
+    [ -f "$f" ] || continue
+    for p in $(cat "$f"); do
+      if [ "$p" -gt 1 ] && [ "$p" -ne $$ ]; then kill -9 "$p" 2>/dev/null; n=$((n+1)); fi
+    done
+  done
+  [ "$n" -eq 0 ] && exit 0
+  sleep 0.1
+done`
+
+func startWatchdog(stateDir, cgroupRoot string) (*watchdog, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("oci: watchdog: %w", err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "corral-watchdog", stateDir, cgroupRoot)
+	cmd.Stdin = r
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("oci: watchdog: %w", err)
+	}
+	wd := &watchdog{w: w, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(wd.done)
+	}()
+	return wd, nil
+}
+
+// stop ends the watchdog: it finds nothing left to kill once the containers are deleted.
+func (wd *watchdog) stop() {
+	if wd == nil {
+		return
+	}
+	wd.w.Close()
+	<-wd.done
+}
+
+// containers lists the ids of the containers in the runtime root: `list` (runsc has no -q), or, when the
+// runtime cannot list them, the root's entries.
+func (p *Provider) containers(root string) []string {
+	var ids []string
+	if out, err := p.runtimeCmdRoot(context.Background(), root, "list").Output(); err == nil {
+		for i, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); i > 0 && len(f) > 0 {
+				ids = append(ids, f[0])
+			}
+		}
+		return ids
+	}
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		if id, _, _ := strings.Cut(e.Name(), "_"); strings.HasPrefix(id, "corral-") && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// reap deletes the containers in the runtime root root (none if "") and kills and removes the groups named for
+// them and for the bundles in bundles: what a server left.
+func (p *Provider) reap(root string, bundles ...string) {
+	var names []string
+	if root != "" {
+		names = p.containers(root)
+		for _, id := range names {
+			_ = p.runtimeCmdRoot(context.Background(), root, "delete", "--force", id).Run()
+		}
+		_ = syscall.Unmount(filepath.Join(root, "null-netns"), syscall.MNT_DETACH) // runsc --network=none
+	}
+	for _, dir := range bundles {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "corral-") && !slices.Contains(names, e.Name()) {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	if !p.cfg.NoCgroups {
+		for _, id := range names {
+			if strings.HasPrefix(id, "corral-") && !strings.ContainsAny(id, "/.") {
+				_ = cgroup.Open(p.cfg.CgroupRoot, cgroupParent+"/"+id, cgroup.Limits{}).Remove()
+			}
+		}
+	}
+}
+
+// Close deletes the containers left in the provider's runtime root (those of sandboxes that were not closed)
+// and removes what the provider keeps on the host: the bundles, the staged agent, and the default runtime
+// root, StateDir and link. The server calls it on Stop; a server that crashed leaves them to the next New's
+// sweep. Idempotent.
+func (p *Provider) Close() error {
+	p.reap(p.cfg.RuntimeRoot, p.cfg.StateDir)
+	p.watchdog.stop()
+	var errs []error
+	if p.ownedRoot {
+		errs = append(errs, os.RemoveAll(p.cfg.RuntimeRoot))
+	}
+	ents, _ := os.ReadDir(p.cfg.StateDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "corral-") {
+			errs = append(errs, os.RemoveAll(filepath.Join(p.cfg.StateDir, e.Name())))
+		}
+	}
+	errs = append(errs, agent.RemovePaths(filepath.Join(p.cfg.StateDir, "agent")))
+	if p.link != "" {
+		errs = append(errs, agent.RemovePaths(p.cfg.StateDir, p.link))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("oci: close: %w", err)
+	}
+	return nil
+}
+
+// HostPaths are the default host paths the provider keeps while it runs (its runtime root, StateDir and the
+// link to it); Close removes them. The crash suite checks that none outlive a server.
+func (p *Provider) HostPaths() []string {
+	var paths []string
+	if p.ownedRoot {
+		paths = append(paths, p.cfg.RuntimeRoot)
+	}
+	if p.link != "" {
+		paths = append(paths, p.cfg.StateDir, p.link)
+	}
+	return paths
 }
 
 // Name returns the configured name ("oci" by default).
@@ -158,21 +332,27 @@ func (p *Provider) Tools() []sandbox.Tool { return agent.Tools() }
 // sweep deletes the containers, and removes the runtime roots and bundles, that servers which are gone left in
 // the default locations.
 func (p *Provider) sweep(runBase, stateBase string) {
+	// A dead server's bundles name its containers' groups too: gather them first.
+	deadBundles := map[string][]string{} // <pid>.<n> -> the bundle dirs of that provider
+	sents, _ := os.ReadDir(stateBase)
+	for _, e := range sents {
+		path := filepath.Join(stateBase, e.Name())
+		if target, err := os.Readlink(path); err == nil && !strings.Contains(target, "/") && deadOwner(path, e.Name()) {
+			deadBundles[e.Name()] = append(deadBundles[e.Name()], filepath.Join(stateBase, target))
+		}
+	}
 	ents, _ := os.ReadDir(runBase)
 	for _, e := range ents {
-		if !deadPID(e.Name()) {
+		root := filepath.Join(runBase, e.Name())
+		if !deadOwner(root, e.Name()) {
 			continue
 		}
-		root := filepath.Join(runBase, e.Name())
-		out, err := p.runtimeCmdRoot(context.Background(), root, "list", "-q").Output()
-		if err != nil {
-			continue // leave what cannot be listed
-		}
-		for _, id := range strings.Fields(string(out)) {
-			_ = p.runtimeCmdRoot(context.Background(), root, "delete", "--force", id).Run()
-		}
-		_ = syscall.Unmount(filepath.Join(root, "null-netns"), syscall.MNT_DETACH) // runsc --network=none
+		p.reap(root, deadBundles[e.Name()]...)
+		delete(deadBundles, e.Name())
 		_ = os.RemoveAll(root)
+	}
+	for _, dirs := range deadBundles {
+		p.reap("", dirs...) // a server that gave its own runtime root
 	}
 	// Bundles hold no host mounts: the containers' mounts live in their own namespaces. They are in the
 	// directories that links <pid>.<n> of dead pids point to, in directories named <pid> (as servers before
@@ -186,7 +366,7 @@ func (p *Provider) sweep(runBase, stateBase string) {
 		if lerr == nil {
 			linked[target] = true
 		}
-		if owner, _, _ := strings.Cut(e.Name(), "."); !deadPID(owner) {
+		if !deadOwner(path, e.Name()) {
 			continue
 		}
 		if lerr == nil {
@@ -244,10 +424,15 @@ const neutralPrefix = "s-"
 // providers numbers the Providers of this process, for the links to their default StateDirs.
 var providers atomic.Int64
 
-// deadPID reports whether name is the pid of a process that no longer exists.
-func deadPID(name string) bool {
-	pid, err := strconv.Atoi(name)
-	return err == nil && pid > 0 && pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH
+// deadOwner reports whether path, named name or <name>.<n>, belongs to a process that is gone (agent.OwnerGone).
+func deadOwner(path, name string) bool {
+	owner, _, _ := strings.Cut(name, ".")
+	pid, err := strconv.Atoi(owner)
+	if err != nil {
+		return false
+	}
+	fi, err := os.Lstat(path)
+	return err == nil && agent.OwnerGone(pid, fi.ModTime())
 }
 
 // runtimeCmd builds a runtime command with the global flags.
@@ -311,7 +496,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	}
 	var group *cgroup.Group
 	if !p.cfg.NoCgroups {
-		spec.CgroupsPath = "/corral/" + name
+		spec.CgroupsPath = cgroupParent + "/" + name
 		spec.MemoryBytes, spec.Pids, spec.CPUQuota = limits.MemoryBytes, limits.Pids+p.cfg.RuntimeTasks, limits.CPUQuota
 		group = cgroup.Open(p.cfg.CgroupRoot, spec.CgroupsPath, cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, CPUQuota: spec.CPUQuota})
 	}

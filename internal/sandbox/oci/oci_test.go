@@ -26,8 +26,29 @@ func newProvider(t testing.TB) sandbox.Provider {
 	if err != nil {
 		sandboxtest.Require(t, "oci", err)
 	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return p
 }
+
+// newDefaultProvider is newProvider in the default runtime root and state directory, which New sweeps.
+func newDefaultProvider(t testing.TB) sandbox.Provider {
+	t.Helper()
+	sandboxtest.Require(t, "oci", oci.Available("runc"))
+	p, err := oci.New(oci.Config{AgentPath: agentPath})
+	if err != nil {
+		sandboxtest.Require(t, "oci", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// TestCrash: containers die with a SIGKILLed server, and the next start sweeps the runtime state, bundles and
+// cgroups it left.
+func TestCrash(t *testing.T) { sandboxtest.RunCrash(t, newDefaultProvider) }
 
 func TestConformance(t *testing.T) { sandboxtest.Run(t, newProvider, sandboxtest.Options{}) }
 
@@ -84,9 +105,11 @@ func TestSweep(t *testing.T) {
 	if out, _ := exec.Command("runc", "--root", root, "list", "-q").Output(); strings.TrimSpace(string(out)) != "left" {
 		t.Fatalf("container not created: %q", out)
 	}
-	if _, err := oci.New(oci.Config{AgentPath: agentPath, Name: name}); err != nil {
+	p, err := oci.New(oci.Config{AgentPath: agentPath, Name: name})
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer p.Close()
 	for _, dir := range []string{root, bundle} {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("%s left: %v", dir, err)
@@ -108,9 +131,11 @@ func TestNeutralStateDir(t *testing.T) {
 		_ = os.RemoveAll(base)
 		_ = os.RemoveAll("/run/corral-" + name)
 	})
-	if _, err := oci.New(oci.Config{AgentPath: agentPath, Name: name}); err != nil {
+	p, err := oci.New(oci.Config{AgentPath: agentPath, Name: name})
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer p.Close()
 	ents, err := os.ReadDir(base)
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,10 @@
 // Package sandboxtest is the conformance suite every sandbox backend passes (Run), the red-team suite every
 // isolating backend passes (RunRedTeam), and the suites for resource limits (RunLimits), egress networking
-// (RunNetwork) and what a sandbox must not get from its host (RunHardening: inherited descriptors, system calls
-// beyond the seccomp deny list, host paths in its mount table) and the disk and inode quotas of its workspace
-// and /tmp (RunQuota). A backend's test builds the agent once (BuildAgent, in TestMain), decides whether its
-// tool is present (Require) and calls the suites with a constructor for its Provider.
+// (RunNetwork), what a sandbox must not get from its host (RunHardening: inherited descriptors, system calls
+// beyond the seccomp deny list, host paths in its mount table), the disk and inode quotas of its workspace and
+// /tmp (RunQuota), and that sandboxes die with a SIGKILLed server and leave nothing behind (RunCrash). A
+// backend's test builds the agent once (BuildAgent, in TestMain), decides whether its tool is present (Require)
+// and calls the suites with a constructor for its Provider.
 package sandboxtest
 
 import (
@@ -208,3 +209,14 @@ func Main(m *testing.M, agentPath *string) {
 	}
 	os.Exit(code)
 }
+
+// crashChildEnv, set by RunCrash in the environment of the server process it starts, names the file that child
+// reports to: it makes RunCrash in the child provision sandboxes and wait to be killed.
+const crashChildEnv = "CORRAL_SANDBOXTEST_CRASH_CHILD"
+
+// crashChildReport is the file a crash child reports to, or "" in the test process itself.
+func crashChildReport() string { return os.Getenv(crashChildEnv) }
+
+// crashChildEnviron is the environment of a crash child that reports to report: this test's own, which holds
+// what the backends' tests read (CORRAL_RUNSC, RequireEnv).
+func crashChildEnviron(report string) []string { return append(os.Environ(), crashChildEnv+"="+report) }
