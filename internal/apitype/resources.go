@@ -248,3 +248,22 @@ type APIKey struct {
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at"`
 }
+
+// File is a file of the Files API: «FileMetadata». Its bytes are in the blob store.
+type File struct {
+	Type         string     `json:"type"` // "file"
+	ID           string     `json:"id"`
+	Filename     string     `json:"filename"`
+	MimeType     string     `json:"mime_type"`
+	SizeBytes    int64      `json:"size_bytes"`
+	CreatedAt    time.Time  `json:"created_at"`
+	Downloadable bool       `json:"downloadable"`
+	ExpiresAt    *time.Time `json:"expires_at"`
+	Scope        *FileScope `json:"scope,omitempty"`
+}
+
+// FileScope is what a file was created in: {"type":"session","id":"sesn_..."} for a session's outputs.
+type FileScope struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+}

@@ -16,7 +16,7 @@ import (
 const module = "github.com/corralhq/corral/"
 
 // ports are the packages whose subpackages are adapters (or kits for testing them).
-var ports = []string{"internal/store", "internal/model", "internal/sandbox"}
+var ports = []string{"internal/store", "internal/model", "internal/sandbox", "internal/blob"}
 
 // rules lists, per package, the internal packages it may import (non-test files). A package not listed may
 // import what the general rules allow.
@@ -25,6 +25,7 @@ var rules = map[string][]string{
 	"internal/store":   {"internal/apitype"},
 	"internal/model":   {"internal/apitype"},
 	"internal/sandbox": {"internal/apitype"},
+	"internal/blob":    {},
 	"internal/client":  {"internal/apitype"},
 	"internal/api":     {"internal/apitype", "internal/store"},
 	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},

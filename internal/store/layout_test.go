@@ -25,6 +25,7 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.APIKeyStore]():      "apikeys.go",
 		reflect.TypeFor[store.PreviewStore]():     "previews.go",
 		reflect.TypeFor[store.VaultStore]():       "vaults.go",
+		reflect.TypeFor[store.FileStore]():        "files.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()

@@ -44,6 +44,7 @@ type Store interface {
 	APIKeyStore
 	PreviewStore
 	VaultStore
+	FileStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities

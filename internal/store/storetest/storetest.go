@@ -91,6 +91,8 @@ func Run(t *testing.T, h Harness) {
 		{"SecretRewrap", testSecretRewrap},
 		{"MasterKey", testMasterKey},
 		{"ResourceSecret", testResourceSecret},
+		{"File", testFile},
+		{"FileList", testFileList},
 		{"Close", testClose},
 		{"CloseDuringAppends", testCloseDuringAppends},
 		{"Durability", testDurability},
