@@ -27,6 +27,8 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	hf.register(fs)
 	var vf vaultFlags
 	vf.register(fs)
+	var ff fileFlags
+	ff.register(fs)
 	rateLimit := fs.Float64("rate-limit", 0, "`requests` per second allowed per API key (0 = unlimited)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -47,9 +49,13 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	fsvc, err := ff.open(sf.data, st)
+	if err != nil {
+		return err
+	}
 	cfg := corral.Config{
 		Store: st, Logger: logger,
-		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt},
+		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Files: fsvc},
 	}
 	if bf.workers > 0 {
 		if cfg.Brain, err = bf.brainConfig(); err != nil {

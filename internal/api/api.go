@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -60,6 +61,9 @@ type Config struct {
 	// Sealer encrypts credential secrets (a *vault.Vault). Without one, creating a credential with a secret
 	// fails.
 	Sealer Sealer
+	// Files stores the Files API's files (and the skills' archives); nil answers those endpoints with an
+	// error. Its MaxBytes caps an upload, instead of MaxBodyBytes.
+	Files *files.Service
 }
 
 func (c *Config) validate() error {
@@ -87,6 +91,7 @@ type Server struct {
 	// writeTimeout bounds each write to an event stream.
 	writeTimeout time.Duration
 	sealer       Sealer
+	files        *files.Service
 	mux          *http.ServeMux
 	// now is the clock; tests may replace it.
 	now func() time.Time
@@ -106,6 +111,7 @@ func New(cfg Config) (*Server, error) {
 		poll:      cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		now:       apitype.Now,
 		sealer:    cfg.Sealer,
+		files:     cfg.Files,
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
 			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),
 		writeTimeout: cmp.Or(cfg.StreamWriteTimeout, DefaultStreamWriteTimeout),
@@ -168,6 +174,7 @@ func (s *Server) routes() {
 	s.mux.Handle("DELETE /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceDelete))
 
 	s.vaultRoutes()
+	s.fileRoutes()
 }
 
 type ctxKey int
@@ -240,6 +247,11 @@ func (s *Server) public(h handlerFunc) http.Handler {
 
 // authed serves an endpoint after authenticating the caller, rate limiting it and capping the body size.
 func (s *Server) authed(h handlerFunc) http.Handler {
+	return s.authedLimit(h, func() int64 { return s.maxBody })
+}
+
+// authedLimit is authed with a body cap of its own (uploads).
+func (s *Server) authedLimit(h handlerFunc, limit func() int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := s.admit(w, r)
 		if err != nil {
@@ -247,11 +259,12 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), keyIDKey, key))
-		if r.ContentLength > s.maxBody {
-			s.serveErr(w, r, errTooLarge(s.maxBody))
+		maxBody := limit()
+		if r.ContentLength > maxBody {
+			s.serveErr(w, r, errTooLarge(maxBody))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		if err := h(w, r); err != nil {
 			s.serveErr(w, r, err)
 		}

@@ -27,9 +27,11 @@ var rules = map[string][]string{
 	"internal/sandbox": {"internal/apitype"},
 	"internal/blob":    {},
 	"internal/client":  {"internal/apitype"},
-	"internal/api":     {"internal/apitype", "internal/store"},
+	"internal/api":     {"internal/apitype", "internal/store", "internal/files"},
+	// The Files API's storage: metadata in the store, bytes in the blob port.
+	"internal/files":   {"internal/apitype", "internal/store", "internal/blob"},
 	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},
-	"internal/server":  {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox"},
+	"internal/server":  {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files"},
 	// The benchmark composes servers through internal/server and is handed its backends by cmd/: it picks none.
 	"internal/bench": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/model",
 		"internal/sandbox", "internal/server", "internal/model/fakemodel", "internal/client"},

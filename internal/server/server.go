@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
@@ -64,6 +65,8 @@ type APIConfig struct {
 	RateLimit float64 // requests per second per API key (0 = unlimited)
 	// Sealer seals the credentials the API is given (*vault.Vault); nil refuses to store credentials.
 	Sealer api.Sealer
+	// Files stores the Files API's files; nil answers its endpoints with an error.
+	Files *files.Service
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
@@ -177,7 +180,8 @@ func New(cfg Config) (*Server, error) {
 		s.brain = brain
 	}
 	if cfg.API != nil {
-		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer})
+		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
+			Files: cfg.API.Files})
 		if err != nil {
 			return undo(err)
 		}
