@@ -21,6 +21,8 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	hf.register(fs)
 	var vf vaultFlags
 	vf.register(fs)
+	var ff fileFlags
+	ff.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -41,7 +43,11 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	sc, err := hf.sandbox(sf.data, st, vlt, io.err, logger)
+	fsvc, err := ff.open(sf.data, st)
+	if err != nil {
+		return err
+	}
+	sc, err := hf.sandbox(sf.data, st, vlt, fsvc, io.err, logger)
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		if cfg.Brain, err = bf.brainConfig(); err != nil {
 			return err
 		}
-		if cfg.Sandbox, err = hf.sandbox(sf.data, st, vlt, io.err, logger); err != nil {
+		if cfg.Sandbox, err = hf.sandbox(sf.data, st, vlt, fsvc, io.err, logger); err != nil {
 			return err
 		}
 	}

@@ -239,3 +239,41 @@ func TestFilesWithoutStorage(t *testing.T) {
 		File: anthropic.File(strings.NewReader("x"), "x", "text/plain")})
 	wantAPIError(t, err, http.StatusNotImplemented, apitype.ErrAPI)
 }
+
+// seedFile records a file's metadata in st (no content), so that resources may name it.
+func seedFile(t testing.TB, st store.Store, id string) {
+	t.Helper()
+	f := &store.File{File: apitype.File{Type: "file", ID: id, Filename: id, MimeType: "text/plain", SizeBytes: 1,
+		CreatedAt: apitype.Now()}, SHA256: "00", BlobKey: "files/" + id}
+	if err := st.FileCreate(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFileResourceRefused: a file resource naming no file, or mounted outside the uploads and the workspace,
+// is a 400 on create and on add.
+func TestFileResourceRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, envID := h.seed(ctx)
+	seedFile(t, h.store, "file_ok")
+	sessID := h.newSession(ctx, agentID, envID)
+	for _, res := range []string{
+		`{"type":"file","file_id":"file_missing"}`,
+		`{"type":"file","file_id":"file_ok","mount_path":"/etc/passwd"}`,
+		`{"type":"file","file_id":"file_ok","mount_path":"/mnt/session/outputs/x"}`,
+		`{"type":"file","file_id":"file_ok","mount_path":"/workspace"}`,
+	} {
+		body := `{"agent":"` + agentID + `","environment_id":"` + envID + `","resources":[` + res + `]}`
+		if st, _, b := h.do(http.MethodPost, "/v1/sessions", body); st != http.StatusBadRequest {
+			t.Errorf("create with %s: %d %s", res, st, b)
+		}
+		if st, _, b := h.do(http.MethodPost, "/v1/sessions/"+sessID+"/resources", res); st != http.StatusBadRequest {
+			t.Errorf("add %s: %d %s", res, st, b)
+		}
+	}
+	if st, _, b := h.do(http.MethodPost, "/v1/sessions/"+sessID+"/resources", `{"type":"file","file_id":"file_ok","mount_path":"/workspace/in/ok.txt"}`); st != http.StatusOK {
+		t.Errorf("a file in the workspace: %d %s", st, b)
+	}
+}

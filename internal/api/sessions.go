@@ -249,6 +249,9 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		if err := s.checkFile(r.Context(), index("resources", i), &res); err != nil {
+			return err
+		}
 		if token != "" {
 			sealed, err := s.sealToken(res.ID, token)
 			if err != nil {

@@ -191,3 +191,19 @@ func MimeType(name, given string) string {
 	}
 	return "application/octet-stream"
 }
+
+// OpenContent returns the content of a file (the workspace places file resources with it).
+func (s *Service) OpenContent(ctx context.Context, id string) (io.ReadCloser, error) {
+	_, rc, err := s.Open(ctx, id)
+	return rc, err
+}
+
+// CreateOutput stores a file a session left in its outputs directory, scoped to the session, and returns its id
+// (the workspace collects outputs with it).
+func (s *Service) CreateOutput(ctx context.Context, sessionID, name string, content io.Reader) (string, error) {
+	f, err := s.Create(ctx, name, "", &apitype.FileScope{Type: "session", ID: sessionID}, content)
+	if err != nil {
+		return "", err
+	}
+	return f.ID, nil
+}

@@ -127,3 +127,23 @@ func (r *run) provisionEagerly() error {
 	}
 	return nil
 }
+
+// collectOutputs has the hands collect the files the session left under sandbox.OutputsMount into the Files
+// API before the session goes idle, so that a client that sees the idle can list them. A failure (the outputs'
+// quota, a file that cannot be read) is a session.error in the same write as the idle; the turn still ends.
+func (r *run) collectOutputs() []apitype.NewEvent {
+	oc, ok := r.b.cfg.Hands.(sandbox.OutputCollector)
+	if !ok {
+		return nil
+	}
+	rec := r.recipe()
+	if err := oc.CollectOutputs(r.ctx, &rec); err != nil {
+		r.b.cfg.Logger.Warn("session outputs not collected", "session_id", r.sess.ID, "err", err)
+		return []apitype.NewEvent{mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
+			Type:        apitype.SessionErrUnknown,
+			Message:     "collecting the session's outputs (retried at the next turn's end): " + err.Error(),
+			RetryStatus: apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+		}})}
+	}
+	return nil
+}

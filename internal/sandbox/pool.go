@@ -39,7 +39,25 @@ type PoolConfig struct {
 	// Egress, if set, builds each sandbox's Recipe.Egress (internal/proxy: the git endpoint, credentials
 	// injected at egress). A failure fails the provisioning.
 	Egress EgressSource
+	// Outputs, if set, collects the files a session leaves under OutputsMount (into the Files API): when the
+	// brain ends a turn (CollectOutputs), and before a sandbox is reaped, replaced or stopped.
+	Outputs Collector
 }
+
+// Collector collects a session's outputs: the files under the recipe's OutputsDir not collected before (or
+// changed since). internal/workspace implements it.
+type Collector interface {
+	Collect(ctx context.Context, r *Recipe) error
+}
+
+// OutputCollector is implemented by hands that collect a session's outputs (*Pool does); the brain calls it
+// at the end of each turn, before the session goes idle.
+type OutputCollector interface {
+	CollectOutputs(ctx context.Context, r *Recipe) error
+}
+
+// collectTimeout bounds a collection the Pool starts on its own (reaping, replacing, stopping).
+const collectTimeout = 2 * time.Minute
 
 func (c *PoolConfig) validate() error {
 	if c.Provider == nil {
@@ -81,6 +99,8 @@ type session struct {
 	lastUsed time.Time
 	// unplaced are resources that could not be placed, for a note in front of the next tool result.
 	unplaced []*ResourceError
+	// recipe is the recipe of the session's last provisioning (for the collection of its outputs).
+	recipe *Recipe
 }
 
 var _ Hands = (*Pool)(nil)
@@ -180,6 +200,9 @@ func (p *Pool) recipe(call *Call) (Recipe, error) {
 	if r.WorkspaceDir == "" {
 		r.WorkspaceDir = filepath.Join(p.cfg.WorkspaceRoot, r.SessionID)
 	}
+	if r.SessionDir == "" {
+		r.SessionDir = p.sessionDir(r.SessionID)
+	}
 	l, d := &r.Limits, p.cfg.Limits
 	l.MemoryBytes = cmp.Or(l.MemoryBytes, d.MemoryBytes)
 	l.Pids = cmp.Or(l.Pids, d.Pids)
@@ -269,6 +292,8 @@ func (p *Pool) acquire(ctx context.Context, s *session, call *Call, r *Recipe) (
 			return nil, true, err
 		}
 		s.sb = sb
+		rc := *r
+		s.recipe = &rc
 	}
 	s.inflight++
 	s.lastUsed = time.Now()
@@ -286,6 +311,9 @@ func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, [
 	var sb Sandbox
 	var unplaced []*ResourceError
 	err := os.MkdirAll(r.WorkspaceDir, 0o700)
+	if err == nil && r.SessionDir != "" {
+		err = os.MkdirAll(r.UploadsDir(), 0o755)
+	}
 	if err != nil {
 		err = fmt.Errorf("workspace: %w", err)
 	} else {
@@ -325,10 +353,48 @@ func (p *Pool) release(s *session, sb Sandbox, err error) {
 	if dead {
 		s.sb = nil
 	}
+	rec := s.recipe
 	s.mu.Unlock()
 	if dead {
 		_ = sb.Close()
+		p.collect(rec)
 	}
+}
+
+// sessionDir is the host directory of a session's /mnt/session, beside its workspace. Its name starts with a
+// dot, so RemoveWorkspaces never takes it for a session's workspace.
+func (p *Pool) sessionDir(id string) string {
+	return filepath.Join(p.cfg.WorkspaceRoot, ".mnt-"+id)
+}
+
+// collect collects the outputs of the recipe's session, if the pool has a collector; failures are logged.
+func (p *Pool) collect(r *Recipe) {
+	if p.cfg.Outputs == nil || r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	defer cancel()
+	if err := p.cfg.Outputs.Collect(ctx, r); err != nil {
+		p.cfg.Logger.Warn("session outputs not collected", "session", r.SessionID, "err", err)
+	}
+}
+
+var _ OutputCollector = (*Pool)(nil)
+
+// CollectOutputs collects the session's outputs now (the brain calls it when a turn ends). Without a collector,
+// or for a session that never had a sandbox here, there is nothing to collect.
+func (p *Pool) CollectOutputs(ctx context.Context, call *Recipe) error {
+	if p.cfg.Outputs == nil {
+		return nil
+	}
+	r, err := p.recipe(&Call{Recipe: *call})
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(r.OutputsDir()); err != nil {
+		return nil // no sandbox ever had it
+	}
+	return p.cfg.Outputs.Collect(ctx, &r)
 }
 
 // Close closes the session's sandbox, if any. The workspace stays. Idempotent.
@@ -368,6 +434,10 @@ func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Conte
 			errs = append(errs, fmt.Errorf("sandbox pool: remove workspace: %w", err))
 			continue
 		}
+		if err := os.RemoveAll(p.sessionDir(id)); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox pool: remove session directory: %w", err))
+			continue
+		}
 		if p.cfg.Placer != nil {
 			errs = append(errs, p.cfg.Placer.Forget(dir))
 		}
@@ -403,9 +473,20 @@ func (p *Pool) Stop() error {
 	p.reaped.Wait()
 	var errs []error
 	for _, s := range sessions {
+		p.collect(s.lastRecipe())
 		errs = append(errs, s.close())
 	}
 	return errors.Join(errs...)
+}
+
+// lastRecipe is the recipe of the session's sandbox, nil if it never had one.
+func (s *session) lastRecipe() *Recipe {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sb == nil {
+		return nil
+	}
+	return s.recipe
 }
 
 // reap closes the sandboxes that have been idle for IdleTimeout, and forgets their sessions.
@@ -420,6 +501,7 @@ func (p *Pool) reap(ctx context.Context) {
 			return
 		case now := <-t.C:
 			for _, s := range p.idle(now) {
+				p.collect(s.lastRecipe())
 				if err := s.close(); err != nil {
 					p.cfg.Logger.Warn("closing idle sandbox", "err", err)
 				}

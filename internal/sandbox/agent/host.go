@@ -146,5 +146,45 @@ func Claim(r *sandbox.Recipe, base, count int) (int, Undo, error) {
 		undo.Run()
 		return 0, nil, err
 	}
+	if err := PrepareSessionDir(r, uid); err != nil {
+		undo.Run()
+		return 0, nil, err
+	}
 	return uid, undo, nil
+}
+
+// PrepareSessionDir makes the recipe's session directory ready to bind (nothing without one): uploads
+// belongs to the host (0755, the placed files 0444: the sandbox reads, never writes, them), outputs to uid.
+func PrepareSessionDir(r *sandbox.Recipe, uid int) error {
+	if r.SessionDir == "" {
+		return nil
+	}
+	if !filepath.IsAbs(r.SessionDir) {
+		return fmt.Errorf("session directory %q must be an absolute path", r.SessionDir)
+	}
+	if err := os.MkdirAll(r.UploadsDir(), 0o755); err != nil {
+		return fmt.Errorf("session directory: %w", err)
+	}
+	if err := os.Chmod(r.SessionDir, 0o711); err != nil {
+		return fmt.Errorf("session directory: %w", err)
+	}
+	return PrepareWorkspace(r.OutputsDir(), uid)
+}
+
+// Mount is a bind of a host directory into a sandbox.
+type Mount struct {
+	Source, Target string
+	ReadOnly       bool
+}
+
+// SessionMounts are the binds of the recipe's session directory (none without one): uploads read-only at
+// sandbox.UploadsMount, outputs read-write at sandbox.OutputsMount.
+func SessionMounts(r *sandbox.Recipe) []Mount {
+	if r.SessionDir == "" {
+		return nil
+	}
+	return []Mount{
+		{Source: r.UploadsDir(), Target: sandbox.UploadsMount, ReadOnly: true},
+		{Source: r.OutputsDir(), Target: sandbox.OutputsMount},
+	}
 }

@@ -258,6 +258,22 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	}
 	cleanup.Add(proxy.Close)
 	args = append(args, "--bind", ws, agent.Workspace, "--ro-bind", corralDir, filepath.Dir(agent.BinPath))
+	// The session's uploads and outputs, bound here first as the workspace is.
+	for i, m := range agent.SessionMounts(r) {
+		dst := filepath.Join(stateDir, fmt.Sprintf("mnt%d", i))
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return nil, fmt.Errorf("bwrap: %w", err)
+		}
+		if err := bindMount(m.Source, dst, m.ReadOnly); err != nil {
+			return nil, fmt.Errorf("bwrap: %w", err)
+		}
+		cleanup.Add(func() error { return unmount(dst) })
+		flag := "--bind"
+		if m.ReadOnly {
+			flag = "--ro-bind"
+		}
+		args = append(args, flag, dst, m.Target)
+	}
 
 	var group *cgroup.Group
 	limits := agent.WithDefaults(r.Limits)

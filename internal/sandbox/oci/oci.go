@@ -294,7 +294,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 
 	limits := agent.WithDefaults(r.Limits)
 	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.agent, ProxySocket: sock,
-		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3}
+		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3, Mounts: agent.SessionMounts(r)}
 	if spec.CABundle, err = agent.CABundle(r.Egress); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
