@@ -58,7 +58,7 @@ func testFilesInAndOut(t *testing.T, sandboxArgs []string) {
 	if len(results) != 1 {
 		t.Fatalf("%d tool results, want 1", len(results))
 	}
-	want := string(input) + "same-in-workspace\nupload-read-only\nwritten\n"
+	want := string(input) + "same-in-workspace\nupload-read-only\nwritten" // the tool trims the last newline
 	if out := results[0].text; results[0].isError || out != want {
 		t.Fatalf("tool result %q (is_error %v), want %q", out, results[0].isError, want)
 	}
