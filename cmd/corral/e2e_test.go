@@ -57,7 +57,7 @@ const testKey = "corral-e2e-key"
 
 // server is a running `corral serve`.
 type server struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	url    string
 	stderr *lockedBuffer
@@ -91,7 +91,7 @@ func sandboxKind() string {
 }
 
 // startServer starts `corral serve` on the data dir and waits until it listens.
-func startServer(t *testing.T, data string, model *modeltest.Server, extra ...string) *server {
+func startServer(t testing.TB, data string, model *modeltest.Server, extra ...string) *server {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--sandbox", sandboxKind(),
 		"--lease-ttl", "2s", "--poll", "200ms"}, extra...)
@@ -110,7 +110,7 @@ func serverEnv(model *modeltest.Server, key string) []string {
 
 // startCorral runs the corral binary with the environment and waits for a stderr line that starts with ready;
 // the rest of that line becomes s.url. The process is killed when the test ends.
-func startCorral(t *testing.T, env []string, ready string, args ...string) *server {
+func startCorral(t testing.TB, env []string, ready string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
 	cmd.Env = env

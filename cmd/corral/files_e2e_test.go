@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,4 +94,90 @@ func testFilesInAndOut(t *testing.T, sandboxArgs []string) {
 	if err != nil || len(all.Data) != 2 || !strings.Contains(all.RawJSON(), up.ID) {
 		t.Fatalf("all files: %v %s", err, all.RawJSON())
 	}
+}
+
+// pattern yields n bytes of a fixed pattern without holding them.
+type pattern struct{ n, off int64 }
+
+func (p *pattern) Read(b []byte) (int, error) {
+	if p.off >= p.n {
+		return 0, io.EOF
+	}
+	b = b[:min(int64(len(b)), p.n-p.off)]
+	for i := range b {
+		b[i] = byte((p.off + int64(i)) * 131 >> 7)
+	}
+	p.off += int64(len(b))
+	return len(b), nil
+}
+
+// rssKB reads a field (VmRSS, VmHWM) of a process's status, in kB.
+func rssKB(b *testing.B, pid int, field string) float64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return v
+		}
+	}
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// BenchmarkFiles100MB uploads and downloads a 100 MB file through the SDK against a real `corral serve` and
+// reports both throughputs and the server's memory: its resident set before the first upload and its peak
+// (VmHWM) after every transfer. The file streams to and from the blob store, so the peak stays far below the
+// file's size. Figures: docs/benchmarks.md.
+func BenchmarkFiles100MB(b *testing.B) {
+	const size = 100 << 20
+	model := modeltest.NewServer(b)
+	s := startServer(b, b.TempDir(), model, "--brains", "0")
+	c := sdkClient(s)
+	pid := s.cmd.Process.Pid
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	want := sha256.New()
+	if _, err := io.Copy(want, &pattern{n: size}); err != nil {
+		b.Fatal(err)
+	}
+	baseline := rssKB(b, pid, "VmRSS")
+	var up, down time.Duration
+	for b.Loop() {
+		start := time.Now()
+		f, err := c.Beta.Files.Upload(ctx, anthropic.BetaFileUploadParams{File: anthropic.File(&pattern{n: size}, "big.bin", "application/octet-stream")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		up += time.Since(start)
+		if f.SizeBytes != size {
+			b.Fatalf("uploaded %d bytes", f.SizeBytes)
+		}
+		start = time.Now()
+		resp, err := c.Beta.Files.Download(ctx, f.ID, anthropic.BetaFileDownloadParams{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := sha256.New()
+		_, err = io.Copy(h, resp.Body)
+		resp.Body.Close()
+		down += time.Since(start)
+		if err != nil || !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
+			b.Fatalf("the download differs from the upload (%v)", err)
+		}
+		if _, err := c.Beta.Files.Delete(ctx, f.ID, anthropic.BetaFileDeleteParams{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mb := float64(size) / (1 << 20) * float64(b.N)
+	b.ReportMetric(mb/up.Seconds(), "upload_MiB/s")
+	b.ReportMetric(mb/down.Seconds(), "download_MiB/s")
+	b.ReportMetric(baseline/1024, "server_rss_before_MiB")
+	b.ReportMetric(rssKB(b, pid, "VmHWM")/1024, "server_peak_rss_MiB")
 }
