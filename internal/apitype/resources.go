@@ -267,3 +267,30 @@ type FileScope struct {
 	Type string `json:"type"`
 	ID   string `json:"id"`
 }
+
+// Skill is a skill of the Skills API: «Skill».
+type Skill struct {
+	Type            string      `json:"type"` // "skill"
+	ID              string      `json:"id"`
+	DisplayName     string      `json:"display_name"`
+	Source          SkillSource `json:"source"`
+	LatestVersionID string      `json:"latest_version_id"`
+	CreatedAt       time.Time   `json:"created_at"`
+	UpdatedAt       time.Time   `json:"updated_at"`
+}
+
+// SkillSource says where a skill comes from: {"type":"custom"} for the skills uploaded here.
+type SkillSource struct {
+	Type string `json:"type"`
+}
+
+// SkillVersion is a version of a skill: «SkillVersion». Name and Description come from its SKILL.md; Name is the
+// directory the skill's files are under.
+type SkillVersion struct {
+	Type        string    `json:"type"` // "skill_version"
+	ID          string    `json:"id"`
+	SkillID     string    `json:"skill_id"`
+	Name        string    `json:"name"`
+	Description string    `json:"description"`
+	CreatedAt   time.Time `json:"created_at"`
+}

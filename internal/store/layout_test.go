@@ -26,6 +26,7 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.PreviewStore]():     "previews.go",
 		reflect.TypeFor[store.VaultStore]():       "vaults.go",
 		reflect.TypeFor[store.FileStore]():        "files.go",
+		reflect.TypeFor[store.SkillStore]():       "skills.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()

@@ -45,6 +45,7 @@ type Store interface {
 	PreviewStore
 	VaultStore
 	FileStore
+	SkillStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities

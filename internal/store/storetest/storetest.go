@@ -93,6 +93,7 @@ func Run(t *testing.T, h Harness) {
 		{"ResourceSecret", testResourceSecret},
 		{"File", testFile},
 		{"FileList", testFileList},
+		{"Skill", testSkill},
 		{"Close", testClose},
 		{"CloseDuringAppends", testCloseDuringAppends},
 		{"Durability", testDurability},
