@@ -66,10 +66,10 @@ type Recipe struct {
 	// uploads subdirectory read-only at UploadsMount (file resources) and its outputs subdirectory
 	// read-write at OutputsMount (collected into the Files API). Empty: neither is bound. It survives
 	// re-provisioning, as the workspace does.
-	SessionDir string
-	Environment  apitype.EnvConfig
-	Resources    []apitype.Resource
-	Limits       Limits
+	SessionDir  string
+	Environment apitype.EnvConfig
+	Resources   []apitype.Resource
+	Limits      Limits
 	// Egress is what the host adds to the sandbox's network beyond the environment's policy (PoolConfig.Egress
 	// builds it before each provisioning); nil means the policy alone.
 	Egress *Egress

@@ -17,7 +17,7 @@ func newSkillVersion(skillID string, created time.Time) *store.SkillVersion {
 }
 
 func versionID(v *store.SkillVersion) string { return v.ID }
-func skillID(s *apitype.Skill) string         { return s.ID }
+func skillID(s *apitype.Skill) string        { return s.ID }
 
 func testSkill(t *testing.T, h Harness) {
 	s := h.open(t)
