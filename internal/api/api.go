@@ -175,6 +175,7 @@ func (s *Server) routes() {
 
 	s.vaultRoutes()
 	s.fileRoutes()
+	s.skillRoutes()
 }
 
 type ctxKey int

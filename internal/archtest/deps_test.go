@@ -27,7 +27,9 @@ var rules = map[string][]string{
 	"internal/sandbox": {"internal/apitype"},
 	"internal/blob":    {},
 	"internal/client":  {"internal/apitype"},
-	"internal/api":     {"internal/apitype", "internal/store", "internal/files"},
+	"internal/api":     {"internal/apitype", "internal/store", "internal/files", "internal/skills"},
+	// Checks and packs skills' files: stdlib only.
+	"internal/skills": {},
 	// The Files API's storage: metadata in the store, bytes in the blob port.
 	"internal/files":   {"internal/apitype", "internal/store", "internal/blob"},
 	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox"},

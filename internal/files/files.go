@@ -34,15 +34,21 @@ var ErrTooLarge = errors.New("file too large")
 // ErrEmpty: the content is empty. Nothing was stored.
 var ErrEmpty = errors.New("file is empty")
 
-// Service stores files.
+// Store is what the service keeps in the store: files and skills.
+type Store interface {
+	store.FileStore
+	store.SkillStore
+}
+
+// Service stores files, and the archives of skill versions.
 type Service struct {
-	store    store.FileStore
+	store    Store
 	blobs    blob.Store
 	maxBytes int64
 }
 
 // New returns a service over a store and a blob store; maxBytes <= 0 means DefaultMaxBytes.
-func New(st store.FileStore, blobs blob.Store, maxBytes int64) *Service {
+func New(st Store, blobs blob.Store, maxBytes int64) *Service {
 	return &Service{store: st, blobs: blobs, maxBytes: cmp.Or(max(maxBytes, 0), DefaultMaxBytes)}
 }
 
@@ -206,4 +212,41 @@ func (s *Service) CreateOutput(ctx context.Context, sessionID, name string, cont
 		return "", err
 	}
 	return f.ID, nil
+}
+
+// PutBlob streams r into the blob store under key (a skill version's archive), bounded by MaxBytes, and
+// returns its size and SHA-256. Nothing is left stored on failure.
+func (s *Service) PutBlob(ctx context.Context, key string, r io.Reader) (*Content, error) {
+	h := sha256.New()
+	n, err := s.blobs.Put(ctx, key, io.TeeReader(&limited{r: r, n: s.maxBytes}, h))
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return nil, ErrTooLarge
+		}
+		return nil, fmt.Errorf("files: store %s: %w", key, err)
+	}
+	return &Content{Key: key, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// OpenBlob opens a blob by key.
+func (s *Service) OpenBlob(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	return s.blobs.Open(ctx, key)
+}
+
+// DeleteBlob deletes a blob by key (idempotent).
+func (s *Service) DeleteBlob(ctx context.Context, key string) error {
+	return s.blobs.Delete(context.WithoutCancel(ctx), key)
+}
+
+// OpenSkill returns a skill version's metadata and its archive; version may be "latest".
+func (s *Service) OpenSkill(ctx context.Context, skillID, version string) (*store.SkillVersion, io.ReadCloser, error) {
+	v, err := s.store.SkillVersionGet(ctx, skillID, version)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc, _, err := s.blobs.Open(ctx, v.BlobKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("files: archive of skill %s version %s: %w", skillID, v.ID, err)
+	}
+	return v, rc, nil
 }
