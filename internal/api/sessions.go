@@ -297,6 +297,9 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	if sess.Agent, err = ref.snapshot("agent", a); err != nil {
 		return err
 	}
+	if err := s.resolveSkillVersions(r.Context(), "agent.skills", sess.Agent.Skills); err != nil {
+		return err
+	}
 	env, err := s.store.EnvironmentGet(r.Context(), req.EnvironmentID)
 	if err != nil {
 		return lookup(err, "environment", req.EnvironmentID)

@@ -140,3 +140,29 @@ func TestSkillsRefused(t *testing.T) {
 		t.Fatalf("a good zip: %v", err)
 	}
 }
+
+// TestAgentSkills: an agent's custom skill resolves to its latest version; Anthropic's pre-built skills and
+// unknown skills are refused with a clear 400.
+func TestAgentSkills(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withFiles(t, filepath.Join(t.TempDir(), "blobs"), 1<<20))
+	ctx := ctxT(t)
+	sk, err := h.client.Beta.Skills.New(ctx, anthropic.BetaSkillNewParams{Files: skillFiles("csv/SKILL.md", testSkillMD)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, body := h.do(http.MethodPost, "/v1/agents", `{"name":"a","model":"m","skills":[{"type":"custom","skill_id":"`+sk.ID+`"}]}`)
+	var a apitype.Agent
+	decodeRaw(t, string(body), &a)
+	if st != http.StatusOK || len(a.Skills) != 1 || a.Skills[0].Version != sk.LatestVersionID {
+		t.Fatalf("agent with a custom skill: %d %s", st, body)
+	}
+	st, _, body = h.do(http.MethodPost, "/v1/agents", `{"name":"a","model":"m","skills":[{"type":"anthropic","skill_id":"xlsx"}]}`)
+	if st != http.StatusBadRequest || !strings.Contains(string(body), "not available on this server") {
+		t.Errorf("an Anthropic skill: %d %s", st, body)
+	}
+	st, _, body = h.do(http.MethodPost, "/v1/agents", `{"name":"a","model":"m","skills":[{"type":"custom","skill_id":"skill_missing"}]}`)
+	if st != http.StatusBadRequest || !strings.Contains(string(body), "skill_missing") {
+		t.Errorf("an unknown skill: %d %s", st, body)
+	}
+}
