@@ -100,7 +100,7 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 	wc := workspace.Config{Resolve: proxy.Resolver(eo.AllowInternal), Path: os.Getenv("PATH"),
 		Tokens: git, ExtraRootCAsPEM: eo.CAPEM, Logger: logger}
 	if fsvc != nil {
-		wc.Files = fsvc
+		wc.Files, wc.Skills = fsvc, fsvc
 	}
 	placer, err := workspace.New(wc)
 	if err != nil {

@@ -40,7 +40,7 @@ var rules = map[string][]string{
 	"internal/archtest": {},
 	// The workspace placer implements the sandbox port's Placer; the composition root hands it the egress
 	// rules (Resolve), so it needs no backend and no sandbox subpackage.
-	"internal/workspace": {"internal/apitype", "internal/sandbox", "internal/vault"},
+	"internal/workspace": {"internal/apitype", "internal/sandbox", "internal/vault", "internal/skills"},
 	// The model test kit wraps the fake model server that corral bench links too.
 	"internal/model/modeltest": {"internal/apitype", "internal/model", "internal/model/fakemodel"},
 	"internal/vault":           {"internal/apitype", "internal/store"},

@@ -250,3 +250,12 @@ func (s *Service) OpenSkill(ctx context.Context, skillID, version string) (*stor
 	}
 	return v, rc, nil
 }
+
+// OpenSkillArchive returns the name of a skill version and its zip (the workspace places skills with it).
+func (s *Service) OpenSkillArchive(ctx context.Context, skillID, version string) (string, io.ReadCloser, error) {
+	v, rc, err := s.OpenSkill(ctx, skillID, version)
+	if err != nil {
+		return "", nil, err
+	}
+	return v.Name, rc, nil
+}

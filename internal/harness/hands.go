@@ -51,7 +51,7 @@ func (r *run) execute(u *toolUse) error {
 
 // recipe is what the hands need to (re)build the session's sandbox.
 func (r *run) recipe() sandbox.Recipe {
-	rec := sandbox.Recipe{SessionID: r.sess.ID, Environment: r.env, Resources: r.sess.Resources}
+	rec := sandbox.Recipe{SessionID: r.sess.ID, Environment: r.env, Resources: r.sess.Resources, Skills: r.sess.Agent.Skills}
 	if r.b.cfg.WorkspaceRoot != "" {
 		rec.WorkspaceDir = filepath.Join(r.b.cfg.WorkspaceRoot, r.sess.ID)
 	}

@@ -313,6 +313,9 @@ func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, [
 	err := os.MkdirAll(r.WorkspaceDir, 0o700)
 	if err == nil && r.SessionDir != "" {
 		err = os.MkdirAll(r.UploadsDir(), 0o755)
+		if err == nil {
+			err = os.MkdirAll(r.SkillsDir(), 0o755)
+		}
 	}
 	if err != nil {
 		err = fmt.Errorf("workspace: %w", err)

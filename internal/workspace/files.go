@@ -20,6 +20,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/skills"
 )
 
 // Files is the Files API as the workspace uses it (*files.Service): the content of file resources in, the
@@ -313,4 +314,77 @@ func writeJSONFile(name string, v any) error {
 		return err
 	}
 	return nil
+}
+
+// Skills is the Skills API as the workspace uses it (*files.Service).
+type Skills interface {
+	// OpenSkillArchive returns a skill version's name and its zip.
+	OpenSkillArchive(ctx context.Context, skillID, version string) (string, io.ReadCloser, error)
+}
+
+// placeSkills unpacks the recipe's skills that were not placed before into the session's skills directory
+// (bound read-only at sandbox.SkillsMount), each under the name its SKILL.md gives it.
+func (p *Placer) placeSkills(ctx context.Context, r *sandbox.Recipe, rec *resourceRecord) ([]*sandbox.ResourceError, bool) {
+	var failed []*sandbox.ResourceError
+	changed := false
+	for _, ref := range r.Skills {
+		key := ref.SkillID + "@" + ref.Version
+		if _, done := rec.Skills[key]; done {
+			continue
+		}
+		rerr := &sandbox.ResourceError{ResourceID: ref.SkillID, Type: "skill", MountPath: sandbox.SkillsMount}
+		name, err := p.placeSkill(ctx, r, ref)
+		if err != nil && ctx.Err() != nil {
+			break // not attempted: the next provisioning tries again
+		}
+		changed = true
+		rec.Skills[key] = name
+		if err != nil {
+			rerr.Err = fmt.Errorf("skill %s version %s: %w", ref.SkillID, ref.Version, err)
+			failed = append(failed, rerr)
+			p.cfg.Logger.Warn("skill not placed", "session", r.SessionID, "err", rerr.Err)
+			continue
+		}
+		p.cfg.Logger.Info("skill placed", "session", r.SessionID, "skill", ref.SkillID, "name", name)
+	}
+	return failed, changed
+}
+
+func (p *Placer) placeSkill(ctx context.Context, r *sandbox.Recipe, ref apitype.SkillRef) (string, error) {
+	if p.cfg.Skills == nil {
+		return "", ErrNoFiles
+	}
+	if ref.Type != "custom" || r.SkillsDir() == "" {
+		return "", fmt.Errorf("skills of type %q cannot be placed here", ref.Type)
+	}
+	name, rc, err := p.cfg.Skills.OpenSkillArchive(ctx, ref.SkillID, ref.Version)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	if name == "" || strings.ContainsAny(name, "/\\.") {
+		return "", fmt.Errorf("invalid skill name %q", name)
+	}
+	// The zip is read at random: spooled beside the session's directories, never bound into a sandbox.
+	spool, err := os.CreateTemp(r.SessionDir, ".skill-*.zip")
+	if err != nil {
+		return "", err
+	}
+	defer func() { spool.Close(); os.Remove(spool.Name()) }()
+	n, err := io.Copy(spool, io.LimitReader(rc, skills.MaxArchive+1))
+	if err != nil {
+		return "", err
+	}
+	if n > skills.MaxArchive {
+		return "", fmt.Errorf("archive larger than %d bytes", skills.MaxArchive)
+	}
+	dst := filepath.Join(r.SkillsDir(), name)
+	if err := os.RemoveAll(dst); err != nil {
+		return "", err
+	}
+	if err := skills.Extract(spool, n, dst); err != nil {
+		_ = os.RemoveAll(dst)
+		return "", err
+	}
+	return name, nil
 }

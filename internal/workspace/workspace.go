@@ -78,6 +78,9 @@ type Config struct {
 	Files Files
 	// MaxOutputBytes bounds what is collected from one session's outputs; default DefaultMaxOutputBytes.
 	MaxOutputBytes int64
+	// Skills is the Skills API (*files.Service): the agent's skills are placed from it under
+	// sandbox.SkillsMount. Without it a skill fails with ErrNoFiles.
+	Skills Skills
 }
 
 // Tokens supplies repository tokens to the clones.
@@ -125,6 +128,8 @@ type resourceRecord struct {
 	// Files maps the key of a placed file resource to where it was placed (placeFile), so that it can be
 	// removed once the resource is deleted.
 	Files map[string]string `json:"files,omitempty"`
+	// Skills maps "<skill id>@<version>" to the name the skill was placed under ("" if it failed).
+	Skills map[string]string `json:"skills,omitempty"`
 }
 
 // recordPath is the record of workspace ws. It lives beside the workspace, out of every sandbox's reach.
@@ -146,7 +151,7 @@ func resourceKey(res *apitype.Resource) string {
 // cut short because ctx ended is not recorded, so the next provisioning tries again.
 func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.ResourceError {
 	recPath := recordPath(r.WorkspaceDir)
-	if len(r.Resources) == 0 {
+	if len(r.Resources) == 0 && len(r.Skills) == 0 {
 		if _, err := os.Stat(recPath); err != nil {
 			return nil // nothing was ever placed: nothing to remove either
 		}
@@ -167,6 +172,9 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 	}
 	if rec.Files == nil {
 		rec.Files = map[string]string{}
+	}
+	if rec.Skills == nil {
+		rec.Skills = map[string]string{}
 	}
 	var failed []*sandbox.ResourceError
 	changed := p.removeDeletedFiles(r, &rec)
@@ -192,6 +200,9 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 		}
 		p.cfg.Logger.Info("session resource placed", "session", r.SessionID, "type", res.Type, "url", res.URL,
 			"mount_path", mountPathOf(res), "duration", time.Since(start))
+	}
+	if f, ch := p.placeSkills(ctx, r, &rec); ch {
+		failed, changed = append(failed, f...), true
 	}
 	if changed {
 		if err := writeRecord(recPath, &rec); err != nil {

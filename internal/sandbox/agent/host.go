@@ -153,8 +153,9 @@ func Claim(r *sandbox.Recipe, base, count int) (int, Undo, error) {
 	return uid, undo, nil
 }
 
-// PrepareSessionDir makes the recipe's session directory ready to bind (nothing without one): uploads
-// belongs to the host (0755, the placed files 0444: the sandbox reads, never writes, them), outputs to uid.
+// PrepareSessionDir makes the recipe's session directory ready to bind (nothing without one): uploads and
+// skills belong to the host (0755, the placed files 0444: the sandbox reads, never writes, them), outputs to
+// uid.
 func PrepareSessionDir(r *sandbox.Recipe, uid int) error {
 	if r.SessionDir == "" {
 		return nil
@@ -162,8 +163,10 @@ func PrepareSessionDir(r *sandbox.Recipe, uid int) error {
 	if !filepath.IsAbs(r.SessionDir) {
 		return fmt.Errorf("session directory %q must be an absolute path", r.SessionDir)
 	}
-	if err := os.MkdirAll(r.UploadsDir(), 0o755); err != nil {
-		return fmt.Errorf("session directory: %w", err)
+	for _, d := range []string{r.UploadsDir(), r.SkillsDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("session directory: %w", err)
+		}
 	}
 	if err := os.Chmod(r.SessionDir, 0o711); err != nil {
 		return fmt.Errorf("session directory: %w", err)
@@ -178,7 +181,7 @@ type Mount struct {
 }
 
 // SessionMounts are the binds of the recipe's session directory (none without one): uploads read-only at
-// sandbox.UploadsMount, outputs read-write at sandbox.OutputsMount.
+// sandbox.UploadsMount, outputs read-write at sandbox.OutputsMount, skills read-only at sandbox.SkillsMount.
 func SessionMounts(r *sandbox.Recipe) []Mount {
 	if r.SessionDir == "" {
 		return nil
@@ -186,5 +189,6 @@ func SessionMounts(r *sandbox.Recipe) []Mount {
 	return []Mount{
 		{Source: r.UploadsDir(), Target: sandbox.UploadsMount, ReadOnly: true},
 		{Source: r.OutputsDir(), Target: sandbox.OutputsMount},
+		{Source: r.SkillsDir(), Target: sandbox.SkillsMount, ReadOnly: true},
 	}
 }
