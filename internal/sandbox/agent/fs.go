@@ -178,6 +178,9 @@ func execRead(raw json.RawMessage, cfg *Config) result {
 	if mt, ok := imageTypes[strings.ToLower(filepath.Ext(path))]; ok && len(in.ViewRange) == 0 {
 		return readImage(path, in.FilePath, mt, info.Size())
 	}
+	if strings.EqualFold(filepath.Ext(path), ".ipynb") && len(in.ViewRange) == 0 {
+		return readNotebook(path, in.FilePath)
+	}
 	if info.Size() > maxFileBytes {
 		if len(in.ViewRange) == 0 {
 			return errorf("read: %s is %d bytes, exceeds %d-byte limit. Use the view_range parameter to read specific line ranges, e.g. view_range: [1, 500].",
