@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -49,5 +50,37 @@ func TestReadNotebook(t *testing.T) {
 	}
 	if out, isErr := handle(t, s, "read", `{"file_path":"bad.ipynb"}`); !isErr || !strings.Contains(out, "not a Jupyter notebook") {
 		t.Errorf("a broken notebook: %q %v", out, isErr)
+	}
+}
+
+// TestReadPDF: read returns a PDF as a document block (the model reads its text and pages); a file named .pdf
+// that is not one is refused.
+func TestReadPDF(t *testing.T) {
+	t.Parallel()
+	s, ws := newTestServer(t, true)
+	pdf := "%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n%%EOF\n"
+	if err := os.WriteFile(filepath.Join(ws, "doc.pdf"), []byte(pdf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resp := s.Handle(context.Background(), Request{Tool: "read", Input: json.RawMessage(`{"file_path":"doc.pdf"}`), OutputCap: 4096})
+	if resp.IsError || len(resp.Content) != 2 || resp.Content[1].Type != "document" {
+		t.Fatalf("read pdf: %+v", resp)
+	}
+	var src struct{ Type, MediaType, Data string }
+	if err := json.Unmarshal(resp.Content[1].Source, &struct {
+		Type      *string `json:"type"`
+		MediaType *string `json:"media_type"`
+		Data      *string `json:"data"`
+	}{&src.Type, &src.MediaType, &src.Data}); err != nil {
+		t.Fatal(err)
+	}
+	if src.Type != "base64" || src.MediaType != "application/pdf" || src.Data != base64.StdEncoding.EncodeToString([]byte(pdf)) {
+		t.Errorf("document source %+v", src)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "fake.pdf"), []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, isErr := handle(t, s, "read", `{"file_path":"fake.pdf"}`); !isErr || !strings.Contains(out, "not a PDF") {
+		t.Errorf("a fake PDF: %q %v", out, isErr)
 	}
 }
