@@ -316,6 +316,9 @@ func (p *Pool) provision(ctx context.Context, call *Call, r *Recipe) (Sandbox, [
 		if err == nil {
 			err = os.MkdirAll(r.SkillsDir(), 0o755)
 		}
+		if err == nil {
+			err = os.MkdirAll(r.OutputsDir(), 0o700) // the backend gives it to the sandbox's uid
+		}
 	}
 	if err != nil {
 		err = fmt.Errorf("workspace: %w", err)

@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/blob/localfs"
@@ -110,6 +112,13 @@ func TestPlaceFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "data", "b.bin")); err != nil {
 		t.Errorf("the kept resource's file is gone: %v", err)
+	}
+	// The session is deleted: its workspace and its session directory go.
+	if n, err := p.RemoveWorkspaces(ctx, func(context.Context, string) (bool, error) { return true, nil }); err != nil || n != 1 {
+		t.Fatalf("RemoveWorkspaces = %d, %v", n, err)
+	}
+	if _, err := os.Stat(rec.SessionDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the session directory outlived its session: %v", err)
 	}
 }
 
@@ -221,5 +230,73 @@ func TestCollectOutputs(t *testing.T) {
 	}
 	if got = list(); got["big.bin"] != "" {
 		t.Fatal("a file past the quota was collected")
+	}
+}
+
+// TestOutputsCollectedByThePool: the Pool collects a session's outputs when its sandbox dies and when it is
+// reaped, without a turn ending.
+func TestOutputsCollectedByThePool(t *testing.T) {
+	t.Parallel()
+	svc, st := fileService(t, 1<<20)
+	placer, err := workspace.New(workspace.Config{Files: svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := &fakeProvider{}
+	root := t.TempDir()
+	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, Placer: placer, Outputs: placer,
+		IdleTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const session = "sesn_pool"
+	outputs := func() []string {
+		t.Helper()
+		fs, err := st.FileList(ctx, &store.FileListParams{ListParams: store.ListParams{Limit: 10}, ScopeID: session})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, f := range fs {
+			names = append(names, f.Filename)
+		}
+		return names
+	}
+	if _, err := p.Execute(ctx, call(session)); err != nil {
+		t.Fatal(err)
+	}
+	out := prov.recipes[0].OutputsDir()
+	if err := os.WriteFile(filepath.Join(out, "before-death.txt"), []byte("1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prov.live[0].dead.Store(true)
+	if _, err := p.Execute(ctx, call(session)); !errors.Is(err, sandbox.ErrSandboxDead) {
+		t.Fatalf("a dead sandbox: %v", err)
+	}
+	if got := outputs(); len(got) != 1 || got[0] != "before-death.txt" {
+		t.Fatalf("after the sandbox died: %v", got)
+	}
+	// A fresh sandbox, then the reaper.
+	if _, err := p.Execute(ctx, call(session)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "before-reap.txt"), []byte("2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for len(outputs()) < 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the reaper collected nothing: %v", outputs())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if got := outputs(); len(got) != 2 || !slices.Contains(got, "before-reap.txt") {
+		t.Fatalf("after reaping: %v", got)
 	}
 }
