@@ -367,10 +367,14 @@ func (p *Pool) release(s *session, sb Sandbox, err error) {
 	}
 }
 
-// sessionDir is the host directory of a session's /mnt/session, beside its workspace. Its name starts with a
-// dot, so RemoveWorkspaces never takes it for a session's workspace.
-func (p *Pool) sessionDir(id string) string {
-	return filepath.Join(p.cfg.WorkspaceRoot, ".mnt-"+id)
+// sessionDir is the session directory the pool gives a session (SessionDir).
+func (p *Pool) sessionDir(id string) string { return SessionDir(p.cfg.WorkspaceRoot, id) }
+
+// SessionDir is the host directory of a session's uploads, outputs and skills (Recipe.SessionDir) under a
+// workspace root, beside its workspace. Its name starts with a dot, so RemoveWorkspaces never takes it for a
+// session's workspace.
+func SessionDir(workspaceRoot, sessionID string) string {
+	return filepath.Join(workspaceRoot, ".mnt-"+sessionID)
 }
 
 // collect collects the outputs of the recipe's session, if the pool has a collector; failures are logged.

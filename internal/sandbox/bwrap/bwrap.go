@@ -258,7 +258,8 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	}
 	cleanup.Add(proxy.Close)
 	args = append(args, "--bind", ws, agent.Workspace, "--ro-bind", corralDir, filepath.Dir(agent.BinPath))
-	// The session's uploads and outputs, bound here first as the workspace is.
+	// The session's uploads, outputs and skills, staged here first as the workspace is.
+	staged := []string{agentBin, ws}
 	for i, m := range agent.SessionMounts(r) {
 		dst := filepath.Join(stateDir, fmt.Sprintf("mnt%d", i))
 		if err := os.Mkdir(dst, 0o700); err != nil {
@@ -268,6 +269,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 			return nil, fmt.Errorf("bwrap: %w", err)
 		}
 		cleanup.Add(func() error { return unmount(dst) })
+		staged = append(staged, dst)
 		flag := "--bind"
 		if m.ReadOnly {
 			flag = "--ro-bind"
@@ -373,7 +375,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err := sb.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("bwrap: sandbox did not start: %w", err)
 	}
-	for _, m := range []string{agentBin, ws} {
+	for _, m := range staged {
 		if err := unmount(m); err != nil {
 			_ = sb.Close()
 			return nil, err
