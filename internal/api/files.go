@@ -239,6 +239,7 @@ func (s *Server) fileContent(w http.ResponseWriter, r *http.Request) error {
 	h.Set("Content-Type", f.MimeType)
 	h.Set("Content-Length", strconv.FormatInt(f.SizeBytes, 10))
 	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": f.Filename}))
+	h.Set("X-Content-Type-Options", "nosniff") // the type is the uploader's word
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(deadlineWriter{w, http.NewResponseController(w)}, rc) // a failed copy means the client went away
 	return nil
