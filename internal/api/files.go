@@ -48,14 +48,17 @@ func (s *Server) fileUploadLimit() int64 {
 	return s.files.MaxBytes() + multipartOverhead
 }
 
-// deadlineReader extends the connection's read deadline before each read.
+// deadlineReader extends the connection's read deadline before each read of an upload, and its write deadline
+// with it: the answer is written after the upload, however long it took.
 type deadlineReader struct {
 	r  io.Reader
 	rc *http.ResponseController
 }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
-	_ = d.rc.SetReadDeadline(time.Now().Add(ioIdleTimeout))
+	deadline := time.Now().Add(ioIdleTimeout)
+	_ = d.rc.SetReadDeadline(deadline)
+	_ = d.rc.SetWriteDeadline(deadline)
 	return d.r.Read(p)
 }
 
