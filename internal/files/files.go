@@ -83,20 +83,15 @@ func (l *limited) Read(p []byte) (int, error) {
 // Put streams r into the blob store as the content of file id: ErrTooLarge beyond MaxBytes, ErrEmpty if r
 // yields nothing; in both cases, and on any other failure, nothing is left stored.
 func (s *Service) Put(ctx context.Context, id string, r io.Reader) (*Content, error) {
-	key := "files/" + id
-	h := sha256.New()
-	n, err := s.blobs.Put(ctx, key, io.TeeReader(&limited{r: r, n: s.maxBytes}, h))
+	c, err := s.PutBlob(ctx, "files/"+id, r)
 	if err != nil {
-		if errors.Is(err, ErrTooLarge) {
-			return nil, ErrTooLarge
-		}
-		return nil, fmt.Errorf("files: store the content of %s: %w", id, err)
+		return nil, err
 	}
-	if n == 0 {
-		_ = s.blobs.Delete(context.WithoutCancel(ctx), key)
+	if c.Size == 0 {
+		s.Discard(ctx, c)
 		return nil, ErrEmpty
 	}
-	return &Content{Key: key, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return c, nil
 }
 
 // Discard deletes content that Put stored and no metadata names.

@@ -258,7 +258,7 @@ func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe) error {
 		errs = append(errs, err)
 	}
 	if changed {
-		if err := writeJSONFile(recPath, &rec); err != nil {
+		if err := writeRecord(recPath, &rec); err != nil {
 			errs = append(errs, fmt.Errorf("record: %w", err))
 		}
 	}
@@ -297,23 +297,6 @@ func (p *Placer) collectOne(ctx context.Context, root *os.Root, sessionID, name 
 		return "", errEmptyOutput
 	}
 	return p.cfg.Files.CreateOutput(ctx, sessionID, path.Base(name), f)
-}
-
-// writeJSONFile replaces a record file atomically.
-func writeJSONFile(name string, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
 }
 
 // Skills is the Skills API as the workspace uses it (*files.Service).

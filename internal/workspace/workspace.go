@@ -238,8 +238,8 @@ func mountPathOf(res *apitype.Resource) string {
 	return ""
 }
 
-// writeRecord replaces the record atomically.
-func writeRecord(name string, rec *resourceRecord) error {
+// writeRecord replaces a record (of resources or outputs) atomically.
+func writeRecord(name string, rec any) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
