@@ -15,6 +15,7 @@ import (
 	"mime"
 	"path"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -253,4 +254,27 @@ func (s *Service) OpenSkillArchive(ctx context.Context, skillID, version string)
 		return "", nil, err
 	}
 	return v.Name, rc, nil
+}
+
+// sweepBatch is how many expired files one round of SweepExpired lists.
+const sweepBatch = 100
+
+// SweepExpired deletes the files expired at now, metadata and bytes, and returns how many it deleted.
+func (s *Service) SweepExpired(ctx context.Context, now time.Time) (int, error) {
+	n := 0
+	for {
+		batch, err := s.store.FileExpired(ctx, now, sweepBatch)
+		if err != nil {
+			return n, fmt.Errorf("files: expired files: %w", err)
+		}
+		for _, f := range batch {
+			if err := s.Delete(ctx, f.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return n, err
+			}
+			n++
+		}
+		if len(batch) < sweepBatch {
+			return n, nil
+		}
+	}
 }

@@ -6,9 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/blob"
 	"github.com/corralhq/corral/internal/blob/localfs"
 	"github.com/corralhq/corral/internal/files"
+	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
 )
 
@@ -69,5 +73,54 @@ func TestCreateLimits(t *testing.T) {
 	}
 	if _, _, err := svc.Open(t.Context(), f.ID); err == nil {
 		t.Fatal("a deleted file opens")
+	}
+}
+
+// TestSweepExpired: expired files go, bytes and metadata; the others stay.
+func TestSweepExpired(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := sqlite.Open(t.Context(), "sqlite://"+filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	blobs, err := localfs.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blobs.Close()
+	svc := files.New(st, blobs, 1<<20)
+	now := apitype.Now()
+	create := func(expires *time.Time) string {
+		meta := &apitype.File{Type: "file", ID: apitype.NewID(apitype.PrefixFile), Filename: "f", MimeType: "text/plain",
+			CreatedAt: now, Downloadable: true, ExpiresAt: expires}
+		c, err := svc.Put(t.Context(), meta.ID, strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Record(t.Context(), meta, c); err != nil {
+			t.Fatal(err)
+		}
+		return meta.ID
+	}
+	past, future := now.Add(-time.Second), now.Add(time.Hour)
+	gone, kept, forever := create(&past), create(&future), create(nil)
+	n, err := svc.SweepExpired(t.Context(), now)
+	if err != nil || n != 1 {
+		t.Fatalf("swept %d, %v; want 1", n, err)
+	}
+	if _, _, err := svc.Open(t.Context(), gone); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the expired file: %v", err)
+	}
+	if _, _, err := blobs.Open(t.Context(), "files/"+gone); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("the expired file's bytes: %v", err)
+	}
+	for _, id := range []string{kept, forever} {
+		if _, rc, err := svc.Open(t.Context(), id); err != nil {
+			t.Errorf("file %s: %v", id, err)
+		} else {
+			rc.Close()
+		}
 	}
 }

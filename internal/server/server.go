@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/sandbox"
@@ -243,6 +244,9 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		s.wg.Go(func() { s.sweep(sweepCtx) })
 	}
+	if s.cfg.API != nil && s.cfg.API.Files != nil {
+		s.wg.Go(func() { s.sweepFiles(sweepCtx) })
+	}
 	if ln != nil {
 		s.wg.Go(func() {
 			if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -328,6 +332,24 @@ func (s *Server) sweep(ctx context.Context) {
 		n, err := s.pool.RemoveWorkspaces(ctx, gone)
 		if n > 0 || (err != nil && ctx.Err() == nil) {
 			s.cfg.Logger.Info("workspaces of deleted sessions removed", "count", n, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sweepFiles deletes, now and every SweepInterval, the files whose expires_at has passed (their bytes and
+// metadata), until ctx ends.
+func (s *Server) sweepFiles(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Sandbox.SweepInterval)
+	defer t.Stop()
+	for {
+		n, err := s.cfg.API.Files.SweepExpired(ctx, apitype.Now())
+		if n > 0 || (err != nil && ctx.Err() == nil) {
+			s.cfg.Logger.Info("expired files deleted", "count", n, "err", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 )
@@ -17,6 +18,8 @@ type FileStore interface {
 	FileList(ctx context.Context, p *FileListParams) ([]File, error)
 	// FileDelete removes a file's metadata; ErrNotFound if there is none. The caller deletes the blob.
 	FileDelete(ctx context.Context, id string) error
+	// FileExpired lists up to limit (> 0) files whose expires_at is at or before t, the earliest expiry first.
+	FileExpired(ctx context.Context, t time.Time, limit int) ([]File, error)
 }
 
 // File is a file's metadata as the store keeps it.

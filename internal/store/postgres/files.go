@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,8 +25,8 @@ func (s *Store) FileCreate(ctx context.Context, f *store.File) error {
 	if f.Scope != nil {
 		scope = f.Scope.ID
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO files (id, created_at, scope_id, sha256, blob_key, doc) VALUES ($1, $2, $3, $4, $5, $6)`,
-		f.ID, f.CreatedAt, scope, f.SHA256, f.BlobKey, doc)
+	_, err = s.pool.Exec(ctx, `INSERT INTO files (id, created_at, scope_id, sha256, blob_key, expires_at, doc) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		f.ID, f.CreatedAt, scope, f.SHA256, f.BlobKey, f.ExpiresAt, doc)
 	return s.dbErr("file create", err)
 }
 
@@ -62,9 +63,24 @@ func (s *Store) FileList(ctx context.Context, p *store.FileListParams) ([]store.
 		fmt.Fprintf(&q.sql, " AND f.id = ANY(%s)", q.arg(p.IDs))
 	}
 	q.listFilter(&p.ListParams, "f", false)
+	return s.collectFiles(ctx, "file list", &q)
+}
+
+// FileExpired lists files expired at t.
+func (s *Store) FileExpired(ctx context.Context, t time.Time, limit int) ([]store.File, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var q query
+	fmt.Fprintf(&q.sql, `SELECT sha256, blob_key, doc FROM files WHERE expires_at IS NOT NULL AND expires_at <= %s
+		ORDER BY expires_at, id LIMIT %s`, q.arg(t), q.arg(max(limit, 1)))
+	return s.collectFiles(ctx, "file expired", &q)
+}
+
+func (s *Store) collectFiles(ctx context.Context, op string, q *query) ([]store.File, error) {
 	rows, err := s.pool.Query(ctx, q.sql.String(), q.args...)
 	if err != nil {
-		return nil, s.dbErr("file list", err)
+		return nil, s.dbErr(op, err)
 	}
 	var (
 		f   store.File
@@ -80,7 +96,7 @@ func (s *Store) FileList(ctx context.Context, p *store.FileListParams) ([]store.
 		return nil
 	})
 	if err != nil {
-		return nil, s.dbErr("file list", err)
+		return nil, s.dbErr(op, err)
 	}
 	return out, nil
 }

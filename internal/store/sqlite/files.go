@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
@@ -22,8 +23,8 @@ func (s *Store) FileCreate(ctx context.Context, f *store.File) error {
 		scope = f.Scope.ID
 	}
 	err = s.write(ctx, func(w *wtx) error {
-		_, err := w.exec(`INSERT INTO files (id, created_at, scope_id, sha256, blob_key, doc) VALUES (?, ?, ?, ?, ?, ?)`,
-			f.ID, micros(f.CreatedAt), scope, f.SHA256, f.BlobKey, doc)
+		_, err := w.exec(`INSERT INTO files (id, created_at, scope_id, sha256, blob_key, expires_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			f.ID, micros(f.CreatedAt), scope, f.SHA256, f.BlobKey, nullMicros(f.ExpiresAt), doc)
 		return err
 	}, nil)
 	if isConstraint(err) {
@@ -88,6 +89,20 @@ func (s *Store) FileDelete(ctx context.Context, id string) error {
 		return fmt.Errorf("sqlite: delete file %s: %w", id, err)
 	}
 	return nil
+}
+
+// FileExpired lists files expired at t.
+func (s *Store) FileExpired(ctx context.Context, t time.Time, limit int) ([]store.File, error) {
+	rows, err := s.readQuery(ctx, `SELECT sha256, blob_key, doc FROM files WHERE expires_at IS NOT NULL AND expires_at <= ?
+		ORDER BY expires_at, id LIMIT ?`, micros(t), limitArg(limit))
+	if err != nil {
+		return nil, s.readErr("list expired files", err)
+	}
+	out, err := collect(rows, scanFile)
+	if err != nil {
+		return nil, s.readErr("list expired files", err)
+	}
+	return out, nil
 }
 
 func scanFile(row scanner) (*store.File, error) {

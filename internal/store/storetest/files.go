@@ -87,3 +87,27 @@ func testFileList(t *testing.T, h Harness) {
 	equal(t, list(store.FileListParams{ListParams: store.ListParams{Limit: 10}, ScopeID: "sesn_a", IDs: []string{all[2].ID, all[3].ID}}),
 		want(3), "by scope and ids")
 }
+
+func testFileExpired(t *testing.T, h Harness) {
+	s := h.open(t)
+	var all []*store.File
+	for i, exp := range []time.Duration{3 * time.Hour, time.Hour, 0, 2 * time.Hour} {
+		f := newFile(base.Add(time.Duration(i)*time.Second), "")
+		if exp > 0 {
+			at := base.Add(exp)
+			f.ExpiresAt = &at
+		}
+		must(t, s.FileCreate(ctxBg, f), "create file")
+		all = append(all, f)
+	}
+	expired := func(at time.Time, limit int) string {
+		t.Helper()
+		got, err := s.FileExpired(ctxBg, at, limit)
+		must(t, err, "list expired")
+		return ids(got, fileID)
+	}
+	equal(t, expired(base, 10), "", "nothing expired yet")
+	equal(t, expired(base.Add(time.Hour), 10), all[1].ID, "expired at its time")
+	equal(t, expired(base.Add(5*time.Hour), 10), all[1].ID+","+all[3].ID+","+all[0].ID, "earliest expiry first, none without expiry")
+	equal(t, expired(base.Add(5*time.Hour), 1), all[1].ID, "limit")
+}

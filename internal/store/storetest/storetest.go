@@ -93,6 +93,7 @@ func Run(t *testing.T, h Harness) {
 		{"ResourceSecret", testResourceSecret},
 		{"File", testFile},
 		{"FileList", testFileList},
+		{"FileExpired", testFileExpired},
 		{"Skill", testSkill},
 		{"Close", testClose},
 		{"CloseDuringAppends", testCloseDuringAppends},

@@ -6,10 +6,12 @@ CREATE TABLE files (
 	scope_id   text NOT NULL DEFAULT '',
 	sha256     text NOT NULL,
 	blob_key   text NOT NULL,
+	expires_at timestamptz,
 	doc        json NOT NULL
 );
 CREATE INDEX files_created ON files (created_at, id);
 CREATE INDEX files_scope ON files (scope_id, created_at, id);
+CREATE INDEX files_expires ON files (expires_at) WHERE expires_at IS NOT NULL;
 
 -- skills and their immutable versions (the Skills API); a version's zip is in the blob store under blob_key.
 CREATE TABLE skills (
