@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/agent"
@@ -128,7 +129,7 @@ const caFileName = "egress-ca.json"
 // the sandboxes' sessions stay outside them: repositories are cloned on the host with their token, the git
 // endpoint (proxy.Git) injects it into the sandbox's git traffic, and the egress proxy injects the session's
 // environment_variable credentials (proxy.Secrets) under the server's CA.
-func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, stderr io.Writer, logger *slog.Logger) (corral.SandboxConfig, error) {
+func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, fsvc *files.Service, stderr io.Writer, logger *slog.Logger) (corral.SandboxConfig, error) {
 	root, err := filepath.Abs(filepath.Join(dataDir, "workspaces"))
 	if err != nil {
 		return corral.SandboxConfig{}, err
@@ -153,13 +154,19 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, s
 		return corral.SandboxConfig{}, err
 	}
 	// Repositories are cloned on the server, under the same rules as the sandbox's egress proxy.
-	placer, err := workspace.New(workspace.Config{Resolve: proxy.Resolver(eo.AllowInternal), Path: os.Getenv("PATH"),
-		Tokens: git, ExtraRootCAsPEM: eo.CAPEM, Logger: logger})
+	// File resources are placed from, and outputs collected into, the Files API's storage.
+	wc := workspace.Config{Resolve: proxy.Resolver(eo.AllowInternal), Path: os.Getenv("PATH"),
+		Tokens: git, ExtraRootCAsPEM: eo.CAPEM, Logger: logger}
+	if fsvc != nil {
+		wc.Files, wc.Skills = fsvc, fsvc
+	}
+	placer, err := workspace.New(wc)
 	if err != nil {
 		return corral.SandboxConfig{}, err
 	}
 	sc := corral.SandboxConfig{Tools: agent.Tools(), Pool: sandbox.PoolConfig{
 		WorkspaceRoot: root, IdleTimeout: f.idle, Limits: f.limits(), Placer: placer, Egress: proxy.Merge(git, secrets),
+		Outputs: placer,
 	}}
 	if f.kind == "none" {
 		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")

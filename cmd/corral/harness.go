@@ -22,6 +22,8 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	var vf vaultFlags
 	vf.register(fs)
 	mcpProxyURL := fs.String("mcp-proxy", "", "`URL` of a corral proxy to call MCP servers through (token in "+proxyTokenEnv+"); default: an MCP proxy in this process")
+	var ff fileFlags
+	ff.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -42,7 +44,11 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	sc, err := hf.sandbox(sf.data, st, vlt, io.err, logger)
+	fsvc, err := ff.open(sf.data, st)
+	if err != nil {
+		return err
+	}
+	sc, err := hf.sandbox(sf.data, st, vlt, fsvc, io.err, logger)
 	if err != nil {
 		return err
 	}

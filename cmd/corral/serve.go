@@ -27,6 +27,8 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	hf.register(fs)
 	var vf vaultFlags
 	vf.register(fs)
+	var ff fileFlags
+	ff.register(fs)
 	rateLimit := fs.Float64("rate-limit", 0, "`requests` per second allowed per API key (0 = unlimited)")
 	workTTL := fs.Duration("work-lease-ttl", api.DefaultWorkLeaseTTL, "how long a self-hosted worker keeps a work item without a heartbeat; after it the item goes to another worker")
 	if err := parse(fs, args); err != nil {
@@ -55,16 +57,20 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 	defer mcpProxy.Close()
+	fsvc, err := ff.open(sf.data, st)
+	if err != nil {
+		return err
+	}
 	cfg := corral.Config{
 		Store: st, Logger: logger,
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Validator: mcpProxy,
-			WorkLeaseTTL: *workTTL},
+			WorkLeaseTTL: *workTTL, Files: fsvc},
 	}
 	if bf.workers > 0 {
 		if cfg.Brain, err = bf.brainConfig(); err != nil {
 			return err
 		}
-		if cfg.Sandbox, err = hf.sandbox(sf.data, st, vlt, io.err, logger); err != nil {
+		if cfg.Sandbox, err = hf.sandbox(sf.data, st, vlt, fsvc, io.err, logger); err != nil {
 			return err
 		}
 		cfg.Brain.MCP = mcpProxy

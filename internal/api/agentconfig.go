@@ -2,12 +2,15 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
 )
 
 // This file validates and resolves the parts of an agent configuration that sessions reuse: model, tools, MCP
@@ -581,12 +584,33 @@ func resolveSkills(p string, raws []json.RawMessage) ([]apitype.SkillRef, error)
 		if err := checkString(path(ip, "skill_id"), in.SkillID, true, 256); err != nil {
 			return nil, err
 		}
+		if in.Type == "anthropic" {
+			return nil, invalid(path(ip, "skill_id"), "Anthropic's pre-built skill %q is not available on this server; "+
+				"upload a skill of your own (POST /v1/skills) and reference it as {\"type\":\"custom\"}", in.SkillID)
+		}
 		if in.Version == "" {
 			in.Version = "latest"
 		}
 		out = append(out, in)
 	}
 	return out, nil
+}
+
+// resolveSkillVersions checks that each custom skill reference names a stored skill version and resolves its
+// version ("latest" included) to the version's id, as the hosted service answers it.
+func (s *Server) resolveSkillVersions(ctx context.Context, p string, refs []apitype.SkillRef) error {
+	for i := range refs {
+		ref := &refs[i]
+		v, err := s.store.SkillVersionGet(ctx, ref.SkillID, ref.Version)
+		if errors.Is(err, store.ErrNotFound) {
+			return invalid(path(index(p, i), "skill_id"), "no skill %q with version %q (create it with POST /v1/skills)", ref.SkillID, ref.Version)
+		}
+		if err != nil {
+			return err
+		}
+		ref.Version = v.ID
+	}
+	return nil
 }
 
 // resolveExecIdentity validates execution_identity; omitted or null is the service account.

@@ -238,6 +238,9 @@ func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.resolveSkillVersions(r.Context(), "skills", a.Skills); err != nil {
+		return err
+	}
 	now := s.now()
 	a.ID = apitype.NewID(apitype.PrefixAgent)
 	a.CreatedAt, a.UpdatedAt = now, now
@@ -291,6 +294,11 @@ func (s *Server) agentUpdate(w http.ResponseWriter, r *http.Request) error {
 	next, err := applyAgentUpdate(cur, &req)
 	if err != nil {
 		return err
+	}
+	if req.Skills.Set {
+		if err := s.resolveSkillVersions(r.Context(), "skills", next.Skills); err != nil {
+			return err
+		}
 	}
 	if sameConfig(cur, next) {
 		return writeJSON(w, http.StatusOK, cur)

@@ -221,13 +221,13 @@ func TestAgentUpdateSemantics(t *testing.T) {
 		"model":{"id":"m","effort":"low","inference_geo":"eu"},
 		"mcp_servers":[{"name":"s1","url":"https://s1.example"}],
 		"tools":[{"type":"mcp_toolset","mcp_server_name":"s1"},{"type":"custom","name":"c","description":"d","input_schema":{"type":"object"}}],
-		"skills":[{"type":"anthropic","skill_id":"xlsx"}],"metadata":{"a":"1","b":"2"}}`)
+		"metadata":{"a":"1","b":"2"}}`)
 	if status != http.StatusOK {
 		t.Fatalf("create: %d %s", status, body)
 	}
 	var a apitype.Agent
 	decodeRaw(t, string(body), &a)
-	if a.Skills[0].Version != "latest" || a.Model.Effort.Type != "low" || a.Model.InferenceGeo != "eu" {
+	if len(a.Skills) != 0 || a.Model.Effort.Type != "low" || a.Model.InferenceGeo != "eu" {
 		t.Fatalf("created = %s", body)
 	}
 	update := func(body string) (int, apitype.Agent, string) {

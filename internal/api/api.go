@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -68,6 +69,9 @@ type Config struct {
 	// Validator probes MCP credentials for mcp_oauth_validate (the MCP proxy). Without one, the endpoint
 	// answers that this server cannot validate credentials.
 	Validator CredentialValidator
+	// Files stores the Files API's files (and the skills' archives); nil answers those endpoints with an
+	// error. Its MaxBytes caps an upload, instead of MaxBodyBytes.
+	Files *files.Service
 }
 
 func (c *Config) validate() error {
@@ -96,6 +100,7 @@ type Server struct {
 	writeTimeout time.Duration
 	sealer       Sealer
 	validator    CredentialValidator
+	files        *files.Service
 	// workTTL is the default lease of a work item; workers tracks who polled lately.
 	workTTL time.Duration
 	workers *pollers
@@ -119,6 +124,7 @@ func New(cfg Config) (*Server, error) {
 		now:       apitype.Now,
 		sealer:    cfg.Sealer,
 		validator: cfg.Validator,
+		files:     cfg.Files,
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
 			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),
 		writeTimeout: cmp.Or(cfg.StreamWriteTimeout, DefaultStreamWriteTimeout),
@@ -184,6 +190,8 @@ func (s *Server) routes() {
 
 	s.vaultRoutes()
 	s.workRoutes()
+	s.fileRoutes()
+	s.skillRoutes()
 }
 
 type ctxKey int
@@ -257,7 +265,12 @@ func (s *Server) public(h handlerFunc) http.Handler {
 
 // authed serves an endpoint after authenticating the caller, rate limiting it and capping the body size.
 func (s *Server) authed(h handlerFunc) http.Handler {
-	return s.guarded(h, func(w http.ResponseWriter, r *http.Request) (context.Context, error) {
+	return s.authedLimit(h, func() int64 { return s.maxBody })
+}
+
+// authedLimit is authed with a body cap of its own (uploads).
+func (s *Server) authedLimit(h handlerFunc, limit func() int64) http.Handler {
+	return s.guardedLimit(h, limit, func(w http.ResponseWriter, r *http.Request) (context.Context, error) {
 		key, err := s.admit(w, r)
 		if err != nil {
 			return nil, err
@@ -269,6 +282,11 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 // guarded serves an endpoint after admit authenticated the request (returning its context), capping the body
 // size.
 func (s *Server) guarded(h handlerFunc, admit func(w http.ResponseWriter, r *http.Request) (context.Context, error)) http.Handler {
+	return s.guardedLimit(h, func() int64 { return s.maxBody }, admit)
+}
+
+// guardedLimit is guarded with a body cap of its own.
+func (s *Server) guardedLimit(h handlerFunc, limit func() int64, admit func(w http.ResponseWriter, r *http.Request) (context.Context, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, err := admit(w, r)
 		if err != nil {
@@ -276,11 +294,12 @@ func (s *Server) guarded(h handlerFunc, admit func(w http.ResponseWriter, r *htt
 			return
 		}
 		r = r.WithContext(ctx)
-		if r.ContentLength > s.maxBody {
-			s.serveErr(w, r, errTooLarge(s.maxBody))
+		maxBody := limit()
+		if r.ContentLength > maxBody {
+			s.serveErr(w, r, errTooLarge(maxBody))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		if err := h(w, r); err != nil {
 			s.serveErr(w, r, err)
 		}

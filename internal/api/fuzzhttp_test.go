@@ -56,6 +56,8 @@ func FuzzHTTP(f *testing.F) {
 		}
 		return v.ID
 	}
+	seedFile(f, st, "f1")
+	seedFile(f, st, "f2")
 	agentID := idOf(call("POST", "/v1/agents", `{"name":"a","model":"m","tools":[{"type":"custom","name":"c","description":"d","input_schema":{"type":"object"}}]}`))
 	envID := idOf(call("POST", "/v1/environments", `{"name":"e"}`))
 	sessID := idOf(call("POST", "/v1/sessions", `{"agent":"`+agentID+`","environment_id":"`+envID+`","resources":[{"type":"file","file_id":"f1"}]}`))
@@ -93,7 +95,7 @@ func FuzzHTTP(f *testing.F) {
 	f.Add(uint8(1), uint8(8), "", `{"title":"t","metadata":{"k":"v"},"budget":null}`)
 	f.Add(uint8(1), uint8(9), "", `{"events":[{"type":"user.custom_tool_result","custom_tool_use_id":"`+evID+`"}]}`)
 	f.Add(uint8(0), uint8(9), "types[]=user.message&order=desc&limit=1", "")
-	f.Add(uint8(1), uint8(10), "", `{"type":"file","file_id":"f2","mount_path":"/data/f2"}`)
+	f.Add(uint8(1), uint8(10), "", `{"type":"file","file_id":"f2","mount_path":"/workspace/data/f2"}`)
 	f.Add(uint8(2), uint8(11), "", "")
 	f.Add(uint8(1), uint8(0), "", `{"name":`)
 	f.Add(uint8(1), uint8(17), "", `{"display_name":"w","metadata":{"k":"v"}}`)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,7 +117,11 @@ func parseResourceIn(p string, raw json.RawMessage, now time.Time, allowRepo boo
 		res.FileID = in.FileID
 		res.MountPath = in.MountPath
 		if res.MountPath == "" {
-			res.MountPath = "/mnt/session/uploads/" + in.FileID
+			res.MountPath = fileUploadsRoot + in.FileID
+		}
+		if !strings.HasPrefix(res.MountPath, fileUploadsRoot) && !strings.HasPrefix(res.MountPath, "/workspace/") {
+			return res, "", invalid(path(p, "mount_path"), "a file's mount path must lie under %s or /workspace/, got %q",
+				fileUploadsRoot, res.MountPath)
 		}
 	case apitype.ResourceMemoryStore:
 		return res, "", invalid(path(p, "type"), "memory_store resources are not supported by this server")
@@ -166,6 +171,24 @@ func parseCheckout(p string, raw json.RawMessage) (json.RawMessage, error) {
 	}
 	out, _ := json.Marshal(in)
 	return out, nil
+}
+
+// fileUploadsRoot is where file resources go by default (the hosted service's /mnt/session/uploads/); files
+// may also go under /workspace/. /mnt/session/outputs is the agent's, for the files it hands back.
+const fileUploadsRoot = "/mnt/session/uploads/"
+
+// checkFile refuses a file resource that names no file of the Files API (never uploaded, or deleted).
+func (s *Server) checkFile(ctx context.Context, p string, res *apitype.Resource) error {
+	if res.Type != apitype.ResourceFile {
+		return nil
+	}
+	if _, err := s.store.FileGet(ctx, res.FileID); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return invalid(path(p, "file_id"), "no file %q: upload it first (POST /v1/files)", res.FileID)
+		}
+		return err
+	}
+	return nil
 }
 
 // checkMount checks a mount path: absolute, clean, and not the root.
@@ -254,6 +277,9 @@ func (s *Server) resourceAdd(w http.ResponseWriter, r *http.Request) error {
 	now := s.now()
 	res, _, err := parseResource("", body, now, false)
 	if err != nil {
+		return err
+	}
+	if err := s.checkFile(r.Context(), "", &res); err != nil {
 		return err
 	}
 	_, err = s.store.SessionUpdate(r.Context(), id, func(sess *apitype.Session) error {

@@ -32,6 +32,8 @@ func TestSessionResources(t *testing.T) {
 	}
 	repoID := s.Resources[0].ID
 
+	seedFile(t, h.store, "file_abc")
+	seedFile(t, h.store, "file_other")
 	added, err := h.client.Beta.Sessions.Resources.Add(ctx, s.ID, anthropic.BetaSessionResourceAddParams{
 		BetaManagedAgentsFileResourceParams: anthropic.BetaManagedAgentsFileResourceParams{FileID: "file_abc"},
 	})

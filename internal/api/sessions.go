@@ -249,6 +249,9 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		if err := s.checkFile(r.Context(), index("resources", i), &res); err != nil {
+			return err
+		}
 		if token != "" {
 			sealed, err := s.sealToken(res.ID, token)
 			if err != nil {
@@ -292,6 +295,9 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		return invalid("agent", "agent %s is archived", ref.ID)
 	}
 	if sess.Agent, err = ref.snapshot("agent", a); err != nil {
+		return err
+	}
+	if err := s.resolveSkillVersions(r.Context(), "agent.skills", sess.Agent.Skills); err != nil {
 		return err
 	}
 	env, err := s.store.EnvironmentGet(r.Context(), req.EnvironmentID)

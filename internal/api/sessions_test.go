@@ -17,6 +17,7 @@ func TestSessionCreate(t *testing.T) {
 	ctx := ctxT(t)
 	agentID, envID := h.seed(ctx)
 
+	seedFile(t, h.store, "file_011CNha8iCJcU1wXNR6q4V8w")
 	s, err := h.client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
 		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfBetaManagedAgentsAgents: &anthropic.BetaManagedAgentsAgentParams{
 			ID: agentID, Version: anthropic.Int(1),

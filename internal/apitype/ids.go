@@ -15,6 +15,8 @@ const (
 	PrefixEvent       = "sevt_"
 	PrefixAPIKey      = "apikey_"
 	PrefixRequest     = "req_"
+	PrefixFile        = "file_"
+	PrefixSkill       = "skill_"
 )
 
 const base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"

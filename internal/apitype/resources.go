@@ -248,3 +248,49 @@ type APIKey struct {
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at"`
 }
+
+// File is a file of the Files API: «FileMetadata». Its bytes are in the blob store.
+type File struct {
+	Type         string     `json:"type"` // "file"
+	ID           string     `json:"id"`
+	Filename     string     `json:"filename"`
+	MimeType     string     `json:"mime_type"`
+	SizeBytes    int64      `json:"size_bytes"`
+	CreatedAt    time.Time  `json:"created_at"`
+	Downloadable bool       `json:"downloadable"`
+	ExpiresAt    *time.Time `json:"expires_at"`
+	Scope        *FileScope `json:"scope,omitempty"`
+}
+
+// FileScope is what a file was created in: {"type":"session","id":"sesn_..."} for a session's outputs.
+type FileScope struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+}
+
+// Skill is a skill of the Skills API: «Skill».
+type Skill struct {
+	Type            string      `json:"type"` // "skill"
+	ID              string      `json:"id"`
+	DisplayName     string      `json:"display_name"`
+	Source          SkillSource `json:"source"`
+	LatestVersionID string      `json:"latest_version_id"`
+	CreatedAt       time.Time   `json:"created_at"`
+	UpdatedAt       time.Time   `json:"updated_at"`
+}
+
+// SkillSource says where a skill comes from: {"type":"custom"} for the skills uploaded here.
+type SkillSource struct {
+	Type string `json:"type"`
+}
+
+// SkillVersion is a version of a skill: «SkillVersion». Name and Description come from its SKILL.md; Name is the
+// directory the skill's files are under.
+type SkillVersion struct {
+	Type        string    `json:"type"` // "skill_version"
+	ID          string    `json:"id"`
+	SkillID     string    `json:"skill_id"`
+	Name        string    `json:"name"`
+	Description string    `json:"description"`
+	CreatedAt   time.Time `json:"created_at"`
+}

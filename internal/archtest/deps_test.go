@@ -16,7 +16,7 @@ import (
 const module = "github.com/corralhq/corral/"
 
 // ports are the packages whose subpackages are adapters (or kits for testing them).
-var ports = []string{"internal/store", "internal/model", "internal/sandbox"}
+var ports = []string{"internal/store", "internal/model", "internal/sandbox", "internal/blob"}
 
 // rules lists, per package, the internal packages it may import (non-test files). A package not listed may
 // import what the general rules allow.
@@ -25,20 +25,25 @@ var rules = map[string][]string{
 	"internal/store":   {"internal/apitype"},
 	"internal/model":   {"internal/apitype"},
 	"internal/sandbox": {"internal/apitype"},
+	"internal/blob":    {},
 	"internal/client":  {"internal/apitype"},
-	"internal/api":     {"internal/apitype", "internal/store"},
+	"internal/api":     {"internal/apitype", "internal/store", "internal/files", "internal/skills"},
 	"internal/mcp":     {"internal/apitype"},
 	// The MCP port over HTTP, for brains whose MCP proxy is `corral proxy`: no credential code.
 	"internal/mcp/remote": {"internal/apitype", "internal/mcp"},
-	"internal/harness":    {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp"},
-	"internal/server":     {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox"},
+	// Checks and packs skills' files: stdlib only.
+	"internal/skills": {},
+	// The Files API's storage: metadata in the store, bytes in the blob port.
+	"internal/files":   {"internal/apitype", "internal/store", "internal/blob"},
+	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp"},
+	"internal/server":  {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files"},
 	// The benchmark composes servers through internal/server and is handed its backends by cmd/: it picks none.
 	"internal/bench": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/model",
 		"internal/sandbox", "internal/server", "internal/model/fakemodel", "internal/client"},
 	"internal/archtest": {},
 	// The workspace placer implements the sandbox port's Placer; the composition root hands it the egress
 	// rules (Resolve), so it needs no backend and no sandbox subpackage.
-	"internal/workspace": {"internal/apitype", "internal/sandbox", "internal/vault"},
+	"internal/workspace": {"internal/apitype", "internal/sandbox", "internal/vault", "internal/skills"},
 	// The model test kit wraps the fake model server that corral bench links too.
 	"internal/model/modeltest": {"internal/apitype", "internal/model", "internal/model/fakemodel"},
 	"internal/vault":           {"internal/apitype", "internal/store"},

@@ -11,7 +11,7 @@ import (
 func (r *run) newRequest(msgs []model.Message) *model.Request {
 	return &model.Request{
 		Model:            r.sess.Agent.Model.ID,
-		System:           r.sess.Agent.System,
+		System:           r.system(),
 		Messages:         msgs,
 		Tools:            r.tools.specs,
 		MaxTokens:        r.b.cfg.MaxTokens,

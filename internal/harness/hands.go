@@ -51,7 +51,7 @@ func (r *run) execute(u *toolUse) error {
 
 // recipe is what the hands need to (re)build the session's sandbox.
 func (r *run) recipe() sandbox.Recipe {
-	rec := sandbox.Recipe{SessionID: r.sess.ID, Environment: r.env, Resources: r.sess.Resources}
+	rec := sandbox.Recipe{SessionID: r.sess.ID, Environment: r.env, Resources: r.sess.Resources, Skills: r.sess.Agent.Skills}
 	if r.b.cfg.WorkspaceRoot != "" {
 		rec.WorkspaceDir = filepath.Join(r.b.cfg.WorkspaceRoot, r.sess.ID)
 	}
@@ -124,6 +124,26 @@ func (r *run) provisionEagerly() error {
 	}
 	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter()}); err != nil {
 		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session_id", r.sess.ID, "err", err)
+	}
+	return nil
+}
+
+// collectOutputs has the hands collect the files the session left under sandbox.OutputsMount into the Files
+// API before the session goes idle, so that a client that sees the idle can list them. A failure (the outputs'
+// quota, a file that cannot be read) is a session.error in the same write as the idle; the turn still ends.
+func (r *run) collectOutputs() []apitype.NewEvent {
+	oc, ok := r.b.cfg.Hands.(sandbox.OutputCollector)
+	if !ok {
+		return nil
+	}
+	rec := r.recipe()
+	if err := oc.CollectOutputs(r.ctx, &rec); err != nil {
+		r.b.cfg.Logger.Warn("session outputs not collected", "session_id", r.sess.ID, "err", err)
+		return []apitype.NewEvent{mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
+			Type:        apitype.SessionErrUnknown,
+			Message:     "collecting the session's outputs (retried at the next turn's end): " + err.Error(),
+			RetryStatus: apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+		}})}
 	}
 	return nil
 }

@@ -38,6 +38,8 @@ type run struct {
 	// seenSeq is the last sequence number the current state was derived from: a client event after it may not
 	// have been acted on yet.
 	seenSeq int64
+	// skillNote is the system prompt's note on the agent's skills, read once per run.
+	skillNote *string
 }
 
 // loop works the session until nothing is left to do, or the work is cancelled.

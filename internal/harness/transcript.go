@@ -196,8 +196,8 @@ func messages(turns []transcriptTurn) []model.Message {
 }
 
 // messageBlocks converts a client message's content. Empty text blocks (which the Messages API rejects) and
-// redacted placeholders are dropped; documents other than plain text are described, not sent, because the
-// model port carries text and images only.
+// redacted placeholders are dropped; plain-text documents become text and base64 PDFs document blocks; other
+// documents are described, not sent, because the model port carries text, images and PDFs only.
 func messageBlocks(content []apitype.ContentBlock) []model.Block {
 	var out []model.Block
 	for _, c := range content {
@@ -219,6 +219,10 @@ func messageBlocks(content []apitype.ContentBlock) []model.Block {
 				Data string `json:"data"`
 			}
 			_ = json.Unmarshal(c.Source, &src) // an unreadable source is described below
+			if pdf := pdfSource(c.Source); pdf != nil {
+				out = append(out, model.Block{Type: model.BlockDocument, Document: pdf})
+				continue
+			}
 			title := ""
 			if c.Title != nil {
 				title = *c.Title
@@ -227,7 +231,7 @@ func messageBlocks(content []apitype.ContentBlock) []model.Block {
 				out = append(out, model.Block{Type: model.BlockText, Text: fmt.Sprintf("<document title=%q>\n%s\n</document>", title, src.Data)})
 				continue
 			}
-			out = append(out, model.Block{Type: model.BlockText, Text: fmt.Sprintf("[document %q: this server passes only text documents to the model]", title)})
+			out = append(out, model.Block{Type: model.BlockText, Text: fmt.Sprintf("[document %q: this server passes only text and base64 PDF documents to the model]", title)})
 		case "search_result":
 			var parts []apitype.ContentBlock
 			_ = json.Unmarshal(c.Content, &parts) // a malformed search result contributes no text
@@ -259,11 +263,20 @@ func textBlocks(content []apitype.ContentBlock) []model.Block {
 	return out
 }
 
+// pdfSource is a document's source when it is a base64 PDF, else nil.
+func pdfSource(raw json.RawMessage) *apitype.ImageSource {
+	var src apitype.ImageSource
+	if err := json.Unmarshal(raw, &src); err != nil || src.Type != "base64" || src.MediaType != "application/pdf" || src.Data == "" {
+		return nil
+	}
+	return &src
+}
+
 // resultBlocks converts a tool result's content to the text and image blocks a tool_result may hold.
 func resultBlocks(content []apitype.ContentBlock) []model.Block {
 	var out []model.Block
 	for _, b := range messageBlocks(content) {
-		if b.Type == model.BlockText || b.Type == model.BlockImage {
+		if b.Type == model.BlockText || b.Type == model.BlockImage || b.Type == model.BlockDocument {
 			out = append(out, b)
 		}
 	}

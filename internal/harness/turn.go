@@ -122,6 +122,7 @@ func (r *run) appendResponse(a *answer) error {
 		if resp.StopReason == "refusal" {
 			reason = apitype.StopRefusal
 		}
+		evs = append(evs, r.collectOutputs()...)
 		evs = append(evs, idleEvent(apitype.StopReason{Type: reason}))
 		// The turn is over: with nothing else waiting, the same write hands the session back.
 		p.Status, p.Release = apitype.StatusIdle, r.tail.settled()

@@ -62,6 +62,7 @@ type Message struct {
 const (
 	BlockText             = "text"
 	BlockImage            = "image"
+	BlockDocument         = "document"
 	BlockThinking         = "thinking"
 	BlockRedactedThinking = "redacted_thinking"
 	BlockToolUse          = "tool_use"
@@ -75,6 +76,9 @@ type Block struct {
 	Text string // text
 
 	Image *apitype.ImageSource // image
+	// Document is a document block's source: a base64 PDF (type "base64", media_type "application/pdf"),
+	// which the model reads as text and page images.
+	Document *apitype.ImageSource
 
 	Thinking  string // thinking
 	Signature string // thinking
@@ -86,7 +90,7 @@ type Block struct {
 
 	ToolUseID string  // tool_result
 	IsError   bool    // tool_result
-	Content   []Block // tool_result: text and image blocks
+	Content   []Block // tool_result: text, image and document blocks
 }
 
 // ToolSpec describes a tool the model may call.

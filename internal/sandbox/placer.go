@@ -15,7 +15,9 @@ import (
 // finds the workspace as the session left it. internal/workspace implements it; the port only calls it, so that
 // neither the backends nor the in-sandbox agent link the placement code (host git, credentials).
 type Placer interface {
-	// Place places the recipe's resources that were not attempted before in r.WorkspaceDir, which exists. It
+	// Place places the recipe's resources and skills that were not attempted before in r.WorkspaceDir (and
+	// r.SessionDir), which exist, and removes the files of resources the recipe no longer has. The Pool calls
+	// it before every provisioning, with resources or without. It
 	// returns the resources that could not be placed: they do not stop the session, which continues without
 	// them (an error with an empty Type is a failure of the placement as a whole). An attempt cut short because
 	// ctx ended must not count as attempted.
@@ -66,12 +68,13 @@ func (e *ResourceError) Error() string {
 
 func (e *ResourceError) Unwrap() error { return e.Err }
 
-// place has the Placer place the recipe's resources; without one, a recipe with resources gets ErrNoPlacer.
+// place has the Placer place the recipe's resources and skills (and remove the files of deleted resources);
+// without one, a recipe with resources or skills gets ErrNoPlacer.
 func (p *Pool) place(ctx context.Context, r *Recipe) []*ResourceError {
-	if len(r.Resources) == 0 {
-		return nil
-	}
 	if p.cfg.Placer == nil {
+		if len(r.Resources) == 0 && len(r.Skills) == 0 {
+			return nil
+		}
 		p.cfg.Logger.Error("session resources not placed", "session", r.SessionID, "err", ErrNoPlacer)
 		return []*ResourceError{{Err: ErrNoPlacer}}
 	}

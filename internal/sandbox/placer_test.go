@@ -95,7 +95,7 @@ func TestPoolPlacer(t *testing.T) {
 	}
 	placer.mu.Unlock()
 
-	// A recipe without resources is not handed to the Placer.
+	// A recipe without resources is handed to the Placer too: it removes the files of deleted resources.
 	if _, err := p.Execute(context.Background(), call("sesn_bare")); err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +105,8 @@ func TestPoolPlacer(t *testing.T) {
 	}
 	placer.mu.Lock()
 	defer placer.mu.Unlock()
-	if len(placer.placed) != 2 {
-		t.Errorf("Place calls %v, want none for the session without resources", placer.placed)
+	if len(placer.placed) != 3 || placer.placed[2] != "sesn_bare" {
+		t.Errorf("Place calls %v, want one for the session without resources too", placer.placed)
 	}
 	forgot := strings.Join(placer.forgot, " ")
 	if len(placer.forgot) != 2 || !strings.Contains(forgot, filepath.Join(root, "sesn_placed")) || !strings.Contains(forgot, filepath.Join(root, "sesn_bare")) {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,12 +40,30 @@ type PoolConfig struct {
 	// Egress, if set, builds each sandbox's Recipe.Egress (internal/proxy: the git endpoint, credentials
 	// injected at egress). A failure fails the provisioning.
 	Egress EgressSource
-	// Volumes, if set, gives every workspace under WorkspaceRoot a filesystem of its own with a size and inode
-	// quota (internal/sandbox/volume), attached before the session's first sandbox and detached when its slot
-	// goes. A failure to attach fails the provisioning with the reason. A Recipe's own WorkspaceDir outside
-	// WorkspaceRoot gets none.
+	// Volumes, if set, gives every workspace under WorkspaceRoot, and every session directory beside it, a
+	// filesystem of its own with a size and inode quota (internal/sandbox/volume), attached before the session's
+	// first sandbox and detached when its slot goes. A failure to attach fails the provisioning with the reason.
+	// A Recipe's own WorkspaceDir outside WorkspaceRoot gets none.
 	Volumes Volumes
+	// Outputs, if set, collects the files a session leaves under OutputsMount (into the Files API): when the
+	// brain ends a turn (CollectOutputs), and before a sandbox is reaped, replaced or stopped.
+	Outputs Collector
 }
+
+// Collector collects a session's outputs: the files under the recipe's OutputsDir not collected before (or
+// changed since). internal/workspace implements it.
+type Collector interface {
+	Collect(ctx context.Context, r *Recipe) error
+}
+
+// OutputCollector is implemented by hands that collect a session's outputs (*Pool does); the brain calls it
+// at the end of each turn, before the session goes idle.
+type OutputCollector interface {
+	CollectOutputs(ctx context.Context, r *Recipe) error
+}
+
+// collectTimeout bounds a collection the Pool starts on its own (reaping, replacing, stopping).
+const collectTimeout = 2 * time.Minute
 
 func (c *PoolConfig) validate() error {
 	if c.Provider == nil {
@@ -86,8 +105,10 @@ type session struct {
 	lastUsed time.Time
 	// unplaced are resources that could not be placed, for a note in front of the next tool result.
 	unplaced []*ResourceError
-	// detach, once the session's workspace volume is attached, detaches it when the slot closes.
+	// detach, once the session's volumes are attached, detaches them when the slot closes.
 	detach func() error
+	// recipe is the recipe of the session's last provisioning (for the collection of its outputs).
+	recipe *Recipe
 }
 
 var _ Hands = (*Pool)(nil)
@@ -187,6 +208,9 @@ func (p *Pool) recipe(call *Call) (Recipe, error) {
 	if r.WorkspaceDir == "" {
 		r.WorkspaceDir = filepath.Join(p.cfg.WorkspaceRoot, r.SessionID)
 	}
+	if r.SessionDir == "" {
+		r.SessionDir = p.sessionDir(r.SessionID)
+	}
 	l, d := &r.Limits, p.cfg.Limits
 	l.MemoryBytes = cmp.Or(l.MemoryBytes, d.MemoryBytes)
 	l.Pids = cmp.Or(l.Pids, d.Pids)
@@ -278,6 +302,8 @@ func (p *Pool) acquire(ctx context.Context, s *session, call *Call, r *Recipe) (
 			return nil, true, err
 		}
 		s.sb = sb
+		rc := *r
+		s.recipe = &rc
 	}
 	s.inflight++
 	s.lastUsed = time.Now()
@@ -294,9 +320,18 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 	start := time.Now()
 	var sb Sandbox
 	var unplaced []*ResourceError
-	err := p.attach(ctx, s, r.WorkspaceDir)
+	err := p.attach(ctx, s, r.WorkspaceDir, r.SessionDir)
 	if err == nil {
 		err = os.MkdirAll(r.WorkspaceDir, 0o700)
+	}
+	if err == nil && r.SessionDir != "" {
+		err = os.MkdirAll(r.UploadsDir(), 0o755)
+		if err == nil {
+			err = os.MkdirAll(r.SkillsDir(), 0o755)
+		}
+		if err == nil {
+			err = os.MkdirAll(r.OutputsDir(), 0o700) // the backend gives it to the sandbox's uid
+		}
 	}
 	if err != nil {
 		err = fmt.Errorf("workspace: %w", err)
@@ -328,17 +363,33 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 	return sb, unplaced, nil
 }
 
-// attach attaches the session's workspace volume, unless it is attached or the pool has no Volumes. s.mu is
-// held.
-func (p *Pool) attach(ctx context.Context, s *session, dir string) error {
+// attach attaches the session's volumes (its workspace and its session directory: the outputs the sandbox
+// writes there count against a quota too, and neither shows a host path in the sandbox's mount table), unless
+// they are attached or the pool has no Volumes. A directory outside WorkspaceRoot gets none. s.mu is held.
+func (p *Pool) attach(ctx context.Context, s *session, dirs ...string) error {
 	v := p.cfg.Volumes
-	if v == nil || s.detach != nil || filepath.Dir(dir) != filepath.Clean(p.cfg.WorkspaceRoot) {
+	if v == nil || s.detach != nil {
 		return nil
 	}
-	if err := v.Attach(ctx, dir); err != nil {
-		return err
+	var attached []string
+	detach := func() error {
+		var errs []error
+		for _, dir := range slices.Backward(attached) {
+			errs = append(errs, v.Detach(dir))
+		}
+		return errors.Join(errs...)
 	}
-	s.detach = func() error { return v.Detach(dir) }
+	for _, dir := range dirs {
+		if dir == "" || filepath.Dir(dir) != filepath.Clean(p.cfg.WorkspaceRoot) {
+			continue
+		}
+		if err := v.Attach(ctx, dir); err != nil {
+			_ = detach()
+			return err
+		}
+		attached = append(attached, dir)
+	}
+	s.detach = detach
 	return nil
 }
 
@@ -351,10 +402,52 @@ func (p *Pool) release(s *session, sb Sandbox, err error) {
 	if dead {
 		s.sb = nil
 	}
+	rec := s.recipe
 	s.mu.Unlock()
 	if dead {
 		_ = sb.Close()
+		p.collect(rec)
 	}
+}
+
+// sessionDir is the session directory the pool gives a session (SessionDir).
+func (p *Pool) sessionDir(id string) string { return SessionDir(p.cfg.WorkspaceRoot, id) }
+
+// SessionDir is the host directory of a session's uploads, outputs and skills (Recipe.SessionDir) under a
+// workspace root, beside its workspace. Its name starts with a dot, so RemoveWorkspaces never takes it for a
+// session's workspace.
+func SessionDir(workspaceRoot, sessionID string) string {
+	return filepath.Join(workspaceRoot, ".mnt-"+sessionID)
+}
+
+// collect collects the outputs of the recipe's session, if the pool has a collector; failures are logged.
+func (p *Pool) collect(r *Recipe) {
+	if p.cfg.Outputs == nil || r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	defer cancel()
+	if err := p.cfg.Outputs.Collect(ctx, r); err != nil {
+		p.cfg.Logger.Warn("session outputs not collected", "session", r.SessionID, "err", err)
+	}
+}
+
+var _ OutputCollector = (*Pool)(nil)
+
+// CollectOutputs collects the session's outputs now (the brain calls it when a turn ends). Without a collector,
+// or for a session that never had a sandbox here, there is nothing to collect.
+func (p *Pool) CollectOutputs(ctx context.Context, call *Recipe) error {
+	if p.cfg.Outputs == nil {
+		return nil
+	}
+	r, err := p.recipe(&Call{Recipe: *call})
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(r.OutputsDir()); err != nil {
+		return nil // no sandbox ever had it
+	}
+	return p.cfg.Outputs.Collect(ctx, &r)
 }
 
 // Close closes the session's sandbox, if any. The workspace stays. Idempotent.
@@ -391,13 +484,17 @@ func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Conte
 		errs = append(errs, p.Close(id))
 		dir := filepath.Join(p.cfg.WorkspaceRoot, id)
 		if p.cfg.Volumes != nil {
-			if err := p.cfg.Volumes.Remove(dir); err != nil {
+			if err := errors.Join(p.cfg.Volumes.Remove(dir), p.cfg.Volumes.Remove(p.sessionDir(id))); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox pool: remove workspace: %w", err))
+			continue
+		}
+		if err := os.RemoveAll(p.sessionDir(id)); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox pool: remove session directory: %w", err))
 			continue
 		}
 		if p.cfg.Placer != nil {
@@ -441,6 +538,7 @@ func (p *Pool) Stop() error {
 	p.reaped.Wait()
 	var errs []error
 	for _, s := range sessions {
+		p.collect(s.lastRecipe())
 		errs = append(errs, s.close())
 	}
 	// Every session detached its volume; a Volumes that can be closed unmounts whatever is left.
@@ -448,6 +546,16 @@ func (p *Pool) Stop() error {
 		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// lastRecipe is the recipe of the session's sandbox, nil if it never had one.
+func (s *session) lastRecipe() *Recipe {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sb == nil {
+		return nil
+	}
+	return s.recipe
 }
 
 // reap closes the sandboxes that have been idle for IdleTimeout, and forgets their sessions.
@@ -462,6 +570,7 @@ func (p *Pool) reap(ctx context.Context) {
 			return
 		case now := <-t.C:
 			for _, s := range p.idle(now) {
+				p.collect(s.lastRecipe())
 				if err := s.close(); err != nil {
 					p.cfg.Logger.Warn("closing idle sandbox", "err", err)
 				}

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -61,12 +62,54 @@ type Result struct {
 type Recipe struct {
 	SessionID    string
 	WorkspaceDir string // host directory bound at /workspace; survives re-provisioning
-	Environment  apitype.EnvConfig
-	Resources    []apitype.Resource
-	Limits       Limits
+	// SessionDir is the host directory of the session's files: the isolating backends bind its uploads
+	// subdirectory read-only at UploadsMount (file resources), its outputs subdirectory read-write at
+	// OutputsMount (collected into the Files API) and its skills subdirectory read-only at SkillsMount. Empty:
+	// none is bound. It survives re-provisioning, as the workspace does.
+	SessionDir  string
+	Environment apitype.EnvConfig
+	Resources   []apitype.Resource
+	// Skills are the agent's skills, placed (by the Placer) read-only under SkillsMount/<name>.
+	Skills []apitype.SkillRef
+	Limits Limits
 	// Egress is what the host adds to the sandbox's network beyond the environment's policy (PoolConfig.Egress
 	// builds it before each provisioning); nil means the policy alone.
 	Egress *Egress
+}
+
+// Where a session's files appear in its sandbox.
+const (
+	// UploadsMount holds the session's file resources (read-only; the API's default mount paths are here).
+	UploadsMount = "/mnt/session/uploads"
+	// OutputsMount is where the agent leaves files for the user: they are collected into the Files API with
+	// the session as their scope, as the hosted service does.
+	OutputsMount = "/mnt/session/outputs"
+	// SkillsMount holds the agent's skills, one directory per skill named as its SKILL.md names it (read-only).
+	SkillsMount = "/mnt/skills"
+)
+
+// SkillsDir is the host directory bound at SkillsMount ("" without a SessionDir).
+func (r *Recipe) SkillsDir() string {
+	if r.SessionDir == "" {
+		return ""
+	}
+	return filepath.Join(r.SessionDir, "skills")
+}
+
+// UploadsDir is the host directory bound at UploadsMount ("" without a SessionDir).
+func (r *Recipe) UploadsDir() string {
+	if r.SessionDir == "" {
+		return ""
+	}
+	return filepath.Join(r.SessionDir, "uploads")
+}
+
+// OutputsDir is the host directory bound at OutputsMount ("" without a SessionDir).
+func (r *Recipe) OutputsDir() string {
+	if r.SessionDir == "" {
+		return ""
+	}
+	return filepath.Join(r.SessionDir, "outputs")
 }
 
 // Egress is what the host adds to one sandbox's network beyond the environment's policy: services its proxy

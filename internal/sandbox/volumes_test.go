@@ -88,7 +88,7 @@ func TestPoolVolumes(t *testing.T) {
 	if _, err := p.Execute(ctx, call("s1")); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := vols.log(), "attach s1"; got != want {
+	if got, want := vols.log(), "attach s1, attach .mnt-s1"; got != want {
 		t.Errorf("calls after four calls and a dead sandbox: %q, want %q", got, want)
 	}
 	if err := p.Close("s1"); err != nil {
@@ -101,7 +101,9 @@ func TestPoolVolumes(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("RemoveWorkspaces: %d, %v", n, err)
 	}
-	if got, want := vols.log(), "attach s1, detach s1, attach s1, detach s1, remove s1"; got != want {
+	// The session directory is a volume too, attached after the workspace and detached before it.
+	if got, want := vols.log(), "attach s1, attach .mnt-s1, detach .mnt-s1, detach s1, attach s1, attach .mnt-s1, "+
+		"detach .mnt-s1, detach s1, remove s1, remove .mnt-s1"; got != want {
 		t.Errorf("calls: %q, want %q", got, want)
 	}
 
@@ -121,7 +123,7 @@ func TestPoolVolumes(t *testing.T) {
 		t.Errorf("after Stop: held %v, closed %d", vols.held, vols.closed)
 	}
 
-	// A recipe's own workspace outside the root gets no volume.
+	// A recipe's own workspace outside the root gets no volume (its session directory, under the root, does).
 	vols2 := &fakeVolumes{held: map[string]int{}}
 	p2, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, Volumes: vols2})
 	if err != nil {
@@ -133,7 +135,7 @@ func TestPoolVolumes(t *testing.T) {
 	if _, err := p2.Execute(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	if got := vols2.log(); got != "" {
+	if got := vols2.log(); got != "attach .mnt-s4" {
 		t.Errorf("a workspace outside the root: %q", got)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
@@ -68,6 +70,8 @@ type APIConfig struct {
 	Validator api.CredentialValidator
 	// WorkLeaseTTL is the default lease of a self-hosted worker on a work item (api.Config.WorkLeaseTTL).
 	WorkLeaseTTL time.Duration
+	// Files stores the Files API's files; nil answers its endpoints with an error.
+	Files *files.Service
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
@@ -182,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
-			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL})
+			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files})
 		if err != nil {
 			return undo(err)
 		}
@@ -243,6 +247,9 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("server: %w", err)
 		}
 		s.wg.Go(func() { s.sweep(sweepCtx) })
+	}
+	if s.cfg.API != nil && s.cfg.API.Files != nil {
+		s.wg.Go(func() { s.sweepFiles(sweepCtx) })
 	}
 	if ln != nil {
 		s.wg.Go(func() {
@@ -329,6 +336,24 @@ func (s *Server) sweep(ctx context.Context) {
 		n, err := s.pool.RemoveWorkspaces(ctx, gone)
 		if n > 0 || (err != nil && ctx.Err() == nil) {
 			s.cfg.Logger.Info("workspaces of deleted sessions removed", "count", n, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sweepFiles deletes, now and every SweepInterval, the files whose expires_at has passed (their bytes and
+// metadata), until ctx ends.
+func (s *Server) sweepFiles(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Sandbox.SweepInterval)
+	defer t.Stop()
+	for {
+		n, err := s.cfg.API.Files.SweepExpired(ctx, apitype.Now())
+		if n > 0 || (err != nil && ctx.Err() == nil) {
+			s.cfg.Logger.Info("expired files deleted", "count", n, "err", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -27,6 +27,8 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.VaultStore]():          "vaults.go",
 		reflect.TypeFor[store.WorkStore]():           "work.go",
 		reflect.TypeFor[store.EnvironmentKeyStore](): "environmentkeys.go",
+		reflect.TypeFor[store.FileStore]():           "files.go",
+		reflect.TypeFor[store.SkillStore]():          "skills.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()

@@ -46,6 +46,8 @@ type Store interface {
 	VaultStore
 	WorkStore
 	EnvironmentKeyStore
+	FileStore
+	SkillStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities

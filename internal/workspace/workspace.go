@@ -73,6 +73,14 @@ type Config struct {
 	// ExtraRootCAsPEM are CA certificates (PEM) trusted for the repositories' TLS besides the system roots
 	// (corral serve --egress-ca-file).
 	ExtraRootCAsPEM []byte
+	// Files is the Files API (*files.Service): file resources are placed from it and outputs collected into
+	// it. Without it a file resource fails with ErrNoFiles and nothing is collected.
+	Files Files
+	// MaxOutputBytes bounds what is collected from one session's outputs; default DefaultMaxOutputBytes.
+	MaxOutputBytes int64
+	// Skills is the Skills API (*files.Service): the agent's skills are placed from it under
+	// sandbox.SkillsMount. Without it a skill fails with ErrNoFiles.
+	Skills Skills
 }
 
 // Tokens supplies repository tokens to the clones.
@@ -110,9 +118,6 @@ func New(cfg Config) (*Placer, error) {
 	return &Placer{cfg: cfg}, nil
 }
 
-// ErrFileResourcesUnsupported is the error of a file resource: Corral has no Files API yet.
-var ErrFileResourcesUnsupported = errors.New("file resources are not supported yet (this server has no Files API); the file was not placed")
-
 // workspaceMount is where the workspace appears in a sandbox.
 const workspaceMount = "/workspace"
 
@@ -120,6 +125,11 @@ const workspaceMount = "/workspace"
 type resourceRecord struct {
 	// Attempted maps a resource's key to "" when it was placed, or to the error that prevented it.
 	Attempted map[string]string `json:"attempted"`
+	// Files maps the key of a placed file resource to where it was placed (placeFile), so that it can be
+	// removed once the resource is deleted.
+	Files map[string]string `json:"files,omitempty"`
+	// Skills maps "<skill id>@<version>" to the name the skill was placed under ("" if it failed).
+	Skills map[string]string `json:"skills,omitempty"`
 }
 
 // recordPath is the record of workspace ws. It lives beside the workspace, out of every sandbox's reach.
@@ -140,10 +150,12 @@ func resourceKey(res *apitype.Resource) string {
 // returns the resources that could not be placed; those are recorded too and not attempted again. An attempt
 // cut short because ctx ended is not recorded, so the next provisioning tries again.
 func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.ResourceError {
-	if len(r.Resources) == 0 {
-		return nil
-	}
 	recPath := recordPath(r.WorkspaceDir)
+	if len(r.Resources) == 0 && len(r.Skills) == 0 {
+		if _, err := os.Stat(recPath); err != nil {
+			return nil // nothing was ever placed: nothing to remove either
+		}
+	}
 	rec := resourceRecord{Attempted: map[string]string{}}
 	switch data, err := os.ReadFile(recPath); {
 	case err == nil:
@@ -158,8 +170,14 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 		p.cfg.Logger.Error("session resources not placed", "session", r.SessionID, "err", err)
 		return []*sandbox.ResourceError{{Err: err}}
 	}
+	if rec.Files == nil {
+		rec.Files = map[string]string{}
+	}
+	if rec.Skills == nil {
+		rec.Skills = map[string]string{}
+	}
 	var failed []*sandbox.ResourceError
-	changed := false
+	changed := p.removeDeletedFiles(r, &rec)
 	for i := range r.Resources {
 		res := &r.Resources[i]
 		key := resourceKey(res)
@@ -167,7 +185,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 			continue // memory stores are not files of the workspace
 		}
 		start := time.Now()
-		rerr := p.placeResource(ctx, r.SessionID, r.WorkspaceDir, res, r.Environment.Networking)
+		rerr := p.placeResource(ctx, r, res, &rec)
 		if rerr != nil && ctx.Err() != nil {
 			p.cfg.Logger.Warn("session resource: placement interrupted", "session", r.SessionID, "err", rerr)
 			break
@@ -183,6 +201,9 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 		p.cfg.Logger.Info("session resource placed", "session", r.SessionID, "type", res.Type, "url", res.URL,
 			"mount_path", mountPathOf(res), "duration", time.Since(start))
 	}
+	if f, ch := p.placeSkills(ctx, r, &rec); ch {
+		failed, changed = append(failed, f...), true
+	}
 	if changed {
 		if err := writeRecord(recPath, &rec); err != nil {
 			p.cfg.Logger.Error("session resources: record not written; they may be placed again", "session", r.SessionID, "err", err)
@@ -193,8 +214,10 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 
 // Forget removes the record of workspace ws, whose workspace is gone. Idempotent.
 func (p *Placer) Forget(ws string) error {
-	if err := os.Remove(recordPath(ws)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("workspace: %w", err)
+	for _, rec := range []string{recordPath(ws), outputRecordPath(ws)} {
+		if err := os.Remove(rec); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("workspace: %w", err)
+		}
 	}
 	return nil
 }
@@ -215,8 +238,8 @@ func mountPathOf(res *apitype.Resource) string {
 	return ""
 }
 
-// writeRecord replaces the record atomically.
-func writeRecord(name string, rec *resourceRecord) error {
+// writeRecord replaces a record (of resources or outputs) atomically.
+func writeRecord(name string, rec any) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -233,7 +256,8 @@ func writeRecord(name string, rec *resourceRecord) error {
 }
 
 // placeResource places one resource in workspace ws.
-func (p *Placer) placeResource(ctx context.Context, sessionID, ws string, res *apitype.Resource, n *apitype.Networking) *sandbox.ResourceError {
+func (p *Placer) placeResource(ctx context.Context, r *sandbox.Recipe, res *apitype.Resource, rec *resourceRecord) *sandbox.ResourceError {
+	sessionID, ws, n := r.SessionID, r.WorkspaceDir, r.Environment.Networking
 	rerr := &sandbox.ResourceError{ResourceID: res.ID, Type: string(res.Type), URL: redactURL(res.URL), MountPath: mountPathOf(res)}
 	switch res.Type {
 	case apitype.ResourceGitHubRepository:
@@ -243,7 +267,10 @@ func (p *Placer) placeResource(ctx context.Context, sessionID, ws string, res *a
 		}
 		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, sessionID, ws, res, rerr.MountPath, n)
 	case apitype.ResourceFile:
-		rerr.Err = fmt.Errorf("file %s: %w", res.FileID, ErrFileResourcesUnsupported)
+		var placed string
+		if placed, rerr.Err = p.placeFile(ctx, r, res, rerr.MountPath); rerr.Err == nil {
+			rec.Files[resourceKey(res)] = placed
+		}
 	default:
 		rerr.Err = fmt.Errorf("unsupported resource type %q", res.Type)
 	}

@@ -113,8 +113,8 @@ func TestThinkingPassthrough(t *testing.T) {
 	}
 }
 
-// TestToolHistory: tool_use blocks go back as sent and tool results as tool_result blocks, error flag and images
-// included. (Tool calls coming back are in the conformance suite.)
+// TestToolHistory: tool_use blocks go back as sent and tool results as tool_result blocks, error flag, images and
+// PDF documents included. (Tool calls coming back are in the conformance suite.)
 func TestToolHistory(t *testing.T) {
 	t.Parallel()
 	m, s := newModel(t)
@@ -129,6 +129,7 @@ func TestToolHistory(t *testing.T) {
 		{Role: "user", Content: []model.Block{
 			{Type: model.BlockToolResult, ToolUseID: "toolu_01", IsError: true, Content: []model.Block{
 				{Type: model.BlockText, Text: "exit status 1"}, {Type: model.BlockImage, Image: img},
+				{Type: model.BlockDocument, Document: &apitype.ImageSource{Type: "base64", MediaType: "application/pdf", Data: "JVBERi0="}},
 			}},
 		}},
 	}}
@@ -140,9 +141,11 @@ func TestToolHistory(t *testing.T) {
 		t.Fatalf("tool_use sent back %+v", got)
 	}
 	res := msgs[2].Content[0]
-	if res.Type != "tool_result" || res.ToolUseID != "toolu_01" || !res.IsError || len(res.Content) != 2 ||
+	if res.Type != "tool_result" || res.ToolUseID != "toolu_01" || !res.IsError || len(res.Content) != 3 ||
 		res.Content[0].Text != "exit status 1" || res.Content[1].Type != "image" ||
-		!modeltest.JSONEqual(t, res.Content[1].Source, `{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}`) {
+		!modeltest.JSONEqual(t, res.Content[1].Source, `{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}`) ||
+		res.Content[2].Type != "document" ||
+		!modeltest.JSONEqual(t, res.Content[2].Source, `{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}`) {
 		t.Fatalf("tool_result sent %+v", res)
 	}
 }

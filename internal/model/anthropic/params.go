@@ -168,6 +168,12 @@ func contentBlock(b model.Block) (anthropic.ContentBlockParamUnion, error) {
 			return anthropic.ContentBlockParamUnion{}, err
 		}
 		return anthropic.ContentBlockParamUnion{OfImage: img}, nil
+	case model.BlockDocument:
+		doc, err := documentBlock(b)
+		if err != nil {
+			return anthropic.ContentBlockParamUnion{}, err
+		}
+		return anthropic.ContentBlockParamUnion{OfDocument: doc}, nil
 	case model.BlockThinking:
 		return anthropic.NewThinkingBlock(b.Signature, b.Thinking), nil
 	case model.BlockRedactedThinking:
@@ -196,6 +202,12 @@ func contentBlock(b model.Block) (anthropic.ContentBlockParamUnion, error) {
 					return anthropic.ContentBlockParamUnion{}, fmt.Errorf("tool_result %s: %w", b.ToolUseID, err)
 				}
 				res.Content = append(res.Content, anthropic.ToolResultBlockParamContentUnion{OfImage: img})
+			case model.BlockDocument:
+				doc, err := documentBlock(c)
+				if err != nil {
+					return anthropic.ContentBlockParamUnion{}, fmt.Errorf("tool_result %s: %w", b.ToolUseID, err)
+				}
+				res.Content = append(res.Content, anthropic.ToolResultBlockParamContentUnion{OfDocument: doc})
 			default:
 				return anthropic.ContentBlockParamUnion{}, fmt.Errorf("tool_result %s: unsupported content block %q", b.ToolUseID, c.Type)
 			}
@@ -204,6 +216,16 @@ func contentBlock(b model.Block) (anthropic.ContentBlockParamUnion, error) {
 	default:
 		return anthropic.ContentBlockParamUnion{}, fmt.Errorf("unsupported block type %q", b.Type)
 	}
+}
+
+// documentBlock maps a document block: a base64 PDF.
+func documentBlock(b model.Block) (*anthropic.DocumentBlockParam, error) {
+	src := b.Document
+	if src == nil || src.Type != "base64" || src.MediaType != "application/pdf" {
+		return nil, errors.New("document block without a base64 PDF source")
+	}
+	return &anthropic.DocumentBlockParam{Source: anthropic.DocumentBlockParamSourceUnion{
+		OfBase64: &anthropic.Base64PDFSourceParam{Data: src.Data}}}, nil
 }
 
 // imageBlock maps an image block's source.

@@ -74,6 +74,8 @@ func userMessages(blocks []model.Block) ([]openai.ChatCompletionMessageParamUnio
 			parts = append(parts, openai.TextContentPart(b.Text))
 		case model.BlockImage:
 			parts = append(parts, imagePart(b))
+		case model.BlockDocument:
+			parts = append(parts, openai.TextContentPart(documentOmitted))
 		case model.BlockToolResult:
 			msgs = append(msgs, openai.ToolMessage(toolResultText(b), b.ToolUseID))
 		case model.BlockThinking, model.BlockRedactedThinking:
@@ -86,6 +88,9 @@ func userMessages(blocks []model.Block) ([]openai.ChatCompletionMessageParamUnio
 	}
 	return msgs, nil
 }
+
+// documentOmitted stands for a PDF document: chat completions take none.
+const documentOmitted = "[PDF document omitted: this model API takes no PDF documents]"
 
 // imagePart maps an image block to an image_url part, or to a text note when the image has no URL form.
 func imagePart(b model.Block) openai.ChatCompletionContentPartUnionParam {
@@ -111,6 +116,8 @@ func toolResultText(b model.Block) string {
 			lines = append(lines, c.Text)
 		case model.BlockImage:
 			lines = append(lines, "[image omitted]")
+		case model.BlockDocument:
+			lines = append(lines, documentOmitted)
 		}
 	}
 	text := strings.Join(lines, "\n")

@@ -21,6 +21,8 @@ const (
 	maxFileBytes = 256 * 1024
 	// maxImageBytes caps an image returned by read.
 	maxImageBytes = 5 * 1024 * 1024
+	// maxPDFBytes caps a PDF returned by read (as a document block: the model reads its text and pages).
+	maxPDFBytes = 10 * 1024 * 1024
 )
 
 // imageTypes maps the file extensions read returns as image blocks to their media types.
@@ -182,6 +184,12 @@ func execRead(raw json.RawMessage, cfg *Config) result {
 	if mt, ok := imageTypes[strings.ToLower(filepath.Ext(path))]; ok && len(in.ViewRange) == 0 {
 		return readImage(path, in.FilePath, mt, info.Size())
 	}
+	if strings.EqualFold(filepath.Ext(path), ".ipynb") && len(in.ViewRange) == 0 {
+		return readNotebook(path, in.FilePath)
+	}
+	if strings.EqualFold(filepath.Ext(path), ".pdf") && len(in.ViewRange) == 0 {
+		return readPDF(path, in.FilePath, info.Size())
+	}
 	if info.Size() > maxFileBytes {
 		if len(in.ViewRange) == 0 {
 			return errorf("read: %s is %d bytes, exceeds %d-byte limit. Use the view_range parameter to read specific line ranges, e.g. view_range: [1, 500].",
@@ -231,6 +239,27 @@ func readImage(path, name, mediaType string, size int64) result {
 	}
 	src, _ := json.Marshal(apitype.ImageSource{Type: "base64", MediaType: mediaType, Data: base64.StdEncoding.EncodeToString(data)})
 	return result{images: []apitype.ContentBlock{{Type: "image", Source: src}}}
+}
+
+// readPDF returns a PDF as a document block, as the hosted tool does: the model reads its text and sees its
+// pages. What is not a PDF (no %PDF- header) is refused.
+func readPDF(path, name string, size int64) result {
+	if size > maxPDFBytes {
+		return errorf("read: PDF %s is %d bytes, exceeds %d-byte limit; extract its text with bash (e.g. pdftotext) instead", name, size, maxPDFBytes)
+	}
+	data, over, err := readFileAtMost(path, maxPDFBytes)
+	if err != nil {
+		return errorf("read %s: %s", name, fsErrorMessage(err))
+	}
+	if over {
+		return errorf("read: PDF %s exceeds %d-byte limit", name, maxPDFBytes)
+	}
+	if !bytes.HasPrefix(data, []byte("%PDF-")) {
+		return errorf("read: %s is not a PDF (no %%PDF- header)", name)
+	}
+	src, _ := json.Marshal(apitype.ImageSource{Type: "base64", MediaType: "application/pdf", Data: base64.StdEncoding.EncodeToString(data)})
+	return result{text: fmt.Sprintf("PDF %s (%d bytes): its text and pages follow as a document.", name, len(data)),
+		images: []apitype.ContentBlock{{Type: "document", Source: src}}}
 }
 
 // readRange streams lines [startLine, endLine] (1-based, inclusive; endLine <= 0 means to the end) of a file too

@@ -151,6 +151,10 @@ func Claim(r *sandbox.Recipe, base, count int) (int, Undo, error) {
 		undo.Run()
 		return 0, nil, err
 	}
+	if err := PrepareSessionDir(r, uid); err != nil {
+		undo.Run()
+		return 0, nil, err
+	}
 	return uid, undo, nil
 }
 
@@ -229,4 +233,44 @@ func RemovePaths(paths ...string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// PrepareSessionDir makes the recipe's session directory ready to bind (nothing without one): uploads and
+// skills belong to the host (0755, the placed files 0444: the sandbox reads, never writes, them), outputs to
+// uid.
+func PrepareSessionDir(r *sandbox.Recipe, uid int) error {
+	if r.SessionDir == "" {
+		return nil
+	}
+	if !filepath.IsAbs(r.SessionDir) {
+		return fmt.Errorf("session directory %q must be an absolute path", r.SessionDir)
+	}
+	for _, d := range []string{r.UploadsDir(), r.SkillsDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("session directory: %w", err)
+		}
+	}
+	if err := os.Chmod(r.SessionDir, 0o711); err != nil {
+		return fmt.Errorf("session directory: %w", err)
+	}
+	return PrepareWorkspace(r.OutputsDir(), uid)
+}
+
+// Mount is a bind of a host directory into a sandbox.
+type Mount struct {
+	Source, Target string
+	ReadOnly       bool
+}
+
+// SessionMounts are the binds of the recipe's session directory (none without one): uploads read-only at
+// sandbox.UploadsMount, outputs read-write at sandbox.OutputsMount, skills read-only at sandbox.SkillsMount.
+func SessionMounts(r *sandbox.Recipe) []Mount {
+	if r.SessionDir == "" {
+		return nil
+	}
+	return []Mount{
+		{Source: r.UploadsDir(), Target: sandbox.UploadsMount, ReadOnly: true},
+		{Source: r.OutputsDir(), Target: sandbox.OutputsMount},
+		{Source: r.SkillsDir(), Target: sandbox.SkillsMount, ReadOnly: true},
+	}
 }

@@ -54,7 +54,7 @@ var builtins = []builtin{
 	{
 		Tool: sandbox.Tool{
 			Name:        "read",
-			Description: "Read a UTF-8 text file rooted at the workdir.",
+			Description: "Read a file rooted at the workdir: UTF-8 text, an image (PNG, JPEG, GIF, WebP), a PDF (its text and pages) or a Jupyter notebook (.ipynb: its cells with their outputs).",
 			InputSchema: schema(`{"type": "object", "properties": {
 				"file_path": {"type": "string", "description": "Path of the file to read, rooted at the workdir (absolute paths inside it are allowed)."},
 				"view_range": {"type": "array", "items": {"type": "integer"}, "description": "[start_line, end_line] 1-indexed inclusive"}},

@@ -343,6 +343,24 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	}
 	cleanup.Add(func() error { return unmount(tmp) })
 	args = append(args, "--bind", ws, agent.Workspace, "--bind", tmp, "/tmp", "--ro-bind", corralDir, filepath.Dir(agent.BinPath))
+	// The session's uploads, outputs and skills, staged here first as the workspace is.
+	staged := []string{agentBin, ws, tmp}
+	for i, m := range agent.SessionMounts(r) {
+		dst := filepath.Join(stateDir, fmt.Sprintf("mnt%d", i))
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return nil, fmt.Errorf("bwrap: %w", err)
+		}
+		if err := bindMount(m.Source, dst, m.ReadOnly); err != nil {
+			return nil, fmt.Errorf("bwrap: %w", err)
+		}
+		cleanup.Add(func() error { return unmount(dst) })
+		staged = append(staged, dst)
+		flag := "--bind"
+		if m.ReadOnly {
+			flag = "--ro-bind"
+		}
+		args = append(args, flag, dst, m.Target)
+	}
 
 	var group *cgroup.Group
 	if !p.cfg.NoCgroups {
@@ -441,7 +459,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if err := sb.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("bwrap: sandbox did not start: %w", err)
 	}
-	for _, m := range []string{agentBin, ws, tmp} {
+	for _, m := range staged {
 		if err := unmount(m); err != nil {
 			_ = sb.Close()
 			return nil, err

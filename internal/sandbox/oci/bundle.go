@@ -30,6 +30,8 @@ type BundleSpec struct {
 	CABundle []byte
 	// AllowClone3 leaves clone3 out of the seccomp profile (Config.AllowClone3).
 	AllowClone3 bool
+	// Mounts are extra binds (agent.SessionMounts: the session's uploads and outputs).
+	Mounts []agent.Mount
 }
 
 // WriteBundle writes an OCI bundle into dir: an empty read-only rootfs of mount points, and a config.json that
@@ -93,6 +95,16 @@ func WriteBundle(dir string, spec BundleSpec) error {
 		mount(src, "bind", src, "rbind", "ro", "nosuid", "nodev")
 	}
 	mount(agent.Workspace, "bind", spec.WorkspaceDir, "rbind", "nosuid", "nodev")
+	for _, m := range spec.Mounts {
+		if err := os.MkdirAll(filepath.Join(rootfs, m.Target), 0o755); err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		mount(m.Target, "bind", m.Source, opts...)
+	}
 	if err := os.WriteFile(filepath.Join(rootfs, agent.BinPath), nil, 0o755); err != nil {
 		return fmt.Errorf("bundle: %w", err)
 	}

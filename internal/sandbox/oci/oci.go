@@ -483,7 +483,8 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 
 	limits := agent.WithDefaults(r.Limits)
 	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.agent, ProxySocket: sock,
-		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3, TmpBytes: limits.TmpBytes, TmpInodes: limits.TmpInodes}
+		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3, TmpBytes: limits.TmpBytes, TmpInodes: limits.TmpInodes,
+		Mounts: agent.SessionMounts(r)}
 	if spec.CABundle, err = agent.CABundle(r.Egress); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}

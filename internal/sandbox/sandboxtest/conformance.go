@@ -40,6 +40,39 @@ func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Optio
 		return
 	}
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newProvider) })
+	t.Run("SessionMounts", func(t *testing.T) { t.Parallel(); testSessionMounts(t, newProvider) })
+}
+
+// testSessionMounts: the session directory's uploads and skills are readable and not writable in the sandbox,
+// its outputs writable, and what the sandbox writes there is on the host.
+func testSessionMounts(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+	p, root := newPoolRoot(t, newProvider, 0)
+	const s = "mounts"
+	// Placed before the sandbox starts, as the Placer places them.
+	dir := sandbox.SessionDir(root, s)
+	for _, d := range []string{"uploads", "skills"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "uploads", "in.txt"), []byte("uploaded"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "skills", "SKILL.md"), []byte("skill"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	got := mustRun(t, p, bash(s, "cat "+sandbox.UploadsMount+"/in.txt "+sandbox.SkillsMount+"/SKILL.md; echo; "+
+		"for d in "+sandbox.UploadsMount+" "+sandbox.SkillsMount+"; do (touch $d/new; echo x >> $d/in.txt; rm -f $d/SKILL.md) 2>/dev/null; ls $d; done; "+
+		"echo out > "+sandbox.OutputsMount+"/o.txt && echo wrote"))
+	if want := "uploadedskill\nin.txt\nSKILL.md\nwrote"; got != want {
+		t.Errorf("in the sandbox: %q, want %q", got, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "outputs", "o.txt")); err != nil || string(b) != "out\n" {
+		t.Errorf("the output on the host: %q, %v", b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "uploads", "in.txt")); string(b) != "uploaded" {
+		t.Errorf("the upload was changed: %q", b)
+	}
 }
 
 func testTools(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {

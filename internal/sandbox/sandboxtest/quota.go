@@ -91,6 +91,23 @@ func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		}
 	})
 
+	// The session directory (uploads, outputs, skills) is a volume too: the sandbox cannot fill the host's
+	// filesystem through its outputs either.
+	t.Run("Outputs", func(t *testing.T) {
+		out := mustFail(t, pool, bash("outputs", "dd if=/dev/zero of="+sandbox.OutputsMount+"/big bs=1M count=64"))
+		t.Logf("dd into the outputs: %s", out)
+		if !strings.Contains(out, "No space left on device") {
+			t.Errorf("dd into the outputs: %q does not say there is no space left", out)
+		}
+		fi, err := os.Stat(filepath.Join(sandbox.SessionDir(root, "outputs"), "outputs", "big"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() >= quotaBytes {
+			t.Errorf("the sandbox wrote %d bytes into outputs under a workspace quota of %d", fi.Size(), quotaBytes)
+		}
+	})
+
 	t.Run("Inodes", func(t *testing.T) {
 		out := mustRun(t, pool, bash("inodes", "for i in $(seq 1 1000); do : > /workspace/f$i || break; done 2>&1; ls /workspace | wc -l"))
 		t.Logf("1000 files: %s", out)

@@ -1,0 +1,126 @@
+package files_test
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/blob"
+	"github.com/corralhq/corral/internal/blob/localfs"
+	"github.com/corralhq/corral/internal/files"
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/store/sqlite"
+)
+
+func TestCleanFilename(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"report.csv":             "report.csv",
+		"../../etc/passwd":       "passwd",
+		`C:\Users\a\b.txt`:       "b.txt",
+		"dir/":                   "unnamed.pdf",
+		"..":                     "unnamed.pdf",
+		"a\x00b\nc.txt":          "abc.txt",
+		"":                       "unnamed.pdf",
+		strings.Repeat("é", 200): strings.Repeat("é", 127),
+	} {
+		if got := files.CleanFilename(in, "application/pdf"); got != want {
+			t.Errorf("CleanFilename(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := files.MimeType("a.csv", "application/octet-stream"); got != "text/csv" {
+		t.Errorf("MimeType of a.csv sent as octet-stream = %q", got)
+	}
+	if got := files.MimeType("a", "text/plain; charset=utf-8"); got != "text/plain" {
+		t.Errorf("MimeType keeps parameters: %q", got)
+	}
+}
+
+// TestCreateLimits: the size limit and empty content store nothing; the content's digest is recorded.
+func TestCreateLimits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := sqlite.Open(t.Context(), "sqlite://"+filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	blobs, err := localfs.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blobs.Close()
+	svc := files.New(st, blobs, 10)
+	if _, err := svc.Create(t.Context(), "a", "", nil, bytes.NewReader(make([]byte, 11))); !errors.Is(err, files.ErrTooLarge) {
+		t.Fatalf("11 bytes over a 10-byte limit: %v", err)
+	}
+	if _, err := svc.Create(t.Context(), "a", "", nil, bytes.NewReader(nil)); !errors.Is(err, files.ErrEmpty) {
+		t.Fatalf("empty: %v", err)
+	}
+	f, err := svc.Create(t.Context(), "a.txt", "", nil, strings.NewReader("abc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.SizeBytes != 3 || f.SHA256 != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" || f.MimeType != "text/plain" {
+		t.Fatalf("created %+v", f)
+	}
+	if err := svc.Delete(t.Context(), f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.Open(t.Context(), f.ID); err == nil {
+		t.Fatal("a deleted file opens")
+	}
+}
+
+// TestSweepExpired: expired files go, bytes and metadata; the others stay.
+func TestSweepExpired(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := sqlite.Open(t.Context(), "sqlite://"+filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	blobs, err := localfs.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blobs.Close()
+	svc := files.New(st, blobs, 1<<20)
+	now := apitype.Now()
+	create := func(expires *time.Time) string {
+		meta := &apitype.File{Type: "file", ID: apitype.NewID(apitype.PrefixFile), Filename: "f", MimeType: "text/plain",
+			CreatedAt: now, Downloadable: true, ExpiresAt: expires}
+		c, err := svc.Put(t.Context(), meta.ID, strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Record(t.Context(), meta, c); err != nil {
+			t.Fatal(err)
+		}
+		return meta.ID
+	}
+	past, future := now.Add(-time.Second), now.Add(time.Hour)
+	gone, kept, forever := create(&past), create(&future), create(nil)
+	n, err := svc.SweepExpired(t.Context(), now)
+	if err != nil || n != 1 {
+		t.Fatalf("swept %d, %v; want 1", n, err)
+	}
+	if _, _, err := svc.Open(t.Context(), gone); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the expired file: %v", err)
+	}
+	if _, _, err := blobs.Open(t.Context(), "files/"+gone); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("the expired file's bytes: %v", err)
+	}
+	for _, id := range []string{kept, forever} {
+		if _, rc, err := svc.Open(t.Context(), id); err != nil {
+			t.Errorf("file %s: %v", id, err)
+		} else {
+			rc.Close()
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package store
+
+import (
+	"context"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// SkillStore keeps the Skills API's skills and their immutable versions. A version's archive (a zip) is in a
+// blob store under SkillVersion.BlobKey.
+type SkillStore interface {
+	// SkillCreate stores a new skill with its first version, in one transaction; ErrConflict if an id exists.
+	SkillCreate(ctx context.Context, s *apitype.Skill, v *SkillVersion) error
+	// SkillGet returns a skill; ErrNotFound if there is none.
+	SkillGet(ctx context.Context, id string) (*apitype.Skill, error)
+	// SkillList lists skills by (created_at, id).
+	SkillList(ctx context.Context, p *ListParams) ([]apitype.Skill, error)
+	// SkillDelete removes a skill with its versions and returns the versions it removed (whose blobs the caller
+	// deletes); ErrNotFound if there is none.
+	SkillDelete(ctx context.Context, id string) ([]SkillVersion, error)
+	// SkillVersionCreate stores a new version of an existing skill and makes it the skill's latest, in one
+	// transaction; ErrNotFound if the skill does not exist, ErrConflict if the version id exists.
+	SkillVersionCreate(ctx context.Context, v *SkillVersion) error
+	// SkillVersionGet returns a version of a skill; version "latest" is the skill's latest. ErrNotFound if
+	// there is none.
+	SkillVersionGet(ctx context.Context, skillID, version string) (*SkillVersion, error)
+	// SkillVersionList lists a skill's versions, newest first; ErrNotFound if the skill does not exist.
+	SkillVersionList(ctx context.Context, p *SkillVersionListParams) ([]SkillVersion, error)
+	// SkillVersionDelete removes a version and returns it; the skill's latest becomes its newest remaining
+	// version (or "" if none). ErrNotFound if there is no such version.
+	SkillVersionDelete(ctx context.Context, skillID, version string) (*SkillVersion, error)
+}
+
+// SkillVersion is a skill version as the store keeps it.
+type SkillVersion struct {
+	apitype.SkillVersion
+	// BlobKey is where the blob store keeps the version's zip, SHA256 its hex digest, Size its length.
+	BlobKey, SHA256 string
+	Size            int64
+}
+
+// SkillVersionListParams pages a skill's versions, newest first (by created_at, id).
+type SkillVersionListParams struct {
+	SkillID string
+	Limit   int
+	After   *Cursor
+}
