@@ -52,12 +52,8 @@ func agentsGet(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "agents get", "AGENT_ID [flags]")
 	newClient := clientFlags(fs)
 	version := fs.Int("version", 0, "agent `version` (0 = latest)")
-	if err := parse(fs, args); err != nil {
+	if err := parseArgs(fs, args, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	c, err := newClient()
 	if err != nil {

@@ -21,12 +21,8 @@ func envsKeysCreate(ctx context.Context, io *stdio, args []string) error {
 	name := fs.String("name", "", "a `name` for the key")
 	quiet := fs.Bool("quiet", false, "print only the key (for scripts: KEY=$(corral envs keys create ENV -q))")
 	fs.BoolVar(quiet, "q", false, "short for --quiet")
-	if err := parse(fs, args); err != nil {
+	if err := parseArgs(fs, args, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	c, err := newClient()
 	if err != nil {
@@ -43,12 +39,8 @@ func envsKeysList(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "envs keys list", "ENV_ID [--json]")
 	newClient := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
+	if err := parseArgs(fs, args, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	c, err := newClient()
 	if err != nil {
@@ -76,12 +68,8 @@ func envsKeysList(ctx context.Context, io *stdio, args []string) error {
 func envsKeysRevoke(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "envs keys revoke", "ENV_ID KEY_ID")
 	newClient := clientFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := parseArgs(fs, args, 2); err != nil {
 		return err
-	}
-	if fs.NArg() != 2 {
-		fs.Usage()
-		return errUsage
 	}
 	c, err := newClient()
 	if err != nil {

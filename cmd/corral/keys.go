@@ -90,12 +90,8 @@ func keysRevoke(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "keys revoke", "KEY_ID [flags]")
 	var sf storeFlags
 	sf.register(fs)
-	if err := parse(fs, args); err != nil {
+	if err := parseArgs(fs, args, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	st, err := sf.openExisting(ctx)
 	if err != nil {

@@ -67,12 +67,8 @@ func tabs(cols []any) string {
 func idCommand[T any](ctx context.Context, io *stdio, args []string, name string, do func(*client.Client, context.Context, string) (T, error)) error {
 	fs := newFlagSet(io, name, "ID [flags]")
 	newClient := clientFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := parseArgs(fs, args, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	c, err := newClient()
 	if err != nil {

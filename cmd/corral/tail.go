@@ -21,12 +21,8 @@ func runTail(ctx context.Context, io *stdio, args []string) error {
 	history := fs.Bool("history", true, "print the events already in the log first")
 	untilIdle := fs.Bool("until-idle", false, "exit when the session goes idle with a final stop reason (at once if it already is)")
 	asJSON := fs.Bool("json", false, "print each event as a JSON line")
-	if err := parse(fs, args); err != nil {
+	if err := parseArgs(fs, args, 1); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	c, err := newClient()
 	if err != nil {
