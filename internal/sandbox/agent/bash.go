@@ -162,13 +162,19 @@ func startShell(cfg Config) (*shell, error) {
 		inW.Close()
 		return nil, fmt.Errorf("output pipe: %w", err)
 	}
-	cmd := exec.Command("/bin/bash", "--noprofile", "--norc")
+	cmd, err := shellCommand(cfg)
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
 	cmd.Dir = cfg.Workspace
 	cmd.Env = append(append([]string(nil), cfg.Env...), "HISTFILE=", "PS1=", "PS2=")
 	cmd.Stdin = inR
 	cmd.Stdout = outW
 	cmd.Stderr = outW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pid, exit, err := children.start(cmd)
 	inR.Close()
 	outW.Close()

@@ -23,20 +23,22 @@ import (
 //     eat the pids limit.
 //
 // Under gVisor the second point does not hold: its kernel delivers SIGKILL and SIGSTOP from a namespace's members
-// to the namespace's init. Such a signal ends or hangs the sandbox (the host then reports it dead and replaces it);
-// it cannot hand the agent over. Making the agent unnameable from bash, by starting the shells in a pid namespace
-// of their own, needs a user namespace (the agent has no capabilities), and the seccomp deny list refuses
-// clone(CLONE_NEWUSER) and unshare; os/exec uses clone3 (which gVisor's profile lets through) only for
-// CLONE_INTO_CGROUP or CLONE_NEWTIME, and a raw clone3 from a Go program is unsafe. A seccomp filter on the shells
-// cannot name the agent's threads (a kill of any of their ids signals the agent), and a second uid for the shells
-// would need CAP_SETUID in the agent and a second host uid per sandbox. Tried (2026-12-01): allowing
-// clone(CLONE_NEWUSER) under gVisor only (clone3 already lets any process there make a user namespace) and
-// starting the shell with CLONE_NEWUSER|CLONE_NEWPID does stop the signals (the agent is pid 0 in the shell's
-// namespace, and kill -KILL 0 1 ends only the shell), but gVisor refuses the uid and gid maps from a writer
-// without CAP_SETUID (EACCES), so the shell's processes would see themselves as nobody (65534) with a full
-// capability bounding set in their namespace, which the red-team suite rightly reports as privileged. A
-// launcher inside the new namespace could write its own maps (a process may map its own uid there) before it
-// execs the shell; that is the next step.
+// to the namespace's init. There the backend sets Config.ShellNamespace, and each shell runs in user, pid and
+// mount namespaces of its own (runLauncher): bash is the init of a pid namespace the agent is not in, with a
+// /proc of that namespace, so nothing it runs can name the agent (kill 1, kill -1 and every pid /proc lists
+// reach only the shell's own processes); it keeps the sandbox's uid and gid (its launcher maps them) and has
+// no capabilities, no bounding set and no_new_privs, and the whole seccomp deny list is back on it (the
+// sandbox's profile lets clone make a user namespace and mount take a proc, for the launcher only).
+//
+// What did not work, and why the launcher has two stages: the agent cannot write the maps of a child it
+// starts in a new user namespace (the child is not dumpable until it execs, as the agent is not, so its
+// /proc maps are root's: EACCES); the child itself loses every capability when it execs unmapped, so it
+// cannot write them, drop its bounding set or mount after its exec either. The outer stage, a fresh (dumpable)
+// exec of the agent binary, writes the inner's maps as their owner and hands it CAP_SETPCAP and CAP_SYS_ADMIN
+// as ambient capabilities, which survive the inner's exec long enough to mount /proc and drop everything.
+// Without the shell's own /proc, ps fails (procps looks itself up by getpid in /proc). syscall's Pdeathsig
+// kills a child started in a new pid namespace at once (it compares getppid, 0 there, to its parent's pid),
+// so the inner stage sets it itself.
 
 // protectSelf makes the agent undumpable, and, when it is pid 1, ignores signals and starts reaping orphans. It
 // reports whether the agent runs as pid 1.

@@ -21,10 +21,14 @@ func Main(args []string) int {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == launcherArg {
+		return runLauncher(args[1:], os.Environ())
+	}
 	fs := flag.NewFlagSet("corral-sandbox-agent", flag.ContinueOnError)
 	workspace := fs.String("workspace", Workspace, "directory relative tool paths resolve against")
 	confine := fs.Bool("confine", false, "confine the file tools to the workspace")
 	proxySocket := fs.String("proxy-socket", ProxySocketPath, "egress proxy Unix socket to bridge at "+ProxyListenAddr+" when it exists; empty for none")
+	shellNS := fs.Bool("shell-namespace", false, "start the shells in user and pid namespaces of their own, where the agent has no pid")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +56,7 @@ func run(args []string) error {
 		env = append(env, "http_proxy="+proxy, "https_proxy="+proxy, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy,
 			"no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1")
 	}
-	srv := NewServer(Config{Workspace: *workspace, Env: env, Confine: *confine})
+	srv := NewServer(Config{Workspace: *workspace, Env: env, Confine: *confine, ShellNamespace: *shellNS})
 	go func() {
 		// Serve blocks reading stdin; on SIGTERM kill the shells and leave.
 		<-ctx.Done()

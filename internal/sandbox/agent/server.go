@@ -21,6 +21,10 @@ type Config struct {
 	// Confine limits the file tools to Workspace (symlinks resolved), as the reference toolset does. Isolating
 	// backends leave it off: the sandbox is the boundary and bash can read the same files anyway.
 	Confine bool
+	// ShellNamespace starts each shell in new user and pid namespaces of its own, as the sandbox's uid with no
+	// capabilities (runLauncher), so that nothing it runs can name the agent to signal or trace it. For
+	// sandboxes whose kernel lets a pid namespace's members kill or stop its init, the agent (gVisor's).
+	ShellNamespace bool
 }
 
 // Server runs tool calls. It is safe for concurrent use; bash calls are serialised on the one shell.

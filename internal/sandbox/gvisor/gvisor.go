@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"fmt"
 	"os/exec"
+	"runtime"
 
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/oci"
@@ -50,6 +51,10 @@ func New(cfg Config) (*Provider, error) {
 	// runsc turns the profile's ENOSYS for clone3 into EPERM, so glibc could not start a thread
 	// (oci.Config.AllowClone3).
 	c.AllowClone3 = true
+	// gVisor delivers SIGKILL and SIGSTOP from a pid namespace's members to its init, the agent: the shells
+	// run in a pid namespace of their own, where the agent has no pid (agent.Config.ShellNamespace). The
+	// launcher puts the x86_64 seccomp filter on the shell, which exists only there.
+	c.ShellNamespace = runtime.GOARCH == "amd64"
 	// gVisor's tmpfs takes no inode count: /tmp is a bounded tmpfs of the host's (oci.Config.HostTmp).
 	c.HostTmp = true
 	// The sandbox has only loopback; it reaches the egress proxy through the bound Unix socket, which gVisor

@@ -62,7 +62,7 @@ func TestConformance(t *testing.T) {
 func TestRedTeam(t *testing.T) { sandboxtest.RunRedTeam(t, newProvider) }
 
 func TestAgentGuard(t *testing.T) {
-	sandboxtest.RunAgentGuard(t, newProvider, sandboxtest.GuardOptions{InitKillable: "gVisor does not protect a pid namespace's init from its members' SIGKILL and SIGSTOP (pkg/sentry/kernel/task_signals.go)"})
+	sandboxtest.RunAgentGuard(t, newProvider, sandboxtest.GuardOptions{ShellNamespace: "gVisor does not protect a pid namespace's init from its members' SIGKILL and SIGSTOP (pkg/sentry/kernel/task_signals.go)"})
 }
 
 func TestRepository(t *testing.T) { sandboxtest.RunRepository(t, newProvider, proxytest.Host) }

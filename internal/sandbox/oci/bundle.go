@@ -30,6 +30,9 @@ type BundleSpec struct {
 	CABundle []byte
 	// AllowClone3 leaves clone3 out of the seccomp profile (Config.AllowClone3).
 	AllowClone3 bool
+	// ShellNamespace has the agent start its shells in namespaces of their own, and lets it make them
+	// (Config.ShellNamespace).
+	ShellNamespace bool
 	// Mounts are extra binds (agent.SessionMounts: the session's uploads and outputs).
 	Mounts []agent.Mount
 }
@@ -150,10 +153,14 @@ func WriteBundle(dir string, spec BundleSpec) error {
 		"maskedPaths": []string{"/proc/cmdline", "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"},
 		"readonlyPaths": []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
-		"seccomp":       seccomp.OCIProfile(spec.AllowClone3),
+		"seccomp":       seccomp.OCIProfile(spec.AllowClone3, spec.ShellNamespace),
 	}
 	if spec.CgroupsPath != "" {
 		linux["cgroupsPath"] = spec.CgroupsPath
+	}
+	args := []string{agent.BinPath}
+	if spec.ShellNamespace {
+		args = append(args, "-shell-namespace")
 	}
 	noCaps := map[string]any{"bounding": []string{}, "effective": []string{}, "inheritable": []string{}, "permitted": []string{}, "ambient": []string{}}
 	config := map[string]any{
@@ -161,7 +168,7 @@ func WriteBundle(dir string, spec BundleSpec) error {
 		"process": map[string]any{
 			"terminal":        false,
 			"user":            map[string]any{"uid": spec.UID, "gid": spec.UID, "additionalGids": []int{}},
-			"args":            []string{agent.BinPath},
+			"args":            args,
 			"env":             env,
 			"cwd":             agent.Workspace,
 			"capabilities":    noCaps,

@@ -69,6 +69,11 @@ type Config struct {
 	// starts a thread (git's sideband, Python threads). There a clone3 with CLONE_NEWUSER makes a user
 	// namespace of gVisor's own kernel, not of the host's.
 	AllowClone3 bool
+	// ShellNamespace has the agent start each shell in new user and pid namespaces, as the sandbox's uid with
+	// no capabilities, where the agent has no pid (agent.Config.ShellNamespace); the seccomp profile then lets
+	// clone make a user namespace. For runtimes whose kernel lets a pid namespace's members kill or stop its
+	// init (gVisor), and whose user namespaces are not the host's.
+	ShellNamespace bool
 	// HostTmp gives the container a /tmp from a tmpfs of the host's, bounded in size and inodes, bound in and
 	// detached on the host once the container runs, instead of a tmpfs of the runtime's: gVisor's own tmpfs
 	// does not enforce nr_inodes.
@@ -483,7 +488,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 
 	limits := agent.WithDefaults(r.Limits)
 	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.agent, ProxySocket: sock,
-		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3, TmpBytes: limits.TmpBytes, TmpInodes: limits.TmpInodes,
+		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3, ShellNamespace: p.cfg.ShellNamespace, TmpBytes: limits.TmpBytes, TmpInodes: limits.TmpInodes,
 		Mounts: agent.SessionMounts(r)}
 	if spec.CABundle, err = agent.CABundle(r.Egress); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)

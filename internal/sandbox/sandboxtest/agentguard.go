@@ -60,13 +60,13 @@ for pid in sorted({int(a) for a in sys.argv[1:]}):
 print(" ".join(out))
 `
 
-// GuardOptions describes a backend's known limits for RunAgentGuard.
+// GuardOptions describes how a backend guards its agent, for RunAgentGuard.
 type GuardOptions struct {
-	// InitKillable, when set, says why SIGKILL and SIGSTOP from inside the sandbox reach its pid 1 (gVisor does not
-	// implement the protection Linux gives a pid namespace's init). RunAgentGuard then checks what must hold
-	// instead: the call fails with sandbox.ErrSandboxDead (the sandbox is replaced, never trusted again) and the
-	// next call runs in a fresh sandbox.
-	InitKillable string
+	// ShellNamespace, when set, says why the backend's shells run in a pid namespace of their own (the agent's
+	// Config.ShellNamespace) instead of relying on the kernel's protection of a pid namespace's init, which
+	// gVisor does not give. There the agent has no pid and no /proc entry: RunAgentGuard checks that the shell
+	// sees only its own processes, and that no signal to any pid it can name reaches the agent.
+	ShellNamespace string
 }
 
 // RunAgentGuard checks that code run by bash cannot take over the in-sandbox agent: it cannot trace it, read
@@ -78,8 +78,23 @@ func RunAgentGuard(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 	mustRun(t, p, bash(s, "export GUARD=kept"))
 	agentPID := mustRun(t, p, bash(s, "echo $PPID"))
 	t.Logf("the agent is pid %s in its sandbox", agentPID)
+	if opts.ShellNamespace != "" {
+		t.Logf("the shells run in a pid namespace of their own: %s", opts.ShellNamespace)
+	}
 
 	t.Run("Trace", func(t *testing.T) {
+		if opts.ShellNamespace != "" {
+			// The shell is its namespace's init, its parent (outside) has no pid there, and /proc is the
+			// namespace's: no process it lists is the agent, so there is nothing to attach to or open.
+			if got := mustRun(t, p, bash(s, "echo $$ $PPID")); got != "1 0" {
+				t.Errorf("the shell's pid and parent pid: %q, want %q", got, "1 0")
+			}
+			got := mustRun(t, p, bash(s, "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f; echo; done"))
+			if strings.Contains(got, agentBinPath) {
+				t.Errorf("the agent is listed in the shell's /proc: %q", got)
+			}
+			return
+		}
 		got := mustRun(t, p, bash(s, "python3 -c '"+guardProbe+"' $PPID 1"))
 		t.Logf("probe: %s", got)
 		fields := strings.Fields(got)
@@ -99,57 +114,68 @@ func RunAgentGuard(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 		}
 	})
 
-	t.Run("Signal", func(t *testing.T) {
-		// Every signal bash may send, to the agent and to pid 1: none may kill, stop or disturb the agent.
-		sigs := []string{"KILL", "STOP"}
-		if opts.InitKillable != "" {
-			sigs = nil
+	sigs := []string{"TERM", "INT", "HUP", "QUIT", "SEGV", "USR1", "PIPE", "ALRM"}
+	if opts.ShellNamespace == "" {
+		t.Run("Signal", func(t *testing.T) {
+			// Every signal bash may send, to the agent and to pid 1 (the agent): none may kill, stop or disturb
+			// it, and the shell lives on.
+			for _, sig := range append([]string{"KILL", "STOP"}, sigs...) {
+				ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+				res, err := p.Execute(ctx, bash(s, fmt.Sprintf("kill -%s $PPID 1; echo sent $?", sig)))
+				cancel()
+				if err != nil || res.IsError {
+					t.Fatalf("kill -%s <agent> 1: %v %q", sig, err, text(res))
+				}
+				ctx, cancel = context.WithTimeout(context.Background(), 40*time.Second)
+				res, err = p.Execute(ctx, bash(s, "echo $GUARD $PPID"))
+				cancel()
+				if errors.Is(err, sandbox.ErrSandboxDead) || err != nil {
+					t.Fatalf("after kill -%s <agent> 1: the agent did not answer: %v", sig, err)
+				}
+				if got := text(res); got != "kept "+agentPID {
+					t.Fatalf("after kill -%s <agent> 1: %q, want the same shell of the same agent (%q)", sig, got, "kept "+agentPID)
+				}
+			}
+		})
+	}
+
+	t.Run("SignalEveryone", func(t *testing.T) {
+		// The signal to pid 1, to -1 (every process the shell may signal) and to every pid /proc lists, the
+		// shell's own last: the shell may die or stop (then the short command timeout kills it), the agent may
+		// not: the call returns, and the next runs in the same sandbox (its /tmp is still there). A session of
+		// its own, whose sandbox is made with the short timeout.
+		const s = "guard-all"
+		short := func(c *sandbox.Call) *sandbox.Call { c.Recipe.Limits.CommandTimeout = 2 * time.Second; return c }
+		mark := fmt.Sprintf("guard-%d", time.Now().UnixNano())
+		mustRun(t, p, short(bash(s, "echo "+mark+" >/tmp/guard-mark")))
+		all := []string{"KILL", "STOP"}
+		if opts.ShellNamespace != "" {
+			all = append(all, sigs...)
 		}
-		for _, sig := range append(sigs, "TERM", "INT", "HUP", "QUIT", "SEGV", "USR1", "PIPE", "ALRM") {
-			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-			res, err := p.Execute(ctx, bash(s, fmt.Sprintf("kill -%s $PPID 1; echo sent $?", sig)))
+		for _, sig := range all {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			res, err := p.Execute(ctx, short(bash(s, fmt.Sprintf(
+				"for p in 1 -1 $(ls /proc | grep -E '^[0-9]+$'); do [ \"$p\" = $$ ] || kill -%[1]s -- $p; done 2>/dev/null; kill -%[1]s $$; sleep 5; echo survived", sig))))
 			cancel()
-			if err != nil || res.IsError {
-				t.Fatalf("kill -%s <agent> 1: %v %q", sig, err, text(res))
+			if err != nil {
+				t.Fatalf("kill -%s everyone: %v %q, want a result (the agent unharmed)", sig, err, text(res))
 			}
-			ctx, cancel = context.WithTimeout(context.Background(), 40*time.Second)
-			res, err = p.Execute(ctx, bash(s, "echo $GUARD $PPID"))
-			cancel()
-			if errors.Is(err, sandbox.ErrSandboxDead) || err != nil {
-				t.Fatalf("after kill -%s <agent> 1: the agent did not answer: %v", sig, err)
-			}
-			if got := text(res); got != "kept "+agentPID {
-				t.Fatalf("after kill -%s <agent> 1: %q, want the same shell of the same agent (%q)", sig, got, "kept "+agentPID)
+			t.Logf("kill -%s everyone: %q", sig, text(res))
+			if got := mustRun(t, p, short(bash(s, "cat /tmp/guard-mark"))); got != mark {
+				t.Fatalf("after kill -%s everyone: /tmp/guard-mark is %q, want %q (the same sandbox)", sig, got, mark)
 			}
 		}
 	})
 
 	t.Run("Reap", func(t *testing.T) {
-		// As pid 1 the agent inherits every orphan: it must reap them, or zombies eat the pids limit.
+		// As pid 1 the agent inherits every orphan (the shell does, as its namespace's init, under
+		// ShellNamespace): they must be reaped, or zombies eat the pids limit.
 		got := mustRun(t, p, bash(s, "for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 1; ps -eo stat= | grep -c '^Z'; true"))
 		if got != "0" {
 			t.Errorf("zombies left: %q", got)
 		}
 	})
-
-	if opts.InitKillable == "" {
-		return
-	}
-	t.Run("KillableInit", func(t *testing.T) {
-		t.Logf("SIGKILL and SIGSTOP reach the agent here: %s", opts.InitKillable)
-		// A short command timeout, so that a stopped agent is found hung soon (the timeout plus the host's grace).
-		short := func(c *sandbox.Call) *sandbox.Call { c.Recipe.Limits.CommandTimeout = 2 * time.Second; return c }
-		for _, sig := range []string{"KILL", "STOP"} {
-			mustRun(t, p, short(bash(s, "export GUARD=kept")))
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			res, err := p.Execute(ctx, short(bash(s, "kill -"+sig+" $PPID; sleep 5; echo survived")))
-			cancel()
-			if !errors.Is(err, sandbox.ErrSandboxDead) {
-				t.Fatalf("kill -%s <agent>: %v %q, want ErrSandboxDead", sig, err, text(res))
-			}
-			if got := mustRun(t, p, short(bash(s, "echo fresh${GUARD}"))); got != "fresh" {
-				t.Errorf("after kill -%s <agent>: %q, want a fresh sandbox", sig, got)
-			}
-		}
-	})
 }
+
+// agentBinPath is where the isolating backends put the agent (agent.BinPath).
+const agentBinPath = "/.corral/agent"

@@ -36,17 +36,41 @@ var Rules = []Rule{{Errno: syscall.EPERM, Names: []string{
 	"open_by_handle_at", "swapon", "swapoff", "reboot", "acct", "quotactl", "syslog",
 }}}
 
+// ProcMountFlags are the flags of the one mount a shell launcher makes (OCIProfile's shellLauncher): a proc
+// file system for its pid namespace, nosuid, nodev and noexec.
+const ProcMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC
+
 // OCIProfile is the deny list as an OCI runtime-spec linux.seccomp object. allowClone3 leaves clone3
-// allowed (for runtimes that need it; see oci.Config.AllowClone3).
-func OCIProfile(allowClone3 bool) map[string]any {
+// allowed (for runtimes that need it; see oci.Config.AllowClone3). shellLauncher allows what the agent's shell
+// launcher needs under gVisor, whose namespaces are its own kernel's (oci.Config.ShellNamespace): clone with
+// CloneNewUser, and mount with exactly ProcMountFlags. The launcher puts the whole deny list (Filter) back on
+// the shell before it starts it.
+func OCIProfile(allowClone3, shellLauncher bool) map[string]any {
 	var syscalls []map[string]any
 	for _, r := range Rules {
-		syscalls = append(syscalls, map[string]any{"names": r.Names, "action": "SCMP_ACT_ERRNO", "errnoRet": int(r.Errno)})
+		names := r.Names
+		if shellLauncher {
+			names = nil
+			for _, n := range r.Names {
+				if n != "mount" {
+					names = append(names, n)
+				}
+			}
+			if len(names) < len(r.Names) {
+				syscalls = append(syscalls, map[string]any{
+					"names": []string{"mount"}, "action": "SCMP_ACT_ERRNO", "errnoRet": int(r.Errno),
+					"args": []map[string]any{{"index": 3, "value": ProcMountFlags, "op": "SCMP_CMP_NE"}},
+				})
+			}
+		}
+		syscalls = append(syscalls, map[string]any{"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": int(r.Errno)})
 	}
-	syscalls = append(syscalls, map[string]any{
-		"names": []string{"clone"}, "action": "SCMP_ACT_ERRNO", "errnoRet": int(syscall.EPERM),
-		"args": []map[string]any{{"index": 0, "value": CloneNewUser, "valueTwo": CloneNewUser, "op": "SCMP_CMP_MASKED_EQ"}},
-	})
+	if !shellLauncher {
+		syscalls = append(syscalls, map[string]any{
+			"names": []string{"clone"}, "action": "SCMP_ACT_ERRNO", "errnoRet": int(syscall.EPERM),
+			"args": []map[string]any{{"index": 0, "value": CloneNewUser, "valueTwo": CloneNewUser, "op": "SCMP_CMP_MASKED_EQ"}},
+		})
+	}
 	if !allowClone3 {
 		syscalls = append(syscalls, map[string]any{"names": []string{"clone3"}, "action": "SCMP_ACT_ERRNO", "errnoRet": int(syscall.ENOSYS)})
 	}

@@ -2,6 +2,7 @@ package seccomp
 
 import (
 	"encoding/binary"
+	"slices"
 	"syscall"
 	"testing"
 )
@@ -89,7 +90,7 @@ func TestEncode(t *testing.T) {
 	}
 }
 
-// TestOCIProfile checks that the OCI profile carries every rule, the clone check and clone3 unless allowed.
+// TestOCIProfile checks that the OCI profile carries every rule, and the clone check and clone3 unless allowed.
 func TestOCIProfile(t *testing.T) {
 	names := func(p map[string]any) map[string]int {
 		m := map[string]int{}
@@ -100,7 +101,7 @@ func TestOCIProfile(t *testing.T) {
 		}
 		return m
 	}
-	got := names(OCIProfile(false))
+	got := names(OCIProfile(false, false))
 	for _, r := range Rules {
 		for _, n := range r.Names {
 			if got[n] != int(r.Errno) {
@@ -111,7 +112,24 @@ func TestOCIProfile(t *testing.T) {
 	if got["clone"] != int(syscall.EPERM) || got["clone3"] != int(syscall.ENOSYS) {
 		t.Errorf("clone %d, clone3 %d", got["clone"], got["clone3"])
 	}
-	if _, ok := names(OCIProfile(true))["clone3"]; ok {
-		t.Error("clone3 refused with allowClone3")
+	if got := names(OCIProfile(true, false)); got["clone3"] != 0 || got["clone"] != int(syscall.EPERM) {
+		t.Errorf("allowClone3: clone %d, clone3 %d, want clone3 allowed only", got["clone"], got["clone3"])
+	}
+	if got := names(OCIProfile(true, true)); got["clone3"] != 0 || got["clone"] != 0 || got["unshare"] != int(syscall.EPERM) {
+		t.Errorf("shellLauncher: clone %d, clone3 %d, unshare %d, want only clone and clone3 allowed", got["clone"], got["clone3"], got["unshare"])
+	}
+	// Under shellLauncher mount is refused unless its flags are exactly ProcMountFlags.
+	var mounts []map[string]any
+	for _, sc := range OCIProfile(true, true)["syscalls"].([]map[string]any) {
+		if slices.Contains(sc["names"].([]string), "mount") {
+			mounts = append(mounts, sc)
+		}
+	}
+	if len(mounts) != 1 {
+		t.Fatalf("shellLauncher: %d rules name mount, want 1", len(mounts))
+	}
+	args, _ := mounts[0]["args"].([]map[string]any)
+	if len(args) != 1 || args[0]["index"] != 3 || args[0]["value"] != ProcMountFlags || args[0]["op"] != "SCMP_CMP_NE" || mounts[0]["errnoRet"] != int(syscall.EPERM) {
+		t.Errorf("shellLauncher: mount rule %v, want EPERM unless flags == ProcMountFlags", mounts[0])
 	}
 }
