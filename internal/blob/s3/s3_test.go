@@ -9,185 +9,39 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"slices"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/corralhq/corral/internal/blob"
 	"github.com/corralhq/corral/internal/blob/blobtest"
 	"github.com/corralhq/corral/internal/blob/s3"
+	"github.com/corralhq/corral/internal/blob/s3/s3test"
 )
 
-// The suite runs against a real S3-compatible server: SeaweedFS's weed, started once for the package. Its
-// binary is CORRAL_TEST_S3_WEED or, where CI installs it, /opt/corral-weed/weed; without one the tests skip
-// with the reason, or fail when CORRAL_REQUIRE_S3=1 or CI=true.
-const (
-	weedEnv     = "CORRAL_TEST_S3_WEED"
-	weedDefault = "/opt/corral-weed/weed"
-	requireEnv  = "CORRAL_REQUIRE_S3"
-	bucket      = "corral-test"
-	accessKey   = "corraltest"
-	secretKey   = "corraltest-secret-key"
-)
-
-// server is the running weed's S3 endpoint, or why there is none.
-var server struct {
-	endpoint    string
+// The suite runs against a real S3-compatible server (s3test: SeaweedFS's weed), started once for the package.
+var (
+	server      *s3test.Server
 	unavailable error
-}
+)
 
 func TestMain(m *testing.M) {
-	code, err := runWithWeed(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "s3 test:", err)
-		if code == 0 {
-			code = 1
+	server, unavailable = s3test.Start()
+	code := m.Run()
+	if server != nil {
+		if err := server.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop weed:", err)
 		}
 	}
 	os.Exit(code)
 }
 
-// runWithWeed starts weed (when there is one), runs the tests and stops it.
-func runWithWeed(m *testing.M) (int, error) {
-	bin := os.Getenv(weedEnv)
-	if bin == "" {
-		bin = weedDefault
-	}
-	if _, err := os.Stat(bin); err != nil {
-		server.unavailable = fmt.Errorf("no SeaweedFS weed binary (set %s; .ci/run builds one in %s): %w",
-			weedEnv, weedDefault, err)
-		return m.Run(), nil
-	}
-	dir, err := os.MkdirTemp("", "corral-weed-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	stop, endpoint, err := startWeed(bin, dir)
-	if err != nil {
-		server.unavailable = err
-		return m.Run(), nil
-	}
-	server.endpoint = endpoint
-	code := m.Run()
-	return code, stop()
-}
-
-// freePorts returns n ports free on 127.0.0.1 now (weed takes them a moment later).
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// startWeed starts a single-node weed (master, volume, filer and S3 gateway) on 127.0.0.1 with its data in dir,
-// waits until its S3 gateway answers and creates the test bucket.
-func startWeed(bin, dir string) (stop func() error, endpoint string, err error) {
-	p, err := freePorts(8)
-	if err != nil {
-		return nil, "", err
-	}
-	logf, err := os.Create(filepath.Join(dir, "weed.log"))
-	if err != nil {
-		return nil, "", err
-	}
-	cmd := exec.Command(bin, "server", "-filer", "-s3",
-		"-ip", "127.0.0.1", "-ip.bind", "127.0.0.1", "-dir", dir,
-		"-master.port", strconv.Itoa(p[0]), "-master.port.grpc", strconv.Itoa(p[1]), "-master.telemetry=false",
-		"-volume.port", strconv.Itoa(p[2]), "-volume.port.grpc", strconv.Itoa(p[3]),
-		"-filer.port", strconv.Itoa(p[4]), "-filer.port.grpc", strconv.Itoa(p[5]),
-		"-filer.localSocket", filepath.Join(dir, "filer.sock"),
-		"-s3.port", strconv.Itoa(p[6]), "-s3.port.grpc", strconv.Itoa(p[7]),
-		"-s3.localSocket", filepath.Join(dir, "s3.sock"), "-s3.port.iceberg", "0", "-s3.port.lance", "0")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+accessKey, "AWS_SECRET_ACCESS_KEY="+secretKey)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, "", fmt.Errorf("start weed: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
-	stop = func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		return nil
-	}
-	endpoint = "http://127.0.0.1:" + strconv.Itoa(p[6])
-	fail := func(err error) (func() error, string, error) {
-		stop()
-		b, _ := os.ReadFile(filepath.Join(dir, "weed.log"))
-		return nil, "", fmt.Errorf("%w; weed's log ends:\n%s", err, tail(b, 3000))
-	}
-	c, err := adminClient(endpoint)
-	if err != nil {
-		return fail(err)
-	}
-	// weed's parts come up one after the other: the gateway answers before the filer behind it can create a
-	// bucket, so retry until it can, for at most two minutes (a loaded machine).
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for {
-		err := c.MakeBucket(ctx, bucket, minio.MakeBucketOptions{})
-		if err == nil {
-			return stop, endpoint, nil
-		}
-		select {
-		case werr := <-exited:
-			exited <- werr
-			return fail(fmt.Errorf("weed exited: %v (last error: %v)", werr, err))
-		case <-ctx.Done():
-			return fail(fmt.Errorf("weed's S3 gateway did not come up: %w", err))
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
-}
-
-func adminClient(endpoint string) (*minio.Client, error) {
-	return minio.New(endpoint[len("http://"):], &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, "")})
-}
-
-// require skips the test when there is no server, or fails it when one is required.
 func require(t *testing.T) {
 	t.Helper()
-	if server.unavailable == nil {
-		return
-	}
-	if os.Getenv(requireEnv) == "1" || os.Getenv("CI") == "true" {
-		t.Fatalf("S3 required (%s=1 or CI=true) but unavailable: %v", requireEnv, server.unavailable)
-	}
-	t.Skipf("S3 unavailable: %v", server.unavailable)
+	s3test.Require(t, unavailable)
 }
 
 func ctx(t *testing.T) context.Context {
@@ -204,8 +58,8 @@ func openPrefix(t *testing.T, partSize int64) (*s3.Store, string) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "t" + hex.EncodeToString(b[:]) + "/"
-	s, err := s3.Open(ctx(t), s3.Config{Endpoint: server.endpoint, Bucket: bucket, Prefix: prefix,
-		AccessKey: accessKey, SecretKey: secretKey, PartSize: partSize})
+	s, err := s3.Open(ctx(t), s3.Config{Endpoint: server.Endpoint, Bucket: server.Bucket, Prefix: prefix,
+		AccessKey: server.AccessKey, SecretKey: server.SecretKey, PartSize: partSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,11 +80,11 @@ func TestConformance(t *testing.T) {
 // would take space for ever).
 func noUploads(t *testing.T, prefix string) {
 	t.Helper()
-	c, err := adminClient(server.endpoint)
+	c, err := server.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for u := range c.ListIncompleteUploads(ctx(t), bucket, prefix, true) {
+	for u := range c.ListIncompleteUploads(ctx(t), server.Bucket, prefix, true) {
 		if u.Err != nil {
 			t.Fatalf("list incomplete uploads: %v", u.Err)
 		}
@@ -304,27 +158,27 @@ func TestAbortedMultipart(t *testing.T) {
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	for _, cfg := range []s3.Config{
-		{Bucket: bucket},
+		{Bucket: "b"},
 		{Endpoint: "127.0.0.1:1"},
-		{Endpoint: "127.0.0.1:1", Bucket: bucket, Prefix: "no-slash"},
-		{Endpoint: "127.0.0.1:1", Bucket: bucket, Prefix: "../x/"},
-		{Endpoint: "127.0.0.1:1", Bucket: bucket, PartSize: 1 << 20},
-		{Endpoint: "127.0.0.1:1", Bucket: bucket, AccessKey: "only"},
-		{Endpoint: "ftp://127.0.0.1:1", Bucket: bucket},
-		{Endpoint: "http://127.0.0.1:1/path", Bucket: bucket},
+		{Endpoint: "127.0.0.1:1", Bucket: "b", Prefix: "no-slash"},
+		{Endpoint: "127.0.0.1:1", Bucket: "b", Prefix: "../x/"},
+		{Endpoint: "127.0.0.1:1", Bucket: "b", PartSize: 1 << 20},
+		{Endpoint: "127.0.0.1:1", Bucket: "b", AccessKey: "only"},
+		{Endpoint: "ftp://127.0.0.1:1", Bucket: "b"},
+		{Endpoint: "http://127.0.0.1:1/path", Bucket: "b"},
 	} {
 		if _, err := s3.Open(ctx(t), cfg); err == nil {
 			t.Errorf("open %+v succeeded", cfg)
 		}
 	}
 	require(t)
-	_, err := s3.Open(ctx(t), s3.Config{Endpoint: server.endpoint, Bucket: "no-such-bucket",
-		AccessKey: accessKey, SecretKey: secretKey})
+	_, err := s3.Open(ctx(t), s3.Config{Endpoint: server.Endpoint, Bucket: "no-such-bucket",
+		AccessKey: server.AccessKey, SecretKey: server.SecretKey})
 	if err == nil {
 		t.Fatal("open of a missing bucket succeeded")
 	}
-	_, err = s3.Open(ctx(t), s3.Config{Endpoint: server.endpoint, Bucket: bucket,
-		AccessKey: accessKey, SecretKey: "wrong"})
+	_, err = s3.Open(ctx(t), s3.Config{Endpoint: server.Endpoint, Bucket: server.Bucket,
+		AccessKey: server.AccessKey, SecretKey: "wrong"})
 	if err == nil {
 		t.Fatal("open with a wrong secret key succeeded")
 	}
