@@ -105,8 +105,8 @@ func (s *Server) start(bin string) error {
 		return fail(err)
 	}
 	// weed's parts come up one after the other: the gateway answers before the filer behind it can create a
-	// bucket, so retry until it can, for at most two minutes (a loaded machine).
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// bucket, so retry until it can, for at most three minutes (a loaded machine).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for {
 		err := c.MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{})
