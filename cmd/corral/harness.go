@@ -44,7 +44,7 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	fsvc, err := ff.open(sf.data, st)
+	fsvc, err := ff.open(ctx, sf.data, st)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 	defer mcpProxy.Close()
-	fsvc, err := ff.open(sf.data, st)
+	fsvc, err := ff.open(ctx, sf.data, st)
 	if err != nil {
 		return err
 	}

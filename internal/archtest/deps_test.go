@@ -216,6 +216,14 @@ func TestViolation(t *testing.T) {
 		{"internal/bench", "internal/server", true},
 		{"internal/bench", "internal/sandbox/gvisor", false},
 		{"internal/bench", "internal/model/anthropic", false},
+		{"internal/blob/s3", "internal/blob", true},
+		{"internal/blob/s3", "internal/apitype", true},
+		{"internal/blob/s3", "internal/blob/localfs", false},
+		{"internal/blob/s3", "internal/store", false},
+		{"internal/blob/s3", "internal/files", false},
+		{"internal/files", "internal/blob/s3", false},
+		{"internal/server", "internal/blob/s3", false},
+		{"cmd/corral", "internal/blob/s3", true},
 	}
 	for _, c := range cases {
 		if got := violation(c.pkg, c.dep) == ""; got != c.ok {
@@ -281,5 +289,53 @@ func TestShippedViolation(t *testing.T) {
 		if got := shippedViolation(pkg) != ""; got != bad {
 			t.Errorf("shippedViolation(%s) = %v, want %v", pkg, got, bad)
 		}
+	}
+}
+
+// confined lists third-party modules that only some packages may import: the S3 client stays behind the blob
+// port's S3 adapter (and its test kit, which creates the test bucket).
+var confined = map[string][]string{"github.com/minio/": {"internal/blob/s3", "internal/blob/s3/s3test"}}
+
+func TestConfinedImports(t *testing.T) {
+	root := filepath.Join("..", "..")
+	found := 0
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); name == "testdata" || (strings.HasPrefix(name, ".") && path != root) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p := strings.Trim(imp.Path.Value, `"`)
+			for prefix, owners := range confined {
+				if !strings.HasPrefix(p, prefix) {
+					continue
+				}
+				found++
+				if !slices.Contains(owners, rel) {
+					t.Errorf("%s imports %s: only %s may", path, p, strings.Join(owners, ", "))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("no package imports the confined modules; is the walk rooted right?")
 	}
 }

@@ -3,8 +3,9 @@
 // stream (never held whole in memory), and is visible only once it is complete; it is read back as a stream
 // and deleted by key.
 //
-// Adapters: localfs (a directory under the data directory, the default). Each passes the conformance suite in
-// blobtest. An S3-compatible adapter is not written yet: no S3-compatible server can run where the suite runs.
+// Adapters: localfs (a directory under the data directory, the default) and s3 (a bucket of an S3-compatible
+// object store, through minio-go, for servers on several machines sharing one PostgreSQL database). Each passes
+// the conformance suite in blobtest; s3's against a real SeaweedFS server.
 package blob
 
 import (
