@@ -45,6 +45,8 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	uidBase := fs.Int("sandbox-uids", defaultWorkerUIDBase, "first host `uid` of this worker's sandboxes (10000 uids): workers sharing a machine, or a machine with a server, need ranges of their own")
 	var hf handsFlags
 	hf.register(fs)
+	var lf logFlags
+	lf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -55,7 +57,10 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if hf.kind == "none" {
 		return errors.New("corral worker runs the tools in sandboxes: pick a --sandbox backend")
 	}
-	logger := newLogger(io)
+	logger, err := lf.logger(io)
+	if err != nil {
+		return err
+	}
 	c, err := client.New(client.Config{BaseURL: *base, APIKey: *key})
 	if err != nil {
 		return err

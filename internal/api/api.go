@@ -72,6 +72,9 @@ type Config struct {
 	// Files stores the Files API's files (and the skills' archives); nil answers those endpoints with an
 	// error. Its MaxBytes caps an upload, instead of MaxBodyBytes.
 	Files *files.Service
+	// Metrics receives the open event streams and the appends of client events (internal/metrics implements
+	// it); nil records nothing.
+	Metrics Metrics
 }
 
 func (c *Config) validate() error {
@@ -101,6 +104,7 @@ type Server struct {
 	sealer       Sealer
 	validator    CredentialValidator
 	files        *files.Service
+	metrics      Metrics
 	// workTTL is the default lease of a work item; workers tracks who polled lately.
 	workTTL time.Duration
 	workers *pollers
@@ -108,6 +112,19 @@ type Server struct {
 	// now is the clock; tests may replace it.
 	now func() time.Time
 }
+
+// Metrics receives what the API measures. Its methods must be cheap and safe for concurrent use.
+type Metrics interface {
+	// Streams adds delta to the event streams open.
+	Streams(delta int)
+	// StoreAppend records one append of client events.
+	StoreAppend(d time.Duration, err error)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) Streams(int)                      {}
+func (nopMetrics) StoreAppend(time.Duration, error) {}
 
 // New validates cfg and builds a server from it.
 func New(cfg Config) (*Server, error) {
@@ -125,11 +142,15 @@ func New(cfg Config) (*Server, error) {
 		sealer:    cfg.Sealer,
 		validator: cfg.Validator,
 		files:     cfg.Files,
+		metrics:   cfg.Metrics,
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
 			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),
 		writeTimeout: cmp.Or(cfg.StreamWriteTimeout, DefaultStreamWriteTimeout),
 		workTTL:      max(cmp.Or(cfg.WorkLeaseTTL, DefaultWorkLeaseTTL), time.Second),
 		workers:      newPollers(),
+	}
+	if s.metrics == nil {
+		s.metrics = nopMetrics{}
 	}
 	if s.keys == nil {
 		s.keys = &KeyAuth{Store: cfg.Store}

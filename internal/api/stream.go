@@ -65,6 +65,8 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
+	s.metrics.Streams(1)
+	defer s.metrics.Streams(-1)
 	var previews <-chan []byte
 	if pf != nil {
 		ch, stop := s.store.PreviewSubscribe(id)

@@ -29,7 +29,9 @@ func (r *run) execute(u *toolUse) error {
 	}
 	call := &sandbox.Call{Recipe: r.recipe(), Name: u.data.Name, Input: input, OnProvision: r.provisionReporter()}
 	ctx, done := r.watchInterrupts()
+	began := time.Now()
 	res, err := r.b.cfg.Hands.Execute(ctx, call)
+	r.b.cfg.Metrics.ToolCall(u.data.Name, "hands", time.Since(began), err != nil || res.IsError)
 	interrupted := done()
 	var ev apitype.NewEvent
 	switch {
@@ -70,6 +72,7 @@ func (r *run) provisionReporter() func(sandbox.ProvisionReport) {
 		if !p.Done {
 			ev = mustEvent(apitype.EventSpanSandboxProvisionStart, apitype.SandboxProvisionStart{Backend: p.Backend})
 		} else {
+			r.b.cfg.Metrics.Provisioned(p.Backend, p.Duration, p.Err)
 			end := apitype.SandboxProvisionEnd{
 				ProvisionStartID: startID, Backend: p.Backend, IsError: p.Err != nil,
 				DurationMS: float64(p.Duration) / float64(time.Millisecond),

@@ -83,7 +83,37 @@ type Config struct {
 	// stream with event_deltas) are published to the store, the deltas in between coalesced (default
 	// DefaultPreviewInterval). Negative: publish no previews.
 	PreviewInterval time.Duration
+	// Metrics receives the brain's measurements (internal/metrics implements it); nil records nothing.
+	Metrics Metrics
 }
+
+// Metrics receives what a brain measures: turns, status changes, model requests, tool calls, sandbox
+// provisioning, appends and lease takeovers. Its methods must be cheap and safe for concurrent use.
+type Metrics interface {
+	Turn()
+	Status(status string)
+	// ModelRequest: errKind is "" on success (see errorKind).
+	ModelRequest(model string, d time.Duration, errKind string, input, output, cacheCreation, cacheRead int64)
+	// ToolCall: route is "hands" for built-in tools, "mcp" for MCP tools.
+	ToolCall(tool, route string, d time.Duration, isError bool)
+	Provisioned(backend string, d time.Duration, err error)
+	StoreAppend(d time.Duration, err error)
+	// LeaseTakeover: a session claimed with a turn in progress (its brain died or lost the lease mid-turn).
+	LeaseTakeover()
+	// LeaseLost: this brain's lease on a session was taken over by another.
+	LeaseLost()
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) Turn()                                                                  {}
+func (nopMetrics) Status(string)                                                          {}
+func (nopMetrics) ModelRequest(string, time.Duration, string, int64, int64, int64, int64) {}
+func (nopMetrics) ToolCall(string, string, time.Duration, bool)                           {}
+func (nopMetrics) Provisioned(string, time.Duration, error)                               {}
+func (nopMetrics) StoreAppend(time.Duration, error)                                       {}
+func (nopMetrics) LeaseTakeover()                                                         {}
+func (nopMetrics) LeaseLost()                                                             {}
 
 // RetryPolicy says how retryable model errors are retried.
 type RetryPolicy struct {
@@ -113,6 +143,9 @@ func DefaultWorkers() int { return 100 * runtime.NumCPU() }
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname() // an empty host name still gives a unique owner below
@@ -321,6 +354,7 @@ func (b *Brain) worker(ctx context.Context) {
 		switch err := b.work(ctx, l); {
 		case err == nil || ctx.Err() != nil:
 		case errors.Is(err, store.ErrLeaseLost):
+			b.cfg.Metrics.LeaseLost()
 			b.cfg.Logger.Info("session taken over by another brain", "session_id", l.SessionID)
 		default:
 			b.cfg.Logger.Warn("session work failed; retried when its lease expires", "session_id", l.SessionID, "err", err)

@@ -184,7 +184,9 @@ func (r *run) executeMCP(u *toolUse) error {
 	}
 	ctx, done := r.watchInterrupts()
 	ctx, cancel := context.WithTimeout(ctx, r.mcpTimeout())
+	began := time.Now()
 	res, err := r.b.cfg.MCP.CallTool(ctx, r.sess.ID, srv, u.mcp.Name, input)
+	r.b.cfg.Metrics.ToolCall(u.mcp.Name, "mcp", time.Since(began), err != nil || res.IsError)
 	timedOut := ctx.Err() == context.DeadlineExceeded
 	cancel()
 	interrupted := done()

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/corralhq/corral/internal/metrics"
+	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
+)
+
+// logFlags adds --log-format to a flag set.
+type logFlags struct{ format string }
+
+func (f *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.format, "log-format", envOr("CORRAL_LOG_FORMAT", "text"), "log `format` on stderr: text or json (slog; env CORRAL_LOG_FORMAT); lines about a session carry its id as \"session\"")
+}
+
+// logger is the process's logger: slog text or JSON on stderr, at debug level when CORRAL_DEBUG is set.
+func (f *logFlags) logger(io *stdio) (*slog.Logger, error) {
+	level := slog.LevelInfo
+	if os.Getenv("CORRAL_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch f.format {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(io.err, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(io.err, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", f.format)
+}
+
+// metricsFlags adds --metrics-listen to a flag set.
+type metricsFlags struct{ listen string }
+
+func (f *metricsFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.listen, "metrics-listen", os.Getenv("CORRAL_METRICS_LISTEN"), "`address` to serve Prometheus metrics on at /metrics, apart from the API and without authentication, e.g. 127.0.0.1:9464 (env CORRAL_METRICS_LISTEN; default: off)")
+}
+
+// apply sets the server's metrics: a registry served on --metrics-listen, or none when it is empty.
+func (f *metricsFlags) apply(cfg *corral.Config) {
+	if f.listen == "" {
+		return
+	}
+	cfg.Metrics, cfg.MetricsListen = metrics.New(), f.listen
+}
