@@ -85,7 +85,7 @@ func (r *run) provisionReporter() func(sandbox.ProvisionReport) {
 		events := append([]apitype.NewEvent{ev}, resourceErrors(p.ResourceErrors)...)
 		out, err := r.appendRaw(&store.EventAppendParams{Events: events})
 		if err != nil {
-			r.b.cfg.Logger.Warn("provision span not logged", "session_id", r.sess.ID, "err", err)
+			r.b.cfg.Logger.Warn("provision span not logged", "session", r.sess.ID, "err", err)
 			return
 		}
 		if !p.Done && len(out) > 0 {
@@ -126,7 +126,7 @@ func (r *run) provisionEagerly() error {
 		}
 	}
 	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter()}); err != nil {
-		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session_id", r.sess.ID, "err", err)
+		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session", r.sess.ID, "err", err)
 	}
 	return nil
 }
@@ -141,7 +141,7 @@ func (r *run) collectOutputs() []apitype.NewEvent {
 	}
 	rec := r.recipe()
 	if err := oc.CollectOutputs(r.ctx, &rec); err != nil {
-		r.b.cfg.Logger.Warn("session outputs not collected", "session_id", r.sess.ID, "err", err)
+		r.b.cfg.Logger.Warn("session outputs not collected", "session", r.sess.ID, "err", err)
 		return []apitype.NewEvent{mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
 			Type:        apitype.SessionErrUnknown,
 			Message:     "collecting the session's outputs (retried at the next turn's end): " + err.Error(),

@@ -337,7 +337,7 @@ func (b *Brain) giveBack(leases []*store.Lease) {
 		unhandled := *l
 		unhandled.WakeSeq = 0
 		if err := b.cfg.Store.LeaseRelease(ctx, &unhandled); err != nil {
-			b.cfg.Logger.Warn("lease release failed; the session waits for the lease to expire", "session_id", l.SessionID, "err", err)
+			b.cfg.Logger.Warn("lease release failed; the session waits for the lease to expire", "session", l.SessionID, "err", err)
 		}
 	}
 }
@@ -355,9 +355,9 @@ func (b *Brain) worker(ctx context.Context) {
 		case err == nil || ctx.Err() != nil:
 		case errors.Is(err, store.ErrLeaseLost):
 			b.cfg.Metrics.LeaseLost()
-			b.cfg.Logger.Info("session taken over by another brain", "session_id", l.SessionID)
+			b.cfg.Logger.Info("session taken over by another brain", "session", l.SessionID)
 		default:
-			b.cfg.Logger.Warn("session work failed; retried when its lease expires", "session_id", l.SessionID, "err", err)
+			b.cfg.Logger.Warn("session work failed; retried when its lease expires", "session", l.SessionID, "err", err)
 		}
 		b.free <- struct{}{}
 	}

@@ -90,7 +90,7 @@ func (r *run) offerMCP() []apitype.NewEvent {
 			}
 			e := mcp.AsError(err, srv.Name)
 			if !r.mcpDown[srv.Name] { // reported once per run, not at each model call of a turn
-				r.b.cfg.Logger.Warn("mcp server not listed", "session_id", r.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
+				r.b.cfg.Logger.Warn("mcp server not listed", "session", r.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
 				errs = append(errs, mcpErrorEvent(e))
 				if r.mcpDown == nil {
 					r.mcpDown = map[string]bool{}
@@ -201,7 +201,7 @@ func (r *run) executeMCP(u *toolUse) error {
 		evs = append(evs, closeResult(u, true, "The MCP server "+srv.Name+" did not answer in time, so the outcome of this call is unknown."), mcpErrorEvent(e))
 	case err != nil:
 		e := mcp.AsError(err, srv.Name)
-		r.b.cfg.Logger.Warn("mcp tool call failed", "session_id", r.sess.ID, "mcp_server", srv.Name, "tool", u.mcp.Name, "kind", e.Kind, "err", e.Message)
+		r.b.cfg.Logger.Warn("mcp tool call failed", "session", r.sess.ID, "mcp_server", srv.Name, "tool", u.mcp.Name, "kind", e.Kind, "err", e.Message)
 		evs = append(evs, closeResult(u, true, "The MCP server "+srv.Name+" could not be used: "+e.Message), mcpErrorEvent(e))
 	default:
 		evs = append(evs, mustEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{
