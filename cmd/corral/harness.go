@@ -73,6 +73,12 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	}
 	cfg := corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc}
 	mf.apply(&cfg)
+	tp, stopTracing, err := tracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the server's Stop (deferred later, run first): its last spans are flushed
+	cfg.TracerProvider = tp
 	srv, err := corral.New(cfg)
 	if err != nil {
 		return err

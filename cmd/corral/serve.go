@@ -73,6 +73,12 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 			WorkLeaseTTL: *workTTL, Files: fsvc},
 	}
 	mf.apply(&cfg)
+	tp, stopTracing, err := tracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the server's Stop (deferred later, run first): its last spans are flushed
+	cfg.TracerProvider = tp
 	if bf.workers > 0 {
 		if cfg.Brain, err = bf.brainConfig(); err != nil {
 			return err

@@ -12,6 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"net/http"
 	"strings"
 	"time"
@@ -72,6 +75,9 @@ type Config struct {
 	// Files stores the Files API's files (and the skills' archives); nil answers those endpoints with an
 	// error. Its MaxBytes caps an upload, instead of MaxBodyBytes.
 	Files *files.Service
+	// TracerProvider traces each request (a server span joining the caller's W3C traceparent); nil traces
+	// nothing.
+	TracerProvider trace.TracerProvider
 	// Metrics receives the open event streams and the appends of client events (internal/metrics implements
 	// it); nil records nothing.
 	Metrics Metrics
@@ -105,6 +111,7 @@ type Server struct {
 	validator    CredentialValidator
 	files        *files.Service
 	metrics      Metrics
+	tracer       trace.Tracer
 	// workTTL is the default lease of a work item; workers tracks who polled lately.
 	workTTL time.Duration
 	workers *pollers
@@ -152,6 +159,11 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = nopMetrics{}
 	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	s.tracer = tp.Tracer("github.com/corralhq/corral/internal/api")
 	if s.keys == nil {
 		s.keys = &KeyAuth{Store: cfg.Store}
 	}
@@ -234,8 +246,11 @@ func requestID(ctx context.Context) string {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	id := apitype.NewID(apitype.PrefixRequest)
 	w.Header().Set("request-id", id)
-	r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
+	_, pattern := s.mux.Handler(r)
+	ctx, span := s.startSpan(r, pattern, id)
+	r = r.WithContext(context.WithValue(ctx, requestIDKey, id))
 	tw := &trackingWriter{ResponseWriter: w}
+	defer func() { endSpan(span, tw.status) }()
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -248,7 +263,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	// The mux's own 404 and 405 answers are plain text; answer unknown routes with the envelope instead.
-	if _, pattern := s.mux.Handler(r); pattern == "" {
+	if pattern == "" {
 		s.serveErr(tw, r, s.noRoute(tw, r))
 		return
 	}
@@ -364,15 +379,22 @@ func keyID(ctx context.Context) string {
 // passes Flush and deadlines through (SSE needs both).
 type trackingWriter struct {
 	http.ResponseWriter
-	wrote bool
+	wrote  bool
+	status int // the status written (0 until then)
 }
 
 func (t *trackingWriter) WriteHeader(code int) {
+	if !t.wrote {
+		t.status = code
+	}
 	t.wrote = true
 	t.ResponseWriter.WriteHeader(code)
 }
 
 func (t *trackingWriter) Write(b []byte) (int, error) {
+	if !t.wrote {
+		t.status = http.StatusOK
+	}
 	t.wrote = true
 	return t.ResponseWriter.Write(b)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // call makes one model request under the retry policy; retries live here and nowhere else. Each attempt is a
@@ -48,13 +49,15 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			}
 		}
 		callCtx, cancelCall := context.WithTimeoutCause(ctx, r.b.cfg.ModelTimeout, errModelTimeout)
+		span := r.startModelSpan(req)
 		began := time.Now()
-		resp, err := r.b.cfg.Model.Call(callCtx, req, onDelta)
+		resp, err := r.b.cfg.Model.Call(trace.ContextWithSpan(callCtx, span), req, onDelta)
 		took := time.Since(began)
 		timedOut := errors.Is(context.Cause(callCtx), errModelTimeout)
 		cancelCall()
 		interrupted := done()
 		r.recordModel(req.Model, took, resp, err, interrupted, timedOut)
+		endModelSpan(span, resp, err, interrupted, timedOut)
 		if err == nil && !interrupted {
 			return &answer{resp: resp, startID: startID, ids: pv.finish(true)}, nil
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // execute runs an approved built-in tool in the hands and appends its result. The model sees a sandbox failure
@@ -27,11 +28,13 @@ func (r *run) execute(u *toolUse) error {
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	call := &sandbox.Call{Recipe: r.recipe(), Name: u.data.Name, Input: input, OnProvision: r.provisionReporter()}
+	spanCtx, span := r.startToolSpan(u.data.Name, u.ev.ID, "hands")
+	call := &sandbox.Call{Recipe: r.recipe(), Name: u.data.Name, Input: input, OnProvision: r.provisionReporter(spanCtx)}
 	ctx, done := r.watchInterrupts()
 	began := time.Now()
-	res, err := r.b.cfg.Hands.Execute(ctx, call)
+	res, err := r.b.cfg.Hands.Execute(trace.ContextWithSpan(ctx, span), call)
 	r.b.cfg.Metrics.ToolCall(u.data.Name, "hands", time.Since(began), err != nil || res.IsError)
+	endToolSpan(span, "hands", err, res.IsError)
 	interrupted := done()
 	var ev apitype.NewEvent
 	switch {
@@ -62,12 +65,14 @@ func (r *run) recipe() sandbox.Recipe {
 
 // provisionReporter returns the OnProvision callback that puts sandbox provisioning into the log as
 // span.sandbox_provision_start / span.sandbox_provision_end.
-func (r *run) provisionReporter() func(sandbox.ProvisionReport) {
+func (r *run) provisionReporter(parent context.Context) func(sandbox.ProvisionReport) {
 	var mu sync.Mutex
 	startID := ""
+	spans := &provisionSpans{tracer: r.b.tracer(), parent: parent}
 	return func(p sandbox.ProvisionReport) {
 		mu.Lock()
 		defer mu.Unlock()
+		spans.report(p)
 		var ev apitype.NewEvent
 		if !p.Done {
 			ev = mustEvent(apitype.EventSpanSandboxProvisionStart, apitype.SandboxProvisionStart{Backend: p.Backend})
@@ -125,7 +130,7 @@ func (r *run) provisionEagerly() error {
 			return err
 		}
 	}
-	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter()}); err != nil {
+	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter(r.spanCtx)}); err != nil {
 		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session", r.sess.ID, "err", err)
 	}
 	return nil

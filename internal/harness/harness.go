@@ -31,6 +31,8 @@ import (
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config configures a Brain. Zero fields take the defaults documented on them.
@@ -85,6 +87,9 @@ type Config struct {
 	PreviewInterval time.Duration
 	// Metrics receives the brain's measurements (internal/metrics implements it); nil records nothing.
 	Metrics Metrics
+	// TracerProvider traces each run of a session (invoke_agent), its model requests (chat, with the GenAI
+	// attributes), tool calls (execute_tool) and sandbox provisioning; nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Metrics receives what a brain measures: turns, status changes, model requests, tool calls, sandbox
@@ -146,6 +151,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname() // an empty host name still gives a unique owner below
@@ -375,7 +383,9 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	defer func() { stopRenew(); renewer.Wait() }()
 
 	r := &run{b: b, lease: h, ctx: leaseCtx, cancel: cancel, fresh: map[string]bool{}}
+	r.spanCtx, r.span = b.startRun(ctx, l.SessionID)
 	err := r.loop()
+	r.endRun(err)
 	stopRenew()
 	renewer.Wait()
 	if r.released {

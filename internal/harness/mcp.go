@@ -13,6 +13,8 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/mcp"
 	"github.com/corralhq/corral/internal/model"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MCP tools: the agent's mcp_toolset entries offered to the model and their calls routed through Config.MCP, the
@@ -184,9 +186,12 @@ func (r *run) executeMCP(u *toolUse) error {
 	}
 	ctx, done := r.watchInterrupts()
 	ctx, cancel := context.WithTimeout(ctx, r.mcpTimeout())
+	_, span := r.startToolSpan(u.mcp.Name, u.ev.ID, "mcp")
+	span.SetAttributes(attribute.String("corral.mcp.server", srv.Name))
 	began := time.Now()
-	res, err := r.b.cfg.MCP.CallTool(ctx, r.sess.ID, srv, u.mcp.Name, input)
+	res, err := r.b.cfg.MCP.CallTool(trace.ContextWithSpan(ctx, span), r.sess.ID, srv, u.mcp.Name, input)
 	r.b.cfg.Metrics.ToolCall(u.mcp.Name, "mcp", time.Since(began), err != nil || res.IsError)
+	endToolSpan(span, "mcp", err, err == nil && res.IsError)
 	timedOut := ctx.Err() == context.DeadlineExceeded
 	cancel()
 	interrupted := done()

@@ -24,6 +24,7 @@ import (
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config.
@@ -58,6 +59,9 @@ type Config struct {
 	Sandbox SandboxConfig
 	// Metrics, if set, receives the measurements of the API, the brains and the sandbox pool.
 	Metrics *metrics.Registry
+	// TracerProvider, if set, traces the API's requests and the brains' runs, model requests, tool calls and
+	// sandbox provisioning (cmd/corral builds it from the OTEL_* environment).
+	TracerProvider trace.TracerProvider
 	// MetricsListen, if set (with Metrics), is the TCP address on which Metrics are served at /metrics, apart
 	// from the API: the endpoint has no authentication, so it is meant for a private address.
 	MetricsListen string
@@ -195,6 +199,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Brain != nil {
 		hc := *cfg.Brain
 		hc.Store, hc.Logger, hc.Hands = cfg.Store, cfg.Logger, hands
+		if cfg.TracerProvider != nil {
+			hc.TracerProvider = cfg.TracerProvider
+		}
 		if cfg.Metrics != nil {
 			hc.Metrics = cfg.Metrics.Brain(backend)
 		}
@@ -206,7 +213,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
-			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics)})
+			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
+			TracerProvider: cfg.TracerProvider})
 		if err != nil {
 			return undo(err)
 		}
