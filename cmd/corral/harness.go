@@ -28,6 +28,7 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	lf.register(fs)
 	var mf metricsFlags
 	mf.register(fs)
+	tracingHelp(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}

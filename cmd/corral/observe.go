@@ -47,3 +47,15 @@ func (f *metricsFlags) apply(cfg *corral.Config) {
 	}
 	cfg.Metrics, cfg.MetricsListen = metrics.New(), f.listen
 }
+
+// tracingHelp adds to a command's usage the environment its traces are configured by (tracing.go).
+func tracingHelp(fs *flag.FlagSet) {
+	usage := fs.Usage
+	fs.Usage = func() {
+		usage()
+		fmt.Fprint(fs.Output(), "\nTraces: OpenTelemetry spans over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or\n"+
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set; off otherwise, or with OTEL_SDK_DISABLED=true or\n"+
+			"OTEL_TRACES_EXPORTER=none. OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME (default\n"+
+			"corral) and OTEL_RESOURCE_ATTRIBUTES apply as usual.\n")
+	}
+}

@@ -33,6 +33,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	lf.register(fs)
 	var mf metricsFlags
 	mf.register(fs)
+	tracingHelp(fs)
 	workTTL := fs.Duration("work-lease-ttl", api.DefaultWorkLeaseTTL, "how long a self-hosted worker keeps a work item without a heartbeat; after it the item goes to another worker")
 	if err := parse(fs, args); err != nil {
 		return err
