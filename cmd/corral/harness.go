@@ -73,13 +73,11 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 		brain.MCP = mcpProxy
 	}
 	cfg := corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc}
-	mf.apply(&cfg)
-	tp, stopTracing, err := tracing(ctx)
+	stopTracing, err := mf.observe(ctx, &cfg)
 	if err != nil {
 		return err
 	}
 	defer stopTracing() // after the server's Stop (deferred later, run first): its last spans are flushed
-	cfg.TracerProvider = tp
 	srv, err := corral.New(cfg)
 	if err != nil {
 		return err

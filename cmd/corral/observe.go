@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -40,12 +41,19 @@ func (f *metricsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "metrics-listen", os.Getenv("CORRAL_METRICS_LISTEN"), "`address` to serve Prometheus metrics on at /metrics, apart from the API and without authentication, e.g. 127.0.0.1:9464 (env CORRAL_METRICS_LISTEN; default: off)")
 }
 
-// apply sets the server's metrics: a registry served on --metrics-listen, or none when it is empty.
-func (f *metricsFlags) apply(cfg *corral.Config) {
-	if f.listen == "" {
-		return
+// observe sets the server's metrics (a registry served on --metrics-listen, none when it is empty) and its
+// tracer (from the OTEL_* environment, tracing.go). The returned function flushes the traces: call it after the
+// server's Stop.
+func (f *metricsFlags) observe(ctx context.Context, cfg *corral.Config) (func(), error) {
+	if f.listen != "" {
+		cfg.Metrics, cfg.MetricsListen = metrics.New(), f.listen
 	}
-	cfg.Metrics, cfg.MetricsListen = metrics.New(), f.listen
+	tp, stop, err := tracing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TracerProvider = tp
+	return stop, nil
 }
 
 // tracingHelp adds to a command's usage the environment its traces are configured by (tracing.go).

@@ -73,13 +73,11 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Validator: mcpProxy,
 			WorkLeaseTTL: *workTTL, Files: fsvc},
 	}
-	mf.apply(&cfg)
-	tp, stopTracing, err := tracing(ctx)
+	stopTracing, err := mf.observe(ctx, &cfg)
 	if err != nil {
 		return err
 	}
 	defer stopTracing() // after the server's Stop (deferred later, run first): its last spans are flushed
-	cfg.TracerProvider = tp
 	if bf.workers > 0 {
 		if cfg.Brain, err = bf.brainConfig(); err != nil {
 			return err

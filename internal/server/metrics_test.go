@@ -79,15 +79,15 @@ next:
 	return sum
 }
 
-// TestMetrics runs a real turn (a retried overloaded model request, a bash call whose sandbox fails to
-// provision, a final answer) through the fake model and checks, from /metrics scraped on its own listener and
-// parsed, that the counters moved by what happened.
-func TestMetrics(t *testing.T) {
-	t.Parallel()
+// observed starts a server whose brains call the fake model with fast retries and whose sandbox provider (the
+// stub) fails every provisioning, configured further by extra; scripts the turn the observability tests run (an
+// overloaded model request, a bash call, a final answer; 220 input and 13 output tokens in all); and creates an
+// agent "a", an environment and a session for it. The turn starts when the test sends a message.
+func observed(t *testing.T, extra func(*server.Config)) (srv *server.Server, agentID, sessionID string) {
+	t.Helper()
 	fake := modeltest.NewServer(t)
 	st := openStore(t)
-	reg := metrics.New()
-	srv, err := server.New(server.Config{
+	cfg := server.Config{
 		Store: st,
 		API:   &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: st, Static: key}},
 		Brain: &harness.Config{
@@ -96,10 +96,10 @@ func TestMetrics(t *testing.T) {
 			PollInterval: 50 * time.Millisecond,
 			Retry:        harness.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond},
 		},
-		Sandbox:       server.SandboxConfig{Provider: &stubProvider{closed: make(chan struct{})}, Pool: sandbox.PoolConfig{WorkspaceRoot: t.TempDir()}},
-		Metrics:       reg,
-		MetricsListen: "127.0.0.1:0",
-	})
+		Sandbox: server.SandboxConfig{Provider: &stubProvider{closed: make(chan struct{})}, Pool: sandbox.PoolConfig{WorkspaceRoot: t.TempDir()}},
+	}
+	extra(&cfg)
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,14 +107,6 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	if srv.MetricsURL() == "" {
-		t.Fatal("no metrics URL with MetricsListen set")
-	}
-	before := scrape(t, srv.MetricsURL())
-	if v := value(before, "corral_turns_total", nil); v != 0 {
-		t.Fatalf("corral_turns_total before any turn = %v, want 0", v)
-	}
-
 	fake.Script(
 		modeltest.Turn{Err: modeltest.Overloaded()},
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo hi"}`}},
@@ -126,11 +118,26 @@ func TestMetrics(t *testing.T) {
 		"tools": []any{map[string]any{"type": "agent_toolset_20260401"}}}, &agent)
 	do(t, srv, "POST", "/v1/environments", map[string]any{"name": "e", "config": map[string]any{"type": "cloud"}}, &env)
 	do(t, srv, "POST", "/v1/sessions", map[string]any{"agent": agent.ID, "environment_id": env.ID}, &sess)
+	return srv, agent.ID, sess.ID
+}
+
+// TestMetrics runs a real turn (a retried overloaded model request, a bash call whose sandbox fails to
+// provision, a final answer) through the fake model and checks, from /metrics scraped on its own listener and
+// parsed, that the counters moved by what happened.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	srv, _, sessID := observed(t, func(c *server.Config) { c.Metrics, c.MetricsListen = metrics.New(), "127.0.0.1:0" })
+	if srv.MetricsURL() == "" {
+		t.Fatal("no metrics URL with MetricsListen set")
+	}
+	if v := value(scrape(t, srv.MetricsURL()), "corral_turns_total", nil); v != 0 {
+		t.Fatalf("corral_turns_total before any turn = %v, want 0", v)
+	}
 
 	// An open event stream is a subscriber while it lasts.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL()+"/v1/sessions/"+sess.ID+"/events/stream", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL()+"/v1/sessions/"+sessID+"/events/stream", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,9 +153,9 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("corral_stream_subscribers with a stream open = %v, want 1", v)
 	}
 
-	do(t, srv, "POST", "/v1/sessions/"+sess.ID+"/events", map[string]any{"events": []any{map[string]any{
+	do(t, srv, "POST", "/v1/sessions/"+sessID+"/events", map[string]any{"events": []any{map[string]any{
 		"type": "user.message", "content": []any{map[string]any{"type": "text", "text": "Run it."}}}}}, nil)
-	waitIdle(t, srv, sess.ID)
+	waitIdle(t, srv, sessID)
 	stream.Body.Close()
 
 	// The brain's last append (the idle) is recorded just after it returns: poll the scrape until it shows.

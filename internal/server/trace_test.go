@@ -8,11 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/internal/api"
-	"github.com/corralhq/corral/internal/harness"
-	"github.com/corralhq/corral/internal/model/anthropic"
-	"github.com/corralhq/corral/internal/model/modeltest"
-	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/server"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -35,42 +30,10 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 // execute_tool span under the run, and the failed provisioning a span under the tool call, failed in the hands.
 func TestTraces(t *testing.T) {
 	t.Parallel()
-	fake := modeltest.NewServer(t)
-	st := openStore(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	srv, err := server.New(server.Config{
-		Store: st,
-		API:   &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: st, Static: key}},
-		Brain: &harness.Config{
-			Model:        anthropic.New(anthropic.Config{APIKey: "test", BaseURL: fake.URL}),
-			Workers:      2,
-			PollInterval: 50 * time.Millisecond,
-			Retry:        harness.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond},
-		},
-		Sandbox:        server.SandboxConfig{Provider: &stubProvider{closed: make(chan struct{})}, Pool: sandbox.PoolConfig{WorkspaceRoot: t.TempDir()}},
-		TracerProvider: tp,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-
-	fake.Script(
-		modeltest.Turn{Err: modeltest.Overloaded()},
-		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo hi"}`}},
-			Usage: modeltest.Usage{InputTokens: 100, OutputTokens: 10}},
-		modeltest.Turn{Text: "Done.", Usage: modeltest.Usage{InputTokens: 120, OutputTokens: 3}},
-	)
-	var agent, env, sess struct{ ID string }
-	do(t, srv, "POST", "/v1/agents", map[string]any{"name": "a", "model": "claude-sonnet-4-5",
-		"tools": []any{map[string]any{"type": "agent_toolset_20260401"}}}, &agent)
-	do(t, srv, "POST", "/v1/environments", map[string]any{"name": "e", "config": map[string]any{"type": "cloud"}}, &env)
-	do(t, srv, "POST", "/v1/sessions", map[string]any{"agent": agent.ID, "environment_id": env.ID}, &sess)
+	srv, agentID, sessID := observed(t, func(c *server.Config) { c.TracerProvider = tp })
 
 	// The caller's W3C trace context, as the official SDKs (instrumented) send it.
 	const traceID, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -78,7 +41,7 @@ func TestTraces(t *testing.T) {
 		"type": "user.message", "content": []any{map[string]any{"type": "text", "text": "Run it."}}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", srv.URL()+"/v1/sessions/"+sess.ID+"/events", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, "POST", srv.URL()+"/v1/sessions/"+sessID+"/events", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +56,7 @@ func TestTraces(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("send: %s", resp.Status)
 	}
-	waitIdle(t, srv, sess.ID)
+	waitIdle(t, srv, sessID)
 
 	// The run's span ends when the brain hands the session back, just after the idle is appended.
 	var ended []sdktrace.ReadOnlySpan
@@ -138,8 +101,8 @@ func TestTraces(t *testing.T) {
 		case "sandbox.provision":
 			provision = s
 		case "invoke_agent a":
-			if a := attrs(s); a["gen_ai.agent.id"].AsString() != agent.ID || a["corral.session.id"].AsString() != sess.ID {
-				t.Errorf("invoke_agent attributes = %v, want the agent %s and session %s", a, agent.ID, sess.ID)
+			if a := attrs(s); a["gen_ai.agent.id"].AsString() != agentID || a["corral.session.id"].AsString() != sessID {
+				t.Errorf("invoke_agent attributes = %v, want the agent %s and session %s", a, agentID, sessID)
 			}
 		}
 	}
@@ -152,7 +115,7 @@ func TestTraces(t *testing.T) {
 	if got := sendSpan.Parent().SpanID().String(); got != callerSpan || !sendSpan.Parent().IsRemote() {
 		t.Errorf("send span parent = %s (remote %v), want the caller's span %s", got, sendSpan.Parent().IsRemote(), callerSpan)
 	}
-	if a := attrs(sendSpan); a["http.response.status_code"].AsInt64() != 200 || a["corral.session.id"].AsString() != sess.ID {
+	if a := attrs(sendSpan); a["http.response.status_code"].AsInt64() != 200 || a["corral.session.id"].AsString() != sessID {
 		t.Errorf("send span attributes = %v", a)
 	}
 
@@ -166,7 +129,7 @@ func TestTraces(t *testing.T) {
 			t.Errorf("chat span's parent = %q, want the run's invoke_agent span", parentName(s))
 		}
 		if a["gen_ai.operation.name"].AsString() != "chat" || a["gen_ai.request.model"].AsString() != "claude-sonnet-4-5" ||
-			a["gen_ai.agent.id"].AsString() != agent.ID {
+			a["gen_ai.agent.id"].AsString() != agentID {
 			t.Errorf("chat span attributes = %v", a)
 		}
 		if s.Status().Code == codes.Error {
