@@ -7,6 +7,7 @@ import (
 
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -138,4 +139,27 @@ func (p *provisionSpans) report(rep sandbox.ProvisionReport) {
 	}
 	p.span.End()
 	p.span = nil
+}
+
+// startAppendSpan starts the span of one fenced append of n events to the session's log (store.append), under
+// the run's span; a run whose span is not started yet (none in tests that build a run by hand) gets a root.
+func (r *run) startAppendSpan(n int) trace.Span {
+	parent := r.spanCtx
+	if parent == nil {
+		parent = context.Background()
+	}
+	_, span := r.b.tracer().Start(parent, "store.append", trace.WithAttributes(attribute.Int("corral.events", n)))
+	return span
+}
+
+// endAppendSpan ends an append's span: a lost lease is the brain's (another took the session over), any other
+// failure the store's.
+func endAppendSpan(span trace.Span, err error) {
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		failed(span, "brain", "lease_lost", err)
+	case err != nil:
+		failed(span, "store", "append_failed", err)
+	}
+	span.End()
 }

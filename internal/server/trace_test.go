@@ -90,6 +90,7 @@ func TestTraces(t *testing.T) {
 
 	var sendSpan, provision sdktrace.ReadOnlySpan
 	var chats, tools []sdktrace.ReadOnlySpan
+	appends := 0
 	for _, s := range ended {
 		switch s.Name() {
 		case "POST /v1/sessions/{session_id}/events":
@@ -100,11 +101,20 @@ func TestTraces(t *testing.T) {
 			tools = append(tools, s)
 		case "sandbox.provision":
 			provision = s
+		case "store.append":
+			appends++
+			if parentName(s) != "invoke_agent a" || s.Status().Code == codes.Error {
+				t.Errorf("store.append span: parent %q, status %v; want the run's span, ok", parentName(s), s.Status())
+			}
 		case "invoke_agent a":
 			if a := attrs(s); a["gen_ai.agent.id"].AsString() != agentID || a["corral.session.id"].AsString() != sessID {
 				t.Errorf("invoke_agent attributes = %v, want the agent %s and session %s", a, agentID, sessID)
 			}
 		}
+	}
+	// The brain's writes: three model request starts and ends, statuses, the provisioning span, the tool result.
+	if appends < 6 {
+		t.Errorf("store.append spans = %d, want at least 6", appends)
 	}
 	if sendSpan == nil {
 		t.Fatal("no span for the send request")
