@@ -2,13 +2,15 @@
 // brain (harness.Metrics) and the API (api.Metrics) declare, and serves what they recorded at /metrics. The
 // packages it measures import neither it nor the client library; internal/server wires it in.
 //
-// Every metric is named corral_*; durations are in seconds. Labels are bounded: tool names come from the
-// offered tools, models from the agents' configuration, backends from the backends table, kinds and statuses
-// from fixed vocabularies.
+// Every metric is named corral_*; durations are in seconds. Labels are bounded: backends come from the
+// backends table, kinds and statuses from fixed vocabularies, and models and tool names, which API clients
+// (agents' configurations) and MCP servers choose, are kept to the first MaxLabelValues distinct values each;
+// later ones are counted under "other", so no client can grow the registry without bound.
 package metrics
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,8 +18,35 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// MaxLabelValues is how many distinct models, and tool names, the metrics label; the others are "other".
+const MaxLabelValues = 100
+
+// bounded maps label values to themselves, up to MaxLabelValues distinct ones, and the rest to "other".
+type bounded struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (b *bounded) value(v string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen[v] {
+		return v
+	}
+	if len(b.seen) >= MaxLabelValues {
+		return "other"
+	}
+	if b.seen == nil {
+		b.seen = map[string]bool{}
+	}
+	b.seen[v] = true
+	return v
+}
+
 // Registry holds a server's metrics. Its methods are safe for concurrent use.
 type Registry struct {
+	models, tools bounded
+
 	reg          *prometheus.Registry
 	statuses     *prometheus.CounterVec
 	turns        prometheus.Counter
@@ -105,6 +134,7 @@ func (b *Brain) Status(status string) { b.r.statuses.WithLabelValues(status).Inc
 
 // ModelRequest records one model request; errKind is "" on success.
 func (b *Brain) ModelRequest(model string, d time.Duration, errKind string, input, output, cacheCreation, cacheRead int64) {
+	model = b.r.models.value(model)
 	b.r.modelLatency.WithLabelValues(model, outcome(errKind != "")).Observe(d.Seconds())
 	if errKind != "" {
 		b.r.modelErrors.WithLabelValues(model, errKind).Inc()
@@ -123,7 +153,7 @@ func (b *Brain) ToolCall(tool, route string, d time.Duration, isError bool) {
 	if route == "hands" {
 		backend = b.backend
 	}
-	b.r.toolLatency.WithLabelValues(tool, backend, outcome(isError)).Observe(d.Seconds())
+	b.r.toolLatency.WithLabelValues(b.r.tools.value(tool), backend, outcome(isError)).Observe(d.Seconds())
 }
 
 // Provisioned records one sandbox provisioning.
