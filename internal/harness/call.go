@@ -49,7 +49,7 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			}
 		}
 		callCtx, cancelCall := context.WithTimeoutCause(ctx, r.b.cfg.ModelTimeout, errModelTimeout)
-		span := r.startModelSpan(req)
+		span := r.startModelSpan(req, startID)
 		began := time.Now()
 		resp, err := r.b.cfg.Model.Call(trace.ContextWithSpan(callCtx, span), req, onDelta)
 		took := time.Since(began)

@@ -62,9 +62,11 @@ func failed(span trace.Span, part, errType string, err error) {
 	span.SetStatus(codes.Error, err.Error())
 }
 
-// startModelSpan starts the chat span of one model request.
-func (r *run) startModelSpan(req *model.Request) trace.Span {
+// startModelSpan starts the chat span of one model request, whose span.model_request_start event in the
+// session's log is startID (corral.event.id: the log and the trace name the same request).
+func (r *run) startModelSpan(req *model.Request, startID string) trace.Span {
 	attrs := append(r.agentAttrs(),
+		attribute.String("corral.event.id", startID),
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.request.model", req.Model),
 		attribute.Int("gen_ai.request.max_tokens", req.MaxTokens),

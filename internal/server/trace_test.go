@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +142,9 @@ func TestTraces(t *testing.T) {
 		if a["gen_ai.operation.name"].AsString() != "chat" || a["gen_ai.request.model"].AsString() != "claude-sonnet-4-5" ||
 			a["gen_ai.agent.id"].AsString() != agentID {
 			t.Errorf("chat span attributes = %v", a)
+		}
+		if !strings.HasPrefix(a["corral.event.id"].AsString(), "sevt_") {
+			t.Errorf("chat span names no span.model_request_start event: %v", a["corral.event.id"])
 		}
 		if s.Status().Code == codes.Error {
 			failedChats++
