@@ -24,13 +24,21 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	mcpProxyURL := fs.String("mcp-proxy", "", "`URL` of a corral proxy to call MCP servers through (token in "+proxyTokenEnv+"); default: an MCP proxy in this process")
 	var ff fileFlags
 	ff.register(fs)
+	var lf logFlags
+	lf.register(fs)
+	var mf metricsFlags
+	mf.register(fs)
+	tracingHelp(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if bf.workers < 1 {
 		return fmt.Errorf("--brains must be at least 1")
 	}
-	logger := newLogger(io)
+	logger, err := lf.logger(io)
+	if err != nil {
+		return err
+	}
 	st, err := sf.open(ctx)
 	if err != nil {
 		return err
@@ -64,7 +72,13 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 		defer mcpProxy.Close()
 		brain.MCP = mcpProxy
 	}
-	srv, err := corral.New(corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc})
+	cfg := corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc}
+	stopTracing, err := mf.observe(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the server's Stop (deferred later, run first): its last spans are flushed
+	srv, err := corral.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -74,6 +88,9 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	defer srv.Stop()
 	logger.Info("corral harness running", "store", st.Capabilities().Name, "brains", bf.workers)
 	fmt.Fprintln(io.err, "corral: harness running")
+	if u := srv.MetricsURL(); u != "" {
+		fmt.Fprintf(io.err, "corral: metrics on %s\n", u)
+	}
 	<-ctx.Done()
 	srv.Stop() // finishes in-flight appends and releases leases
 	return nil

@@ -31,6 +31,8 @@ func runProxy(ctx context.Context, io *stdio, args []string) error {
 	var vf vaultFlags
 	vf.register(fs)
 	listen := fs.String("listen", "127.0.0.1:7431", "`address` to serve the MCP proxy on")
+	var lf logFlags
+	lf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -38,7 +40,10 @@ func runProxy(ctx context.Context, io *stdio, args []string) error {
 	if len(token) < 16 {
 		return fmt.Errorf("%s must hold the shared token (16 characters or more) the brains authenticate with", proxyTokenEnv)
 	}
-	logger := newLogger(io)
+	logger, err := lf.logger(io)
+	if err != nil {
+		return err
+	}
 	st, err := sf.open(ctx)
 	if err != nil {
 		return err

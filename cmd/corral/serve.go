@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 
 	"github.com/corralhq/corral/internal/api"
@@ -30,11 +29,19 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	var ff fileFlags
 	ff.register(fs)
 	rateLimit := fs.Float64("rate-limit", 0, "`requests` per second allowed per API key (0 = unlimited)")
+	var lf logFlags
+	lf.register(fs)
+	var mf metricsFlags
+	mf.register(fs)
+	tracingHelp(fs)
 	workTTL := fs.Duration("work-lease-ttl", api.DefaultWorkLeaseTTL, "how long a self-hosted worker keeps a work item without a heartbeat; after it the item goes to another worker")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	logger := newLogger(io)
+	logger, err := lf.logger(io)
+	if err != nil {
+		return err
+	}
 
 	st, err := sf.open(ctx)
 	if err != nil {
@@ -66,6 +73,11 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Validator: mcpProxy,
 			WorkLeaseTTL: *workTTL, Files: fsvc},
 	}
+	stopTracing, err := mf.observe(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the server's Stop (deferred later, run first): its last spans are flushed
 	if bf.workers > 0 {
 		if cfg.Brain, err = bf.brainConfig(); err != nil {
 			return err
@@ -85,6 +97,9 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	defer srv.Stop()
 	logger.Info("corral serving", "addr", srv.Addr().String(), "store", st.Capabilities().Name, "sandbox", hf.kind, "brains", bf.workers)
 	fmt.Fprintf(io.err, "corral: listening on %s\n", srv.URL())
+	if u := srv.MetricsURL(); u != "" {
+		fmt.Fprintf(io.err, "corral: metrics on %s\n", u)
+	}
 
 	select {
 	case err := <-srv.Failed():
@@ -123,14 +138,6 @@ func apiKeys(ctx context.Context, io *stdio, st store.Store) (api.Authenticator,
 	fmt.Fprintf(io.err, "corral: created API key %s; it is printed once, on stdout, and only its hash is stored\n", key.ID)
 	fmt.Fprintln(io.out, secret)
 	return auth, nil
-}
-
-func newLogger(io *stdio) *slog.Logger {
-	level := slog.LevelInfo
-	if os.Getenv("CORRAL_DEBUG") != "" {
-		level = slog.LevelDebug
-	}
-	return slog.New(slog.NewTextHandler(io.err, &slog.HandlerOptions{Level: level}))
 }
 
 // defaultWorkers sizes the in-process brains to the machine (harness.DefaultWorkers).

@@ -45,6 +45,8 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	uidBase := fs.Int("sandbox-uids", defaultWorkerUIDBase, "first host `uid` of this worker's sandboxes (10000 uids): workers sharing a machine, or a machine with a server, need ranges of their own")
 	var hf handsFlags
 	hf.register(fs)
+	var lf logFlags
+	lf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -55,7 +57,10 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if hf.kind == "none" {
 		return errors.New("corral worker runs the tools in sandboxes: pick a --sandbox backend")
 	}
-	logger := newLogger(io)
+	logger, err := lf.logger(io)
+	if err != nil {
+		return err
+	}
 	c, err := client.New(client.Config{BaseURL: *base, APIKey: *key})
 	if err != nil {
 		return err
@@ -182,12 +187,12 @@ func (w *worker) run(ctx context.Context) error {
 			continue // the server held the poll for up to a second
 		}
 		if _, err := w.c.WorkAck(ctx, w.env, wk.ID); err != nil {
-			w.log.Warn("ack failed; skipping the item", "work_id", wk.ID, "err", err)
+			w.log.Warn("ack failed; skipping the item", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
 			continue
 		}
-		w.log.Info("claimed work", "work_id", wk.ID, "session_id", wk.Data.ID)
+		w.log.Info("claimed work", "work_id", wk.ID, "session", wk.Data.ID)
 		if err := w.handle(ctx, wk); err != nil && ctx.Err() == nil {
-			w.log.Warn("work item ended with an error", "work_id", wk.ID, "err", err)
+			w.log.Warn("work item ended with an error", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
 		}
 	}
 	return nil
@@ -227,7 +232,7 @@ func (w *worker) handle(ctx context.Context, wk *apitype.Work) error {
 	cancel()
 	hb.Wait()
 	if lost {
-		w.log.Info("lease lost; the item is left to the server", "work_id", wk.ID)
+		w.log.Info("lease lost; the item is left to the server", "work_id", wk.ID, "session", wk.Data.ID)
 		return err
 	}
 	stopCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), workerStopTimeout)
@@ -250,21 +255,21 @@ func (w *worker) heartbeat(ctx context.Context, tc *client.Client, wk *apitype.W
 		case ctx.Err() != nil:
 			return false
 		case statusOf(err) == http.StatusPreconditionFailed || statusOf(err) == http.StatusUnauthorized:
-			w.log.Warn("lease lost", "work_id", wk.ID, "err", err)
+			w.log.Warn("lease lost", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
 			return true
 		case err != nil && (fatal(err) || time.Since(lastOK) > ttl):
-			w.log.Warn("heartbeat failed; the lease is presumed lost", "work_id", wk.ID, "err", err)
+			w.log.Warn("heartbeat failed; the lease is presumed lost", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
 			return true
 		case err != nil:
-			w.log.Warn("heartbeat failed", "work_id", wk.ID, "err", err)
+			w.log.Warn("heartbeat failed", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
 		default:
-			w.log.Debug("heartbeat", "work_id", wk.ID, "state", hb.State, "ttl_seconds", hb.TTLSeconds)
+			w.log.Debug("heartbeat", "work_id", wk.ID, "session", wk.Data.ID, "state", hb.State, "ttl_seconds", hb.TTLSeconds)
 			last, lastOK = hb.LastHeartbeat, time.Now()
 			if hb.TTLSeconds > 0 {
 				ttl = time.Duration(hb.TTLSeconds) * time.Second
 			}
 			if hb.State == apitype.WorkStopping || hb.State == apitype.WorkStopped || !hb.LeaseExtended {
-				w.log.Info("the server stops the item", "work_id", wk.ID, "state", hb.State)
+				w.log.Info("the server stops the item", "work_id", wk.ID, "session", wk.Data.ID, "state", hb.State)
 				return false
 			}
 		}
@@ -415,7 +420,7 @@ func (w *worker) runCall(ctx context.Context, tc *client.Client, recipe sandbox.
 		_, err := tc.EventSend(ctx, sessionID, ev)
 		if err == nil {
 			answered[c.id] = true
-			w.log.Info("tool call answered", "session_id", sessionID, "tool_use_id", c.id, "tool", c.name, "is_error", isErr)
+			w.log.Info("tool call answered", "session", sessionID, "tool_use_id", c.id, "tool", c.name, "is_error", isErr)
 			return nil
 		}
 		if fatal(err) || attempt >= 5 || ctx.Err() != nil {

@@ -12,6 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"net/http"
 	"strings"
 	"time"
@@ -72,6 +75,12 @@ type Config struct {
 	// Files stores the Files API's files (and the skills' archives); nil answers those endpoints with an
 	// error. Its MaxBytes caps an upload, instead of MaxBodyBytes.
 	Files *files.Service
+	// TracerProvider traces each request (a server span joining the caller's W3C traceparent); nil traces
+	// nothing.
+	TracerProvider trace.TracerProvider
+	// Metrics receives the open event streams and the appends of client events (internal/metrics implements
+	// it); nil records nothing.
+	Metrics Metrics
 }
 
 func (c *Config) validate() error {
@@ -101,6 +110,8 @@ type Server struct {
 	sealer       Sealer
 	validator    CredentialValidator
 	files        *files.Service
+	metrics      Metrics
+	tracer       trace.Tracer
 	// workTTL is the default lease of a work item; workers tracks who polled lately.
 	workTTL time.Duration
 	workers *pollers
@@ -108,6 +119,19 @@ type Server struct {
 	// now is the clock; tests may replace it.
 	now func() time.Time
 }
+
+// Metrics receives what the API measures. Its methods must be cheap and safe for concurrent use.
+type Metrics interface {
+	// Streams adds delta to the event streams open.
+	Streams(delta int)
+	// StoreAppend records one append of client events.
+	StoreAppend(d time.Duration, err error)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) Streams(int)                      {}
+func (nopMetrics) StoreAppend(time.Duration, error) {}
 
 // New validates cfg and builds a server from it.
 func New(cfg Config) (*Server, error) {
@@ -125,12 +149,21 @@ func New(cfg Config) (*Server, error) {
 		sealer:    cfg.Sealer,
 		validator: cfg.Validator,
 		files:     cfg.Files,
+		metrics:   cfg.Metrics,
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
 			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),
 		writeTimeout: cmp.Or(cfg.StreamWriteTimeout, DefaultStreamWriteTimeout),
 		workTTL:      max(cmp.Or(cfg.WorkLeaseTTL, DefaultWorkLeaseTTL), time.Second),
 		workers:      newPollers(),
 	}
+	if s.metrics == nil {
+		s.metrics = nopMetrics{}
+	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	s.tracer = tp.Tracer("github.com/corralhq/corral/internal/api")
 	if s.keys == nil {
 		s.keys = &KeyAuth{Store: cfg.Store}
 	}
@@ -213,8 +246,11 @@ func requestID(ctx context.Context) string {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	id := apitype.NewID(apitype.PrefixRequest)
 	w.Header().Set("request-id", id)
-	r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
+	_, pattern := s.mux.Handler(r)
+	ctx, span := s.startSpan(r, pattern, id)
+	r = r.WithContext(context.WithValue(ctx, requestIDKey, id))
 	tw := &trackingWriter{ResponseWriter: w}
+	defer func() { endSpan(span, tw.status) }()
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -227,7 +263,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	// The mux's own 404 and 405 answers are plain text; answer unknown routes with the envelope instead.
-	if _, pattern := s.mux.Handler(r); pattern == "" {
+	if pattern == "" {
 		s.serveErr(tw, r, s.noRoute(tw, r))
 		return
 	}
@@ -343,15 +379,22 @@ func keyID(ctx context.Context) string {
 // passes Flush and deadlines through (SSE needs both).
 type trackingWriter struct {
 	http.ResponseWriter
-	wrote bool
+	wrote  bool
+	status int // the status written (0 until then)
 }
 
 func (t *trackingWriter) WriteHeader(code int) {
+	if !t.wrote {
+		t.status = code
+	}
 	t.wrote = true
 	t.ResponseWriter.WriteHeader(code)
 }
 
 func (t *trackingWriter) Write(b []byte) (int, error) {
+	if !t.wrote {
+		t.status = http.StatusOK
+	}
 	t.wrote = true
 	return t.ResponseWriter.Write(b)
 }

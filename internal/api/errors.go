@@ -81,8 +81,11 @@ func (s *Server) serveErr(w http.ResponseWriter, r *http.Request, err error) {
 		// The client went away; nobody reads the answer.
 		return
 	default:
-		s.log.Error("api: request failed", "request_id", requestID(r.Context()), "method", r.Method,
-			"path", r.URL.Path, "err", err)
+		attrs := []any{"request_id", requestID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err}
+		if id := r.PathValue("session_id"); id != "" {
+			attrs = append(attrs, "session", id)
+		}
+		s.log.Error("api: request failed", attrs...)
 		ae = &apiError{status: http.StatusInternalServerError, typ: apitype.ErrAPI, msg: "internal server error"}
 	}
 	if ae.status == http.StatusConflict {

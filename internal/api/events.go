@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
@@ -85,7 +86,9 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	for i, ce := range events {
 		news[i] = ce.ev
 	}
+	began := time.Now()
 	stored, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id, Events: news, Wake: true})
+	s.metrics.StoreAppend(time.Since(began), err)
 	if err != nil {
 		return lookup(err, "session", id)
 	}

@@ -65,6 +65,8 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
+	s.metrics.Streams(1)
+	defer s.metrics.Streams(-1)
 	var previews <-chan []byte
 	if pf != nil {
 		ch, stop := s.store.PreviewSubscribe(id)
@@ -107,7 +109,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 			done, err := s.streamDrain(ctx, sse, id, &pos, page)
 			if done || err != nil {
 				if err != nil && ctx.Err() == nil {
-					s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session_id", id, "err", err)
+					s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session", id, "err", err)
 					sse.error(apitype.ErrorEnvelope{Type: "error", RequestID: requestID(ctx),
 						Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
 				}

@@ -53,6 +53,9 @@ func (r *run) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
 		return nil, err
 	}
 	r.lead, r.released = nil, p.Release
+	if status != "" {
+		r.b.cfg.Metrics.Status(status)
+	}
 	switch {
 	case status == apitype.StatusIdle:
 		r.activeFrom = time.Time{}
@@ -79,7 +82,11 @@ func (r *run) appendRaw(p *store.EventAppendParams) ([]apitype.Event, error) {
 	p.SessionID, p.Lease = r.sess.ID, r.lease.get()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.b.cfg.LeaseTTL)
 	defer cancel()
+	span := r.startAppendSpan(len(p.Events))
+	start := time.Now()
 	out, err := r.b.cfg.Store.EventAppend(ctx, p)
+	r.b.cfg.Metrics.StoreAppend(time.Since(start), err)
+	endAppendSpan(span, err)
 	if err != nil {
 		if errors.Is(err, store.ErrLeaseLost) {
 			r.cancel(errLeaseLost)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // call makes one model request under the retry policy; retries live here and nowhere else. Each attempt is a
@@ -48,10 +49,15 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			}
 		}
 		callCtx, cancelCall := context.WithTimeoutCause(ctx, r.b.cfg.ModelTimeout, errModelTimeout)
-		resp, err := r.b.cfg.Model.Call(callCtx, req, onDelta)
+		span := r.startModelSpan(req, startID)
+		began := time.Now()
+		resp, err := r.b.cfg.Model.Call(trace.ContextWithSpan(callCtx, span), req, onDelta)
+		took := time.Since(began)
 		timedOut := errors.Is(context.Cause(callCtx), errModelTimeout)
 		cancelCall()
 		interrupted := done()
+		r.recordModel(req.Model, took, resp, err, interrupted, timedOut)
+		endModelSpan(span, resp, err, interrupted, timedOut)
 		if err == nil && !interrupted {
 			return &answer{resp: resp, startID: startID, ids: pv.finish(true)}, nil
 		}
@@ -171,6 +177,49 @@ func (r *run) backoff(attempt int, retryAfter time.Duration) error {
 }
 
 // sessionErrorType maps a model error to the session.error type clients know.
+// recordModel puts one model request into the metrics.
+func (r *run) recordModel(modelID string, d time.Duration, resp *model.Response, err error, interrupted, timedOut bool) {
+	kind := ""
+	switch {
+	case interrupted:
+		kind = "interrupted"
+	case timedOut:
+		kind = "timeout"
+	case err != nil:
+		kind = errorKind(err)
+	}
+	var u apitype.SpanUsage
+	if resp != nil && err == nil {
+		u = resp.Usage
+	}
+	r.b.cfg.Metrics.ModelRequest(modelID, d, kind, u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens)
+}
+
+// errorKind names a model error's kind for metrics and traces.
+func errorKind(err error) string {
+	var me *model.Error
+	if !errors.As(err, &me) {
+		return "unknown"
+	}
+	switch me.Kind {
+	case model.ErrOverloaded:
+		return "overloaded"
+	case model.ErrRateLimited:
+		return "rate_limited"
+	case model.ErrServer:
+		return "server"
+	case model.ErrInvalid:
+		return "invalid"
+	case model.ErrAuth:
+		return "auth"
+	case model.ErrContextTooLong:
+		return "context_too_long"
+	case model.ErrBilling:
+		return "billing"
+	}
+	return "unknown"
+}
+
 func sessionErrorType(e *model.Error) string {
 	switch e.Kind {
 	case model.ErrOverloaded:

@@ -12,6 +12,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // execute runs an approved built-in tool in the hands and appends its result. The model sees a sandbox failure
@@ -27,9 +28,13 @@ func (r *run) execute(u *toolUse) error {
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	call := &sandbox.Call{Recipe: r.recipe(), Name: u.data.Name, Input: input, OnProvision: r.provisionReporter()}
+	spanCtx, span := r.startToolSpan(u.data.Name, u.ev.ID, "hands")
+	call := &sandbox.Call{Recipe: r.recipe(), Name: u.data.Name, Input: input, OnProvision: r.provisionReporter(spanCtx)}
 	ctx, done := r.watchInterrupts()
-	res, err := r.b.cfg.Hands.Execute(ctx, call)
+	began := time.Now()
+	res, err := r.b.cfg.Hands.Execute(trace.ContextWithSpan(ctx, span), call)
+	r.b.cfg.Metrics.ToolCall(u.data.Name, "hands", time.Since(began), err != nil || res.IsError)
+	endToolSpan(span, "hands", err, res.IsError)
 	interrupted := done()
 	var ev apitype.NewEvent
 	switch {
@@ -60,16 +65,19 @@ func (r *run) recipe() sandbox.Recipe {
 
 // provisionReporter returns the OnProvision callback that puts sandbox provisioning into the log as
 // span.sandbox_provision_start / span.sandbox_provision_end.
-func (r *run) provisionReporter() func(sandbox.ProvisionReport) {
+func (r *run) provisionReporter(parent context.Context) func(sandbox.ProvisionReport) {
 	var mu sync.Mutex
 	startID := ""
+	spans := &provisionSpans{tracer: r.b.tracer(), parent: parent}
 	return func(p sandbox.ProvisionReport) {
 		mu.Lock()
 		defer mu.Unlock()
+		spans.report(p)
 		var ev apitype.NewEvent
 		if !p.Done {
 			ev = mustEvent(apitype.EventSpanSandboxProvisionStart, apitype.SandboxProvisionStart{Backend: p.Backend})
 		} else {
+			r.b.cfg.Metrics.Provisioned(p.Backend, p.Duration, p.Err)
 			end := apitype.SandboxProvisionEnd{
 				ProvisionStartID: startID, Backend: p.Backend, IsError: p.Err != nil,
 				DurationMS: float64(p.Duration) / float64(time.Millisecond),
@@ -82,7 +90,7 @@ func (r *run) provisionReporter() func(sandbox.ProvisionReport) {
 		events := append([]apitype.NewEvent{ev}, resourceErrors(p.ResourceErrors)...)
 		out, err := r.appendRaw(&store.EventAppendParams{Events: events})
 		if err != nil {
-			r.b.cfg.Logger.Warn("provision span not logged", "session_id", r.sess.ID, "err", err)
+			r.b.cfg.Logger.Warn("provision span not logged", "session", r.sess.ID, "err", err)
 			return
 		}
 		if !p.Done && len(out) > 0 {
@@ -122,8 +130,8 @@ func (r *run) provisionEagerly() error {
 			return err
 		}
 	}
-	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter()}); err != nil {
-		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session_id", r.sess.ID, "err", err)
+	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter(r.spanCtx)}); err != nil {
+		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session", r.sess.ID, "err", err)
 	}
 	return nil
 }
@@ -138,7 +146,7 @@ func (r *run) collectOutputs() []apitype.NewEvent {
 	}
 	rec := r.recipe()
 	if err := oc.CollectOutputs(r.ctx, &rec); err != nil {
-		r.b.cfg.Logger.Warn("session outputs not collected", "session_id", r.sess.ID, "err", err)
+		r.b.cfg.Logger.Warn("session outputs not collected", "session", r.sess.ID, "err", err)
 		return []apitype.NewEvent{mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
 			Type:        apitype.SessionErrUnknown,
 			Message:     "collecting the session's outputs (retried at the next turn's end): " + err.Error(),

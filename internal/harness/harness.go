@@ -31,6 +31,8 @@ import (
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config configures a Brain. Zero fields take the defaults documented on them.
@@ -83,7 +85,40 @@ type Config struct {
 	// stream with event_deltas) are published to the store, the deltas in between coalesced (default
 	// DefaultPreviewInterval). Negative: publish no previews.
 	PreviewInterval time.Duration
+	// Metrics receives the brain's measurements (internal/metrics implements it); nil records nothing.
+	Metrics Metrics
+	// TracerProvider traces each run of a session (invoke_agent), its model requests (chat, with the GenAI
+	// attributes), tool calls (execute_tool) and sandbox provisioning; nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
+
+// Metrics receives what a brain measures: turns, status changes, model requests, tool calls, sandbox
+// provisioning, appends and lease takeovers. Its methods must be cheap and safe for concurrent use.
+type Metrics interface {
+	Turn()
+	Status(status string)
+	// ModelRequest: errKind is "" on success (see errorKind).
+	ModelRequest(model string, d time.Duration, errKind string, input, output, cacheCreation, cacheRead int64)
+	// ToolCall: route is "hands" for built-in tools, "mcp" for MCP tools.
+	ToolCall(tool, route string, d time.Duration, isError bool)
+	Provisioned(backend string, d time.Duration, err error)
+	StoreAppend(d time.Duration, err error)
+	// LeaseTakeover: a session claimed with a turn in progress (its brain died or lost the lease mid-turn).
+	LeaseTakeover()
+	// LeaseLost: this brain's lease on a session was taken over by another.
+	LeaseLost()
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) Turn()                                                                  {}
+func (nopMetrics) Status(string)                                                          {}
+func (nopMetrics) ModelRequest(string, time.Duration, string, int64, int64, int64, int64) {}
+func (nopMetrics) ToolCall(string, string, time.Duration, bool)                           {}
+func (nopMetrics) Provisioned(string, time.Duration, error)                               {}
+func (nopMetrics) StoreAppend(time.Duration, error)                                       {}
+func (nopMetrics) LeaseTakeover()                                                         {}
+func (nopMetrics) LeaseLost()                                                             {}
 
 // RetryPolicy says how retryable model errors are retried.
 type RetryPolicy struct {
@@ -113,6 +148,12 @@ func DefaultWorkers() int { return 100 * runtime.NumCPU() }
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname() // an empty host name still gives a unique owner below
@@ -304,7 +345,7 @@ func (b *Brain) giveBack(leases []*store.Lease) {
 		unhandled := *l
 		unhandled.WakeSeq = 0
 		if err := b.cfg.Store.LeaseRelease(ctx, &unhandled); err != nil {
-			b.cfg.Logger.Warn("lease release failed; the session waits for the lease to expire", "session_id", l.SessionID, "err", err)
+			b.cfg.Logger.Warn("lease release failed; the session waits for the lease to expire", "session", l.SessionID, "err", err)
 		}
 	}
 }
@@ -321,9 +362,10 @@ func (b *Brain) worker(ctx context.Context) {
 		switch err := b.work(ctx, l); {
 		case err == nil || ctx.Err() != nil:
 		case errors.Is(err, store.ErrLeaseLost):
-			b.cfg.Logger.Info("session taken over by another brain", "session_id", l.SessionID)
+			b.cfg.Metrics.LeaseLost()
+			b.cfg.Logger.Info("session taken over by another brain", "session", l.SessionID)
 		default:
-			b.cfg.Logger.Warn("session work failed; retried when its lease expires", "session_id", l.SessionID, "err", err)
+			b.cfg.Logger.Warn("session work failed; retried when its lease expires", "session", l.SessionID, "err", err)
 		}
 		b.free <- struct{}{}
 	}
@@ -341,7 +383,9 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	defer func() { stopRenew(); renewer.Wait() }()
 
 	r := &run{b: b, lease: h, ctx: leaseCtx, cancel: cancel, fresh: map[string]bool{}}
+	r.spanCtx, r.span = b.startRun(ctx, l.SessionID)
 	err := r.loop()
+	r.endRun(err)
 	stopRenew()
 	renewer.Wait()
 	if r.released {

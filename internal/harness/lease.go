@@ -29,7 +29,7 @@ func (b *Brain) renew(ctx context.Context, h *leaseHolder, cancel context.Cancel
 				cancel(errLeaseLost)
 				return
 			}
-			b.cfg.Logger.Warn("lease renewal failed", "session_id", h.get().SessionID, "err", err)
+			b.cfg.Logger.Warn("lease renewal failed", "session", h.get().SessionID, "err", err)
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/mcp"
 	"github.com/corralhq/corral/internal/model"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MCP tools: the agent's mcp_toolset entries offered to the model and their calls routed through Config.MCP, the
@@ -90,7 +92,7 @@ func (r *run) offerMCP() []apitype.NewEvent {
 			}
 			e := mcp.AsError(err, srv.Name)
 			if !r.mcpDown[srv.Name] { // reported once per run, not at each model call of a turn
-				r.b.cfg.Logger.Warn("mcp server not listed", "session_id", r.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
+				r.b.cfg.Logger.Warn("mcp server not listed", "session", r.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
 				errs = append(errs, mcpErrorEvent(e))
 				if r.mcpDown == nil {
 					r.mcpDown = map[string]bool{}
@@ -184,7 +186,12 @@ func (r *run) executeMCP(u *toolUse) error {
 	}
 	ctx, done := r.watchInterrupts()
 	ctx, cancel := context.WithTimeout(ctx, r.mcpTimeout())
-	res, err := r.b.cfg.MCP.CallTool(ctx, r.sess.ID, srv, u.mcp.Name, input)
+	_, span := r.startToolSpan(u.mcp.Name, u.ev.ID, "mcp")
+	span.SetAttributes(attribute.String("corral.mcp.server", srv.Name))
+	began := time.Now()
+	res, err := r.b.cfg.MCP.CallTool(trace.ContextWithSpan(ctx, span), r.sess.ID, srv, u.mcp.Name, input)
+	r.b.cfg.Metrics.ToolCall(u.mcp.Name, "mcp", time.Since(began), err != nil || res.IsError)
+	endToolSpan(span, "mcp", err, err == nil && res.IsError)
 	timedOut := ctx.Err() == context.DeadlineExceeded
 	cancel()
 	interrupted := done()
@@ -199,7 +206,7 @@ func (r *run) executeMCP(u *toolUse) error {
 		evs = append(evs, closeResult(u, true, "The MCP server "+srv.Name+" did not answer in time, so the outcome of this call is unknown."), mcpErrorEvent(e))
 	case err != nil:
 		e := mcp.AsError(err, srv.Name)
-		r.b.cfg.Logger.Warn("mcp tool call failed", "session_id", r.sess.ID, "mcp_server", srv.Name, "tool", u.mcp.Name, "kind", e.Kind, "err", e.Message)
+		r.b.cfg.Logger.Warn("mcp tool call failed", "session", r.sess.ID, "mcp_server", srv.Name, "tool", u.mcp.Name, "kind", e.Kind, "err", e.Message)
 		evs = append(evs, closeResult(u, true, "The MCP server "+srv.Name+" could not be used: "+e.Message), mcpErrorEvent(e))
 	default:
 		evs = append(evs, mustEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{

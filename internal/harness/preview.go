@@ -216,7 +216,7 @@ func (r *run) newPreviewer() *previewer {
 		func(err error) {
 			if !failed { // once per call: previews are best effort
 				failed = true
-				r.b.cfg.Logger.Debug("publishing a stream preview failed", "session_id", sessionID, "err", err)
+				r.b.cfg.Logger.Debug("publishing a stream preview failed", "session", sessionID, "err", err)
 			}
 		})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // run is one brain's work on one claimed session: everything it knows it has read from the log.
@@ -24,6 +25,11 @@ type run struct {
 	lead *lead
 	// released: an append released the lease (the turn's last); the run writes nothing more.
 	released bool
+
+	// span is the run's trace span (invoke_agent), spanCtx carries it: model requests and tool calls are its
+	// children.
+	span    trace.Span
+	spanCtx context.Context
 
 	sess  *apitype.Session
 	env   apitype.EnvConfig

@@ -29,7 +29,7 @@ func (r *run) skillsNote() string {
 	for _, ref := range r.sess.Agent.Skills {
 		v, err := r.b.cfg.Store.SkillVersionGet(r.ctx, ref.SkillID, ref.Version)
 		if err != nil {
-			r.b.cfg.Logger.Warn("skill left out of the system prompt", "session_id", r.sess.ID, "skill", ref.SkillID, "err", err)
+			r.b.cfg.Logger.Warn("skill left out of the system prompt", "session", r.sess.ID, "skill", ref.SkillID, "err", err)
 			continue
 		}
 		if b.Len() == 0 {

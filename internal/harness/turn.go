@@ -20,6 +20,7 @@ func (r *run) modelTurn(st *state, msgs []apitype.Event) error {
 	if st.status != apitype.EventSessionStatusRunning {
 		r.lead.events = []apitype.NewEvent{mustEvent(apitype.EventSessionStatusRunning, nil)}
 		r.lead.status = apitype.StatusRunning
+		r.b.cfg.Metrics.Turn()
 	}
 	if err := r.provisionEagerly(); err != nil {
 		return err

@@ -570,9 +570,14 @@ func (p *Pool) reap(ctx context.Context) {
 			return
 		case now := <-t.C:
 			for _, s := range p.idle(now) {
-				p.collect(s.lastRecipe())
+				r := s.lastRecipe()
+				p.collect(r)
 				if err := s.close(); err != nil {
-					p.cfg.Logger.Warn("closing idle sandbox", "err", err)
+					id := ""
+					if r != nil {
+						id = r.SessionID
+					}
+					p.cfg.Logger.Warn("closing idle sandbox", "session", id, "err", err)
 				}
 			}
 		}

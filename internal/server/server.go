@@ -21,8 +21,10 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/harness"
+	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config.
@@ -55,6 +57,14 @@ type Config struct {
 	Brain *harness.Config
 	// Sandbox configures the hands of the brains.
 	Sandbox SandboxConfig
+	// Metrics, if set, receives the measurements of the API, the brains and the sandbox pool.
+	Metrics *metrics.Registry
+	// TracerProvider, if set, traces the API's requests and the brains' runs, model requests, tool calls and
+	// sandbox provisioning (cmd/corral builds it from the OTEL_* environment).
+	TracerProvider trace.TracerProvider
+	// MetricsListen, if set (with Metrics), is the TCP address on which Metrics are served at /metrics, apart
+	// from the API: the endpoint has no authentication, so it is meant for a private address.
+	MetricsListen string
 }
 
 // APIConfig configures the HTTP API of a Server.
@@ -118,6 +128,8 @@ func (c *Config) validate() error {
 		return errors.New("server: Config needs an API, brains, or both")
 	case c.API != nil && c.API.Keys == nil:
 		return errors.New("server: Config.API.Keys is required")
+	case c.MetricsListen != "" && c.Metrics == nil:
+		return errors.New("server: Config.MetricsListen needs Config.Metrics")
 	case c.Sandbox.SweepInterval < 0:
 		return errors.New("server: Config.Sandbox.SweepInterval must not be negative")
 	}
@@ -130,6 +142,9 @@ type Server struct {
 	pool  *sandbox.Pool
 	brain *harness.Brain
 	http  *http.Server
+	// metricsHTTP serves /metrics on MetricsListen (nil without).
+	metricsHTTP *http.Server
+	metricsAddr net.Addr
 
 	cancelStreams context.CancelFunc
 
@@ -151,6 +166,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, serveErr: make(chan error, 1)}
 	var hands sandbox.Hands
+	backend := "none"
 	switch sc := cfg.Sandbox; {
 	case sc.Provider != nil:
 		pc := sc.Pool
@@ -162,7 +178,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 		s.pool, hands = pool, pool
+		backend = sc.Provider.Name()
+		if cfg.Metrics != nil {
+			cfg.Metrics.SandboxesLive(backend, pool.Sessions)
+		}
 	case sc.Unavailable != "":
+		backend = "unavailable"
 		hands = sandbox.Unavailable(sc.Tools, fmt.Sprintf("Built-in tools cannot run on this server: its sandbox backend is unavailable (%s).", sc.Unavailable))
 	default:
 		hands = sandbox.Unavailable(sc.Tools, "Built-in tools cannot run on this server: no sandbox backend is configured (--sandbox none).")
@@ -178,6 +199,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Brain != nil {
 		hc := *cfg.Brain
 		hc.Store, hc.Logger, hc.Hands = cfg.Store, cfg.Logger, hands
+		if cfg.TracerProvider != nil {
+			hc.TracerProvider = cfg.TracerProvider
+		}
+		if cfg.Metrics != nil {
+			hc.Metrics = cfg.Metrics.Brain(backend)
+		}
 		brain, err := harness.New(hc)
 		if err != nil {
 			return undo(err)
@@ -186,7 +213,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
-			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files})
+			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
+			TracerProvider: cfg.TracerProvider})
 		if err != nil {
 			return undo(err)
 		}
@@ -204,7 +232,21 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.http.RegisterOnShutdown(cancel)
 	}
+	if cfg.MetricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", cfg.Metrics.Handler())
+		s.metricsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
+			WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	}
 	return s, nil
+}
+
+// apiMetrics is the API's view of m (nil: none).
+func apiMetrics(m *metrics.Registry) api.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.API()
 }
 
 // Start starts the brains, the workspace sweeper and the API listener. The brains run until Stop is called or
@@ -224,6 +266,23 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("server: %w", err)
 		}
 		s.addr = ln.Addr()
+	}
+	var mln net.Listener
+	if s.metricsHTTP != nil {
+		var err error
+		if mln, err = net.Listen("tcp", s.cfg.MetricsListen); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			s.stopLocked()
+			return fmt.Errorf("server: metrics: %w", err)
+		}
+		s.metricsAddr = mln.Addr()
+		s.wg.Go(func() {
+			if err := s.metricsHTTP.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.cfg.Logger.Error("metrics listener failed", "err", err)
+			}
+		})
 	}
 	if s.brain != nil {
 		if err := s.brain.Start(ctx); err != nil {
@@ -276,6 +335,16 @@ func (s *Server) URL() string {
 	return ""
 }
 
+// MetricsURL is the URL of /metrics ("" before Start or without MetricsListen).
+func (s *Server) MetricsURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.metricsAddr == nil {
+		return ""
+	}
+	return "http://" + s.metricsAddr.String() + "/metrics"
+}
+
 // Failed delivers the error that ended the API's serving before Stop (the listener failed).
 func (s *Server) Failed() <-chan error { return s.serveErr }
 
@@ -308,6 +377,9 @@ func (s *Server) stopLocked() {
 		}
 		if s.stopCtx != nil {
 			s.stopCtx()
+		}
+		if s.metricsHTTP != nil {
+			_ = s.metricsHTTP.Close()
 		}
 		s.wg.Wait()
 		if s.brain != nil {

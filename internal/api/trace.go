@@ -1,0 +1,66 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// propagator reads the W3C traceparent and tracestate the official SDKs send.
+var propagator = propagation.TraceContext{}
+
+// startSpan starts the server span of a request, a child of the caller's traceparent if it sent one, named by
+// the route's pattern without its method (ids stay out of span names).
+func (s *Server) startSpan(r *http.Request, pattern, requestID string) (context.Context, trace.Span) {
+	ctx := propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	route := pattern
+	if _, path, ok := strings.Cut(pattern, " "); ok {
+		route = path
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("http.request.method", r.Method),
+		attribute.String("url.path", r.URL.Path),
+		attribute.String("corral.request_id", requestID),
+	}
+	name := r.Method
+	if route != "" {
+		name += " " + route
+		attrs = append(attrs, attribute.String("http.route", route))
+	}
+	if id := sessionInPath(r.URL.Path); id != "" {
+		attrs = append(attrs, attribute.String("corral.session.id", id))
+	}
+	return s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+}
+
+// endSpan ends a request's span with its status; a 5xx is an error of the server, a 4xx the client's (the
+// span is not an error: the server did its job).
+func endSpan(span trace.Span, status int) {
+	if status == 0 {
+		status = http.StatusOK
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", status))
+	switch {
+	case status >= 500:
+		span.SetStatus(codes.Error, http.StatusText(status))
+		span.SetAttributes(attribute.String("error.type", http.StatusText(status)), attribute.String("corral.failure.part", "server"))
+	case status >= 400:
+		span.SetAttributes(attribute.String("corral.failure.part", "client"))
+	}
+	span.End()
+}
+
+// sessionInPath is the session id of a /v1/sessions/{id}/... path, or "".
+func sessionInPath(path string) string {
+	rest, ok := strings.CutPrefix(path, "/v1/sessions/")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	return id
+}
