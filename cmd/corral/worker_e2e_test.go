@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -426,5 +427,48 @@ func TestCorralWorker(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("worker-2 kept running with a revoked key")
+	}
+}
+
+// TestSDKWorkerSkills: the SDK's EnvironmentWorker downloads the session agent's skills with the item's sessions
+// token (GET .../versions/{version} and .../content) into its skills directory, where the tool it runs reads them.
+func TestSDKWorkerSkills(t *testing.T) {
+	t.Parallel()
+	_, client := workerServer(t, "10s",
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"cat skills/*/SKILL.md"}`}}},
+		modeltest.Turn{Text: "I read the skill."},
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	envID, key, _ := selfHostedEnv(ctx, t, client, "sdk-worker-skills")
+	skillMD := "---\nname: worker-notes\ndescription: Notes for the worker.\n---\n# Notes\nskill-body-marker\n"
+	sk, err := client.Beta.Skills.New(ctx, anthropic.BetaSkillNewParams{Files: []io.Reader{
+		anthropic.File(strings.NewReader(skillMD), "worker-notes/SKILL.md", "text/markdown"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := client.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
+		Name: "skilled-worker", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
+		Tools:  []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{}}},
+		Skills: []anthropic.BetaManagedAgentsSkillParamsUnion{{OfCustom: &anthropic.BetaManagedAgentsCustomSkillParams{SkillID: sk.ID}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)}, EnvironmentID: envID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runSDKWorker(ctx, t, client, envID, key, t.TempDir(), "skills-worker", nil)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
+	l := sendAndFollow(ctx, t, client, sess.ID, "Read your skill.")
+	if len(l.uses) != 1 || !strings.Contains(l.results[l.uses[0]], "skill-body-marker") {
+		t.Fatalf("uses %v, results %v; events %v: want the skill's SKILL.md read on the worker", l.uses, l.results, l.types)
 	}
 }
