@@ -186,6 +186,8 @@ func TestWorkAuth(t *testing.T) {
 		{"token may not send a message", "POST", "/v1/sessions/" + sessID + "/events",
 			`{"events":[{"type":"user.message","content":[{"type":"text","text":"hi"}]}]}`, token, http.StatusForbidden},
 		{"token outside its session", "GET", "/v1/agents", "", token, http.StatusUnauthorized},
+		{"token on a skill its agent does not name", "GET", "/v1/skills/skill_other/versions/latest/content", "", token, http.StatusForbidden},
+		{"token may not delete a skill version", "DELETE", "/v1/skills/skill_other/versions/1", "", token, http.StatusUnauthorized},
 		{"token reads its session's events", "GET", "/v1/sessions/" + sessID + "/events", "", token, http.StatusOK},
 		{"block_ms 0", "GET", base + "/poll?block_ms=0", "", key, http.StatusBadRequest},
 		{"block_ms 1000", "GET", base + "/poll?block_ms=1000", "", key, http.StatusBadRequest},
