@@ -40,21 +40,28 @@ func TestCleanFilename(t *testing.T) {
 	}
 }
 
-// TestCreateLimits: the size limit and empty content store nothing; the content's digest is recorded.
-func TestCreateLimits(t *testing.T) {
-	t.Parallel()
+// newService is a files.Service over a SQLite store and a local blob store in a temporary directory, with
+// upload limit maxBytes; it returns the blob store too.
+func newService(t *testing.T, maxBytes int64) (*files.Service, *localfs.Store) {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(t.Context(), "sqlite://"+filepath.Join(dir, "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	blobs, err := localfs.Open(filepath.Join(dir, "blobs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer blobs.Close()
-	svc := files.New(st, blobs, 10)
+	t.Cleanup(func() { blobs.Close() })
+	return files.New(st, blobs, maxBytes), blobs
+}
+
+// TestCreateLimits: the size limit and empty content store nothing; the content's digest is recorded.
+func TestCreateLimits(t *testing.T) {
+	t.Parallel()
+	svc, _ := newService(t, 10)
 	if _, err := svc.Create(t.Context(), "a", "", nil, bytes.NewReader(make([]byte, 11))); !errors.Is(err, files.ErrTooLarge) {
 		t.Fatalf("11 bytes over a 10-byte limit: %v", err)
 	}
@@ -79,18 +86,7 @@ func TestCreateLimits(t *testing.T) {
 // TestSweepExpired: expired files go, bytes and metadata; the others stay.
 func TestSweepExpired(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	st, err := sqlite.Open(t.Context(), "sqlite://"+filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	blobs, err := localfs.Open(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blobs.Close()
-	svc := files.New(st, blobs, 1<<20)
+	svc, blobs := newService(t, 1<<20)
 	now := apitype.Now()
 	create := func(expires *time.Time) string {
 		meta := &apitype.File{Type: "file", ID: apitype.NewID(apitype.PrefixFile), Filename: "f", MimeType: "text/plain",
