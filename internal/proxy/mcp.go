@@ -827,16 +827,25 @@ func scrubAll(s string, secrets []string) string {
 	return s
 }
 
-// scrubBody returns at most limit bytes of body with every secret replaced, and whether it was cut.
+// scrubBody returns at most limit bytes of body with every secret replaced, and whether it was cut. The secrets
+// are replaced before the cut, so that one straddling the limit is not left half visible; and a cut body that
+// ends with the beginning of a secret (its rest beyond what was read) loses that beginning too.
 func scrubBody(body []byte, limit int, secrets []string) (string, bool) {
-	cut := len(body) > limit
-	if cut {
-		body = body[:limit]
+	s := scrubAll(string(body), secrets)
+	if len(s) <= limit && len(body) <= limit {
+		return s, false
 	}
+	s = s[:min(limit, len(s))]
 	for _, v := range secrets {
-		if len(v) >= 4 {
-			body = bytes.ReplaceAll(body, []byte(v), []byte("[redacted]"))
+		if len(v) < 4 {
+			continue
+		}
+		for k := min(len(v)-1, len(s)); k > 0; k-- {
+			if strings.HasSuffix(s, v[:k]) {
+				s = s[:len(s)-k]
+				break
+			}
 		}
 	}
-	return string(body), cut
+	return s, true
 }
