@@ -29,7 +29,7 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultSweepInterval is how often the workspaces of deleted sessions are removed.
+	// DefaultSweepInterval is how often the workspaces of deleted sessions are removed and expired files deleted.
 	DefaultSweepInterval = 10 * time.Minute
 	// DefaultShutdownTimeout bounds the wait for in-flight requests in Stop.
 	DefaultShutdownTimeout = 20 * time.Second
@@ -102,8 +102,8 @@ type SandboxConfig struct {
 	// Pool configures the pool; its Provider and Logger are set by the server. Pool.WorkspaceRoot is required
 	// with a Provider.
 	Pool sandbox.PoolConfig
-	// SweepInterval is how often the workspaces of deleted sessions are removed, the first time at Start
-	// (default DefaultSweepInterval).
+	// SweepInterval is how often the workspaces of deleted sessions are removed, and expired files deleted,
+	// the first time at Start (default DefaultSweepInterval).
 	SweepInterval time.Duration
 }
 
@@ -402,30 +402,27 @@ func (s *Server) sweep(ctx context.Context) {
 		}
 		return false, err
 	}
-	t := time.NewTicker(s.cfg.Sandbox.SweepInterval)
-	defer t.Stop()
-	for {
-		n, err := s.pool.RemoveWorkspaces(ctx, gone)
-		if n > 0 || (err != nil && ctx.Err() == nil) {
-			s.cfg.Logger.Info("workspaces of deleted sessions removed", "count", n, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	s.every(ctx, "workspaces of deleted sessions removed", func(ctx context.Context) (int, error) {
+		return s.pool.RemoveWorkspaces(ctx, gone)
+	})
 }
 
 // sweepFiles deletes, now and every SweepInterval, the files whose expires_at has passed (their bytes and
 // metadata), until ctx ends.
 func (s *Server) sweepFiles(ctx context.Context) {
+	s.every(ctx, "expired files deleted", func(ctx context.Context) (int, error) {
+		return s.cfg.API.Files.SweepExpired(ctx, apitype.Now())
+	})
+}
+
+// every runs job now and every SweepInterval until ctx ends, logging msg with what it removed or its error.
+func (s *Server) every(ctx context.Context, msg string, job func(context.Context) (int, error)) {
 	t := time.NewTicker(s.cfg.Sandbox.SweepInterval)
 	defer t.Stop()
 	for {
-		n, err := s.cfg.API.Files.SweepExpired(ctx, apitype.Now())
+		n, err := job(ctx)
 		if n > 0 || (err != nil && ctx.Err() == nil) {
-			s.cfg.Logger.Info("expired files deleted", "count", n, "err", err)
+			s.cfg.Logger.Info(msg, "count", n, "err", err)
 		}
 		select {
 		case <-ctx.Done():
