@@ -43,6 +43,8 @@ type handsFlags struct {
 	diskMB, inodes, reserveMB, tmpMB, tmpInodes int64
 	overcommit                                  float64
 	fs                                          *flag.FlagSet // to tell the flags given from the defaults
+	// uidBase is the first host uid of the sandboxes (0: the backend's default); corral worker sets it.
+	uidBase int
 }
 
 func defaultSandbox() string {
@@ -199,7 +201,8 @@ func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Prov
 	if err != nil {
 		return nil, err
 	}
-	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle}, "")
+	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle,
+		uidBase: f.uidBase}, "")
 }
 
 // agentName is the in-sandbox agent's binary name; the corral binary runs as the agent under it.

@@ -76,13 +76,23 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	prov, err := workerProvider(&hf, dataDir, *uidBase, logger)
+	hf.uidBase = *uidBase
+	prov, err := hf.provider(dataDir, logger)
 	if err != nil {
 		return fmt.Errorf("sandbox backend %s: %w", hf.kind, err)
 	}
-	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: filepath.Join(dataDir, "workspaces"),
-		IdleTimeout: hf.idle, Limits: hf.limits(), Logger: logger,
-		Egress: workerEgress{allowInternal: eo.AllowInternal, roots: eo.RootCAs}})
+	root := filepath.Join(dataDir, "workspaces")
+	pc := sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, IdleTimeout: hf.idle, Limits: hf.limits(),
+		Logger: logger, Egress: workerEgress{allowInternal: eo.AllowInternal, roots: eo.RootCAs}}
+	// The same workspace quotas as the server's (a worker's disk is the user's machine).
+	vols, err := hf.volumes(root, logger)
+	if err != nil {
+		return err
+	}
+	if vols != nil {
+		pc.Volumes = vols
+	}
+	pool, err := sandbox.NewPool(pc)
 	if err != nil {
 		return err
 	}
@@ -105,19 +115,6 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 // defaultWorkerUIDBase keeps a worker's sandbox uids apart from a server's on the same machine (bwrap 200000,
 // oci and gvisor 300000).
 const defaultWorkerUIDBase = 400000
-
-// workerProvider constructs the --sandbox backend from the table (backends.go) with the worker's uid range.
-func workerProvider(hf *handsFlags, dataDir string, uidBase int, logger *slog.Logger) (sandbox.Provider, error) {
-	b, err := lookupBackend(hf.kind)
-	if err != nil {
-		return nil, err
-	}
-	agentPath, err := hf.agentPath(dataDir)
-	if err != nil {
-		return nil, err
-	}
-	return b.provider(backendOptions{agentPath: agentPath, runsc: hf.runsc, logger: logger, uidBase: uidBase}, "")
-}
 
 // workerEgress adds the operator's trusted internal destinations and CAs to every sandbox's egress policy.
 type workerEgress struct {
