@@ -167,19 +167,6 @@ func newFlagSet(io *stdio, name, synopsis string) *flag.FlagSet {
 // parse parses flags wherever they stand among the positional arguments ("tail SESSION --until-idle"), up to
 // a "--", and leaves the positional arguments in fs.Args(). A parse error becomes errUsage (the usage went to
 // stderr); -h or --help prints the usage to stdout and returns flag.ErrHelp (exit 0).
-// parseArgs is parse for a command that takes exactly n positional arguments: any other count prints the usage
-// and fails with errUsage.
-func parseArgs(fs *flag.FlagSet, args []string, n int) error {
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != n {
-		fs.Usage()
-		return errUsage
-	}
-	return nil
-}
-
 func parse(fs *flag.FlagSet, args []string) error {
 	usage := fs.Usage
 	fs.Usage = func() {} // the flag package calls it on -h and on errors: which stream it goes to is decided here
@@ -213,4 +200,17 @@ func parse(fs *flag.FlagSet, args []string) error {
 		args = rest[1:]
 	}
 	return fs.Parse(append([]string{"--"}, positional...))
+}
+
+// parseArgs is parse for a command that takes exactly n positional arguments: any other count prints the usage
+// and fails with errUsage.
+func parseArgs(fs *flag.FlagSet, args []string, n int) error {
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != n {
+		fs.Usage()
+		return errUsage
+	}
+	return nil
 }

@@ -21,7 +21,8 @@ func init() {
 const proxyTokenEnv = "CORRAL_PROXY_TOKEN"
 
 // runProxy serves the MCP proxy (proxy.MCP, which opens the sessions' MCP credentials with the vault) over HTTP
-// to brains holding the shared token: the brains of `corral harness --mcp-proxy` then hold no credential.
+// to brains holding the shared token: the brains of `corral harness --mcp-proxy` then hold no MCP connection and
+// call no MCP server themselves (they still open the vault for the sandboxes' git tokens and injected secrets).
 func runProxy(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "proxy", "--db URL --listen ADDR [flags] (token in "+proxyTokenEnv+")")
 	var sf storeFlags
