@@ -172,9 +172,6 @@ func outputRecordPath(ws string) string {
 	return filepath.Join(filepath.Dir(ws), "."+filepath.Base(ws)+".outputs.json")
 }
 
-// collectLocks serialises the collections of one session (a brain ending a turn, the pool reaping a sandbox).
-var collectLocks sync.Map // outputs dir -> *sync.Mutex
-
 var _ sandbox.Collector = (*Placer)(nil)
 
 // Collect stores every regular file under the recipe's outputs directory that was not collected before, or
@@ -186,7 +183,7 @@ func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe) error {
 	if dir == "" || p.cfg.Files == nil {
 		return nil
 	}
-	mu, _ := collectLocks.LoadOrStore(dir, new(sync.Mutex))
+	mu, _ := p.collectLocks.LoadOrStore(r.SessionID, new(sync.Mutex))
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
 	root, err := os.OpenRoot(dir)

@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -94,6 +95,9 @@ type Tokens interface {
 // one Placer serves every session concurrently (the Pool serialises the provisionings of one session).
 type Placer struct {
 	cfg Config
+	// collectLocks serialise the collections of one session (a brain ending a turn, the pool reaping a
+	// sandbox): session id -> *sync.Mutex, forgotten with the session's workspace (Forget).
+	collectLocks sync.Map
 }
 
 var _ sandbox.Placer = (*Placer)(nil)
@@ -214,6 +218,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 
 // Forget removes the record of workspace ws, whose workspace is gone. Idempotent.
 func (p *Placer) Forget(ws string) error {
+	p.collectLocks.Delete(filepath.Base(ws))
 	for _, rec := range []string{recordPath(ws), outputRecordPath(ws)} {
 		if err := os.Remove(rec); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("workspace: %w", err)
