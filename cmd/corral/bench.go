@@ -16,10 +16,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/bench"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/anthropic"
+	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/vault"
+	"github.com/corralhq/corral/internal/workspace"
 )
 
 func init() {
@@ -52,6 +55,10 @@ type benchFlags struct {
 	cpuProfile     string
 	cpuShare       int
 	cpuIdle        bool
+	recipeSessions string
+	recipeSamples  int
+	recipeRepoMB   int64
+	recipePackages string
 }
 
 const defaultFailoverDB = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -72,7 +79,11 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.scaleTTFT, "scale-model-ttft", 2*time.Second, "the fake model's time to first token in the scale section (a session stays active that long per call)")
 	fs.IntVar(&f.scalePerSlot, "scale-turns", 2, "fresh sessions each concurrent slot runs, one after the other, at each scale level")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")
-	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,failover", "comma-separated `sections` to run (also: cpu)")
+	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,failover", "comma-separated `sections` to run (also: cpu, recipe)")
+	fs.StringVar(&f.recipeSessions, "recipe-sessions", "1,10,100", "comma-separated concurrent-session `levels` of the recipe section")
+	fs.IntVar(&f.recipeSamples, "recipe-samples", 20, "sessions per level and mode of the recipe section (at least 2 rounds per level)")
+	fs.Int64Var(&f.recipeRepoMB, "recipe-repo-mb", 32, "`MiB` of history of the repository each recipe session clones")
+	fs.StringVar(&f.recipePackages, "recipe-packages", "apt:jq", "the recipe environment's packages as comma-separated `MANAGER:SPEC` (apt, pip, npm, go, cargo, gem; the manager's own version syntax); \"\" = none")
 	fs.IntVar(&f.failoverRuns, "failover-runs", 3, "SIGKILL failovers to measure")
 	fs.DurationVar(&f.leaseTTL, "failover-lease-ttl", 2*time.Second, "--lease-ttl of the two harness processes in the failover section")
 	fs.IntVar(&f.workers, "brains", 2500, "in-process brain workers of the servers under test (>= the largest level)")
@@ -98,6 +109,9 @@ func (f *benchFlags) applyQuick(set map[string]bool) {
 		"failover-runs":    func() { f.failoverRuns = 1 },
 		"model-ttft":       func() { f.ttft = 100 * time.Millisecond },
 		"brains":           func() { f.workers = 200 },
+		"recipe-sessions":  func() { f.recipeSessions = "1,10" },
+		"recipe-samples":   func() { f.recipeSamples = 4 },
+		"recipe-repo-mb":   func() { f.recipeRepoMB = 8 },
 	}
 	for name, apply := range q {
 		if !set[name] {
@@ -125,6 +139,11 @@ against a fake model server of configurable latency and real sandboxes, and comp
   failover  SIGKILL of a 'corral harness' process to the session resumed in another (PostgreSQL)
   cpu       overhead of talk-only sessions alone and beside 4 sandboxes running busy loops (not run by
             default; compare --sandbox-cpu-share -1, the default and --sandbox-cpu-idle)
+  recipe    the recipe paid: sessions of an environment with packages (--recipe-packages, built into an
+            image first) each cloning a repository (--recipe-repo-mb of history) from a git server over TLS
+            on 127.0.0.1; TTFT and the first tool result, decoupled vs coupled, on the first backend; the
+            image build time and a provision on the built image against one without packages (not run by
+            default)
 Progress goes to stderr, the summary table to stdout, the report to --out (its generated section) and --svg.
 The defaults take under 10 minutes on 2 vCPUs; --quick takes seconds.
 
@@ -166,6 +185,17 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 	if err != nil {
 		return bench.Config{}, fmt.Errorf("--scale: %w", err)
 	}
+	recipeSessions, err := intList(f.recipeSessions)
+	if err != nil {
+		return bench.Config{}, fmt.Errorf("--recipe-sessions: %w", err)
+	}
+	packages, err := packageList(f.recipePackages)
+	if err != nil {
+		return bench.Config{}, fmt.Errorf("--recipe-packages: %w", err)
+	}
+	if f.recipeSamples <= 0 || f.recipeRepoMB <= 0 {
+		return bench.Config{}, errors.New("--recipe-samples and --recipe-repo-mb must be positive")
+	}
 	sections := splitList(f.sections)
 	for _, s := range sections {
 		if !slices.Contains(bench.Sections, s) {
@@ -200,6 +230,8 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		Scale: scale, ScaleTTFT: f.scaleTTFT, ScalePerSlot: f.scalePerSlot, IdleSessions: f.idleSessions,
 		Sections: sections, FailoverRuns: f.failoverRuns, FailoverLeaseTTL: f.leaseTTL, Workers: f.workers,
 		Out: f.out, SVG: f.svg, CPUShare: f.cpuShare, CPUIdle: f.cpuIdle,
+		Recipe: recipeParts, RecipeSessions: recipeSessions, RecipeSamples: f.recipeSamples,
+		RecipeRepoBytes: f.recipeRepoMB << 20, RecipePackages: packages,
 		Executable: exe,
 		// The failover section's harness processes share one store, so they share its vault master key.
 		Environ: append(os.Environ(), "CORRAL_VAULT_KEY="+vault.NewKey().Encode()),
@@ -260,4 +292,35 @@ func intList(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// recipeParts builds the recipe section's server parts as corral serve builds them with --egress-ca-file and
+// --egress-allow-internal naming the benchmark's git server: the workspace placer clones over https, pinned
+// to the addresses the egress rules allow, trusting the server's CA.
+func recipeParts(git bench.RecipeGit) (bench.RecipeParts, error) {
+	placer, err := workspace.New(workspace.Config{Resolve: proxy.Resolver([]string{git.HostPort}), Path: os.Getenv("PATH"),
+		ExtraRootCAsPEM: git.CAPEM})
+	if err != nil {
+		return bench.RecipeParts{}, err
+	}
+	return bench.RecipeParts{Placer: placer}, nil
+}
+
+// packageList parses "MANAGER:SPEC,..." into an environment's packages; "" is none (nil).
+func packageList(s string) (*apitype.Packages, error) {
+	items := splitList(s)
+	if len(items) == 0 {
+		return nil, nil
+	}
+	p := &apitype.Packages{Type: "packages"}
+	lists := map[string]*[]string{"apt": &p.Apt, "pip": &p.Pip, "npm": &p.Npm, "go": &p.Go, "cargo": &p.Cargo, "gem": &p.Gem}
+	for _, it := range items {
+		m, spec, ok := strings.Cut(it, ":")
+		l := lists[m]
+		if !ok || spec == "" || l == nil {
+			return nil, fmt.Errorf("%q: want MANAGER:SPEC with MANAGER one of apt, pip, npm, go, cargo, gem", it)
+		}
+		*l = append(*l, spec)
+	}
+	return p, nil
 }

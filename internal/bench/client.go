@@ -15,6 +15,8 @@ import (
 // sized for many concurrent streams to one host, with the few calls a workload makes.
 type Client struct {
 	*client.Client
+	base, key string
+	hc        *http.Client
 }
 
 // NewClient returns a client of the server at base with a transport sized for many concurrent streams to one
@@ -26,11 +28,12 @@ func NewClient(base, key string) *Client {
 		MaxIdleConnsPerHost: 4096,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	c, err := client.New(client.Config{BaseURL: base, APIKey: key, HTTPClient: &http.Client{Transport: tr}})
+	hc := &http.Client{Transport: tr}
+	c, err := client.New(client.Config{BaseURL: base, APIKey: key, HTTPClient: hc})
 	if err != nil {
 		panic(err)
 	}
-	return &Client{Client: c}
+	return &Client{Client: c, base: base, key: key, hc: hc}
 }
 
 // CreateAgent creates an agent; with tools it has the built-in toolset (bash, read, write, ...).
@@ -46,18 +49,18 @@ func (c *Client) CreateAgent(ctx context.Context, name string, tools bool) (stri
 	return a.ID, nil
 }
 
-// CreateEnvironment creates a cloud environment.
-func (c *Client) CreateEnvironment(ctx context.Context, name string) (string, error) {
-	e, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: name, Config: apitype.EnvConfig{Type: apitype.EnvironmentCloud}})
+// CreateEnvironment creates a cloud environment with packages (nil: none).
+func (c *Client) CreateEnvironment(ctx context.Context, name string, packages *apitype.Packages) (string, error) {
+	e, err := c.EnvironmentCreate(ctx, &client.EnvironmentCreateParams{Name: name, Config: apitype.EnvConfig{Type: apitype.EnvironmentCloud, Packages: packages}})
 	if err != nil {
 		return "", err
 	}
 	return e.ID, nil
 }
 
-// CreateSession creates an idle session of the agent in the environment.
-func (c *Client) CreateSession(ctx context.Context, agentID, envID string) (string, error) {
-	s, err := c.SessionCreate(ctx, &client.SessionCreateParams{Agent: client.AgentRef{ID: agentID}, EnvironmentID: envID})
+// CreateSession creates an idle session of the agent in the environment, with resources.
+func (c *Client) CreateSession(ctx context.Context, agentID, envID string, resources ...client.ResourceParams) (string, error) {
+	s, err := c.SessionCreate(ctx, &client.SessionCreateParams{Agent: client.AgentRef{ID: agentID}, EnvironmentID: envID, Resources: resources})
 	if err != nil {
 		return "", err
 	}

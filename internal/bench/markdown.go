@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -204,6 +205,10 @@ func (r *Report) Markdown(svgName string) string {
 		p("the poll interval of the brain that takes over.\n\n")
 	}
 
+	if rc := r.Recipe; rc != nil && len(rc.Cells) > 0 {
+		b.WriteString(rc.Markdown(r.ModelTTFT))
+	}
+
 	if len(r.Skipped) > 0 {
 		p("### Not measured\n\n")
 		for _, s := range r.Skipped {
@@ -345,9 +350,75 @@ func (r *Report) closingNote() string {
 				"the next poll of the surviving brain.", g.Name, g.Measured)
 		}
 	}
+	if rc := r.Recipe; rc != nil {
+		for _, n := range rc.Levels() {
+			if met, margin, ok := rc.ToolGoal(n); ok {
+				d, _ := rc.Cell(Decoupled, n)
+				c, _ := rc.Cell(Coupled, n)
+				fmt.Fprintf(&b, "\n\n- **Recipe, %d sessions**: TTFT decoupled/coupled p50 %s, p95 %s; first tool result decoupled %s ms "+
+					"vs coupled %s ms (p50): within the model's own time: %s (margin %s ms).", n, Ratio(d.TTFT.P50, c.TTFT.P50),
+					Ratio(d.TTFT.P95, c.TTFT.P95), Ms(d.ToolResult.P50), Ms(c.ToolResult.P50), strings.Trim(yes(met), "*"), Ms(margin))
+			}
+		}
+	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(&b, "\n\n- Not measured: %s.", s)
 	}
+	return b.String()
+}
+
+// Markdown renders the recipe section; modelTTFT is the fake model's configured TTFT.
+func (rc *RecipeResult) Markdown(modelTTFT time.Duration) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("### The recipe: an environment with packages and a repository\n\n")
+	pk := cmp.Or(rc.Packages, "none")
+	p("Backend %s. Every session's environment has packages (%s) and the session a `github_repository` resource: a generated ", rc.Backend, pk)
+	p("repository of %d commits, %.1f MiB packed, cloned by the server's workspace placer (host git, https, pinned) from a `git ", rc.RepoCommits, float64(rc.RepoBytes)/(1<<20))
+	p("http-backend` the benchmark serves over TLS on 127.0.0.1 under a CA of its own, trusted as an operator's extra CA. ")
+	if rc.Images {
+		p("The sandboxes run on the environment's image (the Debian base plus the packages' layer), built before the sessions start. ")
+	} else {
+		p("**This server built no images**: the sandboxes ran on the host's layout and the packages were not installed. ")
+	}
+	p("Coupled mode (`--eager-hands`) provisions the sandbox (image acquired, repository cloned, sandbox started and answering) ")
+	p("before the first model call of every session; decoupled mode does it at the first tool call only. The tool sessions ")
+	p("(a share as in the TTFT section) run `%s` and the benchmark checks its output (a missing package or repository ", rc.ToolCommand)
+	p("fails the session). Sessions per slot: %s.\n\n", roundsText(rc.PerSlot))
+	if rc.Images {
+		if rc.BaseReady > 0 {
+			p("- **Base image ready**: %s after the server started (a base already in the cache is found in milliseconds; building one with debootstrap takes minutes).\n", rc.BaseReady.Round(time.Millisecond))
+		}
+		if rc.Build > 0 {
+			p("- **Image build** of the environment's packages (a layer not in the cache), from the environment's creation to its image `%s`: **%.1f s**.\n", rc.BuildStatus, rc.Build.Seconds())
+		}
+		if rc.ProvisionPackages.N > 0 {
+			p("- **Provisioning on a built image vs without packages** (the pool: image acquired, sandbox started; one at a time, %d each, alternating): ", rc.ProvisionPackages.N)
+			p("p50 / p95 %s ms with the packages' image, %s ms on the base alone: a difference of %s ms at p50.\n",
+				dist2(rc.ProvisionPackages), dist2(rc.ProvisionBase), Ms(rc.ProvisionPackages.P50-rc.ProvisionBase.P50))
+		}
+		p("\n")
+	}
+	p("| concurrent sessions | decoupled TTFT p50 / p95 | coupled TTFT p50 / p95 | ratio p50 | ratio p95 | first tool result, decoupled p50 / p95 | coupled p50 / p95 | decoupled ≤ coupled + model TTFT | samples (errors) |\n")
+	p("|---|---|---|---|---|---|---|---|---|\n")
+	for _, n := range rc.Levels() {
+		d, _ := rc.Cell(Decoupled, n)
+		c, _ := rc.Cell(Coupled, n)
+		goal := "—"
+		if met, margin, ok := rc.ToolGoal(n); ok {
+			goal = fmt.Sprintf("%s (margin %s)", yes(met), Ms(margin))
+		}
+		p("| %d | %s | %s | %s | %s | %s | %s | %s | %d+%d (%d+%d) |\n", n, dist2(d.TTFT), dist2(c.TTFT), Ratio(d.TTFT.P50, c.TTFT.P50),
+			Ratio(d.TTFT.P95, c.TTFT.P95), dist2(d.ToolResult), dist2(c.ToolResult), goal, d.TTFT.N, c.TTFT.N, d.Errors, c.Errors)
+	}
+	p("\nAll times in milliseconds. The bound of the last column is the decoupled tool sessions' p50 against the coupled ones' ")
+	p("plus the model's own p50 time (%s configured): decoupled provisioning starts after the model's answer, so it may cost at most that.\n", modelTTFT)
+	for _, c := range rc.Cells {
+		if c.FirstError != "" {
+			p("\n%s at %d sessions: %d failed; first error: `%s`\n", c.Mode, c.Concurrency, c.Errors, strings.ReplaceAll(c.FirstError, "`", "'"))
+		}
+	}
+	p("\n")
 	return b.String()
 }
 

@@ -77,6 +77,7 @@ type Report struct {
 	Memory   *MemoryResult
 	CPU      []CPUResult
 	Failover *FailoverResult
+	Recipe   *RecipeResult
 	Skipped  []string // "section: reason"
 }
 
@@ -231,6 +232,21 @@ func (r *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g.Name, g.Target, g.Measured, strings.Trim(yes(g.Met), "*"))
 	}
 	tw.Flush()
+	if rc := r.Recipe; rc != nil && len(rc.Cells) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "recipe sessions\tdecoupled TTFT p50/p95 ms\tcoupled TTFT p50/p95 ms\tratio p50\tratio p95\tfirst tool result decoupled p50/p95 ms\tcoupled p50/p95 ms")
+		for _, n := range rc.Levels() {
+			d, _ := rc.Cell(Decoupled, n)
+			c, _ := rc.Cell(Coupled, n)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n, dist2(d.TTFT), dist2(c.TTFT), Ratio(d.TTFT.P50, c.TTFT.P50), Ratio(d.TTFT.P95, c.TTFT.P95),
+				dist2(d.ToolResult), dist2(c.ToolResult))
+		}
+		tw.Flush()
+		if rc.Build > 0 {
+			fmt.Fprintf(w, "recipe image build %.1f s; provision p50 %s ms on it, %s ms without packages\n", rc.Build.Seconds(), Ms(rc.ProvisionPackages.P50), Ms(rc.ProvisionBase.P50))
+		}
+	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "skipped: %s\n", s)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/sandbox"
@@ -25,7 +26,7 @@ import (
 )
 
 // Sections of a run, in the order they run.
-var Sections = []string{"ttft", "hands", "log", "scale", "idle", "cpu", "failover"}
+var Sections = []string{"ttft", "hands", "log", "scale", "idle", "cpu", "failover", "recipe"}
 
 // Config is one corral bench run. cmd/corral maps the flags to it; the fields' doc is the flags' help.
 type Config struct {
@@ -60,11 +61,20 @@ type Config struct {
 	IdleSessions                          int
 	Sections                              []string // of Sections
 	FailoverRuns                          int
-	FailoverLeaseTTL                      time.Duration
-	Workers                               int    // in-process brain workers of the servers under test
-	CPUShare                              int    // the backends' --sandbox-cpu-share, for the report
-	CPUIdle                               bool   // and --sandbox-cpu-idle
-	Out, SVG                              string // markdown report (its generated section) and chart; Out "" writes neither
+	// Recipe builds the recipe section's server parts for its git server (cmd/corral); nil skips the section.
+	Recipe func(RecipeGit) (RecipeParts, error)
+	// RecipeSessions are the recipe section's concurrency levels, RecipeSamples its samples per level and
+	// mode, RecipeRepoBytes the size of its repository's history, RecipePackages its environment's packages
+	// (nil: none).
+	RecipeSessions   []int
+	RecipeSamples    int
+	RecipeRepoBytes  int64
+	RecipePackages   *apitype.Packages
+	FailoverLeaseTTL time.Duration
+	Workers          int    // in-process brain workers of the servers under test
+	CPUShare         int    // the backends' --sandbox-cpu-share, for the report
+	CPUIdle          bool   // and --sandbox-cpu-idle
+	Out, SVG         string // markdown report (its generated section) and chart; Out "" writes neither
 
 	// Executable is the corral binary the failover section starts as `corral harness`; Environ is their
 	// environment (ANTHROPIC_* for the fake model are added).
@@ -147,7 +157,7 @@ func (b *benchRun) run(ctx context.Context) error {
 	defer b.fake.close()
 
 	var providers []*benchBackend
-	if sections["ttft"] || sections["hands"] || sections["idle"] || sections["cpu"] {
+	if sections["ttft"] || sections["hands"] || sections["idle"] || sections["cpu"] || sections["recipe"] {
 		providers = b.backends()
 	}
 	b.progress("corral bench: %s; backends %s; fake model TTFT %s + %s/token ± %s", b.rep.Machine, backendNames(providers), f.ModelTTFT, f.ModelPerToken, f.ModelJitter)
@@ -198,6 +208,14 @@ func (b *benchRun) run(ctx context.Context) error {
 	if sections["failover"] {
 		if err := b.failover(ctx); err != nil {
 			b.skip("failover", err.Error())
+		}
+	}
+	if sections["recipe"] {
+		// One backend: the recipe's clones and images make each level heavy.
+		if len(providers) == 0 {
+			b.skip("recipe", "no sandbox backend runs here")
+		} else if err := b.recipe(ctx, providers[0]); err != nil {
+			b.skip("recipe, "+providers[0].name, err.Error())
 		}
 	}
 	if ctx.Err() != nil {
@@ -366,6 +384,9 @@ type serverSpec struct {
 	eager   bool          // provision each session's sandbox before its first model call (the coupled design)
 	idle    time.Duration // the pool's idle timeout
 	wrap    func(store.Store) store.Store
+	// packages are the environment's (the recipe workload's); placer places the sessions' resources.
+	packages *apitype.Packages
+	placer   sandbox.Placer
 }
 
 // startServer starts a server of spec on a fresh store of its own.
@@ -408,7 +429,8 @@ func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec 
 		if err != nil {
 			return nil, err
 		}
-		cfg.Sandbox = server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: filepath.Join(dir, "workspaces"), IdleTimeout: spec.idle}}
+		cfg.Sandbox = server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: filepath.Join(dir, "workspaces"),
+			IdleTimeout: spec.idle, Placer: spec.placer}}
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -419,7 +441,7 @@ func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec 
 	}
 	s := &benchServer{Server: srv, st: st, c: NewClient(srv.URL(), Key)}
 	if s.agentID, err = s.c.CreateAgent(ctx, "bench", true); err == nil {
-		s.envID, err = s.c.CreateEnvironment(ctx, "bench")
+		s.envID, err = s.c.CreateEnvironment(ctx, "bench", spec.packages)
 	}
 	if err != nil {
 		s.c.CloseIdleConnections()

@@ -14,10 +14,12 @@ import (
 	"github.com/corralhq/corral/internal/bench"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/anthropic"
+	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/process"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
+	"github.com/corralhq/corral/internal/workspace"
 )
 
 // buildAgent builds corral-sandbox-agent (static) into dir.
@@ -105,5 +107,67 @@ func TestRunNeedsOpenerAndModel(t *testing.T) {
 	t.Parallel()
 	if err := bench.Run(context.Background(), bench.Config{}); err == nil {
 		t.Error("Run without OpenStore and Model succeeded")
+	}
+}
+
+// TestRecipe runs the recipe section at its smallest (one concurrent session, two sessions per mode, a
+// repository of 1 MiB) on the process backend, with the workspace placer as corral bench wires it: every tool
+// session's first tool result must show the cloned repository's history (the workload checks it), in both
+// modes.
+func TestRecipe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs servers, sandboxes and clones")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("git is not on PATH under CI: %v", err)
+		}
+		t.Skipf("git unavailable: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agent := buildAgent(t, dir)
+	out := filepath.Join(dir, "benchmarks.md")
+	var stdout, stderr bytes.Buffer
+	var placers int
+	cfg := bench.Config{
+		Backends: func(string) ([]bench.Backend, error) {
+			return []bench.Backend{{Name: "process", New: func(string) (sandbox.Provider, error) {
+				return process.New(process.Config{AgentPath: agent})
+			}}}, nil
+		},
+		Recipe: func(git bench.RecipeGit) (bench.RecipeParts, error) {
+			placers++
+			p, err := workspace.New(workspace.Config{Resolve: proxy.Resolver([]string{git.HostPort}), ExtraRootCAsPEM: git.CAPEM})
+			return bench.RecipeParts{Placer: p}, err
+		},
+		OpenStore: func(ctx context.Context, url string) (store.Store, error) { return sqlite.Open(ctx, url) },
+		Model: func(baseURL string, hc *http.Client) model.Model {
+			return anthropic.New(anthropic.Config{APIKey: "bench", BaseURL: baseURL, HTTPClient: hc})
+		},
+		ToolShare: 0.5, ModelTTFT: 20 * time.Millisecond, ModelPerToken: time.Millisecond, Workers: 20,
+		Sections: []string{"recipe"}, RecipeSessions: []int{1}, RecipeSamples: 2, RecipeRepoBytes: 1 << 20,
+		Out: out, Stdout: &stdout, Stderr: &stderr,
+	}
+	if err := bench.Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if placers != 1 {
+		t.Errorf("Recipe called %d times, want 1", placers)
+	}
+	md, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One level, both modes: 2 sessions each, none failed; one of each two used the tool.
+	for _, want := range []string{"### The recipe", "git -C bench-repo rev-list --count HEAD", "| 1 | ", "| 2+2 (0+0) |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q:\n%s\nstderr:\n%s", want, md, stderr.String())
+		}
+	}
+	if strings.Contains(string(md), "| — | — |") || strings.Contains(string(md), "failed; first error") {
+		t.Errorf("a mode measured no first tool result, or sessions failed:\n%s", md)
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
 )
 
 // FakeModel is the scripted model server behind the brains, as the benchmark needs it.
@@ -30,6 +32,8 @@ type Sample struct {
 	Model time.Duration
 	// Turn is from the send to the end of the turn (session idle).
 	Turn time.Duration
+	// ToolResult is from the send to when the client read the first agent.tool_result (a tool session's).
+	ToolResult time.Duration
 	// Phases splits the overhead, from the events' append times and the fake model's clock (one host, one
 	// clock): see Phase names.
 	Phases [NumPhases]time.Duration
@@ -69,6 +73,11 @@ type Workload struct {
 	// a short text answer.
 	ToolShare   float64
 	ToolCommand string
+	// ToolWant, if set, are strings the first tool result must contain (else the session counts as failed):
+	// the recipe workload checks that its packages and repository are there.
+	ToolWant []string
+	// Resources are given to every session (the recipe workload's repository).
+	Resources []client.ResourceParams
 	// Timeout bounds one session's turn (default 2 min).
 	Timeout time.Duration
 }
@@ -131,11 +140,12 @@ type prepared struct {
 	stream *Stream
 	tool   bool
 	marker string
+	want   []string
 }
 
 // session runs one fresh session's first turn.
 func session(ctx context.Context, c *Client, fake FakeModel, w Workload, tool bool, name string) (Sample, error) {
-	id, err := c.CreateSession(ctx, w.AgentID, w.EnvID)
+	id, err := c.CreateSession(ctx, w.AgentID, w.EnvID, w.Resources...)
 	if err != nil {
 		return Sample{}, err
 	}
@@ -144,7 +154,7 @@ func session(ctx context.Context, c *Client, fake FakeModel, w Workload, tool bo
 		return Sample{}, err
 	}
 	defer st.Close()
-	p := &prepared{id: id, stream: st, tool: tool, marker: "bench " + name + " " + id}
+	p := &prepared{id: id, stream: st, tool: tool, marker: "bench " + name + " " + id, want: w.ToolWant}
 	if tool {
 		fake.ScriptTool(p.marker, w.ToolCommand)
 	}
@@ -182,6 +192,12 @@ func turn(ctx context.Context, c *Client, fake FakeModel, p *prepared, timeout t
 		case ev.Type == apitype.EventSpanModelRequestStart && spanStart.IsZero():
 			spanStart = at
 		}
+		if ev.Type == apitype.EventAgentToolResult && s.ToolResult == 0 {
+			s.ToolResult = ev.At.Sub(t0)
+			if err := checkToolResult(ev, p.want); err != nil {
+				return s, fmt.Errorf("session %s: %w", p.id, err)
+			}
+		}
 		if s.TTFT == 0 && ev.ModelOutput() {
 			s.TTFT, output, outputRead = ev.At.Sub(t0), at, ev.At
 		}
@@ -207,6 +223,26 @@ func turn(ctx context.Context, c *Client, fake FakeModel, p *prepared, timeout t
 	return s, nil
 }
 
+// checkToolResult fails a tool result that is an error or lacks one of want.
+func checkToolResult(ev *Event, want []string) error {
+	var body struct {
+		IsError bool `json:"is_error"`
+	}
+	if err := ev.Decode(&body); err != nil {
+		return err
+	}
+	text := string(ev.Content)
+	if body.IsError {
+		return fmt.Errorf("the first tool call failed: %.500s", text)
+	}
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			return fmt.Errorf("the first tool result lacks %q: %.500s", w, text)
+		}
+	}
+	return nil
+}
+
 // PhaseDists summarises each phase over the samples that have them.
 func PhaseDists(ss []Sample) [NumPhases]Dist {
 	var out [NumPhases]Dist
@@ -222,9 +258,18 @@ func PhaseDists(ss []Sample) [NumPhases]Dist {
 	return out
 }
 
-// TTFTs, Overheads and Models extract one column of samples.
+// TTFTs, Overheads and Models extract one column of samples; ToolResults the tool sessions' ToolResult.
 func TTFTs(ss []Sample) []time.Duration {
 	return column(ss, func(s Sample) time.Duration { return s.TTFT })
+}
+func ToolResults(ss []Sample) []time.Duration {
+	var out []time.Duration
+	for _, s := range ss {
+		if s.ToolResult > 0 {
+			out = append(out, s.ToolResult)
+		}
+	}
+	return out
 }
 func Overheads(ss []Sample) []time.Duration { return column(ss, Sample.Overhead) }
 func Models(ss []Sample) []time.Duration {
