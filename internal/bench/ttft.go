@@ -111,8 +111,9 @@ func RunTTFT(ctx context.Context, c *Client, fake FakeModel, w Workload) ([]Samp
 				if ctx.Err() != nil {
 					return
 				}
-				i := slot*w.PerSlot + k
-				// Spread tool sessions evenly: session i needs a tool when the running share crosses an integer.
+				// Spread tool sessions evenly, over the slots of every round (numbered round by round, so that no
+				// round is all tool sessions): session i needs a tool when the running share crosses an integer.
+				i := k*w.Concurrency + slot
 				tool := int(float64(i+1)*w.ToolShare) > int(float64(i)*w.ToolShare)
 				s, err := session(ctx, c, fake, w, tool, fmt.Sprintf("s%d-%d", slot, k))
 				mu.Lock()
