@@ -171,7 +171,9 @@ func (b *benchRun) recipe(ctx context.Context, be *benchBackend) error {
 		for _, n := range f.RecipeSessions {
 			perSlot := max(2, int(math.Ceil(float64(f.RecipeSamples)/float64(n))))
 			res.PerSlot[n] = perSlot
-			name := fmt.Sprintf("recipe-%s-%s-%d", be.name, mode, n)
+			// Short: the sandboxes' proxy sockets live under the server's directory, and a socket path has
+			// at most 107 bytes.
+			name := fmt.Sprintf("rcp-%c%d", mode[0], n)
 			spec := spec
 			spec.eager = mode == Coupled
 			s, err := b.startServer(ctx, name, spec)
@@ -212,7 +214,7 @@ func (b *benchRun) recipe(ctx context.Context, be *benchBackend) error {
 func (b *benchRun) recipeImages(ctx context.Context, res *RecipeResult, spec serverSpec) error {
 	t0 := time.Now()
 	spec.fake, spec.packages = nil, nil
-	s, err := b.startServer(ctx, "recipe-images", spec)
+	s, err := b.startServer(ctx, "rcp-img", spec)
 	if err != nil {
 		return err
 	}
