@@ -173,11 +173,13 @@ func RunRedTeamRepository(t *testing.T, newProvider func(testing.TB) sandbox.Pro
 	}{
 		{"processes", fmt.Sprintf("export CORRAL_CONTROL=%s; sleep 60 & sleep 0.2; "+
 			"for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline /proc/[0-9]*/comm; do cat $f 2>/dev/null; echo; done | tr '\\0' '\\n' > /tmp/.procdump; "+
-			"echo secrets=$(%s -c /tmp/.procdump) control=$(%s -c /tmp/.procdump); rm -f /tmp/.procdump; kill $!",
+			"echo secrets=$(%s -c /tmp/.procdump) control=$(%s -c /tmp/.procdump) processes=$(ls -d /proc/[0-9]* | wc -l); rm -f /tmp/.procdump; kill $!",
 			control, secretGrep, controlGrep), "control="},
 		// One pass over every file (the host's /usr too: some 130,000 files and 2.4 GB here), printing each
 		// match with its file: a secret shows as itself, the control as /workspace/.control:<control>.
 		{"files", fmt.Sprintf("printf %%s %s > /workspace/.control; "+
+			"find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -4M -printf '%%s\\n' 2>/dev/null | "+
+			"awk '{n++; b+=$1} END {printf \"searched %%d files, %%d bytes\\n\", n, b}'; "+
 			"find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -4M -print0 2>/dev/null | "+
 			"xargs -0 %s %s -a -o -H 2>/dev/null; rm -f /workspace/.control; echo done",
 			control, secretGrep, strings.TrimPrefix(controlGrep, "grep -E ")), "/workspace/.control:" + control},
@@ -210,7 +212,7 @@ func RunRedTeamRepository(t *testing.T, newProvider func(testing.TB) sandbox.Pro
 		}
 		if pr.name == "files" {
 			for line := range strings.Lines(out) {
-				if l := strings.TrimSpace(line); l != "" && l != "done" && l != pr.wantControl {
+				if l := strings.TrimSpace(line); l != "" && l != "done" && l != pr.wantControl && !strings.HasPrefix(l, "searched ") {
 					t.Errorf("probe files found a secret: %.300s", l)
 				}
 			}
