@@ -226,7 +226,7 @@ func newSecret(c *apitype.Credential, value []byte) *secret {
 	if l := c.Auth.InjectionLocation; l != nil {
 		s.header, s.body = l.Header, l.Body
 	}
-	if n := c.Auth.Networking; n == nil || n.Type != "unrestricted" {
+	if n := c.Auth.Networking; n == nil || n.Type != apitype.NetworkingUnrestricted {
 		s.hosts = []string{} // limited, or unknown: only the listed hosts (none if none)
 		if n != nil {
 			for _, h := range n.AllowedHosts {
