@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image/png"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/corralhq/corral/internal/api"
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/model/modeltest"
@@ -27,6 +29,7 @@ import (
 	"github.com/corralhq/corral/internal/sandbox/bwrap"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
 	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
 )
 
@@ -87,6 +90,7 @@ func chromium(t *testing.T) string {
 type env struct {
 	t      *testing.T
 	srv    *server.Server
+	st     store.Store
 	fake   *modeltest.Server
 	ctx    context.Context // the tab
 	shots  string
@@ -95,16 +99,21 @@ type env struct {
 	errors []string // exceptions and security messages of the page
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv starts a server (with bwrap sandboxes if hands) and a browser.
+func newEnv(t *testing.T, hands bool) *env {
 	t.Helper()
 	chrome := chromium(t)
-	if os.Geteuid() != 0 {
-		sandboxtest.Require(t, "bwrap", errors.New("the bwrap backend needs root"))
-	}
-	sandboxtest.Require(t, "bwrap", bwrap.Available(""))
-	prov, err := bwrap.New(bwrap.Config{AgentPath: agentPath})
-	if err != nil {
-		sandboxtest.Require(t, "bwrap", err)
+	var sc server.SandboxConfig
+	if hands {
+		if os.Geteuid() != 0 {
+			sandboxtest.Require(t, "bwrap", errors.New("the bwrap backend needs root"))
+		}
+		sandboxtest.Require(t, "bwrap", bwrap.Available(""))
+		prov, err := bwrap.New(bwrap.Config{AgentPath: agentPath})
+		if err != nil {
+			sandboxtest.Require(t, "bwrap", err)
+		}
+		sc = server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: sandboxtest.WorkspaceRoot(t)}}
 	}
 	st, err := sqlite.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "corral.db"))
 	if err != nil {
@@ -121,7 +130,7 @@ func newEnv(t *testing.T) *env {
 			PollInterval: 50 * time.Millisecond,
 			Retry:        harness.RetryPolicy{MaxRetries: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		},
-		Sandbox: server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: sandboxtest.WorkspaceRoot(t)}},
+		Sandbox: sc,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +140,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(srv.Stop)
 
-	e := &env{t: t, srv: srv, fake: fake, shots: os.Getenv(screenshotsEnv)}
+	e := &env{t: t, srv: srv, st: st, fake: fake, shots: os.Getenv(screenshotsEnv)}
 	if e.shots == "" {
 		e.shots = filepath.Join(t.TempDir(), "screenshots")
 	}
@@ -236,7 +245,16 @@ func (e *env) shot(name string) {
 		e.t.Error(err)
 	}
 	if e.docs != "" && !strings.HasPrefix(name, "failed-") {
-		if err := os.WriteFile(filepath.Join(e.docs, name+".png"), b, 0o644); err != nil {
+		// Committed: encoded again at the best compression (Chromium favours speed).
+		img, err := png.Decode(bytes.NewReader(b))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, img); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(e.docs, name+".png"), out.Bytes(), 0o644); err != nil {
 			e.t.Error(err)
 		}
 	}
@@ -335,6 +353,15 @@ func js(s string) string {
 	return string(b)
 }
 
+// login puts the key in the tab's sessionStorage, as the login form does.
+func (e *env) login() {
+	e.t.Helper()
+	e.open("/sessions")
+	e.wait("login form", `!!document.getElementById('api-key')`)
+	e.do("log in", chromedp.SendKeys(chromedp.ID("api-key"), key+"\n"))
+	e.wait("logged in", `!!document.querySelector('table.sessions')`)
+}
+
 func (e *env) open(hash string) {
 	e.t.Helper()
 	e.do("open "+hash, chromedp.Navigate(e.srv.URL()+"/console/#"+hash))
@@ -346,7 +373,7 @@ func transcriptHas(text string) string {
 }
 
 func TestConsole(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, true)
 	bashTools := func(policy string) []any {
 		return []any{map[string]any{"type": "agent_toolset_20260401",
 			"default_config": map[string]any{"enabled": true, "permission_policy": map[string]any{"type": policy}}}}
@@ -354,7 +381,7 @@ func TestConsole(t *testing.T) {
 	askAgent := e.create("/v1/agents", map[string]any{"name": "careful-coder", "model": "claude-sonnet-4-5",
 		"system": "You run commands, but ask first.",
 		"tools": append(bashTools("always_ask"), map[string]any{"type": "custom", "name": "lookup_order",
-			"description": "Look up an order in the shop's database.",
+			"description":  "Look up an order in the shop's database.",
 			"input_schema": map[string]any{"type": "object", "properties": map[string]any{"order": map[string]any{"type": "string"}}}})})
 	// A second version, for the diff.
 	e.api("POST", "/v1/agents/"+askAgent, map[string]any{"version": 1, "system": "You run commands, but always ask first. Be brief."}, nil)
@@ -445,8 +472,11 @@ func TestConsole(t *testing.T) {
 	e.message(hands, "Wait for the build.")
 	e.open("/sessions/" + hands)
 	e.wait("command running", `!!document.querySelector('#waterfall .wf-row.kind-tool.running') && !!document.querySelector('#waterfall .kind-provision:not(.running)')`)
-	if n := killSandbox(t, "sleep 600"); n == 0 {
-		t.Fatal("no sandbox process to kill")
+	// The span shows the call started; the command runs a moment later.
+	for deadline := time.Now().Add(time.Minute); killSandbox(t, "sleep 600") == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no sandbox process running sleep 600")
+		}
 	}
 	e.wait("hands failure", transcriptHas("The sandbox died under me")+` && !!document.querySelector('#waterfall .wf-row.failed')`)
 	e.shot("session-failed-hands")
@@ -475,4 +505,86 @@ func TestConsole(t *testing.T) {
 	// Log out: the key is gone.
 	e.do("logout", chromedp.Click(chromedp.ID("logout")))
 	e.wait("logged out", `!!document.getElementById('api-key') && sessionStorage.getItem('corral.console.key') === null`)
+}
+
+// TestConsoleScale: thousands of sessions page with the API's cursors, and a session of 100,000 events opens
+// at its tail and pages back and to its start with only a few pages of events in the page at any time.
+func TestConsoleScale(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := context.Background()
+	agent := e.create("/v1/agents", map[string]any{"name": "chatty", "model": "claude-sonnet-4-5"})
+	envID := e.create("/v1/environments", map[string]any{"name": "big", "config": map[string]any{"type": "cloud"}})
+	big := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "title": "One hundred thousand events"})
+	const events = 100_000
+	for i := 0; i < events; i += 1000 {
+		batch := make([]apitype.NewEvent, 0, 1000)
+		for j := i; j < i+1000; j++ {
+			ev, err := apitype.MakeEvent(apitype.EventAgentMessage, map[string]any{
+				"content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("message #%d", j+1)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, ev)
+		}
+		if _, err := e.st.EventAppend(ctx, &store.EventAppendParams{SessionID: big, Events: batch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 1,500 more sessions, straight into the store: a copy of one made through the API, with ids of their own.
+	var proto apitype.Session
+	e.api("GET", "/v1/sessions/"+big, nil, &proto)
+	const sessions = 1500
+	for i := range sessions {
+		s := proto
+		s.ID = apitype.NewID(apitype.PrefixSession)
+		title := fmt.Sprintf("Session %04d", i+1)
+		s.Title = &title
+		s.CreatedAt = proto.CreatedAt.Add(-time.Duration(sessions-i) * time.Second)
+		s.UpdatedAt = s.CreatedAt
+		if _, _, err := e.st.SessionCreate(ctx, &store.SessionCreateParams{Session: &s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.login()
+
+	// The list: 50 a page; Next and Previous follow the cursors (n and p from the keyboard too).
+	rows := `document.querySelectorAll('table.sessions [data-row]')`
+	first := func() string { return e.eval(rows + `[0]?.dataset.id || ''`) }
+	e.wait("first page", rows+`.length === 50`)
+	firsts := []string{first()}
+	seen := map[string]bool{firsts[0]: true}
+	for i := range 5 {
+		e.do("next page", chromedp.KeyEvent("n"))
+		e.wait(fmt.Sprintf("page %d", i+2), rows+`.length === 50 && `+rows+`[0].dataset.id !== `+js(firsts[i]))
+		f := first()
+		if seen[f] {
+			t.Fatalf("page %d repeats a page", i+2)
+		}
+		seen[f] = true
+		firsts = append(firsts, f)
+	}
+	for i := 4; i >= 0; i-- {
+		e.do("previous page", chromedp.Click(chromedp.CSS(`.pager button:first-child`)))
+		e.wait(fmt.Sprintf("back to page %d", i+1), rows+`[0]?.dataset.id === `+js(firsts[i]))
+	}
+
+	// The big session opens at its tail.
+	evs := `document.querySelectorAll('#transcript .ev').length`
+	e.open("/sessions/" + big)
+	e.wait("tail", transcriptHas(fmt.Sprintf("message #%d", events))+` && `+evs+` === 100`)
+	idle := `!document.getElementById('transcript').hasAttribute('aria-busy')`
+	for i := range 5 {
+		e.do("earlier", chromedp.Click(chromedp.ID("tr-earlier")))
+		e.wait("earlier page", idle+` && `+transcriptHas(fmt.Sprintf("message #%d", events-100*(i+1)-50)))
+	}
+	// Five pages back: a window of three pages, the latest page dropped.
+	e.wait("five pages back", transcriptHas(fmt.Sprintf("message #%d", events-550))+` && !`+transcriptHas(fmt.Sprintf("message #%d", events))+` && `+evs+` <= 300`)
+	e.shot("scale-earlier")
+	e.do("oldest", chromedp.Click(chromedp.ID("tr-oldest")))
+	e.wait("oldest", idle+` && document.querySelector('#transcript .ev .text')?.textContent === 'message #1' && `+evs+` === 100`)
+	e.do("later", chromedp.Click(chromedp.ID("tr-later")))
+	e.wait("later", idle+` && `+transcriptHas("message #200")+` && `+evs+` === 200`)
+	if n := e.eval(`String(` + evs + `)`); n != "200" {
+		t.Errorf("%s events in the page after Oldest and Later", n)
+	}
 }

@@ -1,5 +1,5 @@
 // The console's client of the public HTTP API: the same endpoints and headers the SDKs use. The API key lives in
-// this tab's sessionStorage only (never in a URL, never in localStorage).
+// this tab's sessionStorage only (never in a URL, never in local storage).
 
 const KEY = 'corral.console.key';
 export const BETA = 'managed-agents-2026-04-01';

@@ -46,6 +46,7 @@ async function route() {
   if (cleanup) { try { cleanup(); } catch { /* a page's cleanup must not stop the next */ } }
   cleanup = null;
   keys = {};
+  document.getElementById('toast').className = 'toast';
   if (!apiKey()) { showLogin(); return; }
   top.hidden = false;
   const {path, q} = parseHash();

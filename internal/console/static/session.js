@@ -65,11 +65,29 @@ export async function sessionPage(main, sessionID) {
 
   // Transcript.
   const list = h('div', {class: 'transcript', id: 'transcript', role: 'log', 'aria-label': 'Transcript', 'aria-live': 'off'});
-  const earlierBtn = h('button', {type: 'button', class: 'small', onclick: () => earlier()}, '↑ Earlier events');
-  const oldestBtn = h('button', {type: 'button', class: 'small ghost', onclick: () => oldest()}, 'Oldest');
-  const laterBtn = h('button', {type: 'button', class: 'small', onclick: () => later()}, '↓ Later events');
-  const latestBtn = h('button', {type: 'button', class: 'small ghost', onclick: () => latest()}, 'Latest');
-  const liveNote = h('button', {type: 'button', class: 'live-note', hidden: true, onclick: () => latest()});
+  // One move of the window at a time: a click while a page loads is ignored.
+  let busy = false;
+  const nav = f => async () => {
+    if (busy) return;
+    busy = true;
+    list.setAttribute('aria-busy', 'true');
+    [earlierBtn, oldestBtn, laterBtn, latestBtn].forEach(b => { b.disabled = true; });
+    try {
+      await f();
+    } catch (e) {
+      toast(e.message, 'error');
+      draw();
+    } finally {
+      busy = false;
+      list.removeAttribute('aria-busy');
+      setNav();
+    }
+  };
+  const earlierBtn = h('button', {type: 'button', class: 'small', id: 'tr-earlier', onclick: () => moves.earlier()}, '↑ Earlier events');
+  const oldestBtn = h('button', {type: 'button', class: 'small ghost', id: 'tr-oldest', onclick: () => moves.oldest()}, 'Oldest');
+  const laterBtn = h('button', {type: 'button', class: 'small', id: 'tr-later', onclick: () => moves.later()}, '↓ Later events');
+  const latestBtn = h('button', {type: 'button', class: 'small ghost', id: 'tr-latest', onclick: () => moves.latest()}, 'Latest');
+  const liveNote = h('button', {type: 'button', class: 'live-note', hidden: true, onclick: () => moves.latest()});
   const spansBox = h('input', {type: 'checkbox', id: 'show-spans', onchange: () => { ctx.showSpans = spansBox.checked; draw(); }});
 
   // Composer.
@@ -128,18 +146,19 @@ export async function sessionPage(main, sessionID) {
     const evs = ordered();
     for (const ev of evs) addEvent(ev);
     if (!evs.length) list.appendChild(empty('No events yet.', 'Send a message below to start a turn.'));
-    const canEarlier = dir === 'desc' ? !!pages[hi]?.next : lo > 0;
-    const canLater = !atTail();
-    earlierBtn.disabled = !canEarlier;
-    oldestBtn.disabled = dir === 'asc' && lo === 0;
-    laterBtn.disabled = !canLater;
-    latestBtn.disabled = atTail();
+    setNav();
     liveNote.hidden = !missed;
     liveNote.textContent = missed ? `${missed} new event${missed === 1 ? '' : 's'}: show the latest` : '';
     if (anchorID && prevTop != null) {
       const el = document.getElementById(`ev-${anchorID}`);
       if (el) window.scrollBy(0, el.getBoundingClientRect().top - prevTop);
     }
+  }
+  function setNav() {
+    earlierBtn.disabled = busy || !(dir === 'desc' ? !!pages[hi]?.next : lo > 0);
+    oldestBtn.disabled = busy || (dir === 'asc' && lo === 0);
+    laterBtn.disabled = busy || atTail();
+    latestBtn.disabled = busy || atTail();
   }
   function addEvent(ev) {
     if (seen.has(ev.id)) return;
@@ -203,6 +222,8 @@ export async function sessionPage(main, sessionID) {
     draw();
     text.scrollIntoView({block: 'end'});
   }
+
+  const moves = {earlier: nav(earlier), later: nav(later), oldest: nav(oldest), latest: nav(latest)};
 
   // Scrolls to an event of the transcript (from the waterfall); reads the tail if it is not on screen.
   function pick(evID) {
@@ -345,7 +366,7 @@ export async function sessionPage(main, sessionID) {
       addEvent(ev);
       const emptyEl = list.querySelector('.empty');
       if (emptyEl) emptyEl.remove();
-      if (++liveCount > LIVE_MAX) { latest(); return; }
+      if (++liveCount > LIVE_MAX) { moves.latest(); return; }
       if (nearBottom) text.scrollIntoView({block: 'end'});
     } else {
       missed++;
@@ -373,9 +394,9 @@ export async function sessionPage(main, sessionID) {
         const open = !all.some(d => d.open);
         all.forEach(d => { d.open = open; });
       },
-      r: () => latest(),
-      n: () => later(),
-      p: () => earlier(),
+      r: () => moves.latest(),
+      n: () => moves.later(),
+      p: () => moves.earlier(),
     },
   };
 }

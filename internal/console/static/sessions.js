@@ -9,6 +9,13 @@ const STATUSES = ['running', 'idle', 'rescheduling', 'terminated'];
 const PAGE = 50;
 const SCAN_PAGES = 10; // an environment filter reads at most this many pages of PAGE per click
 
+// tokens is a session's token count (input, cache reads and writes, output), short.
+function tokens(s) {
+  const u = s.usage || {};
+  const n = (u.input_tokens || 0) + (u.output_tokens || 0) + (u.cache_read_input_tokens || 0) + (u.cache_creation_input_tokens || 0);
+  return n >= 1e6 ? `${(n / 1e6).toFixed(1)} M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)} k` : String(n);
+}
+
 export async function sessionsPage(main, q) {
   const [agents, envs] = await Promise.all([
     get('/v1/agents', {limit: 100}).catch(() => ({data: []})),
@@ -43,6 +50,7 @@ export async function sessionsPage(main, q) {
     h('caption', {class: 'visually-hidden'}, 'Sessions, newest first'),
     h('thead', null, h('tr', null, h('th', {scope: 'col'}, 'Status'), h('th', {scope: 'col'}, 'Session'),
       h('th', {scope: 'col', class: 'opt'}, 'Agent'), h('th', {scope: 'col', class: 'opt'}, 'Environment'),
+      h('th', {scope: 'col', class: 'opt num'}, 'Tokens'),
       h('th', {scope: 'col'}, 'Created'), h('th', {scope: 'col', class: 'opt'}, 'Updated'))),
     tbody);
   clear(main,
@@ -78,9 +86,13 @@ export async function sessionsPage(main, q) {
     return {rows, next: t, prev: '', scanned};
   }
 
+  // A load the user asks for supersedes one in flight; a quiet (live) one gives way to any.
+  let seq = 0;
   async function load(quiet) {
-    if (loading) return;
+    if (quiet && loading) return;
+    const my = ++seq;
     loading = true;
+    if (!quiet) { prevBtn.disabled = true; nextBtn.disabled = true; }
     const q2 = new URLSearchParams();
     if (state.status) q2.set('status', state.status);
     if (state.agent) q2.set('agent', state.agent);
@@ -90,13 +102,16 @@ export async function sessionsPage(main, q) {
     setQuery(q2);
     if (!quiet) status.textContent = 'Loading…';
     try {
-      current = await fetchPage(state.page);
+      const page = await fetchPage(state.page);
+      if (my !== seq) return;
+      current = page;
       render(quiet);
     } catch (e) {
+      if (my !== seq) return;
       status.textContent = '';
-      clear(tbody, h('tr', null, h('td', {colspan: 6}, h('div', {class: 'notice error', role: 'alert'}, e.message))));
+      clear(tbody, h('tr', null, h('td', {colspan: 7}, h('div', {class: 'notice error', role: 'alert'}, e.message))));
     } finally {
-      loading = false;
+      if (my === seq) loading = false;
     }
   }
 
@@ -105,7 +120,7 @@ export async function sessionsPage(main, q) {
     const rows = current.rows;
     if (!rows.length) {
       const filtered = state.status || state.agent || state.env;
-      clear(tbody, h('tr', null, h('td', {colspan: 6}, empty(filtered ? 'No session matches these filters.' : 'No sessions yet.',
+      clear(tbody, h('tr', null, h('td', {colspan: 7}, empty(filtered ? 'No session matches these filters.' : 'No sessions yet.',
         filtered ? (state.env && current.next ? `Scanned ${current.scanned} sessions; Next reads on.` : 'Change or clear the filters.')
           : 'Create one with the API or the CLI: corral sessions create …'))));
     } else {
@@ -117,6 +132,7 @@ export async function sessionsPage(main, q) {
           h('span', {class: 'sub'}, `v${s.agent.version}`)),
         h('td', {class: 'opt'}, h('a', {href: `#/environments/${encodeURIComponent(s.environment_id)}`},
           envName.get(s.environment_id) || s.environment_id)),
+        h('td', {class: 'opt num'}, tokens(s)),
         h('td', null, time(s.created_at)),
         h('td', {class: 'opt'}, time(s.updated_at)))));
     }
@@ -132,12 +148,13 @@ export async function sessionsPage(main, q) {
   }
 
   function next() {
-    if (!current || !current.next) return;
+    if (!current || !current.next || nextBtn.disabled) return;
     stack.push(state.page);
     state.page = current.next;
     load().then(() => main.querySelector('[data-row]')?.focus());
   }
   function prev() {
+    if (prevBtn.disabled) return;
     if (stack.length) state.page = stack.pop();
     else if (current && current.prev) state.page = current.prev;
     else return;

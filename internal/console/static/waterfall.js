@@ -11,6 +11,16 @@ export const WATERFALL_TYPES = ['span.model_request_start', 'span.model_request_
   'agent.custom_tool_use', 'user.custom_tool_result', 'user.tool_confirmation', 'session.error', 'session.status_running',
   'session.status_idle', 'session.status_terminated', 'user.interrupt'];
 
+// failureText is what a failed span's end event says (a tool's error result, a provisioning error).
+function failureText(ev) {
+  if (ev.error && typeof ev.error === 'string') return ev.error;
+  if (Array.isArray(ev.content)) {
+    const t = ev.content.filter(b => b && b.type === 'text').map(b => b.text).join(' ');
+    if (t) return t.length > 400 ? `${t.slice(0, 400)}…` : t;
+  }
+  return '';
+}
+
 const ts = ev => (ev.processed_at ? Date.parse(ev.processed_at) : NaN);
 
 // build groups the events (oldest first) into turns of spans.
@@ -44,6 +54,7 @@ export function build(events) {
       s.end = t;
       s.error = !!error;
       s.endID = ev.id;
+      if (error) s.message = failureText(ev);
       if (extra) s.detail = [s.detail, extra].filter(Boolean).join(' · ');
       return s;
     };
@@ -85,6 +96,8 @@ export function build(events) {
     }
   }
   for (const tr of turns) {
+    // A span still open when its turn ended has no end in the log (a brain that died mid-call, say).
+    if (!isNaN(tr.end)) for (const s of tr.spans) if (isNaN(s.end)) { s.end = tr.end; s.unended = true; }
     const all = [tr.start, tr.end, ...tr.spans.flatMap(s => [s.start, s.end]), ...tr.errors.map(e => e.at)].filter(x => !isNaN(x));
     tr.min = all.length ? Math.min(...all) : Date.now();
     tr.max = all.length ? Math.max(...all) : tr.min;
@@ -120,11 +133,11 @@ export function view(el, turns, index, onPick, onSelect) {
     const running = isNaN(s.end);
     const sEnd = running ? end : s.end;
     const dur = sEnd - s.start;
-    const label = `${s.label}${s.detail ? ` (${s.detail})` : ''}: ${running ? 'running' : fmtDuration(dur)}${s.error ? ', failed' : ''}`;
-    return h('li', {class: `wf-row kind-${s.kind}${s.error ? ' failed' : ''}${running ? ' running' : ''}`},
+    const label = `${s.label}${s.detail ? ` (${s.detail})` : ''}: ${running ? 'running' : fmtDuration(dur)}${s.error ? ', failed' : ''}${s.unended ? ', no end in the log' : ''}`;
+    return h('li', {class: `wf-row kind-${s.kind}${s.error ? ' failed' : ''}${running ? ' running' : ''}${s.unended ? ' unended' : ''}`},
       h('button', {type: 'button', class: 'wf-label', title: label, onclick: () => onPick(s.error && s.endID ? s.endID : s.id)},
         h('span', {class: 'wf-kind'}, s.kind), ' ', h('span', {class: 'wf-name'}, s.label),
-        h('span', {class: 'wf-dur'}, running ? 'running' : fmtDuration(dur))),
+        h('span', {class: 'wf-dur'}, running ? 'running' : s.unended ? 'no end' : fmtDuration(dur))),
       h('div', {class: 'wf-track', 'aria-hidden': 'true'},
         h('div', {class: 'wf-bar', vars: {'--l': pct(s.start), '--w': `${Math.max(dur / total * 100, 0.4).toFixed(3)}%`}}),
         s.detail ? h('span', {class: 'wf-detail', vars: {'--l': pct(s.start)}}, s.detail) : null));
@@ -139,10 +152,20 @@ export function view(el, turns, index, onPick, onSelect) {
       h('div', {class: 'wf-track', 'aria-hidden': 'true'}, h('div', {class: 'wf-mark', vars: {'--l': pct(e.at)}}),
         h('span', {class: 'wf-detail', vars: {'--l': pct(e.at)}}, e.interrupt ? '' : (er.message || '').slice(0, 120))));
   });
-  const lastErr = [...tr.errors].reverse().find(e => !e.interrupt);
-  const where = lastErr ? h('div', {class: 'wf-failure', role: 'note'},
-    h('strong', null, 'Where it failed: '), (lastErr.ev.error && lastErr.ev.error.message) || lastErr.ev.type,
-    errorSource(lastErr.ev.error)) : null;
+  // Where it failed: the last error that ended the turn (or the last one), else the last failed span.
+  const errs = tr.errors.filter(e => !e.interrupt);
+  const lastErr = errs.findLast(e => !(e.ev.error && e.ev.error.retry_status && e.ev.error.retry_status.type === 'retrying')) || errs.at(-1);
+  const failedSpan = tr.spans.findLast(s => s.error);
+  let where = null;
+  if (lastErr) {
+    where = h('div', {class: 'wf-failure', role: 'note'},
+      h('strong', null, 'Where it failed: '), (lastErr.ev.error && lastErr.ev.error.message) || lastErr.ev.type,
+      errorSource(lastErr.ev.error));
+  } else if (failedSpan) {
+    where = h('div', {class: 'wf-failure', role: 'note'},
+      h('strong', null, `Where it failed: ${failedSpan.kind} `), h('span', {class: 'mono'}, failedSpan.label),
+      failedSpan.message ? [': ', failedSpan.message] : ' (an error result)');
+  }
   clear(el,
     h('div', {class: 'wf-head'}, h('label', {for: 'turn-select', class: 'visually-hidden'}, 'Turn'), sel,
       h('span', {class: 'meta'}, `${fmtTime(new Date(tr.min).toISOString())} · ${state(tr)}${isNaN(tr.end) ? '' : ` · ${tr.stop}`}`),
