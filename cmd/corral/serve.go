@@ -97,6 +97,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	defer srv.Stop()
 	logger.Info("corral serving", "addr", srv.Addr().String(), "store", st.Capabilities().Name, "sandbox", hf.kind, "brains", bf.workers)
 	fmt.Fprintf(io.err, "corral: listening on %s\n", srv.URL())
+	fmt.Fprintf(io.err, "corral: console on %s/console/ (log in with an API key)\n", srv.URL())
 	if u := srv.MetricsURL(); u != "" {
 		fmt.Fprintf(io.err, "corral: metrics on %s\n", u)
 	}

@@ -408,7 +408,7 @@ func TestConsole(t *testing.T) {
 	e.wait("stream live", `document.getElementById('stream-state')?.dataset.state === 'live'`)
 	e.do("write", chromedp.SendKeys(chromedp.ID("message"), "Count the stars, <img src=x onerror=alert(1)> please."))
 	e.do("send", chromedp.Click(chromedp.ID("send")))
-	e.wait("the turn runs, seen on the stream", transcriptHas("Count the stars")+
+	e.wait("the turn runs, seen on the stream", transcriptHas("Count the stars")+` && !!document.querySelector('#transcript .preview')`+
 		` && document.querySelector('#session-status .badge')?.textContent === 'running'`+
 		` && !!document.querySelector('#waterfall .wf-row.kind-model.running')`)
 	if n := e.eval(`String(document.querySelectorAll('#transcript img').length)`); n != "0" {

@@ -164,7 +164,11 @@ export async function sessionPage(main, sessionID) {
     if (seen.has(ev.id)) return;
     seen.add(ev.id);
     const el = render(list, ev, ctx);
-    if (el) list.appendChild(el);
+    const preview = document.getElementById(`ev-${ev.id}`);
+    if (preview && preview.classList.contains('preview')) {
+      if (el) preview.replaceWith(el);
+      else preview.remove();
+    } else if (el) list.appendChild(el);
     if (ctx.pending.has(ev.id)) decorate(ev);
   }
   async function earlier() {
@@ -375,11 +379,30 @@ export async function sessionPage(main, sessionID) {
     }
     if (ev.type === 'session.status_idle') get(base).then(setUsage).catch(() => {});
   };
+  // Previews: the model's answer as it is written, replaced by the logged event when it comes.
+  const onPreview = p => {
+    if (!atTail()) return;
+    if (p.type === 'event_start' && p.event && !seen.has(p.event.id) && !document.getElementById(`ev-${p.event.id}`)) {
+      const thinking = p.event.type === 'agent.thinking';
+      list.querySelector('.empty')?.remove();
+      list.appendChild(h('article', {class: `ev preview ${thinking ? 'thinking' : 'msg agent'}`, id: `ev-${p.event.id}`, 'aria-busy': 'true'},
+        h('div', {class: 'ev-head'}, h('span', {class: `role role-${thinking ? 'thinking' : 'agent'}`}, thinking ? 'Thinking' : 'Agent'),
+          h('span', {class: 'spacer'}), h('span', {class: 'meta'}, 'writing…')),
+        h('div', {class: 'text'})));
+    } else if (p.type === 'event_delta' && p.delta && p.delta.content) {
+      const el = document.getElementById(`ev-${p.event_id}`);
+      if (!el || !el.classList.contains('preview')) return;
+      const texts = el.querySelectorAll('.text');
+      let t = texts[p.delta.index];
+      if (!t) { t = h('div', {class: 'text'}); el.appendChild(t); }
+      t.appendChild(document.createTextNode(p.delta.content.text || ''));
+    }
+  };
   const stop = follow(sessionID, from, onEvent, (state, detail) => {
     streamState.textContent = state === 'live' ? '● live' : state === 'reconnecting' ? `reconnecting… ${detail || ''}` :
       state === 'error' ? `stream error: ${detail || ''}` : `stream closed${detail ? `: ${detail}` : ''}`;
     streamState.dataset.state = state;
-  });
+  }, onPreview);
   // The waterfall's open spans grow with the clock.
   const tick = setInterval(() => { if (sess.status === 'running' && !wfBody.hidden && !document.hidden) drawWF(); }, 1000);
 

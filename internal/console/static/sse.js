@@ -4,9 +4,10 @@
 import {headers, id as esc} from './api.js';
 
 // follow streams the events of sessionID appended after lastEventID (an event id, or "0" for the whole log),
-// calling onEvent(event) for each and onState(state, detail) when the connection changes ('live',
-// 'reconnecting', 'closed'). It returns a function that stops it.
-export function follow(sessionID, lastEventID, onEvent, onState) {
+// calling onEvent(event) for each, onPreview(frame) for the previews of a model answer being written
+// (event_start, event_delta: not log events, they have no id), and onState(state, detail) when the connection
+// changes ('live', 'reconnecting', 'closed'). It returns a function that stops it.
+export function follow(sessionID, lastEventID, onEvent, onState, onPreview) {
   let last = lastEventID;
   let stopped = false;
   let ctrl = null;
@@ -16,7 +17,8 @@ export function follow(sessionID, lastEventID, onEvent, onState) {
     ctrl = new AbortController();
     const h = headers({accept: 'text/event-stream'});
     if (last) h['Last-Event-ID'] = last;
-    const resp = await fetch(`/v1/sessions/${esc(sessionID)}/events/stream`, {headers: h, signal: ctrl.signal,
+    const q = onPreview ? '?event_deltas[]=agent.message&event_deltas[]=agent.thinking' : '';
+    const resp = await fetch(`/v1/sessions/${esc(sessionID)}/events/stream${q}`, {headers: h, signal: ctrl.signal,
       cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer'});
     if (!resp.ok) {
       const err = new Error(`stream: HTTP ${resp.status}`);
@@ -61,6 +63,10 @@ export function follow(sessionID, lastEventID, onEvent, onState) {
     try { ev = JSON.parse(data.join('\n')); } catch { return; }
     if (type === 'error' || (ev && ev.type === 'error' && ev.error)) {
       onState('error', ev.error && ev.error.message);
+      return;
+    }
+    if (type === 'event_start' || type === 'event_delta') {
+      if (onPreview) onPreview(ev);
       return;
     }
     if (evID) last = evID;
