@@ -6,11 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/color"
 	"image/png"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/corralhq/corral/internal/api"
@@ -221,6 +226,18 @@ func (e *env) eval(expr string) string {
 	return s
 }
 
+// scheme emulates prefers-color-scheme (dark or light; "" for the system's).
+func (e *env) scheme(s string) {
+	e.t.Helper()
+	var f []*emulation.MediaFeature
+	if s != "" {
+		f = []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: s}}
+	}
+	if _, err := chromedp.Call(e.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Features: f}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // setValue sets the value of the element with id as a user would: input and change events follow.
 func (e *env) setValue(id, v string) {
 	e.t.Helper()
@@ -245,19 +262,50 @@ func (e *env) shot(name string) {
 		e.t.Error(err)
 	}
 	if e.docs != "" && !strings.HasPrefix(name, "failed-") {
-		// Committed: encoded again at the best compression (Chromium favours speed).
+		// Committed: reduced to 256 colours and encoded at the best compression, a third of the size.
 		img, err := png.Decode(bytes.NewReader(b))
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		var out bytes.Buffer
-		if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, img); err != nil {
+		if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, quantize(img)); err != nil {
 			e.t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(e.docs, name+".png"), out.Bytes(), 0o644); err != nil {
 			e.t.Error(err)
 		}
 	}
+}
+
+// quantize maps img to its 256 most frequent colours (a screenshot of a page has few, besides the shades of
+// anti-aliased text), each pixel to the nearest.
+func quantize(img image.Image) *image.Paletted {
+	b := img.Bounds()
+	count := map[color.RGBA]int{}
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			count[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)]++
+		}
+	}
+	cs := slices.SortedFunc(maps.Keys(count), func(a, b color.RGBA) int { return count[b] - count[a] })
+	pal := make(color.Palette, 0, 256)
+	for _, c := range cs[:min(len(cs), 256)] {
+		pal = append(pal, c)
+	}
+	idx := map[color.RGBA]uint8{}
+	out := image.NewPaletted(b, pal)
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			c := color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)
+			i, ok := idx[c]
+			if !ok {
+				i = uint8(pal.Index(c))
+				idx[c] = i
+			}
+			out.SetColorIndex(x, y, i)
+		}
+	}
+	return out
 }
 
 // api calls the server's API as a client would.
@@ -461,6 +509,9 @@ func TestConsole(t *testing.T) {
 	e.open("/sessions/" + failed)
 	e.wait("retries exhausted", transcriptHas("gave up after retries")+` && !!document.querySelector('#waterfall .wf-failure')`)
 	e.shot("session-failed-model")
+	e.scheme("dark")
+	e.shot("session-failed-model-dark")
+	e.scheme("")
 
 	// A session that fails in the hands: its sandbox is killed from the host while a command runs.
 	auto := e.create("/v1/agents", map[string]any{"name": "reckless", "model": "claude-sonnet-4-5", "tools": bashTools("always_allow")})
@@ -586,5 +637,30 @@ func TestConsoleScale(t *testing.T) {
 	e.wait("later", idle+` && `+transcriptHas("message #200")+` && `+evs+` === 200`)
 	if n := e.eval(`String(` + evs + `)`); n != "200" {
 		t.Errorf("%s events in the page after Oldest and Later", n)
+	}
+
+	// A session.error that names the part that failed shows it, in the transcript and the waterfall.
+	failed := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "title": "Attributed"})
+	var batch []apitype.NewEvent
+	for _, ev := range []struct {
+		typ  string
+		data string
+	}{
+		{apitype.EventSessionStatusRunning, `{}`},
+		{apitype.EventSessionError, `{"error":{"type":"unknown_error","message":"<b>sandbox</b> died","retry_status":{"type":"exhausted"},` +
+			`"source":{"component":"hands","backend":"bwrap","reason":"sandbox_died"}}}`},
+		{apitype.EventSessionStatusIdle, `{"stop_reason":{"type":"retries_exhausted"}}`},
+	} {
+		batch = append(batch, apitype.NewEvent{Type: ev.typ, Data: json.RawMessage(ev.data), Processed: true})
+	}
+	if _, err := e.st.EventAppend(ctx, &store.EventAppendParams{SessionID: failed, Events: batch}); err != nil {
+		t.Fatal(err)
+	}
+	e.open("/sessions/" + failed)
+	src := `document.querySelector('#transcript dl.source')?.textContent || ''`
+	e.wait("source", `(`+src+`).includes('hands') && (`+src+`).includes('bwrap') && (`+src+`).includes('sandbox_died')`+
+		` && (document.querySelector('#waterfall .wf-failure')?.textContent || '').includes('hands')`)
+	if n := e.eval(`String(document.querySelectorAll('#transcript b').length)`); n != "0" {
+		t.Errorf("the error's markup became %s elements", n)
 	}
 }

@@ -339,6 +339,9 @@ export async function sessionPage(main, sessionID) {
   const wf = await get(`${base}/events`, {limit: WF_EVENTS, order: 'desc', 'types[]': WATERFALL_TYPES});
   wfEvents = wf.data.slice().reverse();
   await refreshPending(pages[0].events);
+  // The log is read after the session: a status event in it is newer than the session's status.
+  const lastStatus = pages[0].events.findLast(ev => statusOf[ev.type]);
+  if (lastStatus) setStatus(statusOf[lastStatus.type]);
   draw();
   drawWF();
   drawActions();
