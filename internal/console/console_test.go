@@ -24,6 +24,7 @@ import (
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"go.uber.org/goleak"
 
 	"github.com/corralhq/corral/internal/api"
@@ -544,6 +545,20 @@ func TestConsole(t *testing.T) {
 	e.open("/sessions")
 	e.wait("sessions", `document.querySelectorAll('table.sessions [data-row]').length === 4`)
 	e.shot("sessions")
+	// The keyboard: ? shows the shortcuts, j/k move in the list, Enter opens, g a goes to the agents.
+	e.do("?", chromedp.KeyEvent("?"))
+	e.wait("help", `document.getElementById('help').open`)
+	e.do("escape", chromedp.KeyEvent(kb.Escape))
+	e.wait("help closed", `!document.getElementById('help').open`)
+	e.do("j j k j", chromedp.KeyEvent("j"), chromedp.KeyEvent("j"), chromedp.KeyEvent("k"), chromedp.KeyEvent("j"))
+	second := e.eval(`document.querySelectorAll('table.sessions [data-row]')[1].dataset.id`)
+	e.wait("second row focused", `document.activeElement?.dataset.id === `+js(second))
+	e.do("open it", chromedp.KeyEvent(kb.Enter))
+	e.wait("its page", `location.hash === '#/sessions/' + `+js(second)+` && document.title.endsWith(' · Corral')`)
+	e.do("g a", chromedp.KeyEvent("g"), chromedp.KeyEvent("a"))
+	e.wait("agents", `location.hash === '#/agents' && document.querySelectorAll('[data-row]').length === 2`)
+	e.open("/sessions")
+	e.wait("sessions again", `document.querySelectorAll('table.sessions [data-row]').length === 4`)
 	e.setValue("f-agent", auto)
 	e.wait("filtered", `document.querySelectorAll('table.sessions [data-row]').length === 1 && location.hash.includes('agent=')`)
 

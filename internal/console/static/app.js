@@ -61,6 +61,9 @@ async function route() {
     try {
       const res = await page(m, q);
       if (res) { cleanup = res.cleanup || null; keys = res.keys || {}; }
+      document.title = `${main.querySelector('h1')?.textContent || 'Console'} · Corral`;
+      // A new page takes the focus (screen readers announce it; Tab starts from its top), not the scroll.
+      if (navigated) main.focus({preventScroll: true});
     } catch (e) {
       if (e instanceof APIError && e.status === 401) return;
       clear(main, h('div', {class: 'notice error', role: 'alert'}, h('strong', null, 'Could not load this page. '), e.message));
@@ -155,7 +158,9 @@ function moveRow(d) {
   next.scrollIntoView({block: 'nearest'});
 }
 
-window.addEventListener('hashchange', route);
+// navigated is false for the first page of a visit, whose focus stays where the browser puts it.
+let navigated = false;
+window.addEventListener('hashchange', () => { navigated = true; route(); });
 window.addEventListener('unhandledrejection', ev => {
   if (ev.reason && ev.reason.name === 'AbortError') return;
   toast(String(ev.reason && ev.reason.message || ev.reason), 'error');

@@ -119,6 +119,11 @@ export async function sessionPage(main, sessionID) {
       h('div', {class: 'tr-nav'}, laterBtn, latestBtn, liveNote)),
     composer);
   setStatus(sess.status);
+  if (sess.archived_at || sess.status === 'terminated') {
+    text.disabled = true;
+    sendBtn.disabled = true;
+    text.placeholder = sess.archived_at ? 'This session is archived: it takes no more events.' : 'This session is terminated: it takes no more events.';
+  }
 
   // The transcript's window: pages of one direction ('desc' from the tail, 'asc' from the start), each with the
   // token that reads it and the token of the page after it; lo..hi are on screen.
