@@ -9,8 +9,13 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"io"
+	"log"
 	"maps"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,15 +107,18 @@ func chromium(t *testing.T) string {
 
 // env is a running server and a browser tab on its console.
 type env struct {
-	t      *testing.T
-	srv    *server.Server
-	st     store.Store
-	fake   *modeltest.Server
-	ctx    context.Context // the tab
-	shots  string
-	docs   string
-	mu     sync.Mutex
-	errors []string // exceptions and security messages of the page
+	t     *testing.T
+	srv   *server.Server
+	front *httptest.Server // what the browser reaches: a proxy to srv
+	// resumes are the Last-Event-ID headers of the event streams the page opened, in order.
+	resumes []string
+	st      store.Store
+	fake    *modeltest.Server
+	ctx     context.Context // the tab
+	shots   string
+	docs    string
+	mu      sync.Mutex
+	errors  []string // exceptions and security messages of the page
 }
 
 // newEnv starts a server (with bwrap sandboxes if hands) and a browser.
@@ -155,6 +163,23 @@ func newEnv(t *testing.T, hands bool) *env {
 	t.Cleanup(srv.Stop)
 
 	e := &env{t: t, srv: srv, st: st, fake: fake, shots: os.Getenv(screenshotsEnv)}
+	// The browser reaches the server through a proxy whose connections the test can cut, as a network does.
+	target, _ := url.Parse(srv.URL())
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = r.In.Host
+			if strings.HasSuffix(r.In.URL.Path, "/events/stream") {
+				e.mu.Lock()
+				e.resumes = append(e.resumes, r.In.Header.Get("Last-Event-ID"))
+				e.mu.Unlock()
+			}
+		},
+		FlushInterval: -1, // event streams pass at once
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}
+	e.front = httptest.NewServer(rp)
+	t.Cleanup(e.front.Close)
 	if e.shots == "" {
 		e.shots = filepath.Join(t.TempDir(), "screenshots")
 	}
@@ -421,7 +446,7 @@ func (e *env) login() {
 
 func (e *env) open(hash string) {
 	e.t.Helper()
-	e.do("open "+hash, chromedp.Navigate(e.srv.URL()+"/console/#"+hash))
+	e.do("open "+hash, chromedp.Navigate(e.front.URL+"/console/#"+hash))
 }
 
 // transcriptHas is an expression true once the transcript shows text.
@@ -452,7 +477,7 @@ func TestConsole(t *testing.T) {
 	e.setValue("api-key", "")
 	e.do("good key", chromedp.SendKeys(chromedp.ID("api-key"), key+"\n"))
 	e.wait("sessions list", `!!document.querySelector('table.sessions')`)
-	if got := e.eval(`sessionStorage.getItem('corral.console.key') + ' ' + location.href`); got != key+" "+e.srv.URL()+"/console/#/sessions" {
+	if got := e.eval(`sessionStorage.getItem('corral.console.key') + ' ' + location.href`); got != key+" "+e.front.URL+"/console/#/sessions" {
 		t.Errorf("after login: key and URL = %q", got)
 	}
 
@@ -685,5 +710,32 @@ func TestConsoleScale(t *testing.T) {
 		` && (document.querySelector('#waterfall .wf-failure')?.textContent || '').includes('hands')`)
 	if n := e.eval(`String(document.querySelectorAll('#transcript b').length)`); n != "0" {
 		t.Errorf("the error's markup became %s elements", n)
+	}
+
+	// The stream resumes after a drop from the last event it had, and misses nothing appended meanwhile.
+	e.wait("live", `document.getElementById('stream-state')?.dataset.state === 'live'`)
+	e.mu.Lock()
+	opened := len(e.resumes)
+	e.mu.Unlock()
+	var list struct{ Data []struct{ ID string } }
+	e.api("GET", "/v1/sessions/"+failed+"/events?order=desc&limit=1", nil, &list)
+	last := list.Data[0].ID
+	e.front.CloseClientConnections()
+	msg, err := apitype.MakeEvent(apitype.EventAgentMessage, map[string]any{"content": []any{map[string]any{"type": "text", "text": "after the drop"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.EventAppend(ctx, &store.EventAppendParams{SessionID: failed, Events: []apitype.NewEvent{msg}}); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("resumed", transcriptHas("after the drop")+` && document.getElementById('stream-state')?.dataset.state === 'live'`)
+	e.mu.Lock()
+	resumed := slices.Clone(e.resumes[opened:])
+	e.mu.Unlock()
+	if len(resumed) == 0 || resumed[0] != last {
+		t.Errorf("after the drop the stream reopened with Last-Event-ID %q, want the last event read, %s", resumed, last)
+	}
+	if n := e.eval(`String([...document.querySelectorAll('#transcript .msg.agent')].filter(el => el.textContent.includes('after the drop')).length)`); n != "1" {
+		t.Errorf("the event after the drop is shown %s times", n)
 	}
 }
