@@ -152,6 +152,7 @@ export async function sessionPage(main, sessionID) {
     for (const ev of evs) addEvent(ev);
     if (!evs.length) list.appendChild(empty('No events yet.', 'Send a message below to start a turn.'));
     setNav();
+    drawActions();
     liveNote.hidden = !missed;
     liveNote.textContent = missed ? `${missed} new event${missed === 1 ? '' : 's'}: show the latest` : '';
     if (anchorID && prevTop != null) {
@@ -242,7 +243,8 @@ export async function sessionPage(main, sessionID) {
       el.scrollIntoView({block: 'center', behavior: 'smooth'});
       el.classList.add('flash');
       setTimeout(() => el.classList.remove('flash'), 1500);
-      el.focus({preventScroll: true});
+      // Keyboard users land on the answer when there is one.
+      (el.querySelector('.action-slot textarea, .action-slot [data-answer]') || el).focus({preventScroll: true});
     } else {
       toast('That event is not on the transcript’s current pages.');
     }
@@ -281,11 +283,13 @@ export async function sessionPage(main, sessionID) {
       ids.map(id => {
         const ev = pendingInfo.get(id);
         const onPage = document.getElementById(`ev-${id}`);
+        // A call on the transcript's page is answered there; one on another page, here.
         return h('div', {class: 'pending-item'},
-          ev ? h('div', null, h('span', {class: 'mono tool-name'}, ev.name || ev.type), ' ',
+          ev ? h('div', null, h('span', {class: 'mono tool-name'}, ev.mcp_server_name ? `${ev.mcp_server_name} · ${ev.name}` : ev.name || ev.type), ' ',
+            h('span', {class: 'meta'}, ev.type === 'agent.custom_tool_use' ? 'custom tool: the agent waits for its result' : 'asks for your confirmation'), ' ',
             h('details', {class: 'io inline'}, h('summary', null, 'input'), h('pre', {class: 'json'}, pretty(ev.input)))) : h('span', {class: 'mono'}, id),
-          ev ? actionFor(ev) : null,
-          onPage ? h('button', {type: 'button', class: 'ghost small', onclick: () => pick(id)}, 'Show in transcript') : null);
+          ev && !onPage ? actionFor(ev) : null,
+          onPage ? h('button', {type: 'button', class: 'small', onclick: () => pick(id)}, 'Answer in the transcript ↓') : null);
       }));
   }
   async function answer(events) {
