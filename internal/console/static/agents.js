@@ -26,7 +26,7 @@ export async function pagedList(main, {title, path, q, columns, emptyTitle, empt
     const q2 = new URLSearchParams();
     if (archived.checked) q2.set('archived', '1');
     if (token) q2.set('page', token);
-    setQuery(q2);
+    if (main.isConnected) setQuery(q2); // not from a page the user has left
     status.textContent = 'Loading…';
     try {
       cur = await get(path, {limit: 50, page: token || undefined, include_archived: archived.checked ? 'true' : undefined});

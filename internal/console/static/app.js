@@ -14,14 +14,15 @@ let cleanup = null;
 let keys = {};
 let loginMessage = '';
 
+// Each page renders into the view it is given and returns {cleanup, keys}.
 const routes = [
-  [/^\/sessions\/([^/]+)$/, m => sessionPage(main, decodeURIComponent(m[1]))],
-  [/^\/sessions$/, (m, q) => sessionsPage(main, q)],
-  [/^\/agents\/([^/]+)\/diff$/, (m, q) => agentDiffPage(main, decodeURIComponent(m[1]), q)],
-  [/^\/agents\/([^/]+)$/, (m, q) => agentPage(main, decodeURIComponent(m[1]), q)],
-  [/^\/agents$/, (m, q) => agentsPage(main, q)],
-  [/^\/environments\/([^/]+)$/, m => environmentPage(main, decodeURIComponent(m[1]))],
-  [/^\/environments$/, (m, q) => environmentsPage(main, q)],
+  [/^\/sessions\/([^/]+)$/, (v, m) => sessionPage(v, decodeURIComponent(m[1]))],
+  [/^\/sessions$/, (v, m, q) => sessionsPage(v, q)],
+  [/^\/agents\/([^/]+)\/diff$/, (v, m, q) => agentDiffPage(v, decodeURIComponent(m[1]), q)],
+  [/^\/agents\/([^/]+)$/, (v, m, q) => agentPage(v, decodeURIComponent(m[1]), q)],
+  [/^\/agents$/, (v, m, q) => agentsPage(v, q)],
+  [/^\/environments\/([^/]+)$/, (v, m) => environmentPage(v, decodeURIComponent(m[1]))],
+  [/^\/environments$/, (v, m, q) => environmentsPage(v, q)],
 ];
 
 // parseHash splits "#/path?a=b" into the path and its parameters.
@@ -42,7 +43,12 @@ export function setQuery(q, push) {
   else history.replaceState(null, '', url);
 }
 
+// Each route renders into a view of its own: a page still loading when the next is asked for renders into its
+// detached view, and is cleaned up, instead of over the new page.
+let routeSeq = 0;
+
 async function route() {
+  const my = ++routeSeq;
   if (cleanup) { try { cleanup(); } catch { /* a page's cleanup must not stop the next */ } }
   cleanup = null;
   keys = {};
@@ -57,16 +63,21 @@ async function route() {
   for (const [re, page] of routes) {
     const m = path.match(re);
     if (!m) continue;
-    clear(main, h('p', {class: 'loading'}, 'Loading…'));
+    const view = h('div', {class: 'view'}, h('p', {class: 'loading'}, 'Loading…'));
+    clear(main, view);
     try {
-      const res = await page(m, q);
+      const res = await page(view, m, q);
+      if (my !== routeSeq) {
+        if (res && res.cleanup) res.cleanup();
+        return;
+      }
       if (res) { cleanup = res.cleanup || null; keys = res.keys || {}; }
       document.title = `${main.querySelector('h1')?.textContent || 'Console'} · Corral`;
       // A new page takes the focus (screen readers announce it; Tab starts from its top), not the scroll.
       if (navigated) main.focus({preventScroll: true});
     } catch (e) {
-      if (e instanceof APIError && e.status === 401) return;
-      clear(main, h('div', {class: 'notice error', role: 'alert'}, h('strong', null, 'Could not load this page. '), e.message));
+      if (my !== routeSeq || (e instanceof APIError && e.status === 401)) return;
+      clear(view, h('div', {class: 'notice error', role: 'alert'}, h('strong', null, 'Could not load this page. '), e.message));
     }
     return;
   }

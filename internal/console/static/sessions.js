@@ -99,7 +99,7 @@ export async function sessionsPage(main, q) {
     if (state.env) q2.set('env', state.env);
     if (state.archived) q2.set('archived', '1');
     if (state.page) q2.set('page', state.page);
-    setQuery(q2);
+    if (main.isConnected) setQuery(q2); // not from a page the user has left
     if (!quiet) status.textContent = 'Loading…';
     try {
       const page = await fetchPage(state.page);

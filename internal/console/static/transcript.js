@@ -78,7 +78,8 @@ function attach(root, useID, node) {
   const slot = card.querySelector('.result-slot');
   slot.replaceChildren(node);
   card.classList.remove('pending');
-  card.querySelector('.action-slot').replaceChildren();
+  // The question is answered; a note of how (allowed, denied) stays.
+  card.querySelectorAll('.action-slot .answer').forEach(el => el.remove());
   if (node.classList.contains('is-error')) card.classList.add('failed');
   return true;
 }
