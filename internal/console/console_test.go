@@ -500,6 +500,18 @@ func TestConsole(t *testing.T) {
 	e.do("interrupt", chromedp.Click(chromedp.ID("interrupt")))
 	e.wait("interrupted", transcriptHas("Interrupted by you")+` && document.querySelector('#session-status .badge')?.textContent === 'idle'`)
 
+	// A call denied, with a reason the model gets.
+	e.fake.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"rm -rf /workspace"}`}}},
+		modeltest.Turn{Text: "Understood, I will leave the workspace alone."},
+	)
+	e.do("write", chromedp.SendKeys(chromedp.ID("message"), "Start over from scratch."))
+	e.do("send", chromedp.Click(chromedp.ID("send")))
+	e.wait("confirmation asked", `!!document.querySelector('#transcript [data-answer=deny]')`)
+	e.do("deny", chromedp.SendKeys(chromedp.CSS(`#transcript .answer input[type=text]`), "not today"),
+		chromedp.Click(chromedp.CSS(`#transcript [data-answer=deny]`)))
+	e.wait("denied", transcriptHas("Denied by the user: not today")+` && `+transcriptHas("leave the workspace alone"))
+
 	// A tool call that asks first: allowed in the console, run in bwrap, its output shown.
 	ok := e.create("/v1/sessions", map[string]any{"agent": askAgent, "environment_id": envID, "title": "Tidy the workspace"})
 	e.fake.Script(

@@ -53,8 +53,10 @@ export async function sessionPage(main, sessionID) {
   let wfTurn = -1; // -1: follow the latest turn
   let wfTurns = [];
   const drawWF = () => {
+    const hadFocus = document.activeElement && document.activeElement.id === 'turn-select';
     wfTurns = build(wfEvents);
     view(wfBody, wfTurns, wfTurn < 0 ? wfTurns.length - 1 : wfTurn, pick, i => { wfTurn = i >= wfTurns.length - 1 ? -1 : i; drawWF(); });
+    if (hadFocus) document.getElementById('turn-select')?.focus();
   };
   const toggleWF = () => {
     const hide = !wfBody.hidden;
@@ -416,7 +418,10 @@ export async function sessionPage(main, sessionID) {
     streamState.dataset.state = state;
   }, onPreview);
   // The waterfall's open spans grow with the clock.
-  const tick = setInterval(() => { if (sess.status === 'running' && !wfBody.hidden && !document.hidden) drawWF(); }, 1000);
+  // (Not while the user is in it: a redraw would take their focus.)
+  const tick = setInterval(() => {
+    if (sess.status === 'running' && !wfBody.hidden && !document.hidden && !wfBody.contains(document.activeElement)) drawWF();
+  }, 1000);
 
   return {
     cleanup: () => { stop(); clearInterval(tick); },
