@@ -699,7 +699,8 @@ func TestConsoleScale(t *testing.T) {
 		t.Errorf("%s events in the page after Oldest and Later", n)
 	}
 
-	// A session.error that names the part that failed shows it, in the transcript and the waterfall.
+	// An MCP call with its result; a session.error that names the part that failed shows it, in the transcript and
+	// the waterfall.
 	failed := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "title": "Attributed"})
 	var batch []apitype.NewEvent
 	for _, ev := range []struct {
@@ -707,16 +708,29 @@ func TestConsoleScale(t *testing.T) {
 		data string
 	}{
 		{apitype.EventSessionStatusRunning, `{}`},
+		{apitype.EventAgentMCPToolUse, `{"mcp_server_name":"tickets","name":"search","input":{"q":"refund"},"evaluated_permission":"allow"}`},
 		{apitype.EventSessionError, `{"error":{"type":"unknown_error","message":"<b>sandbox</b> died","retry_status":{"type":"exhausted"},` +
 			`"source":{"component":"hands","backend":"bwrap","reason":"sandbox_died"}}}`},
 		{apitype.EventSessionStatusIdle, `{"stop_reason":{"type":"retries_exhausted"}}`},
 	} {
 		batch = append(batch, apitype.NewEvent{Type: ev.typ, Data: json.RawMessage(ev.data), Processed: true})
 	}
-	if _, err := e.st.EventAppend(ctx, &store.EventAppendParams{SessionID: failed, Events: batch}); err != nil {
+	// The MCP call first: its result names it by id.
+	out, err := e.st.EventAppend(ctx, &store.EventAppendParams{SessionID: failed, Events: batch[:2]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := apitype.MakeEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{MCPToolUseID: out[1].ID,
+		Content: []apitype.ContentBlock{apitype.TextBlock("3 tickets about refunds")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.EventAppend(ctx, &store.EventAppendParams{SessionID: failed, Events: append([]apitype.NewEvent{result}, batch[2:]...)}); err != nil {
 		t.Fatal(err)
 	}
 	e.open("/sessions/" + failed)
+	e.wait("MCP call", `(document.querySelector('#transcript .tool-mcp')?.textContent || '').includes('tickets · search')`+
+		` && (document.querySelector('#transcript .tool-mcp .result')?.textContent || '').includes('3 tickets about refunds')`)
 	src := `document.querySelector('#transcript dl.source')?.textContent || ''`
 	e.wait("source", `(`+src+`).includes('hands') && (`+src+`).includes('bwrap') && (`+src+`).includes('sandbox_died')`+
 		` && (document.querySelector('#waterfall .wf-failure')?.textContent || '').includes('hands')`)
