@@ -130,6 +130,7 @@ document.getElementById('logout').addEventListener('click', () => {
 
 const help = document.getElementById('help');
 document.getElementById('help-button').addEventListener('click', () => help.showModal());
+document.getElementById('help-close').addEventListener('click', () => help.close());
 
 // Keyboard: single keys outside text boxes; "g" then a letter to go to a page.
 let pendingG = false;
