@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("serve", "run the server: the HTTP API, brains and sandboxes, with embedded defaults", runServe)
+	register("serve", "run the server: the HTTP API (and the web console at /console/), brains and sandboxes, with embedded defaults", runServe)
 }
 
 func runServe(ctx context.Context, io *stdio, args []string) error {
