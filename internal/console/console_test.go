@@ -685,13 +685,19 @@ func TestConsoleScale(t *testing.T) {
 
 	// The big session opens at its tail.
 	evs := `document.querySelectorAll('#transcript .ev').length`
+	opened := time.Now()
 	e.open("/sessions/" + big)
 	e.wait("tail", transcriptHas(fmt.Sprintf("message #%d", events))+` && `+evs+` === 100`)
+	t.Logf("a session of %d events shown in %v (its tail; figures, not asserted)", events, time.Since(opened).Round(time.Millisecond))
+	heap := e.eval(`String(Math.round((performance.memory?.usedJSHeapSize || 0) / 1024))`)
 	idle := `!document.getElementById('transcript').hasAttribute('aria-busy')`
+	paged := time.Now()
 	for i := range 5 {
 		e.do("earlier", chromedp.Click(chromedp.ID("tr-earlier")))
 		e.wait("earlier page", idle+` && `+transcriptHas(fmt.Sprintf("message #%d", events-100*(i+1)-50)))
 	}
+	t.Logf("five pages back in %v; JS heap %s KiB at the tail, %s KiB five pages back", time.Since(paged).Round(time.Millisecond),
+		heap, e.eval(`String(Math.round((performance.memory?.usedJSHeapSize || 0) / 1024))`))
 	// Five pages back: a window of three pages, the latest page dropped.
 	e.wait("five pages back", transcriptHas(fmt.Sprintf("message #%d", events-550))+` && !`+transcriptHas(fmt.Sprintf("message #%d", events))+` && `+evs+` <= 300`)
 	e.shot("scale-earlier")
@@ -745,7 +751,7 @@ func TestConsoleScale(t *testing.T) {
 	// The stream resumes after a drop from the last event it had, and misses nothing appended meanwhile.
 	e.wait("live", `document.getElementById('stream-state')?.dataset.state === 'live'`)
 	e.mu.Lock()
-	opened := len(e.resumes)
+	streams := len(e.resumes)
 	e.mu.Unlock()
 	var list struct{ Data []struct{ ID string } }
 	e.api("GET", "/v1/sessions/"+failed+"/events?order=desc&limit=1", nil, &list)
@@ -760,7 +766,7 @@ func TestConsoleScale(t *testing.T) {
 	}
 	e.wait("resumed", transcriptHas("after the drop")+` && document.getElementById('stream-state')?.dataset.state === 'live'`)
 	e.mu.Lock()
-	resumed := slices.Clone(e.resumes[opened:])
+	resumed := slices.Clone(e.resumes[streams:])
 	e.mu.Unlock()
 	if len(resumed) == 0 || resumed[0] != last {
 		t.Errorf("after the drop the stream reopened with Last-Event-ID %q, want the last event read, %s", resumed, last)
