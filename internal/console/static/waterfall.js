@@ -14,6 +14,7 @@ export const WATERFALL_TYPES = ['span.model_request_start', 'span.model_request_
 // failureText is what a failed span's end event says (a tool's error result, a provisioning error).
 function failureText(ev) {
   if (ev.error && typeof ev.error === 'string') return ev.error;
+  if (ev.error && typeof ev.error === 'object' && ev.error.message) return String(ev.error.message);
   if (Array.isArray(ev.content)) {
     const t = ev.content.filter(b => b && b.type === 'text').map(b => b.text).join(' ');
     if (t) return t.length > 400 ? `${t.slice(0, 400)}…` : t;
@@ -54,7 +55,11 @@ export function build(events) {
       s.end = t;
       s.error = !!error;
       s.endID = ev.id;
-      if (error) s.message = failureText(ev);
+      if (error) {
+        s.message = failureText(ev);
+        // A failed span's end may name the part that failed, as a session.error does.
+        s.source = ev.source || (ev.error && typeof ev.error === 'object' ? ev.error.source : undefined);
+      }
       if (extra) s.detail = [s.detail, extra].filter(Boolean).join(' · ');
       return s;
     };
@@ -164,7 +169,8 @@ export function view(el, turns, index, onPick, onSelect) {
   } else if (failedSpan) {
     where = h('div', {class: 'wf-failure', role: 'note'},
       h('strong', null, `Where it failed: ${failedSpan.kind} `), h('span', {class: 'mono'}, failedSpan.label),
-      failedSpan.message ? [': ', failedSpan.message] : ' (an error result)');
+      failedSpan.message ? [': ', failedSpan.message] : ' (an error result)',
+      errorSource({source: failedSpan.source}));
   }
   clear(el,
     h('div', {class: 'wf-head'}, h('label', {for: 'turn-select', class: 'visually-hidden'}, 'Turn'), sel,
