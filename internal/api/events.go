@@ -84,7 +84,7 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	}
 	news := make([]apitype.NewEvent, len(events))
 	for i, ce := range events {
-		news[i] = ce.ev
+		news[i] = traced(r.Context(), ce.ev)
 	}
 	began := time.Now()
 	stored, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id, Events: news, Wake: true})

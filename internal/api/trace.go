@@ -3,8 +3,10 @@ package api
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -48,11 +50,35 @@ func endSpan(span trace.Span, status int) {
 	switch {
 	case status >= 500:
 		span.SetStatus(codes.Error, http.StatusText(status))
-		span.SetAttributes(attribute.String("error.type", http.StatusText(status)), attribute.String("corral.failure.part", "server"))
+		span.SetAttributes(attribute.String("error.type", strconv.Itoa(status)),
+			attribute.String("corral.failure.component", string(apitype.ComponentAPI)),
+			attribute.String("corral.failure.reason", string(apitype.ReasonInternal)))
 	case status >= 400:
-		span.SetAttributes(attribute.String("corral.failure.part", "client"))
+		// The client's failure: the span is not an error (the server did its job), but it says whose it was.
+		reason := apitype.ReasonBadInput
+		switch status {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			reason = apitype.ReasonAuth
+		case http.StatusTooManyRequests:
+			reason = apitype.ReasonRateLimited
+		}
+		span.SetAttributes(attribute.String("error.type", strconv.Itoa(status)),
+			attribute.String("corral.failure.component", string(apitype.ComponentClient)),
+			attribute.String("corral.failure.reason", string(reason)))
 	}
 	span.End()
+}
+
+// traced is a client event carrying the request's trace context (apitype.TraceParentField), so that the brain
+// that acts on it, in this process or another, continues the request's trace.
+func traced(ctx context.Context, ev apitype.NewEvent) apitype.NewEvent {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ev
+	}
+	c := propagation.MapCarrier{}
+	propagator.Inject(ctx, c)
+	ev.Data = apitype.WithTraceParent(ev.Data, c["traceparent"])
+	return ev
 }
 
 // sessionInPath is the session id of a /v1/sessions/{id}/... path, or "".

@@ -1006,6 +1006,17 @@ func (c *crashable) LeaseRelease(ctx context.Context, l *store.Lease) error {
 	return c.Store.LeaseRelease(ctx, l)
 }
 
+// assertRecovered checks the session.error a brain appends when it resumes a turn another left mid-way: the
+// brain's, crash_recovered, retrying.
+func assertRecovered(t *testing.T, ev apitype.Event) {
+	t.Helper()
+	e := decode[apitype.SessionError](t, ev).Error
+	want := apitype.FailureSource{Component: apitype.ComponentBrain, Reason: apitype.ReasonCrashRecovered}
+	if e.Source == nil || *e.Source != want || e.RetryStatus.Type != apitype.RetryStatusRetrying {
+		t.Errorf("takeover session.error = %+v (source %+v), want source %+v, retrying", e, e.Source, want)
+	}
+}
+
 func TestTakeoverMidModelCall(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -1028,11 +1039,12 @@ func TestTakeoverMidModelCall(t *testing.T) {
 	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 300*time.Millisecond
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, end, start, agentMsg, end, idle)
-	if span := decode[apitype.SpanModelRequestEnd](t, evs[3]); !span.IsError || span.ModelRequestStartID != evs[2].ID {
+	assertTypes(t, evs, userMsg, running, start, apitype.EventSessionError, end, start, agentMsg, end, idle)
+	assertRecovered(t, evs[3])
+	if span := decode[apitype.SpanModelRequestEnd](t, evs[4]); !span.IsError || span.ModelRequestStartID != evs[2].ID {
 		t.Errorf("dangling span closed with %+v", span)
 	}
-	if msg := decode[apitype.AgentMessage](t, evs[5]); msg.Content[0].Text != "brain B's answer" {
+	if msg := decode[apitype.AgentMessage](t, evs[6]); msg.Content[0].Text != "brain B's answer" {
 		t.Errorf("agent.message = %+v", msg)
 	}
 	if n := len(f.srv.Requests()); n != 2 {
@@ -1067,10 +1079,14 @@ func TestTakeoverToolUseWithoutResult(t *testing.T) {
 	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 300*time.Millisecond
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, end, toolResult, start, agentMsg, end, idle)
-	res := decode[apitype.AgentToolResult](t, evs[5])
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, apitype.EventSessionError, toolResult, start, agentMsg, end, idle)
+	assertRecovered(t, evs[5])
+	res := decode[apitype.AgentToolResult](t, evs[6])
 	if !res.IsError || res.ToolUseID != evs[3].ID || !strings.Contains(resultText(res), "outcome is unknown") {
 		t.Errorf("result at takeover = %+v", res)
+	}
+	if want := (apitype.FailureSource{Component: apitype.ComponentBrain, Reason: apitype.ReasonCrashRecovered}); res.Source == nil || *res.Source != want {
+		t.Errorf("the unknown outcome's source = %+v, want %+v", res.Source, want)
 	}
 	if f.hands.count() != 0 {
 		t.Error("brain B ran the interrupted tool again")

@@ -148,7 +148,7 @@ func TestTraces(t *testing.T) {
 		}
 		if s.Status().Code == codes.Error {
 			failedChats++
-			if a["error.type"].AsString() != "overloaded" || a["corral.failure.part"].AsString() != "model" {
+			if a["error.type"].AsString() != "overloaded" || a["corral.failure.component"].AsString() != "model" {
 				t.Errorf("failed chat span attributes = %v, want error.type overloaded in the model", a)
 			}
 			continue
@@ -167,7 +167,8 @@ func TestTraces(t *testing.T) {
 	if a := attrs(tool); parentName(tool) != "invoke_agent a" || a["gen_ai.tool.name"].AsString() != "bash" || a["corral.tool.route"].AsString() != "hands" {
 		t.Errorf("execute_tool span: parent %q, attributes %v", parentName(tool), a)
 	}
-	if tool.Status().Code != codes.Error || attrs(tool)["corral.failure.part"].AsString() != "hands" {
+	if a := attrs(tool); tool.Status().Code != codes.Error || a["corral.failure.component"].AsString() != "hands" ||
+		a["corral.failure.backend"].AsString() != "stub" || a["corral.failure.reason"].AsString() != "provision_failed" {
 		t.Errorf("execute_tool span status %v attributes %v, want failed in the hands", tool.Status(), attrs(tool))
 	}
 	if provision == nil {
@@ -177,7 +178,7 @@ func TestTraces(t *testing.T) {
 		t.Errorf("sandbox.provision's parent = %q, want the execute_tool span", parentName(provision))
 	}
 	if a := attrs(provision); provision.Status().Code != codes.Error || a["corral.sandbox.backend"].AsString() != "stub" ||
-		a["corral.failure.part"].AsString() != "hands" {
+		a["corral.failure.component"].AsString() != "hands" {
 		t.Errorf("sandbox.provision status %v attributes %v, want a failure of the stub backend in the hands", provision.Status(), a)
 	}
 }
