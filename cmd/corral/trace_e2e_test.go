@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
+	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/store/postgres/pgtest"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// stopAndWait stops a corral process with SIGTERM (it flushes its spans) and waits until it exited.
+func stopAndWait(t *testing.T, s *server) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("corral did not exit after SIGTERM")
+	}
+}
+
+// TestTracesAcrossProcesses runs the scaled-out shape with tracing on: `corral serve --brains 0` (the API alone)
+// exporting OTLP/HTTP, and `corral harness` exporting OTLP/gRPC, on one PostgreSQL. A client creates a session
+// with an initial message inside its own trace (the W3C traceparent the SDKs send). The API's request span joins
+// the caller's trace; the brain in the other process continues it: its invoke_agent span is a child of the
+// API request's span, and its chat span (with the GenAI attributes) and store.append spans are children of that.
+func TestTracesAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDSN(t)
+	model := modeltest.NewServer(t)
+	model.Script(modeltest.Turn{Text: "Traced.", Usage: modeltest.Usage{InputTokens: 30, OutputTokens: 4}})
+
+	httpRcv := &otlpReceiver{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: httpRcv, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	grpcRcv, grpcAddr := startGRPCReceiver(t)
+
+	otelEnv := func(endpoint, protocol, service string) []string {
+		var env []string
+		for _, kv := range serverEnv(model, testKey) {
+			if !bytes.HasPrefix([]byte(kv), []byte("OTEL_")) {
+				env = append(env, kv)
+			}
+		}
+		return append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL="+protocol, "OTEL_SERVICE_NAME="+service)
+	}
+	key := sharedVaultKey(t)
+	api := startCorral(t, otelEnv("http://"+ln.Addr().String(), "http/protobuf", "corral-api"), "corral: listening on ",
+		"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--sandbox", "none", "--db", db, "--brains", "0", "--vault-key-file", key)
+	brain := startCorral(t, otelEnv("http://"+grpcAddr, "grpc", "corral-harness"), "corral: harness running",
+		"harness", "--db", db, "--data", t.TempDir(), "--sandbox", "none", "--brains", "2", "--lease-ttl", "2s", "--poll", "200ms", "--vault-key-file", key)
+
+	// The caller's trace, as an instrumented SDK sends it.
+	callerTrace, _ := trace.TraceIDFromHex("5bf92f3577b34da6a3ce929d0e0e4736")
+	callerSpan, _ := trace.SpanIDFromHex("10f067aa0ba902b7")
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: callerTrace, SpanID: callerSpan, TraceFlags: trace.FlagsSampled, Remote: true}))
+	c := api.client()
+	agent, err := c.AgentCreate(context.Background(), &client.AgentCreateParams{Name: "traced", Model: apitype.ModelConfig{ID: "claude-sonnet-4-5"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := c.EnvironmentCreate(context.Background(), &client.EnvironmentCreateParams{Name: "e", Config: apitype.EnvConfig{Type: "cloud"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := c.SessionCreate(ctx, &client.SessionCreateParams{Agent: client.AgentRef{ID: agent.ID}, EnvironmentID: env.ID,
+		InitialEvents: []apitype.NewEvent{client.UserMessage("Say something.")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, c, sess.ID)
+	stopAndWait(t, brain)
+	stopAndWait(t, api)
+
+	var create *tracepb.Span
+	httpRcv.mu.Lock()
+	for _, req := range httpRcv.reqs {
+		for _, rs := range req.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				for _, s := range ss.GetSpans() {
+					if s.GetName() == "POST /v1/sessions" {
+						create = s
+					}
+				}
+			}
+		}
+	}
+	httpRcv.mu.Unlock()
+	if create == nil {
+		t.Fatal("the API exported no span for POST /v1/sessions")
+	}
+	if !bytes.Equal(create.GetTraceId(), callerTrace[:]) || !bytes.Equal(create.GetParentSpanId(), callerSpan[:]) {
+		t.Errorf("API span trace %x parent %x, want the caller's %x and %x", create.GetTraceId(), create.GetParentSpanId(), callerTrace[:], callerSpan[:])
+	}
+
+	grpcRcv.mu.Lock()
+	defer grpcRcv.mu.Unlock()
+	byID := map[string]*tracepb.Span{}
+	for _, s := range grpcRcv.spans {
+		byID[string(s.GetSpanId())] = s
+	}
+	var run, chat *tracepb.Span
+	appends := 0
+	for _, s := range grpcRcv.spans {
+		switch s.GetName() {
+		case "invoke_agent traced":
+			run = s
+		case "chat claude-sonnet-4-5":
+			chat = s
+		case "store.append":
+			if p := byID[string(s.GetParentSpanId())]; p != nil && p.GetName() == "invoke_agent traced" {
+				appends++
+			}
+		}
+	}
+	if run == nil || chat == nil {
+		t.Fatalf("the harness exported %d spans, without an invoke_agent and a chat span", len(grpcRcv.spans))
+	}
+	if !bytes.Equal(run.GetTraceId(), callerTrace[:]) || !bytes.Equal(run.GetParentSpanId(), create.GetSpanId()) {
+		t.Errorf("brain's invoke_agent: trace %x parent %x; want the caller's trace %x under the API request's span %x",
+			run.GetTraceId(), run.GetParentSpanId(), callerTrace[:], create.GetSpanId())
+	}
+	if !bytes.Equal(chat.GetParentSpanId(), run.GetSpanId()) {
+		t.Errorf("chat span's parent %x, want the invoke_agent span %x", chat.GetParentSpanId(), run.GetSpanId())
+	}
+	attrs := map[string]string{}
+	ints := map[string]int64{}
+	for _, kv := range chat.GetAttributes() {
+		attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
+		ints[kv.GetKey()] = kv.GetValue().GetIntValue()
+	}
+	if attrs["gen_ai.operation.name"] != "chat" || attrs["gen_ai.request.model"] != "claude-sonnet-4-5" || attrs["gen_ai.agent.id"] != agent.ID ||
+		ints["gen_ai.usage.input_tokens"] != 30 || ints["gen_ai.usage.output_tokens"] != 4 {
+		t.Errorf("chat span attributes: %v %v", attrs, ints)
+	}
+	if appends < 2 {
+		t.Errorf("store.append spans under the run = %d, want at least 2 (the request's start, the answer)", appends)
+	}
+}
