@@ -13,8 +13,8 @@ import (
 	"github.com/corralhq/corral/internal/client"
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/store/postgres/pgtest"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
 // stopAndWait stops a corral process with SIGTERM (it flushes its spans) and waits until it exited.
