@@ -24,7 +24,7 @@ func TestHandsFailureSources(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)
 	model := modeltest.NewServer(t)
-	s := startServer(t, t.TempDir(), model, "--sandbox", "bwrap", "--sandbox-memory", "64")
+	s := startServer(t, t.TempDir(), model, "--sandbox", "bwrap", "--sandbox-memory", "64", "--log-format", "json")
 	c := s.client()
 	ctx := context.Background()
 	agent, err := c.AgentCreate(ctx, &client.AgentCreateParams{Name: "hands", Model: apitype.ModelConfig{ID: "claude-sonnet-4-5"},
@@ -36,6 +36,8 @@ func TestHandsFailureSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ids []string
+	defer func() { assertSessionLines(t, s.stderr.String(), ids) }()
 	marker := fmt.Sprintf("corral-kill-me-%d", time.Now().UnixNano())
 	for _, tc := range []struct {
 		name, command string
@@ -58,6 +60,7 @@ func TestHandsFailureSources(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := sess.ID
+		ids = append(ids, id)
 		if tc.during != nil {
 			tc.during(t)
 		}
@@ -79,6 +82,34 @@ func TestHandsFailureSources(t *testing.T) {
 			content, _ := json.Marshal(res["content"])
 			t.Errorf("%s: tool result is_error %v source %s, want %+v; content %s", tc.name, res["is_error"], b, want, content)
 		}
+	}
+}
+
+// assertSessionLines checks the server's JSON log: every line that mentions one of the sessions carries its
+// id under "session", and some do.
+func assertSessionLines(t *testing.T, log string, ids []string) {
+	t.Helper()
+	about := 0
+	for line := range strings.SplitSeq(log, "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue // the plain lines corral prints at start (listening on, key files)
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("log line is not JSON: %v: %s", err, line)
+			continue
+		}
+		for _, id := range ids {
+			if strings.Contains(line, id) {
+				about++
+				if rec["session"] != id {
+					t.Errorf("a line mentions %s but does not carry it as session: %s", id, line)
+				}
+			}
+		}
+	}
+	if about == 0 && len(ids) > 0 {
+		t.Errorf("no log line about the sessions %v", ids)
 	}
 }
 
