@@ -5,10 +5,13 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/client"
 	"github.com/corralhq/corral/internal/model/modeltest"
@@ -152,5 +155,120 @@ func TestTracesAcrossProcesses(t *testing.T) {
 	}
 	if appends < 2 {
 		t.Errorf("store.append spans under the run = %d, want at least 2 (the request's start, the answer)", appends)
+	}
+}
+
+// spans collects the spans an OTLP/HTTP receiver got.
+func (o *otlpReceiver) spans() []*tracepb.Span {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []*tracepb.Span
+	for _, req := range o.reqs {
+		for _, rs := range req.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				out = append(out, ss.GetSpans()...)
+			}
+		}
+	}
+	return out
+}
+
+// TestTracesWorker: in a self_hosted environment the tool call runs on `corral worker`, another process, and
+// its span joins the turn's trace: `corral serve` (OTLP/HTTP) writes the agent.tool_use with the turn's
+// traceparent; the worker (OTLP/gRPC) parents its execute_tool span (and the sandbox.provision under it) on the
+// brain's invoke_agent span; its user.tool_result request is a child of its execute_tool span, and the brain
+// records the call as an execute_tool span of route worker, all in the caller's trace.
+func TestTracesWorker(t *testing.T) {
+	t.Parallel()
+	requireBwrap(t)
+	model := modeltest.NewServer(t)
+	model.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo traced"}`}}},
+		modeltest.Turn{Text: "Done."},
+	)
+	httpRcv := &otlpReceiver{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: httpRcv, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	grpcRcv, grpcAddr := startGRPCReceiver(t)
+	withOTel := func(env []string, endpoint, protocol string) []string {
+		return append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL="+protocol)
+	}
+	srv := startCorral(t, withOTel(serverEnv(model, testKey), "http://"+ln.Addr().String(), "http/protobuf"), "corral: listening on ",
+		"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--sandbox", sandboxKind(), "--lease-ttl", "2s", "--poll", "200ms")
+	sdk := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(srv.url), option.WithAPIKey(testKey), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	envID, key, agentID := selfHostedEnv(ctx, t, sdk, "traced-worker")
+	worker := startCorral(t, withOTel(os.Environ(), "http://"+grpcAddr, "grpc"), "corral: worker ", "worker", "--url", srv.url,
+		"--env", envID, "--key", key, "--data", t.TempDir(), "--worker-id", "traced", "--sandbox", "bwrap",
+		"--sandbox-uids", "420000", "--session-idle", "1s")
+
+	callerTrace, _ := trace.TraceIDFromHex("6bf92f3577b34da6a3ce929d0e0e4736")
+	callerSpan, _ := trace.SpanIDFromHex("20f067aa0ba902b7")
+	tctx := trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: callerTrace, SpanID: callerSpan, TraceFlags: trace.FlagsSampled, Remote: true}))
+	c := srv.client()
+	sess, err := c.SessionCreate(tctx, &client.SessionCreateParams{Agent: client.AgentRef{ID: agentID}, EnvironmentID: envID,
+		InitialEvents: []apitype.NewEvent{client.UserMessage("Run it.")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := waitIdle(t, c, sess.ID)
+	if count(events, "user.tool_result") != 1 {
+		t.Fatalf("the worker did not answer the call: %v", types(events))
+	}
+	stopAndWait(t, worker)
+	stopAndWait(t, srv)
+
+	server := httpRcv.spans()
+	grpcRcv.mu.Lock()
+	defer grpcRcv.mu.Unlock()
+	byName := func(spans []*tracepb.Span, name string, attr, value string) *tracepb.Span {
+		for _, s := range spans {
+			if s.GetName() != name {
+				continue
+			}
+			if attr == "" {
+				return s
+			}
+			for _, kv := range s.GetAttributes() {
+				if kv.GetKey() == attr && kv.GetValue().GetStringValue() == value {
+					return s
+				}
+			}
+		}
+		return nil
+	}
+	run := byName(server, "invoke_agent traced-worker", "", "")
+	brainTool := byName(server, "execute_tool bash", "corral.tool.route", "worker")
+	workerTool := byName(grpcRcv.spans, "execute_tool bash", "", "")
+	provision := byName(grpcRcv.spans, "sandbox.provision", "", "")
+	if run == nil || brainTool == nil || workerTool == nil || provision == nil {
+		t.Fatalf("spans: brain's run %v, brain's tool %v, worker's tool %v, worker's provisioning %v", run != nil, brainTool != nil, workerTool != nil, provision != nil)
+	}
+	for name, s := range map[string]*tracepb.Span{"run": run, "brain's tool span": brainTool, "worker's tool span": workerTool, "provisioning": provision} {
+		if !bytes.Equal(s.GetTraceId(), callerTrace[:]) {
+			t.Errorf("%s: trace %x, want the caller's %x", name, s.GetTraceId(), callerTrace[:])
+		}
+	}
+	if !bytes.Equal(workerTool.GetParentSpanId(), run.GetSpanId()) {
+		t.Errorf("worker's execute_tool parent %x, want the brain's invoke_agent %x", workerTool.GetParentSpanId(), run.GetSpanId())
+	}
+	if !bytes.Equal(provision.GetParentSpanId(), workerTool.GetSpanId()) {
+		t.Errorf("worker's sandbox.provision parent %x, want its execute_tool %x", provision.GetParentSpanId(), workerTool.GetSpanId())
+	}
+	var result *tracepb.Span
+	for _, s := range server {
+		if s.GetName() == "POST /v1/sessions/{session_id}/events" && bytes.Equal(s.GetParentSpanId(), workerTool.GetSpanId()) {
+			result = s
+		}
+	}
+	if result == nil {
+		t.Error("no API span of the worker's user.tool_result under its execute_tool span")
 	}
 }
