@@ -267,7 +267,8 @@ func endAppendSpan(span trace.Span, err error) {
 }
 
 // clientToolSpans records the tool calls a client (custom tools) or a self-hosted worker (built-in tools in a
-// self_hosted environment) answered, as execute_tool spans from the call's event to its result's.
+// self_hosted environment) answered, as execute_tool spans from the call's event to its result's, under the
+// span of the turn that made the call and linked to the span of the turn the result starts.
 func (r *run) clientToolSpans(st *state, results []apitype.Event) {
 	for _, res := range results {
 		var v struct {
@@ -293,7 +294,13 @@ func (r *run) clientToolSpans(st *state, results []apitype.Event) {
 			attribute.String("gen_ai.tool.call.id", u.ev.ID),
 			attribute.String("corral.tool.route", route),
 			attribute.String("corral.session.id", r.sess.ID))
-		_, span := r.b.tracer().Start(r.spanCtx, "execute_tool "+u.data.Name, trace.WithTimestamp(u.ev.CreatedAt), trace.WithAttributes(attrs...))
+		// The span belongs to the turn that made the call (the call's traceparent), linked to the one it answers.
+		parent := r.spanCtx
+		if tp := u.ev.TraceParent(); tp != "" {
+			parent = propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+		}
+		_, span := r.b.tracer().Start(parent, "execute_tool "+u.data.Name, trace.WithTimestamp(u.ev.CreatedAt), trace.WithAttributes(attrs...),
+			trace.WithLinks(trace.LinkFromContext(r.spanCtx)))
 		switch {
 		case v.Source != nil:
 			failed(span, v.Source, errors.New(string(v.Source.Reason)))
