@@ -2,11 +2,13 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -65,6 +67,18 @@ func endSpan(span trace.Span, status int) {
 		span.SetAttributes(attribute.String("error.type", strconv.Itoa(status)),
 			attribute.String("corral.failure.component", string(apitype.ComponentClient)),
 			attribute.String("corral.failure.reason", string(reason)))
+	}
+	span.End()
+}
+
+// endAppendSpan ends the span of an append of client events; a failure other than the session's absence is
+// the store's.
+func endAppendSpan(span trace.Span, err error) {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		span.SetAttributes(attribute.String("corral.failure.component", string(apitype.ComponentStore)),
+			attribute.String("corral.failure.reason", string(apitype.ReasonAppendFailed)),
+			attribute.String("error.type", string(apitype.ReasonAppendFailed)))
+		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
 }

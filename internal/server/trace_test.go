@@ -91,7 +91,7 @@ func TestTraces(t *testing.T) {
 
 	var sendSpan, provision sdktrace.ReadOnlySpan
 	var chats, tools []sdktrace.ReadOnlySpan
-	appends := 0
+	appends, apiAppends := 0, 0
 	for _, s := range ended {
 		switch s.Name() {
 		case "POST /v1/sessions/{session_id}/events":
@@ -103,6 +103,10 @@ func TestTraces(t *testing.T) {
 		case "sandbox.provision":
 			provision = s
 		case "store.append":
+			if parentName(s) == "POST /v1/sessions/{session_id}/events" {
+				apiAppends++ // the API's append of the client's message
+				continue
+			}
 			appends++
 			if parentName(s) != "invoke_agent a" || s.Status().Code == codes.Error {
 				t.Errorf("store.append span: parent %q, status %v; want the run's span, ok", parentName(s), s.Status())
@@ -117,8 +121,16 @@ func TestTraces(t *testing.T) {
 	if appends < 6 {
 		t.Errorf("store.append spans = %d, want at least 6", appends)
 	}
+	if apiAppends != 1 {
+		t.Errorf("store.append spans under the send request = %d, want 1", apiAppends)
+	}
 	if sendSpan == nil {
 		t.Fatal("no span for the send request")
+	}
+	for _, s := range ended {
+		if s.Name() == "invoke_agent a" && s.Parent().SpanID() != sendSpan.SpanContext().SpanID() {
+			t.Errorf("invoke_agent's parent = %q, want the send request that started the turn", parentName(s))
+		}
 	}
 	if got := sendSpan.SpanContext().TraceID().String(); got != traceID {
 		t.Errorf("send span trace = %s, want the caller's %s", got, traceID)
