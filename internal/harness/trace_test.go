@@ -49,7 +49,7 @@ func TestCustomToolSpan(t *testing.T) {
 			}
 			a := map[attribute.Key]string{}
 			for _, kv := range s.Attributes() {
-				a[kv.Key] = kv.Value.Emit()
+				a[kv.Key] = kv.Value.AsString()
 			}
 			if a["corral.tool.route"] != "client" || a["gen_ai.tool.call.id"] != use.ID {
 				t.Errorf("custom tool span attributes %v", a)
