@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -177,13 +178,14 @@ func (o *otlpReceiver) spans() []*tracepb.Span {
 // its span joins the turn's trace: `corral serve` (OTLP/HTTP) writes the agent.tool_use with the turn's
 // traceparent; the worker (OTLP/gRPC) parents its execute_tool span (and the sandbox.provision under it) on the
 // brain's invoke_agent span; its user.tool_result request is a child of its execute_tool span, and the brain
-// records the call as an execute_tool span of route worker, all in the caller's trace.
+// records the call as an execute_tool span of route worker, all in the caller's trace. The call times out on the
+// worker: its result says so (source hands, bwrap, timeout), and both tool spans fail with that source.
 func TestTracesWorker(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)
 	model := modeltest.NewServer(t)
 	model.Script(
-		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo traced"}`}}},
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo traced; sleep 30","timeout_ms":1000}`}}},
 		modeltest.Turn{Text: "Done."},
 	)
 	httpRcv := &otlpReceiver{}
@@ -222,6 +224,17 @@ func TestTracesWorker(t *testing.T) {
 	if count(events, "user.tool_result") != 1 {
 		t.Fatalf("the worker did not answer the call: %v", types(events))
 	}
+	wantSrc := apitype.FailureSource{Component: apitype.ComponentHands, Backend: "bwrap", Reason: apitype.ReasonTimeout}
+	for _, e := range events {
+		if e["type"] == "user.tool_result" {
+			b, _ := json.Marshal(e["source"])
+			var src apitype.FailureSource
+			_ = json.Unmarshal(b, &src)
+			if e["is_error"] != true || src != wantSrc {
+				t.Errorf("worker's result: is_error %v source %s, want %+v", e["is_error"], b, wantSrc)
+			}
+		}
+	}
 	stopAndWait(t, worker)
 	stopAndWait(t, srv)
 
@@ -254,6 +267,17 @@ func TestTracesWorker(t *testing.T) {
 	for name, s := range map[string]*tracepb.Span{"run": run, "brain's tool span": brainTool, "worker's tool span": workerTool, "provisioning": provision} {
 		if !bytes.Equal(s.GetTraceId(), callerTrace[:]) {
 			t.Errorf("%s: trace %x, want the caller's %x", name, s.GetTraceId(), callerTrace[:])
+		}
+	}
+	for name, s := range map[string]*tracepb.Span{"brain's tool span": brainTool, "worker's tool span": workerTool} {
+		reason := ""
+		for _, kv := range s.GetAttributes() {
+			if kv.GetKey() == "corral.failure.reason" {
+				reason = kv.GetValue().GetStringValue()
+			}
+		}
+		if s.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR || reason != "timeout" {
+			t.Errorf("%s: status %v, corral.failure.reason %q; want an error, timeout", name, s.GetStatus(), reason)
 		}
 	}
 	if !bytes.Equal(workerTool.GetParentSpanId(), run.GetSpanId()) {

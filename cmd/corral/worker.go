@@ -418,7 +418,8 @@ func (w *worker) runCall(ctx context.Context, tc *client.Client, recipe sandbox.
 	}
 	ctx, span := w.startToolSpan(ctx, sessionID, c)
 	res, err := w.pool.Execute(ctx, &sandbox.Call{Recipe: recipe, Name: c.name, Input: input, OnProvision: w.provisionSpan(ctx)})
-	endWorkerToolSpan(span, w.pool.Backend(), res, err)
+	src := workerFailure(w.pool.Backend(), res, err)
+	endWorkerToolSpan(span, src, res, err)
 	if ctx.Err() != nil {
 		return ctx.Err() // the lease is gone or the worker stops: the server settles the call
 	}
@@ -429,7 +430,7 @@ func (w *worker) runCall(ctx context.Context, tc *client.Client, recipe sandbox.
 	if len(content) == 0 {
 		content = []apitype.ContentBlock{apitype.TextBlock("(no output)")}
 	}
-	ev, err := apitype.MakeEvent(apitype.EventUserToolResult, apitype.UserToolResult{ToolUseID: c.id, Content: content, IsError: isErr || err != nil})
+	ev, err := apitype.MakeEvent(apitype.EventUserToolResult, apitype.UserToolResult{ToolUseID: c.id, Content: content, IsError: isErr || err != nil, Source: src})
 	if err != nil {
 		return err
 	}

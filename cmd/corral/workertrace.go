@@ -32,8 +32,9 @@ func (w *worker) startToolSpan(ctx context.Context, sessionID string, c *call) (
 		attribute.String("corral.sandbox.backend", w.pool.Backend())))
 }
 
-// endWorkerToolSpan ends a call's span, failed in the hands when the sandbox (not the tool) failed.
-func endWorkerToolSpan(span trace.Span, backend string, res sandbox.Result, err error) {
+// workerFailure attributes a call that failed in this worker's hands (nil: the tool's own error, or none); it
+// goes on the span and on the user.tool_result.
+func workerFailure(backend string, res sandbox.Result, err error) *apitype.FailureSource {
 	reason := apitype.FailureReason("")
 	switch {
 	case errors.Is(err, sandbox.ErrLimit):
@@ -48,16 +49,24 @@ func endWorkerToolSpan(span trace.Span, backend string, res sandbox.Result, err 
 		reason = apitype.ReasonTimeout
 	case res.IsError && res.Failure == sandbox.FailureLimit:
 		reason = apitype.ReasonLimitHit
-	case res.IsError:
-		span.SetAttributes(attribute.Bool("corral.tool.is_error", true))
+	default:
+		return nil
 	}
-	if reason != "" {
-		span.SetAttributes(failureAttrs(apitype.ComponentHands, backend, reason)...)
-		msg := string(reason)
+	return &apitype.FailureSource{Component: apitype.ComponentHands, Backend: backend, Reason: reason}
+}
+
+// endWorkerToolSpan ends a call's span, failed in the hands when the sandbox (not the tool) failed (src).
+func endWorkerToolSpan(span trace.Span, src *apitype.FailureSource, res sandbox.Result, err error) {
+	switch {
+	case src != nil:
+		span.SetAttributes(failureAttrs(src.Component, src.Backend, src.Reason)...)
+		msg := string(src.Reason)
 		if err != nil {
 			msg = err.Error()
 		}
 		span.SetStatus(codes.Error, msg)
+	case res.IsError:
+		span.SetAttributes(attribute.Bool("corral.tool.is_error", true))
 	}
 	span.End()
 }
