@@ -20,6 +20,7 @@ var envReaders = map[string]string{
 	"internal/sandbox/sandboxtest/gitrepo.go":     "test kit",
 	"internal/sandbox/sandboxtest/gitserver.go":   "test kit",
 	"internal/blob/s3/s3test/s3test.go":           "test kit",
+	"internal/image/imagetest/imagetest.go":       "test kit",
 	"internal/sandbox/agent/main.go":              "the in-sandbox agent's main: its environment is the sandbox's",
 }
 

@@ -30,6 +30,10 @@ var ErrLimit = errors.New("sandbox limit reached")
 // ErrProvision is returned (wrapped) by Pool.Execute when no sandbox could be provisioned for the call.
 var ErrProvision = errors.New("sandbox provisioning failed")
 
+// ErrRootFSUnsupported is returned (wrapped) by the Provision of a backend that cannot give a sandbox a root
+// of its own (process) for a Recipe with a RootFS.
+var ErrRootFSUnsupported = errors.New("this sandbox backend cannot run a sandbox on an environment image")
+
 // Provider provisions sandboxes of one backend (bwrap, runc, gvisor, process).
 type Provider interface {
 	// Name is the backend's name, as in --sandbox.
@@ -85,7 +89,14 @@ type Recipe struct {
 	// none is bound. It survives re-provisioning, as the workspace does.
 	SessionDir  string
 	Environment apitype.EnvConfig
-	Resources   []apitype.Resource
+	// RootFS is the host directory of the read-only root filesystem the sandbox runs on: the environment's
+	// image (a plain directory tree: the base with the environment's packages). The isolating backends bind
+	// its top-level directories read-only in the sandbox (nothing of the host's /usr, libraries or /etc is then
+	// visible, and nothing the sandbox writes reaches it); the sandbox's own /proc, /dev, /tmp, /workspace,
+	// session mounts and agent are as without one. Empty: the host's /usr and a minimal copy of its /etc. The
+	// process backend refuses one (ErrRootFSUnsupported).
+	RootFS    string
+	Resources []apitype.Resource
 	// Skills are the agent's skills, placed (by the Placer) read-only under SkillsMount/<name>.
 	Skills []apitype.SkillRef
 	Limits Limits
@@ -136,6 +147,11 @@ type Egress struct {
 	// AllowInternal are the host:port pairs the operator trusts although they are internal addresses
 	// (corral serve --egress-allow-internal).
 	AllowInternal []string
+	// AllowHosts are hosts the sandbox may reach beyond its environment's allowed_hosts under limited
+	// networking, with the same rules (the package registries of allow_package_managers: "pypi.org", or a
+	// mirror's "host:port"; an internal one only if AllowInternal trusts it too). Unrestricted networking
+	// ignores them.
+	AllowHosts []string
 	// RootCAs, if set, verify the upstream TLS of the connections the host makes for the sandbox (clones,
 	// the git endpoint, intercepted HTTPS); nil means the system roots.
 	RootCAs *x509.CertPool
