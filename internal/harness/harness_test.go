@@ -522,9 +522,13 @@ func TestStalledModelCallRetried(t *testing.T) {
 	f.say(id, "hi")
 	evs := f.waitIdle(id, 1)
 	assertTypes(t, evs, userMsg, running, start, end, sessErr, resched, running, start, agentMsg, end, idle)
-	if e := decode[apitype.SessionError](t, evs[4]).Error; e.Type != apitype.SessionErrModelRequestFailed ||
+	e := decode[apitype.SessionError](t, evs[4]).Error
+	if e.Type != apitype.SessionErrModelRequestFailed ||
 		e.RetryStatus.Type != "retrying" || !strings.Contains(e.Message, "no complete answer within 300ms") {
 		t.Errorf("session.error = %+v", e)
+	}
+	if want := (apitype.FailureSource{Component: apitype.ComponentModel, Backend: "anthropic", Reason: apitype.ReasonTimeout}); e.Source == nil || *e.Source != want {
+		t.Errorf("stalled call's source = %+v, want %+v", e.Source, want)
 	}
 }
 
@@ -547,10 +551,14 @@ func TestRetriesExhausted(t *testing.T) {
 		start, end, sessErr, idle)
 	wantTypes := []string{apitype.SessionErrModelRequestFailed, apitype.SessionErrModelRateLimited, apitype.SessionErrModelOverloaded}
 	wantStatus := []apitype.RetryStatusType{"retrying", "retrying", "exhausted"}
+	wantReasons := []apitype.FailureReason{apitype.ReasonServerError, apitype.ReasonRateLimited, apitype.ReasonOverloaded}
 	for n, i := range []int{4, 9, 14} {
 		e := decode[apitype.SessionError](t, evs[i]).Error
 		if e.Type != wantTypes[n] || e.RetryStatus.Type != wantStatus[n] {
 			t.Errorf("session.error #%d = %+v", n, e)
+		}
+		if want := (apitype.FailureSource{Component: apitype.ComponentModel, Backend: "anthropic", Reason: wantReasons[n]}); e.Source == nil || *e.Source != want {
+			t.Errorf("session.error #%d source = %+v, want %+v", n, e.Source, want)
 		}
 	}
 	assertStop(t, evs[15], apitype.StopRetriesExhausted)
@@ -578,6 +586,9 @@ func TestNoCredentials(t *testing.T) {
 	assertStop(t, evs[5], apitype.StopRetriesExhausted)
 	if n := len(f.srv.Requests()); n != 0 {
 		t.Errorf("%d requests reached the model without credentials", n)
+	}
+	if want := (apitype.FailureSource{Component: apitype.ComponentModel, Backend: "anthropic", Reason: apitype.ReasonAuth}); e.Source == nil || *e.Source != want {
+		t.Errorf("source = %+v, want %+v", e.Source, want)
 	}
 }
 
@@ -806,8 +817,12 @@ func TestUnavailableHands(t *testing.T) {
 	if use := decode[apitype.AgentToolUse](t, evs[3]); use.EvaluatedPermission != "allow" {
 		t.Errorf("tool use = %+v", use)
 	}
-	if res := decode[apitype.AgentToolResult](t, evs[5]); !res.IsError || resultText(res) != reason {
+	res := decode[apitype.AgentToolResult](t, evs[5])
+	if !res.IsError || resultText(res) != reason {
 		t.Errorf("result = %+v, want the reason %q", res, reason)
+	}
+	if want := (apitype.FailureSource{Component: apitype.ComponentHands, Backend: "unavailable", Reason: apitype.ReasonUnavailable}); res.Source == nil || *res.Source != want {
+		t.Errorf("result source = %+v, want %+v", res.Source, want)
 	}
 	if n := len(f.srv.Requests()[0].Tools); n != len(agent.Tools()) {
 		t.Errorf("offered %d tools, want the %d the hands declare", n, len(agent.Tools()))
