@@ -391,6 +391,14 @@ func TestMCPServerErrors(t *testing.T) {
 		if e.Type == sessErr {
 			se := decode[apitype.SessionError](t, e)
 			got[se.Error.MCPServerName] = se.Error.Type
+			reason := apitype.ReasonConnectionFailed
+			if se.Error.Type == apitype.SessionErrMCPAuthentication {
+				reason = apitype.ReasonAuth
+			}
+			want := apitype.FailureSource{Component: apitype.ComponentProxy, Backend: se.Error.MCPServerName, Reason: reason}
+			if src := se.Error.Source; src == nil || *src != want {
+				t.Errorf("%s: source %+v, want %+v", se.Error.MCPServerName, src, want)
+			}
 		}
 	}
 	if got["down"] != apitype.SessionErrMCPConnection || got["locked"] != apitype.SessionErrMCPAuthentication {
