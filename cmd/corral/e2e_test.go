@@ -452,6 +452,7 @@ func TestServeCrashMidModelCall(t *testing.T) {
 	events := waitIdle(t, s2.client(), id)
 	t.Logf("resumed and finished %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
 	assertOneTurn(t, events, "The complete answer.")
+	assertCrashRecovered(t, events)
 }
 
 // assertOneTurn checks a log that a crash or a handover went through: sound, with exactly one user message and
@@ -516,5 +517,32 @@ func TestServeSIGTERM(t *testing.T) {
 
 	model.Script(modeltest.Turn{Text: "Resumed."})
 	s2 := startServer(t, data, model, "--lease-ttl", "30s")
-	assertOneTurn(t, waitIdle(t, s2.client(), id), "Resumed.")
+	events := waitIdle(t, s2.client(), id)
+	assertOneTurn(t, events, "Resumed.")
+	if n := count(events, "session.error"); n != 0 {
+		t.Errorf("a turn handed back by a graceful stop resumed with %d session.error, want none: %v", n, types(events))
+	}
+}
+
+// assertCrashRecovered checks that the log says a brain resumed the turn after another crashed: one
+// session.error whose source is the brain, crash_recovered.
+func assertCrashRecovered(t *testing.T, events []map[string]any) {
+	t.Helper()
+	n := 0
+	for _, e := range events {
+		if e["type"] != "session.error" {
+			continue
+		}
+		n++
+		b, _ := json.Marshal(e["error"])
+		var body apitype.SessionErrorBody
+		_ = json.Unmarshal(b, &body)
+		want := apitype.FailureSource{Component: apitype.ComponentBrain, Reason: apitype.ReasonCrashRecovered}
+		if body.Source == nil || *body.Source != want {
+			t.Errorf("session.error after the crash = %s, want source %+v", b, want)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d session.error events after the crash, want 1: %v", n, types(events))
+	}
 }

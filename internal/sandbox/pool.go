@@ -224,6 +224,9 @@ func (p *Pool) recipe(call *Call) (Recipe, error) {
 
 var _ Provisioner = (*Pool)(nil)
 
+// Backend is the name of the pool's sandbox backend (its Provider's).
+func (p *Pool) Backend() string { return p.cfg.Provider.Name() }
+
 // Provision provisions the session's sandbox now, without a tool call, if it has none, and waits until the new
 // sandbox is ready: it answers a no-op call (bash "true"), as a coupled design's container is ready to run tools
 // before the first model call. An existing sandbox is only marked used. Provision exists for comparing with a
@@ -357,7 +360,7 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 			err = fmt.Errorf("%w: %w", ctxErr, err)
 		}
 		p.cfg.Logger.Error("sandbox provisioning failed", "session", r.SessionID, "backend", backend, "err", err)
-		return nil, unplaced, fmt.Errorf("provision %s sandbox: %w", backend, err)
+		return nil, unplaced, fmt.Errorf("%w: %s sandbox: %w", ErrProvision, backend, err)
 	}
 	p.cfg.Logger.Info("sandbox provisioned", "session", r.SessionID, "backend", backend, "duration", d)
 	return sb, unplaced, nil

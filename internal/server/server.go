@@ -189,6 +189,19 @@ func New(cfg Config) (*Server, error) {
 	default:
 		hands = sandbox.Unavailable(sc.Tools, "Built-in tools cannot run on this server: no sandbox backend is configured (--sandbox none).")
 	}
+	if cfg.Metrics != nil {
+		st := cfg.Store
+		cfg.Metrics.StoreCounts(func(ctx context.Context) (map[string]int, int, error) {
+			c, err := st.Stats(ctx)
+			if err != nil {
+				return nil, 0, err
+			}
+			return c.Sessions, c.WorkQueued, nil
+		})
+		if co, ok := st.(store.CommitsObserved); ok {
+			co.ObserveCommits(cfg.Metrics.Commits())
+		}
+	}
 	// undo releases what was built when a later part fails: nothing runs yet.
 	undo := func(err error) (*Server, error) {
 		if s.pool != nil {

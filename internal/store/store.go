@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -34,6 +35,39 @@ var (
 	ErrClosed = errors.New("store closed")
 )
 
+// CommitObserver is told the size of each group commit of an adapter's write batcher: how many writes (appends
+// and other writes) went into one transaction. Its method must be cheap and safe for concurrent use.
+type CommitObserver interface {
+	GroupCommit(writes int)
+}
+
+// CommitsObserved is implemented by adapters that group writes into commits (sqlite and postgres): they report
+// each group to the observer they are given (nil: none).
+type CommitsObserved interface {
+	ObserveCommits(CommitObserver)
+}
+
+// CommitHook holds an adapter's CommitObserver; the zero value observes nothing.
+type CommitHook struct {
+	o atomic.Pointer[CommitObserver]
+}
+
+// Set sets the observer (nil: none).
+func (h *CommitHook) Set(o CommitObserver) {
+	if o == nil {
+		h.o.Store(nil)
+		return
+	}
+	h.o.Store(&o)
+}
+
+// Commit reports a group commit of n writes.
+func (h *CommitHook) Commit(n int) {
+	if o := h.o.Load(); o != nil {
+		(*o).GroupCommit(n)
+	}
+}
+
 // Store is everything Corral keeps durably.
 type Store interface {
 	AgentStore
@@ -48,11 +82,26 @@ type Store interface {
 	EnvironmentKeyStore
 	FileStore
 	SkillStore
+	StatsStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities
 	// Close releases the store's connections and goroutines.
 	Close() error
+}
+
+// StatsStore counts what the metrics show at each scrape.
+type StatsStore interface {
+	// Stats counts the sessions by status (archived ones left out) and the work items waiting for a worker.
+	Stats(ctx context.Context) (*Stats, error)
+}
+
+// Stats are the counts of StatsStore.Stats.
+type Stats struct {
+	// Sessions counts the sessions not archived, by status (idle, running, rescheduling, terminated).
+	Sessions map[string]int
+	// WorkQueued counts the work items of every self-hosted environment that are queued and not delivered.
+	WorkQueued int
 }
 
 // Capabilities describes an adapter.

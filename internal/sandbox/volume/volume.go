@@ -193,9 +193,9 @@ func (v *Volumes) sweep() {
 			continue // held: another live server's mount
 		}
 		if err := unmount(dir); err != nil {
-			v.cfg.Logger.Warn("workspace left mounted by a server that is gone could not be unmounted", "dir", dir, "err", err)
+			v.cfg.Logger.Warn("workspace left mounted by a server that is gone could not be unmounted", "dir", dir, "session", sessionOf(dir), "err", err)
 		} else {
-			v.cfg.Logger.Info("unmounted a workspace a server that is gone left mounted", "dir", dir)
+			v.cfg.Logger.Info("unmounted a workspace a server that is gone left mounted", "dir", dir, "session", sessionOf(dir))
 		}
 		lock.Close()
 	}
@@ -240,7 +240,7 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 			return err
 		} else if plain {
 			// Files from before quotas: mounting over them would hide them.
-			v.cfg.Logger.Warn("workspace from before quotas has no image: it is used without a quota", "dir", dir)
+			v.cfg.Logger.Warn("workspace from before quotas has no image: it is used without a quota", "dir", dir, "session", sessionOf(dir))
 			e.plain = true
 			return nil
 		}
@@ -295,7 +295,7 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 	_ = os.Remove(filepath.Join(dir, "lost+found"))
 	e.lock = lock
 	v.setAttached(dir, true)
-	v.cfg.Logger.Debug("workspace mounted", "dir", dir)
+	v.cfg.Logger.Debug("workspace mounted", "dir", dir, "session", sessionOf(dir))
 	return nil
 }
 
@@ -574,4 +574,13 @@ func nonEmptyDir(dir string) (bool, error) {
 		return false, err
 	}
 	return len(names) > 0, nil
+}
+
+// sessionOf is the session whose workspace or session directory dir is (named for the session, as the sandbox
+// pool lays them out), or "" for another directory: log lines about a session carry its id.
+func sessionOf(dir string) string {
+	if base := filepath.Base(dir); strings.HasPrefix(base, "sesn_") {
+		return base
+	}
+	return ""
 }

@@ -89,6 +89,9 @@ type Store struct {
 	closeOnce  sync.Once
 	closeErr   error
 
+	// commits reports group commits (ObserveCommits).
+	commits store.CommitHook
+
 	// wstmts caches statements prepared on the writer connection; only the writer goroutine touches it.
 	wstmts    map[string]*sql.Stmt
 	toPrepare []string

@@ -394,3 +394,82 @@ func testEnvironmentKeys(t *testing.T, h Harness) {
 		t.Fatalf("revoked key listed as %+v", list)
 	}
 }
+
+func testStats(t *testing.T, h Harness) {
+	s := h.open(t)
+	st, err := s.Stats(ctxBg)
+	must(t, err, "stats of an empty store")
+	equal(t, len(st.Sessions), 0, "sessions of an empty store")
+	equal(t, st.WorkQueued, 0, "work queued in an empty store")
+
+	env := apitype.NewID(apitype.PrefixEnvironment)
+	now := apitype.Now()
+	queueSession(t, s, env, now)
+	queueSession(t, s, env, now)
+	idle := createSession(t, s)
+	archived := createSession(t, s)
+	_, err = s.SessionUpdate(ctxBg, archived.ID, func(sess *apitype.Session) error {
+		at := apitype.Now()
+		sess.ArchivedAt = &at
+		return nil
+	})
+	must(t, err, "archive")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: idle.ID, Events: []apitype.NewEvent{userMessage("hi")},
+		Status: apitype.StatusRunning})
+	must(t, err, "append running")
+	_, err = poll(s, env, "w1", "t1", 5*time.Second, now)
+	must(t, err, "poll")
+
+	st, err = s.Stats(ctxBg)
+	must(t, err, "stats")
+	total := 0
+	for _, n := range st.Sessions {
+		total += n
+	}
+	equal(t, total, 3, "sessions counted (the archived one left out)")
+	equal(t, st.Sessions[apitype.StatusRunning], 1, "running sessions")
+	equal(t, st.Sessions[apitype.StatusIdle], 2, "idle sessions")
+	equal(t, st.WorkQueued, 1, "work queued and not delivered")
+}
+
+// commitSizes records the group commits an adapter reports.
+type commitSizes struct {
+	mu     sync.Mutex
+	writes int
+	groups int
+}
+
+func (c *commitSizes) GroupCommit(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes += n
+	c.groups++
+}
+
+func testGroupCommits(t *testing.T, h Harness) {
+	s := h.open(t)
+	co, ok := s.(store.CommitsObserved)
+	if !ok {
+		t.Skip("this adapter does not group writes into commits")
+	}
+	sess := createSession(t, s)
+	obs := &commitSizes{}
+	co.ObserveCommits(obs)
+	const n = 40
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{userMessage("x")}})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	co.ObserveCommits(nil)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.groups == 0 || obs.groups > n || obs.writes < n {
+		t.Errorf("%d concurrent appends reported as %d writes in %d groups; want at least %d writes in 1..%d groups", n, obs.writes, obs.groups, n, n)
+	}
+}
