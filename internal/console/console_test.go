@@ -554,6 +554,8 @@ func TestConsole(t *testing.T) {
 	e.message(failed, "Summarise the report.")
 	e.open("/sessions/" + failed)
 	e.wait("retries exhausted", transcriptHas("gave up after retries")+` && !!document.querySelector('#waterfall .wf-failure')`)
+	// The server names the part that failed (error.source), and the console shows it where it failed.
+	e.wait("failed in the model", `!!document.querySelector('#waterfall .wf-failure .comp-model')`)
 	e.shot("session-failed-model")
 	e.scheme("dark")
 	e.shot("session-failed-model-dark")
@@ -576,6 +578,7 @@ func TestConsole(t *testing.T) {
 		}
 	}
 	e.wait("hands failure", transcriptHas("The sandbox died under me")+` && !!document.querySelector('#waterfall .wf-row.failed')`)
+	e.wait("failed in the hands, in bwrap", `!!document.querySelector('#waterfall .wf-failure .comp-hands') && document.querySelector('#waterfall .wf-failure .source').textContent.includes('sandbox_died') && !!document.querySelector('#transcript .result.is-error .comp-hands')`)
 	e.shot("session-failed-hands")
 
 	// The sessions list: filters, live statuses.

@@ -8,7 +8,7 @@ export const SPAN_TYPES = ['span.model_request_start', 'span.model_request_end',
 
 const COMPONENTS = {
   model: 'the model', hands: 'the hands (sandbox)', proxy: 'the proxy (egress)', store: 'the store',
-  brain: 'the brain', client: 'the client (bad input)',
+  brain: 'the brain', client: 'the client (bad input)', api: 'the API server',
 };
 
 // blocksText is the text of content blocks (others named by their type).
@@ -66,7 +66,8 @@ function toolCard(ev, kind, title, input, pending) {
 function resultBlock(ev) {
   return h('div', {class: `result${ev.is_error ? ' is-error' : ''}`},
     h('div', {class: 'ev-head'}, h('span', {class: 'role'}, ev.is_error ? 'Error result' : 'Result'), h('span', {class: 'spacer'}), stamp(ev)),
-    h('div', {class: 'result-body'}, blocks(ev.content)));
+    h('div', {class: 'result-body'}, blocks(ev.content)),
+    ev.is_error ? errorSource(ev) : null);
 }
 
 // attach puts a result (or confirmation) into the card of its call if that card is in root; it reports
