@@ -288,6 +288,9 @@ const (
 	SessionErrMCPConnection      = "mcp_connection_failed_error"
 	SessionErrMCPAuthentication  = "mcp_authentication_failed_error"
 	SessionErrBilling            = "billing_error"
+	// SessionErrEnvironmentBuild is Corral's: the environment's image (its packages) failed to build, so the
+	// session's tools cannot run; the message names the package and why.
+	SessionErrEnvironmentBuild = "environment_build_failed_error"
 )
 
 // SpanModelRequestEnd is the payload of span.model_request_end.
