@@ -272,6 +272,10 @@ type SessionErrorBody struct {
 	RepositoryURL *string `json:"repository_url,omitempty"`
 	// MCPServerName names the server of an mcp_* error.
 	MCPServerName string `json:"mcp_server_name,omitempty"`
+	// PackageManager and Package name what failed in an environment_build_failed_error (Corral's), when the
+	// failure is one package's.
+	PackageManager string `json:"package_manager,omitempty"`
+	Package        string `json:"package,omitempty"`
 }
 
 // RetryStatus says what follows a session error.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -88,6 +89,9 @@ func (r *run) provisionReporter(parent context.Context) func(sandbox.ProvisionRe
 			ev = mustEvent(apitype.EventSpanSandboxProvisionEnd, end)
 		}
 		events := append([]apitype.NewEvent{ev}, resourceErrors(p.ResourceErrors)...)
+		if ie := (*sandbox.ImageError)(nil); p.Done && errors.As(p.Err, &ie) {
+			events = append(events, imageError(ie))
+		}
 		out, err := r.appendRaw(&store.EventAppendParams{Events: events})
 		if err != nil {
 			r.b.cfg.Logger.Warn("provision span not logged", "session", r.sess.ID, "err", err)
@@ -115,6 +119,18 @@ func resourceErrors(errs []*sandbox.ResourceError) []apitype.NewEvent {
 		events = append(events, mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}))
 	}
 	return events
+}
+
+// imageError is the session.error of a sandbox that could not be provisioned because the environment's image
+// failed to build: it names the package and why. The session goes on (retrying): the tool call gets an error
+// result, and the next one tries again (a fixed package list builds anew).
+func imageError(e *sandbox.ImageError) apitype.NewEvent {
+	return mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
+		Type:           apitype.SessionErrEnvironmentBuild,
+		Message:        e.Error(),
+		RetryStatus:    apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+		PackageManager: e.Manager, Package: e.Package,
+	}})
 }
 
 // provisionEagerly, with Config.EagerHands, makes sure the session's sandbox exists before the model call, the

@@ -68,7 +68,14 @@ type Recipe struct {
 	// none is bound. It survives re-provisioning, as the workspace does.
 	SessionDir  string
 	Environment apitype.EnvConfig
-	Resources   []apitype.Resource
+	// RootFS is the host directory of the read-only root filesystem the sandbox runs on: the environment's
+	// image (a plain directory tree: the base with the environment's packages). The isolating backends bind
+	// its top-level directories read-only in the sandbox (nothing of the host's /usr, libraries or /etc is then
+	// visible, and nothing the sandbox writes reaches it); the sandbox's own /proc, /dev, /tmp, /workspace,
+	// session mounts and agent are as without one. Empty: the host's /usr and a minimal copy of its /etc. The
+	// process backend refuses one (ErrRootFSUnsupported).
+	RootFS    string
+	Resources []apitype.Resource
 	// Skills are the agent's skills, placed (by the Placer) read-only under SkillsMount/<name>.
 	Skills []apitype.SkillRef
 	Limits Limits
