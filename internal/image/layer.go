@@ -271,6 +271,7 @@ func buildVolumes(c LayerConfig) (*volume.Volumes, error) {
 	if v := vols[k]; v != nil {
 		return v, nil
 	}
+	sweepBuilds(c.Dir)
 	if err := volume.Available(""); err != nil {
 		return nil, err
 	}
@@ -281,6 +282,25 @@ func buildVolumes(c LayerConfig) (*volume.Volumes, error) {
 	}
 	vols[k] = v
 	return v, nil
+}
+
+// sweepBuilds unmounts the overlays of the builds under dir/builds whose process is gone (their key's build
+// lock is free): a server killed mid-build leaves them; the volumes under them are volume.New's to sweep.
+func sweepBuilds(dir string) {
+	entries, _ := os.ReadDir(filepath.Join(dir, "builds"))
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), ".build-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		key, _, _ := strings.Cut(rest, "-")
+		unlock, free := tryLock(filepath.Join(dir, "images", key+".lock"))
+		if !free {
+			continue
+		}
+		_ = syscall.Unmount(filepath.Join(dir, "builds", e.Name(), "merged"), syscall.MNT_DETACH)
+		unlock()
+	}
 }
 
 // builderBase returns the copy of base the builds use as their overlay's lower layer: the same tree owned by

@@ -50,10 +50,10 @@ type Registries struct {
 	mirrors map[string]string
 }
 
-// Set points manager at a mirror URL (the --package-registry flag's MANAGER=URL). For apt the URL is a Debian
+// SetMirror points manager at a mirror URL (the --package-registry flag's MANAGER=URL). For apt the URL is a Debian
 // mirror (as in sources.list), for pip a simple index, for npm a registry, for cargo a sparse or git index, for
 // gem a gem source, for go a GOPROXY (the checksum database is then off: a mirror is trusted as the proxy).
-func (r *Registries) Set(manager, rawURL string) error {
+func (r *Registries) SetMirror(manager, rawURL string) error {
 	if !slices.Contains(Managers, manager) {
 		return fmt.Errorf("package registry: unknown package manager %q (one of %s)", manager, strings.Join(Managers, ", "))
 	}
@@ -68,13 +68,13 @@ func (r *Registries) Set(manager, rawURL string) error {
 	return nil
 }
 
-// ParseFlag sets one MANAGER=URL pair.
-func (r *Registries) ParseFlag(v string) error {
+// Set sets one MANAGER=URL pair (flag.Value: --package-registry).
+func (r *Registries) Set(v string) error {
 	m, u, ok := strings.Cut(v, "=")
 	if !ok {
 		return fmt.Errorf("package registry %q: want MANAGER=URL", v)
 	}
-	return r.Set(strings.TrimSpace(m), strings.TrimSpace(u))
+	return r.SetMirror(strings.TrimSpace(m), strings.TrimSpace(u))
 }
 
 // String lists the mirrors as MANAGER=URL pairs (flag.Value).

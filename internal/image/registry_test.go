@@ -16,10 +16,10 @@ func TestRegistries(t *testing.T) {
 	if len(r.Env(image.Pip, image.Go)) != 0 {
 		t.Errorf("defaults need no variables: %v", r.Env(image.Pip, image.Go))
 	}
-	if err := r.ParseFlag("pip=http://127.0.0.1:8081/simple/"); err != nil {
+	if err := r.Set("pip=http://127.0.0.1:8081/simple/"); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.ParseFlag("go=https://goproxy.example"); err != nil {
+	if err := r.Set("go=https://goproxy.example"); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.Hosts(image.Pip, image.Go, image.Pip); !slices.Equal(got, []string{"127.0.0.1:8081", "goproxy.example:443"}) {
@@ -32,14 +32,14 @@ func TestRegistries(t *testing.T) {
 	if got := r.String(); got != "pip=http://127.0.0.1:8081/simple,go=https://goproxy.example" {
 		t.Errorf("String = %q", got)
 	}
-	if err := r.ParseFlag("apt=http://mirror.example/debian"); err != nil {
+	if err := r.Set("apt=http://mirror.example/debian"); err != nil {
 		t.Fatal(err)
 	}
 	if f := r.Files("bookworm", image.Apt)["/etc/apt/sources.list"]; f != "deb http://mirror.example/debian bookworm main\n" {
 		t.Errorf("sources.list = %q", f)
 	}
 	for _, bad := range []string{"pip", "yum=http://x", "npm=ftp://x", "npm=", "npm=http://"} {
-		if err := r.ParseFlag(bad); err == nil {
+		if err := r.Set(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		} else if !strings.Contains(err.Error(), "package registry") {
 			t.Errorf("%q: %v", bad, err)

@@ -64,7 +64,7 @@ func script(c LayerConfig, l List) string {
 	if len(l[Npm]) > 0 {
 		reg := orDefault(c.Registries.Get(Npm).URL, "https://registry.npmjs.org")
 		fmt.Fprintf(&b, "step npm %s\nmkdir -p /usr/local/lib/node_modules/npm /usr/local/bin\ncurl -fsSL --retry 2 %s | tar -xz --strip-components=1 --no-same-owner -C /usr/local/lib/node_modules/npm\nln -sf ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm\nln -sf ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx\nmkdir -p /usr/etc\necho prefix=/usr/local > /usr/etc/npmrc\n",
-			quote("npm "+c.NpmVersion), quote(fmt.Sprintf("%s/npm/-/npm-%s.tgz", reg, c.NpmVersion)))
+			quote("toolchain npm "+c.NpmVersion), quote(fmt.Sprintf("%s/npm/-/npm-%s.tgz", reg, c.NpmVersion)))
 	}
 	for _, p := range l[Npm] {
 		fmt.Fprintf(&b, "step npm %s\nnpm install --global --no-fund --no-audit --no-update-notifier %s\n", quote(p), quote(p))
@@ -95,6 +95,7 @@ func script(c LayerConfig, l List) string {
 		fmt.Fprintf(&b, "step go %s\ncurl -fsSL --retry 2 -o /tmp/go.zip %s\npython3 -c %s\nrm -f /tmp/go.zip\n",
 			quote("toolchain "+c.GoVersion), quote(zip), quote(unzipGo))
 		b.WriteString("ln -sf ../go/bin/go /usr/local/bin/go\nln -sf ../go/bin/gofmt /usr/local/bin/gofmt\n")
+		fmt.Fprintf(&b, "export GOPROXY=%s\n", quote(proxy))
 		b.WriteString("export GOTOOLCHAIN=local GOBIN=/usr/local/bin GOPATH=/tmp/gopath GOCACHE=/tmp/gocache GOFLAGS=-modcacherw\n")
 		for _, p := range l[Go] {
 			fmt.Fprintf(&b, "step go %s\ngo install %s\n", quote(p), quote(p))
@@ -237,10 +238,14 @@ func runBuild(ctx context.Context, c LayerConfig, l List, scratch, merged string
 	if manager == Apt && pkg != "update" {
 		be.Package = aptCulprit(output, l[Apt])
 	}
-	if manager == Go && strings.HasPrefix(pkg, "toolchain ") {
+	toolchain, isToolchain := strings.CutPrefix(pkg, "toolchain ")
+	if isToolchain {
 		be.Package = ""
 	}
 	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && strings.Contains(output, "No space left on device"):
+		// Some clients (apt's update) hang on a full disk instead of failing.
+		be.Message = fmt.Sprintf("the build ran past its disk limit (%d MiB): %s", c.DiskBytes>>20, strings.TrimSpace(tail(output, 1500)))
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		be.Message = fmt.Sprintf("the build ran past its time limit (%s)", c.Timeout)
 	case ctx.Err() != nil:
@@ -249,6 +254,9 @@ func runBuild(ctx context.Context, c LayerConfig, l List, scratch, merged string
 		be.Message = fmt.Sprintf("the builder did not start: %v: %s", err, strings.TrimSpace(tail(output, 1024)))
 	default:
 		be.Message = classify(manager, pkg, output, c)
+	}
+	if isToolchain {
+		be.Message = "installing its toolchain (" + toolchain + "): " + be.Message
 	}
 	return be
 }
@@ -269,12 +277,8 @@ func classify(manager, pkg, output string, c LayerConfig) string {
 	switch {
 	case has("No space left on device", "ENOSPC", "Disk quota exceeded"):
 		why = fmt.Sprintf("the build ran past its disk limit (%d MiB)", c.DiskBytes>>20)
-	case has("403 Forbidden", "destination not allowed", "not in the environment's allowed_hosts", "resolves to an internal address"):
+	case has("destination not allowed", "not in the environment's allowed_hosts", "resolves to an internal address", "403  Forbidden [IP: 127.0.0.1 3128]"):
 		why = "the registry could not be reached: the builder's proxy refused the destination (only the registries of " + strings.Join(c.Registries.Hosts(manager), ", ") + " are open)"
-	case has("Could not resolve", "Temporary failure resolving", "Failed to fetch", "ECONNREFUSED", "ENOTFOUND", "ETIMEDOUT", "EAI_AGAIN",
-		"Connection refused", "connection reset", "Could not fetch URL", "ProxyError", "Network is unreachable", "502 Bad Gateway",
-		"Unable to connect", "curl: (7)", "curl: (6)", "curl: (56)", "Could not connect", "dial tcp", "Errno::ECONNREFUSED", "SocketError"):
-		why = "the registry could not be reached"
 	case manager == Apt && has("Unable to locate package", "has no installation candidate"):
 		why = "unknown package"
 	case manager == Apt && has("Version '", "was not found"):
@@ -287,12 +291,12 @@ func classify(manager, pkg, output string, c LayerConfig) string {
 		why = "unknown package (or no version of it for this Python)"
 	case manager == Pip && has("No matching distribution found", "Could not find a version that satisfies"):
 		why = "no such version"
-	case manager == Go && has("invalid version", "unknown revision", "no matching versions"):
-		why = "no such version"
-	case manager == Go && has("404 Not Found", "410 Gone", "not found", "malformed module path", "cannot find module"):
-		why = "unknown package"
 	case manager == Go && has("requires go >="):
 		why = "the module needs a newer Go than the image's " + c.GoVersion
+	case manager == Go && has("invalid version", "unknown revision", "no matching versions", "module version is not available"):
+		why = "no such version"
+	case manager == Go && has("404 Not Found", "410 Gone", "malformed module path", "cannot find module", "not a main package", "module does not contain package"):
+		why = "unknown package"
 	case manager == Cargo && has("could not find", "does not have a version"):
 		if has("does not have a version", "with version") {
 			why = "no such version"
@@ -305,6 +309,10 @@ func classify(manager, pkg, output string, c LayerConfig) string {
 		} else {
 			why = "unknown package"
 		}
+	case has("Could not resolve", "Temporary failure resolving", "Failed to fetch", "ECONNREFUSED", "ENOTFOUND", "ETIMEDOUT", "EAI_AGAIN",
+		"Connection refused", "connection reset", "Could not fetch URL", "ProxyError", "Network is unreachable", "502 Bad Gateway",
+		"Unable to connect", "curl: (7)", "curl: (6)", "curl: (56)", "curl: (22)", "Could not connect", "dial tcp", "Errno::ECONNREFUSED", "SocketError"):
+		why = "the registry could not be reached"
 	default:
 		why = "the install failed"
 	}
