@@ -16,8 +16,8 @@ import (
 const BridgeExecArg = "bridge-exec"
 
 // bridgeExec bridges ProxyListenAddr to the proxy socket, runs the command with the proxy variables set, and
-// returns its exit status.
-func bridgeExec(args []string) int {
+// returns its exit status; env is the command's environment without the proxy.
+func bridgeExec(args, env []string) int {
 	if len(args) < 2 {
 		fmt.Fprintln(os.Stderr, "corral-sandbox-agent: bridge-exec SOCKET COMMAND [ARG...]")
 		return 2
@@ -33,7 +33,7 @@ func bridgeExec(args []string) int {
 	go serveBridge(ctx, ln, args[0])
 	cmd := exec.Command(args[1], args[2:]...)
 	proxy := "http://" + ProxyListenAddr
-	cmd.Env = append(os.Environ(), "http_proxy="+proxy, "https_proxy="+proxy, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy,
+	cmd.Env = append(env, "http_proxy="+proxy, "https_proxy="+proxy, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy,
 		"no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
