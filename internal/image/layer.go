@@ -214,8 +214,8 @@ func build(ctx context.Context, c LayerConfig, base Base, l List, key, final str
 		}
 		_ = os.RemoveAll(scratch)
 	}()
-	upper, work, merged := filepath.Join(scratch, "upper"), filepath.Join(scratch, "work"), filepath.Join(scratch, "merged")
-	for _, d := range []string{upper, work, merged} {
+	upper, work := filepath.Join(scratch, "upper"), filepath.Join(scratch, "work")
+	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return fmt.Errorf("image: %w", err)
 		}
@@ -223,23 +223,21 @@ func build(ctx context.Context, c LayerConfig, base Base, l List, key, final str
 	if err := os.Lchown(upper, c.BuilderUID, c.BuilderUID); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
+	st, err := newStage(c, key)
+	if err != nil {
+		return &BuildError{Message: fmt.Sprintf("the builder's staging directory: %v", err)}
+	}
+	defer st.remove()
 	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work + ",redirect_dir=off,index=off,metacopy=off,xino=off"
-	if err := syscall.Mount("overlay", merged, "overlay", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+	if err := syscall.Mount("overlay", st.root(), "overlay", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
 		return &BuildError{Message: fmt.Sprintf("overlay mount: %v", err)}
 	}
-	mounted := true
-	defer func() {
-		if mounted {
-			_ = syscall.Unmount(merged, syscall.MNT_DETACH)
-		}
-	}()
-	if err := runBuild(ctx, c, l, scratch, merged); err != nil {
+	if err := runBuild(ctx, c, l, st); err != nil {
 		return err
 	}
-	if err := syscall.Unmount(merged, 0); err != nil {
+	if err := syscall.Unmount(st.root(), 0); err != nil {
 		return fmt.Errorf("image: unmount the build's overlay: %w", err)
 	}
-	mounted = false
 	root := filepath.Join(tmp, "rootfs")
 	if err := flatten(base.RootFS, upper, root, c.BuilderUID); err != nil {
 		return &BuildError{Message: fmt.Sprintf("storing the layer: %v", err)}
@@ -271,7 +269,7 @@ func buildVolumes(c LayerConfig) (*volume.Volumes, error) {
 	if v := vols[k]; v != nil {
 		return v, nil
 	}
-	sweepBuilds(c.Dir)
+	sweepStages() // before the volumes' sweep: their stale overlays hold the volumes' mounts
 	if err := volume.Available(""); err != nil {
 		return nil, err
 	}
@@ -284,22 +282,98 @@ func buildVolumes(c LayerConfig) (*volume.Volumes, error) {
 	return v, nil
 }
 
-// sweepBuilds unmounts the overlays of the builds under dir/builds whose process is gone (their key's build
-// lock is free): a server killed mid-build leaves them; the volumes under them are volume.New's to sweep.
-func sweepBuilds(dir string) {
-	entries, _ := os.ReadDir(filepath.Join(dir, "builds"))
+// StageRoot holds the builders' staging directories (stage), on a path every uid may traverse.
+var StageRoot = "/run/corral-image-builds"
+
+// stage is one build's staging directory, StageRoot/<key>-<random>, mode 0711: the overlay the builder runs on
+// (root), the agent (a bind mount of LayerConfig.Agent), the proxy's directory (run, the builder's) and the CA
+// bundle, where the builder's root (an unprivileged host uid) reaches them whatever the modes of the
+// directories that hold the cache and the agent. A lock file, held while the build runs, tells a live stage
+// from one a killed server left (sweepStages).
+type stage struct {
+	dir  string
+	lock *os.File
+}
+
+func newStage(c LayerConfig, key string) (*stage, error) {
+	sweepStages()
+	if err := os.MkdirAll(StageRoot, 0o711); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(StageRoot, key+"-")
+	if err != nil {
+		return nil, err
+	}
+	st := &stage{dir: dir}
+	fail := func(err error) (*stage, error) { st.remove(); return nil, err }
+	if st.lock, err = os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return fail(err)
+	}
+	if err := syscall.Flock(int(st.lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fail(err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return fail(err)
+	}
+	for _, d := range []string{st.root(), st.run()} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return fail(err)
+		}
+	}
+	if err := os.Chmod(st.root(), 0o755); err != nil {
+		return fail(err)
+	}
+	if err := os.Lchown(st.run(), c.BuilderUID, c.BuilderUID); err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(st.agent(), nil, 0o500); err != nil {
+		return fail(err)
+	}
+	if err := syscall.Mount(c.Agent, st.agent(), "", syscall.MS_BIND, ""); err != nil {
+		return fail(fmt.Errorf("bind the agent: %w", err))
+	}
+	_ = syscall.Mount("", st.agent(), "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, "")
+	if c.CAFile != "" {
+		ca, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return fail(fmt.Errorf("the CA bundle: %w", err))
+		}
+		if err := os.WriteFile(st.ca(), ca, 0o444); err != nil {
+			return fail(err)
+		}
+	}
+	return st, nil
+}
+
+func (st *stage) root() string  { return filepath.Join(st.dir, "root") }
+func (st *stage) run() string   { return filepath.Join(st.dir, "run") }
+func (st *stage) agent() string { return filepath.Join(st.dir, "agent") }
+func (st *stage) ca() string    { return filepath.Join(st.dir, "ca.pem") }
+
+// remove unmounts what the stage holds and removes it.
+func (st *stage) remove() {
+	_ = syscall.Unmount(st.root(), syscall.MNT_DETACH)
+	_ = syscall.Unmount(st.agent(), syscall.MNT_DETACH)
+	_ = os.RemoveAll(st.dir)
+	if st.lock != nil {
+		st.lock.Close()
+	}
+}
+
+// sweepStages removes the stages of builds whose process is gone (their lock is free): a server killed
+// mid-build leaves their mounts. The build volumes under them are volume.New's to sweep.
+func sweepStages() {
+	entries, _ := os.ReadDir(StageRoot)
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), ".build-")
-		if !ok || !e.IsDir() {
+		dir := filepath.Join(StageRoot, e.Name())
+		f, err := os.Open(filepath.Join(dir, "lock")) // no lock file yet: a stage being made
+		if err != nil {
 			continue
 		}
-		key, _, _ := strings.Cut(rest, "-")
-		unlock, free := tryLock(filepath.Join(dir, "images", key+".lock"))
-		if !free {
-			continue
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			(&stage{dir: dir}).remove()
 		}
-		_ = syscall.Unmount(filepath.Join(dir, "builds", e.Name(), "merged"), syscall.MNT_DETACH)
-		unlock()
+		f.Close()
 	}
 }
 

@@ -148,19 +148,12 @@ func quoteAll(ss []string) string {
 
 // runBuild runs the build's script in the builder sandbox on merged (the overlay), its egress limited to the
 // registries of the list's managers, and turns a failure into a *BuildError naming the package.
-func runBuild(ctx context.Context, c LayerConfig, l List, scratch, merged string) error {
-	run := filepath.Join(scratch, "run")
-	if err := os.Mkdir(run, 0o700); err != nil {
-		return fmt.Errorf("image: %w", err)
-	}
-	if err := os.Lchown(run, c.BuilderUID, c.BuilderUID); err != nil {
-		return fmt.Errorf("image: %w", err)
-	}
+func runBuild(ctx context.Context, c LayerConfig, l List, st *stage) error {
 	managers := l.Managers()
 	if !slices.Contains(managers, Apt) && slices.ContainsFunc(managers, func(m string) bool { return len(toolchains[m]) > 0 }) {
 		managers = append([]string{Apt}, managers...)
 	}
-	sock := filepath.Join(run, "proxy.sock")
+	sock := filepath.Join(st.run(), "proxy.sock")
 	proxy, err := egress.Listen(egress.Config{Path: sock, UID: c.BuilderUID, GID: c.BuilderUID,
 		Policy: egress.Policy{Hosts: c.Registries.Hosts(managers...), AllowInternal: c.AllowInternal}, Logger: c.Log})
 	if err != nil {
@@ -182,9 +175,16 @@ func runBuild(ctx context.Context, c LayerConfig, l List, scratch, merged string
 		return fmt.Errorf("image: %w", werr)
 	}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LC_ALL=C.UTF-8", "TERM=dumb"}
-	var caArgs []string
+	args := []string{
+		"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--die-with-parent", "--new-session", "--hostname", "builder",
+		"--bind", st.root(), "/",
+		"--proc", "/proc", "--dev", "/dev",
+		"--ro-bind", st.agent(), "/.corral/agent",
+		"--ro-bind", st.run(), "/.corral/run",
+	}
 	if c.CAFile != "" {
-		caArgs = []string{"--ro-bind", c.CAFile, builderCA}
+		args = append(args, "--ro-bind", st.ca(), builderCA)
 		for _, k := range []string{"SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "npm_config_cafile", "GIT_SSL_CAINFO", "CARGO_HTTP_CAINFO"} {
 			env = append(env, k+"="+builderCA)
 		}
@@ -192,19 +192,7 @@ func runBuild(ctx context.Context, c LayerConfig, l List, scratch, merged string
 	for k, v := range c.Registries.Env(managers...) {
 		env = append(env, k+"="+v)
 	}
-	args := []string{
-		"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-		"--die-with-parent", "--new-session", "--hostname", "builder",
-		"--bind", merged, "/",
-		"--proc", "/proc", "--dev", "/dev",
-		"--ro-bind", c.Agent, "/.corral/agent",
-		"--ro-bind", run, "/.corral/run",
-	}
-	args = append(args, caArgs...)
-	args = append(args,
-		"--chdir", "/",
-		"--clearenv",
-	)
+	args = append(args, "--chdir", "/", "--clearenv")
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		args = append(args, "--setenv", k, v)
