@@ -267,6 +267,10 @@ func classify(manager, pkg, output string, c LayerConfig) string {
 		why = fmt.Sprintf("the build ran past its disk limit (%d MiB)", c.DiskBytes>>20)
 	case has("destination not allowed", "not in the environment's allowed_hosts", "resolves to an internal address", "403  Forbidden [IP: 127.0.0.1 3128]"):
 		why = "the registry could not be reached: the builder's proxy refused the destination (only the registries of " + strings.Join(c.Registries.Hosts(manager), ", ") + " are open)"
+	case has("Could not resolve", "Temporary failure resolving", "Failed to fetch", "ECONNREFUSED", "ENOTFOUND", "ETIMEDOUT", "EAI_AGAIN",
+		"Connection refused", "connection reset", "Could not fetch URL", "ProxyError", "Network is unreachable", "502 Bad Gateway",
+		"Unable to connect", "curl: (7)", "curl: (6)", "curl: (56)", "curl: (22)", "Could not connect", "dial tcp", "Errno::ECONNREFUSED", "SocketError"):
+		why = "the registry could not be reached"
 	case manager == Apt && has("Unable to locate package", "has no installation candidate"):
 		why = "unknown package"
 	case manager == Apt && has("Version '", "was not found"):
@@ -297,10 +301,6 @@ func classify(manager, pkg, output string, c LayerConfig) string {
 		} else {
 			why = "unknown package"
 		}
-	case has("Could not resolve", "Temporary failure resolving", "Failed to fetch", "ECONNREFUSED", "ENOTFOUND", "ETIMEDOUT", "EAI_AGAIN",
-		"Connection refused", "connection reset", "Could not fetch URL", "ProxyError", "Network is unreachable", "502 Bad Gateway",
-		"Unable to connect", "curl: (7)", "curl: (6)", "curl: (56)", "curl: (22)", "Could not connect", "dial tcp", "Errno::ECONNREFUSED", "SocketError"):
-		why = "the registry could not be reached"
 	default:
 		why = "the install failed"
 	}

@@ -33,8 +33,9 @@ func bridgeExec(args, env []string) int {
 	go serveBridge(ctx, ln, args[0])
 	cmd := exec.Command(args[1], args[2:]...)
 	proxy := "http://" + ProxyListenAddr
-	cmd.Env = append(env, "http_proxy="+proxy, "https_proxy="+proxy, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy,
-		"no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1")
+	// No no_proxy: every destination goes through the proxy, a registry the operator runs on the host's
+	// loopback (trusted by --egress-allow-internal) too.
+	cmd.Env = append(env, "http_proxy="+proxy, "https_proxy="+proxy, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err = cmd.Run()
