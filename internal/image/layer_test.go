@@ -134,6 +134,7 @@ func TestLayerBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			cfg := layerConfig(t)
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
