@@ -26,14 +26,14 @@ type imageFlags struct {
 }
 
 func (f *imageFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.mode, "images", envOr("CORRAL_IMAGES", "auto"), "sandbox root filesystems (env CORRAL_IMAGES): debian (a minimal Debian base built with debootstrap, "+
+	fs.StringVar(&f.mode, "images", envOr("CORRAL_IMAGES", "auto"), "`mode` of the sandboxes' root filesystems (env CORRAL_IMAGES): debian (a minimal Debian base built with debootstrap, "+
 		"plus each environment's packages, built when the environment is created or changed), host (the host's /usr, as before images; "+
 		"for machines without debootstrap: environments with packages then fail with a clear error), or auto (debian when debootstrap and "+
 		"bwrap are installed and the backend isolates, else host)")
 	fs.StringVar(&f.cache, "image-cache", os.Getenv("CORRAL_IMAGE_CACHE"), "`directory` of the built images (env CORRAL_IMAGE_CACHE; default DATA/images; the base takes ~300 MB, each package list a layer of its own)")
 	fs.DurationVar(&f.timeout, "image-build-timeout", image.DefaultBuildTimeout, "time limit of one environment's package build")
 	fs.Int64Var(&f.diskMB, "image-build-disk", image.DefaultBuildDiskBytes>>20, "disk limit of one environment's package build in `MiB` (needs loop devices and mkfs.ext4, as --sandbox-disk)")
-	fs.Var(&f.registries, "package-registry", "`MANAGER=URL`: a mirror of a package manager's registry for the builds (apt: a Debian mirror, also the base's; pip: a simple index; npm; cargo; gem; go: a GOPROXY); repeatable")
+	fs.Var(&f.registries, "package-registry", "a mirror of a package manager's registry for the builds, as `MANAGER=URL` (apt: a Debian mirror, also the base's; pip: a simple index; npm; cargo; gem; go: a GOPROXY); repeatable")
 }
 
 // Set and String make f.registries a flag.Value through imageFlags (flag.Var takes *image.Registries).
