@@ -210,3 +210,32 @@ func TestService(t *testing.T) {
 	}
 	release()
 }
+
+// TestLayerOneBuild: callers that race for a layer without a Service between them (as processes sharing a
+// cache do) build it once: the key's lock file serialises them and the later ones find it built.
+func TestLayerOneBuild(t *testing.T) {
+	base := imagetest.Base(t)
+	dir := privateCache(t)
+	counter := buildCounter{Handler: slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}), mu: &sync.Mutex{}, builds: map[string]int{}}
+	cfg := layerConfig(t)
+	cfg.Dir, cfg.Log = dir, slog.New(counter)
+	l := image.Canonical(&apitype.Packages{Apt: []string{"tree"}})
+	var wg sync.WaitGroup
+	layers := make([]image.Layer, 3)
+	errs := make([]error, 3)
+	for i := range layers {
+		wg.Go(func() { layers[i], errs[i] = image.EnsureLayer(context.Background(), cfg, base, l) })
+	}
+	wg.Wait()
+	for i := range layers {
+		if errs[i] != nil || layers[i] != layers[0] {
+			t.Fatalf("caller %d: %+v, %v (caller 0: %+v)", i, layers[i], errs[i], layers[0])
+		}
+	}
+	if n := counter.count(layers[0].Key); n != 1 {
+		t.Errorf("%d builds for 3 racing callers, want 1", n)
+	}
+	if out, err := inImage(t, layers[0].RootFS, "tree -L 1 /usr | head -3"); err != nil || !strings.Contains(out, "bin") {
+		t.Errorf("tree in the image: %v %s", err, out)
+	}
+}
