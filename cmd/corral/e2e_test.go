@@ -160,7 +160,8 @@ func startCorral(t testing.TB, env []string, ready string, args ...string) *serv
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
 	// Every server of the tests shares the machine's image cache: the base is built once (imagetest).
-	cmd.Env = append(slices.Clip(env), "CORRAL_IMAGE_CACHE="+imagetest.CacheDir())
+	// Their garbage collection is off: the cache holds the other tests' layers.
+	cmd.Env = append(slices.Clip(env), "CORRAL_IMAGE_CACHE="+imagetest.CacheDir(), "CORRAL_IMAGE_GC=0")
 	pr, pw := io.Pipe()
 	s := &server{t: t, cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(s.stderr, pw) // the buffer first: it holds a line by the time the reader sees it

@@ -23,6 +23,7 @@ type imageFlags struct {
 	timeout    time.Duration
 	diskMB     int64
 	registries image.Registries
+	gc         time.Duration
 }
 
 func (f *imageFlags) register(fs *flag.FlagSet) {
@@ -33,6 +34,7 @@ func (f *imageFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cache, "image-cache", os.Getenv("CORRAL_IMAGE_CACHE"), "`directory` of the built images (env CORRAL_IMAGE_CACHE; default DATA/images; the base takes ~300 MB, each package list a layer of its own)")
 	fs.DurationVar(&f.timeout, "image-build-timeout", image.DefaultBuildTimeout, "time limit of one environment's package build")
 	fs.Int64Var(&f.diskMB, "image-build-disk", image.DefaultBuildDiskBytes>>20, "disk limit of one environment's package build in `MiB` (needs loop devices and mkfs.ext4, as --sandbox-disk)")
+	fs.DurationVar(&f.gc, "image-gc", envDuration("CORRAL_IMAGE_GC", image.DefaultGCInterval), "how often images no environment lists and no sandbox uses (for as long) are removed (env CORRAL_IMAGE_GC; 0 = never)")
 	fs.Var(&f.registries, "package-registry", "a mirror of a package manager's registry for the builds, as `MANAGER=URL` (apt: a Debian mirror, also the base's; pip: a simple index; npm; cargo; gem; go: a GOPROXY); repeatable")
 }
 
@@ -81,9 +83,21 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 		return nil, err
 	}
 	base := image.BaseConfig{Dir: cache, Mirror: f.registries.Get(image.Apt).URL}
-	return image.New(image.Config{Base: base, Store: st, Log: logger,
+	gc := f.gc
+	if gc <= 0 {
+		gc = -1
+	}
+	return image.New(image.Config{Base: base, Store: st, Log: logger, GCInterval: gc, GCGrace: gc,
 		Layer: image.LayerConfig{Agent: agentPath, Registries: &f.registries, Timeout: f.timeout, DiskBytes: f.diskMB << 20,
 			AllowInternal: eo.AllowInternal}})
+}
+
+// envDuration is the duration in the environment variable name, or def when it is unset or not a duration.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
 }
 
 // debianUnavailable says why Debian images cannot be built here for the backend kind ("" if they can).

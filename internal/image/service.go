@@ -37,8 +37,13 @@ type Config struct {
 	// Store keeps the environments' image statuses (EnvironmentImageSet) and lists the environments whose
 	// layers are kept. Required.
 	Store store.Store
-	// GCInterval is how often unused layers are removed (default DefaultGCInterval).
+	// GCInterval is how often unused layers are removed (default DefaultGCInterval; negative: never, but GC
+	// may still be called).
 	GCInterval time.Duration
+	// GCGrace is how long a layer no environment lists survives after it was built or its last sandbox
+	// released it (default DefaultGCInterval; negative: none), so that a list an environment drops and takes
+	// back soon after is not built again.
+	GCGrace time.Duration
 	// RetryFailed is how long a failed build stays failed for provisioning (default DefaultRetryFailed); a
 	// change of the environment's packages builds at once.
 	RetryFailed time.Duration
@@ -96,6 +101,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.GCInterval = cmp.Or(cfg.GCInterval, DefaultGCInterval)
+	cfg.GCGrace = cmp.Or(cfg.GCGrace, DefaultGCInterval)
 	cfg.RetryFailed = cmp.Or(cfg.RetryFailed, DefaultRetryFailed)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, baseID: id, baseDone: make(chan struct{}), builds: map[string]*flight{}, ctx: ctx, cancel: cancel}, nil
@@ -120,6 +126,9 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		if err := s.buildStored(s.ctx); err != nil && s.ctx.Err() == nil {
 			s.cfg.Log.Warn("the stored environments' images", "err", err)
+		}
+		if s.cfg.GCInterval < 0 {
+			return
 		}
 		t := time.NewTicker(s.cfg.GCInterval)
 		defer t.Stop()
@@ -376,7 +385,11 @@ func (s *Service) Acquire(ctx context.Context, env *apitype.EnvConfig) (string, 
 			return "", nil, err
 		}
 		if Built(s.cfg.Base.Dir, key) {
-			return filepath.Join(LayerDir(s.cfg.Base.Dir, key), "rootfs"), release, nil
+			touch(filepath.Join(s.cfg.Base.Dir, "images", key+".use"))
+			return filepath.Join(LayerDir(s.cfg.Base.Dir, key), "rootfs"), func() {
+				touch(filepath.Join(s.cfg.Base.Dir, "images", key+".use"))
+				release()
+			}, nil
 		}
 		release()
 		f := s.flight(key, l, "", false)
@@ -473,8 +486,16 @@ func (s *Service) GC(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// remove removes the layer key unless a sandbox uses it or a build of it runs.
+// remove removes the layer key unless a sandbox uses it, a build of it runs, or it was built or last used less
+// than GCGrace ago.
 func (s *Service) remove(images, key string) (bool, error) {
+	if s.cfg.GCGrace > 0 {
+		for _, f := range []string{filepath.Join(images, key, "done"), filepath.Join(images, key+".use")} {
+			if fi, err := os.Stat(f); err == nil && time.Since(fi.ModTime()) < s.cfg.GCGrace {
+				return false, nil
+			}
+		}
+	}
 	unuse, ok := tryLock(filepath.Join(images, key+".use"))
 	if !ok {
 		return false, nil
@@ -495,6 +516,12 @@ func (s *Service) remove(images, key string) (bool, error) {
 	}
 	s.cfg.Log.Info("removing an unused image", "key", key)
 	return true, os.RemoveAll(trash)
+}
+
+// touch sets path's modification time to now (the last use of a layer), if it exists.
+func touch(path string) {
+	now := time.Now()
+	_ = os.Chtimes(path, now, now)
 }
 
 // tryLock takes an exclusive flock on path if it is free.

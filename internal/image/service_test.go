@@ -76,7 +76,8 @@ func TestService(t *testing.T) {
 	counter := buildCounter{Handler: slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}), mu: &sync.Mutex{}, builds: map[string]int{}}
 	lc := layerConfig(t)
 	lc.Log = nil
-	svc, err := image.New(image.Config{Base: image.BaseConfig{Dir: dir}, Layer: lc, Store: st, Log: slog.New(counter)})
+	svc, err := image.New(image.Config{Base: image.BaseConfig{Dir: dir}, Layer: lc, Store: st, Log: slog.New(counter),
+		GCInterval: -1, GCGrace: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
