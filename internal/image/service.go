@@ -273,7 +273,7 @@ func (s *Service) Build(e *apitype.Environment) {
 	img := s.Image(&e.Config)
 	if img.Status == apitype.ImageReady || img.ID == s.baseID {
 		if e.Image == nil || e.Image.Status != img.Status || e.Image.ID != img.ID {
-			s.wg.Go(func() {
+			s.spawn(func() {
 				if img.Status != apitype.ImageReady {
 					_, _ = s.baseReady(s.ctx)
 					img = s.Image(&e.Config)
@@ -284,6 +284,15 @@ func (s *Service) Build(e *apitype.Environment) {
 		return
 	}
 	s.flight(img.ID, Canonical(e.Config.Packages), e.ID, true)
+}
+
+// spawn runs fn in a goroutine of the service's, unless it is stopping.
+func (s *Service) spawn(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != 2 {
+		s.wg.Go(fn)
+	}
 }
 
 // flight returns the build of key, starting one if none runs (or, with retry or after RetryFailed, if the
@@ -312,7 +321,7 @@ func (s *Service) flight(key string, l List, envID string, retry bool) *flight {
 		}
 		s.wg.Go(func() { s.run(key, l, f) })
 	}
-	if envID != "" {
+	if envID != "" && s.state != 2 {
 		f.envs[envID] = true
 		s.wg.Go(func() {
 			s.setStatus(envID, &apitype.EnvironmentImage{Status: apitype.ImageBuilding, ID: key, UpdatedAt: apitype.Now()})
