@@ -165,8 +165,8 @@ func (s *Service) buildStored(ctx context.Context) error {
 			return
 		}
 		img := s.Image(&e.Config)
-		if e.Image == nil || e.Image.ID != img.ID || e.Image.Status != img.Status {
-			s.Build(e)
+		if img.Status != apitype.ImageReady || e.Image == nil || e.Image.ID != img.ID || e.Image.Status != img.Status {
+			s.Build(e) // a build a stopped server left "building" is built again
 		}
 	})
 }
