@@ -353,6 +353,9 @@ func (s *Service) run(key string, l List, f *flight) {
 	envs := f.envs
 	f.envs = nil
 	s.mu.Unlock()
+	if berr != nil && s.ctx.Err() != nil {
+		return // stopped, not failed: the status stays building, and the next start builds it again
+	}
 	img := &apitype.EnvironmentImage{Status: apitype.ImageReady, ID: key, UpdatedAt: apitype.Now()}
 	if berr != nil {
 		img.Status, img.Error = apitype.ImageFailed, wireError(berr)

@@ -210,6 +210,24 @@ func TestService(t *testing.T) {
 		t.Errorf("Acquire after GC: %q %v, %d builds", root, err, counter.count(a.Image.ID))
 	}
 	release()
+
+	// A server stopped mid-build leaves the status building; the next one builds it at start.
+	restart := create("restart", &apitype.Packages{Apt: []string{"units"}})
+	svc.Stop()
+	if got, _ := st.EnvironmentGet(ctx, restart.ID); got.Image == nil || got.Image.Status != apitype.ImageBuilding {
+		t.Fatalf("after a stop mid-build: %+v", got.Image)
+	}
+	svc2, err := image.New(image.Config{Base: image.BaseConfig{Dir: dir}, Layer: lc, Store: st, Log: slog.New(counter), GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer svc2.Stop()
+	if img := wait(restart); img.Status != apitype.ImageReady {
+		t.Errorf("after a restart: %+v %+v", img, img.Error)
+	}
 }
 
 // TestLayerOneBuild: callers that race for a layer without a Service between them (as processes sharing a
