@@ -82,6 +82,18 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 	if err != nil {
 		return nil, err
 	}
+	// The builder trusts the host's CA bundle, and the operator's --egress-ca-file with it.
+	caFile := ""
+	if len(eo.CAPEM) > 0 {
+		sys, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+		caFile = filepath.Join(cache, "builder-ca.pem")
+		if err := os.MkdirAll(cache, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(caFile, append(append(sys, '\n'), eo.CAPEM...), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	base := image.BaseConfig{Dir: cache, Mirror: f.registries.Get(image.Apt).URL}
 	gc := f.gc
 	if gc <= 0 {
@@ -89,7 +101,7 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 	}
 	return image.New(image.Config{Base: base, Store: st, Log: logger, GCInterval: gc, GCGrace: gc,
 		Layer: image.LayerConfig{Agent: agentPath, Registries: &f.registries, Timeout: f.timeout, DiskBytes: f.diskMB << 20,
-			AllowInternal: eo.AllowInternal}})
+			AllowInternal: eo.AllowInternal, CAFile: caFile}})
 }
 
 // envDuration is the duration in the environment variable name, or def when it is unset or not a duration.
