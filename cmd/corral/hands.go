@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/files"
+	"github.com/corralhq/corral/internal/image"
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/agent"
@@ -45,6 +46,9 @@ type handsFlags struct {
 	fs                                          *flag.FlagSet // to tell the flags given from the defaults
 	// uidBase is the first host uid of the sandboxes (0: the backend's default); corral worker sets it.
 	uidBase int
+	// registries are the package managers' registries allow_package_managers opens to sandboxes, with the
+	// operator's mirrors (--package-registry, the image builds' flag); nil: the managers' defaults.
+	registries *image.Registries
 }
 
 func defaultSandbox() string {
@@ -167,7 +171,7 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 		return corral.SandboxConfig{}, err
 	}
 	sc := corral.SandboxConfig{Tools: agent.Tools(), Pool: sandbox.PoolConfig{
-		WorkspaceRoot: root, IdleTimeout: f.idle, Limits: f.limits(), Placer: placer, Egress: proxy.Merge(git, secrets),
+		WorkspaceRoot: root, IdleTimeout: f.idle, Limits: f.limits(), Placer: placer, Egress: proxy.Merge(git, secrets, &image.ManagerEgress{Registries: f.registries}),
 		Outputs: placer,
 	}}
 	if f.kind == "none" {

@@ -21,6 +21,7 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	hf.register(fs)
 	var imf imageFlags
 	imf.register(fs)
+	hf.registries = &imf.registries // --package-registry: the builds' mirrors are the sandboxes' too
 	var vf vaultFlags
 	vf.register(fs)
 	mcpProxyURL := fs.String("mcp-proxy", "", "`URL` of a corral proxy to call MCP servers through (token in "+proxyTokenEnv+"); default: an MCP proxy in this process")

@@ -26,6 +26,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	hf.register(fs)
 	var imf imageFlags
 	imf.register(fs)
+	hf.registries = &imf.registries // --package-registry: the builds' mirrors are the sandboxes' too
 	var vf vaultFlags
 	vf.register(fs)
 	var ff fileFlags

@@ -17,11 +17,12 @@ type Fixed sandbox.Egress
 func (f *Fixed) Egress(context.Context, *sandbox.Recipe) (*sandbox.Egress, error) {
 	eg := sandbox.Egress(*f)
 	eg.AllowInternal = append([]string(nil), f.AllowInternal...)
+	eg.AllowHosts = append([]string(nil), f.AllowHosts...)
 	return &eg, nil
 }
 
 // Merge is an EgressSource that asks each of srcs in turn and merges their answers (nil ones are skipped; all
-// nil is nil): AllowInternal are joined; RootCAs, CACertPEM, Local and Intercept are taken from the one source
+// nil is nil): AllowInternal and AllowHosts are joined; RootCAs, CACertPEM, Local and Intercept are taken from the one source
 // that sets each (two differing ones are an error, never a silent choice); Env variables are joined, a name
 // set twice to different values is an error.
 func Merge(srcs ...sandbox.EgressSource) sandbox.EgressSource { return merged(srcs) }
@@ -50,6 +51,7 @@ func (m merged) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egress,
 
 func mergeInto(out, eg *sandbox.Egress) error {
 	out.AllowInternal = append(out.AllowInternal, eg.AllowInternal...)
+	out.AllowHosts = append(out.AllowHosts, eg.AllowHosts...)
 	if eg.RootCAs != nil {
 		if out.RootCAs != nil && !out.RootCAs.Equal(eg.RootCAs) {
 			return errors.New("two sources set RootCAs")

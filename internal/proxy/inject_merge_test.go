@@ -27,12 +27,16 @@ func TestMerge(t *testing.T) {
 	git := egressFunc(func() (*sandbox.Egress, error) {
 		return &sandbox.Egress{Local: local, AllowInternal: []string{"127.0.0.1:8443"}}, nil
 	})
+	registries := egressFunc(func() (*sandbox.Egress, error) {
+		return &sandbox.Egress{AllowHosts: []string{"pypi.org", "files.pythonhosted.org"}, Env: map[string]string{"PIP_INDEX_URL": "https://m/simple"}}, nil
+	})
 	ctx := context.Background()
-	eg, err := Merge(op, none, secrets, git).Egress(ctx, &sandbox.Recipe{})
+	eg, err := Merge(op, none, secrets, git, registries).Egress(ctx, &sandbox.Recipe{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(eg.AllowInternal, []string{"git.internal:443", "127.0.0.1:8443"}) || eg.RootCAs != roots ||
+		!slices.Equal(eg.AllowHosts, []string{"pypi.org", "files.pythonhosted.org"}) || eg.Env["PIP_INDEX_URL"] != "https://m/simple" ||
 		eg.Env["A"] != "corral-secret-a" || string(eg.CACertPEM) != "ca" || eg.Intercept != in || eg.Local == nil {
 		t.Errorf("merged: %+v", eg)
 	}

@@ -23,6 +23,10 @@ import (
 // sandbox must be replaced.
 var ErrSandboxDead = errors.New("sandbox died")
 
+// ErrRootFSUnsupported is returned (wrapped) by the Provision of a backend that cannot give a sandbox a root
+// of its own (process) for a Recipe with a RootFS.
+var ErrRootFSUnsupported = errors.New("this sandbox backend cannot run a sandbox on an environment image")
+
 // Provider provisions sandboxes of one backend (bwrap, runc, gvisor, process).
 type Provider interface {
 	// Name is the backend's name, as in --sandbox.
@@ -126,6 +130,11 @@ type Egress struct {
 	// AllowInternal are the host:port pairs the operator trusts although they are internal addresses
 	// (corral serve --egress-allow-internal).
 	AllowInternal []string
+	// AllowHosts are hosts the sandbox may reach beyond its environment's allowed_hosts under limited
+	// networking, with the same rules (the package registries of allow_package_managers: "pypi.org", or a
+	// mirror's "host:port"; an internal one only if AllowInternal trusts it too). Unrestricted networking
+	// ignores them.
+	AllowHosts []string
 	// RootCAs, if set, verify the upstream TLS of the connections the host makes for the sandbox (clones,
 	// the git endpoint, intercepted HTTPS); nil means the system roots.
 	RootCAs *x509.CertPool

@@ -23,8 +23,15 @@ const CABundlePath = "/.corral/ca.pem"
 var SystemCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
 // CABundleOverlays are the paths in a sandbox at which its CA bundle replaces the system bundle, for the tools
-// that read no CAEnv variable: the host's SystemCABundle, if it is a regular file of the /etc the sandbox sees.
-func CABundleOverlays() []string {
+// that read no CAEnv variable: SystemCABundle, if it is a regular file of the /etc the sandbox sees (the
+// image's, or without one (root nil) the host's).
+func CABundleOverlays(root *ImageRoot) []string {
+	if root != nil {
+		if root.CAOverlay {
+			return []string{SystemCABundle}
+		}
+		return nil
+	}
 	if fi, err := os.Lstat(SystemCABundle); err != nil || !fi.Mode().IsRegular() || !strings.HasPrefix(SystemCABundle, "/etc/") {
 		return nil
 	}
@@ -69,19 +76,24 @@ func EnvFor(eg *sandbox.Egress) []string {
 	return env
 }
 
-// CABundle returns the CA bundle of a sandbox with egress eg (the system bundle, then eg.CACertPEM), or nil if
-// eg has no CA. It refuses a CACertPEM that holds anything but certificates, so that a key can never be
-// copied into a sandbox by mistake.
-func CABundle(eg *sandbox.Egress) ([]byte, error) {
+// CABundle returns the CA bundle of a sandbox with egress eg on the image root (nil: the host's /usr and
+// /etc): the system bundle (the image's, or the host's), then eg.CACertPEM; nil if eg has no CA. It refuses a
+// CACertPEM that holds anything but certificates, so that a key can never be copied into a sandbox by mistake.
+func CABundle(root *ImageRoot, eg *sandbox.Egress) ([]byte, error) {
 	if eg == nil || len(eg.CACertPEM) == 0 {
 		return nil, nil
 	}
 	if err := onlyCertificates(eg.CACertPEM); err != nil {
 		return nil, err
 	}
-	sys, err := os.ReadFile(SystemCABundle)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("ca bundle: %w", err)
+	var sys []byte
+	if root != nil {
+		sys = root.SystemCA
+	} else {
+		var err error
+		if sys, err = os.ReadFile(SystemCABundle); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("ca bundle: %w", err)
+		}
 	}
 	var b bytes.Buffer
 	b.Write(sys)

@@ -64,10 +64,10 @@ func TestEnvFor(t *testing.T) {
 func TestCABundle(t *testing.T) {
 	t.Parallel()
 	cert, key := testCA(t)
-	if b, err := CABundle(nil); b != nil || err != nil {
-		t.Errorf("CABundle(nil) = %q, %v", b, err)
+	if b, err := CABundle(nil, nil); b != nil || err != nil {
+		t.Errorf("CABundle(nil, nil) = %q, %v", b, err)
 	}
-	b, err := CABundle(&sandbox.Egress{CACertPEM: cert})
+	b, err := CABundle(nil, &sandbox.Egress{CACertPEM: cert})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestCABundle(t *testing.T) {
 	}
 	for name, bad := range map[string][]byte{"key": key, "cert then key": append(append([]byte{}, cert...), key...),
 		"text first": append([]byte("junk\n"), cert...), "empty": []byte(" \n")} {
-		if _, err := CABundle(&sandbox.Egress{CACertPEM: bad}); err == nil {
+		if _, err := CABundle(nil, &sandbox.Egress{CACertPEM: bad}); err == nil {
 			t.Errorf("CABundle took %s", name)
 		}
 	}

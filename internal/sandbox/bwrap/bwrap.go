@@ -92,6 +92,7 @@ type Provider struct {
 	etc     string // the staged minimal /etc (stageEtc)
 	agent   string // the staged agent binary (stageAgent)
 	seccomp []byte // the seccomp filter (seccomp.Program)
+	images  *agent.Images
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -171,6 +172,9 @@ func New(cfg Config) (*Provider, error) {
 	for _, m := range mountsUnder(cfg.StateDir) {
 		_ = unmount(m)
 	}
+	if err := agent.RemoveStagedImages(filepath.Join(cfg.StateDir, stagedImages)); err != nil {
+		return nil, fmt.Errorf("bwrap: state dir: %w", err)
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
@@ -193,7 +197,8 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter}, nil
+	return &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter,
+		images: agent.NewImages(filepath.Join(cfg.StateDir, stagedImages), true)}, nil
 }
 
 // fairShare sets the CPU weight of the group every sandbox's group is made in (Config.CPUShare, CPUIdle).
@@ -237,7 +242,7 @@ func (p *Provider) Close() error {
 	if err := os.RemoveAll(filepath.Join(p.cfg.StateDir, "etc")); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, agent.RemovePaths(filepath.Join(p.cfg.StateDir, stagedAgent)))
+	errs = append(errs, p.images.Close(), agent.RemovePaths(filepath.Join(p.cfg.StateDir, stagedAgent)))
 	if p.owned {
 		errs = append(errs, agent.RemovePaths(p.cfg.StateDir, p.link))
 	}
@@ -274,7 +279,11 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		}
 	}()
 	name := "bwrap-" + randomID()
-	args := p.baseArgs(r)
+	image, err := p.images.Root(r.RootFS)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	args := p.baseArgs(image)
 
 	// Networking: a proxy of the sandbox's own, on a socket only the sandbox uid can connect to.
 	stateDir := filepath.Join(p.cfg.StateDir, name)
@@ -312,7 +321,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	cleanup.Add(func() error { return unmount(agentBin) })
-	if bundle, err := agent.CABundle(r.Egress); err != nil {
+	if bundle, err := agent.CABundle(image, r.Egress); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	} else if bundle != nil {
 		// Root's file in the sandbox uid's directory: readable, not writable, at agent.CABundlePath.
@@ -320,7 +329,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 		if err := os.WriteFile(caFile, bundle, 0o444); err != nil {
 			return nil, fmt.Errorf("bwrap: ca bundle: %w", err)
 		}
-		for _, dst := range agent.CABundleOverlays() {
+		for _, dst := range agent.CABundleOverlays(image) {
 			args = append(args, "--ro-bind", caFile, dst)
 		}
 	}
@@ -399,6 +408,9 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	defer seccompR.Close()
 	// fds in the child: 3 = args, 4 = info, 5 = block, 6 = the seccomp filter, which bwrap installs last,
 	// just before it runs the agent.
+	// The root (bwrap's tmpfs of mount points) is made read-only once every mount point is in it: the sandbox
+	// writes to its workspace, /tmp and outputs only.
+	args = append(args, "--remount-ro", "/")
 	args = append(args, "--info-fd", "4", "--block-fd", "5", "--seccomp", "6")
 	var argv bytes.Buffer
 	for _, a := range args {
@@ -503,8 +515,10 @@ func readChildPID(ctx context.Context, info io.Reader, proc *agent.Process) (int
 	}
 }
 
-// baseArgs is the sandbox's namespace and mount set, without the command.
-func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
+// baseArgs is the sandbox's namespace and mount set, without the command: on the image (its top-level
+// directories bound read-only, its top-level links made again), or without one (nil) on the host's /usr with
+// the staged minimal /etc.
+func (p *Provider) baseArgs(image *agent.ImageRoot) []string {
 	args := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
 		// The agent is the sandbox's pid 1 (no bwrap init), which nothing inside can signal (agent/guard.go).
@@ -512,16 +526,26 @@ func (p *Provider) baseArgs(r *sandbox.Recipe) []string {
 		"--hostname", "sandbox",
 		"--uid", "1000", "--gid", "1000",
 		"--cap-drop", "ALL",
-		"--ro-bind", "/usr", "/usr",
 	}
-	for _, l := range []string{"bin", "lib", "lib64", "sbin", "lib32", "libx32"} {
-		if target, err := os.Readlink("/" + l); err == nil {
-			args = append(args, "--symlink", target, "/"+l)
-		} else if fi, err := os.Stat("/" + l); err == nil && fi.IsDir() {
-			args = append(args, "--ro-bind", "/"+l, "/"+l)
+	if image != nil {
+		for _, d := range image.Dirs {
+			args = append(args, "--ro-bind", filepath.Join(image.Dir, d), "/"+d)
 		}
+		for _, l := range image.Links {
+			args = append(args, "--symlink", l.Target, "/"+l.Name)
+		}
+		args = append(args, "--ro-bind", image.Etc, "/etc")
+	} else {
+		args = append(args, "--ro-bind", "/usr", "/usr")
+		for _, l := range []string{"bin", "lib", "lib64", "sbin", "lib32", "libx32"} {
+			if target, err := os.Readlink("/" + l); err == nil {
+				args = append(args, "--symlink", target, "/"+l)
+			} else if fi, err := os.Stat("/" + l); err == nil && fi.IsDir() {
+				args = append(args, "--ro-bind", "/"+l, "/"+l)
+			}
+		}
+		args = append(args, "--ro-bind", p.etc, "/etc")
 	}
-	args = append(args, "--ro-bind", p.etc, "/etc")
 	args = append(args,
 		"--proc", "/proc",
 		// The kernel command line of a VM host may carry boot secrets.
@@ -578,6 +602,9 @@ func unmount(path string) error {
 // providers numbers the Providers of this process, for the links to their default StateDirs.
 var providers atomic.Int64
 
+// stagedImages is the directory of a StateDir where the images sandboxes run on are bound (agent.NewImages).
+const stagedImages = "images"
+
 // neutralPrefix starts the names of default state directories; the links to them are named <pid>.<n>.
 const neutralPrefix = "s-"
 
@@ -628,6 +655,7 @@ func sweep(base string, reap func(box string)) {
 			_ = unmount(m)
 		}
 		_ = os.RemoveAll(filepath.Join(dir, "etc")) // the staged /etc holds no mounts
+		_ = agent.RemoveStagedImages(filepath.Join(dir, stagedImages))
 		_ = os.Remove(filepath.Join(dir, stagedAgent))
 		boxes, _ := os.ReadDir(dir)
 		for _, b := range boxes {

@@ -11,57 +11,23 @@ import (
 	"github.com/corralhq/corral/internal/sandbox/agent"
 )
 
-// stageEtc builds, under dir, the minimal /etc every sandbox of this Provider sees (agent.EtcFiles), so that a
-// sandbox binds one directory instead of a dozen files: bwrap reads the whole mount table again for every
-// read-only bind, which made most of a sandbox's start. Only what any user may read on the host is copied, with
-// its permission bits (so /etc/ssl/private stays out); symbolic links are kept as links. The copy is taken
-// when the Provider starts.
+// stageEtc builds, under dir, the minimal /etc every sandbox of this Provider without an image sees
+// (agent.EtcFiles, copied by agent.CopyEtc), so that a sandbox binds one directory instead of a dozen files:
+// bwrap reads the whole mount table again for every read-only bind, which made most of a sandbox's start. Only
+// what any user may read on the host is copied, with its permission bits (so /etc/ssl/private stays out);
+// symbolic links are kept as links. The copy is taken when the Provider starts.
 func stageEtc(dir string) (string, error) {
 	etc := filepath.Join(dir, "etc")
 	if err := os.RemoveAll(etc); err != nil {
 		return "", fmt.Errorf("bwrap: stage /etc: %w", err)
 	}
-	if err := os.Mkdir(etc, 0o755); err != nil {
+	src, err := os.OpenRoot("/etc")
+	if err != nil {
 		return "", fmt.Errorf("bwrap: stage /etc: %w", err)
 	}
-	for _, name := range agent.EtcFiles {
-		src := filepath.Join("/etc", name)
-		if _, err := os.Lstat(src); err != nil {
-			continue // not on this host
-		}
-		err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			dst := filepath.Join(etc, path[len("/etc/"):])
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			perm := info.Mode().Perm()
-			switch {
-			case d.Type()&fs.ModeSymlink != 0:
-				target, err := os.Readlink(path)
-				if err != nil {
-					return err
-				}
-				return os.Symlink(target, dst)
-			case d.IsDir():
-				if perm&0o005 != 0o005 { // not listable by others: the sandbox could not read it either
-					return filepath.SkipDir
-				}
-				return os.Mkdir(dst, perm)
-			case d.Type().IsRegular():
-				if perm&0o004 == 0 {
-					return nil
-				}
-				return copyFile(path, dst, perm)
-			}
-			return nil // devices, sockets, fifos: not for a sandbox
-		})
-		if err != nil {
-			return "", fmt.Errorf("bwrap: stage /etc/%s: %w", name, err)
-		}
+	defer src.Close()
+	if err := agent.CopyEtc(etc, src, agent.EtcFiles); err != nil {
+		return "", fmt.Errorf("bwrap: stage /etc: %w", err)
 	}
 	return etc, nil
 }

@@ -173,7 +173,7 @@ type Config struct {
 	// Policy is the environment's networking policy (PolicyFor).
 	Policy Policy
 	// Egress is what the host adds to the policy (sandbox.Recipe.Egress): its AllowInternal extends the
-	// policy's, its Local serves the requests for sandbox.LocalHost, its Intercept gets the requests to the
+	// policy's, its AllowHosts the hosts of a limited one, its Local serves the requests for sandbox.LocalHost, its Intercept gets the requests to the
 	// destinations it claims (intercept.go). Nil adds nothing.
 	Egress *sandbox.Egress
 	// Logger receives refusals; default discards.
@@ -206,6 +206,9 @@ func Listen(cfg Config) (*Proxy, error) {
 	var local http.Handler
 	if e := cfg.Egress; e != nil {
 		policy.AllowInternal = append(slices.Clip(policy.AllowInternal), e.AllowInternal...)
+		if !policy.AllowAll {
+			policy.Hosts = append(slices.Clip(policy.Hosts), e.AllowHosts...)
+		}
 		local = e.Local
 	}
 	_ = os.Remove(path)

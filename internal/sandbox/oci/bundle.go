@@ -35,15 +35,23 @@ type BundleSpec struct {
 	ShellNamespace bool
 	// Mounts are extra binds (agent.SessionMounts: the session's uploads and outputs).
 	Mounts []agent.Mount
+	// Image, if set, is the image the sandbox runs on (sandbox.Recipe.RootFS): its top-level directories are
+	// bound read-only instead of the host's /usr and /etc files.
+	Image *agent.ImageRoot
 }
 
 // WriteBundle writes an OCI bundle into dir: an empty read-only rootfs of mount points, and a config.json that
 // runs the agent as spec.UID with no capabilities and no new privileges, in new pid, mount, network, ipc, uts
-// and cgroup namespaces, with /usr and a minimal /etc bound read-only, the workspace read-write at /workspace,
-// a private /tmp, and the resource limits in linux.resources. gVisor's runsc reads the same bundle.
+// and cgroup namespaces, with /usr and a minimal /etc bound read-only (or the image's top-level directories,
+// spec.Image), the workspace read-write at /workspace, a private /tmp, and the resource limits in
+// linux.resources. gVisor's runsc reads the same bundle.
 func WriteBundle(dir string, spec BundleSpec) error {
 	rootfs := filepath.Join(dir, "rootfs")
-	for _, d := range []string{"usr", "etc", "workspace", "tmp", "proc", "dev", ".corral"} {
+	points := []string{"usr", "etc"}
+	if spec.Image != nil {
+		points = append([]string{"etc"}, spec.Image.Dirs...)
+	}
+	for _, d := range append([]string{"workspace", "tmp", "proc", "dev", ".corral"}, points...) {
 		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
 			return fmt.Errorf("bundle: %w", err)
 		}
@@ -72,30 +80,12 @@ func WriteBundle(dir string, spec BundleSpec) error {
 	} else {
 		mount("/tmp", "tmpfs", "tmpfs", tmpOpts...)
 	}
-	mount("/usr", "bind", "/usr", "rbind", "ro", "nosuid", "nodev")
-	for _, l := range []string{"bin", "lib", "lib64", "sbin", "lib32", "libx32"} {
-		if target, err := os.Readlink("/" + l); err == nil {
-			if err := os.Symlink(target, filepath.Join(rootfs, l)); err != nil && !os.IsExist(err) {
-				return fmt.Errorf("bundle: %w", err)
-			}
+	if spec.Image != nil {
+		if err := imageMounts(rootfs, spec.Image, mount); err != nil {
+			return err
 		}
-	}
-	for _, f := range agent.EtcFiles {
-		src := "/etc/" + f
-		fi, err := os.Stat(src)
-		if err != nil {
-			continue
-		}
-		dst := filepath.Join(rootfs, "etc", f)
-		if fi.IsDir() {
-			err = os.MkdirAll(dst, 0o755)
-		} else {
-			err = os.WriteFile(dst, nil, 0o644)
-		}
-		if err != nil {
-			return fmt.Errorf("bundle: %w", err)
-		}
-		mount(src, "bind", src, "rbind", "ro", "nosuid", "nodev")
+	} else if err := hostMounts(rootfs, mount); err != nil {
+		return err
 	}
 	mount(agent.Workspace, "bind", spec.WorkspaceDir, "rbind", "nosuid", "nodev")
 	for _, m := range spec.Mounts {
@@ -120,7 +110,7 @@ func WriteBundle(dir string, spec BundleSpec) error {
 		if err := os.WriteFile(caFile, spec.CABundle, 0o444); err != nil {
 			return fmt.Errorf("bundle: %w", err)
 		}
-		for _, dst := range agent.CABundleOverlays() {
+		for _, dst := range agent.CABundleOverlays(spec.Image) {
 			mount(dst, "bind", caFile, "bind", "ro", "nosuid", "nodev", "noexec")
 		}
 	}
@@ -186,5 +176,50 @@ func WriteBundle(dir string, spec BundleSpec) error {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
 		return fmt.Errorf("bundle: %w", err)
 	}
+	return nil
+}
+
+// hostMounts binds the host's /usr, makes its top-level links to it again and binds the minimal /etc
+// (agent.EtcFiles), all read-only.
+func hostMounts(rootfs string, mount func(dst, typ, src string, opts ...string)) error {
+	mount("/usr", "bind", "/usr", "rbind", "ro", "nosuid", "nodev")
+	for _, l := range []string{"bin", "lib", "lib64", "sbin", "lib32", "libx32"} {
+		if target, err := os.Readlink("/" + l); err == nil {
+			if err := os.Symlink(target, filepath.Join(rootfs, l)); err != nil && !os.IsExist(err) {
+				return fmt.Errorf("bundle: %w", err)
+			}
+		}
+	}
+	for _, f := range agent.EtcFiles {
+		src := "/etc/" + f
+		fi, err := os.Stat(src)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(rootfs, "etc", f)
+		if fi.IsDir() {
+			err = os.MkdirAll(dst, 0o755)
+		} else {
+			err = os.WriteFile(dst, nil, 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+		mount(src, "bind", src, "rbind", "ro", "nosuid", "nodev")
+	}
+	return nil
+}
+
+// imageMounts binds the image's top-level directories read-only and makes its top-level links again.
+func imageMounts(rootfs string, image *agent.ImageRoot, mount func(dst, typ, src string, opts ...string)) error {
+	for _, d := range image.Dirs {
+		mount("/"+d, "bind", filepath.Join(image.Dir, d), "rbind", "ro", "nosuid", "nodev")
+	}
+	for _, l := range image.Links {
+		if err := os.Symlink(l.Target, filepath.Join(rootfs, l.Name)); err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+	}
+	mount("/etc", "bind", image.Etc, "rbind", "ro", "nosuid", "nodev")
 	return nil
 }

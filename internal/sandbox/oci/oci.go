@@ -90,6 +90,7 @@ type Provider struct {
 	link      string // the link <pid>.<n> to a default StateDir; ""  for one the caller gave
 	ownedRoot bool   // RuntimeRoot is the default, made by New, so Close removes it
 	watchdog  *watchdog
+	images    *agent.Images
 }
 
 // cgroupParent is where the containers' groups are made, in every controller (linux.cgroupsPath is absolute).
@@ -149,7 +150,7 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("oci: %w (set NoCgroups to run without limits)", err)
 		}
 	}
-	p := &Provider{cfg: cfg, runtime: rt, ownedRoot: ownedRoot}
+	p := &Provider{cfg: cfg, runtime: rt, ownedRoot: ownedRoot, images: agent.NewImages(filepath.Join(cfg.StateDir, "images"), false)}
 	// Before this provider makes its own: a server killed earlier may have had this pid, and so this root.
 	p.sweep(runBase, stateBase)
 	if !cfg.NoCgroups {
@@ -305,7 +306,7 @@ func (p *Provider) Close() error {
 			errs = append(errs, os.RemoveAll(filepath.Join(p.cfg.StateDir, e.Name())))
 		}
 	}
-	errs = append(errs, agent.RemovePaths(filepath.Join(p.cfg.StateDir, "agent")))
+	errs = append(errs, p.images.Close(), agent.RemovePaths(filepath.Join(p.cfg.StateDir, "agent")))
 	if p.link != "" {
 		errs = append(errs, agent.RemovePaths(p.cfg.StateDir, p.link))
 	}
@@ -463,6 +464,10 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 			cleanup.Run()
 		}
 	}()
+	image, err := p.images.Root(r.RootFS)
+	if err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	name := "corral-" + hex.EncodeToString(b)
@@ -489,8 +494,8 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	limits := agent.WithDefaults(r.Limits)
 	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.agent, ProxySocket: sock,
 		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3, ShellNamespace: p.cfg.ShellNamespace, TmpBytes: limits.TmpBytes, TmpInodes: limits.TmpInodes,
-		Mounts: agent.SessionMounts(r)}
-	if spec.CABundle, err = agent.CABundle(r.Egress); err != nil {
+		Mounts: agent.SessionMounts(r), Image: image}
+	if spec.CABundle, err = agent.CABundle(image, r.Egress); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if p.cfg.HostTmp {

@@ -1,8 +1,8 @@
 // Package process is the development-only sandbox backend: the in-sandbox agent runs as a plain child process
 // of the server, with the server's uid, filesystem and network. It isolates nothing; it exists to run Corral
 // where no isolating backend is available. Tool timeouts and output caps apply; memory, pids and CPU limits and
-// the networking policy do not. The file tools are confined to the workspace, as in the reference toolset, but
-// bash is not.
+// the networking policy do not, and it cannot run on an environment image (Recipe.RootFS). The file tools are
+// confined to the workspace, as in the reference toolset, but bash is not.
 package process
 
 import (
@@ -55,8 +55,12 @@ func (p *Provider) Name() string { return "process" }
 // Tools are the in-sandbox agent's built-in tools.
 func (p *Provider) Tools() []sandbox.Tool { return agent.Tools() }
 
-// Provision starts an agent in the workspace directory.
+// Provision starts an agent in the workspace directory. It refuses a recipe with a RootFS
+// (sandbox.ErrRootFSUnsupported): a plain process sees the host's filesystem and cannot run on an image.
 func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
+	if r.RootFS != "" {
+		return nil, fmt.Errorf("process: %w: the process backend isolates nothing and runs every tool on the host's own /usr; use bwrap, oci or gvisor for environments with images", sandbox.ErrRootFSUnsupported)
+	}
 	if !filepath.IsAbs(r.WorkspaceDir) {
 		return nil, fmt.Errorf("process: workspace %q must be an absolute path", r.WorkspaceDir)
 	}

@@ -1,7 +1,10 @@
 package process_test
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/corralhq/corral/internal/sandbox"
@@ -27,3 +30,16 @@ func TestConformance(t *testing.T) {
 }
 
 func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
+
+// TestRootFSRefused: a process cannot be given a root of its own, so a recipe on an image is refused.
+func TestRootFSRefused(t *testing.T) {
+	r := &sandbox.Recipe{SessionID: "img", WorkspaceDir: t.TempDir(), RootFS: t.TempDir()}
+	sb, err := newProvider(t).Provision(context.Background(), r)
+	if err == nil {
+		sb.Close()
+		t.Fatal("a RootFS was accepted")
+	}
+	if !errors.Is(err, sandbox.ErrRootFSUnsupported) || !strings.Contains(err.Error(), "bwrap, oci or gvisor") {
+		t.Errorf("error: %v", err)
+	}
+}

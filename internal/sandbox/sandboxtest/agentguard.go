@@ -170,7 +170,7 @@ func RunAgentGuard(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 	t.Run("Reap", func(t *testing.T) {
 		// As pid 1 the agent inherits every orphan (the shell does, as its namespace's init, under
 		// ShellNamespace): they must be reaped, or zombies eat the pids limit.
-		got := mustRun(t, p, bash(s, "for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 1; ps -eo stat= | grep -c '^Z'; true"))
+		got := mustRun(t, p, bash(s, "for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 1; grep -h '^State:' /proc/[0-9]*/status | grep -c zombie; true"))
 		if got != "0" {
 			t.Errorf("zombies left: %q", got)
 		}

@@ -94,8 +94,14 @@ func newPool(t *testing.T, newProvider func(testing.TB) sandbox.Provider, idle t
 // newPoolRoot is newPool that also returns the pool's workspace root.
 func newPoolRoot(t *testing.T, newProvider func(testing.TB) sandbox.Provider, idle time.Duration) (*sandbox.Pool, string) {
 	t.Helper()
+	return newPoolWith(t, newProvider(t), idle)
+}
+
+// newPoolWith is newPoolRoot over the provider prov.
+func newPoolWith(t *testing.T, prov sandbox.Provider, idle time.Duration) (*sandbox.Pool, string) {
+	t.Helper()
 	root := WorkspaceRoot(t)
-	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: newProvider(t), WorkspaceRoot: root, IdleTimeout: idle})
+	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, IdleTimeout: idle})
 	if err != nil {
 		t.Fatal(err)
 	}
