@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("serve", "run the server: the HTTP API, brains and sandboxes, with embedded defaults", runServe)
+	register("serve", "run the server: the HTTP API (and the web console at /console/), brains and sandboxes, with embedded defaults", runServe)
 }
 
 func runServe(ctx context.Context, io *stdio, args []string) error {
@@ -103,6 +103,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	defer srv.Stop()
 	logger.Info("corral serving", "addr", srv.Addr().String(), "store", st.Capabilities().Name, "sandbox", hf.kind, "brains", bf.workers)
 	fmt.Fprintf(io.err, "corral: listening on %s\n", srv.URL())
+	fmt.Fprintf(io.err, "corral: console on %s/console/ (log in with an API key)\n", srv.URL())
 	if u := srv.MetricsURL(); u != "" {
 		fmt.Fprintf(io.err, "corral: metrics on %s\n", u)
 	}

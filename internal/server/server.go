@@ -19,6 +19,7 @@ import (
 
 	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/console"
 	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/metrics"
@@ -234,11 +235,20 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return undo(err)
 		}
+		con, err := console.New()
+		if err != nil {
+			return undo(err)
+		}
+		// The console's files beside the API: its pages call the API like any other client.
+		mux := http.NewServeMux()
+		mux.Handle(console.Prefix, con)
+		mux.Handle(console.Prefix+"/", con)
+		mux.Handle("/", a.Handler())
 		// Streams end when the server shuts down; ordinary requests finish first.
 		baseCtx, cancel := context.WithCancel(context.Background())
 		s.cancelStreams = cancel
 		s.http = &http.Server{
-			Handler:           a.Handler(),
+			Handler:           mux,
 			ReadHeaderTimeout: ReadHeaderTimeout,
 			ReadTimeout:       ReadTimeout,
 			WriteTimeout:      WriteTimeout,
@@ -249,9 +259,9 @@ func New(cfg Config) (*Server, error) {
 		s.http.RegisterOnShutdown(cancel)
 	}
 	if cfg.MetricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", cfg.Metrics.Handler())
-		s.metricsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
+		mmux := http.NewServeMux()
+		mmux.Handle("GET /metrics", cfg.Metrics.Handler())
+		s.metricsHTTP = &http.Server{Handler: mmux, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
 			WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	}
 	return s, nil

@@ -157,15 +157,34 @@ func testWorkLifecycle(t *testing.T, h Harness) {
 	equal(t, len(page), 1, "items after the first")
 	equal(t, page[0].ID, fresh.ID, "second page")
 
-	v := "x"
-	md, err := s.WorkUpdateMetadata(ctxBg, env, fresh.ID, map[string]*string{"a": &v, "b": &v})
+	md, err := s.WorkUpdateMetadata(ctxBg, env, fresh.ID, func(cur map[string]string) (map[string]string, error) {
+		cur["a"], cur["b"] = "x", "x"
+		return cur, nil
+	})
 	must(t, err, "update metadata")
 	equal(t, md.Metadata["a"], "x", "metadata set")
-	md, err = s.WorkUpdateMetadata(ctxBg, env, fresh.ID, map[string]*string{"a": nil})
+	md, err = s.WorkUpdateMetadata(ctxBg, env, fresh.ID, func(cur map[string]string) (map[string]string, error) {
+		delete(cur, "a")
+		return cur, nil
+	})
 	must(t, err, "delete metadata")
 	if _, ok := md.Metadata["a"]; ok || md.Metadata["b"] != "x" {
 		t.Fatalf("metadata after the patch: %v", md.Metadata)
 	}
+	// fn's error aborts the update: nothing is written, and the error comes back.
+	refused := errors.New("too many keys")
+	_, err = s.WorkUpdateMetadata(ctxBg, env, fresh.ID, func(cur map[string]string) (map[string]string, error) {
+		cur["c"] = "y"
+		return nil, refused
+	})
+	mustIs(t, err, refused, "update refused by fn")
+	stored, err := s.WorkGet(ctxBg, env, fresh.ID)
+	must(t, err, "get after a refused update")
+	if len(stored.Metadata) != 1 || stored.Metadata["b"] != "x" {
+		t.Fatalf("metadata after a refused update: %v", stored.Metadata)
+	}
+	_, err = s.WorkUpdateMetadata(ctxBg, apitype.NewID(apitype.PrefixEnvironment), fresh.ID, func(cur map[string]string) (map[string]string, error) { return cur, nil })
+	mustIs(t, err, store.ErrNotFound, "update under another environment")
 	_, err = s.WorkGet(ctxBg, apitype.NewID(apitype.PrefixEnvironment), fresh.ID)
 	mustIs(t, err, store.ErrNotFound, "item under another environment")
 
