@@ -20,6 +20,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/client"
+	"github.com/corralhq/corral/internal/image/imagetest"
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/sandbox/oci"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
@@ -158,7 +159,9 @@ func detachMountsUnder(t testing.TB, dir string) {
 func startCorral(t testing.TB, env []string, ready string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
-	cmd.Env = env
+	// Every server of the tests shares the machine's image cache: the base is built once (imagetest).
+	// Their garbage collection is off: the cache holds the other tests' layers.
+	cmd.Env = append(slices.Clip(env), "CORRAL_IMAGE_CACHE="+imagetest.CacheDir(), "CORRAL_IMAGE_GC=0")
 	pr, pw := io.Pipe()
 	s := &server{t: t, cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(s.stderr, pw) // the buffer first: it holds a line by the time the reader sees it

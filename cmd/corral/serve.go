@@ -24,6 +24,9 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	bf.register(fs)
 	var hf handsFlags
 	hf.register(fs)
+	var imf imageFlags
+	imf.register(fs)
+	hf.registries = &imf.registries // --package-registry: the builds' mirrors are the sandboxes' too
 	var vf vaultFlags
 	vf.register(fs)
 	var ff fileFlags
@@ -72,6 +75,9 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		Store: st, Logger: logger,
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Validator: mcpProxy,
 			WorkLeaseTTL: *workTTL, Files: fsvc},
+	}
+	if cfg.Images, err = imf.images(sf.data, &hf, st, logger); err != nil {
+		return err
 	}
 	stopTracing, err := mf.observe(ctx, &cfg)
 	if err != nil {

@@ -280,6 +280,10 @@ type SessionErrorBody struct {
 	MCPServerName string `json:"mcp_server_name,omitempty"`
 	// Source says which part of Corral failed (Corral's own field; clients ignore it).
 	Source *FailureSource `json:"source,omitempty"`
+	// PackageManager and Package name what failed in an environment_build_failed_error (Corral's), when the
+	// failure is one package's.
+	PackageManager string `json:"package_manager,omitempty"`
+	Package        string `json:"package,omitempty"`
 }
 
 // FailureSource says which part failed, in which backend, and why: the error.source of a session.error, and
@@ -305,6 +309,9 @@ const (
 	SessionErrMCPConnection      = "mcp_connection_failed_error"
 	SessionErrMCPAuthentication  = "mcp_authentication_failed_error"
 	SessionErrBilling            = "billing_error"
+	// SessionErrEnvironmentBuild is Corral's: the environment's image (its packages) failed to build, so the
+	// session's tools cannot run; the message names the package and why.
+	SessionErrEnvironmentBuild = "environment_build_failed_error"
 )
 
 // SpanModelRequestEnd is the payload of span.model_request_end.

@@ -123,6 +123,7 @@ const (
 	ReasonProvisionFailed     FailureReason = "provision_failed"     // a sandbox could not be started
 	ReasonResourceUnavailable FailureReason = "resource_unavailable" // a session resource could not be placed
 	ReasonOutputsFailed       FailureReason = "outputs_failed"       // the session's outputs could not be collected
+	ReasonImageBuildFailed    FailureReason = "image_build_failed"   // the environment's image (its packages) could not be built
 	ReasonWorkerLost          FailureReason = "worker_lost"          // a self-hosted worker vanished mid-call
 	ReasonOverloaded          FailureReason = "overloaded"
 	ReasonRateLimited         FailureReason = "rate_limited"

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -93,6 +94,9 @@ func (r *run) provisionReporter(parent context.Context) func(sandbox.ProvisionRe
 			ev = mustEvent(apitype.EventSpanSandboxProvisionEnd, end)
 		}
 		events := append([]apitype.NewEvent{ev}, resourceErrors(p.Backend, p.ResourceErrors)...)
+		if ie := (*sandbox.ImageError)(nil); p.Done && errors.As(p.Err, &ie) {
+			events = append(events, imageError(p.Backend, ie))
+		}
 		out, err := r.appendRaw(&store.EventAppendParams{Events: events})
 		if err != nil {
 			r.b.cfg.Logger.Warn("provision span not logged", "session", r.sess.ID, "err", err)
@@ -121,6 +125,19 @@ func resourceErrors(backend string, errs []*sandbox.ResourceError) []apitype.New
 		events = append(events, mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}))
 	}
 	return events
+}
+
+// imageError is the session.error of a sandbox that could not be provisioned because the environment's image
+// failed to build: it names the package and why. The session goes on (retrying): the tool call gets an error
+// result, and the next one tries again (a fixed package list builds anew).
+func imageError(backend string, e *sandbox.ImageError) apitype.NewEvent {
+	return mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
+		Type:           apitype.SessionErrEnvironmentBuild,
+		Message:        e.Error(),
+		RetryStatus:    apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+		Source:         source(apitype.ComponentHands, backend, apitype.ReasonImageBuildFailed),
+		PackageManager: e.Manager, Package: e.Package,
+	}})
 }
 
 // provisionEagerly, with Config.EagerHands, makes sure the session's sandbox exists before the model call, the

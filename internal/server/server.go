@@ -63,9 +63,22 @@ type Config struct {
 	// TracerProvider, if set, traces the API's requests and the brains' runs, model requests, tool calls and
 	// sandbox provisioning (cmd/corral builds it from the OTEL_* environment).
 	TracerProvider trace.TracerProvider
+	// Images, if set, builds the cloud environments' images (internal/image): the API shows their status and
+	// starts their builds, and the pool runs each sandbox on its environment's image, waiting for its build.
+	// Start starts it (the base is built in the background) and Stop stops it. Nil: sandboxes run on the
+	// host's layout and packages are stored only.
+	Images Images
 	// MetricsListen, if set (with Metrics), is the TCP address on which Metrics are served at /metrics, apart
 	// from the API: the endpoint has no authentication, so it is meant for a private address.
 	MetricsListen string
+}
+
+// Images is the environments' image builds as the server runs them (*image.Service, image.HostLayout).
+type Images interface {
+	api.Images
+	sandbox.Images
+	Start(ctx context.Context) error
+	Stop()
 }
 
 // APIConfig configures the HTTP API of a Server.
@@ -173,6 +186,9 @@ func New(cfg Config) (*Server, error) {
 		pc := sc.Pool
 		pc.Provider = sc.Provider
 		pc.Logger = cmp.Or(pc.Logger, cfg.Logger)
+		if pc.Images == nil {
+			pc.Images = cfg.Images // a nil Images stays nil: no images
+		}
 		pool, err := sandbox.NewPool(pc)
 		if err != nil {
 			closeProvider(sc.Provider)
@@ -228,7 +244,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
 			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
-			TracerProvider: cfg.TracerProvider})
+			TracerProvider: cfg.TracerProvider, Images: cfg.Images})
 		if err != nil {
 			return undo(err)
 		}
@@ -306,6 +322,17 @@ func (s *Server) Start(ctx context.Context) error {
 				s.cfg.Logger.Error("metrics listener failed", "err", err)
 			}
 		})
+	}
+	if s.cfg.Images != nil {
+		// The base (and the stored environments' images) build in the background: nobody waits for them
+		// but a sandbox that needs them.
+		if err := s.cfg.Images.Start(context.WithoutCancel(ctx)); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			s.stopLocked()
+			return fmt.Errorf("server: images: %w", err)
+		}
 	}
 	if s.brain != nil {
 		if err := s.brain.Start(ctx); err != nil {
@@ -410,6 +437,9 @@ func (s *Server) stopLocked() {
 		}
 		if s.pool != nil {
 			_ = s.pool.Stop()
+		}
+		if s.cfg.Images != nil && s.started {
+			s.cfg.Images.Stop() // after the pool: no sandbox waits for a build any more
 		}
 		closeProvider(s.cfg.Sandbox.Provider)
 	})

@@ -169,6 +169,25 @@ type EnvironmentStore interface {
 	EnvironmentUpdate(ctx context.Context, id string, fn func(*apitype.Environment) error) (*apitype.Environment, error)
 	EnvironmentList(ctx context.Context, p *ListParams) ([]apitype.Environment, error)
 	EnvironmentDelete(ctx context.Context, id string) error
+	// EnvironmentImageSet records the status of the environment's image build (SetImage's rule: only over a
+	// status of the same image, so a build of a package list the environment no longer has cannot overwrite
+	// the current one: ErrConflict). The environment's updated_at stays.
+	EnvironmentImageSet(ctx context.Context, id string, img *apitype.EnvironmentImage) error
+}
+
+// SetImage is EnvironmentImageSet's rule, which both adapters apply: e gets img if it has no image status or
+// one of the same image id; otherwise ErrConflict.
+func SetImage(e *apitype.Environment, img *apitype.EnvironmentImage) error {
+	if e.Image != nil && e.Image.ID != img.ID {
+		return fmt.Errorf("environment %s: image %s is no longer its image (%s): %w", e.ID, img.ID, e.Image.ID, ErrConflict)
+	}
+	c := *img
+	if img.Error != nil {
+		be := *img.Error
+		c.Error = &be
+	}
+	e.Image = &c
+	return nil
 }
 
 // SessionStore keeps sessions. A session's status, usage and scheduling state are owned by the store and the

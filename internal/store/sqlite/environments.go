@@ -108,3 +108,9 @@ func scanEnvironment(row scanner) (*apitype.Environment, error) {
 	}
 	return &e, nil
 }
+
+// EnvironmentImageSet records the environment's image status under store.SetImage's rule.
+func (s *Store) EnvironmentImageSet(ctx context.Context, id string, img *apitype.EnvironmentImage) error {
+	_, err := s.EnvironmentUpdate(ctx, id, func(e *apitype.Environment) error { return store.SetImage(e, img) })
+	return err
+}
