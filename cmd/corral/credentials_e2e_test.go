@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -199,6 +200,27 @@ func toolResults(events []anthropic.BetaManagedAgentsSessionEventUnion) []toolOu
 }
 
 // rawGET returns the body of an authenticated GET of the API path (200 required).
+// metricsText is what the server's /metrics (--metrics-listen) serves; it fails the test if the server names no
+// metrics address or serves no corral metric.
+func metricsText(t *testing.T, s *server) string {
+	t.Helper()
+	_, after, ok := strings.Cut(s.stderr.String(), "corral: metrics on ")
+	if !ok {
+		t.Fatalf("the server names no metrics address:\n%s", s.stderr.String())
+	}
+	u, _, _ := strings.Cut(after, "\n")
+	resp, err := http.Get(strings.TrimSpace(u))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte("corral_turns_total")) {
+		t.Fatalf("GET %s: %d %v\n%.2000s", u, resp.StatusCode, err, b)
+	}
+	return string(b)
+}
+
 func rawGET(t *testing.T, s *server, path string) string {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, s.url+path, nil)
@@ -344,7 +366,8 @@ func testPrivateRepositoryPush(t *testing.T, sandboxArgs []string) {
 		modeltest.Turn{Text: "Pushed after the restart."},
 	)
 	data := t.TempDir()
-	serverArgs := append(sandboxArgs, "--egress-allow-internal", srv.HostPort, "--egress-ca-file", writePEM(t, srv.CAPEM))
+	serverArgs := append(sandboxArgs, "--egress-allow-internal", srv.HostPort, "--egress-ca-file", writePEM(t, srv.CAPEM),
+		"--metrics-listen", "127.0.0.1:0")
 	s := startServer(t, data, model, serverArgs...)
 	c := sdkClient(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -409,6 +432,7 @@ func testPrivateRepositoryPush(t *testing.T, sandboxArgs []string) {
 	}
 
 	// `corral vault rotate-key` (the token's data key rewrapped), then a restart on the new master key alone.
+	metrics := metricsText(t, s)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.exited
 	rot := rotateVaultKey(t, data, 1)
@@ -439,6 +463,8 @@ func testPrivateRepositoryPush(t *testing.T, sandboxArgs []string) {
 	}
 
 	places := map[string]string{
+		"the server's metrics":               metrics,
+		"the restarted server's metrics":     metricsText(t, s2),
 		"the session's events (SDK)":         rawEvents,
 		"the session create response":        sess.RawJSON(),
 		"the resource update response":       upd.RawJSON(),
@@ -586,7 +612,7 @@ func testSecretInjectedAtEgress(t *testing.T, sandboxArgs []string) {
 	)
 	data := t.TempDir()
 	serverArgs := append(sandboxArgs, "--egress-allow-internal", allowedAddr+",localhost:"+otherPort,
-		"--egress-ca-file", writePEM(t, ca))
+		"--egress-ca-file", writePEM(t, ca), "--metrics-listen", "127.0.0.1:0")
 	s := startServer(t, data, model, serverArgs...)
 	c := sdkClient(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -684,6 +710,7 @@ func testSecretInjectedAtEgress(t *testing.T, sandboxArgs []string) {
 		bashTurn(t, curl+`-H "Authorization: Bearer $MY_TOKEN" --data-binary "a=$MY_TOKEN&b=$MY_BODY_TOKEN" https://`+allowedAddr+`/`),
 		modeltest.Turn{Text: "Done again."},
 	)
+	metrics := metricsText(t, s)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.exited
 	rot := rotateVaultKey(t, data, 2)
@@ -701,6 +728,8 @@ func testSecretInjectedAtEgress(t *testing.T, sandboxArgs []string) {
 	}
 
 	places := map[string]string{
+		"the server's metrics":              metrics,
+		"the restarted server's metrics":    metricsText(t, s2),
 		"the session create errors":         apiErrs.String(),
 		"the tool result":                   out,
 		"the session's events (SDK)":        rawEvents,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/client"
+	"github.com/corralhq/corral/internal/image/imagetest"
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/sandbox/oci"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
@@ -158,7 +159,9 @@ func detachMountsUnder(t testing.TB, dir string) {
 func startCorral(t testing.TB, env []string, ready string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
-	cmd.Env = env
+	// Every server of the tests shares the machine's image cache: the base is built once (imagetest).
+	// Their garbage collection is off: the cache holds the other tests' layers.
+	cmd.Env = append(slices.Clip(env), "CORRAL_IMAGE_CACHE="+imagetest.CacheDir(), "CORRAL_IMAGE_GC=0")
 	pr, pw := io.Pipe()
 	s := &server{t: t, cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(s.stderr, pw) // the buffer first: it holds a line by the time the reader sees it
@@ -452,6 +455,7 @@ func TestServeCrashMidModelCall(t *testing.T) {
 	events := waitIdle(t, s2.client(), id)
 	t.Logf("resumed and finished %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
 	assertOneTurn(t, events, "The complete answer.")
+	assertCrashRecovered(t, events)
 }
 
 // assertOneTurn checks a log that a crash or a handover went through: sound, with exactly one user message and
@@ -516,5 +520,32 @@ func TestServeSIGTERM(t *testing.T) {
 
 	model.Script(modeltest.Turn{Text: "Resumed."})
 	s2 := startServer(t, data, model, "--lease-ttl", "30s")
-	assertOneTurn(t, waitIdle(t, s2.client(), id), "Resumed.")
+	events := waitIdle(t, s2.client(), id)
+	assertOneTurn(t, events, "Resumed.")
+	if n := count(events, "session.error"); n != 0 {
+		t.Errorf("a turn handed back by a graceful stop resumed with %d session.error, want none: %v", n, types(events))
+	}
+}
+
+// assertCrashRecovered checks that the log says a brain resumed the turn after another crashed: one
+// session.error whose source is the brain, crash_recovered.
+func assertCrashRecovered(t *testing.T, events []map[string]any) {
+	t.Helper()
+	n := 0
+	for _, e := range events {
+		if e["type"] != "session.error" {
+			continue
+		}
+		n++
+		b, _ := json.Marshal(e["error"])
+		var body apitype.SessionErrorBody
+		_ = json.Unmarshal(b, &body)
+		want := apitype.FailureSource{Component: apitype.ComponentBrain, Reason: apitype.ReasonCrashRecovered}
+		if body.Source == nil || *body.Source != want {
+			t.Errorf("session.error after the crash = %s, want source %+v", b, want)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d session.error events after the crash, want 1: %v", n, types(events))
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -12,8 +13,16 @@ func init() {
 	register("envs", "manage environments: create, get, list, delete, keys", func(ctx context.Context, io *stdio, args []string) error {
 		return subcommand(ctx, io, "envs", args, []verb{
 			{"create", "create an environment", envsCreate},
-			{"get", "print an environment", func(ctx context.Context, io *stdio, args []string) error {
-				return idCommand(ctx, io, args, "envs get", (*client.Client).EnvironmentGet)
+			{"get", "print an environment (its image's status on stderr)", func(ctx context.Context, io *stdio, args []string) error {
+				return idCommand(ctx, io, args, "envs get", func(c *client.Client, ctx context.Context, id string) (*apitype.Environment, error) {
+					e, err := c.EnvironmentGet(ctx, id)
+					if err == nil {
+						if line := imageLine(e.Image); line != "" {
+							fmt.Fprintln(io.err, line)
+						}
+					}
+					return e, err
+				})
 			}},
 			{"list", "list environments", func(ctx context.Context, io *stdio, args []string) error {
 				return listCommand(ctx, io, args, "envs list", (*client.Client).EnvironmentList, func(e *apitype.Environment) []any {
@@ -26,6 +35,24 @@ func init() {
 			{"keys", "a self-hosted environment's worker keys: create, list, revoke", envsKeys},
 		})
 	})
+}
+
+// imageLine is the one line envs get prints about an environment's image: its status and id, and for a
+// failed build the package and why ("" without an image).
+func imageLine(img *apitype.EnvironmentImage) string {
+	if img == nil {
+		return ""
+	}
+	line := fmt.Sprintf("image: %s (%s)", img.Status, img.ID)
+	if e := img.Error; e != nil {
+		what := e.Manager
+		if e.Package != "" {
+			what += " package " + e.Package
+		}
+		msg, _, _ := strings.Cut(e.Message, "\n")
+		line += ": " + strings.TrimSpace(what+": "+msg)
+	}
+	return line
 }
 
 func envsCreate(ctx context.Context, io *stdio, args []string) error {

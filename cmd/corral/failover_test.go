@@ -49,6 +49,7 @@ func TestHarnessFailover(t *testing.T) {
 	events := waitIdle(t, api.client(), id)
 	t.Logf("session finished by the second brain %v after the SIGKILL (lease TTL 2s)", time.Since(killed).Round(time.Millisecond))
 	assertOneTurn(t, events, "The answer from the second brain.")
+	assertCrashRecovered(t, events)
 	if strings.Contains(second.stderr.String(), "panic") {
 		t.Errorf("second brain panicked:\n%s", second.stderr.String())
 	}

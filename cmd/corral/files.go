@@ -64,7 +64,7 @@ func (f *fileFlags) open(ctx context.Context, dataDir string, st store.Store) (*
 		}
 		blobs = s
 	}
-	return files.New(st, blobs, f.maxBytes), nil
+	return files.New(files.Config{Store: st, Blobs: blobs, MaxBytes: f.maxBytes})
 }
 
 // envInt64 reads an integer from the environment: def when unset, -1 (refused by the flag's check) when it is

@@ -19,6 +19,9 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	bf.register(fs)
 	var hf handsFlags
 	hf.register(fs)
+	var imf imageFlags
+	imf.register(fs)
+	hf.registries = &imf.registries // --package-registry: the builds' mirrors are the sandboxes' too
 	var vf vaultFlags
 	vf.register(fs)
 	mcpProxyURL := fs.String("mcp-proxy", "", "`URL` of a corral proxy to call MCP servers through (token in "+proxyTokenEnv+"); default: an MCP proxy in this process")
@@ -72,7 +75,11 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 		defer mcpProxy.Close()
 		brain.MCP = mcpProxy
 	}
-	cfg := corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc}
+	images, err := imf.images(sf.data, &hf, st, logger)
+	if err != nil {
+		return err
+	}
+	cfg := corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc, Images: images}
 	stopTracing, err := mf.observe(ctx, &cfg)
 	if err != nil {
 		return err

@@ -61,9 +61,11 @@ func tracingHelp(fs *flag.FlagSet) {
 	usage := fs.Usage
 	fs.Usage = func() {
 		usage()
-		fmt.Fprint(fs.Output(), "\nTraces: OpenTelemetry spans over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or\n"+
+		fmt.Fprint(fs.Output(), "\nTraces: OpenTelemetry spans over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT (or\n"+
 			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set; off otherwise, or with OTEL_SDK_DISABLED=true or\n"+
-			"OTEL_TRACES_EXPORTER=none. OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME (default\n"+
-			"corral) and OTEL_RESOURCE_ATTRIBUTES apply as usual.\n")
+			"OTEL_TRACES_EXPORTER=none. OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL picks http/protobuf (default) or grpc.\n"+
+			"OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME (default corral) and\n"+
+			"OTEL_RESOURCE_ATTRIBUTES apply as usual. A turn continues the trace of the request that started it\n"+
+			"(its W3C traceparent), across serve, harness and worker processes.\n")
 	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("serve", "run the server: the HTTP API, brains and sandboxes, with embedded defaults", runServe)
+	register("serve", "run the server: the HTTP API (and the web console at /console/), brains and sandboxes, with embedded defaults", runServe)
 }
 
 func runServe(ctx context.Context, io *stdio, args []string) error {
@@ -24,6 +24,9 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	bf.register(fs)
 	var hf handsFlags
 	hf.register(fs)
+	var imf imageFlags
+	imf.register(fs)
+	hf.registries = &imf.registries // --package-registry: the builds' mirrors are the sandboxes' too
 	var vf vaultFlags
 	vf.register(fs)
 	var ff fileFlags
@@ -73,6 +76,9 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Validator: mcpProxy,
 			WorkLeaseTTL: *workTTL, Files: fsvc},
 	}
+	if cfg.Images, err = imf.images(sf.data, &hf, st, logger); err != nil {
+		return err
+	}
 	stopTracing, err := mf.observe(ctx, &cfg)
 	if err != nil {
 		return err
@@ -97,6 +103,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	defer srv.Stop()
 	logger.Info("corral serving", "addr", srv.Addr().String(), "store", st.Capabilities().Name, "sandbox", hf.kind, "brains", bf.workers)
 	fmt.Fprintf(io.err, "corral: listening on %s\n", srv.URL())
+	fmt.Fprintf(io.err, "corral: console on %s/console/ (log in with an API key)\n", srv.URL())
 	if u := srv.MetricsURL(); u != "" {
 		fmt.Fprintf(io.err, "corral: metrics on %s\n", u)
 	}

@@ -7,18 +7,21 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// tracing builds the OpenTelemetry tracer provider of serve and harness from the standard environment, or
-// none (nil) when it asks for no traces: OTEL_SDK_DISABLED=true, OTEL_TRACES_EXPORTER=none, or no
+// tracing builds the OpenTelemetry tracer provider of serve, harness and worker from the standard environment,
+// or none (nil) when it asks for no traces: OTEL_SDK_DISABLED=true, OTEL_TRACES_EXPORTER=none, or no
 // OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT. The exporter is OTLP over HTTP
-// (http/protobuf), configured by the OTEL_EXPORTER_OTLP_* variables it reads itself (endpoint, headers,
-// timeout, TLS); the sampler by OTEL_TRACES_SAMPLER(_ARG) (default: parent-based, always on); the resource by
-// OTEL_SERVICE_NAME (default corral) and OTEL_RESOURCE_ATTRIBUTES. The returned function flushes and stops it.
+// (http/protobuf, the default) or gRPC (grpc), as OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or else
+// OTEL_EXPORTER_OTLP_PROTOCOL says, configured by the OTEL_EXPORTER_OTLP_* variables it reads itself (endpoint,
+// headers, timeout, TLS; an http:// endpoint is plaintext gRPC); the sampler by OTEL_TRACES_SAMPLER(_ARG)
+// (default: parent-based, always on); the resource by OTEL_SERVICE_NAME (default corral) and
+// OTEL_RESOURCE_ATTRIBUTES. The returned function flushes and stops it.
 func tracing(ctx context.Context) (trace.TracerProvider, func(), error) {
 	none := func() {}
 	if os.Getenv("OTEL_SDK_DISABLED") == "true" {
@@ -38,10 +41,16 @@ func tracing(ctx context.Context) (trace.TracerProvider, func(), error) {
 	if protocol == "" {
 		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
-	if protocol != "" && protocol != "http/protobuf" {
-		return nil, none, fmt.Errorf("OTLP protocol %q: corral exports traces over http/protobuf only", protocol)
+	var exporter sdktrace.SpanExporter
+	var err error
+	switch protocol {
+	case "", "http/protobuf":
+		exporter, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exporter, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, none, fmt.Errorf("OTLP protocol %q: corral exports traces over http/protobuf or grpc", protocol)
 	}
-	exporter, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, none, fmt.Errorf("OTLP trace exporter: %w", err)
 	}

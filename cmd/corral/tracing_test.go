@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -78,9 +81,9 @@ func TestTracingFromEnv(t *testing.T) {
 		t.Errorf("OTEL_TRACES_EXPORTER=none: tracer %v, err %v; want none", tp, err)
 	}
 	t.Setenv("OTEL_TRACES_EXPORTER", "")
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	if _, _, err := tracing(ctx); err == nil || !strings.Contains(err.Error(), "grpc") {
-		t.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: err = %v, want a refusal naming it", err)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+	if _, _, err := tracing(ctx); err == nil || !strings.Contains(err.Error(), "http/json") {
+		t.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=http/json: err = %v, want a refusal naming it", err)
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 
@@ -117,5 +120,74 @@ func TestTracingFromEnv(t *testing.T) {
 		if len(names) != 1 || names[0] != "probe" || service != c.want {
 			t.Errorf("OTEL_SERVICE_NAME=%q: receiver got spans %v of service %q, want [probe] of %q", c.env, names, service, c.want)
 		}
+	}
+}
+
+// grpcReceiver is an in-process OTLP/gRPC trace receiver.
+type grpcReceiver struct {
+	collectortrace.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func (g *grpcReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			g.spans = append(g.spans, ss.GetSpans()...)
+		}
+	}
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// startGRPCReceiver serves an OTLP/gRPC receiver on 127.0.0.1 until the test ends.
+func startGRPCReceiver(t *testing.T) (*grpcReceiver, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := &grpcReceiver{}
+	gs := grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(gs, rcv)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	return rcv, ln.Addr().String()
+}
+
+// TestTracingGRPC: with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc (which wins over OTEL_EXPORTER_OTLP_PROTOCOL),
+// the spans reach an OTLP/gRPC receiver, with their parent.
+func TestTracingGRPC(t *testing.T) {
+	for _, k := range []string{"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+		"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER"} {
+		t.Setenv(k, "")
+	}
+	rcv, addr := startGRPCReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+addr)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+	ctx := context.Background()
+	tp, stop, err := tracing(ctx)
+	if err != nil || tp == nil {
+		t.Fatalf("grpc: tracer %v, err %v", tp, err)
+	}
+	pctx, parent := tp.Tracer("test").Start(ctx, "parent")
+	_, child := tp.Tracer("test").Start(pctx, "child")
+	child.End()
+	parent.End()
+	stop()
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	byName := map[string]*tracepb.Span{}
+	for _, s := range rcv.spans {
+		byName[s.GetName()] = s
+	}
+	p, c := byName["parent"], byName["child"]
+	if len(rcv.spans) != 2 || p == nil || c == nil {
+		t.Fatalf("the gRPC receiver got %d spans %v, want parent and child", len(rcv.spans), byName)
+	}
+	if !bytes.Equal(c.GetParentSpanId(), p.GetSpanId()) || !bytes.Equal(c.GetTraceId(), p.GetTraceId()) {
+		t.Errorf("child's parent %x trace %x, want %x in %x", c.GetParentSpanId(), c.GetTraceId(), p.GetSpanId(), p.GetTraceId())
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/client"
 	"github.com/corralhq/corral/internal/sandbox"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 func init() {
@@ -36,6 +38,7 @@ const (
 
 func runWorker(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "worker", "--url URL --env ENV_ID --key KEY [--sandbox bwrap|oci|gvisor|process] [flags]")
+	tracingHelp(fs)
 	base := fs.String("url", os.Getenv("CORRAL_URL"), "Corral server `URL` (env CORRAL_URL)")
 	envID := fs.String("env", os.Getenv("CORRAL_ENV"), "the self-hosted environment's `id` (env CORRAL_ENV)")
 	key := fs.String("key", os.Getenv("CORRAL_ENV_KEY"), "the environment `key` (corral envs keys create; env CORRAL_ENV_KEY)")
@@ -100,7 +103,15 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 	defer pool.Stop()
-	w := &worker{c: c, env: *envID, id: *workerID, pool: pool, idle: *idle, log: logger}
+	tp, stopTracing, err := tracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	w := &worker{c: c, env: *envID, id: *workerID, pool: pool, idle: *idle, log: logger, tracer: tp.Tracer("github.com/corralhq/corral/cmd/corral/worker")}
 	if w.id == "" {
 		w.id = defaultWorkerID()
 	}
@@ -143,6 +154,8 @@ type worker struct {
 	pool *sandbox.Pool
 	idle time.Duration
 	log  *slog.Logger
+	// tracer traces the tool calls (noop without OTEL_* configuration).
+	tracer trace.Tracer
 	// onToolStart, if set, is called as each tool call starts (benchmarks).
 	onToolStart func(toolUseID string)
 }
@@ -281,6 +294,9 @@ type call struct {
 	input      json.RawMessage
 	permission apitype.Permission
 	confirmed  apitype.ConfirmationResult
+	// traceparent is the trace of the brain's turn that made the call (apitype.TraceParentField): the call's
+	// span continues it.
+	traceparent string
 }
 
 // serve answers the session's built-in tool calls until the session ends, ctx ends, or the session's turn has
@@ -305,11 +321,14 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 	note := func(ev *client.Event) *call {
 		switch ev.Type {
 		case apitype.EventAgentToolUse:
-			var u apitype.AgentToolUse
+			var u struct {
+				apitype.AgentToolUse
+				TraceParent string `json:"traceparent"`
+			}
 			if ev.Decode(&u) != nil {
 				return nil
 			}
-			c := &call{id: ev.ID, name: u.Name, input: u.Input, permission: u.EvaluatedPermission}
+			c := &call{id: ev.ID, name: u.Name, input: u.Input, permission: u.EvaluatedPermission, traceparent: u.TraceParent}
 			calls[ev.ID] = c
 			order = append(order, ev.ID)
 			if c.permission == apitype.PermissionAllow {
@@ -397,7 +416,10 @@ func (w *worker) runCall(ctx context.Context, tc *client.Client, recipe sandbox.
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	res, err := w.pool.Execute(ctx, &sandbox.Call{Recipe: recipe, Name: c.name, Input: input})
+	ctx, span := w.startToolSpan(ctx, sessionID, c)
+	res, err := w.pool.Execute(ctx, &sandbox.Call{Recipe: recipe, Name: c.name, Input: input, OnProvision: w.provisionSpan(ctx)})
+	src := workerFailure(w.pool.Backend(), res, err)
+	endWorkerToolSpan(span, src, res, err)
 	if ctx.Err() != nil {
 		return ctx.Err() // the lease is gone or the worker stops: the server settles the call
 	}
@@ -408,7 +430,7 @@ func (w *worker) runCall(ctx context.Context, tc *client.Client, recipe sandbox.
 	if len(content) == 0 {
 		content = []apitype.ContentBlock{apitype.TextBlock("(no output)")}
 	}
-	ev, err := apitype.MakeEvent(apitype.EventUserToolResult, apitype.UserToolResult{ToolUseID: c.id, Content: content, IsError: isErr || err != nil})
+	ev, err := apitype.MakeEvent(apitype.EventUserToolResult, apitype.UserToolResult{ToolUseID: c.id, Content: content, IsError: isErr || err != nil, Source: src})
 	if err != nil {
 		return err
 	}

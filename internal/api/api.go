@@ -81,6 +81,21 @@ type Config struct {
 	// Metrics receives the open event streams and the appends of client events (internal/metrics implements
 	// it); nil records nothing.
 	Metrics Metrics
+	// Images builds the cloud environments' images (internal/image): the API checks an environment's
+	// packages, shows its image's status and starts its build when it is created or its packages change. Nil:
+	// no image field, and packages are stored only.
+	Images Images
+}
+
+// Images is what the API asks of the environments' image builds.
+type Images interface {
+	// Check reports a package spec that cannot be built (a 400 naming it).
+	Check(c *apitype.EnvConfig) error
+	// Image is the status of the image of config c now (nil for a self-hosted environment); it starts nothing.
+	Image(c *apitype.EnvConfig) *apitype.EnvironmentImage
+	// Build starts building e's image in the background if it is not built; the result is stored as e's image
+	// status.
+	Build(e *apitype.Environment)
 }
 
 func (c *Config) validate() error {
@@ -110,6 +125,7 @@ type Server struct {
 	sealer       Sealer
 	validator    CredentialValidator
 	files        *files.Service
+	images       Images
 	metrics      Metrics
 	tracer       trace.Tracer
 	// workTTL is the default lease of a work item; workers tracks who polled lately.
@@ -149,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 		sealer:    cfg.Sealer,
 		validator: cfg.Validator,
 		files:     cfg.Files,
+		images:    cfg.Images,
 		metrics:   cfg.Metrics,
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
 			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),

@@ -215,6 +215,9 @@ type toolResultIn struct {
 	CustomToolUseID string            `json:"custom_tool_use_id"`
 	Content         []json.RawMessage `json:"content"`
 	IsError         *bool             `json:"is_error"`
+	// Source is Corral's own field of a user.tool_result: a self-hosted worker (corral worker) says its hands
+	// failed (the sandbox died, a limit, a timeout).
+	Source *apitype.FailureSource `json:"source"`
 }
 
 // decodeToolResultIn decodes a tool result and its content.
@@ -234,6 +237,9 @@ func decodeCustomToolResult(p string, raw json.RawMessage) (any, eventRef, error
 	}
 	if in.ToolUseID != "" {
 		return nil, eventRef{}, invalid(path(p, "tool_use_id"), "unknown field (user.custom_tool_result answers custom_tool_use_id)")
+	}
+	if in.Source != nil {
+		return nil, eventRef{}, invalid(path(p, "source"), "unknown field (only a user.tool_result says its hands failed)")
 	}
 	if in.CustomToolUseID == "" {
 		return nil, eventRef{}, invalid(path(p, "custom_tool_use_id"), "required")
@@ -256,7 +262,35 @@ func decodeToolResult(p string, raw json.RawMessage) (any, eventRef, error) {
 		return nil, eventRef{}, invalid(path(p, "tool_use_id"), "required")
 	}
 	out := apitype.UserToolResult{ToolUseID: in.ToolUseID, Content: content, IsError: in.IsError != nil && *in.IsError}
+	if in.Source != nil {
+		if err := checkHandsSource(path(p, "source"), in.Source, out.IsError); err != nil {
+			return nil, eventRef{}, err
+		}
+		out.Source = in.Source
+	}
 	return out, eventRef{id: in.ToolUseID, path: path(p, "tool_use_id"), kinds: []string{apitype.EventAgentToolUse}}, nil
+}
+
+// workerReasons are the reasons a self-hosted worker may give for its hands' failure.
+var workerReasons = []apitype.FailureReason{apitype.ReasonSandboxDied, apitype.ReasonLimitHit, apitype.ReasonTimeout,
+	apitype.ReasonProvisionFailed, apitype.ReasonUnavailable, apitype.ReasonInternal}
+
+// checkHandsSource validates the source a worker gives a failed user.tool_result: its hands, a backend name
+// (letters, digits, _ and -, at most 64) and one of workerReasons.
+func checkHandsSource(p string, src *apitype.FailureSource, isError bool) error {
+	switch {
+	case !isError:
+		return invalid(p, "only an error result (is_error true) has a source")
+	case src.Component != apitype.ComponentHands:
+		return invalid(path(p, "component"), "must be %q: a worker reports its own hands' failures", apitype.ComponentHands)
+	case !slices.Contains(workerReasons, src.Reason):
+		return invalid(path(p, "reason"), "unknown reason %q", src.Reason)
+	case len(src.Backend) > 64 || strings.ContainsFunc(src.Backend, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	}):
+		return invalid(path(p, "backend"), "at most 64 letters, digits, _ or -")
+	}
+	return nil
 }
 
 // defineOutcome is the stored payload of user.define_outcome; the server assigns outcome_id.

@@ -137,3 +137,42 @@ func TestClientEventDecoders(t *testing.T) {
 		}
 	}
 }
+
+// TestToolResultSource: a self-hosted worker's failed user.tool_result may say its hands failed (source, with a
+// known reason); anything else about a source is refused with the field's path.
+func TestToolResultSource(t *testing.T) {
+	ev, err := parseClientEvent("events[0]", json.RawMessage(`{"type":"user.tool_result","tool_use_id":"sevt_1","is_error":true,
+		"content":[{"type":"text","text":"died"}],"source":{"component":"hands","backend":"bwrap","reason":"sandbox_died"}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got apitype.UserToolResult
+	if err := json.Unmarshal(ev.ev.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := apitype.FailureSource{Component: apitype.ComponentHands, Backend: "bwrap", Reason: apitype.ReasonSandboxDied}
+	if got.Source == nil || *got.Source != want {
+		t.Errorf("stored source %+v, want %+v", got.Source, want)
+	}
+	for _, tc := range []struct{ name, event, want string }{
+		{"not an error", `{"type":"user.tool_result","tool_use_id":"sevt_1","source":{"component":"hands","reason":"timeout"}}`,
+			"events[0].source: only an error result"},
+		{"another component", `{"type":"user.tool_result","tool_use_id":"sevt_1","is_error":true,"source":{"component":"model","reason":"timeout"}}`,
+			"events[0].source.component"},
+		{"unknown reason", `{"type":"user.tool_result","tool_use_id":"sevt_1","is_error":true,"source":{"component":"hands","reason":"gremlins"}}`,
+			"events[0].source.reason"},
+		{"bad backend", `{"type":"user.tool_result","tool_use_id":"sevt_1","is_error":true,"source":{"component":"hands","backend":"a b","reason":"timeout"}}`,
+			"events[0].source.backend"},
+		{"unknown field", `{"type":"user.tool_result","tool_use_id":"sevt_1","is_error":true,"source":{"component":"hands","reason":"timeout","x":1}}`,
+			"x: unknown field"},
+		{"custom result", `{"type":"user.custom_tool_result","custom_tool_use_id":"sevt_1","is_error":true,"source":{"component":"hands","reason":"timeout"}}`,
+			"events[0].source: unknown field"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseClientEvent("events[0]", json.RawMessage(tc.event), nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -269,6 +269,12 @@ func (s *Server) envCreate(w http.ResponseWriter, r *http.Request) error {
 		}
 		e.Scope = req.Scope
 	}
+	if err := s.checkPackages(&e.Config); err != nil {
+		return err
+	}
+	if s.images != nil {
+		e.Image = s.images.Image(&e.Config)
+	}
 	if err := validateMetadata("metadata", req.Metadata); err != nil {
 		return err
 	}
@@ -283,6 +289,9 @@ func (s *Server) envCreate(w http.ResponseWriter, r *http.Request) error {
 			return nameTaken(e.Name)
 		}
 		return err
+	}
+	if s.images != nil {
+		s.images.Build(e)
 	}
 	return writeJSON(w, http.StatusOK, viewEnvironment(e))
 }
@@ -332,7 +341,17 @@ func (s *Server) envUpdate(w http.ResponseWriter, r *http.Request) error {
 			if err != nil {
 				return err
 			}
+			if err := s.checkPackages(&cfg); err != nil {
+				return err
+			}
 			e.Config = cfg
+			if s.images != nil {
+				// A new package list (or type) has a new image: its status replaces the old one's. Running
+				// sandboxes keep the image they run on; new ones get the new image.
+				if img := s.images.Image(&cfg); img == nil || e.Image == nil || img.ID != e.Image.ID {
+					e.Image = img
+				}
+			}
 		}
 		if req.Scope.Set && !req.Scope.Null {
 			if err := checkScope("scope", req.Scope.Value); err != nil {
@@ -356,7 +375,22 @@ func (s *Server) envUpdate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return lookup(err, "environment", id)
 	}
+	if s.images != nil && req.Config.Set {
+		s.images.Build(e)
+	}
 	return writeJSON(w, http.StatusOK, viewEnvironment(e))
+}
+
+// checkPackages refuses a cloud environment's package spec that no build could install (an option, a second
+// word, a go package without a version) with a 400 naming it.
+func (s *Server) checkPackages(c *apitype.EnvConfig) error {
+	if s.images == nil || c.Type == apitype.EnvironmentSelfHosted {
+		return nil
+	}
+	if err := s.images.Check(c); err != nil {
+		return invalid("config.packages", "%v", err)
+	}
+	return nil
 }
 
 // nameTaken is the 409 of an environment create or rename whose name another environment that is not archived

@@ -11,6 +11,9 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // sendResponse echoes the stored events, with their ids.
@@ -84,11 +87,13 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	}
 	news := make([]apitype.NewEvent, len(events))
 	for i, ce := range events {
-		news[i] = ce.ev
+		news[i] = traced(r.Context(), ce.ev)
 	}
 	began := time.Now()
+	_, span := s.tracer.Start(r.Context(), "store.append", trace.WithAttributes(attribute.Int("corral.events", len(news))))
 	stored, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id, Events: news, Wake: true})
 	s.metrics.StoreAppend(time.Since(began), err)
+	endAppendSpan(span, err)
 	if err != nil {
 		return lookup(err, "session", id)
 	}

@@ -31,7 +31,9 @@ func withFiles(t *testing.T, dir string, maxBytes int64) func(*api.Config) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { blobs.Close() })
-		c.Files = files.New(c.Store, blobs, maxBytes)
+		if c.Files, err = files.New(files.Config{Store: c.Store, Blobs: blobs, MaxBytes: maxBytes}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -274,7 +274,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		initial = append(initial, ce.ev)
+		initial = append(initial, traced(r.Context(), ce.ev))
 	}
 	if len(initial) > 0 {
 		// Initial events start the first turn at once: the session is running from its creation.

@@ -303,25 +303,23 @@ func (s *Server) skillVersionList(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	p := &store.SkillVersionListParams{SkillID: id, Limit: limit + 1}
-	if c != nil {
-		p.After = &store.Cursor{CreatedAt: time.UnixMicro(c.T).UTC(), ID: c.ID}
-	}
-	vs, err := s.store.SkillVersionList(r.Context(), p)
+	data, next, _, err := listByCreated(store.ListParams{Desc: true}, limit, c, false,
+		func(p *store.ListParams) ([]apitype.SkillVersion, error) {
+			vs, err := s.store.SkillVersionList(r.Context(), &store.SkillVersionListParams{SkillID: id, Limit: p.Limit, After: p.After})
+			if err != nil {
+				return nil, lookup(err, "skill", id)
+			}
+			out := make([]apitype.SkillVersion, len(vs))
+			for i := range vs {
+				out[i] = vs[i].SkillVersion
+			}
+			return out, nil
+		},
+		func(v *apitype.SkillVersion) (time.Time, string) { return v.CreatedAt, v.ID })
 	if err != nil {
-		return lookup(err, "skill", id)
+		return err
 	}
-	vs, more := trim(vs, limit)
-	out := make([]apitype.SkillVersion, len(vs))
-	for i := range vs {
-		out[i] = vs[i].SkillVersion
-	}
-	var next *string
-	if more {
-		last := out[len(out)-1]
-		next = itemCursor(last.CreatedAt, last.ID, false)
-	}
-	return writeJSON(w, http.StatusOK, listPage[apitype.SkillVersion]{Data: out, NextPage: next})
+	return writeJSON(w, http.StatusOK, listPage[apitype.SkillVersion]{Data: data, NextPage: next})
 }
 
 func (s *Server) skillVersionGet(w http.ResponseWriter, r *http.Request) error {

@@ -57,6 +57,19 @@ func TestSkillsSDK(t *testing.T) {
 	if err != nil || len(vs.Data) != 2 || vs.Data[0].ID != v2.ID || vs.Data[1].ID != v1 {
 		t.Fatalf("versions: %v %s", err, vs.RawJSON())
 	}
+	// Paged one at a time by the SDK: newest first, the last page names no next page.
+	var paged []string
+	iter := h.client.Beta.Skills.Versions.ListAutoPaging(ctx, sk.ID, anthropic.BetaSkillVersionListParams{Limit: anthropic.Int(1)})
+	for iter.Next() {
+		paged = append(paged, iter.Current().ID)
+	}
+	if err := iter.Err(); err != nil || strings.Join(paged, ",") != v2.ID+","+v1 {
+		t.Fatalf("versions paged by 1: %v %v", paged, err)
+	}
+	// A page token of another kind (an event list's) is refused, not read as the start of the list.
+	if code, _, body := h.do("GET", "/v1/skills/"+sk.ID+"/versions?page=eyJzIjo1fQ", ""); code != http.StatusBadRequest || !strings.Contains(string(body), "invalid page token") {
+		t.Errorf("a sequence page token: %d %s", code, body)
+	}
 	list, err := h.client.Beta.Skills.List(ctx, anthropic.BetaSkillListParams{})
 	if err != nil || len(list.Data) != 1 || list.Data[0].ID != sk.ID || list.Data[0].LatestVersionID != v2.ID {
 		t.Fatalf("skills: %v %s", err, list.RawJSON())

@@ -2,9 +2,13 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -48,11 +52,47 @@ func endSpan(span trace.Span, status int) {
 	switch {
 	case status >= 500:
 		span.SetStatus(codes.Error, http.StatusText(status))
-		span.SetAttributes(attribute.String("error.type", http.StatusText(status)), attribute.String("corral.failure.part", "server"))
+		span.SetAttributes(attribute.String("error.type", strconv.Itoa(status)),
+			attribute.String("corral.failure.component", string(apitype.ComponentAPI)),
+			attribute.String("corral.failure.reason", string(apitype.ReasonInternal)))
 	case status >= 400:
-		span.SetAttributes(attribute.String("corral.failure.part", "client"))
+		// The client's failure: the span is not an error (the server did its job), but it says whose it was.
+		reason := apitype.ReasonBadInput
+		switch status {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			reason = apitype.ReasonAuth
+		case http.StatusTooManyRequests:
+			reason = apitype.ReasonRateLimited
+		}
+		span.SetAttributes(attribute.String("error.type", strconv.Itoa(status)),
+			attribute.String("corral.failure.component", string(apitype.ComponentClient)),
+			attribute.String("corral.failure.reason", string(reason)))
 	}
 	span.End()
+}
+
+// endAppendSpan ends the span of an append of client events; a failure other than the session's absence is
+// the store's.
+func endAppendSpan(span trace.Span, err error) {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		span.SetAttributes(attribute.String("corral.failure.component", string(apitype.ComponentStore)),
+			attribute.String("corral.failure.reason", string(apitype.ReasonAppendFailed)),
+			attribute.String("error.type", string(apitype.ReasonAppendFailed)))
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// traced is a client event carrying the request's trace context (apitype.TraceParentField), so that the brain
+// that acts on it, in this process or another, continues the request's trace.
+func traced(ctx context.Context, ev apitype.NewEvent) apitype.NewEvent {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ev
+	}
+	c := propagation.MapCarrier{}
+	propagator.Inject(ctx, c)
+	ev.Data = apitype.WithTraceParent(ev.Data, c["traceparent"])
+	return ev
 }
 
 // sessionInPath is the session id of a /v1/sessions/{id}/... path, or "".

@@ -361,21 +361,14 @@ func (s *Server) workUpdate(w http.ResponseWriter, r *http.Request) error {
 	if req.Metadata == nil {
 		return invalid("metadata", "required")
 	}
-	cur, err := s.store.WorkGet(r.Context(), env, id)
-	if err != nil {
-		return lookup(err, "work", id)
-	}
-	if _, err := patchMetadata("metadata", cur.Metadata, *req.Metadata); err != nil {
-		return &apiError{status: http.StatusBadRequest, typ: apitype.ErrInvalidRequest, msg: err.Error(), code: "invalid_metadata"}
-	}
-	patch := make(map[string]*string, len(*req.Metadata))
-	for k, v := range *req.Metadata {
-		if v != nil && *v == "" {
-			v = nil // "" deletes, as elsewhere
+	// Checked in the store's transaction: two concurrent patches cannot together exceed the limits.
+	wk, err := s.store.WorkUpdateMetadata(r.Context(), env, id, func(cur map[string]string) (map[string]string, error) {
+		md, err := patchMetadata("metadata", cur, *req.Metadata)
+		if err != nil {
+			return nil, &apiError{status: http.StatusBadRequest, typ: apitype.ErrInvalidRequest, msg: err.Error(), code: "invalid_metadata"}
 		}
-		patch[k] = v
-	}
-	wk, err := s.store.WorkUpdateMetadata(r.Context(), env, id, patch)
+		return md, nil
+	})
 	if err != nil {
 		return lookup(err, "work", id)
 	}

@@ -3,8 +3,10 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,6 +141,41 @@ func TestWorkPollerSDK(t *testing.T) {
 		BetaSelfHostedWorkUpdateRequest: anthropic.BetaSelfHostedWorkUpdateRequestParam{Metadata: map[string]string{"k": "v"}}})
 	if err != nil || upd.Metadata["k"] != "v" {
 		t.Fatalf("update %+v, %v", upd, err)
+	}
+	// Two concurrent updates that each fit the 16 pairs but not together: the limit is checked in the store's
+	// transaction, so one of them is refused and the item never holds more than 16 pairs.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		md := map[string]string{}
+		for j := range 10 {
+			md[fmt.Sprintf("u%d-%d", i, j)] = "x"
+		}
+		wg.Go(func() {
+			_, errs[i] = h.client.Beta.Environments.Work.Update(ctx, w.ID, anthropic.BetaEnvironmentWorkUpdateParams{EnvironmentID: envID,
+				BetaSelfHostedWorkUpdateRequest: anthropic.BetaSelfHostedWorkUpdateRequestParam{Metadata: md}})
+		})
+	}
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) {
+		t.Errorf("concurrent updates over the limit together: errors %v and %v, want exactly one refused", errs[0], errs[1])
+	}
+	for _, err := range errs {
+		if err != nil {
+			if aerr := wantAPIError(t, err, http.StatusBadRequest, apitype.ErrInvalidRequest); !strings.Contains(aerr.Message, "at most 16 pairs") {
+				t.Errorf("refused update: %s", aerr.Message)
+			}
+		}
+	}
+	stored, err := h.client.Beta.Environments.Work.Get(ctx, w.ID, anthropic.BetaEnvironmentWorkGetParams{EnvironmentID: envID})
+	if err != nil || len(stored.Metadata) != 11 {
+		t.Fatalf("after the concurrent updates: %v, %d pairs, want 11: %v", err, len(stored.Metadata), stored.Metadata)
+	}
+	// An empty value deletes its key.
+	upd, err = h.client.Beta.Environments.Work.Update(ctx, w.ID, anthropic.BetaEnvironmentWorkUpdateParams{EnvironmentID: envID,
+		BetaSelfHostedWorkUpdateRequest: anthropic.BetaSelfHostedWorkUpdateRequestParam{Metadata: map[string]string{"k": ""}}})
+	if _, ok := upd.Metadata["k"]; err != nil || ok || len(upd.Metadata) != 10 {
+		t.Fatalf("delete a key: %v %v", err, upd.Metadata)
 	}
 }
 

@@ -188,6 +188,8 @@ type UserToolResult struct {
 	ToolUseID string         `json:"tool_use_id"`
 	Content   []ContentBlock `json:"content,omitempty"`
 	IsError   bool           `json:"is_error,omitempty"`
+	// Source is set by the brain on the result it writes for a call a vanished worker may have run.
+	Source *FailureSource `json:"source,omitempty"`
 }
 
 // AgentMessage is the payload of agent.message.
@@ -232,6 +234,8 @@ type AgentMCPToolResult struct {
 	MCPToolUseID string         `json:"mcp_tool_use_id"`
 	Content      []ContentBlock `json:"content,omitempty"`
 	IsError      bool           `json:"is_error"`
+	// Source, on an error result, says which part of Corral failed (not set when the tool reported the error).
+	Source *FailureSource `json:"source,omitempty"`
 }
 
 // ToolEvaluation names the policy that produced evaluated_permission.
@@ -244,6 +248,8 @@ type AgentToolResult struct {
 	ToolUseID string         `json:"tool_use_id"`
 	Content   []ContentBlock `json:"content,omitempty"`
 	IsError   bool           `json:"is_error"`
+	// Source, on an error result, says which part of Corral failed (not set when the tool reported the error).
+	Source *FailureSource `json:"source,omitempty"`
 }
 
 // StopReason says why a session went idle.
@@ -272,6 +278,21 @@ type SessionErrorBody struct {
 	RepositoryURL *string `json:"repository_url,omitempty"`
 	// MCPServerName names the server of an mcp_* error.
 	MCPServerName string `json:"mcp_server_name,omitempty"`
+	// Source says which part of Corral failed (Corral's own field; clients ignore it).
+	Source *FailureSource `json:"source,omitempty"`
+	// PackageManager and Package name what failed in an environment_build_failed_error (Corral's), when the
+	// failure is one package's.
+	PackageManager string `json:"package_manager,omitempty"`
+	Package        string `json:"package,omitempty"`
+}
+
+// FailureSource says which part failed, in which backend, and why: the error.source of a session.error, and
+// the source of a failed tool result or provisioning span.
+type FailureSource struct {
+	Component FailureComponent `json:"component"`
+	// Backend is the sandbox backend, the model provider, or the MCP server, where one is known.
+	Backend string        `json:"backend,omitempty"`
+	Reason  FailureReason `json:"reason"`
 }
 
 // RetryStatus says what follows a session error.
@@ -288,6 +309,9 @@ const (
 	SessionErrMCPConnection      = "mcp_connection_failed_error"
 	SessionErrMCPAuthentication  = "mcp_authentication_failed_error"
 	SessionErrBilling            = "billing_error"
+	// SessionErrEnvironmentBuild is Corral's: the environment's image (its packages) failed to build, so the
+	// session's tools cannot run; the message names the package and why.
+	SessionErrEnvironmentBuild = "environment_build_failed_error"
 )
 
 // SpanModelRequestEnd is the payload of span.model_request_end.
@@ -319,9 +343,50 @@ type SandboxProvisionEnd struct {
 	IsError          bool    `json:"is_error"`
 	Error            string  `json:"error,omitempty"`
 	DurationMS       float64 `json:"duration_ms"`
+	// Source, on a failed provisioning, says which part failed and why.
+	Source *FailureSource `json:"source,omitempty"`
 }
 
 // SandboxProvisionStart is the payload of span.sandbox_provision_start.
 type SandboxProvisionStart struct {
 	Backend string `json:"backend,omitempty"`
+}
+
+// TraceParentField is Corral's own field of an event's data that carries the W3C traceparent of the trace the
+// event was written in: the API request that sent a client event, the brain's turn that made an agent.tool_use
+// or agent.custom_tool_use. The process that acts on the event (a brain, a worker) continues that trace.
+const TraceParentField = "traceparent"
+
+// WithTraceParent returns data (a JSON object) with TraceParentField set to tp; data unchanged if tp is "" or
+// data is not an object.
+func WithTraceParent(data json.RawMessage, tp string) json.RawMessage {
+	d := bytes.TrimSpace(data)
+	if tp == "" || len(d) < 2 || d[0] != '{' {
+		return data
+	}
+	field, _ := json.Marshal(tp) // a string always marshals
+	var b bytes.Buffer
+	b.Grow(len(d) + len(field) + 20)
+	b.WriteString(`{"` + TraceParentField + `":`)
+	b.Write(field)
+	if inner := bytes.TrimSpace(d[1 : len(d)-1]); len(inner) > 0 {
+		b.WriteByte(',')
+		b.Write(inner)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// TraceParent is the traceparent the event's data carries (TraceParentField), or "".
+func (e Event) TraceParent() string {
+	if !bytes.Contains(e.Data, []byte(`"`+TraceParentField+`"`)) {
+		return ""
+	}
+	var v struct {
+		TP string `json:"traceparent"`
+	}
+	if json.Unmarshal(e.Data, &v) != nil {
+		return ""
+	}
+	return v.TP
 }

@@ -131,6 +131,35 @@ type Environment struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	UpdatedAt   time.Time         `json:"updated_at"`
 	ArchivedAt  *time.Time        `json:"archived_at"`
+	// Image is Corral's own: the build of the root filesystem the environment's sandboxes run on (the base
+	// and its packages). Nil for a self-hosted environment, or on a server that builds no images.
+	Image *EnvironmentImage `json:"image,omitempty"`
+}
+
+// Image build statuses (EnvironmentImage.Status).
+const (
+	ImageBuilding = "building"
+	ImageReady    = "ready"
+	ImageFailed   = "failed"
+)
+
+// EnvironmentImage is the status of an environment's image: building, ready or failed (with the package that
+// failed and why). ID is the image's content address: the base's id for an environment without packages,
+// else a hash of the base and the package list, shared by every environment with the same list.
+type EnvironmentImage struct {
+	Status string           `json:"status"`
+	ID     string           `json:"id"`
+	Error  *ImageBuildError `json:"error,omitempty"`
+	// UpdatedAt is when the status was last set.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// ImageBuildError says why an image build failed: the manager and package at fault (empty when the failure
+// is no single package's, e.g. an unreachable Debian mirror) and the reason with the build's last output.
+type ImageBuildError struct {
+	Manager string `json:"manager,omitempty"`
+	Package string `json:"package,omitempty"`
+	Message string `json:"message"`
 }
 
 // EnvConfig is an environment's configuration.

@@ -95,3 +95,47 @@ const (
 	RetryStatusExhausted RetryStatusType = "exhausted" // the turn is over: the session goes idle (retries_exhausted)
 	RetryStatusTerminal  RetryStatusType = "terminal"  // the session cannot continue
 )
+
+// FailureComponent names the part of Corral a failure came from (a session.error's error.source.component, a
+// failed tool result's or provisioning span's source, and a failed trace span's corral.failure.component).
+type FailureComponent string
+
+// Failure components.
+const (
+	ComponentModel  FailureComponent = "model"  // the model provider
+	ComponentHands  FailureComponent = "hands"  // a sandbox backend, or a self-hosted worker
+	ComponentProxy  FailureComponent = "proxy"  // the MCP or egress proxy, and the servers behind it
+	ComponentStore  FailureComponent = "store"  // the durable log
+	ComponentBrain  FailureComponent = "brain"  // the harness: a lost lease, a crash recovered
+	ComponentClient FailureComponent = "client" // what the client sent
+	ComponentAPI    FailureComponent = "api"    // the HTTP API server itself (an answer 5xx)
+)
+
+// FailureReason is a short machine word for why a part failed (a source's reason).
+type FailureReason string
+
+// Failure reasons.
+const (
+	ReasonSandboxDied         FailureReason = "sandbox_died"         // the sandbox died mid-call; its outcome is unknown
+	ReasonLimitHit            FailureReason = "limit_hit"            // a sandbox limit (memory, processes) was reached
+	ReasonTimeout             FailureReason = "timeout"              // no answer in time (a command, the model, an MCP call)
+	ReasonUnavailable         FailureReason = "unavailable"          // the backend cannot run, or no hands are configured
+	ReasonProvisionFailed     FailureReason = "provision_failed"     // a sandbox could not be started
+	ReasonResourceUnavailable FailureReason = "resource_unavailable" // a session resource could not be placed
+	ReasonOutputsFailed       FailureReason = "outputs_failed"       // the session's outputs could not be collected
+	ReasonImageBuildFailed    FailureReason = "image_build_failed"   // the environment's image (its packages) could not be built
+	ReasonWorkerLost          FailureReason = "worker_lost"          // a self-hosted worker vanished mid-call
+	ReasonOverloaded          FailureReason = "overloaded"
+	ReasonRateLimited         FailureReason = "rate_limited"
+	ReasonServerError         FailureReason = "server_error"
+	ReasonBadRequest          FailureReason = "bad_request" // the provider refused the request as invalid
+	ReasonAuth                FailureReason = "auth"        // credentials refused or missing
+	ReasonBilling             FailureReason = "billing"
+	ReasonContextTooLong      FailureReason = "context_too_long"
+	ReasonConnectionFailed    FailureReason = "connection_failed"
+	ReasonLeaseLost           FailureReason = "lease_lost"      // another brain took the session over
+	ReasonCrashRecovered      FailureReason = "crash_recovered" // a brain stopped mid-turn; another resumed from the log
+	ReasonAppendFailed        FailureReason = "append_failed"
+	ReasonBadInput            FailureReason = "bad_input"
+	ReasonInternal            FailureReason = "internal"
+)

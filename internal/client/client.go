@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/corralhq/corral/internal/apitype"
+
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // BetaHeader is the anthropic-beta value every request carries, as the official SDKs send it.
@@ -151,6 +153,8 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
 	req.Header.Set("anthropic-beta", BetaHeader)
+	// The caller's trace, if ctx carries a span: the server's request span joins it.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -71,11 +71,6 @@ func (c *Client) WorkStop(ctx context.Context, environmentID, workID string, for
 		map[string]bool{"force": force})
 }
 
-// WorkStats counts an environment's queue.
-func (c *Client) WorkStats(ctx context.Context, environmentID string) (*apitype.WorkQueueStats, error) {
-	return call[apitype.WorkQueueStats](ctx, c, "GET", pathOf("/v1/environments/", environmentID, "/work/stats"), nil, nil)
-}
-
 // EnvironmentKeyCreate mints a key for a self-hosted environment's workers; its Key is shown only here.
 func (c *Client) EnvironmentKeyCreate(ctx context.Context, environmentID, name string) (*apitype.EnvironmentKey, error) {
 	return call[apitype.EnvironmentKey](ctx, c, "POST", pathOf("/v1/environments/", environmentID, "/keys"), nil,

@@ -48,9 +48,20 @@ type Service struct {
 	maxBytes int64
 }
 
-// New returns a service over a store and a blob store; maxBytes <= 0 means DefaultMaxBytes.
-func New(st Store, blobs blob.Store, maxBytes int64) *Service {
-	return &Service{store: st, blobs: blobs, maxBytes: cmp.Or(max(maxBytes, 0), DefaultMaxBytes)}
+// Config configures a Service.
+type Config struct {
+	Store Store      // the files' and skills' metadata (required)
+	Blobs blob.Store // their bytes (required)
+	// MaxBytes is the largest file the service stores; <= 0 means DefaultMaxBytes.
+	MaxBytes int64
+}
+
+// New returns a service over a store and a blob store.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Blobs == nil {
+		return nil, errors.New("files: Config.Store and Config.Blobs are required")
+	}
+	return &Service{store: cfg.Store, blobs: cfg.Blobs, maxBytes: cmp.Or(max(cfg.MaxBytes, 0), DefaultMaxBytes)}, nil
 }
 
 // MaxBytes is the largest file the service stores.

@@ -55,7 +55,11 @@ func newService(t *testing.T, maxBytes int64) (*files.Service, *localfs.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { blobs.Close() })
-	return files.New(st, blobs, maxBytes), blobs
+	svc, err := files.New(files.Config{Store: st, Blobs: blobs, MaxBytes: maxBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, blobs
 }
 
 // TestCreateLimits: the size limit and empty content store nothing; the content's digest is recorded.
@@ -118,5 +122,16 @@ func TestSweepExpired(t *testing.T) {
 		} else {
 			rc.Close()
 		}
+	}
+}
+
+// TestNewValidates: a service without its store or its blob store is refused at New.
+func TestNewValidates(t *testing.T) {
+	_, blobs := newService(t, 0)
+	if _, err := files.New(files.Config{Blobs: blobs}); err == nil {
+		t.Error("New without a store: no error")
+	}
+	if _, err := files.New(files.Config{}); err == nil {
+		t.Error("New without a store and blobs: no error")
 	}
 }

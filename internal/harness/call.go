@@ -57,7 +57,7 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 		cancelCall()
 		interrupted := done()
 		r.recordModel(req.Model, took, resp, err, interrupted, timedOut)
-		endModelSpan(span, resp, err, interrupted, timedOut)
+		endModelSpan(span, req, resp, err, interrupted, timedOut)
 		if err == nil && !interrupted {
 			return &answer{resp: resp, startID: startID, ids: pv.finish(true)}, nil
 		}
@@ -97,7 +97,7 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			attempt--
 			continue
 		}
-		body := apitype.SessionErrorBody{Type: sessionErrorType(me), Message: errorMessage(me)}
+		body := apitype.SessionErrorBody{Type: sessionErrorType(me), Message: errorMessage(me), Source: modelSource(req.Model, me, timedOut)}
 		if me.Retryable() && attempt < r.b.cfg.Retry.MaxRetries {
 			body.RetryStatus.Type = apitype.RetryStatusRetrying
 			_, err := r.append(apitype.StatusRescheduling, nil, failed,

@@ -27,6 +27,13 @@ func toolResult(toolUseID string, isErr bool, text string) apitype.NewEvent {
 	})
 }
 
+// failedResult is the error agent.tool_result of a call that failed in src's part (nil: the tool's own error).
+func failedResult(toolUseID string, src *apitype.FailureSource, text string) apitype.NewEvent {
+	return mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{
+		ToolUseID: toolUseID, IsError: true, Content: []apitype.ContentBlock{apitype.TextBlock(text)}, Source: src,
+	})
+}
+
 func spanEnd(startID string, isErr bool, u apitype.SpanUsage) apitype.NewEvent {
 	return mustEvent(apitype.EventSpanModelRequestEnd, apitype.SpanModelRequestEnd{
 		ModelRequestStartID: startID, IsError: isErr, ModelUsage: u,

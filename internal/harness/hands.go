@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -21,7 +22,7 @@ func (r *run) execute(u *toolUse) error {
 	delete(r.fresh, u.ev.ID)
 	if r.b.cfg.Hands == nil {
 		// Approved by a brain that had hands (the log says so): this one has none.
-		_, err := r.append("", nil, toolResult(u.ev.ID, true, msgNoHands))
+		_, err := r.append("", nil, failedResult(u.ev.ID, source(apitype.ComponentHands, "", apitype.ReasonUnavailable), msgNoHands))
 		return err
 	}
 	input := u.data.Input
@@ -34,8 +35,12 @@ func (r *run) execute(u *toolUse) error {
 	began := time.Now()
 	res, err := r.b.cfg.Hands.Execute(trace.ContextWithSpan(ctx, span), call)
 	r.b.cfg.Metrics.ToolCall(u.data.Name, "hands", time.Since(began), err != nil || res.IsError)
-	endToolSpan(span, "hands", err, res.IsError)
 	interrupted := done()
+	var src *apitype.FailureSource
+	if !interrupted {
+		src = handsSource(r.b.backend(), res, err)
+	}
+	endToolSpan(span, src, err, res.IsError)
 	var ev apitype.NewEvent
 	switch {
 	case interrupted:
@@ -44,11 +49,11 @@ func (r *run) execute(u *toolUse) error {
 		return context.Cause(r.ctx)
 	case err != nil && len(res.Content) > 0:
 		// The hands explained the failure for the model.
-		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: res.Content, IsError: true})
+		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: res.Content, IsError: true, Source: src})
 	case err != nil:
-		ev = toolResult(u.ev.ID, true, fmt.Sprintf("The sandbox failed while running this tool, so its outcome is unknown (%v). The next tool call gets a fresh sandbox.", err))
+		ev = failedResult(u.ev.ID, src, fmt.Sprintf("The sandbox failed while running this tool, so its outcome is unknown (%v). The next tool call gets a fresh sandbox.", err))
 	default:
-		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: res.Content, IsError: res.IsError})
+		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: res.Content, IsError: res.IsError, Source: src})
 	}
 	_, err = r.append("", nil, ev)
 	return err
@@ -84,10 +89,14 @@ func (r *run) provisionReporter(parent context.Context) func(sandbox.ProvisionRe
 			}
 			if p.Err != nil {
 				end.Error = p.Err.Error()
+				end.Source = provisionSource(p)
 			}
 			ev = mustEvent(apitype.EventSpanSandboxProvisionEnd, end)
 		}
-		events := append([]apitype.NewEvent{ev}, resourceErrors(p.ResourceErrors)...)
+		events := append([]apitype.NewEvent{ev}, resourceErrors(p.Backend, p.ResourceErrors)...)
+		if ie := (*sandbox.ImageError)(nil); p.Done && errors.As(p.Err, &ie) {
+			events = append(events, imageError(p.Backend, ie))
+		}
 		out, err := r.appendRaw(&store.EventAppendParams{Events: events})
 		if err != nil {
 			r.b.cfg.Logger.Warn("provision span not logged", "session", r.sess.ID, "err", err)
@@ -101,13 +110,14 @@ func (r *run) provisionReporter(parent context.Context) func(sandbox.ProvisionRe
 
 // resourceErrors are the session.error events for session resources that could not be placed in the workspace:
 // as the hosted service does, retry_status retrying, and the session continues without them.
-func resourceErrors(errs []*sandbox.ResourceError) []apitype.NewEvent {
+func resourceErrors(backend string, errs []*sandbox.ResourceError) []apitype.NewEvent {
 	events := make([]apitype.NewEvent, 0, len(errs))
 	for _, e := range errs {
 		body := apitype.SessionErrorBody{
 			Type:        cmp.Or(e.ErrorType, apitype.SessionErrUnknown),
 			Message:     e.Error(),
 			RetryStatus: apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+			Source:      source(apitype.ComponentHands, backend, apitype.ReasonResourceUnavailable),
 		}
 		if e.URL != "" {
 			body.RepositoryURL = &e.URL
@@ -115,6 +125,19 @@ func resourceErrors(errs []*sandbox.ResourceError) []apitype.NewEvent {
 		events = append(events, mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}))
 	}
 	return events
+}
+
+// imageError is the session.error of a sandbox that could not be provisioned because the environment's image
+// failed to build: it names the package and why. The session goes on (retrying): the tool call gets an error
+// result, and the next one tries again (a fixed package list builds anew).
+func imageError(backend string, e *sandbox.ImageError) apitype.NewEvent {
+	return mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
+		Type:           apitype.SessionErrEnvironmentBuild,
+		Message:        e.Error(),
+		RetryStatus:    apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+		Source:         source(apitype.ComponentHands, backend, apitype.ReasonImageBuildFailed),
+		PackageManager: e.Manager, Package: e.Package,
+	}})
 }
 
 // provisionEagerly, with Config.EagerHands, makes sure the session's sandbox exists before the model call, the
@@ -151,6 +174,7 @@ func (r *run) collectOutputs() []apitype.NewEvent {
 			Type:        apitype.SessionErrUnknown,
 			Message:     "collecting the session's outputs (retried at the next turn's end): " + err.Error(),
 			RetryStatus: apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+			Source:      source(apitype.ComponentHands, r.b.backend(), apitype.ReasonOutputsFailed),
 		}})}
 	}
 	return nil

@@ -383,7 +383,6 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	defer func() { stopRenew(); renewer.Wait() }()
 
 	r := &run{b: b, lease: h, ctx: leaseCtx, cancel: cancel, fresh: map[string]bool{}}
-	r.spanCtx, r.span = b.startRun(ctx, l.SessionID)
 	err := r.loop()
 	r.endRun(err)
 	stopRenew()

@@ -522,9 +522,13 @@ func TestStalledModelCallRetried(t *testing.T) {
 	f.say(id, "hi")
 	evs := f.waitIdle(id, 1)
 	assertTypes(t, evs, userMsg, running, start, end, sessErr, resched, running, start, agentMsg, end, idle)
-	if e := decode[apitype.SessionError](t, evs[4]).Error; e.Type != apitype.SessionErrModelRequestFailed ||
+	e := decode[apitype.SessionError](t, evs[4]).Error
+	if e.Type != apitype.SessionErrModelRequestFailed ||
 		e.RetryStatus.Type != "retrying" || !strings.Contains(e.Message, "no complete answer within 300ms") {
 		t.Errorf("session.error = %+v", e)
+	}
+	if want := (apitype.FailureSource{Component: apitype.ComponentModel, Backend: "anthropic", Reason: apitype.ReasonTimeout}); e.Source == nil || *e.Source != want {
+		t.Errorf("stalled call's source = %+v, want %+v", e.Source, want)
 	}
 }
 
@@ -547,10 +551,14 @@ func TestRetriesExhausted(t *testing.T) {
 		start, end, sessErr, idle)
 	wantTypes := []string{apitype.SessionErrModelRequestFailed, apitype.SessionErrModelRateLimited, apitype.SessionErrModelOverloaded}
 	wantStatus := []apitype.RetryStatusType{"retrying", "retrying", "exhausted"}
+	wantReasons := []apitype.FailureReason{apitype.ReasonServerError, apitype.ReasonRateLimited, apitype.ReasonOverloaded}
 	for n, i := range []int{4, 9, 14} {
 		e := decode[apitype.SessionError](t, evs[i]).Error
 		if e.Type != wantTypes[n] || e.RetryStatus.Type != wantStatus[n] {
 			t.Errorf("session.error #%d = %+v", n, e)
+		}
+		if want := (apitype.FailureSource{Component: apitype.ComponentModel, Backend: "anthropic", Reason: wantReasons[n]}); e.Source == nil || *e.Source != want {
+			t.Errorf("session.error #%d source = %+v, want %+v", n, e.Source, want)
 		}
 	}
 	assertStop(t, evs[15], apitype.StopRetriesExhausted)
@@ -578,6 +586,9 @@ func TestNoCredentials(t *testing.T) {
 	assertStop(t, evs[5], apitype.StopRetriesExhausted)
 	if n := len(f.srv.Requests()); n != 0 {
 		t.Errorf("%d requests reached the model without credentials", n)
+	}
+	if want := (apitype.FailureSource{Component: apitype.ComponentModel, Backend: "anthropic", Reason: apitype.ReasonAuth}); e.Source == nil || *e.Source != want {
+		t.Errorf("source = %+v, want %+v", e.Source, want)
 	}
 }
 
@@ -806,8 +817,12 @@ func TestUnavailableHands(t *testing.T) {
 	if use := decode[apitype.AgentToolUse](t, evs[3]); use.EvaluatedPermission != "allow" {
 		t.Errorf("tool use = %+v", use)
 	}
-	if res := decode[apitype.AgentToolResult](t, evs[5]); !res.IsError || resultText(res) != reason {
+	res := decode[apitype.AgentToolResult](t, evs[5])
+	if !res.IsError || resultText(res) != reason {
 		t.Errorf("result = %+v, want the reason %q", res, reason)
+	}
+	if want := (apitype.FailureSource{Component: apitype.ComponentHands, Backend: "unavailable", Reason: apitype.ReasonUnavailable}); res.Source == nil || *res.Source != want {
+		t.Errorf("result source = %+v, want %+v", res.Source, want)
 	}
 	if n := len(f.srv.Requests()[0].Tools); n != len(agent.Tools()) {
 		t.Errorf("offered %d tools, want the %d the hands declare", n, len(agent.Tools()))
@@ -1006,6 +1021,17 @@ func (c *crashable) LeaseRelease(ctx context.Context, l *store.Lease) error {
 	return c.Store.LeaseRelease(ctx, l)
 }
 
+// assertRecovered checks the session.error a brain appends when it resumes a turn another left mid-way: the
+// brain's, crash_recovered, retrying.
+func assertRecovered(t *testing.T, ev apitype.Event) {
+	t.Helper()
+	e := decode[apitype.SessionError](t, ev).Error
+	want := apitype.FailureSource{Component: apitype.ComponentBrain, Reason: apitype.ReasonCrashRecovered}
+	if e.Source == nil || *e.Source != want || e.RetryStatus.Type != apitype.RetryStatusRetrying {
+		t.Errorf("takeover session.error = %+v (source %+v), want source %+v, retrying", e, e.Source, want)
+	}
+}
+
 func TestTakeoverMidModelCall(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -1028,11 +1054,12 @@ func TestTakeoverMidModelCall(t *testing.T) {
 	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 300*time.Millisecond
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, end, start, agentMsg, end, idle)
-	if span := decode[apitype.SpanModelRequestEnd](t, evs[3]); !span.IsError || span.ModelRequestStartID != evs[2].ID {
+	assertTypes(t, evs, userMsg, running, start, apitype.EventSessionError, end, start, agentMsg, end, idle)
+	assertRecovered(t, evs[3])
+	if span := decode[apitype.SpanModelRequestEnd](t, evs[4]); !span.IsError || span.ModelRequestStartID != evs[2].ID {
 		t.Errorf("dangling span closed with %+v", span)
 	}
-	if msg := decode[apitype.AgentMessage](t, evs[5]); msg.Content[0].Text != "brain B's answer" {
+	if msg := decode[apitype.AgentMessage](t, evs[6]); msg.Content[0].Text != "brain B's answer" {
 		t.Errorf("agent.message = %+v", msg)
 	}
 	if n := len(f.srv.Requests()); n != 2 {
@@ -1067,10 +1094,14 @@ func TestTakeoverToolUseWithoutResult(t *testing.T) {
 	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 300*time.Millisecond
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, end, toolResult, start, agentMsg, end, idle)
-	res := decode[apitype.AgentToolResult](t, evs[5])
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, apitype.EventSessionError, toolResult, start, agentMsg, end, idle)
+	assertRecovered(t, evs[5])
+	res := decode[apitype.AgentToolResult](t, evs[6])
 	if !res.IsError || res.ToolUseID != evs[3].ID || !strings.Contains(resultText(res), "outcome is unknown") {
 		t.Errorf("result at takeover = %+v", res)
+	}
+	if want := (apitype.FailureSource{Component: apitype.ComponentBrain, Reason: apitype.ReasonCrashRecovered}); res.Source == nil || *res.Source != want {
+		t.Errorf("the unknown outcome's source = %+v, want %+v", res.Source, want)
 	}
 	if f.hands.count() != 0 {
 		t.Error("brain B ran the interrupted tool again")

@@ -161,10 +161,18 @@ func mcpToolUse(b *model.Block, route toolRoute) apitype.NewEvent {
 // closeResult is the error (or plain) result that closes a tool use without running it: an agent.mcp_tool_result
 // for an MCP call, an agent.tool_result otherwise.
 func closeResult(u *toolUse, isErr bool, text string) apitype.NewEvent {
+	return closeFailed(u, isErr, nil, text)
+}
+
+// closeFailed is closeResult of a call that failed in src's part of Corral (nil: none did).
+func closeFailed(u *toolUse, isErr bool, src *apitype.FailureSource, text string) apitype.NewEvent {
 	if u.mcp != nil {
 		return mustEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{
-			MCPToolUseID: u.ev.ID, IsError: isErr, Content: []apitype.ContentBlock{apitype.TextBlock(text)},
+			MCPToolUseID: u.ev.ID, IsError: isErr, Content: []apitype.ContentBlock{apitype.TextBlock(text)}, Source: src,
 		})
+	}
+	if src != nil {
+		return failedResult(u.ev.ID, src, text)
 	}
 	return toolResult(u.ev.ID, isErr, text)
 }
@@ -191,8 +199,12 @@ func (r *run) executeMCP(u *toolUse) error {
 	began := time.Now()
 	res, err := r.b.cfg.MCP.CallTool(trace.ContextWithSpan(ctx, span), r.sess.ID, srv, u.mcp.Name, input)
 	r.b.cfg.Metrics.ToolCall(u.mcp.Name, "mcp", time.Since(began), err != nil || res.IsError)
-	endToolSpan(span, "mcp", err, err == nil && res.IsError)
 	timedOut := ctx.Err() == context.DeadlineExceeded
+	var src *apitype.FailureSource
+	if err != nil {
+		src = mcpSource(mcp.AsError(err, srv.Name), timedOut)
+	}
+	endToolSpan(span, src, err, err == nil && res.IsError)
 	cancel()
 	interrupted := done()
 	var evs []apitype.NewEvent
@@ -203,11 +215,11 @@ func (r *run) executeMCP(u *toolUse) error {
 		return context.Cause(r.ctx)
 	case timedOut:
 		e := &mcp.Error{Kind: mcp.KindConnection, Server: srv.Name, Message: fmt.Sprintf("the tool call did not finish within %s", r.mcpTimeout())}
-		evs = append(evs, closeResult(u, true, "The MCP server "+srv.Name+" did not answer in time, so the outcome of this call is unknown."), mcpErrorEvent(e))
+		evs = append(evs, closeFailed(u, true, mcpSource(e, true), "The MCP server "+srv.Name+" did not answer in time, so the outcome of this call is unknown."), mcpTimeoutEvent(e))
 	case err != nil:
 		e := mcp.AsError(err, srv.Name)
 		r.b.cfg.Logger.Warn("mcp tool call failed", "session", r.sess.ID, "mcp_server", srv.Name, "tool", u.mcp.Name, "kind", e.Kind, "err", e.Message)
-		evs = append(evs, closeResult(u, true, "The MCP server "+srv.Name+" could not be used: "+e.Message), mcpErrorEvent(e))
+		evs = append(evs, closeFailed(u, true, mcpSource(e, false), "The MCP server "+srv.Name+" could not be used: "+e.Message), mcpErrorEvent(e))
 	default:
 		evs = append(evs, mustEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{
 			MCPToolUseID: u.ev.ID, Content: capMCPContent(res.Content), IsError: res.IsError,
@@ -219,14 +231,19 @@ func (r *run) executeMCP(u *toolUse) error {
 
 // mcpErrorEvent is the session.error of an MCP failure. The session goes on (retrying: the next turn tries the
 // server again).
-func mcpErrorEvent(e *mcp.Error) apitype.NewEvent {
+func mcpErrorEvent(e *mcp.Error) apitype.NewEvent { return mcpError(e, mcpSource(e, false)) }
+
+// mcpTimeoutEvent is the session.error of an MCP tool call that did not finish in time.
+func mcpTimeoutEvent(e *mcp.Error) apitype.NewEvent { return mcpError(e, mcpSource(e, true)) }
+
+func mcpError(e *mcp.Error, src *apitype.FailureSource) apitype.NewEvent {
 	typ := apitype.SessionErrMCPConnection
 	if e.Kind == mcp.KindAuthentication {
 		typ = apitype.SessionErrMCPAuthentication
 	}
 	return mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
 		Type: typ, Message: e.Error(), MCPServerName: e.Server,
-		RetryStatus: apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+		RetryStatus: apitype.RetryStatus{Type: apitype.RetryStatusRetrying}, Source: src,
 	}})
 }
 

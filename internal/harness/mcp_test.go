@@ -391,6 +391,14 @@ func TestMCPServerErrors(t *testing.T) {
 		if e.Type == sessErr {
 			se := decode[apitype.SessionError](t, e)
 			got[se.Error.MCPServerName] = se.Error.Type
+			reason := apitype.ReasonConnectionFailed
+			if se.Error.Type == apitype.SessionErrMCPAuthentication {
+				reason = apitype.ReasonAuth
+			}
+			want := apitype.FailureSource{Component: apitype.ComponentProxy, Backend: se.Error.MCPServerName, Reason: reason}
+			if src := se.Error.Source; src == nil || *src != want {
+				t.Errorf("%s: source %+v, want %+v", se.Error.MCPServerName, src, want)
+			}
 		}
 	}
 	if got["down"] != apitype.SessionErrMCPConnection || got["locked"] != apitype.SessionErrMCPAuthentication {
@@ -424,17 +432,24 @@ func TestMCPCrashMidCall(t *testing.T) {
 	f.say(id, "Run the slow one.")
 	f.waitFor(id, "brain A's MCP call", func([]apitype.Event) bool { return r.srv.Calls("slow") == 1 })
 	cs.dead.Store(true) // brain A dies while the tool runs
+	defer func() {
+		select {
+		case <-r.srv.Release:
+		default:
+			close(r.srv.Release) // a failed assertion must not leave the slow call holding the server
+		}
+	}()
 
 	cfgB := r.config()
 	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 300*time.Millisecond
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, mcpUse, end, mcpResult, start, agentMsg, end, idle)
-	res := decode[apitype.AgentMCPToolResult](t, evs[5])
+	assertTypes(t, evs, userMsg, running, start, mcpUse, end, sessErr, mcpResult, start, agentMsg, end, idle)
+	assertRecovered(t, evs[5])
+	res := decode[apitype.AgentMCPToolResult](t, evs[6])
 	if !res.IsError || res.MCPToolUseID != evs[3].ID || !strings.Contains(res.Content[0].Text, "outcome is unknown") {
 		t.Errorf("result at takeover = %+v", res)
 	}
-	close(r.srv.Release)
 	if n := r.srv.Calls("slow"); n != 1 {
 		t.Errorf("the slow tool ran %d times", n)
 	}

@@ -46,11 +46,17 @@ type run struct {
 	seenSeq int64
 	// skillNote is the system prompt's note on the agent's skills, read once per run.
 	skillNote *string
+	// takeover: the claim found a turn in progress (another brain left it mid-way).
+	takeover bool
 }
 
 // loop works the session until nothing is left to do, or the work is cancelled.
 func (r *run) loop() error {
 	if err := r.load(); err != nil {
+		return err
+	}
+	r.follow(nil)
+	if err := r.recovered(); err != nil {
 		return err
 	}
 	for {
@@ -132,6 +138,37 @@ func (r *run) load() error {
 		}
 	}
 	return r.loadTail()
+}
+
+// backend names the brain's sandbox backend, for failure attribution ("" when its hands do not say).
+func (b *Brain) backend() string {
+	if h, ok := b.cfg.Hands.(interface{ Backend() string }); ok {
+		return h.Backend()
+	}
+	return ""
+}
+
+// recovered says so, in the log and the trace, when this run took over a turn another brain left mid-way (it
+// crashed, or stalled and lost its lease): a session.error from the brain, crash_recovered, retrying. A turn a
+// stopping brain handed back (its last event a session.status_rescheduled) resumes as planned and says nothing.
+func (r *run) recovered() error {
+	if !r.takeover {
+		return nil
+	}
+	src := source(apitype.ComponentBrain, "", apitype.ReasonCrashRecovered)
+	r.recoverSpan(src)
+	if n := len(r.tail.events); n > 0 && r.tail.events[n-1].Type == apitype.EventSessionStatusRescheduled {
+		return nil
+	}
+	r.b.cfg.Logger.Info("resuming a turn another brain left mid-way", "session", r.sess.ID)
+	_, err := r.append("", nil, mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
+		Type: apitype.SessionErrUnknown,
+		Message: "The brain working this turn stopped before it finished (it crashed, or stalled and lost its lease); " +
+			"this brain resumed the turn from the log. A tool call it left without a result gets one saying its outcome is unknown.",
+		RetryStatus: apitype.RetryStatus{Type: apitype.RetryStatusRetrying},
+		Source:      src,
+	}}))
+	return err
 }
 
 // selfHosted reports whether the client runs the built-in tools (a self_hosted environment).

@@ -38,7 +38,8 @@ func (r *run) handOff(st *state) (bool, error) {
 		for _, u := range open {
 			if u.ev.Seq <= wk.LostSeq {
 				results = append(results, mustEvent(apitype.EventUserToolResult, apitype.UserToolResult{
-					ToolUseID: u.ev.ID, IsError: true, Content: []apitype.ContentBlock{apitype.TextBlock(msgWorkerLost)}}))
+					ToolUseID: u.ev.ID, IsError: true, Content: []apitype.ContentBlock{apitype.TextBlock(msgWorkerLost)},
+					Source: source(apitype.ComponentHands, "self_hosted", apitype.ReasonWorkerLost)}))
 			}
 		}
 		if len(results) > 0 {

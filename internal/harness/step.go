@@ -16,6 +16,7 @@ func (r *run) step() (bool, error) {
 		return false, err
 	}
 	r.seenSeq = r.tail.lastSeq
+	r.follow(st.unprocessed)
 
 	// 0. A terminated or archived session runs nothing more, whatever events reached it (one sent just before
 	// the archive, say): they stay unprocessed.
@@ -40,7 +41,7 @@ func (r *run) step() (bool, error) {
 		case u.refused():
 			results = append(results, toolResult(u.ev.ID, true, r.tools.route(u.data.Name).reason))
 		case u.approved() && !r.fresh[u.ev.ID] && (!r.selfHosted() || u.mcp != nil):
-			results = append(results, closeResult(u, true, msgOutcomeUnknown))
+			results = append(results, closeFailed(u, true, source(apitype.ComponentBrain, "", apitype.ReasonCrashRecovered), msgOutcomeUnknown))
 		}
 	}
 	if len(results) > 0 {
@@ -145,6 +146,7 @@ func (r *run) answers(st *state) (bool, error) {
 	if err := r.markProcessed(append(confs, results...)); err != nil {
 		return true, err
 	}
+	r.clientToolSpans(st, results)
 	for _, id := range allowed {
 		r.fresh[id] = true
 	}

@@ -66,6 +66,7 @@ walk:
 	r.tail = t
 	if st, err := derive(t); err == nil && st.running() {
 		r.activeFrom = time.Now() // a turn in progress: count from the takeover
+		r.takeover = true
 		r.b.cfg.Metrics.LeaseTakeover()
 	}
 	return nil

@@ -128,6 +128,14 @@ func (r *run) appendResponse(a *answer) error {
 		// The turn is over: with nothing else waiting, the same write hands the session back.
 		p.Status, p.Release = apitype.StatusIdle, r.tail.settled()
 	}
+	if tp := r.traceParent(); tp != "" {
+		// The calls a client or a self-hosted worker answers carry the turn's trace to them.
+		for i := range evs {
+			if evs[i].Type == apitype.EventAgentToolUse || evs[i].Type == apitype.EventAgentCustomToolUse {
+				evs[i].Data = apitype.WithTraceParent(evs[i].Data, tp)
+			}
+		}
+	}
 	p.Events = evs
 	out, err := r.appendP(p)
 	if err != nil {

@@ -9,6 +9,7 @@
 package metrics
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"time"
@@ -59,6 +60,7 @@ type Registry struct {
 	streams      prometheus.Gauge
 	takeovers    prometheus.Counter
 	leasesLost   prometheus.Counter
+	groupCommits prometheus.Histogram
 }
 
 // latencyBuckets span a local append (a millisecond) to a long model answer or tool call (minutes).
@@ -91,8 +93,10 @@ func New() *Registry {
 		Help: "Sessions this server's brains claimed with a turn in progress: another brain had died or lost its lease mid-turn."})
 	r.leasesLost = prometheus.NewCounter(prometheus.CounterOpts{Name: "corral_leases_lost_total",
 		Help: "Sessions this server's brains stopped working because another brain took their lease over."})
+	r.groupCommits = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corral_store_group_commit_size",
+		Help: "Writes (appends and other writes) the store's batcher committed together in one transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
 	r.reg.MustRegister(r.statuses, r.turns, r.modelLatency, r.modelErrors, r.tokens, r.toolLatency, r.provisioning,
-		r.appends, r.streams, r.takeovers, r.leasesLost,
+		r.appends, r.streams, r.takeovers, r.leasesLost, r.groupCommits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
@@ -184,4 +188,50 @@ func (a *API) Streams(delta int) { a.r.streams.Add(float64(delta)) }
 // StoreAppend records one append of client events.
 func (a *API) StoreAppend(d time.Duration, err error) {
 	a.r.appends.WithLabelValues("api", outcome(err != nil)).Observe(d.Seconds())
+}
+
+// Commits is the store's CommitObserver: it records the size of each group commit of the store's write batcher.
+type Commits struct{ h prometheus.Histogram }
+
+// Commits returns the observer of the store's group commits.
+func (r *Registry) Commits() *Commits { return &Commits{h: r.groupCommits} }
+
+// GroupCommit records one group commit of n writes.
+func (c *Commits) GroupCommit(n int) { c.h.Observe(float64(n)) }
+
+// StoreCounts registers the gauges read from the store at each scrape: the sessions by status and the work
+// items queued for self-hosted workers. counts is called once per scrape with a bounded context; a scrape
+// whose counts fail leaves the gauges out.
+func (r *Registry) StoreCounts(counts func(ctx context.Context) (sessions map[string]int, workQueued int, err error)) {
+	_ = r.reg.Register(&storeCollector{counts: counts})
+}
+
+var (
+	sessionsDesc = prometheus.NewDesc("corral_sessions",
+		"Sessions in the store by status (idle, running, rescheduling, terminated), archived ones left out; read at each scrape.", []string{"status"}, nil)
+	workQueueDesc = prometheus.NewDesc("corral_work_queue_depth",
+		"Work items of self-hosted environments queued and not yet delivered to a worker; read at each scrape.", nil, nil)
+)
+
+// storeCollector reads the store's counts at each scrape.
+type storeCollector struct {
+	counts func(ctx context.Context) (map[string]int, int, error)
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sessionsDesc
+	ch <- workQueueDesc
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sessions, queued, err := c.counts(ctx)
+	if err != nil {
+		return
+	}
+	for _, status := range []string{"idle", "running", "rescheduling", "terminated"} {
+		ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(sessions[status]), status)
+	}
+	ch <- prometheus.MustNewConstMetric(workQueueDesc, prometheus.GaugeValue, float64(queued))
 }

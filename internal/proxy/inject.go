@@ -22,6 +22,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/egress"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/vault"
 )
@@ -150,12 +151,18 @@ func (s *Secrets) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egres
 	return eg, nil
 }
 
-// reload reads the credentials of cur again: those deleted or archived (or whose vault is) are dropped, the
-// others get their current secret and configuration under the placeholder they have.
+// reload reads the credentials of cur again: those deleted or archived (or whose vault is) are revoked (their
+// secret is dropped; their placeholder and hosts stay, so that a request still carrying the placeholder is
+// refused with a clear message instead of going out), the others get their current secret and configuration
+// under the placeholder they have.
 func (s *Secrets) reload(ctx context.Context, cur []*secret) ([]*secret, error) {
 	var next []*secret
 	vaults := map[string]bool{} // vault id -> usable
 	for _, old := range cur {
+		if old.revoked {
+			next = append(next, old)
+			continue
+		}
 		ok, seen := vaults[old.vaultID]
 		if !seen {
 			v, err := s.cfg.Store.VaultGet(ctx, old.vaultID)
@@ -166,26 +173,31 @@ func (s *Secrets) reload(ctx context.Context, cur []*secret) ([]*secret, error) 
 			vaults[old.vaultID] = ok
 		}
 		if !ok {
+			next = append(next, old.revoke())
 			continue
 		}
 		c, err := s.cfg.Store.CredentialGet(ctx, &store.CredentialRef{VaultID: old.vaultID, ID: old.id})
 		if errors.Is(err, store.ErrNotFound) {
+			next = append(next, old.revoke())
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("proxy: credential %s: %w", old.id, err)
 		}
 		if c.ArchivedAt != nil || c.Auth.Type != apitype.AuthEnvironmentVariable || c.Auth.SecretName != old.name {
+			next = append(next, old.revoke())
 			continue
 		}
 		sc, err := s.open(ctx, c)
 		if err != nil {
 			return nil, err
 		}
-		if sc != nil {
-			sc.placeholder = old.placeholder
-			next = append(next, sc)
+		if sc == nil {
+			next = append(next, old.revoke())
+			continue
 		}
+		sc.placeholder = old.placeholder
+		next = append(next, sc)
 	}
 	return next, nil
 }
@@ -218,6 +230,15 @@ type secret struct {
 	hosts       []string // nil: every host (unrestricted networking)
 	header      bool
 	body        bool
+	// revoked: the credential was archived or deleted (or its vault was) while the sandbox ran; value is nil,
+	// and a request carrying the placeholder to one of its hosts is refused (Rewrite).
+	revoked bool
+}
+
+// revoke returns s without its secret, marked revoked.
+func (s *secret) revoke() *secret {
+	return &secret{id: s.id, name: s.name, vaultID: s.vaultID, placeholder: s.placeholder, hosts: s.hosts,
+		header: s.header, body: s.body, revoked: true}
 }
 
 func newSecret(c *apitype.Credential, value []byte) *secret {
@@ -226,7 +247,7 @@ func newSecret(c *apitype.Credential, value []byte) *secret {
 	if l := c.Auth.InjectionLocation; l != nil {
 		s.header, s.body = l.Header, l.Body
 	}
-	if n := c.Auth.Networking; n == nil || n.Type != "unrestricted" {
+	if n := c.Auth.Networking; n == nil || n.Type != apitype.NetworkingUnrestricted {
 		s.hosts = []string{} // limited, or unknown: only the listed hosts (none if none)
 		if n != nil {
 			for _, h := range n.AllowedHosts {
@@ -316,28 +337,35 @@ func (in *Injector) current() []*secret {
 	return in.creds
 }
 
-// forHost returns the secrets that may be sent to host.
-func (in *Injector) forHost(host string) []*secret {
+// forHost returns the secrets that may be sent to host, and the revoked credentials whose placeholders were
+// meant for it.
+func (in *Injector) forHost(host string) (creds, revoked []*secret) {
 	host = normHost(host)
 	if host == sandbox.LocalHost {
-		return nil // the proxy's own services (the git endpoint) are never sent a secret, nor intercepted
+		return nil, nil // the proxy's own services (the git endpoint) are never sent a secret, nor intercepted
 	}
-	var out []*secret
 	for _, c := range in.current() {
-		if c.allows(host) {
-			out = append(out, c)
+		switch {
+		case !c.allows(host):
+		case c.revoked:
+			revoked = append(revoked, c)
+		default:
+			creds = append(creds, c)
 		}
 	}
-	return out
+	return creds, revoked
 }
 
-// Intercepts reports whether some secret may be sent to host (on any port): only those connections are
-// terminated in the proxy; every other one is tunnelled untouched.
-func (in *Injector) Intercepts(host, port string) bool { return len(in.forHost(host)) > 0 }
+// Intercepts reports whether some secret may be sent to host (on any port), or was until it was revoked:
+// only those connections are terminated in the proxy; every other one is tunnelled untouched.
+func (in *Injector) Intercepts(host, port string) bool {
+	creds, revoked := in.forHost(host)
+	return len(creds)+len(revoked) > 0
+}
 
 // Certificate returns the CA's leaf for host, if the Injector intercepts host.
 func (in *Injector) Certificate(host string) (*tls.Certificate, error) {
-	if len(in.forHost(host)) == 0 {
+	if !in.Intercepts(host, "") {
 		return nil, fmt.Errorf("proxy: %s is not intercepted", host)
 	}
 	return in.ca.Leaf(host)
@@ -348,8 +376,15 @@ func (in *Injector) Certificate(host string) (*tls.Certificate, error) {
 // header, and in the body when it has body, a body of at most MaxBodyInjection bytes that is not
 // content-encoded. The request's Accept-Encoding is dropped (the proxy's transport asks for gzip itself and
 // decompresses), so that the answer can be scrubbed (ScrubResponse).
+//
+// A request that carries in a header the placeholder of a credential revoked since the sandbox started is
+// refused with an error (egress.ErrDenied)
+// that names the variable, so that the tool says why instead of the upstream's own 401.
 func (in *Injector) Rewrite(req *http.Request) error {
-	creds := in.forHost(req.URL.Hostname())
+	creds, revoked := in.forHost(req.URL.Hostname())
+	if err := refuseRevoked(req, revoked); err != nil {
+		return err
+	}
 	if len(creds) == 0 {
 		return nil
 	}
@@ -409,6 +444,36 @@ func (in *Injector) Rewrite(req *http.Request) error {
 	return nil
 }
 
+// refuseRevoked returns an error if req carries the placeholder of one of the revoked credentials in a
+// header (a Basic authorization's base64 included). Bodies are not searched (a placeholder there goes out as
+// sent, as to any host it is not meant for): that would hold them in memory for nothing else.
+func refuseRevoked(req *http.Request, revoked []*secret) error {
+	for _, c := range revoked {
+		if c.header && headersCarry(req.Header, c.placeholder) {
+			return fmt.Errorf("%w: %s holds the placeholder of a credential that was archived or deleted (or whose vault was) while this sandbox ran; the request was not sent",
+				egress.ErrDenied, c.name)
+		}
+	}
+	return nil
+}
+
+// headersCarry reports whether a header value (or a Basic authorization's decoded user:password) holds ph.
+func headersCarry(h http.Header, ph []byte) bool {
+	for k, vs := range h {
+		for _, v := range vs {
+			if strings.Contains(v, string(ph)) {
+				return true
+			}
+			if scheme, cred, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Basic") && k == "Authorization" {
+				if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil && bytes.Contains(raw, ph) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // rewriteHeader replaces placeholders in one header value; in a Basic authorization, inside its base64.
 func (in *Injector) rewriteHeader(key, v string, creds []*secret) string {
 	if scheme, cred, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Basic") && key == "Authorization" {
@@ -463,7 +528,7 @@ func replaceAll(b []byte, creds []*secret) []byte {
 // has no Content-Length). A host that echoes a request back thus does not show the sandbox the secret it was
 // sent. Other encodings of a secret an upstream may choose (JSON escapes, its own base64) are not recognised.
 func (in *Injector) ScrubResponse(req *http.Request, resp *http.Response) {
-	creds := in.forHost(req.URL.Hostname())
+	creds, _ := in.forHost(req.URL.Hostname())
 	var old, nw [][]byte
 	for _, c := range creds {
 		if len(c.value) >= minScrubLen {

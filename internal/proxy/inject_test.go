@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/egress"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/postgres"
 	"github.com/corralhq/corral/internal/store/postgres/pgtest"
@@ -230,8 +232,26 @@ func testSecretsEgress(t *testing.T, f *fixture) {
 	if got := rewrite("https://api.example.com/", eg.Env["API_TOKEN"]); got != "Bearer rotated-api-token" {
 		t.Errorf("after a new secret_value: %q", got)
 	}
-	if got := rewrite("https://x.example.org/", eg.Env["WILD_TOKEN"]); got != "Bearer "+eg.Env["WILD_TOKEN"] {
-		t.Errorf("an archived credential is still injected: %q", got)
+	// An archived credential's placeholder, sent where it was meant to go, is refused with a message that
+	// names the variable (and holds neither secret nor placeholder); elsewhere it goes out as sent.
+	refused := func(url, ph, name string) {
+		t.Helper()
+		for _, auth := range []string{"Bearer " + ph, "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+ph))} {
+			req := request(t, url, auth, "")
+			err := inj.Rewrite(req)
+			if !errors.Is(err, egress.ErrDenied) || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "archived") {
+				t.Errorf("%s with %s's revoked placeholder: %v; want a refusal naming it", url, name, err)
+			} else if strings.Contains(err.Error(), ph) || strings.Contains(err.Error(), "value-of") {
+				t.Errorf("the refusal shows a placeholder or a secret: %v", err)
+			}
+			if got := req.Header.Get("Authorization"); got != auth {
+				t.Errorf("a refused request was rewritten: %q", got)
+			}
+		}
+	}
+	refused("https://x.example.org/", eg.Env["WILD_TOKEN"], "WILD_TOKEN")
+	if got := rewrite("https://api.example.com/", eg.Env["WILD_TOKEN"]); got != "Bearer "+eg.Env["WILD_TOKEN"] {
+		t.Errorf("an archived credential's placeholder at a host it was not meant for: %q", got)
 	}
 	if _, err := f.st.VaultArchive(f.ctx, &store.ArchiveParams{ID: v1, At: apitype.Now()}); err != nil {
 		t.Fatal(err)
@@ -239,11 +259,14 @@ func testSecretsEgress(t *testing.T, f *fixture) {
 	inj.mu.Lock()
 	inj.loaded = time.Time{}
 	inj.mu.Unlock()
-	if got := rewrite("https://api.example.com/", eg.Env["API_TOKEN"]); got != "Bearer "+eg.Env["API_TOKEN"] {
-		t.Errorf("a credential of an archived vault is still injected: %q", got)
+	refused("https://api.example.com/", eg.Env["API_TOKEN"], "API_TOKEN")
+	// The hosts of revoked credentials stay intercepted for this sandbox (so that their placeholders are
+	// refused, not tunnelled out); the secrets of the others are still injected.
+	if !inj.Intercepts("anything.test", "443") {
+		t.Errorf("the archived vault's unrestricted credential's hosts are no longer intercepted")
 	}
-	if inj.Intercepts("anything.test", "443") {
-		t.Errorf("the archived vault's unrestricted credential is still intercepted")
+	if got := rewrite("https://anything.test/", "no placeholder"); got != "Bearer no placeholder" {
+		t.Errorf("a request without a revoked placeholder: %q", got)
 	}
 
 	// No vault, or only archived ones: nothing to add.

@@ -258,7 +258,7 @@ func (m *MCP) conn(ctx context.Context, sessionID string, server apitype.MCPServ
 	}
 	policy := mcpPolicy(networking, u)
 	policy.AllowInternal = slices.Clone(m.cfg.AllowInternal)
-	c = &mcpConn{m: m, server: server, cred: cred, policy: policy, host: u.Hostname(), port: u.Port()}
+	c = &mcpConn{m: m, session: sessionID, server: server, cred: cred, policy: policy, host: u.Hostname(), port: u.Port()}
 	if c.port == "" {
 		c.port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
@@ -338,13 +338,14 @@ func (m *MCP) rootCAs() *x509.CertPool { return m.cfg.RootCAs }
 
 // mcpConn is one session's connection to one MCP server. mu serialises its use: a session runs one tool at a time.
 type mcpConn struct {
-	m      *MCP
-	server apitype.MCPServer
-	cred   *bearer // nil: the session has no credential for the server
-	http   *http.Client
-	policy egress.Policy // the session's networking for MCP, with the operator's trusted internal destinations
-	host   string
-	port   string
+	m       *MCP
+	session string // the session the connection serves
+	server  apitype.MCPServer
+	cred    *bearer // nil: the session has no credential for the server
+	http    *http.Client
+	policy  egress.Policy // the session's networking for MCP, with the operator's trusted internal destinations
+	host    string
+	port    string
 
 	used       atomic.Int64 // unix nanoseconds of the last use
 	authFailed atomic.Bool  // the server answered 401 or 403 (after any refresh) since the flag was reset
@@ -470,7 +471,7 @@ func (c *mcpConn) fail(ctx context.Context, err error) error {
 		// The session's credentials may change (one added, or replaced): the next use picks them again.
 		c.m.forget(c)
 	}
-	c.m.cfg.Logger.Info("mcp server failed", "mcp_server", c.server.Name, "kind", kind, "err", msg)
+	c.m.cfg.Logger.Info("mcp server failed", "session", c.session, "mcp_server", c.server.Name, "kind", kind, "err", msg)
 	return &mcp.Error{Kind: kind, Server: c.server.Name, Message: msg}
 }
 

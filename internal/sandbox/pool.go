@@ -45,6 +45,10 @@ type PoolConfig struct {
 	// first sandbox and detached when its slot goes. A failure to attach fails the provisioning with the reason.
 	// A Recipe's own WorkspaceDir outside WorkspaceRoot gets none.
 	Volumes Volumes
+	// Images, if set, gives each sandbox of a cloud environment the root filesystem of its environment's image
+	// (Recipe.RootFS), waiting for its build; a failed build fails the provisioning with an *ImageError. Nil:
+	// sandboxes run on the host's layout (Recipe.RootFS stays as given).
+	Images Images
 	// Outputs, if set, collects the files a session leaves under OutputsMount (into the Files API): when the
 	// brain ends a turn (CollectOutputs), and before a sandbox is reaped, replaced or stopped.
 	Outputs Collector
@@ -224,6 +228,9 @@ func (p *Pool) recipe(call *Call) (Recipe, error) {
 
 var _ Provisioner = (*Pool)(nil)
 
+// Backend is the name of the pool's sandbox backend (its Provider's).
+func (p *Pool) Backend() string { return p.cfg.Provider.Name() }
+
 // Provision provisions the session's sandbox now, without a tool call, if it has none, and waits until the new
 // sandbox is ready: it answers a no-op call (bash "true"), as a coupled design's container is ready to run tools
 // before the first model call. An existing sandbox is only marked used. Provision exists for comparing with a
@@ -343,8 +350,18 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 				err = fmt.Errorf("egress: %w", err)
 			}
 		}
+		var release func()
+		if err == nil && p.cfg.Images != nil && r.Environment.Type != apitype.EnvironmentSelfHosted {
+			r.RootFS, release, err = p.cfg.Images.Acquire(ctx, &r.Environment)
+		}
 		if err == nil {
 			sb, err = p.cfg.Provider.Provision(ctx, r)
+		}
+		switch {
+		case release != nil && err != nil:
+			release()
+		case release != nil:
+			sb = &imageSandbox{Sandbox: sb, release: sync.OnceFunc(release)}
 		}
 	}
 	d := time.Since(start)
@@ -357,7 +374,7 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 			err = fmt.Errorf("%w: %w", ctxErr, err)
 		}
 		p.cfg.Logger.Error("sandbox provisioning failed", "session", r.SessionID, "backend", backend, "err", err)
-		return nil, unplaced, fmt.Errorf("provision %s sandbox: %w", backend, err)
+		return nil, unplaced, fmt.Errorf("%w: %s sandbox: %w", ErrProvision, backend, err)
 	}
 	p.cfg.Logger.Info("sandbox provisioned", "session", r.SessionID, "backend", backend, "duration", d)
 	return sb, unplaced, nil

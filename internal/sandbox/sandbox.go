@@ -23,6 +23,13 @@ import (
 // sandbox must be replaced.
 var ErrSandboxDead = errors.New("sandbox died")
 
+// ErrLimit is wrapped beside ErrSandboxDead when the sandbox died because it reached one of its Limits (memory,
+// processes): the failure is the limit's, not the backend's.
+var ErrLimit = errors.New("sandbox limit reached")
+
+// ErrProvision is returned (wrapped) by Pool.Execute when no sandbox could be provisioned for the call.
+var ErrProvision = errors.New("sandbox provisioning failed")
+
 // ErrRootFSUnsupported is returned (wrapped) by the Provision of a backend that cannot give a sandbox a root
 // of its own (process) for a Recipe with a RootFS.
 var ErrRootFSUnsupported = errors.New("this sandbox backend cannot run a sandbox on an environment image")
@@ -60,7 +67,17 @@ type Sandbox interface {
 type Result struct {
 	Content []apitype.ContentBlock
 	IsError bool
+	// Failure, on an error result, says when the sandbox's limits rather than the tool's input made it fail:
+	// FailureTimeout (the command ran past its timeout) or FailureLimit (the kernel killed a process at the
+	// memory limit). Empty otherwise.
+	Failure string
 }
+
+// Result failures.
+const (
+	FailureTimeout = "timeout"
+	FailureLimit   = "limit_hit"
+)
 
 // Recipe is everything needed to (re)build a session's sandbox.
 type Recipe struct {

@@ -23,6 +23,9 @@ type unavailable struct {
 
 func (u *unavailable) Tools() []Tool { return u.tools }
 
+// Backend names no backend: none can run.
+func (u *unavailable) Backend() string { return "unavailable" }
+
 func (u *unavailable) Execute(context.Context, *Call) (Result, error) {
 	return errorResult(u.reason), fmt.Errorf("%w: %s", ErrUnavailable, u.reason)
 }

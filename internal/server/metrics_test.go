@@ -191,6 +191,9 @@ func TestMetrics(t *testing.T) {
 		{"corral_store_append_duration_seconds", map[string]string{"writer": "api", "outcome": "ok"}, 1},
 		{"corral_lease_takeovers_total", nil, 0},
 		{"corral_stream_subscribers", nil, 0},
+		{"corral_sessions", map[string]string{"status": "idle"}, 1},
+		{"corral_sessions", map[string]string{"status": "running"}, 0},
+		{"corral_work_queue_depth", nil, 0},
 	} {
 		if got := value(fams, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -206,6 +209,10 @@ func TestMetrics(t *testing.T) {
 	}
 	if got := value(fams, "corral_sandboxes_live", map[string]string{"backend": "stub"}); got < 0 || got > 1 {
 		t.Errorf("corral_sandboxes_live{backend=stub} = %v, want the pool's one session slot or none", got)
+	}
+	// Every write went through the store's batcher: the group commits hold at least the brain's appends.
+	if got := value(fams, "corral_store_group_commit_size", nil); got < 6 {
+		t.Errorf("corral_store_group_commit_size count = %v, want at least the 6 brain appends", got)
 	}
 	if value(fams, "go_goroutines", nil) <= 0 {
 		t.Error("no Go runtime metrics")
@@ -230,5 +237,52 @@ func waitIdle(t *testing.T, srv *server.Server, id string) {
 			t.Fatal("session did not go idle")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestMetricsWorkQueue: a bash call in a self_hosted environment queues a work item for the session, which
+// /metrics shows as corral_work_queue_depth 1, and the session, waiting for the worker, in corral_sessions.
+func TestMetricsWorkQueue(t *testing.T) {
+	t.Parallel()
+	fake := modeltest.NewServer(t)
+	st := openStore(t)
+	srv, err := server.New(server.Config{
+		Store: st, Metrics: metrics.New(), MetricsListen: "127.0.0.1:0",
+		API: &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: st, Static: key}},
+		Brain: &harness.Config{Model: anthropic.New(anthropic.Config{APIKey: "test", BaseURL: fake.URL}),
+			Workers: 1, PollInterval: 50 * time.Millisecond},
+		Sandbox: server.SandboxConfig{Unavailable: "the worker runs the tools", Tools: (&stubProvider{}).Tools()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	fake.Script(modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"echo hi"}`}}})
+	var agent, env, sess struct{ ID string }
+	do(t, srv, "POST", "/v1/agents", map[string]any{"name": "a", "model": "claude-sonnet-4-5",
+		"tools": []any{map[string]any{"type": "agent_toolset_20260401"}}}, &agent)
+	do(t, srv, "POST", "/v1/environments", map[string]any{"name": "e", "config": map[string]any{"type": "self_hosted"}}, &env)
+	do(t, srv, "POST", "/v1/sessions", map[string]any{"agent": agent.ID, "environment_id": env.ID}, &sess)
+	if v := value(scrape(t, srv.MetricsURL()), "corral_work_queue_depth", nil); v != 0 {
+		t.Fatalf("corral_work_queue_depth before any call = %v, want 0", v)
+	}
+	do(t, srv, "POST", "/v1/sessions/"+sess.ID+"/events", map[string]any{"events": []any{map[string]any{
+		"type": "user.message", "content": []any{map[string]any{"type": "text", "text": "Run it."}}}}}, nil)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		fams := scrape(t, srv.MetricsURL())
+		if value(fams, "corral_work_queue_depth", nil) == 1 {
+			if total := value(fams, "corral_sessions", nil); total != 1 {
+				t.Errorf("corral_sessions summed over statuses = %v, want 1", total)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the work item never showed in corral_work_queue_depth")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

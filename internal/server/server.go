@@ -19,6 +19,7 @@ import (
 
 	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/console"
 	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/metrics"
@@ -62,9 +63,22 @@ type Config struct {
 	// TracerProvider, if set, traces the API's requests and the brains' runs, model requests, tool calls and
 	// sandbox provisioning (cmd/corral builds it from the OTEL_* environment).
 	TracerProvider trace.TracerProvider
+	// Images, if set, builds the cloud environments' images (internal/image): the API shows their status and
+	// starts their builds, and the pool runs each sandbox on its environment's image, waiting for its build.
+	// Start starts it (the base is built in the background) and Stop stops it. Nil: sandboxes run on the
+	// host's layout and packages are stored only.
+	Images Images
 	// MetricsListen, if set (with Metrics), is the TCP address on which Metrics are served at /metrics, apart
 	// from the API: the endpoint has no authentication, so it is meant for a private address.
 	MetricsListen string
+}
+
+// Images is the environments' image builds as the server runs them (*image.Service, image.HostLayout).
+type Images interface {
+	api.Images
+	sandbox.Images
+	Start(ctx context.Context) error
+	Stop()
 }
 
 // APIConfig configures the HTTP API of a Server.
@@ -172,6 +186,9 @@ func New(cfg Config) (*Server, error) {
 		pc := sc.Pool
 		pc.Provider = sc.Provider
 		pc.Logger = cmp.Or(pc.Logger, cfg.Logger)
+		if pc.Images == nil {
+			pc.Images = cfg.Images // a nil Images stays nil: no images
+		}
 		pool, err := sandbox.NewPool(pc)
 		if err != nil {
 			closeProvider(sc.Provider)
@@ -187,6 +204,19 @@ func New(cfg Config) (*Server, error) {
 		hands = sandbox.Unavailable(sc.Tools, fmt.Sprintf("Built-in tools cannot run on this server: its sandbox backend is unavailable (%s).", sc.Unavailable))
 	default:
 		hands = sandbox.Unavailable(sc.Tools, "Built-in tools cannot run on this server: no sandbox backend is configured (--sandbox none).")
+	}
+	if cfg.Metrics != nil {
+		st := cfg.Store
+		cfg.Metrics.StoreCounts(func(ctx context.Context) (map[string]int, int, error) {
+			c, err := st.Stats(ctx)
+			if err != nil {
+				return nil, 0, err
+			}
+			return c.Sessions, c.WorkQueued, nil
+		})
+		if co, ok := st.(store.CommitsObserved); ok {
+			co.ObserveCommits(cfg.Metrics.Commits())
+		}
 	}
 	// undo releases what was built when a later part fails: nothing runs yet.
 	undo := func(err error) (*Server, error) {
@@ -214,15 +244,24 @@ func New(cfg Config) (*Server, error) {
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
 			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
-			TracerProvider: cfg.TracerProvider})
+			TracerProvider: cfg.TracerProvider, Images: cfg.Images})
 		if err != nil {
 			return undo(err)
 		}
+		con, err := console.New()
+		if err != nil {
+			return undo(err)
+		}
+		// The console's files beside the API: its pages call the API like any other client.
+		mux := http.NewServeMux()
+		mux.Handle(console.Prefix, con)
+		mux.Handle(console.Prefix+"/", con)
+		mux.Handle("/", a.Handler())
 		// Streams end when the server shuts down; ordinary requests finish first.
 		baseCtx, cancel := context.WithCancel(context.Background())
 		s.cancelStreams = cancel
 		s.http = &http.Server{
-			Handler:           a.Handler(),
+			Handler:           mux,
 			ReadHeaderTimeout: ReadHeaderTimeout,
 			ReadTimeout:       ReadTimeout,
 			WriteTimeout:      WriteTimeout,
@@ -233,9 +272,9 @@ func New(cfg Config) (*Server, error) {
 		s.http.RegisterOnShutdown(cancel)
 	}
 	if cfg.MetricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", cfg.Metrics.Handler())
-		s.metricsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
+		mmux := http.NewServeMux()
+		mmux.Handle("GET /metrics", cfg.Metrics.Handler())
+		s.metricsHTTP = &http.Server{Handler: mmux, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
 			WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	}
 	return s, nil
@@ -283,6 +322,17 @@ func (s *Server) Start(ctx context.Context) error {
 				s.cfg.Logger.Error("metrics listener failed", "err", err)
 			}
 		})
+	}
+	if s.cfg.Images != nil {
+		// The base (and the stored environments' images) build in the background: nobody waits for them
+		// but a sandbox that needs them.
+		if err := s.cfg.Images.Start(context.WithoutCancel(ctx)); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			s.stopLocked()
+			return fmt.Errorf("server: images: %w", err)
+		}
 	}
 	if s.brain != nil {
 		if err := s.brain.Start(ctx); err != nil {
@@ -387,6 +437,9 @@ func (s *Server) stopLocked() {
 		}
 		if s.pool != nil {
 			_ = s.pool.Stop()
+		}
+		if s.cfg.Images != nil && s.started {
+			s.cfg.Images.Stop() // after the pool: no sandbox waits for a build any more
 		}
 		closeProvider(s.cfg.Sandbox.Provider)
 	})

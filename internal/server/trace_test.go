@@ -91,7 +91,7 @@ func TestTraces(t *testing.T) {
 
 	var sendSpan, provision sdktrace.ReadOnlySpan
 	var chats, tools []sdktrace.ReadOnlySpan
-	appends := 0
+	appends, apiAppends := 0, 0
 	for _, s := range ended {
 		switch s.Name() {
 		case "POST /v1/sessions/{session_id}/events":
@@ -103,6 +103,10 @@ func TestTraces(t *testing.T) {
 		case "sandbox.provision":
 			provision = s
 		case "store.append":
+			if parentName(s) == "POST /v1/sessions/{session_id}/events" {
+				apiAppends++ // the API's append of the client's message
+				continue
+			}
 			appends++
 			if parentName(s) != "invoke_agent a" || s.Status().Code == codes.Error {
 				t.Errorf("store.append span: parent %q, status %v; want the run's span, ok", parentName(s), s.Status())
@@ -117,8 +121,16 @@ func TestTraces(t *testing.T) {
 	if appends < 6 {
 		t.Errorf("store.append spans = %d, want at least 6", appends)
 	}
+	if apiAppends != 1 {
+		t.Errorf("store.append spans under the send request = %d, want 1", apiAppends)
+	}
 	if sendSpan == nil {
 		t.Fatal("no span for the send request")
+	}
+	for _, s := range ended {
+		if s.Name() == "invoke_agent a" && s.Parent().SpanID() != sendSpan.SpanContext().SpanID() {
+			t.Errorf("invoke_agent's parent = %q, want the send request that started the turn", parentName(s))
+		}
 	}
 	if got := sendSpan.SpanContext().TraceID().String(); got != traceID {
 		t.Errorf("send span trace = %s, want the caller's %s", got, traceID)
@@ -148,7 +160,7 @@ func TestTraces(t *testing.T) {
 		}
 		if s.Status().Code == codes.Error {
 			failedChats++
-			if a["error.type"].AsString() != "overloaded" || a["corral.failure.part"].AsString() != "model" {
+			if a["error.type"].AsString() != "overloaded" || a["corral.failure.component"].AsString() != "model" {
 				t.Errorf("failed chat span attributes = %v, want error.type overloaded in the model", a)
 			}
 			continue
@@ -167,7 +179,8 @@ func TestTraces(t *testing.T) {
 	if a := attrs(tool); parentName(tool) != "invoke_agent a" || a["gen_ai.tool.name"].AsString() != "bash" || a["corral.tool.route"].AsString() != "hands" {
 		t.Errorf("execute_tool span: parent %q, attributes %v", parentName(tool), a)
 	}
-	if tool.Status().Code != codes.Error || attrs(tool)["corral.failure.part"].AsString() != "hands" {
+	if a := attrs(tool); tool.Status().Code != codes.Error || a["corral.failure.component"].AsString() != "hands" ||
+		a["corral.failure.backend"].AsString() != "stub" || a["corral.failure.reason"].AsString() != "provision_failed" {
 		t.Errorf("execute_tool span status %v attributes %v, want failed in the hands", tool.Status(), attrs(tool))
 	}
 	if provision == nil {
@@ -177,7 +190,7 @@ func TestTraces(t *testing.T) {
 		t.Errorf("sandbox.provision's parent = %q, want the execute_tool span", parentName(provision))
 	}
 	if a := attrs(provision); provision.Status().Code != codes.Error || a["corral.sandbox.backend"].AsString() != "stub" ||
-		a["corral.failure.part"].AsString() != "hands" {
+		a["corral.failure.component"].AsString() != "hands" {
 		t.Errorf("sandbox.provision status %v attributes %v, want a failure of the stub backend in the hands", provision.Status(), a)
 	}
 }

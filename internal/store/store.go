@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -34,6 +35,39 @@ var (
 	ErrClosed = errors.New("store closed")
 )
 
+// CommitObserver is told the size of each group commit of an adapter's write batcher: how many writes (appends
+// and other writes) went into one transaction. Its method must be cheap and safe for concurrent use.
+type CommitObserver interface {
+	GroupCommit(writes int)
+}
+
+// CommitsObserved is implemented by adapters that group writes into commits (sqlite and postgres): they report
+// each group to the observer they are given (nil: none).
+type CommitsObserved interface {
+	ObserveCommits(CommitObserver)
+}
+
+// CommitHook holds an adapter's CommitObserver; the zero value observes nothing.
+type CommitHook struct {
+	o atomic.Pointer[CommitObserver]
+}
+
+// Set sets the observer (nil: none).
+func (h *CommitHook) Set(o CommitObserver) {
+	if o == nil {
+		h.o.Store(nil)
+		return
+	}
+	h.o.Store(&o)
+}
+
+// Commit reports a group commit of n writes.
+func (h *CommitHook) Commit(n int) {
+	if o := h.o.Load(); o != nil {
+		(*o).GroupCommit(n)
+	}
+}
+
 // Store is everything Corral keeps durably.
 type Store interface {
 	AgentStore
@@ -48,11 +82,26 @@ type Store interface {
 	EnvironmentKeyStore
 	FileStore
 	SkillStore
+	StatsStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities
 	// Close releases the store's connections and goroutines.
 	Close() error
+}
+
+// StatsStore counts what the metrics show at each scrape.
+type StatsStore interface {
+	// Stats counts the sessions by status (archived ones left out) and the work items waiting for a worker.
+	Stats(ctx context.Context) (*Stats, error)
+}
+
+// Stats are the counts of StatsStore.Stats.
+type Stats struct {
+	// Sessions counts the sessions not archived, by status (idle, running, rescheduling, terminated).
+	Sessions map[string]int
+	// WorkQueued counts the work items of every self-hosted environment that are queued and not delivered.
+	WorkQueued int
 }
 
 // Capabilities describes an adapter.
@@ -120,6 +169,25 @@ type EnvironmentStore interface {
 	EnvironmentUpdate(ctx context.Context, id string, fn func(*apitype.Environment) error) (*apitype.Environment, error)
 	EnvironmentList(ctx context.Context, p *ListParams) ([]apitype.Environment, error)
 	EnvironmentDelete(ctx context.Context, id string) error
+	// EnvironmentImageSet records the status of the environment's image build (SetImage's rule: only over a
+	// status of the same image, so a build of a package list the environment no longer has cannot overwrite
+	// the current one: ErrConflict). The environment's updated_at stays.
+	EnvironmentImageSet(ctx context.Context, id string, img *apitype.EnvironmentImage) error
+}
+
+// SetImage is EnvironmentImageSet's rule, which both adapters apply: e gets img if it has no image status or
+// one of the same image id; otherwise ErrConflict.
+func SetImage(e *apitype.Environment, img *apitype.EnvironmentImage) error {
+	if e.Image != nil && e.Image.ID != img.ID {
+		return fmt.Errorf("environment %s: image %s is no longer its image (%s): %w", e.ID, img.ID, e.Image.ID, ErrConflict)
+	}
+	c := *img
+	if img.Error != nil {
+		be := *img.Error
+		c.Error = &be
+	}
+	e.Image = &c
+	return nil
 }
 
 // SessionStore keeps sessions. A session's status, usage and scheduling state are owned by the store and the

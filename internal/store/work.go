@@ -40,8 +40,10 @@ type WorkStore interface {
 	WorkBySession(ctx context.Context, sessionID string) (*apitype.Work, error)
 	// WorkByTokenHash returns the item whose current sessions token has this hash, whatever its state.
 	WorkByTokenHash(ctx context.Context, hash string) (*apitype.Work, error)
-	// WorkUpdateMetadata applies a metadata patch (nil deletes a key) to an item.
-	WorkUpdateMetadata(ctx context.Context, environmentID, workID string, patch map[string]*string) (*apitype.Work, error)
+	// WorkUpdateMetadata sets an item's metadata to what fn makes of its current metadata, in the write's
+	// transaction, so that fn's checks hold for what is written; an error from fn aborts the update and is
+	// returned (wrapped).
+	WorkUpdateMetadata(ctx context.Context, environmentID, workID string, fn func(map[string]string) (map[string]string, error)) (*apitype.Work, error)
 	// WorkList lists the environment's items by (created_at, id); IncludeArchived and the time filters are
 	// ignored.
 	WorkList(ctx context.Context, environmentID string, p *ListParams) ([]apitype.Work, error)
@@ -152,15 +154,4 @@ func StopTransition(cur *apitype.Work, force bool) (next apitype.WorkState, acke
 		return apitype.WorkStopped, true, nil
 	}
 	return apitype.WorkStopping, true, nil
-}
-
-// PatchMetadata applies a metadata patch: a nil value deletes its key.
-func PatchMetadata(md map[string]string, patch map[string]*string) {
-	for k, v := range patch {
-		if v == nil {
-			delete(md, k)
-		} else {
-			md[k] = *v
-		}
-	}
 }

@@ -36,7 +36,11 @@ func fileService(t *testing.T, maxBytes int64) (*files.Service, store.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { blobs.Close() })
-	return files.New(st, blobs, maxBytes), st
+	svc, err := files.New(files.Config{Store: st, Blobs: blobs, MaxBytes: maxBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, st
 }
 
 func fileResource(id, fileID, mountPath string) apitype.Resource {

@@ -3,6 +3,7 @@ package imagetest
 
 import (
 	"context"
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -58,4 +59,36 @@ func Require(tb testing.TB, unavailable error) {
 		tb.Fatalf("images required (%s=1 or CI=true) but unavailable: %v", RequireEnv, unavailable)
 	}
 	tb.Skipf("images unavailable: %v", unavailable)
+}
+
+// RegistryGateways are the default registries' host:port pairs that resolve to an internal address on this
+// machine (a test network whose gateway answers for the internet, as on CI VMs): the builder's proxy refuses
+// internal addresses unless the operator trusts them (--egress-allow-internal), so the tests trust these.
+func RegistryGateways() []string {
+	var out []string
+	for _, hp := range []string{"deb.debian.org:80", "registry.npmjs.org:443", "proxy.golang.org:443", "sum.golang.org:443"} {
+		host, _, _ := net.SplitHostPort(hp)
+		addrs, err := net.LookupIP(host)
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if !a.IsGlobalUnicast() || a.IsPrivate() || testNet(a) {
+				out = append(out, hp)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// testNet reports whether ip is in one of the documentation ranges (RFC 5737), which are not public.
+func testNet(ip net.IP) bool {
+	for _, c := range []string{"192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"} {
+		_, n, _ := net.ParseCIDR(c)
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }

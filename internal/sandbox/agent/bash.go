@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // bashInput is the bash tool's input, as in the reference schema.
@@ -111,7 +113,9 @@ func (t *bashTool) result(out string, code int, err error, timeout time.Duration
 		t.sess = nil
 		switch {
 		case errors.Is(err, errTimedOut):
-			return errorf("%s\n[command timed out after %s; its process group was killed and the shell restarted (cwd and variables reset)]", out, timeout)
+			res := errorf("%s\n[command timed out after %s; its process group was killed and the shell restarted (cwd and variables reset)]", out, timeout)
+			res.failure = sandbox.FailureTimeout
+			return res
 		case errors.Is(err, errShellExited):
 			// kill waited for the shell to be reaped.
 			return errorf("%s\nexit code: %d\n[the shell exited; the next call starts a new shell]", out, sess.code)

@@ -17,6 +17,12 @@ func Bridge(ctx context.Context, listenAddr, socketPath string) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", listenAddr, err)
 	}
+	serveBridge(ctx, ln, socketPath)
+	return nil
+}
+
+// serveBridge forwards the connections of ln to the Unix socket at socketPath until ctx is done.
+func serveBridge(ctx context.Context, ln net.Listener, socketPath string) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	go func() {
@@ -27,7 +33,7 @@ func Bridge(ctx context.Context, listenAddr, socketPath string) error {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return
 			}
 			time.Sleep(10 * time.Millisecond)
 			continue

@@ -202,7 +202,11 @@ func (c *Client) Call(ctx context.Context, tool string, input json.RawMessage, t
 		if !ok {
 			return sandbox.Result{}, c.deadErr()
 		}
-		return sandbox.Result{Content: resp.Content, IsError: resp.IsError}, nil
+		res := sandbox.Result{Content: resp.Content, IsError: resp.IsError}
+		if resp.IsError && resp.Failure == sandbox.FailureTimeout {
+			res.Failure = sandbox.FailureTimeout // the only failure the agent reports; anything else is dropped
+		}
+		return res, nil
 	case <-ctx.Done():
 		c.forget(id)
 		// Best effort: have the agent kill what the call started.

@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // The agent guards itself against the code it runs, which has the agent's own uid (a sandbox has one uid and no
@@ -59,8 +61,8 @@ func setDumpable(on bool) error {
 	if on {
 		v = 1
 	}
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, v, 0); errno != 0 {
-		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", errno)
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, v, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
 	}
 	return nil
 }

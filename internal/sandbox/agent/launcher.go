@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/corralhq/corral/internal/sandbox/seccomp"
 )
 
@@ -64,8 +66,8 @@ func runLauncher(args, env []string) error {
 		// The inner stage dies with the outer (syscall.SysProcAttr.Pdeathsig cannot serve: its check that the
 		// parent is still there compares pids across the namespaces). Set before the wait, so that an outer
 		// stage that dies before it closes the pipe.
-		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); errno != 0 {
-			return fmt.Errorf("shell launcher: prctl(PR_SET_PDEATHSIG): %w", errno)
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+			return fmt.Errorf("shell launcher: prctl(PR_SET_PDEATHSIG): %w", err)
 		}
 		// The outer stage writes a byte on descriptor 3 once it is undumpable.
 		sync := os.NewFile(3, "launcher sync")
@@ -113,7 +115,7 @@ func launchOuter(command, env []string) error {
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
-		AmbientCaps: []uintptr{capSetpcap, capSysAdmin},
+		AmbientCaps: []uintptr{unix.CAP_SETPCAP, unix.CAP_SYS_ADMIN},
 	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("shell launcher: start the inner stage: %w", err)
@@ -139,11 +141,6 @@ func launchOuter(command, env []string) error {
 	return nil
 }
 
-const (
-	capSetpcap  = 8
-	capSysAdmin = 21
-)
-
 // installFilter adds seccomp's deny list (seccomp.Filter) to the calling thread's filters; no_new_privs must
 // be set.
 func installFilter() error {
@@ -151,49 +148,34 @@ func installFilter() error {
 	if err != nil {
 		return err
 	}
-	fprog := struct {
-		len    uint16
-		filter *byte
-	}{len: uint16(len(prog) / 8), filter: &prog[0]}
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_SECCOMP, seccompModeFilter, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
-		return fmt.Errorf("prctl(PR_SET_SECCOMP): %w", errno)
+	fprog := unix.SockFprog{Len: uint16(len(prog) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
+	if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&fprog)), 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_SECCOMP): %w", err)
 	}
 	runtime.KeepAlive(prog)
 	return nil
 }
 
-const (
-	seccompModeFilter    = 2
-	prCapbsetDrop        = 24
-	prCapAmbient         = 47
-	prCapAmbientClearAll = 4
-	prSetNoNewPrivs      = 38
-	linuxCapVersion3     = 0x20080522
-)
-
 // dropPrivileges empties the calling thread's bounding, ambient, effective, permitted and inheritable
 // capability sets and sets no_new_privs.
 func dropPrivileges() error {
 	for c := uintptr(0); c < 64; c++ {
-		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, c, 0); errno == syscall.EINVAL {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); errors.Is(err, unix.EINVAL) {
 			break // past the last capability
-		} else if errno != 0 {
-			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, errno)
+		} else if err != nil {
+			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, err)
 		}
 	}
-	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientClearAll, 0, 0, 0, 0); errno != 0 {
-		return fmt.Errorf("prctl(PR_CAP_AMBIENT_CLEAR_ALL): %w", errno)
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_CAP_AMBIENT_CLEAR_ALL): %w", err)
 	}
-	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0, 0, 0, 0); errno != 0 {
-		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", errno)
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
 	}
-	hdr := struct {
-		version uint32
-		pid     int32
-	}{version: linuxCapVersion3}
-	var data [2]struct{ effective, permitted, inheritable uint32 }
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
-		return fmt.Errorf("capset: %w", errno)
+	// Version 3 takes two data structs (capabilities 0-31 and 32-63), all zero: every set emptied.
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
 	}
 	return nil
 }

@@ -13,6 +13,9 @@ import (
 // corral-sandbox-agent): it serves tool calls on stdin/stdout until stdin closes (or SIGTERM, unless it is the
 // sandbox's pid 1, which ignores signals), and returns the process exit code.
 func Main(args []string) int {
+	if len(args) > 0 && args[0] == BridgeExecArg {
+		return bridgeExec(args[1:], os.Environ())
+	}
 	if err := run(args); err != nil {
 		fmt.Fprintln(os.Stderr, "corral-sandbox-agent:", err)
 		return 1

@@ -37,6 +37,9 @@ type Response struct {
 	ID      uint64                 `json:"id"`
 	Content []apitype.ContentBlock `json:"content"`
 	IsError bool                   `json:"is_error,omitempty"`
+	// Failure is sandbox.FailureTimeout when the command ran past its timeout; the host keeps only the values it
+	// knows.
+	Failure string `json:"failure,omitempty"`
 }
 
 // PingTool is a request the agent answers at once with "pong": the host's proof that the agent runs.

@@ -218,22 +218,31 @@ func (s *Sandbox) Execute(ctx context.Context, name string, input json.RawMessag
 	case ev.PidsMax > prev.PidsMax:
 		// Whatever forked past the limit may still be forking: stop the whole sandbox. The next call gets a
 		// fresh one with the same workspace.
-		return sandbox.Result{}, s.die(fmt.Errorf("%w: it reached its limit of %d processes (a fork bomb?); all its processes were killed", sandbox.ErrSandboxDead, s.limits.Pids))
+		return sandbox.Result{}, s.die(fmt.Errorf("%w: it reached its limit of %d processes (a fork bomb?); all its processes were killed%w", sandbox.ErrSandboxDead, s.limits.Pids, limitHit))
 	case err != nil && ev.OOMKills > prev.OOMKills:
-		return sandbox.Result{}, s.die(fmt.Errorf("%w: it ran out of memory (limit %d MiB) and the kernel killed its agent", sandbox.ErrSandboxDead, s.limits.MemoryBytes>>20))
+		return sandbox.Result{}, s.die(fmt.Errorf("%w: it ran out of memory (limit %d MiB) and the kernel killed its agent%w", sandbox.ErrSandboxDead, s.limits.MemoryBytes>>20, limitHit))
 	case err != nil:
 		if tail := s.proc.Stderr(); tail != "" {
 			err = fmt.Errorf("%w (agent stderr: %s)", err, lastLine(tail))
 		}
 		return sandbox.Result{}, s.die(err)
 	case ev.OOMKills > prev.OOMKills:
-		res.IsError = true
+		res.IsError, res.Failure = true, sandbox.FailureLimit
 		res.Content = append(res.Content, apitype.TextBlock(fmt.Sprintf(
 			"\n[the sandbox reached its memory limit of %d MiB; the kernel killed %d process(es) (oom-kill)]",
 			s.limits.MemoryBytes>>20, ev.OOMKills-prev.OOMKills)))
 	}
 	return res, nil
 }
+
+// limitHit marks a death by a limit (sandbox.ErrLimit) without adding to the message.
+var limitHit = silent{sandbox.ErrLimit}
+
+// silent wraps an error for errors.Is and prints nothing.
+type silent struct{ err error }
+
+func (s silent) Error() string { return "" }
+func (s silent) Unwrap() error { return s.err }
 
 // watchPids cancels the call when the pids limit is hit.
 func (s *Sandbox) watchPids(seen int, cancel func(), stop <-chan struct{}) {

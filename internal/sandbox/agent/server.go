@@ -63,7 +63,7 @@ func (s *Server) Handle(ctx context.Context, req Request) Response {
 	default:
 		res = errorf("unknown tool %q: the sandbox runs %s", req.Tool, toolNames())
 	}
-	return Response{ID: req.ID, Content: res.blocks(outCap), IsError: res.isErr}
+	return Response{ID: req.ID, Content: res.blocks(outCap), IsError: res.isErr, Failure: res.failure}
 }
 
 // writes are the tools that write files: their results end with a note when a quota is (nearly) used up.
@@ -71,10 +71,11 @@ var writes = map[string]bool{"bash": true, "write": true, "edit": true}
 
 // result is a tool's output before it is framed.
 type result struct {
-	text   string
-	images []apitype.ContentBlock
-	isErr  bool
-	capped bool // text is already capped (bash keeps the tail of its output)
+	text    string
+	images  []apitype.ContentBlock
+	isErr   bool
+	capped  bool   // text is already capped (bash keeps the tail of its output)
+	failure string // sandbox.FailureTimeout when a limit, not the input, made it fail
 }
 
 func textResult(s string) result { return result{text: s} }

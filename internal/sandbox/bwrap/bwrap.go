@@ -335,7 +335,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	}
 	sock := filepath.Join(corralDir, filepath.Base(agent.ProxySocketPath))
 	proxy, err := egress.Listen(egress.Config{Path: sock, UID: uid, GID: uid, Policy: egress.PolicyFor(r.Environment.Networking),
-		Egress: r.Egress, Logger: p.cfg.Logger.With("sandbox", name)})
+		Egress: r.Egress, Logger: p.cfg.Logger.With("sandbox", name, "session", r.SessionID)})
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}

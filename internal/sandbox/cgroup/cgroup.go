@@ -335,9 +335,7 @@ func (g *Group) Kill() {
 			return
 		}
 		for _, p := range pids {
-			if killable(p) {
-				_ = syscall.Kill(p, syscall.SIGKILL)
-			}
+			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

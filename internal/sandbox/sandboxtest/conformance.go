@@ -238,8 +238,9 @@ func testTimeout(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	// The recipe's CommandTimeout is the default.
 	c := bash(s+"2", "sleep 30")
 	c.Recipe.Limits.CommandTimeout = 200 * time.Millisecond
-	if got := mustFail(t, p, c); !strings.Contains(got, "timed out") {
-		t.Errorf("recipe timeout: %q", got)
+	res, err := p.Execute(context.Background(), c)
+	if got := text(res); err != nil || !res.IsError || res.Failure != sandbox.FailureTimeout || !strings.Contains(got, "timed out") {
+		t.Errorf("recipe timeout: err %v, error result %v, failure %q: %q; want failure %q", err, res.IsError, res.Failure, got, sandbox.FailureTimeout)
 	}
 }
 

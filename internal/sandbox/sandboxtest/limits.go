@@ -25,8 +25,8 @@ func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts
 		mustRun(t, p, limited(call("bomb", "write", map[string]any{"file_path": "keep.txt", "content": "kept"})))
 		start := time.Now()
 		res, err := p.Execute(context.Background(), limited(bash("bomb", "b(){ b|b & }; b; sleep 60; echo survived")))
-		if !errors.Is(err, sandbox.ErrSandboxDead) {
-			t.Fatalf("fork bomb: err = %v (result %q), want ErrSandboxDead", err, text(res))
+		if !errors.Is(err, sandbox.ErrSandboxDead) || !errors.Is(err, sandbox.ErrLimit) {
+			t.Fatalf("fork bomb: err = %v (result %q), want ErrSandboxDead and ErrLimit", err, text(res))
 		}
 		if got := text(res); !res.IsError || !strings.Contains(got, "limit of 64 processes") {
 			t.Errorf("fork bomb result: %q", got)
@@ -47,7 +47,7 @@ func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts
 	t.Run("MemoryHog", func(t *testing.T) {
 		if opts.NoHostProcesses {
 			res, err := p.Execute(context.Background(), limited(bash("hog", "tail /dev/zero; echo status $?")))
-			if !errors.Is(err, sandbox.ErrSandboxDead) || !strings.Contains(text(res), "ran out of memory (limit 128 MiB)") {
+			if !errors.Is(err, sandbox.ErrSandboxDead) || !errors.Is(err, sandbox.ErrLimit) || !strings.Contains(text(res), "ran out of memory (limit 128 MiB)") {
 				t.Fatalf("memory hog: %v %q", err, text(res))
 			}
 			if got := mustRun(t, p, limited(bash("hog", "echo fresh"))); got != "fresh" {
@@ -55,9 +55,10 @@ func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts
 			}
 			return
 		}
-		got := mustFail(t, p, limited(bash("hog", "tail /dev/zero; echo status $?")))
-		if !strings.Contains(got, "memory limit of 128 MiB") {
-			t.Errorf("memory hog result: %q", got)
+		res, err := p.Execute(context.Background(), limited(bash("hog", "tail /dev/zero; echo status $?")))
+		got := text(res)
+		if err != nil || !res.IsError || res.Failure != sandbox.FailureLimit || !strings.Contains(got, "memory limit of 128 MiB") {
+			t.Errorf("memory hog result: err %v, error result %v, failure %q: %q; want an error result, failure %q", err, res.IsError, res.Failure, got, sandbox.FailureLimit)
 		}
 		t.Logf("memory hog: %s", got)
 		// The agent survived: the same sandbox keeps its shell state.

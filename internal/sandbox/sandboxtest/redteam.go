@@ -173,14 +173,16 @@ func RunRedTeamRepository(t *testing.T, newProvider func(testing.TB) sandbox.Pro
 	}{
 		{"processes", fmt.Sprintf("export CORRAL_CONTROL=%s; sleep 60 & sleep 0.2; "+
 			"for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline /proc/[0-9]*/comm; do cat $f 2>/dev/null; echo; done | tr '\\0' '\\n' > /tmp/.procdump; "+
-			"echo secrets=$(%s -c /tmp/.procdump) control=$(%s -c /tmp/.procdump); rm -f /tmp/.procdump; kill $!",
+			"echo secrets=$(%s -c /tmp/.procdump) control=$(%s -c /tmp/.procdump) processes=$(ls -d /proc/[0-9]* | wc -l); rm -f /tmp/.procdump; kill $!",
 			control, secretGrep, controlGrep), "control="},
+		// One pass over every file (the host's /usr too: 132,500 files, 2.2 GB on the CI machine), printing each
+		// match with its file: a secret shows as itself, the control as /workspace/.control:<control>.
 		{"files", fmt.Sprintf("printf %%s %s > /workspace/.control; "+
+			"find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -4M -printf '%%s\\n' 2>/dev/null | "+
+			"awk '{n++; b+=$1} END {printf \"searched %%d files, %%d bytes\\n\", n, b}'; "+
 			"find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -4M -print0 2>/dev/null | "+
-			"xargs -0 %s -l 2>/dev/null | sed 's/^/secret-in: /'; "+
-			"find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -4M -print0 2>/dev/null | "+
-			"xargs -0 %s -l 2>/dev/null | sed 's/^/control-in: /'; rm -f /workspace/.control; echo done",
-			control, secretGrep, controlGrep), "control-in: /workspace/.control"},
+			"xargs -0 %s %s -a -o -H 2>/dev/null; rm -f /workspace/.control; echo done",
+			control, secretGrep, strings.TrimPrefix(controlGrep, "grep -E ")), "/workspace/.control:" + control},
 		{"env", "env; cat /proc/self/environ | tr '\\0' '\\n'", ""},
 		{"git config", "cat /workspace/proj/.git/config; git -C /workspace/proj config --list --show-origin; " +
 			"git -C /workspace/proj remote -v; ls -la /workspace/proj/.git; cat /workspace/proj/.git/FETCH_HEAD /workspace/proj/.git/packed-refs 2>/dev/null", ""},
@@ -194,15 +196,26 @@ func RunRedTeamRepository(t *testing.T, newProvider func(testing.TB) sandbox.Pro
 			"GIT_TRACE=1 GIT_CURL_VERBOSE=1 GIT_TRACE_CURL=1 git -C /workspace/proj fetch origin 2>&1 | head -c 60000", ""},
 	}
 	for _, pr := range probes {
-		out, _ := runRepo(t, p, repoCall(session, res, pr.cmd, 3*time.Minute))
+		timeout := 3 * time.Minute
+		if pr.name == "files" {
+			timeout = 10 * time.Minute // a saturated machine (CI runs every package at once) reads slowly
+		}
+		out, _ := runRepo(t, p, repoCall(session, res, pr.cmd, timeout))
 		t.Logf("probe %s: %.3000s", pr.name, strings.ReplaceAll(out, "\n", " | "))
 		for what, s := range secrets {
 			if strings.Contains(out, s) {
 				t.Errorf("probe %s shows the %s", pr.name, what)
 			}
 		}
-		if strings.Contains(out, "secret-in: ") || strings.Contains(out, "secrets=") && !strings.Contains(out, "secrets=0 ") {
+		if strings.Contains(out, "secrets=") && !strings.Contains(out, "secrets=0 ") {
 			t.Errorf("probe %s found a secret: %.2000s", pr.name, out)
+		}
+		if pr.name == "files" {
+			for line := range strings.Lines(out) {
+				if l := strings.TrimSpace(line); l != "" && l != "done" && l != pr.wantControl && !strings.HasPrefix(l, "searched ") {
+					t.Errorf("probe files found a secret: %.300s", l)
+				}
+			}
 		}
 		if pr.wantControl != "" && (!strings.Contains(out, pr.wantControl) || strings.Contains(out, pr.wantControl+"0")) {
 			t.Errorf("probe %s did not find its control string (the search does not work): %.2000s", pr.name, out)

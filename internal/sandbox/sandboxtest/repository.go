@@ -58,7 +58,7 @@ func runRepo(t *testing.T, p *sandbox.Pool, c *sandbox.Call) (string, bool) {
 	t.Helper()
 	var placeErr []*sandbox.ResourceError
 	c.OnProvision = func(r sandbox.ProvisionReport) { placeErr = append(placeErr, r.ResourceErrors...) }
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // fail, never hang
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute) // fail, never hang (past the longest call's timeout)
 	defer cancel()
 	res, err := p.Execute(ctx, c)
 	if err != nil {

@@ -95,18 +95,25 @@ var ErrReserve = errors.New("the server's disk is nearly full")
 // Available reports whether workspace images can be mounted here: root, loop devices and mkfs.ext4. (A kernel
 // without ext4 makes the first mount fail, with the reason.)
 func Available(mkfs string) error {
+	_, err := available(mkfs)
+	return err
+}
+
+// available is Available that returns the mkfs it found.
+func available(mkfs string) (string, error) {
 	if os.Geteuid() != 0 {
-		return errors.New("workspace quotas need root (to mount the workspace images)")
+		return "", errors.New("workspace quotas need root (to mount the workspace images)")
 	}
-	if _, err := lookMkfs(mkfs); err != nil {
-		return fmt.Errorf("workspace quotas need mkfs.ext4 (e2fsprogs): %w", err)
+	path, err := lookMkfs(mkfs)
+	if err != nil {
+		return "", fmt.Errorf("workspace quotas need mkfs.ext4 (e2fsprogs): %w", err)
 	}
 	f, err := os.OpenFile("/dev/loop-control", os.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("workspace quotas need loop devices: %w", err)
+		return "", fmt.Errorf("workspace quotas need loop devices: %w", err)
 	}
 	f.Close()
-	return nil
+	return path, nil
 }
 
 // lookMkfs finds mkfs (default mkfs.ext4) on PATH, or in the sbin directories a non-root PATH may lack.
@@ -145,10 +152,7 @@ func New(cfg Config) (*Volumes, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := Available(cfg.Mkfs); err != nil {
-		return nil, err
-	}
-	mkfs, err := lookMkfs(cfg.Mkfs)
+	mkfs, err := available(cfg.Mkfs)
 	if err != nil {
 		return nil, err
 	}
@@ -189,9 +193,9 @@ func (v *Volumes) sweep() {
 			continue // held: another live server's mount
 		}
 		if err := unmount(dir); err != nil {
-			v.cfg.Logger.Warn("workspace left mounted by a server that is gone could not be unmounted", "dir", dir, "err", err)
+			v.cfg.Logger.Warn("workspace left mounted by a server that is gone could not be unmounted", "dir", dir, "session", sessionOf(dir), "err", err)
 		} else {
-			v.cfg.Logger.Info("unmounted a workspace a server that is gone left mounted", "dir", dir)
+			v.cfg.Logger.Info("unmounted a workspace a server that is gone left mounted", "dir", dir, "session", sessionOf(dir))
 		}
 		lock.Close()
 	}
@@ -236,7 +240,7 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 			return err
 		} else if plain {
 			// Files from before quotas: mounting over them would hide them.
-			v.cfg.Logger.Warn("workspace from before quotas has no image: it is used without a quota", "dir", dir)
+			v.cfg.Logger.Warn("workspace from before quotas has no image: it is used without a quota", "dir", dir, "session", sessionOf(dir))
 			e.plain = true
 			return nil
 		}
@@ -245,6 +249,7 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 	}
 	v.admit.Lock()
 	defer v.admit.Unlock()
+	created := false // checked against the reserve just now, under admit
 	if _, err := os.Lstat(img); errors.Is(err, fs.ErrNotExist) {
 		if err := v.checkReserve(dir); err != nil {
 			return err
@@ -252,6 +257,7 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 		if err := v.create(ctx, img); err != nil {
 			return err
 		}
+		created = true
 	}
 	lock, err := lockImage(img)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -271,9 +277,11 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 		v.setAttached(dir, true)
 		return nil
 	}
-	if err := v.checkReserve(dir); err != nil {
-		lock.Close()
-		return err
+	if !created {
+		if err := v.checkReserve(dir); err != nil {
+			lock.Close()
+			return err
+		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		lock.Close()
@@ -287,7 +295,7 @@ func (v *Volumes) attach(ctx context.Context, dir string, e *entry) error {
 	_ = os.Remove(filepath.Join(dir, "lost+found"))
 	e.lock = lock
 	v.setAttached(dir, true)
-	v.cfg.Logger.Debug("workspace mounted", "dir", dir)
+	v.cfg.Logger.Debug("workspace mounted", "dir", dir, "session", sessionOf(dir))
 	return nil
 }
 
@@ -566,4 +574,13 @@ func nonEmptyDir(dir string) (bool, error) {
 		return false, err
 	}
 	return len(names) > 0, nil
+}
+
+// sessionOf is the session whose workspace or session directory dir is (named for the session, as the sandbox
+// pool lays them out), or "" for another directory: log lines about a session carry its id.
+func sessionOf(dir string) string {
+	if base := filepath.Base(dir); strings.HasPrefix(base, "sesn_") {
+		return base
+	}
+	return ""
 }

@@ -130,6 +130,7 @@ func (a *appender) run(batch []*appendReq) {
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
+		a.s.commits.Commit(len(live))
 		for i, r := range live {
 			r.resp <- results[i]
 		}
@@ -147,6 +148,11 @@ func (a *appender) run(batch []*appendReq) {
 	}
 }
 
+// ObserveCommits reports the size of each group of appends the appender commits to o (nil: none).
+func (s *Store) ObserveCommits(o store.CommitObserver) { s.commits.Set(o) }
+
+var _ store.CommitsObserved = (*Store)(nil)
+
 // runOne executes a single append as its own implicit transaction.
 func (a *appender) runOne(r *appendReq) {
 	res := make([]appendResult, 1)
@@ -156,6 +162,8 @@ func (a *appender) runOne(r *appendReq) {
 	}
 	if err != nil {
 		res[0] = appendResult{err: err}
+	} else if res[0].err == nil {
+		a.s.commits.Commit(1)
 	}
 	r.resp <- res[0]
 }

@@ -121,3 +121,9 @@ func (s *Store) EnvironmentDelete(ctx context.Context, id string) error {
 	}
 	return s.dbErr("environment delete", err)
 }
+
+// EnvironmentImageSet records the environment's image status under store.SetImage's rule.
+func (s *Store) EnvironmentImageSet(ctx context.Context, id string, img *apitype.EnvironmentImage) error {
+	_, err := s.EnvironmentUpdate(ctx, id, func(e *apitype.Environment) error { return store.SetImage(e, img) })
+	return err
+}

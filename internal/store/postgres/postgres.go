@@ -44,6 +44,8 @@ type Store struct {
 
 	appender *appender
 	listener *listener
+	// commits reports group commits of appends (ObserveCommits).
+	commits store.CommitHook
 
 	closed    atomic.Bool
 	closeOnce sync.Once

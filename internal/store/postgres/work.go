@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -315,16 +316,23 @@ func (s *Store) workRead(ctx context.Context, op, q string, args ...any) (*apity
 	return w, nil
 }
 
-// WorkUpdateMetadata applies a metadata patch to an item.
-func (s *Store) WorkUpdateMetadata(ctx context.Context, environmentID, workID string, patch map[string]*string) (*apitype.Work, error) {
+// WorkUpdateMetadata sets an item's metadata to fn's answer, in the write's transaction.
+func (s *Store) WorkUpdateMetadata(ctx context.Context, environmentID, workID string, fn func(map[string]string) (map[string]string, error)) (*apitype.Work, error) {
 	var out *apitype.Work
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, err := lockWork(ctx, tx, environmentID, workID)
 		if err != nil {
 			return err
 		}
-		store.PatchMetadata(cur.Metadata, patch)
-		md, err := json.Marshal(cur.Metadata)
+		next, err := fn(maps.Clone(cur.Metadata))
+		if err != nil {
+			return err
+		}
+		if next == nil {
+			next = map[string]string{}
+		}
+		cur.Metadata = next
+		md, err := json.Marshal(next)
 		if err != nil {
 			return err
 		}

@@ -83,13 +83,7 @@ func (s *Store) AgentPutVersion(ctx context.Context, a *apitype.Agent) error {
 		_, err = w.exec(`UPDATE agents SET latest_version = ? WHERE id = ?`, a.Version, a.ID)
 		return err
 	}, nil)
-	if isConstraint(err) {
-		err = store.ErrConflict
-	}
-	if err != nil {
-		return fmt.Errorf("sqlite: put agent %s v%d: %w", a.ID, a.Version, err)
-	}
-	return nil
+	return writeErr(err, "put agent %s v%d", a.ID, a.Version)
 }
 
 // AgentArchive sets archived_at (once) and returns the latest version.

@@ -20,13 +20,7 @@ func (s *Store) APIKeyCreate(ctx context.Context, k *apitype.APIKey) error {
 			k.ID, k.Name, k.Hash, k.Hint, micros(k.CreatedAt), nullMicros(k.RevokedAt))
 		return err
 	}, nil)
-	if isConstraint(err) {
-		err = store.ErrConflict
-	}
-	if err != nil {
-		return fmt.Errorf("sqlite: create api key %s: %w", k.ID, err)
-	}
-	return nil
+	return writeErr(err, "create api key %s", k.ID)
 }
 
 // APIKeyByHash finds an unrevoked key by the hash of its secret.

@@ -23,25 +23,12 @@ func (s *Store) EnvironmentCreate(ctx context.Context, e *apitype.Environment) e
 			e.ID, micros(e.CreatedAt), nullMicros(e.ArchivedAt), e.Name, doc)
 		return err
 	}, nil)
-	if isConstraint(err) {
-		err = store.ErrConflict
-	}
-	if err != nil {
-		return fmt.Errorf("sqlite: create environment %s: %w", e.ID, err)
-	}
-	return nil
+	return writeErr(err, "create environment %s", e.ID)
 }
 
 // EnvironmentGet returns an environment.
 func (s *Store) EnvironmentGet(ctx context.Context, id string) (*apitype.Environment, error) {
-	e, err := scanEnvironment(s.readRow(ctx, `SELECT doc FROM environments WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("sqlite: get environment %s: %w", id, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, s.readErr("get environment "+id, err)
-	}
-	return e, nil
+	return getOne(ctx, s, "environment "+id, scanEnvironment, `SELECT doc FROM environments WHERE id = ?`, id)
 }
 
 // EnvironmentUpdate applies fn to the environment and stores the result, atomically.
@@ -73,11 +60,8 @@ func (s *Store) EnvironmentUpdate(ctx context.Context, id string,
 			nullMicros(e.ArchivedAt), doc, e.Name != name, e.Name, id)
 		return err
 	}, nil)
-	if isConstraint(err) {
-		err = store.ErrConflict
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: update environment %s: %w", id, err)
+	if err := writeErr(err, "update environment %s", id); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -123,4 +107,10 @@ func scanEnvironment(row scanner) (*apitype.Environment, error) {
 		return nil, fmt.Errorf("decode environment: %w", err)
 	}
 	return &e, nil
+}
+
+// EnvironmentImageSet records the environment's image status under store.SetImage's rule.
+func (s *Store) EnvironmentImageSet(ctx context.Context, id string, img *apitype.EnvironmentImage) error {
+	_, err := s.EnvironmentUpdate(ctx, id, func(e *apitype.Environment) error { return store.SetImage(e, img) })
+	return err
 }

@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -27,25 +25,12 @@ func (s *Store) FileCreate(ctx context.Context, f *store.File) error {
 			f.ID, micros(f.CreatedAt), scope, f.SHA256, f.BlobKey, nullMicros(f.ExpiresAt), doc)
 		return err
 	}, nil)
-	if isConstraint(err) {
-		err = store.ErrConflict
-	}
-	if err != nil {
-		return fmt.Errorf("sqlite: create file %s: %w", f.ID, err)
-	}
-	return nil
+	return writeErr(err, "create file %s", f.ID)
 }
 
 // FileGet returns a file's metadata.
 func (s *Store) FileGet(ctx context.Context, id string) (*store.File, error) {
-	f, err := scanFile(s.readRow(ctx, `SELECT sha256, blob_key, doc FROM files WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("sqlite: get file %s: %w", id, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, s.readErr("get file "+id, err)
-	}
-	return f, nil
+	return getOne(ctx, s, "file "+id, scanFile, `SELECT sha256, blob_key, doc FROM files WHERE id = ?`, id)
 }
 
 // FileList lists files.

@@ -87,14 +87,7 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 
 // SessionGet returns a session with its status, usage and active time.
 func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, error) {
-	sess, err := scanSession(s.readRow(ctx, `SELECT `+sessionColumns+sessionFrom+` WHERE s.id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("sqlite: get session %s: %w", id, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, s.readErr("get session "+id, err)
-	}
-	return sess, nil
+	return getOne(ctx, s, "session "+id, scanSession, `SELECT `+sessionColumns+sessionFrom+` WHERE s.id = ?`, id)
 }
 
 // SessionUpdate applies fn to the session and stores the result, atomically. Changes fn makes to the id, status,

@@ -23,13 +23,7 @@ func (s *Store) SkillCreate(ctx context.Context, sk *apitype.Skill, v *store.Ski
 		}
 		return w.insertSkillVersion(v)
 	}, nil)
-	if isConstraint(err) {
-		err = store.ErrConflict
-	}
-	if err != nil {
-		return fmt.Errorf("sqlite: create skill %s: %w", sk.ID, err)
-	}
-	return nil
+	return writeErr(err, "create skill %s", sk.ID)
 }
 
 func (w *wtx) insertSkillVersion(v *store.SkillVersion) error {
@@ -61,14 +55,7 @@ func (w *wtx) putSkill(sk *apitype.Skill) error {
 
 // SkillGet returns a skill.
 func (s *Store) SkillGet(ctx context.Context, id string) (*apitype.Skill, error) {
-	sk, err := scanSkill(s.readRow(ctx, `SELECT doc FROM skills WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("sqlite: get skill %s: %w", id, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, s.readErr("get skill "+id, err)
-	}
-	return sk, nil
+	return getOne(ctx, s, "skill "+id, scanSkill, `SELECT doc FROM skills WHERE id = ?`, id)
 }
 
 // SkillList lists skills.

@@ -89,6 +89,9 @@ type Store struct {
 	closeOnce  sync.Once
 	closeErr   error
 
+	// commits reports group commits (ObserveCommits).
+	commits store.CommitHook
+
 	// wstmts caches statements prepared on the writer connection; only the writer goroutine touches it.
 	wstmts    map[string]*sql.Stmt
 	toPrepare []string
@@ -249,6 +252,31 @@ func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row
 		return s.rdb.QueryRowContext(ctx, query, args...)
 	}
 	return st.QueryRowContext(ctx, args...)
+}
+
+// writeErr wraps the error of a write for the operation the format names ("create vault %s"), a constraint
+// violation as ErrConflict; nil stays nil.
+func writeErr(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	if isConstraint(err) {
+		err = store.ErrConflict
+	}
+	return fmt.Errorf("sqlite: "+format+": %w", append(args, err)...)
+}
+
+// getOne reads the one row query selects, with scan; what names it in errors ("vault vlt_..."): no row is
+// ErrNotFound.
+func getOne[T any](ctx context.Context, s *Store, what string, scan func(scanner) (*T, error), query string, args ...any) (*T, error) {
+	v, err := scan(s.readRow(ctx, query, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: get %s: %w", what, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.readErr("get "+what, err)
+	}
+	return v, nil
 }
 
 func (s *Store) readStmt(ctx context.Context, query string) (*sql.Stmt, error) {

@@ -23,25 +23,12 @@ func (s *Store) VaultCreate(ctx context.Context, v *apitype.Vault) error {
 			v.ID, micros(v.CreatedAt), nullMicros(v.ArchivedAt), doc)
 		return err
 	}, nil)
-	if isConstraint(err) {
-		err = store.ErrConflict
-	}
-	if err != nil {
-		return fmt.Errorf("sqlite: create vault %s: %w", v.ID, err)
-	}
-	return nil
+	return writeErr(err, "create vault %s", v.ID)
 }
 
 // VaultGet returns a vault.
 func (s *Store) VaultGet(ctx context.Context, id string) (*apitype.Vault, error) {
-	v, err := scanVault(s.readRow(ctx, `SELECT doc FROM vaults WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("sqlite: get vault %s: %w", id, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, s.readErr("get vault "+id, err)
-	}
-	return v, nil
+	return getOne(ctx, s, "vault "+id, scanVault, `SELECT doc FROM vaults WHERE id = ?`, id)
 }
 
 // VaultUpdate applies fn to the vault and stores the result, atomically.
@@ -201,15 +188,8 @@ func (s *Store) CredentialCreate(ctx context.Context, p *store.CredentialCreateP
 
 // CredentialGet returns a credential of a vault.
 func (s *Store) CredentialGet(ctx context.Context, p *store.CredentialRef) (*apitype.Credential, error) {
-	c, err := scanCredential(s.readRow(ctx, `SELECT doc, archived_at FROM vault_credentials WHERE id = ? AND vault_id = ?`,
-		p.ID, p.VaultID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("sqlite: get credential %s: %w", p.ID, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, s.readErr("get credential "+p.ID, err)
-	}
-	return c, nil
+	return getOne(ctx, s, "credential "+p.ID, scanCredential, `SELECT doc, archived_at FROM vault_credentials WHERE id = ? AND vault_id = ?`,
+		p.ID, p.VaultID)
 }
 
 // CredentialUpdate applies p.Update to the credential and stores the result and the secrets it returns.

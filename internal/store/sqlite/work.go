@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -320,16 +321,23 @@ func (s *Store) workRead(ctx context.Context, op, query string, args ...any) (*a
 	return wk, nil
 }
 
-// WorkUpdateMetadata applies a metadata patch to an item.
-func (s *Store) WorkUpdateMetadata(ctx context.Context, environmentID, workID string, patch map[string]*string) (*apitype.Work, error) {
+// WorkUpdateMetadata sets an item's metadata to fn's answer, in the write's transaction.
+func (s *Store) WorkUpdateMetadata(ctx context.Context, environmentID, workID string, fn func(map[string]string) (map[string]string, error)) (*apitype.Work, error) {
 	var out *apitype.Work
 	err := s.write(ctx, func(w *wtx) error {
 		cur, ok := w.work(environmentID, workID)
 		if !ok {
 			return store.ErrNotFound
 		}
-		store.PatchMetadata(cur.Metadata, patch)
-		md, err := json.Marshal(cur.Metadata)
+		next, err := fn(maps.Clone(cur.Metadata))
+		if err != nil {
+			return err
+		}
+		if next == nil {
+			next = map[string]string{}
+		}
+		cur.Metadata = next
+		md, err := json.Marshal(next)
 		if err != nil {
 			return err
 		}

@@ -132,12 +132,20 @@ func (s *Store) writer() {
 	}
 }
 
+// ObserveCommits reports the size of each group the writer commits to o (nil: none).
+func (s *Store) ObserveCommits(o store.CommitObserver) { s.commits.Set(o) }
+
+var _ store.CommitsObserved = (*Store)(nil)
+
 // runBatch runs a group of requests in one transaction and acknowledges each.
 func (s *Store) runBatch(batch []*writeReq) {
 	// The statements run with a context of their own: cancelling a request's context mid-statement would
 	// interrupt the connection and could roll back the whole group.
 	ctx := context.Background()
 	err := s.runTx(ctx, batch)
+	if err == nil {
+		s.commits.Commit(len(batch))
+	}
 	s.prepareQueued(ctx)
 	for _, r := range batch {
 		if err != nil && r.err == nil {

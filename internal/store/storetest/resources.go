@@ -304,6 +304,23 @@ func testEnvironment(t *testing.T, h Harness) {
 	_, err = s.EnvironmentUpdate(ctxBg, "env_missing", func(*apitype.Environment) error { return nil })
 	mustIs(t, err, store.ErrNotFound, "update unknown environment")
 
+	// The image status: set, replaced by one of the same image, refused over another image's.
+	building := &apitype.EnvironmentImage{Status: apitype.ImageBuilding, ID: "img-a", UpdatedAt: base}
+	must(t, s.EnvironmentImageSet(ctxBg, e.ID, building), "set image status")
+	failed := &apitype.EnvironmentImage{Status: apitype.ImageFailed, ID: "img-a", UpdatedAt: base.Add(time.Second),
+		Error: &apitype.ImageBuildError{Manager: "pip", Package: "nosuch==1.0", Message: "unknown package"}}
+	must(t, s.EnvironmentImageSet(ctxBg, e.ID, failed), "set image status of the same image")
+	mustIs(t, s.EnvironmentImageSet(ctxBg, e.ID, &apitype.EnvironmentImage{Status: apitype.ImageReady, ID: "img-old"}),
+		store.ErrConflict, "set the status of another image")
+	got, err = s.EnvironmentGet(ctxBg, e.ID)
+	must(t, err, "get environment with image")
+	if got.Image == nil || got.Image.Status != apitype.ImageFailed || got.Image.ID != "img-a" || got.Image.Error == nil ||
+		got.Image.Error.Package != "nosuch==1.0" || got.Image.Error.Manager != "pip" || got.Image.Error.Message != "unknown package" {
+		t.Errorf("stored image = %+v", got.Image)
+	}
+	sameTime(t, got.UpdatedAt, updated.UpdatedAt, "updated_at after image statuses")
+	mustIs(t, s.EnvironmentImageSet(ctxBg, "env_missing", building), store.ErrNotFound, "image of unknown environment")
+
 	must(t, s.EnvironmentDelete(ctxBg, e.ID), "delete environment")
 	_, err = s.EnvironmentGet(ctxBg, e.ID)
 	mustIs(t, err, store.ErrNotFound, "get deleted environment")

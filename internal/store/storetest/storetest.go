@@ -92,6 +92,8 @@ func Run(t *testing.T, h Harness) {
 		{"MasterKey", testMasterKey},
 		{"ResourceSecret", testResourceSecret},
 		{"WorkLifecycle", testWorkLifecycle},
+		{"Stats", testStats},
+		{"GroupCommits", testGroupCommits},
 		{"WorkLeaseExpiry", testWorkLeaseExpiry},
 		{"WorkDurable", testWorkDurable},
 		{"WorkPollRace", testWorkPollRace},

@@ -157,15 +157,34 @@ func testWorkLifecycle(t *testing.T, h Harness) {
 	equal(t, len(page), 1, "items after the first")
 	equal(t, page[0].ID, fresh.ID, "second page")
 
-	v := "x"
-	md, err := s.WorkUpdateMetadata(ctxBg, env, fresh.ID, map[string]*string{"a": &v, "b": &v})
+	md, err := s.WorkUpdateMetadata(ctxBg, env, fresh.ID, func(cur map[string]string) (map[string]string, error) {
+		cur["a"], cur["b"] = "x", "x"
+		return cur, nil
+	})
 	must(t, err, "update metadata")
 	equal(t, md.Metadata["a"], "x", "metadata set")
-	md, err = s.WorkUpdateMetadata(ctxBg, env, fresh.ID, map[string]*string{"a": nil})
+	md, err = s.WorkUpdateMetadata(ctxBg, env, fresh.ID, func(cur map[string]string) (map[string]string, error) {
+		delete(cur, "a")
+		return cur, nil
+	})
 	must(t, err, "delete metadata")
 	if _, ok := md.Metadata["a"]; ok || md.Metadata["b"] != "x" {
 		t.Fatalf("metadata after the patch: %v", md.Metadata)
 	}
+	// fn's error aborts the update: nothing is written, and the error comes back.
+	refused := errors.New("too many keys")
+	_, err = s.WorkUpdateMetadata(ctxBg, env, fresh.ID, func(cur map[string]string) (map[string]string, error) {
+		cur["c"] = "y"
+		return nil, refused
+	})
+	mustIs(t, err, refused, "update refused by fn")
+	stored, err := s.WorkGet(ctxBg, env, fresh.ID)
+	must(t, err, "get after a refused update")
+	if len(stored.Metadata) != 1 || stored.Metadata["b"] != "x" {
+		t.Fatalf("metadata after a refused update: %v", stored.Metadata)
+	}
+	_, err = s.WorkUpdateMetadata(ctxBg, apitype.NewID(apitype.PrefixEnvironment), fresh.ID, func(cur map[string]string) (map[string]string, error) { return cur, nil })
+	mustIs(t, err, store.ErrNotFound, "update under another environment")
 	_, err = s.WorkGet(ctxBg, apitype.NewID(apitype.PrefixEnvironment), fresh.ID)
 	mustIs(t, err, store.ErrNotFound, "item under another environment")
 
@@ -373,5 +392,84 @@ func testEnvironmentKeys(t *testing.T, h Harness) {
 	must(t, err, "list")
 	if len(list) != 1 || list[0].RevokedAt == nil {
 		t.Fatalf("revoked key listed as %+v", list)
+	}
+}
+
+func testStats(t *testing.T, h Harness) {
+	s := h.open(t)
+	st, err := s.Stats(ctxBg)
+	must(t, err, "stats of an empty store")
+	equal(t, len(st.Sessions), 0, "sessions of an empty store")
+	equal(t, st.WorkQueued, 0, "work queued in an empty store")
+
+	env := apitype.NewID(apitype.PrefixEnvironment)
+	now := apitype.Now()
+	queueSession(t, s, env, now)
+	queueSession(t, s, env, now)
+	idle := createSession(t, s)
+	archived := createSession(t, s)
+	_, err = s.SessionUpdate(ctxBg, archived.ID, func(sess *apitype.Session) error {
+		at := apitype.Now()
+		sess.ArchivedAt = &at
+		return nil
+	})
+	must(t, err, "archive")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: idle.ID, Events: []apitype.NewEvent{userMessage("hi")},
+		Status: apitype.StatusRunning})
+	must(t, err, "append running")
+	_, err = poll(s, env, "w1", "t1", 5*time.Second, now)
+	must(t, err, "poll")
+
+	st, err = s.Stats(ctxBg)
+	must(t, err, "stats")
+	total := 0
+	for _, n := range st.Sessions {
+		total += n
+	}
+	equal(t, total, 3, "sessions counted (the archived one left out)")
+	equal(t, st.Sessions[apitype.StatusRunning], 1, "running sessions")
+	equal(t, st.Sessions[apitype.StatusIdle], 2, "idle sessions")
+	equal(t, st.WorkQueued, 1, "work queued and not delivered")
+}
+
+// commitSizes records the group commits an adapter reports.
+type commitSizes struct {
+	mu     sync.Mutex
+	writes int
+	groups int
+}
+
+func (c *commitSizes) GroupCommit(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes += n
+	c.groups++
+}
+
+func testGroupCommits(t *testing.T, h Harness) {
+	s := h.open(t)
+	co, ok := s.(store.CommitsObserved)
+	if !ok {
+		t.Skip("this adapter does not group writes into commits")
+	}
+	sess := createSession(t, s)
+	obs := &commitSizes{}
+	co.ObserveCommits(obs)
+	const n = 40
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{userMessage("x")}})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	co.ObserveCommits(nil)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.groups == 0 || obs.groups > n || obs.writes < n {
+		t.Errorf("%d concurrent appends reported as %d writes in %d groups; want at least %d writes in 1..%d groups", n, obs.writes, obs.groups, n, n)
 	}
 }

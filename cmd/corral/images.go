@@ -1,0 +1,130 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/corralhq/corral/internal/image"
+	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
+	"github.com/corralhq/corral/internal/store"
+)
+
+// imageFlags configure the environments' images: serve's and harness's --images, --image-cache,
+// --image-build-timeout, --image-build-disk and --package-registry.
+type imageFlags struct {
+	mode       string
+	cache      string
+	timeout    time.Duration
+	diskMB     int64
+	registries image.Registries
+	gc         time.Duration
+}
+
+func (f *imageFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.mode, "images", envOr("CORRAL_IMAGES", "auto"), "`mode` of the sandboxes' root filesystems (env CORRAL_IMAGES): debian (a minimal Debian base built with debootstrap, "+
+		"plus each environment's packages, built when the environment is created or changed), host (the host's /usr, as before images; "+
+		"for machines without debootstrap: environments with packages then fail with a clear error), or auto (debian when debootstrap and "+
+		"bwrap are installed and the backend isolates, else host)")
+	fs.StringVar(&f.cache, "image-cache", os.Getenv("CORRAL_IMAGE_CACHE"), "`directory` of the built images (env CORRAL_IMAGE_CACHE; default DATA/images; the base takes ~300 MB, each package list a layer of its own)")
+	fs.DurationVar(&f.timeout, "image-build-timeout", image.DefaultBuildTimeout, "time limit of one environment's package build")
+	fs.Int64Var(&f.diskMB, "image-build-disk", image.DefaultBuildDiskBytes>>20, "disk limit of one environment's package build in `MiB` (needs loop devices and mkfs.ext4, as --sandbox-disk)")
+	fs.DurationVar(&f.gc, "image-gc", envDuration("CORRAL_IMAGE_GC", image.DefaultGCInterval), "how often images no environment lists and no sandbox uses (for as long) are removed (env CORRAL_IMAGE_GC; 0 = never)")
+	fs.Var(&f.registries, "package-registry", "a mirror of a package manager's registry for the builds, as `MANAGER=URL` (apt: a Debian mirror, also the base's; pip: a simple index; npm; cargo; gem; go: a GOPROXY); repeatable")
+}
+
+// Set and String make f.registries a flag.Value through imageFlags (flag.Var takes *image.Registries).
+var _ flag.Value = (*image.Registries)(nil)
+
+// images returns the server's images: an image.Service on the cache, or image.HostLayout (--images host, or
+// auto where Debian images cannot be built: the reason is logged). hf is the backend's flags.
+func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logger *slog.Logger) (corral.Images, error) {
+	mode := f.mode
+	switch mode {
+	case "debian", "host":
+	case "auto":
+		if why := debianUnavailable(hf.kind); why != "" {
+			logger.Warn("sandboxes run on the host's layout, and environments with packages fail (--images host)", "reason", why)
+			mode = "host"
+		} else {
+			mode = "debian"
+		}
+	default:
+		return nil, fmt.Errorf("--images %q: want debian, host or auto", f.mode)
+	}
+	if mode == "host" {
+		return image.HostLayout{}, nil
+	}
+	if hf.kind == "process" || hf.kind == "none" {
+		return nil, fmt.Errorf("--images debian needs an isolating --sandbox backend (bwrap, oci, gvisor), not %s", hf.kind)
+	}
+	if f.timeout <= 0 || f.diskMB <= 0 {
+		return nil, errors.New("--image-build-timeout and --image-build-disk must be positive")
+	}
+	cache := f.cache
+	if cache == "" {
+		cache = filepath.Join(dataDir, "images")
+	}
+	cache, err := filepath.Abs(cache)
+	if err != nil {
+		return nil, err
+	}
+	agentPath, err := hf.agentPath(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	eo, err := hf.egress.parse()
+	if err != nil {
+		return nil, err
+	}
+	// The builder trusts the host's CA bundle, and the operator's --egress-ca-file with it.
+	caFile := ""
+	if len(eo.CAPEM) > 0 {
+		sys, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+		caFile = filepath.Join(cache, "builder-ca.pem")
+		if err := os.MkdirAll(cache, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(caFile, append(append(sys, '\n'), eo.CAPEM...), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	base := image.BaseConfig{Dir: cache, Mirror: f.registries.Get(image.Apt).URL}
+	gc := f.gc
+	if gc <= 0 {
+		gc = -1
+	}
+	return image.New(image.Config{Base: base, Store: st, Log: logger, GCInterval: gc, GCGrace: gc,
+		Layer: image.LayerConfig{Agent: agentPath, Registries: &f.registries, Timeout: f.timeout, DiskBytes: f.diskMB << 20,
+			AllowInternal: eo.AllowInternal, CAFile: caFile}})
+}
+
+// envDuration is the duration in the environment variable name, or def when it is unset or not a duration.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
+}
+
+// debianUnavailable says why Debian images cannot be built here for the backend kind ("" if they can).
+func debianUnavailable(kind string) string {
+	switch {
+	case kind == "process" || kind == "none":
+		return "the " + kind + " backend runs no sandbox of its own root"
+	case os.Geteuid() != 0:
+		return "image builds need root"
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		return image.ErrNoDebootstrap.Error()
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		return "the image builder needs bubblewrap: apt-get install bubblewrap"
+	}
+	return ""
+}

@@ -1,0 +1,45 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// Images gives each sandbox the root filesystem of its environment's image (PoolConfig.Images;
+// internal/image builds them).
+type Images interface {
+	// Acquire returns the root filesystem (Recipe.RootFS) for a sandbox of an environment with config env,
+	// waiting for its build if it is still building, and a release the Pool calls once that sandbox is closed
+	// (a layer in use is never garbage-collected). A failed build is an *ImageError.
+	Acquire(ctx context.Context, env *apitype.EnvConfig) (rootFS string, release func(), err error)
+}
+
+// ImageError is a failed image build: the session's sandbox cannot be provisioned, and the brain reports it
+// as a session.error of type apitype.SessionErrEnvironmentBuild.
+type ImageError struct {
+	apitype.ImageBuildError
+}
+
+func (e *ImageError) Error() string {
+	switch {
+	case e.Package != "":
+		return fmt.Sprintf("the environment's image failed to build: %s package %s: %s", e.Manager, e.Package, e.Message)
+	case e.Manager != "":
+		return fmt.Sprintf("the environment's image failed to build: %s: %s", e.Manager, e.Message)
+	}
+	return "the environment's image failed to build: " + e.Message
+}
+
+// imageSandbox is a sandbox on an image: closing it releases the image.
+type imageSandbox struct {
+	Sandbox
+	release func()
+}
+
+func (s *imageSandbox) Close() error {
+	err := s.Sandbox.Close()
+	s.release()
+	return err
+}
