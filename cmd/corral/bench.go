@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +22,8 @@ import (
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/proxy"
+	corral "github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/vault"
 	"github.com/corralhq/corral/internal/workspace"
 )
@@ -59,6 +62,9 @@ type benchFlags struct {
 	recipeSamples  int
 	recipeRepoMB   int64
 	recipePackages string
+	images         imageFlags
+	egress         egressFlags
+	agentResolved  string // agentPath's answer, once found
 }
 
 const defaultFailoverDB = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -93,6 +99,19 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, brains and client are one process) to `file`")
 	runscFlag(fs, &f.runsc)
 	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
+	// The recipe section's servers build images and clone as corral serve does with these flags.
+	f.images.register(fs)
+	f.egress.register(fs)
+	if fl := fs.Lookup("image-cache"); fl != nil {
+		fl.Usage = "`directory` of the recipe section's images (env CORRAL_IMAGE_CACHE; default corral-bench/images in the user's cache directory, " +
+			"so that the base is built once per machine; the section removes the layers none of its servers' environments lists before it measures a build)"
+	}
+	if fl := fs.Lookup("image-gc"); fl != nil {
+		// No periodic collection and no grace: the recipe section collects the cache's unused layers itself.
+		f.images.gc = 0
+		fl.DefValue = "0s"
+		fl.Usage = "how often the recipe servers remove images no environment lists (0 = never, and no grace: the section's own collection before the build removes every unused layer)"
+	}
 }
 
 // applyQuick lowers the defaults of the flags the command line did not set.
@@ -230,7 +249,7 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		Scale: scale, ScaleTTFT: f.scaleTTFT, ScalePerSlot: f.scalePerSlot, IdleSessions: f.idleSessions,
 		Sections: sections, FailoverRuns: f.failoverRuns, FailoverLeaseTTL: f.leaseTTL, Workers: f.workers,
 		Out: f.out, SVG: f.svg, CPUShare: f.cpuShare, CPUIdle: f.cpuIdle,
-		Recipe: recipeParts, RecipeSessions: recipeSessions, RecipeSamples: f.recipeSamples,
+		Recipe: f.recipeParts(io), RecipeSessions: recipeSessions, RecipeSamples: f.recipeSamples,
 		RecipeRepoBytes: f.recipeRepoMB << 20, RecipePackages: packages,
 		Executable: exe,
 		// The failover section's harness processes share one store, so they share its vault master key.
@@ -242,6 +261,15 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 // agentPath finds the in-sandbox agent as serve does (this binary doubles as it; a copy goes under root), or,
 // in a test binary, builds corral-sandbox-agent from the source checkout.
 func (f *benchFlags) agentPath(io *stdio, root string) (string, error) {
+	if f.agentResolved != "" {
+		return f.agentResolved, nil
+	}
+	p, err := f.findAgent(io, root)
+	f.agentResolved = p
+	return p, err
+}
+
+func (f *benchFlags) findAgent(io *stdio, root string) (string, error) {
 	hf := handsFlags{agent: f.agent}
 	exe, err := os.Executable()
 	if err != nil {
@@ -295,15 +323,37 @@ func intList(s string) ([]int, error) {
 }
 
 // recipeParts builds the recipe section's server parts as corral serve builds them with --egress-ca-file and
-// --egress-allow-internal naming the benchmark's git server: the workspace placer clones over https, pinned
-// to the addresses the egress rules allow, trusting the server's CA.
-func recipeParts(git bench.RecipeGit) (bench.RecipeParts, error) {
-	placer, err := workspace.New(workspace.Config{Resolve: proxy.Resolver([]string{git.HostPort}), Path: os.Getenv("PATH"),
-		ExtraRootCAsPEM: git.CAPEM})
-	if err != nil {
-		return bench.RecipeParts{}, err
+// --egress-allow-internal naming the benchmark's git server besides the flags' own: the workspace placer
+// clones over https, pinned to the addresses the egress rules allow, trusting the server's CA; and the image
+// service of --images, on --image-cache (default the user's cache directory, corral-bench/images, so that the
+// base is built once per machine).
+func (f *benchFlags) recipeParts(io *stdio) func(bench.RecipeGit) (bench.RecipeParts, error) {
+	return func(git bench.RecipeGit) (bench.RecipeParts, error) {
+		eo, err := f.egress.parse()
+		if err != nil {
+			return bench.RecipeParts{}, err
+		}
+		ca := append(append([]byte(nil), eo.CAPEM...), git.CAPEM...)
+		placer, err := workspace.New(workspace.Config{Resolve: proxy.Resolver(append(eo.AllowInternal, git.HostPort)),
+			Path: os.Getenv("PATH"), ExtraRootCAsPEM: ca})
+		if err != nil {
+			return bench.RecipeParts{}, err
+		}
+		agentPath, err := f.agentPath(io, git.Root)
+		if err != nil {
+			return bench.RecipeParts{}, err
+		}
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return bench.RecipeParts{}, err
+		}
+		dataDir := filepath.Join(cache, "corral-bench")
+		hf := &handsFlags{kind: git.Backend, agent: agentPath, egress: f.egress}
+		logger := slog.New(slog.NewTextHandler(io.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		return bench.RecipeParts{Placer: placer, Images: func(st store.Store) (corral.Images, error) {
+			return f.images.images(dataDir, hf, st, logger)
+		}}, nil
 	}
-	return bench.RecipeParts{Placer: placer}, nil
 }
 
 // packageList parses "MANAGER:SPEC,..." into an environment's packages; "" is none (nil).

@@ -17,14 +17,18 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/client"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/internal/store"
 )
 
-// RecipeGit is the recipe section's git server as the servers under test must trust it.
+// RecipeGit is the recipe section's git server as the servers under test must trust it, and where it runs.
 type RecipeGit struct {
 	// CAPEM verifies the server (an operator's --egress-ca-file); HostPort is its internal address
 	// (--egress-allow-internal).
 	CAPEM    []byte
 	HostPort string
+	// Root is the run's temporary directory (Backends' root) and Backend the section's backend.
+	Root, Backend string
 }
 
 // RecipeParts are the recipe section's server parts, built by cmd/corral (the benchmark links no placer).
@@ -32,6 +36,16 @@ type RecipeParts struct {
 	// Placer places the sessions' repository resources (internal/workspace's, as corral serve wires it,
 	// trusting RecipeGit). Required.
 	Placer sandbox.Placer
+	// Images, if set, returns the image service of a server on store st (server.Config.Images: corral serve
+	// --images debian); it is called once per server of the section. The first server's service is asked to
+	// collect unused layers (GC, if it has it) before the environment is created, so that the build is
+	// measured on a cache holding the base alone. Nil: the sandboxes run on the host's layout.
+	Images func(st store.Store) (server.Images, error)
+}
+
+// collector is an image service that removes the layers no environment of its store lists (*image.Service).
+type collector interface {
+	GC(ctx context.Context) (int, error)
 }
 
 // RecipeCell is one mode and concurrency of the recipe workload.
@@ -148,7 +162,7 @@ func (b *benchRun) recipe(ctx context.Context, be *benchBackend) error {
 		return err
 	}
 	defer git.Close()
-	parts, err := f.Recipe(RecipeGit{CAPEM: git.CAPEM, HostPort: git.HostPort})
+	parts, err := f.Recipe(RecipeGit{CAPEM: git.CAPEM, HostPort: git.HostPort, Root: b.root, Backend: be.name})
 	if err != nil {
 		return err
 	}
@@ -161,14 +175,15 @@ func (b *benchRun) recipe(ctx context.Context, be *benchBackend) error {
 	cmd, want := recipeTool(pk)
 	want = append(want, strconv.Itoa(git.Commits))
 	res.ToolCommand = cmd
-	spec := serverSpec{fake: b.fake, backend: be, idle: 5 * time.Second, packages: pk, placer: parts.Placer}
+	spec := serverSpec{fake: b.fake, backend: be, idle: 5 * time.Second, packages: pk, placer: parts.Placer, images: parts.Images}
 
 	if err := b.recipeImages(ctx, res, spec); err != nil {
 		return err
 	}
 	resources := []client.ResourceParams{{Type: string(apitype.ResourceGitHubRepository), URL: git.URL}}
-	for _, mode := range []string{Decoupled, Coupled} {
-		for _, n := range f.RecipeSessions {
+	// Level by level, both modes back to back: the machine's load drifts less between the two cells compared.
+	for _, n := range f.RecipeSessions {
+		for _, mode := range []string{Decoupled, Coupled} {
 			perSlot := max(2, int(math.Ceil(float64(f.RecipeSamples)/float64(n))))
 			res.PerSlot[n] = perSlot
 			// Short: the sandboxes' proxy sockets live under the server's directory, and a socket path has
@@ -224,15 +239,26 @@ func (b *benchRun) recipeImages(ctx context.Context, res *RecipeResult, spec ser
 		return err
 	}
 	res.Images = img != nil
+	if !res.Images && b.cfg.RecipePackages != nil && spec.images != nil {
+		return errors.New("the server builds no images (corral serve --images host, or auto where debootstrap, bwrap or root is missing), " +
+			"so sessions of an environment with packages cannot run tools: fix that, or pass --recipe-packages \"\" to run on the host's layout")
+	}
 	if !res.Images {
 		b.skip("recipe: image build", "the server builds no images: sandboxes run on the host's layout and the environment's packages are not installed")
 		return nil
 	}
 	b.progress("recipe: waiting for the base image")
-	if _, err := s.c.WaitImage(ctx, s.envID); err != nil {
-		return fmt.Errorf("the base image: %w", err)
+	if img, err := s.c.WaitImage(ctx, s.envID); err != nil || img.Status != "ready" {
+		return fmt.Errorf("the base image: %v %s", err, img.message())
 	}
 	res.BaseReady = time.Since(t0)
+	if gc, ok := s.images.(collector); ok {
+		n, err := gc.GC(ctx)
+		if err != nil {
+			return fmt.Errorf("collecting the cache's layers: %w", err)
+		}
+		b.progress("recipe: %d cached layers removed, so that the build is measured cold", n)
+	}
 	if b.cfg.RecipePackages == nil {
 		return nil
 	}
@@ -309,7 +335,7 @@ type imageStatus struct {
 }
 
 func (i *imageStatus) message() string {
-	if i.Error == nil {
+	if i == nil || i.Error == nil {
 		return ""
 	}
 	return strings.TrimSpace(strings.Join([]string{i.Error.Manager, i.Error.Package, i.Error.Message}, " "))

@@ -364,6 +364,7 @@ func (b *benchRun) openStore(ctx context.Context, name string) (store.Store, err
 type benchServer struct {
 	*server.Server
 	st             store.Store
+	images         server.Images // nil: none
 	c              *Client
 	agentID, envID string
 }
@@ -387,6 +388,7 @@ type serverSpec struct {
 	// packages are the environment's (the recipe workload's); placer places the sessions' resources.
 	packages *apitype.Packages
 	placer   sandbox.Placer
+	images   func(store.Store) (server.Images, error) // the server's images (nil: none)
 }
 
 // startServer starts a server of spec on a fresh store of its own.
@@ -432,6 +434,11 @@ func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec 
 		cfg.Sandbox = server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: filepath.Join(dir, "workspaces"),
 			IdleTimeout: spec.idle, Placer: spec.placer}}
 	}
+	if spec.images != nil {
+		if cfg.Images, err = spec.images(served); err != nil {
+			return nil, err
+		}
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		return nil, err
@@ -439,7 +446,7 @@ func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec 
 	if err := srv.Start(ctx); err != nil {
 		return nil, err
 	}
-	s := &benchServer{Server: srv, st: st, c: NewClient(srv.URL(), Key)}
+	s := &benchServer{Server: srv, st: st, images: cfg.Images, c: NewClient(srv.URL(), Key)}
 	if s.agentID, err = s.c.CreateAgent(ctx, "bench", true); err == nil {
 		s.envID, err = s.c.CreateEnvironment(ctx, "bench", spec.packages)
 	}
