@@ -56,3 +56,23 @@ func TestBenchQuick(t *testing.T) {
 	}
 	t.Logf("stdout:\n%s", stdout.String())
 }
+
+func TestRecipePackageList(t *testing.T) {
+	t.Parallel()
+	p, err := packageList("apt:jq, apt:curl=7.88.1-10+deb12u8 ,pip:requests==2.31.0,npm:left-pad@1.3.0,go:golang.org/x/tools/cmd/stringer@v0.20.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Type != "packages" || strings.Join(p.Apt, " ") != "jq curl=7.88.1-10+deb12u8" || strings.Join(p.Pip, " ") != "requests==2.31.0" ||
+		strings.Join(p.Npm, " ") != "left-pad@1.3.0" || strings.Join(p.Go, " ") != "golang.org/x/tools/cmd/stringer@v0.20.0" || len(p.Cargo)+len(p.Gem) != 0 {
+		t.Errorf("packageList = %+v", p)
+	}
+	if p, err := packageList(" "); p != nil || err != nil {
+		t.Errorf("packageList(blank) = %+v, %v; want none", p, err)
+	}
+	for _, bad := range []string{"jq", "brew:jq", "apt:", ":jq"} {
+		if _, err := packageList(bad); err == nil {
+			t.Errorf("packageList(%q) accepted", bad)
+		}
+	}
+}
