@@ -15,8 +15,6 @@ import (
 // sized for many concurrent streams to one host, with the few calls a workload makes.
 type Client struct {
 	*client.Client
-	base, key string
-	hc        *http.Client
 }
 
 // NewClient returns a client of the server at base with a transport sized for many concurrent streams to one
@@ -28,12 +26,11 @@ func NewClient(base, key string) *Client {
 		MaxIdleConnsPerHost: 4096,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	hc := &http.Client{Transport: tr}
-	c, err := client.New(client.Config{BaseURL: base, APIKey: key, HTTPClient: hc})
+	c, err := client.New(client.Config{BaseURL: base, APIKey: key, HTTPClient: &http.Client{Transport: tr}})
 	if err != nil {
 		panic(err)
 	}
-	return &Client{Client: c, base: base, key: key, hc: hc}
+	return &Client{Client: c}
 }
 
 // CreateAgent creates an agent; with tools it has the built-in toolset (bash, read, write, ...).

@@ -2,14 +2,11 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -234,7 +231,9 @@ func (b *benchRun) recipeImages(ctx context.Context, res *RecipeResult, spec ser
 		return err
 	}
 	defer s.close()
-	img, err := s.c.EnvironmentImage(ctx, s.envID)
+	// The base first (an environment without packages has the base's image), then the packages' layer.
+	b.progress("recipe: waiting for the base image")
+	img, err := s.c.WaitImage(ctx, s.envID)
 	if err != nil {
 		return err
 	}
@@ -247,9 +246,8 @@ func (b *benchRun) recipeImages(ctx context.Context, res *RecipeResult, spec ser
 		b.skip("recipe: image build", "the server builds no images: sandboxes run on the host's layout and the environment's packages are not installed")
 		return nil
 	}
-	b.progress("recipe: waiting for the base image")
-	if img, err := s.c.WaitImage(ctx, s.envID); err != nil || img.Status != "ready" {
-		return fmt.Errorf("the base image: %v %s", err, img.message())
+	if img.Status != apitype.ImageReady {
+		return fmt.Errorf("the base image: %s", imageMessage(img))
 	}
 	res.BaseReady = time.Since(t0)
 	if gc, ok := s.images.(collector); ok {
@@ -273,10 +271,13 @@ func (b *benchRun) recipeImages(ctx context.Context, res *RecipeResult, spec ser
 	if err != nil {
 		return err
 	}
+	if img == nil {
+		return errors.New("the environment with packages has no image")
+	}
 	res.BuildStatus = img.Status
-	if img.Status != "ready" {
-		res.BuildStatus += ": " + img.message()
-		return fmt.Errorf("the environment's image failed to build: %s", img.message())
+	if img.Status != apitype.ImageReady {
+		res.BuildStatus += ": " + imageMessage(img)
+		return fmt.Errorf("the environment's image failed to build: %s", imageMessage(img))
 	}
 	b.progress("recipe: image built in %s", res.Build.Round(time.Millisecond))
 	pool := s.Pool()
@@ -323,60 +324,23 @@ func provisionOnce(ctx context.Context, pool *sandbox.Pool, sessionID string, en
 	return d, errors.Join(err, perr)
 }
 
-// imageStatus is an environment's image field (Corral's) as the API shows it.
-type imageStatus struct {
-	Status string `json:"status"`
-	ID     string `json:"id"`
-	Error  *struct {
-		Manager string `json:"manager"`
-		Package string `json:"package"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-func (i *imageStatus) message() string {
+// imageMessage is why an image failed to build.
+func imageMessage(i *apitype.EnvironmentImage) string {
 	if i == nil || i.Error == nil {
 		return ""
 	}
 	return strings.TrimSpace(strings.Join([]string{i.Error.Manager, i.Error.Package, i.Error.Message}, " "))
 }
 
-// EnvironmentImage returns the environment's image status, or nil when the server builds no images.
-func (c *Client) EnvironmentImage(ctx context.Context, id string) (*imageStatus, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/environments/"+id, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET environment %s: %s", id, resp.Status)
-	}
-	var body struct {
-		Image *imageStatus `json:"image"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, err
-	}
-	return body.Image, nil
-}
-
-// WaitImage polls the environment's image until it is no longer building.
-func (c *Client) WaitImage(ctx context.Context, id string) (*imageStatus, error) {
+// WaitImage polls the environment's image until it is no longer building; nil if the server builds none.
+func (c *Client) WaitImage(ctx context.Context, id string) (*apitype.EnvironmentImage, error) {
 	for {
-		img, err := c.EnvironmentImage(ctx, id)
+		e, err := c.EnvironmentGet(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		if img == nil {
-			return nil, errors.New("the environment has no image")
-		}
-		if !slices.Contains([]string{"building", ""}, img.Status) {
-			return img, nil
+		if e.Image == nil || e.Image.Status != apitype.ImageBuilding {
+			return e.Image, nil
 		}
 		select {
 		case <-ctx.Done():
