@@ -1051,7 +1051,7 @@ func TestTakeoverMidModelCall(t *testing.T) {
 	cs.dead.Store(true) // brain A dies mid-call: no release, no further appends
 
 	cfgB := f.config()
-	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 300*time.Millisecond
+	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 5*time.Second // long: a lapsed lease of its own would be a second takeover
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
 	assertTypes(t, evs, userMsg, running, start, apitype.EventSessionError, end, start, agentMsg, end, idle)
@@ -1091,7 +1091,7 @@ func TestTakeoverToolUseWithoutResult(t *testing.T) {
 	}
 
 	cfgB := f.config()
-	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 300*time.Millisecond
+	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 5*time.Second // long: a lapsed lease of its own would be a second takeover
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
 	assertTypes(t, evs, userMsg, running, start, toolUse, end, apitype.EventSessionError, toolResult, start, agentMsg, end, idle)

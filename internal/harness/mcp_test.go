@@ -440,8 +440,10 @@ func TestMCPCrashMidCall(t *testing.T) {
 		}
 	}()
 
+	// Brain B's own lease is long: under load a 300 ms one can lapse between renewals, and B's next claim of
+	// its own turn is then (rightly) a second crash_recovered error.
 	cfgB := r.config()
-	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 300*time.Millisecond
+	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 5*time.Second
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
 	assertTypes(t, evs, userMsg, running, start, mcpUse, end, sessErr, mcpResult, start, agentMsg, end, idle)
