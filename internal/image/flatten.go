@@ -18,7 +18,7 @@ var buildOnly = map[string]bool{".corral": true, "tmp": true, "var/tmp": true, "
 
 // flatten makes dst the base tree with the overlay upper directory applied: the base's files as hard links
 // (shared, read-only), directories created anew, the upper's files copied, its whiteouts and opaque
-// directories applied. Owners in the upper directory are the builder's (shifted by uidShift) and are shifted
+// directories applied, its files without set-id bits. Owners in the upper directory are the builder's (shifted by uidShift) and are shifted
 // back. What the upper directory holds is copied within limit bytes (its files' apparent sizes: a sparse file
 // costs what it would cost written out, and a file hard-linked under several names is linked again, not
 // copied per name), so that a build within its disk limit cannot make a layer that fills the host's disk.
@@ -125,7 +125,7 @@ func mkdirLike(target string, st *unix.Stat_t, uidShift int) error {
 }
 
 // copyEntry copies the non-directory src (a regular file, link, device, fifo or socket) to target with its
-// mode, owner and times.
+// mode but its set-id bits, owner and times.
 func copyEntry(src, target string, st *unix.Stat_t, uidShift int) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
@@ -162,7 +162,9 @@ func copyEntry(src, target string, st *unix.Stat_t, uidShift int) error {
 		return err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-		if err := unix.Chmod(target, st.Mode&0o7777); err != nil {
+		// Without set-id bits: a sandbox never honours them (its mounts are nosuid, it runs with no_new_privs),
+		// and a setuid-root file a package script made would be one on the host, in the cache directory.
+		if err := unix.Chmod(target, st.Mode&0o1777); err != nil {
 			return err
 		}
 	}

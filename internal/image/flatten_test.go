@@ -65,3 +65,31 @@ func TestFlattenBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestFlattenDropsSetID: a package script, root in the builder, can make a setuid-root copy of a shell; the
+// layer, a directory of the host's, must not hold one.
+func TestFlattenDropsSetID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("flatten chowns the layer's files: needs root")
+	}
+	base := t.TempDir()
+	upper := t.TempDir()
+	sh := filepath.Join(upper, "rootsh")
+	if err := os.WriteFile(sh, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sh, 0o755|os.ModeSetuid|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "rootfs")
+	if err := flatten(base, upper, dst, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dst, "rootsh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("the layer's copy of a setuid-root file has mode %v, want -rwxr-xr-x", fi.Mode())
+	}
+}
