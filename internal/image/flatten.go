@@ -17,12 +17,12 @@ var buildOnly = map[string]bool{".corral": true, "tmp": true, "var/tmp": true, "
 	"root/go": true, "root/.cargo": true, "root/.gem": true, "root/.local/share/gem": true, "usr/local/cargo/registry": true}
 
 // flatten makes dst the base tree with the overlay upper directory applied: the base's files as hard links
-// (shared, read-only), directories created anew, the upper's files copied, its whiteouts and opaque
-// directories applied, its files without set-id bits. Owners in the upper directory are the builder's (shifted by uidShift) and are shifted
-// back. What the upper directory holds is copied within limit bytes (its files' apparent sizes: a sparse file
-// costs what it would cost written out, and a file hard-linked under several names is linked again, not
-// copied per name), so that a build within its disk limit cannot make a layer that fills the host's disk.
-// dst must not exist.
+// (shared, read-only), directories created anew, the upper's files copied (without set-id bits), its
+// whiteouts and opaque directories applied. Owners in the upper directory are the builder's (shifted by
+// uidShift) and are shifted back. What the upper directory holds is copied within limit bytes (its files'
+// apparent sizes: a sparse file costs what it would cost written out, and a file hard-linked under several
+// names is linked again, not copied per name), so that a build within its disk limit cannot make a layer
+// that fills the host's disk. dst must not exist.
 func flatten(base, upper, dst string, uidShift int, limit int64) error {
 	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
