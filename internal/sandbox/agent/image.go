@@ -143,7 +143,7 @@ func stageEtc(root *ImageRoot, rootfs, dst string) error {
 }
 
 // readImageFile reads the regular file name of the image at rootfs, links followed inside the image only, if
-// it holds at most max bytes. The image is a package script's work: the name may lead to a FIFO (an open that
+// it holds at most limit bytes. The image is a package script's work: the name may lead to a FIFO (an open that
 // would block) or to a file of any size, neither read.
 func readImageFile(rootfs, name string, limit int64) ([]byte, error) {
 	r, err := os.OpenRoot(rootfs)
