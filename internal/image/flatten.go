@@ -17,10 +17,13 @@ var buildOnly = map[string]bool{".corral": true, "tmp": true, "var/tmp": true, "
 	"root/go": true, "root/.cargo": true, "root/.gem": true, "root/.local/share/gem": true, "usr/local/cargo/registry": true}
 
 // flatten makes dst the base tree with the overlay upper directory applied: the base's files as hard links
-// (shared, read-only), directories created anew, the upper's files copied, its whiteouts and opaque
-// directories applied. Owners in the upper directory are the builder's (shifted by uidShift) and are shifted
-// back. dst must not exist.
-func flatten(base, upper, dst string, uidShift int) error {
+// (shared, read-only), directories created anew, the upper's files copied (without set-id bits), its
+// whiteouts and opaque directories applied. Owners in the upper directory are the builder's (shifted by
+// uidShift) and are shifted back. What the upper directory holds is copied within limit bytes (its files'
+// apparent sizes: a sparse file costs what it would cost written out, and a file hard-linked under several
+// names is linked again, not copied per name), so that a build within its disk limit cannot make a layer
+// that fills the host's disk. dst must not exist.
+func flatten(base, upper, dst string, uidShift int, limit int64) error {
 	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -39,6 +42,8 @@ func flatten(base, upper, dst string, uidShift int) error {
 	if err != nil {
 		return fmt.Errorf("link the base: %w", err)
 	}
+	var copied int64
+	links := map[[2]uint64]string{} // the layer's first name of each upper inode with more than one name
 	err = filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -80,6 +85,18 @@ func flatten(base, upper, dst string, uidShift int) error {
 		if err := os.RemoveAll(target); err != nil {
 			return err
 		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			id := [2]uint64{uint64(st.Dev), st.Ino}
+			if first, ok := links[id]; ok {
+				return os.Link(first, target)
+			}
+			if copied += st.Size; copied > limit {
+				return fmt.Errorf("the layer is larger than the build's disk limit (%d MiB)", limit>>20)
+			}
+			if st.Nlink > 1 {
+				links[id] = target
+			}
+		}
 		return copyEntry(p, target, &st, uidShift)
 	})
 	if err != nil {
@@ -108,7 +125,7 @@ func mkdirLike(target string, st *unix.Stat_t, uidShift int) error {
 }
 
 // copyEntry copies the non-directory src (a regular file, link, device, fifo or socket) to target with its
-// mode, owner and times.
+// mode but its set-id bits, owner and times.
 func copyEntry(src, target string, st *unix.Stat_t, uidShift int) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
@@ -145,7 +162,9 @@ func copyEntry(src, target string, st *unix.Stat_t, uidShift int) error {
 		return err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-		if err := unix.Chmod(target, st.Mode&0o7777); err != nil {
+		// Without set-id bits: a sandbox never honours them (its mounts are nosuid, it runs with no_new_privs),
+		// and a setuid-root file a package script made would be one on the host, in the cache directory.
+		if err := unix.Chmod(target, st.Mode&0o1777); err != nil {
 			return err
 		}
 	}

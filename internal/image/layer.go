@@ -239,7 +239,7 @@ func build(ctx context.Context, c LayerConfig, base Base, l List, key, final str
 		return fmt.Errorf("image: unmount the build's overlay: %w", err)
 	}
 	root := filepath.Join(tmp, "rootfs")
-	if err := flatten(base.RootFS, upper, root, c.BuilderUID); err != nil {
+	if err := flatten(base.RootFS, upper, root, c.BuilderUID, c.DiskBytes); err != nil {
 		return &BuildError{Message: fmt.Sprintf("storing the layer: %v", err)}
 	}
 	manifest, _ := json.MarshalIndent(map[string]any{"key": key, "base": base.ID, "go": c.GoVersion, "packages": l}, "", "  ")

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -134,14 +135,42 @@ func stageEtc(root *ImageRoot, rootfs, dst string) error {
 	} else if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		// A link to another file of the image: read inside the image (os.Root refuses an absolute link), not
 		// bound over.
-		if r, err := os.OpenRoot(rootfs); err == nil {
-			if b, err := r.ReadFile(SystemCABundle[1:]); err == nil && len(b) <= maxCABundle {
-				root.SystemCA = b
-			}
-			r.Close()
+		if b, err := readImageFile(rootfs, SystemCABundle[1:], maxCABundle); err == nil {
+			root.SystemCA = b
 		}
 	}
 	return nil
+}
+
+// readImageFile reads the regular file name of the image at rootfs, links followed inside the image only, if
+// it holds at most limit bytes. The image is a package script's work: the name may lead to a FIFO (an open that
+// would block) or to a file of any size, neither read.
+func readImageFile(rootfs, name string, limit int64) ([]byte, error) {
+	r, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > limit {
+		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", name, limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: more than %d bytes", name, limit)
+	}
+	return b, nil
 }
 
 // Images keeps the layouts of the images one provider's sandboxes run on, each read and staged once (its

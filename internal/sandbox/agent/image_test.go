@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // fakeImage writes a small root filesystem: a merged /usr, an /etc with a secret only root may read, a link
@@ -111,5 +113,63 @@ func TestImagesCALink(t *testing.T) {
 	}
 	if b, err := CABundle(root, nil); err != nil || b != nil {
 		t.Errorf("CABundle without a CA: %q %v", b, err)
+	}
+}
+
+// TestImagesHostileCALink: a package script controls the image, and so where its CA bundle's link points. A
+// link to a FIFO must not hang the staging (which holds the provider's image lock: every sandbox would wait),
+// nor one to a huge file be read into the server's memory; the image is staged without a system CA.
+func TestImagesHostileCALink(t *testing.T) {
+	for name, plant := range map[string]func(t *testing.T, usr string) string{
+		"fifo": func(t *testing.T, usr string) string {
+			p := filepath.Join(usr, "fifo")
+			if err := syscall.Mkfifo(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return "../../../usr/fifo"
+		},
+		"huge": func(t *testing.T, usr string) string {
+			f, err := os.Create(filepath.Join(usr, "huge"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Truncate(maxCABundle + 1); err != nil {
+				t.Fatal(err)
+			}
+			return "../../../usr/huge"
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			img := fakeImage(t, func(etc string) {
+				target := plant(t, filepath.Join(filepath.Dir(etc), "usr"))
+				if err := os.Symlink(target, filepath.Join(etc, "ssl/certs/ca-certificates.crt")); err != nil {
+					t.Fatal(err)
+				}
+			})
+			im := NewImages(filepath.Join(t.TempDir(), "images"), false)
+			done := make(chan error, 1)
+			var root *ImageRoot
+			go func() {
+				var err error
+				root, err = im.Root(img)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				// Unblock the staging's open of the FIFO so that the test ends.
+				if f, err := os.OpenFile(filepath.Join(img, "usr", "fifo"), os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					f.Close()
+				}
+				t.Fatal("staging an image whose CA bundle links to a FIFO hangs")
+			}
+			if root.SystemCA != nil || root.CAOverlay {
+				t.Errorf("CA bundle of a link to a %s: %d bytes, overlay %v; want none", name, len(root.SystemCA), root.CAOverlay)
+			}
+		})
 	}
 }

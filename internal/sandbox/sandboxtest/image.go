@@ -188,6 +188,33 @@ func RunImage(t *testing.T, newProvider func(testing.TB) sandbox.Provider, rootf
 		}
 	})
 
+	// The image's files are the base's inodes (a layer hard-links them): a sandbox changing one's metadata would
+	// change it for every image and sandbox. And the base's setuid programs must be inert: /usr is nosuid.
+	t.Run("SharedInodes", func(t *testing.T) {
+		const file = "/usr/bin/passwd" // Debian's, setuid root
+		before, err := os.Stat(filepath.Join(rootfs, file))
+		if err != nil {
+			t.Skip("the image has no " + file)
+		}
+		got := mustFail(t, p, bash(s, "chmod 0777 "+file+" && echo CHMOD; chown 1000 "+file+" && echo CHOWN; touch -d 2001-01-01 "+file+" && echo TOUCH; exit 1"))
+		for _, w := range []string{"CHMOD", "CHOWN", "TOUCH"} {
+			if strings.Contains(got, w) {
+				t.Errorf("%s on the image's %s succeeded: %q", strings.ToLower(w), file, got)
+			}
+		}
+		after, err := os.Stat(filepath.Join(rootfs, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Mode() != before.Mode() || !after.ModTime().Equal(before.ModTime()) {
+			t.Errorf("the image's %s changed: %v %v, was %v %v", file, after.Mode(), after.ModTime(), before.Mode(), before.ModTime())
+		}
+		opts := mustRun(t, p, bash(s, `awk '$5=="/usr"{print $6}' /proc/self/mountinfo`))
+		if !slices.Contains(strings.Split(opts, ","), "nosuid") {
+			t.Errorf("/usr is mounted %q in the sandbox, want nosuid (the image's setuid programs inert)", opts)
+		}
+	})
+
 	t.Run("Writes", func(t *testing.T) {
 		got := mustRun(t, p, bash(s, "echo ws > /workspace/img-w && echo tmp > /tmp/img-t && mkdir -p /tmp/d/e && cat /workspace/img-w /tmp/img-t"))
 		if got != "ws\ntmp" {
