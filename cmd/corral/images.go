@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/image"
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 	"github.com/corralhq/corral/internal/store"
 )
@@ -99,9 +100,15 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 	if gc <= 0 {
 		gc = -1
 	}
+	// Each build runs in a memory- and pids-limited cgroup where the hierarchies are there (as the sandboxes do).
+	cgroupRoot := cgroup.DefaultRoot
+	if err := cgroup.Available(cgroupRoot); err != nil {
+		logger.Warn("image builds run without memory and process limits", "err", err)
+		cgroupRoot = ""
+	}
 	return image.New(image.Config{Base: base, Store: st, Log: logger, GCInterval: gc, GCGrace: gc,
 		Layer: image.LayerConfig{Agent: agentPath, Registries: &f.registries, Timeout: f.timeout, DiskBytes: f.diskMB << 20,
-			AllowInternal: eo.AllowInternal, CAFile: caFile}})
+			CgroupRoot: cgroupRoot, AllowInternal: eo.AllowInternal, CAFile: caFile}})
 }
 
 // envDuration is the duration in the environment variable name, or def when it is unset or not a duration.

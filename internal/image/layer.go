@@ -33,6 +33,9 @@ const (
 	DefaultBuildTimeout = 30 * time.Minute
 	// DefaultBuildDiskBytes bounds what one layer's build writes (corral serve --image-build-disk).
 	DefaultBuildDiskBytes = 8 << 30
+	// DefaultBuildMemoryBytes and DefaultBuildPids bound a build's processes (LayerConfig.CgroupRoot).
+	DefaultBuildMemoryBytes = 4 << 30
+	DefaultBuildPids        = 4096
 	// DefaultBuilderUID is the first of the 65536 host uids a build's user namespace maps (root inside is
 	// this uid outside): apart from the sandboxes' ranges (bwrap 200000, oci 300000, worker 400000).
 	DefaultBuilderUID = 500000
@@ -70,6 +73,13 @@ type LayerConfig struct {
 	// build runs unbounded in disk, and the log says so.
 	Timeout   time.Duration
 	DiskBytes int64
+	// CgroupRoot, if set, is where the cgroup v1 hierarchies are mounted (cgroup.DefaultRoot): each build then
+	// runs in a group of its own limited to MemoryBytes and Pids (defaults DefaultBuildMemoryBytes,
+	// DefaultBuildPids), so that a package's scripts cannot take the host's memory or processes. Empty: a build
+	// has its time and disk limits only.
+	CgroupRoot  string
+	MemoryBytes int64
+	Pids        int
 	// AllowInternal are host:port pairs of registries on internal addresses the builder may reach (the
 	// operator's --egress-allow-internal; tests' local indexes).
 	AllowInternal []string
@@ -98,6 +108,8 @@ func (c *LayerConfig) defaults() error {
 	}
 	c.Timeout = cmp.Or(c.Timeout, DefaultBuildTimeout)
 	c.DiskBytes = cmp.Or(c.DiskBytes, DefaultBuildDiskBytes)
+	c.MemoryBytes = cmp.Or(c.MemoryBytes, DefaultBuildMemoryBytes)
+	c.Pids = cmp.Or(c.Pids, DefaultBuildPids)
 	c.Bwrap = cmp.Or(c.Bwrap, "bwrap")
 	c.BuilderUID = cmp.Or(c.BuilderUID, DefaultBuilderUID)
 	if c.Log == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/image"
 	"github.com/corralhq/corral/internal/image/imagetest"
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
 )
 
@@ -152,5 +153,39 @@ func TestLayerBadInput(t *testing.T) {
 				t.Error("a failed build is in the cache")
 			}
 		})
+	}
+}
+
+// TestLayerCgroupLimits: with a cgroup root, a build runs in a group of its own: the same list builds under
+// the default limits and fails under a pids limit its package manager cannot work in; the group goes with the
+// build.
+func TestLayerCgroupLimits(t *testing.T) {
+	base := imagetest.Base(t)
+	imagetest.Require(t, cgroup.Available(cgroup.DefaultRoot))
+	l := image.Canonical(&apitype.Packages{Apt: []string{"tree"}})
+	ctx := context.Background()
+
+	tight := layerConfig(t)
+	tight.Dir, tight.CgroupRoot, tight.Pids = t.TempDir(), cgroup.DefaultRoot, 3
+	_, err := image.EnsureLayer(ctx, tight, base, l)
+	var be *image.BuildError
+	if !errors.As(err, &be) {
+		t.Fatalf("a build limited to 3 processes: %v; want a build error", err)
+	}
+	t.Logf("under 3 pids: %v", err)
+
+	ok := layerConfig(t)
+	ok.Dir, ok.CgroupRoot = t.TempDir(), cgroup.DefaultRoot
+	layer, err := image.EnsureLayer(ctx, ok, base, l)
+	if err != nil {
+		t.Fatalf("under the default limits: %v", err)
+	}
+	if out, err := inImage(t, layer.RootFS, "tree --version"); err != nil {
+		t.Fatalf("tree in the image: %v: %s", err, out)
+	}
+	left, _ := filepath.Glob(filepath.Join(cgroup.DefaultRoot, "pids", "*", "corral", "build-*"))
+	more, _ := filepath.Glob(filepath.Join(cgroup.DefaultRoot, "pids", "corral", "build-*"))
+	if len(left)+len(more) != 0 {
+		t.Errorf("the builds' cgroups are left: %v %v", left, more)
 	}
 }

@@ -3,6 +3,7 @@ package image
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	"github.com/corralhq/corral/internal/sandbox/egress"
 	"github.com/corralhq/corral/internal/sandbox/seccomp"
 )
@@ -174,6 +176,14 @@ func runBuild(ctx context.Context, c LayerConfig, l List, st *stage) error {
 	if werr != nil {
 		return fmt.Errorf("image: %w", werr)
 	}
+	var group *cgroup.Group
+	if c.CgroupRoot != "" {
+		group, err = cgroup.New(c.CgroupRoot, "build-"+filepath.Base(st.dir), cgroup.Limits{MemoryBytes: c.MemoryBytes, Pids: c.Pids})
+		if err != nil {
+			return &BuildError{Message: err.Error()}
+		}
+		defer func() { group.Kill(); _ = group.Remove() }()
+	}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LC_ALL=C.UTF-8", "TERM=dumb"}
 	args := []string{
 		"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -197,10 +207,23 @@ func runBuild(ctx context.Context, c LayerConfig, l List, st *stage) error {
 		k, v, _ := strings.Cut(kv, "=")
 		args = append(args, "--setenv", k, v)
 	}
-	args = append(args, "--seccomp", "3", "--", "/.corral/agent", "bridge-exec", "/.corral/run/proxy.sock", "/bin/sh", "-c", script(c, l))
+	// fds in the child: 3 = the seccomp filter, 4 = bwrap's info (the child's pid), 5 = the block bwrap waits on
+	// until that pid is in the build's cgroup.
+	args = append(args, "--seccomp", "3", "--info-fd", "4", "--block-fd", "5", "--", "/.corral/agent", "bridge-exec", "/.corral/run/proxy.sock", "/bin/sh", "-c", script(c, l))
 	cmd := exec.CommandContext(ctx, c.Bwrap, args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.ExtraFiles = []*os.File{sr}
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	defer infoR.Close()
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		infoW.Close()
+		return fmt.Errorf("image: %w", err)
+	}
+	defer blockW.Close()
+	cmd.ExtraFiles = []*os.File{sr, infoW, blockR}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:                 syscall.CLONE_NEWUSER,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: c.BuilderUID, Size: builderUIDs}},
@@ -214,7 +237,15 @@ func runBuild(ctx context.Context, c LayerConfig, l List, st *stage) error {
 	cmd.WaitDelay = 10 * time.Second
 	out := &stepLog{log: c.Log}
 	cmd.Stdout, cmd.Stderr = out, out
-	err = cmd.Run()
+	err = cmd.Start()
+	infoW.Close()
+	blockR.Close()
+	if err == nil {
+		err = startBuild(infoR, blockW, group)
+		if werr := cmd.Wait(); err == nil {
+			err = werr
+		}
+	}
 	if err == nil {
 		return nil
 	}
@@ -363,3 +394,22 @@ func (s *stepLog) step() (manager, pkg, output string) {
 }
 
 var _ io.Writer = (*stepLog)(nil)
+
+// startBuild reads the builder's pid from bwrap's info pipe, puts it in the build's cgroup (if any) and lets
+// bwrap run the build. On an error the block pipe is closed unwritten, and bwrap gives up.
+func startBuild(info io.Reader, block *os.File, group *cgroup.Group) error {
+	defer block.Close()
+	var v struct {
+		ChildPID int `json:"child-pid"`
+	}
+	if err := json.NewDecoder(info).Decode(&v); err != nil || v.ChildPID <= 0 {
+		return fmt.Errorf("image: the builder did not start (%v)", err)
+	}
+	if group != nil {
+		if err := group.Add(v.ChildPID); err != nil {
+			return fmt.Errorf("image: %w", err)
+		}
+	}
+	_, err := block.Write([]byte{1})
+	return err
+}
