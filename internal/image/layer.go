@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	"github.com/corralhq/corral/internal/sandbox/volume"
 	"golang.org/x/sys/unix"
 )
@@ -281,7 +282,7 @@ func buildVolumes(c LayerConfig) (*volume.Volumes, error) {
 	if v := vols[k]; v != nil {
 		return v, nil
 	}
-	sweepStages() // before the volumes' sweep: their stale overlays hold the volumes' mounts
+	sweepStages(c.CgroupRoot) // before the volumes' sweep: their stale overlays hold the volumes' mounts
 	if err := volume.Available(""); err != nil {
 		return nil, err
 	}
@@ -308,7 +309,7 @@ type stage struct {
 }
 
 func newStage(c LayerConfig, key string) (*stage, error) {
-	sweepStages()
+	sweepStages(c.CgroupRoot)
 	if err := os.MkdirAll(StageRoot, 0o711); err != nil {
 		return nil, err
 	}
@@ -357,6 +358,9 @@ func newStage(c LayerConfig, key string) (*stage, error) {
 	return st, nil
 }
 
+// buildGroup is the name of the cgroup of the build staged in dir.
+func buildGroup(dir string) string { return "build-" + filepath.Base(dir) }
+
 func (st *stage) root() string  { return filepath.Join(st.dir, "root") }
 func (st *stage) run() string   { return filepath.Join(st.dir, "run") }
 func (st *stage) agent() string { return filepath.Join(st.dir, "agent") }
@@ -374,7 +378,7 @@ func (st *stage) remove() {
 
 // sweepStages removes the stages of builds whose process is gone (their lock is free): a server killed
 // mid-build leaves their mounts. The build volumes under them are volume.New's to sweep.
-func sweepStages() {
+func sweepStages(cgroupRoot string) {
 	entries, _ := os.ReadDir(StageRoot)
 	for _, e := range entries {
 		dir := filepath.Join(StageRoot, e.Name())
@@ -383,6 +387,12 @@ func sweepStages() {
 			continue
 		}
 		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			if cgroupRoot != "" { // the dead build's group, and whatever still runs in it
+				if g, err := cgroup.Existing(cgroupRoot, buildGroup(dir)); err == nil {
+					g.Kill()
+					_ = g.Remove()
+				}
+			}
 			(&stage{dir: dir}).remove()
 		}
 		f.Close()

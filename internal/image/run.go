@@ -178,7 +178,7 @@ func runBuild(ctx context.Context, c LayerConfig, l List, st *stage) error {
 	}
 	var group *cgroup.Group
 	if c.CgroupRoot != "" {
-		group, err = cgroup.New(c.CgroupRoot, "build-"+filepath.Base(st.dir), cgroup.Limits{MemoryBytes: c.MemoryBytes, Pids: c.Pids})
+		group, err = cgroup.New(c.CgroupRoot, buildGroup(st.dir), cgroup.Limits{MemoryBytes: c.MemoryBytes, Pids: c.Pids})
 		if err != nil {
 			return &BuildError{Message: err.Error()}
 		}
