@@ -200,9 +200,17 @@ export async function sessionPage(main, sessionID) {
   async function later() {
     if (dir === 'desc') {
       if (lo === 0) return;
-      lo--;
-      pages[lo] = await fetchPage(pages[lo].token);
-      if (hi - lo + 1 > WINDOW) hi--;
+      const page = await fetchPage(pages[lo - 1].token);
+      if (lo === 1 && page.next !== pages[0].next) {
+        // The tail grew while the window was off it: the pages read before no longer follow the new tail page
+        // (their tokens are sequence numbers), so the window starts again from it instead of leaving a gap.
+        pages = [page];
+        lo = 0; hi = 0;
+      } else {
+        lo--;
+        pages[lo] = page;
+        if (hi - lo + 1 > WINDOW) hi--;
+      }
     } else {
       const tok = pages[hi]?.next;
       if (!tok) return;
@@ -211,6 +219,8 @@ export async function sessionPage(main, sessionID) {
       hi++;
       if (hi - lo + 1 > WINDOW) lo++;
     }
+    // At the tail again, the events that came meanwhile are in the pages just read.
+    if (atTail()) { liveCount = 0; missed = 0; }
     forget();
     draw();
   }

@@ -1,0 +1,65 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// TestConsoleWindowBackToTail: events appended while the transcript's window is off the tail are shown,
+// with no gap, once Later brings the window back to the tail; and the note of missed events goes.
+func TestConsoleWindowBackToTail(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := context.Background()
+	agent := e.create("/v1/agents", map[string]any{"name": "chatty", "model": "claude-sonnet-4-5"})
+	envID := e.create("/v1/environments", map[string]any{"name": "w", "config": map[string]any{"type": "cloud"}})
+	sess := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "title": "Window"})
+	appendMessages := func(from, to int) {
+		t.Helper()
+		var batch []apitype.NewEvent
+		for j := from; j <= to; j++ {
+			ev, err := apitype.MakeEvent(apitype.EventAgentMessage, map[string]any{
+				"content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("message #%d", j)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, ev)
+		}
+		if _, err := e.st.EventAppend(ctx, &store.EventAppendParams{SessionID: sess, Events: batch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendMessages(1, 400)
+	e.login()
+	e.open("/sessions/" + sess)
+	shows := func(n int) string {
+		return fmt.Sprintf(`[...document.querySelectorAll('#transcript .msg.agent .text')].some(el => el.textContent === 'message #%d')`, n)
+	}
+	idle := `!document.getElementById('transcript').hasAttribute('aria-busy')`
+	e.wait("tail", shows(400)+` && document.getElementById('stream-state')?.dataset.state === 'live'`)
+	// Three pages back: the window (three pages) leaves the tail.
+	for i := range 3 {
+		e.do("earlier", chromedp.Click(chromedp.ID("tr-earlier")))
+		e.wait(fmt.Sprintf("earlier %d", i+1), idle+` && `+shows(300-100*i))
+	}
+	e.wait("off the tail", `!`+shows(400))
+	appendMessages(401, 410)
+	e.wait("missed", `!document.querySelector('.live-note').hidden`)
+	e.do("later", chromedp.Click(chromedp.ID("tr-later")))
+	e.wait("back at the tail", idle+` && `+shows(410))
+	// What is shown is one run of the log, without a hole where the window left the tail.
+	gap := e.eval(`(() => { const ns = [...document.querySelectorAll('#transcript .msg.agent .text')].map(el => Number(el.textContent.replace('message #', '')));
+		for (let i = 1; i < ns.length; i++) if (ns[i] !== ns[i - 1] + 1) return ns[i - 1] + ' then ' + ns[i];
+		return ns.length ? '' : 'nothing shown'; })()`)
+	if gap != "" {
+		t.Errorf("back at the tail, the transcript skips events: %s", gap)
+	}
+	if e.eval(`String(document.querySelector('.live-note').hidden)`) != "true" {
+		t.Errorf("back at the tail, the note of missed events is still shown: %s", e.eval(`document.querySelector('.live-note').textContent`))
+	}
+}
