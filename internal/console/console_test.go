@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -119,6 +120,10 @@ type env struct {
 	docs    string
 	mu      sync.Mutex
 	errors  []string // exceptions and security messages of the page
+	// dropStreams makes the proxy answer every event stream with an empty 200 (a server that accepts a stream
+	// and ends it at once); streamTimes are when the page asked for one.
+	dropStreams atomic.Bool
+	streamTimes []time.Time
 }
 
 // newEnv starts a server (with bwrap sandboxes if hands) and a browser.
@@ -178,7 +183,19 @@ func newEnv(t *testing.T, hands bool) *env {
 		FlushInterval: -1, // event streams pass at once
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}
-	e.front = httptest.NewServer(rp)
+	e.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/events/stream") {
+			e.mu.Lock()
+			e.streamTimes = append(e.streamTimes, time.Now())
+			e.mu.Unlock()
+			if e.dropStreams.Load() {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
 	t.Cleanup(e.front.Close)
 	if e.shots == "" {
 		e.shots = filepath.Join(t.TempDir(), "screenshots")

@@ -3,7 +3,9 @@ package console_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -61,5 +63,38 @@ func TestConsoleWindowBackToTail(t *testing.T) {
 	}
 	if e.eval(`String(document.querySelector('.live-note').hidden)`) != "true" {
 		t.Errorf("back at the tail, the note of missed events is still shown: %s", e.eval(`document.querySelector('.live-note').textContent`))
+	}
+}
+
+// TestConsoleStreamBackOff: a server that accepts the event stream and ends it at once is asked again after a
+// growing delay (500 ms, 1 s, 2 s, ...), not every 500 ms. The check is a lower bound: a slow machine only
+// spaces the requests out more.
+func TestConsoleStreamBackOff(t *testing.T) {
+	e := newEnv(t, false)
+	agent := e.create("/v1/agents", map[string]any{"name": "quiet", "model": "claude-sonnet-4-5"})
+	envID := e.create("/v1/environments", map[string]any{"name": "b", "config": map[string]any{"type": "cloud"}})
+	sess := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "title": "Back-off"})
+	e.login()
+	e.open("/sessions/" + sess)
+	e.wait("live", `document.getElementById('stream-state')?.dataset.state === 'live'`)
+	e.mu.Lock()
+	before := len(e.streamTimes)
+	e.mu.Unlock()
+	e.dropStreams.Store(true)
+	e.front.CloseClientConnections()
+	var times []time.Time
+	deadline := time.Now().Add(60 * time.Second)
+	for len(times) < 3 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		e.mu.Lock()
+		times = slices.Clone(e.streamTimes[before:])
+		e.mu.Unlock()
+	}
+	if len(times) < 3 {
+		t.Fatalf("%d stream requests in a minute after the drop, want 3", len(times))
+	}
+	// 1 s then 2 s between the first three reconnections with a back-off; 1 s in all without.
+	if gap := times[2].Sub(times[0]); gap < 2500*time.Millisecond {
+		t.Errorf("three stream requests within %v of a server that ends each at once: no back-off", gap)
 	}
 }
