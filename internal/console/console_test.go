@@ -124,7 +124,12 @@ type env struct {
 	// and ends it at once); streamTimes are when the page asked for one.
 	dropStreams atomic.Bool
 	streamTimes []time.Time
+	// holdEvents, when set, holds the answer of the next events list: the proxy sends it upstream, signals
+	// held.served, and writes the answer once held.release is closed.
+	holdEvents atomic.Pointer[hold]
 }
+
+type hold struct{ served, release chan struct{} }
 
 // newEnv starts a server (with bwrap sandboxes if hands) and a browser.
 func newEnv(t *testing.T, hands bool) *env {
@@ -193,6 +198,19 @@ func newEnv(t *testing.T, hands bool) *env {
 				w.WriteHeader(http.StatusOK)
 				return
 			}
+		}
+		if hd := e.holdEvents.Load(); hd != nil && strings.HasSuffix(r.URL.Path, "/events") && r.Method == http.MethodGet &&
+			e.holdEvents.CompareAndSwap(hd, nil) {
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			close(hd.served)
+			<-hd.release
+			for k, vs := range rec.Header() {
+				w.Header()[k] = vs
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
+			return
 		}
 		rp.ServeHTTP(w, r)
 	}))

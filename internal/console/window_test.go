@@ -98,3 +98,43 @@ func TestConsoleStreamBackOff(t *testing.T) {
 		t.Errorf("three stream requests within %v of a server that ends each at once: no back-off", gap)
 	}
 }
+
+// TestConsoleLiveDuringMove: an event that comes live while the transcript reads its tail again (r, as after LIVE_MAX live events) stays
+// on screen, though the page read was answered before the event was logged.
+func TestConsoleLiveDuringMove(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := context.Background()
+	agent := e.create("/v1/agents", map[string]any{"name": "live", "model": "claude-sonnet-4-5"})
+	envID := e.create("/v1/environments", map[string]any{"name": "l", "config": map[string]any{"type": "cloud"}})
+	sess := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "title": "Live"})
+	say := func(text string) {
+		t.Helper()
+		ev, err := apitype.MakeEvent(apitype.EventAgentMessage, map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.EventAppend(ctx, &store.EventAppendParams{SessionID: sess, Events: []apitype.NewEvent{ev}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	say("before")
+	e.login()
+	e.open("/sessions/" + sess)
+	e.wait("live", transcriptHas("before")+` && document.getElementById('stream-state')?.dataset.state === 'live'`)
+	hd := &hold{served: make(chan struct{}), release: make(chan struct{})}
+	e.holdEvents.Store(hd)
+	e.do("latest (r)", chromedp.KeyEvent("r"))
+	select {
+	case <-hd.served:
+	case <-time.After(60 * time.Second):
+		close(hd.release)
+		t.Fatal("the page did not read its tail again")
+	}
+	say("during the read")
+	e.wait("shown live", transcriptHas("during the read"))
+	close(hd.release)
+	e.wait("read", `!document.getElementById('transcript').hasAttribute('aria-busy')`)
+	if e.eval(`String(`+transcriptHas("during the read")+`)`) != "true" {
+		t.Error("the event that came live while the tail was read again is no longer shown")
+	}
+}
