@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -119,7 +120,16 @@ type env struct {
 	docs    string
 	mu      sync.Mutex
 	errors  []string // exceptions and security messages of the page
+	// dropStreams makes the proxy answer every event stream with an empty 200 (a server that accepts a stream
+	// and ends it at once); streamTimes are when the page asked for one.
+	dropStreams atomic.Bool
+	streamTimes []time.Time
+	// holdEvents, when set, holds the answer of the next events list: the proxy sends it upstream, signals
+	// held.served, and writes the answer once held.release is closed.
+	holdEvents atomic.Pointer[hold]
 }
+
+type hold struct{ served, release chan struct{} }
 
 // newEnv starts a server (with bwrap sandboxes if hands) and a browser.
 func newEnv(t *testing.T, hands bool) *env {
@@ -178,7 +188,32 @@ func newEnv(t *testing.T, hands bool) *env {
 		FlushInterval: -1, // event streams pass at once
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}
-	e.front = httptest.NewServer(rp)
+	e.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/events/stream") {
+			e.mu.Lock()
+			e.streamTimes = append(e.streamTimes, time.Now())
+			e.mu.Unlock()
+			if e.dropStreams.Load() {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+		}
+		if hd := e.holdEvents.Load(); hd != nil && strings.HasSuffix(r.URL.Path, "/events") && r.Method == http.MethodGet &&
+			e.holdEvents.CompareAndSwap(hd, nil) {
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			close(hd.served)
+			<-hd.release
+			for k, vs := range rec.Header() {
+				w.Header()[k] = vs
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
 	t.Cleanup(e.front.Close)
 	if e.shots == "" {
 		e.shots = filepath.Join(t.TempDir(), "screenshots")

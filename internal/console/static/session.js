@@ -12,6 +12,7 @@ const PAGE = 100; // events per page of the transcript
 const WINDOW = 3; // pages kept on screen
 const LIVE_MAX = 2000; // live events appended before the window is read again from the tail
 const WF_EVENTS = 1000; // the waterfall reads the latest this many span events
+const PENDING_MAX = 200; // tool calls remembered for the action panel (those waiting for the user stay)
 
 const statusOf = {
   'session.status_running': 'running', 'session.status_idle': 'idle',
@@ -69,9 +70,12 @@ export async function sessionPage(main, sessionID) {
   const list = h('div', {class: 'transcript', id: 'transcript', role: 'log', 'aria-label': 'Transcript', 'aria-live': 'off'});
   // One move of the window at a time: a click while a page loads is ignored.
   let busy = false;
+  // The live events that came while the window moved: the pages it read may be older than they are.
+  let during = null;
   const nav = f => async () => {
     if (busy) return;
     busy = true;
+    during = [];
     list.setAttribute('aria-busy', 'true');
     [earlierBtn, oldestBtn, laterBtn, latestBtn].forEach(b => { b.disabled = true; });
     try {
@@ -80,6 +84,9 @@ export async function sessionPage(main, sessionID) {
       toast(e.message, 'error');
       draw();
     } finally {
+      const late = during;
+      during = null;
+      for (const ev of late) if (atTail() && !seen.has(ev.id)) appendLive(ev);
       busy = false;
       list.removeAttribute('aria-busy');
       setNav();
@@ -200,9 +207,17 @@ export async function sessionPage(main, sessionID) {
   async function later() {
     if (dir === 'desc') {
       if (lo === 0) return;
-      lo--;
-      pages[lo] = await fetchPage(pages[lo].token);
-      if (hi - lo + 1 > WINDOW) hi--;
+      const page = await fetchPage(pages[lo - 1].token);
+      if (lo === 1 && page.next !== pages[0].next) {
+        // The tail grew while the window was off it: the pages read before no longer follow the new tail page
+        // (their tokens are sequence numbers), so the window starts again from it instead of leaving a gap.
+        pages = [page];
+        lo = 0; hi = 0;
+      } else {
+        lo--;
+        pages[lo] = page;
+        if (hi - lo + 1 > WINDOW) hi--;
+      }
     } else {
       const tok = pages[hi]?.next;
       if (!tok) return;
@@ -211,6 +226,8 @@ export async function sessionPage(main, sessionID) {
       hi++;
       if (hi - lo + 1 > WINDOW) lo++;
     }
+    // At the tail again, the events that came meanwhile are in the pages just read.
+    if (atTail()) { liveCount = 0; missed = 0; }
     forget();
     draw();
   }
@@ -368,7 +385,18 @@ export async function sessionPage(main, sessionID) {
       if (wfEvents.length > WF_EVENTS * 2) wfEvents = wfEvents.slice(-WF_EVENTS);
       drawWF();
     }
-    if (ev.type === 'agent.tool_use' || ev.type === 'agent.mcp_tool_use' || ev.type === 'agent.custom_tool_use') pendingInfo.set(ev.id, ev);
+    if (ev.type === 'agent.tool_use' || ev.type === 'agent.mcp_tool_use' || ev.type === 'agent.custom_tool_use') {
+      pendingInfo.set(ev.id, ev);
+      // Only calls that may still wait for the user are kept: a long session's calls (inputs and all) are not.
+      for (const k of pendingInfo.keys()) {
+        if (pendingInfo.size <= PENDING_MAX) break;
+        if (!ctx.pending.has(k)) pendingInfo.delete(k);
+      }
+    }
+    if (ev.type === 'agent.tool_result' || ev.type === 'agent.mcp_tool_result' || ev.type === 'user.custom_tool_result') {
+      const useID = ev.tool_use_id || ev.mcp_tool_use_id || ev.custom_tool_use_id;
+      if (!ctx.pending.has(useID)) pendingInfo.delete(useID);
+    }
     if (ev.type === 'session.status_idle' && ev.stop_reason && ev.stop_reason.type === 'requires_action') {
       (ev.stop_reason.event_ids || []).forEach(i => ctx.pending.add(i));
       for (const i of ctx.pending) if (pendingInfo.has(i)) decorate(pendingInfo.get(i));
@@ -378,14 +406,9 @@ export async function sessionPage(main, sessionID) {
       ctx.pending.delete(ev.tool_use_id || ev.custom_tool_use_id);
       drawActions();
     }
+    if (during) during.push(ev);
     if (atTail()) {
-      const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 200;
-      pages[dir === 'desc' ? 0 : hi].events.push(ev);
-      addEvent(ev);
-      const emptyEl = list.querySelector('.empty');
-      if (emptyEl) emptyEl.remove();
-      if (++liveCount > LIVE_MAX) { moves.latest(); return; }
-      if (nearBottom) text.scrollIntoView({block: 'end'});
+      if (appendLive(ev)) return;
     } else {
       missed++;
       liveNote.hidden = false;
@@ -393,6 +416,17 @@ export async function sessionPage(main, sessionID) {
     }
     if (ev.type === 'session.status_idle') get(base).then(setUsage).catch(() => {});
   };
+  // appendLive adds a live event at the tail of the window; it reports whether the window is read again instead
+  // (after LIVE_MAX live events).
+  function appendLive(ev) {
+    const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 200;
+    pages[dir === 'desc' ? 0 : hi].events.push(ev);
+    addEvent(ev);
+    list.querySelector('.empty')?.remove();
+    if (++liveCount > LIVE_MAX) { moves.latest(); return true; }
+    if (nearBottom) text.scrollIntoView({block: 'end'});
+    return false;
+  }
   // Previews: the model's answer as it is written, replaced by the logged event when it comes.
   const onPreview = p => {
     if (!atTail()) return;

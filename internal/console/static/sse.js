@@ -26,7 +26,8 @@ export function follow(sessionID, lastEventID, onEvent, onState, onPreview) {
       throw err;
     }
     onState('live');
-    delay = 500;
+    // The back-off starts again only once the stream has carried something (an event, a preview, a ping):
+    // a server that accepts the stream and drops or fails it at once is not asked again every 500 ms.
     const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = '';
     for (;;) {
@@ -48,7 +49,9 @@ export function follow(sessionID, lastEventID, onEvent, onState, onPreview) {
     let evID = null;
     let type = 'message';
     const data = [];
+    let comment = false;
     for (const line of frame.split('\n')) {
+      if (line.startsWith(':')) comment = true;
       if (line === '' || line.startsWith(':')) continue;
       const c = line.indexOf(':');
       const field = c < 0 ? line : line.slice(0, c);
@@ -58,13 +61,17 @@ export function follow(sessionID, lastEventID, onEvent, onState, onPreview) {
       else if (field === 'event') type = val;
       else if (field === 'data') data.push(val);
     }
-    if (!data.length) return;
+    if (!data.length) {
+      if (comment) delay = 500;
+      return;
+    }
     let ev;
     try { ev = JSON.parse(data.join('\n')); } catch { return; }
     if (type === 'error' || (ev && ev.type === 'error' && ev.error)) {
       onState('error', ev.error && ev.error.message);
       return;
     }
+    delay = 500;
     if (type === 'event_start' || type === 'event_delta') {
       if (onPreview) onPreview(ev);
       return;
