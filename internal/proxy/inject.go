@@ -152,9 +152,9 @@ func (s *Secrets) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egres
 }
 
 // reload reads the credentials of cur again: those deleted or archived (or whose vault is) are revoked (their
-// secret is dropped; their placeholder and hosts stay, so that a request still carrying the placeholder is
-// refused with a clear message instead of going out), the others get their current secret and configuration
-// under the placeholder they have.
+// secret is never injected again, only scrubbed from answers; their placeholder and hosts stay, so that a
+// request still carrying the placeholder is refused with a clear message instead of going out), the others
+// get their current secret and configuration under the placeholder they have.
 func (s *Secrets) reload(ctx context.Context, cur []*secret) ([]*secret, error) {
 	var next []*secret
 	vaults := map[string]bool{} // vault id -> usable
@@ -230,14 +230,15 @@ type secret struct {
 	hosts       []string // nil: every host (unrestricted networking)
 	header      bool
 	body        bool
-	// revoked: the credential was archived or deleted (or its vault was) while the sandbox ran; value is nil,
-	// and a request carrying the placeholder to one of its hosts is refused (Rewrite).
+	// revoked: the credential was archived or deleted (or its vault was) while the sandbox ran: a request
+	// carrying the placeholder to one of its hosts is refused (Rewrite); the value is only scrubbed.
 	revoked bool
 }
 
-// revoke returns s without its secret, marked revoked.
+// revoke returns s marked revoked. It keeps the value only to scrub it from answers (ScrubResponse): an
+// upstream sent it before may still echo it. Rewrite never injects it.
 func (s *secret) revoke() *secret {
-	return &secret{id: s.id, name: s.name, vaultID: s.vaultID, placeholder: s.placeholder, hosts: s.hosts,
+	return &secret{id: s.id, name: s.name, vaultID: s.vaultID, placeholder: s.placeholder, value: s.value, hosts: s.hosts,
 		header: s.header, body: s.body, revoked: true}
 }
 
@@ -528,7 +529,8 @@ func replaceAll(b []byte, creds []*secret) []byte {
 // has no Content-Length). A host that echoes a request back thus does not show the sandbox the secret it was
 // sent. Other encodings of a secret an upstream may choose (JSON escapes, its own base64) are not recognised.
 func (in *Injector) ScrubResponse(req *http.Request, resp *http.Response) {
-	creds, _ := in.forHost(req.URL.Hostname())
+	creds, revoked := in.forHost(req.URL.Hostname())
+	creds = append(creds, revoked...) // an upstream may still echo a secret it was sent before it was revoked
 	var old, nw [][]byte
 	for _, c := range creds {
 		if len(c.value) >= minScrubLen {

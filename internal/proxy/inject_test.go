@@ -463,6 +463,18 @@ func TestScrubResponse(t *testing.T) {
 	if resp.Header.Get("X-Echo") != ph || resp.ContentLength != -1 || resp.Header.Get("Content-Length") != "" {
 		t.Errorf("scrubbed header %q, length %d %q", resp.Header.Get("X-Echo"), resp.ContentLength, resp.Header.Get("Content-Length"))
 	}
+	// Revoked, the secret is never sent again, but an upstream that echoes what it was sent before still has
+	// it scrubbed from its answers.
+	in.creds = []*secret{s.revoke()}
+	if err := in.Rewrite(request(t, "https://api.example.com/", "Bearer "+ph, "")); err == nil {
+		t.Error("a revoked placeholder was sent")
+	}
+	resp = &http.Response{Header: http.Header{"X-Echo": {"header-value-0123456789"}}, Body: io.NopCloser(strings.NewReader(body))}
+	in.ScrubResponse(req, resp)
+	if b, _ := io.ReadAll(resp.Body); strings.Contains(string(b), "header-value-0123456789") || strings.Contains(string(b), sentBasic) ||
+		resp.Header.Get("X-Echo") != ph {
+		t.Errorf("a revoked secret is not scrubbed from an answer: %q, %q", b, resp.Header.Get("X-Echo"))
+	}
 	// Another host's answer is left alone.
 	other := request(t, "https://other.example.com/", "", "")
 	resp = &http.Response{Header: http.Header{"X-Echo": {"header-value-0123456789"}}, Body: io.NopCloser(strings.NewReader(body))}
