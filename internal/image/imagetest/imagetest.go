@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/image"
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // Settings read from the environment.
@@ -91,4 +92,16 @@ func testNet(ip net.IP) bool {
 		}
 	}
 	return false
+}
+
+// ManagerEgress is the egress of allow_package_managers with the given mirrors (MANAGER=URL, as
+// --package-registry takes them), for sandboxtest.RunRegistries.
+func ManagerEgress(mirrors []string) (sandbox.EgressSource, error) {
+	var r image.Registries
+	for _, m := range mirrors {
+		if err := r.Set(m); err != nil {
+			return nil, err
+		}
+	}
+	return &image.ManagerEgress{Registries: &r}, nil
 }

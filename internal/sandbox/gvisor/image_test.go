@@ -6,7 +6,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/corralhq/corral/internal/image"
 	"github.com/corralhq/corral/internal/image/imagetest"
 	"github.com/corralhq/corral/internal/proxy/proxytest"
 	"github.com/corralhq/corral/internal/sandbox"
@@ -44,15 +43,7 @@ func BenchmarkSandboxImage(b *testing.B) {
 // TestRegistries: allow_package_managers opens the registries of the environment's managers, and nothing else,
 // to a sandbox through its egress proxy.
 func TestRegistries(t *testing.T) {
-	sandboxtest.RunRegistries(t, newProvider, func(mirrors []string) (sandbox.EgressSource, error) {
-		var r image.Registries
-		for _, m := range mirrors {
-			if err := r.Set(m); err != nil {
-				return nil, err
-			}
-		}
-		return &image.ManagerEgress{Registries: &r}, nil
-	})
+	sandboxtest.RunRegistries(t, newProvider, imagetest.ManagerEgress)
 }
 
 // newShortProvider is newProvider with state directories of short paths: the egress proxy's socket is made in
