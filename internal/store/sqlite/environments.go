@@ -97,17 +97,7 @@ func (s *Store) EnvironmentDelete(ctx context.Context, id string) error {
 	return nil
 }
 
-func scanEnvironment(row scanner) (*apitype.Environment, error) {
-	var doc []byte
-	if err := row.Scan(&doc); err != nil {
-		return nil, err
-	}
-	var e apitype.Environment
-	if err := json.Unmarshal(doc, &e); err != nil {
-		return nil, fmt.Errorf("decode environment: %w", err)
-	}
-	return &e, nil
-}
+var scanEnvironment = scanDoc[apitype.Environment]("environment")
 
 // EnvironmentImageSet records the environment's image status under store.SetImage's rule.
 func (s *Store) EnvironmentImageSet(ctx context.Context, id string, img *apitype.EnvironmentImage) error {

@@ -196,17 +196,7 @@ func (s *Store) SkillVersionDelete(ctx context.Context, skillID, version string)
 	return v, nil
 }
 
-func scanSkill(row scanner) (*apitype.Skill, error) {
-	var doc []byte
-	if err := row.Scan(&doc); err != nil {
-		return nil, err
-	}
-	var sk apitype.Skill
-	if err := json.Unmarshal(doc, &sk); err != nil {
-		return nil, fmt.Errorf("decode skill: %w", err)
-	}
-	return &sk, nil
-}
+var scanSkill = scanDoc[apitype.Skill]("skill")
 
 func scanSkillVersion(row scanner) (*store.SkillVersion, error) {
 	var (

@@ -144,17 +144,7 @@ func (w *wtx) putVault(v *apitype.Vault) error {
 	return err
 }
 
-func scanVault(row scanner) (*apitype.Vault, error) {
-	var doc []byte
-	if err := row.Scan(&doc); err != nil {
-		return nil, err
-	}
-	var v apitype.Vault
-	if err := json.Unmarshal(doc, &v); err != nil {
-		return nil, fmt.Errorf("decode vault: %w", err)
-	}
-	return &v, nil
-}
+var scanVault = scanDoc[apitype.Vault]("vault")
 
 // CredentialCreate stores a new credential and its sealed secrets.
 func (s *Store) CredentialCreate(ctx context.Context, p *store.CredentialCreateParams) error {
