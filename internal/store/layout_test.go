@@ -12,8 +12,8 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// TestAdaptersMirror: the adapters keep the methods of each sub-interface of Store in the file named for it, so
-// that the same concern is in the same place in each.
+// TestAdaptersMirror: the port declares each sub-interface of Store in the file named for it, and the adapters
+// keep the methods of each in the file of the same name, so that the same concern is in the same place in each.
 func TestAdaptersMirror(t *testing.T) {
 	t.Parallel()
 	files := map[reflect.Type]string{
@@ -44,6 +44,15 @@ func TestAdaptersMirror(t *testing.T) {
 		t.Fatalf("the sub-interfaces cover %d of store.Store's %d methods: give the new one a file here", covered, st.NumMethod()-own)
 	}
 
+	t.Run("port", func(t *testing.T) {
+		t.Parallel()
+		declared := portTypes(t)
+		for typ, file := range files {
+			if got := declared[typ.Name()]; got != file {
+				t.Errorf("store.%s is declared in %q, want %s", typ.Name(), got, file)
+			}
+		}
+	})
 	for _, dir := range []string{"sqlite", "postgres"} {
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
@@ -60,15 +69,31 @@ func TestAdaptersMirror(t *testing.T) {
 	}
 }
 
-// storeMethods maps the methods of *Store declared in the package in dir to the file of each.
-func storeMethods(t *testing.T, dir string) map[string]string {
+// portTypes maps the types the port declares to the file of each.
+func portTypes(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for path, f := range parseDir(t, ".") {
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.TYPE {
+				for _, sp := range g.Specs {
+					out[sp.(*ast.TypeSpec).Name.Name] = filepath.Base(path)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// parseDir parses the non-test Go files of dir, by path.
+func parseDir(t *testing.T, dir string) map[string]*ast.File {
 	t.Helper()
 	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no Go files in %s: %v", dir, err)
 	}
 	fset := token.NewFileSet()
-	out := map[string]string{}
+	out := map[string]*ast.File{}
 	for _, path := range paths {
 		if strings.HasSuffix(path, "_test.go") {
 			continue
@@ -77,6 +102,16 @@ func storeMethods(t *testing.T, dir string) map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		out[path] = f
+	}
+	return out
+}
+
+// storeMethods maps the methods of *Store declared in the package in dir to the file of each.
+func storeMethods(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for path, f := range parseDir(t, dir) {
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
 			if !ok || fn.Recv == nil || len(fn.Recv.List) != 1 {

@@ -45,3 +45,49 @@ type SkillVersionListParams struct {
 	Limit   int
 	After   *Cursor
 }
+
+// SkillTx is what the rules of SkillStore need of an adapter's write transaction. The rows it reads are locked
+// against concurrent writers until the transaction ends (where the adapter has any).
+type SkillTx interface {
+	// Skill reads a skill (ErrNotFound).
+	Skill(id string) (*apitype.Skill, error)
+	PutSkill(sk *apitype.Skill) error
+	InsertVersion(v *SkillVersion) error
+	// Version reads a version of a skill (ErrNotFound); DeleteVersion removes it.
+	Version(skillID, id string) (*SkillVersion, error)
+	DeleteVersion(skillID, id string) error
+	// NewestVersion returns the id of the skill's newest version, "" if it has none.
+	NewestVersion(skillID string) (string, error)
+}
+
+// CreateSkillVersion is SkillVersionCreate's rule: a new version of an existing skill becomes its latest.
+func CreateSkillVersion(tx SkillTx, v *SkillVersion) error {
+	sk, err := tx.Skill(v.SkillID)
+	if err != nil {
+		return err
+	}
+	if err := tx.InsertVersion(v); err != nil {
+		return err
+	}
+	sk.LatestVersionID, sk.UpdatedAt = v.ID, v.CreatedAt
+	return tx.PutSkill(sk)
+}
+
+// DeleteSkillVersion is SkillVersionDelete's rule: the skill's latest becomes its newest remaining version.
+func DeleteSkillVersion(tx SkillTx, skillID, version string) (*SkillVersion, error) {
+	sk, err := tx.Skill(skillID)
+	if err != nil {
+		return nil, err
+	}
+	v, err := tx.Version(skillID, version)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.DeleteVersion(skillID, version); err != nil {
+		return nil, err
+	}
+	if sk.LatestVersionID, err = tx.NewestVersion(skillID); err != nil {
+		return nil, err
+	}
+	return v, tx.PutSkill(sk)
+}

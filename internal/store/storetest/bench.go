@@ -18,6 +18,8 @@ import (
 //	Append/sessions=64/writers=64   64 goroutines, each appending to its own session
 //	EventList/100k/after            100 events after the middle of a 100,000-event log
 //	EventList/100k/before-desc      the 100 events before the middle, newest first
+//	Resources/create-get-update     a vault created, read and updated: the document-table path
+//	Resources/list                  a page of 100 of 1,000 vaults
 //
 // Appends are one event each and report appends/s; reads report ns/op.
 func Bench(b *testing.B, h Harness) {
@@ -33,6 +35,7 @@ func Bench(b *testing.B, h Harness) {
 			b.Run(tc.name, func(b *testing.B) { benchAppend(b, h, tc.sessions, tc.per) })
 		}
 	})
+	b.Run("Resources", func(b *testing.B) { benchResources(b, h) })
 	b.Run("EventList", func(b *testing.B) {
 		s := h.open(b)
 		sess := createSession(b, s)
@@ -66,6 +69,49 @@ func Bench(b *testing.B, h Harness) {
 					}
 				}
 			})
+		}
+	})
+}
+
+// benchResources measures the document-table path every resource takes (vaults stand for them all).
+func benchResources(b *testing.B, h Harness) {
+	s := h.open(b)
+	base := time.Now().UTC().Truncate(time.Second)
+	b.Run("create-get-update", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			v := newVault(base)
+			if err := s.VaultCreate(ctxBg, v); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.VaultGet(ctxBg, v.ID); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.VaultUpdate(ctxBg, v.ID, func(v *apitype.Vault) error {
+				v.DisplayName = "renamed"
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("list", func(b *testing.B) {
+		s := h.open(b)
+		for i := range 1000 {
+			if err := s.VaultCreate(ctxBg, newVault(base.Add(time.Duration(i)*time.Millisecond))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		p := &store.ListParams{Limit: 100, After: &store.Cursor{CreatedAt: base.Add(500 * time.Millisecond)}}
+		b.ReportAllocs()
+		for b.Loop() {
+			got, err := s.VaultList(ctxBg, p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(got) != 100 {
+				b.Fatalf("got %d vaults, want 100", len(got))
+			}
 		}
 	})
 }

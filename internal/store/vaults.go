@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -148,4 +149,122 @@ type MasterKey struct {
 	ID         string
 	CheckValue []byte
 	CreatedAt  time.Time
+}
+
+// VaultTx is what the rules of VaultStore need of an adapter's write transaction. The rows it reads are locked
+// against concurrent writers until the transaction ends (where the adapter has any).
+type VaultTx interface {
+	// Vault reads a vault (ErrNotFound); with share, a lock that only keeps it from being archived or deleted.
+	Vault(id string, share bool) (*apitype.Vault, error)
+	PutVault(v *apitype.Vault) error
+	// Credential reads a credential of a vault (ErrNotFound); ActiveCredentials a vault's unarchived ones.
+	Credential(ref *CredentialRef) (*apitype.Credential, error)
+	ActiveCredentials(vaultID string) ([]apitype.Credential, error)
+	InsertCredential(c *apitype.Credential, matchKey string) error
+	PutCredential(c *apitype.Credential) error
+	// PutSecret stores a credential's secret, replacing the one of its name; DeleteSecrets removes the
+	// credential's secrets of these names, or every one of them if names is empty.
+	PutSecret(s *SealedSecret) error
+	DeleteSecrets(credentialID string, names ...string) error
+}
+
+// KeepVault is what VaultUpdate keeps of the vault read: its id.
+func KeepVault(next, cur *apitype.Vault) { next.ID = cur.ID }
+
+// ArchiveVault is VaultArchive's rule: archiving is idempotent, and cascades to the vault's unarchived
+// credentials, whose secrets go.
+func ArchiveVault(tx VaultTx, p *ArchiveParams) (*apitype.Vault, error) {
+	v, err := tx.Vault(p.ID, false)
+	if err != nil || !Archive(&v.ArchivedAt, &v.UpdatedAt, p.At) {
+		return v, err
+	}
+	if err := tx.PutVault(v); err != nil {
+		return nil, err
+	}
+	creds, err := tx.ActiveCredentials(v.ID)
+	if err != nil {
+		return nil, err
+	}
+	for i := range creds {
+		if err := archiveCredential(tx, &creds[i], p.At); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// CreateCredential is CredentialCreate's rule: only an unarchived vault takes a credential, and the secrets
+// stored with it are sealed for it.
+func CreateCredential(tx VaultTx, p *CredentialCreateParams) error {
+	c := p.Credential
+	// A share lock on the vault: an archive or delete running beside this create waits for it.
+	v, err := tx.Vault(c.VaultID, true)
+	if err != nil {
+		return err
+	}
+	if v.ArchivedAt != nil {
+		return fmt.Errorf("vault %s is archived: %w", c.VaultID, ErrConflict)
+	}
+	if err := tx.InsertCredential(c, p.MatchKey); err != nil {
+		return err
+	}
+	return putSecrets(tx, c.ID, p.Secrets)
+}
+
+// UpdateCredential is CredentialUpdate's rule: p.Update changes the credential (not its id or vault) and
+// returns the secrets to store with it.
+func UpdateCredential(tx VaultTx, p *CredentialUpdateParams) (*apitype.Credential, error) {
+	c, err := tx.Credential(&p.CredentialRef)
+	if err != nil {
+		return nil, err
+	}
+	secrets, err := p.Update(c)
+	if err != nil {
+		return nil, err
+	}
+	c.ID, c.VaultID = p.ID, p.VaultID
+	if err := tx.PutCredential(c); err != nil {
+		return nil, err
+	}
+	return c, putSecrets(tx, c.ID, secrets)
+}
+
+// ArchiveCredential is CredentialArchive's rule: archiving is idempotent, and an archived credential keeps its
+// record, not its secrets.
+func ArchiveCredential(tx VaultTx, p *CredentialArchiveParams) (*apitype.Credential, error) {
+	c, err := tx.Credential(&p.CredentialRef)
+	if err != nil {
+		return nil, err
+	}
+	return c, archiveCredential(tx, c, p.At)
+}
+
+func archiveCredential(tx VaultTx, c *apitype.Credential, at time.Time) error {
+	if !Archive(&c.ArchivedAt, &c.UpdatedAt, at) {
+		return nil
+	}
+	if err := tx.PutCredential(c); err != nil {
+		return err
+	}
+	return tx.DeleteSecrets(c.ID)
+}
+
+// putSecrets stores each of a credential's secrets, replacing the one of its name; a nil Ciphertext removes it.
+func putSecrets(tx VaultTx, credentialID string, secrets []SealedSecret) error {
+	for i := range secrets {
+		sec := &secrets[i]
+		if sec.CredentialID != credentialID || sec.Name == "" {
+			return fmt.Errorf("secret %q is not sealed for credential %s", sec.Name, credentialID)
+		}
+		var err error
+		if sec.Ciphertext == nil {
+			err = tx.DeleteSecrets(credentialID, sec.Name)
+		} else {
+			err = tx.PutSecret(sec)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
