@@ -3,83 +3,52 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
-	"github.com/corralhq/corral/internal/store"
 )
 
-const envKeyColumns = `id, environment_id, name, hash, hint, created_at, revoked_at`
+var envKeys = &table[apitype.EnvironmentKey]{
+	what: "environment key", name: "environment_keys", alias: "k",
+	sel:  `SELECT k.id, k.environment_id, k.name, k.hash, k.hint, k.created_at, k.revoked_at FROM environment_keys k`,
+	scan: scanEnvKey,
+}
 
-// EnvironmentKeyCreate stores a key (its hash, never its secret).
+// EnvironmentKeyCreate stores a key (its hash, never its secret); ErrNotFound for an unknown environment.
 func (s *Store) EnvironmentKeyCreate(ctx context.Context, k *apitype.EnvironmentKey) error {
 	err := s.write(ctx, func(w *wtx) error {
-		var one int
-		if err := w.queryRow(`SELECT 1 FROM environments WHERE id = ?`, k.EnvironmentID).Scan(&one); errors.Is(err, sql.ErrNoRows) {
-			return store.ErrNotFound
-		} else if err != nil {
+		if _, err := environments.read(w, "e.id = ?", k.EnvironmentID); err != nil {
 			return err
 		}
-		_, err := w.exec(`INSERT INTO environment_keys (`+envKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		_, err := w.exec(`INSERT INTO environment_keys (id, environment_id, name, hash, hint, created_at, revoked_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`,
 			k.ID, k.EnvironmentID, k.Name, k.Hash, k.Hint, micros(k.CreatedAt), nullMicros(k.RevokedAt))
-		if isConstraint(err) {
-			return store.ErrConflict
-		}
 		return err
 	}, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: create environment key %s: %w", k.ID, err)
-	}
-	return nil
+	return writeErr(err, "create environment key %s", k.ID)
 }
 
 // EnvironmentKeyByHash finds an unrevoked key by the hash of its secret.
 func (s *Store) EnvironmentKeyByHash(ctx context.Context, hash string) (*apitype.EnvironmentKey, error) {
-	k, err := scanEnvKey(s.readRow(ctx, `SELECT `+envKeyColumns+` FROM environment_keys
-		WHERE hash = ? AND revoked_at IS NULL`, hash))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("sqlite: environment key by hash: %w", store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, s.readErr("environment key by hash", err)
-	}
-	return k, nil
+	return envKeys.get(ctx, s, "by hash", "k.hash = ? AND k.revoked_at IS NULL", hash)
 }
 
 // EnvironmentKeyList lists an environment's keys, oldest first.
 func (s *Store) EnvironmentKeyList(ctx context.Context, environmentID string) ([]apitype.EnvironmentKey, error) {
-	rows, err := s.readQuery(ctx, `SELECT `+envKeyColumns+` FROM environment_keys WHERE environment_id = ?
-		ORDER BY created_at, id`, environmentID)
-	if err != nil {
-		return nil, s.readErr("list environment keys", err)
-	}
-	out, err := collect(rows, scanEnvKey)
-	if err != nil {
-		return nil, s.readErr("list environment keys", err)
-	}
-	return out, nil
+	return envKeys.rows(ctx, s, "list environment keys", envKeys.sel+` WHERE k.environment_id = ?
+		ORDER BY k.created_at, k.id`, environmentID)
 }
 
-// EnvironmentKeyRevoke sets revoked_at (once).
+// EnvironmentKeyRevoke sets revoked_at (once) and ends the sessions tokens of the items polled with the key.
 func (s *Store) EnvironmentKeyRevoke(ctx context.Context, environmentID, id string, at time.Time) error {
 	err := s.write(ctx, func(w *wtx) error {
-		n, err := w.execN(`UPDATE environment_keys SET revoked_at = coalesce(revoked_at, ?) WHERE environment_id = ? AND id = ?`,
-			micros(at), environmentID, id)
-		if err == nil && n == 0 {
-			err = store.ErrNotFound
-		}
-		if err != nil {
+		if err := envKeys.stamp(w, "revoked_at", at, "environment_id = ? AND id = ?", environmentID, id); err != nil {
 			return err
 		}
-		_, err = w.exec(`UPDATE work_items SET token_hash = NULL WHERE environment_id = ? AND key_id = ?`, environmentID, id)
+		_, err := w.exec(`UPDATE work_items SET token_hash = NULL WHERE environment_id = ? AND key_id = ?`, environmentID, id)
 		return err
 	}, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: revoke environment key %s: %w", id, err)
-	}
-	return nil
+	return writeErr(err, "revoke environment key %s", id)
 }
 
 func scanEnvKey(row scanner) (*apitype.EnvironmentKey, error) {

@@ -73,3 +73,12 @@ func collect[T any](rows *sql.Rows, scan func(scanner) (*T, error)) ([]T, error)
 	}
 	return out, rows.Err()
 }
+
+// anys returns vs as arguments.
+func anys[T any](vs []T) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v
+	}
+	return out
+}

@@ -4,18 +4,31 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
 )
 
-// The document plus the columns the store owns, which override the document's copies.
-const (
-	sessionColumns = `d.doc, s.status, s.usage, s.active_seconds, s.archived_at`
-	sessionFrom    = ` FROM sessions s JOIN session_docs d ON d.session_id = s.id`
-)
+// sessions select the document plus the columns the store owns, which override the document's copies.
+var sessions = &table[apitype.Session]{
+	what: "session", name: "sessions", alias: "s", archivable: true,
+	sel: `SELECT d.doc, s.status, s.usage, s.active_seconds, s.archived_at
+		FROM sessions s JOIN session_docs d ON d.session_id = s.id`,
+	scan: scanSession,
+	put: func(w *wtx, next, _ *apitype.Session) error {
+		doc, err := json.Marshal(next)
+		if err != nil {
+			return err
+		}
+		if _, err := w.exec(`UPDATE sessions SET archived_at = ?, agent_id = ?, agent_version = ? WHERE id = ?`,
+			nullMicros(next.ArchivedAt), next.Agent.ID, next.Agent.Version, next.ID); err != nil {
+			return err
+		}
+		_, err = w.exec(`UPDATE session_docs SET doc = ? WHERE session_id = ?`, doc, next.ID)
+		return err
+	},
+}
 
 // SessionCreate stores a session and appends its initial events in the same transaction; with any, the session
 // is runnable. An empty status is stored as idle.
@@ -65,7 +78,7 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 			}
 		}
 		var err error
-		sess, err = scanSession(w.queryRow(`SELECT `+sessionColumns+sessionFrom+` WHERE s.id = ?`, in.ID))
+		sess, err = sessions.read(w, "s.id = ?", in.ID)
 		return err
 	}, func() {
 		if wake {
@@ -87,45 +100,13 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 
 // SessionGet returns a session with its status, usage and active time.
 func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, error) {
-	return getOne(ctx, s, "session "+id, scanSession, `SELECT `+sessionColumns+sessionFrom+` WHERE s.id = ?`, id)
+	return sessions.get(ctx, s, id, "s.id = ?", id)
 }
 
-// SessionUpdate applies fn to the session and stores the result, atomically. Changes fn makes to the id, status,
-// usage or active time are ignored: those belong to the store.
+// SessionUpdate applies fn to the session and stores the result, atomically, under store.KeepSession's rule.
 func (s *Store) SessionUpdate(ctx context.Context, id string,
 	fn func(*apitype.Session) error) (*apitype.Session, error) {
-	var sess *apitype.Session
-	err := s.write(ctx, func(w *wtx) error {
-		cur, err := scanSession(w.queryRow(`SELECT `+sessionColumns+sessionFrom+` WHERE s.id = ?`, id))
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		next := *cur
-		if err := fn(&next); err != nil {
-			return err
-		}
-		next.ID, next.Status, next.Usage, next.Stats.ActiveSeconds = id, cur.Status, cur.Usage, cur.Stats.ActiveSeconds
-		doc, err := json.Marshal(&next)
-		if err != nil {
-			return err
-		}
-		if _, err := w.exec(`UPDATE sessions SET archived_at = ?, agent_id = ?, agent_version = ? WHERE id = ?`,
-			nullMicros(next.ArchivedAt), next.Agent.ID, next.Agent.Version, id); err != nil {
-			return err
-		}
-		if _, err := w.exec(`UPDATE session_docs SET doc = ? WHERE session_id = ?`, doc, id); err != nil {
-			return err
-		}
-		sess = &next
-		return nil
-	}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: update session %s: %w", id, err)
-	}
-	return sess, nil
+	return sessions.update(ctx, s, id, fn, store.KeepSession)
 }
 
 // SessionList lists sessions matching p.
@@ -133,41 +114,19 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 	var f filter
 	if p.AgentID != "" {
 		f.add("s.agent_id = ?", p.AgentID)
-		if p.AgentVersion > 0 {
-			f.add("s.agent_version = ?", p.AgentVersion)
-		}
-	} else if p.AgentVersion > 0 {
+	}
+	if p.AgentVersion > 0 {
 		f.add("s.agent_version = ?", p.AgentVersion)
 	}
 	if len(p.Statuses) > 0 {
-		args := make([]any, len(p.Statuses))
-		for i, st := range p.Statuses {
-			args[i] = st
-		}
-		f.add("s.status IN ("+placeholders(len(args))+")", args...)
+		f.add("s.status IN ("+placeholders(len(p.Statuses))+")", anys(p.Statuses)...)
 	}
-	tail := f.addList("s", &p.ListParams)
-	rows, err := s.readQuery(ctx, `SELECT `+sessionColumns+sessionFrom+f.where()+tail,
-		append(f.args, limitArg(p.Limit))...)
-	if err != nil {
-		return nil, s.readErr("list sessions", err)
-	}
-	out, err := collect(rows, scanSession)
-	if err != nil {
-		return nil, s.readErr("list sessions", err)
-	}
-	return out, nil
+	return sessions.list(ctx, s, &f, &p.ListParams)
 }
 
-// SessionDelete removes a session and its log, and wakes its subscribers.
+// SessionDelete removes a session and its log (by cascade), and wakes its subscribers.
 func (s *Store) SessionDelete(ctx context.Context, id string) error {
-	err := s.write(ctx, func(w *wtx) error {
-		n, err := w.execN(`DELETE FROM sessions WHERE id = ?`, id)
-		if err == nil && n == 0 {
-			err = store.ErrNotFound
-		}
-		return err
-	}, func() {
+	err := s.write(ctx, func(w *wtx) error { return sessions.deleteIn(w, "id = ?", id) }, func() {
 		s.recent.forget(id)
 		s.hub.NotifySession(id)
 	})

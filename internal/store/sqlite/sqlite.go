@@ -14,7 +14,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -265,34 +264,6 @@ func writeErr(err error, format string, args ...any) error {
 		err = store.ErrConflict
 	}
 	return fmt.Errorf("sqlite: "+format+": %w", append(args, err)...)
-}
-
-// getOne reads the one row query selects, with scan; what names it in errors ("vault vlt_..."): no row is
-// ErrNotFound.
-// scanDoc returns the scan of a row that is one JSON document of a T (what names it in errors).
-func scanDoc[T any](what string) func(scanner) (*T, error) {
-	return func(row scanner) (*T, error) {
-		var doc []byte
-		if err := row.Scan(&doc); err != nil {
-			return nil, err
-		}
-		v := new(T)
-		if err := json.Unmarshal(doc, v); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", what, err)
-		}
-		return v, nil
-	}
-}
-
-func getOne[T any](ctx context.Context, s *Store, what string, scan func(scanner) (*T, error), query string, args ...any) (*T, error) {
-	v, err := scan(s.readRow(ctx, query, args...))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("sqlite: get %s: %w", what, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, s.readErr("get "+what, err)
-	}
-	return v, nil
 }
 
 func (s *Store) readStmt(ctx context.Context, query string) (*sql.Stmt, error) {

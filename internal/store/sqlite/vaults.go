@@ -7,119 +7,62 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
+)
+
+var (
+	vaults = &table[apitype.Vault]{
+		what: "vault", name: "vaults", alias: "v", archivable: true,
+		sel:  `SELECT v.doc FROM vaults v`,
+		scan: scanDoc[apitype.Vault]("vault", nil),
+		put:  func(w *wtx, v, _ *apitype.Vault) error { return putDoc(w, "vaults", v.ID, v.ArchivedAt, v) },
+	}
+	credentials = &table[apitype.Credential]{
+		what: "credential", name: "vault_credentials", alias: "c", archivable: true,
+		sel:  `SELECT c.doc, c.archived_at FROM vault_credentials c`,
+		scan: scanDoc("credential", func(c *apitype.Credential, at *time.Time) { c.ArchivedAt = at }),
+	}
 )
 
 // VaultCreate stores a new vault.
 func (s *Store) VaultCreate(ctx context.Context, v *apitype.Vault) error {
 	doc, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("sqlite: create vault %s: %w", v.ID, err)
+		return writeErr(err, "create vault %s", v.ID)
 	}
-	err = s.write(ctx, func(w *wtx) error {
-		_, err := w.exec(`INSERT INTO vaults (id, created_at, archived_at, doc) VALUES (?, ?, ?, ?)`,
-			v.ID, micros(v.CreatedAt), nullMicros(v.ArchivedAt), doc)
-		return err
-	}, nil)
-	return writeErr(err, "create vault %s", v.ID)
+	return vaults.create(ctx, s, v.ID, `INSERT INTO vaults (id, created_at, archived_at, doc) VALUES (?, ?, ?, ?)`,
+		v.ID, micros(v.CreatedAt), nullMicros(v.ArchivedAt), doc)
 }
 
 // VaultGet returns a vault.
 func (s *Store) VaultGet(ctx context.Context, id string) (*apitype.Vault, error) {
-	return getOne(ctx, s, "vault "+id, scanVault, `SELECT doc FROM vaults WHERE id = ?`, id)
+	return vaults.get(ctx, s, id, "v.id = ?", id)
 }
 
 // VaultUpdate applies fn to the vault and stores the result, atomically.
 func (s *Store) VaultUpdate(ctx context.Context, id string, fn func(*apitype.Vault) error) (*apitype.Vault, error) {
-	var v *apitype.Vault
-	err := s.write(ctx, func(w *wtx) error {
-		var err error
-		if v, err = w.vault(id); err != nil {
-			return err
-		}
-		if err := fn(v); err != nil {
-			return err
-		}
-		v.ID = id
-		return w.putVault(v)
-	}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: update vault %s: %w", id, err)
-	}
-	return v, nil
+	return vaults.update(ctx, s, id, fn, store.KeepVault)
 }
 
 // VaultList lists vaults.
 func (s *Store) VaultList(ctx context.Context, p *store.ListParams) ([]apitype.Vault, error) {
-	var f filter
-	tail := f.addList("v", p)
-	rows, err := s.readQuery(ctx, `SELECT v.doc FROM vaults v`+f.where()+tail, append(f.args, limitArg(p.Limit))...)
-	if err != nil {
-		return nil, s.readErr("list vaults", err)
-	}
-	out, err := collect(rows, scanVault)
-	if err != nil {
-		return nil, s.readErr("list vaults", err)
-	}
-	return out, nil
+	return vaults.list(ctx, s, &filter{}, p)
 }
 
-// VaultDelete removes a vault with its credentials and their secrets.
+// VaultDelete removes a vault with its credentials and their secrets (by cascade).
 func (s *Store) VaultDelete(ctx context.Context, id string) error {
-	err := s.write(ctx, func(w *wtx) error {
-		if _, err := w.exec(`DELETE FROM vault_secrets WHERE credential_id IN
-			(SELECT id FROM vault_credentials WHERE vault_id = ?)`, id); err != nil {
-			return err
-		}
-		if _, err := w.exec(`DELETE FROM vault_credentials WHERE vault_id = ?`, id); err != nil {
-			return err
-		}
-		n, err := w.execN(`DELETE FROM vaults WHERE id = ?`, id)
-		if err == nil && n == 0 {
-			err = store.ErrNotFound
-		}
-		return err
-	}, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: delete vault %s: %w", id, err)
-	}
-	return nil
+	return vaults.delete(ctx, s, id, "id = ?", id)
 }
 
-// VaultArchive archives a vault and its credentials, removing their secrets.
+// VaultArchive archives a vault and its credentials under store.ArchiveVault's rule.
 func (s *Store) VaultArchive(ctx context.Context, p *store.ArchiveParams) (*apitype.Vault, error) {
 	var v *apitype.Vault
-	err := s.write(ctx, func(w *wtx) error {
-		var err error
-		if v, err = w.vault(p.ID); err != nil {
-			return err
-		}
-		if v.ArchivedAt != nil {
-			return nil
-		}
-		at := p.At
-		v.ArchivedAt, v.UpdatedAt = &at, at
-		if err := w.putVault(v); err != nil {
-			return err
-		}
-		rows, err := w.query(`SELECT doc, archived_at FROM vault_credentials WHERE vault_id = ? AND archived_at IS NULL`, p.ID)
-		if err != nil {
-			return err
-		}
-		creds, err := collect(rows, scanCredential)
-		if err != nil {
-			return err
-		}
-		for i := range creds {
-			c := &creds[i]
-			c.ArchivedAt, c.UpdatedAt = &at, at
-			if err := w.archiveCredential(c); err != nil {
-				return err
-			}
-		}
-		return nil
+	err := s.write(ctx, func(w *wtx) (err error) {
+		v, err = store.ArchiveVault(vaultTx{w}, p)
+		return err
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: archive vault %s: %w", p.ID, err)
@@ -127,83 +70,23 @@ func (s *Store) VaultArchive(ctx context.Context, p *store.ArchiveParams) (*apit
 	return v, nil
 }
 
-func (w *wtx) vault(id string) (*apitype.Vault, error) {
-	v, err := scanVault(w.queryRow(`SELECT doc FROM vaults WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
-	}
-	return v, err
-}
-
-func (w *wtx) putVault(v *apitype.Vault) error {
-	doc, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = w.exec(`UPDATE vaults SET archived_at = ?, doc = ? WHERE id = ?`, nullMicros(v.ArchivedAt), doc, v.ID)
-	return err
-}
-
-var scanVault = scanDoc[apitype.Vault]("vault")
-
-// CredentialCreate stores a new credential and its sealed secrets.
+// CredentialCreate stores a new credential and its sealed secrets under store.CreateCredential's rule.
 func (s *Store) CredentialCreate(ctx context.Context, p *store.CredentialCreateParams) error {
-	c := p.Credential
-	doc, err := json.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("sqlite: create credential %s: %w", c.ID, err)
-	}
-	err = s.write(ctx, func(w *wtx) error {
-		v, err := w.vault(c.VaultID)
-		if err != nil {
-			return err
-		}
-		if v.ArchivedAt != nil {
-			return fmt.Errorf("vault %s is archived: %w", c.VaultID, store.ErrConflict)
-		}
-		if _, err := w.exec(`INSERT INTO vault_credentials (id, vault_id, created_at, archived_at, match_key, doc)
-			VALUES (?, ?, ?, ?, ?, ?)`, c.ID, c.VaultID, micros(c.CreatedAt), nullMicros(c.ArchivedAt), p.MatchKey, doc); err != nil {
-			if isConstraint(err) {
-				return store.ErrConflict
-			}
-			return err
-		}
-		return w.putSecrets(c.ID, p.Secrets)
-	}, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: create credential %s: %w", c.ID, err)
-	}
-	return nil
+	err := s.write(ctx, func(w *wtx) error { return store.CreateCredential(vaultTx{w}, p) }, nil)
+	return writeErr(err, "create credential %s", p.Credential.ID)
 }
 
 // CredentialGet returns a credential of a vault.
 func (s *Store) CredentialGet(ctx context.Context, p *store.CredentialRef) (*apitype.Credential, error) {
-	return getOne(ctx, s, "credential "+p.ID, scanCredential, `SELECT doc, archived_at FROM vault_credentials WHERE id = ? AND vault_id = ?`,
-		p.ID, p.VaultID)
+	return credentials.get(ctx, s, p.ID, "c.id = ? AND c.vault_id = ?", p.ID, p.VaultID)
 }
 
 // CredentialUpdate applies p.Update to the credential and stores the result and the secrets it returns.
 func (s *Store) CredentialUpdate(ctx context.Context, p *store.CredentialUpdateParams) (*apitype.Credential, error) {
 	var c *apitype.Credential
-	err := s.write(ctx, func(w *wtx) error {
-		var err error
-		if c, err = w.credential(&p.CredentialRef); err != nil {
-			return err
-		}
-		secrets, err := p.Update(c)
-		if err != nil {
-			return err
-		}
-		c.ID, c.VaultID = p.ID, p.VaultID
-		doc, err := json.Marshal(c)
-		if err != nil {
-			return err
-		}
-		if _, err := w.exec(`UPDATE vault_credentials SET archived_at = ?, doc = ? WHERE id = ?`,
-			nullMicros(c.ArchivedAt), doc, c.ID); err != nil {
-			return err
-		}
-		return w.putSecrets(c.ID, secrets)
+	err := s.write(ctx, func(w *wtx) (err error) {
+		c, err = store.UpdateCredential(vaultTx{w}, p)
+		return err
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: update credential %s: %w", p.ID, err)
@@ -215,56 +98,24 @@ func (s *Store) CredentialUpdate(ctx context.Context, p *store.CredentialUpdateP
 func (s *Store) CredentialList(ctx context.Context, p *store.CredentialListParams) ([]apitype.Credential, error) {
 	var f filter
 	f.add("c.vault_id = ?", p.VaultID)
-	tail := f.addList("c", &p.ListParams)
-	rows, err := s.readQuery(ctx, `SELECT c.doc, c.archived_at FROM vault_credentials c`+f.where()+tail,
-		append(f.args, limitArg(p.Limit))...)
-	if err != nil {
-		return nil, s.readErr("list credentials", err)
+	out, err := credentials.list(ctx, s, &f, &p.ListParams)
+	if err == nil && len(out) == 0 {
+		_, err = s.VaultGet(ctx, p.VaultID)
 	}
-	out, err := collect(rows, scanCredential)
-	if err != nil {
-		return nil, s.readErr("list credentials", err)
-	}
-	if len(out) == 0 {
-		if _, err := s.VaultGet(ctx, p.VaultID); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return out, err
 }
 
-// CredentialDelete removes a credential and its secrets.
+// CredentialDelete removes a credential and its secrets (by cascade).
 func (s *Store) CredentialDelete(ctx context.Context, p *store.CredentialRef) error {
-	err := s.write(ctx, func(w *wtx) error {
-		if _, err := w.credential(p); err != nil {
-			return err
-		}
-		if _, err := w.exec(`DELETE FROM vault_secrets WHERE credential_id = ?`, p.ID); err != nil {
-			return err
-		}
-		_, err := w.exec(`DELETE FROM vault_credentials WHERE id = ?`, p.ID)
-		return err
-	}, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: delete credential %s: %w", p.ID, err)
-	}
-	return nil
+	return credentials.delete(ctx, s, p.ID, "id = ? AND vault_id = ?", p.ID, p.VaultID)
 }
 
-// CredentialArchive archives a credential and removes its secrets.
+// CredentialArchive archives a credential and removes its secrets under store.ArchiveCredential's rule.
 func (s *Store) CredentialArchive(ctx context.Context, p *store.CredentialArchiveParams) (*apitype.Credential, error) {
 	var c *apitype.Credential
-	err := s.write(ctx, func(w *wtx) error {
-		var err error
-		if c, err = w.credential(&p.CredentialRef); err != nil {
-			return err
-		}
-		if c.ArchivedAt != nil {
-			return nil
-		}
-		at := p.At
-		c.ArchivedAt, c.UpdatedAt = &at, at
-		return w.archiveCredential(c)
+	err := s.write(ctx, func(w *wtx) (err error) {
+		c, err = store.ArchiveCredential(vaultTx{w}, p)
+		return err
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: archive credential %s: %w", p.ID, err)
@@ -272,63 +123,60 @@ func (s *Store) CredentialArchive(ctx context.Context, p *store.CredentialArchiv
 	return c, nil
 }
 
-func (w *wtx) credential(p *store.CredentialRef) (*apitype.Credential, error) {
-	c, err := scanCredential(w.queryRow(`SELECT doc, archived_at FROM vault_credentials WHERE id = ? AND vault_id = ?`,
-		p.ID, p.VaultID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
-	}
-	return c, err
+// vaultTx is store.VaultTx over a write transaction (the single writer needs no row locks).
+type vaultTx struct{ w *wtx }
+
+func (t vaultTx) Vault(id string, _ bool) (*apitype.Vault, error) {
+	return vaults.read(t.w, "v.id = ?", id)
 }
 
-// archiveCredential writes c (archived) and removes its secrets.
-func (w *wtx) archiveCredential(c *apitype.Credential) error {
+func (t vaultTx) PutVault(v *apitype.Vault) error { return vaults.put(t.w, v, nil) }
+
+func (t vaultTx) Credential(p *store.CredentialRef) (*apitype.Credential, error) {
+	return credentials.read(t.w, "c.id = ? AND c.vault_id = ?", p.ID, p.VaultID)
+}
+
+func (t vaultTx) ActiveCredentials(vaultID string) ([]apitype.Credential, error) {
+	rows, err := t.w.query(credentials.sel+` WHERE c.vault_id = ? AND c.archived_at IS NULL`, vaultID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, credentials.scan)
+}
+
+func (t vaultTx) InsertCredential(c *apitype.Credential, matchKey string) error {
 	doc, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
-	if _, err := w.exec(`UPDATE vault_credentials SET archived_at = ?, doc = ? WHERE id = ?`,
-		nullMicros(c.ArchivedAt), doc, c.ID); err != nil {
-		return err
-	}
-	_, err = w.exec(`DELETE FROM vault_secrets WHERE credential_id = ?`, c.ID)
+	_, err = t.w.exec(`INSERT INTO vault_credentials (id, vault_id, created_at, archived_at, match_key, doc)
+		VALUES (?, ?, ?, ?, ?, ?)`, c.ID, c.VaultID, micros(c.CreatedAt), nullMicros(c.ArchivedAt), matchKey, doc)
 	return err
 }
 
-// putSecrets upserts (or, with nil Ciphertext, removes) a credential's secrets.
-func (w *wtx) putSecrets(credentialID string, secrets []store.SealedSecret) error {
-	for _, sec := range secrets {
-		if sec.CredentialID != credentialID || sec.Name == "" {
-			return fmt.Errorf("secret %q is not sealed for credential %s", sec.Name, credentialID)
-		}
-		if sec.Ciphertext == nil {
-			if _, err := w.exec(`DELETE FROM vault_secrets WHERE credential_id = ? AND name = ?`, credentialID, sec.Name); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, err := w.exec(`INSERT INTO vault_secrets (credential_id, name, key_id, wrapped_key, ciphertext)
-			VALUES (?, ?, ?, ?, ?) ON CONFLICT (credential_id, name) DO UPDATE SET
-			key_id = excluded.key_id, wrapped_key = excluded.wrapped_key, ciphertext = excluded.ciphertext`,
-			credentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext); err != nil {
+func (t vaultTx) PutCredential(c *apitype.Credential) error {
+	return putDoc(t.w, "vault_credentials", c.ID, c.ArchivedAt, c)
+}
+
+func (t vaultTx) PutSecret(sec *store.SealedSecret) error {
+	_, err := t.w.exec(`INSERT INTO vault_secrets (credential_id, name, key_id, wrapped_key, ciphertext)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT (credential_id, name) DO UPDATE SET
+		key_id = excluded.key_id, wrapped_key = excluded.wrapped_key, ciphertext = excluded.ciphertext`,
+		sec.CredentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext)
+	return err
+}
+
+func (t vaultTx) DeleteSecrets(credentialID string, names ...string) error {
+	if len(names) == 0 {
+		_, err := t.w.exec(`DELETE FROM vault_secrets WHERE credential_id = ?`, credentialID)
+		return err
+	}
+	for _, name := range names {
+		if _, err := t.w.exec(`DELETE FROM vault_secrets WHERE credential_id = ? AND name = ?`, credentialID, name); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func scanCredential(row scanner) (*apitype.Credential, error) {
-	var doc []byte
-	var archived sql.NullInt64
-	if err := row.Scan(&doc, &archived); err != nil {
-		return nil, err
-	}
-	var c apitype.Credential
-	if err := json.Unmarshal(doc, &c); err != nil {
-		return nil, fmt.Errorf("decode credential: %w", err)
-	}
-	c.ArchivedAt = timePtr(archived)
-	return &c, nil
 }
 
 // SecretList lists sealed secrets.
@@ -339,11 +187,7 @@ func (s *Store) SecretList(ctx context.Context, p *store.SecretListParams) ([]st
 		f.add(idCol+" = ?", p.CredentialID)
 	}
 	if len(p.NotKeyIDs) > 0 {
-		args := make([]any, len(p.NotKeyIDs))
-		for i, id := range p.NotKeyIDs {
-			args[i] = id
-		}
-		f.add("key_id NOT IN ("+placeholders(len(args))+")", args...)
+		f.add("key_id NOT IN ("+placeholders(len(p.NotKeyIDs))+")", anys(p.NotKeyIDs)...)
 	}
 	if p.AfterCredentialID != "" {
 		f.add("("+idCol+", name) > (?, ?)", p.AfterCredentialID, p.AfterName)
