@@ -12,19 +12,18 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-func decodeAgent(doc []byte, archived *time.Time) (apitype.Agent, error) {
-	var a apitype.Agent
-	if err := json.Unmarshal(doc, &a); err != nil {
-		return a, fmt.Errorf("decode agent: %w", err)
-	}
-	a.ArchivedAt = utc(archived)
-	return a, nil
+// agents select an agent's latest version, with the agent's archived_at.
+var agents = &table[apitype.Agent]{
+	what: "agent", name: "agents", alias: "a", archivable: true,
+	sel: `SELECT v.doc, a.archived_at FROM agents a
+		JOIN agent_versions v ON v.agent_id = a.id AND v.version = a.latest_version`,
+	scan: scanDoc("agent", func(a *apitype.Agent, at *time.Time) { a.ArchivedAt = at }),
 }
 
-// AgentCreate stores version 1 of a new agent; ErrConflict if the id exists.
+// AgentCreate stores version 1 of a new agent under store.FirstVersion's rule; ErrConflict if the id exists.
 func (s *Store) AgentCreate(ctx context.Context, a *apitype.Agent) error {
-	if a.Version == 0 {
-		a.Version = 1
+	if err := store.FirstVersion(a); err != nil {
+		return fmt.Errorf("agent create: %w", err)
 	}
 	doc, err := json.Marshal(a)
 	if err != nil {
@@ -44,47 +43,28 @@ func (s *Store) AgentCreate(ctx context.Context, a *apitype.Agent) error {
 
 // AgentGet returns a version of an agent (0 = latest) with the agent's archived_at.
 func (s *Store) AgentGet(ctx context.Context, p *store.AgentGetParams) (*apitype.Agent, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var (
-		doc      []byte
-		archived *time.Time
-	)
-	err := s.pool.QueryRow(ctx, `SELECT v.doc, a.archived_at FROM agents a
+	return agents.one(ctx, s, `SELECT v.doc, a.archived_at FROM agents a
 		JOIN agent_versions v ON v.agent_id = a.id AND v.version = CASE WHEN $2 > 0 THEN $2 ELSE a.latest_version END
-		WHERE a.id = $1`, p.ID, p.Version).Scan(&doc, &archived)
-	if err != nil {
-		return nil, s.dbErr("agent get", err)
-	}
-	a, err := decodeAgent(doc, archived)
-	if err != nil {
-		return nil, err
-	}
-	return &a, nil
+		WHERE a.id = $1`, p.ID, p.Version)
 }
 
-// AgentPutVersion stores version a.Version, which must follow the latest; ErrConflict otherwise.
+// AgentPutVersion stores version a.Version under store.NextVersion's rule, the agent's row locked.
 func (s *Store) AgentPutVersion(ctx context.Context, a *apitype.Agent) error {
 	doc, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("agent put version: encode: %w", err)
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE agents SET latest_version = $2 WHERE id = $1 AND latest_version = $2 - 1`,
-			a.ID, a.Version)
-		if err != nil {
+		var latest int
+		if err := tx.QueryRow(ctx, `SELECT latest_version FROM agents WHERE id = $1 FOR NO KEY UPDATE`, a.ID).
+			Scan(&latest); err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE id = $1)`, a.ID).Scan(&exists); err != nil {
-				return err
-			}
-			if !exists {
-				return store.ErrNotFound
-			}
-			return fmt.Errorf("version %d does not follow the latest: %w", a.Version, store.ErrConflict)
+		if err := store.NextVersion(latest, a); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE agents SET latest_version = $2 WHERE id = $1`, a.ID, a.Version); err != nil {
+			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO agent_versions (agent_id, version, doc) VALUES ($1, $2, $3)`,
 			a.ID, a.Version, doc)
@@ -95,45 +75,28 @@ func (s *Store) AgentPutVersion(ctx context.Context, a *apitype.Agent) error {
 
 // AgentArchive marks the agent archived (keeping the first archive time) and returns its latest version.
 func (s *Store) AgentArchive(ctx context.Context, id string, at time.Time) (*apitype.Agent, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var (
-		doc      []byte
-		archived *time.Time
-	)
-	err := s.pool.QueryRow(ctx, `WITH a AS (
-			UPDATE agents SET archived_at = COALESCE(archived_at, $2) WHERE id = $1 RETURNING id, latest_version, archived_at)
-		SELECT v.doc, a.archived_at FROM a JOIN agent_versions v ON v.agent_id = a.id AND v.version = a.latest_version`,
-		id, at).Scan(&doc, &archived)
+	var a *apitype.Agent
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := agents.stamp(ctx, tx, "archived_at", at, "id = $2", id); err != nil {
+			return err
+		}
+		var err error
+		a, err = agents.read(ctx, tx, "", "a.id = $1", id)
+		return err
+	})
 	if err != nil {
 		return nil, s.dbErr("agent archive", err)
 	}
-	a, err := decodeAgent(doc, archived)
-	if err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return a, nil
 }
 
 // AgentList lists the latest version of each agent.
 func (s *Store) AgentList(ctx context.Context, p *store.ListParams) ([]apitype.Agent, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var q query
-	q.sql.WriteString(`SELECT v.doc, a.archived_at FROM agents a
-		JOIN agent_versions v ON v.agent_id = a.id AND v.version = a.latest_version WHERE true`)
-	q.listFilter(p, "a", true)
-	out, err := collectDocs(ctx, s, &q, decodeAgent)
-	return out, s.dbErr("agent list", err)
+	return agents.list(ctx, s, agents.query(), p)
 }
 
 // AgentVersionList lists an agent's versions, newest first.
 func (s *Store) AgentVersionList(ctx context.Context, p *store.AgentVersionListParams) ([]apitype.Agent, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
 	var q query
 	fmt.Fprintf(&q.sql, `SELECT v.doc, a.archived_at FROM agents a JOIN agent_versions v ON v.agent_id = a.id
 		WHERE a.id = %s`, q.arg(p.ID))
@@ -144,14 +107,9 @@ func (s *Store) AgentVersionList(ctx context.Context, p *store.AgentVersionListP
 	if p.Limit > 0 {
 		fmt.Fprintf(&q.sql, " LIMIT %s", q.arg(p.Limit))
 	}
-	out, err := collectDocs(ctx, s, &q, decodeAgent)
-	if err != nil {
-		return nil, s.dbErr("agent version list", err)
+	out, err := agents.rows(ctx, s, "agent version list", q.sql.String(), q.args...)
+	if err == nil && len(out) == 0 {
+		_, err = s.AgentGet(ctx, &store.AgentGetParams{ID: p.ID})
 	}
-	if len(out) == 0 {
-		if err := s.exists(ctx, "agents", p.ID); err != nil {
-			return nil, s.dbErr("agent version list", err)
-		}
-	}
-	return out, nil
+	return out, err
 }

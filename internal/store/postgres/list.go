@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -54,29 +52,6 @@ func (q *query) listFilter(p *store.ListParams, t string, archivable bool) {
 	if p.Limit > 0 {
 		fmt.Fprintf(&q.sql, " LIMIT %s", q.arg(p.Limit))
 	}
-}
-
-// collectDocs runs q and decodes each row, a JSON document and an archived_at, with decode.
-func collectDocs[T any](ctx context.Context, s *Store, q *query,
-	decode func(doc []byte, archived *time.Time) (T, error)) ([]T, error) {
-	rows, err := s.pool.Query(ctx, q.sql.String(), q.args...)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		doc      []byte
-		archived *time.Time
-	)
-	out := []T{}
-	_, err = pgx.ForEachRow(rows, []any{&doc, &archived}, func() error {
-		v, err := decode(doc, archived)
-		if err != nil {
-			return err
-		}
-		out = append(out, v)
-		return nil
-	})
-	return out, err
 }
 
 // exists returns ErrNotFound unless table has a row with the id.

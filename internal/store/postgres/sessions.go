@@ -12,11 +12,24 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// sessionColumns are read by scanSession, in order.
-const sessionColumns = `doc, archived_at, status, usage, active_seconds`
+// sessions select the document plus the columns the store owns, which override the document's copies.
+var sessions = &table[apitype.Session]{
+	what: "session", name: "sessions", alias: "s", archivable: true,
+	sel:  `SELECT s.doc, s.archived_at, s.status, s.usage, s.active_seconds FROM sessions s`,
+	scan: scanSession,
+	put: func(ctx context.Context, tx pgx.Tx, next, _ *apitype.Session) error {
+		doc, err := json.Marshal(next)
+		if err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		_, err = tx.Exec(ctx, `UPDATE sessions SET doc = $2, archived_at = $3, agent_id = $4, agent_version = $5
+			WHERE id = $1`, next.ID, doc, next.ArchivedAt, next.Agent.ID, next.Agent.Version)
+		return err
+	},
+}
 
 // scanSession reads a session document and fills the fields the store owns from their columns.
-func scanSession(row pgx.Row) (apitype.Session, error) {
+func scanSession(row pgx.Row) (*apitype.Session, error) {
 	var (
 		sess          apitype.Session
 		doc, usage    []byte
@@ -25,19 +38,19 @@ func scanSession(row pgx.Row) (apitype.Session, error) {
 		activeSeconds float64
 	)
 	if err := row.Scan(&doc, &archived, &status, &usage, &activeSeconds); err != nil {
-		return sess, err
+		return nil, err
 	}
 	if err := json.Unmarshal(doc, &sess); err != nil {
-		return sess, fmt.Errorf("decode session: %w", err)
+		return nil, fmt.Errorf("decode session: %w", err)
 	}
 	sess.Usage = apitype.SessionUsage{}
 	if err := json.Unmarshal(usage, &sess.Usage); err != nil {
-		return sess, fmt.Errorf("decode session usage: %w", err)
+		return nil, fmt.Errorf("decode session usage: %w", err)
 	}
 	sess.ArchivedAt = utc(archived)
 	sess.Status = status
 	sess.Stats.ActiveSeconds = activeSeconds
-	return sess, nil
+	return &sess, nil
 }
 
 // SessionCreate stores a new session and appends its initial events in one transaction, marking the session
@@ -101,57 +114,19 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 
 // SessionGet returns a session with its status, usage and stats.
 func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	sess, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = $1`, id))
-	if err != nil {
-		return nil, s.dbErr("session get", err)
-	}
-	return &sess, nil
+	return sessions.get(ctx, s, "s.id = $1", id)
 }
 
-// SessionUpdate applies fn to the session under a row lock and stores the document. Status and usage stay
-// those of the store.
+// SessionUpdate applies fn to the session under a row lock and stores the document, under store.KeepSession's
+// rule.
 func (s *Store) SessionUpdate(ctx context.Context, id string,
 	fn func(*apitype.Session) error) (*apitype.Session, error) {
-	var out apitype.Session
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		sess, err := scanSession(tx.QueryRow(ctx,
-			`SELECT `+sessionColumns+` FROM sessions WHERE id = $1 FOR NO KEY UPDATE`, id))
-		if err != nil {
-			return err
-		}
-		status, usage, stats := sess.Status, sess.Usage, sess.Stats
-		if err := fn(&sess); err != nil {
-			return err
-		}
-		sess.ID, sess.Status, sess.Usage, sess.Stats = id, status, usage, stats
-		doc, err := json.Marshal(&sess)
-		if err != nil {
-			return fmt.Errorf("encode: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE sessions SET doc = $2, archived_at = $3, agent_id = $4, agent_version = $5
-			WHERE id = $1`, id, doc, sess.ArchivedAt, sess.Agent.ID, sess.Agent.Version); err != nil {
-			return err
-		}
-		out = sess
-		return nil
-	})
-	if err != nil {
-		return nil, s.dbErr("session update", err)
-	}
-	return &out, nil
+	return sessions.update(ctx, s, id, fn, store.KeepSession)
 }
 
 // SessionList lists sessions, filtered by agent and status.
 func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]apitype.Session, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var q query
-	q.sql.WriteString(`SELECT s.doc, s.archived_at, s.status, s.usage, s.active_seconds
-		FROM sessions s WHERE true`)
+	q := sessions.query()
 	if p.AgentID != "" {
 		fmt.Fprintf(&q.sql, " AND s.agent_id = %s", q.arg(p.AgentID))
 	}
@@ -161,21 +136,7 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 	if len(p.Statuses) > 0 {
 		fmt.Fprintf(&q.sql, " AND s.status = ANY(%s)", q.arg(p.Statuses))
 	}
-	q.listFilter(&p.ListParams, "s", true)
-	rows, err := s.pool.Query(ctx, q.sql.String(), q.args...)
-	if err != nil {
-		return nil, s.dbErr("session list", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apitype.Session, error) {
-		return scanSession(row)
-	})
-	if err != nil {
-		return nil, s.dbErr("session list", err)
-	}
-	if out == nil {
-		out = []apitype.Session{}
-	}
-	return out, nil
+	return sessions.list(ctx, s, q, &p.ListParams)
 }
 
 // SessionDelete removes the session and its log and wakes its subscribers, here and in other processes.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,36 +12,18 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-func insertSkillVersion(ctx context.Context, tx pgx.Tx, v *store.SkillVersion) error {
-	doc, err := json.Marshal(&v.SkillVersion)
-	if err != nil {
-		return fmt.Errorf("encode: %w", err)
+var (
+	skills = &table[apitype.Skill]{
+		what: "skill", name: "skills", alias: "k",
+		sel:  `SELECT k.doc FROM skills k`,
+		scan: scanDoc[apitype.Skill]("skill", nil),
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO skill_versions (skill_id, id, created_at, sha256, size, blob_key, doc) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		v.SkillID, v.ID, v.CreatedAt, v.SHA256, v.Size, v.BlobKey, doc)
-	return err
-}
-
-func getSkill(ctx context.Context, q querier, id, lock string) (*apitype.Skill, error) {
-	var doc []byte
-	if err := q.QueryRow(ctx, `SELECT doc FROM skills WHERE id = $1`+lock, id).Scan(&doc); err != nil {
-		return nil, err
+	skillVersions = &table[store.SkillVersion]{
+		what: "skill version", name: "skill_versions", alias: "v",
+		sel:  `SELECT v.sha256, v.size, v.blob_key, v.doc FROM skill_versions v`,
+		scan: scanSkillVersion,
 	}
-	var sk apitype.Skill
-	if err := json.Unmarshal(doc, &sk); err != nil {
-		return nil, fmt.Errorf("decode skill: %w", err)
-	}
-	return &sk, nil
-}
-
-func putSkill(ctx context.Context, tx pgx.Tx, sk *apitype.Skill) error {
-	doc, err := json.Marshal(sk)
-	if err != nil {
-		return fmt.Errorf("encode: %w", err)
-	}
-	_, err = tx.Exec(ctx, `UPDATE skills SET doc = $2 WHERE id = $1`, sk.ID, doc)
-	return err
-}
+)
 
 // SkillCreate stores a new skill and its first version.
 func (s *Store) SkillCreate(ctx context.Context, sk *apitype.Skill, v *store.SkillVersion) error {
@@ -54,100 +35,33 @@ func (s *Store) SkillCreate(ctx context.Context, sk *apitype.Skill, v *store.Ski
 		if _, err := tx.Exec(ctx, `INSERT INTO skills (id, created_at, doc) VALUES ($1, $2, $3)`, sk.ID, sk.CreatedAt, doc); err != nil {
 			return err
 		}
-		return insertSkillVersion(ctx, tx, v)
+		return skillTx{ctx, tx}.InsertVersion(v)
 	})
 	return s.dbErr("skill create", err)
 }
 
 // SkillGet returns a skill.
 func (s *Store) SkillGet(ctx context.Context, id string) (*apitype.Skill, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	sk, err := getSkill(ctx, s.pool, id, "")
-	if err != nil {
-		return nil, s.dbErr("skill get", err)
-	}
-	return sk, nil
+	return skills.get(ctx, s, "k.id = $1", id)
 }
 
 // SkillList lists skills.
 func (s *Store) SkillList(ctx context.Context, p *store.ListParams) ([]apitype.Skill, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var q query
-	q.sql.WriteString(`SELECT k.doc, NULL::timestamptz FROM skills k WHERE true`)
-	q.listFilter(p, "k", false)
-	out, err := collectDocs(ctx, s, &q, func(doc []byte, _ *time.Time) (apitype.Skill, error) {
-		var sk apitype.Skill
-		err := json.Unmarshal(doc, &sk)
-		return sk, err
-	})
-	if err != nil {
-		return nil, s.dbErr("skill list", err)
-	}
-	return out, nil
+	return skills.list(ctx, s, skills.query(), p)
 }
 
-const skillVersionCols = `SELECT sha256, size, blob_key, doc FROM skill_versions`
-
-func collectSkillVersions(rows pgx.Rows) ([]store.SkillVersion, error) {
-	var (
-		v   store.SkillVersion
-		doc []byte
-	)
-	out := []store.SkillVersion{}
-	_, err := pgx.ForEachRow(rows, []any{&v.SHA256, &v.Size, &v.BlobKey, &doc}, func() error {
-		got := store.SkillVersion{SHA256: v.SHA256, Size: v.Size, BlobKey: v.BlobKey}
-		if err := json.Unmarshal(doc, &got.SkillVersion); err != nil {
-			return fmt.Errorf("decode skill version: %w", err)
-		}
-		out = append(out, got)
-		return nil
-	})
-	return out, err
-}
-
-func getSkillVersion(ctx context.Context, q querier, skillID, version string) (*store.SkillVersion, error) {
-	var (
-		v   store.SkillVersion
-		doc []byte
-	)
-	var row pgx.Row
-	if version == "latest" {
-		row = q.QueryRow(ctx, skillVersionCols+` WHERE skill_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1`, skillID)
-	} else {
-		row = q.QueryRow(ctx, skillVersionCols+` WHERE skill_id = $1 AND id = $2`, skillID, version)
-	}
-	if err := row.Scan(&v.SHA256, &v.Size, &v.BlobKey, &doc); err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(doc, &v.SkillVersion); err != nil {
-		return nil, fmt.Errorf("decode skill version: %w", err)
-	}
-	return &v, nil
-}
-
-// SkillDelete removes a skill and its versions.
+// SkillDelete removes a skill and its versions (by cascade).
 func (s *Store) SkillDelete(ctx context.Context, id string) ([]store.SkillVersion, error) {
 	var out []store.SkillVersion
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := getSkill(ctx, tx, id, " FOR UPDATE"); err != nil {
+		if _, err := skills.read(ctx, tx, " FOR UPDATE", "k.id = $1", id); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, skillVersionCols+` WHERE skill_id = $1`, id)
-		if err != nil {
+		var err error
+		if out, err = skillVersions.all(ctx, tx, skillVersions.sel+` WHERE v.skill_id = $1`, id); err != nil {
 			return err
 		}
-		if out, err = collectSkillVersions(rows); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM skill_versions WHERE skill_id = $1`, id); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM skills WHERE id = $1`, id)
-		return err
+		return skills.deleteIn(ctx, tx, "id = $1", id)
 	})
 	if err != nil {
 		return nil, s.dbErr("skill delete", err)
@@ -155,87 +69,108 @@ func (s *Store) SkillDelete(ctx context.Context, id string) ([]store.SkillVersio
 	return out, nil
 }
 
-// SkillVersionCreate stores a new version and makes it the skill's latest.
+// SkillVersionCreate stores a new version under store.CreateSkillVersion's rule.
 func (s *Store) SkillVersionCreate(ctx context.Context, v *store.SkillVersion) error {
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		sk, err := getSkill(ctx, tx, v.SkillID, " FOR NO KEY UPDATE")
-		if err != nil {
-			return err
-		}
-		if err := insertSkillVersion(ctx, tx, v); err != nil {
-			return err
-		}
-		sk.LatestVersionID, sk.UpdatedAt = v.ID, v.CreatedAt
-		return putSkill(ctx, tx, sk)
-	})
+	err := s.inTx(ctx, func(tx pgx.Tx) error { return store.CreateSkillVersion(skillTx{ctx, tx}, v) })
 	return s.dbErr("skill version create", err)
 }
 
 // SkillVersionGet returns a version ("latest" is the skill's latest).
 func (s *Store) SkillVersionGet(ctx context.Context, skillID, version string) (*store.SkillVersion, error) {
-	if err := s.check(); err != nil {
-		return nil, err
+	if version == "latest" {
+		return skillVersions.one(ctx, s, skillVersions.sel+
+			` WHERE v.skill_id = $1 ORDER BY v.created_at DESC, v.id DESC LIMIT 1`, skillID)
 	}
-	v, err := getSkillVersion(ctx, s.pool, skillID, version)
-	if err != nil {
-		return nil, s.dbErr("skill version get", err)
-	}
-	return v, nil
+	return skillVersions.get(ctx, s, "v.skill_id = $1 AND v.id = $2", skillID, version)
 }
 
 // SkillVersionList lists a skill's versions, newest first.
 func (s *Store) SkillVersionList(ctx context.Context, p *store.SkillVersionListParams) ([]store.SkillVersion, error) {
-	if err := s.check(); err != nil {
+	if _, err := s.SkillGet(ctx, p.SkillID); err != nil {
 		return nil, err
 	}
-	if err := s.exists(ctx, "skills", p.SkillID); err != nil {
-		return nil, s.dbErr("skill version list", err)
-	}
-	var q query
-	q.sql.WriteString(skillVersionCols)
-	fmt.Fprintf(&q.sql, " WHERE skill_id = %s", q.arg(p.SkillID))
+	q := skillVersions.query()
+	fmt.Fprintf(&q.sql, " AND v.skill_id = %s", q.arg(p.SkillID))
 	if p.After != nil {
-		fmt.Fprintf(&q.sql, " AND (created_at, id) < (%s, %s)", q.arg(p.After.CreatedAt), q.arg(p.After.ID))
+		fmt.Fprintf(&q.sql, " AND (v.created_at, v.id) < (%s, %s)", q.arg(p.After.CreatedAt), q.arg(p.After.ID))
 	}
-	q.sql.WriteString(" ORDER BY created_at DESC, id DESC")
+	q.sql.WriteString(" ORDER BY v.created_at DESC, v.id DESC")
 	if p.Limit > 0 {
 		fmt.Fprintf(&q.sql, " LIMIT %s", q.arg(p.Limit))
 	}
-	rows, err := s.pool.Query(ctx, q.sql.String(), q.args...)
-	if err != nil {
-		return nil, s.dbErr("skill version list", err)
-	}
-	out, err := collectSkillVersions(rows)
-	if err != nil {
-		return nil, s.dbErr("skill version list", err)
-	}
-	return out, nil
+	return skillVersions.rows(ctx, s, "skill version list", q.sql.String(), q.args...)
 }
 
-// SkillVersionDelete removes a version; the skill's latest becomes its newest remaining one.
+// SkillVersionDelete removes a version under store.DeleteSkillVersion's rule.
 func (s *Store) SkillVersionDelete(ctx context.Context, skillID, version string) (*store.SkillVersion, error) {
 	var v *store.SkillVersion
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		sk, err := getSkill(ctx, tx, skillID, " FOR NO KEY UPDATE")
-		if err != nil {
-			return err
-		}
-		if v, err = getSkillVersion(ctx, tx, skillID, version); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM skill_versions WHERE skill_id = $1 AND id = $2`, skillID, version); err != nil {
-			return err
-		}
-		var latest string
-		err = tx.QueryRow(ctx, `SELECT id FROM skill_versions WHERE skill_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1`, skillID).Scan(&latest)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		sk.LatestVersionID = latest
-		return putSkill(ctx, tx, sk)
+	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		v, err = store.DeleteSkillVersion(skillTx{ctx, tx}, skillID, version)
+		return err
 	})
 	if err != nil {
 		return nil, s.dbErr("skill version delete", err)
 	}
 	return v, nil
+}
+
+// skillTx is store.SkillTx over a transaction, which locks the skill it reads.
+type skillTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+func (t skillTx) Skill(id string) (*apitype.Skill, error) {
+	return skills.read(t.ctx, t.tx, " FOR NO KEY UPDATE", "k.id = $1", id)
+}
+
+func (t skillTx) PutSkill(sk *apitype.Skill) error {
+	doc, err := json.Marshal(sk)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	_, err = t.tx.Exec(t.ctx, `UPDATE skills SET doc = $2 WHERE id = $1`, sk.ID, doc)
+	return err
+}
+
+func (t skillTx) InsertVersion(v *store.SkillVersion) error {
+	doc, err := json.Marshal(&v.SkillVersion)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	_, err = t.tx.Exec(t.ctx, `INSERT INTO skill_versions (skill_id, id, created_at, sha256, size, blob_key, doc)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, v.SkillID, v.ID, v.CreatedAt, v.SHA256, v.Size, v.BlobKey, doc)
+	return err
+}
+
+func (t skillTx) Version(skillID, id string) (*store.SkillVersion, error) {
+	return skillVersions.read(t.ctx, t.tx, "", "v.skill_id = $1 AND v.id = $2", skillID, id)
+}
+
+func (t skillTx) DeleteVersion(skillID, id string) error {
+	return skillVersions.deleteIn(t.ctx, t.tx, "skill_id = $1 AND id = $2", skillID, id)
+}
+
+func (t skillTx) NewestVersion(skillID string) (string, error) {
+	var id string
+	err := t.tx.QueryRow(t.ctx, `SELECT id FROM skill_versions WHERE skill_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1`,
+		skillID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
+func scanSkillVersion(row pgx.Row) (*store.SkillVersion, error) {
+	var (
+		v   store.SkillVersion
+		doc []byte
+	)
+	if err := row.Scan(&v.SHA256, &v.Size, &v.BlobKey, &doc); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(doc, &v.SkillVersion); err != nil {
+		return nil, fmt.Errorf("decode skill version: %w", err)
+	}
+	return &v, nil
 }

@@ -13,329 +13,173 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-func decodeVault(doc []byte, archived *time.Time) (apitype.Vault, error) {
-	var v apitype.Vault
-	if err := json.Unmarshal(doc, &v); err != nil {
-		return v, fmt.Errorf("decode vault: %w", err)
+var (
+	vaults = &table[apitype.Vault]{
+		what: "vault", name: "vaults", alias: "v", archivable: true,
+		sel:  `SELECT v.doc, v.archived_at FROM vaults v`,
+		scan: scanDoc("vault", func(v *apitype.Vault, at *time.Time) { v.ArchivedAt = at }),
+		put: func(ctx context.Context, tx pgx.Tx, v, _ *apitype.Vault) error {
+			return putDoc(ctx, tx, "vaults", v.ID, v.ArchivedAt, v)
+		},
 	}
-	v.ArchivedAt = utc(archived)
-	return v, nil
-}
-
-func decodeCredential(doc []byte, archived *time.Time) (apitype.Credential, error) {
-	var c apitype.Credential
-	if err := json.Unmarshal(doc, &c); err != nil {
-		return c, fmt.Errorf("decode credential: %w", err)
+	credentials = &table[apitype.Credential]{
+		what: "credential", name: "vault_credentials", alias: "c", archivable: true,
+		sel:  `SELECT c.doc, c.archived_at FROM vault_credentials c`,
+		scan: scanDoc("credential", func(c *apitype.Credential, at *time.Time) { c.ArchivedAt = at }),
 	}
-	c.ArchivedAt = utc(archived)
-	return c, nil
-}
+)
 
 // VaultCreate stores a new vault; ErrConflict if the id exists.
 func (s *Store) VaultCreate(ctx context.Context, v *apitype.Vault) error {
-	if err := s.check(); err != nil {
-		return err
-	}
 	doc, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("vault create: encode: %w", err)
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO vaults (id, created_at, archived_at, doc) VALUES ($1, $2, $3, $4)`,
+	return vaults.create(ctx, s, `INSERT INTO vaults (id, created_at, archived_at, doc) VALUES ($1, $2, $3, $4)`,
 		v.ID, v.CreatedAt, v.ArchivedAt, doc)
-	return s.dbErr("vault create", err)
 }
 
 // VaultGet returns a vault.
 func (s *Store) VaultGet(ctx context.Context, id string) (*apitype.Vault, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	v, err := getVault(ctx, s.pool, id, "")
-	if err != nil {
-		return nil, s.dbErr("vault get", err)
-	}
-	return v, nil
-}
-
-// querier is what a pool and a transaction share.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func getVault(ctx context.Context, q querier, id, lock string) (*apitype.Vault, error) {
-	var (
-		doc      []byte
-		archived *time.Time
-	)
-	if err := q.QueryRow(ctx, `SELECT doc, archived_at FROM vaults WHERE id = $1`+lock, id).Scan(&doc, &archived); err != nil {
-		return nil, err
-	}
-	v, err := decodeVault(doc, archived)
-	return &v, err
-}
-
-func getCredential(ctx context.Context, q querier, p *store.CredentialRef, lock string) (*apitype.Credential, error) {
-	var (
-		doc      []byte
-		archived *time.Time
-	)
-	if err := q.QueryRow(ctx, `SELECT doc, archived_at FROM vault_credentials WHERE id = $1 AND vault_id = $2`+lock,
-		p.ID, p.VaultID).Scan(&doc, &archived); err != nil {
-		return nil, err
-	}
-	c, err := decodeCredential(doc, archived)
-	return &c, err
-}
-
-func putVault(ctx context.Context, tx pgx.Tx, v *apitype.Vault) error {
-	doc, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode: %w", err)
-	}
-	_, err = tx.Exec(ctx, `UPDATE vaults SET doc = $2, archived_at = $3 WHERE id = $1`, v.ID, doc, v.ArchivedAt)
-	return err
-}
-
-func putCredential(ctx context.Context, tx pgx.Tx, c *apitype.Credential) error {
-	doc, err := json.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("encode: %w", err)
-	}
-	_, err = tx.Exec(ctx, `UPDATE vault_credentials SET doc = $2, archived_at = $3 WHERE id = $1`, c.ID, doc, c.ArchivedAt)
-	return err
+	return vaults.get(ctx, s, "v.id = $1", id)
 }
 
 // VaultUpdate applies fn to the vault under a row lock and stores the result.
 func (s *Store) VaultUpdate(ctx context.Context, id string, fn func(*apitype.Vault) error) (*apitype.Vault, error) {
-	var out *apitype.Vault
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		v, err := getVault(ctx, tx, id, " FOR NO KEY UPDATE")
-		if err != nil {
-			return err
-		}
-		if err := fn(v); err != nil {
-			return err
-		}
-		v.ID = id
-		out = v
-		return putVault(ctx, tx, v)
-	})
-	if err != nil {
-		return nil, s.dbErr("vault update", err)
-	}
-	return out, nil
+	return vaults.update(ctx, s, id, fn, store.KeepVault)
 }
 
 // VaultList lists vaults.
 func (s *Store) VaultList(ctx context.Context, p *store.ListParams) ([]apitype.Vault, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var q query
-	q.sql.WriteString(`SELECT v.doc, v.archived_at FROM vaults v WHERE true`)
-	q.listFilter(p, "v", true)
-	out, err := collectDocs(ctx, s, &q, decodeVault)
-	return out, s.dbErr("vault list", err)
+	return vaults.list(ctx, s, vaults.query(), p)
 }
 
 // VaultDelete removes a vault with its credentials and their secrets (by cascade).
 func (s *Store) VaultDelete(ctx context.Context, id string) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM vaults WHERE id = $1`, id)
-	if err == nil && tag.RowsAffected() == 0 {
-		err = store.ErrNotFound
-	}
-	return s.dbErr("vault delete", err)
+	return vaults.delete(ctx, s, "id = $1", id)
 }
 
-// VaultArchive archives a vault and its credentials, removing their secrets.
+// VaultArchive archives a vault and its credentials under store.ArchiveVault's rule.
 func (s *Store) VaultArchive(ctx context.Context, p *store.ArchiveParams) (*apitype.Vault, error) {
-	var out *apitype.Vault
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		v, err := getVault(ctx, tx, p.ID, " FOR NO KEY UPDATE")
-		if err != nil {
-			return err
-		}
-		out = v
-		if v.ArchivedAt != nil {
-			return nil
-		}
-		at := p.At
-		v.ArchivedAt, v.UpdatedAt = &at, at
-		if err := putVault(ctx, tx, v); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT doc, archived_at FROM vault_credentials
-			WHERE vault_id = $1 AND archived_at IS NULL FOR NO KEY UPDATE`, p.ID)
-		if err != nil {
-			return err
-		}
-		var (
-			doc      []byte
-			archived *time.Time
-			creds    []apitype.Credential
-		)
-		if _, err := pgx.ForEachRow(rows, []any{&doc, &archived}, func() error {
-			c, err := decodeCredential(doc, archived)
-			creds = append(creds, c)
-			return err
-		}); err != nil {
-			return err
-		}
-		for i := range creds {
-			c := &creds[i]
-			c.ArchivedAt, c.UpdatedAt = &at, at
-			if err := putCredential(ctx, tx, c); err != nil {
-				return err
-			}
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM vault_secrets WHERE credential_id IN
-			(SELECT id FROM vault_credentials WHERE vault_id = $1)`, p.ID)
+	var v *apitype.Vault
+	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		v, err = store.ArchiveVault(vaultTx{ctx, tx}, p)
 		return err
 	})
 	if err != nil {
 		return nil, s.dbErr("vault archive", err)
 	}
-	return out, nil
+	return v, nil
 }
 
-// CredentialCreate stores a new credential and its sealed secrets.
+// CredentialCreate stores a new credential and its sealed secrets under store.CreateCredential's rule.
 func (s *Store) CredentialCreate(ctx context.Context, p *store.CredentialCreateParams) error {
-	c := p.Credential
-	doc, err := json.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("credential create: encode: %w", err)
-	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		// A share lock on the vault: an archive or delete running beside this create waits for it.
-		v, err := getVault(ctx, tx, c.VaultID, " FOR KEY SHARE")
-		if err != nil {
-			return err
-		}
-		if v.ArchivedAt != nil {
-			return fmt.Errorf("vault %s is archived: %w", c.VaultID, store.ErrConflict)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO vault_credentials (id, vault_id, created_at, archived_at, match_key, doc)
-			VALUES ($1, $2, $3, $4, $5, $6)`, c.ID, c.VaultID, c.CreatedAt, c.ArchivedAt, p.MatchKey, doc); err != nil {
-			return err
-		}
-		return putSecrets(ctx, tx, c.ID, p.Secrets)
-	})
+	err := s.inTx(ctx, func(tx pgx.Tx) error { return store.CreateCredential(vaultTx{ctx, tx}, p) })
 	return s.dbErr("credential create", err)
 }
 
 // CredentialGet returns a credential of a vault.
 func (s *Store) CredentialGet(ctx context.Context, p *store.CredentialRef) (*apitype.Credential, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	c, err := getCredential(ctx, s.pool, p, "")
-	if err != nil {
-		return nil, s.dbErr("credential get", err)
-	}
-	return c, nil
+	return credentials.get(ctx, s, "c.id = $1 AND c.vault_id = $2", p.ID, p.VaultID)
 }
 
-// CredentialUpdate applies p.Update under a row lock and stores the result and the secrets it returns.
+// CredentialUpdate applies p.Update under store.UpdateCredential's rule.
 func (s *Store) CredentialUpdate(ctx context.Context, p *store.CredentialUpdateParams) (*apitype.Credential, error) {
-	var out *apitype.Credential
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		c, err := getCredential(ctx, tx, &p.CredentialRef, " FOR NO KEY UPDATE")
-		if err != nil {
-			return err
-		}
-		secrets, err := p.Update(c)
-		if err != nil {
-			return err
-		}
-		c.ID, c.VaultID = p.ID, p.VaultID
-		out = c
-		if err := putCredential(ctx, tx, c); err != nil {
-			return err
-		}
-		return putSecrets(ctx, tx, c.ID, secrets)
+	var c *apitype.Credential
+	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		c, err = store.UpdateCredential(vaultTx{ctx, tx}, p)
+		return err
 	})
 	if err != nil {
 		return nil, s.dbErr("credential update", err)
 	}
-	return out, nil
+	return c, nil
 }
 
 // CredentialList lists a vault's credentials.
 func (s *Store) CredentialList(ctx context.Context, p *store.CredentialListParams) ([]apitype.Credential, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var q query
-	fmt.Fprintf(&q.sql, `SELECT c.doc, c.archived_at FROM vault_credentials c WHERE c.vault_id = %s`, q.arg(p.VaultID))
-	q.listFilter(&p.ListParams, "c", true)
-	out, err := collectDocs(ctx, s, &q, decodeCredential)
+	q := credentials.query()
+	fmt.Fprintf(&q.sql, ` AND c.vault_id = %s`, q.arg(p.VaultID))
+	out, err := credentials.list(ctx, s, q, &p.ListParams)
 	if err == nil && len(out) == 0 {
-		err = s.exists(ctx, "vaults", p.VaultID)
+		_, err = s.VaultGet(ctx, p.VaultID)
 	}
-	return out, s.dbErr("credential list", err)
+	return out, err
 }
 
 // CredentialDelete removes a credential and its secrets (by cascade).
 func (s *Store) CredentialDelete(ctx context.Context, p *store.CredentialRef) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM vault_credentials WHERE id = $1 AND vault_id = $2`, p.ID, p.VaultID)
-	if err == nil && tag.RowsAffected() == 0 {
-		err = store.ErrNotFound
-	}
-	return s.dbErr("credential delete", err)
+	return credentials.delete(ctx, s, "id = $1 AND vault_id = $2", p.ID, p.VaultID)
 }
 
-// CredentialArchive archives a credential and removes its secrets.
+// CredentialArchive archives a credential and removes its secrets under store.ArchiveCredential's rule.
 func (s *Store) CredentialArchive(ctx context.Context, p *store.CredentialArchiveParams) (*apitype.Credential, error) {
-	var out *apitype.Credential
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		c, err := getCredential(ctx, tx, &p.CredentialRef, " FOR NO KEY UPDATE")
-		if err != nil {
-			return err
-		}
-		out = c
-		if c.ArchivedAt != nil {
-			return nil
-		}
-		at := p.At
-		c.ArchivedAt, c.UpdatedAt = &at, at
-		if err := putCredential(ctx, tx, c); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM vault_secrets WHERE credential_id = $1`, c.ID)
+	var c *apitype.Credential
+	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		c, err = store.ArchiveCredential(vaultTx{ctx, tx}, p)
 		return err
 	})
 	if err != nil {
 		return nil, s.dbErr("credential archive", err)
 	}
-	return out, nil
+	return c, nil
 }
 
-// putSecrets upserts (or, with nil Ciphertext, removes) a credential's secrets.
-func putSecrets(ctx context.Context, tx pgx.Tx, credentialID string, secrets []store.SealedSecret) error {
-	for _, sec := range secrets {
-		if sec.CredentialID != credentialID || sec.Name == "" {
-			return fmt.Errorf("secret %q is not sealed for credential %s", sec.Name, credentialID)
-		}
-		var err error
-		if sec.Ciphertext == nil {
-			_, err = tx.Exec(ctx, `DELETE FROM vault_secrets WHERE credential_id = $1 AND name = $2`, credentialID, sec.Name)
-		} else {
-			_, err = tx.Exec(ctx, `INSERT INTO vault_secrets (credential_id, name, key_id, wrapped_key, ciphertext)
-				VALUES ($1, $2, $3, $4, $5) ON CONFLICT (credential_id, name) DO UPDATE SET
-				key_id = excluded.key_id, wrapped_key = excluded.wrapped_key, ciphertext = excluded.ciphertext`,
-				credentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext)
-		}
-		if err != nil {
-			return err
-		}
+// vaultTx is store.VaultTx over a transaction, which locks the rows it reads.
+type vaultTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+func (t vaultTx) Vault(id string, share bool) (*apitype.Vault, error) {
+	lock := " FOR NO KEY UPDATE"
+	if share {
+		lock = " FOR KEY SHARE"
 	}
-	return nil
+	return vaults.read(t.ctx, t.tx, lock, "v.id = $1", id)
+}
+
+func (t vaultTx) PutVault(v *apitype.Vault) error { return vaults.put(t.ctx, t.tx, v, nil) }
+
+func (t vaultTx) Credential(p *store.CredentialRef) (*apitype.Credential, error) {
+	return credentials.read(t.ctx, t.tx, " FOR NO KEY UPDATE", "c.id = $1 AND c.vault_id = $2", p.ID, p.VaultID)
+}
+
+func (t vaultTx) ActiveCredentials(vaultID string) ([]apitype.Credential, error) {
+	return credentials.all(t.ctx, t.tx, credentials.sel+` WHERE c.vault_id = $1 AND c.archived_at IS NULL FOR NO KEY UPDATE`,
+		vaultID)
+}
+
+func (t vaultTx) InsertCredential(c *apitype.Credential, matchKey string) error {
+	doc, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	_, err = t.tx.Exec(t.ctx, `INSERT INTO vault_credentials (id, vault_id, created_at, archived_at, match_key, doc)
+		VALUES ($1, $2, $3, $4, $5, $6)`, c.ID, c.VaultID, c.CreatedAt, c.ArchivedAt, matchKey, doc)
+	return err
+}
+
+func (t vaultTx) PutCredential(c *apitype.Credential) error {
+	return putDoc(t.ctx, t.tx, "vault_credentials", c.ID, c.ArchivedAt, c)
+}
+
+func (t vaultTx) PutSecret(sec *store.SealedSecret) error {
+	_, err := t.tx.Exec(t.ctx, `INSERT INTO vault_secrets (credential_id, name, key_id, wrapped_key, ciphertext)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (credential_id, name) DO UPDATE SET
+		key_id = excluded.key_id, wrapped_key = excluded.wrapped_key, ciphertext = excluded.ciphertext`,
+		sec.CredentialID, sec.Name, sec.KeyID, sec.WrappedKey, sec.Ciphertext)
+	return err
+}
+
+func (t vaultTx) DeleteSecrets(credentialID string, names ...string) error {
+	var err error
+	if len(names) == 0 {
+		_, err = t.tx.Exec(t.ctx, `DELETE FROM vault_secrets WHERE credential_id = $1`, credentialID)
+	} else {
+		_, err = t.tx.Exec(t.ctx, `DELETE FROM vault_secrets WHERE credential_id = $1 AND name = ANY($2)`, credentialID, names)
+	}
+	return err
 }
 
 // SecretList lists sealed secrets.
