@@ -75,19 +75,12 @@ func (s *Store) AgentPutVersion(ctx context.Context, a *apitype.Agent) error {
 
 // AgentArchive marks the agent archived (keeping the first archive time) and returns its latest version.
 func (s *Store) AgentArchive(ctx context.Context, id string, at time.Time) (*apitype.Agent, error) {
-	var a *apitype.Agent
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	return txResult(ctx, s, "agent archive", func(tx pgx.Tx) (*apitype.Agent, error) {
 		if err := agents.stamp(ctx, tx, "archived_at", at, "id = $2", id); err != nil {
-			return err
+			return nil, err
 		}
-		var err error
-		a, err = agents.read(ctx, tx, "", "a.id = $1", id)
-		return err
+		return agents.read(ctx, tx, "", "a.id = $1", id)
 	})
-	if err != nil {
-		return nil, s.dbErr("agent archive", err)
-	}
-	return a, nil
 }
 
 // AgentList lists the latest version of each agent.

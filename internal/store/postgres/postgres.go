@@ -191,3 +191,17 @@ func utc(t *time.Time) *time.Time {
 	u := t.UTC()
 	return &u
 }
+
+// txResult runs fn in a transaction, as inTx does, and returns its result; op names it in errors.
+func txResult[T any](ctx context.Context, s *Store, op string, fn func(pgx.Tx) (T, error)) (T, error) {
+	var out T
+	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		out, err = fn(tx)
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, s.dbErr(op, err)
+	}
+	return out, nil
+}

@@ -52,21 +52,16 @@ func (s *Store) SkillList(ctx context.Context, p *store.ListParams) ([]apitype.S
 
 // SkillDelete removes a skill and its versions (by cascade).
 func (s *Store) SkillDelete(ctx context.Context, id string) ([]store.SkillVersion, error) {
-	var out []store.SkillVersion
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	return txResult(ctx, s, "skill delete", func(tx pgx.Tx) ([]store.SkillVersion, error) {
 		if _, err := skills.read(ctx, tx, " FOR UPDATE", "k.id = $1", id); err != nil {
-			return err
+			return nil, err
 		}
-		var err error
-		if out, err = skillVersions.all(ctx, tx, skillVersions.sel+` WHERE v.skill_id = $1`, id); err != nil {
-			return err
+		out, err := skillVersions.all(ctx, tx, skillVersions.sel+` WHERE v.skill_id = $1`, id)
+		if err != nil {
+			return nil, err
 		}
-		return skills.deleteIn(ctx, tx, "id = $1", id)
+		return out, skills.deleteIn(ctx, tx, "id = $1", id) // the versions go by cascade
 	})
-	if err != nil {
-		return nil, s.dbErr("skill delete", err)
-	}
-	return out, nil
 }
 
 // SkillVersionCreate stores a new version under store.CreateSkillVersion's rule.
@@ -103,15 +98,9 @@ func (s *Store) SkillVersionList(ctx context.Context, p *store.SkillVersionListP
 
 // SkillVersionDelete removes a version under store.DeleteSkillVersion's rule.
 func (s *Store) SkillVersionDelete(ctx context.Context, skillID, version string) (*store.SkillVersion, error) {
-	var v *store.SkillVersion
-	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
-		v, err = store.DeleteSkillVersion(skillTx{ctx, tx}, skillID, version)
-		return err
+	return txResult(ctx, s, "skill version delete", func(tx pgx.Tx) (*store.SkillVersion, error) {
+		return store.DeleteSkillVersion(skillTx{ctx, tx}, skillID, version)
 	})
-	if err != nil {
-		return nil, s.dbErr("skill version delete", err)
-	}
-	return v, nil
 }
 
 // skillTx is store.SkillTx over a transaction, which locks the skill it reads.

@@ -113,21 +113,17 @@ func (t *table[T]) create(ctx context.Context, s *Store, insert string, args ...
 // it back, in one transaction.
 func (t *table[T]) update(ctx context.Context, s *Store, id string, fn func(*T) error,
 	keep func(next, cur *T)) (*T, error) {
-	var out *T
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	return txResult(ctx, s, t.what+" update", func(tx pgx.Tx) (*T, error) {
 		cur, err := t.read(ctx, tx, " FOR NO KEY UPDATE", t.alias+".id = $1", id)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if out, err = store.Update(cur, fn, keep); err != nil {
-			return err
+		next, err := store.Update(cur, fn, keep)
+		if err != nil {
+			return nil, err
 		}
-		return t.put(ctx, tx, out, cur)
+		return next, t.put(ctx, tx, next, cur)
 	})
-	if err != nil {
-		return nil, s.dbErr(t.what+" update", err)
-	}
-	return out, nil
 }
 
 // delete removes the rows where selects (their dependent rows go by cascade); none is ErrNotFound.

@@ -61,15 +61,9 @@ func (s *Store) VaultDelete(ctx context.Context, id string) error {
 
 // VaultArchive archives a vault and its credentials under store.ArchiveVault's rule.
 func (s *Store) VaultArchive(ctx context.Context, p *store.ArchiveParams) (*apitype.Vault, error) {
-	var v *apitype.Vault
-	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
-		v, err = store.ArchiveVault(vaultTx{ctx, tx}, p)
-		return err
+	return txResult(ctx, s, "vault archive", func(tx pgx.Tx) (*apitype.Vault, error) {
+		return store.ArchiveVault(vaultTx{ctx, tx}, p)
 	})
-	if err != nil {
-		return nil, s.dbErr("vault archive", err)
-	}
-	return v, nil
 }
 
 // CredentialCreate stores a new credential and its sealed secrets under store.CreateCredential's rule.
@@ -85,15 +79,9 @@ func (s *Store) CredentialGet(ctx context.Context, p *store.CredentialRef) (*api
 
 // CredentialUpdate applies p.Update under store.UpdateCredential's rule.
 func (s *Store) CredentialUpdate(ctx context.Context, p *store.CredentialUpdateParams) (*apitype.Credential, error) {
-	var c *apitype.Credential
-	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
-		c, err = store.UpdateCredential(vaultTx{ctx, tx}, p)
-		return err
+	return txResult(ctx, s, "credential update", func(tx pgx.Tx) (*apitype.Credential, error) {
+		return store.UpdateCredential(vaultTx{ctx, tx}, p)
 	})
-	if err != nil {
-		return nil, s.dbErr("credential update", err)
-	}
-	return c, nil
 }
 
 // CredentialList lists a vault's credentials.
@@ -114,15 +102,9 @@ func (s *Store) CredentialDelete(ctx context.Context, p *store.CredentialRef) er
 
 // CredentialArchive archives a credential and removes its secrets under store.ArchiveCredential's rule.
 func (s *Store) CredentialArchive(ctx context.Context, p *store.CredentialArchiveParams) (*apitype.Credential, error) {
-	var c *apitype.Credential
-	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
-		c, err = store.ArchiveCredential(vaultTx{ctx, tx}, p)
-		return err
+	return txResult(ctx, s, "credential archive", func(tx pgx.Tx) (*apitype.Credential, error) {
+		return store.ArchiveCredential(vaultTx{ctx, tx}, p)
 	})
-	if err != nil {
-		return nil, s.dbErr("credential archive", err)
-	}
-	return c, nil
 }
 
 // vaultTx is store.VaultTx over a transaction, which locks the rows it reads.

@@ -77,19 +77,12 @@ func (s *Store) AgentPutVersion(ctx context.Context, a *apitype.Agent) error {
 
 // AgentArchive sets archived_at (once) and returns the latest version.
 func (s *Store) AgentArchive(ctx context.Context, id string, at time.Time) (*apitype.Agent, error) {
-	var a *apitype.Agent
-	err := s.write(ctx, func(w *wtx) error {
+	return writeResult(ctx, s, func(w *wtx) (*apitype.Agent, error) {
 		if err := agents.stamp(w, "archived_at", at, "id = ?", id); err != nil {
-			return err
+			return nil, err
 		}
-		var err error
-		a, err = agents.read(w, "a.id = ?", id)
-		return err
-	}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: archive agent %s: %w", id, err)
-	}
-	return a, nil
+		return agents.read(w, "a.id = ?", id)
+	}, "archive agent %s", id)
 }
 
 // AgentList lists the latest version of each agent.

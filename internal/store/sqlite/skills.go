@@ -51,21 +51,17 @@ func (s *Store) SkillList(ctx context.Context, p *store.ListParams) ([]apitype.S
 
 // SkillDelete removes a skill and its versions.
 func (s *Store) SkillDelete(ctx context.Context, id string) ([]store.SkillVersion, error) {
-	var out []store.SkillVersion
-	err := s.write(ctx, func(w *wtx) error {
+	return writeResult(ctx, s, func(w *wtx) ([]store.SkillVersion, error) {
 		rows, err := w.query(skillVersions.sel+` WHERE v.skill_id = ?`, id)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if out, err = collect(rows, scanSkillVersion); err != nil {
-			return err
+		out, err := collect(rows, scanSkillVersion)
+		if err != nil {
+			return nil, err
 		}
-		return skills.deleteIn(w, "id = ?", id) // the versions go by cascade
-	}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: delete skill %s: %w", id, err)
-	}
-	return out, nil
+		return out, skills.deleteIn(w, "id = ?", id) // the versions go by cascade
+	}, "delete skill %s", id)
 }
 
 // SkillVersionCreate stores a new version under store.CreateSkillVersion's rule.
@@ -99,15 +95,9 @@ func (s *Store) SkillVersionList(ctx context.Context, p *store.SkillVersionListP
 
 // SkillVersionDelete removes a version under store.DeleteSkillVersion's rule.
 func (s *Store) SkillVersionDelete(ctx context.Context, skillID, version string) (*store.SkillVersion, error) {
-	var v *store.SkillVersion
-	err := s.write(ctx, func(w *wtx) (err error) {
-		v, err = store.DeleteSkillVersion(skillTx{w}, skillID, version)
-		return err
-	}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: delete version %s of skill %s: %w", version, skillID, err)
-	}
-	return v, nil
+	return writeResult(ctx, s, func(w *wtx) (*store.SkillVersion, error) {
+		return store.DeleteSkillVersion(skillTx{w}, skillID, version)
+	}, "delete version %s of skill %s", version, skillID)
 }
 
 // skillTx is store.SkillTx over a write transaction.

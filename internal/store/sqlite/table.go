@@ -87,30 +87,23 @@ func (t *table[T]) create(ctx context.Context, s *Store, id, insert string, args
 // transaction.
 func (t *table[T]) update(ctx context.Context, s *Store, id string, fn func(*T) error,
 	keep func(next, cur *T)) (*T, error) {
-	var out *T
-	err := s.write(ctx, func(w *wtx) error {
+	return writeResult(ctx, s, func(w *wtx) (*T, error) {
 		cur, err := t.read(w, t.alias+".id = ?", id)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if out, err = store.Update(cur, fn, keep); err != nil {
-			return err
+		next, err := store.Update(cur, fn, keep)
+		if err != nil {
+			return nil, err
 		}
-		return t.put(w, out, cur)
-	}, nil)
-	if err := writeErr(err, "update %s %s", t.what, id); err != nil {
-		return nil, err
-	}
-	return out, nil
+		return next, t.put(w, next, cur)
+	}, "update %s %s", t.what, id)
 }
 
 // delete removes the rows where selects (their dependent rows go by cascade); none is ErrNotFound.
 func (t *table[T]) delete(ctx context.Context, s *Store, key, where string, args ...any) error {
 	err := s.write(ctx, func(w *wtx) error { return t.deleteIn(w, where, args...) }, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: delete %s %s: %w", t.what, key, err)
-	}
-	return nil
+	return writeErr(err, "delete %s %s", t.what, key)
 }
 
 func (t *table[T]) deleteIn(w *wtx, where string, args ...any) error {

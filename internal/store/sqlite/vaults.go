@@ -59,15 +59,9 @@ func (s *Store) VaultDelete(ctx context.Context, id string) error {
 
 // VaultArchive archives a vault and its credentials under store.ArchiveVault's rule.
 func (s *Store) VaultArchive(ctx context.Context, p *store.ArchiveParams) (*apitype.Vault, error) {
-	var v *apitype.Vault
-	err := s.write(ctx, func(w *wtx) (err error) {
-		v, err = store.ArchiveVault(vaultTx{w}, p)
-		return err
-	}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: archive vault %s: %w", p.ID, err)
-	}
-	return v, nil
+	return writeResult(ctx, s, func(w *wtx) (*apitype.Vault, error) {
+		return store.ArchiveVault(vaultTx{w}, p)
+	}, "archive vault %s", p.ID)
 }
 
 // CredentialCreate stores a new credential and its sealed secrets under store.CreateCredential's rule.
@@ -83,15 +77,9 @@ func (s *Store) CredentialGet(ctx context.Context, p *store.CredentialRef) (*api
 
 // CredentialUpdate applies p.Update to the credential and stores the result and the secrets it returns.
 func (s *Store) CredentialUpdate(ctx context.Context, p *store.CredentialUpdateParams) (*apitype.Credential, error) {
-	var c *apitype.Credential
-	err := s.write(ctx, func(w *wtx) (err error) {
-		c, err = store.UpdateCredential(vaultTx{w}, p)
-		return err
-	}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: update credential %s: %w", p.ID, err)
-	}
-	return c, nil
+	return writeResult(ctx, s, func(w *wtx) (*apitype.Credential, error) {
+		return store.UpdateCredential(vaultTx{w}, p)
+	}, "update credential %s", p.ID)
 }
 
 // CredentialList lists a vault's credentials.
@@ -112,15 +100,9 @@ func (s *Store) CredentialDelete(ctx context.Context, p *store.CredentialRef) er
 
 // CredentialArchive archives a credential and removes its secrets under store.ArchiveCredential's rule.
 func (s *Store) CredentialArchive(ctx context.Context, p *store.CredentialArchiveParams) (*apitype.Credential, error) {
-	var c *apitype.Credential
-	err := s.write(ctx, func(w *wtx) (err error) {
-		c, err = store.ArchiveCredential(vaultTx{w}, p)
-		return err
-	}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: archive credential %s: %w", p.ID, err)
-	}
-	return c, nil
+	return writeResult(ctx, s, func(w *wtx) (*apitype.Credential, error) {
+		return store.ArchiveCredential(vaultTx{w}, p)
+	}, "archive credential %s", p.ID)
 }
 
 // vaultTx is store.VaultTx over a write transaction (the single writer needs no row locks).

@@ -308,3 +308,18 @@ func (w *wtx) queryRow(query string, args ...any) *sql.Row {
 	}
 	return st.QueryRowContext(w.ctx, args...)
 }
+
+// writeResult runs fn as write does and returns its result; format and args name the write in errors, as for
+// writeErr.
+func writeResult[T any](ctx context.Context, s *Store, fn func(w *wtx) (T, error), format string, args ...any) (T, error) {
+	var out T
+	err := s.write(ctx, func(w *wtx) (err error) {
+		out, err = fn(w)
+		return err
+	}, nil)
+	if err := writeErr(err, format, args...); err != nil {
+		var zero T
+		return zero, err
+	}
+	return out, nil
+}
