@@ -159,11 +159,13 @@ func scanDoc[T any](what string, archived func(*T, *time.Time)) func(pgx.Row) (*
 	return func(row pgx.Row) (*T, error) {
 		var doc []byte
 		var at *time.Time
-		dest := []any{&doc}
+		var err error
 		if archived != nil {
-			dest = append(dest, &at)
+			err = row.Scan(&doc, &at)
+		} else {
+			err = row.Scan(&doc)
 		}
-		if err := row.Scan(dest...); err != nil {
+		if err != nil {
 			return nil, err
 		}
 		v := new(T)
