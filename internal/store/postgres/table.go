@@ -158,24 +158,21 @@ func (t *table[T]) stamp(ctx context.Context, q querier, column string, at time.
 func scanDoc[T any](what string, archived func(*T, *time.Time)) func(pgx.Row) (*T, error) {
 	return func(row pgx.Row) (*T, error) {
 		var doc []byte
-		var at *time.Time
-		var err error
-		if archived != nil {
-			err = row.Scan(&doc, &at)
-		} else {
-			err = row.Scan(&doc)
+		if archived == nil {
+			if err := row.Scan(&doc); err != nil {
+				return nil, err
+			}
+			return decodeDoc[T](what, doc)
 		}
-		if err != nil {
+		var at *time.Time
+		if err := row.Scan(&doc, &at); err != nil {
 			return nil, err
 		}
-		v := new(T)
-		if err := json.Unmarshal(doc, v); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", what, err)
-		}
-		if archived != nil {
+		v, err := decodeDoc[T](what, doc)
+		if err == nil {
 			archived(v, utc(at))
 		}
-		return v, nil
+		return v, err
 	}
 }
 
@@ -187,4 +184,12 @@ func putDoc(ctx context.Context, q querier, table, id string, archived *time.Tim
 	}
 	_, err = q.Exec(ctx, `UPDATE `+table+` SET doc = $2, archived_at = $3 WHERE id = $1`, id, doc, archived)
 	return err
+}
+
+func decodeDoc[T any](what string, doc []byte) (*T, error) {
+	v := new(T)
+	if err := json.Unmarshal(doc, v); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", what, err)
+	}
+	return v, nil
 }

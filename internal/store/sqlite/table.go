@@ -130,24 +130,21 @@ func (t *table[T]) stamp(w *wtx, column string, at time.Time, where string, args
 func scanDoc[T any](what string, archived func(*T, *time.Time)) func(scanner) (*T, error) {
 	return func(row scanner) (*T, error) {
 		var doc []byte
-		var at sql.NullInt64
-		var err error
-		if archived != nil {
-			err = row.Scan(&doc, &at)
-		} else {
-			err = row.Scan(&doc)
+		if archived == nil {
+			if err := row.Scan(&doc); err != nil {
+				return nil, err
+			}
+			return decodeDoc[T](what, doc)
 		}
-		if err != nil {
+		var at sql.NullInt64
+		if err := row.Scan(&doc, &at); err != nil {
 			return nil, err
 		}
-		v := new(T)
-		if err := json.Unmarshal(doc, v); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", what, err)
-		}
-		if archived != nil {
+		v, err := decodeDoc[T](what, doc)
+		if err == nil {
 			archived(v, timePtr(at))
 		}
-		return v, nil
+		return v, err
 	}
 }
 
@@ -159,4 +156,12 @@ func putDoc(w *wtx, table, id string, archived *time.Time, v any) error {
 	}
 	_, err = w.exec(`UPDATE `+table+` SET archived_at = ?, doc = ? WHERE id = ?`, nullMicros(archived), doc, id)
 	return err
+}
+
+func decodeDoc[T any](what string, doc []byte) (*T, error) {
+	v := new(T)
+	if err := json.Unmarshal(doc, v); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", what, err)
+	}
+	return v, nil
 }
