@@ -155,7 +155,7 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 	if created {
 		fmt.Fprintf(stderr, "corral: created the egress proxies' CA in %s (its key sealed by the vault)\n", filepath.Join(dataDir, caFileName))
 	}
-	secrets, err := proxy.NewSecrets(proxy.SecretsConfig{Store: st, Vault: vlt, CA: ca, Logger: logger})
+	secrets, err := proxy.NewSecrets(proxy.SecretsConfig{Store: st, Vault: vlt, CA: ca, AllowInternal: eo.AllowInternal, Logger: logger})
 	if err != nil {
 		return corral.SandboxConfig{}, err
 	}

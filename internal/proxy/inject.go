@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -60,6 +61,10 @@ type SecretsConfig struct {
 	Store CredentialStore // required
 	Vault *vault.Vault    // required: opens the secrets
 	CA    *CA             // required: signs the intercepted TLS (LoadCA)
+	// AllowInternal are the host:port pairs the operator trusts (corral serve --egress-allow-internal): a
+	// credential's secret goes to a port other than 443 of a host it allows only where such a pair (or the
+	// credential's own host entry) names that port.
+	AllowInternal []string
 	// Logger receives what is skipped (a deleted vault, a duplicate variable, a body over the cap); it never
 	// carries a secret or a placeholder. Default discards.
 	Logger *slog.Logger
@@ -68,6 +73,11 @@ type SecretsConfig struct {
 func (c *SecretsConfig) validate() error {
 	if c.Store == nil || c.Vault == nil || c.CA == nil {
 		return errors.New("proxy: Secrets needs a Store, a Vault and a CA")
+	}
+	for _, hp := range c.AllowInternal {
+		if _, _, err := net.SplitHostPort(hp); err != nil {
+			return fmt.Errorf("proxy: AllowInternal %q is not host:port", hp)
+		}
 	}
 	return nil
 }
@@ -144,6 +154,10 @@ func (s *Secrets) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egres
 	}
 	in := newInjector(s.cfg.CA, creds, s.cfg.Logger)
 	in.reload = s.reload
+	for _, hp := range s.cfg.AllowInternal {
+		h, p, _ := net.SplitHostPort(hp)
+		in.trusted = append(in.trusted, dest{host: normHost(h), port: p})
+	}
 	eg := &sandbox.Egress{Env: map[string]string{}, CACertPEM: s.cfg.CA.CertPEM(), Intercept: in}
 	for _, c := range creds {
 		eg.Env[c.name] = string(c.placeholder)
@@ -227,7 +241,7 @@ type secret struct {
 	vaultID     string
 	placeholder []byte
 	value       []byte
-	hosts       []string // nil: every host (unrestricted networking)
+	hosts       []dest // nil: every host (unrestricted networking)
 	header      bool
 	body        bool
 	// revoked: the credential was archived or deleted (or its vault was) while the sandbox ran: a request
@@ -249,14 +263,29 @@ func newSecret(c *apitype.Credential, value []byte) *secret {
 		s.header, s.body = l.Header, l.Body
 	}
 	if n := c.Auth.Networking; n == nil || n.Type != apitype.NetworkingUnrestricted {
-		s.hosts = []string{} // limited, or unknown: only the listed hosts (none if none)
+		s.hosts = []dest{} // limited, or unknown: only the listed hosts (none if none)
 		if n != nil {
 			for _, h := range n.AllowedHosts {
-				s.hosts = append(s.hosts, normHost(h))
+				d := dest{host: normHost(h)}
+				if hh, p, err := net.SplitHostPort(h); err == nil {
+					d = dest{host: normHost(hh), port: p}
+				}
+				s.hosts = append(s.hosts, d)
 			}
 		}
 	}
 	return s
+}
+
+// dest is a host (lower case, no trailing dot; "*.domain" in a credential's entry) and a port ("" in an entry:
+// 443, or a port the operator trusts for the host).
+type dest struct {
+	host, port string
+}
+
+// matches reports whether the entry's host names host (a wildcard any subdomain of its domain).
+func (d dest) matches(host string) bool {
+	return d.host == host || strings.HasPrefix(d.host, "*.") && strings.HasSuffix(host, d.host[1:]) && len(host) > len(d.host)-1
 }
 
 // NewPlaceholder returns a fresh placeholder: PlaceholderPrefix and 128 random bits in hex, derived from
@@ -267,13 +296,15 @@ func NewPlaceholder() string {
 	return PlaceholderPrefix + hex.EncodeToString(b)
 }
 
-// allows reports whether the secret may be sent to host (lower case, no port).
-func (s *secret) allows(host string) bool {
+// allows reports whether the secret may be sent to host (normHost) on port ("": any port): to a host its
+// entries name, on 443 or a port the operator trusts for host (trusted), or on the port an entry names.
+func (s *secret) allows(host, port string, trusted []dest) bool {
+	stdPort := port == "" || port == "443" || slices.Contains(trusted, dest{host: host, port: port})
 	if s.hosts == nil {
-		return true
+		return stdPort
 	}
 	for _, h := range s.hosts {
-		if h == host || strings.HasPrefix(h, "*.") && strings.HasSuffix(host, h[1:]) && len(host) > len(h)-1 {
+		if h.matches(host) && (h.port == "" && stdPort || h.port != "" && (port == "" || h.port == port)) {
 			return true
 		}
 	}
@@ -287,9 +318,10 @@ func normHost(h string) string {
 // Injector replaces one sandbox's placeholders with their secrets in the requests to the secrets' allowed
 // hosts (sandbox.Interceptor), and secrets with their placeholders in the answers.
 type Injector struct {
-	ca     *CA
-	logger *slog.Logger
-	bodies chan struct{} // slots of the bodies held at a time (maxBodies)
+	ca      *CA
+	logger  *slog.Logger
+	trusted []dest        // the operator's host:port pairs (SecretsConfig.AllowInternal)
+	bodies  chan struct{} // slots of the bodies held at a time (maxBodies)
 	// reload, if set, reads the credentials again (Secrets.reload), every RefreshEvery.
 	reload func(ctx context.Context, cur []*secret) ([]*secret, error)
 
@@ -338,16 +370,16 @@ func (in *Injector) current() []*secret {
 	return in.creds
 }
 
-// forHost returns the secrets that may be sent to host, and the revoked credentials whose placeholders were
-// meant for it.
-func (in *Injector) forHost(host string) (creds, revoked []*secret) {
+// forHost returns the secrets that may be sent to host:port ("": any port), and the revoked credentials whose
+// placeholders were meant for it.
+func (in *Injector) forHost(host, port string) (creds, revoked []*secret) {
 	host = normHost(host)
 	if host == sandbox.LocalHost {
 		return nil, nil // the proxy's own services (the git endpoint) are never sent a secret, nor intercepted
 	}
 	for _, c := range in.current() {
 		switch {
-		case !c.allows(host):
+		case !c.allows(host, port, in.trusted):
 		case c.revoked:
 			revoked = append(revoked, c)
 		default:
@@ -357,32 +389,50 @@ func (in *Injector) forHost(host string) (creds, revoked []*secret) {
 	return creds, revoked
 }
 
-// Intercepts reports whether some secret may be sent to host (on any port), or was until it was revoked:
-// only those connections are terminated in the proxy; every other one is tunnelled untouched.
+// Intercepts reports whether some secret may be sent to host:port, or was until it was revoked: only those
+// connections are terminated in the proxy; every other one is tunnelled untouched. A port other than 443 is
+// one only where a credential's host entry or the operator's AllowInternal pair names it.
 func (in *Injector) Intercepts(host, port string) bool {
-	creds, revoked := in.forHost(host)
+	creds, revoked := in.forHost(host, port)
 	return len(creds)+len(revoked) > 0
 }
 
-// Certificate returns the CA's leaf for host, if the Injector intercepts host.
+// Certificate returns the CA's leaf for host, if the Injector intercepts host (on some port).
 func (in *Injector) Certificate(host string) (*tls.Certificate, error) {
-	if !in.Intercepts(host, "") {
+	if creds, revoked := in.forHost(host, ""); len(creds)+len(revoked) == 0 {
 		return nil, fmt.Errorf("proxy: %s is not intercepted", host)
 	}
 	return in.ca.Leaf(host)
 }
 
-// Rewrite replaces the placeholders of the secrets allowed at req.URL's host with the secrets: in header
-// values (a Basic authorization's user:password included) when the credential's injection_location has
-// header, and in the body when it has body, a body of at most MaxBodyInjection bytes that is not
+// Rewrite replaces the placeholders of the secrets allowed at req.URL's host and port with the secrets: in
+// header values (a Basic authorization's user:password included) when the credential's injection_location
+// has header, and in the body when it has body, a body of at most MaxBodyInjection bytes that is not
 // content-encoded. The request's Accept-Encoding is dropped (the proxy's transport asks for gzip itself and
 // decompresses), so that the answer can be scrubbed (ScrubResponse).
 //
-// A request that carries in a header the placeholder of a credential revoked since the sandbox started is
-// refused with an error (egress.ErrDenied)
-// that names the variable, so that the tool says why instead of the upstream's own 401.
+// Only a request read from a TLS connection the proxy terminated (req.TLS set, req.URL the connection's
+// host:port) is rewritten, and only if it names no other host than its connection's: a request whose Host
+// (or absolute-form URI) or TLS server name names another is refused with an error (egress.ErrDenied),
+// since a front end that routes by Host would hand the secret to the site the sandbox chose. A plain-HTTP
+// request carrying such a placeholder in a header is refused too. A request that carries in a header the
+// placeholder of a credential revoked since the sandbox started is refused with an error that names the
+// variable, so that the tool says why instead of the upstream's own 401.
 func (in *Injector) Rewrite(req *http.Request) error {
-	creds, revoked := in.forHost(req.URL.Hostname())
+	port := req.URL.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[req.URL.Scheme]
+	}
+	creds, revoked := in.forHost(req.URL.Hostname(), port)
+	if len(creds)+len(revoked) == 0 {
+		return nil
+	}
+	if req.TLS == nil || !req.TLS.HandshakeComplete {
+		return refusePlain(req, creds)
+	}
+	if err := sameHost(req); err != nil {
+		return err
+	}
 	if err := refuseRevoked(req, revoked); err != nil {
 		return err
 	}
@@ -442,6 +492,35 @@ func (in *Injector) Rewrite(req *http.Request) error {
 	req.ContentLength = int64(len(b))
 	req.TransferEncoding = nil
 	req.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	return nil
+}
+
+// refusePlain returns an error if req, not inside TLS, carries in a header the placeholder of one of creds:
+// secrets go only inside TLS the proxy terminates, never in plain HTTP.
+func refusePlain(req *http.Request, creds []*secret) error {
+	for _, c := range creds {
+		if c.header && headersCarry(req.Header, c.placeholder) {
+			return fmt.Errorf("%w: %s is replaced by its secret only in HTTPS requests; this plain-HTTP request was not sent",
+				egress.ErrDenied, c.name)
+		}
+	}
+	return nil
+}
+
+// sameHost returns an error unless req's Host (where an absolute-form URI's authority is) and TLS server name
+// name its connection's host and port (req.URL.Host).
+func sameHost(req *http.Request) error {
+	host, port := req.URL.Hostname(), req.URL.Port()
+	if port == "" {
+		port = "443"
+	}
+	if req.Host != "" && !egress.SameAuthority(req.Host, host, port) {
+		return fmt.Errorf("%w: the request's Host is not the host its connection was opened for (%s); no secret is sent under another Host",
+			egress.ErrDenied, net.JoinHostPort(host, port))
+	}
+	if sni := req.TLS.ServerName; sni != "" && normHost(sni) != normHost(host) {
+		return fmt.Errorf("%w: the TLS server name is not the host the connection was opened for (%s)", egress.ErrDenied, host)
+	}
 	return nil
 }
 
@@ -522,105 +601,4 @@ func replaceAll(b []byte, creds []*secret) []byte {
 		}
 	}
 	return b
-}
-
-// ScrubResponse replaces, in an answer from host, the secrets that may be sent there (and the encodings of
-// them Rewrite made) with their placeholders: in the header values and, streaming, in the body (the body then
-// has no Content-Length). A host that echoes a request back thus does not show the sandbox the secret it was
-// sent. Other encodings of a secret an upstream may choose (JSON escapes, its own base64) are not recognised.
-func (in *Injector) ScrubResponse(req *http.Request, resp *http.Response) {
-	creds, revoked := in.forHost(req.URL.Hostname())
-	creds = append(creds, revoked...) // an upstream may still echo a secret it was sent before it was revoked
-	var old, nw [][]byte
-	for _, c := range creds {
-		if len(c.value) >= minScrubLen {
-			old, nw = append(old, c.value), append(nw, c.placeholder)
-		}
-	}
-	in.mu.Lock()
-	for _, d := range in.derived {
-		if slices.ContainsFunc(creds, func(c *secret) bool { return c.id == d.credID }) {
-			old, nw = append(old, d.value), append(nw, d.ph)
-		}
-	}
-	in.mu.Unlock()
-	if len(old) == 0 {
-		return
-	}
-	for _, vs := range resp.Header {
-		for i, v := range vs {
-			b := []byte(v)
-			for j := range old {
-				b = bytes.ReplaceAll(b, old[j], nw[j])
-			}
-			vs[i] = string(b)
-		}
-	}
-	if resp.Body == nil || resp.Body == http.NoBody || req.Method == http.MethodHead {
-		return
-	}
-	r := &replaceReader{src: resp.Body, old: old, new: nw}
-	for _, o := range old {
-		r.keep = max(r.keep, len(o)-1)
-	}
-	resp.Body = struct {
-		io.Reader
-		io.Closer
-	}{r, resp.Body}
-	resp.ContentLength = -1
-	resp.Header.Del("Content-Length")
-}
-
-// replaceReader replaces every old[i] in src with new[i], streaming: it holds back the last keep bytes read
-// (keep = the longest old minus one) until more arrive, so that a match split across reads is still found.
-type replaceReader struct {
-	src      io.Reader
-	old, new [][]byte
-	keep     int
-	in, out  []byte
-	err      error
-}
-
-func (r *replaceReader) Read(p []byte) (int, error) {
-	for len(r.out) == 0 {
-		if r.err != nil {
-			if len(r.in) > 0 {
-				r.flush(len(r.in))
-				continue
-			}
-			return 0, r.err
-		}
-		var buf [32 << 10]byte
-		n, err := r.src.Read(buf[:])
-		r.in = append(r.in, buf[:n]...)
-		r.err = err
-		if safe := len(r.in) - r.keep; safe > 0 {
-			r.flush(safe)
-		}
-	}
-	n := copy(p, r.out)
-	r.out = r.out[n:]
-	return n, nil
-}
-
-// flush moves r.in[:upTo] (and the whole of a match that starts before upTo) to r.out, replaced.
-func (r *replaceReader) flush(upTo int) {
-	i := 0
-	for i < upTo {
-		at, which := -1, -1
-		for k, o := range r.old {
-			if j := bytes.Index(r.in[i:], o); j >= 0 && (at < 0 || j < at) {
-				at, which = j, k
-			}
-		}
-		if at < 0 || i+at >= upTo {
-			r.out = append(r.out, r.in[i:upTo]...)
-			i = upTo
-			break
-		}
-		r.out = append(r.out, r.in[i:i+at]...)
-		r.out = append(r.out, r.new[which]...)
-		i += at + len(r.old[which])
-	}
-	r.in = append(r.in[:0], r.in[i:]...)
 }

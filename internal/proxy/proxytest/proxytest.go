@@ -26,9 +26,9 @@ import (
 var _ sandboxtest.SecretsSetup = Setup
 
 // Setup seals creds in a vault of a new master key, attaches the vault to every session and returns the
-// proxy.Secrets over them, with the master key and the egress CA's private key, in every encoding a leak could
-// show them in, as the strings no sandbox may reveal.
-func Setup(t *testing.T, creds []sandboxtest.SecretCredential) (sandbox.EgressSource, map[string]string) {
+// proxy.Secrets over them (the operator's trusted pairs allowInternal), with the master key and the egress CA's
+// private key, in every encoding a leak could show them in, as the strings no sandbox may reveal.
+func Setup(t *testing.T, creds []sandboxtest.SecretCredential, allowInternal []string) (sandbox.EgressSource, map[string]string) {
 	t.Helper()
 	key := vault.NewKey()
 	v, err := vault.New(key)
@@ -57,7 +57,7 @@ func Setup(t *testing.T, creds []sandboxtest.SecretCredential) (sandbox.EgressSo
 		st.creds = append(st.creds, cred)
 		st.secrets[cred.ID] = []store.SealedSecret{*sealed}
 	}
-	src, err := proxy.NewSecrets(proxy.SecretsConfig{Store: st, Vault: v, CA: ca})
+	src, err := proxy.NewSecrets(proxy.SecretsConfig{Store: st, Vault: v, CA: ca, AllowInternal: allowInternal})
 	if err != nil {
 		t.Fatal(err)
 	}

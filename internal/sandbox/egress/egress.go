@@ -351,10 +351,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"} {
 		out.Header.Del(h)
 	}
-	if p.intercepts(out.URL) {
-		p.forwardIntercepted(w, out)
-		return
-	}
 	resp, err := p.tr.RoundTrip(out)
 	if err != nil {
 		p.refuse(w, r, err)

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -19,7 +18,11 @@ import (
 // terminates the sandbox's TLS with a certificate of the host's CA, reads the HTTP/1.1 requests, has the
 // Interceptor rewrite them (inject credentials) and forwards them over TLS of its own to the real destination,
 // verified against the system roots and Egress.RootCAs. Every destination is still checked against the policy
-// after resolution, like any other. Plain-HTTP requests to such destinations are rewritten the same way.
+// after resolution, like any other. Inside such a connection the sandbox reaches only the host it was opened
+// for: a TLS server name, Host header or absolute-form URI naming another is refused (421) before the
+// Interceptor or any upstream sees the request, since a front end that routes by Host would otherwise hand the
+// credentials to the site the sandbox chose. Plain-HTTP requests are never given to the Interceptor: they go
+// out as sent, like to any other destination.
 
 // responseScrubber is implemented by Interceptors that also clean the answers (proxy.Injector replaces a
 // secret an upstream echoes with its placeholder).
@@ -37,16 +40,20 @@ const interceptIdle = time.Minute
 // credential allows pays the wait.
 const clientFirst = 10 * time.Second
 
-// intercepts reports whether an absolute-URI request goes to a destination the Interceptor claims.
-func (p *Proxy) intercepts(u *url.URL) bool {
-	if p.egress == nil || p.egress.Intercept == nil {
-		return false
+// SameAuthority reports whether authority (a Host header, or an absolute-form URI's host[:port]) names host
+// and port; an authority without a port names 443 (the intercepted connections are TLS). Case and a trailing
+// dot do not matter; userinfo or any other spelling of host does.
+func SameAuthority(authority, host, port string) bool {
+	h, p, err := net.SplitHostPort(authority)
+	if err != nil {
+		h, p = authority, "443"
 	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-	}
-	return p.egress.Intercept.Intercepts(u.Hostname(), port)
+	return p == port && sameHostName(h, host)
+}
+
+func sameHostName(a, b string) bool {
+	norm := func(h string) string { return strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), ".")) }
+	return norm(a) == norm(b)
 }
 
 // interceptTransport is the transport of intercepted requests: it dials through the policy like every other
@@ -160,9 +167,14 @@ func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, host, p
 	}
 	intercept := p.egress.Intercept
 	c := tls.Server(in, &tls.Config{
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return intercept.Certificate(host) },
-		NextProtos:     []string{"http/1.1"},
-		MinVersion:     tls.VersionTLS12,
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if hello.ServerName != "" && !sameHostName(hello.ServerName, host) {
+				return nil, fmt.Errorf("%w: the TLS server name is not %s, the host of the CONNECT", ErrDenied, host)
+			}
+			return intercept.Certificate(host)
+		},
+		NextProtos: []string{"http/1.1"},
+		MinVersion: tls.VersionTLS12,
 	})
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = c.HandshakeContext(hctx)
@@ -175,8 +187,11 @@ func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, host, p
 }
 
 // serveIntercepted reads the HTTP/1.1 requests of a terminated TLS connection to hostport and answers each
-// with the rewritten request's answer from the real destination.
+// with the rewritten request's answer from the real destination. A request that names another host (its Host,
+// where an absolute-form URI's authority is too) is answered 421 and the connection closed.
 func (p *Proxy) serveIntercepted(ctx context.Context, c *tls.Conn, hostport string) {
+	host, port, _ := net.SplitHostPort(hostport)
+	state := c.ConnectionState()
 	br := bufio.NewReader(c)
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(interceptIdle))
@@ -185,8 +200,15 @@ func (p *Proxy) serveIntercepted(ctx context.Context, c *tls.Conn, hostport stri
 			return
 		}
 		_ = c.SetReadDeadline(time.Time{})
+		if (req.URL.Host != "" && !SameAuthority(req.URL.Host, host, port)) || (req.Host != "" && !SameAuthority(req.Host, host, port)) {
+			p.logger.Info("egress refused", "host", hostport, "err", "the request names another host than its connection's")
+			_ = errorResponse(req, http.StatusMisdirectedRequest,
+				"egress proxy: this connection is to "+hostport+"; a request in it may not name another host (Host header or request target)").Write(c)
+			return
+		}
 		req = req.WithContext(ctx)
 		req.RequestURI = ""
+		req.TLS = &state // the Interceptor injects only into requests read from TLS the proxy terminated
 		req.URL.Scheme, req.URL.Host = "https", hostport
 		for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade", "Expect"} {
 			req.Header.Del(h)
@@ -227,23 +249,6 @@ func (p *Proxy) roundTripIntercepted(req *http.Request) (*http.Response, error) 
 		s.ScrubResponse(req, resp)
 	}
 	return resp, nil
-}
-
-// forwardIntercepted forwards a plain-HTTP request to a destination the Interceptor claims.
-func (p *Proxy) forwardIntercepted(w http.ResponseWriter, out *http.Request) {
-	resp, err := p.roundTripIntercepted(out)
-	if err != nil {
-		p.refuse(w, out, err)
-		return
-	}
-	defer resp.Body.Close()
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
-	}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
 }
 
 func errorResponse(req *http.Request, status int, msg string) *http.Response {

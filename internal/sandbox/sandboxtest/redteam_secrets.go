@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,10 +34,12 @@ type SecretCredential struct {
 }
 
 // SecretsSetup builds the credential proxy (internal/proxy, which this kit may not import; proxytest.Setup) for
-// sessions holding creds. It returns the source of their Egress, and the strings besides the secret values
-// that no sandbox may ever show, by label: the egress CA's private key and the vault's master key, in every
-// encoding they could leak in.
-type SecretsSetup func(t *testing.T, creds []SecretCredential) (sandbox.EgressSource, map[string]string)
+// sessions holding creds, with the operator's trusted internal host:port pairs (--egress-allow-internal) as
+// allowInternal: a secret goes to a port other than 443 only where such a pair (or the credential's host
+// entry) names it. It returns the source of their Egress, and the strings besides the secret values that no
+// sandbox may ever show, by label: the egress CA's private key and the vault's master key, in every encoding
+// they could leak in.
+type SecretsSetup func(t *testing.T, creds []SecretCredential, allowInternal []string) (sandbox.EgressSource, map[string]string)
 
 // SearchSecrets returns the labels of the forbidden strings found in data, sorted.
 func SearchSecrets(data []byte, forbidden map[string]string) []string {
@@ -50,22 +53,63 @@ func SearchSecrets(data []byte, forbidden map[string]string) []string {
 	return found
 }
 
-// recorder is an upstream that records the requests it receives and echoes their Authorization header back.
+// recorder is an upstream that records the requests it receives and echoes their Authorization header back;
+// under /encoded, in the encodings of echoForms instead.
 type recorder struct {
 	mu   sync.Mutex
 	reqs []recorded
 }
 
 type recorded struct {
-	auth, token, body string
+	host, auth, token, body string
 }
 
 func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	rc.mu.Lock()
-	rc.reqs = append(rc.reqs, recorded{auth: r.Header.Get("Authorization"), token: r.Header.Get("X-Token"), body: string(b)})
+	rc.reqs = append(rc.reqs, recorded{host: r.Host, auth: r.Header.Get("Authorization"), token: r.Header.Get("X-Token"), body: string(b)})
 	rc.mu.Unlock()
+	if r.URL.Path == "/encoded" {
+		token := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		forms := echoForms(token)
+		for _, label := range slices.Sorted(maps.Keys(forms)) {
+			fmt.Fprintf(w, "%s: %s\n", label, forms[label])
+		}
+		return
+	}
 	fmt.Fprintf(w, "echo auth=%s token=%s body=%s\n", r.Header.Get("Authorization"), r.Header.Get("X-Token"), b)
+}
+
+// echoForms are the encodings of s an upstream may echo: base64 (standard and URL-safe, padded or not), hex in
+// either case, percent-encoding, and base64 of a JSON document holding s (s at each of the 3 alignments of a
+// longer base64 string).
+func echoForms(s string) map[string]string {
+	b := []byte(s)
+	forms := map[string]string{
+		"base64":        base64.StdEncoding.EncodeToString(b),
+		"base64 raw":    base64.RawStdEncoding.EncodeToString(b),
+		"base64url":     base64.URLEncoding.EncodeToString(b),
+		"base64url raw": base64.RawURLEncoding.EncodeToString(b),
+		"hex":           hex.EncodeToString(b),
+		"HEX":           strings.ToUpper(hex.EncodeToString(b)),
+		"query escape":  url.QueryEscape(s),
+		"path escape":   url.PathEscape(s),
+	}
+	for k := range 3 {
+		doc := []byte(`{"user":"` + "ab"[:k] + `","token":"` + s + `"}`)
+		forms[fmt.Sprintf("embedded base64 %d", k)] = base64.StdEncoding.EncodeToString(doc)
+		forms[fmt.Sprintf("embedded base64url %d", k)] = base64.URLEncoding.EncodeToString(doc)
+	}
+	return forms
+}
+
+// take returns the requests received and forgets them.
+func (rc *recorder) take() []recorded {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	r := rc.reqs
+	rc.reqs = nil
+	return r
 }
 
 // last returns the last request received and forgets them all.
@@ -89,23 +133,31 @@ func (f egressFunc) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egr
 
 // RunSecrets checks environment_variable credentials injected at egress, from bash in real sandboxes, against
 // real HTTPS servers on 127.0.0.1 that record what they receive: the sandbox sees a placeholder; a request to
-// an allowed host arrives with the secret (headers, Basic auth, a body only where body injection is on, plain
-// HTTP too), verified by curl against the sandbox's CA bundle (and against the system bundle, which holds the
-// egress CA too); the placeholder sent to a host that is not
-// allowed arrives as the placeholder; an allowed host echoing the secret shows the sandbox the placeholder.
+// an allowed host arrives with the secret (headers, Basic auth, a body only where body injection is on),
+// verified by curl against the sandbox's CA bundle (and against the system bundle, which holds the egress CA
+// too); the placeholder sent to a host that is not allowed, in plain HTTP, or to a port of the allowed host that
+// neither the credential nor the operator names arrives as the placeholder; a Host header or request target the
+// sandbox chose is refused and reaches no upstream; an allowed host echoing the secret, literally or encoded,
+// shows the sandbox the placeholder.
 // Then it searches everything the sandbox can reach (every process's environ and cmdline, every file outside
 // /usr, /proc, /sys and /dev, the CA bundle, the proxy's answers) for the secrets, the CA key and the master key.
 func RunSecrets(t *testing.T, newProvider func(testing.TB) sandbox.Provider, setup SecretsSetup) {
-	var allowedRec, otherRec, plainRec recorder
+	var allowedRec, otherRec, plainRec, unnamedRec recorder
 	allowed := httptest.NewTLSServer(&allowedRec)
 	t.Cleanup(allowed.Close)
 	other := httptest.NewTLSServer(&otherRec)
 	t.Cleanup(other.Close)
 	plain := httptest.NewServer(&plainRec)
 	t.Cleanup(plain.Close)
+	// unnamed is the allowed host (127.0.0.1) on a port the egress rules let the sandbox reach but that neither
+	// the credential nor the operator's pairs given to the credential proxy name: what another port of a public
+	// allowed host is, which no test reaches.
+	unnamed := httptest.NewTLSServer(&unnamedRec)
+	t.Cleanup(unnamed.Close)
 	allowedAddr := strings.TrimPrefix(allowed.URL, "https://")
 	_, otherPort, _ := net.SplitHostPort(strings.TrimPrefix(other.URL, "https://"))
 	plainAddr := strings.TrimPrefix(plain.URL, "http://")
+	unnamedAddr := strings.TrimPrefix(unnamed.URL, "https://")
 
 	random := func() string {
 		b := make([]byte, 16)
@@ -113,18 +165,28 @@ func RunSecrets(t *testing.T, newProvider func(testing.TB) sandbox.Provider, set
 		return hex.EncodeToString(b)
 	}
 	value, bodyValue := "redteam-header-secret-"+random(), "redteam-body-secret-"+random()
+	// Every encoding of echoValue differs from it.
+	echoValue := "redteam/echo+secret=" + random() + "?&"
 	creds := []SecretCredential{
 		{Name: "MY_TOKEN", Value: value, Hosts: []string{"127.0.0.1"}},
 		{Name: "MY_BODY_TOKEN", Value: bodyValue, Hosts: []string{"127.0.0.1"}, Body: true},
+		{Name: "MY_ECHO_TOKEN", Value: echoValue, Hosts: []string{"127.0.0.1"}},
 	}
-	src, forbidden := setup(t, creds)
+	trusted := []string{allowedAddr, "localhost:" + otherPort, plainAddr}
+	src, forbidden := setup(t, creds, trusted)
 	forbidden = maps.Clone(forbidden)
 	if forbidden == nil {
 		forbidden = map[string]string{}
 	}
 	forbidden["secret value of MY_TOKEN"] = value
 	forbidden["secret value of MY_BODY_TOKEN"] = bodyValue
+	forbidden["secret value of MY_ECHO_TOKEN"] = echoValue
 	forbidden["secret value of MY_TOKEN (base64 of user:value)"] = base64.StdEncoding.EncodeToString([]byte("user:" + value))
+	for label, f := range echoForms(echoValue) {
+		if !strings.HasPrefix(label, "embedded") { // those hold other text; checked decoded (EncodedEcho)
+			forbidden["secret value of MY_ECHO_TOKEN ("+label+")"] = f
+		}
+	}
 
 	roots := x509.NewCertPool()
 	roots.AddCert(allowed.Certificate())
@@ -135,7 +197,7 @@ func RunSecrets(t *testing.T, newProvider func(testing.TB) sandbox.Provider, set
 		if err != nil || eg == nil {
 			return eg, fmt.Errorf("secrets egress: %v (egress %v)", err, eg)
 		}
-		eg.AllowInternal = []string{allowedAddr, "localhost:" + otherPort, plainAddr}
+		eg.AllowInternal = append(slices.Clone(trusted), unnamedAddr)
 		eg.RootCAs = roots
 		caPEM = eg.CACertPEM
 		return eg, nil
@@ -217,9 +279,76 @@ func RunSecrets(t *testing.T, newProvider func(testing.TB) sandbox.Provider, set
 		}
 	})
 	t.Run("PlainHTTP", func(t *testing.T) {
+		// Secrets go only inside TLS the proxy terminates (issue 21, item 2).
 		run(curl + `-H "X-Token: $MY_TOKEN" http://` + plainAddr + "/")
-		if got := plainRec.last(t).token; got != value {
-			t.Errorf("plain HTTP to an allowed host: X-Token %q, want the secret", got)
+		if got := plainRec.last(t).token; got != ph {
+			t.Errorf("plain HTTP to an allowed host: X-Token %q, want the placeholder %q", got, ph)
+		}
+	})
+	t.Run("PortNotNamed", func(t *testing.T) {
+		// The allowed host on a port neither the credential nor the operator names: tunnelled, the secret is
+		// not sent (issue 21, item 2).
+		run(curl + `-k -H "Authorization: Bearer $MY_TOKEN" https://` + unnamedAddr + "/")
+		if got := unnamedRec.last(t).auth; got != "Bearer "+ph {
+			t.Errorf("a port no one names received %q, want the placeholder %q", got, ph)
+		}
+	})
+	t.Run("HostChosenBySandbox", func(t *testing.T) {
+		// Inside a connection to the allowed host, a Host header or an absolute request target naming another
+		// site is refused, and no upstream request is made (issue 21, item 1).
+		for _, opt := range []string{`-H "Host: evil.example"`, `-H "Host: ` + allowedAddr + `.evil.example"`,
+			`--request-target https://evil.example/`} {
+			out := run(curl + `-o /dev/null -w '%{http_code}' ` + opt + ` -H "Authorization: Bearer $MY_TOKEN" https://` + allowedAddr + "/ 2>&1; true")
+			if got := allowedRec.take(); len(got) > 0 {
+				t.Errorf("%s: the upstream received %d request(s), the first with Host %q and Authorization %q; want none",
+					opt, len(got), got[0].host, got[0].auth)
+			}
+			if !strings.HasPrefix(strings.TrimSpace(out), "421") {
+				t.Errorf("%s: the sandbox was answered %q, want 421", opt, out)
+			}
+		}
+	})
+	t.Run("EncodedEcho", func(t *testing.T) {
+		// An allowed host echoing the secret encoded shows the sandbox the placeholder's encodings
+		// (issue 21, item 7).
+		out := run(curl + `-H "Authorization: Bearer $MY_ECHO_TOKEN" https://` + allowedAddr + "/encoded")
+		if got := allowedRec.last(t).auth; got != "Bearer "+echoValue {
+			t.Fatalf("the allowed host received %q, want the secret", got)
+		}
+		echoPh := strings.TrimSpace(run(`printf '%s' "$MY_ECHO_TOKEN"`))
+		forms, phForms := echoForms(echoValue), echoForms(echoPh)
+		shown := map[string]string{}
+		for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+			if label, enc, ok := strings.Cut(line, ": "); ok {
+				shown[label] = enc
+			}
+		}
+		for label, f := range forms {
+			if strings.Contains(out, f) {
+				t.Errorf("the %s of the secret reached the sandbox", label)
+			}
+			if strings.HasPrefix(label, "embedded") {
+				continue
+			}
+			// A form the secret shares with another (a length divisible by 3 has no base64 padding) may be
+			// replaced by either's form of the placeholder.
+			replaced := false
+			for other, o := range forms {
+				replaced = replaced || o == f && shown[label] == phForms[other]
+			}
+			if !replaced {
+				t.Errorf("the %s of the secret was replaced by %q, not by that of the placeholder", label, shown[label])
+			}
+		}
+		for label, enc := range shown {
+			if !strings.HasPrefix(label, "embedded") {
+				continue
+			}
+			for _, e := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+				if dec := decodeLoose(e, enc); bytes.Contains(dec, []byte(echoValue[2:len(echoValue)-2])) {
+					t.Errorf("%s: the sandbox decodes the secret from %q", label, enc)
+				}
+			}
 		}
 	})
 	t.Run("ProxyAnswers", func(t *testing.T) {
@@ -261,4 +390,18 @@ while read -r f; do cat "$f" 2>/dev/null; done < files > contents; wc -l < files
 		t.Logf("searched %d bytes (environ and cmdline of every process, %d files, %d bytes of answers) for %d forbidden strings",
 			all.Len(), bytes.Count(files, []byte("\n")), answers.Len(), len(forbidden))
 	})
+}
+
+// decodeLoose decodes as much of s as enc takes (padding dropped, a tail that is no whole quantum cut), so
+// that a scrubbed string whose length changed still shows what it holds.
+func decodeLoose(enc *base64.Encoding, s string) []byte {
+	s = strings.TrimRight(s, "=")
+	enc = enc.WithPadding(base64.NoPadding)
+	for len(s) > 0 {
+		if b, err := enc.DecodeString(s); err == nil {
+			return b
+		}
+		s = s[:len(s)-1]
+	}
+	return nil
 }
