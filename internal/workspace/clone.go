@@ -5,7 +5,6 @@ package workspace
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,20 +18,16 @@ import (
 	"github.com/corralhq/corral/internal/sandbox"
 )
 
-// parseCheckout decodes and validates a repository resource's checkout (apitype.Checkout.Validate, the rule
-// the API applied when the resource was created). No checkout (nil) means the default branch.
-func parseCheckout(raw json.RawMessage) (*apitype.Checkout, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+// checkoutOf validates a repository resource's checkout again (apitype.Checkout.Validate, the rule the API
+// applied when the resource was created) before git sees it. No checkout (nil) means the default branch.
+func checkoutOf(res *apitype.Resource) (*apitype.Checkout, error) {
+	if res.Checkout == nil {
 		return nil, nil
 	}
-	var c apitype.Checkout
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("checkout: %w", err)
-	}
-	if err := c.Validate(); err != nil {
+	if err := res.Checkout.Validate(); err != nil {
 		return nil, err
 	}
-	return &c, nil
+	return res.Checkout, nil
 }
 
 // checkRepoURL refuses what may not be cloned: anything but https:// (http://, file:// and absolute paths too
@@ -73,7 +68,7 @@ func (c *Config) checkRepoURL(raw string) error {
 // or by default the default branch). The clone goes to a new directory of the workspace first and is then
 // renamed into place, through an os.Root of the workspace, so that nothing a sandbox left in the workspace (a
 // symlink) can redirect the host's writes out of it. It returns the hosted service's error type with the error.
-func (p *Placer) cloneRepository(ctx context.Context, sessionID, ws string, res *apitype.Resource, mountPath string, n *apitype.Networking) (string, error) {
+func (p *Placer) cloneRepository(ctx context.Context, sessionID, ws string, res *apitype.Resource, mountPath string, n *apitype.Networking) (apitype.SessionErrorType, error) {
 	cfg := &p.cfg
 	repoURL := res.URL
 	rel, err := workspaceRel(mountPath)
@@ -83,18 +78,18 @@ func (p *Placer) cloneRepository(ctx context.Context, sessionID, ws string, res 
 	if err := cfg.checkRepoURL(repoURL); err != nil {
 		return "", err
 	}
-	co, err := parseCheckout(res.Checkout)
+	co, err := checkoutOf(res)
 	if err != nil {
-		return sandbox.ErrTypeRepositoryCheckout, err
+		return apitype.SessionErrRepositoryCheckout, err
 	}
 	remote, err := cfg.pinHost(ctx, repoURL, n)
 	if err != nil {
-		return sandbox.ErrTypeRepositoryClone, err
+		return apitype.SessionErrRepositoryClone, err
 	}
 	if cfg.Tokens != nil && res.ID != "" {
 		auth, ok, err := cfg.Tokens.RepositoryAuthorization(ctx, sessionID, res.ID)
 		if err != nil {
-			return sandbox.ErrTypeRepositoryClone, fmt.Errorf("the repository's token: %w", err)
+			return apitype.SessionErrRepositoryClone, fmt.Errorf("the repository's token: %w", err)
 		}
 		if ok {
 			remote.withAuthorization(repoURL, auth)
@@ -105,36 +100,36 @@ func (p *Placer) cloneRepository(ctx context.Context, sessionID, ws string, res 
 	}
 	root, err := os.OpenRoot(ws)
 	if err != nil {
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	defer root.Close()
 	if _, err := root.Lstat(rel); err == nil {
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("%s already exists in the workspace", mountPath)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("%s already exists in the workspace", mountPath)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	owner, err := root.Stat(".")
 	if err != nil {
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	st, ok := owner.Sys().(*syscall.Stat_t)
 	if !ok {
-		return sandbox.ErrTypeRepositoryClone, errors.New("workspace: no owner information")
+		return apitype.SessionErrRepositoryClone, errors.New("workspace: no owner information")
 	}
 	uid, gid := int(st.Uid), int(st.Gid)
 
 	staging := ".corral-clone-" + randomHex(8)
 	if err := root.Mkdir(staging, 0o700); err != nil {
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	defer func() { _ = root.RemoveAll(staging) }()
 	home, err := os.MkdirTemp("", "corral-git-home-")
 	if err != nil {
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("git home: %w", err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("git home: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(home) }()
 	if err := cfg.caBundle(home, remote); err != nil {
-		return sandbox.ErrTypeRepositoryClone, err
+		return apitype.SessionErrRepositoryClone, err
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.CloneTimeout)
@@ -150,25 +145,25 @@ func (p *Placer) cloneRepository(ctx context.Context, sessionID, ws string, res 
 	}
 	if err := cfg.git(ctx, home, "", remote, append(args, "--", repoURL, dst)...); err != nil {
 		if co != nil && co.Type == apitype.CheckoutBranch && strings.Contains(err.Error(), "not found in upstream") {
-			return sandbox.ErrTypeRepositoryCheckout, fmt.Errorf("could not check out branch %s: %w", co.Name, err)
+			return apitype.SessionErrRepositoryCheckout, fmt.Errorf("could not check out branch %s: %w", co.Name, err)
 		}
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("could not clone the repository: %w", err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("could not clone the repository: %w", err)
 	}
 	if co != nil && co.Type == apitype.CheckoutCommit {
 		if err := cfg.git(ctx, home, dst, nil, "checkout", "--quiet", "--detach", co.SHA, "--"); err != nil {
 			// The commit may be on no branch the clone fetched; ask the remote for it by id.
 			if ferr := cfg.git(ctx, home, dst, remote, "fetch", "--quiet", "origin", co.SHA); ferr != nil {
-				return sandbox.ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
+				return apitype.SessionErrRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
 			}
 			if err := cfg.git(ctx, home, dst, nil, "checkout", "--quiet", "--detach", "FETCH_HEAD", "--"); err != nil {
-				return sandbox.ErrTypeRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
+				return apitype.SessionErrRepositoryCheckout, fmt.Errorf("could not check out commit %s: %w", co.SHA, err)
 			}
 		}
 	}
 	if cfg.Tokens != nil && res.ID != "" {
 		// The sandbox reaches the repository through the git endpoint, which adds the token.
-		if err := cfg.git(ctx, home, dst, nil, "remote", "set-url", "origin", LocalRemote(res.ID)); err != nil {
-			return sandbox.ErrTypeRepositoryClone, fmt.Errorf("could not point origin at the git endpoint: %w", err)
+		if err := cfg.git(ctx, home, dst, nil, "remote", "set-url", "origin", sandbox.LocalRemote(res.ID)); err != nil {
+			return apitype.SessionErrRepositoryClone, fmt.Errorf("could not point origin at the git endpoint: %w", err)
 		}
 	}
 	// The clone belongs to the workspace's owner. A fresh workspace is still the server's: the backend gives
@@ -181,14 +176,14 @@ func (p *Placer) cloneRepository(ctx context.Context, sessionID, ws string, res 
 			return os.Lchown(p, uid, gid)
 		})
 		if err != nil {
-			return sandbox.ErrTypeRepositoryClone, fmt.Errorf("chown the clone: %w", err)
+			return apitype.SessionErrRepositoryClone, fmt.Errorf("chown the clone: %w", err)
 		}
 	}
 	if err := mkdirAllOwned(root, filepath.Dir(rel), uid, gid); err != nil {
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	if err := root.Rename(filepath.Join(staging, "repo"), rel); err != nil {
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("workspace: %w", err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("workspace: %w", err)
 	}
 	return "", nil
 }

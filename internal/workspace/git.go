@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
-	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // remoteOpts are what git needs to reach a repository: the options that pin its host to the addresses the
@@ -135,7 +134,7 @@ func (c *Config) rootCAs() *x509.CertPool {
 // probe asks an https repository for its refs as the clone will, with Go's HTTP client (pinned, verified, no
 // redirects), to tell the typed failures apart by the real status: 401 (authentication), 403 (forbidden), 404
 // (not found); anything else that is not a success, or a host that cannot be reached, is a clone error.
-func (c *Config) probe(ctx context.Context, repoURL string, o *remoteOpts) (string, error) {
+func (c *Config) probe(ctx context.Context, repoURL string, o *remoteOpts) (apitype.SessionErrorType, error) {
 	u, err := url.Parse(repoURL)
 	if err != nil || u.Scheme != "https" {
 		return "", nil
@@ -169,7 +168,7 @@ func (c *Config) probe(ctx context.Context, repoURL string, o *remoteOpts) (stri
 	probeURL.RawPath, probeURL.RawQuery, probeURL.Fragment = "", "service=git-upload-pack", ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, probeURL.String(), nil)
 	if err != nil {
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("repository URL: %w", err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("repository URL: %w", err)
 	}
 	req.Header.Set("User-Agent", "git/2 (corral)")
 	if o.auth != "" {
@@ -181,7 +180,7 @@ func (c *Config) probe(ctx context.Context, repoURL string, o *remoteOpts) (stri
 		if errors.As(err, &ue) {
 			err = ue.Err // without the URL's query
 		}
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("could not reach the repository at %s: %w", u.Host, err)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("could not reach the repository at %s: %w", u.Host, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
@@ -193,23 +192,17 @@ func (c *Config) probe(ctx context.Context, repoURL string, o *remoteOpts) (stri
 	case code >= 200 && code < 300:
 		return "", nil
 	case code == http.StatusUnauthorized:
-		return sandbox.ErrTypeRepositoryAuthentication, fmt.Errorf("the repository refused the credentials (401 %s): "+
+		return apitype.SessionErrRepositoryAuthentication, fmt.Errorf("the repository refused the credentials (401 %s): "+
 			"the token is missing, wrong, expired or revoked", withToken)
 	case code == http.StatusForbidden:
-		return sandbox.ErrTypeRepositoryForbidden, fmt.Errorf("the repository refused access (403 %s): the token may not read it", withToken)
+		return apitype.SessionErrRepositoryForbidden, fmt.Errorf("the repository refused access (403 %s): the token may not read it", withToken)
 	case code == http.StatusNotFound:
-		return sandbox.ErrTypeRepositoryNotFound, fmt.Errorf("the repository was not found (404 %s)", withToken)
+		return apitype.SessionErrRepositoryNotFound, fmt.Errorf("the repository was not found (404 %s)", withToken)
 	case code >= 300 && code < 400:
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("the repository redirected (%d); redirects are not followed", code)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("the repository redirected (%d); redirects are not followed", code)
 	default:
-		return sandbox.ErrTypeRepositoryClone, fmt.Errorf("the repository answered %s", resp.Status)
+		return apitype.SessionErrRepositoryClone, fmt.Errorf("the repository answered %s", resp.Status)
 	}
-}
-
-// LocalRemote is the origin of a clone of repository resource resourceID in the sandbox: the git endpoint
-// (internal/proxy) under sandbox.LocalHost.
-func LocalRemote(resourceID string) string {
-	return "http://" + sandbox.LocalHost + "/git/" + resourceID
 }
 
 // gitEnvPath is the PATH of git when Config.Path is empty.

@@ -137,7 +137,11 @@ func resourceKey(res *apitype.Resource) string {
 	if res.ID != "" {
 		return res.ID
 	}
-	h := sha256.Sum256([]byte(string(res.Type) + "\x00" + res.URL + "\x00" + res.FileID + "\x00" + res.MountPath + "\x00" + string(res.Checkout)))
+	var checkout []byte // the checkout as the API stores it: the key of a resource placed before it was typed
+	if res.Checkout != nil {
+		checkout, _ = json.Marshal(res.Checkout)
+	}
+	h := sha256.Sum256([]byte(string(res.Type) + "\x00" + res.URL + "\x00" + res.FileID + "\x00" + res.MountPath + "\x00" + string(checkout)))
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
@@ -225,7 +229,7 @@ func mountPathOf(res *apitype.Resource) string {
 	case res.MountPath != "":
 		return res.MountPath
 	case res.Type == apitype.ResourceGitHubRepository:
-		if name, err := repoName(res.URL); err == nil {
+		if name, err := apitype.RepoName(res.URL); err == nil {
 			return workspaceMount + "/" + name
 		}
 	case res.Type == apitype.ResourceFile:
@@ -258,7 +262,7 @@ func (p *Placer) placeResource(ctx context.Context, r *sandbox.Recipe, res *apit
 	switch res.Type {
 	case apitype.ResourceGitHubRepository:
 		if rerr.MountPath == "" {
-			_, rerr.Err = repoName(res.URL)
+			_, rerr.Err = apitype.RepoName(res.URL)
 			return rerr
 		}
 		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, sessionID, ws, res, rerr.MountPath, n)
@@ -274,19 +278,6 @@ func (p *Placer) placeResource(ctx context.Context, r *sandbox.Recipe, res *apit
 		return rerr
 	}
 	return nil
-}
-
-// repoName is the last element of a repository URL's path without ".git": the default mount directory.
-func repoName(rawURL string) (string, error) {
-	p := rawURL
-	if u, err := url.Parse(rawURL); err == nil && u.Scheme != "" {
-		p = u.Path
-	}
-	name := strings.TrimSuffix(path.Base(strings.TrimRight(p, "/")), ".git")
-	if name == "" || name == "." || name == ".." || name == "/" {
-		return "", fmt.Errorf("repository URL %q names no repository", rawURL)
-	}
-	return name, nil
 }
 
 // redactURL hides the password of a URL that has one.
