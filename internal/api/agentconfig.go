@@ -578,13 +578,13 @@ func resolveSkills(p string, raws []json.RawMessage) ([]apitype.SkillRef, error)
 		if err := strictUnmarshal(ip, raw, &in); err != nil {
 			return nil, err
 		}
-		if in.Type != "anthropic" && in.Type != "custom" {
+		if !in.Type.Valid() {
 			return nil, invalid(path(ip, "type"), `must be "anthropic" or "custom"`)
 		}
 		if err := checkString(path(ip, "skill_id"), in.SkillID, true, 256); err != nil {
 			return nil, err
 		}
-		if in.Type == "anthropic" {
+		if in.Type == apitype.SkillSourceAnthropic {
 			return nil, invalid(path(ip, "skill_id"), "Anthropic's pre-built skill %q is not available on this server; "+
 				"upload a skill of your own (POST /v1/skills) and reference it as {\"type\":\"custom\"}", in.SkillID)
 		}

@@ -23,8 +23,12 @@ func TestParseResourceCheckout(t *testing.T) {
 		`null`:                                     ``,
 	} {
 		res, _, err := parseResource("resources[0]", repo(checkout), now, true)
-		if err != nil || string(res.Checkout) != want {
-			t.Errorf("checkout %s: stored %s, %v; want %s", checkout, res.Checkout, err, want)
+		var stored []byte
+		if res.Checkout != nil {
+			stored, _ = json.Marshal(res.Checkout)
+		}
+		if err != nil || string(stored) != want {
+			t.Errorf("checkout %s: stored %s, %v; want %s", checkout, stored, err, want)
 		}
 	}
 	for checkout, want := range map[string]string{

@@ -67,7 +67,7 @@ func defaultEnvConfig() apitype.EnvConfig {
 }
 
 func emptyPackages() *apitype.Packages {
-	return &apitype.Packages{Type: "packages", Apt: []string{}, Cargo: []string{}, Gem: []string{}, Go: []string{},
+	return &apitype.Packages{Type: apitype.PackagesList, Apt: []string{}, Cargo: []string{}, Gem: []string{}, Go: []string{},
 		Npm: []string{}, Pip: []string{}}
 }
 
@@ -107,7 +107,7 @@ func resolveEnvConfig(p string, raw json.RawMessage, prev *apitype.EnvConfig) (a
 	}
 	if in.Packages != nil {
 		pp := path(p, "packages")
-		if in.Packages.Type != "" && in.Packages.Type != "packages" {
+		if in.Packages.Type != "" && !in.Packages.Type.Valid() {
 			return apitype.EnvConfig{}, invalid(path(pp, "type"), `must be "packages"`)
 		}
 		for _, f := range []struct {

@@ -136,7 +136,7 @@ func parseResourceIn(p string, raw json.RawMessage, now time.Time, allowRepo boo
 	return res, token, nil
 }
 
-// repoName checks a repository URL (https, host, owner/repo) and returns the repository's name.
+// repoName checks a repository URL (https, host, owner/repo) and returns the repository's name (apitype.RepoName).
 func repoName(p, s string) (string, error) {
 	if s == "" {
 		return "", invalid(p, "required")
@@ -149,15 +149,15 @@ func repoName(p, s string) (string, error) {
 	if len(parts) < 2 || parts[0] == "" || parts[len(parts)-1] == "" {
 		return "", invalid(p, "must name a repository, e.g. https://github.com/owner/repo")
 	}
-	name := strings.TrimSuffix(parts[len(parts)-1], ".git")
-	if name == "" || name == "." || name == ".." {
+	name, err := apitype.RepoName(s)
+	if err != nil {
 		return "", invalid(p, "must name a repository")
 	}
 	return name, nil
 }
 
-// parseCheckout validates a repository's «Checkout» (apitype.Checkout.Validate) and returns it in its stored form.
-func parseCheckout(p string, raw json.RawMessage) (json.RawMessage, error) {
+// parseCheckout validates a repository's «Checkout» (apitype.Checkout.Validate) and returns it.
+func parseCheckout(p string, raw json.RawMessage) (*apitype.Checkout, error) {
 	var in apitype.Checkout
 	if err := strictUnmarshal(p, raw, &in); err != nil {
 		return nil, err
@@ -169,8 +169,7 @@ func parseCheckout(p string, raw json.RawMessage) (json.RawMessage, error) {
 		}
 		return nil, invalid(p, "%v", err)
 	}
-	out, _ := json.Marshal(in)
-	return out, nil
+	return &in, nil
 }
 
 // fileUploadsRoot is where file resources go by default (the hosted service's /mnt/session/uploads/); files

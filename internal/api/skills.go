@@ -202,7 +202,7 @@ func (s *Server) skillCreate(w http.ResponseWriter, r *http.Request) error {
 	defer u.close()
 	now := s.now()
 	sk := &apitype.Skill{Type: "skill", ID: apitype.NewID(apitype.PrefixSkill), DisplayName: u.displayName,
-		Source: apitype.SkillSource{Type: "custom"}, CreatedAt: now, UpdatedAt: now}
+		Source: apitype.SkillSource{Type: apitype.SkillSourceCustom}, CreatedAt: now, UpdatedAt: now}
 	if sk.DisplayName == "" {
 		sk.DisplayName = u.meta.Name
 	}

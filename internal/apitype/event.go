@@ -271,9 +271,9 @@ type SessionError struct {
 
 // SessionErrorBody is the error object of session.error.
 type SessionErrorBody struct {
-	Type        string      `json:"type"`
-	Message     string      `json:"message"`
-	RetryStatus RetryStatus `json:"retry_status"`
+	Type        SessionErrorType `json:"type"`
+	Message     string           `json:"message"`
+	RetryStatus RetryStatus      `json:"retry_status"`
 	// RepositoryURL names the repository of a repository_* error.
 	RepositoryURL *string `json:"repository_url,omitempty"`
 	// MCPServerName names the server of an mcp_* error.
@@ -299,20 +299,6 @@ type FailureSource struct {
 type RetryStatus struct {
 	Type RetryStatusType `json:"type"`
 }
-
-// Session error types.
-const (
-	SessionErrUnknown            = "unknown_error"
-	SessionErrModelOverloaded    = "model_overloaded_error"
-	SessionErrModelRateLimited   = "model_rate_limited_error"
-	SessionErrModelRequestFailed = "model_request_failed_error"
-	SessionErrMCPConnection      = "mcp_connection_failed_error"
-	SessionErrMCPAuthentication  = "mcp_authentication_failed_error"
-	SessionErrBilling            = "billing_error"
-	// SessionErrEnvironmentBuild is Corral's: the environment's image (its packages) failed to build, so the
-	// session's tools cannot run; the message names the package and why.
-	SessionErrEnvironmentBuild = "environment_build_failed_error"
-)
 
 // SpanModelRequestEnd is the payload of span.model_request_end.
 type SpanModelRequestEnd struct {

@@ -2,6 +2,10 @@ package apitype
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
 	"time"
 )
 
@@ -108,9 +112,9 @@ type MCPServer struct {
 
 // SkillRef references a skill by id and version.
 type SkillRef struct {
-	Type    string `json:"type"`
-	SkillID string `json:"skill_id"`
-	Version string `json:"version"`
+	Type    SkillSourceType `json:"type"`
+	SkillID string          `json:"skill_id"`
+	Version string          `json:"version"`
 }
 
 // ExecutionIdentity is whom the agent acts as.
@@ -179,13 +183,13 @@ type Networking struct {
 
 // Packages lists packages to install in an environment, per package manager.
 type Packages struct {
-	Type  string   `json:"type"`
-	Apt   []string `json:"apt"`
-	Cargo []string `json:"cargo"`
-	Gem   []string `json:"gem"`
-	Go    []string `json:"go"`
-	Npm   []string `json:"npm"`
-	Pip   []string `json:"pip"`
+	Type  PackagesType `json:"type"`
+	Apt   []string     `json:"apt"`
+	Cargo []string     `json:"cargo"`
+	Gem   []string     `json:"gem"`
+	Go    []string     `json:"go"`
+	Npm   []string     `json:"npm"`
+	Pip   []string     `json:"pip"`
 }
 
 // Session statuses.
@@ -255,17 +259,31 @@ type CacheCreation struct {
 
 // Resource is something mounted into a session's workspace: a git repository, a file or a memory store.
 type Resource struct {
-	ID            string          `json:"id"`
-	Type          ResourceType    `json:"type"`
-	URL           string          `json:"url,omitempty"`
-	MountPath     string          `json:"mount_path,omitempty"`
-	Checkout      json.RawMessage `json:"checkout,omitempty"`
-	FileID        string          `json:"file_id,omitempty"`
-	MemoryStoreID string          `json:"memory_store_id,omitempty"`
-	Access        string          `json:"access,omitempty"`
-	Instructions  string          `json:"instructions,omitempty"`
-	CreatedAt     time.Time       `json:"created_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`
+	ID            string         `json:"id"`
+	Type          ResourceType   `json:"type"`
+	URL           string         `json:"url,omitempty"`
+	MountPath     string         `json:"mount_path,omitempty"`
+	Checkout      *Checkout      `json:"checkout,omitempty"`
+	FileID        string         `json:"file_id,omitempty"`
+	MemoryStoreID string         `json:"memory_store_id,omitempty"`
+	Access        ResourceAccess `json:"access,omitempty"`
+	Instructions  string         `json:"instructions,omitempty"`
+	CreatedAt     time.Time      `json:"created_at"`
+	UpdatedAt     time.Time      `json:"updated_at"`
+}
+
+// RepoName is the name of the repository at rawURL: the last element of its path without ".git", the directory
+// a github_repository resource is mounted at by default (/workspace/<name>). An error if the URL names none.
+func RepoName(rawURL string) (string, error) {
+	p := rawURL
+	if u, err := url.Parse(rawURL); err == nil && u.Scheme != "" {
+		p = u.Path
+	}
+	name := strings.TrimSuffix(path.Base(strings.TrimRight(p, "/")), ".git")
+	if name == "" || name == "." || name == ".." || name == "/" {
+		return "", fmt.Errorf("repository URL %q names no repository", rawURL)
+	}
+	return name, nil
 }
 
 // APIKey is a key clients authenticate with. Only its hash is stored.
@@ -293,8 +311,8 @@ type File struct {
 
 // FileScope is what a file was created in: {"type":"session","id":"sesn_..."} for a session's outputs.
 type FileScope struct {
-	Type string `json:"type"`
-	ID   string `json:"id"`
+	Type FileScopeType `json:"type"`
+	ID   string        `json:"id"`
 }
 
 // Skill is a skill of the Skills API: «Skill».
@@ -310,7 +328,7 @@ type Skill struct {
 
 // SkillSource says where a skill comes from: {"type":"custom"} for the skills uploaded here.
 type SkillSource struct {
-	Type string `json:"type"`
+	Type SkillSourceType `json:"type"`
 }
 
 // SkillVersion is a version of a skill: «SkillVersion». Name and Description come from its SKILL.md; Name is the

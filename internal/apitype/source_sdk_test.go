@@ -35,7 +35,7 @@ func TestFailureSourceDecodesWithSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	se := u.AsSessionError()
-	if se.Type != "session.error" || se.Error.Type != apitype.SessionErrUnknown || se.Error.Message != "the sandbox died" || se.Error.RetryStatus.Type != "retrying" {
+	if se.Type != "session.error" || se.Error.Type != string(apitype.SessionErrUnknown) || se.Error.Message != "the sandbox died" || se.Error.RetryStatus.Type != "retrying" {
 		t.Errorf("SDK decoded the session.error as %+v", se)
 	}
 	var raw struct {

@@ -139,3 +139,82 @@ const (
 	ReasonBadInput            FailureReason = "bad_input"
 	ReasonInternal            FailureReason = "internal"
 )
+
+// SessionErrorType is the type of a session.error's error (error.type), as the hosted service names it.
+type SessionErrorType string
+
+// Session error types.
+const (
+	SessionErrUnknown            SessionErrorType = "unknown_error"
+	SessionErrModelOverloaded    SessionErrorType = "model_overloaded_error"
+	SessionErrModelRateLimited   SessionErrorType = "model_rate_limited_error"
+	SessionErrModelRequestFailed SessionErrorType = "model_request_failed_error"
+	SessionErrMCPConnection      SessionErrorType = "mcp_connection_failed_error"
+	SessionErrMCPAuthentication  SessionErrorType = "mcp_authentication_failed_error"
+	SessionErrBilling            SessionErrorType = "billing_error"
+	// The repository resource errors: a repository that could not be placed in the workspace.
+	SessionErrRepositoryClone          SessionErrorType = "repository_clone_error"
+	SessionErrRepositoryCheckout       SessionErrorType = "repository_checkout_error"
+	SessionErrRepositoryAuthentication SessionErrorType = "repository_authentication_error" // the remote refused the token (401)
+	SessionErrRepositoryForbidden      SessionErrorType = "repository_forbidden_error"      // the token may not read it (403)
+	SessionErrRepositoryNotFound       SessionErrorType = "repository_not_found_error"      // no such repository (404)
+	// SessionErrEnvironmentBuild is Corral's: the environment's image (its packages) failed to build, so the
+	// session's tools cannot run; the message names the package and why.
+	SessionErrEnvironmentBuild SessionErrorType = "environment_build_failed_error"
+)
+
+// Valid reports whether t is a session error type.
+func (t SessionErrorType) Valid() bool {
+	switch t {
+	case SessionErrUnknown, SessionErrModelOverloaded, SessionErrModelRateLimited, SessionErrModelRequestFailed,
+		SessionErrMCPConnection, SessionErrMCPAuthentication, SessionErrBilling, SessionErrRepositoryClone,
+		SessionErrRepositoryCheckout, SessionErrRepositoryAuthentication, SessionErrRepositoryForbidden,
+		SessionErrRepositoryNotFound, SessionErrEnvironmentBuild:
+		return true
+	}
+	return false
+}
+
+// SkillSourceType says where a skill comes from: a skill's source.type, and an agent's skills[].type.
+type SkillSourceType string
+
+// Skill sources.
+const (
+	SkillSourceCustom    SkillSourceType = "custom"    // uploaded to this server (POST /v1/skills)
+	SkillSourceAnthropic SkillSourceType = "anthropic" // Anthropic's pre-built skills, which this server does not have
+)
+
+// Valid reports whether t is a skill source.
+func (t SkillSourceType) Valid() bool { return t == SkillSourceCustom || t == SkillSourceAnthropic }
+
+// PackagesType is the type of an environment's packages (config.packages.type): it has one value.
+type PackagesType string
+
+// PackagesList is the one packages type: package lists per package manager.
+const PackagesList PackagesType = "packages"
+
+// Valid reports whether t is a packages type.
+func (t PackagesType) Valid() bool { return t == PackagesList }
+
+// FileScopeType is what a file was created in (a file's scope.type).
+type FileScopeType string
+
+// File scopes.
+const (
+	FileScopeSession FileScopeType = "session" // a session's outputs
+)
+
+// Valid reports whether t is a file scope type.
+func (t FileScopeType) Valid() bool { return t == FileScopeSession }
+
+// ResourceAccess is how a memory_store resource is mounted (its access); the default is read_write.
+type ResourceAccess string
+
+// Resource access modes.
+const (
+	AccessReadWrite ResourceAccess = "read_write"
+	AccessReadOnly  ResourceAccess = "read_only"
+)
+
+// Valid reports whether a is a resource access mode.
+func (a ResourceAccess) Valid() bool { return a == AccessReadWrite || a == AccessReadOnly }

@@ -22,6 +22,17 @@ func TestVocabularyValid(t *testing.T) {
 			[]string{"always_allow", "always_ask", "auto"}},
 		{"ConfirmationResult", func(s string) bool { return apitype.ConfirmationResult(s).Valid() },
 			[]string{"allow", "deny"}},
+		{"SkillSourceType", func(s string) bool { return apitype.SkillSourceType(s).Valid() },
+			[]string{"custom", "anthropic"}},
+		{"PackagesType", func(s string) bool { return apitype.PackagesType(s).Valid() }, []string{"packages"}},
+		{"FileScopeType", func(s string) bool { return apitype.FileScopeType(s).Valid() }, []string{"session"}},
+		{"ResourceAccess", func(s string) bool { return apitype.ResourceAccess(s).Valid() },
+			[]string{"read_write", "read_only"}},
+		{"SessionErrorType", func(s string) bool { return apitype.SessionErrorType(s).Valid() },
+			[]string{"unknown_error", "model_overloaded_error", "model_rate_limited_error", "model_request_failed_error",
+				"mcp_connection_failed_error", "mcp_authentication_failed_error", "billing_error",
+				"repository_clone_error", "repository_checkout_error", "repository_authentication_error",
+				"repository_forbidden_error", "repository_not_found_error", "environment_build_failed_error"}},
 	} {
 		for _, s := range tc.good {
 			if !tc.valid(s) {

@@ -214,7 +214,7 @@ func (s *Service) OpenContent(ctx context.Context, id string) (io.ReadCloser, er
 // CreateOutput stores a file a session left in its outputs directory, scoped to the session, and returns its id
 // (the workspace collects outputs with it).
 func (s *Service) CreateOutput(ctx context.Context, sessionID, name string, content io.Reader) (string, error) {
-	f, err := s.Create(ctx, name, "", &apitype.FileScope{Type: "session", ID: sessionID}, content)
+	f, err := s.Create(ctx, name, "", &apitype.FileScope{Type: apitype.FileScopeSession, ID: sessionID}, content)
 	if err != nil {
 		return "", err
 	}

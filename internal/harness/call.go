@@ -220,7 +220,7 @@ func errorKind(err error) string {
 	return "unknown"
 }
 
-func sessionErrorType(e *model.Error) string {
+func sessionErrorType(e *model.Error) apitype.SessionErrorType {
 	switch e.Kind {
 	case model.ErrOverloaded:
 		return apitype.SessionErrModelOverloaded

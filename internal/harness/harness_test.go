@@ -549,7 +549,7 @@ func TestRetriesExhausted(t *testing.T) {
 		start, end, sessErr, resched, running,
 		start, end, sessErr, resched, running,
 		start, end, sessErr, idle)
-	wantTypes := []string{apitype.SessionErrModelRequestFailed, apitype.SessionErrModelRateLimited, apitype.SessionErrModelOverloaded}
+	wantTypes := []apitype.SessionErrorType{apitype.SessionErrModelRequestFailed, apitype.SessionErrModelRateLimited, apitype.SessionErrModelOverloaded}
 	wantStatus := []apitype.RetryStatusType{"retrying", "retrying", "exhausted"}
 	wantReasons := []apitype.FailureReason{apitype.ReasonServerError, apitype.ReasonRateLimited, apitype.ReasonOverloaded}
 	for n, i := range []int{4, 9, 14} {

@@ -386,7 +386,7 @@ func TestMCPServerErrors(t *testing.T) {
 	}
 	f.say(id, "Check the tracker.")
 	evs := f.waitIdle(id, 1)
-	got := map[string]string{}
+	got := map[string]apitype.SessionErrorType{}
 	for _, e := range evs {
 		if e.Type == sessErr {
 			se := decode[apitype.SessionError](t, e)

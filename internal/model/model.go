@@ -146,5 +146,27 @@ func (e *Error) Retryable() bool {
 	return e.Kind == ErrOverloaded || e.Kind == ErrRateLimited || e.Kind == ErrServer
 }
 
+// StatusKind classifies a model provider's HTTP error status: the rule every adapter falls back on when the
+// error's body does not say more (an adapter reads its provider's error type first).
+func StatusKind(status int) ErrorKind {
+	switch {
+	case status == 529:
+		return ErrOverloaded
+	case status == http.StatusTooManyRequests:
+		return ErrRateLimited
+	case status == http.StatusRequestTimeout || status >= 500:
+		return ErrServer
+	case status == http.StatusPaymentRequired:
+		return ErrBilling
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return ErrAuth
+	case status == http.StatusRequestEntityTooLarge:
+		return ErrContextTooLong
+	case status >= 400 && status < 500:
+		return ErrInvalid
+	}
+	return ErrUnknown
+}
+
 // ErrNoCredentials is returned (in an *Error of kind ErrAuth) when no provider credentials are configured.
 var ErrNoCredentials = errors.New("no model credentials configured (set ANTHROPIC_API_KEY, or OPENAI_API_KEY for openai/ models)")

@@ -27,15 +27,6 @@ import (
 // (api.SecretAuthorizationToken).
 const TokenSecretName = "authorization_token"
 
-// GitPrefix is the path under sandbox.LocalHost at which a session's repositories are served: the origin of the
-// repository of resource id is "http://corral.internal" + GitPrefix + id.
-const GitPrefix = "/git/"
-
-// LocalRemote is the URL a sandbox's clone of repository resource resourceID uses as its origin.
-func LocalRemote(resourceID string) string {
-	return "http://" + sandbox.LocalHost + GitPrefix + resourceID
-}
-
 // Store is what Git reads: the sessions (for their current resources) and the resources' sealed tokens.
 type Store interface {
 	SessionGet(ctx context.Context, id string) (*apitype.Session, error)
@@ -183,9 +174,9 @@ func (h *gitHandler) refuse(w http.ResponseWriter, r *http.Request, code int, ms
 
 // ServeHTTP forwards one smart-HTTP request of git to the repository of the resource it names.
 func (h *gitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rest, ok := strings.CutPrefix(r.URL.Path, GitPrefix)
+	rest, ok := strings.CutPrefix(r.URL.Path, sandbox.GitPrefix)
 	if !ok {
-		h.refuse(w, r, http.StatusNotFound, "only "+GitPrefix+"<resource_id>/... is served here")
+		h.refuse(w, r, http.StatusNotFound, "only "+sandbox.GitPrefix+"<resource_id>/... is served here")
 		return
 	}
 	rid, op, _ := strings.Cut(rest, "/")

@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -60,7 +59,7 @@ func TestCloneErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(cfg), "url = "+proxy.LocalRemote(res.ID)+"\n") {
+	if !strings.Contains(string(cfg), "url = "+sandbox.LocalRemote(res.ID)+"\n") {
 		t.Errorf("origin is not the git endpoint:\n%s", cfg)
 	}
 	err = filepath.Walk(ws, func(p string, fi os.FileInfo, err error) error {
@@ -80,21 +79,21 @@ func TestCloneErrors(t *testing.T) {
 	}
 
 	branch := func(r apitype.Resource, name string) apitype.Resource {
-		r.Checkout, _ = json.Marshal(apitype.Checkout{Type: apitype.CheckoutBranch, Name: name})
+		r.Checkout = &apitype.Checkout{Type: apitype.CheckoutBranch, Name: name}
 		return r
 	}
 	for _, tc := range []struct {
 		name, url, token string
 		tweak            func(apitype.Resource) apitype.Resource
-		want             string
+		want             apitype.SessionErrorType
 	}{
-		{"wrong token", repo, token + "x", nil, sandbox.ErrTypeRepositoryAuthentication},
-		{"no token", repo, "", nil, sandbox.ErrTypeRepositoryAuthentication},
-		{"forbidden", forbidden, token, nil, sandbox.ErrTypeRepositoryForbidden},
-		{"unknown repository", srv.URL + "/o/missing.git", token, nil, sandbox.ErrTypeRepositoryNotFound},
-		{"unknown host", "https://nonexistent.invalid/o/proj.git", token, nil, sandbox.ErrTypeRepositoryClone},
-		{"untrusted internal address", "https://127.0.0.1:1/o/proj.git", token, nil, sandbox.ErrTypeRepositoryClone},
-		{"missing branch", repo, token, func(r apitype.Resource) apitype.Resource { return branch(r, "nope") }, sandbox.ErrTypeRepositoryCheckout},
+		{"wrong token", repo, token + "x", nil, apitype.SessionErrRepositoryAuthentication},
+		{"no token", repo, "", nil, apitype.SessionErrRepositoryAuthentication},
+		{"forbidden", forbidden, token, nil, apitype.SessionErrRepositoryForbidden},
+		{"unknown repository", srv.URL + "/o/missing.git", token, nil, apitype.SessionErrRepositoryNotFound},
+		{"unknown host", "https://nonexistent.invalid/o/proj.git", token, nil, apitype.SessionErrRepositoryClone},
+		{"untrusted internal address", "https://127.0.0.1:1/o/proj.git", token, nil, apitype.SessionErrRepositoryClone},
+		{"missing branch", repo, token, func(r apitype.Resource) apitype.Resource { return branch(r, "nope") }, apitype.SessionErrRepositoryCheckout},
 	} {
 		session, res := setup.Session(t, tc.url, tc.token)
 		if tc.tweak != nil {
@@ -119,7 +118,7 @@ func TestCloneErrors(t *testing.T) {
 	// A token revoked upstream (expired): an authentication error.
 	srv.SetToken(token + "-new")
 	session, res = setup.Session(t, repo, token)
-	if rerr, _ := place(t, setup, session, res); rerr == nil || rerr.ErrorType != sandbox.ErrTypeRepositoryAuthentication {
+	if rerr, _ := place(t, setup, session, res); rerr == nil || rerr.ErrorType != apitype.SessionErrRepositoryAuthentication {
 		t.Errorf("revoked token: %v", rerr)
 	}
 }

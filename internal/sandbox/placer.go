@@ -30,15 +30,6 @@ type Placer interface {
 // ErrNoPlacer is the resource error of a session that has resources when the Pool has no Placer.
 var ErrNoPlacer = errors.New("the sandbox pool has no workspace placer; no resource was placed")
 
-// Session error types (as the hosted service names them) for resources that could not be placed.
-const (
-	ErrTypeRepositoryClone          = "repository_clone_error"
-	ErrTypeRepositoryCheckout       = "repository_checkout_error"
-	ErrTypeRepositoryAuthentication = "repository_authentication_error" // the remote refused the token (401)
-	ErrTypeRepositoryForbidden      = "repository_forbidden_error"      // the token may not read it (403)
-	ErrTypeRepositoryNotFound       = "repository_not_found_error"      // no such repository (404)
-)
-
 // ResourceError is a session resource that could not be placed in the workspace. The sandbox is provisioned
 // without it and the session continues.
 type ResourceError struct {
@@ -48,7 +39,7 @@ type ResourceError struct {
 	MountPath  string // where the resource was to appear in the sandbox
 	// ErrorType is the hosted service's session error type for the failure (repository_clone_error,
 	// repository_checkout_error), or empty when none fits.
-	ErrorType string
+	ErrorType apitype.SessionErrorType
 	Err       error
 }
 

@@ -38,7 +38,7 @@ func (f *fakePlacer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Re
 		}
 		f.done[res.ID] = true
 		errs = append(errs, &sandbox.ResourceError{ResourceID: res.ID, Type: string(res.Type), MountPath: res.MountPath,
-			ErrorType: sandbox.ErrTypeRepositoryClone, Err: errors.New("unreachable")})
+			ErrorType: apitype.SessionErrRepositoryClone, Err: errors.New("unreachable")})
 	}
 	return errs
 }

@@ -170,6 +170,14 @@ type Egress struct {
 // LocalHost is the host name under which a sandbox reaches the services of its own proxy (Egress.Local).
 const LocalHost = "corral.internal"
 
+// GitPrefix is the path under LocalHost at which the git endpoint (internal/proxy) serves a session's
+// repositories: the origin of the clone of repository resource id is LocalRemote(id).
+const GitPrefix = "/git/"
+
+// LocalRemote is the origin of a sandbox's clone of repository resource resourceID: the git endpoint, which
+// adds the resource's token outside the sandbox.
+func LocalRemote(resourceID string) string { return "http://" + LocalHost + GitPrefix + resourceID }
+
 // Interceptor injects credentials into a sandbox's outgoing HTTP(S) requests, in the proxy outside it.
 type Interceptor interface {
 	// Intercepts reports whether requests to host:port are terminated in the proxy (TLS included) so that

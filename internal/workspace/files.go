@@ -334,7 +334,7 @@ func (p *Placer) placeSkill(ctx context.Context, r *sandbox.Recipe, ref apitype.
 	if p.cfg.Skills == nil {
 		return "", ErrNoFiles
 	}
-	if ref.Type != "custom" || r.SkillsDir() == "" {
+	if ref.Type != apitype.SkillSourceCustom || r.SkillsDir() == "" {
 		return "", fmt.Errorf("skills of type %q cannot be placed here", ref.Type)
 	}
 	name, rc, err := p.cfg.Skills.OpenSkillArchive(ctx, ref.SkillID, ref.Version)

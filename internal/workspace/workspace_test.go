@@ -46,7 +46,10 @@ func resourcePool(t *testing.T, prov sandbox.Provider, root string, allowLocal b
 func repoResource(url, mountPath, checkout string) apitype.Resource {
 	r := apitype.Resource{ID: "sesrsc_" + filepath.Base(mountPath) + checkout, Type: "github_repository", URL: url, MountPath: mountPath}
 	if checkout != "" {
-		r.Checkout = json.RawMessage(checkout)
+		r.Checkout = new(apitype.Checkout)
+		if err := json.Unmarshal([]byte(checkout), r.Checkout); err != nil {
+			panic(err)
+		}
 	}
 	return r
 }
@@ -285,7 +288,7 @@ func TestResourcesCloneFailure(t *testing.T) {
 		t.Fatalf("reports = %+v, want a successful provisioning with one resource error", reports)
 	}
 	rerr := reports[1].ResourceErrors[0]
-	if rerr.ErrorType != sandbox.ErrTypeRepositoryClone || rerr.URL != missing || rerr.MountPath != "/workspace/nothing" ||
+	if rerr.ErrorType != apitype.SessionErrRepositoryClone || rerr.URL != missing || rerr.MountPath != "/workspace/nothing" ||
 		!strings.Contains(rerr.Error(), "could not clone the repository") {
 		t.Errorf("resource error = %+v (%v)", rerr, rerr)
 	}
@@ -309,7 +312,7 @@ func TestResourcesCommitCheckoutFailure(t *testing.T) {
 	repo := sandboxtest.NewGitRepo(t)
 	p := resourcePool(t, &fakeProvider{}, t.TempDir(), true)
 	_, unplaced := provisionWith(t, p, "sess_sha", repoResource(repo.Path, "", `{"type":"commit","sha":"0123456789abcdef0123456789abcdef01234567"}`))
-	if len(unplaced) != 1 || unplaced[0].ErrorType != sandbox.ErrTypeRepositoryCheckout {
+	if len(unplaced) != 1 || unplaced[0].ErrorType != apitype.SessionErrRepositoryCheckout {
 		t.Fatalf("unplaced = %v, want a checkout error", unplaced)
 	}
 }
@@ -399,11 +402,10 @@ func TestResourcesCheckoutValidated(t *testing.T) {
 		{`{"type":"branch","name":"feat\u0009ure"}`, "checkout.name: invalid branch name"},
 		{`{"type":"branch","name":"feature","sha":"` + repo.First + `"}`, "checkout.sha: not allowed for a branch checkout"},
 		{`{"type":"tag","name":"v1"}`, `checkout.type: must be "branch" or "commit"`},
-		{`{"type":7}`, "checkout: json: cannot unmarshal"},
 	} {
 		session := fmt.Sprintf("sess_checkout%d", i)
 		_, unplaced := provisionWith(t, p, session, repoResource(repo.Path, "/workspace/r", tc.checkout))
-		if len(unplaced) != 1 || unplaced[0].ErrorType != sandbox.ErrTypeRepositoryCheckout || !strings.Contains(unplaced[0].Error(), tc.want) {
+		if len(unplaced) != 1 || unplaced[0].ErrorType != apitype.SessionErrRepositoryCheckout || !strings.Contains(unplaced[0].Error(), tc.want) {
 			t.Errorf("checkout %s: unplaced = %v, want one checkout error containing %q", tc.checkout, unplaced, tc.want)
 		}
 		if entries, err := os.ReadDir(filepath.Join(root, session)); err != nil || len(entries) != 0 {

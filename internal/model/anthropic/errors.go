@@ -55,26 +55,8 @@ func kind(status int, errType, message string) model.ErrorKind {
 		}
 		return model.ErrInvalid
 	}
-	switch {
-	case status == 529:
-		return model.ErrOverloaded
-	case status == http.StatusTooManyRequests:
-		return model.ErrRateLimited
-	case status == http.StatusRequestTimeout || status >= 500:
-		return model.ErrServer
-	case status == http.StatusPaymentRequired:
-		return model.ErrBilling
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return model.ErrAuth
-	case status == http.StatusRequestEntityTooLarge:
+	if status == http.StatusBadRequest && strings.Contains(strings.ToLower(message), "prompt is too long") {
 		return model.ErrContextTooLong
-	case status == http.StatusBadRequest:
-		if strings.Contains(strings.ToLower(message), "prompt is too long") {
-			return model.ErrContextTooLong
-		}
-		return model.ErrInvalid
-	case status >= 400 && status < 500:
-		return model.ErrInvalid
 	}
-	return model.ErrUnknown
+	return model.StatusKind(status)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -65,21 +64,5 @@ func kind(status int, errType, code, message string) model.ErrorKind {
 	case errType == "server_error" || errType == "api_error":
 		return model.ErrServer
 	}
-	switch {
-	case status == 529:
-		return model.ErrOverloaded
-	case status == http.StatusTooManyRequests:
-		return model.ErrRateLimited
-	case status == http.StatusRequestTimeout || status >= 500:
-		return model.ErrServer
-	case status == http.StatusPaymentRequired:
-		return model.ErrBilling
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return model.ErrAuth
-	case status == http.StatusRequestEntityTooLarge:
-		return model.ErrContextTooLong
-	case status >= 400 && status < 500:
-		return model.ErrInvalid
-	}
-	return model.ErrUnknown
+	return model.StatusKind(status)
 }

@@ -37,7 +37,7 @@ func TestRepositoryResource(t *testing.T) {
 			Recipe: sandbox.Recipe{SessionID: "s", Resources: []apitype.Resource{
 				{ID: "sesrsc_1", Type: "github_repository", URL: repo.Path},
 				{ID: "sesrsc_2", Type: "github_repository", URL: repo.Path, MountPath: "/workspace/deep/feature",
-					Checkout: json.RawMessage(`{"type":"branch","name":"feature"}`)},
+					Checkout: &apitype.Checkout{Type: apitype.CheckoutBranch, Name: "feature"}},
 			}},
 			Name: "bash", Input: input,
 			OnProvision: func(r sandbox.ProvisionReport) { reports = append(reports, r) },

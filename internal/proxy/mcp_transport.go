@@ -1,0 +1,169 @@
+// This file is the HTTP side of an MCP connection: the egress-checked transport and the bearerTransport that adds
+// the credential (refreshing it on a 401) and observes the answers.
+
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox/egress"
+)
+
+// newMCPHTTPClient is the HTTP client of a connection: the credential added by bearerTransport, no redirects (a
+// redirect would carry the token to wherever it points).
+func newMCPHTTPClient(c *mcpConn, base http.RoundTripper) *http.Client {
+	return &http.Client{
+		Transport:     &bearerTransport{c: c, base: base},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// mcpPolicy is the egress policy MCP calls of a session obey: its environment's networking, where limited
+// networking reaches an MCP server if allow_mcp_servers is set or the server's host is in allowed_hosts.
+func mcpPolicy(n *apitype.Networking, u *url.URL) egress.Policy {
+	p := egress.PolicyFor(n)
+	if n != nil && n.Type == apitype.NetworkingLimited && n.AllowMCPServers != nil && *n.AllowMCPServers {
+		p.Hosts = append(slices.Clone(p.Hosts), u.Hostname())
+	}
+	return p
+}
+
+// transport is an HTTP transport whose every connection is checked by policy (with the operator's trusted
+// internal destinations) after resolution, and pinned to the addresses checked.
+func (m *MCP) transport(policy egress.Policy) *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           dialChecked(policy),
+		TLSClientConfig:       &tls.Config{RootCAs: m.rootCAs(), MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   15 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConns:          4,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// dialChecked dials only the addresses policy allows host:port to resolve to, checked after resolution and
+// pinned (the connection goes to an address checked, never to a second DNS answer).
+func dialChecked(policy egress.Policy) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dialer := &net.Dialer{Timeout: 15 * time.Second}
+	return func(ctx context.Context, _, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		ips, err := policy.Resolve(ctx, host, port)
+		if err != nil {
+			return nil, err
+		}
+		var last error
+		for _, ip := range ips {
+			c, err := dialer.DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), port))
+			if err == nil {
+				return c, nil
+			}
+			last = err
+		}
+		return nil, last
+	}
+}
+
+// rootCAs is the system pool with the operator's extra CAs, or nil (the system pool) without them.
+func (m *MCP) rootCAs() *x509.CertPool { return m.cfg.RootCAs }
+
+// bearerTransport adds the credential to each request; on a 401 it refreshes an mcp_oauth token once and
+// retries the request with the new one.
+type bearerTransport struct {
+	c    *mcpConn
+	base http.RoundTripper
+}
+
+func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	cred := t.c.cred
+	if cred == nil {
+		resp, err := t.base.RoundTrip(req)
+		t.observe(resp)
+		return resp, err
+	}
+	tok, err := cred.current(req.Context())
+	if err != nil {
+		return nil, err
+	}
+	out := req.Clone(req.Context())
+	out.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := t.base.RoundTrip(out)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized || (req.Body != nil && req.GetBody == nil) {
+		t.observe(resp)
+		return resp, err
+	}
+	var fresh string
+	var rerr error
+	if cred.refreshable() {
+		fresh, rerr = cred.refreshAfter(req.Context(), tok)
+	} else {
+		// A static token may have been replaced through the API since it was read.
+		fresh, rerr = cred.reloaded(req.Context(), tok)
+	}
+	if rerr != nil {
+		t.observe(resp)
+		return resp, nil
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	retry := req.Clone(req.Context())
+	if req.GetBody != nil {
+		if retry.Body, err = req.GetBody(); err != nil {
+			return nil, err
+		}
+	}
+	retry.Header.Set("Authorization", "Bearer "+fresh)
+	resp, err = t.base.RoundTrip(retry)
+	t.observe(resp)
+	return resp, err
+}
+
+// maxMCPResponse bounds an MCP server's JSON answer (an SSE stream's events are bounded one by one by the SDK's
+// MaxEventSize, 16 MiB): a hostile server cannot make the proxy hold more.
+const maxMCPResponse = 32 << 20
+
+// observe notes a 401 or 403, which makes the failure an authentication error, keeps the first failing answer
+// (scrubbed) for a validation, and caps a JSON answer at maxMCPResponse.
+func (t *bearerTransport) observe(resp *http.Response) {
+	if resp == nil {
+		return
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(resp.Body, maxMCPResponse), resp.Body}
+	}
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		t.c.authFailed.Store(true)
+	}
+	if t.c.record && resp.StatusCode >= 400 {
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, maxRecordedBody+1))
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+		body, cut := scrubBody(head, maxRecordedBody, t.c.secrets())
+		ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+		t.c.failed.CompareAndSwap(nil, &apitype.HTTPResponse{StatusCode: resp.StatusCode, ContentType: ct, Body: body, BodyTruncated: cut})
+	}
+}
+
+// maxRecordedBody bounds the body of a failing answer a validation reports.
+const maxRecordedBody = 4096
