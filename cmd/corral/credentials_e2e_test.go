@@ -514,7 +514,7 @@ type rotation struct {
 // file from the data directory: a server started on the new file can then only use the new key.
 func rotateVaultKey(t *testing.T, data string, secrets int) rotation {
 	t.Helper()
-	oldKeys, err := vault.ReadKeyFile(filepath.Join(data, vaultKeyFileName))
+	oldKeys, err := vault.ReadKeyFile(filepath.Join(data, vault.KeyFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +536,7 @@ func rotateVaultKey(t *testing.T, data string, secrets int) rotation {
 	if err := vault.WriteKeyFile(only, keys[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(data, vaultKeyFileName)); err != nil {
+	if err := os.Remove(filepath.Join(data, vault.KeyFileName)); err != nil {
 		t.Fatal(err)
 	}
 	return rotation{newKeyFile: only, oldKey: oldKeys[0].Encode(), newKey: keys[0].Encode(), output: string(out)}

@@ -38,28 +38,21 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	if bf.workers < 1 {
 		return fmt.Errorf("--brains must be at least 1")
 	}
-	logger, err := lf.logger(io)
-	if err != nil {
-		return err
-	}
-	st, err := sf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	brain, err := bf.brainConfig()
 	if err != nil {
 		return err
 	}
-	vlt, err := vf.open(ctx, st, sf.data, io.err)
+	p, err := openParts(ctx, io, &sf, &vf, &lf)
 	if err != nil {
 		return err
 	}
-	fsvc, err := ff.open(ctx, sf.data, st)
+	defer p.close()
+	st, logger := p.store, p.log
+	fsvc, err := p.files(ctx, &ff)
 	if err != nil {
 		return err
 	}
-	sc, err := hf.sandbox(sf.data, st, vlt, fsvc, io.err, logger)
+	sc, err := p.sandbox(&hf, fsvc, io)
 	if err != nil {
 		return err
 	}
@@ -67,15 +60,10 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 		if brain.MCP, err = remoteMCP(*mcpProxyURL); err != nil {
 			return err
 		}
-	} else {
-		mcpProxy, err := hf.mcpProxy(st, vlt, logger)
-		if err != nil {
-			return err
-		}
-		defer mcpProxy.Close()
-		brain.MCP = mcpProxy
+	} else if brain.MCP, err = p.mcpProxy(&hf); err != nil {
+		return err
 	}
-	images, err := imf.images(sf.data, &hf, st, logger)
+	images, err := p.images(&imf, &hf)
 	if err != nil {
 		return err
 	}

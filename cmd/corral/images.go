@@ -84,16 +84,9 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 		return nil, err
 	}
 	// The builder trusts the host's CA bundle, and the operator's --egress-ca-file with it.
-	caFile := ""
-	if len(eo.CAPEM) > 0 {
-		sys, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
-		caFile = filepath.Join(cache, "builder-ca.pem")
-		if err := os.MkdirAll(cache, 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(caFile, append(append(sys, '\n'), eo.CAPEM...), 0o644); err != nil {
-			return nil, err
-		}
+	caFile, err := image.BuilderCAFile(cache, eo.CAPEM)
+	if err != nil {
+		return nil, err
 	}
 	base := image.BaseConfig{Dir: cache, Mirror: f.registries.Get(image.Apt).URL}
 	gc := f.gc

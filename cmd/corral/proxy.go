@@ -41,24 +41,16 @@ func runProxy(ctx context.Context, io *stdio, args []string) error {
 	if len(token) < 16 {
 		return fmt.Errorf("%s must hold the shared token (16 characters or more) the brains authenticate with", proxyTokenEnv)
 	}
-	logger, err := lf.logger(io)
+	parts, err := openParts(ctx, io, &sf, &vf, &lf)
 	if err != nil {
 		return err
 	}
-	st, err := sf.open(ctx)
+	defer parts.close()
+	st, logger := parts.store, parts.log
+	p, err := parts.mcpProxy(&hf)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	vlt, err := vf.open(ctx, st, sf.data, io.err)
-	if err != nil {
-		return err
-	}
-	p, err := hf.mcpProxy(st, vlt, logger)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err

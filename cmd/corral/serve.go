@@ -41,42 +41,32 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	logger, err := lf.logger(io)
+	p, err := openParts(ctx, io, &sf, &vf, &lf)
 	if err != nil {
 		return err
 	}
-
-	st, err := sf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
+	defer p.close()
+	st, logger := p.store, p.log
 	keys, err := apiKeys(ctx, io, st)
-	if err != nil {
-		return err
-	}
-	vlt, err := vf.open(ctx, st, sf.data, io.err)
 	if err != nil {
 		return err
 	}
 	// The MCP proxy holds the sessions' MCP credentials: the brains call MCP servers through it, and the API
 	// validates credentials with it.
-	mcpProxy, err := hf.mcpProxy(st, vlt, logger)
+	mcpProxy, err := p.mcpProxy(&hf)
 	if err != nil {
 		return err
 	}
-	defer mcpProxy.Close()
-	fsvc, err := ff.open(ctx, sf.data, st)
+	fsvc, err := p.files(ctx, &ff)
 	if err != nil {
 		return err
 	}
 	cfg := corral.Config{
 		Store: st, Logger: logger,
-		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: vlt, Validator: mcpProxy,
+		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault, Validator: mcpProxy,
 			WorkLeaseTTL: *workTTL, Files: fsvc},
 	}
-	if cfg.Images, err = imf.images(sf.data, &hf, st, logger); err != nil {
+	if cfg.Images, err = p.images(&imf, &hf); err != nil {
 		return err
 	}
 	stopTracing, err := mf.observe(ctx, &cfg)
@@ -88,7 +78,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		if cfg.Brain, err = bf.brainConfig(); err != nil {
 			return err
 		}
-		if cfg.Sandbox, err = hf.sandbox(sf.data, st, vlt, fsvc, io.err, logger); err != nil {
+		if cfg.Sandbox, err = p.sandbox(&hf, fsvc, io); err != nil {
 			return err
 		}
 		cfg.Brain.MCP = mcpProxy

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/store"
@@ -24,9 +23,6 @@ func init() {
 	})
 }
 
-// vaultKeyFileName is the master key file serve creates in the data directory when given no key.
-const vaultKeyFileName = "vault.key"
-
 // vaultFlags adds --vault-key-file to a flag set; CORRAL_VAULT_KEY is the alternative.
 type vaultFlags struct {
 	keyFile string
@@ -34,77 +30,22 @@ type vaultFlags struct {
 
 func (f *vaultFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.keyFile, "vault-key-file", "", "`file` of the vault master key(s) that seal credentials: base64, one per line, "+
-		"the first seals (default DIR/vault.key, which serve creates on first start; or env CORRAL_VAULT_KEY: base64 keys, comma-separated)")
+		"the first seals (default DIR/"+vault.KeyFileName+", which serve creates on first start; or env CORRAL_VAULT_KEY: base64 keys, comma-separated)")
 }
 
-// open returns the server's vault: the master key from --vault-key-file, CORRAL_VAULT_KEY or the data
-// directory's key file, checked against the store. With none of them and a store that has never sealed
-// anything, it creates the data directory's key file (mode 0600) and says so on stderr.
+// open returns the server's vault (vault.Bootstrap): the master key from --vault-key-file, CORRAL_VAULT_KEY or
+// the data directory's key file, checked against the store; the first server to start creates the key file
+// and says so on stderr.
 func (f *vaultFlags) open(ctx context.Context, st store.Store, dataDir string, stderr io.Writer) (*vault.Vault, error) {
 	return openVault(ctx, st, dataDir, f.keyFile, os.Getenv("CORRAL_VAULT_KEY"), stderr)
 }
 
 // openVault is vaultFlags.open with the environment passed in.
 func openVault(ctx context.Context, st store.Store, dataDir, keyFile, envKey string, stderr io.Writer) (*vault.Vault, error) {
-	keys, err := vaultKeys(dataDir, keyFile, envKey)
-	if errors.Is(err, fs.ErrNotExist) && keyFile == "" && envKey == "" {
-		keys, err = createVaultKey(ctx, st, dataDir, stderr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	v, err := vault.Open(ctx, st, keys...)
-	if err != nil {
-		return nil, fmt.Errorf("open vault: %w", err)
-	}
-	return v, nil
-}
-
-// vaultKeys reads the master keys the flags and environment select: --vault-key-file, else CORRAL_VAULT_KEY
-// (comma-separated, the first seals), else DIR/vault.key. A missing default file is fs.ErrNotExist.
-func vaultKeys(dataDir, keyFile, envKey string) ([]vault.Key, error) {
-	switch {
-	case keyFile != "" && envKey != "":
-		return nil, errors.New("vault key: both --vault-key-file and CORRAL_VAULT_KEY are set; use one")
-	case keyFile != "":
-		return vault.ReadKeyFile(keyFile)
-	case envKey != "":
-		var keys []vault.Key
-		for i, s := range strings.Split(envKey, ",") {
-			k, err := vault.ParseKey(s)
-			if err != nil {
-				return nil, fmt.Errorf("CORRAL_VAULT_KEY key %d: %w", i+1, err)
-			}
-			keys = append(keys, k)
-		}
-		return keys, nil
-	}
-	path := filepath.Join(dataDir, vaultKeyFileName)
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("vault key file %s: %w", path, err)
-	}
-	return vault.ReadKeyFile(path)
-}
-
-// createVaultKey creates DIR/vault.key on first start. It refuses when the store already has secrets sealed
-// under some master key: a new key could not open them, and the operator has lost or misplaced the old one.
-func createVaultKey(ctx context.Context, st store.Store, dataDir string, stderr io.Writer) ([]vault.Key, error) {
-	known, err := st.MasterKeyList(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("vault: %w", err)
-	}
-	if len(known) > 0 {
-		return nil, fmt.Errorf("vault: no master key given (--vault-key-file, CORRAL_VAULT_KEY or %s), but this database's "+
-			"secrets are sealed under master key %s: supply that key", filepath.Join(dataDir, vaultKeyFileName), known[0].ID)
-	}
-	path := filepath.Join(dataDir, vaultKeyFileName)
-	k := vault.NewKey()
-	if err := vault.WriteKeyFile(path, k); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(stderr, "corral: created the vault master key file %s (mode 0600, key %s); back it up: "+
-		"the stored credentials cannot be decrypted without it\n", path, k.ID())
-	return []vault.Key{k}, nil
+	return vault.Bootstrap(ctx, st, vault.KeySource{File: keyFile, Env: envKey, DataDir: dataDir}, func(path, keyID string) {
+		fmt.Fprintf(stderr, "corral: created the vault master key file %s (mode 0600, key %s); back it up: "+
+			"the stored credentials cannot be decrypted without it\n", path, keyID)
+	})
 }
 
 func vaultRotateKey(ctx context.Context, io *stdio, args []string) error {
@@ -127,7 +68,7 @@ func vaultRotateKey(ctx context.Context, io *stdio, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	old, err := vaultKeys(sf.data, vf.keyFile, os.Getenv("CORRAL_VAULT_KEY"))
+	old, err := vault.KeySource{File: vf.keyFile, Env: os.Getenv("CORRAL_VAULT_KEY"), DataDir: sf.data}.Keys()
 	if err != nil {
 		return fmt.Errorf("current vault key: %w", err)
 	}

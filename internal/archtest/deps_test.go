@@ -37,7 +37,9 @@ var rules = map[string][]string{
 	"internal/files":   {"internal/apitype", "internal/store", "internal/blob"},
 	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp"},
 	"internal/server": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files",
-		"internal/metrics", "internal/console"},
+		"internal/metrics", "internal/console", "internal/maintain"},
+	// Periodic jobs under the store's leader lease: the store port, nothing else.
+	"internal/maintain": {"internal/store"},
 	// The console serves its embedded files; its pages reach the server through the public HTTP API only.
 	"internal/console": {},
 	// The one package that speaks Prometheus: it implements the Metrics interfaces of harness and api, which

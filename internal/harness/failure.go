@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"context"
 	"errors"
 	"strings"
 
@@ -58,29 +57,10 @@ func modelSource(modelID string, err error, timedOut bool) *apitype.FailureSourc
 	return source(apitype.ComponentModel, p, reason)
 }
 
-// handsSource attributes a built-in tool call that failed in the hands of backend: err from Hands.Execute, or
-// a result whose Failure names a limit. Nil when neither says the hands failed (the tool reported an error the
-// model caused, or none).
+// handsSource attributes a built-in tool call that failed in the hands of backend (the sandbox port's rule,
+// which the self-hosted worker follows too).
 func handsSource(backend string, res sandbox.Result, err error) *apitype.FailureSource {
-	switch {
-	case errors.Is(err, sandbox.ErrLimit):
-		return source(apitype.ComponentHands, backend, apitype.ReasonLimitHit)
-	case errors.Is(err, sandbox.ErrSandboxDead):
-		return source(apitype.ComponentHands, backend, apitype.ReasonSandboxDied)
-	case errors.Is(err, sandbox.ErrUnavailable):
-		return source(apitype.ComponentHands, backend, apitype.ReasonUnavailable)
-	case errors.Is(err, sandbox.ErrProvision):
-		return source(apitype.ComponentHands, backend, apitype.ReasonProvisionFailed)
-	case errors.Is(err, context.DeadlineExceeded):
-		return source(apitype.ComponentHands, backend, apitype.ReasonTimeout)
-	case err != nil:
-		return source(apitype.ComponentHands, backend, apitype.ReasonInternal)
-	case res.IsError && res.Failure == sandbox.FailureTimeout:
-		return source(apitype.ComponentHands, backend, apitype.ReasonTimeout)
-	case res.IsError && res.Failure == sandbox.FailureLimit:
-		return source(apitype.ComponentHands, backend, apitype.ReasonLimitHit)
-	}
-	return nil
+	return sandbox.HandsFailure(backend, res, err)
 }
 
 // mcpSource attributes an MCP failure to the proxy that reaches the server.

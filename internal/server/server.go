@@ -22,6 +22,7 @@ import (
 	"github.com/corralhq/corral/internal/console"
 	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/harness"
+	"github.com/corralhq/corral/internal/maintain"
 	"github.com/corralhq/corral/internal/metrics"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
@@ -159,6 +160,11 @@ type Server struct {
 	// metricsHTTP serves /metrics on MetricsListen (nil without).
 	metricsHTTP *http.Server
 	metricsAddr net.Addr
+	// fleet runs the periodic jobs of the whole fleet under the store's leader lease (expired files); local
+	// those on this machine's disk, in every process (the workspaces of deleted sessions).
+	fleet, local *maintain.Runner
+	// services are the parts that run, in start order (stopped in reverse).
+	services *services
 
 	cancelStreams context.CancelFunc
 
@@ -168,8 +174,6 @@ type Server struct {
 	addr     net.Addr
 	serveErr chan error
 	stopOnce sync.Once
-	stopCtx  context.CancelFunc // ends the sweeper
-	wg       sync.WaitGroup
 }
 
 // New validates cfg and builds the server's parts; nothing runs until Start.
@@ -277,6 +281,10 @@ func New(cfg Config) (*Server, error) {
 		s.metricsHTTP = &http.Server{Handler: mmux, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
 			WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	}
+	if err := s.periodic(); err != nil {
+		return undo(err)
+	}
+	s.services = &services{list: s.serviceList()}
 	return s, nil
 }
 
@@ -288,8 +296,9 @@ func apiMetrics(m *metrics.Registry) api.Metrics {
 	return m.API()
 }
 
-// Start starts the brains, the workspace sweeper and the API listener. The brains run until Stop is called or
-// ctx is done. On error, whatever started is stopped again.
+// Start starts the server's services in order: the image builds, the sandbox pool, the brains, the periodic
+// jobs, the metrics listener and the API listener. The brains run until Stop is called or ctx is done. On
+// error, whatever started is stopped again, in reverse, and the server is stopped.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -297,77 +306,99 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("server: already started")
 	}
 	s.started = true
-	var ln net.Listener
-	if s.http != nil {
-		var err error
-		if ln, err = net.Listen("tcp", s.cfg.API.Listen); err != nil {
-			s.stopLocked()
-			return fmt.Errorf("server: %w", err)
-		}
-		s.addr = ln.Addr()
+	if err := s.services.Start(ctx); err != nil {
+		s.stopLocked()
+		return fmt.Errorf("server: %w", err)
 	}
-	var mln net.Listener
-	if s.metricsHTTP != nil {
-		var err error
-		if mln, err = net.Listen("tcp", s.cfg.MetricsListen); err != nil {
-			if ln != nil {
-				ln.Close()
-			}
-			s.stopLocked()
-			return fmt.Errorf("server: metrics: %w", err)
-		}
-		s.metricsAddr = mln.Addr()
-		s.wg.Go(func() {
-			if err := s.metricsHTTP.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.cfg.Logger.Error("metrics listener failed", "err", err)
-			}
-		})
-	}
+	return nil
+}
+
+// serviceList is the server's services in start order. Stop stops them in reverse: the API stops accepting
+// first, and the images stop last, once no sandbox waits for a build.
+func (s *Server) serviceList() []service {
+	var list []service
 	if s.cfg.Images != nil {
 		// The base (and the stored environments' images) build in the background: nobody waits for them
 		// but a sandbox that needs them.
-		if err := s.cfg.Images.Start(context.WithoutCancel(ctx)); err != nil {
-			if ln != nil {
-				ln.Close()
-			}
-			s.stopLocked()
-			return fmt.Errorf("server: images: %w", err)
-		}
+		list = append(list, namedService{name: "images",
+			start: func(ctx context.Context) error { return s.cfg.Images.Start(context.WithoutCancel(ctx)) },
+			stop:  s.cfg.Images.Stop})
+	}
+	if s.pool != nil {
+		// The pool's reaper runs until the pool's Stop; the brains' calls stop before it.
+		list = append(list, namedService{
+			start: func(ctx context.Context) error { return s.pool.Start(context.WithoutCancel(ctx)) },
+			stop:  func() { _ = s.pool.Stop() }})
 	}
 	if s.brain != nil {
-		if err := s.brain.Start(ctx); err != nil {
-			if ln != nil {
-				ln.Close()
-			}
-			s.stopLocked()
-			return fmt.Errorf("server: %w", err)
+		// The brains finish their appends and release their leases on Stop.
+		list = append(list, namedService{start: s.brain.Start, stop: s.brain.Stop})
+	}
+	for _, r := range []*maintain.Runner{s.fleet, s.local} {
+		if r.Jobs() > 0 {
+			list = append(list, namedService{name: "periodic jobs", start: r.Start, stop: r.Stop})
 		}
 	}
-	sweepCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.stopCtx = cancel
-	if s.pool != nil {
-		// The pool's reaper runs until the pool's Stop, which stopLocked calls.
-		if err := s.pool.Start(context.WithoutCancel(ctx)); err != nil {
+	if s.metricsHTTP != nil {
+		list = append(list, s.metricsService())
+	}
+	if s.http != nil {
+		list = append(list, s.apiService())
+	}
+	return list
+}
+
+// metricsService serves /metrics on MetricsListen.
+func (s *Server) metricsService() service {
+	var wg sync.WaitGroup
+	return namedService{name: "metrics",
+		start: func(context.Context) error {
+			ln, err := net.Listen("tcp", s.cfg.MetricsListen)
+			if err != nil {
+				return err
+			}
+			s.metricsAddr = ln.Addr()
+			wg.Go(func() {
+				if err := s.metricsHTTP.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					s.cfg.Logger.Error("metrics listener failed", "err", err)
+				}
+			})
+			return nil
+		},
+		stop: func() {
+			_ = s.metricsHTTP.Close()
+			wg.Wait()
+		}}
+}
+
+// apiService serves the API on APIConfig.Listen. Its Stop stops accepting, cuts the open streams and lets
+// in-flight requests finish (up to APIConfig.ShutdownTimeout).
+func (s *Server) apiService() service {
+	var wg sync.WaitGroup
+	return namedService{
+		start: func(context.Context) error {
+			ln, err := net.Listen("tcp", s.cfg.API.Listen)
+			if err != nil {
+				return err
+			}
+			s.addr = ln.Addr()
+			wg.Go(func() {
+				if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					s.serveErr <- err
+				}
+			})
+			return nil
+		},
+		stop: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.API.ShutdownTimeout)
+			if err := s.http.Shutdown(ctx); err != nil {
+				s.cfg.Logger.Warn("http shutdown", "err", err)
+				_ = s.http.Close()
+			}
 			cancel()
-			if ln != nil {
-				ln.Close()
-			}
-			s.stopLocked()
-			return fmt.Errorf("server: %w", err)
-		}
-		s.wg.Go(func() { s.sweep(sweepCtx) })
-	}
-	if s.cfg.API != nil && s.cfg.API.Files != nil {
-		s.wg.Go(func() { s.sweepFiles(sweepCtx) })
-	}
-	if ln != nil {
-		s.wg.Go(func() {
-			if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.serveErr <- err
-			}
-		})
-	}
-	return nil
+			s.cancelStreams()
+			wg.Wait()
+		}}
 }
 
 // Addr is the address the API listens on (nil before Start or without an API).
@@ -401,9 +432,10 @@ func (s *Server) Failed() <-chan error { return s.serveErr }
 // Pool is the server's sandbox pool, or nil when it runs no sandbox.
 func (s *Server) Pool() *sandbox.Pool { return s.pool }
 
-// Stop stops the server in order: the API stops accepting, open streams are cut and in-flight requests finish
-// (up to APIConfig.ShutdownTimeout); then the sweeper, the brains (which finish their appends and release
-// their leases), the sandboxes and the provider. It returns once every goroutine of the server has exited.
+// Stop stops the server's services in reverse order: the API stops accepting, open streams are cut and
+// in-flight requests finish (up to APIConfig.ShutdownTimeout); then the metrics listener, the periodic jobs
+// (the leader lease is released), the brains (which finish their appends and release their leases), the
+// sandboxes, the image builds and the provider. It returns once every goroutine of the server has exited.
 // Idempotent; the store stays open.
 func (s *Server) Stop() {
 	s.mu.Lock()
@@ -414,74 +446,59 @@ func (s *Server) Stop() {
 func (s *Server) stopLocked() {
 	s.stopOnce.Do(func() {
 		s.stopped = true
-		if s.http != nil {
-			if s.started {
-				ctx, cancel := context.WithTimeout(context.Background(), s.cfg.API.ShutdownTimeout)
-				if err := s.http.Shutdown(ctx); err != nil {
-					s.cfg.Logger.Warn("http shutdown", "err", err)
-					_ = s.http.Close()
-				}
-				cancel()
-			}
-			s.cancelStreams()
-		}
-		if s.stopCtx != nil {
-			s.stopCtx()
-		}
-		if s.metricsHTTP != nil {
-			_ = s.metricsHTTP.Close()
-		}
-		s.wg.Wait()
-		if s.brain != nil {
-			s.brain.Stop()
+		s.services.Stop()
+		if s.cancelStreams != nil {
+			s.cancelStreams() // a server that never served
 		}
 		if s.pool != nil {
-			_ = s.pool.Stop()
-		}
-		if s.cfg.Images != nil && s.started {
-			s.cfg.Images.Stop() // after the pool: no sandbox waits for a build any more
+			_ = s.pool.Stop() // a pool that never started: its volumes
 		}
 		closeProvider(s.cfg.Sandbox.Provider)
 	})
 }
 
-// sweep removes, now and every SweepInterval, the local workspaces of sessions the store no longer has (deleted
-// through the API), until ctx ends.
-func (s *Server) sweep(ctx context.Context) {
-	gone := func(ctx context.Context, id string) (bool, error) {
-		_, err := s.cfg.Store.SessionGet(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return true, nil
-		}
-		return false, err
+// periodic registers the server's periodic jobs, each every SweepInterval and the first time at Start: the
+// deletion of expired files on the fleet's leader (the files are the store's), the removal of deleted
+// sessions' workspaces in every process (each machine has its own).
+func (s *Server) periodic() error {
+	var err error
+	if s.fleet, err = maintain.New(maintain.Config{Store: s.cfg.Store, Logger: s.cfg.Logger}); err != nil {
+		return err
 	}
-	s.every(ctx, "workspaces of deleted sessions removed", func(ctx context.Context) (int, error) {
-		return s.pool.RemoveWorkspaces(ctx, gone)
-	})
+	if s.local, err = maintain.New(maintain.Config{Logger: s.cfg.Logger}); err != nil {
+		return err
+	}
+	every := s.cfg.Sandbox.SweepInterval
+	if s.cfg.API != nil && s.cfg.API.Files != nil {
+		files := s.cfg.API.Files
+		s.fleet.Add("expired files", every, s.logged("expired files deleted", func(ctx context.Context) (int, error) {
+			return files.SweepExpired(ctx, apitype.Now())
+		}))
+	}
+	if s.pool != nil {
+		gone := func(ctx context.Context, id string) (bool, error) {
+			_, err := s.cfg.Store.SessionGet(ctx, id)
+			if errors.Is(err, store.ErrNotFound) {
+				return true, nil
+			}
+			return false, err
+		}
+		s.local.Add("workspaces of deleted sessions", every, s.logged("workspaces of deleted sessions removed", func(ctx context.Context) (int, error) {
+			return s.pool.RemoveWorkspaces(ctx, gone)
+		}))
+	}
+	return nil
 }
 
-// sweepFiles deletes, now and every SweepInterval, the files whose expires_at has passed (their bytes and
-// metadata), until ctx ends.
-func (s *Server) sweepFiles(ctx context.Context) {
-	s.every(ctx, "expired files deleted", func(ctx context.Context) (int, error) {
-		return s.cfg.API.Files.SweepExpired(ctx, apitype.Now())
-	})
-}
-
-// every runs job now and every SweepInterval until ctx ends, logging msg with what it removed or its error.
-func (s *Server) every(ctx context.Context, msg string, job func(context.Context) (int, error)) {
-	t := time.NewTicker(s.cfg.Sandbox.SweepInterval)
-	defer t.Stop()
-	for {
-		n, err := job(ctx)
-		if n > 0 || (err != nil && ctx.Err() == nil) {
-			s.cfg.Logger.Info(msg, "count", n, "err", err)
+// logged adapts a sweep that counts what it removed to a job, logging msg with the count when it removed
+// something.
+func (s *Server) logged(msg string, sweep func(context.Context) (int, error)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		n, err := sweep(ctx)
+		if n > 0 {
+			s.cfg.Logger.Info(msg, "count", n)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+		return err
 	}
 }
 

@@ -76,6 +76,7 @@ type Store interface {
 	FileStore
 	SkillStore
 	StatsStore
+	LeaderStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities

@@ -82,6 +82,7 @@ func Run(t *testing.T, h Harness) {
 		{"EventAppendRelease", testEventAppendRelease},
 		{"LeaseClaimRace", testLeaseClaimRace},
 		{"WaitRunnable", testWaitRunnable},
+		{"Leader", testLeader},
 		{"APIKey", testAPIKey},
 		{"Vault", testVault},
 		{"VaultList", testVaultList},

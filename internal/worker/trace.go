@@ -1,8 +1,7 @@
-package main
+package worker
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -32,31 +31,8 @@ func (w *worker) startToolSpan(ctx context.Context, sessionID string, c *call) (
 		attribute.String("corral.sandbox.backend", w.pool.Backend())))
 }
 
-// workerFailure attributes a call that failed in this worker's hands (nil: the tool's own error, or none); it
-// goes on the span and on the user.tool_result.
-func workerFailure(backend string, res sandbox.Result, err error) *apitype.FailureSource {
-	reason := apitype.FailureReason("")
-	switch {
-	case errors.Is(err, sandbox.ErrLimit):
-		reason = apitype.ReasonLimitHit
-	case errors.Is(err, sandbox.ErrSandboxDead):
-		reason = apitype.ReasonSandboxDied
-	case errors.Is(err, sandbox.ErrProvision):
-		reason = apitype.ReasonProvisionFailed
-	case err != nil:
-		reason = apitype.ReasonInternal
-	case res.IsError && res.Failure == sandbox.FailureTimeout:
-		reason = apitype.ReasonTimeout
-	case res.IsError && res.Failure == sandbox.FailureLimit:
-		reason = apitype.ReasonLimitHit
-	default:
-		return nil
-	}
-	return &apitype.FailureSource{Component: apitype.ComponentHands, Backend: backend, Reason: reason}
-}
-
-// endWorkerToolSpan ends a call's span, failed in the hands when the sandbox (not the tool) failed (src).
-func endWorkerToolSpan(span trace.Span, src *apitype.FailureSource, res sandbox.Result, err error) {
+// endToolSpan ends a call's span, failed in the hands when the sandbox (not the tool) failed (src).
+func endToolSpan(span trace.Span, src *apitype.FailureSource, res sandbox.Result, err error) {
 	switch {
 	case src != nil:
 		span.SetAttributes(failureAttrs(src.Component, src.Backend, src.Reason)...)

@@ -1,0 +1,456 @@
+// Package worker is the runtime of `corral worker`, self-hosted hands: it dials out only, long-polls the server
+// for its environment's work items, holds each by heartbeats, follows the item's session with the item's
+// sessions token and answers its built-in tool calls with user.tool_result, running them in sandboxes of the
+// pool it is given, with the server's isolation, limits and egress rules. It imports neither the store nor the
+// vault (internal/archtest): everything it knows comes through the public HTTP API (internal/client).
+package worker
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
+	"github.com/corralhq/corral/internal/sandbox"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+const (
+	pollBlockMS = 999
+	backoffMax  = 30 * time.Second
+	stopTimeout = 10 * time.Second
+)
+
+// DefaultIdle is how long a session whose turn ended keeps the worker before it goes back to polling.
+const DefaultIdle = time.Minute
+
+// DefaultUIDBase keeps a worker's sandbox uids apart from a server's on the same machine (bwrap 200000,
+// oci and gvisor 300000).
+const DefaultUIDBase = 400000
+
+// Config configures a Worker. Zero fields take the defaults documented on them.
+type Config struct {
+	// Client calls the server with the environment key. Required.
+	Client *client.Client
+	// Environment is the self-hosted environment's id. Required.
+	Environment string
+	// ID is this worker's id, sent as Anthropic-Worker-ID (default DefaultID()).
+	ID string
+	// Pool configures the sandboxes the tools run in; its Provider and WorkspaceRoot are required. The worker
+	// sets its Logger (if unset) and its Egress (from AllowInternal and RootCAs).
+	Pool sandbox.PoolConfig
+	// AllowInternal and RootCAs are the operator's trusted internal destinations and CAs, added to every
+	// sandbox's egress policy.
+	AllowInternal []string
+	RootCAs       *x509.CertPool
+	// Idle is how long a session whose turn ended keeps the worker (default DefaultIdle).
+	Idle   time.Duration
+	Logger *slog.Logger // default: discard
+	// TracerProvider traces the tool calls (default: none).
+	TracerProvider trace.TracerProvider
+	// OnToolStart, if set, is called as each tool call starts (benchmarks).
+	OnToolStart func(toolUseID string)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Client == nil:
+		return errors.New("worker: Config.Client is required")
+	case c.Environment == "":
+		return errors.New("worker: Config.Environment is required")
+	case c.Pool.Provider == nil:
+		return errors.New("worker: Config.Pool.Provider is required")
+	case c.Idle < 0:
+		return errors.New("worker: Config.Idle must not be negative")
+	}
+	return nil
+}
+
+// Worker is one self-hosted worker. New builds it; Run runs it until its context ends.
+type Worker struct {
+	w    *worker
+	pool *sandbox.Pool
+}
+
+// New validates cfg and builds the worker and its sandbox pool; nothing runs until Run.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	pc := cfg.Pool
+	if pc.Logger == nil {
+		pc.Logger = logger
+	}
+	pc.Egress = egress{allowInternal: cfg.AllowInternal, roots: cfg.RootCAs}
+	pool, err := sandbox.NewPool(pc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w := &worker{c: cfg.Client, env: cfg.Environment, id: cfg.ID, pool: pool, idle: cmp.Or(cfg.Idle, DefaultIdle),
+		log: logger, tracer: tp.Tracer("github.com/corralhq/corral/internal/worker"), onToolStart: cfg.OnToolStart}
+	if w.id == "" {
+		w.id = DefaultID()
+	}
+	return &Worker{w: w, pool: pool}, nil
+}
+
+// ID is the worker's id.
+func (w *Worker) ID() string { return w.w.id }
+
+// Run starts the pool and polls until ctx ends (nil) or the server refuses the key; it stops the pool (its
+// sandboxes) before it returns.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.pool.Start(ctx); err != nil {
+		return err
+	}
+	defer w.pool.Stop()
+	err := w.w.run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// egress adds the operator's trusted internal destinations and CAs to every sandbox's egress policy.
+type egress struct {
+	allowInternal []string
+	roots         *x509.CertPool
+}
+
+func (e egress) Egress(context.Context, *sandbox.Recipe) (*sandbox.Egress, error) {
+	return &sandbox.Egress{AllowInternal: e.allowInternal, RootCAs: e.roots}, nil
+}
+
+// DefaultID is a worker id: the host name and a random suffix.
+func DefaultID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails.
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "corral-worker"
+	}
+	return host + "-" + hex.EncodeToString(b[:])
+}
+
+type worker struct {
+	c    *client.Client // with the environment key
+	env  string
+	id   string
+	pool *sandbox.Pool
+	idle time.Duration
+	log  *slog.Logger
+	// tracer traces the tool calls (noop without OTEL_* configuration).
+	tracer trace.Tracer
+	// onToolStart, if set, is called as each tool call starts (benchmarks).
+	onToolStart func(toolUseID string)
+}
+
+// fatal reports whether an API error will not go away by retrying: a 4xx other than 408, 409 and 429.
+func fatal(err error) bool {
+	var e *client.Error
+	return errors.As(err, &e) && e.Status >= 400 && e.Status < 500 && e.Status != http.StatusRequestTimeout &&
+		e.Status != http.StatusConflict && e.Status != http.StatusTooManyRequests
+}
+
+func statusOf(err error) int {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	return 0
+}
+
+// run polls until ctx ends or the server refuses the key.
+func (w *worker) run(ctx context.Context) error {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		wk, err := w.c.WorkPoll(ctx, w.env, &client.WorkPollParams{BlockMS: pollBlockMS, WorkerID: w.id})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if fatal(err) {
+				return fmt.Errorf("poll: %w", err)
+			}
+			w.log.Warn("poll failed; backing off", "err", err, "sleep", backoff)
+			sleepCtx(ctx, backoff)
+			backoff = min(2*backoff, backoffMax)
+			continue
+		}
+		backoff = time.Second
+		if wk == nil {
+			continue // the server held the poll for up to a second
+		}
+		if _, err := w.c.WorkAck(ctx, w.env, wk.ID); err != nil {
+			w.log.Warn("ack failed; skipping the item", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
+			continue
+		}
+		w.log.Info("claimed work", "work_id", wk.ID, "session", wk.Data.ID)
+		if err := w.handle(ctx, wk); err != nil && ctx.Err() == nil {
+			w.log.Warn("work item ended with an error", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// handle serves one work item: heartbeats in the background, the session's tool calls in the foreground; then it
+// stops the item, unless its lease was lost (another worker may hold it by now).
+func (w *worker) handle(ctx context.Context, wk *apitype.Work) error {
+	if wk.Data.Type != "session" || wk.Secret == nil {
+		_, err := w.c.WorkStop(ctx, w.env, wk.ID, true)
+		return err
+	}
+	token := apitype.SessionsTokenFromSecret(*wk.Secret)
+	if token == "" {
+		_, err := w.c.WorkStop(ctx, w.env, wk.ID, true)
+		return errors.Join(errors.New("the item's secret carries no sessions token"), err)
+	}
+	tc := w.c.WithKey(token)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost bool
+	var hb sync.WaitGroup
+	hb.Go(func() {
+		lost = w.heartbeat(sctx, tc, wk)
+		cancel()
+	})
+	err := w.serve(sctx, tc, wk.Data.ID)
+	cancel()
+	hb.Wait()
+	if lost {
+		w.log.Info("lease lost; the item is left to the server", "work_id", wk.ID, "session", wk.Data.ID)
+		return err
+	}
+	stopCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer stop()
+	if _, serr := tc.WorkStop(stopCtx, w.env, wk.ID, true); serr != nil && statusOf(serr) != http.StatusConflict &&
+		statusOf(serr) != http.StatusUnauthorized {
+		err = errors.Join(err, fmt.Errorf("stop: %w", serr))
+	}
+	return err
+}
+
+// heartbeat keeps the lease until ctx ends; it returns true if the lease was lost (412, or no success for a
+// whole TTL), false when it ends because the item is stopping or the work is over.
+func (w *worker) heartbeat(ctx context.Context, tc *client.Client, wk *apitype.Work) bool {
+	last, ttl := apitype.NoHeartbeat, 30*time.Second
+	lastOK := time.Now()
+	for {
+		hb, err := tc.WorkHeartbeat(ctx, w.env, wk.ID, last, 0)
+		switch {
+		case ctx.Err() != nil:
+			return false
+		case statusOf(err) == http.StatusPreconditionFailed || statusOf(err) == http.StatusUnauthorized:
+			w.log.Warn("lease lost", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
+			return true
+		case err != nil && (fatal(err) || time.Since(lastOK) > ttl):
+			w.log.Warn("heartbeat failed; the lease is presumed lost", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
+			return true
+		case err != nil:
+			w.log.Warn("heartbeat failed", "work_id", wk.ID, "session", wk.Data.ID, "err", err)
+		default:
+			w.log.Debug("heartbeat", "work_id", wk.ID, "session", wk.Data.ID, "state", hb.State, "ttl_seconds", hb.TTLSeconds)
+			last, lastOK = hb.LastHeartbeat, time.Now()
+			if hb.TTLSeconds > 0 {
+				ttl = time.Duration(hb.TTLSeconds) * time.Second
+			}
+			if hb.State == apitype.WorkStopping || hb.State == apitype.WorkStopped || !hb.LeaseExtended {
+				w.log.Info("the server stops the item", "work_id", wk.ID, "session", wk.Data.ID, "state", hb.State)
+				return false
+			}
+		}
+		sleepCtx(ctx, min(max(ttl/3, 200*time.Millisecond), 30*time.Second))
+	}
+}
+
+// call is a built-in tool call of the session, with what the log says about it.
+type call struct {
+	id         string
+	name       string
+	input      json.RawMessage
+	permission apitype.Permission
+	confirmed  apitype.ConfirmationResult
+	// traceparent is the trace of the brain's turn that made the call (apitype.TraceParentField): the call's
+	// span continues it.
+	traceparent string
+}
+
+// serve answers the session's built-in tool calls until the session ends, ctx ends, or the session's turn has
+// been over for w.idle.
+func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string) error {
+	env, err := tc.EnvironmentGet(ctx, w.env)
+	if err != nil {
+		return fmt.Errorf("environment: %w", err)
+	}
+	sess, err := tc.SessionGet(ctx, sessionID)
+	if err != nil {
+		return fmt.Errorf("session: %w", err)
+	}
+	if sess.Status == apitype.StatusTerminated {
+		return nil
+	}
+	recipe := sandbox.Recipe{SessionID: sessionID, Environment: env.Config}
+	calls := map[string]*call{}
+	answered := map[string]bool{}
+	var order []string
+	// note records an event; it returns the call the event makes runnable, if any.
+	note := func(ev *client.Event) *call {
+		switch ev.Type {
+		case apitype.EventAgentToolUse:
+			var u struct {
+				apitype.AgentToolUse
+				TraceParent string `json:"traceparent"`
+			}
+			if ev.Decode(&u) != nil {
+				return nil
+			}
+			c := &call{id: ev.ID, name: u.Name, input: u.Input, permission: u.EvaluatedPermission, traceparent: u.TraceParent}
+			calls[ev.ID] = c
+			order = append(order, ev.ID)
+			if c.permission == apitype.PermissionAllow {
+				return c
+			}
+		case apitype.EventUserToolConfirmation:
+			var cf apitype.UserToolConfirmation
+			if ev.Decode(&cf) == nil {
+				if c := calls[cf.ToolUseID]; c != nil && c.permission == apitype.PermissionAsk && c.confirmed == "" {
+					c.confirmed = cf.Result
+					if cf.Result == apitype.ConfirmAllow {
+						return c
+					}
+				}
+			}
+		case apitype.EventUserToolResult, apitype.EventAgentToolResult:
+			var r struct {
+				ToolUseID string `json:"tool_use_id"`
+			}
+			if ev.Decode(&r) == nil {
+				answered[r.ToolUseID] = true
+			}
+		}
+		return nil
+	}
+
+	// The history first: the calls it leaves unanswered run now, in order.
+	last := "0"
+	for ev, err := range tc.Events(ctx, sessionID, nil) {
+		if err != nil {
+			return fmt.Errorf("history: %w", err)
+		}
+		note(ev)
+		last = ev.ID
+	}
+	for _, id := range order {
+		c := calls[id]
+		if !answered[id] && (c.permission == apitype.PermissionAllow || c.confirmed == apitype.ConfirmAllow) {
+			if err := w.runCall(ctx, tc, recipe, sessionID, c, answered); err != nil {
+				return err
+			}
+		}
+	}
+
+	// Then what follows, live.
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var idleTimer *time.Timer
+	defer func() {
+		if idleTimer != nil {
+			idleTimer.Stop()
+		}
+	}()
+	var runErr error
+	err = tc.Follow(fctx, sessionID, &client.StreamParams{LastEventID: last}, func(ev *client.Event) bool {
+		if idleTimer != nil {
+			idleTimer.Stop()
+			idleTimer = nil
+		}
+		if ev.TurnOver() && ev.Type == apitype.EventSessionStatusIdle {
+			idleTimer = time.AfterFunc(w.idle, stop)
+		}
+		if c := note(ev); c != nil && !answered[c.id] {
+			if runErr = w.runCall(fctx, tc, recipe, sessionID, c, answered); runErr != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if runErr != nil {
+		return runErr
+	}
+	if err != nil && fctx.Err() == nil {
+		return fmt.Errorf("follow: %w", err)
+	}
+	return nil
+}
+
+// runCall runs one call in the session's sandbox and posts its user.tool_result.
+func (w *worker) runCall(ctx context.Context, tc *client.Client, recipe sandbox.Recipe, sessionID string, c *call, answered map[string]bool) error {
+	if w.onToolStart != nil {
+		w.onToolStart(c.id)
+	}
+	input := c.input
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	ctx, span := w.startToolSpan(ctx, sessionID, c)
+	res, err := w.pool.Execute(ctx, &sandbox.Call{Recipe: recipe, Name: c.name, Input: input, OnProvision: w.provisionSpan(ctx)})
+	src := sandbox.HandsFailure(w.pool.Backend(), res, err)
+	endToolSpan(span, src, res, err)
+	if ctx.Err() != nil {
+		return ctx.Err() // the lease is gone or the worker stops: the server settles the call
+	}
+	content, isErr := res.Content, res.IsError
+	if err != nil && len(content) == 0 {
+		content, isErr = []apitype.ContentBlock{apitype.TextBlock(fmt.Sprintf("The sandbox failed while running this tool, so its outcome is unknown (%v).", err))}, true
+	}
+	if len(content) == 0 {
+		content = []apitype.ContentBlock{apitype.TextBlock("(no output)")}
+	}
+	ev, err := apitype.MakeEvent(apitype.EventUserToolResult, apitype.UserToolResult{ToolUseID: c.id, Content: content, IsError: isErr || err != nil, Source: src})
+	if err != nil {
+		return err
+	}
+	backoff := 500 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		_, err := tc.EventSend(ctx, sessionID, ev)
+		if err == nil {
+			answered[c.id] = true
+			w.log.Info("tool call answered", "session", sessionID, "tool_use_id", c.id, "tool", c.name, "is_error", isErr)
+			return nil
+		}
+		if fatal(err) || attempt >= 5 || ctx.Err() != nil {
+			return fmt.Errorf("post the result of %s: %w", c.id, err)
+		}
+		sleepCtx(ctx, backoff)
+		backoff *= 2
+	}
+}
