@@ -382,7 +382,7 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	renewer.Go(func() { b.renew(renewCtx, h, cancel) })
 	defer func() { stopRenew(); renewer.Wait() }()
 
-	r := &run{b: b, lease: h, ctx: leaseCtx, cancel: cancel, fresh: map[string]bool{}}
+	r := &run{b: b, lease: h, ctx: leaseCtx, cancel: cancel}
 	err := r.loop()
 	r.endRun(err)
 	stopRenew()
