@@ -8,8 +8,9 @@ import (
 // Executors: who runs the calls to a tool. Every tool route names an executor kind (tools.go), every tool use in
 // the log carries the kind of the route it was made under (derive), and everything that differs between kinds
 // (the event that records a call, the event that closes one, whether the brain runs it or waits for an answer,
-// what becomes of a call a crash cut short) is a method of the kind's executor, looked up in executors. No code
-// outside the executors asks which kind a call is.
+// what becomes of a call a crash cut short) is a method of the kind's executor, looked up in executors. No step
+// asks which kind a call is: the route sources (resolveTools, offerMCP) and the readers of tool use events
+// (useEvents) name the kinds, the executors say what the kinds do.
 //
 // Adding a kind of tool is one executor and one row of executors. Calling another agent's thread (multi-agent
 // sessions) would register like this, with no other switch to touch:
@@ -19,7 +20,8 @@ import (
 //   - use: an agent.thread_tool_use naming the callee agent, with the evaluated permission of its policy (gated);
 //   - run: starts the callee's thread in the same session log (its first user.message is the call's input) and
 //     reports false: like a client's call, it waits, here for the callee thread to go idle;
-//   - answeredBy: the callee thread's closing event, which derive resolves the call with;
+//   - its result: an agent.thread_tool_result the callee's thread appends when it goes idle, one more row of
+//     resultEvents (events.go), as its use is one more row of useEvents; answeredBy: no client event answers it;
 //   - recover: false, the callee thread is in the log and resumes on its own; settle: wakes a callee thread whose
 //     caller's call is still open;
 //   - close: the agent.tool_result that ends a call without running it (an interrupt, a denial).
@@ -55,7 +57,7 @@ const (
 	execHands                  // the hands: a built-in tool, run in the session's sandbox (hands.go)
 	execClient                 // the API client: a custom tool, answered with user.custom_tool_result
 	execMCP                    // an MCP server, through the MCP proxy (mcp.go)
-	execWork                   // a self-hosted worker: a built-in tool of a self_hosted environment, through the work queue (selfhosted.go)
+	execWork                   // a self_hosted environment's built-in tool, on a worker via the work queue
 )
 
 // executors is the one table of executors, by kind.
