@@ -25,18 +25,18 @@ type lead struct {
 // append appends events fenced by the lease, with the session status and usage they imply, and adds them to
 // the tail. A pending lead goes first, in the same append; the events returned are the caller's. It refuses
 // once the work is cancelled: a brain that lost its lease or is stopping writes nothing.
-func (r *run) append(status string, usage *apitype.SessionUsage, evs ...apitype.NewEvent) ([]apitype.Event, error) {
-	return r.appendP(&store.EventAppendParams{Events: evs, Status: status, Usage: usage})
+func (t *thread) append(status string, usage *apitype.SessionUsage, evs ...apitype.NewEvent) ([]apitype.Event, error) {
+	return t.appendP(&store.EventAppendParams{Events: evs, Status: status, Usage: usage})
 }
 
 // appendP is append with the parameters spelled out; with p.Release, the run is over once it succeeds.
-func (r *run) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
-	if r.ctx.Err() != nil {
-		return nil, context.Cause(r.ctx)
+func (t *thread) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
+	if t.ctx.Err() != nil {
+		return nil, context.Cause(t.ctx)
 	}
 	status, evs := p.Status, p.Events
 	led := 0
-	if l := r.lead; l != nil {
+	if l := t.lead; l != nil {
 		led = len(l.events)
 		p.Events = append(slices.Clip(l.events), evs...)
 		p.Status = cmp.Or(status, l.status)
@@ -45,35 +45,35 @@ func (r *run) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
 		}
 	}
 	status = p.Status
-	if status == apitype.StatusIdle && !r.activeFrom.IsZero() {
-		p.ActiveSeconds = time.Since(r.activeFrom).Seconds()
+	if status == apitype.StatusIdle && !t.activeFrom.IsZero() {
+		p.ActiveSeconds = time.Since(t.activeFrom).Seconds()
 	}
-	out, err := r.appendRaw(p)
+	out, err := t.appendRaw(p)
 	if err != nil {
 		return nil, err
 	}
-	r.lead, r.released = nil, p.Release
+	t.lead, t.released = nil, p.Release
 	if status != "" {
-		r.b.cfg.Metrics.Status(status)
+		t.b.cfg.Metrics.Status(status)
 	}
 	switch {
 	case status == apitype.StatusIdle:
-		r.activeFrom = time.Time{}
-	case r.activeFrom.IsZero() && (status == apitype.StatusRunning || status == apitype.StatusRescheduling):
-		r.activeFrom = time.Now()
+		t.activeFrom = time.Time{}
+	case t.activeFrom.IsZero() && (status == apitype.StatusRunning || status == apitype.StatusRescheduling):
+		t.activeFrom = time.Now()
 	}
 	if len(out) > 0 {
-		r.tail.setProcessed(p.MarkProcessed, out[0].CreatedAt)
+		t.tail.setProcessed(p.MarkProcessed, out[0].CreatedAt)
 	}
-	if len(out) > 0 && out[0].Seq == r.tail.lastSeq+1 {
-		r.tail.events = append(r.tail.events, out...)
-		r.tail.lastSeq = out[len(out)-1].Seq
+	if len(out) > 0 && out[0].Seq == t.tail.lastSeq+1 {
+		t.tail.events = append(t.tail.events, out...)
+		t.tail.lastSeq = out[len(out)-1].Seq
 		return out[led:], nil
 	}
-	if r.released {
+	if t.released {
 		return out[led:], nil // the run is over: nothing reads the tail again
 	}
-	return out[led:], r.refresh()
+	return out[led:], t.refresh()
 }
 
 // appendRaw appends with the lease and does not touch the tail; it is safe from any goroutine. An append that
@@ -97,29 +97,29 @@ func (r *run) appendRaw(p *store.EventAppendParams) ([]apitype.Event, error) {
 }
 
 // markProcessed sets processed_at on client events, in the log and in the tail.
-func (r *run) markProcessed(evs []apitype.Event) error {
+func (t *thread) markProcessed(evs []apitype.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	if r.ctx.Err() != nil {
-		return context.Cause(r.ctx)
+	if t.ctx.Err() != nil {
+		return context.Cause(t.ctx)
 	}
 	seqs := make([]int64, len(evs))
 	for i, e := range evs {
 		seqs[i] = e.Seq
 	}
 	now := apitype.Now()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.b.cfg.LeaseTTL)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), t.b.cfg.LeaseTTL)
 	defer cancel()
-	err := r.b.cfg.Store.EventMarkProcessed(ctx, &store.EventMarkProcessedParams{
-		SessionID: r.sess.ID, Lease: r.lease.get(), Seqs: seqs, At: now,
+	err := t.b.cfg.Store.EventMarkProcessed(ctx, &store.EventMarkProcessedParams{
+		SessionID: t.sess.ID, Lease: t.lease.get(), Seqs: seqs, At: now,
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrLeaseLost) {
-			r.cancel(errLeaseLost)
+			t.cancel(errLeaseLost)
 		}
 		return fmt.Errorf("mark processed: %w", err)
 	}
-	r.tail.setProcessed(seqs, now)
+	t.tail.setProcessed(seqs, now)
 	return nil
 }

@@ -27,47 +27,47 @@ import (
 //
 // On success it returns the answer, whose span.model_request_start is still open: the caller closes it together
 // with what it appends.
-func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Request, error)) (*answer, error) {
+func (t *thread) call(req *model.Request, preview bool, shrink func() (*model.Request, error)) (*answer, error) {
 	for attempt := 0; ; attempt++ {
-		start, err := r.append("", nil, mustEvent(apitype.EventSpanModelRequestStart, nil))
+		start, err := t.append("", nil, mustEvent(apitype.EventSpanModelRequestStart, nil))
 		if err != nil {
 			return nil, err
 		}
 		startID := start[0].ID
-		ctx, done := r.watchInterrupts()
+		ctx, done := t.watchInterrupts()
 		var pv *previewer
 		var said partialText // a conversation answer's text (preview is set only for those)
 		var onDelta func(model.Delta)
 		if preview {
 			onDelta = said.add
 		}
-		if preview && r.b.cfg.PreviewInterval > 0 {
-			pv = r.newPreviewer()
+		if preview && t.b.cfg.PreviewInterval > 0 {
+			pv = t.newPreviewer()
 			onDelta = func(d model.Delta) {
 				said.add(d)
 				pv.onDelta(d)
 			}
 		}
-		callCtx, cancelCall := context.WithTimeoutCause(ctx, r.b.cfg.ModelTimeout, errModelTimeout)
-		span := r.startModelSpan(req, startID)
+		callCtx, cancelCall := context.WithTimeoutCause(ctx, t.b.cfg.ModelTimeout, errModelTimeout)
+		span := t.startModelSpan(req, startID)
 		began := time.Now()
-		resp, err := r.b.cfg.Model.Call(trace.ContextWithSpan(callCtx, span), req, onDelta)
+		resp, err := t.b.cfg.Model.Call(trace.ContextWithSpan(callCtx, span), req, onDelta)
 		took := time.Since(began)
 		timedOut := errors.Is(context.Cause(callCtx), errModelTimeout)
 		cancelCall()
 		interrupted := done()
-		r.recordModel(req.Model, took, resp, err, interrupted, timedOut)
+		t.recordModel(req.Model, took, resp, err, interrupted, timedOut)
 		endModelSpan(span, req, resp, err, interrupted, timedOut)
 		if err == nil && !interrupted {
 			return &answer{resp: resp, startID: startID, ids: pv.finish(true)}, nil
 		}
 		if timedOut && !interrupted {
 			// A stalled stream: retried like a dropped connection.
-			err = &model.Error{Kind: model.ErrServer, Err: fmt.Errorf("no complete answer within %v", r.b.cfg.ModelTimeout)}
+			err = &model.Error{Kind: model.ErrServer, Err: fmt.Errorf("no complete answer within %v", t.b.cfg.ModelTimeout)}
 		}
 		ids := pv.finish(false)
-		if r.ctx.Err() != nil {
-			return nil, fmt.Errorf("model call: %w", r.ctx.Err())
+		if t.ctx.Err() != nil {
+			return nil, fmt.Errorf("model call: %w", t.ctx.Err())
 		}
 		failed := spanEnd(startID, true, apitype.SpanUsage{})
 		if interrupted {
@@ -77,7 +77,7 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			if msg, ok := said.message(ids); ok {
 				evs = []apitype.NewEvent{msg, failed}
 			}
-			if _, err := r.append("", nil, evs...); err != nil {
+			if _, err := t.append("", nil, evs...); err != nil {
 				return nil, err
 			}
 			return nil, errInterrupted
@@ -87,7 +87,7 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			me = &model.Error{Kind: model.ErrServer, Err: err}
 		}
 		if me.Kind == model.ErrContextTooLong && shrink != nil {
-			if _, err := r.append("", nil, failed); err != nil {
+			if _, err := t.append("", nil, failed); err != nil {
 				return nil, err
 			}
 			if req, err = shrink(); err != nil {
@@ -98,18 +98,18 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			continue
 		}
 		body := apitype.SessionErrorBody{Type: sessionErrorType(me), Message: errorMessage(me), Source: modelSource(req.Model, me, timedOut)}
-		if me.Retryable() && attempt < r.b.cfg.Retry.MaxRetries {
+		if me.Retryable() && attempt < t.b.cfg.Retry.MaxRetries {
 			body.RetryStatus.Type = apitype.RetryStatusRetrying
-			_, err := r.append(apitype.StatusRescheduling, nil, failed,
+			_, err := t.append(apitype.StatusRescheduling, nil, failed,
 				mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
 				mustEvent(apitype.EventSessionStatusRescheduled, nil))
 			if err != nil {
 				return nil, err
 			}
-			if err := r.backoff(attempt, me.RetryAfter); err != nil {
+			if err := t.backoff(attempt, me.RetryAfter); err != nil {
 				return nil, err
 			}
-			if _, err := r.append(apitype.StatusRunning, nil, mustEvent(apitype.EventSessionStatusRunning, nil)); err != nil {
+			if _, err := t.append(apitype.StatusRunning, nil, mustEvent(apitype.EventSessionStatusRunning, nil)); err != nil {
 				return nil, err
 			}
 			continue
@@ -118,7 +118,7 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			// Terminal (retry_status terminal): no later turn can be billed either, so the session is
 			// terminated, as the hosted service does; terminated is final.
 			body.RetryStatus.Type = apitype.RetryStatusTerminal
-			_, err = r.append(apitype.StatusTerminated, nil, failed,
+			_, err = t.append(apitype.StatusTerminated, nil, failed,
 				mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
 				mustEvent(apitype.EventSessionStatusTerminated, nil))
 			if err != nil {
@@ -127,7 +127,7 @@ func (r *run) call(req *model.Request, preview bool, shrink func() (*model.Reque
 			return nil, errTurnEnded
 		}
 		body.RetryStatus.Type = apitype.RetryStatusExhausted
-		_, err = r.append(apitype.StatusIdle, nil, failed,
+		_, err = t.append(apitype.StatusIdle, nil, failed,
 			mustEvent(apitype.EventSessionError, apitype.SessionError{Error: body}),
 			idleEvent(apitype.StopReason{Type: apitype.StopRetriesExhausted}))
 		if err != nil {
@@ -152,26 +152,26 @@ var errModelTimeout = errors.New("harness: model call timed out")
 
 // backoff waits before retry attempt+1: exponential from BaseDelay with jitter, capped at MaxDelay, and never
 // shorter than the provider's retry-after. An interrupt cuts it short (errInterrupted).
-func (r *run) backoff(attempt int, retryAfter time.Duration) error {
-	p := r.b.cfg.Retry
+func (t *thread) backoff(attempt int, retryAfter time.Duration) error {
+	p := t.b.cfg.Retry
 	d := p.BaseDelay << min(attempt, 30)
 	if d <= 0 || d > p.MaxDelay {
 		d = p.MaxDelay
 	}
 	d = d/2 + rand.N(d/2+1) // jitter in [d/2, d]
 	d = max(d, retryAfter)
-	ctx, done := r.watchInterrupts()
-	t := time.NewTimer(d)
-	defer t.Stop()
+	ctx, done := t.watchInterrupts()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
 	select {
-	case <-t.C:
+	case <-timer.C:
 	case <-ctx.Done():
 	}
 	if done() {
 		return errInterrupted
 	}
-	if r.ctx.Err() != nil {
-		return fmt.Errorf("backoff: %w", r.ctx.Err())
+	if t.ctx.Err() != nil {
+		return fmt.Errorf("backoff: %w", t.ctx.Err())
 	}
 	return nil
 }

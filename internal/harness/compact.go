@@ -8,14 +8,14 @@ import (
 )
 
 // newRequest is a model request with the session's agent settings.
-func (r *run) newRequest(msgs []model.Message) *model.Request {
+func (t *thread) newRequest(msgs []model.Message) *model.Request {
 	return &model.Request{
-		Model:            r.sess.Agent.Model.ID,
-		System:           r.system(),
+		Model:            t.sess.Agent.Model.ID,
+		System:           t.system(),
 		Messages:         msgs,
-		Tools:            r.tools.specs,
-		MaxTokens:        r.b.cfg.MaxTokens,
-		ThinkingBudget:   r.b.cfg.ThinkingBudget,
+		Tools:            t.tools.specs,
+		MaxTokens:        t.b.cfg.MaxTokens,
+		ThinkingBudget:   t.b.cfg.ThinkingBudget,
 		CacheBreakpoints: true,
 	}
 }
@@ -23,27 +23,27 @@ func (r *run) newRequest(msgs []model.Message) *model.Request {
 // request builds the next model request from the tail. When its estimated size passes CompactAt of the
 // context window, or force is set (the model said the prompt is too long), the older part of the conversation
 // is compacted first.
-func (r *run) request(force bool) (*model.Request, error) {
-	turns, err := transcript(r.tail)
+func (t *thread) request(force bool) (*model.Request, error) {
+	turns, err := transcript(t.tail)
 	if err != nil {
 		return nil, err
 	}
-	req := r.newRequest(messages(turns))
-	if !force && estimateTokens(req) <= r.compactLimit() {
+	req := t.newRequest(messages(turns))
+	if !force && estimateTokens(req) <= t.compactLimit() {
 		return req, nil
 	}
-	keep := r.compactLimit() / 3
+	keep := t.compactLimit() / 3
 	if force {
 		keep = 0 // the estimate was wrong: keep as little as possible verbatim
 	}
-	compacted, err := r.compact(turns, keep)
+	compacted, err := t.compact(turns, keep)
 	if err != nil || !compacted {
 		return req, err
 	}
-	if turns, err = transcript(r.tail); err != nil {
+	if turns, err = transcript(t.tail); err != nil {
 		return nil, err
 	}
-	return r.newRequest(messages(turns)), nil
+	return t.newRequest(messages(turns)), nil
 }
 
 func (r *run) compactLimit() int { return int(float64(r.b.cfg.ContextTokens) * r.b.cfg.CompactAt) }
@@ -61,7 +61,7 @@ const (
 // agent.thread_context_compacted with the summary and the last sequence number it covers. The most recent turns
 // stay verbatim; a tool call is never separated from its result. The log itself is not rewritten. It reports
 // false when there is nothing to compact. The kept turns fit in keepTokens where a valid cut allows it.
-func (r *run) compact(turns []transcriptTurn, keepTokens int) (bool, error) {
+func (t *thread) compact(turns []transcriptTurn, keepTokens int) (bool, error) {
 	split := compactionSplit(turns, keepTokens)
 	if split <= 0 {
 		return false, nil
@@ -73,9 +73,9 @@ func (r *run) compact(turns []transcriptTurn, keepTokens int) (bool, error) {
 	} else {
 		prefix = append(prefix, model.Message{Role: "user", Content: []model.Block{instruction}})
 	}
-	req := r.newRequest(prefix)
+	req := t.newRequest(prefix)
 	req.System, req.ThinkingBudget = summarySystem, 0
-	a, err := r.call(req, false, nil)
+	a, err := t.call(req, false, nil)
 	if err != nil {
 		return false, err
 	}
@@ -88,21 +88,21 @@ func (r *run) compact(turns []transcriptTurn, keepTokens int) (bool, error) {
 	}
 	if strings.TrimSpace(summary.String()) == "" {
 		// An empty summary would drop the history: keep the conversation as it is.
-		_, err := r.append("", r.addUsage(resp.Usage), spanEnd(startID, false, resp.Usage))
+		_, err := t.append("", t.addUsage(resp.Usage), spanEnd(startID, false, resp.Usage))
 		return false, err
 	}
 	upTo := int64(0)
-	for _, t := range turns[:split] {
-		upTo = max(upTo, t.maxSeq)
+	for _, turn := range turns[:split] {
+		upTo = max(upTo, turn.maxSeq)
 	}
-	_, err = r.append("", r.addUsage(resp.Usage),
+	_, err = t.append("", t.addUsage(resp.Usage),
 		spanEnd(startID, false, resp.Usage),
 		mustEvent(apitype.EventAgentContextCompacted, apitype.ContextCompacted{Summary: summary.String(), UpToSeq: upTo}),
 	)
 	if err != nil {
 		return false, err
 	}
-	r.tail.compactTo(summary.String(), upTo)
+	t.tail.compactTo(summary.String(), upTo)
 	return true, nil
 }
 

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"encoding/json"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -46,4 +47,77 @@ func idleEvent(reason apitype.StopReason) apitype.NewEvent {
 		p.StopDetails = json.RawMessage(`{"type":"refusal","category":null,"explanation":null}`)
 	}
 	return mustEvent(apitype.EventSessionStatusIdle, p)
+}
+
+// useData is what a tool use event says, whatever its type.
+type useData struct {
+	data      apitype.AgentToolUse // an MCP call's name is its tool's name at the server
+	server    string               // an MCP call's server
+	modelName string               // the name the model called the tool by
+}
+
+// useEvents reads each type of tool use event, and says which executor kind its calls have (builtin: the
+// session's kind of built-in calls, the hands' or the work queue's).
+var useEvents = map[string]struct {
+	kind    execKind
+	builtin bool
+	read    func(apitype.Event) (useData, error)
+}{
+	apitype.EventAgentToolUse:       {kind: execHands, builtin: true, read: readToolUse},
+	apitype.EventAgentCustomToolUse: {kind: execClient, read: readToolUse},
+	apitype.EventAgentMCPToolUse:    {kind: execMCP, read: readMCPToolUse},
+}
+
+func readToolUse(e apitype.Event) (useData, error) {
+	var u apitype.AgentToolUse
+	if err := e.DecodeData(&u); err != nil {
+		return useData{}, err
+	}
+	return useData{data: u, modelName: u.Name}, nil
+}
+
+func readMCPToolUse(e apitype.Event) (useData, error) {
+	var u apitype.AgentMCPToolUse
+	if err := e.DecodeData(&u); err != nil {
+		return useData{}, err
+	}
+	return useData{
+		data: apitype.AgentToolUse{Name: u.Name, Input: u.Input, EvaluatedPermission: u.EvaluatedPermission,
+			ModelToolUseID: u.ModelToolUseID},
+		server: u.MCPServerName, modelName: cmp.Or(u.ModelToolName, u.Name),
+	}, nil
+}
+
+// resultData is what a tool result event says, whatever its type.
+type resultData struct {
+	useID   string // the event id of the call it answers
+	content []apitype.ContentBlock
+	isErr   bool
+}
+
+// resultEvents reads each type of tool result event: the agent's own (agent.tool_result, agent.mcp_tool_result)
+// and the client's (user.tool_result, user.custom_tool_result).
+var resultEvents = map[string]func(apitype.Event) (resultData, error){
+	apitype.EventAgentToolResult: readResult(func(r *apitype.AgentToolResult) resultData {
+		return resultData{r.ToolUseID, r.Content, r.IsError}
+	}),
+	apitype.EventAgentMCPToolResult: readResult(func(r *apitype.AgentMCPToolResult) resultData {
+		return resultData{r.MCPToolUseID, r.Content, r.IsError}
+	}),
+	apitype.EventUserToolResult: readResult(func(r *apitype.UserToolResult) resultData {
+		return resultData{r.ToolUseID, r.Content, r.IsError}
+	}),
+	apitype.EventUserCustomToolResult: readResult(func(r *apitype.UserCustomToolResult) resultData {
+		return resultData{r.CustomToolUseID, r.Content, r.IsError}
+	}),
+}
+
+func readResult[T any](get func(*T) resultData) func(apitype.Event) (resultData, error) {
+	return func(e apitype.Event) (resultData, error) {
+		var v T
+		if err := e.DecodeData(&v); err != nil {
+			return resultData{}, err
+		}
+		return get(&v), nil
+	}
 }

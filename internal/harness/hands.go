@@ -16,37 +16,45 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// handsExec is the hands' executor: a built-in tool run by the brain in the session's sandbox (execute). A call a
+// crash cut short is closed as of unknown outcome.
+type handsExec struct{ builtinExec }
+
+func (handsExec) name() string                            { return "hands" }
+func (handsExec) recover() bool                           { return true }
+func (handsExec) run(t *thread, u *toolUse) (bool, error) { return true, t.execute(u) }
+
 // execute runs an approved built-in tool in the hands and appends its result. The model sees a sandbox failure
 // as an error result; the next call provisions a fresh sandbox from the same recipe.
-func (r *run) execute(u *toolUse) error {
-	delete(r.fresh, u.ev.ID)
-	if r.b.cfg.Hands == nil {
+func (t *thread) execute(u *toolUse) error {
+	delete(t.fresh, u.ev.ID)
+	if t.b.cfg.Hands == nil {
 		// Approved by a brain that had hands (the log says so): this one has none.
-		_, err := r.append("", nil, failedResult(u.ev.ID, source(apitype.ComponentHands, "", apitype.ReasonUnavailable), msgNoHands))
+		_, err := t.append("", nil, failedResult(u.ev.ID, source(apitype.ComponentHands, "", apitype.ReasonUnavailable), msgNoHands))
 		return err
 	}
 	input := u.data.Input
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	spanCtx, span := r.startToolSpan(u.data.Name, u.ev.ID, "hands")
-	call := &sandbox.Call{Recipe: r.recipe(), Name: u.data.Name, Input: input, OnProvision: r.provisionReporter(spanCtx)}
-	ctx, done := r.watchInterrupts()
+	spanCtx, span := t.startToolSpan(u.data.Name, u.ev.ID, "hands")
+	call := &sandbox.Call{Recipe: t.recipe(), Name: u.data.Name, Input: input, OnProvision: t.provisionReporter(spanCtx)}
+	ctx, done := t.watchInterrupts()
 	began := time.Now()
-	res, err := r.b.cfg.Hands.Execute(trace.ContextWithSpan(ctx, span), call)
-	r.b.cfg.Metrics.ToolCall(u.data.Name, "hands", time.Since(began), err != nil || res.IsError)
+	res, err := t.b.cfg.Hands.Execute(trace.ContextWithSpan(ctx, span), call)
+	t.b.cfg.Metrics.ToolCall(u.data.Name, "hands", time.Since(began), err != nil || res.IsError)
 	interrupted := done()
 	var src *apitype.FailureSource
 	if !interrupted {
-		src = handsSource(r.b.backend(), res, err)
+		src = handsSource(t.b.backend(), res, err)
 	}
 	endToolSpan(span, src, err, res.IsError)
 	var ev apitype.NewEvent
 	switch {
 	case interrupted:
 		ev = toolResult(u.ev.ID, true, msgInterrupted)
-	case r.ctx.Err() != nil:
-		return context.Cause(r.ctx)
+	case t.ctx.Err() != nil:
+		return context.Cause(t.ctx)
 	case err != nil && len(res.Content) > 0:
 		// The hands explained the failure for the model.
 		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: res.Content, IsError: true, Source: src})
@@ -55,7 +63,7 @@ func (r *run) execute(u *toolUse) error {
 	default:
 		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: res.Content, IsError: res.IsError, Source: src})
 	}
-	_, err = r.append("", nil, ev)
+	_, err = t.append("", nil, ev)
 	return err
 }
 
@@ -143,18 +151,18 @@ func imageError(backend string, e *sandbox.ImageError) apitype.NewEvent {
 // provisionEagerly, with Config.EagerHands, makes sure the session's sandbox exists before the model call, the
 // way a coupled design provisions a container before it can call the model. Lazy hands (the default) skip it.
 // The session is announced running first, so the provisioning shows inside the turn.
-func (r *run) provisionEagerly() error {
-	p, ok := r.b.cfg.Hands.(sandbox.Provisioner)
-	if !r.b.cfg.EagerHands || !ok || !r.tools.hasBuiltin() {
+func (t *thread) provisionEagerly() error {
+	p, ok := t.b.cfg.Hands.(sandbox.Provisioner)
+	if !t.b.cfg.EagerHands || !ok || !t.tools.hasBuiltin() {
 		return nil
 	}
-	if len(r.lead.events) > 0 {
-		if _, err := r.append("", nil); err != nil {
+	if len(t.lead.events) > 0 {
+		if _, err := t.append("", nil); err != nil {
 			return err
 		}
 	}
-	if err := p.Provision(r.ctx, &sandbox.Call{Recipe: r.recipe(), OnProvision: r.provisionReporter(r.spanCtx)}); err != nil {
-		r.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session", r.sess.ID, "err", err)
+	if err := p.Provision(t.ctx, &sandbox.Call{Recipe: t.recipe(), OnProvision: t.provisionReporter(t.spanCtx)}); err != nil {
+		t.b.cfg.Logger.Warn("eager sandbox provisioning failed", "session", t.sess.ID, "err", err)
 	}
 	return nil
 }

@@ -7,12 +7,19 @@
 // saying its outcome is unknown, and the model decides.
 //
 // The files follow one session's work: harness.go (the Brain: claims and workers) and lease.go (renewal), then
-// per claimed session run.go (the run and its loop), tail.go (reading the log), state.go (the state derived from
-// it), step.go (the next step it calls for), append.go (fenced appends), turn.go and call.go (a model turn and
-// one model call under the retry policy), transcript.go and compact.go (the model's context and its
-// compaction), tools.go (tool routes), hands.go (built-in tool calls and provisioning spans), mcp.go (MCP tools:
-// offered from Config.MCP, the MCP proxy, and their calls), interrupt.go,
-// events.go (event builders) and preview.go (stream previews).
+// per claimed session run.go (the run, its thread, and its loop), tail.go (reading the log), state.go (the state
+// derived from it, a reading per event type), step.go (the table of steps, the first the state calls for taken),
+// append.go (fenced appends), turn.go and call.go (a model turn and one model call under the retry policy),
+// transcript.go (the model's context, a reading per event type) and compact.go (its compaction), tools.go (tool
+// routes), executor.go (the one table of executors: who runs a tool's calls, by kind), and the executors:
+// hands.go (built-in tools in the sandbox, and provisioning spans), mcp.go (MCP tools: offered from Config.MCP,
+// the MCP proxy, and their calls), selfhosted.go (built-in tools of a self_hosted environment, through the work
+// queue) and the client's custom tools (executor.go); interrupt.go, events.go (event builders, and the readers of
+// tool use and result events) and preview.go (stream previews).
+//
+// A run holds one thread for now: the context of the session's conversation (its tail, tools, lead, usage and
+// calls yet to run). Multi-agent sessions will hold more threads over the same log, and calling another agent's
+// thread will be one more executor (executor.go sketches it).
 package harness
 
 import (
@@ -382,7 +389,7 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	renewer.Go(func() { b.renew(renewCtx, h, cancel) })
 	defer func() { stopRenew(); renewer.Wait() }()
 
-	r := &run{b: b, lease: h, ctx: leaseCtx, cancel: cancel, fresh: map[string]bool{}}
+	r := &run{b: b, lease: h, ctx: leaseCtx, cancel: cancel}
 	err := r.loop()
 	r.endRun(err)
 	stopRenew()

@@ -13,14 +13,14 @@ import (
 
 // interrupt ends the turn: a model call in flight is closed as failed, every open tool call gets an error
 // result, and the session goes idle with end_turn. Client events queued behind the interrupt stay queued.
-func (r *run) interrupt(st *state, ints []apitype.Event) error {
+func (t *thread) interrupt(st *state, ints []apitype.Event) error {
 	var evs []apitype.NewEvent
 	if st.openSpan != nil {
 		evs = append(evs, spanEnd(st.openSpan.ID, true, apitype.SpanUsage{}))
 	}
 	open := st.open()
 	for _, u := range open {
-		evs = append(evs, closeResult(u, true, msgInterrupted))
+		evs = append(evs, u.closeResult(true, msgInterrupted))
 	}
 	status := ""
 	if st.running() || len(evs) > 0 || (st.idle != nil && st.idle.StopReason.Type != apitype.StopEndTurn) {
@@ -28,11 +28,11 @@ func (r *run) interrupt(st *state, ints []apitype.Event) error {
 		status = apitype.StatusIdle
 	}
 	if len(evs) > 0 {
-		if _, err := r.append(status, nil, evs...); err != nil {
+		if _, err := t.append(status, nil, evs...); err != nil {
 			return err
 		}
 	}
-	return r.markProcessed(ints)
+	return t.markProcessed(ints)
 }
 
 // errInterrupted cancels a model call or a tool when the user interrupts.
@@ -44,18 +44,18 @@ var errWatchDone = errors.New("harness: operation finished")
 // watchInterrupts returns a context for a model call, a tool or a backoff that is cancelled as soon as a
 // user.interrupt arrives, or the session terminates (it was archived), and a function that ends the watch and
 // reports whether it fired. Other client events arriving meanwhile just queue.
-func (r *run) watchInterrupts() (context.Context, func() bool) {
-	ctx, cancel := context.WithCancelCause(r.ctx)
-	after := r.seenSeq
+func (t *thread) watchInterrupts() (context.Context, func() bool) {
+	ctx, cancel := context.WithCancelCause(t.ctx)
+	after := t.seenSeq
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		wake, unsubscribe := r.b.cfg.Store.Subscribe(r.sess.ID)
+		wake, unsubscribe := t.b.cfg.Store.Subscribe(t.sess.ID)
 		defer unsubscribe()
-		tick := time.NewTicker(r.b.cfg.PollInterval)
+		tick := time.NewTicker(t.b.cfg.PollInterval)
 		defer tick.Stop()
 		for {
-			evs, err := r.b.cfg.Store.EventList(ctx, &store.EventListParams{
-				SessionID: r.sess.ID, AfterSeq: after, Limit: eventPage,
+			evs, err := t.b.cfg.Store.EventList(ctx, &store.EventListParams{
+				SessionID: t.sess.ID, AfterSeq: after, Limit: eventPage,
 				Types: []string{apitype.EventUserInterrupt, apitype.EventSessionStatusTerminated},
 			})
 			if err == nil && slices.ContainsFunc(evs, func(e apitype.Event) bool {

@@ -65,45 +65,45 @@ func mcpToolName(server, tool string, taken func(string) bool) string {
 // MCP proxy (cached per session there, refreshed when a server says they changed). A server that cannot be
 // listed contributes no tools and is reported: the session.error events returned go into the log with the
 // turn's start.
-func (r *run) offerMCP() []apitype.NewEvent {
-	ts := resolveTools(r.sess.Agent.Tools, r.b.cfg.Hands)
-	r.tools = ts
+func (t *thread) offerMCP() []apitype.NewEvent {
+	ts := t.resolveTools()
+	t.tools = ts
 	var errs []apitype.NewEvent
-	for i := range r.sess.Agent.Tools {
-		t := &r.sess.Agent.Tools[i]
-		if t.Type != apitype.ToolTypeMCPToolset {
+	for i := range t.sess.Agent.Tools {
+		set := &t.sess.Agent.Tools[i]
+		if set.Type != apitype.ToolTypeMCPToolset {
 			continue
 		}
-		srv, ok := r.mcpServer(t.MCPServerName)
+		srv, ok := t.mcpServer(set.MCPServerName)
 		if !ok {
 			continue // the API refuses a toolset without its server; nothing to offer
 		}
-		if r.b.cfg.MCP == nil {
+		if t.b.cfg.MCP == nil {
 			errs = append(errs, mcpErrorEvent(&mcp.Error{Kind: mcp.KindConnection, Server: srv.Name,
 				Message: "this server has no MCP proxy configured, so MCP tools cannot run"}))
 			continue
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, r.mcpTimeout())
-		tools, err := r.b.cfg.MCP.ListTools(ctx, r.sess.ID, srv)
+		ctx, cancel := context.WithTimeout(t.ctx, t.mcpTimeout())
+		tools, err := t.b.cfg.MCP.ListTools(ctx, t.sess.ID, srv)
 		cancel()
 		if err != nil {
-			if r.ctx.Err() != nil {
+			if t.ctx.Err() != nil {
 				return errs
 			}
 			e := mcp.AsError(err, srv.Name)
-			if !r.mcpDown[srv.Name] { // reported once per run, not at each model call of a turn
-				r.b.cfg.Logger.Warn("mcp server not listed", "session", r.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
+			if !t.mcpDown[srv.Name] { // reported once per run, not at each model call of a turn
+				t.b.cfg.Logger.Warn("mcp server not listed", "session", t.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
 				errs = append(errs, mcpErrorEvent(e))
-				if r.mcpDown == nil {
-					r.mcpDown = map[string]bool{}
+				if t.mcpDown == nil {
+					t.mcpDown = map[string]bool{}
 				}
-				r.mcpDown[srv.Name] = true
+				t.mcpDown[srv.Name] = true
 			}
 			continue
 		}
-		delete(r.mcpDown, srv.Name)
+		delete(t.mcpDown, srv.Name)
 		for _, tool := range tools {
-			on, pol := mcpToolConfig(t, tool.Name)
+			on, pol := mcpToolConfig(set, tool.Name)
 			name := mcpToolName(srv.Name, tool.Name, func(n string) bool { _, ok := ts.routes[n]; return ok })
 			route := toolRoute{by: execMCP, policy: pol, server: srv, mcpName: tool.Name}
 			if !on {
@@ -158,47 +158,47 @@ func mcpToolUse(b *model.Block, route toolRoute) apitype.NewEvent {
 	})
 }
 
-// closeResult is the error (or plain) result that closes a tool use without running it: an agent.mcp_tool_result
-// for an MCP call, an agent.tool_result otherwise.
-func closeResult(u *toolUse, isErr bool, text string) apitype.NewEvent {
-	return closeFailed(u, isErr, nil, text)
+// mcpExec is the MCP servers' executor: a call is an agent.mcp_tool_use naming the server and its tool, closed
+// with an agent.mcp_tool_result, and run by the brain through the MCP proxy (executeMCP).
+type mcpExec struct{}
+
+func (mcpExec) name() string                                      { return "mcp" }
+func (mcpExec) gated() bool                                       { return true }
+func (mcpExec) answeredBy() string                                { return apitype.EventUserToolResult }
+func (mcpExec) recover() bool                                     { return true }
+func (mcpExec) use(b *model.Block, rt toolRoute) apitype.NewEvent { return mcpToolUse(b, rt) }
+
+func (mcpExec) close(u *toolUse, isErr bool, src *apitype.FailureSource, text string) apitype.NewEvent {
+	return mustEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{
+		MCPToolUseID: u.ev.ID, IsError: isErr, Content: []apitype.ContentBlock{apitype.TextBlock(text)}, Source: src,
+	})
 }
 
-// closeFailed is closeResult of a call that failed in src's part of Corral (nil: none did).
-func closeFailed(u *toolUse, isErr bool, src *apitype.FailureSource, text string) apitype.NewEvent {
-	if u.mcp != nil {
-		return mustEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{
-			MCPToolUseID: u.ev.ID, IsError: isErr, Content: []apitype.ContentBlock{apitype.TextBlock(text)}, Source: src,
-		})
-	}
-	if src != nil {
-		return failedResult(u.ev.ID, src, text)
-	}
-	return toolResult(u.ev.ID, isErr, text)
-}
+func (mcpExec) settle(*thread, []*toolUse) (bool, error) { return false, nil }
+func (mcpExec) run(t *thread, u *toolUse) (bool, error)  { return true, t.executeMCP(u) }
 
 // executeMCP runs an approved MCP tool call through the proxy and appends its result. The agent.mcp_tool_use is
 // in the log before the call, so a brain that dies during it leaves a call the next brain closes as of unknown
 // outcome, never one it runs again. A server that cannot be reached or refuses the credential also gets a
 // session.error naming it; the model sees an error result it can act on, and the turn goes on.
-func (r *run) executeMCP(u *toolUse) error {
-	delete(r.fresh, u.ev.ID)
-	srv, ok := r.mcpServer(u.mcp.MCPServerName)
-	if !ok || r.b.cfg.MCP == nil {
-		_, err := r.append("", nil, closeResult(u, true, "the MCP server "+u.mcp.MCPServerName+" is not available to this session"))
+func (t *thread) executeMCP(u *toolUse) error {
+	delete(t.fresh, u.ev.ID)
+	srv, ok := t.mcpServer(u.server)
+	if !ok || t.b.cfg.MCP == nil {
+		_, err := t.append("", nil, u.closeResult(true, "the MCP server "+u.server+" is not available to this session"))
 		return err
 	}
-	input := u.mcp.Input
+	input := u.data.Input
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage("{}")
 	}
-	ctx, done := r.watchInterrupts()
-	ctx, cancel := context.WithTimeout(ctx, r.mcpTimeout())
-	_, span := r.startToolSpan(u.mcp.Name, u.ev.ID, "mcp")
+	ctx, done := t.watchInterrupts()
+	ctx, cancel := context.WithTimeout(ctx, t.mcpTimeout())
+	_, span := t.startToolSpan(u.data.Name, u.ev.ID, "mcp")
 	span.SetAttributes(attribute.String("corral.mcp.server", srv.Name))
 	began := time.Now()
-	res, err := r.b.cfg.MCP.CallTool(trace.ContextWithSpan(ctx, span), r.sess.ID, srv, u.mcp.Name, input)
-	r.b.cfg.Metrics.ToolCall(u.mcp.Name, "mcp", time.Since(began), err != nil || res.IsError)
+	res, err := t.b.cfg.MCP.CallTool(trace.ContextWithSpan(ctx, span), t.sess.ID, srv, u.data.Name, input)
+	t.b.cfg.Metrics.ToolCall(u.data.Name, "mcp", time.Since(began), err != nil || res.IsError)
 	timedOut := ctx.Err() == context.DeadlineExceeded
 	var src *apitype.FailureSource
 	if err != nil {
@@ -210,22 +210,22 @@ func (r *run) executeMCP(u *toolUse) error {
 	var evs []apitype.NewEvent
 	switch {
 	case interrupted:
-		evs = append(evs, closeResult(u, true, msgInterrupted))
-	case r.ctx.Err() != nil:
-		return context.Cause(r.ctx)
+		evs = append(evs, u.closeResult(true, msgInterrupted))
+	case t.ctx.Err() != nil:
+		return context.Cause(t.ctx)
 	case timedOut:
-		e := &mcp.Error{Kind: mcp.KindConnection, Server: srv.Name, Message: fmt.Sprintf("the tool call did not finish within %s", r.mcpTimeout())}
-		evs = append(evs, closeFailed(u, true, mcpSource(e, true), "The MCP server "+srv.Name+" did not answer in time, so the outcome of this call is unknown."), mcpTimeoutEvent(e))
+		e := &mcp.Error{Kind: mcp.KindConnection, Server: srv.Name, Message: fmt.Sprintf("the tool call did not finish within %s", t.mcpTimeout())}
+		evs = append(evs, u.closeFailed(mcpSource(e, true), "The MCP server "+srv.Name+" did not answer in time, so the outcome of this call is unknown."), mcpTimeoutEvent(e))
 	case err != nil:
 		e := mcp.AsError(err, srv.Name)
-		r.b.cfg.Logger.Warn("mcp tool call failed", "session", r.sess.ID, "mcp_server", srv.Name, "tool", u.mcp.Name, "kind", e.Kind, "err", e.Message)
-		evs = append(evs, closeFailed(u, true, mcpSource(e, false), "The MCP server "+srv.Name+" could not be used: "+e.Message), mcpErrorEvent(e))
+		t.b.cfg.Logger.Warn("mcp tool call failed", "session", t.sess.ID, "mcp_server", srv.Name, "tool", u.data.Name, "kind", e.Kind, "err", e.Message)
+		evs = append(evs, u.closeFailed(mcpSource(e, false), "The MCP server "+srv.Name+" could not be used: "+e.Message), mcpErrorEvent(e))
 	default:
 		evs = append(evs, mustEvent(apitype.EventAgentMCPToolResult, apitype.AgentMCPToolResult{
 			MCPToolUseID: u.ev.ID, Content: capMCPContent(res.Content), IsError: res.IsError,
 		}))
 	}
-	_, err = r.append("", nil, evs...)
+	_, err = t.append("", nil, evs...)
 	return err
 }
 

@@ -11,18 +11,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// run is one brain's work on one claimed session: everything it knows it has read from the log.
+// run is one brain's work on one claimed session: everything it knows it has read from the log. What belongs to
+// the session (its lease, its record and environment, the run's trace span) is the run's; what belongs to one
+// context of the conversation is its thread's.
 type run struct {
 	b      *Brain
 	lease  *leaseHolder
 	ctx    context.Context // cancelled when the lease is lost or the brain stops
 	cancel context.CancelCauseFunc
-	// fresh holds the tool uses this run appended or saw confirmed, and has not run yet. Any other approved tool
-	// use without a result was cut short by a crash.
-	fresh map[string]bool
 
-	// lead is what the next append carries ahead of its own events (see modelTurn).
-	lead *lead
 	// released: an append released the lease (the turn's last); the run writes nothing more.
 	released bool
 
@@ -31,23 +28,38 @@ type run struct {
 	span    trace.Span
 	spanCtx context.Context
 
-	sess  *apitype.Session
-	env   apitype.EnvConfig
-	tools *toolset
-	// mcpDown holds the MCP servers whose listing failed in this run, reported once (mcp.go).
-	mcpDown map[string]bool
-	usage   apitype.SessionUsage
-	tail    *tail
+	sess *apitype.Session
+	env  apitype.EnvConfig
 	// activeFrom is when this run last saw the session start working (zero while idle): the time until it idles
 	// again is added to the session's active seconds.
 	activeFrom time.Time
-	// seenSeq is the last sequence number the current state was derived from: a client event after it may not
-	// have been acted on yet.
-	seenSeq int64
 	// skillNote is the system prompt's note on the agent's skills, read once per run.
 	skillNote *string
 	// takeover: the claim found a turn in progress (another brain left it mid-way).
 	takeover bool
+
+	// main is the session's thread: the one context of its conversation (a multi-agent session will hold more).
+	main *thread
+}
+
+// thread is one context of a session's conversation: the tail of the log it works from, the tools it offers, the
+// lead of its next append, its usage, and the calls it has yet to run. The run's loop works on a thread; a thread
+// reaches the session, its lease and the brain through the run it embeds.
+type thread struct {
+	*run
+	tail  *tail
+	tools *toolset
+	// lead is what the next append carries ahead of its own events (see modelTurn).
+	lead  *lead
+	usage apitype.SessionUsage
+	// fresh holds the tool uses this thread appended or saw confirmed, and has not run yet. Any other approved tool
+	// use without a result was cut short by a crash.
+	fresh map[string]bool
+	// mcpDown holds the MCP servers whose listing failed in this run, reported once (mcp.go).
+	mcpDown map[string]bool
+	// seenSeq is the last sequence number the current state was derived from: a client event after it may not
+	// have been acted on yet.
+	seenSeq int64
 }
 
 // loop works the session until nothing is left to do, or the work is cancelled.
@@ -63,7 +75,7 @@ func (r *run) loop() error {
 		if r.ctx.Err() != nil {
 			return r.stopped()
 		}
-		acted, err := r.step()
+		acted, err := r.main.step()
 		if r.released {
 			return err
 		}
@@ -82,10 +94,10 @@ func (r *run) loop() error {
 // the middle of a turn back as rescheduled (and runnable), so the next brain resumes it without waiting for
 // the lease to expire.
 func (r *run) stopped() error {
-	if errors.Is(context.Cause(r.ctx), errLeaseLost) || r.tail == nil {
+	if errors.Is(context.Cause(r.ctx), errLeaseLost) || r.main == nil || r.main.tail == nil {
 		return nil
 	}
-	if st, err := derive(r.tail); err != nil || !st.running() {
+	if st, err := r.main.derive(); err != nil || !st.running() {
 		return err
 	}
 	ev, err := apitype.MakeEvent(apitype.EventSessionStatusRescheduled, nil)
@@ -126,8 +138,7 @@ func (r *run) load() error {
 	if err != nil {
 		return fmt.Errorf("get session %s: %w", id, err)
 	}
-	r.sess, r.usage = sess, sess.Usage
-	r.tools = resolveTools(sess.Agent.Tools, r.b.cfg.Hands)
+	r.sess = sess
 	if sess.EnvironmentID != "" {
 		env, err := r.b.cfg.Store.EnvironmentGet(r.ctx, sess.EnvironmentID)
 		switch {
@@ -137,7 +148,9 @@ func (r *run) load() error {
 			return fmt.Errorf("get environment %s: %w", sess.EnvironmentID, err)
 		}
 	}
-	return r.loadTail()
+	r.main = &thread{run: r, usage: sess.Usage, fresh: map[string]bool{}}
+	r.main.tools = r.main.resolveTools()
+	return r.main.loadTail()
 }
 
 // backend names the brain's sandbox backend, for failure attribution ("" when its hands do not say).
@@ -157,11 +170,11 @@ func (r *run) recovered() error {
 	}
 	src := source(apitype.ComponentBrain, "", apitype.ReasonCrashRecovered)
 	r.recoverSpan(src)
-	if n := len(r.tail.events); n > 0 && r.tail.events[n-1].Type == apitype.EventSessionStatusRescheduled {
+	if n := len(r.main.tail.events); n > 0 && r.main.tail.events[n-1].Type == apitype.EventSessionStatusRescheduled {
 		return nil
 	}
 	r.b.cfg.Logger.Info("resuming a turn another brain left mid-way", "session", r.sess.ID)
-	_, err := r.append("", nil, mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
+	_, err := r.main.append("", nil, mustEvent(apitype.EventSessionError, apitype.SessionError{Error: apitype.SessionErrorBody{
 		Type: apitype.SessionErrUnknown,
 		Message: "The brain working this turn stopped before it finished (it crashed, or stalled and lost its lease); " +
 			"this brain resumed the turn from the log. A tool call it left without a result gets one saying its outcome is unknown.",
@@ -171,5 +184,11 @@ func (r *run) recovered() error {
 	return err
 }
 
-// selfHosted reports whether the client runs the built-in tools (a self_hosted environment).
-func (r *run) selfHosted() bool { return r.env.Type == apitype.EnvironmentSelfHosted }
+// builtin is the executor kind of the session's built-in tools: the work queue's in a self_hosted environment
+// (the user's worker runs them), the hands' otherwise.
+func (r *run) builtin() execKind {
+	if r.env.Type == apitype.EnvironmentSelfHosted {
+		return execWork
+	}
+	return execHands
+}

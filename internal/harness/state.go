@@ -6,24 +6,39 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 )
 
-// toolUse is an agent.tool_use or agent.custom_tool_use of the tail, with what the log says about it since.
+// toolUse is a tool call of the tail (an agent.tool_use, agent.custom_tool_use or agent.mcp_tool_use), with what
+// the log says about it since.
 type toolUse struct {
-	ev        apitype.Event
+	ev apitype.Event
+	// data holds the call's shared fields; an MCP call's name is its tool's name at the server.
 	data      apitype.AgentToolUse
-	custom    bool
-	mcp       *apitype.AgentMCPToolUse   // an agent.mcp_tool_use (data holds its shared fields too)
+	kind      execKind                   // who runs it: the kind of the route it was made under (useEvents)
+	server    string                     // an MCP call: the agent's MCP server
 	resolved  bool                       // a result is in the log
 	confirmed apitype.ConfirmationResult // allow | deny, from a processed user.tool_confirmation
 }
 
+// exec is the executor of the call.
+func (u *toolUse) exec() executor { return exec(u.kind) }
+
 // approved reports whether the call may run: its policy allowed it, or the user confirmed it.
 func (u *toolUse) approved() bool {
-	return !u.custom && (u.data.EvaluatedPermission == apitype.PermissionAllow || u.confirmed == apitype.ConfirmAllow)
+	return u.exec().gated() && (u.data.EvaluatedPermission == apitype.PermissionAllow || u.confirmed == apitype.ConfirmAllow)
 }
 
 // refused reports whether the call was refused before any policy (an unknown or disabled tool).
 func (u *toolUse) refused() bool {
-	return !u.custom && u.data.EvaluatedPermission == apitype.PermissionDeny
+	return u.exec().gated() && u.data.EvaluatedPermission == apitype.PermissionDeny
+}
+
+// closeResult is the error (or plain) result that closes the call without running it, as its executor writes it.
+func (u *toolUse) closeResult(isErr bool, text string) apitype.NewEvent {
+	return u.exec().close(u, isErr, nil, text)
+}
+
+// closeFailed is the error result of a call that failed in src's part of Corral.
+func (u *toolUse) closeFailed(src *apitype.FailureSource, text string) apitype.NewEvent {
+	return u.exec().close(u, true, src, text)
 }
 
 // state is what a brain derives from the tail to decide its next step.
@@ -37,6 +52,7 @@ type state struct {
 	// lastSide is the side of the conversation's last content: "user" (a message or a tool result the model
 	// has not answered yet) or "assistant".
 	lastSide string
+	builtin  execKind // the kind of the session's built-in calls
 }
 
 // terminated reports whether the session is over (archived, or ended for good): nothing more runs in it.
@@ -69,9 +85,13 @@ func (s *state) unprocessedOf(types ...string) []apitype.Event {
 	return out
 }
 
-// derive reads the state out of the tail.
-func derive(t *tail) (*state, error) {
-	s := &state{status: t.priorStatus, byID: map[string]*toolUse{}}
+// derive reads the thread's state out of its tail.
+func (t *thread) derive() (*state, error) { return derive(t.tail, t.builtin()) }
+
+// derive reads the state out of the tail; builtin is the kind of the session's built-in calls (run.builtin). Each
+// event type has its reading in derivers.
+func derive(t *tail, builtin execKind) (*state, error) {
+	s := &state{status: t.priorStatus, byID: map[string]*toolUse{}, builtin: builtin}
 	if t.summary != "" {
 		s.lastSide = "user"
 	}
@@ -79,93 +99,116 @@ func derive(t *tail) (*state, error) {
 		if apitype.IsUserEvent(e.Type) && e.ProcessedAt == nil {
 			s.unprocessed = append(s.unprocessed, e)
 		}
-		switch e.Type {
-		case apitype.EventSessionStatusRunning, apitype.EventSessionStatusRescheduled:
-			s.status, s.idle = e.Type, nil
-		case apitype.EventSessionStatusTerminated:
-			s.status, s.idle = e.Type, nil
-		case apitype.EventSessionStatusIdle:
-			var idle apitype.SessionIdle
-			if err := e.DecodeData(&idle); err != nil {
+		if d := derivers[e.Type]; d != nil {
+			if err := d(s, e); err != nil {
 				return nil, err
-			}
-			s.status, s.idle = e.Type, &idle
-		case apitype.EventSpanModelRequestStart:
-			ev := e
-			s.openSpan = &ev
-		case apitype.EventSpanModelRequestEnd:
-			s.openSpan = nil
-		case apitype.EventAgentMessage, apitype.EventAgentThinking:
-			s.lastSide = "assistant"
-		case apitype.EventAgentToolUse, apitype.EventAgentCustomToolUse:
-			u := &toolUse{ev: e, custom: e.Type == apitype.EventAgentCustomToolUse}
-			if err := e.DecodeData(&u.data); err != nil {
-				return nil, err
-			}
-			s.uses = append(s.uses, u)
-			s.byID[e.ID] = u
-			s.lastSide = "assistant"
-		case apitype.EventAgentMCPToolUse:
-			u := &toolUse{ev: e, mcp: &apitype.AgentMCPToolUse{}}
-			if err := e.DecodeData(u.mcp); err != nil {
-				return nil, err
-			}
-			u.data = apitype.AgentToolUse{Name: u.mcp.Name, Input: u.mcp.Input, EvaluatedPermission: u.mcp.EvaluatedPermission}
-			s.uses = append(s.uses, u)
-			s.byID[e.ID] = u
-			s.lastSide = "assistant"
-		case apitype.EventAgentMCPToolResult:
-			var r apitype.AgentMCPToolResult
-			if err := e.DecodeData(&r); err != nil {
-				return nil, err
-			}
-			if u := s.byID[r.MCPToolUseID]; u != nil {
-				u.resolved = true
-			}
-			s.lastSide = "user"
-		case apitype.EventAgentToolResult:
-			var r apitype.AgentToolResult
-			if err := e.DecodeData(&r); err != nil {
-				return nil, err
-			}
-			if u := s.byID[r.ToolUseID]; u != nil {
-				u.resolved = true
-			}
-			s.lastSide = "user"
-		case apitype.EventUserCustomToolResult:
-			var r apitype.UserCustomToolResult
-			if err := e.DecodeData(&r); err != nil {
-				return nil, err
-			}
-			if u := s.byID[r.CustomToolUseID]; u != nil && u.custom {
-				u.resolved = true
-				s.lastSide = "user"
-			}
-		case apitype.EventUserToolResult:
-			var r apitype.UserToolResult
-			if err := e.DecodeData(&r); err != nil {
-				return nil, err
-			}
-			if u := s.byID[r.ToolUseID]; u != nil && !u.custom {
-				u.resolved = true
-				s.lastSide = "user"
-			}
-		case apitype.EventUserToolConfirmation:
-			if e.ProcessedAt == nil {
-				continue
-			}
-			var c apitype.UserToolConfirmation
-			if err := e.DecodeData(&c); err != nil {
-				return nil, err
-			}
-			if u := s.byID[c.ToolUseID]; u != nil && u.confirmed == "" {
-				u.confirmed = c.Result
-			}
-		case apitype.EventUserMessage, apitype.EventSystemMessage:
-			if e.ProcessedAt != nil {
-				s.lastSide = "user"
 			}
 		}
 	}
 	return s, nil
+}
+
+// derivers read each event type that matters to the state into it.
+var derivers = map[string]func(*state, apitype.Event) error{
+	apitype.EventSessionStatusRunning:     deriveStatus,
+	apitype.EventSessionStatusRescheduled: deriveStatus,
+	apitype.EventSessionStatusTerminated:  deriveStatus,
+	apitype.EventSessionStatusIdle:        deriveIdle,
+	apitype.EventSpanModelRequestStart:    func(s *state, e apitype.Event) error { s.openSpan = &e; return nil },
+	apitype.EventSpanModelRequestEnd:      func(s *state, _ apitype.Event) error { s.openSpan = nil; return nil },
+	apitype.EventAgentMessage:             deriveSide("assistant"),
+	apitype.EventAgentThinking:            deriveSide("assistant"),
+	apitype.EventAgentToolUse:             deriveUse,
+	apitype.EventAgentCustomToolUse:       deriveUse,
+	apitype.EventAgentMCPToolUse:          deriveUse,
+	apitype.EventAgentToolResult:          deriveResult,
+	apitype.EventAgentMCPToolResult:       deriveResult,
+	apitype.EventUserToolResult:           deriveResult,
+	apitype.EventUserCustomToolResult:     deriveResult,
+	apitype.EventUserToolConfirmation:     deriveConfirmation,
+	apitype.EventUserMessage:              deriveMessage,
+	apitype.EventSystemMessage:            deriveMessage,
+}
+
+func deriveStatus(s *state, e apitype.Event) error {
+	s.status, s.idle = e.Type, nil
+	return nil
+}
+
+func deriveIdle(s *state, e apitype.Event) error {
+	var idle apitype.SessionIdle
+	if err := e.DecodeData(&idle); err != nil {
+		return err
+	}
+	s.status, s.idle = e.Type, &idle
+	return nil
+}
+
+func deriveSide(side string) func(*state, apitype.Event) error {
+	return func(s *state, _ apitype.Event) error {
+		s.lastSide = side
+		return nil
+	}
+}
+
+// deriveUse adds a tool call, of the kind its event type says (the session's built-in kind for an agent.tool_use).
+func deriveUse(s *state, e apitype.Event) error {
+	ue := useEvents[e.Type]
+	d, err := ue.read(e)
+	if err != nil {
+		return err
+	}
+	u := &toolUse{ev: e, data: d.data, kind: ue.kind, server: d.server}
+	if ue.builtin {
+		u.kind = s.builtin
+	}
+	s.uses = append(s.uses, u)
+	s.byID[e.ID] = u
+	s.lastSide = "assistant"
+	return nil
+}
+
+// deriveResult resolves the call a result answers. The agent's own results answer any call; a client's only the
+// calls its executor says it answers (answeredBy).
+func deriveResult(s *state, e apitype.Event) error {
+	r, err := resultEvents[e.Type](e)
+	if err != nil {
+		return err
+	}
+	u := s.byID[r.useID]
+	if !apitype.IsUserEvent(e.Type) {
+		if u != nil {
+			u.resolved = true
+		}
+		s.lastSide = "user"
+		return nil
+	}
+	if u != nil && u.exec().answeredBy() == e.Type {
+		u.resolved = true
+		s.lastSide = "user"
+	}
+	return nil
+}
+
+// deriveConfirmation records the first processed confirmation of a call.
+func deriveConfirmation(s *state, e apitype.Event) error {
+	if e.ProcessedAt == nil {
+		return nil
+	}
+	var c apitype.UserToolConfirmation
+	if err := e.DecodeData(&c); err != nil {
+		return err
+	}
+	if u := s.byID[c.ToolUseID]; u != nil && u.confirmed == "" {
+		u.confirmed = c.Result
+	}
+	return nil
+}
+
+// deriveMessage: a client message the model has picked up is the conversation's last content.
+func deriveMessage(s *state, e apitype.Event) error {
+	if e.ProcessedAt != nil {
+		s.lastSide = "user"
+	}
+	return nil
 }

@@ -14,22 +14,22 @@ const eventPage = 200
 
 // loadTail reads the log backwards from its end, a page at a time, down to the last compaction's UpToSeq (or
 // the start). It never reads the part a summary replaced.
-func (r *run) loadTail() error {
-	t := &tail{}
+func (t *thread) loadTail() error {
+	tl := &tail{}
 	var rev []apitype.Event
 	stopAt := int64(-1) // once a compaction is found: the last seq its summary covers
 	before := int64(0)
 walk:
 	for {
-		page, err := r.b.cfg.Store.EventList(r.ctx, &store.EventListParams{
-			SessionID: r.sess.ID, BeforeSeq: before, Desc: true, Limit: eventPage,
+		page, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
+			SessionID: t.sess.ID, BeforeSeq: before, Desc: true, Limit: eventPage,
 		})
 		if err != nil {
 			return fmt.Errorf("read log: %w", err)
 		}
 		for _, e := range page {
-			if t.lastSeq == 0 {
-				t.lastSeq = e.Seq
+			if tl.lastSeq == 0 {
+				tl.lastSeq = e.Seq
 			}
 			if stopAt >= 0 && e.Seq <= stopAt {
 				break walk
@@ -39,7 +39,7 @@ walk:
 				if err := e.DecodeData(&c); err != nil {
 					return err
 				}
-				t.summary, t.upToSeq, stopAt = c.Summary, c.UpToSeq, c.UpToSeq
+				tl.summary, tl.upToSeq, stopAt = c.Summary, c.UpToSeq, c.UpToSeq
 			}
 			rev = append(rev, e)
 		}
@@ -49,10 +49,10 @@ walk:
 		before = page[len(page)-1].Seq
 	}
 	slices.Reverse(rev)
-	t.events = rev
-	if t.upToSeq > 0 && !slices.ContainsFunc(t.events, isStatus) {
-		last, err := r.b.cfg.Store.EventList(r.ctx, &store.EventListParams{
-			SessionID: r.sess.ID, BeforeSeq: t.upToSeq + 1, Desc: true, Limit: 1,
+	tl.events = rev
+	if tl.upToSeq > 0 && !slices.ContainsFunc(tl.events, isStatus) {
+		last, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
+			SessionID: t.sess.ID, BeforeSeq: tl.upToSeq + 1, Desc: true, Limit: 1,
 			Types: []string{apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled,
 				apitype.EventSessionStatusTerminated},
 		})
@@ -60,14 +60,14 @@ walk:
 			return fmt.Errorf("read log: %w", err)
 		}
 		if len(last) > 0 {
-			t.priorStatus = last[0].Type
+			tl.priorStatus = last[0].Type
 		}
 	}
-	r.tail = t
-	if st, err := derive(t); err == nil && st.running() {
-		r.activeFrom = time.Now() // a turn in progress: count from the takeover
-		r.takeover = true
-		r.b.cfg.Metrics.LeaseTakeover()
+	t.tail = tl
+	if st, err := t.derive(); err == nil && st.running() {
+		t.activeFrom = time.Now() // a turn in progress: count from the takeover
+		t.takeover = true
+		t.b.cfg.Metrics.LeaseTakeover()
 	}
 	return nil
 }
@@ -82,17 +82,17 @@ func isStatus(e apitype.Event) bool {
 }
 
 // refresh reads the events appended since the tail's last one.
-func (r *run) refresh() error {
+func (t *thread) refresh() error {
 	for {
-		page, err := r.b.cfg.Store.EventList(r.ctx, &store.EventListParams{
-			SessionID: r.sess.ID, AfterSeq: r.tail.lastSeq, Limit: eventPage,
+		page, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
+			SessionID: t.sess.ID, AfterSeq: t.tail.lastSeq, Limit: eventPage,
 		})
 		if err != nil {
 			return fmt.Errorf("read log: %w", err)
 		}
-		r.tail.events = append(r.tail.events, page...)
+		t.tail.events = append(t.tail.events, page...)
 		if len(page) > 0 {
-			r.tail.lastSeq = page[len(page)-1].Seq
+			t.tail.lastSeq = page[len(page)-1].Seq
 		}
 		if len(page) < eventPage {
 			return nil

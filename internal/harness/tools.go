@@ -8,21 +8,10 @@ import (
 	"github.com/corralhq/corral/internal/sandbox"
 )
 
-// executor is who runs the calls to a tool.
-type executor int
-
-const (
-	execNone   executor = iota // nobody: the call is refused with an error result (see toolRoute.reason)
-	execHands                  // the hands: a built-in tool, run in the session's sandbox
-	execClient                 // the API client: a custom tool, answered with user.custom_tool_result
-	execMCP                    // an MCP server, through the MCP proxy (mcp.go)
-	// Self-hosted workers come next, an executor with a source of routes in resolveTools.
-)
-
 // toolRoute is how the brain treats the calls to one tool name.
 type toolRoute struct {
-	by     executor
-	policy apitype.PermissionPolicyType // execHands, execMCP: the resolved permission policy
+	by     execKind                     // who runs the calls (executor.go)
+	policy apitype.PermissionPolicyType // gated kinds: the resolved permission policy
 	reason string                       // execNone: why the call is refused
 	// execMCP: the agent's server and the tool's name there.
 	server  apitype.MCPServer
@@ -44,6 +33,21 @@ func (ts *toolset) offer(spec model.ToolSpec, r toolRoute) {
 // refuse routes the calls to a tool the model is not offered to an error result saying why.
 func (ts *toolset) refuse(name, reason string) {
 	ts.routes[name] = toolRoute{by: execNone, reason: reason}
+}
+
+// resolveTools is the thread's toolset before its MCP tools: resolveTools of the session's agent, its built-in
+// tools routed to the session's executor of built-in tools (the work queue in a self_hosted environment).
+func (t *thread) resolveTools() *toolset {
+	ts := resolveTools(t.sess.Agent.Tools, t.b.cfg.Hands)
+	if k := t.builtin(); k != execHands {
+		for name, rt := range ts.routes {
+			if rt.by == execHands {
+				rt.by = k
+				ts.routes[name] = rt
+			}
+		}
+	}
+	return ts
 }
 
 // resolveTools merges the routes of a session's tools: the built-in tools the hands serve (hands may be nil:
@@ -114,10 +118,11 @@ func (ts *toolset) addToolset(t *apitype.Tool, hands sandbox.Hands) {
 	}
 }
 
-// hasBuiltin reports whether any built-in tool is enabled, i.e. whether the session may need a sandbox.
+// hasBuiltin reports whether any built-in tool is enabled, i.e. whether the session may need a sandbox (a
+// self_hosted environment's too, as before the work queue had its own executor: EagerHands provisions for it).
 func (ts *toolset) hasBuiltin() bool {
 	for _, r := range ts.routes {
-		if r.by == execHands {
+		if r.by == execHands || r.by == execWork {
 			return true
 		}
 	}

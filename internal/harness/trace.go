@@ -47,8 +47,8 @@ func (b *Brain) startRun(parent context.Context, sessionID string) (context.Cont
 // its tail that carries one (a turn taken over mid-way continues its trace), or starts a root.
 func (r *run) follow(evs []apitype.Event) {
 	tp := lastTraceParent(evs)
-	if tp == "" && r.span == nil && r.tail != nil {
-		tp = lastTraceParent(r.tail.events)
+	if tp == "" && r.span == nil && r.main != nil && r.main.tail != nil {
+		tp = lastTraceParent(r.main.tail.events)
 	}
 	parent := context.Background()
 	if tp != "" {
@@ -284,10 +284,7 @@ func (r *run) clientToolSpans(st *state, results []apitype.Event) {
 		if u == nil {
 			continue
 		}
-		route := "worker"
-		if u.custom {
-			route = "client"
-		}
+		route := u.exec().name()
 		attrs := append(r.agentAttrs(),
 			attribute.String("gen_ai.operation.name", "execute_tool"),
 			attribute.String("gen_ai.tool.name", u.data.Name),

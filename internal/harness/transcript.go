@@ -17,160 +17,187 @@ type transcriptTurn struct {
 }
 
 // transcript rebuilds the conversation from the tail: the compaction summary as the first user turn, then the
-// events as content blocks, consecutive same-role turns merged and tool results first in their user turn.
+// events as content blocks, consecutive same-role turns merged and tool results first in their user turn. Each
+// event type has its reading in transcribers.
 //
 // A client message is placed where a model call picked it up: after everything the log holds before the first
 // model request that started once it was processed. A message sent while a tool ran thus follows the tool's
 // result, as the model saw it. Unprocessed messages go last: the call being built picks them up. A turn the user
 // interrupted ends with an assistant note (interruptedNote).
 func transcript(t *tail) ([]transcriptTurn, error) {
-	var (
-		turns   []transcriptTurn
-		pending []apitype.Event // processed client messages waiting for the model request that picked them up
-		useIDs  = map[string]string{}
-		answers = map[string]bool{}
-	)
-	add := func(role string, seq int64, blocks ...model.Block) {
-		if len(blocks) == 0 {
-			return
-		}
-		if n := len(turns); n > 0 && turns[n-1].msg.Role == role {
-			last := &turns[n-1]
-			last.msg.Content = append(last.msg.Content, blocks...)
-			last.minSeq, last.maxSeq = min(last.minSeq, seq), max(last.maxSeq, seq)
-			return
-		}
-		turns = append(turns, transcriptTurn{msg: model.Message{Role: role, Content: blocks}, minSeq: seq, maxSeq: seq})
-	}
-	// use adds a tool call under the id the model gave it (or its event's id) and the name the model called.
-	use := func(e apitype.Event, modelID, name string, input json.RawMessage) {
-		id := cmp.Or(modelID, e.ID)
-		useIDs[e.ID] = id
-		if len(input) == 0 || string(input) == "null" {
-			input = json.RawMessage("{}")
-		}
-		add("assistant", e.Seq, model.Block{Type: model.BlockToolUse, ID: id, Name: name, Input: input})
-	}
-	result := func(seq int64, useID string, content []apitype.ContentBlock, isErr bool) {
-		id, ok := useIDs[useID]
-		if !ok || answers[useID] {
-			return // a result for a call the transcript does not hold, or a second one: the model must not see it
-		}
-		answers[useID] = true
-		add("user", seq, model.Block{Type: model.BlockToolResult, ToolUseID: id, IsError: isErr, Content: resultBlocks(content)})
-	}
-	flush := func(all bool) error {
-		keep := pending[:0]
-		for _, e := range pending {
-			if !all && e.ProcessedAt == nil {
-				keep = append(keep, e)
-				continue
-			}
-			var m apitype.UserMessage
-			if err := e.DecodeData(&m); err != nil {
-				return err
-			}
-			blocks := messageBlocks(m.Content)
-			if e.Type == apitype.EventSystemMessage {
-				blocks = systemBlocks(blocks)
-			}
-			add("user", e.Seq, blocks...)
-		}
-		pending = keep
-		return nil
-	}
-	if t.summary != "" {
-		add("user", t.upToSeq, model.Block{Type: model.BlockText, Text: summaryPreamble + t.summary})
-	}
 	// A turn the user interrupted ends with an assistant note saying so, after whatever the model said before
 	// it: the model learns that its answer was cut short, and the user's next message does not merge with the
 	// interrupted one.
-	turnRunning := t.priorStatus == apitype.EventSessionStatusRunning || t.priorStatus == apitype.EventSessionStatusRescheduled
-	interrupted := false
+	c := &transcriber{
+		useIDs: map[string]string{}, answers: map[string]bool{},
+		turnRunning: t.priorStatus == apitype.EventSessionStatusRunning || t.priorStatus == apitype.EventSessionStatusRescheduled,
+	}
+	if t.summary != "" {
+		c.add("user", t.upToSeq, model.Block{Type: model.BlockText, Text: summaryPreamble + t.summary})
+	}
 	for _, e := range t.events {
-		switch e.Type {
-		case apitype.EventSessionStatusRunning, apitype.EventSessionStatusRescheduled:
-			turnRunning = true
-		case apitype.EventSessionStatusIdle, apitype.EventSessionStatusTerminated:
-			if interrupted {
-				add("assistant", e.Seq, model.Block{Type: model.BlockText, Text: interruptedNote})
-			}
-			turnRunning, interrupted = false, false
-		case apitype.EventUserInterrupt:
-			interrupted = interrupted || turnRunning
-		case apitype.EventUserMessage, apitype.EventSystemMessage:
-			pending = append(pending, e)
-		case apitype.EventSpanModelRequestStart:
-			if err := flush(false); err != nil {
+		if tr := transcribers[e.Type]; tr != nil {
+			if err := tr(c, e); err != nil {
 				return nil, err
 			}
-		case apitype.EventAgentThinking:
-			var th apitype.AgentThinking
-			if err := e.DecodeData(&th); err != nil {
-				return nil, err
-			}
-			switch {
-			case th.Redacted != "":
-				add("assistant", e.Seq, model.Block{Type: model.BlockRedactedThinking, Data: th.Redacted})
-			case th.Thinking != "" || th.Signature != "":
-				add("assistant", e.Seq, model.Block{Type: model.BlockThinking, Thinking: th.Thinking, Signature: th.Signature})
-			}
-		case apitype.EventAgentMessage:
-			var m apitype.AgentMessage
-			if err := e.DecodeData(&m); err != nil {
-				return nil, err
-			}
-			add("assistant", e.Seq, textBlocks(m.Content)...)
-		case apitype.EventAgentToolUse, apitype.EventAgentCustomToolUse:
-			var u apitype.AgentToolUse
-			if err := e.DecodeData(&u); err != nil {
-				return nil, err
-			}
-			use(e, u.ModelToolUseID, u.Name, u.Input)
-		case apitype.EventAgentMCPToolUse:
-			var u apitype.AgentMCPToolUse
-			if err := e.DecodeData(&u); err != nil {
-				return nil, err
-			}
-			use(e, u.ModelToolUseID, cmp.Or(u.ModelToolName, u.Name), u.Input)
-		case apitype.EventAgentMCPToolResult:
-			var r apitype.AgentMCPToolResult
-			if err := e.DecodeData(&r); err != nil {
-				return nil, err
-			}
-			result(e.Seq, r.MCPToolUseID, r.Content, r.IsError)
-		case apitype.EventAgentToolResult:
-			var r apitype.AgentToolResult
-			if err := e.DecodeData(&r); err != nil {
-				return nil, err
-			}
-			result(e.Seq, r.ToolUseID, r.Content, r.IsError)
-		case apitype.EventUserCustomToolResult:
-			var r apitype.UserCustomToolResult
-			if err := e.DecodeData(&r); err != nil {
-				return nil, err
-			}
-			result(e.Seq, r.CustomToolUseID, r.Content, r.IsError)
-		case apitype.EventUserToolResult:
-			var r apitype.UserToolResult
-			if err := e.DecodeData(&r); err != nil {
-				return nil, err
-			}
-			result(e.Seq, r.ToolUseID, r.Content, r.IsError)
 		}
 	}
-	if err := flush(true); err != nil {
+	if err := c.flush(true); err != nil {
 		return nil, err
 	}
-	for i := range turns {
-		if turns[i].msg.Role == "user" {
+	for i := range c.turns {
+		if c.turns[i].msg.Role == "user" {
 			// The Messages API wants a user turn's tool results before anything else in it.
-			slices.SortStableFunc(turns[i].msg.Content, func(a, b model.Block) int {
+			slices.SortStableFunc(c.turns[i].msg.Content, func(a, b model.Block) int {
 				return boolRank(a.Type != model.BlockToolResult) - boolRank(b.Type != model.BlockToolResult)
 			})
 		}
 	}
-	return turns, nil
+	return c.turns, nil
+}
+
+// transcriber is a transcript being built.
+type transcriber struct {
+	turns   []transcriptTurn
+	pending []apitype.Event   // processed client messages waiting for the model request that picked them up
+	useIDs  map[string]string // tool use event id -> the id the model knows the call by
+	answers map[string]bool   // tool use event ids whose result is in
+	// turnRunning: a turn is in progress; interrupted: the user interrupted it.
+	turnRunning, interrupted bool
+}
+
+// transcribers read each event type that shows in the conversation (or shapes it) into the transcript.
+var transcribers = map[string]func(*transcriber, apitype.Event) error{
+	apitype.EventSessionStatusRunning:     (*transcriber).turnStart,
+	apitype.EventSessionStatusRescheduled: (*transcriber).turnStart,
+	apitype.EventSessionStatusIdle:        (*transcriber).turnEnd,
+	apitype.EventSessionStatusTerminated:  (*transcriber).turnEnd,
+	apitype.EventUserInterrupt:            (*transcriber).interrupt,
+	apitype.EventUserMessage:              (*transcriber).message,
+	apitype.EventSystemMessage:            (*transcriber).message,
+	apitype.EventSpanModelRequestStart:    func(c *transcriber, _ apitype.Event) error { return c.flush(false) },
+	apitype.EventAgentThinking:            (*transcriber).thinking,
+	apitype.EventAgentMessage:             (*transcriber).agentMessage,
+	apitype.EventAgentToolUse:             (*transcriber).use,
+	apitype.EventAgentCustomToolUse:       (*transcriber).use,
+	apitype.EventAgentMCPToolUse:          (*transcriber).use,
+	apitype.EventAgentToolResult:          (*transcriber).result,
+	apitype.EventAgentMCPToolResult:       (*transcriber).result,
+	apitype.EventUserCustomToolResult:     (*transcriber).result,
+	apitype.EventUserToolResult:           (*transcriber).result,
+}
+
+// add appends blocks to the conversation, merged into the last turn when it has the same role.
+func (c *transcriber) add(role string, seq int64, blocks ...model.Block) {
+	if len(blocks) == 0 {
+		return
+	}
+	if n := len(c.turns); n > 0 && c.turns[n-1].msg.Role == role {
+		last := &c.turns[n-1]
+		last.msg.Content = append(last.msg.Content, blocks...)
+		last.minSeq, last.maxSeq = min(last.minSeq, seq), max(last.maxSeq, seq)
+		return
+	}
+	c.turns = append(c.turns, transcriptTurn{msg: model.Message{Role: role, Content: blocks}, minSeq: seq, maxSeq: seq})
+}
+
+// flush adds the pending client messages that were processed (all: every one).
+func (c *transcriber) flush(all bool) error {
+	keep := c.pending[:0]
+	for _, e := range c.pending {
+		if !all && e.ProcessedAt == nil {
+			keep = append(keep, e)
+			continue
+		}
+		var m apitype.UserMessage
+		if err := e.DecodeData(&m); err != nil {
+			return err
+		}
+		blocks := messageBlocks(m.Content)
+		if e.Type == apitype.EventSystemMessage {
+			blocks = systemBlocks(blocks)
+		}
+		c.add("user", e.Seq, blocks...)
+	}
+	c.pending = keep
+	return nil
+}
+
+func (c *transcriber) turnStart(apitype.Event) error {
+	c.turnRunning = true
+	return nil
+}
+
+func (c *transcriber) turnEnd(e apitype.Event) error {
+	if c.interrupted {
+		c.add("assistant", e.Seq, model.Block{Type: model.BlockText, Text: interruptedNote})
+	}
+	c.turnRunning, c.interrupted = false, false
+	return nil
+}
+
+func (c *transcriber) interrupt(apitype.Event) error {
+	c.interrupted = c.interrupted || c.turnRunning
+	return nil
+}
+
+func (c *transcriber) message(e apitype.Event) error {
+	c.pending = append(c.pending, e)
+	return nil
+}
+
+func (c *transcriber) thinking(e apitype.Event) error {
+	var th apitype.AgentThinking
+	if err := e.DecodeData(&th); err != nil {
+		return err
+	}
+	switch {
+	case th.Redacted != "":
+		c.add("assistant", e.Seq, model.Block{Type: model.BlockRedactedThinking, Data: th.Redacted})
+	case th.Thinking != "" || th.Signature != "":
+		c.add("assistant", e.Seq, model.Block{Type: model.BlockThinking, Thinking: th.Thinking, Signature: th.Signature})
+	}
+	return nil
+}
+
+func (c *transcriber) agentMessage(e apitype.Event) error {
+	var m apitype.AgentMessage
+	if err := e.DecodeData(&m); err != nil {
+		return err
+	}
+	c.add("assistant", e.Seq, textBlocks(m.Content)...)
+	return nil
+}
+
+// use adds a tool call under the id the model gave it (or its event's id) and the name the model called.
+func (c *transcriber) use(e apitype.Event) error {
+	u, err := useEvents[e.Type].read(e)
+	if err != nil {
+		return err
+	}
+	id := cmp.Or(u.data.ModelToolUseID, e.ID)
+	c.useIDs[e.ID] = id
+	input := u.data.Input
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage("{}")
+	}
+	c.add("assistant", e.Seq, model.Block{Type: model.BlockToolUse, ID: id, Name: u.modelName, Input: input})
+	return nil
+}
+
+// result adds a tool result, once, for a call the transcript holds.
+func (c *transcriber) result(e apitype.Event) error {
+	r, err := resultEvents[e.Type](e)
+	if err != nil {
+		return err
+	}
+	id, ok := c.useIDs[r.useID]
+	if !ok || c.answers[r.useID] {
+		return nil // a result for a call the transcript does not hold, or a second one: the model must not see it
+	}
+	c.answers[r.useID] = true
+	c.add("user", e.Seq, model.Block{Type: model.BlockToolResult, ToolUseID: id, IsError: r.isErr, Content: resultBlocks(r.content)})
+	return nil
 }
 
 // interruptedNote ends, in the model's context, a turn the user interrupted.

@@ -15,36 +15,36 @@ var errTurnEnded = errors.New("harness: turn ended by a model error")
 // rescheduled, is announced running first. The client messages the call includes are marked processed with
 // the call's start: processed_at says when the model picked them up. Both ride on the append of the call's
 // span.model_request_start (see lead).
-func (r *run) modelTurn(st *state, msgs []apitype.Event) error {
-	r.lead = &lead{processed: msgs}
+func (t *thread) modelTurn(st *state, msgs []apitype.Event) error {
+	t.lead = &lead{processed: msgs}
 	if st.status != apitype.EventSessionStatusRunning {
-		r.lead.events = []apitype.NewEvent{mustEvent(apitype.EventSessionStatusRunning, nil)}
-		r.lead.status = apitype.StatusRunning
-		r.b.cfg.Metrics.Turn()
+		t.lead.events = []apitype.NewEvent{mustEvent(apitype.EventSessionStatusRunning, nil)}
+		t.lead.status = apitype.StatusRunning
+		t.b.cfg.Metrics.Turn()
 	}
-	if err := r.provisionEagerly(); err != nil {
+	if err := t.provisionEagerly(); err != nil {
 		return err
 	}
-	if errs := r.offerMCP(); len(errs) > 0 {
-		if r.lead == nil {
-			r.lead = &lead{}
+	if errs := t.offerMCP(); len(errs) > 0 {
+		if t.lead == nil {
+			t.lead = &lead{}
 		}
-		r.lead.events = append(r.lead.events, errs...)
+		t.lead.events = append(t.lead.events, errs...)
 	}
-	req, err := r.request(false)
+	req, err := t.request(false)
 	if err != nil {
-		return r.endedOK(err)
+		return t.endedOK(err)
 	}
-	a, err := r.call(req, true, func() (*model.Request, error) { return r.request(true) })
+	a, err := t.call(req, true, func() (*model.Request, error) { return t.request(true) })
 	if err != nil {
-		return r.endedOK(err)
+		return t.endedOK(err)
 	}
-	return r.appendResponse(a)
+	return t.appendResponse(a)
 }
 
 // endedOK turns the errors after which the log already says what happened (the turn ended, or an interrupt
 // that the next step handles) into success.
-func (r *run) endedOK(err error) error {
+func (t *thread) endedOK(err error) error {
 	if errors.Is(err, errTurnEnded) || errors.Is(err, errInterrupted) {
 		return nil
 	}
@@ -59,7 +59,7 @@ func (r *run) endedOK(err error) error {
 //
 // The events are appended under the ids the stream previews gave them (answer.ids; a message takes the id of
 // its first block with text), so that clients can match previews and events.
-func (r *run) appendResponse(a *answer) error {
+func (t *thread) appendResponse(a *answer) error {
 	resp, startID, ids := a.resp, a.startID, a.ids
 	var evs []apitype.NewEvent
 	var text []apitype.ContentBlock
@@ -98,37 +98,24 @@ func (r *run) appendResponse(a *answer) error {
 		case model.BlockToolUse:
 			flushText()
 			calls++
-			use := apitype.AgentToolUse{Name: b.Name, Input: b.Input, ModelToolUseID: b.ID}
-			typ := apitype.EventAgentToolUse
-			switch route := r.tools.route(b.Name); route.by {
-			case execHands:
-				use.EvaluatedPermission = permission(route.policy)
-				use.Evaluation = &apitype.ToolEvaluation{Type: route.policy}
-			case execClient:
-				typ = apitype.EventAgentCustomToolUse
-			case execMCP:
-				evs = append(evs, mcpToolUse(&b, route))
-				continue
-			default:
-				use.EvaluatedPermission = apitype.PermissionDeny
-			}
-			evs = append(evs, mustEvent(typ, use))
+			rt := t.tools.route(b.Name)
+			evs = append(evs, exec(rt.by).use(&b, rt))
 		}
 	}
 	flushText()
 	evs = append(evs, spanEnd(startID, false, resp.Usage))
-	p := &store.EventAppendParams{Usage: r.addUsage(resp.Usage)}
+	p := &store.EventAppendParams{Usage: t.addUsage(resp.Usage)}
 	if calls == 0 {
 		reason := apitype.StopEndTurn
 		if resp.StopReason == "refusal" {
 			reason = apitype.StopRefusal
 		}
-		evs = append(evs, r.collectOutputs()...)
+		evs = append(evs, t.collectOutputs()...)
 		evs = append(evs, idleEvent(apitype.StopReason{Type: reason}))
 		// The turn is over: with nothing else waiting, the same write hands the session back.
-		p.Status, p.Release = apitype.StatusIdle, r.tail.settled()
+		p.Status, p.Release = apitype.StatusIdle, t.tail.settled()
 	}
-	if tp := r.traceParent(); tp != "" {
+	if tp := t.traceParent(); tp != "" {
 		// The calls a client or a self-hosted worker answers carry the turn's trace to them.
 		for i := range evs {
 			if evs[i].Type == apitype.EventAgentToolUse || evs[i].Type == apitype.EventAgentCustomToolUse {
@@ -137,7 +124,7 @@ func (r *run) appendResponse(a *answer) error {
 		}
 	}
 	p.Events = evs
-	out, err := r.appendP(p)
+	out, err := t.appendP(p)
 	if err != nil {
 		return err
 	}
@@ -147,25 +134,25 @@ func (r *run) appendResponse(a *answer) error {
 		}
 		var u apitype.AgentToolUse
 		if err := e.DecodeData(&u); err == nil && u.EvaluatedPermission == apitype.PermissionAllow {
-			r.fresh[e.ID] = true
+			t.fresh[e.ID] = true
 		}
 	}
 	return nil
 }
 
 // addUsage adds a request's usage to the session's and returns the new total, for the append that records it.
-func (r *run) addUsage(u apitype.SpanUsage) *apitype.SessionUsage {
-	r.usage.InputTokens += u.InputTokens
-	r.usage.OutputTokens += u.OutputTokens
-	r.usage.CacheReadInputTokens += u.CacheReadInputTokens
+func (t *thread) addUsage(u apitype.SpanUsage) *apitype.SessionUsage {
+	t.usage.InputTokens += u.InputTokens
+	t.usage.OutputTokens += u.OutputTokens
+	t.usage.CacheReadInputTokens += u.CacheReadInputTokens
 	if u.CacheCreationInputTokens > 0 {
 		cc := apitype.CacheCreation{}
-		if r.usage.CacheCreation != nil {
-			cc = *r.usage.CacheCreation
+		if t.usage.CacheCreation != nil {
+			cc = *t.usage.CacheCreation
 		}
 		cc.Ephemeral5mInputTokens += u.CacheCreationInputTokens
-		r.usage.CacheCreation = &cc
+		t.usage.CacheCreation = &cc
 	}
-	total := r.usage
+	total := t.usage
 	return &total
 }
