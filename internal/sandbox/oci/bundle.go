@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/host"
 	"github.com/corralhq/corral/internal/sandbox/seccomp"
 )
 
@@ -24,20 +25,22 @@ type BundleSpec struct {
 	TmpBytes, TmpInodes int64
 	// TmpSource, if set, is a host directory (a bounded tmpfs: Config.HostTmp) bound at /tmp instead.
 	TmpSource string
-	// Env is the agent's environment; nil means agent.SandboxEnv().
+	// Env is the agent's environment; nil means host.SandboxEnv().
 	Env []string
-	// CABundle, if set, is readable in the sandbox at agent.CABundlePath (agent.CABundle).
-	CABundle []byte
+	// CAFile, if set, is the host file of the sandbox's CA bundle (host.Staged.CAFile), bound read-only at
+	// host.CABundlePath and at each of CAOverlays.
+	CAFile     string
+	CAOverlays []string
 	// AllowClone3 leaves clone3 out of the seccomp profile (Config.AllowClone3).
 	AllowClone3 bool
 	// ShellNamespace has the agent start its shells in namespaces of their own, and lets it make them
 	// (Config.ShellNamespace).
 	ShellNamespace bool
-	// Mounts are extra binds (agent.SessionMounts: the session's uploads and outputs).
-	Mounts []agent.Mount
+	// Mounts are extra binds (host.SessionMounts: the session's uploads and outputs).
+	Mounts []host.Mount
 	// Image, if set, is the image the sandbox runs on (sandbox.Recipe.RootFS): its top-level directories are
 	// bound read-only instead of the host's /usr and /etc files.
-	Image *agent.ImageRoot
+	Image *host.ImageRoot
 }
 
 // WriteBundle writes an OCI bundle into dir: an empty read-only rootfs of mount points, and a config.json that
@@ -102,21 +105,17 @@ func WriteBundle(dir string, spec BundleSpec) error {
 		return fmt.Errorf("bundle: %w", err)
 	}
 	mount(agent.BinPath, "bind", spec.AgentPath, "bind", "ro", "nosuid", "nodev")
-	if spec.CABundle != nil {
-		caFile, err := filepath.Abs(filepath.Join(rootfs, agent.CABundlePath))
-		if err != nil {
+	if spec.CAFile != "" {
+		if err := os.WriteFile(filepath.Join(rootfs, host.CABundlePath), nil, 0o444); err != nil {
 			return fmt.Errorf("bundle: %w", err)
 		}
-		if err := os.WriteFile(caFile, spec.CABundle, 0o444); err != nil {
-			return fmt.Errorf("bundle: %w", err)
-		}
-		for _, dst := range agent.CABundleOverlays(spec.Image) {
-			mount(dst, "bind", caFile, "bind", "ro", "nosuid", "nodev", "noexec")
+		for _, dst := range append([]string{host.CABundlePath}, spec.CAOverlays...) {
+			mount(dst, "bind", spec.CAFile, "bind", "ro", "nosuid", "nodev", "noexec")
 		}
 	}
 	env := spec.Env
 	if env == nil {
-		env = agent.SandboxEnv()
+		env = host.SandboxEnv()
 	}
 	if spec.ProxySocket != "" {
 		if err := os.WriteFile(filepath.Join(rootfs, agent.ProxySocketPath), nil, 0o644); err != nil {
@@ -180,7 +179,7 @@ func WriteBundle(dir string, spec BundleSpec) error {
 }
 
 // hostMounts binds the host's /usr, makes its top-level links to it again and binds the minimal /etc
-// (agent.EtcFiles), all read-only.
+// (host.EtcFiles), all read-only.
 func hostMounts(rootfs string, mount func(dst, typ, src string, opts ...string)) error {
 	mount("/usr", "bind", "/usr", "rbind", "ro", "nosuid", "nodev")
 	for _, l := range []string{"bin", "lib", "lib64", "sbin", "lib32", "libx32"} {
@@ -190,7 +189,7 @@ func hostMounts(rootfs string, mount func(dst, typ, src string, opts ...string))
 			}
 		}
 	}
-	for _, f := range agent.EtcFiles {
+	for _, f := range host.EtcFiles {
 		src := "/etc/" + f
 		fi, err := os.Stat(src)
 		if err != nil {
@@ -211,7 +210,7 @@ func hostMounts(rootfs string, mount func(dst, typ, src string, opts ...string))
 }
 
 // imageMounts binds the image's top-level directories read-only and makes its top-level links again.
-func imageMounts(rootfs string, image *agent.ImageRoot, mount func(dst, typ, src string, opts ...string)) error {
+func imageMounts(rootfs string, image *host.ImageRoot, mount func(dst, typ, src string, opts ...string)) error {
 	for _, d := range image.Dirs {
 		mount("/"+d, "bind", filepath.Join(image.Dir, d), "rbind", "ro", "nosuid", "nodev")
 	}
