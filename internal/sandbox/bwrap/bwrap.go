@@ -113,31 +113,10 @@ func New(cfg Config) (*Provider, error) {
 	var link string
 	owned := cfg.StateDir == ""
 	if owned {
-		base := "/run/corral-bwrap"
-		if _, err := os.Stat("/run"); err != nil {
-			base = filepath.Join(os.TempDir(), "corral-bwrap")
+		var err error
+		if cfg.StateDir, link, err = defaultStateDir(cfg.reapGroup); err != nil {
+			return nil, err
 		}
-		sweep(base, cfg.reapGroup)
-		if err := os.MkdirAll(base, 0o711); err != nil {
-			return nil, fmt.Errorf("bwrap: state dir: %w", err)
-		}
-		if err := os.Chmod(base, 0o711); err != nil {
-			return nil, fmt.Errorf("bwrap: state dir: %w", err)
-		}
-		// One directory per Provider, not per process: New detaches every mount under its StateDir, which
-		// would pull the staged workspace from under another Provider's starting sandbox in this process.
-		// A sandbox's mount table shows the host paths its binds come from, so the directory has a neutral
-		// name; a link named for the server's pid says whose it is (sweep).
-		dir := filepath.Join(base, neutralPrefix+randomID())
-		if err := os.Mkdir(dir, 0o711); err != nil {
-			return nil, fmt.Errorf("bwrap: state dir: %w", err)
-		}
-		link = filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
-		if err := host.ReplaceLink(filepath.Base(dir), link); err != nil {
-			_ = os.Remove(dir)
-			return nil, fmt.Errorf("bwrap: state dir: %w", err)
-		}
-		cfg.StateDir = dir
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -145,26 +124,9 @@ func New(cfg Config) (*Provider, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	bw, err := exec.LookPath(cfg.BwrapPath)
+	bw, err := checkHost(&cfg)
 	if err != nil {
-		return nil, fmt.Errorf("bwrap: bubblewrap not found: %w", err)
-	}
-	if fi, err := os.Stat(cfg.AgentPath); err != nil {
-		return nil, fmt.Errorf("bwrap: agent binary: %w", err)
-	} else if fi.Mode().Perm()&0o005 != 0o005 {
-		return nil, fmt.Errorf("bwrap: agent binary %s must be readable and executable by others (mode %v)", cfg.AgentPath, fi.Mode().Perm())
-	}
-	if os.Geteuid() != 0 {
-		return nil, errors.New("bwrap: the server must run as root to start sandboxes under their own uids")
-	}
-	if !cfg.NoCgroups {
-		if err := cgroup.Available(cfg.CgroupRoot); err != nil {
-			return nil, fmt.Errorf("bwrap: %w (set NoCgroups to run without limits)", err)
-		}
-		cgroup.Sweep(cfg.CgroupRoot, "bwrap-", time.Minute)
-		if err := fairShare(cfg.CgroupRoot, cfg.CPUShare, cfg.CPUIdle); err != nil {
-			return nil, fmt.Errorf("bwrap: %w", err)
-		}
+		return nil, err
 	}
 	// Staging mounts live only while a sandbox starts; a server that crashed then left some. A StateDir
 	// belongs to one server, so none of them is in use.
@@ -199,6 +161,65 @@ func New(cfg Config) (*Provider, error) {
 	kit := &host.Kit{UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount, StateDir: cfg.StateDir, Prefix: "bwrap-",
 		Images: host.NewImages(filepath.Join(cfg.StateDir, stagedImages), true), Logger: cfg.Logger}
 	return &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter, kit: kit}, nil
+}
+
+// defaultStateDir makes a default StateDir, /run/corral-bwrap/s-<random> (or under os.TempDir() without /run),
+// and the link <pid>.<n> to it, after sweeping those of servers that are gone (reap removes their sandboxes'
+// groups).
+func defaultStateDir(reap func(box string)) (dir, link string, err error) {
+	base := "/run/corral-bwrap"
+	if _, err := os.Stat("/run"); err != nil {
+		base = filepath.Join(os.TempDir(), "corral-bwrap")
+	}
+	sweep(base, reap)
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		return "", "", fmt.Errorf("bwrap: state dir: %w", err)
+	}
+	if err := os.Chmod(base, 0o711); err != nil {
+		return "", "", fmt.Errorf("bwrap: state dir: %w", err)
+	}
+	// One directory per Provider, not per process: New detaches every mount under its StateDir, which
+	// would pull the staged workspace from under another Provider's starting sandbox in this process.
+	// A sandbox's mount table shows the host paths its binds come from, so the directory has a neutral
+	// name; a link named for the server's pid says whose it is (sweep).
+	dir = filepath.Join(base, neutralPrefix+randomID())
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return "", "", fmt.Errorf("bwrap: state dir: %w", err)
+	}
+	link = filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
+	if err := host.ReplaceLink(filepath.Base(dir), link); err != nil {
+		_ = os.Remove(dir)
+		return "", "", fmt.Errorf("bwrap: state dir: %w", err)
+	}
+	return dir, link, nil
+}
+
+// checkHost checks what the provider needs of the host (bubblewrap, a readable agent binary, root, and the
+// cgroups unless NoCgroups), sweeps the groups of sandboxes that are gone, sets the sandboxes' CPU weight and
+// returns bubblewrap's path.
+func checkHost(cfg *Config) (string, error) {
+	bw, err := exec.LookPath(cfg.BwrapPath)
+	if err != nil {
+		return "", fmt.Errorf("bwrap: bubblewrap not found: %w", err)
+	}
+	if fi, err := os.Stat(cfg.AgentPath); err != nil {
+		return "", fmt.Errorf("bwrap: agent binary: %w", err)
+	} else if fi.Mode().Perm()&0o005 != 0o005 {
+		return "", fmt.Errorf("bwrap: agent binary %s must be readable and executable by others (mode %v)", cfg.AgentPath, fi.Mode().Perm())
+	}
+	if os.Geteuid() != 0 {
+		return "", errors.New("bwrap: the server must run as root to start sandboxes under their own uids")
+	}
+	if !cfg.NoCgroups {
+		if err := cgroup.Available(cfg.CgroupRoot); err != nil {
+			return "", fmt.Errorf("bwrap: %w (set NoCgroups to run without limits)", err)
+		}
+		cgroup.Sweep(cfg.CgroupRoot, "bwrap-", time.Minute)
+		if err := fairShare(cfg.CgroupRoot, cfg.CPUShare, cfg.CPUIdle); err != nil {
+			return "", fmt.Errorf("bwrap: %w", err)
+		}
+	}
+	return bw, nil
 }
 
 // fairShare sets the CPU weight of the group every sandbox's group is made in (Config.CPUShare, CPUIdle).

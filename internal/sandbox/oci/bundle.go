@@ -63,6 +63,49 @@ func WriteBundle(dir string, spec BundleSpec) error {
 	if err := os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777); err != nil {
 		return fmt.Errorf("bundle: %w", err)
 	}
+	mounts, err := bundleMounts(rootfs, &spec)
+	if err != nil {
+		return err
+	}
+	env := spec.Env
+	if env == nil {
+		env = host.SandboxEnv()
+	}
+	args := []string{agent.BinPath}
+	if spec.ShellNamespace {
+		args = append(args, "-shell-namespace")
+	}
+	noCaps := map[string]any{"bounding": []string{}, "effective": []string{}, "inheritable": []string{}, "permitted": []string{}, "ambient": []string{}}
+	config := map[string]any{
+		"ociVersion": "1.0.2",
+		"process": map[string]any{
+			"terminal":        false,
+			"user":            map[string]any{"uid": spec.UID, "gid": spec.UID, "additionalGids": []int{}},
+			"args":            args,
+			"env":             env,
+			"cwd":             agent.Workspace,
+			"capabilities":    noCaps,
+			"noNewPrivileges": true,
+		},
+		"root":     map[string]any{"path": "rootfs", "readonly": true},
+		"hostname": "sandbox",
+		"mounts":   mounts,
+		"linux":    linuxConfig(&spec),
+	}
+	b, err := json.MarshalIndent(config, "", "\t")
+	if err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	return nil
+}
+
+// bundleMounts are the container's mounts, in order, with their mount points made in rootfs: /proc, /dev, /tmp,
+// the image's directories or the host's /usr and /etc files, the workspace, the session's files, the agent, the
+// CA bundle and the proxy's socket.
+func bundleMounts(rootfs string, spec *BundleSpec) ([]map[string]any, error) {
 	var mounts []map[string]any
 	mount := func(dst, typ, src string, opts ...string) {
 		mounts = append(mounts, map[string]any{"destination": dst, "type": typ, "source": src, "options": opts})
@@ -71,29 +114,22 @@ func WriteBundle(dir string, spec BundleSpec) error {
 	mount("/dev", "tmpfs", "tmpfs", "nosuid", "strictatime", "mode=755", "size=65536k")
 	mount("/dev/pts", "devpts", "devpts", "nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620")
 	mount("/dev/shm", "tmpfs", "shm", "nosuid", "noexec", "nodev", "mode=1777", "size=65536k")
-	tmpOpts := []string{"nosuid", "nodev", "mode=1777"}
-	if spec.TmpBytes > 0 {
-		tmpOpts = append(tmpOpts, fmt.Sprintf("size=%d", spec.TmpBytes))
-	}
-	if spec.TmpInodes > 0 {
-		tmpOpts = append(tmpOpts, fmt.Sprintf("nr_inodes=%d", spec.TmpInodes))
-	}
 	if spec.TmpSource != "" {
 		mount("/tmp", "bind", spec.TmpSource, "rbind", "nosuid", "nodev")
 	} else {
-		mount("/tmp", "tmpfs", "tmpfs", tmpOpts...)
+		mount("/tmp", "tmpfs", "tmpfs", tmpOptions(spec)...)
 	}
 	if spec.Image != nil {
 		if err := imageMounts(rootfs, spec.Image, mount); err != nil {
-			return err
+			return nil, err
 		}
 	} else if err := hostMounts(rootfs, mount); err != nil {
-		return err
+		return nil, err
 	}
 	mount(agent.Workspace, "bind", spec.WorkspaceDir, "rbind", "nosuid", "nodev")
 	for _, m := range spec.Mounts {
 		if err := os.MkdirAll(filepath.Join(rootfs, m.Target), 0o755); err != nil {
-			return fmt.Errorf("bundle: %w", err)
+			return nil, fmt.Errorf("bundle: %w", err)
 		}
 		opts := []string{"rbind", "nosuid", "nodev"}
 		if m.ReadOnly {
@@ -101,29 +137,50 @@ func WriteBundle(dir string, spec BundleSpec) error {
 		}
 		mount(m.Target, "bind", m.Source, opts...)
 	}
-	if err := os.WriteFile(filepath.Join(rootfs, agent.BinPath), nil, 0o755); err != nil {
-		return fmt.Errorf("bundle: %w", err)
+	// The agent, the CA bundle and the proxy's socket are files of the host bound on empty files of rootfs.
+	type point struct {
+		dst  string
+		perm os.FileMode
+	}
+	points := []point{{agent.BinPath, 0o755}}
+	if spec.CAFile != "" {
+		points = append(points, point{host.CABundlePath, 0o444})
+	}
+	if spec.ProxySocket != "" {
+		points = append(points, point{agent.ProxySocketPath, 0o644})
+	}
+	for _, f := range points {
+		if err := os.WriteFile(filepath.Join(rootfs, f.dst), nil, f.perm); err != nil {
+			return nil, fmt.Errorf("bundle: %w", err)
+		}
 	}
 	mount(agent.BinPath, "bind", spec.AgentPath, "bind", "ro", "nosuid", "nodev")
 	if spec.CAFile != "" {
-		if err := os.WriteFile(filepath.Join(rootfs, host.CABundlePath), nil, 0o444); err != nil {
-			return fmt.Errorf("bundle: %w", err)
-		}
 		for _, dst := range append([]string{host.CABundlePath}, spec.CAOverlays...) {
 			mount(dst, "bind", spec.CAFile, "bind", "ro", "nosuid", "nodev", "noexec")
 		}
 	}
-	env := spec.Env
-	if env == nil {
-		env = host.SandboxEnv()
-	}
 	if spec.ProxySocket != "" {
-		if err := os.WriteFile(filepath.Join(rootfs, agent.ProxySocketPath), nil, 0o644); err != nil {
-			return fmt.Errorf("bundle: %w", err)
-		}
 		mount(agent.ProxySocketPath, "bind", spec.ProxySocket, "bind", "ro", "nosuid", "nodev", "noexec")
 	}
+	return mounts, nil
+}
 
+// tmpOptions are the options of the /tmp tmpfs, bounded by spec.TmpBytes and TmpInodes.
+func tmpOptions(spec *BundleSpec) []string {
+	opts := []string{"nosuid", "nodev", "mode=1777"}
+	if spec.TmpBytes > 0 {
+		opts = append(opts, fmt.Sprintf("size=%d", spec.TmpBytes))
+	}
+	if spec.TmpInodes > 0 {
+		opts = append(opts, fmt.Sprintf("nr_inodes=%d", spec.TmpInodes))
+	}
+	return opts
+}
+
+// linuxConfig is the bundle's linux section: the resource limits, the namespaces, the masked and read-only
+// paths of /proc and the seccomp profile.
+func linuxConfig(spec *BundleSpec) map[string]any {
 	resources := map[string]any{"devices": []map[string]any{{"allow": false, "access": "rwm"}}}
 	if spec.MemoryBytes > 0 {
 		resources["memory"] = map[string]any{"limit": spec.MemoryBytes, "swap": spec.MemoryBytes}
@@ -147,35 +204,7 @@ func WriteBundle(dir string, spec BundleSpec) error {
 	if spec.CgroupsPath != "" {
 		linux["cgroupsPath"] = spec.CgroupsPath
 	}
-	args := []string{agent.BinPath}
-	if spec.ShellNamespace {
-		args = append(args, "-shell-namespace")
-	}
-	noCaps := map[string]any{"bounding": []string{}, "effective": []string{}, "inheritable": []string{}, "permitted": []string{}, "ambient": []string{}}
-	config := map[string]any{
-		"ociVersion": "1.0.2",
-		"process": map[string]any{
-			"terminal":        false,
-			"user":            map[string]any{"uid": spec.UID, "gid": spec.UID, "additionalGids": []int{}},
-			"args":            args,
-			"env":             env,
-			"cwd":             agent.Workspace,
-			"capabilities":    noCaps,
-			"noNewPrivileges": true,
-		},
-		"root":     map[string]any{"path": "rootfs", "readonly": true},
-		"hostname": "sandbox",
-		"mounts":   mounts,
-		"linux":    linux,
-	}
-	b, err := json.MarshalIndent(config, "", "\t")
-	if err != nil {
-		return fmt.Errorf("bundle: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
-		return fmt.Errorf("bundle: %w", err)
-	}
-	return nil
+	return linux
 }
 
 // hostMounts binds the host's /usr, makes its top-level links to it again and binds the minimal /etc

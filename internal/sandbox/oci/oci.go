@@ -149,18 +149,8 @@ func New(cfg Config) (*Provider, error) {
 	}
 	p := &Provider{cfg: cfg, runtime: rt, ownedRoot: ownedRoot, kit: &host.Kit{UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
 		StateDir: cfg.StateDir, Prefix: "corral-", Images: host.NewImages(filepath.Join(cfg.StateDir, "images"), false), Logger: cfg.Logger}}
-	// Before this provider makes its own: a server killed earlier may have had this pid, and so this root.
-	p.sweep(runBase, stateBase)
-	if !cfg.NoCgroups {
-		cgroup.SweepAt(cfg.CgroupRoot, cgroupParent, "corral-", time.Minute)
-		if err := cgroup.SetShare(cfg.CgroupRoot, cgroupParent, cgroup.Share(cfg.CPUShare), cfg.CPUIdle); err != nil {
-			return nil, fmt.Errorf("oci: %w", err)
-		}
-	}
-	for _, d := range []string{cfg.RuntimeRoot, cfg.StateDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("oci: %w", err)
-		}
+	if err := p.prepareHost(runBase, stateBase); err != nil {
+		return nil, err
 	}
 	if linkState {
 		p.link = filepath.Join(stateBase, owner)
@@ -177,6 +167,26 @@ func New(cfg Config) (*Provider, error) {
 		}
 	}
 	return p, nil
+}
+
+// prepareHost sweeps what servers that are gone left (before this provider makes its own: a server killed
+// earlier may have had this pid, and so this root), sets the containers' CPU weight and makes the runtime root
+// and the StateDir.
+func (p *Provider) prepareHost(runBase, stateBase string) error {
+	cfg := &p.cfg
+	p.sweep(runBase, stateBase)
+	if !cfg.NoCgroups {
+		cgroup.SweepAt(cfg.CgroupRoot, cgroupParent, "corral-", time.Minute)
+		if err := cgroup.SetShare(cfg.CgroupRoot, cgroupParent, cgroup.Share(cfg.CPUShare), cfg.CPUIdle); err != nil {
+			return fmt.Errorf("oci: %w", err)
+		}
+	}
+	for _, d := range []string{cfg.RuntimeRoot, cfg.StateDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("oci: %w", err)
+		}
+	}
+	return nil
 }
 
 // watchdog is a process outside the server that kills every process of the provider's containers once the
