@@ -4,6 +4,8 @@
 // session mounts, the egress listener) in one call, and its Staged.Release undoes it; Client speaks the host's
 // half of the agent's JSON-lines protocol (package agent) and Sandbox puts sandbox.Sandbox on a started agent.
 //
-// The uid allocation lives in uid.go and the staging of mounts in Stage and SessionMounts: the one place each
-// to change. Nothing that runs inside a sandbox links this package (internal/archtest enforces it).
+// The uid allocation lives in uid.go (AllocUID, FreeUID: one process's claims for now), and every mount staged
+// on the host for a sandbox is made by mount.go (BindMount, MountTmp, the image binds) from the paths Stage and
+// SessionMounts choose: the one place each to change. Nothing that runs inside a sandbox links this package
+// (internal/archtest enforces it).
 package host
