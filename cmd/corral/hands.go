@@ -18,8 +18,8 @@ import (
 	"github.com/corralhq/corral/internal/image"
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/sandbox"
-	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/sandbox/cgroup"
+	"github.com/corralhq/corral/internal/sandbox/host"
 	"github.com/corralhq/corral/internal/sandbox/volume"
 	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 	"github.com/corralhq/corral/internal/store"
@@ -63,17 +63,17 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary or on PATH, else this binary)")
 	runscFlag(fs, &f.runsc)
 	fs.DurationVar(&f.idle, "sandbox-idle", sandbox.DefaultIdleTimeout, "how long an unused sandbox lives before it is reaped (its workspace stays)")
-	fs.Int64Var(&f.memoryMB, "sandbox-memory", agent.DefaultMemoryBytes>>20, "memory limit of each sandbox in `MiB`")
-	fs.IntVar(&f.pids, "sandbox-pids", agent.DefaultPids, "process limit of each sandbox")
+	fs.Int64Var(&f.memoryMB, "sandbox-memory", host.DefaultMemoryBytes>>20, "memory limit of each sandbox in `MiB`")
+	fs.IntVar(&f.pids, "sandbox-pids", host.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
 	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
-	fs.DurationVar(&f.timeout, "tool-timeout", agent.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
+	fs.DurationVar(&f.timeout, "tool-timeout", host.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
 	fs.Int64Var(&f.diskMB, "sandbox-disk", volume.DefaultSizeBytes>>20, "disk quota of each session's workspace in `MiB` (a loop-mounted ext4 image; needs root, loop devices and mkfs.ext4; 0 = no quota)")
 	fs.Int64Var(&f.inodes, "sandbox-inodes", volume.DefaultInodes, "inode (file) quota of each session's workspace")
 	fs.Int64Var(&f.reserveMB, "sandbox-disk-reserve", volume.DefaultReserveBytes>>20, "`MiB` the data directory's filesystem keeps free: a workspace is mounted only while the unused quota of the mounted ones fits above it (0 = no check)")
 	fs.Float64Var(&f.overcommit, "sandbox-disk-overcommit", 1, "`factor` the reserve check divides the mounted workspaces' unused quota by (1 = strict: they can never fill the disk below the reserve)")
-	fs.Int64Var(&f.tmpMB, "sandbox-tmp", agent.DefaultTmpBytes>>20, "size of each sandbox's /tmp (a tmpfs, in its memory) in `MiB`")
-	fs.Int64Var(&f.tmpInodes, "sandbox-tmp-inodes", agent.DefaultTmpInodes, "inode (file) limit of each sandbox's /tmp")
+	fs.Int64Var(&f.tmpMB, "sandbox-tmp", host.DefaultTmpBytes>>20, "size of each sandbox's /tmp (a tmpfs, in its memory) in `MiB`")
+	fs.Int64Var(&f.tmpInodes, "sandbox-tmp-inodes", host.DefaultTmpInodes, "inode (file) limit of each sandbox's /tmp")
 	f.fs = fs
 	f.egress.register(fs)
 }
@@ -170,7 +170,7 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 	if err != nil {
 		return corral.SandboxConfig{}, err
 	}
-	sc := corral.SandboxConfig{Tools: agent.Tools(), Pool: sandbox.PoolConfig{
+	sc := corral.SandboxConfig{Tools: host.Tools(), Pool: sandbox.PoolConfig{
 		WorkspaceRoot: root, IdleTimeout: f.idle, Limits: f.limits(), Placer: placer, Egress: proxy.Merge(git, secrets, &image.ManagerEgress{Registries: f.registries}),
 		Outputs: placer,
 	}}

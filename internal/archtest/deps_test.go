@@ -49,6 +49,9 @@ var rules = map[string][]string{
 	"internal/bench": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/model",
 		"internal/sandbox", "internal/server", "internal/model/fakemodel", "internal/client"},
 	"internal/archtest": {},
+	// The in-sandbox agent runs inside every sandbox: it links neither the sandbox port (the pool) nor the host
+	// kit, only the seccomp deny list its shell launcher installs (TestAgentLinksNoPoolNorHostKit).
+	"internal/sandbox/agent": {"internal/apitype", "internal/sandbox/seccomp"},
 	// The workspace placer implements the sandbox port's Placer; the composition root hands it the egress
 	// rules (Resolve), so it needs no backend and no sandbox subpackage.
 	"internal/workspace": {"internal/apitype", "internal/sandbox", "internal/vault", "internal/skills"},
@@ -161,12 +164,12 @@ func portOf(pkg string) string {
 }
 
 // isShared reports whether a port subpackage is shared by its adapters rather than an adapter itself: the
-// in-sandbox agent and the host-side pieces every isolating sandbox backend uses (cgroup limits, the egress
-// proxy, the seccomp deny list, the workspace volumes with their disk quotas), and the OCI bundle code that the
-// gVisor backend (an OCI runtime) builds on.
+// in-sandbox agent, the host kit and the host-side pieces every isolating sandbox backend uses (cgroup limits,
+// the egress proxy, the seccomp deny list, the workspace volumes with their disk quotas), and the OCI bundle
+// code that the gVisor backend (an OCI runtime) builds on.
 func isShared(pkg string) bool {
 	switch pkg {
-	case "internal/sandbox/agent", "internal/sandbox/cgroup", "internal/sandbox/egress", "internal/sandbox/oci",
+	case "internal/sandbox/agent", "internal/sandbox/host", "internal/sandbox/cgroup", "internal/sandbox/egress", "internal/sandbox/oci",
 		"internal/sandbox/seccomp", "internal/sandbox/volume":
 		return true
 	}
@@ -185,6 +188,11 @@ func TestViolation(t *testing.T) {
 		{"internal/store/sqlite", "internal/store/postgres", false},
 		{"internal/store/sqlite", "internal/model", false},
 		{"internal/sandbox/bwrap", "internal/sandbox/agent", true},
+		{"internal/sandbox/bwrap", "internal/sandbox/host", true},
+		{"internal/sandbox/host", "internal/sandbox/agent", true},
+		{"internal/sandbox/agent", "internal/sandbox/host", false},
+		{"internal/sandbox/agent", "internal/sandbox", false},
+		{"internal/sandbox/agent", "internal/sandbox/seccomp", true},
 		{"internal/sandbox/gvisor", "internal/sandbox/oci", true},
 		{"internal/sandbox/bwrap", "internal/sandbox/process", false},
 		{"internal/apitype", "internal/store", false},

@@ -22,7 +22,7 @@ import (
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/sandbox"
-	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/host"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
 )
@@ -278,7 +278,7 @@ type fakeHands struct {
 }
 
 // Tools are the in-sandbox agent's: the model is offered the real definitions.
-func (h *fakeHands) Tools() []sandbox.Tool { return agent.Tools() }
+func (h *fakeHands) Tools() []sandbox.Tool { return host.Tools() }
 
 func (h *fakeHands) Execute(ctx context.Context, call *sandbox.Call) (sandbox.Result, error) {
 	h.mu.Lock()
@@ -409,7 +409,7 @@ func TestToolTurn(t *testing.T) {
 	}
 	// The model sees the hands' definitions as they declare them.
 	for i, tl := range reqs[0].Tools {
-		if d := agent.Tools()[i]; tl.Description != d.Description || !jsonEqual(t, tl.InputSchema, d.InputSchema) {
+		if d := host.Tools()[i]; tl.Description != d.Description || !jsonEqual(t, tl.InputSchema, d.InputSchema) {
 			t.Errorf("tool %d = %+v, want the hands' %+v", i, tl, d)
 		}
 	}
@@ -808,7 +808,7 @@ func TestUnavailableHands(t *testing.T) {
 		modeltest.Turn{Text: "The sandbox cannot run."},
 	)
 	cfg := f.config()
-	cfg.Hands = sandbox.Unavailable(agent.Tools(), reason)
+	cfg.Hands = sandbox.Unavailable(host.Tools(), reason)
 	f.start(cfg)
 	id := f.session(toolset)
 	f.say(id, "ls")
@@ -824,8 +824,8 @@ func TestUnavailableHands(t *testing.T) {
 	if want := (apitype.FailureSource{Component: apitype.ComponentHands, Backend: "unavailable", Reason: apitype.ReasonUnavailable}); res.Source == nil || *res.Source != want {
 		t.Errorf("result source = %+v, want %+v", res.Source, want)
 	}
-	if n := len(f.srv.Requests()[0].Tools); n != len(agent.Tools()) {
-		t.Errorf("offered %d tools, want the %d the hands declare", n, len(agent.Tools()))
+	if n := len(f.srv.Requests()[0].Tools); n != len(host.Tools()) {
+		t.Errorf("offered %d tools, want the %d the hands declare", n, len(host.Tools()))
 	}
 }
 

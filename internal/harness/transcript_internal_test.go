@@ -11,7 +11,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/sandbox"
-	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/host"
 )
 
 // logOf builds a tail from (type, payload) pairs: events e1, e2, ... with sequence numbers from 1, all processed.
@@ -102,7 +102,7 @@ func TestResolveTools(t *testing.T) {
 		{Type: apitype.ToolTypeMCPToolset, MCPServerName: "docs"},
 		{Type: apitype.ToolTypeCustom, Name: "deploy", InputSchema: json.RawMessage(`{"type":"object"}`)},
 	}
-	ts := resolveTools(tools, sandbox.Unavailable(agent.Tools(), "no sandbox here"))
+	ts := resolveTools(tools, sandbox.Unavailable(host.Tools(), "no sandbox here"))
 	var names []string
 	for _, s := range ts.specs {
 		names = append(names, s.Name)
@@ -112,8 +112,8 @@ func TestResolveTools(t *testing.T) {
 	}
 	// The model is offered the hands' own definitions.
 	for _, s := range ts.specs[:5] {
-		i := slices.IndexFunc(agent.Tools(), func(t sandbox.Tool) bool { return t.Name == s.Name })
-		if d := agent.Tools()[i]; s.Description != d.Description || string(s.InputSchema) != string(d.InputSchema) {
+		i := slices.IndexFunc(host.Tools(), func(t sandbox.Tool) bool { return t.Name == s.Name })
+		if d := host.Tools()[i]; s.Description != d.Description || string(s.InputSchema) != string(d.InputSchema) {
 			t.Errorf("offered %+v, want the hands' definition %+v", s, d)
 		}
 	}

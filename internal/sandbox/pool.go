@@ -327,42 +327,16 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 	start := time.Now()
 	var sb Sandbox
 	var unplaced []*ResourceError
-	err := p.attach(ctx, s, r.WorkspaceDir, r.SessionDir)
+	caps := p.cfg.Provider.Capabilities()
+	var err error
+	if caps.HostWorkspace {
+		err = p.prepareHost(ctx, s, r)
+	}
 	if err == nil {
-		err = os.MkdirAll(r.WorkspaceDir, 0o700)
-	}
-	if err == nil && r.SessionDir != "" {
-		err = os.MkdirAll(r.UploadsDir(), 0o755)
-		if err == nil {
-			err = os.MkdirAll(r.SkillsDir(), 0o755)
+		if caps.HostWorkspace {
+			unplaced = p.place(ctx, r)
 		}
-		if err == nil {
-			err = os.MkdirAll(r.OutputsDir(), 0o700) // the backend gives it to the sandbox's uid
-		}
-	}
-	if err != nil {
-		err = fmt.Errorf("workspace: %w", err)
-	} else {
-		unplaced = p.place(ctx, r)
-		if p.cfg.Egress != nil {
-			r.Egress, err = p.cfg.Egress.Egress(ctx, r)
-			if err != nil {
-				err = fmt.Errorf("egress: %w", err)
-			}
-		}
-		var release func()
-		if err == nil && p.cfg.Images != nil && r.Environment.Type != apitype.EnvironmentSelfHosted {
-			r.RootFS, release, err = p.cfg.Images.Acquire(ctx, &r.Environment)
-		}
-		if err == nil {
-			sb, err = p.cfg.Provider.Provision(ctx, r)
-		}
-		switch {
-		case release != nil && err != nil:
-			release()
-		case release != nil:
-			sb = &imageSandbox{Sandbox: sb, release: sync.OnceFunc(release)}
-		}
+		sb, err = p.start(ctx, r, caps)
 	}
 	d := time.Since(start)
 	if call.OnProvision != nil {
@@ -378,6 +352,54 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 	}
 	p.cfg.Logger.Info("sandbox provisioned", "session", r.SessionID, "backend", backend, "duration", d)
 	return sb, unplaced, nil
+}
+
+// prepareHost makes the session's workspace and session directories on this host (attaching its volumes first),
+// for a Provider with Capabilities.HostWorkspace.
+func (p *Pool) prepareHost(ctx context.Context, s *session, r *Recipe) error {
+	err := p.attach(ctx, s, r.WorkspaceDir, r.SessionDir)
+	if err == nil {
+		err = os.MkdirAll(r.WorkspaceDir, 0o700)
+	}
+	if err == nil && r.SessionDir != "" {
+		err = os.MkdirAll(r.UploadsDir(), 0o755)
+		if err == nil {
+			err = os.MkdirAll(r.SkillsDir(), 0o755)
+		}
+		if err == nil {
+			err = os.MkdirAll(r.OutputsDir(), 0o700) // the backend gives it to the sandbox's uid
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	return nil
+}
+
+// start builds the sandbox's egress, acquires its image as a host directory if the Provider takes one
+// (RootFSHostDir or RootFSNone, which refuses it), and provisions the sandbox. The image is released with the
+// sandbox.
+func (p *Pool) start(ctx context.Context, r *Recipe, caps Capabilities) (Sandbox, error) {
+	var err error
+	if p.cfg.Egress != nil {
+		if r.Egress, err = p.cfg.Egress.Egress(ctx, r); err != nil {
+			return nil, fmt.Errorf("egress: %w", err)
+		}
+	}
+	var release func()
+	if p.cfg.Images != nil && r.Environment.Type != apitype.EnvironmentSelfHosted && caps.RootFS != RootFSImageRef {
+		if r.RootFS, release, err = p.cfg.Images.Acquire(ctx, &r.Environment); err != nil {
+			return nil, err
+		}
+	}
+	sb, err := p.cfg.Provider.Provision(ctx, r)
+	switch {
+	case release != nil && err != nil:
+		release()
+	case release != nil:
+		sb = &imageSandbox{Sandbox: sb, release: sync.OnceFunc(release)}
+	}
+	return sb, err
 }
 
 // attach attaches the session's volumes (its workspace and its session directory: the outputs the sandbox

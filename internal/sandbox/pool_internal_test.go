@@ -16,8 +16,9 @@ func (nopSandbox) Close() error { return nil }
 
 type nopProvider struct{}
 
-func (nopProvider) Name() string  { return "nop" }
-func (nopProvider) Tools() []Tool { return nil }
+func (nopProvider) Name() string               { return "nop" }
+func (nopProvider) Tools() []Tool              { return nil }
+func (nopProvider) Capabilities() Capabilities { return Local }
 func (nopProvider) Provision(context.Context, *Recipe) (Sandbox, error) {
 	return nopSandbox{}, nil
 }

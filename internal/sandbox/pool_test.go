@@ -28,6 +28,7 @@ type fakeProvider struct {
 	mu         sync.Mutex
 	recipes    []sandbox.Recipe
 	live       []*fakeSandbox
+	caps       *sandbox.Capabilities
 }
 
 func (p *fakeProvider) Name() string { return "fake" }
@@ -36,6 +37,14 @@ func (p *fakeProvider) Name() string { return "fake" }
 var fakeTools = []sandbox.Tool{{Name: "bash", Description: "Run a command.", InputSchema: json.RawMessage(`{"type":"object"}`)}}
 
 func (p *fakeProvider) Tools() []sandbox.Tool { return fakeTools }
+
+// Capabilities are a local backend's, unless caps is set.
+func (p *fakeProvider) Capabilities() sandbox.Capabilities {
+	if p.caps != nil {
+		return *p.caps
+	}
+	return sandbox.Local
+}
 
 func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
 	p.provisions.Add(1)
@@ -311,5 +320,54 @@ func TestPoolRemoveWorkspaces(t *testing.T) {
 	prov.mu.Unlock()
 	if closed == 0 {
 		t.Error("the deleted session's sandbox was not closed")
+	}
+}
+
+// countImages counts the images acquired.
+type countImages struct{ n atomic.Int32 }
+
+func (c *countImages) Acquire(context.Context, *apitype.EnvConfig) (string, func(), error) {
+	c.n.Add(1)
+	return "/nonexistent-image", func() {}, nil
+}
+
+// TestPoolConsultsCapabilities: for a backend whose sandboxes run elsewhere (no host workspace, an image
+// reference), the pool makes no workspace on this host and acquires no image directory; for a local one it does
+// both.
+func TestPoolConsultsCapabilities(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		caps      sandbox.Capabilities
+		workspace bool
+		images    int32
+	}{
+		{"local", sandbox.Local, true, 1},
+		{"remote", sandbox.Capabilities{RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			prov := &fakeProvider{caps: &tc.caps}
+			imgs := &countImages{}
+			root := t.TempDir()
+			p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, Images: imgs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Stop() })
+			if _, err := p.Execute(context.Background(), call("s1")); err != nil {
+				t.Fatal(err)
+			}
+			_, statErr := os.Stat(filepath.Join(root, "s1"))
+			if made := statErr == nil; made != tc.workspace {
+				t.Errorf("workspace made on the host: %v, want %v", made, tc.workspace)
+			}
+			if n := imgs.n.Load(); n != tc.images {
+				t.Errorf("images acquired: %d, want %d", n, tc.images)
+			}
+		})
 	}
 }

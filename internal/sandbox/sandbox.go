@@ -41,9 +41,56 @@ type Provider interface {
 	// Tools are the built-in tools its sandboxes run, in the order the model is offered them. The slice and
 	// its schemas are shared: callers must not modify them.
 	Tools() []Tool
-	// Provision starts a sandbox for the recipe. The sandbox's /workspace is Recipe.WorkspaceDir on the host.
+	// Capabilities say what its sandboxes need of this host; the Pool does only the host-side steps they use.
+	Capabilities() Capabilities
+	// Provision starts a sandbox for the recipe. With Capabilities().HostWorkspace, the sandbox's /workspace is
+	// Recipe.WorkspaceDir on the host.
 	Provision(ctx context.Context, r *Recipe) (Sandbox, error)
 }
+
+// Capabilities say what a Provider's sandboxes need of the host the Pool runs on, so that a backend whose
+// sandboxes run on other machines (pods on a cluster) is spared the steps only a local one uses.
+type Capabilities struct {
+	// HostWorkspace: the sandbox's /workspace and the session's files are directories of this host
+	// (Recipe.WorkspaceDir and SessionDir): the Pool makes them, attaches their volumes and has its Placer
+	// place the session's resources there before the first sandbox. False: the backend places them where its
+	// sandboxes run, and the Pool leaves the host alone.
+	HostWorkspace bool
+	// RootFS is how the backend runs a sandbox on an environment's image.
+	RootFS RootFSKind
+	// Egress is how a sandbox reaches the egress proxy the host runs for it.
+	Egress EgressKind
+}
+
+// RootFSKind is how a backend takes an environment's image.
+type RootFSKind int
+
+const (
+	// RootFSNone: the sandbox runs on the host's own filesystem and cannot run on an image (process); a Recipe
+	// with a RootFS is refused (ErrRootFSUnsupported).
+	RootFSNone RootFSKind = iota
+	// RootFSHostDir: the image is a directory of this host (Recipe.RootFS), which the Pool acquires from
+	// PoolConfig.Images before each provisioning.
+	RootFSHostDir
+	// RootFSImageRef: the backend's runtime pulls the environment's image by reference where its sandboxes run;
+	// the Pool acquires no directory.
+	RootFSImageRef
+)
+
+// EgressKind is how a sandbox reaches its egress proxy.
+type EgressKind int
+
+const (
+	// EgressHostNetwork: the sandbox uses the host's network directly, with no proxy (process: no isolation).
+	EgressHostNetwork EgressKind = iota
+	// EgressUnixSocket: the proxy listens on a Unix socket of this host bound into the sandbox (host.Kit).
+	EgressUnixSocket
+	// EgressTCP: the sandbox reaches its proxy over TCP, from another machine.
+	EgressTCP
+)
+
+// Local are the Capabilities of a backend whose isolated sandboxes run on this host (bwrap, oci, gvisor).
+var Local = Capabilities{HostWorkspace: true, RootFS: RootFSHostDir, Egress: EgressUnixSocket}
 
 // Tool is a built-in tool as the hands declare it and the model is offered it.
 type Tool struct {
@@ -79,7 +126,9 @@ const (
 	FailureLimit   = "limit_hit"
 )
 
-// Recipe is everything needed to (re)build a session's sandbox.
+// Recipe is everything needed to (re)build a session's sandbox. WorkspaceDir, SessionDir and RootFS are where
+// the sandbox's files are on this host: the Pool fills them for a Provider whose Capabilities use them, and only
+// the host kit (internal/sandbox/host) reads them; the rest says what the sandbox needs wherever it runs.
 type Recipe struct {
 	SessionID    string
 	WorkspaceDir string // host directory bound at /workspace; survives re-provisioning

@@ -167,6 +167,9 @@ type stubProvider struct {
 }
 
 func (p *stubProvider) Name() string { return "stub" }
+
+func (p *stubProvider) Capabilities() sandbox.Capabilities { return sandbox.Local }
+
 func (p *stubProvider) Tools() []sandbox.Tool {
 	return []sandbox.Tool{{Name: "bash", Description: "Run a command.", InputSchema: json.RawMessage(`{"type":"object"}`)}}
 }

@@ -27,6 +27,8 @@ type fakeProvider struct {
 
 func (p *fakeProvider) Name() string { return "fake" }
 
+func (p *fakeProvider) Capabilities() sandbox.Capabilities { return sandbox.Local }
+
 // Tools declares the one tool the pool tests call.
 func (p *fakeProvider) Tools() []sandbox.Tool {
 	return []sandbox.Tool{{Name: "bash", Description: "Run a command.", InputSchema: json.RawMessage(`{"type":"object"}`)}}

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // bashInput is the bash tool's input, as in the reference schema.
@@ -114,7 +112,7 @@ func (t *bashTool) result(out string, code int, err error, timeout time.Duration
 		switch {
 		case errors.Is(err, errTimedOut):
 			res := errorf("%s\n[command timed out after %s; its process group was killed and the shell restarted (cwd and variables reset)]", out, timeout)
-			res.failure = sandbox.FailureTimeout
+			res.failure = FailureTimeout
 			return res
 		case errors.Is(err, errShellExited):
 			// kill waited for the shell to be reaped.

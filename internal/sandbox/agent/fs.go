@@ -19,8 +19,6 @@ import (
 const (
 	// maxFileBytes caps what read and edit load whole, as the reference's default.
 	maxFileBytes = 256 * 1024
-	// maxImageBytes caps an image returned by read.
-	maxImageBytes = 5 * 1024 * 1024
 	// maxPDFBytes caps a PDF returned by read (as a document block: the model reads its text and pages).
 	maxPDFBytes = 10 * 1024 * 1024
 )
@@ -227,15 +225,15 @@ func execRead(raw json.RawMessage, cfg *Config) result {
 }
 
 func readImage(path, name, mediaType string, size int64) result {
-	if size > maxImageBytes {
-		return errorf("read: image %s is %d bytes, exceeds %d-byte limit", name, size, maxImageBytes)
+	if size > MaxImageBytes {
+		return errorf("read: image %s is %d bytes, exceeds %d-byte limit", name, size, MaxImageBytes)
 	}
-	data, over, err := readFileAtMost(path, maxImageBytes)
+	data, over, err := readFileAtMost(path, MaxImageBytes)
 	if err != nil {
 		return errorf("read %s: %s", name, fsErrorMessage(err))
 	}
 	if over {
-		return errorf("read: image %s exceeds %d-byte limit", name, maxImageBytes)
+		return errorf("read: image %s exceeds %d-byte limit", name, MaxImageBytes)
 	}
 	src, _ := json.Marshal(apitype.ImageSource{Type: "base64", MediaType: mediaType, Data: base64.StdEncoding.EncodeToString(data)})
 	return result{images: []apitype.ContentBlock{{Type: "image", Source: src}}}

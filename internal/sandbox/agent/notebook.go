@@ -95,7 +95,7 @@ func readNotebook(path, name string) result {
 						break
 					}
 					enc := strings.Join(strings.Fields(multiline(raw)), "")
-					if _, err := base64.StdEncoding.DecodeString(enc); err != nil || len(enc) > maxImageBytes*4/3 {
+					if _, err := base64.StdEncoding.DecodeString(enc); err != nil || len(enc) > MaxImageBytes*4/3 {
 						skipped++
 						break
 					}
@@ -115,7 +115,7 @@ func readNotebook(path, name string) result {
 		b.WriteString("(the notebook has no cells)\n")
 	}
 	if skipped > 0 {
-		fmt.Fprintf(&b, "(%d image outputs not shown: at most %d, each at most %d bytes)\n", skipped, maxNotebookImages, maxImageBytes)
+		fmt.Fprintf(&b, "(%d image outputs not shown: at most %d, each at most %d bytes)\n", skipped, maxNotebookImages, MaxImageBytes)
 	}
 	return result{text: strings.TrimSuffix(b.String(), "\n"), images: images}
 }

@@ -1,13 +1,14 @@
-// Package agent is the in-sandbox agent and the host's half of its protocol. The agent is a small static program
-// (cmd/corral-sandbox-agent) bound read-only into every sandbox and started as the sandbox's process. It speaks
+// Package agent is the in-sandbox agent: the small static program (cmd/corral-sandbox-agent) bound read-only
+// into every sandbox and started as the sandbox's process, and the sandbox's half of its protocol. It speaks
 // line-delimited JSON over stdin/stdout: one Request per line in, one Response per line out, matched by ID, and
 // implements the built-in toolset agent_toolset_20260401 (bash, read, write, edit, glob, grep) with the schemas
-// and behaviour of the reference SDK's tools/agenttoolset. Tools declares them, for the backends' Provider.Tools:
-// name, description, schema and implementation of each tool are one entry of one table (tools.go).
+// and behaviour of the reference SDK's tools/agenttoolset. Tools declares them: name, description, schema and
+// implementation of each tool are one entry of one table (tools.go).
 //
-// Client is the host side: it multiplexes concurrent calls over one agent's pipes and reports the agent's death
-// as sandbox.ErrSandboxDead. It trusts nothing the agent sends: a line longer than MessageLimit, or a result
-// larger than the call's output cap allows, is refused before it is buffered whole, and ends the sandbox.
+// The protocol's types (this file) stay here rather than in a package of their own: the host's half
+// (host.Client) needs them and the tool table, the agent needs nothing of the host, and a package of a few
+// types would only add a name. The agent links neither the sandbox port nor the host kit (internal/archtest
+// enforces it), so it declares its tools (Tool) and its one failure (FailureTimeout) itself.
 //
 // The agent guards itself against the code it runs (guard.go): it is not dumpable, so nothing in the sandbox
 // can trace it or open its /proc entries, and it runs as the sandbox's pid 1, which ignores every signal sent
@@ -37,10 +38,13 @@ type Response struct {
 	ID      uint64                 `json:"id"`
 	Content []apitype.ContentBlock `json:"content"`
 	IsError bool                   `json:"is_error,omitempty"`
-	// Failure is sandbox.FailureTimeout when the command ran past its timeout; the host keeps only the values it
-	// knows.
+	// Failure is FailureTimeout when the command ran past its timeout; the host keeps only the values it knows.
 	Failure string `json:"failure,omitempty"`
 }
+
+// FailureTimeout is Response.Failure for a command that ran past its timeout (sandbox.FailureTimeout, which the
+// host kit maps it to).
+const FailureTimeout = "timeout"
 
 // PingTool is a request the agent answers at once with "pong": the host's proof that the agent runs.
 const PingTool = "ping"
@@ -51,6 +55,8 @@ const (
 	// MaxTimeoutMS caps bash's timeout_ms: one command cannot hold a brain's worker for longer than an hour.
 	MaxTimeoutMS     = 3_600_000
 	DefaultOutputCap = 100 * 1024
+	// MaxImageBytes caps an image the read tool returns (base64 in a response: it bounds a message's size).
+	MaxImageBytes = 5 * 1024 * 1024
 )
 
 // Paths inside a sandbox shared by every isolating backend.

@@ -75,7 +75,7 @@ type result struct {
 	images  []apitype.ContentBlock
 	isErr   bool
 	capped  bool   // text is already capped (bash keeps the tail of its output)
-	failure string // sandbox.FailureTimeout when a limit, not the input, made it fail
+	failure string // FailureTimeout when a limit, not the input, made it fail
 }
 
 func textResult(s string) result { return result{text: s} }

@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
-
-	"github.com/corralhq/corral/internal/sandbox"
 )
 
 // builtin is one tool of the built-in toolset: its definition as the model is offered it, and what runs a call.
 type builtin struct {
-	sandbox.Tool
+	Tool
 	run func(s *Server, ctx context.Context, input json.RawMessage, timeout time.Duration, outCap int) result
 }
 
@@ -25,7 +23,7 @@ type builtin struct {
 // equivalent yet.
 var builtins = []builtin{
 	{
-		Tool: sandbox.Tool{
+		Tool: Tool{
 			Name:        "bash",
 			Description: "Run a bash command in a persistent shell. State (cwd, env vars) persists across calls.",
 			InputSchema: schema(`{"type": "object", "properties": {
@@ -39,7 +37,7 @@ var builtins = []builtin{
 		},
 	},
 	{
-		Tool: sandbox.Tool{
+		Tool: Tool{
 			Name:        "edit",
 			Description: "Replace a unique occurrence of old_string with new_string in a file (set replace_all to replace every occurrence).",
 			InputSchema: schema(`{"type": "object", "properties": {
@@ -52,7 +50,7 @@ var builtins = []builtin{
 		run: fileTool(execEdit),
 	},
 	{
-		Tool: sandbox.Tool{
+		Tool: Tool{
 			Name:        "read",
 			Description: "Read a file rooted at the workdir: UTF-8 text, an image (PNG, JPEG, GIF, WebP), a PDF (its text and pages) or a Jupyter notebook (.ipynb: its cells with their outputs).",
 			InputSchema: schema(`{"type": "object", "properties": {
@@ -63,7 +61,7 @@ var builtins = []builtin{
 		run: fileTool(execRead),
 	},
 	{
-		Tool: sandbox.Tool{
+		Tool: Tool{
 			Name:        "write",
 			Description: "Write a UTF-8 text file rooted at the workdir, creating parent directories as needed.",
 			InputSchema: schema(`{"type": "object", "properties": {
@@ -74,7 +72,7 @@ var builtins = []builtin{
 		run: fileTool(execWrite),
 	},
 	{
-		Tool: sandbox.Tool{
+		Tool: Tool{
 			Name:        "glob",
 			Description: "List paths matching a glob pattern (e.g. **/*.go), newest first.",
 			InputSchema: schema(`{"type": "object", "properties": {
@@ -85,7 +83,7 @@ var builtins = []builtin{
 		run: fileTool(execGlob),
 	},
 	{
-		Tool: sandbox.Tool{
+		Tool: Tool{
 			Name:        "grep",
 			Description: "Search file contents for a regex. Uses ripgrep if available, otherwise a built-in walker.",
 			InputSchema: schema(`{"type": "object", "properties": {
@@ -99,8 +97,8 @@ var builtins = []builtin{
 
 // tools and byName index builtins.
 var (
-	tools = func() []sandbox.Tool {
-		out := make([]sandbox.Tool, len(builtins))
+	tools = func() []Tool {
+		out := make([]Tool, len(builtins))
 		for i, b := range builtins {
 			out[i] = b.Tool
 		}
@@ -115,9 +113,18 @@ var (
 	}()
 )
 
-// Tools are the built-in tools the agent runs, for the Tools of the providers whose sandboxes run it. The slice
-// and its schemas are shared: callers must not modify them.
-func Tools() []sandbox.Tool { return tools }
+// Tool is a built-in tool as the agent declares it: the host kit offers it as a sandbox.Tool (host.Tools). The
+// agent links nothing of the sandbox port, so it has a declaration of its own.
+type Tool struct {
+	Name        string
+	Description string
+	// InputSchema is the JSON Schema (an object schema) of the tool's input.
+	InputSchema json.RawMessage
+}
+
+// Tools are the built-in tools the agent runs, in the order the model is offered them. The slice and its
+// schemas are shared: callers must not modify them.
+func Tools() []Tool { return tools }
 
 // toolNames lists the tools for an error message: "bash, edit, ... and grep".
 func toolNames() string {

@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,7 +34,7 @@ import (
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/sandbox/cgroup"
-	"github.com/corralhq/corral/internal/sandbox/egress"
+	"github.com/corralhq/corral/internal/sandbox/host"
 	"github.com/corralhq/corral/internal/sandbox/seccomp"
 )
 
@@ -89,10 +88,10 @@ type Provider struct {
 	link    string // the link <pid>.<n> to a default StateDir; "" for one the caller gave
 	owned   bool   // StateDir was made by New (the default), so Close removes it
 	bwrap   string
-	etc     string // the staged minimal /etc (stageEtc)
-	agent   string // the staged agent binary (stageAgent)
-	seccomp []byte // the seccomp filter (seccomp.Program)
-	images  *agent.Images
+	etc     string    // the staged minimal /etc (stageEtc)
+	agent   string    // the staged agent binary (stageAgent)
+	seccomp []byte    // the seccomp filter (seccomp.Program)
+	kit     *host.Kit // stages each sandbox on the host
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -114,31 +113,10 @@ func New(cfg Config) (*Provider, error) {
 	var link string
 	owned := cfg.StateDir == ""
 	if owned {
-		base := "/run/corral-bwrap"
-		if _, err := os.Stat("/run"); err != nil {
-			base = filepath.Join(os.TempDir(), "corral-bwrap")
+		var err error
+		if cfg.StateDir, link, err = defaultStateDir(cfg.reapGroup); err != nil {
+			return nil, err
 		}
-		sweep(base, cfg.reapGroup)
-		if err := os.MkdirAll(base, 0o711); err != nil {
-			return nil, fmt.Errorf("bwrap: state dir: %w", err)
-		}
-		if err := os.Chmod(base, 0o711); err != nil {
-			return nil, fmt.Errorf("bwrap: state dir: %w", err)
-		}
-		// One directory per Provider, not per process: New detaches every mount under its StateDir, which
-		// would pull the staged workspace from under another Provider's starting sandbox in this process.
-		// A sandbox's mount table shows the host paths its binds come from, so the directory has a neutral
-		// name; a link named for the server's pid says whose it is (sweep).
-		dir := filepath.Join(base, neutralPrefix+randomID())
-		if err := os.Mkdir(dir, 0o711); err != nil {
-			return nil, fmt.Errorf("bwrap: state dir: %w", err)
-		}
-		link = filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
-		if err := agent.ReplaceLink(filepath.Base(dir), link); err != nil {
-			_ = os.Remove(dir)
-			return nil, fmt.Errorf("bwrap: state dir: %w", err)
-		}
-		cfg.StateDir = dir
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -146,33 +124,16 @@ func New(cfg Config) (*Provider, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	bw, err := exec.LookPath(cfg.BwrapPath)
+	bw, err := checkHost(&cfg)
 	if err != nil {
-		return nil, fmt.Errorf("bwrap: bubblewrap not found: %w", err)
-	}
-	if fi, err := os.Stat(cfg.AgentPath); err != nil {
-		return nil, fmt.Errorf("bwrap: agent binary: %w", err)
-	} else if fi.Mode().Perm()&0o005 != 0o005 {
-		return nil, fmt.Errorf("bwrap: agent binary %s must be readable and executable by others (mode %v)", cfg.AgentPath, fi.Mode().Perm())
-	}
-	if os.Geteuid() != 0 {
-		return nil, errors.New("bwrap: the server must run as root to start sandboxes under their own uids")
-	}
-	if !cfg.NoCgroups {
-		if err := cgroup.Available(cfg.CgroupRoot); err != nil {
-			return nil, fmt.Errorf("bwrap: %w (set NoCgroups to run without limits)", err)
-		}
-		cgroup.Sweep(cfg.CgroupRoot, "bwrap-", time.Minute)
-		if err := fairShare(cfg.CgroupRoot, cfg.CPUShare, cfg.CPUIdle); err != nil {
-			return nil, fmt.Errorf("bwrap: %w", err)
-		}
+		return nil, err
 	}
 	// Staging mounts live only while a sandbox starts; a server that crashed then left some. A StateDir
 	// belongs to one server, so none of them is in use.
-	for _, m := range mountsUnder(cfg.StateDir) {
-		_ = unmount(m)
+	for _, m := range host.MountsUnder(cfg.StateDir) {
+		_ = host.Unmount(m)
 	}
-	if err := agent.RemoveStagedImages(filepath.Join(cfg.StateDir, stagedImages)); err != nil {
+	if err := host.RemoveStagedImages(filepath.Join(cfg.StateDir, stagedImages)); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
@@ -182,7 +143,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
 	// bwrap resolves its bind sources as the sandbox uid: they are all staged under StateDir.
-	if err := agent.CheckSearchable(filepath.Join(cfg.StateDir, "x")); err != nil {
+	if err := host.CheckSearchable(filepath.Join(cfg.StateDir, "x")); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
 	filter, err := seccomp.Program()
@@ -193,12 +154,72 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	agentBin, err := stageAgent(cfg.StateDir, cfg.AgentPath)
+	agentBin, err := host.StageAgent(cfg.StateDir, cfg.AgentPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	return &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter,
-		images: agent.NewImages(filepath.Join(cfg.StateDir, stagedImages), true)}, nil
+	kit := &host.Kit{UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount, StateDir: cfg.StateDir, Prefix: "bwrap-",
+		Images: host.NewImages(filepath.Join(cfg.StateDir, stagedImages), true), Logger: cfg.Logger}
+	return &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter, kit: kit}, nil
+}
+
+// defaultStateDir makes a default StateDir, /run/corral-bwrap/s-<random> (or under os.TempDir() without /run),
+// and the link <pid>.<n> to it, after sweeping those of servers that are gone (reap removes their sandboxes'
+// groups).
+func defaultStateDir(reap func(box string)) (dir, link string, err error) {
+	base := "/run/corral-bwrap"
+	if _, err := os.Stat("/run"); err != nil {
+		base = filepath.Join(os.TempDir(), "corral-bwrap")
+	}
+	sweep(base, reap)
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		return "", "", fmt.Errorf("bwrap: state dir: %w", err)
+	}
+	if err := os.Chmod(base, 0o711); err != nil {
+		return "", "", fmt.Errorf("bwrap: state dir: %w", err)
+	}
+	// One directory per Provider, not per process: New detaches every mount under its StateDir, which
+	// would pull the staged workspace from under another Provider's starting sandbox in this process.
+	// A sandbox's mount table shows the host paths its binds come from, so the directory has a neutral
+	// name; a link named for the server's pid says whose it is (sweep).
+	dir = filepath.Join(base, neutralPrefix+randomID())
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return "", "", fmt.Errorf("bwrap: state dir: %w", err)
+	}
+	link = filepath.Join(base, fmt.Sprintf("%d.%d", os.Getpid(), providers.Add(1)))
+	if err := host.ReplaceLink(filepath.Base(dir), link); err != nil {
+		_ = os.Remove(dir)
+		return "", "", fmt.Errorf("bwrap: state dir: %w", err)
+	}
+	return dir, link, nil
+}
+
+// checkHost checks what the provider needs of the host (bubblewrap, a readable agent binary, root, and the
+// cgroups unless NoCgroups), sweeps the groups of sandboxes that are gone, sets the sandboxes' CPU weight and
+// returns bubblewrap's path.
+func checkHost(cfg *Config) (string, error) {
+	bw, err := exec.LookPath(cfg.BwrapPath)
+	if err != nil {
+		return "", fmt.Errorf("bwrap: bubblewrap not found: %w", err)
+	}
+	if fi, err := os.Stat(cfg.AgentPath); err != nil {
+		return "", fmt.Errorf("bwrap: agent binary: %w", err)
+	} else if fi.Mode().Perm()&0o005 != 0o005 {
+		return "", fmt.Errorf("bwrap: agent binary %s must be readable and executable by others (mode %v)", cfg.AgentPath, fi.Mode().Perm())
+	}
+	if os.Geteuid() != 0 {
+		return "", errors.New("bwrap: the server must run as root to start sandboxes under their own uids")
+	}
+	if !cfg.NoCgroups {
+		if err := cgroup.Available(cfg.CgroupRoot); err != nil {
+			return "", fmt.Errorf("bwrap: %w (set NoCgroups to run without limits)", err)
+		}
+		cgroup.Sweep(cfg.CgroupRoot, "bwrap-", time.Minute)
+		if err := fairShare(cfg.CgroupRoot, cfg.CPUShare, cfg.CPUIdle); err != nil {
+			return "", fmt.Errorf("bwrap: %w", err)
+		}
+	}
+	return bw, nil
 }
 
 // fairShare sets the CPU weight of the group every sandbox's group is made in (Config.CPUShare, CPUIdle).
@@ -227,8 +248,8 @@ func (c *Config) reapGroup(name string) {
 // Idempotent.
 func (p *Provider) Close() error {
 	var errs []error
-	for _, m := range mountsUnder(p.cfg.StateDir) {
-		errs = append(errs, unmount(m))
+	for _, m := range host.MountsUnder(p.cfg.StateDir) {
+		errs = append(errs, host.Unmount(m))
 	}
 	boxes, _ := os.ReadDir(p.cfg.StateDir)
 	for _, b := range boxes {
@@ -242,9 +263,9 @@ func (p *Provider) Close() error {
 	if err := os.RemoveAll(filepath.Join(p.cfg.StateDir, "etc")); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, p.images.Close(), agent.RemovePaths(filepath.Join(p.cfg.StateDir, stagedAgent)))
+	errs = append(errs, p.kit.Images.Close(), host.RemovePaths(filepath.Join(p.cfg.StateDir, host.StagedAgent)))
 	if p.owned {
-		errs = append(errs, agent.RemovePaths(p.cfg.StateDir, p.link))
+		errs = append(errs, host.RemovePaths(p.cfg.StateDir, p.link))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bwrap: close: %w", err)
@@ -264,153 +285,132 @@ func (p *Provider) HostPaths() []string {
 // Name returns "bwrap".
 func (p *Provider) Name() string { return "bwrap" }
 
-// Tools are the in-sandbox agent's built-in tools.
-func (p *Provider) Tools() []sandbox.Tool { return agent.Tools() }
+// Capabilities: sandboxes on this host, on an image directory, with egress over a Unix socket (sandbox.Local).
+func (p *Provider) Capabilities() sandbox.Capabilities { return sandbox.Local }
 
-// Provision starts a sandbox for r and returns once its agent is running.
+// Tools are the in-sandbox agent's built-in tools.
+func (p *Provider) Tools() []sandbox.Tool { return host.Tools() }
+
+// Provision starts a sandbox for r and returns once its agent is running: the host kit stages it (host.Kit.Stage),
+// bwrap's own binds are staged beside (stageBinds), and bwrap starts under the sandbox's uid in its cgroup.
 func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.Sandbox, err error) {
-	uid, cleanup, err := agent.Claim(r, p.cfg.UIDBase, p.cfg.UIDCount)
+	st, err := p.kit.Stage(r)
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			cleanup.Run()
+			st.Release()
 		}
 	}()
-	name := "bwrap-" + randomID()
-	image, err := p.images.Root(r.RootFS)
+	args, staged, err := p.stageBinds(st)
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	args := p.baseArgs(image)
+	var group *cgroup.Group
+	if !p.cfg.NoCgroups {
+		l := st.Limits
+		if group, err = cgroup.New(p.cfg.CgroupRoot, st.Name, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUQuota: l.CPUQuota}); err != nil {
+			return nil, fmt.Errorf("bwrap: %w", err)
+		}
+		st.Add(group.Remove)
+	}
+	proc, childPID, err := p.start(ctx, st, args, group)
+	if err != nil {
+		return nil, err
+	}
+	sb := host.NewSandbox(proc, r.Limits, group)
+	// Once the agent answers, bwrap has made the sandbox's own mounts of the staged workspace and agent, and
+	// the host's staging mounts can go: a server that crashes later leaves none behind.
+	if err := sb.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("bwrap: sandbox did not start: %w", err)
+	}
+	for _, m := range staged {
+		if err := host.Unmount(m); err != nil {
+			_ = sb.Close()
+			return nil, fmt.Errorf("bwrap: %w", err)
+		}
+	}
+	p.cfg.Logger.Debug("sandbox started", "sandbox", st.Name, "session", r.SessionID, "uid", st.UID, "pid", childPID)
+	// The teardown runs in reverse on Close, after the Sandbox has killed the agent.
+	for _, f := range st.Teardown() {
+		sb.OnClose(f)
+	}
+	return sb, nil
+}
 
-	// Networking: a proxy of the sandbox's own, on a socket only the sandbox uid can connect to.
-	stateDir := filepath.Join(p.cfg.StateDir, name)
-	if err := os.Mkdir(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("bwrap: state dir: %w", err)
-	}
-	cleanup.Add(func() error { return removeShallow(stateDir) })
-	if err := os.Chown(stateDir, uid, uid); err != nil {
-		return nil, fmt.Errorf("bwrap: state dir: %w", err)
-	}
-	// The workspace and the agent are bound here first: bwrap, running as the sandbox uid, must be able to
-	// resolve its sources, and the directories that hold them may be private to root.
-	// The agent and the proxy's socket share one directory, bound read-only at /.corral: one bind for both.
-	ws := filepath.Join(stateDir, "workspace")
-	corralDir := filepath.Join(stateDir, "corral")
-	agentBin := filepath.Join(corralDir, filepath.Base(agent.BinPath))
-	if err := os.Mkdir(ws, 0o700); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	if err := os.Mkdir(corralDir, 0o700); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	cleanup.Add(func() error { return removeShallow(corralDir) })
-	if err := os.Chown(corralDir, uid, uid); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
+// stageBinds stages what bwrap binds beside what the host kit staged: bwrap resolves its bind sources as the
+// sandbox uid, and the directories that hold the workspace, the agent and the session's files may be private
+// to root, so each is bound first under the sandbox's directory. The agent joins the proxy's socket and the CA
+// bundle in the corral directory, bound read-only at /.corral: one bind for all three. /tmp is a tmpfs of the
+// host's, bounded in size and inodes (bwrap's own --tmpfs takes no inode count). It returns bwrap's arguments
+// and the staging mounts to detach once the sandbox runs.
+func (p *Provider) stageBinds(st *host.Staged) (args, staged []string, err error) {
+	args = p.baseArgs(st.Image)
+	agentBin := filepath.Join(st.CorralDir, filepath.Base(agent.BinPath))
 	if err := os.WriteFile(agentBin, nil, 0o500); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
+		return nil, nil, err
 	}
-	if err := bindMount(r.WorkspaceDir, ws, false); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
+	ws, tmp := filepath.Join(st.Dir, "workspace"), filepath.Join(st.Dir, "tmp")
+	binds := []struct {
+		src, dst string
+		ro       bool
+	}{{st.Workspace, ws, false}, {p.agent, agentBin, true}}
+	for i, m := range st.Mounts {
+		binds = append(binds, struct {
+			src, dst string
+			ro       bool
+		}{m.Source, filepath.Join(st.Dir, fmt.Sprintf("mnt%d", i)), m.ReadOnly})
 	}
-	cleanup.Add(func() error { return unmount(ws) })
-	if err := bindMount(p.agent, agentBin, true); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	cleanup.Add(func() error { return unmount(agentBin) })
-	if bundle, err := agent.CABundle(image, r.Egress); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
-	} else if bundle != nil {
-		// Root's file in the sandbox uid's directory: readable, not writable, at agent.CABundlePath.
-		caFile := filepath.Join(corralDir, filepath.Base(agent.CABundlePath))
-		if err := os.WriteFile(caFile, bundle, 0o444); err != nil {
-			return nil, fmt.Errorf("bwrap: ca bundle: %w", err)
+	for _, b := range binds {
+		if b.dst != agentBin {
+			if err := os.Mkdir(b.dst, 0o700); err != nil {
+				return nil, nil, err
+			}
 		}
-		for _, dst := range agent.CABundleOverlays(image) {
-			args = append(args, "--ro-bind", caFile, dst)
+		if err := host.BindMount(b.src, b.dst, b.ro); err != nil {
+			return nil, nil, err
 		}
+		st.Add(func() error { return host.Unmount(b.dst) })
+		staged = append(staged, b.dst)
 	}
-	sock := filepath.Join(corralDir, filepath.Base(agent.ProxySocketPath))
-	proxy, err := egress.Listen(egress.Config{Path: sock, UID: uid, GID: uid, Policy: egress.PolicyFor(r.Environment.Networking),
-		Egress: r.Egress, Logger: p.cfg.Logger.With("sandbox", name, "session", r.SessionID)})
-	if err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	cleanup.Add(proxy.Close)
-	limits := agent.WithDefaults(r.Limits)
-	// /tmp is a tmpfs of the host's, bounded in size and inodes (bwrap's own --tmpfs takes no inode count),
-	// staged like the workspace and bound in.
-	tmp := filepath.Join(stateDir, "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
+		return nil, nil, err
 	}
-	if err := mountTmp(tmp, limits.TmpBytes, limits.TmpInodes); err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
+	if err := host.MountTmp(tmp, st.Limits.TmpBytes, st.Limits.TmpInodes); err != nil {
+		return nil, nil, err
 	}
-	cleanup.Add(func() error { return unmount(tmp) })
-	args = append(args, "--bind", ws, agent.Workspace, "--bind", tmp, "/tmp", "--ro-bind", corralDir, filepath.Dir(agent.BinPath))
-	// The session's uploads, outputs and skills, staged here first as the workspace is.
-	staged := []string{agentBin, ws, tmp}
-	for i, m := range agent.SessionMounts(r) {
-		dst := filepath.Join(stateDir, fmt.Sprintf("mnt%d", i))
-		if err := os.Mkdir(dst, 0o700); err != nil {
-			return nil, fmt.Errorf("bwrap: %w", err)
+	st.Add(func() error { return host.Unmount(tmp) })
+	staged = append(staged, tmp)
+	for _, dst := range st.CAOverlays {
+		if st.CAFile != "" {
+			args = append(args, "--ro-bind", st.CAFile, dst)
 		}
-		if err := bindMount(m.Source, dst, m.ReadOnly); err != nil {
-			return nil, fmt.Errorf("bwrap: %w", err)
-		}
-		cleanup.Add(func() error { return unmount(dst) })
-		staged = append(staged, dst)
+	}
+	args = append(args, "--bind", ws, agent.Workspace, "--bind", tmp, "/tmp", "--ro-bind", st.CorralDir, filepath.Dir(agent.BinPath))
+	for i, m := range st.Mounts {
 		flag := "--bind"
 		if m.ReadOnly {
 			flag = "--ro-bind"
 		}
-		args = append(args, flag, dst, m.Target)
+		args = append(args, flag, binds[2+i].dst, m.Target)
 	}
-
-	var group *cgroup.Group
-	if !p.cfg.NoCgroups {
-		group, err = cgroup.New(p.cfg.CgroupRoot, name, cgroup.Limits{MemoryBytes: limits.MemoryBytes, Pids: limits.Pids, CPUQuota: limits.CPUQuota})
-		if err != nil {
-			return nil, fmt.Errorf("bwrap: %w", err)
-		}
-		cleanup.Add(group.Remove)
-	}
-
-	argsR, argsW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	defer argsR.Close()
-	infoR, infoW, err := os.Pipe()
-	if err != nil {
-		argsW.Close()
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	defer infoR.Close()
-	blockR, blockW, err := os.Pipe()
-	if err != nil {
-		argsW.Close()
-		infoW.Close()
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	defer blockW.Close()
-	seccompR, seccompW, err := os.Pipe()
-	if err != nil {
-		argsW.Close()
-		infoW.Close()
-		blockR.Close()
-		return nil, fmt.Errorf("bwrap: %w", err)
-	}
-	defer seccompR.Close()
-	// fds in the child: 3 = args, 4 = info, 5 = block, 6 = the seccomp filter, which bwrap installs last,
-	// just before it runs the agent.
 	// The root (bwrap's tmpfs of mount points) is made read-only once every mount point is in it: the sandbox
 	// writes to its workspace, /tmp and outputs only.
 	args = append(args, "--remount-ro", "/")
+	return args, staged, nil
+}
+
+// start runs bwrap with args as the sandbox's uid, puts the sandbox's pid 1 into group (if any) before the
+// agent starts, and returns the agent's process and the host pid of the sandbox's pid 1. bwrap's arguments and
+// the seccomp filter travel on pipes: in the child, fd 3 = args, 4 = info, 5 = block, 6 = the seccomp filter,
+// which bwrap installs last, just before it runs the agent.
+func (p *Provider) start(ctx context.Context, st *host.Staged, args []string, group *cgroup.Group) (*host.Process, int, error) {
+	fds, err := openStartPipes()
+	if err != nil {
+		return nil, 0, fmt.Errorf("bwrap: %w", err)
+	}
+	defer fds.close()
 	args = append(args, "--info-fd", "4", "--block-fd", "5", "--seccomp", "6")
 	var argv bytes.Buffer
 	for _, a := range args {
@@ -419,74 +419,95 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	}
 	// The arguments and the filter are far below a pipe's capacity, so writing them before bwrap starts
 	// cannot block.
-	_, werr := argsW.Write(argv.Bytes())
-	argsW.Close()
-	if werr == nil {
-		_, werr = seccompW.Write(p.seccomp)
+	if err := fds.writeInputs(argv.Bytes(), p.seccomp); err != nil {
+		return nil, 0, fmt.Errorf("bwrap: write args: %w", err)
 	}
-	seccompW.Close()
-	if werr != nil {
-		infoW.Close()
-		blockR.Close()
-		return nil, fmt.Errorf("bwrap: write args: %w", werr)
-	}
-
 	// Options come from the pipe; bwrap takes the command from its own argv.
 	cmd := exec.Command(p.bwrap, "--args", "3", "--", agent.BinPath)
-	cmd.Env = agent.EnvFor(r.Egress)
+	cmd.Env = st.Env
 	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{argsR, infoW, blockR, seccompR}
+	cmd.ExtraFiles = []*os.File{fds.argsR, fds.infoW, fds.blockR, fds.seccompR}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
+		Credential: &syscall.Credential{Uid: uint32(st.UID), Gid: uint32(st.UID), Groups: []uint32{}},
 		Setpgid:    true,
 	}
 	if err := closeOnExec(); err != nil {
-		infoW.Close()
-		blockR.Close()
-		return nil, err
+		return nil, 0, err
 	}
-	proc, err := agent.StartProcess(cmd)
-	infoW.Close()
-	blockR.Close()
+	proc, err := host.StartProcess(cmd)
+	fds.closeChildEnds()
 	if err != nil {
-		return nil, fmt.Errorf("bwrap: %w", err)
+		return nil, 0, fmt.Errorf("bwrap: %w", err)
 	}
-	cleanup.Add(func() error { proc.Stop(); return nil })
-	childPID, err := readChildPID(ctx, infoR, proc)
+	st.Add(func() error { proc.Stop(); return nil })
+	childPID, err := readChildPID(ctx, fds.infoR, proc)
 	if err != nil {
-		return nil, fmt.Errorf("bwrap: sandbox did not start: %w", err)
+		return nil, 0, fmt.Errorf("bwrap: sandbox did not start: %w", err)
 	}
 	if group != nil {
 		if err := group.Add(childPID); err != nil {
-			return nil, fmt.Errorf("bwrap: %w", err)
+			return nil, 0, fmt.Errorf("bwrap: %w", err)
 		}
 	}
-	if _, err := blockW.Write([]byte{1}); err != nil {
-		return nil, fmt.Errorf("bwrap: start agent: %w", err)
+	if _, err := fds.blockW.Write([]byte{1}); err != nil {
+		return nil, 0, fmt.Errorf("bwrap: start agent: %w", err)
 	}
-	blockW.Close()
-	sb := agent.NewSandbox(proc, r.Limits, group)
-	// Once the agent answers, bwrap has made the sandbox's own mounts of the staged workspace and agent, and
-	// the host's staging mounts can go: a server that crashes later leaves none behind.
-	if err := sb.Ping(ctx); err != nil {
-		return nil, fmt.Errorf("bwrap: sandbox did not start: %w", err)
-	}
-	for _, m := range staged {
-		if err := unmount(m); err != nil {
-			_ = sb.Close()
+	return proc, childPID, nil
+}
+
+// startPipes are the pipes bwrap starts with: its arguments, its --info-fd, its --block-fd and the seccomp
+// filter. The child's ends are closed once bwrap runs, the host's when start returns.
+type startPipes struct {
+	argsR, argsW       *os.File
+	infoR, infoW       *os.File
+	blockR, blockW     *os.File
+	seccompR, seccompW *os.File
+}
+
+func openStartPipes() (*startPipes, error) {
+	var f startPipes
+	for _, pair := range []struct{ r, w **os.File }{{&f.argsR, &f.argsW}, {&f.infoR, &f.infoW}, {&f.blockR, &f.blockW}, {&f.seccompR, &f.seccompW}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			f.close()
 			return nil, err
 		}
+		*pair.r, *pair.w = r, w
 	}
-	p.cfg.Logger.Debug("sandbox started", "sandbox", name, "session", r.SessionID, "uid", uid, "pid", childPID)
-	// The cleanups run in reverse on Close, after the Sandbox has killed the agent.
-	for _, f := range cleanup.Reversed() {
-		sb.OnClose(f)
+	return &f, nil
+}
+
+// writeInputs writes bwrap's arguments and the seccomp filter and closes their write ends.
+func (f *startPipes) writeInputs(argv, filter []byte) error {
+	_, err := f.argsW.Write(argv)
+	f.argsW.Close()
+	if err == nil {
+		_, err = f.seccompW.Write(filter)
 	}
-	return sb, nil
+	f.seccompW.Close()
+	return err
+}
+
+// closeChildEnds closes the ends bwrap holds (its copies stay open in it).
+func (f *startPipes) closeChildEnds() {
+	for _, c := range []*os.File{f.argsR, f.infoW, f.blockR, f.seccompR} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// close closes every end still open (closing one twice is harmless: os.File reports the second as an error).
+func (f *startPipes) close() {
+	for _, c := range []*os.File{f.argsR, f.argsW, f.infoR, f.infoW, f.blockR, f.blockW, f.seccompR, f.seccompW} {
+		if c != nil {
+			c.Close()
+		}
+	}
 }
 
 // readChildPID reads bwrap's --info-fd JSON for the host pid of the sandbox's pid 1.
-func readChildPID(ctx context.Context, info io.Reader, proc *agent.Process) (int, error) {
+func readChildPID(ctx context.Context, info io.Reader, proc *host.Process) (int, error) {
 	type reply struct {
 		pid int
 		err error
@@ -518,7 +539,7 @@ func readChildPID(ctx context.Context, info io.Reader, proc *agent.Process) (int
 // baseArgs is the sandbox's namespace and mount set, without the command: on the image (its top-level
 // directories bound read-only, its top-level links made again), or without one (nil) on the host's /usr with
 // the staged minimal /etc.
-func (p *Provider) baseArgs(image *agent.ImageRoot) []string {
+func (p *Provider) baseArgs(image *host.ImageRoot) []string {
 	args := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
 		// The agent is the sandbox's pid 1 (no bwrap init), which nothing inside can signal (agent/guard.go).
@@ -556,53 +577,10 @@ func (p *Provider) baseArgs(image *agent.ImageRoot) []string {
 	return args
 }
 
-// bindMount binds src onto dst in the host's mount namespace, read-only if ro, without suid or devices. The
-// mount is private, so that unmounting it later cannot propagate into the sandbox's copy.
-func bindMount(src, dst string, ro bool) error {
-	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind %s: %w", src, err)
-	}
-	if err := syscall.Mount("", dst, "", syscall.MS_PRIVATE, ""); err != nil {
-		_ = unmount(dst)
-		return fmt.Errorf("make %s private: %w", dst, err)
-	}
-	flags := uintptr(syscall.MS_BIND | syscall.MS_REMOUNT | syscall.MS_NOSUID | syscall.MS_NODEV)
-	if ro {
-		flags |= syscall.MS_RDONLY
-	}
-	if err := syscall.Mount("", dst, "", flags, ""); err != nil {
-		_ = unmount(dst)
-		return fmt.Errorf("remount %s: %w", dst, err)
-	}
-	return nil
-}
-
-// mountTmp mounts a tmpfs of size bytes and inodes inodes at dir, private (see bindMount), without suid or
-// devices.
-func mountTmp(dir string, size, inodes int64) error {
-	opts := fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", size, inodes)
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount /tmp: %w", err)
-	}
-	if err := syscall.Mount("", dir, "", syscall.MS_PRIVATE, ""); err != nil {
-		_ = unmount(dir)
-		return fmt.Errorf("make /tmp private: %w", err)
-	}
-	return nil
-}
-
-// unmount detaches the mount at path.
-func unmount(path string) error {
-	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("bwrap: unmount %s: %w", path, err)
-	}
-	return nil
-}
-
 // providers numbers the Providers of this process, for the links to their default StateDirs.
 var providers atomic.Int64
 
-// stagedImages is the directory of a StateDir where the images sandboxes run on are bound (agent.NewImages).
+// stagedImages is the directory of a StateDir where the images sandboxes run on are bound (host.NewImages).
 const stagedImages = "images"
 
 // neutralPrefix starts the names of default state directories; the links to them are named <pid>.<n>.
@@ -630,7 +608,7 @@ func sweep(base string, reap func(box string)) {
 		if lerr == nil {
 			linked[target] = true
 		}
-		if fi, err := os.Lstat(path); err != nil || !agent.OwnerGone(pid, fi.ModTime()) {
+		if fi, err := os.Lstat(path); err != nil || !host.OwnerGone(pid, fi.ModTime()) {
 			continue
 		}
 		if lerr == nil {
@@ -651,12 +629,12 @@ func sweep(base string, reap func(box string)) {
 		}
 	}
 	for _, dir := range dead {
-		for _, m := range mountsUnder(dir) {
-			_ = unmount(m)
+		for _, m := range host.MountsUnder(dir) {
+			_ = host.Unmount(m)
 		}
 		_ = os.RemoveAll(filepath.Join(dir, "etc")) // the staged /etc holds no mounts
-		_ = agent.RemoveStagedImages(filepath.Join(dir, stagedImages))
-		_ = os.Remove(filepath.Join(dir, stagedAgent))
+		_ = host.RemoveStagedImages(filepath.Join(dir, stagedImages))
+		_ = os.Remove(filepath.Join(dir, host.StagedAgent))
 		boxes, _ := os.ReadDir(dir)
 		for _, b := range boxes {
 			// bwrap died with its server (--die-with-parent), but a sandbox's group may hold a process that
@@ -692,23 +670,6 @@ func removeShallow(dir string) error {
 		return fmt.Errorf("bwrap: remove state: %w", err)
 	}
 	return nil
-}
-
-// mountsUnder lists the mount points below dir, deepest first.
-func mountsUnder(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
 }
 
 func randomID() string {

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/internal/sandbox/host"
 )
 
 func TestSweepDetachesAndKeepsWorkspaces(t *testing.T) {
@@ -25,10 +27,10 @@ func TestSweepDetachesAndKeepsWorkspaces(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(box, "workspace"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := bindMount(ws, filepath.Join(box, "workspace"), false); err != nil {
+	if err := host.BindMount(ws, filepath.Join(box, "workspace"), false); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = unmount(filepath.Join(box, "workspace")) })
+	t.Cleanup(func() { _ = host.Unmount(filepath.Join(box, "workspace")) })
 	// A live server's directory is left alone.
 	live := filepath.Join(base, "1", "bwrap-2")
 	if err := os.MkdirAll(live, 0o700); err != nil {
@@ -39,8 +41,8 @@ func TestSweepDetachesAndKeepsWorkspaces(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(base, deadPID)); !os.IsNotExist(err) {
 		t.Errorf("dead server's state dir left: %v", err)
 	}
-	if len(mountsUnder(base)) != 0 {
-		t.Errorf("mounts left: %v", mountsUnder(base))
+	if len(host.MountsUnder(base)) != 0 {
+		t.Errorf("mounts left: %v", host.MountsUnder(base))
 	}
 	if _, err := os.Stat(filepath.Join(ws, "precious")); err != nil {
 		t.Errorf("workspace file lost: %v", err)
@@ -49,16 +51,16 @@ func TestSweepDetachesAndKeepsWorkspaces(t *testing.T) {
 		t.Errorf("live server's state dir removed: %v", err)
 	}
 	// removeShallow refuses to empty a workspace that is still mounted.
-	if err := bindMount(ws, filepath.Join(live, "x"), false); err == nil {
+	if err := host.BindMount(ws, filepath.Join(live, "x"), false); err == nil {
 		t.Fatal("bind onto a missing mount point succeeded")
 	}
 	if err := os.Mkdir(filepath.Join(live, "workspace"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := bindMount(ws, filepath.Join(live, "workspace"), false); err != nil {
+	if err := host.BindMount(ws, filepath.Join(live, "workspace"), false); err != nil {
 		t.Fatal(err)
 	}
-	defer unmount(filepath.Join(live, "workspace"))
+	defer host.Unmount(filepath.Join(live, "workspace"))
 	if err := removeShallow(live); err == nil {
 		t.Error("removeShallow removed a directory with a mounted workspace")
 	}

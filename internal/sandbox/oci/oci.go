@@ -12,8 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -26,9 +24,8 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
-	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/sandbox/cgroup"
-	"github.com/corralhq/corral/internal/sandbox/egress"
+	"github.com/corralhq/corral/internal/sandbox/host"
 )
 
 // Config configures the Provider.
@@ -90,7 +87,7 @@ type Provider struct {
 	link      string // the link <pid>.<n> to a default StateDir; ""  for one the caller gave
 	ownedRoot bool   // RuntimeRoot is the default, made by New, so Close removes it
 	watchdog  *watchdog
-	images    *agent.Images
+	kit       *host.Kit // stages each sandbox on the host
 }
 
 // cgroupParent is where the containers' groups are made, in every controller (linux.cgroupsPath is absolute).
@@ -150,28 +147,19 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("oci: %w (set NoCgroups to run without limits)", err)
 		}
 	}
-	p := &Provider{cfg: cfg, runtime: rt, ownedRoot: ownedRoot, images: agent.NewImages(filepath.Join(cfg.StateDir, "images"), false)}
-	// Before this provider makes its own: a server killed earlier may have had this pid, and so this root.
-	p.sweep(runBase, stateBase)
-	if !cfg.NoCgroups {
-		cgroup.SweepAt(cfg.CgroupRoot, cgroupParent, "corral-", time.Minute)
-		if err := cgroup.SetShare(cfg.CgroupRoot, cgroupParent, cgroup.Share(cfg.CPUShare), cfg.CPUIdle); err != nil {
-			return nil, fmt.Errorf("oci: %w", err)
-		}
-	}
-	for _, d := range []string{cfg.RuntimeRoot, cfg.StateDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("oci: %w", err)
-		}
+	p := &Provider{cfg: cfg, runtime: rt, ownedRoot: ownedRoot, kit: &host.Kit{UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
+		StateDir: cfg.StateDir, Prefix: "corral-", Images: host.NewImages(filepath.Join(cfg.StateDir, "images"), false), Logger: cfg.Logger}}
+	if err := p.prepareHost(runBase, stateBase); err != nil {
+		return nil, err
 	}
 	if linkState {
 		p.link = filepath.Join(stateBase, owner)
-		if err := agent.ReplaceLink(filepath.Base(cfg.StateDir), p.link); err != nil {
+		if err := host.ReplaceLink(filepath.Base(cfg.StateDir), p.link); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
-	if p.agent, err = stageAgent(cfg.StateDir, cfg.AgentPath); err != nil {
-		return nil, err
+	if p.agent, err = host.StageAgent(cfg.StateDir, cfg.AgentPath); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if !cfg.NoCgroups {
 		if p.watchdog, err = startWatchdog(cfg.StateDir, cfg.CgroupRoot); err != nil {
@@ -179,6 +167,26 @@ func New(cfg Config) (*Provider, error) {
 		}
 	}
 	return p, nil
+}
+
+// prepareHost sweeps what servers that are gone left (before this provider makes its own: a server killed
+// earlier may have had this pid, and so this root), sets the containers' CPU weight and makes the runtime root
+// and the StateDir.
+func (p *Provider) prepareHost(runBase, stateBase string) error {
+	cfg := &p.cfg
+	p.sweep(runBase, stateBase)
+	if !cfg.NoCgroups {
+		cgroup.SweepAt(cfg.CgroupRoot, cgroupParent, "corral-", time.Minute)
+		if err := cgroup.SetShare(cfg.CgroupRoot, cgroupParent, cgroup.Share(cfg.CPUShare), cfg.CPUIdle); err != nil {
+			return fmt.Errorf("oci: %w", err)
+		}
+	}
+	for _, d := range []string{cfg.RuntimeRoot, cfg.StateDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("oci: %w", err)
+		}
+	}
+	return nil
 }
 
 // watchdog is a process outside the server that kills every process of the provider's containers once the
@@ -306,9 +314,9 @@ func (p *Provider) Close() error {
 			errs = append(errs, os.RemoveAll(filepath.Join(p.cfg.StateDir, e.Name())))
 		}
 	}
-	errs = append(errs, p.images.Close(), agent.RemovePaths(filepath.Join(p.cfg.StateDir, "agent")))
+	errs = append(errs, p.kit.Images.Close(), host.RemovePaths(filepath.Join(p.cfg.StateDir, host.StagedAgent)))
 	if p.link != "" {
-		errs = append(errs, agent.RemovePaths(p.cfg.StateDir, p.link))
+		errs = append(errs, host.RemovePaths(p.cfg.StateDir, p.link))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("oci: close: %w", err)
@@ -332,8 +340,11 @@ func (p *Provider) HostPaths() []string {
 // Name returns the configured name ("oci" by default).
 func (p *Provider) Name() string { return p.cfg.Name }
 
+// Capabilities: containers on this host, on an image directory, with egress over a Unix socket (sandbox.Local).
+func (p *Provider) Capabilities() sandbox.Capabilities { return sandbox.Local }
+
 // Tools are the in-sandbox agent's built-in tools.
-func (p *Provider) Tools() []sandbox.Tool { return agent.Tools() }
+func (p *Provider) Tools() []sandbox.Tool { return host.Tools() }
 
 // sweep deletes the containers, and removes the runtime roots and bundles, that servers which are gone left in
 // the default locations.
@@ -394,43 +405,13 @@ func (p *Provider) sweep(runBase, stateBase string) {
 	}
 }
 
-// stageAgent puts the agent binary into dir, a hard link where dir is on the binary's filesystem and a copy
-// otherwise, and returns its path. A sandbox's mount table shows each bind's source path, and the binary may
-// live in the data directory (corral serve copies itself to <data>/bin); dir's path says nothing.
-func stageAgent(dir, agentPath string) (string, error) {
-	dst := filepath.Join(dir, "agent")
-	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("oci: stage agent: %w", err)
-	}
-	if err := os.Link(agentPath, dst); err == nil {
-		return dst, nil
-	}
-	in, err := os.Open(agentPath)
-	if err != nil {
-		return "", fmt.Errorf("oci: stage agent: %w", err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		return "", fmt.Errorf("oci: stage agent: %w", err)
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", fmt.Errorf("oci: stage agent: %w", err)
-	}
-	return dst, nil
-}
-
 // neutralPrefix starts the names of default bundle directories; the links to them are named <pid>.<n>.
 const neutralPrefix = "s-"
 
 // providers numbers the Providers of this process, for the links to their default StateDirs.
 var providers atomic.Int64
 
-// deadOwner reports whether path, named name or <name>.<n>, belongs to a process that is gone (agent.OwnerGone).
+// deadOwner reports whether path, named name or <name>.<n>, belongs to a process that is gone (host.OwnerGone).
 func deadOwner(path, name string) bool {
 	owner, _, _ := strings.Cut(name, ".")
 	pid, err := strconv.Atoi(owner)
@@ -438,7 +419,7 @@ func deadOwner(path, name string) bool {
 		return false
 	}
 	fi, err := os.Lstat(path)
-	return err == nil && agent.OwnerGone(pid, fi.ModTime())
+	return err == nil && host.OwnerGone(pid, fi.ModTime())
 }
 
 // runtimeCmd builds a runtime command with the global flags.
@@ -453,83 +434,80 @@ func (p *Provider) runtimeCmdRoot(ctx context.Context, root string, args ...stri
 	return cmd
 }
 
-// Provision creates and starts a container for r.
+// Provision creates and starts a container for r: the host kit stages it (host.Kit.Stage), its bundle is
+// written (bundle), and the runtime creates and starts it (run).
 func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.Sandbox, err error) {
-	uid, cleanup, err := agent.Claim(r, p.cfg.UIDBase, p.cfg.UIDCount)
+	st, err := p.kit.Stage(r)
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			cleanup.Run()
+			st.Release()
 		}
 	}()
-	image, err := p.images.Root(r.RootFS)
+	spec, group, err := p.bundle(st)
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	name := "corral-" + hex.EncodeToString(b)
-	dir := filepath.Join(p.cfg.StateDir, name)
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return nil, fmt.Errorf("oci: %w", err)
-	}
-	cleanup.Add(func() error { return os.RemoveAll(dir) })
-	sockDir := filepath.Join(dir, "run")
-	if err := os.Mkdir(sockDir, 0o700); err != nil {
-		return nil, fmt.Errorf("oci: %w", err)
-	}
-	if err := os.Chown(sockDir, uid, uid); err != nil {
-		return nil, fmt.Errorf("oci: %w", err)
-	}
-	sock := filepath.Join(sockDir, "proxy.sock")
-	proxy, err := egress.Listen(egress.Config{Path: sock, UID: uid, GID: uid, Policy: egress.PolicyFor(r.Environment.Networking),
-		Egress: r.Egress, Logger: p.cfg.Logger.With("sandbox", name, "session", r.SessionID)})
+	proc, err := p.run(ctx, st, group)
 	if err != nil {
-		return nil, fmt.Errorf("oci: %w", err)
+		return nil, err
 	}
-	cleanup.Add(proxy.Close)
-
-	limits := agent.WithDefaults(r.Limits)
-	spec := BundleSpec{UID: uid, WorkspaceDir: r.WorkspaceDir, AgentPath: p.agent, ProxySocket: sock,
-		Env: agent.EnvFor(r.Egress), AllowClone3: p.cfg.AllowClone3, ShellNamespace: p.cfg.ShellNamespace, TmpBytes: limits.TmpBytes, TmpInodes: limits.TmpInodes,
-		Mounts: agent.SessionMounts(r), Image: image}
-	if spec.CABundle, err = agent.CABundle(image, r.Egress); err != nil {
-		return nil, fmt.Errorf("oci: %w", err)
-	}
-	if p.cfg.HostTmp {
-		spec.TmpSource = filepath.Join(dir, "tmp")
-		if err := mountTmp(spec.TmpSource, limits.TmpBytes, limits.TmpInodes); err != nil {
+	if spec.TmpSource != "" {
+		// The container holds its own mount of /tmp now; the host's goes, so that a crash leaves none.
+		if err := host.Unmount(spec.TmpSource); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
-		cleanup.Add(func() error { return unmountTmp(spec.TmpSource) })
+	}
+	p.cfg.Logger.Debug("container started", "container", st.Name, "session", r.SessionID, "uid", st.UID)
+	return host.NewSandbox(proc, r.Limits, group, st.Teardown()...), nil
+}
+
+// bundle writes the container's bundle into the sandbox's directory, with a bounded tmpfs of the host's for its
+// /tmp under Config.HostTmp, and returns the spec and the container's cgroup (nil under NoCgroups).
+func (p *Provider) bundle(st *host.Staged) (BundleSpec, *cgroup.Group, error) {
+	limits := st.Limits
+	spec := BundleSpec{UID: st.UID, WorkspaceDir: st.Workspace, AgentPath: p.agent, ProxySocket: st.Socket,
+		Env: st.Env, AllowClone3: p.cfg.AllowClone3, ShellNamespace: p.cfg.ShellNamespace, TmpBytes: limits.TmpBytes,
+		TmpInodes: limits.TmpInodes, Mounts: st.Mounts, Image: st.Image, CAFile: st.CAFile, CAOverlays: st.CAOverlays}
+	if p.cfg.HostTmp {
+		spec.TmpSource = filepath.Join(st.Dir, "tmp")
+		if err := os.Mkdir(spec.TmpSource, 0o711); err != nil {
+			return spec, nil, err
+		}
+		if err := host.MountTmp(spec.TmpSource, limits.TmpBytes, limits.TmpInodes); err != nil {
+			return spec, nil, err
+		}
+		st.Add(func() error { return host.Unmount(spec.TmpSource) })
 	}
 	var group *cgroup.Group
 	if !p.cfg.NoCgroups {
-		spec.CgroupsPath = cgroupParent + "/" + name
+		spec.CgroupsPath = cgroupParent + "/" + st.Name
 		spec.MemoryBytes, spec.Pids, spec.CPUQuota = limits.MemoryBytes, limits.Pids+p.cfg.RuntimeTasks, limits.CPUQuota
 		group = cgroup.Open(p.cfg.CgroupRoot, spec.CgroupsPath, cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, CPUQuota: spec.CPUQuota})
 	}
-	if err := WriteBundle(dir, spec); err != nil {
-		return nil, fmt.Errorf("oci: %w", err)
-	}
-	// runc create hands its stdio to the container's process and exits; the pipes then lead to the agent.
-	cmd := p.runtimeCmd(context.Background(), "create", "--bundle", dir, name)
-	proc, err := agent.StartProcess(cmd)
+	return spec, group, WriteBundle(st.Dir, spec)
+}
+
+// run creates the container of the bundle in st.Dir and starts it. runc create hands its stdio to the
+// container's process and exits; the pipes then lead to the agent.
+func (p *Provider) run(ctx context.Context, st *host.Staged, group *cgroup.Group) (*host.Process, error) {
+	cmd := p.runtimeCmd(context.Background(), "create", "--bundle", st.Dir, st.Name)
+	proc, err := host.StartProcess(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
-	cleanup.Add(func() error { proc.Stop(); return nil })
-	cleanup.Add(func() error {
-		out, err := p.runtimeCmd(context.Background(), "delete", "--force", name).CombinedOutput()
+	st.Add(func() error { proc.Stop(); return nil })
+	st.Add(func() error {
+		out, err := p.runtimeCmd(context.Background(), "delete", "--force", st.Name).CombinedOutput()
 		if err != nil && !strings.Contains(string(out), "not exist") {
-			return fmt.Errorf("oci: delete %s: %v: %s", name, err, out)
+			return fmt.Errorf("oci: delete %s: %v: %s", st.Name, err, out)
 		}
 		return nil
 	})
 	if group != nil {
-		cleanup.Add(group.Remove)
+		st.Add(group.Remove)
 	}
 	select {
 	case <-proc.Exited():
@@ -545,40 +523,8 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.
 	if !cmd.ProcessState.Success() {
 		return nil, fmt.Errorf("oci: %s create: %v: %s", p.cfg.Runtime, cmd.ProcessState, proc.Stderr())
 	}
-	if out, err := p.runtimeCmd(ctx, "start", name).CombinedOutput(); err != nil {
+	if out, err := p.runtimeCmd(ctx, "start", st.Name).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("oci: %s start: %v: %s", p.cfg.Runtime, err, out)
 	}
-	if spec.TmpSource != "" {
-		// The container holds its own mount of /tmp now; the host's goes, so that a crash leaves none.
-		if err := unmountTmp(spec.TmpSource); err != nil {
-			return nil, fmt.Errorf("oci: %w", err)
-		}
-	}
-	p.cfg.Logger.Debug("container started", "container", name, "session", r.SessionID, "uid", uid)
-	return agent.NewSandbox(proc, r.Limits, group, cleanup.Reversed()...), nil
-}
-
-// mountTmp mounts a private tmpfs of size bytes and inodes inodes, mode 1777, without suid or devices, at dir
-// (created).
-func mountTmp(dir string, size, inodes int64) error {
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return err
-	}
-	opts := fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", size, inodes)
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount /tmp: %w", err)
-	}
-	if err := syscall.Mount("", dir, "", syscall.MS_PRIVATE, ""); err != nil {
-		_ = unmountTmp(dir)
-		return fmt.Errorf("make /tmp private: %w", err)
-	}
-	return nil
-}
-
-// unmountTmp detaches the tmpfs at dir; the container's own mount of it stays. Idempotent.
-func unmountTmp(dir string) error {
-	if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("unmount %s: %w", dir, err)
-	}
-	return nil
+	return proc, nil
 }

@@ -16,7 +16,7 @@ import (
 	"syscall"
 
 	"github.com/corralhq/corral/internal/sandbox"
-	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/host"
 )
 
 // Config configures the Provider.
@@ -52,8 +52,13 @@ func New(cfg Config) (*Provider, error) {
 // Name returns "process".
 func (p *Provider) Name() string { return "process" }
 
+// Capabilities: a plain process in a workspace of this host, on the host's filesystem and network.
+func (p *Provider) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{HostWorkspace: true, RootFS: sandbox.RootFSNone, Egress: sandbox.EgressHostNetwork}
+}
+
 // Tools are the in-sandbox agent's built-in tools.
-func (p *Provider) Tools() []sandbox.Tool { return agent.Tools() }
+func (p *Provider) Tools() []sandbox.Tool { return host.Tools() }
 
 // Provision starts an agent in the workspace directory. It refuses a recipe with a RootFS
 // (sandbox.ErrRootFSUnsupported): a plain process sees the host's filesystem and cannot run on an image.
@@ -76,9 +81,9 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sa
 		"TERM=dumb",
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	proc, err := agent.StartProcess(cmd)
+	proc, err := host.StartProcess(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("process: %w", err)
 	}
-	return agent.NewSandbox(proc, r.Limits, nil), nil
+	return host.NewSandbox(proc, r.Limits, nil), nil
 }

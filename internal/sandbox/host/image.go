@@ -1,4 +1,4 @@
-package agent
+package host
 
 import (
 	"errors"
@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+
+	"github.com/corralhq/corral/internal/sandbox/agent"
 )
 
 // ImageRoot is an environment image (sandbox.Recipe.RootFS) as the isolating backends mount it. A sandbox's
@@ -45,7 +47,7 @@ type Link struct{ Name, Target string }
 
 // ownDirs are the top-level names a sandbox provides itself (or leaves out) whatever the image has there.
 var ownDirs = map[string]bool{"etc": true, "dev": true, "proc": true, "sys": true, "tmp": true, "run": true, "mnt": true,
-	filepath.Base(Workspace): true, filepath.Base(filepath.Dir(BinPath)): true, "lost+found": true}
+	filepath.Base(agent.Workspace): true, filepath.Base(filepath.Dir(agent.BinPath)): true, "lost+found": true}
 
 // maxCABundle bounds the image's CA bundle read into memory (Debian's is about 200 KiB).
 const maxCABundle = 8 << 20
@@ -278,20 +280,4 @@ func RemoveStagedImages(dir string) error {
 	}
 	errs = append(errs, RemovePaths(dir))
 	return errors.Join(errs...)
-}
-
-// bindReadOnly binds src (recursively) at dst, private, read-only, without suid or devices.
-func bindReadOnly(src, dst string) error {
-	if err := syscall.Mount(src, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-		return fmt.Errorf("bind %s: %w", src, err)
-	}
-	if err := syscall.Mount("", dst, "", syscall.MS_PRIVATE|syscall.MS_REC, ""); err != nil {
-		_ = syscall.Unmount(dst, syscall.MNT_DETACH)
-		return fmt.Errorf("make %s private: %w", dst, err)
-	}
-	if err := syscall.Mount("", dst, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
-		_ = syscall.Unmount(dst, syscall.MNT_DETACH)
-		return fmt.Errorf("remount %s read-only: %w", dst, err)
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package agent
+package host
 
 import (
 	"context"
@@ -15,12 +15,13 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 	"github.com/corralhq/corral/internal/sandbox/cgroup"
 )
 
 // Defaults for sandbox.Limits left zero.
 const (
-	DefaultCommandTimeout = DefaultTimeoutMS * time.Millisecond
+	DefaultCommandTimeout = agent.DefaultTimeoutMS * time.Millisecond
 	DefaultMemoryBytes    = 2 << 30
 	DefaultPids           = 1024
 	// DefaultTmpBytes and DefaultTmpInodes bound /tmp, a tmpfs counted in the sandbox's memory.
@@ -36,7 +37,7 @@ func WithDefaults(l sandbox.Limits) sandbox.Limits {
 		l.CommandTimeout = DefaultCommandTimeout
 	}
 	if l.OutputBytes <= 0 {
-		l.OutputBytes = DefaultOutputCap
+		l.OutputBytes = agent.DefaultOutputCap
 	}
 	if l.MemoryBytes <= 0 {
 		l.MemoryBytes = DefaultMemoryBytes
@@ -164,7 +165,7 @@ func (s *Sandbox) CgroupDirs() []string {
 
 // Ping waits until the agent answers a request, proving that it runs.
 func (s *Sandbox) Ping(ctx context.Context) error {
-	res, err := s.proc.Client.Call(ctx, PingTool, json.RawMessage(`{}`), 10*time.Second, 0, 5*time.Second)
+	res, err := s.proc.Client.Call(ctx, agent.PingTool, json.RawMessage(`{}`), 10*time.Second, 0, 5*time.Second)
 	if err != nil {
 		if tail := s.proc.Stderr(); tail != "" {
 			err = fmt.Errorf("%w (agent stderr: %s)", err, lastLine(tail))

@@ -1,56 +1,21 @@
-package agent
+package host
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 )
-
-// uids are the host uids handed to live sandboxes by every provider of this process.
-var uids struct {
-	sync.Mutex
-	inUse map[int]bool
-}
-
-// AllocUID returns a host uid from [base, base+count) that no live sandbox of this process uses. It prefers
-// the uid key (a session id) hashes to, so that a session's next sandbox usually gets the uid its workspace
-// already belongs to and need not re-own it. Servers sharing a host need ranges of their own.
-func AllocUID(base, count int, key string) (int, error) {
-	uids.Lock()
-	defer uids.Unlock()
-	if uids.inUse == nil {
-		uids.inUse = map[int]bool{}
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	start := int(h.Sum32() % uint32(count))
-	for i := range count {
-		uid := base + (start+i)%count
-		if !uids.inUse[uid] {
-			uids.inUse[uid] = true
-			return uid, nil
-		}
-	}
-	return 0, fmt.Errorf("all %d sandbox uids from %d are in use", count, base)
-}
-
-// FreeUID returns a uid taken with AllocUID.
-func FreeUID(uid int) {
-	uids.Lock()
-	defer uids.Unlock()
-	delete(uids.inUse, uid)
-}
 
 // CheckSearchable reports an error unless every ancestor of path can be searched by any uid.
 func CheckSearchable(path string) error {
@@ -77,7 +42,7 @@ var EtcFiles = []string{"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf
 func SandboxEnv() []string {
 	return []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + Workspace,
+		"HOME=" + agent.Workspace,
 		"USER=user",
 		"LANG=C.UTF-8",
 		"TERM=dumb",
@@ -134,28 +99,6 @@ func (u Undo) Run() {
 	for _, f := range u.Reversed() {
 		_ = f()
 	}
-}
-
-// Claim starts what every isolating backend's Provision does first: it checks the workspace path, takes a uid
-// of the sandbox's own from [base, base+count) and gives the workspace to it. The returned Undo frees the uid.
-func Claim(r *sandbox.Recipe, base, count int) (int, Undo, error) {
-	if !filepath.IsAbs(r.WorkspaceDir) {
-		return 0, nil, fmt.Errorf("workspace %q must be an absolute path", r.WorkspaceDir)
-	}
-	uid, err := AllocUID(base, count, r.SessionID)
-	if err != nil {
-		return 0, nil, err
-	}
-	undo := Undo{func() error { FreeUID(uid); return nil }}
-	if err := PrepareWorkspace(r.WorkspaceDir, uid); err != nil {
-		undo.Run()
-		return 0, nil, err
-	}
-	if err := PrepareSessionDir(r, uid); err != nil {
-		undo.Run()
-		return 0, nil, err
-	}
-	return uid, undo, nil
 }
 
 // OwnerGone reports whether the process that made something at time made (a state directory's link named for
@@ -273,4 +216,37 @@ func SessionMounts(r *sandbox.Recipe) []Mount {
 		{Source: r.OutputsDir(), Target: sandbox.OutputsMount},
 		{Source: r.SkillsDir(), Target: sandbox.SkillsMount, ReadOnly: true},
 	}
+}
+
+// StagedAgent is the name of the agent binary's copy in a provider's state directory (StageAgent).
+const StagedAgent = "agent"
+
+// StageAgent puts the agent binary into dir, a hard link where dir is on the binary's filesystem and a copy
+// otherwise, and returns its path. A sandbox's mount table shows each bind's source path, and the binary may
+// live in the data directory (corral serve copies itself to <data>/bin); dir's path says nothing.
+func StageAgent(dir, agentPath string) (string, error) {
+	dst := filepath.Join(dir, StagedAgent)
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("stage agent: %w", err)
+	}
+	if err := os.Link(agentPath, dst); err == nil {
+		return dst, nil
+	}
+	in, err := os.Open(agentPath)
+	if err != nil {
+		return "", fmt.Errorf("stage agent: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return "", fmt.Errorf("stage agent: %w", err)
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("stage agent: %w", err)
+	}
+	return dst, nil
 }

@@ -1,11 +1,15 @@
-package agent
+package host
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 func TestAllocUIDPrefersTheSessionsUID(t *testing.T) {
@@ -115,4 +119,33 @@ func TestReplaceLink(t *testing.T) {
 	if _, err := os.Lstat(link); !os.IsNotExist(err) {
 		t.Errorf("link left: %v", err)
 	}
+}
+
+func TestUndoOrder(t *testing.T) {
+	t.Parallel()
+	var got []int
+	var u Undo
+	for i := range 3 {
+		u.Add(func() error { got = append(got, i); return nil })
+	}
+	u.Run()
+	if fmt.Sprint(got) != "[2 1 0]" {
+		t.Errorf("Run ran %v, want newest first", got)
+	}
+	if r := u.Reversed(); len(r) != 3 {
+		t.Errorf("Reversed has %d steps", len(r))
+	}
+}
+
+func TestClaimRefusesRelativeWorkspace(t *testing.T) {
+	t.Parallel()
+	if _, _, err := Claim(&sandbox.Recipe{SessionID: "s", WorkspaceDir: "rel/ws"}, 900000, 1); err == nil || !strings.Contains(err.Error(), "absolute") {
+		t.Fatalf("Claim with a relative workspace: %v", err)
+	}
+	// The uid range (one uid) is still free: nothing was taken.
+	uid, err := AllocUID(900000, 1, "s")
+	if err != nil {
+		t.Fatalf("the uid was not left free: %v", err)
+	}
+	FreeUID(uid)
 }

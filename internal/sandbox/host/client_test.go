@@ -1,4 +1,4 @@
-package agent
+package host
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 )
 
 // fakeAgent is the agent's end of a Client's pipes: the test reads the requests and writes what it likes.
@@ -46,7 +47,7 @@ func (f *fakeAgent) call(outputCap int) (<-chan error, <-chan sandbox.Result, ui
 		resc <- res
 		errc <- err
 	}()
-	var req Request
+	var req agent.Request
 	if err := f.req.Decode(&req); err != nil {
 		panic(err)
 	}
@@ -57,7 +58,7 @@ func (f *fakeAgent) call(outputCap int) (<-chan error, <-chan sandbox.Result, ui
 // ErrSandboxDead, and the host never buffers more than a bounded amount of it.
 func TestClientBoundsMessages(t *testing.T) {
 	f := newFakeAgent(t)
-	errc, _, id := f.call(DefaultOutputCap)
+	errc, _, id := f.call(agent.DefaultOutputCap)
 
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -109,7 +110,7 @@ func TestClientEnforcesOutputCap(t *testing.T) {
 	const outCap = 1000
 	answer := func(id uint64, text string) {
 		t.Helper()
-		b, _ := json.Marshal(Response{ID: id, Content: []apitype.ContentBlock{{Type: "text", Text: text}}})
+		b, _ := json.Marshal(agent.Response{ID: id, Content: []apitype.ContentBlock{{Type: "text", Text: text}}})
 		if _, err := f.out.Write(append(b, '\n')); err != nil {
 			t.Fatal(err)
 		}

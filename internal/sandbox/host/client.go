@@ -1,4 +1,4 @@
-package agent
+package host
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
 )
 
 // Client is the host's end of one agent's pipes. It is safe for concurrent use.
@@ -32,7 +33,7 @@ type Client struct {
 
 // pendingCall is a call waiting for its response.
 type pendingCall struct {
-	ch     chan Response
+	ch     chan agent.Response
 	outCap int
 }
 
@@ -53,16 +54,16 @@ const (
 // agent's default).
 func MessageLimit(outCap int) int {
 	if outCap <= 0 {
-		outCap = DefaultOutputCap
+		outCap = agent.DefaultOutputCap
 	}
-	return 6*(outCap+noteSlack) + base64.StdEncoding.EncodedLen(maxImageBytes) + envelopeBytes
+	return 6*(outCap+noteSlack) + base64.StdEncoding.EncodedLen(agent.MaxImageBytes) + envelopeBytes
 }
 
 // NewClient starts reading responses from r (the agent's stdout) and sends requests on w (its stdin). When r
 // ends, every call in flight and every later call fails with sandbox.ErrSandboxDead.
 func NewClient(w io.Writer, r io.Reader) *Client {
 	c := &Client{w: w, pending: map[uint64]pendingCall{}, done: make(chan struct{})}
-	c.maxCap.Store(DefaultOutputCap)
+	c.maxCap.Store(agent.DefaultOutputCap)
 	go c.readLoop(r)
 	return c
 }
@@ -82,7 +83,7 @@ func (c *Client) readLoop(r io.Reader) {
 			}
 			break
 		}
-		var resp Response
+		var resp agent.Response
 		if err = json.Unmarshal(line, &resp); err != nil {
 			err = fmt.Errorf("malformed response: %w", err)
 			break
@@ -146,9 +147,9 @@ var errTooLong = errors.New("the agent sent a message too long for any result")
 
 // checkResponse refuses a response whose text exceeds what the agent can produce for a call with output cap
 // outCap (the content, not only the line, is bounded).
-func checkResponse(resp Response, outCap int) error {
+func checkResponse(resp agent.Response, outCap int) error {
 	if outCap <= 0 {
-		outCap = DefaultOutputCap
+		outCap = agent.DefaultOutputCap
 	}
 	n := 0
 	for _, b := range resp.Content {
@@ -173,7 +174,7 @@ func (c *Client) Call(ctx context.Context, tool string, input json.RawMessage, t
 	}
 	c.next++
 	id := c.next
-	ch := make(chan Response, 1)
+	ch := make(chan agent.Response, 1)
 	c.pending[id] = pendingCall{ch: ch, outCap: outputCap}
 	c.mu.Unlock()
 	for cur := c.maxCap.Load(); int64(outputCap) > cur && !c.maxCap.CompareAndSwap(cur, int64(outputCap)); cur = c.maxCap.Load() {
@@ -182,7 +183,7 @@ func (c *Client) Call(ctx context.Context, tool string, input json.RawMessage, t
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	line, err := json.Marshal(Request{ID: id, Tool: tool, Input: input, TimeoutMS: timeout.Milliseconds(), OutputCap: outputCap})
+	line, err := json.Marshal(agent.Request{ID: id, Tool: tool, Input: input, TimeoutMS: timeout.Milliseconds(), OutputCap: outputCap})
 	if err != nil {
 		c.forget(id)
 		return sandbox.Result{}, fmt.Errorf("encode request: %w", err)
@@ -203,14 +204,14 @@ func (c *Client) Call(ctx context.Context, tool string, input json.RawMessage, t
 			return sandbox.Result{}, c.deadErr()
 		}
 		res := sandbox.Result{Content: resp.Content, IsError: resp.IsError}
-		if resp.IsError && resp.Failure == sandbox.FailureTimeout {
+		if resp.IsError && resp.Failure == agent.FailureTimeout {
 			res.Failure = sandbox.FailureTimeout // the only failure the agent reports; anything else is dropped
 		}
 		return res, nil
 	case <-ctx.Done():
 		c.forget(id)
 		// Best effort: have the agent kill what the call started.
-		if line, err := json.Marshal(Request{Cancel: id}); err == nil {
+		if line, err := json.Marshal(agent.Request{Cancel: id}); err == nil {
 			c.wmu.Lock()
 			_, _ = c.w.Write(append(line, '\n'))
 			c.wmu.Unlock()
@@ -243,7 +244,7 @@ func maxTimeout(input json.RawMessage, def time.Duration) time.Duration {
 		TimeoutMS int64 `json:"timeout_ms"`
 	}
 	if json.Unmarshal(input, &in) == nil && in.TimeoutMS > 0 {
-		return max(def, time.Duration(min(in.TimeoutMS, MaxTimeoutMS))*time.Millisecond)
+		return max(def, time.Duration(min(in.TimeoutMS, agent.MaxTimeoutMS))*time.Millisecond)
 	}
 	return def
 }
