@@ -186,6 +186,10 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 	}
 	if vols != nil {
 		sc.Pool.Volumes = vols
+		if fsvc != nil {
+			// The files' writes (uploads, collected outputs) count against the same disk reserve.
+			fsvc.SetSpace(vols.CheckSpace)
+		}
 	}
 	if sc.Provider, err = f.provider(dataDir, logger); err != nil {
 		sc.Provider = nil // not a typed nil in the interface: the server must see no provider

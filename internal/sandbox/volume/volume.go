@@ -315,30 +315,75 @@ func (v *Volumes) checkReserve(dir string) error {
 	if v.cfg.ReserveBytes < 0 {
 		return nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(v.cfg.Root, &st); err != nil {
+	free, err := freeBytes(v.cfg.Root)
+	if err != nil {
 		return err
 	}
-	free := int64(st.Bavail) * st.Bsize
-	v.mu.Lock()
-	dirs := make([]string, 0, len(v.attached))
-	for d := range v.attached {
-		if d != dir {
-			dirs = append(dirs, d)
-		}
-	}
-	v.mu.Unlock()
-	var others int64
-	for _, d := range dirs {
-		others += v.growth(d)
-	}
+	others, n := v.promised(dir)
 	this := v.growth(dir)
 	if free-int64(float64(others+this)/v.cfg.Overcommit) < v.cfg.ReserveBytes {
 		return fmt.Errorf("%w: %d MiB free, the %d mounted workspaces may still grow by %d MiB and this one by %d MiB "+
 			"(overcommit %g), and the reserve of %d MiB must stay free; no workspace can be mounted until space is freed or sessions end",
-			ErrReserve, free>>20, len(dirs), others>>20, this>>20, v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
+			ErrReserve, free>>20, n, others>>20, this>>20, v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
 	}
 	return nil
+}
+
+// promised is what the mounted workspaces other than except may still grow by, and how many they are.
+func (v *Volumes) promised(except string) (int64, int) {
+	v.mu.Lock()
+	dirs := make([]string, 0, len(v.attached))
+	for d := range v.attached {
+		if d != except {
+			dirs = append(dirs, d)
+		}
+	}
+	v.mu.Unlock()
+	var sum int64
+	for _, d := range dirs {
+		sum += v.growth(d)
+	}
+	return sum, len(dirs)
+}
+
+// freeBytes is the space of dir's filesystem an unprivileged writer may still take.
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}
+
+// CheckSpace fails with ErrReserve when the filesystem of dir is below the reserve: its free space, less what
+// the mounted workspaces may still grow by when dir is on their filesystem, is under ReserveBytes. The Files
+// API's storage calls it as it writes (files.Service.SetSpace), so that uploads and the outputs collected from
+// sessions count against the reserve as the workspaces do.
+func (v *Volumes) CheckSpace(dir string) error {
+	if v.cfg.ReserveBytes < 0 {
+		return nil
+	}
+	free, err := freeBytes(dir)
+	if err != nil {
+		return fmt.Errorf("disk reserve: %w", err)
+	}
+	var others int64
+	var n int
+	if sameFilesystem(dir, v.cfg.Root) {
+		others, n = v.promised("")
+	}
+	if free-int64(float64(others)/v.cfg.Overcommit) < v.cfg.ReserveBytes {
+		return fmt.Errorf("%w: %d MiB free where %s is, the %d mounted workspaces may still grow by %d MiB (overcommit %g), "+
+			"and the reserve of %d MiB must stay free (--sandbox-disk-reserve)", ErrReserve, free>>20, dir, n, others>>20,
+			v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
+	}
+	return nil
+}
+
+// sameFilesystem reports whether a and b are on one filesystem.
+func sameFilesystem(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
 }
 
 // growth is how much more of the filesystem workspace dir's image may take: its size less what it takes.

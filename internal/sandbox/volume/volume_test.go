@@ -313,3 +313,44 @@ func TestReattachWhileStillMounted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCheckSpace: the Files API's writes count against the reserve: on the workspaces' filesystem, what the
+// mounted workspaces may still grow by is set aside first (issue 21, item 3).
+func TestCheckSpace(t *testing.T) {
+	root := t.TempDir()
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=100m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	ws := filepath.Join(root, "workspaces")
+	filesDir := filepath.Join(root, "files")
+	for _, d := range []string{ws, filesDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := newVolumes(t, ws, 60<<20)
+	ctx := context.Background()
+	for _, s := range []string{"a", "b"} {
+		if err := v.Attach(ctx, filepath.Join(ws, s)); err != nil {
+			t.Fatalf("workspace %s: %v", s, err)
+		}
+		t.Cleanup(func() { _ = v.Detach(filepath.Join(ws, s)) })
+	}
+	if err := v.CheckSpace(filesDir); err != nil {
+		t.Fatalf("100 MiB, 32 MiB promised to the workspaces, a reserve of 60 MiB: %v", err)
+	}
+	// 10 MiB of files: 90 MiB free, 32 promised, 58 left: below the reserve.
+	if err := os.WriteFile(filepath.Join(filesDir, "upload"), make([]byte, 10<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := v.CheckSpace(filesDir)
+	if !errors.Is(err, ErrReserve) || !strings.Contains(err.Error(), "--sandbox-disk-reserve") {
+		t.Fatalf("files past the reserve: %v", err)
+	}
+	t.Log(err)
+	// Another filesystem: the workspaces' growth is not set aside there.
+	if err := v.CheckSpace(t.TempDir()); err != nil {
+		t.Fatalf("another filesystem: %v", err)
+	}
+}
