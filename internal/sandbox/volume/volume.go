@@ -40,6 +40,9 @@ const (
 	DefaultSizeBytes    = 4 << 30
 	DefaultInodes       = 262144
 	DefaultReserveBytes = 2 << 30
+	// DefaultHeadroomBytes is --sandbox-disk-headroom's default: a mounted workspace costs the reserve check
+	// what it uses plus at most 256 MiB, so that a machine mounts as many as its disk holds.
+	DefaultHeadroomBytes = 256 << 20
 )
 
 // Config configures Volumes.
@@ -56,6 +59,11 @@ type Config struct {
 	// Otherwise Attach fails with ErrReserve and the session's tool calls say why. 0 means
 	// DefaultReserveBytes; negative means no check at all.
 	ReserveBytes int64
+	// HeadroomBytes bounds what the reserve check counts of a mounted workspace's unused quota: a workspace
+	// costs the admission what its sparse image takes plus at most this much (re-measured at every check, so a
+	// workspace that grows costs more). Default DefaultHeadroomBytes; SizeBytes or more is strict: a mounted
+	// workspace costs its whole quota, and the mounted ones can never fill the filesystem below ReserveBytes.
+	HeadroomBytes int64
 	// Overcommit divides the growth the reserve check counts: 1 (the default) is strict, so that the mounted
 	// workspaces can never fill the filesystem below ReserveBytes; 4 lets four times as many workspaces be
 	// mounted on the bet that at most a quarter of their quotas is used.
@@ -89,8 +97,14 @@ type entry struct {
 
 var _ sandbox.Volumes = (*Volumes)(nil)
 
-// ErrReserve is returned (wrapped) by Attach when the filesystem of the workspaces is below its reserve.
-var ErrReserve = errors.New("the server's disk is nearly full")
+// ErrReserve is returned (wrapped) by Attach when the filesystem of the workspaces is below its reserve. It is a
+// sandbox.ErrNoRoom: the Pool then reaps its idle sandboxes to give their room to the session that needs it.
+var ErrReserve error = reserveError{}
+
+type reserveError struct{}
+
+func (reserveError) Error() string        { return "the server's disk is nearly full" }
+func (reserveError) Is(target error) bool { return target == sandbox.ErrNoRoom }
 
 // Available reports whether workspace images can be mounted here: root, loop devices and mkfs.ext4. (A kernel
 // without ext4 makes the first mount fail, with the reason.)
@@ -140,6 +154,10 @@ func New(cfg Config) (*Volumes, error) {
 	cfg.Inodes = cmp.Or(cfg.Inodes, DefaultInodes)
 	cfg.ReserveBytes = cmp.Or(cfg.ReserveBytes, DefaultReserveBytes)
 	cfg.Overcommit = cmp.Or(cfg.Overcommit, 1)
+	cfg.HeadroomBytes = cmp.Or(cfg.HeadroomBytes, DefaultHeadroomBytes)
+	if cfg.HeadroomBytes < 0 {
+		return nil, fmt.Errorf("volume: HeadroomBytes %d must not be negative", cfg.HeadroomBytes)
+	}
 	if cfg.Overcommit < 1 {
 		return nil, fmt.Errorf("volume: Overcommit %v must be at least 1", cfg.Overcommit)
 	}
@@ -322,9 +340,11 @@ func (v *Volumes) checkReserve(dir string) error {
 	others, n := v.promised(dir)
 	this := v.growth(dir)
 	if free-int64(float64(others+this)/v.cfg.Overcommit) < v.cfg.ReserveBytes {
-		return fmt.Errorf("%w: %d MiB free, the %d mounted workspaces may still grow by %d MiB and this one by %d MiB "+
-			"(overcommit %g), and the reserve of %d MiB must stay free; no workspace can be mounted until space is freed or sessions end",
-			ErrReserve, free>>20, n, others>>20, this>>20, v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
+		return fmt.Errorf("%w: %d MiB free, the %d mounted workspaces are counted for %d MiB more and this one for %d MiB "+
+			"(what each may still grow by, at most --sandbox-disk-headroom %d MiB, divided by --sandbox-disk-overcommit %g), "+
+			"and --sandbox-disk-reserve %d MiB must stay free; no workspace can be mounted until space is freed, idle sandboxes "+
+			"are reaped or sessions end (or lower --sandbox-disk-reserve or --sandbox-disk-headroom, raise --sandbox-disk-overcommit)",
+			ErrReserve, free>>20, n, others>>20, this>>20, v.cfg.HeadroomBytes>>20, v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
 	}
 	return nil
 }
@@ -386,13 +406,14 @@ func sameFilesystem(a, b string) bool {
 	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
 }
 
-// growth is how much more of the filesystem workspace dir's image may take: its size less what it takes.
+// growth is how much more of the filesystem the reserve check counts workspace dir's image may take: its size
+// less what it takes, at most HeadroomBytes.
 func (v *Volumes) growth(dir string) int64 {
 	var st unix.Stat_t
 	if err := unix.Stat(imagePath(dir), &st); err != nil {
-		return v.cfg.SizeBytes
+		return min(v.cfg.SizeBytes, v.cfg.HeadroomBytes)
 	}
-	return max(0, max(st.Size, v.cfg.SizeBytes)-st.Blocks*512)
+	return min(max(0, max(st.Size, v.cfg.SizeBytes)-st.Blocks*512), v.cfg.HeadroomBytes)
 }
 
 // create makes a sparse image of SizeBytes with an ext4 filesystem of Inodes inodes at img, atomically.

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 const testSize = 16 << 20
@@ -352,5 +355,57 @@ func TestCheckSpace(t *testing.T) {
 	// Another filesystem: the workspaces' growth is not set aside there.
 	if err := v.CheckSpace(t.TempDir()); err != nil {
 		t.Fatalf("another filesystem: %v", err)
+	}
+}
+
+// TestHeadroom: a mounted workspace costs the reserve check what its sparse image uses plus a bounded headroom,
+// not its whole quota, so a disk mounts as many workspaces as it holds; strict (headroom = quota) as before.
+// A refusal is a sandbox.ErrNoRoom (the pool then reaps idle sandboxes) and names the flags and the figures
+// (issue 21 item 4, issue 28 item 1).
+func TestHeadroom(t *testing.T) {
+	if err := Available(""); err != nil {
+		t.Skipf("workspace quotas unavailable: %v", err)
+	}
+	for _, tc := range []struct {
+		name     string
+		headroom int64
+		want     int
+	}{
+		{"strict", 64 << 20, 1},
+		{"headroom 8 MiB", 8 << 20, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=100m"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+			v, err := New(Config{Root: root, SizeBytes: 64 << 20, Inodes: 128, ReserveBytes: 20 << 20, HeadroomBytes: tc.headroom})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = v.Close() })
+			n := 0
+			var refused error
+			for i := range 20 {
+				if err := v.Attach(t.Context(), filepath.Join(root, "w"+strconv.Itoa(i))); err != nil {
+					refused = err
+					break
+				}
+				n++
+			}
+			t.Logf("100 MiB disk, quota 64 MiB, reserve 20 MiB, headroom %d MiB: %d workspaces mounted; then %v", tc.headroom>>20, n, refused)
+			if n < tc.want {
+				t.Fatalf("%d workspaces mounted, want at least %d", n, tc.want)
+			}
+			if !errors.Is(refused, sandbox.ErrNoRoom) || !errors.Is(refused, ErrReserve) {
+				t.Fatalf("the refusal is no ErrNoRoom: %v", refused)
+			}
+			for _, flag := range []string{"--sandbox-disk-reserve 20 MiB", "--sandbox-disk-headroom", "--sandbox-disk-overcommit", "MiB free"} {
+				if !strings.Contains(refused.Error(), flag) {
+					t.Errorf("the refusal does not say %q: %v", flag, refused)
+				}
+			}
+		})
 	}
 }
