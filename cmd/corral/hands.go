@@ -41,9 +41,9 @@ type handsFlags struct {
 	timeout  time.Duration
 	egress   egressFlags
 	// The quotas of each session's workspace and /tmp, and the disk reserve of the data directory.
-	diskMB, inodes, reserveMB, tmpMB, tmpInodes int64
-	overcommit                                  float64
-	fs                                          *flag.FlagSet // to tell the flags given from the defaults
+	diskMB, inodes, reserveMB, headroomMB, tmpMB, tmpInodes int64
+	overcommit                                              float64
+	fs                                                      *flag.FlagSet // to tell the flags given from the defaults
 	// uidBase is the first host uid of the sandboxes (0: the backend's default); corral worker sets it.
 	uidBase int
 	// registries are the package managers' registries allow_package_managers opens to sandboxes, with the
@@ -71,6 +71,7 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.diskMB, "sandbox-disk", volume.DefaultSizeBytes>>20, "disk quota of each session's workspace in `MiB` (a loop-mounted ext4 image; needs root, loop devices and mkfs.ext4; 0 = no quota)")
 	fs.Int64Var(&f.inodes, "sandbox-inodes", volume.DefaultInodes, "inode (file) quota of each session's workspace")
 	fs.Int64Var(&f.reserveMB, "sandbox-disk-reserve", volume.DefaultReserveBytes>>20, "`MiB` the data directory's filesystem keeps free: a workspace is mounted only while the unused quota of the mounted ones fits above it (0 = no check)")
+	fs.Int64Var(&f.headroomMB, "sandbox-disk-headroom", volume.DefaultHeadroomBytes>>20, "`MiB` of a mounted workspace's unused quota the reserve check counts, besides what its sparse image uses (a workspace that grows costs more; --sandbox-disk or more = strict); when the reserve refuses a workspace, idle sandboxes are reaped first")
 	fs.Float64Var(&f.overcommit, "sandbox-disk-overcommit", 1, "`factor` the reserve check divides the mounted workspaces' unused quota by (1 = strict: they can never fill the disk below the reserve)")
 	fs.Int64Var(&f.tmpMB, "sandbox-tmp", host.DefaultTmpBytes>>20, "size of each sandbox's /tmp (a tmpfs, in its memory) in `MiB`")
 	fs.Int64Var(&f.tmpInodes, "sandbox-tmp-inodes", host.DefaultTmpInodes, "inode (file) limit of each sandbox's /tmp")
@@ -102,15 +103,15 @@ func (f *handsFlags) volumes(root string, logger *slog.Logger) (*volume.Volumes,
 		logger.Warn("workspace disk quotas are off (--sandbox-disk 0): a session can fill the data directory's filesystem")
 		return nil, nil
 	}
-	if f.inodes <= 0 || f.tmpMB <= 0 || f.tmpInodes <= 0 || f.reserveMB < 0 {
-		return nil, errors.New("--sandbox-inodes, --sandbox-tmp and --sandbox-tmp-inodes must be positive, --sandbox-disk-reserve not negative")
+	if f.inodes <= 0 || f.tmpMB <= 0 || f.tmpInodes <= 0 || f.reserveMB < 0 || f.headroomMB < 0 {
+		return nil, errors.New("--sandbox-inodes, --sandbox-tmp, --sandbox-tmp-inodes and --sandbox-disk-headroom must be positive, --sandbox-disk-reserve not negative")
 	}
 	reserve := f.reserveMB << 20
 	if reserve == 0 {
 		reserve = -1 // volume.Config: none
 	}
 	v, err := volume.New(volume.Config{Root: root, SizeBytes: f.diskMB << 20, Inodes: f.inodes, ReserveBytes: reserve,
-		Overcommit: f.overcommit, Logger: logger})
+		HeadroomBytes: f.headroomMB << 20, Overcommit: f.overcommit, Logger: logger})
 	if err == nil {
 		return v, nil
 	}
@@ -186,6 +187,10 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 	}
 	if vols != nil {
 		sc.Pool.Volumes = vols
+		if fsvc != nil {
+			// The files' writes (uploads, collected outputs) count against the same disk reserve.
+			fsvc.SetSpace(vols.CheckSpace)
+		}
 	}
 	if sc.Provider, err = f.provider(dataDir, logger); err != nil {
 		sc.Provider = nil // not a typed nil in the interface: the server must see no provider

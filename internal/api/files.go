@@ -124,6 +124,9 @@ func (s *Server) fileUpload(w http.ResponseWriter, r *http.Request) error {
 					msg: fmt.Sprintf("file: larger than the limit of %d bytes", s.files.MaxBytes())}
 			case errors.Is(err, files.ErrEmpty):
 				return invalid("file", "the file is empty")
+			case errors.Is(err, files.ErrNoSpace):
+				return &apiError{status: http.StatusInsufficientStorage, typ: apitype.ErrAPI,
+					msg: "file: the server's disk is down to its reserve; nothing was stored"}
 			case err != nil:
 				return multipartErr(err)
 			}

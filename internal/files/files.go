@@ -35,6 +35,12 @@ var ErrTooLarge = errors.New("file too large")
 // ErrEmpty: the content is empty. Nothing was stored.
 var ErrEmpty = errors.New("file is empty")
 
+// ErrNoSpace: the disk the files are written to is down to its reserve (SetSpace). Nothing was stored.
+var ErrNoSpace = errors.New("the server's disk is nearly full")
+
+// spaceCheckEvery is how many bytes a write may take between two checks of the disk reserve.
+const spaceCheckEvery = 4 << 20
+
 // Store is what the service keeps in the store: files and skills.
 type Store interface {
 	store.FileStore
@@ -46,6 +52,9 @@ type Service struct {
 	store    Store
 	blobs    blob.Store
 	maxBytes int64
+	// space checks the disk reserve of dir, the blobs' local directory, before and while a blob is written.
+	space func(dir string) error
+	dir   string
 }
 
 // Config configures a Service.
@@ -66,6 +75,36 @@ func New(cfg Config) (*Service, error) {
 
 // MaxBytes is the largest file the service stores.
 func (s *Service) MaxBytes() int64 { return s.maxBytes }
+
+// SetSpace makes every write to a blob store on the local disk (one with a Dir method: localfs) check check(dir)
+// before it starts and after every few MiB, and fail with ErrNoSpace (and nothing stored) once it reports an
+// error: the sandboxes' disk reserve (volume.Volumes.CheckSpace) then covers the files' writes, uploads and
+// collected outputs alike. Call it before the service is used.
+func (s *Service) SetSpace(check func(dir string) error) {
+	if d, ok := s.blobs.(interface{ Dir() string }); ok {
+		s.space, s.dir = check, d.Dir()
+	}
+}
+
+// spaceReader checks the disk reserve every spaceCheckEvery bytes read through it.
+type spaceReader struct {
+	r       io.Reader
+	check   func() error
+	sinceOK int64
+}
+
+func (r *spaceReader) Read(p []byte) (int, error) {
+	if r.sinceOK >= spaceCheckEvery {
+		if err := r.check(); err != nil {
+			return 0, err
+		}
+		r.sinceOK = 0
+	}
+	p = p[:min(int64(len(p)), spaceCheckEvery-r.sinceOK)]
+	n, err := r.r.Read(p)
+	r.sinceOK += int64(n)
+	return n, err
+}
 
 // Content is a file's content as Put stored it.
 type Content struct {
@@ -225,10 +264,26 @@ func (s *Service) CreateOutput(ctx context.Context, sessionID, name string, cont
 // returns its size and SHA-256. Nothing is left stored on failure.
 func (s *Service) PutBlob(ctx context.Context, key string, r io.Reader) (*Content, error) {
 	h := sha256.New()
-	n, err := s.blobs.Put(ctx, key, io.TeeReader(&limited{r: r, n: s.maxBytes}, h))
+	var src io.Reader = &limited{r: r, n: s.maxBytes}
+	if s.space != nil {
+		check := func() error {
+			if err := s.space(s.dir); err != nil {
+				return fmt.Errorf("%w: %w", ErrNoSpace, err)
+			}
+			return nil
+		}
+		if err := check(); err != nil {
+			return nil, err
+		}
+		src = &spaceReader{r: src, check: check}
+	}
+	n, err := s.blobs.Put(ctx, key, io.TeeReader(src, h))
 	if err != nil {
-		if errors.Is(err, ErrTooLarge) {
+		switch {
+		case errors.Is(err, ErrTooLarge):
 			return nil, ErrTooLarge
+		case errors.Is(err, ErrNoSpace):
+			return nil, err
 		}
 		return nil, fmt.Errorf("files: store %s: %w", key, err)
 	}

@@ -135,3 +135,45 @@ func TestNewValidates(t *testing.T) {
 		t.Error("New without a store and blobs: no error")
 	}
 }
+
+// TestSpace: with a disk check (the sandboxes' reserve), a write fails with ErrNoSpace as soon as the check does,
+// before or while the bytes are written, and nothing is stored; the check is asked of the blobs' directory.
+func TestSpace(t *testing.T) {
+	t.Parallel()
+	svc, blobs := newService(t, 64<<20)
+	var checks int
+	var full bool
+	svc.SetSpace(func(dir string) error {
+		if dir != blobs.Dir() {
+			t.Errorf("checked %s, not the blobs' directory %s", dir, blobs.Dir())
+		}
+		checks++
+		if full {
+			return errors.New("below the reserve")
+		}
+		return nil
+	})
+	if _, err := svc.Create(t.Context(), "small.txt", "", nil, strings.NewReader("abc")); err != nil || checks == 0 {
+		t.Fatalf("a write with space: %v (%d checks)", err, checks)
+	}
+	full = true
+	if _, err := svc.Create(t.Context(), "refused.txt", "", nil, strings.NewReader("abc")); !errors.Is(err, files.ErrNoSpace) {
+		t.Fatalf("a write below the reserve: %v", err)
+	}
+	// The disk fills during a 16 MiB write: it stops at the next check and leaves nothing.
+	full, checks = false, 0
+	svc.SetSpace(func(string) error {
+		if checks++; checks > 2 {
+			return errors.New("below the reserve")
+		}
+		return nil
+	})
+	if _, err := svc.Create(t.Context(), "big.bin", "", nil, bytes.NewReader(make([]byte, 16<<20))); !errors.Is(err, files.ErrNoSpace) {
+		t.Fatalf("a write that fills the disk: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(blobs.Dir(), "files", "*"))
+	tmp, _ := filepath.Glob(filepath.Join(blobs.Dir(), ".tmp", "*"))
+	if len(left) != 1 || len(tmp) != 0 {
+		t.Fatalf("blobs left: %v, temporary files: %v; want only small.txt's", left, tmp)
+	}
+}

@@ -60,8 +60,10 @@ func (l List) Key(baseID, goVersion, npmVersion string) string {
 	return "img-" + hex.EncodeToString(h.Sum(nil))[:24]
 }
 
-// Validate checks every package spec's syntax (a version must be pinned in the manager's own syntax where one
-// is given), so that nothing reaches a build's command line as an option or a second word.
+// Validate checks every package spec against its manager's grammar (specs.go): a registry package's name and,
+// where one is given, its version in the manager's own syntax; never a path, a URL, a VCS source or an option,
+// so that a build installs only what the managers' registries serve and nothing reaches its command line as an
+// option or a second word.
 func (l List) Validate() error {
 	for _, m := range l.Managers() {
 		for _, p := range l[m] {
@@ -69,51 +71,6 @@ func (l List) Validate() error {
 				return &BuildError{Manager: m, Package: p, Message: err.Error()}
 			}
 		}
-	}
-	return nil
-}
-
-func validSpec(manager, spec string) error {
-	if len(spec) > 256 {
-		return fmt.Errorf("longer than 256 characters")
-	}
-	if strings.HasPrefix(spec, "-") {
-		return fmt.Errorf("a package spec may not start with '-'")
-	}
-	for _, r := range spec {
-		if r <= ' ' || r == 0x7f || r == '\'' || r == '"' || r == '\\' || r == '`' || r == '$' || r == ';' || r == '|' || r == '&' {
-			return fmt.Errorf("invalid character %q", r)
-		}
-	}
-	name, version := spec, ""
-	switch manager {
-	case Apt:
-		name, version, _ = strings.Cut(spec, "=")
-	case Npm:
-		// @scope/name@version
-		if i := strings.LastIndex(spec, "@"); i > 0 {
-			name, version = spec[:i], spec[i+1:]
-		}
-	case Cargo, Go:
-		if i := strings.LastIndex(spec, "@"); i >= 0 {
-			name, version = spec[:i], spec[i+1:]
-		}
-		if manager == Go && version == "" {
-			return fmt.Errorf("go packages are installed with go install and need a version: %s@VERSION (or @latest)", spec)
-		}
-	case Gem:
-		name, version, _ = strings.Cut(spec, ":")
-	case Pip:
-		name = ""
-		if f := strings.FieldsFunc(spec, func(r rune) bool { return strings.ContainsRune("=<>!~[;@", r) }); len(f) > 0 && !strings.ContainsRune("=<>!~[;@", rune(spec[0])) {
-			name = f[0]
-		}
-	}
-	if name == "" {
-		return fmt.Errorf("no package name")
-	}
-	if strings.ContainsAny(version, "@=:") && manager != Pip {
-		return fmt.Errorf("invalid version %q", version)
 	}
 	return nil
 }

@@ -422,7 +422,17 @@ func (p *Pool) attach(ctx context.Context, s *session, dirs ...string) error {
 		if dir == "" || filepath.Dir(dir) != filepath.Clean(p.cfg.WorkspaceRoot) {
 			continue
 		}
-		if err := v.Attach(ctx, dir); err != nil {
+		err := v.Attach(ctx, dir)
+		// No room: the idle sandboxes give theirs back, the longest idle first, until this one fits.
+		for errors.Is(err, ErrNoRoom) {
+			idle := p.evictIdle(s)
+			if idle == nil {
+				break
+			}
+			p.closeIdle(idle, "reaping an idle sandbox: another session needs its volumes' room")
+			err = v.Attach(ctx, dir)
+		}
+		if err != nil {
 			_ = detach()
 			return err
 		}
@@ -430,6 +440,53 @@ func (p *Pool) attach(ctx context.Context, s *session, dirs ...string) error {
 	}
 	s.detach = detach
 	return nil
+}
+
+// evictIdle removes and returns the session, other than except, that has held volumes without a call in flight
+// the longest; nil if there is none. Like idle, it marks it removed at once.
+func (p *Pool) evictIdle(except *session) *idleSession {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best *session
+	var bestID string
+	for id, s := range p.sessions {
+		if s == except || !s.mu.TryLock() {
+			continue // provisioning: busy
+		}
+		if s.inflight == 0 && s.detach != nil && (best == nil || s.lastUsed.Before(best.lastUsed)) {
+			best, bestID = s, id
+		}
+		s.mu.Unlock()
+	}
+	if best == nil {
+		return nil
+	}
+	if !best.mu.TryLock() { // never wait for a session's lock under p.mu: its holder may be waiting for p.mu
+		return nil
+	}
+	if best.inflight > 0 { // a call took it meanwhile
+		best.mu.Unlock()
+		return nil
+	}
+	best.removed = true
+	best.mu.Unlock()
+	delete(p.sessions, bestID)
+	return &idleSession{id: bestID, s: best}
+}
+
+// idleSession is a session the pool took out of its map to close.
+type idleSession struct {
+	id string
+	s  *session
+}
+
+// closeIdle collects the outputs of a session taken out of the pool, and closes its sandbox and volumes.
+func (p *Pool) closeIdle(i *idleSession, why string) {
+	p.cfg.Logger.Info(why, "session", i.id)
+	p.collect(i.s.lastRecipe())
+	if err := i.s.close(); err != nil {
+		p.cfg.Logger.Warn("closing idle sandbox", "session", i.id, "err", err)
+	}
 }
 
 // release ends a call; a dead sandbox is closed and forgotten so that the next call provisions a new one.

@@ -1,6 +1,9 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Volumes gives each session's workspace a filesystem of its own, bounded in bytes and inodes, so that no
 // sandbox can fill the filesystem the server's data lives on (internal/sandbox/volume: a loop-mounted image
@@ -16,3 +19,8 @@ type Volumes interface {
 	// Remove deletes the volume of dir, whose session is gone. Idempotent.
 	Remove(dir string) error
 }
+
+// ErrNoRoom is what a Volumes' refusal to attach another volume wraps (internal/sandbox/volume's ErrReserve: the
+// disk is down to its reserve). The Pool answers it by reaping its idle sandboxes, the longest idle first, so
+// that a session holding volumes it does not use never keeps another session's tools from running.
+var ErrNoRoom = errors.New("no room for another sandbox's volumes")

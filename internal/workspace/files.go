@@ -156,10 +156,14 @@ func (p *Placer) removeDeletedFiles(r *sandbox.Recipe, rec *resourceRecord) bool
 	return changed
 }
 
-// outputRecord is the file, beside a workspace, that lists the outputs already collected.
+// outputRecord is the file, beside a workspace (out of every sandbox's reach), that lists the outputs already
+// collected and counts the bytes stored from them.
 type outputRecord struct {
-	// Collected maps a path under the outputs directory to the version of it that was collected.
+	// Collected maps a path under the outputs directory to the version of it that was collected last.
 	Collected map[string]collected `json:"collected"`
+	// Stored is every byte ever collected from the session: each version collected stays a file of the Files
+	// API, so a file shrunk or removed in the sandbox gives nothing back. The quota counts Stored.
+	Stored int64 `json:"stored_bytes"`
 }
 
 type collected struct {
@@ -176,8 +180,11 @@ var _ sandbox.Collector = (*Placer)(nil)
 
 // Collect stores every regular file under the recipe's outputs directory that was not collected before, or
 // changed since, as a file of the Files API scoped to the session. Links, devices and pipes are skipped: the
-// directory is the sandbox's, and what it holds is hostile. Files that would bring the session's collected
-// outputs past MaxOutputBytes are not collected, and the error says which.
+// directory is the sandbox's, and what it holds is hostile. The session's budget is cumulative: every byte ever
+// collected from it counts, every version of a changed file included, whatever the sandbox does to the files
+// afterwards (truncating a collected file frees nothing). Files that would bring it past MaxOutputBytes are not
+// collected, and the error says which; a file that grows while it is copied is stored only up to the size it had
+// when it was looked at.
 func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe) error {
 	dir := r.OutputsDir()
 	if dir == "" || p.cfg.Files == nil {
@@ -203,9 +210,12 @@ func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("outputs: %w", err)
 	}
-	var total int64
-	for _, c := range rec.Collected {
-		total += c.Size
+	total := rec.Stored
+	if total == 0 {
+		// A record from before the cumulative count: at least what its last versions hold.
+		for _, c := range rec.Collected {
+			total += c.Size
+		}
 	}
 	quota := cmp.Or(p.cfg.MaxOutputBytes, DefaultMaxOutputBytes)
 	var over []string
@@ -237,7 +247,7 @@ func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe) error {
 			over = append(over, name)
 			return nil
 		}
-		id, err := p.collectOne(ctx, root, r.SessionID, name)
+		id, n, err := p.collectOne(ctx, root, r.SessionID, name, info.Size())
 		if errors.Is(err, errEmptyOutput) {
 			return nil
 		}
@@ -247,8 +257,9 @@ func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe) error {
 		}
 		changed = true
 		rec.Collected[name] = collected{Size: info.Size(), ModTime: info.ModTime().UnixNano(), FileID: id}
-		total += info.Size()
-		p.cfg.Logger.Info("session output collected", "session", r.SessionID, "path", name, "file_id", id, "bytes", info.Size())
+		total += n
+		rec.Stored = total
+		p.cfg.Logger.Info("session output collected", "session", r.SessionID, "path", name, "file_id", id, "bytes", n)
 		return nil
 	})
 	if err != nil {
@@ -275,25 +286,40 @@ func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe) error {
 // errEmptyOutput marks an empty output, which the Files API cannot hold; it is skipped.
 var errEmptyOutput = errors.New("empty")
 
-// collectOne stores one output file. It opens it without following a link and without blocking on a pipe
-// swapped in since the walk, and copies it only if it is still a regular file.
-func (p *Placer) collectOne(ctx context.Context, root *os.Root, sessionID, name string) (string, error) {
+// collectOne stores one output file, at most size bytes of it (its size when the walk looked at it, which the
+// quota admitted), and returns its id and how many bytes were stored. It opens it without following a link and
+// without blocking on a pipe swapped in since the walk, and copies it only if it is still a regular file.
+func (p *Placer) collectOne(ctx context.Context, root *os.Root, sessionID, name string, size int64) (string, int64, error) {
 	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if !fi.Mode().IsRegular() {
-		return "", errors.New("not a regular file")
+		return "", 0, errors.New("not a regular file")
 	}
-	if fi.Size() == 0 {
-		return "", errEmptyOutput
+	if fi.Size() == 0 || size == 0 {
+		return "", 0, errEmptyOutput
 	}
-	return p.cfg.Files.CreateOutput(ctx, sessionID, path.Base(name), f)
+	cr := &countingReader{r: io.LimitReader(f, size)}
+	id, err := p.cfg.Files.CreateOutput(ctx, sessionID, path.Base(name), cr)
+	return id, cr.n, err
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
 }
 
 // Skills is the Skills API as the workspace uses it (*files.Service).

@@ -304,3 +304,64 @@ func TestOutputsCollectedByThePool(t *testing.T) {
 		t.Fatalf("after reaping: %v", got)
 	}
 }
+
+// TestCollectOutputsShrunk: truncating a collected output does not give its bytes back to the session's outputs
+// quota. Every version collected stays stored in the Files API, so the quota counts every byte ever collected
+// from the session, whatever the sandbox does to its files afterwards (issue 21, item 3: one session stored
+// 1.8 GB by truncating and rewriting its outputs).
+func TestCollectOutputsShrunk(t *testing.T) {
+	t.Parallel()
+	svc, st := fileService(t, 1<<20)
+	ctx := t.Context()
+	const quota = 4096
+	placer, err := workspace.New(workspace.Config{Files: svc, MaxOutputBytes: quota})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	const session = "sesn_shrunk"
+	r := &sandbox.Recipe{SessionID: session, WorkspaceDir: filepath.Join(root, session), SessionDir: filepath.Join(root, ".mnt-"+session)}
+	if err := os.MkdirAll(r.OutputsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(r.WorkspaceDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(r.OutputsDir(), "big.bin")
+	var refused error
+	for round := range 8 {
+		if err := os.WriteFile(big, bytes.Repeat([]byte{'x'}, 3000), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// A distinct modification time, as a sandbox's rewrite some time later has.
+		mt := time.Unix(1_700_000_000+int64(2*round), 0)
+		_ = os.Chtimes(big, mt, mt)
+		if err := placer.Collect(ctx, r); err != nil {
+			refused = err
+		}
+		// Shrunk to one byte, collected again: the shrink must not free the quota.
+		if err := os.Truncate(big, 1); err != nil {
+			t.Fatal(err)
+		}
+		mt = mt.Add(time.Second)
+		_ = os.Chtimes(big, mt, mt)
+		if err := placer.Collect(ctx, r); err != nil {
+			refused = err
+		}
+	}
+	fs, err := st.FileList(ctx, &store.FileListParams{ListParams: store.ListParams{Limit: 100}, ScopeID: session})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored int64
+	for _, f := range fs {
+		stored += f.SizeBytes
+	}
+	t.Logf("8 rounds of write 3000 bytes, collect, truncate to 1 byte, collect: %d files, %d bytes stored (quota %d)", len(fs), stored, quota)
+	if stored > quota {
+		t.Fatalf("the session stored %d bytes of outputs in %d files, past its quota of %d", stored, len(fs), quota)
+	}
+	if !errors.Is(refused, workspace.ErrOutputQuota) {
+		t.Fatalf("no collection was refused: %v", refused)
+	}
+}

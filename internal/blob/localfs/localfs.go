@@ -24,6 +24,7 @@ const tmpDir = ".tmp"
 // Store is a blob.Store in a directory.
 type Store struct {
 	root *os.Root
+	dir  string
 }
 
 var _ blob.Store = (*Store)(nil)
@@ -46,8 +47,11 @@ func Open(dir string) (*Store, error) {
 		root.Close()
 		return nil, fmt.Errorf("localfs: %w", err)
 	}
-	return &Store{root: root}, nil
+	return &Store{root: root, dir: dir}, nil
 }
+
+// Dir is the directory the blobs are written to (the Files API checks the disk reserve there).
+func (s *Store) Dir() string { return s.dir }
 
 // Close releases the directory.
 func (s *Store) Close() error { return s.root.Close() }

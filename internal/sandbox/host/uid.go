@@ -14,7 +14,8 @@ var uids struct {
 
 // AllocUID returns a host uid from [base, base+count) that no live sandbox of this process uses. It prefers
 // the uid key (a session id) hashes to, so that a session's next sandbox usually gets the uid its workspace
-// already belongs to and need not re-own it. Servers sharing a host need ranges of their own.
+// already belongs to and need not re-own it. A uid another Corral process on the host holds is skipped
+// (claimUID, uidclaim.go), whatever ranges the processes were given.
 func AllocUID(base, count int, key string) (int, error) {
 	uids.Lock()
 	defer uids.Unlock()
@@ -26,7 +27,7 @@ func AllocUID(base, count int, key string) (int, error) {
 	start := int(h.Sum32() % uint32(count))
 	for i := range count {
 		uid := base + (start+i)%count
-		if !uids.inUse[uid] {
+		if !uids.inUse[uid] && claimUID(uid) { // claimUID: no other process on the host has it (uidclaim.go)
 			uids.inUse[uid] = true
 			return uid, nil
 		}
@@ -39,4 +40,5 @@ func FreeUID(uid int) {
 	uids.Lock()
 	defer uids.Unlock()
 	delete(uids.inUse, uid)
+	releaseUID(uid)
 }

@@ -193,6 +193,48 @@ func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 			t.Errorf("an image was created below the reserve: %v", err)
 		}
 	})
+
+	// Sessions that ran one command and went idle do not hold the reserve's admission from another session for
+	// the idle period: the pool reaps the longest idle sandbox to mount the new one (issue 21, item 4).
+	t.Run("AdmissionReapsIdle", func(t *testing.T) {
+		if prov.Name() == "gvisor" {
+			// The probe needs a filesystem of a known size (a tmpfs: the shared disk's free space moves); a
+			// gVisor sandbox whose workspace image lies on a tmpfs hangs on its first command (not investigated).
+			// The pool's reaping is the same for every backend (TestPoolAdmissionReapsIdle).
+			t.Skip("gVisor on workspace images kept on a tmpfs hangs; the pool's reaping is backend-independent")
+		}
+		data := WorkspaceRoot(t)
+		if err := syscall.Mount("tmpfs", data, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=160m,mode=0711"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(data, syscall.MNT_DETACH) })
+		rroot := filepath.Join(data, "workspaces")
+		if err := os.Mkdir(rroot, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		// Strict: a session's two volumes cost 64 MiB; two sessions fit above the 24 MiB reserve, a third does not.
+		v, err := volume.New(volume.Config{Root: rroot, SizeBytes: quotaBytes, Inodes: quotaInodes, ReserveBytes: 24 << 20, HeadroomBytes: quotaBytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: rroot, Volumes: v, IdleTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = p.Stop()
+			_ = v.Close()
+		}()
+		for _, s := range []string{"adm-a", "adm-b", "adm-c", "adm-d"} {
+			res, err := p.Execute(context.Background(), bash(s, "echo ran"))
+			if err != nil || !strings.Contains(text(res), "ran") {
+				t.Fatalf("session %s, with the others idle: %v: %s", s, err, text(res))
+			}
+		}
+		if n := p.Sessions(); n != 2 {
+			t.Errorf("%d sessions hold a sandbox, want 2 (the idle ones reaped to make room)", n)
+		}
+	})
 }
 
 // wantQuotaHit checks that a tool result says the write failed for lack of space and which quota of dir is

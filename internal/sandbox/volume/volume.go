@@ -40,6 +40,9 @@ const (
 	DefaultSizeBytes    = 4 << 30
 	DefaultInodes       = 262144
 	DefaultReserveBytes = 2 << 30
+	// DefaultHeadroomBytes is --sandbox-disk-headroom's default: a mounted workspace costs the reserve check
+	// what it uses plus at most 256 MiB, so that a machine mounts as many as its disk holds.
+	DefaultHeadroomBytes = 256 << 20
 )
 
 // Config configures Volumes.
@@ -56,6 +59,11 @@ type Config struct {
 	// Otherwise Attach fails with ErrReserve and the session's tool calls say why. 0 means
 	// DefaultReserveBytes; negative means no check at all.
 	ReserveBytes int64
+	// HeadroomBytes bounds what the reserve check counts of a mounted workspace's unused quota: a workspace
+	// costs the admission what its sparse image takes plus at most this much (re-measured at every check, so a
+	// workspace that grows costs more). Default DefaultHeadroomBytes; SizeBytes or more is strict: a mounted
+	// workspace costs its whole quota, and the mounted ones can never fill the filesystem below ReserveBytes.
+	HeadroomBytes int64
 	// Overcommit divides the growth the reserve check counts: 1 (the default) is strict, so that the mounted
 	// workspaces can never fill the filesystem below ReserveBytes; 4 lets four times as many workspaces be
 	// mounted on the bet that at most a quarter of their quotas is used.
@@ -89,8 +97,14 @@ type entry struct {
 
 var _ sandbox.Volumes = (*Volumes)(nil)
 
-// ErrReserve is returned (wrapped) by Attach when the filesystem of the workspaces is below its reserve.
-var ErrReserve = errors.New("the server's disk is nearly full")
+// ErrReserve is returned (wrapped) by Attach when the filesystem of the workspaces is below its reserve. It is a
+// sandbox.ErrNoRoom: the Pool then reaps its idle sandboxes to give their room to the session that needs it.
+var ErrReserve error = reserveError{}
+
+type reserveError struct{}
+
+func (reserveError) Error() string        { return "the server's disk is nearly full" }
+func (reserveError) Is(target error) bool { return target == sandbox.ErrNoRoom }
 
 // Available reports whether workspace images can be mounted here: root, loop devices and mkfs.ext4. (A kernel
 // without ext4 makes the first mount fail, with the reason.)
@@ -140,6 +154,10 @@ func New(cfg Config) (*Volumes, error) {
 	cfg.Inodes = cmp.Or(cfg.Inodes, DefaultInodes)
 	cfg.ReserveBytes = cmp.Or(cfg.ReserveBytes, DefaultReserveBytes)
 	cfg.Overcommit = cmp.Or(cfg.Overcommit, 1)
+	cfg.HeadroomBytes = cmp.Or(cfg.HeadroomBytes, DefaultHeadroomBytes)
+	if cfg.HeadroomBytes < 0 {
+		return nil, fmt.Errorf("volume: HeadroomBytes %d must not be negative", cfg.HeadroomBytes)
+	}
 	if cfg.Overcommit < 1 {
 		return nil, fmt.Errorf("volume: Overcommit %v must be at least 1", cfg.Overcommit)
 	}
@@ -315,39 +333,87 @@ func (v *Volumes) checkReserve(dir string) error {
 	if v.cfg.ReserveBytes < 0 {
 		return nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(v.cfg.Root, &st); err != nil {
+	free, err := freeBytes(v.cfg.Root)
+	if err != nil {
 		return err
 	}
-	free := int64(st.Bavail) * st.Bsize
-	v.mu.Lock()
-	dirs := make([]string, 0, len(v.attached))
-	for d := range v.attached {
-		if d != dir {
-			dirs = append(dirs, d)
-		}
-	}
-	v.mu.Unlock()
-	var others int64
-	for _, d := range dirs {
-		others += v.growth(d)
-	}
+	others, n := v.promised(dir)
 	this := v.growth(dir)
 	if free-int64(float64(others+this)/v.cfg.Overcommit) < v.cfg.ReserveBytes {
-		return fmt.Errorf("%w: %d MiB free, the %d mounted workspaces may still grow by %d MiB and this one by %d MiB "+
-			"(overcommit %g), and the reserve of %d MiB must stay free; no workspace can be mounted until space is freed or sessions end",
-			ErrReserve, free>>20, len(dirs), others>>20, this>>20, v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
+		return fmt.Errorf("%w: %d MiB free, the %d mounted workspaces are counted for %d MiB more and this one for %d MiB "+
+			"(what each may still grow by, at most --sandbox-disk-headroom %d MiB, divided by --sandbox-disk-overcommit %g), "+
+			"and --sandbox-disk-reserve %d MiB must stay free; no workspace can be mounted until space is freed, idle sandboxes "+
+			"are reaped or sessions end (or lower --sandbox-disk-reserve or --sandbox-disk-headroom, raise --sandbox-disk-overcommit)",
+			ErrReserve, free>>20, n, others>>20, this>>20, v.cfg.HeadroomBytes>>20, v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
 	}
 	return nil
 }
 
-// growth is how much more of the filesystem workspace dir's image may take: its size less what it takes.
+// promised is what the mounted workspaces other than except may still grow by, and how many they are.
+func (v *Volumes) promised(except string) (int64, int) {
+	v.mu.Lock()
+	dirs := make([]string, 0, len(v.attached))
+	for d := range v.attached {
+		if d != except {
+			dirs = append(dirs, d)
+		}
+	}
+	v.mu.Unlock()
+	var sum int64
+	for _, d := range dirs {
+		sum += v.growth(d)
+	}
+	return sum, len(dirs)
+}
+
+// freeBytes is the space of dir's filesystem an unprivileged writer may still take.
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}
+
+// CheckSpace fails with ErrReserve when the filesystem of dir is below the reserve: its free space, less what
+// the mounted workspaces may still grow by when dir is on their filesystem, is under ReserveBytes. The Files
+// API's storage calls it as it writes (files.Service.SetSpace), so that uploads and the outputs collected from
+// sessions count against the reserve as the workspaces do.
+func (v *Volumes) CheckSpace(dir string) error {
+	if v.cfg.ReserveBytes < 0 {
+		return nil
+	}
+	free, err := freeBytes(dir)
+	if err != nil {
+		return fmt.Errorf("disk reserve: %w", err)
+	}
+	var others int64
+	var n int
+	if sameFilesystem(dir, v.cfg.Root) {
+		others, n = v.promised("")
+	}
+	if free-int64(float64(others)/v.cfg.Overcommit) < v.cfg.ReserveBytes {
+		return fmt.Errorf("%w: %d MiB free where %s is, the %d mounted workspaces may still grow by %d MiB (overcommit %g), "+
+			"and the reserve of %d MiB must stay free (--sandbox-disk-reserve)", ErrReserve, free>>20, dir, n, others>>20,
+			v.cfg.Overcommit, v.cfg.ReserveBytes>>20)
+	}
+	return nil
+}
+
+// sameFilesystem reports whether a and b are on one filesystem.
+func sameFilesystem(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
+}
+
+// growth is how much more of the filesystem the reserve check counts workspace dir's image may take: its size
+// less what it takes, at most HeadroomBytes.
 func (v *Volumes) growth(dir string) int64 {
 	var st unix.Stat_t
 	if err := unix.Stat(imagePath(dir), &st); err != nil {
-		return v.cfg.SizeBytes
+		return min(v.cfg.SizeBytes, v.cfg.HeadroomBytes)
 	}
-	return max(0, max(st.Size, v.cfg.SizeBytes)-st.Blocks*512)
+	return min(max(0, max(st.Size, v.cfg.SizeBytes)-st.Blocks*512), v.cfg.HeadroomBytes)
 }
 
 // create makes a sparse image of SizeBytes with an ext4 filesystem of Inodes inodes at img, atomically.

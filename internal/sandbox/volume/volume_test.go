@@ -5,11 +5,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/internal/sandbox"
 )
 
 const testSize = 16 << 20
@@ -311,5 +314,98 @@ func TestReattachWhileStillMounted(t *testing.T) {
 	}
 	if err := v.Detach(dir); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCheckSpace: the Files API's writes count against the reserve: on the workspaces' filesystem, what the
+// mounted workspaces may still grow by is set aside first (issue 21, item 3).
+func TestCheckSpace(t *testing.T) {
+	root := t.TempDir()
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=100m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	ws := filepath.Join(root, "workspaces")
+	filesDir := filepath.Join(root, "files")
+	for _, d := range []string{ws, filesDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := newVolumes(t, ws, 60<<20)
+	ctx := context.Background()
+	for _, s := range []string{"a", "b"} {
+		if err := v.Attach(ctx, filepath.Join(ws, s)); err != nil {
+			t.Fatalf("workspace %s: %v", s, err)
+		}
+		t.Cleanup(func() { _ = v.Detach(filepath.Join(ws, s)) })
+	}
+	if err := v.CheckSpace(filesDir); err != nil {
+		t.Fatalf("100 MiB, 32 MiB promised to the workspaces, a reserve of 60 MiB: %v", err)
+	}
+	// 10 MiB of files: 90 MiB free, 32 promised, 58 left: below the reserve.
+	if err := os.WriteFile(filepath.Join(filesDir, "upload"), make([]byte, 10<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := v.CheckSpace(filesDir)
+	if !errors.Is(err, ErrReserve) || !strings.Contains(err.Error(), "--sandbox-disk-reserve") {
+		t.Fatalf("files past the reserve: %v", err)
+	}
+	t.Log(err)
+	// Another filesystem: the workspaces' growth is not set aside there.
+	if err := v.CheckSpace(t.TempDir()); err != nil {
+		t.Fatalf("another filesystem: %v", err)
+	}
+}
+
+// TestHeadroom: a mounted workspace costs the reserve check what its sparse image uses plus a bounded headroom,
+// not its whole quota, so a disk mounts as many workspaces as it holds; strict (headroom = quota) as before.
+// A refusal is a sandbox.ErrNoRoom (the pool then reaps idle sandboxes) and names the flags and the figures
+// (issue 21 item 4, issue 28 item 1).
+func TestHeadroom(t *testing.T) {
+	if err := Available(""); err != nil {
+		t.Skipf("workspace quotas unavailable: %v", err)
+	}
+	for _, tc := range []struct {
+		name     string
+		headroom int64
+		want     int
+	}{
+		{"strict", 64 << 20, 1},
+		{"headroom 8 MiB", 8 << 20, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=100m"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+			v, err := New(Config{Root: root, SizeBytes: 64 << 20, Inodes: 128, ReserveBytes: 20 << 20, HeadroomBytes: tc.headroom})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = v.Close() })
+			n := 0
+			var refused error
+			for i := range 20 {
+				if err := v.Attach(t.Context(), filepath.Join(root, "w"+strconv.Itoa(i))); err != nil {
+					refused = err
+					break
+				}
+				n++
+			}
+			t.Logf("100 MiB disk, quota 64 MiB, reserve 20 MiB, headroom %d MiB: %d workspaces mounted; then %v", tc.headroom>>20, n, refused)
+			if n < tc.want {
+				t.Fatalf("%d workspaces mounted, want at least %d", n, tc.want)
+			}
+			if !errors.Is(refused, sandbox.ErrNoRoom) || !errors.Is(refused, ErrReserve) {
+				t.Fatalf("the refusal is no ErrNoRoom: %v", refused)
+			}
+			for _, flag := range []string{"--sandbox-disk-reserve 20 MiB", "--sandbox-disk-headroom", "--sandbox-disk-overcommit", "MiB free"} {
+				if !strings.Contains(refused.Error(), flag) {
+					t.Errorf("the refusal does not say %q: %v", flag, refused)
+				}
+			}
+		})
 	}
 }
