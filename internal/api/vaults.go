@@ -47,23 +47,6 @@ const (
 	tokenAuthPost  = "client_secret_post"
 )
 
-func (s *Server) vaultRoutes() {
-	s.mux.Handle("POST /v1/vaults", s.authed(s.vaultCreate))
-	s.mux.Handle("GET /v1/vaults", s.authed(s.vaultList))
-	s.mux.Handle("GET /v1/vaults/{vault_id}", s.authed(s.vaultGet))
-	s.mux.Handle("POST /v1/vaults/{vault_id}", s.authed(s.vaultUpdate))
-	s.mux.Handle("DELETE /v1/vaults/{vault_id}", s.authed(s.vaultDelete))
-	s.mux.Handle("POST /v1/vaults/{vault_id}/archive", s.authed(s.vaultArchive))
-
-	s.mux.Handle("POST /v1/vaults/{vault_id}/credentials", s.authed(s.credentialCreate))
-	s.mux.Handle("GET /v1/vaults/{vault_id}/credentials", s.authed(s.credentialList))
-	s.mux.Handle("GET /v1/vaults/{vault_id}/credentials/{credential_id}", s.authed(s.credentialGet))
-	s.mux.Handle("POST /v1/vaults/{vault_id}/credentials/{credential_id}", s.authed(s.credentialUpdate))
-	s.mux.Handle("DELETE /v1/vaults/{vault_id}/credentials/{credential_id}", s.authed(s.credentialDelete))
-	s.mux.Handle("POST /v1/vaults/{vault_id}/credentials/{credential_id}/archive", s.authed(s.credentialArchive))
-	s.mux.Handle("POST /v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate", s.authed(s.credentialValidate))
-}
-
 // Vaults.
 
 type vaultCreateRequest struct {
