@@ -159,7 +159,7 @@ var (
 	accessOperate = access{name: "work_operate", queue: true, accept: kindAPIKey}
 )
 
-// upload is a with a body cap of its own.
+// upload is access a with a body cap of its own (an upload larger than Config.MaxBodyBytes).
 func (a access) upload(maxBody func() int64) access {
 	a.maxBody = maxBody
 	return a
