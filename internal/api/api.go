@@ -200,57 +200,9 @@ func (s *Server) Handler() http.Handler {
 // handlerFunc is an endpoint: it writes a response or returns an error, which serveErr maps to the envelope.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-func (s *Server) routes() {
-	health := func(w http.ResponseWriter, r *http.Request) error {
-		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	}
-	s.mux.Handle("GET /{$}", s.public(health))
-	s.mux.Handle("GET /healthz", s.public(health))
-
-	s.mux.Handle("POST /v1/agents", s.authed(s.agentCreate))
-	s.mux.Handle("GET /v1/agents", s.authed(s.agentList))
-	s.mux.Handle("GET /v1/agents/{agent_id}", s.authed(s.agentGet))
-	s.mux.Handle("POST /v1/agents/{agent_id}", s.authed(s.agentUpdate))
-	s.mux.Handle("POST /v1/agents/{agent_id}/archive", s.authed(s.agentArchive))
-	s.mux.Handle("GET /v1/agents/{agent_id}/versions", s.authed(s.agentVersionList))
-
-	s.mux.Handle("POST /v1/environments", s.authed(s.envCreate))
-	s.mux.Handle("GET /v1/environments", s.authed(s.envList))
-	s.mux.Handle("GET /v1/environments/{environment_id}", s.sessionAuthed(s.envGet))
-	s.mux.Handle("POST /v1/environments/{environment_id}", s.authed(s.envUpdate))
-	s.mux.Handle("DELETE /v1/environments/{environment_id}", s.authed(s.envDelete))
-	s.mux.Handle("POST /v1/environments/{environment_id}/archive", s.authed(s.envArchive))
-
-	s.mux.Handle("POST /v1/sessions", s.authed(s.sessionCreate))
-	s.mux.Handle("GET /v1/sessions", s.authed(s.sessionList))
-	s.mux.Handle("GET /v1/sessions/{session_id}", s.sessionAuthed(s.sessionGet))
-	s.mux.Handle("POST /v1/sessions/{session_id}", s.authed(s.sessionUpdate))
-	s.mux.Handle("DELETE /v1/sessions/{session_id}", s.authed(s.sessionDelete))
-	s.mux.Handle("POST /v1/sessions/{session_id}/archive", s.authed(s.sessionArchive))
-
-	s.mux.Handle("GET /v1/sessions/{session_id}/events", s.sessionAuthed(s.eventList))
-	s.mux.Handle("POST /v1/sessions/{session_id}/events", s.sessionAuthed(s.eventSend))
-	s.mux.Handle("GET /v1/sessions/{session_id}/events/stream", s.sessionAuthed(s.eventStream))
-
-	s.mux.Handle("GET /v1/sessions/{session_id}/resources", s.authed(s.resourceList))
-	s.mux.Handle("POST /v1/sessions/{session_id}/resources", s.authed(s.resourceAdd))
-	s.mux.Handle("GET /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceGet))
-	s.mux.Handle("POST /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceUpdate))
-	s.mux.Handle("DELETE /v1/sessions/{session_id}/resources/{resource_id}", s.authed(s.resourceDelete))
-
-	s.vaultRoutes()
-	s.workRoutes()
-	s.fileRoutes()
-	s.skillRoutes()
-}
-
 type ctxKey int
 
-const (
-	requestIDKey ctxKey = iota
-	keyIDKey            // the id of the request's API key, set by authed
-	workKey             // the *apitype.Work of a request authenticated by its sessions token
-)
+const requestIDKey ctxKey = iota
 
 // requestID returns the id the request was given by serveHTTP.
 func requestID(ctx context.Context) string {
@@ -305,91 +257,6 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) error {
 	}
 	return &apiError{status: http.StatusNotFound, typ: apitype.ErrNotFound,
 		msg: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)}
-}
-
-// public serves an endpoint without authentication.
-func (s *Server) public(h handlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
-			s.serveErr(w, r, err)
-		}
-	})
-}
-
-// authed serves an endpoint after authenticating the caller, rate limiting it and capping the body size.
-func (s *Server) authed(h handlerFunc) http.Handler {
-	return s.authedLimit(h, func() int64 { return s.maxBody })
-}
-
-// authedLimit is authed with a body cap of its own (uploads).
-func (s *Server) authedLimit(h handlerFunc, limit func() int64) http.Handler {
-	return s.guardedLimit(h, limit, func(w http.ResponseWriter, r *http.Request) (context.Context, error) {
-		key, err := s.admit(w, r)
-		if err != nil {
-			return nil, err
-		}
-		return context.WithValue(r.Context(), keyIDKey, key), nil
-	})
-}
-
-// guarded serves an endpoint after admit authenticated the request (returning its context), capping the body
-// size.
-func (s *Server) guarded(h handlerFunc, admit func(w http.ResponseWriter, r *http.Request) (context.Context, error)) http.Handler {
-	return s.guardedLimit(h, func() int64 { return s.maxBody }, admit)
-}
-
-// guardedLimit is guarded with a body cap of its own.
-func (s *Server) guardedLimit(h handlerFunc, limit func() int64, admit func(w http.ResponseWriter, r *http.Request) (context.Context, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, err := admit(w, r)
-		if err != nil {
-			s.serveErr(w, r, err)
-			return
-		}
-		r = r.WithContext(ctx)
-		maxBody := limit()
-		if r.ContentLength > maxBody {
-			s.serveErr(w, r, errTooLarge(maxBody))
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-		if err := h(w, r); err != nil {
-			s.serveErr(w, r, err)
-		}
-	})
-}
-
-// admit authenticates the request, applies the rate limit and returns the key's id.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request) (string, error) {
-	key := presentedKey(r)
-	if key == "" {
-		return "", &apiError{status: http.StatusUnauthorized, typ: apitype.ErrAuthentication,
-			msg: "missing API key: send Authorization: Bearer <key> or x-api-key: <key>"}
-	}
-	keyID, err := s.keys.Authenticate(r.Context(), key)
-	if err != nil {
-		return "", err
-	}
-	return keyID, s.rateLimit(w, keyID)
-}
-
-// rateLimit applies the rate limit of a key id.
-func (s *Server) rateLimit(w http.ResponseWriter, keyID string) error {
-	if s.limiter != nil {
-		if wait, ok := s.limiter.allow(keyID, time.Now()); !ok {
-			secs := int(wait/time.Second) + 1
-			w.Header().Set("retry-after", fmt.Sprint(secs))
-			return &apiError{status: http.StatusTooManyRequests, typ: apitype.ErrRateLimit,
-				msg: fmt.Sprintf("rate limit exceeded; retry in %d s", secs)}
-		}
-	}
-	return nil
-}
-
-// keyID returns the id of the API key the request was authenticated with ("" on public endpoints).
-func keyID(ctx context.Context) string {
-	id, _ := ctx.Value(keyIDKey).(string)
-	return id
 }
 
 // trackingWriter remembers whether a response was started, so a recovered panic does not write twice. It

@@ -29,14 +29,6 @@ const (
 	ioIdleTimeout = time.Minute
 )
 
-func (s *Server) fileRoutes() {
-	s.mux.Handle("POST /v1/files", s.authedLimit(s.fileUpload, s.fileUploadLimit))
-	s.mux.Handle("GET /v1/files", s.authed(s.fileList))
-	s.mux.Handle("GET /v1/files/{file_id}", s.authed(s.fileGet))
-	s.mux.Handle("GET /v1/files/{file_id}/content", s.authed(s.fileContent))
-	s.mux.Handle("DELETE /v1/files/{file_id}", s.authed(s.fileDelete))
-}
-
 // errNoFiles answers the Files API of a server configured without file storage.
 var errNoFiles = &apiError{status: http.StatusNotImplemented, typ: apitype.ErrAPI,
 	msg: "this server has no file storage configured"}

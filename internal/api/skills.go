@@ -20,42 +20,6 @@ import (
 
 const maxSkillDisplayName = 255
 
-func (s *Server) skillRoutes() {
-	limit := func() int64 { return skills.MaxTotalBytes + multipartOverhead }
-	s.mux.Handle("POST /v1/skills", s.authedLimit(s.skillCreate, limit))
-	s.mux.Handle("GET /v1/skills", s.authed(s.skillList))
-	s.mux.Handle("GET /v1/skills/{skill_id}", s.authed(s.skillGet))
-	s.mux.Handle("DELETE /v1/skills/{skill_id}", s.authed(s.skillDelete))
-	s.mux.Handle("POST /v1/skills/{skill_id}/versions", s.authedLimit(s.skillVersionCreate, limit))
-	// A self-hosted worker downloads its session's skills with the item's sessions token (the SDK's
-	// EnvironmentWorker does): the token reads the versions of the skills its session's agent names, nothing else.
-	s.mux.Handle("GET /v1/skills/{skill_id}/versions", s.sessionAuthed(s.sessionSkill(s.skillVersionList)))
-	s.mux.Handle("GET /v1/skills/{skill_id}/versions/{version}", s.sessionAuthed(s.sessionSkill(s.skillVersionGet)))
-	s.mux.Handle("DELETE /v1/skills/{skill_id}/versions/{version}", s.authed(s.skillVersionDelete))
-	s.mux.Handle("GET /v1/skills/{skill_id}/versions/{version}/content", s.sessionAuthed(s.sessionSkill(s.skillVersionContent)))
-}
-
-// sessionSkill lets a sessions token through to h only for a skill its session's agent names; API keys pass.
-func (s *Server) sessionSkill(h handlerFunc) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		c := callerOf(r.Context())
-		if c == nil || c.work == nil {
-			return h(w, r)
-		}
-		id := r.PathValue("skill_id")
-		sess, err := s.store.SessionGet(r.Context(), c.work.Data.ID)
-		if err != nil {
-			return lookup(err, "session", c.work.Data.ID)
-		}
-		for _, ref := range sess.Agent.Skills {
-			if ref.SkillID == id {
-				return h(w, r)
-			}
-		}
-		return errForbidden("this sessions token may read only the skills of its session's agent, not %s", id)
-	}
-}
-
 // skillUpload is a checked, packed upload: the zip in a temporary file, and what SKILL.md says.
 type skillUpload struct {
 	meta        *skills.Meta

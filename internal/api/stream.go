@@ -59,7 +59,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.store.SessionGet(ctx, id); err != nil {
 		return lookup(err, "session", id)
 	}
-	release, err := s.streams.acquire(keyID(ctx))
+	release, err := s.streams.acquire(callerID(ctx))
 	if err != nil {
 		w.Header().Set("retry-after", "1")
 		return err

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,13 +13,7 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// The work queue of self-hosted environments (spec §2.3) and the keys of their workers.
-//
-// Three credentials reach these endpoints. An API key may do everything but take work (poll, ack, heartbeat).
-// An environment key (apitype.EnvironmentKeyPrefix) may poll, ack, heartbeat, stop, list and count its own
-// environment's work, and nothing else. A sessions token (apitype.SessionsTokenPrefix), minted by the poll that
-// delivers an item and carried in its secret, may heartbeat and stop that item and read, follow and answer
-// (user.tool_result) that item's session; it dies when the item stops or another poll delivers it.
+// The work queue of self-hosted environments (spec §2.3). Who may call which of its endpoints is in auth.go.
 const (
 	maxBlockMS      = 999
 	defaultReclaim  = 5 * time.Second
@@ -30,155 +23,6 @@ const (
 	// maxTrackedPollers bounds the memory workers_polling takes, whatever a flood of worker ids does.
 	maxTrackedPollers = 65536
 )
-
-// caller is who a worker-facing request was authenticated as.
-type caller struct {
-	id     string                  // for rate limiting and stream slots
-	apiKey bool                    // an API key: the operator
-	envKey *apitype.EnvironmentKey // an environment key
-	work   *apitype.Work           // a sessions token: its item
-}
-
-// access says which credentials an endpoint accepts.
-type access struct{ apiKey, envKey, token bool }
-
-var (
-	accessTake    = access{envKey: true}                            // poll, ack
-	accessHold    = access{apiKey: true, envKey: true, token: true} // heartbeat, stop
-	accessQueue   = access{apiKey: true, envKey: true}              // list, stats
-	accessOperate = access{apiKey: true}                            // get, update
-)
-
-type callerKeyType struct{}
-
-// keyOf is the id of the request's environment key, "" for other credentials.
-func keyOf(ctx context.Context) string {
-	if c := callerOf(ctx); c != nil && c.envKey != nil {
-		return c.envKey.ID
-	}
-	return ""
-}
-
-func callerOf(ctx context.Context) *caller {
-	c, _ := ctx.Value(callerKeyType{}).(*caller)
-	return c
-}
-
-func errUnauthorized(msg string) error {
-	return &apiError{status: http.StatusUnauthorized, typ: apitype.ErrAuthentication, msg: msg}
-}
-
-func errForbidden(format string, args ...any) error {
-	return &apiError{status: http.StatusForbidden, typ: apitype.ErrPermission, msg: fmt.Sprintf(format, args...)}
-}
-
-// authenticate finds the caller of a worker-facing request and checks it may act on the path's environment,
-// work item and session.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, a access) (*caller, error) {
-	key := presentedKey(r)
-	if key == "" {
-		return nil, errUnauthorized("missing credential: send Authorization: Bearer <key>")
-	}
-	env, workID, sessID := r.PathValue("environment_id"), r.PathValue("work_id"), r.PathValue("session_id")
-	var c *caller
-	switch {
-	case strings.HasPrefix(key, apitype.EnvironmentKeyPrefix):
-		k, err := s.store.EnvironmentKeyByHash(r.Context(), apitype.HashAPIKey(key))
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, errUnauthorized("invalid or revoked environment key")
-		}
-		if err != nil {
-			return nil, err
-		}
-		if !a.envKey {
-			return nil, errForbidden("an environment key may only poll, ack, heartbeat, stop, list and count its environment's work")
-		}
-		if env != k.EnvironmentID {
-			return nil, errForbidden("this environment key belongs to another environment")
-		}
-		c = &caller{id: k.ID, envKey: k}
-	case strings.HasPrefix(key, apitype.SessionsTokenPrefix):
-		wk, err := s.store.WorkByTokenHash(r.Context(), apitype.HashAPIKey(key))
-		if errors.Is(err, store.ErrNotFound) || err == nil && wk.State == apitype.WorkStopped {
-			return nil, errUnauthorized("invalid or expired sessions token (its work item stopped or was delivered again)")
-		}
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case !a.token:
-			return nil, errForbidden("a sessions token may only heartbeat and stop its work item and use its session")
-		case env != "" && env != wk.EnvironmentID, workID != "" && workID != wk.ID:
-			return nil, errForbidden("this sessions token belongs to another work item")
-		case sessID != "" && sessID != wk.Data.ID:
-			return nil, errForbidden("this sessions token belongs to another session")
-		}
-		c = &caller{id: "work:" + wk.ID, work: wk}
-	default:
-		id, err := s.keys.Authenticate(r.Context(), key)
-		if err != nil {
-			return nil, err
-		}
-		if !a.apiKey {
-			return nil, errForbidden("this endpoint takes an environment key, not an API key")
-		}
-		c = &caller{id: id, apiKey: true}
-	}
-	return c, s.rateLimit(w, c.id)
-}
-
-// workerAuthed serves a worker-facing endpoint to the credentials a accepts.
-func (s *Server) workerAuthed(a access, h handlerFunc) http.Handler {
-	return s.guarded(h, func(w http.ResponseWriter, r *http.Request) (context.Context, error) {
-		c, err := s.authenticate(w, r, a)
-		if err != nil {
-			return nil, err
-		}
-		ctx := context.WithValue(r.Context(), keyIDKey, c.id)
-		return context.WithValue(ctx, callerKeyType{}, c), nil
-	})
-}
-
-// sessionAuthed serves a session endpoint to API keys and to the sessions token of a work item of that session.
-func (s *Server) sessionAuthed(h handlerFunc) http.Handler {
-	token := s.workerAuthed(access{token: true}, h)
-	key := s.authed(h)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(presentedKey(r), apitype.SessionsTokenPrefix) {
-			token.ServeHTTP(w, r)
-			return
-		}
-		key.ServeHTTP(w, r)
-	})
-}
-
-// tokenMayAppend checks what a sessions token sends to its session: only user.tool_result.
-func tokenMayAppend(ctx context.Context, events []clientEvent) error {
-	if c := callerOf(ctx); c != nil && c.work != nil {
-		for _, ce := range events {
-			if ce.ev.Type != apitype.EventUserToolResult {
-				return errForbidden("a sessions token may only send user.tool_result events, not %s", ce.ev.Type)
-			}
-		}
-	}
-	return nil
-}
-
-func (s *Server) workRoutes() {
-	base := "/v1/environments/{environment_id}/work"
-	s.mux.Handle("GET "+base+"/poll", s.workerAuthed(accessTake, s.workPoll))
-	s.mux.Handle("POST "+base+"/{work_id}/ack", s.workerAuthed(accessTake, s.workAck))
-	s.mux.Handle("POST "+base+"/{work_id}/heartbeat", s.workerAuthed(accessHold, s.workHeartbeat))
-	s.mux.Handle("POST "+base+"/{work_id}/stop", s.workerAuthed(accessHold, s.workStop))
-	s.mux.Handle("GET "+base+"/{work_id}", s.workerAuthed(accessOperate, s.workGet))
-	s.mux.Handle("POST "+base+"/{work_id}", s.workerAuthed(accessOperate, s.workUpdate))
-	s.mux.Handle("GET "+base, s.workerAuthed(accessQueue, s.workList))
-	s.mux.Handle("GET "+base+"/stats", s.workerAuthed(accessQueue, s.workStats))
-
-	s.mux.Handle("POST /v1/environments/{environment_id}/keys", s.authed(s.envKeyCreate))
-	s.mux.Handle("GET /v1/environments/{environment_id}/keys", s.authed(s.envKeyList))
-	s.mux.Handle("DELETE /v1/environments/{environment_id}/keys/{key_id}", s.authed(s.envKeyRevoke))
-}
 
 // selfHostedEnv returns the path's environment if it is a self-hosted one.
 func (s *Server) selfHostedEnv(r *http.Request) (*apitype.Environment, error) {
@@ -243,7 +87,7 @@ func (s *Server) workPoll(w http.ResponseWriter, r *http.Request) error {
 	for {
 		token := apitype.NewSessionsToken()
 		wk, err := s.store.WorkPoll(r.Context(), &store.WorkPollParams{EnvironmentID: e.ID, WorkerID: worker,
-			ReclaimAfter: reclaim, TokenHash: apitype.HashAPIKey(token), KeyID: keyOf(r.Context()), At: s.now()})
+			ReclaimAfter: reclaim, TokenHash: apitype.HashAPIKey(token), KeyID: envKeyID(r.Context()), At: s.now()})
 		if err == nil {
 			secret := apitype.WorkSecret(token)
 			wk.Secret = &secret
@@ -466,60 +310,4 @@ func (p *pollers) count(env string, now time.Time) int {
 		}
 	}
 	return n
-}
-
-type envKeyCreateRequest struct {
-	Name *string `json:"name"`
-}
-
-func (s *Server) envKeyCreate(w http.ResponseWriter, r *http.Request) error {
-	var req envKeyCreateRequest
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		if err := decodeJSON(body, &req); err != nil {
-			return err
-		}
-	}
-	name := ""
-	if req.Name != nil {
-		name = *req.Name
-	}
-	if err := checkString("name", name, false, maxNameLen); err != nil {
-		return err
-	}
-	e, err := s.selfHostedEnv(r)
-	if err != nil {
-		return err
-	}
-	secret := apitype.NewEnvironmentKeySecret()
-	k := &apitype.EnvironmentKey{Type: "environment_key", ID: apitype.NewID(apitype.PrefixEnvironmentKey),
-		EnvironmentID: e.ID, Name: name, Hash: apitype.HashAPIKey(secret), Hint: secret[len(secret)-4:], CreatedAt: s.now()}
-	if err := s.store.EnvironmentKeyCreate(r.Context(), k); err != nil {
-		return lookup(err, "environment", e.ID)
-	}
-	k.Key = secret
-	return writeJSON(w, http.StatusOK, k)
-}
-
-func (s *Server) envKeyList(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("environment_id")
-	if _, err := s.store.EnvironmentGet(r.Context(), id); err != nil {
-		return lookup(err, "environment", id)
-	}
-	keys, err := s.store.EnvironmentKeyList(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, listPage[apitype.EnvironmentKey]{Data: keys})
-}
-
-func (s *Server) envKeyRevoke(w http.ResponseWriter, r *http.Request) error {
-	env, id := r.PathValue("environment_id"), r.PathValue("key_id")
-	if err := s.store.EnvironmentKeyRevoke(r.Context(), env, id, s.now()); err != nil {
-		return lookup(err, "environment key", id)
-	}
-	return writeJSON(w, http.StatusOK, map[string]string{"id": id, "type": "environment_key_revoked"})
 }

@@ -1,0 +1,20 @@
+package api
+
+// RouteAccess is a route of the table as the external tests see it: its pattern and the kinds of credential its
+// access accepts.
+type RouteAccess struct {
+	Pattern               string
+	Public                bool
+	APIKey, EnvKey, Token bool
+}
+
+// RouteAccesses lists the route table of s.
+func (s *Server) RouteAccesses() []RouteAccess {
+	var out []RouteAccess
+	for _, rt := range s.routeTable() {
+		a := rt.access
+		out = append(out, RouteAccess{Pattern: rt.pattern, Public: a.public,
+			APIKey: a.accept&kindAPIKey != 0, EnvKey: a.accept&kindEnvKey != 0, Token: a.accept&kindToken != 0})
+	}
+	return out
+}

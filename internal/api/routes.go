@@ -1,0 +1,153 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/corralhq/corral/internal/skills"
+)
+
+// route is an endpoint of the API: its ServeMux pattern, its handler and the access it grants (auth.go).
+type route struct {
+	pattern string
+	h       handlerFunc
+	access  access
+}
+
+// workBase is the path of a self-hosted environment's work queue: its routes, and only they, have queue accesses.
+const workBase = "/v1/environments/{environment_id}/work"
+
+// routeTable is every route of the API. Each names its access; handle refuses one that names none.
+func (s *Server) routeTable() []route {
+	health := func(w http.ResponseWriter, r *http.Request) error {
+		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}
+	skillUpload := accessAPIKey.upload(func() int64 { return skills.MaxTotalBytes + multipartOverhead })
+	return []route{
+		{"GET /{$}", health, accessPublic},
+		{"GET /healthz", health, accessPublic},
+
+		{"POST /v1/agents", s.agentCreate, accessAPIKey},
+		{"GET /v1/agents", s.agentList, accessAPIKey},
+		{"GET /v1/agents/{agent_id}", s.agentGet, accessAPIKey},
+		{"POST /v1/agents/{agent_id}", s.agentUpdate, accessAPIKey},
+		{"POST /v1/agents/{agent_id}/archive", s.agentArchive, accessAPIKey},
+		{"GET /v1/agents/{agent_id}/versions", s.agentVersionList, accessAPIKey},
+
+		{"POST /v1/environments", s.envCreate, accessAPIKey},
+		{"GET /v1/environments", s.envList, accessAPIKey},
+		{"GET /v1/environments/{environment_id}", s.envGet, accessSession},
+		{"POST /v1/environments/{environment_id}", s.envUpdate, accessAPIKey},
+		{"DELETE /v1/environments/{environment_id}", s.envDelete, accessAPIKey},
+		{"POST /v1/environments/{environment_id}/archive", s.envArchive, accessAPIKey},
+		{"POST /v1/environments/{environment_id}/keys", s.envKeyCreate, accessAPIKey},
+		{"GET /v1/environments/{environment_id}/keys", s.envKeyList, accessAPIKey},
+		{"DELETE /v1/environments/{environment_id}/keys/{key_id}", s.envKeyRevoke, accessAPIKey},
+
+		{"GET " + workBase + "/poll", s.workPoll, accessTake},
+		{"POST " + workBase + "/{work_id}/ack", s.workAck, accessTake},
+		{"POST " + workBase + "/{work_id}/heartbeat", s.workHeartbeat, accessHold},
+		{"POST " + workBase + "/{work_id}/stop", s.workStop, accessHold},
+		{"GET " + workBase + "/{work_id}", s.workGet, accessOperate},
+		{"POST " + workBase + "/{work_id}", s.workUpdate, accessOperate},
+		{"GET " + workBase, s.workList, accessQueue},
+		{"GET " + workBase + "/stats", s.workStats, accessQueue},
+
+		{"POST /v1/sessions", s.sessionCreate, accessAPIKey},
+		{"GET /v1/sessions", s.sessionList, accessAPIKey},
+		{"GET /v1/sessions/{session_id}", s.sessionGet, accessSession},
+		{"POST /v1/sessions/{session_id}", s.sessionUpdate, accessAPIKey},
+		{"DELETE /v1/sessions/{session_id}", s.sessionDelete, accessAPIKey},
+		{"POST /v1/sessions/{session_id}/archive", s.sessionArchive, accessAPIKey},
+
+		{"GET /v1/sessions/{session_id}/events", s.eventList, accessSession},
+		{"POST /v1/sessions/{session_id}/events", s.eventSend, accessSession},
+		{"GET /v1/sessions/{session_id}/events/stream", s.eventStream, accessSession},
+
+		{"GET /v1/sessions/{session_id}/resources", s.resourceList, accessAPIKey},
+		{"POST /v1/sessions/{session_id}/resources", s.resourceAdd, accessAPIKey},
+		{"GET /v1/sessions/{session_id}/resources/{resource_id}", s.resourceGet, accessAPIKey},
+		{"POST /v1/sessions/{session_id}/resources/{resource_id}", s.resourceUpdate, accessAPIKey},
+		{"DELETE /v1/sessions/{session_id}/resources/{resource_id}", s.resourceDelete, accessAPIKey},
+
+		{"POST /v1/vaults", s.vaultCreate, accessAPIKey},
+		{"GET /v1/vaults", s.vaultList, accessAPIKey},
+		{"GET /v1/vaults/{vault_id}", s.vaultGet, accessAPIKey},
+		{"POST /v1/vaults/{vault_id}", s.vaultUpdate, accessAPIKey},
+		{"DELETE /v1/vaults/{vault_id}", s.vaultDelete, accessAPIKey},
+		{"POST /v1/vaults/{vault_id}/archive", s.vaultArchive, accessAPIKey},
+
+		{"POST /v1/vaults/{vault_id}/credentials", s.credentialCreate, accessAPIKey},
+		{"GET /v1/vaults/{vault_id}/credentials", s.credentialList, accessAPIKey},
+		{"GET /v1/vaults/{vault_id}/credentials/{credential_id}", s.credentialGet, accessAPIKey},
+		{"POST /v1/vaults/{vault_id}/credentials/{credential_id}", s.credentialUpdate, accessAPIKey},
+		{"DELETE /v1/vaults/{vault_id}/credentials/{credential_id}", s.credentialDelete, accessAPIKey},
+		{"POST /v1/vaults/{vault_id}/credentials/{credential_id}/archive", s.credentialArchive, accessAPIKey},
+		{"POST /v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate", s.credentialValidate, accessAPIKey},
+
+		{"POST /v1/files", s.fileUpload, accessAPIKey.upload(s.fileUploadLimit)},
+		{"GET /v1/files", s.fileList, accessAPIKey},
+		{"GET /v1/files/{file_id}", s.fileGet, accessAPIKey},
+		{"GET /v1/files/{file_id}/content", s.fileContent, accessAPIKey},
+		{"DELETE /v1/files/{file_id}", s.fileDelete, accessAPIKey},
+
+		{"POST /v1/skills", s.skillCreate, skillUpload},
+		{"GET /v1/skills", s.skillList, accessAPIKey},
+		{"GET /v1/skills/{skill_id}", s.skillGet, accessAPIKey},
+		{"DELETE /v1/skills/{skill_id}", s.skillDelete, accessAPIKey},
+		{"POST /v1/skills/{skill_id}/versions", s.skillVersionCreate, skillUpload},
+		{"GET /v1/skills/{skill_id}/versions", s.skillVersionList, accessSessionSkill},
+		{"GET /v1/skills/{skill_id}/versions/{version}", s.skillVersionGet, accessSessionSkill},
+		{"DELETE /v1/skills/{skill_id}/versions/{version}", s.skillVersionDelete, accessAPIKey},
+		{"GET /v1/skills/{skill_id}/versions/{version}/content", s.skillVersionContent, accessSessionSkill},
+	}
+}
+
+// routes registers the route table.
+func (s *Server) routes() {
+	for _, rt := range s.routeTable() {
+		s.handle(rt)
+	}
+}
+
+// handle registers a route. One that declares no access, or an access that does not match its path
+// (checkRoute), is a programming error, and panics.
+func (s *Server) handle(rt route) {
+	if err := checkRoute(rt); err != nil {
+		panic("api: " + err.Error())
+	}
+	s.mux.Handle(rt.pattern, s.serve(rt.access, rt.h))
+}
+
+// checkRoute checks that a route's access matches its path family: the health checks are public and nothing
+// else is; the work queue's routes, and only they, have queue accesses (the only ones environment keys reach);
+// an environment key is scoped by the path's environment, so a route that takes one names it; a sessions token
+// is scoped by the path's environment, work item or session, so a route that takes one names one of them or
+// checks the token further.
+func checkRoute(rt route) error {
+	a := rt.access
+	_, p, _ := strings.Cut(rt.pattern, " ")
+	names := func(wildcards ...string) bool {
+		return slices.ContainsFunc(wildcards, func(w string) bool { return strings.Contains(p, "{"+w+"}") })
+	}
+	queue := p == workBase || strings.HasPrefix(p, workBase+"/")
+	switch {
+	case a.name == "":
+		return fmt.Errorf("route %s declares no access", rt.pattern)
+	case a.public != (p == "/{$}" || p == "/healthz"):
+		return fmt.Errorf("route %s: access %s, but only the health checks are public", rt.pattern, a.name)
+	case a.public:
+		return nil
+	case a.accept == 0:
+		return fmt.Errorf("route %s: access %s accepts no credential", rt.pattern, a.name)
+	case a.queue != queue:
+		return fmt.Errorf("route %s: access %s, but the work queue's routes and only they take queue accesses", rt.pattern, a.name)
+	case a.accept&kindEnvKey != 0 && (!a.queue || !names("environment_id")):
+		return fmt.Errorf("route %s: access %s takes environment keys outside an environment's work queue", rt.pattern, a.name)
+	case a.accept&kindToken != 0 && a.tokenScope == nil && !names("environment_id", "work_id", "session_id"):
+		return fmt.Errorf("route %s: access %s takes sessions tokens that nothing in its path scopes", rt.pattern, a.name)
+	}
+	return nil
+}
