@@ -145,7 +145,7 @@ func TestImagesE2E(t *testing.T) {
 			se, _ = e["error"].(map[string]any)
 		}
 	}
-	if se == nil || se["type"] != apitype.SessionErrEnvironmentBuild || se["package"] != "corral-no-such-package" ||
+	if se == nil || se["type"] != string(apitype.SessionErrEnvironmentBuild) || se["package"] != "corral-no-such-package" ||
 		!strings.Contains(se["message"].(string), "unknown package") {
 		t.Errorf("session.error = %v; events %v", se, types(events))
 	}
