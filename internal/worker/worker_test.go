@@ -18,7 +18,8 @@ import (
 // stubProvider provisions nothing: enough for a pool the tests never run a call in.
 type stubProvider struct{}
 
-func (stubProvider) Name() string { return "stub" }
+func (stubProvider) Name() string                       { return "stub" }
+func (stubProvider) Capabilities() sandbox.Capabilities { return sandbox.Local }
 func (stubProvider) Tools() []sandbox.Tool {
 	return []sandbox.Tool{{Name: "bash", InputSchema: json.RawMessage(`{"type":"object"}`)}}
 }
