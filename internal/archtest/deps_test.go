@@ -260,25 +260,8 @@ var shipped = []string{"./cmd/corral", "./cmd/corral-sandbox-agent"}
 // TestShippedDeps checks the transitive dependencies of each shipped binary (go list -deps): no testing, no
 // net/http/httptest, no package of this module named like a test kit (*test).
 func TestShippedDeps(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("go is not on PATH under CI: %v", err)
-		}
-		t.Skipf("go is not on PATH, so the binaries' dependencies cannot be listed: %v", err)
-	}
 	for _, bin := range shipped {
-		cmd := exec.Command(goBin, "list", "-deps", bin)
-		cmd.Dir = filepath.Join("..", "..")
-		out, err := cmd.Output()
-		if err != nil {
-			var stderr []byte
-			if ee, ok := err.(*exec.ExitError); ok {
-				stderr = ee.Stderr
-			}
-			t.Fatalf("go list -deps %s: %v\n%s", bin, err, stderr)
-		}
-		deps := strings.Fields(string(out))
+		deps := goListDeps(t, bin)
 		if !slices.Contains(deps, module+strings.TrimPrefix(bin, "./")) || len(deps) < 20 {
 			t.Fatalf("go list -deps %s listed only %d packages: %v", bin, len(deps), deps)
 		}
@@ -288,6 +271,28 @@ func TestShippedDeps(t *testing.T) {
 			}
 		}
 	}
+}
+
+// goListDeps returns the packages pkg links, directly or through another package (go list -deps, run at the
+// module's root). The transitive fences (the shipped binaries, the worker, the brain, the in-sandbox agent) read
+// it; TestDependencyRule checks direct imports.
+func goListDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go is not on PATH, so the dependencies of %s cannot be listed: %v", pkg, err)
+	}
+	cmd := exec.Command(goBin, "list", "-deps", pkg)
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
+	}
+	return strings.Fields(string(out))
 }
 
 // shippedViolation says why a shipped binary may not link pkg, or "" if it may.

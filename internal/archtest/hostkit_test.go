@@ -1,7 +1,6 @@
 package archtest
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -15,21 +14,9 @@ var inSandbox = []string{"./cmd/corral-sandbox-agent", "./internal/sandbox/agent
 // pieces (cgroups, the egress proxy), not even through another package. TestDependencyRule checks direct
 // imports; this checks the transitive ones.
 func TestAgentLinksNoPoolNorHostKit(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Fatalf("go is not on PATH: %v", err)
-	}
-	deps := func(pkg string) []string {
-		cmd := exec.Command("go", "list", "-deps", pkg)
-		cmd.Dir = "../.."
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v", pkg, err)
-		}
-		return strings.Fields(string(out))
-	}
 	banned := []string{"internal/sandbox/host", "internal/sandbox", "internal/sandbox/cgroup", "internal/sandbox/egress"}
 	for _, pkg := range inSandbox {
-		d := deps(pkg)
+		d := goListDeps(t, pkg)
 		if !slices.Contains(d, module+strings.TrimPrefix(pkg, "./")) {
 			t.Fatalf("go list -deps %s does not list the package itself; is it run in the module? %v", pkg, d)
 		}
@@ -40,7 +27,7 @@ func TestAgentLinksNoPoolNorHostKit(t *testing.T) {
 		}
 	}
 	// The check can fail: the server's binary links them all.
-	d := deps("./cmd/corral")
+	d := goListDeps(t, "./cmd/corral")
 	for _, b := range banned {
 		if !slices.Contains(d, module+b) {
 			t.Errorf("cmd/corral does not link %s: the check above proves nothing", b)

@@ -1,9 +1,7 @@
 package archtest
 
 import (
-	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -12,20 +10,8 @@ import (
 // given by cmd/ as an mcp.Client), which picks and opens the credentials: a brain never holds a token.
 // TestDependencyRule checks direct imports; this checks the transitive ones.
 func TestBrainLinksNoVault(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Fatalf("go is not on PATH: %v", err)
-	}
-	deps := func(pkg string) []string {
-		cmd := exec.Command("go", "list", "-deps", pkg)
-		cmd.Dir = "../.."
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v", pkg, err)
-		}
-		return strings.Fields(string(out))
-	}
 	for _, pkg := range []string{"./internal/harness", "./internal/mcp", "./internal/mcp/remote"} {
-		d := deps(pkg)
+		d := goListDeps(t, pkg)
 		if !slices.Contains(d, module+"internal/apitype") {
 			t.Fatalf("go list -deps %s lists no internal/apitype; is it run in the module? %v", pkg, d)
 		}
@@ -36,7 +22,7 @@ func TestBrainLinksNoVault(t *testing.T) {
 		}
 	}
 	// The check can fail: the MCP proxy does link the vault.
-	if !slices.Contains(deps("./internal/proxy"), module+"internal/vault") {
+	if !slices.Contains(goListDeps(t, "./internal/proxy"), module+"internal/vault") {
 		t.Error("internal/proxy does not link internal/vault: the check above proves nothing")
 	}
 }

@@ -1,9 +1,6 @@
 package archtest
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,24 +13,7 @@ var fencedFromWorker = []string{"internal/store", "internal/vault"}
 // TestWorkerFence checks the transitive dependencies of internal/worker (go list -deps): no store, no vault,
 // nor any of their subpackages.
 func TestWorkerFence(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("go is not on PATH under CI: %v", err)
-		}
-		t.Skipf("go is not on PATH, so the worker's dependencies cannot be listed: %v", err)
-	}
-	cmd := exec.Command(goBin, "list", "-deps", "./internal/worker")
-	cmd.Dir = filepath.Join("..", "..")
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("go list -deps ./internal/worker: %v\n%s", err, stderr)
-	}
-	deps := strings.Fields(string(out))
+	deps := goListDeps(t, "./internal/worker")
 	// The fence guards a package that exists and runs tools in sandboxes: the list must say so.
 	for _, want := range []string{"internal/worker", "internal/sandbox", "internal/client"} {
 		if !slices.Contains(deps, module+want) {
