@@ -30,6 +30,7 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.FileStore]():           "files.go",
 		reflect.TypeFor[store.SkillStore]():          "skills.go",
 		reflect.TypeFor[store.StatsStore]():          "stats.go",
+		reflect.TypeFor[store.LeaderStore]():         "leader.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()
