@@ -39,17 +39,20 @@ func TestHandsFailureSources(t *testing.T) {
 	var ids []string
 	defer func() { assertSessionLines(t, s.stderr.String(), ids) }()
 	marker := fmt.Sprintf("corral-kill-me-%d", time.Now().UnixNano())
+	// Only the timeout case has a short timeout: the others must end by their own cause however slow the
+	// machine is (a loaded CI machine once took more than 3 s to fill 64 MiB from a pipe).
 	for _, tc := range []struct {
 		name, command string
+		timeoutMS     int
 		reason        apitype.FailureReason
 		during        func(t *testing.T)
 	}{
-		{"timeout", `sleep 30`, apitype.ReasonTimeout, nil},
-		{"memory", `x=$(head -c 400000000 /dev/zero | tr '\0' a); echo ${#x}`, apitype.ReasonLimitHit, nil},
-		{"killed", fmt.Sprintf("(exec -a %s sleep 1000) >/dev/null 2>&1 & sleep 60", marker), apitype.ReasonSandboxDied,
+		{"timeout", `sleep 30`, 3000, apitype.ReasonTimeout, nil},
+		{"memory", `x=$(head -c 400000000 /dev/zero | tr '\0' a); echo ${#x}`, 120_000, apitype.ReasonLimitHit, nil},
+		{"killed", fmt.Sprintf("(exec -a %s sleep 1000) >/dev/null 2>&1 & sleep 110", marker), 120_000, apitype.ReasonSandboxDied,
 			func(t *testing.T) { killAgentOf(t, marker) }},
 	} {
-		input, _ := json.Marshal(map[string]any{"command": tc.command, "timeout_ms": 3000})
+		input, _ := json.Marshal(map[string]any{"command": tc.command, "timeout_ms": tc.timeoutMS})
 		model.Script(
 			modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: string(input)}}},
 			modeltest.Turn{Text: "Noted."},
