@@ -31,9 +31,9 @@ func RunHands(ctx context.Context, prov sandbox.Provider, workRoot string, n, ca
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return res, err
 		}
-		r := &sandbox.Recipe{SessionID: fmt.Sprintf("sesn_bench%d", i), WorkspaceDir: dir, Environment: apitype.EnvConfig{Type: apitype.EnvironmentCloud}}
+		r := &sandbox.Recipe{SessionID: fmt.Sprintf("sesn_bench%d", i), Environment: apitype.EnvConfig{Type: apitype.EnvironmentCloud}}
 		t0 := time.Now()
-		sb, err := prov.Provision(ctx, r)
+		sb, err := prov.Provision(ctx, r, sandbox.HostDirs{Workspace: dir})
 		if err != nil {
 			return res, fmt.Errorf("provision %s: %w", prov.Name(), err)
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -67,13 +66,10 @@ func (t *thread) execute(u *toolUse) error {
 	return err
 }
 
-// recipe is what the hands need to (re)build the session's sandbox.
+// recipe is what the hands need to (re)build the session's sandbox. It names nothing of a host: where the
+// sandbox's files are is the hands' business (the Pool's HostDirs).
 func (r *run) recipe() sandbox.Recipe {
-	rec := sandbox.Recipe{SessionID: r.sess.ID, Environment: r.env, Resources: r.sess.Resources, Skills: r.sess.Agent.Skills}
-	if r.b.cfg.WorkspaceRoot != "" {
-		rec.WorkspaceDir = filepath.Join(r.b.cfg.WorkspaceRoot, r.sess.ID)
-	}
-	return rec
+	return sandbox.Recipe{SessionID: r.sess.ID, Environment: r.env, Resources: r.sess.Resources, Skills: r.sess.Agent.Skills}
 }
 
 // provisionReporter returns the OnProvision callback that puts sandbox provisioning into the log as

@@ -80,9 +80,6 @@ type Config struct {
 	MaxTokens int
 	// ThinkingBudget enables extended thinking with this many tokens (0 = off). It must be below MaxTokens.
 	ThinkingBudget int
-	// WorkspaceRoot, if set, is the host directory under which each session's workspace lives
-	// (WorkspaceRoot/<session id>); otherwise the hands choose.
-	WorkspaceRoot string
 	// EagerHands provisions the session's sandbox before its first model call, as a coupled design does; for
 	// comparison only (corral bench). It applies when Hands implements sandbox.Provisioner and the agent has
 	// built-in tools; the provisioning is logged as usual, and a failure is only logged (the first tool call

@@ -28,8 +28,8 @@ func place(t *testing.T, setup sandboxtest.RepoSetup, session string, res apityp
 	if err := os.Mkdir(ws, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	errs := setup.Placer.Place(context.Background(), &sandbox.Recipe{SessionID: session, WorkspaceDir: ws,
-		Resources: []apitype.Resource{res}})
+	errs := setup.Placer.Place(context.Background(), &sandbox.Recipe{SessionID: session, Resources: []apitype.Resource{res}},
+		sandbox.HostDirs{Workspace: ws})
 	if len(errs) == 0 {
 		return nil, ws
 	}

@@ -10,9 +10,9 @@ import (
 // Images gives each sandbox the root filesystem of its environment's image (PoolConfig.Images;
 // internal/image builds them).
 type Images interface {
-	// Acquire returns the root filesystem (Recipe.RootFS) for a sandbox of an environment with config env,
-	// waiting for its build if it is still building, and a release the Pool calls once that sandbox is closed
-	// (a layer in use is never garbage-collected). A failed build is an *ImageError.
+	// Acquire returns the root filesystem (HostDirs.RootFS, a directory of this host) for a sandbox of an
+	// environment with config env, waiting for its build if it is still building, and a release the Pool calls
+	// once that sandbox is closed (a layer in use is never garbage-collected). A failed build is an *ImageError.
 	Acquire(ctx context.Context, env *apitype.EnvConfig) (rootFS string, release func(), err error)
 }
 

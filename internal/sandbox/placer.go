@@ -15,13 +15,13 @@ import (
 // finds the workspace as the session left it. internal/workspace implements it; the port only calls it, so that
 // neither the backends nor the in-sandbox agent link the placement code (host git, credentials).
 type Placer interface {
-	// Place places the recipe's resources and skills that were not attempted before in r.WorkspaceDir (and
-	// r.SessionDir), which exist, and removes the files of resources the recipe no longer has. The Pool calls
-	// it before every provisioning, with resources or without. It
-	// returns the resources that could not be placed: they do not stop the session, which continues without
-	// them (an error with an empty Type is a failure of the placement as a whole). An attempt cut short because
-	// ctx ended must not count as attempted.
-	Place(ctx context.Context, r *Recipe) []*ResourceError
+	// Place places the recipe's resources and skills that were not attempted before in host.Workspace (and
+	// host.Session), which exist, and removes the files of resources the recipe no longer has. The Pool calls
+	// it before every provisioning, with resources or without, for a Provider with Capabilities.HostWorkspace
+	// only. It returns the resources that could not be placed: they do not stop the session, which continues
+	// without them (an error with an empty Type is a failure of the placement as a whole). An attempt cut
+	// short because ctx ended must not count as attempted.
+	Place(ctx context.Context, r *Recipe, host HostDirs) []*ResourceError
 	// Forget discards what the Placer keeps about workspace dir, whose workspace the Pool has removed.
 	// Idempotent.
 	Forget(workspaceDir string) error
@@ -61,7 +61,7 @@ func (e *ResourceError) Unwrap() error { return e.Err }
 
 // place has the Placer place the recipe's resources and skills (and remove the files of deleted resources);
 // without one, a recipe with resources or skills gets ErrNoPlacer.
-func (p *Pool) place(ctx context.Context, r *Recipe) []*ResourceError {
+func (p *Pool) place(ctx context.Context, r *Recipe, host HostDirs) []*ResourceError {
 	if p.cfg.Placer == nil {
 		if len(r.Resources) == 0 && len(r.Skills) == 0 {
 			return nil
@@ -69,7 +69,7 @@ func (p *Pool) place(ctx context.Context, r *Recipe) []*ResourceError {
 		p.cfg.Logger.Error("session resources not placed", "session", r.SessionID, "err", ErrNoPlacer)
 		return []*ResourceError{{Err: ErrNoPlacer}}
 	}
-	return p.cfg.Placer.Place(ctx, r)
+	return p.cfg.Placer.Place(ctx, r, host)
 }
 
 // resourceNotes is the note put in front of a tool result about resources that could not be placed.

@@ -22,11 +22,11 @@ type fakePlacer struct {
 	workdir []bool // whether the workspace existed when Place ran
 }
 
-func (f *fakePlacer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.ResourceError {
+func (f *fakePlacer) Place(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs) []*sandbox.ResourceError {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.placed = append(f.placed, r.SessionID)
-	_, err := os.Stat(r.WorkspaceDir)
+	_, err := os.Stat(host.Workspace)
 	f.workdir = append(f.workdir, err == nil)
 	var errs []*sandbox.ResourceError
 	for _, res := range r.Resources {

@@ -25,8 +25,10 @@ const DefaultIdleTimeout = 10 * time.Minute
 type PoolConfig struct {
 	// Provider provisions the sandboxes. Required.
 	Provider Provider
-	// WorkspaceRoot holds the sessions' workspaces: a Recipe without WorkspaceDir gets WorkspaceRoot/<session
-	// id>, created 0700 (the provider gives it to the sandbox's uid). Required.
+	// WorkspaceRoot holds the sessions' workspaces and session directories on this host, for a Provider with
+	// Capabilities.HostWorkspace: a session's HostDirs are WorkspaceRoot/<session id> (created 0700; the
+	// provider gives it to the sandbox's uid) and SessionDir(WorkspaceRoot, <session id>). Required for such a
+	// Provider; the Pool makes nothing under it for another.
 	WorkspaceRoot string
 	// IdleTimeout is how long an unused sandbox lives; default DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -43,21 +45,21 @@ type PoolConfig struct {
 	// Volumes, if set, gives every workspace under WorkspaceRoot, and every session directory beside it, a
 	// filesystem of its own with a size and inode quota (internal/sandbox/volume), attached before the session's
 	// first sandbox and detached when its slot goes. A failure to attach fails the provisioning with the reason.
-	// A Recipe's own WorkspaceDir outside WorkspaceRoot gets none.
 	Volumes Volumes
 	// Images, if set, gives each sandbox of a cloud environment the root filesystem of its environment's image
-	// (Recipe.RootFS), waiting for its build; a failed build fails the provisioning with an *ImageError. Nil:
-	// sandboxes run on the host's layout (Recipe.RootFS stays as given).
+	// (HostDirs.RootFS), waiting for its build, unless the Provider takes images by reference (RootFSImageRef);
+	// a failed build fails the provisioning with an *ImageError. Nil: sandboxes run on the host's layout.
 	Images Images
-	// Outputs, if set, collects the files a session leaves under OutputsMount (into the Files API): when the
-	// brain ends a turn (CollectOutputs), and before a sandbox is reaped, replaced or stopped.
+	// Outputs, if set, collects the files a session leaves under OutputsMount (into the Files API) from its
+	// HostDirs.Outputs, for a Provider with HostWorkspace: when the brain ends a turn (CollectOutputs), and
+	// before a sandbox is reaped, replaced or stopped.
 	Outputs Collector
 }
 
-// Collector collects a session's outputs: the files under the recipe's OutputsDir not collected before (or
-// changed since). internal/workspace implements it.
+// Collector collects a session's outputs: the files under host.Outputs() not collected before (or changed
+// since). internal/workspace implements it.
 type Collector interface {
-	Collect(ctx context.Context, r *Recipe) error
+	Collect(ctx context.Context, r *Recipe, host HostDirs) error
 }
 
 // OutputCollector is implemented by hands that collect a session's outputs (*Pool does); the brain calls it
@@ -76,7 +78,7 @@ func (c *PoolConfig) validate() error {
 	if err := validTools(c.Provider.Tools()); err != nil {
 		return fmt.Errorf("sandbox pool: provider %s: %w", c.Provider.Name(), err)
 	}
-	if c.WorkspaceRoot == "" || !filepath.IsAbs(c.WorkspaceRoot) {
+	if (c.WorkspaceRoot != "" || c.Provider.Capabilities().HostWorkspace) && !filepath.IsAbs(c.WorkspaceRoot) {
 		return fmt.Errorf("sandbox pool: WorkspaceRoot %q must be an absolute path", c.WorkspaceRoot)
 	}
 	if c.IdleTimeout < 0 {
@@ -111,8 +113,10 @@ type session struct {
 	unplaced []*ResourceError
 	// detach, once the session's volumes are attached, detaches them when the slot closes.
 	detach func() error
-	// recipe is the recipe of the session's last provisioning (for the collection of its outputs).
+	// recipe and host are the recipe and host directories of the session's last provisioning (for the
+	// collection of its outputs).
 	recipe *Recipe
+	host   HostDirs
 }
 
 var _ Hands = (*Pool)(nil)
@@ -126,8 +130,10 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o711); err != nil {
-		return nil, fmt.Errorf("sandbox pool: workspace root: %w", err)
+	if cfg.Provider.Capabilities().HostWorkspace {
+		if err := os.MkdirAll(cfg.WorkspaceRoot, 0o711); err != nil {
+			return nil, fmt.Errorf("sandbox pool: workspace root: %w", err)
+		}
 	}
 	return &Pool{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}, nil
 }
@@ -202,18 +208,11 @@ func (p *Pool) Execute(ctx context.Context, call *Call) (Result, error) {
 	}
 }
 
-// recipe is the call's recipe with the pool's defaults: the workspace under WorkspaceRoot, and the pool's
-// limits for every limit the recipe leaves zero.
+// recipe is the call's recipe with the pool's limits for every limit the recipe leaves zero.
 func (p *Pool) recipe(call *Call) (Recipe, error) {
 	r := call.Recipe
 	if err := validSessionID(r.SessionID); err != nil {
 		return r, err
-	}
-	if r.WorkspaceDir == "" {
-		r.WorkspaceDir = filepath.Join(p.cfg.WorkspaceRoot, r.SessionID)
-	}
-	if r.SessionDir == "" {
-		r.SessionDir = p.sessionDir(r.SessionID)
 	}
 	l, d := &r.Limits, p.cfg.Limits
 	l.MemoryBytes = cmp.Or(l.MemoryBytes, d.MemoryBytes)
@@ -303,23 +302,24 @@ func (p *Pool) acquire(ctx context.Context, s *session, call *Call, r *Recipe) (
 		return nil, false, nil
 	}
 	if s.sb == nil {
-		sb, unplaced, err := p.provision(ctx, s, call, r)
+		sb, host, unplaced, err := p.provision(ctx, s, call, r)
 		s.unplaced = append(s.unplaced, unplaced...)
 		if err != nil {
 			return nil, true, err
 		}
 		s.sb = sb
 		rc := *r
-		s.recipe = &rc
+		s.recipe, s.host = &rc, host
 	}
 	s.inflight++
 	s.lastUsed = time.Now()
 	return s.sb, true, nil
 }
 
-// provision places the session's resources not yet placed in its workspace, then provisions a sandbox. It
-// returns the resources that could not be placed: the sandbox is provisioned without them.
-func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe) (Sandbox, []*ResourceError, error) {
+// provision places the session's resources not yet placed in its workspace, then provisions a sandbox, and
+// returns it with the host directories it was given. It returns the resources that could not be placed: the
+// sandbox is provisioned without them.
+func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe) (Sandbox, HostDirs, []*ResourceError, error) {
 	backend := p.cfg.Provider.Name()
 	if call.OnProvision != nil {
 		call.OnProvision(ProvisionReport{Backend: backend})
@@ -328,15 +328,16 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 	var sb Sandbox
 	var unplaced []*ResourceError
 	caps := p.cfg.Provider.Capabilities()
+	host := p.hostDirs(r.SessionID, caps)
 	var err error
 	if caps.HostWorkspace {
-		err = p.prepareHost(ctx, s, r)
+		err = p.prepareHost(ctx, s, host)
 	}
 	if err == nil {
 		if caps.HostWorkspace {
-			unplaced = p.place(ctx, r)
+			unplaced = p.place(ctx, r, host)
 		}
-		sb, err = p.start(ctx, r, caps)
+		sb, err = p.start(ctx, r, &host, caps)
 	}
 	d := time.Since(start)
 	if call.OnProvision != nil {
@@ -348,27 +349,37 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 			err = fmt.Errorf("%w: %w", ctxErr, err)
 		}
 		p.cfg.Logger.Error("sandbox provisioning failed", "session", r.SessionID, "backend", backend, "err", err)
-		return nil, unplaced, fmt.Errorf("%w: %s sandbox: %w", ErrProvision, backend, err)
+		return nil, host, unplaced, fmt.Errorf("%w: %s sandbox: %w", ErrProvision, backend, err)
 	}
 	p.cfg.Logger.Info("sandbox provisioned", "session", r.SessionID, "backend", backend, "duration", d)
-	return sb, unplaced, nil
+	return sb, host, unplaced, nil
+}
+
+// hostDirs are the directories of this host the session's sandboxes use, as far as caps use them: its
+// workspace and session directory under WorkspaceRoot with HostWorkspace, none otherwise. The image root
+// (RootFS) is acquired for each provisioning (start).
+func (p *Pool) hostDirs(sessionID string, caps Capabilities) HostDirs {
+	if !caps.HostWorkspace {
+		return HostDirs{}
+	}
+	return HostDirs{Workspace: filepath.Join(p.cfg.WorkspaceRoot, sessionID), Session: p.sessionDir(sessionID)}
 }
 
 // prepareHost makes the session's workspace and session directories on this host (attaching its volumes first),
 // for a Provider with Capabilities.HostWorkspace.
-func (p *Pool) prepareHost(ctx context.Context, s *session, r *Recipe) error {
-	err := p.attach(ctx, s, r.WorkspaceDir, r.SessionDir)
+func (p *Pool) prepareHost(ctx context.Context, s *session, host HostDirs) error {
+	err := p.attach(ctx, s, host.Workspace, host.Session)
 	if err == nil {
-		err = os.MkdirAll(r.WorkspaceDir, 0o700)
+		err = os.MkdirAll(host.Workspace, 0o700)
 	}
-	if err == nil && r.SessionDir != "" {
-		err = os.MkdirAll(r.UploadsDir(), 0o755)
-		if err == nil {
-			err = os.MkdirAll(r.SkillsDir(), 0o755)
-		}
-		if err == nil {
-			err = os.MkdirAll(r.OutputsDir(), 0o700) // the backend gives it to the sandbox's uid
-		}
+	if err == nil {
+		err = os.MkdirAll(host.Uploads(), 0o755)
+	}
+	if err == nil {
+		err = os.MkdirAll(host.Skills(), 0o755)
+	}
+	if err == nil {
+		err = os.MkdirAll(host.Outputs(), 0o700) // the backend gives it to the sandbox's uid
 	}
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
@@ -376,10 +387,10 @@ func (p *Pool) prepareHost(ctx context.Context, s *session, r *Recipe) error {
 	return nil
 }
 
-// start builds the sandbox's egress, acquires its image as a host directory if the Provider takes one
-// (RootFSHostDir or RootFSNone, which refuses it), and provisions the sandbox. The image is released with the
-// sandbox.
-func (p *Pool) start(ctx context.Context, r *Recipe, caps Capabilities) (Sandbox, error) {
+// start builds the sandbox's egress, acquires its image as a host directory (host.RootFS) if the Provider
+// takes one (RootFSHostDir, or RootFSNone, which refuses it), and provisions the sandbox. The image is released
+// with the sandbox.
+func (p *Pool) start(ctx context.Context, r *Recipe, host *HostDirs, caps Capabilities) (Sandbox, error) {
 	var err error
 	if p.cfg.Egress != nil {
 		if r.Egress, err = p.cfg.Egress.Egress(ctx, r); err != nil {
@@ -388,11 +399,11 @@ func (p *Pool) start(ctx context.Context, r *Recipe, caps Capabilities) (Sandbox
 	}
 	var release func()
 	if p.cfg.Images != nil && r.Environment.Type != apitype.EnvironmentSelfHosted && caps.RootFS != RootFSImageRef {
-		if r.RootFS, release, err = p.cfg.Images.Acquire(ctx, &r.Environment); err != nil {
+		if host.RootFS, release, err = p.cfg.Images.Acquire(ctx, &r.Environment); err != nil {
 			return nil, err
 		}
 	}
-	sb, err := p.cfg.Provider.Provision(ctx, r)
+	sb, err := p.cfg.Provider.Provision(ctx, r, *host)
 	switch {
 	case release != nil && err != nil:
 		release()
@@ -402,9 +413,9 @@ func (p *Pool) start(ctx context.Context, r *Recipe, caps Capabilities) (Sandbox
 	return sb, err
 }
 
-// attach attaches the session's volumes (its workspace and its session directory: the outputs the sandbox
-// writes there count against a quota too, and neither shows a host path in the sandbox's mount table), unless
-// they are attached or the pool has no Volumes. A directory outside WorkspaceRoot gets none. s.mu is held.
+// attach attaches the session's volumes (its workspace and its session directory, both under WorkspaceRoot:
+// the outputs the sandbox writes there count against a quota too, and neither shows a host path in the
+// sandbox's mount table), unless they are attached or the pool has no Volumes. s.mu is held.
 func (p *Pool) attach(ctx context.Context, s *session, dirs ...string) error {
 	v := p.cfg.Volumes
 	if v == nil || s.detach != nil {
@@ -419,9 +430,6 @@ func (p *Pool) attach(ctx context.Context, s *session, dirs ...string) error {
 		return errors.Join(errs...)
 	}
 	for _, dir := range dirs {
-		if dir == "" || filepath.Dir(dir) != filepath.Clean(p.cfg.WorkspaceRoot) {
-			continue
-		}
 		err := v.Attach(ctx, dir)
 		// No room: the idle sandboxes give theirs back, the longest idle first, until this one fits.
 		for errors.Is(err, ErrNoRoom) {
@@ -483,7 +491,7 @@ type idleSession struct {
 // closeIdle collects the outputs of a session taken out of the pool, and closes its sandbox and volumes.
 func (p *Pool) closeIdle(i *idleSession, why string) {
 	p.cfg.Logger.Info(why, "session", i.id)
-	p.collect(i.s.lastRecipe())
+	p.collect(i.s.last())
 	if err := i.s.close(); err != nil {
 		p.cfg.Logger.Warn("closing idle sandbox", "session", i.id, "err", err)
 	}
@@ -498,32 +506,33 @@ func (p *Pool) release(s *session, sb Sandbox, err error) {
 	if dead {
 		s.sb = nil
 	}
-	rec := s.recipe
+	rec, host := s.recipe, s.host
 	s.mu.Unlock()
 	if dead {
 		_ = sb.Close()
-		p.collect(rec)
+		p.collect(rec, host)
 	}
 }
 
 // sessionDir is the session directory the pool gives a session (SessionDir).
 func (p *Pool) sessionDir(id string) string { return SessionDir(p.cfg.WorkspaceRoot, id) }
 
-// SessionDir is the host directory of a session's uploads, outputs and skills (Recipe.SessionDir) under a
+// SessionDir is the host directory of a session's uploads, outputs and skills (HostDirs.Session) under a
 // workspace root, beside its workspace. Its name starts with a dot, so RemoveWorkspaces never takes it for a
 // session's workspace.
 func SessionDir(workspaceRoot, sessionID string) string {
 	return filepath.Join(workspaceRoot, ".mnt-"+sessionID)
 }
 
-// collect collects the outputs of the recipe's session, if the pool has a collector; failures are logged.
-func (p *Pool) collect(r *Recipe) {
-	if p.cfg.Outputs == nil || r == nil {
+// collect collects the outputs of the recipe's session from its host directories, if the pool has a collector
+// and the session's sandbox had an outputs directory on this host; failures are logged.
+func (p *Pool) collect(r *Recipe, host HostDirs) {
+	if p.cfg.Outputs == nil || r == nil || host.Outputs() == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 	defer cancel()
-	if err := p.cfg.Outputs.Collect(ctx, r); err != nil {
+	if err := p.cfg.Outputs.Collect(ctx, r, host); err != nil {
 		p.cfg.Logger.Warn("session outputs not collected", "session", r.SessionID, "err", err)
 	}
 }
@@ -531,7 +540,8 @@ func (p *Pool) collect(r *Recipe) {
 var _ OutputCollector = (*Pool)(nil)
 
 // CollectOutputs collects the session's outputs now (the brain calls it when a turn ends). Without a collector,
-// or for a session that never had a sandbox here, there is nothing to collect.
+// for a Provider without host workspaces, or for a session that never had a sandbox here, there is nothing to
+// collect.
 func (p *Pool) CollectOutputs(ctx context.Context, call *Recipe) error {
 	if p.cfg.Outputs == nil {
 		return nil
@@ -540,10 +550,14 @@ func (p *Pool) CollectOutputs(ctx context.Context, call *Recipe) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(r.OutputsDir()); err != nil {
+	host := p.hostDirs(r.SessionID, p.cfg.Provider.Capabilities())
+	if host.Outputs() == "" {
+		return nil
+	}
+	if _, err := os.Stat(host.Outputs()); err != nil {
 		return nil // no sandbox ever had it
 	}
-	return p.cfg.Outputs.Collect(ctx, &r)
+	return p.cfg.Outputs.Collect(ctx, &r, host)
 }
 
 // Close closes the session's sandbox, if any. The workspace stays. Idempotent.
@@ -560,8 +574,12 @@ func (p *Pool) Close(sessionID string) error {
 
 // RemoveWorkspaces deletes the workspaces of the sessions that gone reports as gone (and has the Placer forget
 // them), closing any sandbox they still have, and returns how many it removed. A session gone cannot answer for
-// is left alone. Workspaces outlive sandboxes on purpose; this is how a deleted session's files go.
+// is left alone. Workspaces outlive sandboxes on purpose; this is how a deleted session's files go. A Provider
+// without host workspaces has none here: there is nothing to remove.
 func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Context, sessionID string) (bool, error)) (int, error) {
+	if !p.cfg.Provider.Capabilities().HostWorkspace {
+		return 0, nil
+	}
 	entries, err := os.ReadDir(p.cfg.WorkspaceRoot)
 	if err != nil {
 		return 0, fmt.Errorf("sandbox pool: workspaces: %w", err)
@@ -634,7 +652,7 @@ func (p *Pool) Stop() error {
 	p.reaped.Wait()
 	var errs []error
 	for _, s := range sessions {
-		p.collect(s.lastRecipe())
+		p.collect(s.last())
 		errs = append(errs, s.close())
 	}
 	// Every session detached its volume; a Volumes that can be closed unmounts whatever is left.
@@ -644,14 +662,14 @@ func (p *Pool) Stop() error {
 	return errors.Join(errs...)
 }
 
-// lastRecipe is the recipe of the session's sandbox, nil if it never had one.
-func (s *session) lastRecipe() *Recipe {
+// last is the recipe and host directories of the session's sandbox; a nil recipe if it has none.
+func (s *session) last() (*Recipe, HostDirs) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sb == nil {
-		return nil
+		return nil, HostDirs{}
 	}
-	return s.recipe
+	return s.recipe, s.host
 }
 
 // reap closes the sandboxes that have been idle for IdleTimeout, and forgets their sessions.
@@ -666,8 +684,8 @@ func (p *Pool) reap(ctx context.Context) {
 			return
 		case now := <-t.C:
 			for _, s := range p.idle(now) {
-				r := s.lastRecipe()
-				p.collect(r)
+				r, host := s.last()
+				p.collect(r, host)
 				if err := s.close(); err != nil {
 					id := ""
 					if r != nil {

@@ -19,7 +19,7 @@ type nopProvider struct{}
 func (nopProvider) Name() string               { return "nop" }
 func (nopProvider) Tools() []Tool              { return nil }
 func (nopProvider) Capabilities() Capabilities { return Local }
-func (nopProvider) Provision(context.Context, *Recipe) (Sandbox, error) {
+func (nopProvider) Provision(context.Context, *Recipe, HostDirs) (Sandbox, error) {
 	return nopSandbox{}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ type fakeProvider struct {
 	fail       atomic.Bool
 	mu         sync.Mutex
 	recipes    []sandbox.Recipe
+	dirs       []sandbox.HostDirs // one per recipe
 	live       []*fakeSandbox
 	caps       *sandbox.Capabilities
 }
@@ -46,7 +48,7 @@ func (p *fakeProvider) Capabilities() sandbox.Capabilities {
 	return sandbox.Local
 }
 
-func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
+func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbox.HostDirs) (sandbox.Sandbox, error) {
 	p.provisions.Add(1)
 	if p.fail.Load() {
 		return nil, errors.New("no capacity")
@@ -54,6 +56,7 @@ func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbo
 	sb := &fakeSandbox{}
 	p.mu.Lock()
 	p.recipes = append(p.recipes, *r)
+	p.dirs = append(p.dirs, dirs)
 	p.live = append(p.live, sb)
 	p.mu.Unlock()
 	return sb, nil
@@ -111,7 +114,7 @@ func TestPoolLazyAndReused(t *testing.T) {
 	if len(reports) != 2 || reports[0].Done || !reports[1].Done || reports[1].Backend != "fake" || reports[1].Err != nil {
 		t.Errorf("reports: %+v", reports)
 	}
-	if ws := prov.recipes[0].WorkspaceDir; !strings.HasSuffix(ws, "/s1") {
+	if ws := prov.dirs[0].Workspace; !strings.HasSuffix(ws, "/s1") {
 		t.Errorf("workspace %q", ws)
 	}
 }
@@ -157,7 +160,7 @@ func TestPoolDeadSandboxReplaced(t *testing.T) {
 	if n := prov.provisions.Load(); n != 2 {
 		t.Errorf("provisions = %d, want 2", n)
 	}
-	if prov.recipes[0].WorkspaceDir != prov.recipes[1].WorkspaceDir {
+	if prov.dirs[0].Workspace != prov.dirs[1].Workspace {
 		t.Error("re-provisioned with another workspace")
 	}
 }
@@ -183,7 +186,7 @@ func TestPoolProvisionFailure(t *testing.T) {
 // slowProvider's runtime dies when the caller's context ends, as a killed runtime process does.
 type slowProvider struct{ fakeProvider }
 
-func (p *slowProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
+func (p *slowProvider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbox.HostDirs) (sandbox.Sandbox, error) {
 	<-ctx.Done()
 	return nil, errors.New("runsc start: signal: killed")
 }
@@ -331,9 +334,18 @@ func (c *countImages) Acquire(context.Context, *apitype.EnvConfig) (string, func
 	return "/nonexistent-image", func() {}, nil
 }
 
+// countCollector counts the collections of outputs.
+type countCollector struct{ n atomic.Int32 }
+
+func (c *countCollector) Collect(context.Context, *sandbox.Recipe, sandbox.HostDirs) error {
+	c.n.Add(1)
+	return nil
+}
+
 // TestPoolConsultsCapabilities: for a backend whose sandboxes run elsewhere (no host workspace, an image
-// reference), the pool makes no workspace on this host and acquires no image directory; for a local one it does
-// both.
+// reference), the pool makes no directory on this host (not even its workspace root), acquires no image
+// directory, places and collects nothing here, and gives the provider zero HostDirs; for a local one it does
+// all of it, and the provider gets the session's workspace, session directory and image.
 func TestPoolConsultsCapabilities(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -349,8 +361,10 @@ func TestPoolConsultsCapabilities(t *testing.T) {
 			t.Parallel()
 			prov := &fakeProvider{caps: &tc.caps}
 			imgs := &countImages{}
-			root := t.TempDir()
-			p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, Images: imgs})
+			placer := &fakePlacer{}
+			outputs := &countCollector{}
+			root := filepath.Join(t.TempDir(), "workspaces")
+			p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, Images: imgs, Placer: placer, Outputs: outputs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -361,13 +375,47 @@ func TestPoolConsultsCapabilities(t *testing.T) {
 			if _, err := p.Execute(context.Background(), call("s1")); err != nil {
 				t.Fatal(err)
 			}
+			if err := p.CollectOutputs(context.Background(), &sandbox.Recipe{SessionID: "s1"}); err != nil {
+				t.Fatal(err)
+			}
 			_, statErr := os.Stat(filepath.Join(root, "s1"))
 			if made := statErr == nil; made != tc.workspace {
 				t.Errorf("workspace made on the host: %v, want %v", made, tc.workspace)
 			}
+			if _, err := os.Stat(root); (err == nil) != tc.workspace {
+				t.Errorf("workspace root made on the host: %v, want %v", err == nil, tc.workspace)
+			}
 			if n := imgs.n.Load(); n != tc.images {
 				t.Errorf("images acquired: %d, want %d", n, tc.images)
 			}
+			var want sandbox.HostDirs
+			if tc.workspace {
+				want = sandbox.HostDirs{Workspace: filepath.Join(root, "s1"), Session: sandbox.SessionDir(root, "s1"), RootFS: "/nonexistent-image"}
+			}
+			if got := prov.dirs[0]; got != want {
+				t.Errorf("the provider's host directories: %+v, want %+v", got, want)
+			}
+			wantN := 0
+			if tc.workspace {
+				wantN = 1
+			}
+			if placed, collected := len(placer.placed), int(outputs.n.Load()); placed != wantN || collected != wantN {
+				t.Errorf("placements %d, collections %d; want %d of each", placed, collected, wantN)
+			}
 		})
+	}
+}
+
+// TestRecipeNamesNoHostPath: the Recipe is what a sandbox needs wherever it runs; where its files are on the
+// Pool's host is HostDirs, apart, so that a backend whose sandboxes run on other machines gets nothing of
+// this host. No field of the Recipe may be a host path (a *Dir, *Path or RootFS field).
+func TestRecipeNamesNoHostPath(t *testing.T) {
+	t.Parallel()
+	rt := reflect.TypeFor[sandbox.Recipe]()
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if strings.HasSuffix(f.Name, "Dir") || strings.HasSuffix(f.Name, "Path") || strings.Contains(f.Name, "RootFS") {
+			t.Errorf("sandbox.Recipe.%s names a host path; it belongs in sandbox.HostDirs", f.Name)
+		}
 	}
 }

@@ -1,9 +1,10 @@
 // Package sandbox is the port to the hands: where model-written code runs. A Provider provisions a Sandbox from
-// a Recipe; Sandbox.Execute runs one built-in tool call inside it. Pool puts the port's rules on top of any
-// Provider: provision lazily on a session's first tool call, reuse, reap when idle, and replace a dead sandbox
-// from the same recipe on the next call. Before a session's first sandbox the Pool has its Placer
-// (internal/workspace) place the session's resources, and its EgressSource build the sandbox's Egress.
-// Unavailable is the Hands of a server whose backend cannot run: every call's result says why.
+// a Recipe (what the sandbox needs, wherever it runs) and HostDirs (where its files are on this host, for a
+// Provider whose Capabilities use them); Sandbox.Execute runs one built-in tool call inside it. Pool puts the
+// port's rules on top of any Provider: provision lazily on a session's first tool call, reuse, reap when idle,
+// and replace a dead sandbox from the same recipe on the next call. Before a session's first sandbox the Pool
+// has its Placer (internal/workspace) place the session's resources, and its EgressSource build the sandbox's
+// Egress. Unavailable is the Hands of a server whose backend cannot run: every call's result says why.
 package sandbox
 
 import (
@@ -31,7 +32,7 @@ var ErrLimit = errors.New("sandbox limit reached")
 var ErrProvision = errors.New("sandbox provisioning failed")
 
 // ErrRootFSUnsupported is returned (wrapped) by the Provision of a backend that cannot give a sandbox a root
-// of its own (process) for a Recipe with a RootFS.
+// of its own (process) for HostDirs with a RootFS.
 var ErrRootFSUnsupported = errors.New("this sandbox backend cannot run a sandbox on an environment image")
 
 // Provider provisions sandboxes of one backend (bwrap, runc, gvisor, process).
@@ -43,18 +44,21 @@ type Provider interface {
 	Tools() []Tool
 	// Capabilities say what its sandboxes need of this host; the Pool does only the host-side steps they use.
 	Capabilities() Capabilities
-	// Provision starts a sandbox for the recipe. With Capabilities().HostWorkspace, the sandbox's /workspace is
-	// Recipe.WorkspaceDir on the host.
-	Provision(ctx context.Context, r *Recipe) (Sandbox, error)
+	// Provision starts a sandbox for the recipe. host are its directories on this host, as far as the
+	// Capabilities use them (the Pool leaves the others empty): with HostWorkspace, the sandbox's /workspace is
+	// host.Workspace and its session mounts are under host.Session; with RootFSHostDir, it runs on
+	// host.RootFS (empty: the host's layout). A backend whose sandboxes run elsewhere gets zero HostDirs.
+	Provision(ctx context.Context, r *Recipe, host HostDirs) (Sandbox, error)
 }
 
 // Capabilities say what a Provider's sandboxes need of the host the Pool runs on, so that a backend whose
 // sandboxes run on other machines (pods on a cluster) is spared the steps only a local one uses.
 type Capabilities struct {
 	// HostWorkspace: the sandbox's /workspace and the session's files are directories of this host
-	// (Recipe.WorkspaceDir and SessionDir): the Pool makes them, attaches their volumes and has its Placer
-	// place the session's resources there before the first sandbox. False: the backend places them where its
-	// sandboxes run, and the Pool leaves the host alone.
+	// (HostDirs.Workspace and Session, under PoolConfig.WorkspaceRoot): the Pool makes them, attaches their
+	// volumes, has its Placer place the session's resources there before the first sandbox and collects the
+	// outputs from there. False: the backend places them where its sandboxes run, and the Pool makes no
+	// directory on this host.
 	HostWorkspace bool
 	// RootFS is how the backend runs a sandbox on an environment's image.
 	RootFS RootFSKind
@@ -66,10 +70,10 @@ type Capabilities struct {
 type RootFSKind int
 
 const (
-	// RootFSNone: the sandbox runs on the host's own filesystem and cannot run on an image (process); a Recipe
-	// with a RootFS is refused (ErrRootFSUnsupported).
+	// RootFSNone: the sandbox runs on the host's own filesystem and cannot run on an image (process); HostDirs
+	// with a RootFS are refused (ErrRootFSUnsupported).
 	RootFSNone RootFSKind = iota
-	// RootFSHostDir: the image is a directory of this host (Recipe.RootFS), which the Pool acquires from
+	// RootFSHostDir: the image is a directory of this host (HostDirs.RootFS), which the Pool acquires from
 	// PoolConfig.Images before each provisioning.
 	RootFSHostDir
 	// RootFSImageRef: the backend's runtime pulls the environment's image by reference where its sandboxes run;
@@ -85,7 +89,9 @@ const (
 	EgressHostNetwork EgressKind = iota
 	// EgressUnixSocket: the proxy listens on a Unix socket of this host bound into the sandbox (host.Kit).
 	EgressUnixSocket
-	// EgressTCP: the sandbox reaches its proxy over TCP, from another machine.
+	// EgressTCP: the sandbox reaches its proxy over TCP, from another machine. Declared for a backend whose
+	// sandboxes run elsewhere (a cluster); nothing serves it yet: the host kit's listener (host.Kit.Stage) is a
+	// Unix socket only, and the Pool stages no listener itself (it only builds the Recipe's Egress).
 	EgressTCP
 )
 
@@ -126,26 +132,12 @@ const (
 	FailureLimit   = "limit_hit"
 )
 
-// Recipe is everything needed to (re)build a session's sandbox. WorkspaceDir, SessionDir and RootFS are where
-// the sandbox's files are on this host: the Pool fills them for a Provider whose Capabilities use them, and only
-// the host kit (internal/sandbox/host) reads them; the rest says what the sandbox needs wherever it runs.
+// Recipe is everything needed to (re)build a session's sandbox, wherever it runs: it names nothing of the host
+// the Pool runs on (where the sandbox's files are on this host is HostDirs, apart).
 type Recipe struct {
-	SessionID    string
-	WorkspaceDir string // host directory bound at /workspace; survives re-provisioning
-	// SessionDir is the host directory of the session's files: the isolating backends bind its uploads
-	// subdirectory read-only at UploadsMount (file resources), its outputs subdirectory read-write at
-	// OutputsMount (collected into the Files API) and its skills subdirectory read-only at SkillsMount. Empty:
-	// none is bound. It survives re-provisioning, as the workspace does.
-	SessionDir  string
+	SessionID   string
 	Environment apitype.EnvConfig
-	// RootFS is the host directory of the read-only root filesystem the sandbox runs on: the environment's
-	// image (a plain directory tree: the base with the environment's packages). The isolating backends bind
-	// its top-level directories read-only in the sandbox (nothing of the host's /usr, libraries or /etc is then
-	// visible, and nothing the sandbox writes reaches it); the sandbox's own /proc, /dev, /tmp, /workspace,
-	// session mounts and agent are as without one. Empty: the host's /usr and a minimal copy of its /etc. The
-	// process backend refuses one (ErrRootFSUnsupported).
-	RootFS    string
-	Resources []apitype.Resource
+	Resources   []apitype.Resource
 	// Skills are the agent's skills, placed (by the Placer) read-only under SkillsMount/<name>.
 	Skills []apitype.SkillRef
 	Limits Limits
@@ -165,28 +157,41 @@ const (
 	SkillsMount = "/mnt/skills"
 )
 
-// SkillsDir is the host directory bound at SkillsMount ("" without a SessionDir).
-func (r *Recipe) SkillsDir() string {
-	if r.SessionDir == "" {
-		return ""
-	}
-	return filepath.Join(r.SessionDir, "skills")
+// HostDirs are where a session's sandbox has its files on the host the Pool runs on. The Pool fills only what
+// its Provider's Capabilities use (Workspace and Session with HostWorkspace, RootFS with RootFSHostDir) and
+// gives them to the Provider, the Placer and the Collector beside the Recipe; only the host kit
+// (internal/sandbox/host) and the placement (internal/workspace) read them. Empty: none.
+type HostDirs struct {
+	// Workspace is the directory bound at /workspace; it survives re-provisioning.
+	Workspace string
+	// Session is the directory of the session's files: the isolating backends bind its uploads subdirectory
+	// read-only at UploadsMount (file resources), its outputs subdirectory read-write at OutputsMount
+	// (collected into the Files API) and its skills subdirectory read-only at SkillsMount. Empty: none is
+	// bound. It survives re-provisioning, as the workspace does.
+	Session string
+	// RootFS is the directory of the read-only root filesystem the sandbox runs on: the environment's image
+	// (a plain directory tree: the base with the environment's packages). The isolating backends bind its
+	// top-level directories read-only in the sandbox (nothing of the host's /usr, libraries or /etc is then
+	// visible, and nothing the sandbox writes reaches it); the sandbox's own /proc, /dev, /tmp, /workspace,
+	// session mounts and agent are as without one. Empty: the host's /usr and a minimal copy of its /etc. The
+	// process backend refuses one (ErrRootFSUnsupported).
+	RootFS string
 }
 
-// UploadsDir is the host directory bound at UploadsMount ("" without a SessionDir).
-func (r *Recipe) UploadsDir() string {
-	if r.SessionDir == "" {
-		return ""
-	}
-	return filepath.Join(r.SessionDir, "uploads")
-}
+// Skills is the directory bound at SkillsMount ("" without a Session directory).
+func (d HostDirs) Skills() string { return d.sub("skills") }
 
-// OutputsDir is the host directory bound at OutputsMount ("" without a SessionDir).
-func (r *Recipe) OutputsDir() string {
-	if r.SessionDir == "" {
+// Uploads is the directory bound at UploadsMount ("" without a Session directory).
+func (d HostDirs) Uploads() string { return d.sub("uploads") }
+
+// Outputs is the directory bound at OutputsMount ("" without a Session directory).
+func (d HostDirs) Outputs() string { return d.sub("outputs") }
+
+func (d HostDirs) sub(name string) string {
+	if d.Session == "" {
 		return ""
 	}
-	return filepath.Join(r.SessionDir, "outputs")
+	return filepath.Join(d.Session, name)
 }
 
 // Egress is what the host adds to one sandbox's network beyond the environment's policy: services its proxy

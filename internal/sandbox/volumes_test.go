@@ -122,20 +122,4 @@ func TestPoolVolumes(t *testing.T) {
 	if vols.held[filepath.Join(root, "s3")] != 0 || vols.closed != 1 {
 		t.Errorf("after Stop: held %v, closed %d", vols.held, vols.closed)
 	}
-
-	// A recipe's own workspace outside the root gets no volume (its session directory, under the root, does).
-	vols2 := &fakeVolumes{held: map[string]int{}}
-	p2, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, Volumes: vols2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p2.Stop()
-	c := call("s4")
-	c.Recipe.WorkspaceDir = filepath.Join(t.TempDir(), "elsewhere")
-	if _, err := p2.Execute(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	if got := vols2.log(); got != "attach .mnt-s4" {
-		t.Errorf("a workspace outside the root: %q", got)
-	}
 }

@@ -115,7 +115,7 @@ type SandboxConfig struct {
 	// each call then gets the error result that says why they cannot run.
 	Tools []sandbox.Tool
 	// Pool configures the pool; its Provider and Logger are set by the server. Pool.WorkspaceRoot is required
-	// with a Provider.
+	// with a Provider whose sandboxes have their workspaces on this host (Capabilities.HostWorkspace).
 	Pool sandbox.PoolConfig
 	// SweepInterval is how often the workspaces of deleted sessions are removed, and expired files deleted,
 	// the first time at Start (default DefaultSweepInterval).

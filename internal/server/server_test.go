@@ -173,7 +173,7 @@ func (p *stubProvider) Capabilities() sandbox.Capabilities { return sandbox.Loca
 func (p *stubProvider) Tools() []sandbox.Tool {
 	return []sandbox.Tool{{Name: "bash", Description: "Run a command.", InputSchema: json.RawMessage(`{"type":"object"}`)}}
 }
-func (p *stubProvider) Provision(context.Context, *sandbox.Recipe) (sandbox.Sandbox, error) {
+func (p *stubProvider) Provision(context.Context, *sandbox.Recipe, sandbox.HostDirs) (sandbox.Sandbox, error) {
 	return nil, fmt.Errorf("stub: no sandboxes here")
 }
 func (p *stubProvider) Close() error { close(p.closed); return nil }

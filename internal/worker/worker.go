@@ -48,8 +48,9 @@ type Config struct {
 	Environment string
 	// ID is this worker's id, sent as Anthropic-Worker-ID (default DefaultID()).
 	ID string
-	// Pool configures the sandboxes the tools run in; its Provider and WorkspaceRoot are required. The worker
-	// sets its Logger (if unset) and its Egress (from AllowInternal and RootCAs).
+	// Pool configures the sandboxes the tools run in; its Provider is required, and its WorkspaceRoot with a
+	// Provider whose workspaces are on this host (Capabilities.HostWorkspace). The worker sets its Logger (if
+	// unset) and its Egress (from AllowInternal and RootCAs).
 	Pool sandbox.PoolConfig
 	// AllowInternal and RootCAs are the operator's trusted internal destinations and CAs, added to every
 	// sandbox's egress policy.

@@ -23,7 +23,7 @@ func (stubProvider) Capabilities() sandbox.Capabilities { return sandbox.Local }
 func (stubProvider) Tools() []sandbox.Tool {
 	return []sandbox.Tool{{Name: "bash", InputSchema: json.RawMessage(`{"type":"object"}`)}}
 }
-func (stubProvider) Provision(context.Context, *sandbox.Recipe) (sandbox.Sandbox, error) {
+func (stubProvider) Provision(context.Context, *sandbox.Recipe, sandbox.HostDirs) (sandbox.Sandbox, error) {
 	return nil, errors.New("stub: no sandboxes")
 }
 

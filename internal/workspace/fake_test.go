@@ -22,6 +22,7 @@ type fakeProvider struct {
 	provisions atomic.Int32
 	mu         sync.Mutex
 	recipes    []sandbox.Recipe
+	dirs       []sandbox.HostDirs // one per recipe
 	live       []*fakeSandbox
 }
 
@@ -34,11 +35,12 @@ func (p *fakeProvider) Tools() []sandbox.Tool {
 	return []sandbox.Tool{{Name: "bash", Description: "Run a command.", InputSchema: json.RawMessage(`{"type":"object"}`)}}
 }
 
-func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
+func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbox.HostDirs) (sandbox.Sandbox, error) {
 	p.provisions.Add(1)
 	sb := &fakeSandbox{}
 	p.mu.Lock()
 	p.recipes = append(p.recipes, *r)
+	p.dirs = append(p.dirs, dirs)
 	p.live = append(p.live, sb)
 	p.mu.Unlock()
 	return sb, nil

@@ -49,11 +49,11 @@ var ErrOutputQuota = errors.New("the session's outputs exceed their quota")
 // placeFile copies a file resource's content to its mount path: under sandbox.UploadsMount, into the session's
 // uploads directory (bound read-only in the sandbox); under /workspace, into the workspace, with mode 0444. It
 // returns where it went, for the record ("uploads:<rel>" or "workspace:<rel>").
-func (p *Placer) placeFile(ctx context.Context, r *sandbox.Recipe, res *apitype.Resource, mountPath string) (string, error) {
+func (p *Placer) placeFile(ctx context.Context, host sandbox.HostDirs, res *apitype.Resource, mountPath string) (string, error) {
 	if p.cfg.Files == nil {
 		return "", ErrNoFiles
 	}
-	dir, rel, where, err := fileTarget(r, mountPath)
+	dir, rel, where, err := fileTarget(host, mountPath)
 	if err != nil {
 		return "", err
 	}
@@ -98,23 +98,23 @@ func (p *Placer) placeFile(ctx context.Context, r *sandbox.Recipe, res *apitype.
 }
 
 // fileTarget maps a file resource's mount path to a host directory and a path relative to it.
-func fileTarget(r *sandbox.Recipe, mountPath string) (dir, rel, where string, err error) {
+func fileTarget(host sandbox.HostDirs, mountPath string) (dir, rel, where string, err error) {
 	clean := path.Clean(mountPath)
-	if rest, ok := strings.CutPrefix(clean, sandbox.UploadsMount+"/"); ok && r.SessionDir != "" {
-		return r.UploadsDir(), rest, "uploads", nil
+	if rest, ok := strings.CutPrefix(clean, sandbox.UploadsMount+"/"); ok && host.Session != "" {
+		return host.Uploads(), rest, "uploads", nil
 	}
 	if rest, ok := strings.CutPrefix(clean, workspaceMount+"/"); ok {
-		return r.WorkspaceDir, rest, "workspace", nil
+		return host.Workspace, rest, "workspace", nil
 	}
 	return "", "", "", fmt.Errorf("mount path %q must lie under %s/ or %s/", mountPath, sandbox.UploadsMount, workspaceMount)
 }
 
 // removeFile removes a placed file (a record entry of placeFile). A missing file is not an error.
-func removeFile(r *sandbox.Recipe, placed string) error {
+func removeFile(host sandbox.HostDirs, placed string) error {
 	where, rel, _ := strings.Cut(placed, ":")
-	dir := r.WorkspaceDir
+	dir := host.Workspace
 	if where == "uploads" {
-		dir = r.UploadsDir()
+		dir = host.Uploads()
 	}
 	if dir == "" || rel == "" {
 		return nil
@@ -135,7 +135,7 @@ func removeFile(r *sandbox.Recipe, placed string) error {
 
 // removeDeletedFiles removes the placed files of resources the recipe no longer has (deleted from the session),
 // so that the next sandbox does not see them, and forgets them: a resource added again is placed again.
-func (p *Placer) removeDeletedFiles(r *sandbox.Recipe, rec *resourceRecord) bool {
+func (p *Placer) removeDeletedFiles(r *sandbox.Recipe, host sandbox.HostDirs, rec *resourceRecord) bool {
 	keys := map[string]bool{}
 	for i := range r.Resources {
 		keys[resourceKey(&r.Resources[i])] = true
@@ -145,7 +145,7 @@ func (p *Placer) removeDeletedFiles(r *sandbox.Recipe, rec *resourceRecord) bool
 		if keys[key] {
 			continue
 		}
-		if err := removeFile(r, placed); err != nil {
+		if err := removeFile(host, placed); err != nil {
 			p.cfg.Logger.Warn("session resource: deleted file not removed", "session", r.SessionID, "err", err)
 			continue
 		}
@@ -178,15 +178,15 @@ func outputRecordPath(ws string) string {
 
 var _ sandbox.Collector = (*Placer)(nil)
 
-// Collect stores every regular file under the recipe's outputs directory that was not collected before, or
-// changed since, as a file of the Files API scoped to the session. Links, devices and pipes are skipped: the
-// directory is the sandbox's, and what it holds is hostile. The session's budget is cumulative: every byte ever
-// collected from it counts, every version of a changed file included, whatever the sandbox does to the files
-// afterwards (truncating a collected file frees nothing). Files that would bring it past MaxOutputBytes are not
-// collected, and the error says which; a file that grows while it is copied is stored only up to the size it had
-// when it was looked at.
-func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe) error {
-	dir := r.OutputsDir()
+// Collect stores every regular file under the session's outputs directory (host.Outputs) that was not
+// collected before, or changed since, as a file of the Files API scoped to the session. Links, devices and pipes
+// are skipped: the directory is the sandbox's, and what it holds is hostile. The session's budget is cumulative:
+// every byte ever collected from it counts, every version of a changed file included, whatever the sandbox does
+// to the files afterwards (truncating a collected file frees nothing). Files that would bring it past
+// MaxOutputBytes are not collected, and the error says which; a file that grows while it is copied is stored
+// only up to the size it had when it was looked at.
+func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs) error {
+	dir := host.Outputs()
 	if dir == "" || p.cfg.Files == nil {
 		return nil
 	}
@@ -201,7 +201,7 @@ func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe) error {
 		return fmt.Errorf("outputs: %w", err)
 	}
 	defer root.Close()
-	recPath := outputRecordPath(r.WorkspaceDir)
+	recPath := outputRecordPath(host.Workspace)
 	rec := outputRecord{Collected: map[string]collected{}}
 	if data, err := os.ReadFile(recPath); err == nil {
 		if err := json.Unmarshal(data, &rec); err != nil || rec.Collected == nil {
@@ -330,7 +330,7 @@ type Skills interface {
 
 // placeSkills unpacks the recipe's skills that were not placed before into the session's skills directory
 // (bound read-only at sandbox.SkillsMount), each under the name its SKILL.md gives it.
-func (p *Placer) placeSkills(ctx context.Context, r *sandbox.Recipe, rec *resourceRecord) ([]*sandbox.ResourceError, bool) {
+func (p *Placer) placeSkills(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs, rec *resourceRecord) ([]*sandbox.ResourceError, bool) {
 	var failed []*sandbox.ResourceError
 	changed := false
 	for _, ref := range r.Skills {
@@ -339,7 +339,7 @@ func (p *Placer) placeSkills(ctx context.Context, r *sandbox.Recipe, rec *resour
 			continue
 		}
 		rerr := &sandbox.ResourceError{ResourceID: ref.SkillID, Type: "skill", MountPath: sandbox.SkillsMount}
-		name, err := p.placeSkill(ctx, r, ref)
+		name, err := p.placeSkill(ctx, host, ref)
 		if err != nil && ctx.Err() != nil {
 			break // not attempted: the next provisioning tries again
 		}
@@ -356,11 +356,11 @@ func (p *Placer) placeSkills(ctx context.Context, r *sandbox.Recipe, rec *resour
 	return failed, changed
 }
 
-func (p *Placer) placeSkill(ctx context.Context, r *sandbox.Recipe, ref apitype.SkillRef) (string, error) {
+func (p *Placer) placeSkill(ctx context.Context, host sandbox.HostDirs, ref apitype.SkillRef) (string, error) {
 	if p.cfg.Skills == nil {
 		return "", ErrNoFiles
 	}
-	if ref.Type != apitype.SkillSourceCustom || r.SkillsDir() == "" {
+	if ref.Type != apitype.SkillSourceCustom || host.Skills() == "" {
 		return "", fmt.Errorf("skills of type %q cannot be placed here", ref.Type)
 	}
 	name, rc, err := p.cfg.Skills.OpenSkillArchive(ctx, ref.SkillID, ref.Version)
@@ -372,7 +372,7 @@ func (p *Placer) placeSkill(ctx context.Context, r *sandbox.Recipe, ref apitype.
 		return "", fmt.Errorf("invalid skill name %q", name)
 	}
 	// The zip is read at random: spooled beside the session's directories, never bound into a sandbox.
-	spool, err := os.CreateTemp(r.SessionDir, ".skill-*.zip")
+	spool, err := os.CreateTemp(host.Session, ".skill-*.zip")
 	if err != nil {
 		return "", err
 	}
@@ -384,7 +384,7 @@ func (p *Placer) placeSkill(ctx context.Context, r *sandbox.Recipe, ref apitype.
 	if n > skills.MaxArchive {
 		return "", fmt.Errorf("archive larger than %d bytes", skills.MaxArchive)
 	}
-	dst := filepath.Join(r.SkillsDir(), name)
+	dst := filepath.Join(host.Skills(), name)
 	if err := os.RemoveAll(dst); err != nil {
 		return "", err
 	}

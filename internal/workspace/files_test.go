@@ -81,11 +81,11 @@ func TestPlaceFiles(t *testing.T) {
 	if len(unplaced) != 1 || unplaced[0].ResourceID != "sesrsc_m" || !strings.Contains(unplaced[0].Error(), "file_missing") {
 		t.Fatalf("unplaced %v, want the missing file alone", unplaced)
 	}
-	rec := prov.recipes[0]
-	if rec.SessionDir == "" || rec.UploadsDir() == "" {
-		t.Fatalf("recipe without a session directory: %+v", rec)
+	dirs := prov.dirs[0]
+	if dirs.Session == "" || dirs.Uploads() == "" {
+		t.Fatalf("host directories without a session directory: %+v", dirs)
 	}
-	upA := filepath.Join(rec.UploadsDir(), a.ID)
+	upA := filepath.Join(dirs.Uploads(), a.ID)
 	got, err := os.ReadFile(upA)
 	if err != nil || string(got) != "a,b\n1,2\n" {
 		t.Fatalf("uploads/%s = %q, %v", a.ID, got, err)
@@ -121,7 +121,7 @@ func TestPlaceFiles(t *testing.T) {
 	if n, err := p.RemoveWorkspaces(ctx, func(context.Context, string) (bool, error) { return true, nil }); err != nil || n != 1 {
 		t.Fatalf("RemoveWorkspaces = %d, %v", n, err)
 	}
-	if _, err := os.Stat(rec.SessionDir); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(dirs.Session); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the session directory outlived its session: %v", err)
 	}
 }
@@ -162,9 +162,10 @@ func TestCollectOutputs(t *testing.T) {
 	}
 	root := t.TempDir()
 	const session = "sesn_out"
-	r := &sandbox.Recipe{SessionID: session, WorkspaceDir: filepath.Join(root, session), SessionDir: filepath.Join(root, ".mnt-"+session)}
-	out := r.OutputsDir()
-	for _, d := range []string{r.WorkspaceDir, filepath.Join(out, "sub")} {
+	r := &sandbox.Recipe{SessionID: session}
+	dirs := sandbox.HostDirs{Workspace: filepath.Join(root, session), Session: filepath.Join(root, ".mnt-"+session)}
+	out := dirs.Outputs()
+	for _, d := range []string{dirs.Workspace, filepath.Join(out, "sub")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func TestCollectOutputs(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(out, "fifo"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := placer.Collect(ctx, r); err != nil {
+	if err := placer.Collect(ctx, r, dirs); err != nil {
 		t.Fatal(err)
 	}
 	list := func() map[string]string {
@@ -217,11 +218,11 @@ func TestCollectOutputs(t *testing.T) {
 		t.Fatalf("collected %v, want report.md and data.csv only", got)
 	}
 	// Unchanged files are not collected again; a changed one is, as a new file.
-	if err := placer.Collect(ctx, r); err != nil {
+	if err := placer.Collect(ctx, r, dirs); err != nil {
 		t.Fatal(err)
 	}
 	write("report.md", "# report, v2\n")
-	if err := placer.Collect(ctx, r); err != nil {
+	if err := placer.Collect(ctx, r, dirs); err != nil {
 		t.Fatal(err)
 	}
 	if got = list(); len(got) != 2 || strings.Count(got["report.md"], "|") != 2 || got["data.csv"] != "1,2\n|" {
@@ -229,7 +230,7 @@ func TestCollectOutputs(t *testing.T) {
 	}
 	// Past the quota, nothing more is collected and the error says what.
 	write("big.bin", strings.Repeat("x", 5000))
-	if err := placer.Collect(ctx, r); !errors.Is(err, workspace.ErrOutputQuota) || !strings.Contains(err.Error(), "big.bin") {
+	if err := placer.Collect(ctx, r, dirs); !errors.Is(err, workspace.ErrOutputQuota) || !strings.Contains(err.Error(), "big.bin") {
 		t.Fatalf("over the quota: %v", err)
 	}
 	if got = list(); got["big.bin"] != "" {
@@ -272,7 +273,7 @@ func TestOutputsCollectedByThePool(t *testing.T) {
 	if _, err := p.Execute(ctx, call(session)); err != nil {
 		t.Fatal(err)
 	}
-	out := prov.recipes[0].OutputsDir()
+	out := prov.dirs[0].Outputs()
 	if err := os.WriteFile(filepath.Join(out, "before-death.txt"), []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -320,14 +321,15 @@ func TestCollectOutputsShrunk(t *testing.T) {
 	}
 	root := t.TempDir()
 	const session = "sesn_shrunk"
-	r := &sandbox.Recipe{SessionID: session, WorkspaceDir: filepath.Join(root, session), SessionDir: filepath.Join(root, ".mnt-"+session)}
-	if err := os.MkdirAll(r.OutputsDir(), 0o700); err != nil {
+	r := &sandbox.Recipe{SessionID: session}
+	dirs := sandbox.HostDirs{Workspace: filepath.Join(root, session), Session: filepath.Join(root, ".mnt-"+session)}
+	if err := os.MkdirAll(dirs.Outputs(), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(r.WorkspaceDir, 0o700); err != nil {
+	if err := os.MkdirAll(dirs.Workspace, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	big := filepath.Join(r.OutputsDir(), "big.bin")
+	big := filepath.Join(dirs.Outputs(), "big.bin")
 	var refused error
 	for round := range 8 {
 		if err := os.WriteFile(big, bytes.Repeat([]byte{'x'}, 3000), 0o600); err != nil {
@@ -336,7 +338,7 @@ func TestCollectOutputsShrunk(t *testing.T) {
 		// A distinct modification time, as a sandbox's rewrite some time later has.
 		mt := time.Unix(1_700_000_000+int64(2*round), 0)
 		_ = os.Chtimes(big, mt, mt)
-		if err := placer.Collect(ctx, r); err != nil {
+		if err := placer.Collect(ctx, r, dirs); err != nil {
 			refused = err
 		}
 		// Shrunk to one byte, collected again: the shrink must not free the quota.
@@ -345,7 +347,7 @@ func TestCollectOutputsShrunk(t *testing.T) {
 		}
 		mt = mt.Add(time.Second)
 		_ = os.Chtimes(big, mt, mt)
-		if err := placer.Collect(ctx, r); err != nil {
+		if err := placer.Collect(ctx, r, dirs); err != nil {
 			refused = err
 		}
 	}

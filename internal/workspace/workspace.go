@@ -145,11 +145,12 @@ func resourceKey(res *apitype.Resource) string {
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
-// Place places the recipe's resources that were not attempted before in its workspace, which exists. It
-// returns the resources that could not be placed; those are recorded too and not attempted again. An attempt
-// cut short because ctx ended is not recorded, so the next provisioning tries again.
-func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.ResourceError {
-	recPath := recordPath(r.WorkspaceDir)
+// Place places the recipe's resources that were not attempted before in its workspace (host.Workspace, and
+// its session directory host.Session), which exist. It returns the resources that could not be placed; those
+// are recorded too and not attempted again. An attempt cut short because ctx ended is not recorded, so the next
+// provisioning tries again.
+func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs) []*sandbox.ResourceError {
+	recPath := recordPath(host.Workspace)
 	if len(r.Resources) == 0 && len(r.Skills) == 0 {
 		if _, err := os.Stat(recPath); err != nil {
 			return nil // nothing was ever placed: nothing to remove either
@@ -176,7 +177,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 		rec.Skills = map[string]string{}
 	}
 	var failed []*sandbox.ResourceError
-	changed := p.removeDeletedFiles(r, &rec)
+	changed := p.removeDeletedFiles(r, host, &rec)
 	for i := range r.Resources {
 		res := &r.Resources[i]
 		key := resourceKey(res)
@@ -184,7 +185,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 			continue // memory stores are not files of the workspace
 		}
 		start := time.Now()
-		rerr := p.placeResource(ctx, r, res, &rec)
+		rerr := p.placeResource(ctx, r, host, res, &rec)
 		if rerr != nil && ctx.Err() != nil {
 			p.cfg.Logger.Warn("session resource: placement interrupted", "session", r.SessionID, "err", rerr)
 			break
@@ -200,7 +201,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe) []*sandbox.Resour
 		p.cfg.Logger.Info("session resource placed", "session", r.SessionID, "type", res.Type, "url", res.URL,
 			"mount_path", mountPathOf(res), "duration", time.Since(start))
 	}
-	if f, ch := p.placeSkills(ctx, r, &rec); ch {
+	if f, ch := p.placeSkills(ctx, r, host, &rec); ch {
 		failed, changed = append(failed, f...), true
 	}
 	if changed {
@@ -255,9 +256,9 @@ func writeRecord(name string, rec any) error {
 	return nil
 }
 
-// placeResource places one resource in workspace ws.
-func (p *Placer) placeResource(ctx context.Context, r *sandbox.Recipe, res *apitype.Resource, rec *resourceRecord) *sandbox.ResourceError {
-	sessionID, ws, n := r.SessionID, r.WorkspaceDir, r.Environment.Networking
+// placeResource places one resource in the session's host directories.
+func (p *Placer) placeResource(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs, res *apitype.Resource, rec *resourceRecord) *sandbox.ResourceError {
+	sessionID, ws, n := r.SessionID, host.Workspace, r.Environment.Networking
 	rerr := &sandbox.ResourceError{ResourceID: res.ID, Type: string(res.Type), URL: redactURL(res.URL), MountPath: mountPathOf(res)}
 	switch res.Type {
 	case apitype.ResourceGitHubRepository:
@@ -268,7 +269,7 @@ func (p *Placer) placeResource(ctx context.Context, r *sandbox.Recipe, res *apit
 		rerr.ErrorType, rerr.Err = p.cloneRepository(ctx, sessionID, ws, res, rerr.MountPath, n)
 	case apitype.ResourceFile:
 		var placed string
-		if placed, rerr.Err = p.placeFile(ctx, r, res, rerr.MountPath); rerr.Err == nil {
+		if placed, rerr.Err = p.placeFile(ctx, host, res, rerr.MountPath); rerr.Err == nil {
 			rec.Files[resourceKey(res)] = placed
 		}
 	default:

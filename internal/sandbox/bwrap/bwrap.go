@@ -293,8 +293,8 @@ func (p *Provider) Tools() []sandbox.Tool { return host.Tools() }
 
 // Provision starts a sandbox for r and returns once its agent is running: the host kit stages it (host.Kit.Stage),
 // bwrap's own binds are staged beside (stageBinds), and bwrap starts under the sandbox's uid in its cgroup.
-func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.Sandbox, err error) {
-	st, err := p.kit.Stage(r)
+func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbox.HostDirs) (_ sandbox.Sandbox, err error) {
+	st, err := p.kit.Stage(r, dirs)
 	if err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}

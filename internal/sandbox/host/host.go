@@ -178,25 +178,24 @@ func RemovePaths(paths ...string) error {
 	return errors.Join(errs...)
 }
 
-// PrepareSessionDir makes the recipe's session directory ready to bind (nothing without one): uploads and
-// skills belong to the host (0755, the placed files 0444: the sandbox reads, never writes, them), outputs to
-// uid.
-func PrepareSessionDir(r *sandbox.Recipe, uid int) error {
-	if r.SessionDir == "" {
+// PrepareSessionDir makes dirs' session directory ready to bind (nothing without one): uploads and skills
+// belong to the host (0755, the placed files 0444: the sandbox reads, never writes, them), outputs to uid.
+func PrepareSessionDir(dirs sandbox.HostDirs, uid int) error {
+	if dirs.Session == "" {
 		return nil
 	}
-	if !filepath.IsAbs(r.SessionDir) {
-		return fmt.Errorf("session directory %q must be an absolute path", r.SessionDir)
+	if !filepath.IsAbs(dirs.Session) {
+		return fmt.Errorf("session directory %q must be an absolute path", dirs.Session)
 	}
-	for _, d := range []string{r.UploadsDir(), r.SkillsDir()} {
+	for _, d := range []string{dirs.Uploads(), dirs.Skills()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("session directory: %w", err)
 		}
 	}
-	if err := os.Chmod(r.SessionDir, 0o711); err != nil {
+	if err := os.Chmod(dirs.Session, 0o711); err != nil {
 		return fmt.Errorf("session directory: %w", err)
 	}
-	return PrepareWorkspace(r.OutputsDir(), uid)
+	return PrepareWorkspace(dirs.Outputs(), uid)
 }
 
 // Mount is a bind of a host directory into a sandbox.
@@ -205,16 +204,16 @@ type Mount struct {
 	ReadOnly       bool
 }
 
-// SessionMounts are the binds of the recipe's session directory (none without one): uploads read-only at
+// SessionMounts are the binds of dirs' session directory (none without one): uploads read-only at
 // sandbox.UploadsMount, outputs read-write at sandbox.OutputsMount, skills read-only at sandbox.SkillsMount.
-func SessionMounts(r *sandbox.Recipe) []Mount {
-	if r.SessionDir == "" {
+func SessionMounts(dirs sandbox.HostDirs) []Mount {
+	if dirs.Session == "" {
 		return nil
 	}
 	return []Mount{
-		{Source: r.UploadsDir(), Target: sandbox.UploadsMount, ReadOnly: true},
-		{Source: r.OutputsDir(), Target: sandbox.OutputsMount},
-		{Source: r.SkillsDir(), Target: sandbox.SkillsMount, ReadOnly: true},
+		{Source: dirs.Uploads(), Target: sandbox.UploadsMount, ReadOnly: true},
+		{Source: dirs.Outputs(), Target: sandbox.OutputsMount},
+		{Source: dirs.Skills(), Target: sandbox.SkillsMount, ReadOnly: true},
 	}
 }
 

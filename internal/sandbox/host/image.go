@@ -15,7 +15,7 @@ import (
 	"github.com/corralhq/corral/internal/sandbox/agent"
 )
 
-// ImageRoot is an environment image (sandbox.Recipe.RootFS) as the isolating backends mount it. A sandbox's
+// ImageRoot is an environment image (sandbox.HostDirs.RootFS) as the isolating backends mount it. A sandbox's
 // root stays a read-only directory of mount points of the backend's own (bwrap's, or the OCI bundle's rootfs);
 // each top-level directory of the image is bound on it read-only and each top-level link of the image is made
 // again there, so the sandbox sees the image at / and nothing of the host's /usr, libraries or /etc, and
@@ -55,7 +55,7 @@ const maxCABundle = 8 << 20
 // ErrNotImage is returned (wrapped) for a RootFS that is not a root filesystem.
 var ErrNotImage = errors.New("not a root filesystem")
 
-// readLayout reads the layout of the image at dir (sandbox.Recipe.RootFS). Nothing of the image is followed
+// readLayout reads the layout of the image at dir (sandbox.HostDirs.RootFS). Nothing of the image is followed
 // out of it: links are read as links.
 func readLayout(dir string) (*ImageRoot, error) {
 	if !filepath.IsAbs(dir) {

@@ -24,7 +24,7 @@ type Kit struct {
 	// Prefix starts a sandbox's name ("bwrap-", "corral-"): its directory, and the backend's cgroup or
 	// container, are named for it.
 	Prefix string
-	// Images stages the images sandboxes run on (sandbox.Recipe.RootFS).
+	// Images stages the images sandboxes run on (sandbox.HostDirs.RootFS).
 	Images *Images
 	// Logger is given to each sandbox's egress proxy; default discards.
 	Logger *slog.Logger
@@ -39,7 +39,7 @@ type Staged struct {
 	Dir string
 	// UID is the sandbox's host uid (and gid); the workspace and the session's outputs belong to it.
 	UID int
-	// Workspace is the host directory bound at agent.Workspace (sandbox.Recipe.WorkspaceDir).
+	// Workspace is the host directory bound at agent.Workspace (sandbox.HostDirs.Workspace).
 	Workspace string
 	// Image is the image the sandbox runs on; nil: the host's /usr and a minimal /etc.
 	Image *ImageRoot
@@ -63,23 +63,24 @@ type Staged struct {
 	undo Undo
 }
 
-// Stage claims and stages everything a sandbox for r needs on the host, in this order: a uid of its own
-// (the workspace and the session directory given to it: Claim), the image root, the sandbox's directory, the
-// CA bundle, the session mounts and the egress listener. On an error, what was done is undone. The caller
-// calls Release if it fails to start the sandbox, and gives Teardown to the sandbox's Close otherwise.
-func (k *Kit) Stage(r *sandbox.Recipe) (_ *Staged, err error) {
-	uid, undo, err := Claim(r, k.UIDBase, k.UIDCount)
+// Stage claims and stages everything a sandbox for r needs on the host, with its files in dirs, in this
+// order: a uid of its own (the workspace and the session directory given to it: Claim), the image root, the
+// sandbox's directory, the CA bundle, the session mounts and the egress listener (a Unix socket: the kit
+// serves only backends with sandbox.EgressUnixSocket). On an error, what was done is undone. The caller calls
+// Release if it fails to start the sandbox, and gives Teardown to the sandbox's Close otherwise.
+func (k *Kit) Stage(r *sandbox.Recipe, dirs sandbox.HostDirs) (_ *Staged, err error) {
+	uid, undo, err := Claim(r.SessionID, dirs, k.UIDBase, k.UIDCount)
 	if err != nil {
 		return nil, err
 	}
-	st := &Staged{UID: uid, Workspace: r.WorkspaceDir, Mounts: SessionMounts(r), Env: EnvFor(r.Egress),
+	st := &Staged{UID: uid, Workspace: dirs.Workspace, Mounts: SessionMounts(dirs), Env: EnvFor(r.Egress),
 		Limits: WithDefaults(r.Limits), undo: undo}
 	defer func() {
 		if err != nil {
 			st.Release()
 		}
 	}()
-	if st.Image, err = k.Images.Root(r.RootFS); err != nil {
+	if st.Image, err = k.Images.Root(dirs.RootFS); err != nil {
 		return nil, err
 	}
 	if err := st.makeDirs(k.StateDir, k.Prefix); err != nil {
@@ -169,21 +170,22 @@ func randomID() string {
 }
 
 // Claim starts what every isolating backend's Provision does first: it checks the workspace path, takes a uid
-// of the sandbox's own from [base, base+count) and gives the workspace to it. The returned Undo frees the uid.
-func Claim(r *sandbox.Recipe, base, count int) (int, Undo, error) {
-	if !filepath.IsAbs(r.WorkspaceDir) {
-		return 0, nil, fmt.Errorf("workspace %q must be an absolute path", r.WorkspaceDir)
+// of the sandbox's own (for session sessionID) from [base, base+count) and gives dirs' workspace and outputs to
+// it. The returned Undo frees the uid.
+func Claim(sessionID string, dirs sandbox.HostDirs, base, count int) (int, Undo, error) {
+	if !filepath.IsAbs(dirs.Workspace) {
+		return 0, nil, fmt.Errorf("workspace %q must be an absolute path", dirs.Workspace)
 	}
-	uid, err := AllocUID(base, count, r.SessionID)
+	uid, err := AllocUID(base, count, sessionID)
 	if err != nil {
 		return 0, nil, err
 	}
 	undo := Undo{func() error { FreeUID(uid); return nil }}
-	if err := PrepareWorkspace(r.WorkspaceDir, uid); err != nil {
+	if err := PrepareWorkspace(dirs.Workspace, uid); err != nil {
 		undo.Run()
 		return 0, nil, err
 	}
-	if err := PrepareSessionDir(r, uid); err != nil {
+	if err := PrepareSessionDir(dirs, uid); err != nil {
 		undo.Run()
 		return 0, nil, err
 	}

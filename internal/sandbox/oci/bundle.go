@@ -38,7 +38,7 @@ type BundleSpec struct {
 	ShellNamespace bool
 	// Mounts are extra binds (host.SessionMounts: the session's uploads and outputs).
 	Mounts []host.Mount
-	// Image, if set, is the image the sandbox runs on (sandbox.Recipe.RootFS): its top-level directories are
+	// Image, if set, is the image the sandbox runs on (sandbox.HostDirs.RootFS): its top-level directories are
 	// bound read-only instead of the host's /usr and /etc files.
 	Image *host.ImageRoot
 }

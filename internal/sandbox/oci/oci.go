@@ -436,8 +436,8 @@ func (p *Provider) runtimeCmdRoot(ctx context.Context, root string, args ...stri
 
 // Provision creates and starts a container for r: the host kit stages it (host.Kit.Stage), its bundle is
 // written (bundle), and the runtime creates and starts it (run).
-func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (_ sandbox.Sandbox, err error) {
-	st, err := p.kit.Stage(r)
+func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbox.HostDirs) (_ sandbox.Sandbox, err error) {
+	st, err := p.kit.Stage(r, dirs)
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}

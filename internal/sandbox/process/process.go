@@ -1,7 +1,7 @@
 // Package process is the development-only sandbox backend: the in-sandbox agent runs as a plain child process
 // of the server, with the server's uid, filesystem and network. It isolates nothing; it exists to run Corral
 // where no isolating backend is available. Tool timeouts and output caps apply; memory, pids and CPU limits and
-// the networking policy do not, and it cannot run on an environment image (Recipe.RootFS). The file tools are
+// the networking policy do not, and it cannot run on an environment image (HostDirs.RootFS). The file tools are
 // confined to the workspace, as in the reference toolset, but bash is not.
 package process
 
@@ -60,23 +60,24 @@ func (p *Provider) Capabilities() sandbox.Capabilities {
 // Tools are the in-sandbox agent's built-in tools.
 func (p *Provider) Tools() []sandbox.Tool { return host.Tools() }
 
-// Provision starts an agent in the workspace directory. It refuses a recipe with a RootFS
+// Provision starts an agent in the workspace directory (dirs.Workspace). It refuses a RootFS
 // (sandbox.ErrRootFSUnsupported): a plain process sees the host's filesystem and cannot run on an image.
-func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
-	if r.RootFS != "" {
+func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbox.HostDirs) (sandbox.Sandbox, error) {
+	if dirs.RootFS != "" {
 		return nil, fmt.Errorf("process: %w: the process backend isolates nothing and runs every tool on the host's own /usr; use bwrap, oci or gvisor for environments with images", sandbox.ErrRootFSUnsupported)
 	}
-	if !filepath.IsAbs(r.WorkspaceDir) {
-		return nil, fmt.Errorf("process: workspace %q must be an absolute path", r.WorkspaceDir)
+	ws := dirs.Workspace
+	if !filepath.IsAbs(ws) {
+		return nil, fmt.Errorf("process: workspace %q must be an absolute path", ws)
 	}
-	if err := os.MkdirAll(r.WorkspaceDir, 0o700); err != nil {
+	if err := os.MkdirAll(ws, 0o700); err != nil {
 		return nil, fmt.Errorf("process: workspace: %w", err)
 	}
-	cmd := exec.Command(p.cfg.AgentPath, "-workspace", r.WorkspaceDir, "-confine", "-proxy-socket", "")
-	cmd.Dir = r.WorkspaceDir
+	cmd := exec.Command(p.cfg.AgentPath, "-workspace", ws, "-confine", "-proxy-socket", "")
+	cmd.Dir = ws
 	cmd.Env = []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"HOME=" + r.WorkspaceDir,
+		"HOME=" + ws,
 		"LANG=C.UTF-8",
 		"TERM=dumb",
 	}

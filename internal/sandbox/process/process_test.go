@@ -33,8 +33,8 @@ func BenchmarkSandbox(b *testing.B) { sandboxtest.Bench(b, newProvider) }
 
 // TestRootFSRefused: a process cannot be given a root of its own, so a recipe on an image is refused.
 func TestRootFSRefused(t *testing.T) {
-	r := &sandbox.Recipe{SessionID: "img", WorkspaceDir: t.TempDir(), RootFS: t.TempDir()}
-	sb, err := newProvider(t).Provision(context.Background(), r)
+	r := &sandbox.Recipe{SessionID: "img"}
+	sb, err := newProvider(t).Provision(context.Background(), r, sandbox.HostDirs{Workspace: t.TempDir(), RootFS: t.TempDir()})
 	if err == nil {
 		sb.Close()
 		t.Fatal("a RootFS was accepted")

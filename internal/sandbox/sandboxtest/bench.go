@@ -23,9 +23,9 @@ func Bench(b *testing.B, newProvider func(testing.TB) sandbox.Provider) {
 		trueInput := json.RawMessage(`{"command":"true"}`)
 		var ready, started []time.Duration
 		for i := 0; b.Loop(); i++ {
-			r := sandbox.Recipe{SessionID: "bench", WorkspaceDir: filepath.Join(root, strconv.Itoa(i%4))}
+			r := sandbox.Recipe{SessionID: "bench"}
 			t0 := time.Now()
-			sb, err := prov.Provision(context.Background(), &r)
+			sb, err := prov.Provision(context.Background(), &r, sandbox.HostDirs{Workspace: filepath.Join(root, strconv.Itoa(i%4))})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -51,8 +51,8 @@ func Bench(b *testing.B, newProvider func(testing.TB) sandbox.Provider) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			prov := newProvider(b)
-			r := sandbox.Recipe{SessionID: "bench", WorkspaceDir: filepath.Join(WorkspaceRoot(b), "ws")}
-			sb, err := prov.Provision(context.Background(), &r)
+			r := sandbox.Recipe{SessionID: "bench"}
+			sb, err := prov.Provision(context.Background(), &r, sandbox.HostDirs{Workspace: filepath.Join(WorkspaceRoot(b), "ws")})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -91,7 +91,7 @@ func report(b *testing.B, name string, durs []time.Duration) {
 	b.ReportMetric(at(0.95), name+"-p95-ms")
 }
 
-// BenchImage measures what running on an image (sandbox.Recipe.RootFS) adds to provisioning: each iteration
+// BenchImage measures what running on an image (sandbox.HostDirs.RootFS) adds to provisioning: each iteration
 // provisions a sandbox on the host's /usr and one on the image at rootfs, in turn (so that both see the same
 // load), each until Provision returns and until a first `bash true` is answered. The provider has staged the
 // image before the first iteration (one provision first, reported alone: it stages the image), as a server has
@@ -102,12 +102,13 @@ func BenchImage(b *testing.B, newProvider func(testing.TB) sandbox.Provider, roo
 	trueInput := json.RawMessage(`{"command":"true"}`)
 	var started, ready [2][]time.Duration
 	one := func(i, kind int) {
-		r := sandbox.Recipe{SessionID: "bench", WorkspaceDir: filepath.Join(root, strconv.Itoa(i%4))}
+		r := sandbox.Recipe{SessionID: "bench"}
+		dirs := sandbox.HostDirs{Workspace: filepath.Join(root, strconv.Itoa(i%4))}
 		if kind == 1 {
-			r.RootFS = rootfs
+			dirs.RootFS = rootfs
 		}
 		t0 := time.Now()
-		sb, err := prov.Provision(context.Background(), &r)
+		sb, err := prov.Provision(context.Background(), &r, dirs)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -131,7 +131,7 @@ func crashChild(t *testing.T, newProvider func(testing.TB) sandbox.Provider, rep
 		if err := os.MkdirAll(ws, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		sb, err := p.Provision(context.Background(), &sandbox.Recipe{SessionID: "crash" + strconv.Itoa(i), WorkspaceDir: ws})
+		sb, err := p.Provision(context.Background(), &sandbox.Recipe{SessionID: "crash" + strconv.Itoa(i)}, sandbox.HostDirs{Workspace: ws})
 		if err != nil {
 			t.Fatalf("Provision: %v", err)
 		}

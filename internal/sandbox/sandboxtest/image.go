@@ -26,8 +26,8 @@ import (
 	"github.com/corralhq/corral/internal/sandbox"
 )
 
-// OnImage returns the providers of newProvider with every recipe's RootFS set to rootfs, so that the other
-// suites run on an image: sandboxtest.Run(t, sandboxtest.OnImage(newProvider, base.RootFS), opts).
+// OnImage returns the providers of newProvider with every sandbox's HostDirs.RootFS set to rootfs, so that the
+// other suites run on an image: sandboxtest.Run(t, sandboxtest.OnImage(newProvider, base.RootFS), opts).
 func OnImage(newProvider func(testing.TB) sandbox.Provider, rootfs string) func(testing.TB) sandbox.Provider {
 	return func(tb testing.TB) sandbox.Provider {
 		return &imageProvider{Provider: newProvider(tb), rootfs: rootfs}
@@ -40,10 +40,9 @@ type imageProvider struct {
 	rootfs string
 }
 
-func (p *imageProvider) Provision(ctx context.Context, r *sandbox.Recipe) (sandbox.Sandbox, error) {
-	rr := *r
-	rr.RootFS = p.rootfs
-	return p.Provider.Provision(ctx, &rr)
+func (p *imageProvider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbox.HostDirs) (sandbox.Sandbox, error) {
+	dirs.RootFS = p.rootfs
+	return p.Provider.Provision(ctx, r, dirs)
 }
 
 // RootFS is the image the provider's sandboxes run on.
@@ -72,7 +71,7 @@ func rootFSOf(p sandbox.Provider) string {
 	return ""
 }
 
-// RunImage checks that sandboxes on the image at rootfs (sandbox.Recipe.RootFS, a base image or an
+// RunImage checks that sandboxes on the image at rootfs (sandbox.HostDirs.RootFS, a base image or an
 // environment's) run the image's programs and nothing of the host's: the package versions dpkg reports and
 // `python3 --version` are the image's (so every backend that passes shows the same), `ls /usr/bin` is the
 // image's, host-only files are absent; /, /usr, /etc and /var are read-only and a sandbox's writes go to its
@@ -256,11 +255,12 @@ func RunImage(t *testing.T, newProvider func(testing.TB) sandbox.Provider, rootf
 	t.Run("NotAnImage", func(t *testing.T) {
 		prov := newProvider(t)
 		for name, dir := range map[string]string{"empty": t.TempDir(), "missing": filepath.Join(t.TempDir(), "none"), "relative": "rootfs"} {
-			r := sandbox.Recipe{SessionID: "notimage", WorkspaceDir: filepath.Join(WorkspaceRoot(t), "ws"), RootFS: dir}
-			if err := os.MkdirAll(r.WorkspaceDir, 0o700); err != nil {
+			r := sandbox.Recipe{SessionID: "notimage"}
+			dirs := sandbox.HostDirs{Workspace: filepath.Join(WorkspaceRoot(t), "ws"), RootFS: dir}
+			if err := os.MkdirAll(dirs.Workspace, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			sb, err := prov.Provision(context.Background(), &r)
+			sb, err := prov.Provision(context.Background(), &r, dirs)
 			if err == nil {
 				sb.Close()
 				t.Errorf("%s: a RootFS of %q was accepted", name, dir)

@@ -166,17 +166,17 @@ func bash(session, command string) *sandbox.Call {
 	return call(session, "bash", map[string]any{"command": command})
 }
 
-// provision provisions a sandbox directly from the provider, closed at the end of the test.
+// provision provisions a sandbox directly from the provider, with its workspace at ws, closed at the end of
+// the test.
 func provision(t *testing.T, p sandbox.Provider, ws string, r sandbox.Recipe) sandbox.Sandbox {
 	t.Helper()
-	r.WorkspaceDir = ws
 	if r.SessionID == "" {
 		r.SessionID = filepath.Base(ws)
 	}
 	if err := os.MkdirAll(ws, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := p.Provision(context.Background(), &r)
+	sb, err := p.Provision(context.Background(), &r, sandbox.HostDirs{Workspace: ws})
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
