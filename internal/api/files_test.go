@@ -164,7 +164,7 @@ func TestFilesUploadRefused(t *testing.T) {
 		"expiry too short":    {fields: map[string]string{"expires_in_seconds": "60"}, file: []byte("x")},
 		"expiry not a number": {fields: map[string]string{"expires_in_seconds": "soon"}, file: []byte("x")},
 	} {
-		if st, body := multi(tc.fields, tc.file); st != http.StatusBadRequest || !strings.Contains(string(body), apitype.ErrInvalidRequest) {
+		if st, body := multi(tc.fields, tc.file); st != http.StatusBadRequest || !strings.Contains(string(body), string(apitype.ErrInvalidRequest)) {
 			t.Errorf("%s: %d %s", name, st, body)
 		}
 	}

@@ -56,7 +56,7 @@ func TestCredentialValidateRoutes(t *testing.T) {
 	for _, c := range []struct {
 		name, path string
 		status     int
-		errType    string
+		errType    apitype.ErrorType
 	}{
 		{"environment_variable", "/v1/vaults/" + v.ID + "/credentials/" + envVar + "/mcp_oauth_validate", 400, "invalid_request_error"},
 		{"unknown credential", "/v1/vaults/" + v.ID + "/credentials/vcrd_missing/mcp_oauth_validate", 404, "not_found_error"},

@@ -270,7 +270,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	initial := make([]apitype.NewEvent, 0, len(req.InitialEvents))
 	for i, raw := range req.InitialEvents {
 		ce, err := parseClientEvent(index("initial_events", i), raw,
-			[]string{apitype.EventUserMessage, apitype.EventUserDefineOutcome})
+			[]apitype.EventType{apitype.EventUserMessage, apitype.EventUserDefineOutcome})
 		if err != nil {
 			return err
 		}

@@ -30,7 +30,7 @@ func FuzzSSERoundTrip(f *testing.F) {
 	f.Add("sevt_3", "session.status_idle", []byte(`{"stop_reason":{"type":"end_turn"}}`), ":colon", []byte(":not a comment"))
 	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, previewID string, raw []byte) {
 		rec := httptest.NewRecorder()
-		pf, err := newPreviewFilter([]string{apitype.EventAgentMessage})
+		pf, err := newPreviewFilter([]apitype.EventType{apitype.EventAgentMessage})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func FuzzSSERoundTrip(f *testing.F) {
 		var want []written
 		now := time.Unix(1700000000, 123000).UTC()
 
-		ev := apitype.Event{ID: id, Type: typ, ProcessedAt: &now, Data: payload}
+		ev := apitype.Event{ID: id, Type: apitype.EventType(typ), ProcessedAt: &now, Data: payload}
 		if data, err := json.Marshal(ev); err == nil {
 			if err := sse.event(ev); err != nil {
 				t.Fatal(err)
@@ -53,7 +53,7 @@ func FuzzSSERoundTrip(f *testing.F) {
 			t.Fatal(err)
 		}
 		if previewID != "" { // a preview of no event is not written
-			want = append(want, written{"", apitype.EventStart, start})
+			want = append(want, written{"", string(apitype.EventStart), start})
 		}
 		env := apitype.ErrorEnvelope{Type: "error", RequestID: id, Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: string(payload)}}
 		envData, _ := json.Marshal(env)

@@ -164,7 +164,7 @@ type mcpExec struct{}
 
 func (mcpExec) name() string                                      { return "mcp" }
 func (mcpExec) gated() bool                                       { return true }
-func (mcpExec) answeredBy() string                                { return apitype.EventUserToolResult }
+func (mcpExec) answeredBy() apitype.EventType                     { return apitype.EventUserToolResult }
 func (mcpExec) recover() bool                                     { return true }
 func (mcpExec) use(b *model.Block, rt toolRoute) apitype.NewEvent { return mcpToolUse(b, rt) }
 

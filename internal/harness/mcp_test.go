@@ -168,7 +168,7 @@ var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 func TestMCPToolsThroughBrain(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	r := newMCPRig(t, f, mcptest.Config{ClientID: "corral", ClientSecret: "client-secret-brain", TokenAuth: "client_secret_basic"})
+	r := newMCPRig(t, f, mcptest.Config{ClientID: "corral", ClientSecret: "client-secret-brain", TokenAuth: apitype.TokenAuthClientSecretBasic})
 	r.f.srv.Script(
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_echo", Name: "mcp__tracker__echo", Input: `{"text":"hi"}`}}},
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_danger", Name: "mcp__tracker__danger", Input: `{}`}}},

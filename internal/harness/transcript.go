@@ -67,7 +67,7 @@ type transcriber struct {
 }
 
 // transcribers read each event type that shows in the conversation (or shapes it) into the transcript.
-var transcribers = map[string]func(*transcriber, apitype.Event) error{
+var transcribers = map[apitype.EventType]func(*transcriber, apitype.Event) error{
 	apitype.EventSessionStatusRunning:     (*transcriber).turnStart,
 	apitype.EventSessionStatusRescheduled: (*transcriber).turnStart,
 	apitype.EventSessionStatusIdle:        (*transcriber).turnEnd,

@@ -246,12 +246,13 @@ func TestMCPToolListChanged(t *testing.T) {
 // (eight sessions sharing it) make one request.
 func TestMCPOAuthRefresh(t *testing.T) {
 	t.Parallel()
-	for _, auth := range []string{"none", "client_secret_basic", "client_secret_post"} {
-		t.Run(auth, func(t *testing.T) {
+	for _, auth := range []apitype.TokenEndpointAuthType{apitype.TokenAuthNone, apitype.TokenAuthClientSecretBasic,
+		apitype.TokenAuthClientSecretPost} {
+		t.Run(string(auth), func(t *testing.T) {
 			t.Parallel()
 			cfg := mcptest.Config{ClientID: "corral-client", TokenAuth: auth, RotateRefresh: true}
-			if auth != "none" {
-				cfg.ClientSecret = "client-secret-" + auth
+			if auth != apitype.TokenAuthNone {
+				cfg.ClientSecret = "client-secret-" + string(auth)
 			}
 			f := newMCPFixture(t, cfg)
 			ctx := testCtx(t)
@@ -351,7 +352,7 @@ func TestMCPOAuthRefresh(t *testing.T) {
 // no matching credential gets one too.
 func TestMCPAuthenticationFailed(t *testing.T) {
 	t.Parallel()
-	cfg := mcptest.Config{ClientID: "corral-client", TokenAuth: "client_secret_post", ClientSecret: "client-secret-xyz"}
+	cfg := mcptest.Config{ClientID: "corral-client", TokenAuth: apitype.TokenAuthClientSecretPost, ClientSecret: "client-secret-xyz"}
 	f := newMCPFixture(t, cfg)
 	ctx := testCtx(t)
 	vid := f.vault(t)
