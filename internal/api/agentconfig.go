@@ -614,7 +614,7 @@ func (s *Server) resolveSkillVersions(ctx context.Context, p string, refs []apit
 
 // resolveExecIdentity validates execution_identity; omitted or null is the service account.
 func resolveExecIdentity(p string, raw json.RawMessage) (apitype.ExecutionIdentity, error) {
-	def := apitype.ExecutionIdentity{Type: "service_account"}
+	def := apitype.ExecutionIdentity{Type: apitype.IdentityServiceAccount}
 	if isNull(raw) {
 		return def, nil
 	}
@@ -623,12 +623,12 @@ func resolveExecIdentity(p string, raw json.RawMessage) (apitype.ExecutionIdenti
 		return def, err
 	}
 	switch in.Type {
-	case "service_account":
+	case apitype.IdentityServiceAccount:
 		if in.RoleARN != "" {
 			return def, invalid(path(p, "role_arn"), "not allowed for service_account")
 		}
 		return def, nil
-	case "aws_role":
+	case apitype.IdentityAWSRole:
 		if err := checkString(path(p, "role_arn"), in.RoleARN, true, 2048); err != nil {
 			return def, err
 		}

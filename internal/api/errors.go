@@ -93,7 +93,7 @@ func (s *Server) serveErr(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("x-should-retry", "false")
 	}
 	env := apitype.ErrorEnvelope{
-		Type:      "error",
+		Type:      apitype.ObjectError,
 		Error:     apitype.ErrorDetail{Type: ae.typ, Message: ae.msg},
 		RequestID: requestID(r.Context()),
 	}

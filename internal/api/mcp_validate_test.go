@@ -23,7 +23,7 @@ func post(h *harness, path, body string) (int, []byte) {
 
 func (v *countingValidator) Validate(_ context.Context, vaultID, credentialID string) (*apitype.CredentialValidation, error) {
 	v.calls.Add(1)
-	return &apitype.CredentialValidation{Type: "vault_credential_validation", VaultID: vaultID, CredentialID: credentialID,
+	return &apitype.CredentialValidation{Type: apitype.ObjectCredentialValidation, VaultID: vaultID, CredentialID: credentialID,
 		Status: apitype.ValidationValid, ValidatedAt: apitype.Now()}, nil
 }
 

@@ -55,7 +55,7 @@ func FuzzSSERoundTrip(f *testing.F) {
 		if previewID != "" { // a preview of no event is not written
 			want = append(want, written{"", string(apitype.EventStart), start})
 		}
-		env := apitype.ErrorEnvelope{Type: "error", RequestID: id, Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: string(payload)}}
+		env := apitype.ErrorEnvelope{Type: apitype.ObjectError, RequestID: id, Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: string(payload)}}
 		envData, _ := json.Marshal(env)
 		sse.error(env)
 		want = append(want, written{"", "error", envData})
@@ -94,7 +94,7 @@ func TestSSEWriterToClientEvents(t *testing.T) {
 	if err := sse.event(ev); err != nil {
 		t.Fatal(err)
 	}
-	sse.error(apitype.ErrorEnvelope{Type: "error", RequestID: "req_1", Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
+	sse.error(apitype.ErrorEnvelope{Type: apitype.ObjectError, RequestID: "req_1", Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
 	r := client.NewSSEReader(strings.NewReader(rec.Body.String()), 0)
 	f, err := r.Next()
 	if err != nil {

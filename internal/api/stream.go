@@ -110,7 +110,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 			if done || err != nil {
 				if err != nil && ctx.Err() == nil {
 					s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session", id, "err", err)
-					sse.error(apitype.ErrorEnvelope{Type: "error", RequestID: requestID(ctx),
+					sse.error(apitype.ErrorEnvelope{Type: apitype.ObjectError, RequestID: requestID(ctx),
 						Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
 				}
 				return nil

@@ -112,15 +112,15 @@ func (f *fixture) session(tools ...apitype.Tool) string {
 	f.t.Helper()
 	ctx := context.Background()
 	now := apitype.Now()
-	env := &apitype.Environment{Type: "environment", ID: apitype.NewID(apitype.PrefixEnvironment), Name: "env-" + apitype.NewID(""),
+	env := &apitype.Environment{Type: apitype.ObjectEnvironment, ID: apitype.NewID(apitype.PrefixEnvironment), Name: "env-" + apitype.NewID(""),
 		Config: apitype.EnvConfig{Type: "cloud"}, CreatedAt: now, UpdatedAt: now}
 	if err := f.store.EnvironmentCreate(ctx, env); err != nil {
 		f.t.Fatal(err)
 	}
 	sess := &apitype.Session{
-		Type: "session", ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: env.ID, Status: apitype.StatusIdle,
+		Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: env.ID, Status: apitype.StatusIdle,
 		Agent: apitype.SessionAgent{
-			Type: "agent", ID: apitype.NewID(apitype.PrefixAgent), Version: 1, Name: "tester",
+			Type: apitype.ObjectAgent, ID: apitype.NewID(apitype.PrefixAgent), Version: 1, Name: "tester",
 			System: "You are a test agent.", Model: apitype.ModelConfig{ID: "claude-sonnet-4-5"}, Tools: tools,
 		},
 		CreatedAt: now, UpdatedAt: now,

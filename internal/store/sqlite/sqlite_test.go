@@ -144,7 +144,7 @@ func TestFollowedSessionReadsMatchDatabase(t *testing.T) {
 	defer db.Close()
 
 	now := apitype.Now()
-	sess := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle, CreatedAt: now, UpdatedAt: now}
+	sess := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle, CreatedAt: now, UpdatedAt: now}
 	msg := func(typ apitype.EventType, text string) apitype.NewEvent {
 		e, err := apitype.MakeEvent(typ, apitype.UserMessage{Content: []apitype.ContentBlock{apitype.TextBlock(text)}})
 		if err != nil {
