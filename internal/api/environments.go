@@ -229,7 +229,7 @@ func envConfigView(c apitype.EnvConfig) map[string]any {
 			*l = []string{}
 		}
 	}
-	pk.Type = "packages"
+	pk.Type = apitype.PackagesList
 	return map[string]any{"type": apitype.EnvironmentCloud, "networking": net, "packages": pk}
 }
 

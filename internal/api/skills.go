@@ -212,9 +212,9 @@ func (s *Server) skillList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	switch q.str("source") {
-	case "", "custom":
-	case "anthropic":
+	switch apitype.SkillSourceType(q.str("source")) {
+	case "", apitype.SkillSourceCustom:
+	case apitype.SkillSourceAnthropic:
 		// Anthropic's pre-built skills are not available on this server.
 		return writeJSON(w, http.StatusOK, listPage[apitype.Skill]{Data: []apitype.Skill{}})
 	default:
