@@ -362,7 +362,7 @@ func packageList(s string) (*apitype.Packages, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
-	p := &apitype.Packages{Type: "packages"}
+	p := &apitype.Packages{Type: apitype.PackagesList}
 	lists := map[string]*[]string{"apt": &p.Apt, "pip": &p.Pip, "npm": &p.Npm, "go": &p.Go, "cargo": &p.Cargo, "gem": &p.Gem}
 	for _, it := range items {
 		m, spec, ok := strings.Cut(it, ":")

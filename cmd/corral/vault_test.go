@@ -115,12 +115,12 @@ func TestVaultRotateKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := apitype.Now()
-	vlt := &apitype.Vault{Type: "vault", ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v", Metadata: map[string]string{},
+	vlt := &apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v", Metadata: map[string]string{},
 		CreatedAt: now, UpdatedAt: now}
 	if err := st.VaultCreate(ctx, vlt); err != nil {
 		t.Fatal(err)
 	}
-	c := &apitype.Credential{Type: "vault_credential", ID: apitype.NewID(apitype.PrefixCredential), VaultID: vlt.ID,
+	c := &apitype.Credential{Type: apitype.ObjectCredential, ID: apitype.NewID(apitype.PrefixCredential), VaultID: vlt.ID,
 		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now,
 		Auth: apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: "https://mcp/"}}
 	sealed, err := old.Seal(c.ID, "token", []byte("tok"))

@@ -16,10 +16,11 @@ import (
 // This file validates and resolves the parts of an agent configuration that sessions reuse: model, tools, MCP
 // servers, skills, execution identity and multiagent.
 
-var efforts = []string{"low", "medium", "high", "xhigh", "max"}
+var efforts = []apitype.EffortType{apitype.EffortLow, apitype.EffortMedium, apitype.EffortHigh, apitype.EffortXHigh,
+	apitype.EffortMax}
 
 // defaultEffort is the effort of a model configured without one.
-const defaultEffort = "high"
+const defaultEffort = apitype.EffortHigh
 
 // parseModel validates «ModelConfigIn»: a model id or {"id","effort","speed","inference_geo"}. prev, when not
 // nil, is the stored model: an omitted effort keeps it.
@@ -73,23 +74,21 @@ func parseModel(p string, raw json.RawMessage, prev *apitype.ModelConfig) (apity
 	return m, nil
 }
 
-func parseEffort(p string, raw json.RawMessage) (string, error) {
-	var e string
+func parseEffort(p string, raw json.RawMessage) (apitype.EffortType, error) {
+	var e apitype.EffortType
 	if bytes.HasPrefix(raw, []byte(`"`)) {
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return "", invalid(p, "expected a string or an object")
 		}
 	} else {
-		var in struct {
-			Type string `json:"type"`
-		}
+		var in apitype.Effort
 		if err := strictUnmarshal(p, raw, &in); err != nil {
 			return "", err
 		}
 		e = in.Type
 	}
-	if !slices.Contains(efforts, e) {
-		return "", invalid(p, "unknown effort %q (want one of %s)", e, strings.Join(efforts, ", "))
+	if !e.Valid() {
+		return "", invalid(p, "unknown effort %q (want one of %s)", e, join(efforts, ", "))
 	}
 	return e, nil
 }
@@ -170,7 +169,7 @@ func resolveTools(p string, raws []json.RawMessage, servers []apitype.MCPServer)
 			return nil, err
 		}
 		var t apitype.Tool
-		switch typ {
+		switch apitype.ToolType(typ) {
 		case apitype.ToolTypeAgentToolset:
 			if seenToolset {
 				return nil, invalid(ip, "only one %s entry is allowed", apitype.ToolTypeAgentToolset)
@@ -266,7 +265,7 @@ func resolveToolset(p string, raw json.RawMessage) (apitype.Tool, error) {
 	for _, name := range apitype.BuiltinTools {
 		tc, ok := byName[name]
 		if !ok {
-			tc = apitype.ToolConfig{Name: name, Type: name, Enabled: def.Enabled, PermissionPolicy: def.PermissionPolicy}
+			tc = apitype.ToolConfig{Name: name, Type: apitype.BuiltinToolType(name), Enabled: def.Enabled, PermissionPolicy: def.PermissionPolicy}
 		}
 		if name == "web_fetch" && tc.URLSources == nil {
 			tc.URLSources = &apitype.WebURLSources{} // resolved: every source unset (null), i.e. all
@@ -277,7 +276,7 @@ func resolveToolset(p string, raw json.RawMessage) (apitype.Tool, error) {
 }
 
 func resolveBuiltinConfig(p, name string, c builtinConfigIn, def *apitype.ToolDefaults) (apitype.ToolConfig, error) {
-	tc := apitype.ToolConfig{Name: name, Type: name, Enabled: def.Enabled, PermissionPolicy: def.PermissionPolicy}
+	tc := apitype.ToolConfig{Name: name, Type: apitype.BuiltinToolType(name), Enabled: def.Enabled, PermissionPolicy: def.PermissionPolicy}
 	if c.Enabled != nil {
 		tc.Enabled = *c.Enabled
 	}
@@ -615,7 +614,7 @@ func (s *Server) resolveSkillVersions(ctx context.Context, p string, refs []apit
 
 // resolveExecIdentity validates execution_identity; omitted or null is the service account.
 func resolveExecIdentity(p string, raw json.RawMessage) (apitype.ExecutionIdentity, error) {
-	def := apitype.ExecutionIdentity{Type: "service_account"}
+	def := apitype.ExecutionIdentity{Type: apitype.IdentityServiceAccount}
 	if isNull(raw) {
 		return def, nil
 	}
@@ -624,12 +623,12 @@ func resolveExecIdentity(p string, raw json.RawMessage) (apitype.ExecutionIdenti
 		return def, err
 	}
 	switch in.Type {
-	case "service_account":
+	case apitype.IdentityServiceAccount:
 		if in.RoleARN != "" {
 			return def, invalid(path(p, "role_arn"), "not allowed for service_account")
 		}
 		return def, nil
-	case "aws_role":
+	case apitype.IdentityAWSRole:
 		if err := checkString(path(p, "role_arn"), in.RoleARN, true, 2048); err != nil {
 			return def, err
 		}

@@ -58,7 +58,7 @@ func parseAgentCreate(body []byte) (*apitype.Agent, error) {
 	if err := checkString("name", req.Name, true, maxNameLen); err != nil {
 		return nil, err
 	}
-	a := &apitype.Agent{Type: "agent", Name: req.Name, Version: 1}
+	a := &apitype.Agent{Type: apitype.ObjectAgent, Name: req.Name, Version: 1}
 	if req.Description != nil {
 		if err := checkString("description", *req.Description, false, maxDescriptionLen); err != nil {
 			return nil, err

@@ -52,7 +52,7 @@ func TestAgentCreateResolvesConfig(t *testing.T) {
 		t.Fatalf("configs: %d, want one per built-in tool", len(ts.Configs))
 	}
 	for i, c := range ts.Configs {
-		if c.Name != apitype.BuiltinTools[i] || c.Type != c.Name {
+		if c.Name != apitype.BuiltinTools[i] || string(c.Type) != c.Name {
 			t.Errorf("configs[%d] = %+v, want name and type %s", i, c, apitype.BuiltinTools[i])
 		}
 		if wantEnabled := c.Name != "bash"; c.Enabled != wantEnabled {

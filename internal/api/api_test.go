@@ -125,21 +125,21 @@ func (h *harness) do(method, path, body string, hdr ...string) (int, http.Header
 type envelope struct {
 	Type  string `json:"type"`
 	Error struct {
-		Type    string         `json:"type"`
-		Message string         `json:"message"`
-		Details map[string]any `json:"details"`
+		Type    apitype.ErrorType `json:"type"`
+		Message string            `json:"message"`
+		Details map[string]any    `json:"details"`
 	} `json:"error"`
 	RequestID string `json:"request_id"`
 }
 
 // wantAPIError asserts err is an *anthropic.Error with the status and error type, and returns it.
-func wantAPIError(t *testing.T, err error, status int, typ string) *anthropic.Error {
+func wantAPIError(t *testing.T, err error, status int, typ apitype.ErrorType) *anthropic.Error {
 	t.Helper()
 	var aerr *anthropic.Error
 	if !errors.As(err, &aerr) {
 		t.Fatalf("got error %v (%T), want *anthropic.Error %d %s", err, err, status, typ)
 	}
-	if aerr.StatusCode != status || string(aerr.Type()) != typ {
+	if aerr.StatusCode != status || string(aerr.Type()) != string(typ) {
 		t.Fatalf("got %d %s (%s), want %d %s", aerr.StatusCode, aerr.Type(), aerr.Message, status, typ)
 	}
 	if !strings.HasPrefix(aerr.RequestID, apitype.PrefixRequest) {
@@ -195,7 +195,7 @@ func (h *harness) newSession(ctx context.Context, agentID, envID string) string 
 }
 
 // appendAgent appends a server event to the log as a brain would.
-func (h *harness) appendAgent(ctx context.Context, sessionID, typ string, payload any) apitype.Event {
+func (h *harness) appendAgent(ctx context.Context, sessionID string, typ apitype.EventType, payload any) apitype.Event {
 	h.t.Helper()
 	ev, err := apitype.MakeEvent(typ, payload)
 	if err != nil {

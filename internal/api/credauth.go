@@ -34,16 +34,16 @@ const (
 // credAuthIn is «CredAuthIn» and «CredAuthUpdate», every type's fields together; each type checks that only its
 // own are present. Secrets are pointers so that "omitted" and "empty" differ.
 type credAuthIn struct {
-	Type              string             `json:"type"`
-	MCPServerURL      *string            `json:"mcp_server_url"`
-	Token             *string            `json:"token"`
-	AccessToken       *string            `json:"access_token"`
-	ExpiresAt         nullable[string]   `json:"expires_at"`
-	Refresh           json.RawMessage    `json:"refresh"`
-	SecretName        *string            `json:"secret_name"`
-	SecretValue       *string            `json:"secret_value"`
-	Networking        json.RawMessage    `json:"networking"`
-	InjectionLocation *injectionLocation `json:"injection_location"`
+	Type              apitype.CredentialAuthType `json:"type"`
+	MCPServerURL      *string                    `json:"mcp_server_url"`
+	Token             *string                    `json:"token"`
+	AccessToken       *string                    `json:"access_token"`
+	ExpiresAt         nullable[string]           `json:"expires_at"`
+	Refresh           json.RawMessage            `json:"refresh"`
+	SecretName        *string                    `json:"secret_name"`
+	SecretValue       *string                    `json:"secret_value"`
+	Networking        json.RawMessage            `json:"networking"`
+	InjectionLocation *injectionLocation         `json:"injection_location"`
 }
 
 type injectionLocation struct {
@@ -57,7 +57,7 @@ type plain struct {
 }
 
 // only refuses the fields of other auth types: fields maps each present field's name to whether it is set.
-func only(p, typ string, fields map[string]bool, allowed ...string) error {
+func only(p string, typ apitype.CredentialAuthType, fields map[string]bool, allowed ...string) error {
 	for name, set := range fields {
 		if set && !slices.Contains(allowed, name) {
 			return invalid(path(p, name), "not a field of %s credentials", typ)
@@ -224,7 +224,7 @@ type credAuthType struct {
 }
 
 // credAuthTypes is every credential auth type, by its name.
-var credAuthTypes = map[string]credAuthType{
+var credAuthTypes = map[apitype.CredentialAuthType]credAuthType{
 	apitype.AuthStaticBearer: {fields: []string{"mcp_server_url", "token"},
 		create: createStaticBearer, update: updateStaticBearer},
 	apitype.AuthMCPOAuth: {fields: []string{"mcp_server_url", "access_token", "expires_at", "refresh"},

@@ -23,18 +23,18 @@ func TestCredAuthTypes(t *testing.T) {
 		t.Fatalf("credAuthIn has %d fields, the sample %d", got, len(sample))
 	}
 	now := time.Now()
-	for _, typ := range []string{apitype.AuthStaticBearer, apitype.AuthMCPOAuth, apitype.AuthEnvironmentVariable} {
+	for _, typ := range []apitype.CredentialAuthType{apitype.AuthStaticBearer, apitype.AuthMCPOAuth, apitype.AuthEnvironmentVariable} {
 		ct, ok := credAuthTypes[typ]
 		if !ok {
 			t.Errorf("auth type %s has no decoder", typ)
 			continue
 		}
 		for field, v := range sample {
-			raw := json.RawMessage(`{"type":"` + typ + `","` + field + `":` + v + `}`)
+			raw := json.RawMessage(`{"type":"` + string(typ) + `","` + field + `":` + v + `}`)
 			_, _, _, cerr := parseCredAuth("auth", raw, now)
 			_, uerr := updateCredAuth("auth", raw, &apitype.CredentialAuth{Type: typ}, now)
 			for what, err := range map[string]error{"create": cerr, "update": uerr} {
-				foreign := err != nil && strings.Contains(err.Error(), "not a field of "+typ)
+				foreign := err != nil && strings.Contains(err.Error(), "not a field of "+string(typ))
 				if own := slices.Contains(ct.fields, field); own == foreign {
 					t.Errorf("%s %s with %s: %v", what, typ, field, err)
 				}

@@ -71,7 +71,7 @@ func (s *Server) credentialCreate(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	c := &apitype.Credential{Type: "vault_credential", ID: apitype.NewID(apitype.PrefixCredential), VaultID: vaultID,
+	c := &apitype.Credential{Type: apitype.ObjectCredential, ID: apitype.NewID(apitype.PrefixCredential), VaultID: vaultID,
 		Metadata: req.Metadata, Auth: auth, CreatedAt: now, UpdatedAt: now}
 	if req.DisplayName != nil {
 		if err := checkString("display_name", *req.DisplayName, false, maxVaultNameLen); err != nil {

@@ -8,13 +8,6 @@ import (
 
 // The refresh configuration of an mcp_oauth credential: how the MCP proxy gets a new access token.
 
-// Token endpoint auth types.
-const (
-	tokenAuthNone  = "none"
-	tokenAuthBasic = "client_secret_basic"
-	tokenAuthPost  = "client_secret_post"
-)
-
 type refreshIn struct {
 	ClientID          *string         `json:"client_id"`
 	RefreshToken      *string         `json:"refresh_token"`
@@ -25,8 +18,8 @@ type refreshIn struct {
 }
 
 type tokenEndpointAuthIn struct {
-	Type         string  `json:"type"`
-	ClientSecret *string `json:"client_secret"`
+	Type         apitype.TokenEndpointAuthType `json:"type"`
+	ClientSecret *string                       `json:"client_secret"`
 }
 
 func parseRefresh(p string, raw json.RawMessage) (*apitype.OAuthRefresh, []plain, error) {
@@ -53,11 +46,11 @@ func parseRefresh(p string, raw json.RawMessage) (*apitype.OAuthRefresh, []plain
 	}
 	secrets := []plain{{secretRefreshToken, *in.RefreshToken}}
 	switch ta.Type {
-	case tokenAuthNone:
+	case apitype.TokenAuthNone:
 		if ta.ClientSecret != nil {
 			return nil, nil, invalid(path(ap, "client_secret"), `not a field of "none"`)
 		}
-	case tokenAuthBasic, tokenAuthPost:
+	case apitype.TokenAuthClientSecretBasic, apitype.TokenAuthClientSecretPost:
 		if err := checkSecret(path(ap, "client_secret"), ta.ClientSecret, true); err != nil {
 			return nil, nil, err
 		}
@@ -131,10 +124,10 @@ func updateRefresh(p string, raw json.RawMessage, cur *apitype.OAuthRefresh) ([]
 		if err := strictUnmarshal(ap, in.TokenEndpointAuth, &ta); err != nil {
 			return nil, err
 		}
-		if ta.Type != tokenAuthBasic && ta.Type != tokenAuthPost {
+		if ta.Type != apitype.TokenAuthClientSecretBasic && ta.Type != apitype.TokenAuthClientSecretPost {
 			return nil, invalid(path(ap, "type"), `must be "client_secret_basic" or "client_secret_post"`)
 		}
-		if cur.TokenEndpointAuth.Type == tokenAuthNone {
+		if cur.TokenEndpointAuth.Type == apitype.TokenAuthNone {
 			return nil, invalid(ap, "the credential authenticates to its token endpoint with none; it has no client secret to replace")
 		}
 		if err := checkSecret(path(ap, "client_secret"), ta.ClientSecret, false); err != nil {

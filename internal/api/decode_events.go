@@ -27,9 +27,11 @@ const (
 
 // Block types allowed per field.
 var (
-	messageBlocks    = []string{"text", "image", "document", "redacted"}
-	toolResultBlocks = []string{"text", "image", "document", "search_result"}
-	systemBlocks     = []string{"text"}
+	messageBlocks = []apitype.ContentBlockType{apitype.ContentText, apitype.ContentImage, apitype.ContentDocument,
+		apitype.ContentRedacted}
+	toolResultBlocks = []apitype.ContentBlockType{apitype.ContentText, apitype.ContentImage, apitype.ContentDocument,
+		apitype.ContentSearchResult}
+	systemBlocks = []apitype.ContentBlockType{apitype.ContentText}
 )
 
 // sendRequest is the body of POST /v1/sessions/{id}/events.
@@ -59,7 +61,7 @@ func parseSend(body []byte) ([]clientEvent, error) {
 			if i != len(req.Events)-1 {
 				return nil, invalid(index("events", i), "system.message must be the last event of the request")
 			}
-			if i == 0 || !slices.Contains([]string{apitype.EventUserMessage, apitype.EventUserToolResult,
+			if i == 0 || !slices.Contains([]apitype.EventType{apitype.EventUserMessage, apitype.EventUserToolResult,
 				apitype.EventUserCustomToolResult}, out[i-1].ev.Type) {
 				return nil, invalid(index("events", i),
 					"system.message must follow the user.message, user.tool_result or user.custom_tool_result it accompanies")
@@ -80,9 +82,9 @@ type clientEvent struct {
 // eventRef is the event of the session that a client event answers (an agent.tool_use, agent.mcp_tool_use or
 // agent.custom_tool_use), checked against the log by checkRefs.
 type eventRef struct {
-	id    string   // "" if the client event answers none
-	path  string   // the field of the client event that names it
-	kinds []string // acceptable types of the referenced event
+	id    string              // "" if the client event answers none
+	path  string              // the field of the client event that names it
+	kinds []apitype.EventType // acceptable types of the referenced event
 }
 
 // A clientDecoder decodes and validates the fields of one client event type: the payload to store and the event
@@ -91,7 +93,7 @@ type clientDecoder func(p string, raw json.RawMessage) (payload any, ref eventRe
 
 // clientEventType is a type of event a client sends, and its decoder.
 type clientEventType struct {
-	name   string
+	name   apitype.EventType
 	decode clientDecoder
 }
 
@@ -108,8 +110,8 @@ var clientEventTypes = []clientEventType{
 }
 
 // clientEventNames lists the names of clientEventTypes.
-func clientEventNames() []string {
-	names := make([]string, len(clientEventTypes))
+func clientEventNames() []apitype.EventType {
+	names := make([]apitype.EventType, len(clientEventTypes))
 	for i, t := range clientEventTypes {
 		names[i] = t.name
 	}
@@ -117,8 +119,9 @@ func clientEventNames() []string {
 }
 
 // parseClientEvent validates one client event. allowed restricts the event types (nil = every client type).
-func parseClientEvent(p string, raw json.RawMessage, allowed []string) (clientEvent, error) {
-	typ, err := typeOf(p, raw)
+func parseClientEvent(p string, raw json.RawMessage, allowed []apitype.EventType) (clientEvent, error) {
+	s, err := typeOf(p, raw)
+	typ := apitype.EventType(s)
 	if err != nil {
 		return clientEvent{}, err
 	}
@@ -132,7 +135,7 @@ func parseClientEvent(p string, raw json.RawMessage, allowed []string) (clientEv
 			want = clientEventNames()
 		}
 		return clientEvent{}, invalid(path(p, "type"), "unknown event type %q (want one of %s)", typ,
-			strings.Join(want, ", "))
+			join(want, ", "))
 	}
 	payload, ref, err := clientEventTypes[i].decode(p, raw)
 	if err != nil {
@@ -146,7 +149,7 @@ func parseClientEvent(p string, raw json.RawMessage, allowed []string) (clientEv
 }
 
 // decodeMessage decodes user.message and system.message, whose content may hold blocks of the given types.
-func decodeMessage(blocks []string) clientDecoder {
+func decodeMessage(blocks []apitype.ContentBlockType) clientDecoder {
 	return func(p string, raw json.RawMessage) (any, eventRef, error) {
 		var in struct {
 			Type    string            `json:"type"`
@@ -204,7 +207,7 @@ func decodeToolConfirmation(p string, raw json.RawMessage) (any, eventRef, error
 		out.DenyMessage = *in.DenyMessage
 	}
 	return out, eventRef{id: in.ToolUseID, path: path(p, "tool_use_id"),
-		kinds: []string{apitype.EventAgentToolUse, apitype.EventAgentMCPToolUse}}, nil
+		kinds: []apitype.EventType{apitype.EventAgentToolUse, apitype.EventAgentMCPToolUse}}, nil
 }
 
 // toolResultIn is the body of user.custom_tool_result and user.tool_result. Each answers one of the two ids; the
@@ -247,7 +250,7 @@ func decodeCustomToolResult(p string, raw json.RawMessage) (any, eventRef, error
 	out := apitype.UserCustomToolResult{CustomToolUseID: in.CustomToolUseID, Content: content,
 		IsError: in.IsError != nil && *in.IsError}
 	return out, eventRef{id: in.CustomToolUseID, path: path(p, "custom_tool_use_id"),
-		kinds: []string{apitype.EventAgentCustomToolUse}}, nil
+		kinds: []apitype.EventType{apitype.EventAgentCustomToolUse}}, nil
 }
 
 func decodeToolResult(p string, raw json.RawMessage) (any, eventRef, error) {
@@ -268,7 +271,7 @@ func decodeToolResult(p string, raw json.RawMessage) (any, eventRef, error) {
 		}
 		out.Source = in.Source
 	}
-	return out, eventRef{id: in.ToolUseID, path: path(p, "tool_use_id"), kinds: []string{apitype.EventAgentToolUse}}, nil
+	return out, eventRef{id: in.ToolUseID, path: path(p, "tool_use_id"), kinds: []apitype.EventType{apitype.EventAgentToolUse}}, nil
 }
 
 // workerReasons are the reasons a self-hosted worker may give for its hands' failure.
@@ -357,7 +360,7 @@ func decodeDefineOutcome(p string, raw json.RawMessage) (any, eventRef, error) {
 }
 
 // parseBlocks validates content blocks of the given allowed types.
-func parseBlocks(p string, raws []json.RawMessage, allowed []string) ([]apitype.ContentBlock, error) {
+func parseBlocks(p string, raws []json.RawMessage, allowed []apitype.ContentBlockType) ([]apitype.ContentBlock, error) {
 	if len(raws) > maxContentBlocks {
 		return nil, invalid(p, "at most %d content blocks", maxContentBlocks)
 	}
@@ -372,8 +375,9 @@ func parseBlocks(p string, raws []json.RawMessage, allowed []string) ([]apitype.
 	return out, nil
 }
 
-func parseBlock(p string, raw json.RawMessage, allowed []string) (apitype.ContentBlock, error) {
-	typ, err := typeOf(p, raw)
+func parseBlock(p string, raw json.RawMessage, allowed []apitype.ContentBlockType) (apitype.ContentBlock, error) {
+	s, err := typeOf(p, raw)
+	typ := apitype.ContentBlockType(s)
 	if err != nil {
 		return apitype.ContentBlock{}, err
 	}
@@ -382,11 +386,11 @@ func parseBlock(p string, raw json.RawMessage, allowed []string) (apitype.Conten
 	}
 	if !slices.Contains(allowed, typ) {
 		return apitype.ContentBlock{}, invalid(path(p, "type"), "unknown block type %q (want one of %s)", typ,
-			strings.Join(allowed, ", "))
+			join(allowed, ", "))
 	}
 	b := apitype.ContentBlock{Type: typ}
 	switch typ {
-	case "text":
+	case apitype.ContentText:
 		var in struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
@@ -398,14 +402,14 @@ func parseBlock(p string, raw json.RawMessage, allowed []string) (apitype.Conten
 			return b, err
 		}
 		b.Text = in.Text
-	case "redacted":
+	case apitype.ContentRedacted:
 		var in struct {
 			Type string `json:"type"`
 		}
 		if err := strictUnmarshal(p, raw, &in); err != nil {
 			return b, err
 		}
-	case "image", "document":
+	case apitype.ContentImage, apitype.ContentDocument:
 		var in struct {
 			Type    string          `json:"type"`
 			Source  json.RawMessage `json:"source"`
@@ -415,15 +419,15 @@ func parseBlock(p string, raw json.RawMessage, allowed []string) (apitype.Conten
 		if err := strictUnmarshal(p, raw, &in); err != nil {
 			return b, err
 		}
-		if typ == "image" && (in.Title != nil || in.Context != nil) {
+		if typ == apitype.ContentImage && (in.Title != nil || in.Context != nil) {
 			return b, invalid(p, "title and context apply only to document blocks")
 		}
-		src, err := parseSource(path(p, "source"), in.Source, typ == "document")
+		src, err := parseSource(path(p, "source"), in.Source, typ == apitype.ContentDocument)
 		if err != nil {
 			return b, err
 		}
 		b.Source, b.Title, b.Context = src, in.Title, in.Context
-	case "search_result":
+	case apitype.ContentSearchResult:
 		var in struct {
 			Type      string            `json:"type"`
 			Source    string            `json:"source"`
@@ -445,7 +449,7 @@ func parseBlock(p string, raw json.RawMessage, allowed []string) (apitype.Conten
 		if len(in.Content) == 0 {
 			return b, invalid(path(p, "content"), "required")
 		}
-		content, err := parseBlocks(path(p, "content"), in.Content, []string{"text"})
+		content, err := parseBlocks(path(p, "content"), in.Content, []apitype.ContentBlockType{apitype.ContentText})
 		if err != nil {
 			return b, err
 		}
@@ -472,7 +476,7 @@ func parseSource(p string, raw json.RawMessage, document bool) (json.RawMessage,
 		return nil, err
 	}
 	switch in.Type {
-	case "base64":
+	case apitype.SourceBase64:
 		if in.URL != "" || in.FileID != "" {
 			return nil, invalid(p, "a base64 source takes only media_type and data")
 		}
@@ -488,7 +492,7 @@ func parseSource(p string, raw json.RawMessage, document bool) (json.RawMessage,
 		if _, err := base64.StdEncoding.DecodeString(in.Data); err != nil {
 			return nil, invalid(path(p, "data"), "not valid base64")
 		}
-	case "text":
+	case apitype.SourceText:
 		if !document {
 			return nil, invalid(path(p, "type"), "text sources apply only to documents")
 		}
@@ -501,14 +505,14 @@ func parseSource(p string, raw json.RawMessage, document bool) (json.RawMessage,
 		if in.Data == "" {
 			return nil, invalid(path(p, "data"), "required")
 		}
-	case "url":
+	case apitype.SourceURL:
 		if err := checkURL(path(p, "url"), in.URL); err != nil {
 			return nil, err
 		}
 		if in.Data != "" || in.MediaType != "" || in.FileID != "" {
 			return nil, invalid(p, "a url source takes only url")
 		}
-	case "file":
+	case apitype.SourceFile:
 		if in.FileID == "" {
 			return nil, invalid(path(p, "file_id"), "required")
 		}

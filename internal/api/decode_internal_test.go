@@ -13,7 +13,7 @@ import (
 func TestClientEventTypes(t *testing.T) {
 	t.Parallel()
 	names := clientEventNames()
-	for _, typ := range []string{
+	for _, typ := range []apitype.EventType{
 		apitype.EventUserMessage, apitype.EventUserInterrupt, apitype.EventUserToolConfirmation,
 		apitype.EventUserCustomToolResult, apitype.EventUserToolResult, apitype.EventUserDefineOutcome,
 		apitype.EventSystemMessage, apitype.EventAgentMessage, apitype.EventAgentThinking, apitype.EventAgentToolUse,
@@ -117,13 +117,13 @@ func TestClientEventDecoders(t *testing.T) {
 		{`{"type":"user.interrupt"}`, `{}`, eventRef{}},
 		{`{"type":"user.tool_confirmation","tool_use_id":"sevt_1","result":"deny","deny_message":"no"}`,
 			`{"tool_use_id":"sevt_1","result":"deny","deny_message":"no"}`,
-			eventRef{"sevt_1", "events[0].tool_use_id", []string{apitype.EventAgentToolUse, apitype.EventAgentMCPToolUse}}},
+			eventRef{"sevt_1", "events[0].tool_use_id", []apitype.EventType{apitype.EventAgentToolUse, apitype.EventAgentMCPToolUse}}},
 		{`{"type":"user.custom_tool_result","custom_tool_use_id":"sevt_2","is_error":true}`,
 			`{"custom_tool_use_id":"sevt_2","is_error":true}`,
-			eventRef{"sevt_2", "events[0].custom_tool_use_id", []string{apitype.EventAgentCustomToolUse}}},
+			eventRef{"sevt_2", "events[0].custom_tool_use_id", []apitype.EventType{apitype.EventAgentCustomToolUse}}},
 		{`{"type":"user.tool_result","tool_use_id":"sevt_3","content":` + text + `}`,
 			`{"tool_use_id":"sevt_3","content":[{"type":"text","text":"a"}]}`,
-			eventRef{"sevt_3", "events[0].tool_use_id", []string{apitype.EventAgentToolUse}}},
+			eventRef{"sevt_3", "events[0].tool_use_id", []apitype.EventType{apitype.EventAgentToolUse}}},
 	} {
 		events, err := parseSend([]byte(`{"events":[` + tc.event + `]}`))
 		if err != nil {

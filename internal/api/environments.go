@@ -229,7 +229,7 @@ func envConfigView(c apitype.EnvConfig) map[string]any {
 			*l = []string{}
 		}
 	}
-	pk.Type = "packages"
+	pk.Type = apitype.PackagesList
 	return map[string]any{"type": apitype.EnvironmentCloud, "networking": net, "packages": pk}
 }
 
@@ -248,7 +248,7 @@ func (s *Server) envCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := checkString("name", req.Name, true, maxNameLen); err != nil {
 		return err
 	}
-	e := &apitype.Environment{Type: "environment", Name: req.Name, Scope: "organization",
+	e := &apitype.Environment{Type: apitype.ObjectEnvironment, Name: req.Name, Scope: "organization",
 		Config: defaultEnvConfig(), Metadata: req.Metadata}
 	if req.Description != nil {
 		if err := checkString("description", *req.Description, false, maxDescriptionLen); err != nil {

@@ -36,7 +36,7 @@ func (s *Server) envKeyCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	secret := apitype.NewEnvironmentKeySecret()
-	k := &apitype.EnvironmentKey{Type: "environment_key", ID: apitype.NewID(apitype.PrefixEnvironmentKey),
+	k := &apitype.EnvironmentKey{Type: apitype.ObjectEnvironmentKey, ID: apitype.NewID(apitype.PrefixEnvironmentKey),
 		EnvironmentID: e.ID, Name: name, Hash: apitype.HashAPIKey(secret), Hint: secret[len(secret)-4:], CreatedAt: s.now()}
 	if err := s.store.EnvironmentKeyCreate(r.Context(), k); err != nil {
 		return lookup(err, "environment", e.ID)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
@@ -15,7 +16,7 @@ import (
 // or any other error) and serveErr writes the response: the one place where errors become HTTP.
 type apiError struct {
 	status int
-	typ    string // apitype.Err*
+	typ    apitype.ErrorType
 	msg    string // safe to show the client
 	code   string // error.details.error_code, optional
 	// details are more fields of error.details, optional
@@ -92,7 +93,7 @@ func (s *Server) serveErr(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("x-should-retry", "false")
 	}
 	env := apitype.ErrorEnvelope{
-		Type:      "error",
+		Type:      apitype.ObjectError,
 		Error:     apitype.ErrorDetail{Type: ae.typ, Message: ae.msg},
 		RequestID: requestID(r.Context()),
 	}
@@ -119,4 +120,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 	return nil
+}
+
+// join joins vocabulary values with sep, as strings.Join joins strings: for the lists of values in error
+// messages.
+func join[T ~string](vs []T, sep string) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = string(v)
+	}
+	return strings.Join(s, sep)
 }

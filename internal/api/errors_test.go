@@ -71,7 +71,7 @@ func TestMalformedRequests(t *testing.T) {
 	for _, tc := range []struct {
 		name, method, path, body string
 		status                   int
-		typ                      string
+		typ                      apitype.ErrorType
 	}{
 		{"malformed json", "POST", "/v1/agents", `{"name":`, 400, apitype.ErrInvalidRequest},
 		{"not an object", "POST", "/v1/agents", `[1,2]`, 400, apitype.ErrInvalidRequest},

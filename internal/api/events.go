@@ -53,7 +53,7 @@ func (s *Server) checkRefs(r *http.Request, sess *apitype.Session, events []clie
 			return fmt.Errorf("event %s: %w", ref.id, err)
 		}
 		if !slices.Contains(ref.kinds, ev.Type) {
-			return invalid(ref.path, "event %q is a %s, not %s", ref.id, ev.Type, strings.Join(ref.kinds, " or "))
+			return invalid(ref.path, "event %q is a %s, not %s", ref.id, ev.Type, join(ref.kinds, " or "))
 		}
 	}
 	return nil
@@ -116,7 +116,7 @@ func (s *Server) eventList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p := &store.EventListParams{SessionID: id, Types: q.list("types"), Desc: desc, Limit: limit + 1}
+	p := &store.EventListParams{SessionID: id, Types: listOf[apitype.EventType](q, "types"), Desc: desc, Limit: limit + 1}
 	for i, t := range p.Types {
 		if !validEventType(t) {
 			return invalid(index("types", i), "invalid event type %q", t)
@@ -157,8 +157,8 @@ func (s *Server) eventList(w http.ResponseWriter, r *http.Request) error {
 
 // validEventType accepts dotted lowercase type names: the filter matches stored types, including types newer
 // than this server knows.
-func validEventType(t string) bool {
-	if len(t) > 128 || !strings.Contains(t, ".") {
+func validEventType(t apitype.EventType) bool {
+	if len(t) > 128 || !strings.Contains(string(t), ".") {
 		return false
 	}
 	return !bytes.ContainsFunc([]byte(t), func(r rune) bool {

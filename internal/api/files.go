@@ -82,7 +82,7 @@ func (s *Server) fileUpload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return invalid("", "malformed multipart body: %v", err)
 	}
-	meta := &apitype.File{Type: "file", ID: apitype.NewID(apitype.PrefixFile), Downloadable: true}
+	meta := &apitype.File{Type: apitype.ObjectFile, ID: apitype.NewID(apitype.PrefixFile), Downloadable: true}
 	var (
 		content *files.Content
 		expires int64

@@ -164,7 +164,7 @@ func TestFilesUploadRefused(t *testing.T) {
 		"expiry too short":    {fields: map[string]string{"expires_in_seconds": "60"}, file: []byte("x")},
 		"expiry not a number": {fields: map[string]string{"expires_in_seconds": "soon"}, file: []byte("x")},
 	} {
-		if st, body := multi(tc.fields, tc.file); st != http.StatusBadRequest || !strings.Contains(string(body), apitype.ErrInvalidRequest) {
+		if st, body := multi(tc.fields, tc.file); st != http.StatusBadRequest || !strings.Contains(string(body), string(apitype.ErrInvalidRequest)) {
 			t.Errorf("%s: %d %s", name, st, body)
 		}
 	}
@@ -198,9 +198,9 @@ func TestFilesList(t *testing.T) {
 		uploaded = append(uploaded, f.ID)
 	}
 	// An output of a session, as the collector records it.
-	scoped := &store.File{File: apitype.File{Type: "file", ID: apitype.NewID(apitype.PrefixFile), Filename: "out.txt",
+	scoped := &store.File{File: apitype.File{Type: apitype.ObjectFile, ID: apitype.NewID(apitype.PrefixFile), Filename: "out.txt",
 		MimeType: "text/plain", SizeBytes: 1, CreatedAt: apitype.Now(), Downloadable: true,
-		Scope: &apitype.FileScope{Type: "session", ID: "sesn_x"}}, SHA256: "00", BlobKey: "files/none"}
+		Scope: &apitype.FileScope{Type: apitype.FileScopeSession, ID: "sesn_x"}}, SHA256: "00", BlobKey: "files/none"}
 	if err := h.store.FileCreate(ctx, scoped); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestFilesWithoutStorage(t *testing.T) {
 // seedFile records a file's metadata in st (no content), so that resources may name it.
 func seedFile(t testing.TB, st store.Store, id string) {
 	t.Helper()
-	f := &store.File{File: apitype.File{Type: "file", ID: id, Filename: id, MimeType: "text/plain", SizeBytes: 1,
+	f := &store.File{File: apitype.File{Type: apitype.ObjectFile, ID: id, Filename: id, MimeType: "text/plain", SizeBytes: 1,
 		CreatedAt: apitype.Now()}, SHA256: "00", BlobKey: "files/" + id}
 	if err := st.FileCreate(context.Background(), f); err != nil {
 		t.Fatal(err)

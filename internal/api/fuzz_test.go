@@ -134,7 +134,7 @@ func FuzzSessionCreate(f *testing.F) {
 			}
 		}
 		for i, raw := range req.InitialEvents {
-			_, err := parseClientEvent(index("initial_events", i), raw, []string{apitype.EventUserMessage})
+			_, err := parseClientEvent(index("initial_events", i), raw, []apitype.EventType{apitype.EventUserMessage})
 			check4xx(t, body, err)
 		}
 		if !isNull(req.Budget) {

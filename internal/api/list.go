@@ -63,13 +63,16 @@ func newQuery(u *url.URL) query { return query{v: u.Query()} }
 
 // list returns every value of a repeatable parameter, in either the bracketed (key[]=a) or plain (key=a) form,
 // with comma-separated values split.
-func (q query) list(key string) []string {
-	var out []string
+func (q query) list(key string) []string { return listOf[string](q, key) }
+
+// listOf is list for a parameter whose values are of a vocabulary type (event types).
+func listOf[T ~string](q query, key string) []T {
+	var out []T
 	for _, k := range []string{key + "[]", key} {
 		for _, v := range q.v[k] {
 			for _, part := range strings.Split(v, ",") {
 				if part = strings.TrimSpace(part); part != "" {
-					out = append(out, part)
+					out = append(out, T(part))
 				}
 			}
 		}

@@ -23,7 +23,7 @@ func post(h *harness, path, body string) (int, []byte) {
 
 func (v *countingValidator) Validate(_ context.Context, vaultID, credentialID string) (*apitype.CredentialValidation, error) {
 	v.calls.Add(1)
-	return &apitype.CredentialValidation{Type: "vault_credential_validation", VaultID: vaultID, CredentialID: credentialID,
+	return &apitype.CredentialValidation{Type: apitype.ObjectCredentialValidation, VaultID: vaultID, CredentialID: credentialID,
 		Status: apitype.ValidationValid, ValidatedAt: apitype.Now()}, nil
 }
 
@@ -56,7 +56,7 @@ func TestCredentialValidateRoutes(t *testing.T) {
 	for _, c := range []struct {
 		name, path string
 		status     int
-		errType    string
+		errType    apitype.ErrorType
 	}{
 		{"environment_variable", "/v1/vaults/" + v.ID + "/credentials/" + envVar + "/mcp_oauth_validate", 400, "invalid_request_error"},
 		{"unknown credential", "/v1/vaults/" + v.ID + "/credentials/vcrd_missing/mcp_oauth_validate", 404, "not_found_error"},

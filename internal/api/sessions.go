@@ -110,7 +110,7 @@ func parseAgentRef(p string, raw json.RawMessage) (agentRef, error) {
 // snapshot builds the session's agent from the stored agent and the overrides.
 func (ref *agentRef) snapshot(p string, a *apitype.Agent) (apitype.SessionAgent, error) {
 	normalizeAgent(a)
-	sa := apitype.SessionAgent{Type: "agent", ID: a.ID, Version: a.Version, Name: a.Name,
+	sa := apitype.SessionAgent{Type: apitype.ObjectAgent, ID: a.ID, Version: a.Version, Name: a.Name,
 		Description: a.Description, System: a.System, Model: a.Model, Tools: a.Tools, MCPServers: a.MCPServers,
 		Skills: a.Skills, ExecutionIdentity: a.ExecutionIdentity, Multiagent: a.Multiagent}
 	var err error
@@ -226,7 +226,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		return invalid("environment_id", "required")
 	}
 	now := s.now()
-	sess := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession),
+	sess := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession),
 		EnvironmentID: req.EnvironmentID, Status: apitype.StatusIdle, Metadata: req.Metadata,
 		VaultIDs: req.VaultIDs, CreatedAt: now, UpdatedAt: now}
 	if req.Title != nil {
@@ -270,7 +270,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	initial := make([]apitype.NewEvent, 0, len(req.InitialEvents))
 	for i, raw := range req.InitialEvents {
 		ce, err := parseClientEvent(index("initial_events", i), raw,
-			[]string{apitype.EventUserMessage, apitype.EventUserDefineOutcome})
+			[]apitype.EventType{apitype.EventUserMessage, apitype.EventUserDefineOutcome})
 		if err != nil {
 			return err
 		}

@@ -80,7 +80,7 @@ func TestSessionCreate(t *testing.T) {
 		name   string
 		params anthropic.BetaSessionNewParams
 		status int
-		typ    string
+		typ    apitype.ErrorType
 	}{
 		{"unknown agent", anthropic.BetaSessionNewParams{
 			Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String("agent_nope")}, EnvironmentID: envID,

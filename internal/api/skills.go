@@ -154,7 +154,7 @@ func (s *Server) storeSkillZip(ctx context.Context, u *skillUpload, v *store.Ski
 }
 
 func newSkillVersion(skillID string, m *skills.Meta, now time.Time) *store.SkillVersion {
-	return &store.SkillVersion{SkillVersion: apitype.SkillVersion{Type: "skill_version",
+	return &store.SkillVersion{SkillVersion: apitype.SkillVersion{Type: apitype.ObjectSkillVersion,
 		ID: strconv.FormatInt(now.UnixMicro(), 10), SkillID: skillID, Name: m.Name, Description: m.Description, CreatedAt: now}}
 }
 
@@ -165,7 +165,7 @@ func (s *Server) skillCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer u.close()
 	now := s.now()
-	sk := &apitype.Skill{Type: "skill", ID: apitype.NewID(apitype.PrefixSkill), DisplayName: u.displayName,
+	sk := &apitype.Skill{Type: apitype.ObjectSkill, ID: apitype.NewID(apitype.PrefixSkill), DisplayName: u.displayName,
 		Source: apitype.SkillSource{Type: apitype.SkillSourceCustom}, CreatedAt: now, UpdatedAt: now}
 	if sk.DisplayName == "" {
 		sk.DisplayName = u.meta.Name
@@ -212,9 +212,9 @@ func (s *Server) skillList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	switch q.str("source") {
-	case "", "custom":
-	case "anthropic":
+	switch apitype.SkillSourceType(q.str("source")) {
+	case "", apitype.SkillSourceCustom:
+	case apitype.SkillSourceAnthropic:
 		// Anthropic's pre-built skills are not available on this server.
 		return writeJSON(w, http.StatusOK, listPage[apitype.Skill]{Data: []apitype.Skill{}})
 	default:

@@ -30,7 +30,7 @@ func FuzzSSERoundTrip(f *testing.F) {
 	f.Add("sevt_3", "session.status_idle", []byte(`{"stop_reason":{"type":"end_turn"}}`), ":colon", []byte(":not a comment"))
 	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, previewID string, raw []byte) {
 		rec := httptest.NewRecorder()
-		pf, err := newPreviewFilter([]string{apitype.EventAgentMessage})
+		pf, err := newPreviewFilter([]apitype.EventType{apitype.EventAgentMessage})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func FuzzSSERoundTrip(f *testing.F) {
 		var want []written
 		now := time.Unix(1700000000, 123000).UTC()
 
-		ev := apitype.Event{ID: id, Type: typ, ProcessedAt: &now, Data: payload}
+		ev := apitype.Event{ID: id, Type: apitype.EventType(typ), ProcessedAt: &now, Data: payload}
 		if data, err := json.Marshal(ev); err == nil {
 			if err := sse.event(ev); err != nil {
 				t.Fatal(err)
@@ -53,9 +53,9 @@ func FuzzSSERoundTrip(f *testing.F) {
 			t.Fatal(err)
 		}
 		if previewID != "" { // a preview of no event is not written
-			want = append(want, written{"", apitype.EventStart, start})
+			want = append(want, written{"", string(apitype.EventStart), start})
 		}
-		env := apitype.ErrorEnvelope{Type: "error", RequestID: id, Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: string(payload)}}
+		env := apitype.ErrorEnvelope{Type: apitype.ObjectError, RequestID: id, Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: string(payload)}}
 		envData, _ := json.Marshal(env)
 		sse.error(env)
 		want = append(want, written{"", "error", envData})
@@ -94,7 +94,7 @@ func TestSSEWriterToClientEvents(t *testing.T) {
 	if err := sse.event(ev); err != nil {
 		t.Fatal(err)
 	}
-	sse.error(apitype.ErrorEnvelope{Type: "error", RequestID: "req_1", Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
+	sse.error(apitype.ErrorEnvelope{Type: apitype.ObjectError, RequestID: "req_1", Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
 	r := client.NewSSEReader(strings.NewReader(rec.Body.String()), 0)
 	f, err := r.Next()
 	if err != nil {

@@ -52,7 +52,7 @@ const sseWriteTimeout = DefaultStreamWriteTimeout
 func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("session_id")
-	pf, err := newPreviewFilter(newQuery(r.URL).list("event_deltas"))
+	pf, err := newPreviewFilter(listOf[apitype.EventType](newQuery(r.URL), "event_deltas"))
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 			if done || err != nil {
 				if err != nil && ctx.Err() == nil {
 					s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session", id, "err", err)
-					sse.error(apitype.ErrorEnvelope{Type: "error", RequestID: requestID(ctx),
+					sse.error(apitype.ErrorEnvelope{Type: apitype.ObjectError, RequestID: requestID(ctx),
 						Error: apitype.ErrorDetail{Type: apitype.ErrAPI, Message: "internal server error"}})
 				}
 				return nil
@@ -140,7 +140,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 // event the stream has already written (a late one) or of a model request that has ended is dropped, since
 // the SDK's accumulator would otherwise reopen a finished message or keep an orphan.
 type previewFilter struct {
-	types map[string]bool
+	types map[apitype.EventType]bool
 	open  map[string]bool // previews started on this stream whose event has not been written
 	done  map[string]bool // ids of previewed types written as events (bounded: reset when large)
 }
@@ -149,11 +149,11 @@ type previewFilter struct {
 const maxDoneIDs = 1024
 
 // newPreviewFilter parses event_deltas; nil means the stream wants no previews.
-func newPreviewFilter(types []string) (*previewFilter, error) {
+func newPreviewFilter(types []apitype.EventType) (*previewFilter, error) {
 	if len(types) == 0 {
 		return nil, nil
 	}
-	f := &previewFilter{types: map[string]bool{}, open: map[string]bool{}, done: map[string]bool{}}
+	f := &previewFilter{types: map[apitype.EventType]bool{}, open: map[string]bool{}, done: map[string]bool{}}
 	for _, t := range types {
 		if t != apitype.EventAgentMessage && t != apitype.EventAgentThinking {
 			return nil, invalid("event_deltas", "unknown event type %q: want %s or %s", t,
@@ -327,7 +327,7 @@ func (s *sseWriter) event(ev apitype.Event) error {
 	if ev.ID != "" {
 		b.WriteString("id: " + sseField(ev.ID) + "\n")
 	}
-	b.WriteString("event: " + sseField(ev.Type) + "\ndata: ")
+	b.WriteString("event: " + sseField(string(ev.Type)) + "\ndata: ")
 	if err := json.NewEncoder(&b).Encode(ev); err != nil { // ends the data line
 		return err
 	}
@@ -345,7 +345,7 @@ func (s *sseWriter) preview(payload []byte) error {
 	if s.previews == nil || json.Unmarshal(payload, &p) != nil || !s.previews.allow(&p) {
 		return nil
 	}
-	return s.frame("", p.Type, payload)
+	return s.frame("", string(p.Type), payload)
 }
 
 func (s *sseWriter) error(env apitype.ErrorEnvelope) {

@@ -60,7 +60,7 @@ func TestSDKToolRunner(t *testing.T) {
 		t.Fatalf("dispatched = %+v", call)
 	}
 	// The result the runner posted is in the log, answering the call.
-	results, err := h.store.EventList(ctx, &store.EventListParams{SessionID: id, Types: []string{apitype.EventUserCustomToolResult}, Limit: 10})
+	results, err := h.store.EventList(ctx, &store.EventListParams{SessionID: id, Types: []apitype.EventType{apitype.EventUserCustomToolResult}, Limit: 10})
 	if err != nil || len(results) != 1 {
 		t.Fatalf("results = %v, %v", results, err)
 	}

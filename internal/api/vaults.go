@@ -42,7 +42,7 @@ func (s *Server) vaultCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := s.now()
-	v := &apitype.Vault{Type: "vault", ID: apitype.NewID(apitype.PrefixVault), DisplayName: req.DisplayName,
+	v := &apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), DisplayName: req.DisplayName,
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now}
 	viewVault(v)
 	if err := s.store.VaultCreate(r.Context(), v); err != nil {

@@ -2,27 +2,27 @@ package apitype
 
 // Error types of the Anthropic error envelope.
 const (
-	ErrInvalidRequest  = "invalid_request_error"
-	ErrAuthentication  = "authentication_error"
-	ErrPermission      = "permission_error"
-	ErrNotFound        = "not_found_error"
-	ErrConflict        = "conflict_error"
-	ErrRequestTooLarge = "request_too_large"
-	ErrRateLimit       = "rate_limit_error"
-	ErrAPI             = "api_error"
-	ErrOverloaded      = "overloaded_error"
+	ErrInvalidRequest  ErrorType = "invalid_request_error"
+	ErrAuthentication  ErrorType = "authentication_error"
+	ErrPermission      ErrorType = "permission_error"
+	ErrNotFound        ErrorType = "not_found_error"
+	ErrConflict        ErrorType = "conflict_error"
+	ErrRequestTooLarge ErrorType = "request_too_large"
+	ErrRateLimit       ErrorType = "rate_limit_error"
+	ErrAPI             ErrorType = "api_error"
+	ErrOverloaded      ErrorType = "overloaded_error"
 )
 
 // ErrorEnvelope is the body of every error response.
 type ErrorEnvelope struct {
-	Type      string      `json:"type"` // always "error"
+	Type      ObjectType  `json:"type"` // always "error" (ObjectError)
 	Error     ErrorDetail `json:"error"`
 	RequestID string      `json:"request_id,omitempty"`
 }
 
 // ErrorDetail is the inner error object.
 type ErrorDetail struct {
-	Type    string         `json:"type"`
+	Type    ErrorType      `json:"type"`
 	Message string         `json:"message"`
 	Details map[string]any `json:"details,omitempty"`
 }

@@ -10,41 +10,41 @@ import (
 
 // Session event types.
 const (
-	EventUserMessage          = "user.message"
-	EventUserInterrupt        = "user.interrupt"
-	EventUserToolConfirmation = "user.tool_confirmation"
-	EventUserCustomToolResult = "user.custom_tool_result"
-	EventUserToolResult       = "user.tool_result"
-	EventUserDefineOutcome    = "user.define_outcome"
-	EventSystemMessage        = "system.message"
+	EventUserMessage          EventType = "user.message"
+	EventUserInterrupt        EventType = "user.interrupt"
+	EventUserToolConfirmation EventType = "user.tool_confirmation"
+	EventUserCustomToolResult EventType = "user.custom_tool_result"
+	EventUserToolResult       EventType = "user.tool_result"
+	EventUserDefineOutcome    EventType = "user.define_outcome"
+	EventSystemMessage        EventType = "system.message"
 
-	EventAgentMessage          = "agent.message"
-	EventAgentThinking         = "agent.thinking"
-	EventAgentToolUse          = "agent.tool_use"
-	EventAgentToolResult       = "agent.tool_result"
-	EventAgentMCPToolUse       = "agent.mcp_tool_use"
-	EventAgentMCPToolResult    = "agent.mcp_tool_result"
-	EventAgentCustomToolUse    = "agent.custom_tool_use"
-	EventAgentContextCompacted = "agent.thread_context_compacted"
+	EventAgentMessage          EventType = "agent.message"
+	EventAgentThinking         EventType = "agent.thinking"
+	EventAgentToolUse          EventType = "agent.tool_use"
+	EventAgentToolResult       EventType = "agent.tool_result"
+	EventAgentMCPToolUse       EventType = "agent.mcp_tool_use"
+	EventAgentMCPToolResult    EventType = "agent.mcp_tool_result"
+	EventAgentCustomToolUse    EventType = "agent.custom_tool_use"
+	EventAgentContextCompacted EventType = "agent.thread_context_compacted"
 
-	EventSessionStatusRunning     = "session.status_running"
-	EventSessionStatusIdle        = "session.status_idle"
-	EventSessionStatusRescheduled = "session.status_rescheduled"
-	EventSessionStatusTerminated  = "session.status_terminated"
-	EventSessionError             = "session.error"
-	EventSessionDeleted           = "session.deleted"
-	EventSessionUpdated           = "session.updated"
+	EventSessionStatusRunning     EventType = "session.status_running"
+	EventSessionStatusIdle        EventType = "session.status_idle"
+	EventSessionStatusRescheduled EventType = "session.status_rescheduled"
+	EventSessionStatusTerminated  EventType = "session.status_terminated"
+	EventSessionError             EventType = "session.error"
+	EventSessionDeleted           EventType = "session.deleted"
+	EventSessionUpdated           EventType = "session.updated"
 
-	EventSpanModelRequestStart = "span.model_request_start"
-	EventSpanModelRequestEnd   = "span.model_request_end"
+	EventSpanModelRequestStart EventType = "span.model_request_start"
+	EventSpanModelRequestEnd   EventType = "span.model_request_end"
 
 	// Corral's own spans: where the hands' time and failures went.
-	EventSpanSandboxProvisionStart = "span.sandbox_provision_start"
-	EventSpanSandboxProvisionEnd   = "span.sandbox_provision_end"
+	EventSpanSandboxProvisionStart EventType = "span.sandbox_provision_start"
+	EventSpanSandboxProvisionEnd   EventType = "span.sandbox_provision_end"
 )
 
 // IsUserEvent reports whether t is an event a client sends (and a brain must act on).
-func IsUserEvent(t string) bool {
+func IsUserEvent(t EventType) bool {
 	switch t {
 	case EventUserMessage, EventUserInterrupt, EventUserToolConfirmation, EventUserCustomToolResult,
 		EventUserToolResult, EventUserDefineOutcome, EventSystemMessage:
@@ -57,7 +57,7 @@ func IsUserEvent(t string) bool {
 // they sit beside id, type and processed_at.
 type Event struct {
 	ID          string
-	Type        string
+	Type        EventType
 	SessionID   string
 	Seq         int64      // per-session, contiguous from 1
 	CreatedAt   time.Time  // when it was appended
@@ -71,7 +71,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	b.WriteString(`{"id":`)
 	writeJSONString(&b, e.ID)
 	b.WriteString(`,"type":`)
-	writeJSONString(&b, e.Type)
+	writeJSONString(&b, string(e.Type))
 	b.WriteString(`,"processed_at":`)
 	if e.ProcessedAt != nil {
 		writeJSONString(&b, e.ProcessedAt.UTC().Format(TimeFormat))
@@ -112,7 +112,7 @@ type NewEvent struct {
 	// ID, if set, is the id the event is stored under (it must have PrefixEvent, and no other event may have
 	// it): a brain names an answer's events before it appends them, so that stream previews can carry the id.
 	ID   string
-	Type string
+	Type EventType
 	Data json.RawMessage
 	// Processed marks a server event processed at append (every event a brain writes). Client events are
 	// appended unprocessed and marked when a brain takes them.
@@ -120,7 +120,7 @@ type NewEvent struct {
 }
 
 // MakeEvent builds a NewEvent from a payload struct.
-func MakeEvent(typ string, payload any) (NewEvent, error) {
+func MakeEvent(typ EventType, payload any) (NewEvent, error) {
 	if payload == nil {
 		return NewEvent{Type: typ, Data: json.RawMessage("{}"), Processed: !IsUserEvent(typ)}, nil
 	}
@@ -136,25 +136,25 @@ func MakeEvent(typ string, payload any) (NewEvent, error) {
 
 // ContentBlock is one block of message or tool-result content. Type selects which fields are set.
 type ContentBlock struct {
-	Type      string          `json:"type"`
-	Text      string          `json:"text,omitempty"`
-	Source    json.RawMessage `json:"source,omitempty"`
-	Title     *string         `json:"title,omitempty"`
-	Context   *string         `json:"context,omitempty"`
-	Content   json.RawMessage `json:"content,omitempty"`
-	Citations json.RawMessage `json:"citations,omitempty"`
+	Type      ContentBlockType `json:"type"`
+	Text      string           `json:"text,omitempty"`
+	Source    json.RawMessage  `json:"source,omitempty"`
+	Title     *string          `json:"title,omitempty"`
+	Context   *string          `json:"context,omitempty"`
+	Content   json.RawMessage  `json:"content,omitempty"`
+	Citations json.RawMessage  `json:"citations,omitempty"`
 }
 
 // TextBlock is a text content block.
-func TextBlock(s string) ContentBlock { return ContentBlock{Type: "text", Text: s} }
+func TextBlock(s string) ContentBlock { return ContentBlock{Type: ContentText, Text: s} }
 
-// ImageSource is the base64 source of an image block.
+// ImageSource is the source of an image or document block.
 type ImageSource struct {
-	Type      string `json:"type"`
-	MediaType string `json:"media_type,omitempty"`
-	Data      string `json:"data,omitempty"`
-	URL       string `json:"url,omitempty"`
-	FileID    string `json:"file_id,omitempty"`
+	Type      SourceType `json:"type"`
+	MediaType string     `json:"media_type,omitempty"`
+	Data      string     `json:"data,omitempty"`
+	URL       string     `json:"url,omitempty"`
+	FileID    string     `json:"file_id,omitempty"`
 }
 
 // Payloads of the events a brain reads and writes.

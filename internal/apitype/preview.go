@@ -3,8 +3,8 @@ package apitype
 // Stream-only event types: previews of an event that is still being produced (a model answer that streams).
 // They are sent only on streams that ask for them (event_deltas), never stored and never listed.
 const (
-	EventStart = "event_start"
-	EventDelta = "event_delta"
+	EventStart EventType = "event_start"
+	EventDelta EventType = "event_delta"
 )
 
 // Preview is an event_start or event_delta frame:
@@ -16,7 +16,7 @@ const (
 // are start-only); each event_delta adds a fragment to content[index] of the message (a new index starts a new
 // element, dense from 0). The buffered event with the same id concludes the preview.
 type Preview struct {
-	Type    string        `json:"type"`
+	Type    EventType     `json:"type"`               // event_start or event_delta
 	Event   *PreviewEvent `json:"event,omitempty"`    // event_start
 	EventID string        `json:"event_id,omitempty"` // event_delta
 	Delta   *ContentDelta `json:"delta,omitempty"`    // event_delta
@@ -24,31 +24,31 @@ type Preview struct {
 
 // PreviewEvent names the previewed event.
 type PreviewEvent struct {
-	Type string `json:"type"`
-	ID   string `json:"id"`
+	Type EventType `json:"type"`
+	ID   string    `json:"id"`
 }
 
 // ContentDelta is a fragment of content[Index] of the previewed message.
 type ContentDelta struct {
-	Type    string       `json:"type"` // content_delta
+	Type    DeltaType    `json:"type"` // content_delta
 	Index   int          `json:"index"`
 	Content ContentBlock `json:"content"`
 }
 
 // PreviewStartOf returns the event_start of the event with the given type and id.
-func PreviewStartOf(typ, id string) Preview {
+func PreviewStartOf(typ EventType, id string) Preview {
 	return Preview{Type: EventStart, Event: &PreviewEvent{Type: typ, ID: id}}
 }
 
 // PreviewTextDelta returns an event_delta adding text to content[index] of the message with the given id.
 func PreviewTextDelta(id string, index int, text string) Preview {
 	return Preview{Type: EventDelta, EventID: id,
-		Delta: &ContentDelta{Type: "content_delta", Index: index, Content: TextBlock(text)}}
+		Delta: &ContentDelta{Type: DeltaContent, Index: index, Content: TextBlock(text)}}
 }
 
 // Previewed returns the type and id of the event a preview is about: for event_start its event, for
 // event_delta the agent.message it extends. ok is false for a frame of neither kind.
-func (p *Preview) Previewed() (typ, id string, ok bool) {
+func (p *Preview) Previewed() (typ EventType, id string, ok bool) {
 	switch {
 	case p.Type == EventStart && p.Event != nil && p.Event.ID != "":
 		return p.Event.Type, p.Event.ID, true

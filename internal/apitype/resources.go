@@ -11,7 +11,7 @@ import (
 
 // Agent is a versioned agent configuration. Every update writes a new version.
 type Agent struct {
-	Type              string            `json:"type"` // "agent"
+	Type              ObjectType        `json:"type"` // "agent"
 	ID                string            `json:"id"`
 	Version           int               `json:"version"`
 	Name              string            `json:"name"`
@@ -39,12 +39,12 @@ type ModelConfig struct {
 
 // Effort is the reasoning effort, in object form.
 type Effort struct {
-	Type string `json:"type"`
+	Type EffortType `json:"type"`
 }
 
 // Tool is one entry of an agent's tools: the built-in toolset, an MCP toolset or a custom tool.
 type Tool struct {
-	Type string `json:"type"` // agent_toolset_20260401 | mcp_toolset | custom
+	Type ToolType `json:"type"`
 
 	// agent_toolset_20260401 and mcp_toolset
 	MCPServerName string        `json:"mcp_server_name,omitempty"`
@@ -57,13 +57,6 @@ type Tool struct {
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 
-// Tool types.
-const (
-	ToolTypeAgentToolset = "agent_toolset_20260401"
-	ToolTypeMCPToolset   = "mcp_toolset"
-	ToolTypeCustom       = "custom"
-)
-
 // ToolDefaults is a toolset's default_config.
 type ToolDefaults struct {
 	Enabled          bool             `json:"enabled"`
@@ -73,7 +66,7 @@ type ToolDefaults struct {
 // ToolConfig configures one tool of a toolset. Extra holds tool-specific fields (web_fetch, web_search).
 type ToolConfig struct {
 	Name             string           `json:"name"`
-	Type             string           `json:"type,omitempty"`
+	Type             BuiltinToolType  `json:"type,omitempty"` // a built-in tool's: its name
 	Enabled          bool             `json:"enabled"`
 	PermissionPolicy PermissionPolicy `json:"permission_policy"`
 
@@ -105,9 +98,9 @@ var BuiltinTools = []string{"bash", "edit", "read", "write", "glob", "grep", "we
 
 // MCPServer is a remote MCP server an agent may call.
 type MCPServer struct {
-	Type string `json:"type"` // "url"
-	Name string `json:"name"`
-	URL  string `json:"url"`
+	Type MCPServerType `json:"type"` // "url"
+	Name string        `json:"name"`
+	URL  string        `json:"url"`
 }
 
 // SkillRef references a skill by id and version.
@@ -119,13 +112,13 @@ type SkillRef struct {
 
 // ExecutionIdentity is whom the agent acts as.
 type ExecutionIdentity struct {
-	Type    string `json:"type"`
-	RoleARN string `json:"role_arn,omitempty"`
+	Type    ExecutionIdentityType `json:"type"`
+	RoleARN string                `json:"role_arn,omitempty"`
 }
 
 // Environment is where a session's tools run: cloud (Corral's own sandboxes) or self_hosted.
 type Environment struct {
-	Type        string            `json:"type"` // "environment"
+	Type        ObjectType        `json:"type"` // "environment"
 	ID          string            `json:"id"`
 	Name        string            `json:"name"`
 	Description *string           `json:"description"`
@@ -202,7 +195,7 @@ const (
 
 // Session is one agent run.
 type Session struct {
-	Type               string            `json:"type"` // "session"
+	Type               ObjectType        `json:"type"` // "session"
 	ID                 string            `json:"id"`
 	Title              *string           `json:"title"`
 	EnvironmentID      string            `json:"environment_id"`
@@ -223,7 +216,7 @@ type Session struct {
 
 // SessionAgent is the snapshot of the agent a session runs.
 type SessionAgent struct {
-	Type              string            `json:"type"` // "agent"
+	Type              ObjectType        `json:"type"` // "agent"
 	ID                string            `json:"id"`
 	Version           int               `json:"version"`
 	Name              string            `json:"name"`
@@ -298,7 +291,7 @@ type APIKey struct {
 
 // File is a file of the Files API: «FileMetadata». Its bytes are in the blob store.
 type File struct {
-	Type         string     `json:"type"` // "file"
+	Type         ObjectType `json:"type"` // "file"
 	ID           string     `json:"id"`
 	Filename     string     `json:"filename"`
 	MimeType     string     `json:"mime_type"`
@@ -317,7 +310,7 @@ type FileScope struct {
 
 // Skill is a skill of the Skills API: «Skill».
 type Skill struct {
-	Type            string      `json:"type"` // "skill"
+	Type            ObjectType  `json:"type"` // "skill"
 	ID              string      `json:"id"`
 	DisplayName     string      `json:"display_name"`
 	Source          SkillSource `json:"source"`
@@ -334,10 +327,10 @@ type SkillSource struct {
 // SkillVersion is a version of a skill: «SkillVersion». Name and Description come from its SKILL.md; Name is the
 // directory the skill's files are under.
 type SkillVersion struct {
-	Type        string    `json:"type"` // "skill_version"
-	ID          string    `json:"id"`
-	SkillID     string    `json:"skill_id"`
-	Name        string    `json:"name"`
-	Description string    `json:"description"`
-	CreatedAt   time.Time `json:"created_at"`
+	Type        ObjectType `json:"type"` // "skill_version"
+	ID          string     `json:"id"`
+	SkillID     string     `json:"skill_id"`
+	Name        string     `json:"name"`
+	Description string     `json:"description"`
+	CreatedAt   time.Time  `json:"created_at"`
 }

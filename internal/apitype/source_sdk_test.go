@@ -14,7 +14,7 @@ import (
 // event union, as the variants they are, with the extra fields only in ExtraFields.
 func TestFailureSourceDecodesWithSDK(t *testing.T) {
 	src := &apitype.FailureSource{Component: apitype.ComponentHands, Backend: "bwrap", Reason: apitype.ReasonSandboxDied}
-	mk := func(typ string, payload any) []byte {
+	mk := func(typ apitype.EventType, payload any) []byte {
 		t.Helper()
 		ev, err := apitype.MakeEvent(typ, payload)
 		if err != nil {

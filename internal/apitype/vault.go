@@ -8,16 +8,9 @@ const (
 	PrefixCredential = "vcrd_"
 )
 
-// Credential auth types.
-const (
-	AuthMCPOAuth            = "mcp_oauth"
-	AuthStaticBearer        = "static_bearer"
-	AuthEnvironmentVariable = "environment_variable"
-)
-
 // Vault is a named collection of credentials that sessions reference by id («Vault»).
 type Vault struct {
-	Type        string            `json:"type"` // "vault"
+	Type        ObjectType        `json:"type"` // "vault"
 	ID          string            `json:"id"`
 	DisplayName string            `json:"display_name"`
 	Metadata    map[string]string `json:"metadata"`
@@ -29,7 +22,7 @@ type Vault struct {
 // Credential is a vault credential as the API shows it («Credential»): the auth's non-secret configuration
 // only. Its secrets are sealed separately (store.SealedSecret) and never part of this document.
 type Credential struct {
-	Type        string            `json:"type"` // "vault_credential"
+	Type        ObjectType        `json:"type"` // "vault_credential"
 	ID          string            `json:"id"`
 	VaultID     string            `json:"vault_id"`
 	DisplayName *string           `json:"display_name"`
@@ -44,7 +37,7 @@ type Credential struct {
 // static_bearer have MCPServerURL (mcp_oauth also ExpiresAt and Refresh); environment_variable has SecretName,
 // InjectionLocation and Networking.
 type CredentialAuth struct {
-	Type              string                `json:"type"`
+	Type              CredentialAuthType    `json:"type"`
 	MCPServerURL      string                `json:"mcp_server_url,omitempty"`
 	ExpiresAt         *time.Time            `json:"expires_at,omitempty"`
 	Refresh           *OAuthRefresh         `json:"refresh,omitempty"`
@@ -62,10 +55,10 @@ type OAuthRefresh struct {
 	Scope             *string           `json:"scope"`
 }
 
-// TokenEndpointAuth says how the client authenticates to the token endpoint: "none", "client_secret_basic" or
-// "client_secret_post" (the client secret itself is sealed).
+// TokenEndpointAuth says how the client authenticates to the token endpoint (the client secret itself is
+// sealed).
 type TokenEndpointAuth struct {
-	Type string `json:"type"`
+	Type TokenEndpointAuthType `json:"type"`
 }
 
 // InjectionLocation says where an environment_variable credential's placeholder is replaced.
@@ -84,7 +77,7 @@ type CredentialNetworking struct {
 // CredentialValidation is the answer of mcp_oauth_validate («CredentialValidation»): whether the credential works
 // against its MCP server, what failed, and how its refresh went.
 type CredentialValidation struct {
-	Type            string               `json:"type"` // "vault_credential_validation"
+	Type            ObjectType           `json:"type"` // "vault_credential_validation"
 	CredentialID    string               `json:"credential_id"`
 	VaultID         string               `json:"vault_id"`
 	Status          string               `json:"status"` // valid | invalid | unknown

@@ -218,3 +218,133 @@ const (
 
 // Valid reports whether a is a resource access mode.
 func (a ResourceAccess) Valid() bool { return a == AccessReadWrite || a == AccessReadOnly }
+
+// ObjectType is the type of an API object: the one value a resource's type field always holds ("agent" for an
+// agent, "session" for a session, ...), and so also what a work item's data.type names (the kind of object the
+// item is for: a session) and an error response's type ("error").
+type ObjectType string
+
+// Object types.
+const (
+	ObjectAgent                ObjectType = "agent" // an agent, and a session's snapshot of it
+	ObjectSession              ObjectType = "session"
+	ObjectEnvironment          ObjectType = "environment"
+	ObjectEnvironmentKey       ObjectType = "environment_key"
+	ObjectFile                 ObjectType = "file"
+	ObjectSkill                ObjectType = "skill"
+	ObjectSkillVersion         ObjectType = "skill_version"
+	ObjectVault                ObjectType = "vault"
+	ObjectCredential           ObjectType = "vault_credential"
+	ObjectCredentialValidation ObjectType = "vault_credential_validation"
+	ObjectWork                 ObjectType = "work"
+	ObjectWorkHeartbeat        ObjectType = "work_heartbeat"
+	ObjectWorkQueueStats       ObjectType = "work_queue_stats"
+	ObjectError                ObjectType = "error" // the envelope of an error response
+)
+
+// EventType is the type of a session event (user.message, agent.tool_use, ...; event.go lists them), and of
+// the stream-only frames that preview one (event_start, event_delta): a stream's frames share one type field.
+type EventType string
+
+// ErrorType is the type of an API error (an error response's error.type), as the Anthropic error envelope
+// names it.
+type ErrorType string
+
+// ContentBlockType is the type of a content block of a message or a tool result.
+type ContentBlockType string
+
+// Content block types.
+const (
+	ContentText         ContentBlockType = "text"
+	ContentImage        ContentBlockType = "image"
+	ContentDocument     ContentBlockType = "document"
+	ContentSearchResult ContentBlockType = "search_result"
+	ContentRedacted     ContentBlockType = "redacted" // a placeholder for content the client withheld
+)
+
+// SourceType is the type of an image or document block's source (ImageSource.Type); text is a document's only.
+type SourceType string
+
+// Source types.
+const (
+	SourceBase64 SourceType = "base64"
+	SourceText   SourceType = "text" // plain text, of a document block
+	SourceURL    SourceType = "url"
+	SourceFile   SourceType = "file" // a file of the Files API, by file_id
+)
+
+// DeltaType is the type of an event_delta's delta: it has one value.
+type DeltaType string
+
+// DeltaContent is the one delta type: a fragment of one content block of the previewed message.
+const DeltaContent DeltaType = "content_delta"
+
+// EffortType is a model's reasoning effort (model.effort.type).
+type EffortType string
+
+// Efforts.
+const (
+	EffortLow    EffortType = "low"
+	EffortMedium EffortType = "medium"
+	EffortHigh   EffortType = "high"
+	EffortXHigh  EffortType = "xhigh"
+	EffortMax    EffortType = "max"
+)
+
+// Valid reports whether t is an effort.
+func (t EffortType) Valid() bool {
+	switch t {
+	case EffortLow, EffortMedium, EffortHigh, EffortXHigh, EffortMax:
+		return true
+	}
+	return false
+}
+
+// ExecutionIdentityType is whom an agent acts as (execution_identity.type).
+type ExecutionIdentityType string
+
+// Execution identities.
+const (
+	IdentityServiceAccount ExecutionIdentityType = "service_account" // the default
+	IdentityAWSRole        ExecutionIdentityType = "aws_role"        // an AWS role, by role_arn
+)
+
+// ToolType is the type of an entry of an agent's tools.
+type ToolType string
+
+// Tool types.
+const (
+	ToolTypeAgentToolset ToolType = "agent_toolset_20260401" // the built-in tools (BuiltinTools)
+	ToolTypeMCPToolset   ToolType = "mcp_toolset"            // the tools of one of the agent's MCP servers
+	ToolTypeCustom       ToolType = "custom"                 // a tool the client runs
+)
+
+// BuiltinToolType is the type of a built-in tool's config (an agent_toolset_20260401 tool's configs[].type):
+// the tool's name, one of BuiltinTools. The configs of an MCP toolset have none (the field is omitted).
+type BuiltinToolType string
+
+// MCPServerType is the type of an agent's MCP server: it has one value.
+type MCPServerType string
+
+// MCPServerURL is the one MCP server type: a remote server at a URL (streamable HTTP).
+const MCPServerURL MCPServerType = "url"
+
+// CredentialAuthType is the type of a vault credential's auth.
+type CredentialAuthType string
+
+// Credential auth types.
+const (
+	AuthMCPOAuth            CredentialAuthType = "mcp_oauth"            // an MCP server's OAuth tokens, refreshed
+	AuthStaticBearer        CredentialAuthType = "static_bearer"        // a fixed bearer token for an MCP server
+	AuthEnvironmentVariable CredentialAuthType = "environment_variable" // a secret the sandbox sees as a placeholder
+)
+
+// TokenEndpointAuthType says how an mcp_oauth credential's client authenticates to its token endpoint.
+type TokenEndpointAuthType string
+
+// Token endpoint auth types.
+const (
+	TokenAuthNone              TokenEndpointAuthType = "none"
+	TokenAuthClientSecretBasic TokenEndpointAuthType = "client_secret_basic"
+	TokenAuthClientSecretPost  TokenEndpointAuthType = "client_secret_post"
+)

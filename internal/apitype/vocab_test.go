@@ -28,6 +28,8 @@ func TestVocabularyValid(t *testing.T) {
 		{"FileScopeType", func(s string) bool { return apitype.FileScopeType(s).Valid() }, []string{"session"}},
 		{"ResourceAccess", func(s string) bool { return apitype.ResourceAccess(s).Valid() },
 			[]string{"read_write", "read_only"}},
+		{"EffortType", func(s string) bool { return apitype.EffortType(s).Valid() },
+			[]string{"low", "medium", "high", "xhigh", "max"}},
 		{"SessionErrorType", func(s string) bool { return apitype.SessionErrorType(s).Valid() },
 			[]string{"unknown_error", "model_overloaded_error", "model_rate_limited_error", "model_request_failed_error",
 				"mcp_connection_failed_error", "mcp_authentication_failed_error", "billing_error",

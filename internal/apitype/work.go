@@ -37,7 +37,7 @@ const NoHeartbeat = "NO_HEARTBEAT"
 // Work is a work item of a self-hosted environment's queue: a session that needs its hands. The fields after
 // StoppedAt are the store's and never go on the wire.
 type Work struct {
-	Type              string            `json:"type"` // "work"
+	Type              ObjectType        `json:"type"` // "work"
 	ID                string            `json:"id"`
 	EnvironmentID     string            `json:"environment_id"`
 	State             WorkState         `json:"state"`
@@ -69,10 +69,10 @@ type Work struct {
 	LostSeq int64 `json:"-"`
 }
 
-// WorkData says what a work item is for.
+// WorkData says what a work item is for: the kind of object (a session) and its id.
 type WorkData struct {
-	Type string `json:"type"` // "session"
-	ID   string `json:"id"`
+	Type ObjectType `json:"type"` // "session"
+	ID   string     `json:"id"`
 }
 
 // LastHeartbeat is the item's last_heartbeat as the heartbeat endpoint reports it and expects it back: the
@@ -86,16 +86,16 @@ func (w *Work) LastHeartbeat() string {
 
 // WorkHeartbeat is the answer of a heartbeat.
 type WorkHeartbeat struct {
-	Type          string    `json:"type"` // "work_heartbeat"
-	LastHeartbeat string    `json:"last_heartbeat"`
-	LeaseExtended bool      `json:"lease_extended"`
-	State         WorkState `json:"state"`
-	TTLSeconds    int       `json:"ttl_seconds"`
+	Type          ObjectType `json:"type"` // "work_heartbeat"
+	LastHeartbeat string     `json:"last_heartbeat"`
+	LeaseExtended bool       `json:"lease_extended"`
+	State         WorkState  `json:"state"`
+	TTLSeconds    int        `json:"ttl_seconds"`
 }
 
 // WorkQueueStats describes an environment's queue.
 type WorkQueueStats struct {
-	Type           string     `json:"type"` // "work_queue_stats"
+	Type           ObjectType `json:"type"` // "work_queue_stats"
 	Depth          int        `json:"depth"`
 	Pending        int        `json:"pending"`
 	OldestQueuedAt *time.Time `json:"oldest_queued_at"`
@@ -105,7 +105,7 @@ type WorkQueueStats struct {
 // EnvironmentKey is a key a self-hosted worker authenticates with: it may poll, ack, heartbeat and stop the work
 // of its environment and nothing else. Only its hash is stored; Key is set once, in the answer that mints it.
 type EnvironmentKey struct {
-	Type          string     `json:"type"` // "environment_key"
+	Type          ObjectType `json:"type"` // "environment_key"
 	ID            string     `json:"id"`
 	EnvironmentID string     `json:"environment_id"`
 	Name          string     `json:"name"`

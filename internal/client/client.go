@@ -79,7 +79,8 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 type Error struct {
 	// Status is the HTTP status code; 0 for an error sent as a frame on an event stream (which began 200).
 	Status int
-	// Type is the envelope's error type (apitype.ErrNotFound, ...).
+	// Type is the envelope's error type (an apitype.ErrorType: apitype.ErrNotFound, ...), or the status text
+	// when the answer was not an envelope.
 	Type string
 	// Message is the envelope's message, or the body when the response was not an envelope.
 	Message string
@@ -120,7 +121,7 @@ func errorOf(resp *http.Response) *Error {
 	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("request-id")}
 	var env apitype.ErrorEnvelope
 	if json.Unmarshal(raw, &env) == nil && env.Error.Type != "" {
-		e.Type, e.Message, e.Details = env.Error.Type, env.Error.Message, env.Error.Details
+		e.Type, e.Message, e.Details = string(env.Error.Type), env.Error.Message, env.Error.Details
 		if env.RequestID != "" {
 			e.RequestID = env.RequestID
 		}

@@ -226,7 +226,7 @@ func TestSessionsAndEvents(t *testing.T) {
 	if err := all[0].Decode(&msg); err != nil || len(msg.Content) != 1 || msg.Content[0].Text != "Say <hello> & bye." {
 		t.Errorf("first message = %+v, %v", msg, err)
 	}
-	desc, err := c.EventList(ctx, s.ID, &client.EventListParams{Desc: true, Limit: 1, Types: []string{apitype.EventUserMessage}})
+	desc, err := c.EventList(ctx, s.ID, &client.EventListParams{Desc: true, Limit: 1, Types: []apitype.EventType{apitype.EventUserMessage}})
 	if err != nil || len(desc.Data) != 1 || desc.Data[0].ID != sent[0].ID {
 		t.Errorf("newest user.message = %+v, %v", desc, err)
 	}
@@ -253,8 +253,8 @@ func TestSessionsAndEvents(t *testing.T) {
 	}
 }
 
-func eventTypes(events []*client.Event) []string {
-	out := make([]string, len(events))
+func eventTypes(events []*client.Event) []apitype.EventType {
+	out := make([]apitype.EventType, len(events))
 	for i, e := range events {
 		out[i] = e.Type
 	}
@@ -273,7 +273,7 @@ func TestErrors(t *testing.T) {
 	ctx := ctxT(t)
 	_, err := c.SessionGet(ctx, "sesn_missing")
 	e, ok := errors.AsType[*client.Error](err)
-	if !ok || e.Status != http.StatusNotFound || e.Type != apitype.ErrNotFound || !strings.Contains(e.Message, "sesn_missing") ||
+	if !ok || e.Status != http.StatusNotFound || e.Type != string(apitype.ErrNotFound) || !strings.Contains(e.Message, "sesn_missing") ||
 		!apitype.HasPrefix(e.RequestID, apitype.PrefixRequest) || e.Temporary() || !client.IsNotFound(err) {
 		t.Fatalf("missing session: %#v", err)
 	}
@@ -281,7 +281,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Error() = %q", err.Error())
 	}
 	_, err = c.AgentCreate(ctx, &client.AgentCreateParams{Model: apitype.ModelConfig{ID: "m"}})
-	if e, ok := errors.AsType[*client.Error](err); !ok || e.Status != http.StatusBadRequest || e.Type != apitype.ErrInvalidRequest {
+	if e, ok := errors.AsType[*client.Error](err); !ok || e.Status != http.StatusBadRequest || e.Type != string(apitype.ErrInvalidRequest) {
 		t.Errorf("agent without a name: %v", err)
 	}
 	bad, err := client.New(client.Config{BaseURL: srv.URL, APIKey: "wrong", HTTPClient: srv.Client()})
@@ -335,7 +335,7 @@ func TestEventStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer from0.Close()
-	for i, want := range []string{apitype.EventUserMessage, apitype.EventSessionStatusIdle} {
+	for i, want := range []apitype.EventType{apitype.EventUserMessage, apitype.EventSessionStatusIdle} {
 		ev, err := from0.Next()
 		if err != nil || ev.Type != want {
 			t.Fatalf("event %d from 0 = %+v, %v; want %s", i, ev, err, want)
@@ -465,7 +465,7 @@ func TestStreamErrorFrame(t *testing.T) {
 	}
 	_, err = s.Next()
 	e, ok := errors.AsType[*client.Error](err)
-	if !ok || e.Status != 0 || e.Type != apitype.ErrAPI || e.Message != "internal server error" || e.RequestID != "req_9" || !e.Temporary() {
+	if !ok || e.Status != 0 || e.Type != string(apitype.ErrAPI) || e.Message != "internal server error" || e.RequestID != "req_9" || !e.Temporary() {
 		t.Errorf("error frame: %#v", err)
 	}
 }

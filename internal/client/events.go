@@ -20,7 +20,7 @@ import (
 // the whole object for its type-specific fields (Decode).
 type Event struct {
 	ID          string
-	Type        string
+	Type        apitype.EventType
 	ProcessedAt *time.Time
 	// Raw is the event's JSON object as received.
 	Raw json.RawMessage
@@ -29,9 +29,9 @@ type Event struct {
 // UnmarshalJSON keeps the whole object in Raw.
 func (e *Event) UnmarshalJSON(b []byte) error {
 	var head struct {
-		ID          string     `json:"id"`
-		Type        string     `json:"type"`
-		ProcessedAt *time.Time `json:"processed_at"`
+		ID          string            `json:"id"`
+		Type        apitype.EventType `json:"type"`
+		ProcessedAt *time.Time        `json:"processed_at"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
 		return err
@@ -134,7 +134,7 @@ type EventListParams struct {
 	// Page is a token from a previous page's NextPage.
 	Page string
 	// Types lists only events of these types.
-	Types []string
+	Types []apitype.EventType
 }
 
 func (p *EventListParams) values() url.Values {
@@ -154,7 +154,7 @@ func (p *EventListParams) values() url.Values {
 		q.Set("page", p.Page)
 	}
 	for _, t := range p.Types {
-		q.Add("types[]", t)
+		q.Add("types[]", string(t))
 	}
 	return q
 }
@@ -240,9 +240,9 @@ func (s *Stream) Next() (*Event, error) {
 	if f.Event == "error" {
 		var env apitype.ErrorEnvelope
 		if json.Unmarshal(f.Data, &env) != nil {
-			return nil, &Error{Type: apitype.ErrAPI, Message: string(f.Data)}
+			return nil, &Error{Type: string(apitype.ErrAPI), Message: string(f.Data)}
 		}
-		return nil, &Error{Type: env.Error.Type, Message: env.Error.Message, RequestID: env.RequestID, Details: env.Error.Details}
+		return nil, &Error{Type: string(env.Error.Type), Message: env.Error.Message, RequestID: env.RequestID, Details: env.Error.Details}
 	}
 	var ev Event
 	if err := json.Unmarshal(f.Data, &ev); err != nil {

@@ -752,7 +752,7 @@ func TestConsoleScale(t *testing.T) {
 	failed := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "title": "Attributed"})
 	var batch []apitype.NewEvent
 	for _, ev := range []struct {
-		typ  string
+		typ  apitype.EventType
 		data string
 	}{
 		{apitype.EventSessionStatusRunning, `{}`},

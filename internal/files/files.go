@@ -163,7 +163,7 @@ func (s *Service) Record(ctx context.Context, meta *apitype.File, c *Content) (*
 
 // Create stores a new file from content under a new id, with the given scope: Put, then Record.
 func (s *Service) Create(ctx context.Context, filename, mimeType string, scope *apitype.FileScope, content io.Reader) (*store.File, error) {
-	meta := &apitype.File{Type: "file", ID: apitype.NewID(apitype.PrefixFile), Filename: CleanFilename(filename, mimeType),
+	meta := &apitype.File{Type: apitype.ObjectFile, ID: apitype.NewID(apitype.PrefixFile), Filename: CleanFilename(filename, mimeType),
 		MimeType: MimeType(filename, mimeType), CreatedAt: apitype.Now(), Downloadable: true, Scope: scope}
 	c, err := s.Put(ctx, meta.ID, content)
 	if err != nil {

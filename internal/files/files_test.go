@@ -93,7 +93,7 @@ func TestSweepExpired(t *testing.T) {
 	svc, blobs := newService(t, 1<<20)
 	now := apitype.Now()
 	create := func(expires *time.Time) string {
-		meta := &apitype.File{Type: "file", ID: apitype.NewID(apitype.PrefixFile), Filename: "f", MimeType: "text/plain",
+		meta := &apitype.File{Type: apitype.ObjectFile, ID: apitype.NewID(apitype.PrefixFile), Filename: "f", MimeType: "text/plain",
 			CreatedAt: now, Downloadable: true, ExpiresAt: expires}
 		c, err := svc.Put(t.Context(), meta.ID, strings.NewReader("x"))
 		if err != nil {

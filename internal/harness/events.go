@@ -14,7 +14,7 @@ const (
 	msgNoHands        = "no sandbox is configured on this server, so built-in tools cannot run"
 )
 
-func mustEvent(typ string, payload any) apitype.NewEvent {
+func mustEvent(typ apitype.EventType, payload any) apitype.NewEvent {
 	ev, err := apitype.MakeEvent(typ, payload)
 	if err != nil {
 		panic(err) // every payload here is a struct of this package's choosing: it always encodes
@@ -58,7 +58,7 @@ type useData struct {
 
 // useEvents reads each type of tool use event, and says which executor kind its calls have (builtin: the
 // session's kind of built-in calls, the hands' or the work queue's).
-var useEvents = map[string]struct {
+var useEvents = map[apitype.EventType]struct {
 	kind    execKind
 	builtin bool
 	read    func(apitype.Event) (useData, error)
@@ -97,7 +97,7 @@ type resultData struct {
 
 // resultEvents reads each type of tool result event: the agent's own (agent.tool_result, agent.mcp_tool_result)
 // and the client's (user.tool_result, user.custom_tool_result).
-var resultEvents = map[string]func(apitype.Event) (resultData, error){
+var resultEvents = map[apitype.EventType]func(apitype.Event) (resultData, error){
 	apitype.EventAgentToolResult: readResult(func(r *apitype.AgentToolResult) resultData {
 		return resultData{r.ToolUseID, r.Content, r.IsError}
 	}),

@@ -37,7 +37,7 @@ type executor interface {
 	// part of Corral (nil: in none).
 	close(u *toolUse, isErr bool, src *apitype.FailureSource, text string) apitype.NewEvent
 	// answeredBy is the client event type that can answer the calls (user.tool_result or user.custom_tool_result).
-	answeredBy() string
+	answeredBy() apitype.EventType
 	// recover reports whether the brain closes, as of unknown outcome, an approved call this run did not start and
 	// that has no result (a crash cut it short; rule 8). Kinds whose calls someone else runs settle them their way.
 	recover() bool
@@ -77,9 +77,9 @@ func exec(k execKind) executor { return executors[k] }
 // default.
 type builtinExec struct{}
 
-func (builtinExec) gated() bool        { return true }
-func (builtinExec) answeredBy() string { return apitype.EventUserToolResult }
-func (builtinExec) recover() bool      { return false }
+func (builtinExec) gated() bool                   { return true }
+func (builtinExec) answeredBy() apitype.EventType { return apitype.EventUserToolResult }
+func (builtinExec) recover() bool                 { return false }
 
 func (builtinExec) use(b *model.Block, rt toolRoute) apitype.NewEvent {
 	return mustEvent(apitype.EventAgentToolUse, apitype.AgentToolUse{Name: b.Name, Input: b.Input, ModelToolUseID: b.ID,
@@ -111,9 +111,9 @@ func (refusedExec) use(b *model.Block, _ toolRoute) apitype.NewEvent {
 // user.custom_tool_result; the brain runs nothing and the session waits (requires_action).
 type clientExec struct{ builtinExec }
 
-func (clientExec) name() string       { return "client" }
-func (clientExec) gated() bool        { return false }
-func (clientExec) answeredBy() string { return apitype.EventUserCustomToolResult }
+func (clientExec) name() string                  { return "client" }
+func (clientExec) gated() bool                   { return false }
+func (clientExec) answeredBy() apitype.EventType { return apitype.EventUserCustomToolResult }
 
 func (clientExec) use(b *model.Block, _ toolRoute) apitype.NewEvent {
 	return mustEvent(apitype.EventAgentCustomToolUse, apitype.AgentToolUse{Name: b.Name, Input: b.Input, ModelToolUseID: b.ID})

@@ -112,15 +112,15 @@ func (f *fixture) session(tools ...apitype.Tool) string {
 	f.t.Helper()
 	ctx := context.Background()
 	now := apitype.Now()
-	env := &apitype.Environment{Type: "environment", ID: apitype.NewID(apitype.PrefixEnvironment), Name: "env-" + apitype.NewID(""),
+	env := &apitype.Environment{Type: apitype.ObjectEnvironment, ID: apitype.NewID(apitype.PrefixEnvironment), Name: "env-" + apitype.NewID(""),
 		Config: apitype.EnvConfig{Type: "cloud"}, CreatedAt: now, UpdatedAt: now}
 	if err := f.store.EnvironmentCreate(ctx, env); err != nil {
 		f.t.Fatal(err)
 	}
 	sess := &apitype.Session{
-		Type: "session", ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: env.ID, Status: apitype.StatusIdle,
+		Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: env.ID, Status: apitype.StatusIdle,
 		Agent: apitype.SessionAgent{
-			Type: "agent", ID: apitype.NewID(apitype.PrefixAgent), Version: 1, Name: "tester",
+			Type: apitype.ObjectAgent, ID: apitype.NewID(apitype.PrefixAgent), Version: 1, Name: "tester",
 			System: "You are a test agent.", Model: apitype.ModelConfig{ID: "claude-sonnet-4-5"}, Tools: tools,
 		},
 		CreatedAt: now, UpdatedAt: now,
@@ -132,7 +132,7 @@ func (f *fixture) session(tools ...apitype.Tool) string {
 }
 
 // send appends a client event the way the API does: unprocessed, waking the session.
-func (f *fixture) send(sessionID, typ string, payload any) apitype.Event {
+func (f *fixture) send(sessionID string, typ apitype.EventType, payload any) apitype.Event {
 	f.t.Helper()
 	ev, err := apitype.MakeEvent(typ, payload)
 	if err != nil {
@@ -199,15 +199,15 @@ func (f *fixture) waitRequests(n int) {
 	}
 }
 
-func types(evs []apitype.Event) []string {
-	out := make([]string, len(evs))
+func types(evs []apitype.Event) []apitype.EventType {
+	out := make([]apitype.EventType, len(evs))
 	for i, e := range evs {
 		out[i] = e.Type
 	}
 	return out
 }
 
-func assertTypes(t *testing.T, evs []apitype.Event, want ...string) {
+func assertTypes(t *testing.T, evs []apitype.Event, want ...apitype.EventType) {
 	t.Helper()
 	if got := types(evs); !slices.Equal(got, want) {
 		t.Fatalf("event types:\n got %v\nwant %v", got, want)
@@ -692,13 +692,13 @@ func TestAlwaysAsk(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		answer apitype.UserToolConfirmation
-		want   []string
+		want   []apitype.EventType
 		result string
 	}{
 		{"allow", apitype.UserToolConfirmation{Result: "allow"},
-			[]string{confirm, running, toolResult, start, agentMsg, end, idle}, "ran bash"},
+			[]apitype.EventType{confirm, running, toolResult, start, agentMsg, end, idle}, "ran bash"},
 		{"deny", apitype.UserToolConfirmation{Result: "deny", DenyMessage: "not on my machine"},
-			[]string{confirm, running, toolResult, start, agentMsg, end, idle}, "The user denied this tool call. Their message: not on my machine"},
+			[]apitype.EventType{confirm, running, toolResult, start, agentMsg, end, idle}, "The user denied this tool call. Their message: not on my machine"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -56,7 +56,7 @@ func (t *thread) watchInterrupts() (context.Context, func() bool) {
 		for {
 			evs, err := t.b.cfg.Store.EventList(ctx, &store.EventListParams{
 				SessionID: t.sess.ID, AfterSeq: after, Limit: eventPage,
-				Types: []string{apitype.EventUserInterrupt, apitype.EventSessionStatusTerminated},
+				Types: []apitype.EventType{apitype.EventUserInterrupt, apitype.EventSessionStatusTerminated},
 			})
 			if err == nil && slices.ContainsFunc(evs, func(e apitype.Event) bool {
 				return e.ProcessedAt == nil || e.Type == apitype.EventSessionStatusTerminated

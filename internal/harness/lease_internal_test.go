@@ -27,7 +27,7 @@ func TestRenewalKeepsUnseenWakeUps(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := apitype.Now()
-	s := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle, CreatedAt: now, UpdatedAt: now}
+	s := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle, CreatedAt: now, UpdatedAt: now}
 	if _, _, err := st.SessionCreate(ctx, &store.SessionCreateParams{Session: s, InitialEvents: []apitype.NewEvent{msg}}); err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func (f *fixture) archive(sessionID string, terminate bool) {
 	}
 }
 
-func mustEvent(t *testing.T, typ string) apitype.NewEvent {
+func mustEvent(t *testing.T, typ apitype.EventType) apitype.NewEvent {
 	t.Helper()
 	ev, err := apitype.MakeEvent(typ, nil)
 	if err != nil {
@@ -103,7 +103,7 @@ func TestArchivedSessionRunsNoTurn(t *testing.T) {
 		if n := len(f.srv.Requests()); n != 0 {
 			t.Errorf("terminate=%v: %d model requests for an archived session", terminate, n)
 		}
-		want := []string{terminated, userMsg}
+		want := []apitype.EventType{terminated, userMsg}
 		if !terminate {
 			want = want[1:]
 		}

@@ -164,7 +164,7 @@ type mcpExec struct{}
 
 func (mcpExec) name() string                                      { return "mcp" }
 func (mcpExec) gated() bool                                       { return true }
-func (mcpExec) answeredBy() string                                { return apitype.EventUserToolResult }
+func (mcpExec) answeredBy() apitype.EventType                     { return apitype.EventUserToolResult }
 func (mcpExec) recover() bool                                     { return true }
 func (mcpExec) use(b *model.Block, rt toolRoute) apitype.NewEvent { return mcpToolUse(b, rt) }
 
@@ -265,7 +265,7 @@ func capMCPContent(content []apitype.ContentBlock) []apitype.ContentBlock {
 			out = append(out, c)
 			continue
 		}
-		if room := MaxMCPResult - shown; c.Type == "text" && room > 0 {
+		if room := MaxMCPResult - shown; c.Type == apitype.ContentText && room > 0 {
 			cut := room
 			for cut > 0 && c.Text[cut]&0xC0 == 0x80 {
 				cut--

@@ -86,13 +86,13 @@ func (r *mcpRig) oauthVault(t *testing.T, mcpURL string) string {
 	t.Helper()
 	ctx := context.Background()
 	now := apitype.Now()
-	vl := &apitype.Vault{Type: "vault", ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v", Metadata: map[string]string{},
+	vl := &apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v", Metadata: map[string]string{},
 		CreatedAt: now, UpdatedAt: now}
 	if err := r.f.store.VaultCreate(ctx, vl); err != nil {
 		t.Fatal(err)
 	}
 	soon := time.Now().Add(10 * time.Second).UTC()
-	c := &apitype.Credential{Type: "vault_credential", ID: apitype.NewID(apitype.PrefixCredential), VaultID: vl.ID,
+	c := &apitype.Credential{Type: apitype.ObjectCredential, ID: apitype.NewID(apitype.PrefixCredential), VaultID: vl.ID,
 		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now,
 		Auth: apitype.CredentialAuth{Type: apitype.AuthMCPOAuth, MCPServerURL: mcpURL, ExpiresAt: &soon,
 			Refresh: &apitype.OAuthRefresh{ClientID: r.cfg.ClientID, TokenEndpoint: r.srv.TokenURL,
@@ -168,7 +168,7 @@ var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 func TestMCPToolsThroughBrain(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	r := newMCPRig(t, f, mcptest.Config{ClientID: "corral", ClientSecret: "client-secret-brain", TokenAuth: "client_secret_basic"})
+	r := newMCPRig(t, f, mcptest.Config{ClientID: "corral", ClientSecret: "client-secret-brain", TokenAuth: apitype.TokenAuthClientSecretBasic})
 	r.f.srv.Script(
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_echo", Name: "mcp__tracker__echo", Input: `{"text":"hi"}`}}},
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_danger", Name: "mcp__tracker__danger", Input: `{}`}}},
@@ -177,7 +177,7 @@ func TestMCPToolsThroughBrain(t *testing.T) {
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_leak", Name: "mcp__tracker__leak", Input: `{}`}}},
 		modeltest.Turn{Text: "All done."},
 	)
-	servers := []apitype.MCPServer{{Type: "url", Name: "tracker", URL: r.srv.MCPURL}}
+	servers := []apitype.MCPServer{{Type: apitype.MCPServerURL, Name: "tracker", URL: r.srv.MCPURL}}
 	tools := []apitype.Tool{{Type: apitype.ToolTypeMCPToolset, MCPServerName: "tracker",
 		DefaultConfig: &apitype.ToolDefaults{Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAllow}},
 		Configs: []apitype.ToolConfig{
@@ -307,7 +307,7 @@ func TestMCPToolNames(t *testing.T) {
 	r := newMCPRig(t, f, mcptest.Config{ClientID: "corral"})
 	f.srv.Script(modeltest.Turn{Text: "Looked."})
 	long := strings.Repeat("very-long-server-name.", 10)
-	servers := []apitype.MCPServer{{Type: "url", Name: "tracker", URL: r.srv.MCPURL}, {Type: "url", Name: long, URL: r.srv.MCPURL}}
+	servers := []apitype.MCPServer{{Type: apitype.MCPServerURL, Name: "tracker", URL: r.srv.MCPURL}, {Type: apitype.MCPServerURL, Name: long, URL: r.srv.MCPURL}}
 	allow := &apitype.ToolDefaults{Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAllow}}
 	tools := []apitype.Tool{
 		{Type: apitype.ToolTypeCustom, Name: "mcp__tracker__echo", Description: "a custom tool", InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -360,8 +360,8 @@ func TestMCPServerErrors(t *testing.T) {
 	f.srv.Script(modeltest.Turn{Text: "No tracker today."})
 	allow := &apitype.ToolDefaults{Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAllow}}
 	servers := []apitype.MCPServer{
-		{Type: "url", Name: "down", URL: "http://127.0.0.1:1/mcp"},
-		{Type: "url", Name: "locked", URL: r.srv.MCPURL},
+		{Type: apitype.MCPServerURL, Name: "down", URL: "http://127.0.0.1:1/mcp"},
+		{Type: apitype.MCPServerURL, Name: "locked", URL: r.srv.MCPURL},
 	}
 	tools := []apitype.Tool{
 		{Type: apitype.ToolTypeMCPToolset, MCPServerName: "down", DefaultConfig: allow},
@@ -423,7 +423,7 @@ func TestMCPCrashMidCall(t *testing.T) {
 		modeltest.Turn{Text: "I will check what the slow call did."},
 	)
 	allow := &apitype.ToolDefaults{Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAllow}}
-	servers := []apitype.MCPServer{{Type: "url", Name: "tracker", URL: r.srv.MCPURL}}
+	servers := []apitype.MCPServer{{Type: apitype.MCPServerURL, Name: "tracker", URL: r.srv.MCPURL}}
 	tools := []apitype.Tool{{Type: apitype.ToolTypeMCPToolset, MCPServerName: "tracker", DefaultConfig: allow}}
 	cfgA := r.config()
 	cfgA.Store, cfgA.LeaseTTL, cfgA.Owner, cfgA.Workers = cs, 300*time.Millisecond, "brain-a", 1
@@ -470,7 +470,7 @@ func TestMCPDenied(t *testing.T) {
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_d", Name: "mcp__tracker__danger", Input: `{}`}}},
 		modeltest.Turn{Text: "Understood, I will not."},
 	)
-	servers := []apitype.MCPServer{{Type: "url", Name: "tracker", URL: r.srv.MCPURL}}
+	servers := []apitype.MCPServer{{Type: apitype.MCPServerURL, Name: "tracker", URL: r.srv.MCPURL}}
 	tools := []apitype.Tool{{Type: apitype.ToolTypeMCPToolset, MCPServerName: "tracker"}} // default: always_ask
 	f.start(r.config())
 	id := r.session(t, servers, tools, r.oauthVault(t, r.srv.MCPURL))

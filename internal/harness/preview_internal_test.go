@@ -55,7 +55,7 @@ func TestPreviewerIDs(t *testing.T) {
 	var frames []string
 	for _, pv := range got {
 		if pv.Type == apitype.EventStart {
-			frames = append(frames, "start "+pv.Event.Type+" "+pv.Event.ID)
+			frames = append(frames, "start "+string(pv.Event.Type)+" "+pv.Event.ID)
 		} else {
 			frames = append(frames, "delta "+pv.EventID+" "+string(rune('0'+pv.Delta.Index))+" "+pv.Delta.Content.Text)
 		}

@@ -17,14 +17,14 @@ func (f *fixture) selfHostedSession() (sessionID, envID string) {
 	f.t.Helper()
 	ctx := context.Background()
 	now := apitype.Now()
-	env := &apitype.Environment{Type: "environment", ID: apitype.NewID(apitype.PrefixEnvironment), Name: "hosted-" + apitype.NewID(""),
+	env := &apitype.Environment{Type: apitype.ObjectEnvironment, ID: apitype.NewID(apitype.PrefixEnvironment), Name: "hosted-" + apitype.NewID(""),
 		Config: apitype.EnvConfig{Type: apitype.EnvironmentSelfHosted}, CreatedAt: now, UpdatedAt: now}
 	if err := f.store.EnvironmentCreate(ctx, env); err != nil {
 		f.t.Fatal(err)
 	}
 	sess := &apitype.Session{
-		Type: "session", ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: env.ID, Status: apitype.StatusIdle,
-		Agent: apitype.SessionAgent{Type: "agent", ID: apitype.NewID(apitype.PrefixAgent), Version: 1, Name: "tester",
+		Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: env.ID, Status: apitype.StatusIdle,
+		Agent: apitype.SessionAgent{Type: apitype.ObjectAgent, ID: apitype.NewID(apitype.PrefixAgent), Version: 1, Name: "tester",
 			Model: apitype.ModelConfig{ID: "claude-sonnet-4-5"}, Tools: []apitype.Tool{toolset}},
 		CreatedAt: now, UpdatedAt: now,
 	}

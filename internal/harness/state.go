@@ -43,7 +43,7 @@ func (u *toolUse) closeFailed(src *apitype.FailureSource, text string) apitype.N
 
 // state is what a brain derives from the tail to decide its next step.
 type state struct {
-	status      string               // type of the last session.status_* event, "" if none
+	status      apitype.EventType    // type of the last session.status_* event, "" if none
 	idle        *apitype.SessionIdle // its payload when status is session.status_idle
 	openSpan    *apitype.Event       // a span.model_request_start without its end (a crash mid-call)
 	uses        []*toolUse
@@ -75,7 +75,7 @@ func (s *state) open() []*toolUse {
 }
 
 // unprocessedOf returns the unprocessed client events of the given types.
-func (s *state) unprocessedOf(types ...string) []apitype.Event {
+func (s *state) unprocessedOf(types ...apitype.EventType) []apitype.Event {
 	var out []apitype.Event
 	for _, e := range s.unprocessed {
 		if slices.Contains(types, e.Type) {
@@ -109,7 +109,7 @@ func derive(t *tail, builtin execKind) (*state, error) {
 }
 
 // derivers read each event type that matters to the state into it.
-var derivers = map[string]func(*state, apitype.Event) error{
+var derivers = map[apitype.EventType]func(*state, apitype.Event) error{
 	apitype.EventSessionStatusRunning:     deriveStatus,
 	apitype.EventSessionStatusRescheduled: deriveStatus,
 	apitype.EventSessionStatusTerminated:  deriveStatus,

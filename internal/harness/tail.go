@@ -53,7 +53,7 @@ walk:
 	if tl.upToSeq > 0 && !slices.ContainsFunc(tl.events, isStatus) {
 		last, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
 			SessionID: t.sess.ID, BeforeSeq: tl.upToSeq + 1, Desc: true, Limit: 1,
-			Types: []string{apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled,
+			Types: []apitype.EventType{apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled,
 				apitype.EventSessionStatusTerminated},
 		})
 		if err != nil {
@@ -142,5 +142,5 @@ type tail struct {
 	upToSeq int64  // the last sequence number the summary covers
 	lastSeq int64  // the last sequence number read
 	// priorStatus is the type of the last session.status_* event before the tail, for a tail that has none.
-	priorStatus string
+	priorStatus apitype.EventType
 }

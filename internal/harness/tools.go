@@ -92,7 +92,7 @@ func (ts *toolset) addToolset(t *apitype.Tool, hands sandbox.Hands) {
 		served[bt.Name] = true
 		on, pol := enabled, policy
 		for _, c := range t.Configs {
-			if c.Name != bt.Name && c.Type != bt.Name {
+			if c.Name != bt.Name && string(c.Type) != bt.Name {
 				continue
 			}
 			on = c.Enabled

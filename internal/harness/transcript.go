@@ -67,7 +67,7 @@ type transcriber struct {
 }
 
 // transcribers read each event type that shows in the conversation (or shapes it) into the transcript.
-var transcribers = map[string]func(*transcriber, apitype.Event) error{
+var transcribers = map[apitype.EventType]func(*transcriber, apitype.Event) error{
 	apitype.EventSessionStatusRunning:     (*transcriber).turnStart,
 	apitype.EventSessionStatusRescheduled: (*transcriber).turnStart,
 	apitype.EventSessionStatusIdle:        (*transcriber).turnEnd,
@@ -229,21 +229,21 @@ func messageBlocks(content []apitype.ContentBlock) []model.Block {
 	var out []model.Block
 	for _, c := range content {
 		switch c.Type {
-		case "text":
+		case apitype.ContentText:
 			if c.Text != "" {
 				out = append(out, model.Block{Type: model.BlockText, Text: c.Text})
 			}
-		case "image":
+		case apitype.ContentImage:
 			var src apitype.ImageSource
 			if err := json.Unmarshal(c.Source, &src); err != nil || src.Type == "" {
 				out = append(out, model.Block{Type: model.BlockText, Text: "[an image that could not be read]"})
 				continue
 			}
 			out = append(out, model.Block{Type: model.BlockImage, Image: &src})
-		case "document":
+		case apitype.ContentDocument:
 			var src struct {
-				Type string `json:"type"`
-				Data string `json:"data"`
+				Type apitype.SourceType `json:"type"`
+				Data string             `json:"data"`
 			}
 			_ = json.Unmarshal(c.Source, &src) // an unreadable source is described below
 			if pdf := pdfSource(c.Source); pdf != nil {
@@ -254,12 +254,12 @@ func messageBlocks(content []apitype.ContentBlock) []model.Block {
 			if c.Title != nil {
 				title = *c.Title
 			}
-			if src.Type == "text" && src.Data != "" {
+			if src.Type == apitype.SourceText && src.Data != "" {
 				out = append(out, model.Block{Type: model.BlockText, Text: fmt.Sprintf("<document title=%q>\n%s\n</document>", title, src.Data)})
 				continue
 			}
 			out = append(out, model.Block{Type: model.BlockText, Text: fmt.Sprintf("[document %q: this server passes only text and base64 PDF documents to the model]", title)})
-		case "search_result":
+		case apitype.ContentSearchResult:
 			var parts []apitype.ContentBlock
 			_ = json.Unmarshal(c.Content, &parts) // a malformed search result contributes no text
 			out = append(out, textBlocks(parts)...)
@@ -283,7 +283,7 @@ func systemBlocks(blocks []model.Block) []model.Block {
 func textBlocks(content []apitype.ContentBlock) []model.Block {
 	var out []model.Block
 	for _, c := range content {
-		if c.Type == "text" && c.Text != "" {
+		if c.Type == apitype.ContentText && c.Text != "" {
 			out = append(out, model.Block{Type: model.BlockText, Text: c.Text})
 		}
 	}
@@ -293,7 +293,7 @@ func textBlocks(content []apitype.ContentBlock) []model.Block {
 // pdfSource is a document's source when it is a base64 PDF, else nil.
 func pdfSource(raw json.RawMessage) *apitype.ImageSource {
 	var src apitype.ImageSource
-	if err := json.Unmarshal(raw, &src); err != nil || src.Type != "base64" || src.MediaType != "application/pdf" || src.Data == "" {
+	if err := json.Unmarshal(raw, &src); err != nil || src.Type != apitype.SourceBase64 || src.MediaType != "application/pdf" || src.Data == "" {
 		return nil
 	}
 	return &src

@@ -20,7 +20,7 @@ func logOf(t *testing.T, entries ...any) *tail {
 	tl := &tail{}
 	now := time.Now()
 	for i := 0; i < len(entries); i += 2 {
-		typ := entries[i].(string)
+		typ := entries[i].(apitype.EventType)
 		data, err := json.Marshal(entries[i+1])
 		if err != nil {
 			t.Fatal(err)
@@ -161,7 +161,7 @@ func TestTranscriptNotesInterruptedTurns(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		prior string
+		prior apitype.EventType
 		log   []any
 		want  string
 	}{

@@ -90,7 +90,7 @@ func TestService(t *testing.T) {
 
 	create := func(name string, pk *apitype.Packages) *apitype.Environment {
 		t.Helper()
-		e := &apitype.Environment{Type: "environment", ID: apitype.NewID(apitype.PrefixEnvironment), Name: name,
+		e := &apitype.Environment{Type: apitype.ObjectEnvironment, ID: apitype.NewID(apitype.PrefixEnvironment), Name: name,
 			Config: apitype.EnvConfig{Type: apitype.EnvironmentCloud, Packages: pk}, Metadata: map[string]string{},
 			CreatedAt: apitype.Now(), UpdatedAt: apitype.Now()}
 		e.Image = svc.Image(&e.Config) // as the API does

@@ -67,7 +67,7 @@ func newFixture(t *testing.T, st store.Store) *fixture {
 func (f *fixture) vault(t *testing.T) string {
 	t.Helper()
 	now := apitype.Now()
-	vl := &apitype.Vault{Type: "vault", ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v", Metadata: map[string]string{},
+	vl := &apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v", Metadata: map[string]string{},
 		CreatedAt: now, UpdatedAt: now}
 	if err := f.st.VaultCreate(f.ctx, vl); err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func (f *fixture) vault(t *testing.T) string {
 func (f *fixture) credential(t *testing.T, vid string, auth apitype.CredentialAuth, value string) string {
 	t.Helper()
 	now := apitype.Now()
-	c := &apitype.Credential{Type: "vault_credential", ID: apitype.NewID(apitype.PrefixCredential), VaultID: vid,
+	c := &apitype.Credential{Type: apitype.ObjectCredential, ID: apitype.NewID(apitype.PrefixCredential), VaultID: vid,
 		Metadata: map[string]string{}, Auth: auth, CreatedAt: now, UpdatedAt: now}
 	name, match := "secret_value", auth.SecretName
 	if auth.Type != apitype.AuthEnvironmentVariable {
@@ -99,8 +99,8 @@ func (f *fixture) credential(t *testing.T, vid string, auth apitype.CredentialAu
 func (f *fixture) session(t *testing.T, vaults ...string) string {
 	t.Helper()
 	now := apitype.Now()
-	s := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: "env_x",
-		Status: apitype.StatusIdle, Agent: apitype.SessionAgent{Type: "agent", ID: "agent_x", Version: 1, Name: "a"},
+	s := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: "env_x",
+		Status: apitype.StatusIdle, Agent: apitype.SessionAgent{Type: apitype.ObjectAgent, ID: "agent_x", Version: 1, Name: "a"},
 		VaultIDs: vaults, Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
 	if _, _, err := f.st.SessionCreate(f.ctx, &store.SessionCreateParams{Session: s}); err != nil {
 		t.Fatal(err)

@@ -117,10 +117,10 @@ func (m *MCP) exchange(ctx context.Context, r *apitype.OAuthRefresh, refreshToke
 		form.Set("scope", *r.Scope)
 	}
 	auth := r.TokenEndpointAuth.Type
-	if auth != "client_secret_basic" {
+	if auth != apitype.TokenAuthClientSecretBasic {
 		form.Set("client_id", r.ClientID)
 	}
-	if auth == "client_secret_post" {
+	if auth == apitype.TokenAuthClientSecretPost {
 		form.Set("client_secret", clientSecret)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), strings.NewReader(form.Encode()))

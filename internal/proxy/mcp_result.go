@@ -20,8 +20,8 @@ func (c *mcpConn) content(res *sdk.CallToolResult) []apitype.ContentBlock {
 		case *sdk.TextContent:
 			out = append(out, apitype.TextBlock(c.scrub(v.Text)))
 		case *sdk.ImageContent:
-			src, _ := json.Marshal(apitype.ImageSource{Type: "base64", MediaType: v.MIMEType, Data: base64.StdEncoding.EncodeToString(v.Data)})
-			out = append(out, apitype.ContentBlock{Type: "image", Source: src})
+			src, _ := json.Marshal(apitype.ImageSource{Type: apitype.SourceBase64, MediaType: v.MIMEType, Data: base64.StdEncoding.EncodeToString(v.Data)})
+			out = append(out, apitype.ContentBlock{Type: apitype.ContentImage, Source: src})
 		case *sdk.ResourceLink:
 			out = append(out, apitype.TextBlock(fmt.Sprintf("[resource link %s: %s]", v.Name, v.URI)))
 		case *sdk.EmbeddedResource:

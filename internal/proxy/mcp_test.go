@@ -68,13 +68,13 @@ func (f *mcpFixture) mcpSession(t *testing.T, n *apitype.Networking, servers []a
 	t.Helper()
 	now := apitype.Now()
 	id := apitype.NewID(apitype.PrefixEnvironment)
-	env := &apitype.Environment{Type: "environment", ID: id, Name: id,
+	env := &apitype.Environment{Type: apitype.ObjectEnvironment, ID: id, Name: id,
 		Config: apitype.EnvConfig{Type: apitype.EnvironmentCloud, Networking: n}, Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
 	if err := f.st.EnvironmentCreate(f.ctx, env); err != nil {
 		t.Fatal(err)
 	}
-	s := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: env.ID,
-		Status: apitype.StatusIdle, Agent: apitype.SessionAgent{Type: "agent", ID: "agent_x", Version: 1, Name: "a", MCPServers: servers},
+	s := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: env.ID,
+		Status: apitype.StatusIdle, Agent: apitype.SessionAgent{Type: apitype.ObjectAgent, ID: "agent_x", Version: 1, Name: "a", MCPServers: servers},
 		VaultIDs: vaults, Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
 	if _, _, err := f.st.SessionCreate(f.ctx, &store.SessionCreateParams{Session: s}); err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func (f *mcpFixture) oauthCredential(t *testing.T, vid, mcpURL, access, refresh 
 		auth.Refresh = &apitype.OAuthRefresh{ClientID: cfg.ClientID, TokenEndpoint: f.srv.TokenURL,
 			TokenEndpointAuth: apitype.TokenEndpointAuth{Type: cfg.TokenAuth}, Resource: &res, Scope: &scope}
 	}
-	c := &apitype.Credential{Type: "vault_credential", ID: apitype.NewID(apitype.PrefixCredential), VaultID: vid,
+	c := &apitype.Credential{Type: apitype.ObjectCredential, ID: apitype.NewID(apitype.PrefixCredential), VaultID: vid,
 		Metadata: map[string]string{}, Auth: auth, CreatedAt: now, UpdatedAt: now}
 	var secrets []store.SealedSecret
 	for name, v := range map[string]string{secretAccessToken: access, secretRefreshToken: refresh, secretClientSecret: cfg.ClientSecret} {
@@ -160,7 +160,7 @@ func TestMCPStaticBearer(t *testing.T) {
 			tok := f.srv.IssueAccess()
 			vid := f.vault(t)
 			f.credential(t, vid, apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: strings.Replace(endpoint, "127.0.0.1", "127.0.0.1", 1) + "/"}, tok)
-			server := apitype.MCPServer{Type: "url", Name: "tracker", URL: endpoint}
+			server := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "tracker", URL: endpoint}
 			sid := f.mcpSession(t, nil, []apitype.MCPServer{server}, vid)
 
 			tools, err := f.proxy.ListTools(ctx, sid, server)
@@ -214,7 +214,7 @@ func TestMCPToolListChanged(t *testing.T) {
 	ctx := testCtx(t)
 	vid := f.vault(t)
 	f.credential(t, vid, apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: f.srv.MCPURL}, f.srv.IssueAccess())
-	server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+	server := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "tracker", URL: f.srv.MCPURL}
 	sid := f.mcpSession(t, nil, []apitype.MCPServer{server}, vid)
 	tools, err := f.proxy.ListTools(ctx, sid, server)
 	if err != nil || len(tools) != 6 {
@@ -246,17 +246,18 @@ func TestMCPToolListChanged(t *testing.T) {
 // (eight sessions sharing it) make one request.
 func TestMCPOAuthRefresh(t *testing.T) {
 	t.Parallel()
-	for _, auth := range []string{"none", "client_secret_basic", "client_secret_post"} {
-		t.Run(auth, func(t *testing.T) {
+	for _, auth := range []apitype.TokenEndpointAuthType{apitype.TokenAuthNone, apitype.TokenAuthClientSecretBasic,
+		apitype.TokenAuthClientSecretPost} {
+		t.Run(string(auth), func(t *testing.T) {
 			t.Parallel()
 			cfg := mcptest.Config{ClientID: "corral-client", TokenAuth: auth, RotateRefresh: true}
-			if auth != "none" {
-				cfg.ClientSecret = "client-secret-" + auth
+			if auth != apitype.TokenAuthNone {
+				cfg.ClientSecret = "client-secret-" + string(auth)
 			}
 			f := newMCPFixture(t, cfg)
 			ctx := testCtx(t)
 			vid := f.vault(t)
-			server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+			server := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "tracker", URL: f.srv.MCPURL}
 
 			// Before expiry: the token expires within the refresh margin.
 			soon := time.Now().Add(20 * time.Second).UTC()
@@ -351,11 +352,11 @@ func TestMCPOAuthRefresh(t *testing.T) {
 // no matching credential gets one too.
 func TestMCPAuthenticationFailed(t *testing.T) {
 	t.Parallel()
-	cfg := mcptest.Config{ClientID: "corral-client", TokenAuth: "client_secret_post", ClientSecret: "client-secret-xyz"}
+	cfg := mcptest.Config{ClientID: "corral-client", TokenAuth: apitype.TokenAuthClientSecretPost, ClientSecret: "client-secret-xyz"}
 	f := newMCPFixture(t, cfg)
 	ctx := testCtx(t)
 	vid := f.vault(t)
-	server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+	server := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "tracker", URL: f.srv.MCPURL}
 	stale := f.srv.IssueAccess()
 	f.srv.Expire(stale)
 	f.oauthCredential(t, vid, f.srv.MCPURL, stale, "mcp-rt-revoked-0123456789", nil, cfg)
@@ -394,7 +395,7 @@ func TestMCPConnectionFailures(t *testing.T) {
 	vid := f.vault(t)
 	tok := f.srv.IssueAccess()
 	f.credential(t, vid, apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: f.srv.MCPURL}, tok)
-	server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+	server := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "tracker", URL: f.srv.MCPURL}
 	kind := func(err error) string {
 		var me *mcp.Error
 		if !errors.As(err, &me) {
@@ -444,7 +445,7 @@ func TestMCPConnectionFailures(t *testing.T) {
 			})
 		}
 	})
-	untrusted := apitype.MCPServer{Type: "url", Name: "private", URL: "http://" + l.Addr().String() + "/mcp"}
+	untrusted := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "private", URL: "http://" + l.Addr().String() + "/mcp"}
 	s2 := f.mcpSession(t, nil, []apitype.MCPServer{untrusted}, vid)
 	_, err = f.proxy.ListTools(ctx, s2, untrusted)
 	if kind(err) != mcp.KindConnection || !strings.Contains(err.Error(), "internal address") {
@@ -476,7 +477,7 @@ func TestMCPConnectionFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p3.Close()
-	unreachable := apitype.MCPServer{Type: "url", Name: "gone", URL: "http://" + deadAddr + "/mcp"}
+	unreachable := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "gone", URL: "http://" + deadAddr + "/mcp"}
 	s3 := f.mcpSession(t, nil, []apitype.MCPServer{unreachable}, vid)
 	if _, err := p3.CallTool(ctx, s3, unreachable, "echo", json.RawMessage(`{}`)); kind(err) != mcp.KindConnection {
 		t.Errorf("an unreachable server: %v", err)
@@ -509,7 +510,7 @@ func TestMCPMalformedAndRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	bad := apitype.MCPServer{Type: "url", Name: "garbage", URL: garbage.URL + "/mcp"}
+	bad := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "garbage", URL: garbage.URL + "/mcp"}
 	sid := f.mcpSession(t, nil, []apitype.MCPServer{bad})
 	_, err = p.ListTools(ctx, sid, bad)
 	var me *mcp.Error
@@ -528,7 +529,7 @@ func TestMCPMalformedAndRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p2.Close()
-	untrusted := apitype.MCPServer{Type: "url", Name: "selfsigned", URL: tlsSrv.URL + "/mcp"}
+	untrusted := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "selfsigned", URL: tlsSrv.URL + "/mcp"}
 	sid = f.mcpSession(t, nil, []apitype.MCPServer{untrusted})
 	if _, err := p2.ListTools(ctx, sid, untrusted); !errors.As(err, &me) || me.Kind != mcp.KindConnection || !strings.Contains(me.Message, "certificate") {
 		t.Errorf("a TLS failure: %v", err)
@@ -536,7 +537,7 @@ func TestMCPMalformedAndRemoved(t *testing.T) {
 
 	vid := f.vault(t)
 	cid := f.credential(t, vid, apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: f.srv.MCPURL}, f.srv.IssueAccess())
-	server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+	server := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "tracker", URL: f.srv.MCPURL}
 	sid = f.mcpSession(t, nil, []apitype.MCPServer{server}, vid)
 	if _, err := f.proxy.ListTools(ctx, sid, server); err != nil {
 		t.Fatal(err)
@@ -573,7 +574,7 @@ func TestMCPCredentialAddedLater(t *testing.T) {
 	f := newMCPFixture(t, mcptest.Config{})
 	ctx := testCtx(t)
 	vid := f.vault(t)
-	server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+	server := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "tracker", URL: f.srv.MCPURL}
 	sid := f.mcpSession(t, nil, []apitype.MCPServer{server}, vid)
 	var me *mcp.Error
 	if _, err := f.proxy.ListTools(ctx, sid, server); !errors.As(err, &me) || me.Kind != mcp.KindAuthentication {
@@ -599,7 +600,7 @@ func TestMCPRemote(t *testing.T) {
 
 	vid := f.vault(t)
 	f.credential(t, vid, apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: f.srv.MCPURL}, f.srv.IssueAccess())
-	server := apitype.MCPServer{Type: "url", Name: "tracker", URL: f.srv.MCPURL}
+	server := apitype.MCPServer{Type: apitype.MCPServerURL, Name: "tracker", URL: f.srv.MCPURL}
 	sid := f.mcpSession(t, nil, []apitype.MCPServer{server}, vid)
 	tools, err := client.ListTools(ctx, sid, server)
 	if err != nil || len(tools) != 6 {

@@ -38,7 +38,7 @@ func (m *MCP) Validate(ctx context.Context, vaultID, credentialID string) (*apit
 	if err := b.load(ctx); err != nil {
 		return nil, err
 	}
-	out := &apitype.CredentialValidation{Type: "vault_credential_validation", CredentialID: c.ID, VaultID: c.VaultID,
+	out := &apitype.CredentialValidation{Type: apitype.ObjectCredentialValidation, CredentialID: c.ID, VaultID: c.VaultID,
 		HasRefreshToken: b.refresh != "", ValidatedAt: apitype.Now()}
 	u, err := url.Parse(c.Auth.MCPServerURL)
 	if err != nil || u.Host == "" {
@@ -47,7 +47,7 @@ func (m *MCP) Validate(ctx context.Context, vaultID, credentialID string) (*apit
 		return out, nil
 	}
 	policy := egress.Policy{AllowAll: true, AllowInternal: slices.Clone(m.cfg.AllowInternal)}
-	conn := &mcpConn{m: m, server: apitype.MCPServer{Type: "url", Name: u.Host, URL: c.Auth.MCPServerURL}, cred: b,
+	conn := &mcpConn{m: m, server: apitype.MCPServer{Type: apitype.MCPServerURL, Name: u.Host, URL: c.Auth.MCPServerURL}, cred: b,
 		policy: policy, host: u.Hostname(), port: u.Port(), record: true}
 	if conn.port == "" {
 		conn.port = map[string]string{"http": "80", "https": "443"}[u.Scheme]

@@ -20,18 +20,18 @@ func TestFailureSources(t *testing.T) {
 	waitIdle(t, srv, sessID)
 	var page struct {
 		Data []struct {
-			Type   string                 `json:"type"`
+			Type   apitype.EventType      `json:"type"`
 			Error  json.RawMessage        `json:"error"` // an object in session.error, a string in span ends
 			Source *apitype.FailureSource `json:"source"`
 		}
 	}
 	do(t, srv, "GET", "/v1/sessions/"+sessID+"/events?limit=1000", nil, &page)
-	want := map[string]apitype.FailureSource{
+	want := map[apitype.EventType]apitype.FailureSource{
 		apitype.EventSessionError:            {Component: apitype.ComponentModel, Backend: "anthropic", Reason: apitype.ReasonOverloaded},
 		apitype.EventSpanSandboxProvisionEnd: {Component: apitype.ComponentHands, Backend: "stub", Reason: apitype.ReasonProvisionFailed},
 		apitype.EventAgentToolResult:         {Component: apitype.ComponentHands, Backend: "stub", Reason: apitype.ReasonProvisionFailed},
 	}
-	seen := map[string]bool{}
+	seen := map[apitype.EventType]bool{}
 	for _, e := range page.Data {
 		w, ok := want[e.Type]
 		if !ok {

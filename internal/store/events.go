@@ -98,7 +98,7 @@ type EventListParams struct {
 	SessionID string
 	AfterSeq  int64 // seq > AfterSeq
 	BeforeSeq int64 // if > 0, seq < BeforeSeq
-	Types     []string
+	Types     []apitype.EventType
 	// Time filters on created_at (the append time; equal to processed_at for every server event).
 	CreatedAfter, CreatedFrom, CreatedBefore, CreatedTo *time.Time
 	Desc                                                bool // newest first: with BeforeSeq, "the Limit events before BeforeSeq"

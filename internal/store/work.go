@@ -112,7 +112,7 @@ func CheckWorkTTL(ttl time.Duration) error {
 // the answer, with LeaseExtended when the adapter must write the new lease, or ErrConflict (412 on the wire)
 // with the current state.
 func Heartbeat(cur *apitype.Work, p *WorkHeartbeatParams) (*apitype.WorkHeartbeat, error) {
-	hb := &apitype.WorkHeartbeat{Type: "work_heartbeat", LastHeartbeat: cur.LastHeartbeat(), State: cur.State,
+	hb := &apitype.WorkHeartbeat{Type: apitype.ObjectWorkHeartbeat, LastHeartbeat: cur.LastHeartbeat(), State: cur.State,
 		TTLSeconds: cur.TTLSeconds}
 	switch cur.State {
 	case apitype.WorkStopping, apitype.WorkStopped:

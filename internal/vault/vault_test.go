@@ -186,7 +186,7 @@ func putCredential(t *testing.T, st store.Store, v *vault.Vault, vaultID string,
 	t.Helper()
 	ctx := context.Background()
 	now := apitype.Now()
-	c := &apitype.Credential{Type: "vault_credential", ID: apitype.NewID(apitype.PrefixCredential), VaultID: vaultID,
+	c := &apitype.Credential{Type: apitype.ObjectCredential, ID: apitype.NewID(apitype.PrefixCredential), VaultID: vaultID,
 		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now,
 		Auth: apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: "https://" + apitype.NewID("") + "/"}}
 	var sealed []store.SealedSecret
@@ -226,7 +226,7 @@ func TestOpenChecksTheKey(t *testing.T) {
 		t.Fatal("the error carries the key")
 	}
 	now := apitype.Now()
-	vlt := &apitype.Vault{Type: "vault", ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v",
+	vlt := &apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v",
 		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
 	if err := st.VaultCreate(ctx, vlt); err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestRotate(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := apitype.Now()
-	vlt := &apitype.Vault{Type: "vault", ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v",
+	vlt := &apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v",
 		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
 	if err := st.VaultCreate(ctx, vlt); err != nil {
 		t.Fatal(err)
@@ -335,7 +335,7 @@ func TestRotateConditional(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := apitype.Now()
-	vlt := &apitype.Vault{Type: "vault", ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v",
+	vlt := &apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), DisplayName: "v",
 		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
 	if err := st.VaultCreate(ctx, vlt); err != nil {
 		t.Fatal(err)
@@ -419,8 +419,8 @@ func TestRotateResourceSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := apitype.Now()
-	sess := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: "env_x",
-		Status: apitype.StatusIdle, Agent: apitype.SessionAgent{Type: "agent", ID: "agent_x", Version: 1, Name: "a"},
+	sess := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: "env_x",
+		Status: apitype.StatusIdle, Agent: apitype.SessionAgent{Type: apitype.ObjectAgent, ID: "agent_x", Version: 1, Name: "a"},
 		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
 	if _, _, err := st.SessionCreate(ctx, &store.SessionCreateParams{Session: sess}); err != nil {
 		t.Fatal(err)

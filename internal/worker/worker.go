@@ -226,7 +226,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // handle serves one work item: heartbeats in the background, the session's tool calls in the foreground; then it
 // stops the item, unless its lease was lost (another worker may hold it by now).
 func (w *worker) handle(ctx context.Context, wk *apitype.Work) error {
-	if wk.Data.Type != "session" || wk.Secret == nil {
+	if wk.Data.Type != apitype.ObjectSession || wk.Secret == nil {
 		_, err := w.c.WorkStop(ctx, w.env, wk.ID, true)
 		return err
 	}

@@ -233,7 +233,7 @@ func TestResourcesRefused(t *testing.T) {
 		{"relative", repoResource("https://example.com/o/r", "workspace/r", ""), "must be an absolute path"},
 		{"bad branch", repoResource("https://example.com/o/r", "/workspace/i", `{"type":"branch","name":"--upload-pack=x"}`), "invalid branch name"},
 		{"no repository name", repoResource("https://example.com/", "", ""), "names no repository"},
-		{"file", apitype.Resource{ID: "sesrsc_file", Type: "file", FileID: "file_1"}, "this server has no file storage"},
+		{"file", apitype.Resource{ID: "sesrsc_file", Type: apitype.ResourceFile, FileID: "file_1"}, "this server has no file storage"},
 		{"unknown type", apitype.Resource{ID: "sesrsc_x", Type: "volume"}, `unsupported resource type "volume"`},
 	}
 	prov := &fakeProvider{}

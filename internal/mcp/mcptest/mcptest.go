@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/corralhq/corral/internal/apitype"
 	"sync/atomic"
 	"testing"
 
@@ -22,9 +24,10 @@ import (
 
 // Config configures a Server. Zero values take the defaults documented.
 type Config struct {
-	// ClientID and ClientSecret authenticate refreshes; TokenAuth is the method the endpoint requires:
-	// "none", "client_secret_basic" or "client_secret_post" (default "none").
-	ClientID, ClientSecret, TokenAuth string
+	// ClientID and ClientSecret authenticate refreshes.
+	ClientID, ClientSecret string
+	// TokenAuth is the method the endpoint requires (default none).
+	TokenAuth apitype.TokenEndpointAuthType
 	// ExpiresIn is the expires_in of issued access tokens in seconds (default 3600).
 	ExpiresIn int
 	// RotateRefresh issues a new refresh token with each refresh (the old one stops working).
@@ -63,7 +66,7 @@ func New(t testing.TB, cfg Config) *Server {
 		cfg.ExpiresIn = 3600
 	}
 	if cfg.TokenAuth == "" {
-		cfg.TokenAuth = "none"
+		cfg.TokenAuth = apitype.TokenAuthNone
 	}
 	s := &Server{cfg: cfg, access: map[string]bool{}, refresh: map[string]bool{}, calls: map[string]int{}, Release: make(chan struct{})}
 	if cfg.ClientSecret != "" {
@@ -239,12 +242,12 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"error":%q}`, e)
 	}
 	switch s.cfg.TokenAuth {
-	case "client_secret_basic":
+	case apitype.TokenAuthClientSecretBasic:
 		if !basic || user != s.cfg.ClientID || pass != s.cfg.ClientSecret {
 			fail(http.StatusUnauthorized, "invalid_client")
 			return
 		}
-	case "client_secret_post":
+	case apitype.TokenAuthClientSecretPost:
 		if form["client_id"] != s.cfg.ClientID || form["client_secret"] != s.cfg.ClientSecret {
 			fail(http.StatusUnauthorized, "invalid_client")
 			return

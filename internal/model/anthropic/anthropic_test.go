@@ -119,7 +119,7 @@ func TestToolHistory(t *testing.T) {
 	t.Parallel()
 	m, s := newModel(t)
 	input := `{"command":"ls -la","timeout":30,"env":{"A":"b"}}`
-	img := &apitype.ImageSource{Type: "base64", MediaType: "image/png", Data: "iVBORw0KGgo="}
+	img := &apitype.ImageSource{Type: apitype.SourceBase64, MediaType: "image/png", Data: "iVBORw0KGgo="}
 	req := &model.Request{Model: "c", MaxTokens: 100, Messages: []model.Message{
 		userText("list files"),
 		{Role: "assistant", Content: []model.Block{
@@ -129,7 +129,7 @@ func TestToolHistory(t *testing.T) {
 		{Role: "user", Content: []model.Block{
 			{Type: model.BlockToolResult, ToolUseID: "toolu_01", IsError: true, Content: []model.Block{
 				{Type: model.BlockText, Text: "exit status 1"}, {Type: model.BlockImage, Image: img},
-				{Type: model.BlockDocument, Document: &apitype.ImageSource{Type: "base64", MediaType: "application/pdf", Data: "JVBERi0="}},
+				{Type: model.BlockDocument, Document: &apitype.ImageSource{Type: apitype.SourceBase64, MediaType: "application/pdf", Data: "JVBERi0="}},
 			}},
 		}},
 	}}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
 )
 
@@ -221,7 +222,7 @@ func contentBlock(b model.Block) (anthropic.ContentBlockParamUnion, error) {
 // documentBlock maps a document block: a base64 PDF.
 func documentBlock(b model.Block) (*anthropic.DocumentBlockParam, error) {
 	src := b.Document
-	if src == nil || src.Type != "base64" || src.MediaType != "application/pdf" {
+	if src == nil || src.Type != apitype.SourceBase64 || src.MediaType != "application/pdf" {
 		return nil, errors.New("document block without a base64 PDF source")
 	}
 	return &anthropic.DocumentBlockParam{Source: anthropic.DocumentBlockParamSourceUnion{
@@ -236,11 +237,11 @@ func imageBlock(b model.Block) (*anthropic.ImageBlockParam, error) {
 	}
 	img := &anthropic.ImageBlockParam{}
 	switch src.Type {
-	case "base64":
+	case apitype.SourceBase64:
 		img.Source.OfBase64 = &anthropic.Base64ImageSourceParam{Data: src.Data, MediaType: anthropic.Base64ImageSourceMediaType(src.MediaType)}
-	case "url":
+	case apitype.SourceURL:
 		img.Source.OfURL = &anthropic.URLImageSourceParam{URL: src.URL}
-	case "file":
+	case apitype.SourceFile:
 		img.Source.OfFile = &anthropic.FileImageSourceParam{FileID: src.FileID}
 	default:
 		return nil, fmt.Errorf("unsupported image source %q", src.Type)

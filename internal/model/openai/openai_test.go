@@ -69,7 +69,7 @@ func TestToolHistory(t *testing.T) {
 	t.Parallel()
 	m, s := newModel(t)
 	input := `{"command":"ls -la","env":{"A":"b"}}`
-	img := &apitype.ImageSource{Type: "base64", MediaType: "image/png", Data: "iVBO"}
+	img := &apitype.ImageSource{Type: apitype.SourceBase64, MediaType: "image/png", Data: "iVBO"}
 	req := &model.Request{Model: "gpt", MaxTokens: 50, Messages: []model.Message{
 		userText("list"),
 		{Role: "assistant", Content: []model.Block{

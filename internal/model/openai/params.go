@@ -8,6 +8,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
 )
 
@@ -96,11 +97,11 @@ const documentOmitted = "[PDF document omitted: this model API takes no PDF docu
 func imagePart(b model.Block) openai.ChatCompletionContentPartUnionParam {
 	src := b.Image
 	switch {
-	case src != nil && src.Type == "base64":
+	case src != nil && src.Type == apitype.SourceBase64:
 		return openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
 			URL: "data:" + src.MediaType + ";base64," + src.Data,
 		})
-	case src != nil && src.Type == "url":
+	case src != nil && src.Type == apitype.SourceURL:
 		return openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: src.URL})
 	default:
 		return openai.TextContentPart("[image omitted]")

@@ -43,10 +43,10 @@ func Setup(t *testing.T, creds []sandboxtest.SecretCredential, allowInternal []s
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &memStore{vault: apitype.Vault{Type: "vault", ID: apitype.NewID(apitype.PrefixVault), CreatedAt: apitype.Now()},
+	st := &memStore{vault: apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), CreatedAt: apitype.Now()},
 		secrets: map[string][]store.SealedSecret{}}
 	for _, c := range creds {
-		cred := apitype.Credential{Type: "vault_credential", ID: apitype.NewID(apitype.PrefixCredential), VaultID: st.vault.ID,
+		cred := apitype.Credential{Type: apitype.ObjectCredential, ID: apitype.NewID(apitype.PrefixCredential), VaultID: st.vault.ID,
 			Auth: apitype.CredentialAuth{Type: apitype.AuthEnvironmentVariable, SecretName: c.Name,
 				InjectionLocation: &apitype.InjectionLocation{Header: true, Body: c.Body},
 				Networking:        &apitype.CredentialNetworking{Type: "limited", AllowedHosts: c.Hosts}}}
@@ -104,7 +104,7 @@ type memStore struct {
 }
 
 func (s *memStore) SessionGet(_ context.Context, id string) (*apitype.Session, error) {
-	return &apitype.Session{Type: "session", ID: id, VaultIDs: []string{s.vault.ID}}, nil
+	return &apitype.Session{Type: apitype.ObjectSession, ID: id, VaultIDs: []string{s.vault.ID}}, nil
 }
 
 func (s *memStore) VaultGet(_ context.Context, id string) (*apitype.Vault, error) {

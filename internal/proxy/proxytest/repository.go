@@ -50,8 +50,8 @@ func Host(t testing.TB, srv *sandboxtest.GitServer) sandboxtest.RepoSetup {
 			now := apitype.Now()
 			res := apitype.Resource{ID: apitype.NewID(apitype.PrefixResource), Type: apitype.ResourceGitHubRepository,
 				URL: repoURL, CreatedAt: now, UpdatedAt: now}
-			sess := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: "env_test",
-				Status: apitype.StatusIdle, Agent: apitype.SessionAgent{Type: "agent", ID: "agent_test", Version: 1, Name: "test"},
+			sess := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), EnvironmentID: "env_test",
+				Status: apitype.StatusIdle, Agent: apitype.SessionAgent{Type: apitype.ObjectAgent, ID: "agent_test", Version: 1, Name: "test"},
 				Resources: []apitype.Resource{res}, Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
 			if _, _, err := st.SessionCreate(ctx, &store.SessionCreateParams{Session: sess}); err != nil {
 				t.Fatal(err)

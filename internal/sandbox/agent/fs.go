@@ -235,8 +235,8 @@ func readImage(path, name, mediaType string, size int64) result {
 	if over {
 		return errorf("read: image %s exceeds %d-byte limit", name, MaxImageBytes)
 	}
-	src, _ := json.Marshal(apitype.ImageSource{Type: "base64", MediaType: mediaType, Data: base64.StdEncoding.EncodeToString(data)})
-	return result{images: []apitype.ContentBlock{{Type: "image", Source: src}}}
+	src, _ := json.Marshal(apitype.ImageSource{Type: apitype.SourceBase64, MediaType: mediaType, Data: base64.StdEncoding.EncodeToString(data)})
+	return result{images: []apitype.ContentBlock{{Type: apitype.ContentImage, Source: src}}}
 }
 
 // readPDF returns a PDF as a document block, as the hosted tool does: the model reads its text and sees its
@@ -255,9 +255,9 @@ func readPDF(path, name string, size int64) result {
 	if !bytes.HasPrefix(data, []byte("%PDF-")) {
 		return errorf("read: %s is not a PDF (no %%PDF- header)", name)
 	}
-	src, _ := json.Marshal(apitype.ImageSource{Type: "base64", MediaType: "application/pdf", Data: base64.StdEncoding.EncodeToString(data)})
+	src, _ := json.Marshal(apitype.ImageSource{Type: apitype.SourceBase64, MediaType: "application/pdf", Data: base64.StdEncoding.EncodeToString(data)})
 	return result{text: fmt.Sprintf("PDF %s (%d bytes): its text and pages follow as a document.", name, len(data)),
-		images: []apitype.ContentBlock{{Type: "document", Source: src}}}
+		images: []apitype.ContentBlock{{Type: apitype.ContentDocument, Source: src}}}
 }
 
 // readRange streams lines [startLine, endLine] (1-based, inclusive; endLine <= 0 means to the end) of a file too

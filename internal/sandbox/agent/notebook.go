@@ -99,8 +99,8 @@ func readNotebook(path, name string) result {
 						skipped++
 						break
 					}
-					src, _ := json.Marshal(apitype.ImageSource{Type: "base64", MediaType: mt, Data: enc})
-					images = append(images, apitype.ContentBlock{Type: "image", Source: src})
+					src, _ := json.Marshal(apitype.ImageSource{Type: apitype.SourceBase64, MediaType: mt, Data: enc})
+					images = append(images, apitype.ContentBlock{Type: apitype.ContentImage, Source: src})
 					fmt.Fprintf(&b, "<output image %d (%s)>\n", len(images), mt)
 					break
 				}

@@ -110,7 +110,7 @@ func TestClientEnforcesOutputCap(t *testing.T) {
 	const outCap = 1000
 	answer := func(id uint64, text string) {
 		t.Helper()
-		b, _ := json.Marshal(agent.Response{ID: id, Content: []apitype.ContentBlock{{Type: "text", Text: text}}})
+		b, _ := json.Marshal(agent.Response{ID: id, Content: []apitype.ContentBlock{{Type: apitype.ContentText, Text: text}}})
 		if _, err := f.out.Write(append(b, '\n')); err != nil {
 			t.Fatal(err)
 		}

@@ -137,14 +137,14 @@ func testTools(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	png := []byte("\x89PNG\r\n\x1a\nnot-really-a-png")
 	mustRun(t, p, bash(s, "printf '\\211PNG\\r\\n\\032\\nnot-really-a-png' > pic.png"))
 	res, err := p.Execute(context.Background(), call(s, "read", map[string]any{"file_path": "pic.png"}))
-	if err != nil || res.IsError || len(res.Content) != 1 || res.Content[0].Type != "image" {
+	if err != nil || res.IsError || len(res.Content) != 1 || res.Content[0].Type != apitype.ContentImage {
 		t.Fatalf("read image: %v %+v", err, res)
 	}
 	var src apitype.ImageSource
 	if err := json.Unmarshal(res.Content[0].Source, &src); err != nil {
 		t.Fatal(err)
 	}
-	if src.Type != "base64" || src.MediaType != "image/png" || src.Data != base64.StdEncoding.EncodeToString(png) {
+	if src.Type != apitype.SourceBase64 || src.MediaType != "image/png" || src.Data != base64.StdEncoding.EncodeToString(png) {
 		t.Errorf("image source: %+v", src)
 	}
 }

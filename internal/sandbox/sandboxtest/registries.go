@@ -73,7 +73,7 @@ func RunRegistries(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 	}
 
 	t.Run("ListedManagers", func(t *testing.T) {
-		got := run("listed", limited(true), &apitype.Packages{Type: "packages", Pip: []string{"requests==2.32.3"}})
+		got := run("listed", limited(true), &apitype.Packages{Type: apitype.PackagesList, Pip: []string{"requests==2.32.3"}})
 		check(t, got, map[*httptest.Server]bool{pip: true, npm: false, other: false},
 			"PIP_INDEX_URL="+pip.URL+"/simple npm_config_registry=")
 	})
@@ -83,13 +83,13 @@ func RunRegistries(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 			"PIP_INDEX_URL="+pip.URL+"/simple npm_config_registry="+npm.URL)
 	})
 	t.Run("NotAllowed", func(t *testing.T) {
-		got := run("none", limited(false), &apitype.Packages{Type: "packages", Pip: []string{"requests"}})
+		got := run("none", limited(false), &apitype.Packages{Type: apitype.PackagesList, Pip: []string{"requests"}})
 		check(t, got, map[*httptest.Server]bool{pip: false, npm: false, other: false}, "PIP_INDEX_URL= npm_config_registry=")
 	})
 	t.Run("AllowedHostsStillApply", func(t *testing.T) {
 		n := limited(true)
 		n.AllowedHosts = []string{strings.TrimPrefix(other.URL, "http://")}
-		got := run("hosts", n, &apitype.Packages{Type: "packages", Npm: []string{"left-pad"}})
+		got := run("hosts", n, &apitype.Packages{Type: apitype.PackagesList, Npm: []string{"left-pad"}})
 		check(t, got, map[*httptest.Server]bool{pip: false, npm: true, other: true}, "PIP_INDEX_URL= npm_config_registry="+npm.URL)
 	})
 }

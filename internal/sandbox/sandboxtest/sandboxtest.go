@@ -22,6 +22,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
 )
 
@@ -129,7 +130,7 @@ func call(session, tool string, input any) *sandbox.Call {
 func text(r sandbox.Result) string {
 	var b strings.Builder
 	for _, c := range r.Content {
-		if c.Type == "text" {
+		if c.Type == apitype.ContentText {
 			b.WriteString(c.Text)
 		}
 	}

@@ -56,7 +56,7 @@ func (s *Store) EnvironmentKeyRevoke(ctx context.Context, environmentID, id stri
 }
 
 func scanEnvKey(row pgx.Row) (*apitype.EnvironmentKey, error) {
-	k := apitype.EnvironmentKey{Type: "environment_key"}
+	k := apitype.EnvironmentKey{Type: apitype.ObjectEnvironmentKey}
 	if err := row.Scan(&k.ID, &k.EnvironmentID, &k.Name, &k.Hash, &k.Hint, &k.CreatedAt, &k.RevokedAt); err != nil {
 		return nil, err
 	}

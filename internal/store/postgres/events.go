@@ -145,7 +145,7 @@ func (s *Store) appendArgs(reqs []*appendReq) []any {
 			eIdx = append(eIdx, int32(i))
 			eOrd = append(eOrd, int64(j+1))
 			eIDs = append(eIDs, ev.ID)
-			eTypes = append(eTypes, ev.Type)
+			eTypes = append(eTypes, string(ev.Type))
 			eData = append(eData, string(ev.Data))
 			eProcessed = append(eProcessed, ev.ProcessedAt != nil)
 		}
@@ -302,7 +302,7 @@ func eventListQuery(p *store.EventListParams) *query {
 		fmt.Fprintf(&q.sql, " AND seq < %s", q.arg(p.BeforeSeq))
 	}
 	if len(p.Types) > 0 {
-		fmt.Fprintf(&q.sql, " AND type = ANY(%s)", q.arg(p.Types))
+		fmt.Fprintf(&q.sql, " AND type = ANY(%s)", q.arg(eventTypeStrings(p.Types)))
 	}
 	for _, c := range []struct {
 		op string
@@ -384,4 +384,13 @@ func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
 			s.listener.untrack(sessionID)
 		})
 	}
+}
+
+// eventTypeStrings is types as the text[] the type column is compared with.
+func eventTypeStrings(types []apitype.EventType) []string {
+	out := make([]string, len(types))
+	for i, t := range types {
+		out[i] = string(t)
+	}
+	return out
 }

@@ -60,8 +60,8 @@ func newTestSession(t testing.TB, s *Store) *apitype.Session {
 	t.Helper()
 	now := apitype.Now()
 	sess, _, err := s.SessionCreate(context.Background(), &store.SessionCreateParams{Session: &apitype.Session{
-		Type: "session", ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle,
-		Agent: apitype.SessionAgent{Type: "agent", ID: "agent_x", Version: 1}, CreatedAt: now, UpdatedAt: now,
+		Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle,
+		Agent: apitype.SessionAgent{Type: apitype.ObjectAgent, ID: "agent_x", Version: 1}, CreatedAt: now, UpdatedAt: now,
 	}})
 	if err != nil {
 		t.Fatalf("create session: %v", err)

@@ -382,7 +382,7 @@ func (s *Store) WorkStats(ctx context.Context, environmentID string) (*apitype.W
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	st := &apitype.WorkQueueStats{Type: "work_queue_stats"}
+	st := &apitype.WorkQueueStats{Type: apitype.ObjectWorkQueueStats}
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE polled_at IS NULL), count(*) FILTER (WHERE polled_at IS NOT NULL),
 		min(created_at) FROM work_items WHERE environment_id = $1 AND state = 'queued'`, environmentID).
 		Scan(&st.Depth, &st.Pending, &st.OldestQueuedAt)
@@ -399,7 +399,7 @@ func (s *Store) WaitWork(environmentID string) (<-chan struct{}, func()) {
 }
 
 func scanWork(row pgx.Row) (*apitype.Work, error) {
-	w := apitype.Work{Type: "work", Data: apitype.WorkData{Type: "session"}}
+	w := apitype.Work{Type: apitype.ObjectWork, Data: apitype.WorkData{Type: apitype.ObjectSession}}
 	var md []byte
 	if err := row.Scan(&w.ID, &w.EnvironmentID, &w.Data.ID, &w.State, &md, &w.CreatedAt, &w.AcknowledgedAt, &w.StartedAt,
 		&w.LatestHeartbeatAt, &w.StopRequestedAt, &w.StoppedAt, &w.WorkerID, &w.PolledAt, &w.LeaseExpiresAt,

@@ -52,7 +52,7 @@ func (s *Store) EnvironmentKeyRevoke(ctx context.Context, environmentID, id stri
 }
 
 func scanEnvKey(row scanner) (*apitype.EnvironmentKey, error) {
-	k := apitype.EnvironmentKey{Type: "environment_key"}
+	k := apitype.EnvironmentKey{Type: apitype.ObjectEnvironmentKey}
 	var created int64
 	var revoked sql.NullInt64
 	if err := row.Scan(&k.ID, &k.EnvironmentID, &k.Name, &k.Hash, &k.Hint, &created, &revoked); err != nil {

@@ -135,7 +135,7 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, bool, er
 			processed = created
 		}
 		if _, err := w.exec(`INSERT INTO events (session_id, seq, id, type, created_at, processed_at, data)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, p.SessionID, e.Seq, e.ID, e.Type, created, processed, []byte(data)); err != nil {
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, p.SessionID, e.Seq, e.ID, string(e.Type), created, processed, []byte(data)); err != nil {
 			return nil, false, err
 		}
 		events[i] = e
@@ -228,7 +228,7 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 	if len(p.Types) > 0 {
 		q.WriteString(` AND type IN (` + placeholders(len(p.Types)) + `)`)
 		for _, t := range p.Types {
-			args = append(args, t)
+			args = append(args, string(t))
 		}
 	}
 	for _, tf := range []struct {

@@ -107,7 +107,7 @@ func (c *recent) forget(sessionID string) {
 // after returns up to limit events of the session after seq, oldest first, of the given types if any, and
 // ending at the event that brings their data to maxBytes if maxBytes > 0 (see store.EventListParams), when
 // the ring covers every event after seq: ok is false when the database must answer.
-func (c *recent) after(sessionID string, seq int64, types []string, limit, maxBytes int) (events []apitype.Event, ok bool) {
+func (c *recent) after(sessionID string, seq int64, types []apitype.EventType, limit, maxBytes int) (events []apitype.Event, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.rings[sessionID]

@@ -144,8 +144,8 @@ func TestFollowedSessionReadsMatchDatabase(t *testing.T) {
 	defer db.Close()
 
 	now := apitype.Now()
-	sess := &apitype.Session{Type: "session", ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle, CreatedAt: now, UpdatedAt: now}
-	msg := func(typ, text string) apitype.NewEvent {
+	sess := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession), Status: apitype.StatusIdle, CreatedAt: now, UpdatedAt: now}
+	msg := func(typ apitype.EventType, text string) apitype.NewEvent {
 		e, err := apitype.MakeEvent(typ, apitype.UserMessage{Content: []apitype.ContentBlock{apitype.TextBlock(text)}})
 		if err != nil {
 			t.Fatal(err)
@@ -164,7 +164,7 @@ func TestFollowedSessionReadsMatchDatabase(t *testing.T) {
 			for _, limit := range []int{1, 7, 200} {
 				p := &store.EventListParams{SessionID: sess.ID, AfterSeq: after, Limit: limit}
 				if limit == 7 {
-					p.Types = []string{apitype.EventUserMessage}
+					p.Types = []apitype.EventType{apitype.EventUserMessage}
 				}
 				got, err := s.EventList(ctx, p)
 				if err != nil {

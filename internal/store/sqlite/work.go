@@ -374,7 +374,7 @@ func (s *Store) WorkList(ctx context.Context, environmentID string, p *store.Lis
 
 // WorkStats counts the environment's queue.
 func (s *Store) WorkStats(ctx context.Context, environmentID string) (*apitype.WorkQueueStats, error) {
-	st := &apitype.WorkQueueStats{Type: "work_queue_stats"}
+	st := &apitype.WorkQueueStats{Type: apitype.ObjectWorkQueueStats}
 	var oldest sql.NullInt64
 	err := s.readRow(ctx, `SELECT coalesce(sum(polled_at IS NULL), 0), coalesce(sum(polled_at IS NOT NULL), 0), min(created_at)
 		FROM work_items WHERE environment_id = ? AND state = 'queued'`, environmentID).Scan(&st.Depth, &st.Pending, &oldest)
@@ -391,7 +391,7 @@ func (s *Store) WaitWork(environmentID string) (<-chan struct{}, func()) {
 }
 
 func scanWork(row scanner) (*apitype.Work, error) {
-	w := apitype.Work{Type: "work", Data: apitype.WorkData{Type: "session"}}
+	w := apitype.Work{Type: apitype.ObjectWork, Data: apitype.WorkData{Type: apitype.ObjectSession}}
 	var md []byte
 	var created int64
 	var acked, started, beat, stopReq, stopped, polled, expires sql.NullInt64

@@ -291,7 +291,7 @@ func testEventListMaxBytes(t *testing.T, h Harness) {
 		{"limit first", store.EventListParams{MaxBytes: 1 << 20, Limit: 4}, seqRange(1, 4)},
 		{"all", store.EventListParams{MaxBytes: 1 << 20, Limit: 100}, seqRange(1, 10)},
 		{"desc", store.EventListParams{Desc: true, MaxBytes: size(10) + 1, Limit: 100}, seqRange(10, 9)},
-		{"types", store.EventListParams{Types: []string{apitype.EventAgentMessage}, AfterSeq: 7, MaxBytes: 1,
+		{"types", store.EventListParams{Types: []apitype.EventType{apitype.EventAgentMessage}, AfterSeq: 7, MaxBytes: 1,
 			Limit: 100}, seqRange(8, 8)},
 	} {
 		p := tc.p
@@ -319,13 +319,13 @@ func testEventListSlices(t *testing.T, h Harness) {
 		{"latest", store.EventListParams{Desc: true, Limit: 3}, seqRange(50, 48)},
 		{"all", store.EventListParams{Limit: 100}, seqRange(1, 50)},
 		{"limit", store.EventListParams{Limit: 7}, seqRange(1, 7)},
-		{"types", store.EventListParams{Types: []string{apitype.EventUserMessage}, Limit: 100},
+		{"types", store.EventListParams{Types: []apitype.EventType{apitype.EventUserMessage}, Limit: 100},
 			[]int64{5, 10, 15, 20, 25, 30, 35, 40, 45, 50}},
-		{"types desc before", store.EventListParams{Types: []string{apitype.EventUserMessage}, BeforeSeq: 30,
+		{"types desc before", store.EventListParams{Types: []apitype.EventType{apitype.EventUserMessage}, BeforeSeq: 30,
 			Desc: true, Limit: 2}, []int64{25, 20}},
-		{"two types", store.EventListParams{Types: []string{apitype.EventUserMessage, apitype.EventAgentMessage},
+		{"two types", store.EventListParams{Types: []apitype.EventType{apitype.EventUserMessage, apitype.EventAgentMessage},
 			AfterSeq: 47, Limit: 100}, seqRange(48, 50)},
-		{"unknown type", store.EventListParams{Types: []string{"nope"}, Limit: 100}, nil},
+		{"unknown type", store.EventListParams{Types: []apitype.EventType{"nope"}, Limit: 100}, nil},
 		{"past the end", store.EventListParams{AfterSeq: 50, Limit: 100}, nil},
 	} {
 		p := tc.p

@@ -10,12 +10,12 @@ import (
 )
 
 func newFile(created time.Time, scope string) *store.File {
-	f := &store.File{File: apitype.File{Type: "file", ID: apitype.NewID(apitype.PrefixFile), Filename: "a b.txt",
+	f := &store.File{File: apitype.File{Type: apitype.ObjectFile, ID: apitype.NewID(apitype.PrefixFile), Filename: "a b.txt",
 		MimeType: "text/plain", SizeBytes: 42, CreatedAt: created, Downloadable: true},
 		SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 	f.BlobKey = "files/" + f.ID
 	if scope != "" {
-		f.Scope = &apitype.FileScope{Type: "session", ID: scope}
+		f.Scope = &apitype.FileScope{Type: apitype.FileScopeSession, ID: scope}
 	}
 	return f
 }
@@ -42,7 +42,7 @@ func testFile(t *testing.T, h Harness) {
 		t.Fatalf("expires_at %v, scope %v", got.ExpiresAt, got.Scope)
 	}
 	sameTime(t, *got.ExpiresAt, exp, "expires_at")
-	equal(t, *got.Scope, apitype.FileScope{Type: "session", ID: "sesn_1"}, "scope")
+	equal(t, *got.Scope, apitype.FileScope{Type: apitype.FileScopeSession, ID: "sesn_1"}, "scope")
 	_, err = s.FileGet(ctxBg, "file_missing")
 	mustIs(t, err, store.ErrNotFound, "get unknown file")
 	must(t, s.FileDelete(ctxBg, f.ID), "delete file")

@@ -11,7 +11,7 @@ import (
 
 func newSkillVersion(skillID string, created time.Time) *store.SkillVersion {
 	id := strconv.FormatInt(created.UnixMicro(), 10)
-	return &store.SkillVersion{SkillVersion: apitype.SkillVersion{Type: "skill_version", ID: id, SkillID: skillID,
+	return &store.SkillVersion{SkillVersion: apitype.SkillVersion{Type: apitype.ObjectSkillVersion, ID: id, SkillID: skillID,
 		Name: "my-skill", Description: "Does things.", CreatedAt: created},
 		BlobKey: "skills/" + skillID + "/" + id + ".zip", SHA256: "ab", Size: 10}
 }
@@ -21,8 +21,8 @@ func skillID(s *apitype.Skill) string        { return s.ID }
 
 func testSkill(t *testing.T, h Harness) {
 	s := h.open(t)
-	sk := &apitype.Skill{Type: "skill", ID: apitype.NewID(apitype.PrefixSkill), DisplayName: "My skill",
-		Source: apitype.SkillSource{Type: "custom"}, CreatedAt: base, UpdatedAt: base}
+	sk := &apitype.Skill{Type: apitype.ObjectSkill, ID: apitype.NewID(apitype.PrefixSkill), DisplayName: "My skill",
+		Source: apitype.SkillSource{Type: apitype.SkillSourceCustom}, CreatedAt: base, UpdatedAt: base}
 	v1 := newSkillVersion(sk.ID, base)
 	sk.LatestVersionID = v1.ID
 	must(t, s.SkillCreate(ctxBg, sk, v1), "create skill")
@@ -66,7 +66,7 @@ func testSkill(t *testing.T, h Harness) {
 	_, err = s.SkillVersionList(ctxBg, &store.SkillVersionListParams{SkillID: "skill_missing", Limit: 10})
 	mustIs(t, err, store.ErrNotFound, "versions of unknown skill")
 
-	other := &apitype.Skill{Type: "skill", ID: apitype.NewID(apitype.PrefixSkill), CreatedAt: base.Add(time.Second), UpdatedAt: base}
+	other := &apitype.Skill{Type: apitype.ObjectSkill, ID: apitype.NewID(apitype.PrefixSkill), CreatedAt: base.Add(time.Second), UpdatedAt: base}
 	must(t, s.SkillCreate(ctxBg, other, newSkillVersion(other.ID, base)), "create other skill")
 	skills, err := s.SkillList(ctxBg, &store.ListParams{Limit: 10, Desc: true})
 	must(t, err, "list skills")

@@ -191,7 +191,7 @@ var base = time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
 
 func newAgent(created time.Time) *apitype.Agent {
 	return &apitype.Agent{
-		Type:      "agent",
+		Type:      apitype.ObjectAgent,
 		ID:        apitype.NewID(apitype.PrefixAgent),
 		Version:   1,
 		Name:      "agent",
@@ -206,7 +206,7 @@ func newAgent(created time.Time) *apitype.Agent {
 
 func newEnvironment(created time.Time) *apitype.Environment {
 	return &apitype.Environment{
-		Type:      "environment",
+		Type:      apitype.ObjectEnvironment,
 		ID:        apitype.NewID(apitype.PrefixEnvironment),
 		Name:      "env",
 		Config:    apitype.EnvConfig{Type: apitype.EnvironmentCloud, Networking: &apitype.Networking{Type: apitype.NetworkingUnrestricted}},
@@ -218,11 +218,11 @@ func newEnvironment(created time.Time) *apitype.Environment {
 
 func newSession(agentID string, agentVersion int, created time.Time) *apitype.Session {
 	return &apitype.Session{
-		Type:          "session",
+		Type:          apitype.ObjectSession,
 		ID:            apitype.NewID(apitype.PrefixSession),
 		EnvironmentID: "env_x",
 		Status:        apitype.StatusIdle,
-		Agent:         apitype.SessionAgent{Type: "agent", ID: agentID, Version: agentVersion, Name: "agent"},
+		Agent:         apitype.SessionAgent{Type: apitype.ObjectAgent, ID: agentID, Version: agentVersion, Name: "agent"},
 		Metadata:      map[string]string{"k": "v"},
 		CreatedAt:     created,
 		UpdatedAt:     created,

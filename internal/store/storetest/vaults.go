@@ -13,13 +13,13 @@ import (
 )
 
 func newVault(created time.Time) *apitype.Vault {
-	return &apitype.Vault{Type: "vault", ID: apitype.NewID(apitype.PrefixVault), DisplayName: "vault",
+	return &apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), DisplayName: "vault",
 		Metadata: map[string]string{"team": "a"}, CreatedAt: created, UpdatedAt: created}
 }
 
 func newCredential(vaultID string, created time.Time, url string) *apitype.Credential {
 	name := "bearer"
-	return &apitype.Credential{Type: "vault_credential", ID: apitype.NewID(apitype.PrefixCredential), VaultID: vaultID,
+	return &apitype.Credential{Type: apitype.ObjectCredential, ID: apitype.NewID(apitype.PrefixCredential), VaultID: vaultID,
 		DisplayName: &name, Metadata: map[string]string{}, CreatedAt: created, UpdatedAt: created,
 		Auth: apitype.CredentialAuth{Type: apitype.AuthStaticBearer, MCPServerURL: url}}
 }

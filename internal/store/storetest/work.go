@@ -352,7 +352,7 @@ func testEnvironmentKeys(t *testing.T, h Harness) {
 	s := h.open(t)
 	e := newEnvironment(base)
 	must(t, s.EnvironmentCreate(ctxBg, e), "create environment")
-	k := &apitype.EnvironmentKey{Type: "environment_key", ID: apitype.NewID(apitype.PrefixEnvironmentKey), EnvironmentID: e.ID,
+	k := &apitype.EnvironmentKey{Type: apitype.ObjectEnvironmentKey, ID: apitype.NewID(apitype.PrefixEnvironmentKey), EnvironmentID: e.ID,
 		Name: "w", Hash: apitype.HashAPIKey("secret"), Hint: "cret", CreatedAt: base}
 	must(t, s.EnvironmentKeyCreate(ctxBg, k), "create key")
 	dup := *k
