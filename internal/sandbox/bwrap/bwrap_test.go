@@ -126,8 +126,7 @@ func TestPrivateWorkspaceRoot(t *testing.T) {
 	if err := prov.(*bwrap.Provider).Close(); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(data), "corral-bwrap") {
-		t.Errorf("mounts left behind:\n%s", data)
+	if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), " "+state+" ") || len(host.MountsUnder(state)) > 0 {
+		t.Errorf("the provider's mounts left behind after Close:\n%s", data)
 	}
 }
