@@ -217,3 +217,55 @@ func TestPoolAdmissionOneShare(t *testing.T) {
 	}
 	check("two sessions", 4)
 }
+
+// reclaimVolumes is refVolumes that takes the pool's reclaimer (sandbox.Reclaimer), as volume.Volumes does for
+// the Files API's writes.
+type reclaimVolumes struct {
+	refVolumes
+	reclaim func() bool
+}
+
+func (v *reclaimVolumes) SetReclaim(reclaim func() bool) { v.reclaim = reclaim }
+
+// TestPoolReclaimsIdleForFiles: idle sessions do not hold the disk reserve against an active session's files
+// either (issue 21 item 4): the pool gives its Volumes a reclaimer that reaps the longest idle sandbox, one per
+// call, detaching its volumes, and reports when none is left.
+func TestPoolReclaimsIdleForFiles(t *testing.T) {
+	t.Parallel()
+	prov := &fakeProvider{}
+	vols := &reclaimVolumes{refVolumes: refVolumes{room: 4, refs: map[string]int{}}}
+	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: t.TempDir(), IdleTimeout: time.Hour, Volumes: vols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	if vols.reclaim == nil {
+		t.Fatal("NewPool gave its Volumes no reclaimer")
+	}
+	ctx := context.Background()
+	for _, s := range []string{"sesn_a", "sesn_b"} {
+		if _, err := p.Execute(ctx, call(s)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !vols.reclaim() {
+		t.Fatal("no idle sandbox reclaimed")
+	}
+	if prov.live[0].closed.Load() != 1 || prov.live[1].closed.Load() != 0 {
+		t.Fatalf("closed: a %d, b %d; want the longest idle (a) reaped", prov.live[0].closed.Load(), prov.live[1].closed.Load())
+	}
+	if n, _ := vols.held(); n != 2 {
+		t.Errorf("%d volumes attached after a reclaim, want b's 2", n)
+	}
+	if !vols.reclaim() || vols.reclaim() {
+		t.Error("want b reclaimed, then nothing left")
+	}
+	if n, _ := vols.held(); n != 0 || p.Sessions() != 0 {
+		t.Errorf("%d volumes, %d sessions left", n, p.Sessions())
+	}
+	// The session comes back with its next call.
+	if _, err := p.Execute(ctx, call("sesn_a")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -195,7 +195,8 @@ func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	})
 
 	// Sessions that ran one command and went idle do not hold the reserve's admission from another session for
-	// the idle period: the pool reaps the longest idle sandbox to mount the new one (issue 21, item 4).
+	// the idle period: the pool reaps the longest idle sandbox to mount the new one, or to store a file (issue
+	// 21, item 4).
 	t.Run("AdmissionReapsIdle", func(t *testing.T) {
 		data := WorkspaceRoot(t)
 		if err := syscall.Mount("tmpfs", data, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=160m,mode=0711"); err != nil {
@@ -234,6 +235,22 @@ func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		}
 		if n := p.Sessions(); n != 2 {
 			t.Errorf("%d sessions hold a sandbox, want 2 (the idle ones reaped to make room)", n)
+		}
+		// Nor do they hold it against the files an active session stores (uploads, collected outputs) on the
+		// same disk: 20 MiB of files leave too little above the reserve while the two idle sessions' volumes
+		// count, and the check reaps the longest idle one rather than refuse the write.
+		files := filepath.Join(data, "files")
+		if err := os.Mkdir(files, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(files, "upload"), make([]byte, 20<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.CheckSpace(files); err != nil {
+			t.Errorf("a file write with two idle sessions holding the reserve: %v", err)
+		}
+		if n := p.Sessions(); n != 1 {
+			t.Errorf("%d sessions hold a sandbox after the file write, want 1 (the longest idle reaped)", n)
 		}
 	})
 }
