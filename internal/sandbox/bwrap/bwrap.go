@@ -142,7 +142,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	// What is staged for the sandboxes is on a tmpfs of the provider's own: their mount tables show paths in it,
 	// not where StateDir is on the host.
-	if err := host.MountState(cfg.StateDir); err != nil {
+	if err := host.MountState(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {

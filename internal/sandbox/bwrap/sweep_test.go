@@ -27,7 +27,7 @@ func TestSweepDetachesAndKeepsWorkspaces(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(base, deadPID), 0o711); err != nil {
 		t.Fatal(err)
 	}
-	if err := host.MountState(filepath.Join(base, deadPID)); err != nil {
+	if err := host.MountState(filepath.Join(base, deadPID), 0o711); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = host.UnmountState(filepath.Join(base, deadPID)) })

@@ -225,7 +225,7 @@ func TestMountState(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = UnmountState(dir) })
 	for range 2 {
-		if err := MountState(dir); err != nil {
+		if err := MountState(dir, 0o711); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "staged"), nil, 0o644); err != nil {

@@ -77,16 +77,16 @@ func MountsUnder(dir string) []string {
 // state directory (never one an operator made there) and names nothing of the host in a sandbox's mount table.
 const StateSource = "corral-state"
 
-// MountState mounts a private tmpfs (root's, mode 0711, without suid or devices) at dir, a provider's state
+// MountState mounts a private tmpfs (root's, of mode perm, without suid or devices) at dir, a provider's state
 // directory, after detaching the ones a server that is gone left there (StateSource). A sandbox's mount table
 // (/proc/self/mountinfo) shows each bind's root as its path from the root of its filesystem: what a provider
 // stages for its sandboxes there (their /etc, the agent, the proxy socket, an OCI root) then shows as a path in
 // this tmpfs, never where the state directory is on the host (/run/corral-bwrap/s-..., the data directory).
-func MountState(dir string) error {
+func MountState(dir string, perm os.FileMode) error {
 	if err := UnmountState(dir); err != nil {
 		return err
 	}
-	if err := syscall.Mount(StateSource, dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0711"); err != nil {
+	if err := syscall.Mount(StateSource, dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, fmt.Sprintf("mode=%#o", perm.Perm())); err != nil {
 		return fmt.Errorf("mount state dir %s: %w", dir, err)
 	}
 	if err := syscall.Mount("", dir, "", syscall.MS_PRIVATE, ""); err != nil {

@@ -194,7 +194,7 @@ func (p *Provider) prepareHost(runBase, stateBase string) error {
 	}
 	// The bundles, the staged agent and /etc are on a tmpfs of the provider's own: a container's mount table
 	// shows paths in it (its root's, its binds'), not where StateDir is on the host.
-	if err := host.MountState(cfg.StateDir); err != nil {
+	if err := host.MountState(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("oci: %w", err)
 	}
 	return nil
