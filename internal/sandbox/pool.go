@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -100,6 +101,8 @@ type Pool struct {
 
 	stop   chan struct{}
 	reaped sync.WaitGroup
+
+	reclaiming atomic.Bool // reclaimIdle is reaping
 }
 
 // session is one session's slot. mu serialises provisioning; the sandbox then serves calls concurrently.
@@ -135,7 +138,11 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 			return nil, fmt.Errorf("sandbox pool: workspace root: %w", err)
 		}
 	}
-	return &Pool{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}, nil
+	p := &Pool{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
+	if r, ok := cfg.Volumes.(Reclaimer); ok {
+		r.SetReclaim(p.reclaimIdle)
+	}
+	return p, nil
 }
 
 // Start starts the reaper, which closes sandboxes idle for IdleTimeout, until Stop (or until ctx is done). It
@@ -480,6 +487,23 @@ func (p *Pool) evictIdle(except *session) *idleSession {
 	best.mu.Unlock()
 	delete(p.sessions, bestID)
 	return &idleSession{id: bestID, s: best}
+}
+
+// reclaimIdle reaps the sandbox idle the longest, giving its volumes' room to a write the reserve refused
+// (Reclaimer: the Files API's uploads and collected outputs), and reports whether there was one. Only one
+// reclaim runs at a time: the collection of the reaped session's outputs writes files too, and a refusal there
+// reaps no other session (nor does a concurrent write's: it fails as before).
+func (p *Pool) reclaimIdle() bool {
+	if !p.reclaiming.CompareAndSwap(false, true) {
+		return false
+	}
+	defer p.reclaiming.Store(false)
+	idle := p.evictIdle(nil)
+	if idle == nil {
+		return false
+	}
+	p.closeIdle(idle, "reaping an idle sandbox: a file write needs its volumes' room")
+	return true
 }
 
 // idleSession is a session the pool took out of its map to close.

@@ -20,6 +20,13 @@ type Volumes interface {
 	Remove(dir string) error
 }
 
+// Reclaimer is implemented by Volumes whose other checks of the reserve (internal/sandbox/volume's CheckSpace,
+// for the Files API's writes) can make room as Attach's refusal does: NewPool gives them reclaim, which reaps
+// the pool's longest idle sandbox and reports whether there was one.
+type Reclaimer interface {
+	SetReclaim(reclaim func() bool)
+}
+
 // ErrNoRoom is what a Volumes' refusal to attach another volume wraps (internal/sandbox/volume's ErrReserve: the
 // disk is down to its reserve). The Pool answers it by reaping its idle sandboxes, the longest idle first, so
 // that a session holding volumes it does not use never keeps another session's tools from running.

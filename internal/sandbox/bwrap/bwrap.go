@@ -49,7 +49,8 @@ type Config struct {
 	UIDBase, UIDCount int
 	// StateDir holds a directory per sandbox: the egress proxy's socket, and, while the sandbox starts, bind
 	// mounts of the workspace and the agent, so that those need not be reachable by the sandbox uid where they
-	// are. It must be searchable by every uid (it is created 0711, its ancestors are checked) and belong to
+	// are. New mounts a tmpfs of the provider's there (host.MountState), so that a sandbox's mount table shows
+	// paths in it rather than StateDir's. It must be searchable by every uid (it is created 0711, its ancestors are checked) and belong to
 	// one Provider. Default: /run/corral-bwrap/s-<random>, or under os.TempDir() without /run, with a link
 	// <pid>.<n> to it (n numbers the Providers of the process): the sandbox's mount table shows the path, not
 	// the server's pid. Directories of servers that are gone are swept (mounts detached) by New.
@@ -139,9 +140,28 @@ func New(cfg Config) (*Provider, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
+	// What is staged for the sandboxes is on a tmpfs of the provider's own: their mount tables show paths in it,
+	// not where StateDir is on the host.
+	if err := host.MountState(cfg.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
 	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
+		_ = host.UnmountState(cfg.StateDir)
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
 	}
+	p, err := newOnState(cfg, link, owned, bw)
+	if err != nil {
+		_ = host.UnmountState(cfg.StateDir)
+		if owned {
+			_ = host.RemovePaths(cfg.StateDir, link)
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+// newOnState is the rest of New once the state tmpfs is mounted at cfg.StateDir.
+func newOnState(cfg Config, link string, owned bool, bw string) (*Provider, error) {
 	// bwrap resolves its bind sources as the sandbox uid: they are all staged under StateDir.
 	if err := host.CheckSearchable(filepath.Join(cfg.StateDir, "x")); err != nil {
 		return nil, fmt.Errorf("bwrap: state dir: %w", err)
@@ -159,7 +179,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	kit := &host.Kit{UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount, StateDir: cfg.StateDir, Prefix: "bwrap-",
-		Images: host.NewImages(filepath.Join(cfg.StateDir, stagedImages), true), Logger: cfg.Logger}
+		Images: host.NewImages(filepath.Join(cfg.StateDir, stagedImages)), Logger: cfg.Logger}
 	return &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter, kit: kit}, nil
 }
 
@@ -243,9 +263,9 @@ func (c *Config) reapGroup(name string) {
 }
 
 // Close removes what the provider keeps on the host once its sandboxes are closed: the staged /etc and agent,
-// the state directories of sandboxes that were not closed (killing their cgroups), and a default StateDir
-// with its link. The server calls it on Stop; a server that crashed leaves them to the next New's sweep.
-// Idempotent.
+// the state directories of sandboxes that were not closed (killing their cgroups), the state tmpfs
+// (host.MountState), and a default StateDir with its link. The server calls it on Stop; a server that crashed
+// leaves them to the next New's sweep. Idempotent.
 func (p *Provider) Close() error {
 	var errs []error
 	for _, m := range host.MountsUnder(p.cfg.StateDir) {
@@ -263,7 +283,8 @@ func (p *Provider) Close() error {
 	if err := os.RemoveAll(filepath.Join(p.cfg.StateDir, "etc")); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, p.kit.Images.Close(), host.RemovePaths(filepath.Join(p.cfg.StateDir, host.StagedAgent)))
+	errs = append(errs, p.kit.Images.Close(), host.RemovePaths(filepath.Join(p.cfg.StateDir, host.StagedAgent)),
+		host.UnmountState(p.cfg.StateDir))
 	if p.owned {
 		errs = append(errs, host.RemovePaths(p.cfg.StateDir, p.link))
 	}
@@ -643,6 +664,7 @@ func sweep(base string, reap func(box string)) {
 			_ = removeShallow(filepath.Join(dir, b.Name(), "corral"))
 			_ = removeShallow(filepath.Join(dir, b.Name()))
 		}
+		_ = host.UnmountState(dir)
 		_ = os.Remove(dir)
 	}
 }

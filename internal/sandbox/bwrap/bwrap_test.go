@@ -12,6 +12,7 @@ import (
 	"github.com/corralhq/corral/internal/proxy/proxytest"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/bwrap"
+	"github.com/corralhq/corral/internal/sandbox/host"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
 )
 
@@ -103,9 +104,10 @@ func TestPrivateWorkspaceRoot(t *testing.T) {
 	if err != nil || res.IsError || res.Content[0].Text != "hello\n1000" {
 		t.Fatalf("bash: %v %+v", err, res)
 	}
-	// The staging mounts are gone once the sandbox runs.
-	if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), "corral-bwrap") {
-		t.Errorf("staging mounts left while the sandbox runs:\n%s", data)
+	// The staging mounts are gone once the sandbox runs: what is left is the state directory's tmpfs.
+	state := prov.(*bwrap.Provider).HostPaths()[0]
+	if m := host.MountsUnder(state); len(m) > 0 {
+		t.Errorf("staging mounts left while the sandbox runs: %v", m)
 	}
 	fi, err := os.Stat(filepath.Join(root, "s", "f"))
 	if err != nil {
@@ -117,9 +119,14 @@ func TestPrivateWorkspaceRoot(t *testing.T) {
 	if err := pool.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	// The staging mounts are gone.
-	data, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(data), "corral-bwrap") {
-		t.Errorf("mounts left behind:\n%s", data)
+	// The staging mounts are gone, and with the provider its state tmpfs.
+	if m := host.MountsUnder(state); len(m) > 0 {
+		t.Errorf("mounts left behind: %v", m)
+	}
+	if err := prov.(*bwrap.Provider).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), " "+state+" ") || len(host.MountsUnder(state)) > 0 {
+		t.Errorf("the provider's mounts left behind after Close:\n%s", data)
 	}
 }

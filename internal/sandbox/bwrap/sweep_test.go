@@ -23,6 +23,14 @@ func TestSweepDetachesAndKeepsWorkspaces(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "precious"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The dead server's state directory is its state tmpfs (host.MountState), with a workspace staged in it.
+	if err := os.Mkdir(filepath.Join(base, deadPID), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.MountState(filepath.Join(base, deadPID), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.UnmountState(filepath.Join(base, deadPID)) })
 	box := filepath.Join(base, deadPID, "bwrap-1")
 	if err := os.MkdirAll(filepath.Join(box, "workspace"), 0o700); err != nil {
 		t.Fatal(err)

@@ -24,8 +24,8 @@ import (
 // (the session's files) and /.corral (the agent, the proxy socket, the CA bundle) are the sandbox's own, as
 // without an image, and the CA bundle is laid over the image's system bundle.
 type ImageRoot struct {
-	// Dir is the image's root directory as the backend binds it: the image itself, or for bwrap, whose bind
-	// sources are resolved by the sandbox uid, a read-only bind of it under the provider's state directory.
+	// Dir is the image's root directory as the backend binds it: a read-only overlay of the image under the
+	// provider's state directory (Images).
 	Dir string
 	// Dirs are the top-level directories bound read-only at /<name>: those of the image that are not empty,
 	// that every uid may search and that the sandbox does not provide itself (ownDirs), /etc excepted.
@@ -175,13 +175,18 @@ func readImageFile(rootfs, name string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// Images keeps the layouts of the images one provider's sandboxes run on, each read and staged once (its
-// /etc copied, and for bwrap its root bound) under a directory of the provider's. An image is a
-// content-addressed, read-only directory; one replaced at the same path (a new inode) is staged again. What
-// was staged stays until Close (sandboxes hold mounts of their own): a few MiB per image used.
+// Images keeps the layouts of the images one provider's sandboxes run on, each read and staged once under a
+// directory of the provider's: its /etc copied, and its root mounted as a read-only overlay (mountImage) at
+// <dir>/<n>/root, which the backend binds from. An image is a content-addressed, read-only directory; one
+// replaced at the same path (a new inode) is staged again. What was staged stays until Close (sandboxes hold
+// mounts of their own): a few MiB per image used.
+//
+// The overlay is a filesystem of its own: a sandbox's mount table shows its directories' roots as /usr, /bin...
+// rather than their paths on the host (a bind's root is its path from the root of its filesystem, which for an
+// image is the data directory's). The image's own ancestors may be private to root too: bwrap resolves its
+// bind sources as the sandbox uid.
 type Images struct {
 	dir   string // where images are staged
-	bind  bool   // bind each image's root under dir
 	mu    sync.Mutex
 	n     int
 	roots map[string]*imageEntry
@@ -192,12 +197,9 @@ type imageEntry struct {
 	dev, ino uint64
 }
 
-// NewImages returns the image cache of a provider, staging under stageDir (a directory of the provider's
-// own). With bind set, each image is also bound read-only (and without suid or devices) at
-// stageDir/<n>/root and used from there, for backends whose bind sources the sandbox uid resolves (bwrap):
-// the image's own ancestors may be private to root.
-func NewImages(stageDir string, bind bool) *Images {
-	return &Images{dir: stageDir, bind: bind, roots: map[string]*imageEntry{}}
+// NewImages returns the image cache of a provider, staging under stageDir (a directory of the provider's own).
+func NewImages(stageDir string) *Images {
+	return &Images{dir: stageDir, roots: map[string]*imageEntry{}}
 }
 
 // Root returns the layout of the image at rootfs ("" gives nil: no image).
@@ -233,16 +235,16 @@ func (im *Images) Root(rootfs string) (*ImageRoot, error) {
 		_ = os.RemoveAll(filepath.Join(dir, "etc"))
 		return nil, err
 	}
-	if im.bind {
-		staged := filepath.Join(dir, "root")
-		if err := os.Mkdir(staged, 0o755); err != nil {
+	staged, empty := filepath.Join(dir, "root"), filepath.Join(dir, "empty")
+	for _, d := range []string{staged, empty} {
+		if err := os.Mkdir(d, 0o755); err != nil {
 			return nil, fmt.Errorf("image: %w", err)
 		}
-		if err := bindReadOnly(rootfs, staged); err != nil {
-			return nil, fmt.Errorf("image: %w", err)
-		}
-		root.Dir = staged
 	}
+	if err := mountImage(rootfs, empty, staged); err != nil {
+		return nil, err
+	}
+	root.Dir = staged
 	im.roots[rootfs] = &imageEntry{root: root, dev: uint64(st.Dev), ino: st.Ino}
 	return root, nil
 }
@@ -255,7 +257,7 @@ func (im *Images) Close() error {
 	return RemoveStagedImages(im.dir)
 }
 
-// RemoveStagedImages detaches the image binds a provider staged under dir (NewImages) and removes them and
+// RemoveStagedImages detaches the image overlays a provider staged under dir (NewImages) and removes them and
 // the copies of /etc; a provider's sweep calls it for a server that is gone. It never recurses into a bind it
 // could not detach.
 func RemoveStagedImages(dir string) error {
@@ -276,7 +278,7 @@ func RemoveStagedImages(dir string) error {
 		if err := os.RemoveAll(filepath.Join(dir, e.Name(), "etc")); err != nil { // a plain copy: never a mount
 			errs = append(errs, fmt.Errorf("image: %w", err))
 		}
-		errs = append(errs, RemovePaths(root, filepath.Join(dir, e.Name())))
+		errs = append(errs, RemovePaths(root, filepath.Join(dir, e.Name(), "empty"), filepath.Join(dir, e.Name())))
 	}
 	errs = append(errs, RemovePaths(dir))
 	return errors.Join(errs...)

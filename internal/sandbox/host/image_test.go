@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,13 +47,28 @@ func TestImages(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	im := NewImages(filepath.Join(t.TempDir(), "images"), false)
+	stage := filepath.Join(t.TempDir(), "images")
+	im := NewImages(stage)
+	t.Cleanup(func() { _ = im.Close() })
 	root, err := im.Root(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(root.Dirs, []string{"usr", "var"}) || !slices.Equal(root.Links, []Link{{"bin", "usr/bin"}}) || root.Dir != img {
+	if !slices.Equal(root.Dirs, []string{"usr", "var"}) || !slices.Equal(root.Links, []Link{{"bin", "usr/bin"}}) || root.Dir != filepath.Join(stage, "1", "root") {
 		t.Errorf("layout: %+v", root)
+	}
+	// The image is staged as a read-only overlay of its own: its mount names neither the image's path nor the
+	// staging directory, in its root or its options.
+	if b, err := os.ReadFile(filepath.Join(root.Dir, "etc", "passwd")); err != nil || string(b) != "etc/passwd" {
+		t.Errorf("the image through its overlay: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(root.Dir, "usr", "new"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("a write to the staged image: %v, want EROFS", err)
+	}
+	line := mountLine(t, root.Dir)
+	_, super, _ := strings.Cut(line, " - ")
+	if f := strings.Fields(line); f[3] != "/" || !strings.HasPrefix(super, "overlay overlay ro,") || strings.Contains(super, img) || strings.Contains(super, stage) {
+		t.Errorf("the staged image's mount: %s", line)
 	}
 	if string(root.SystemCA) != "image roots\n" || !root.CAOverlay {
 		t.Errorf("CA bundle: %q %v", root.SystemCA, root.CAOverlay)
@@ -88,6 +104,9 @@ func TestImages(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(filepath.Dir(root.Etc))); err == nil {
 		t.Error("Close left the staged /etc")
 	}
+	if m := MountsUnder(stage); len(m) > 0 {
+		t.Errorf("Close left mounts: %v", m)
+	}
 	if _, err := im.Root("relative/rootfs"); !errors.Is(err, ErrNotImage) {
 		t.Errorf("a relative path: %v", err)
 	}
@@ -104,7 +123,9 @@ func TestImagesCALink(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	root, err := NewImages(filepath.Join(t.TempDir(), "images"), false).Root(img)
+	im := NewImages(filepath.Join(t.TempDir(), "images"))
+	t.Cleanup(func() { _ = im.Close() })
+	root, err := im.Root(img)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +168,8 @@ func TestImagesHostileCALink(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
-			im := NewImages(filepath.Join(t.TempDir(), "images"), false)
+			im := NewImages(filepath.Join(t.TempDir(), "images"))
+			t.Cleanup(func() { _ = im.Close() })
 			done := make(chan error, 1)
 			var root *ImageRoot
 			go func() {
@@ -172,4 +194,91 @@ func TestImagesHostileCALink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mountLine is the line of /proc/self/mountinfo of the topmost mount at dir.
+func mountLine(t *testing.T, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := ""
+	for l := range strings.Lines(string(data)) {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
+			line = strings.TrimSpace(l)
+		}
+	}
+	if line == "" {
+		t.Fatalf("nothing mounted at %s", dir)
+	}
+	return line
+}
+
+// TestMountState: a state directory is a tmpfs of its own, so that what is staged in it shows in a bind's
+// mountinfo root as its path in the tmpfs; mounting it again replaces the one a crashed server left rather
+// than stacking another, and a tmpfs an operator mounted there is never detached.
+func TestMountState(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = UnmountState(dir) })
+	for range 2 {
+		if err := MountState(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "staged"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(mountinfo(t), " "+dir+" "); n != 1 {
+		t.Errorf("%d mounts at the state directory, want 1", n)
+	}
+	if f := strings.Fields(mountLine(t, dir)); f[3] != "/" {
+		t.Errorf("state mount: %v", f)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Errorf("state dir mode: %v %v", fi.Mode(), err)
+	}
+	// A bind of a staged file shows its path in the tmpfs, not the state directory's.
+	dst := filepath.Join(t.TempDir(), "bound")
+	if err := os.WriteFile(dst, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := BindMount(filepath.Join(dir, "staged"), dst, true); err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(mountLine(t, dst)); f[3] != "/staged" {
+		t.Errorf("bind of a staged file: root %q, want /staged", f[3])
+	}
+	if err := Unmount(dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := UnmountState(dir); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(mountinfo(t), " "+dir+" ") {
+		t.Error("UnmountState left the tmpfs")
+	}
+	// An operator's own tmpfs is not a state tmpfs.
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Unmount(dir) })
+	if err := UnmountState(dir); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(mountinfo(t), " "+dir+" ") {
+		t.Error("UnmountState detached a tmpfs it did not mount")
+	}
+}
+
+func mountinfo(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }

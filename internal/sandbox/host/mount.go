@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -72,18 +73,88 @@ func MountsUnder(dir string) []string {
 	return out
 }
 
-// bindReadOnly binds src (recursively) at dst, private, read-only, without suid or devices.
-func bindReadOnly(src, dst string) error {
-	if err := syscall.Mount(src, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-		return fmt.Errorf("bind %s: %w", src, err)
+// StateSource is the source of the tmpfs MountState makes: it marks the mounts a provider may detach at its
+// state directory (never one an operator made there) and names nothing of the host in a sandbox's mount table.
+const StateSource = "corral-state"
+
+// MountState mounts a private tmpfs (root's, of mode perm, without suid or devices) at dir, a provider's state
+// directory, after detaching the ones a server that is gone left there (StateSource). A sandbox's mount table
+// (/proc/self/mountinfo) shows each bind's root as its path from the root of its filesystem: what a provider
+// stages for its sandboxes there (their /etc, the agent, the proxy socket, an OCI root) then shows as a path in
+// this tmpfs, never where the state directory is on the host (/run/corral-bwrap/s-..., the data directory).
+func MountState(dir string, perm os.FileMode) error {
+	if err := UnmountState(dir); err != nil {
+		return err
 	}
-	if err := syscall.Mount("", dst, "", syscall.MS_PRIVATE|syscall.MS_REC, ""); err != nil {
-		_ = syscall.Unmount(dst, syscall.MNT_DETACH)
-		return fmt.Errorf("make %s private: %w", dst, err)
+	if err := syscall.Mount(StateSource, dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, fmt.Sprintf("mode=%#o", perm.Perm())); err != nil {
+		return fmt.Errorf("mount state dir %s: %w", dir, err)
 	}
-	if err := syscall.Mount("", dst, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
+	if err := syscall.Mount("", dir, "", syscall.MS_PRIVATE, ""); err != nil {
+		_ = Unmount(dir)
+		return fmt.Errorf("make state dir %s private: %w", dir, err)
+	}
+	return nil
+}
+
+// UnmountState detaches the state tmpfs (MountState) at dir, and with it everything mounted beneath; the
+// directory itself stays. None is no error.
+func UnmountState(dir string) error {
+	for range 16 { // tmpfs stacked by servers that crashed without a sweep
+		if !stateMountedAt(dir) {
+			return nil
+		}
+		if err := Unmount(dir); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("unmount state dir %s: still mounted", dir)
+}
+
+// stateMountedAt reports whether the topmost mount at dir is a state tmpfs (StateSource).
+func stateMountedAt(dir string) bool {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	top := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if ok && len(f) > 4 && len(g) > 1 && f[4] == dir {
+			top = g[0] + " " + g[1] // later lines are mounted later: the last one is on top
+		}
+	}
+	return top == "tmpfs "+StateSource
+}
+
+// mountImage mounts the image at rootfs at dst as a read-only overlay without suid or devices: a filesystem
+// of its own, so that a sandbox's mount table shows its directories as /usr, /etc..., never the image's path on
+// the host (the data directory). The overlay's options, which mountinfo shows too, name its layers as
+// /proc/self/fd/<n> (descriptors of the image and of empty, an empty directory: an overlay without an upper
+// layer takes two lower ones), never by their host paths.
+func mountImage(rootfs, empty, dst string) error {
+	var fds []*os.File
+	defer func() {
+		for _, f := range fds {
+			f.Close()
+		}
+	}()
+	var layers []string
+	for _, dir := range []string{rootfs, empty} {
+		f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			return fmt.Errorf("image: %w", err)
+		}
+		fds = append(fds, f)
+		layers = append(layers, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())))
+	}
+	flags := uintptr(syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV)
+	if err := syscall.Mount("overlay", dst, "overlay", flags, "lowerdir="+strings.Join(layers, ":")); err != nil {
+		return fmt.Errorf("mount image %s: %w", rootfs, err)
+	}
+	if err := syscall.Mount("", dst, "", syscall.MS_PRIVATE, ""); err != nil {
 		_ = syscall.Unmount(dst, syscall.MNT_DETACH)
-		return fmt.Errorf("remount %s read-only: %w", dst, err)
+		return fmt.Errorf("make image %s private: %w", rootfs, err)
 	}
 	return nil
 }

@@ -44,7 +44,8 @@ type Config struct {
 	// gone, and Close what is left in its own.
 	RuntimeRoot string
 	// StateDir holds the bundles; default <os.TempDir()>/corral-<name>/s-<random>, with a link <pid>.<n> to
-	// it (the sandbox's mount table shows the path, not the server's pid), swept likewise.
+	// it, swept likewise. New mounts a tmpfs of the provider's there (host.MountState), so that a sandbox's
+	// mount table shows paths in it rather than StateDir's.
 	StateDir string
 	// UIDBase and UIDCount are the host uids the containers run as; defaults 300000 and 10000.
 	UIDBase, UIDCount int
@@ -104,7 +105,7 @@ func Available(runtime string) error {
 }
 
 // New returns a Provider for cfg.
-func New(cfg Config) (*Provider, error) {
+func New(cfg Config) (_ *Provider, err error) {
 	cfg.Runtime = cmp.Or(cfg.Runtime, "runc")
 	cfg.Name = cmp.Or(cfg.Name, "oci")
 	pid := strconv.Itoa(os.Getpid())
@@ -148,10 +149,15 @@ func New(cfg Config) (*Provider, error) {
 		}
 	}
 	p := &Provider{cfg: cfg, runtime: rt, ownedRoot: ownedRoot, kit: &host.Kit{UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
-		StateDir: cfg.StateDir, Prefix: "corral-", Images: host.NewImages(filepath.Join(cfg.StateDir, "images"), false), Logger: cfg.Logger}}
+		StateDir: cfg.StateDir, Prefix: "corral-", Images: host.NewImages(filepath.Join(cfg.StateDir, "images")), Logger: cfg.Logger}}
 	if err := p.prepareHost(runBase, stateBase); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			_ = host.UnmountState(cfg.StateDir)
+		}
+	}()
 	if linkState {
 		p.link = filepath.Join(stateBase, owner)
 		if err := host.ReplaceLink(filepath.Base(cfg.StateDir), p.link); err != nil {
@@ -185,6 +191,11 @@ func (p *Provider) prepareHost(runBase, stateBase string) error {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("oci: %w", err)
 		}
+	}
+	// The bundles, the staged agent and /etc are on a tmpfs of the provider's own: a container's mount table
+	// shows paths in it (its root's, its binds'), not where StateDir is on the host.
+	if err := host.MountState(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("oci: %w", err)
 	}
 	return nil
 }
@@ -314,7 +325,8 @@ func (p *Provider) Close() error {
 			errs = append(errs, os.RemoveAll(filepath.Join(p.cfg.StateDir, e.Name())))
 		}
 	}
-	errs = append(errs, p.kit.Images.Close(), host.RemovePaths(filepath.Join(p.cfg.StateDir, host.StagedAgent)))
+	errs = append(errs, p.kit.Images.Close(), host.RemovePaths(filepath.Join(p.cfg.StateDir, host.StagedAgent)),
+		host.UnmountState(p.cfg.StateDir))
 	if p.link != "" {
 		errs = append(errs, host.RemovePaths(p.cfg.StateDir, p.link))
 	}
@@ -371,10 +383,11 @@ func (p *Provider) sweep(runBase, stateBase string) {
 	for _, dirs := range deadBundles {
 		p.reap("", dirs...) // a server that gave its own runtime root
 	}
-	// Bundles hold no host mounts: the containers' mounts live in their own namespaces. They are in the
-	// directories that links <pid>.<n> of dead pids point to, in directories named <pid> (as servers before
-	// the links made them), and in neutral directories no link points to that are over a minute old (a
-	// server that died between making one and its link).
+	// The containers' mounts live in their own namespaces; on the host a StateDir holds its state tmpfs, and
+	// beneath it the staged images' overlays and the bounded /tmp of gVisor's containers, all detached with the
+	// tmpfs (removeState). They are in the directories that links <pid>.<n> of dead pids point to, in
+	// directories named <pid> (as servers before the links made them), and in neutral directories no link
+	// points to that are over a minute old (a server that died between making one and its link).
 	ents, _ = os.ReadDir(stateBase)
 	linked := map[string]bool{}
 	for _, e := range ents {
@@ -389,20 +402,32 @@ func (p *Provider) sweep(runBase, stateBase string) {
 		if lerr == nil {
 			_ = os.Remove(path)
 			if !strings.Contains(target, "/") {
-				_ = os.RemoveAll(filepath.Join(stateBase, target))
+				removeState(filepath.Join(stateBase, target))
 			}
 			continue
 		}
-		_ = os.RemoveAll(path)
+		removeState(path)
 	}
 	for _, e := range ents {
 		if !strings.HasPrefix(e.Name(), neutralPrefix) || linked[e.Name()] {
 			continue
 		}
 		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
-			_ = os.RemoveAll(filepath.Join(stateBase, e.Name()))
+			removeState(filepath.Join(stateBase, e.Name()))
 		}
 	}
+}
+
+// removeState removes the StateDir dir of a server that is gone: its state tmpfs is detached, with every mount
+// beneath it, before anything is removed, and nothing is removed if a mount stays.
+func removeState(dir string) {
+	for _, m := range host.MountsUnder(dir) {
+		_ = host.Unmount(m)
+	}
+	if host.UnmountState(dir) != nil || len(host.MountsUnder(dir)) > 0 {
+		return
+	}
+	_ = os.RemoveAll(dir)
 }
 
 // neutralPrefix starts the names of default bundle directories; the links to them are named <pid>.<n>.

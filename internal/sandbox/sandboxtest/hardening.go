@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -166,17 +167,36 @@ print(sum(r))`
 	}
 }
 
-// testMountTable checks that the sandbox's mount table (/proc/self/mountinfo, /proc/mounts) names no host
-// path that says where the server keeps its data or who it is: not the data directory (named corral-data
-// here), not the workspace root in it, not the directory of the agent binary (which corral serve may keep in
-// the data directory), and not the server's pid (state directories used to be named for it).
+// testMountTable checks that the sandbox's mount table (/proc/self/mountinfo, /proc/self/mounts, /proc/mounts)
+// names no host path that says where the server keeps its data or who it is, on the host's /usr and on an
+// image: not the data directory (named corral-data here), not the workspace root in it, not the image's
+// directory (an image lives in the data directory: <data>/images), not the provider's state directory
+// (/run/corral-bwrap/s-..., <tmp>/corral-oci/s-...: HostPaths) nor any other path under /run or the host's
+// temporary directory (where the test keeps all of these), not the directory of the agent binary (which corral
+// serve may keep in the data directory), and not the server's pid (state directories used to be named for it).
 //
-// The data directory is a filesystem of its own here, as in a deployment that gives the store a volume:
-// mountinfo shows a bind mount's source as its path from the root of its filesystem, and no mount option
-// hides that, so a plain workspace directory on the host's root filesystem shows the path of the workspace root
-// there. A workspace with a quota (PoolConfig.Volumes) is the root of a filesystem of its own and shows no host
-// path wherever it lives: RunQuota checks that with the workspace root on the host's root filesystem.
+// mountinfo shows a bind mount's root as its path from the root of its filesystem, and no mount option hides
+// that. So what a backend stages (the image, the sandbox's /etc, the agent, the proxy socket, an OCI root) must
+// be on filesystems of its own: an image is an overlay of the image directory (host.Images), the rest is on a
+// tmpfs at the provider's state directory (host.MountState). The image here is a directory on the host's
+// root filesystem (the test's temporary directory), as the data directory of a deployment that gives the store
+// no volume of its own, unless the provider already runs on an image (OnImage).
+//
+// The data directory is a filesystem of its own here, as in a deployment that gives the store a volume: a
+// workspace directory is bound as it is, so one on the host's root filesystem shows the path of the workspace
+// root there. A workspace with a quota (PoolConfig.Volumes) is the root of a filesystem of its own and shows no
+// host path wherever it lives: RunQuota checks that with the workspace root on the host's root filesystem.
 func testMountTable(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+	if rootFSOf(newProvider(t)) != "" {
+		probeMountTable(t, newProvider, "")
+		return
+	}
+	t.Run("Host", func(t *testing.T) { probeMountTable(t, newProvider, "") })
+	t.Run("Image", func(t *testing.T) { probeMountTable(t, newProvider, hostImage(t)) })
+}
+
+// probeMountTable runs the probe of testMountTable in a sandbox of newProvider's, on the image rootfs if set.
+func probeMountTable(t *testing.T, newProvider func(testing.TB) sandbox.Provider, rootfs string) {
 	data := filepath.Join(WorkspaceRoot(t), "corral-data")
 	if err := os.Mkdir(data, 0o711); err != nil {
 		t.Fatal(err)
@@ -189,22 +209,27 @@ func testMountTable(t *testing.T, newProvider func(testing.TB) sandbox.Provider)
 	if err := os.Mkdir(root, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: newProvider(t), WorkspaceRoot: root})
+	prov := newProvider(t)
+	if rootfs != "" {
+		prov = OnImage(func(testing.TB) sandbox.Provider { return prov }, rootfs)(t)
+	}
+	rootfs = rootFSOf(prov)
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pool.Stop() })
-	out := mustRun(t, pool, bash("mounts", "cat /proc/self/mountinfo; echo ===; cat /proc/mounts"))
-	t.Logf("mount table:\n%s", out)
-	if !strings.Contains(out, "===") || !strings.Contains(out, " /workspace ") {
+	out := mustRun(t, pool, bash("mounts", "cat /proc/self/mountinfo; echo ===; cat /proc/self/mounts; echo ===; cat /proc/mounts"))
+	t.Logf("mount table (image %q):\n%s", rootfs, out)
+	if strings.Count(out, "===") != 2 || !strings.Contains(out, " /workspace ") {
 		t.Fatalf("no mount table: %q", out)
 	}
-	// The agent binary may live in the data directory too (corral serve copies itself to <data>/bin).
-	for _, s := range []string{data, root, "corral-data", agentDir} {
-		if s == "" {
-			continue
-		}
-		if strings.Contains(out, s) {
+	forbidden := []string{data, root, "corral-data", agentDir, rootfs, filepath.Dir(t.TempDir())}
+	if hp, ok := prov.(hostPaths); ok {
+		forbidden = append(forbidden, hp.HostPaths()...)
+	}
+	for _, s := range forbidden {
+		if s != "" && strings.Contains(out, s) {
 			t.Errorf("the mount table shows %q", s)
 		}
 	}
@@ -213,5 +238,50 @@ func testMountTable(t *testing.T, newProvider func(testing.TB) sandbox.Provider)
 		if pid.MatchString(field) {
 			t.Errorf("the mount table shows the server's pid %d in %q", os.Getpid(), field)
 		}
+		for _, dir := range []string{os.TempDir(), "/run"} {
+			if strings.Contains(field, dir+"/") {
+				t.Errorf("the mount table shows a path under the host's %s: %q", dir, field)
+			}
+		}
 	}
+}
+
+// hostImage makes a minimal image in a directory of the test's, on the host's root filesystem like a data
+// directory without a volume of its own: bash and cat with the libraries they load, copied from the host, and
+// an /etc.
+func hostImage(t *testing.T) string {
+	t.Helper()
+	img := filepath.Join(WorkspaceRoot(t), "image")
+	files := []string{"/usr/bin/bash", "/usr/bin/cat", "/bin/bash", "/bin/cat"}
+	for _, bin := range []string{"/usr/bin/bash", "/usr/bin/cat"} {
+		out, err := exec.Command("ldd", bin).Output()
+		if err != nil {
+			t.Fatalf("ldd %s: %v", bin, err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if strings.HasPrefix(f, "/") {
+				files = append(files, f)
+			}
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(img, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(img, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(img, "etc", "passwd"), []byte("root:x:0:0::/root:/bin/bash\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return img
 }

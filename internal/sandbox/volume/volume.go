@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -84,6 +85,8 @@ type Volumes struct {
 	attached map[string]bool // the workspaces mounted (by this process or another) that this one uses
 
 	admit sync.Mutex // serialises the reserve check with the mount it admits
+
+	reclaim atomic.Pointer[func() bool] // SetReclaim's
 }
 
 // entry is one workspace directory: its lock and how many Attach calls hold it.
@@ -378,8 +381,33 @@ func freeBytes(dir string) (int64, error) {
 // CheckSpace fails with ErrReserve when the filesystem of dir is below the reserve: its free space, less what
 // the mounted workspaces may still grow by when dir is on their filesystem, is under ReserveBytes. The Files
 // API's storage calls it as it writes (files.Service.SetSpace), so that uploads and the outputs collected from
-// sessions count against the reserve as the workspaces do.
+// sessions count against the reserve as the workspaces do. Before it fails, it has the reclaimer (SetReclaim:
+// the Pool reaps its longest idle sandbox, whose volumes then stop counting) make room, one sandbox at a time,
+// as Attach's refusal does: idle sessions never hold the reserve against an active one's files.
 func (v *Volumes) CheckSpace(dir string) error {
+	err := v.checkSpace(dir)
+	for errors.Is(err, ErrReserve) {
+		reclaim := v.reclaim.Load()
+		if reclaim == nil || !(*reclaim)() {
+			break
+		}
+		err = v.checkSpace(dir)
+	}
+	return err
+}
+
+// SetReclaim gives CheckSpace a way to make room: reclaim frees what it can of the admission (the Pool: its
+// longest idle sandbox, NewPool calls it) and reports whether it freed anything. nil removes it.
+func (v *Volumes) SetReclaim(reclaim func() bool) {
+	if reclaim == nil {
+		v.reclaim.Store(nil)
+		return
+	}
+	v.reclaim.Store(&reclaim)
+}
+
+// checkSpace is CheckSpace without the reclaimer.
+func (v *Volumes) checkSpace(dir string) error {
 	if v.cfg.ReserveBytes < 0 {
 		return nil
 	}

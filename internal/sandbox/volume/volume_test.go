@@ -358,6 +358,78 @@ func TestCheckSpace(t *testing.T) {
 	}
 }
 
+// TestCheckSpaceReclaims: idle sessions do not hold the reserve against an active session's files (issue 21
+// item 4): before a write is refused, the reclaimer (the Pool: its longest idle sandbox) makes room, one at a
+// time, and the write goes ahead once the detached workspaces no longer count; it is refused when nothing more
+// can be reclaimed.
+func TestCheckSpaceReclaims(t *testing.T) {
+	root := t.TempDir()
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=100m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	ws := filepath.Join(root, "workspaces")
+	filesDir := filepath.Join(root, "files")
+	for _, d := range []string{ws, filesDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := newVolumes(t, ws, 60<<20)
+	ctx := context.Background()
+	idle := []string{filepath.Join(ws, "a"), filepath.Join(ws, "b")}
+	for _, dir := range idle {
+		if err := v.Attach(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, dir := range idle {
+			_ = v.Detach(dir)
+		}
+	})
+	// 10 MiB of files: 90 MiB free, 32 promised to the two idle workspaces, 58 left: below the reserve.
+	if err := os.WriteFile(filepath.Join(filesDir, "upload"), make([]byte, 10<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	v.SetReclaim(func() bool {
+		calls++
+		if len(idle) == 0 {
+			return false
+		}
+		dir := idle[0]
+		idle = idle[1:]
+		if err := v.Detach(dir); err != nil {
+			t.Error(err)
+		}
+		return true
+	})
+	if err := v.CheckSpace(filesDir); err != nil {
+		t.Fatalf("a write with an idle workspace to reclaim: %v", err)
+	}
+	if calls != 1 || len(idle) != 1 {
+		t.Errorf("reclaimed %d times, %d idle left; want one reclaimed (16 MiB were enough)", calls, len(idle))
+	}
+	// 25 MiB more: about 64 free, 16 promised; reclaiming the last idle one leaves about 64, enough. 5 more:
+	// below the reserve, with nothing left to reclaim.
+	if err := os.WriteFile(filepath.Join(filesDir, "upload2"), make([]byte, 25<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.CheckSpace(filesDir); err != nil {
+		t.Fatalf("a write with the last idle workspace to reclaim: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(filesDir, "upload3"), make([]byte, 5<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.CheckSpace(filesDir); !errors.Is(err, ErrReserve) {
+		t.Fatalf("a write past the reserve with nothing to reclaim: %v", err)
+	}
+	if calls != 3 || len(idle) != 0 {
+		t.Errorf("reclaimed %d times, %d idle left; want 3 calls, the last finding nothing", calls, len(idle))
+	}
+}
+
 // TestHeadroom: a mounted workspace costs the reserve check what its sparse image uses plus a bounded headroom,
 // not its whole quota, so a disk mounts as many workspaces as it holds; strict (headroom = quota) as before.
 // A refusal is a sandbox.ErrNoRoom (the pool then reaps idle sandboxes) and names the flags and the figures
