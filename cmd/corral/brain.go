@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/harness"
-	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/model/openai"
+	"github.com/corralhq/corral/internal/price"
 )
 
 // Defaults of the brain flags are the harness's own, declared once there: serve and harness show them, and
