@@ -9,7 +9,6 @@ package price
 import (
 	"math"
 	"math/bits"
-	"regexp"
 	"strings"
 )
 
@@ -140,8 +139,6 @@ func Default() *Table {
 	return t
 }
 
-var dated = regexp.MustCompile(`-(\d{8}|latest)$`)
-
 // Rates returns the model's rates: its own entry, else that of its id without a date or -latest suffix. A model
 // with no entry has no price (false), which is never zero.
 func (t *Table) Rates(model string) (Rates, bool) {
@@ -151,11 +148,28 @@ func (t *Table) Rates(model string) (Rates, bool) {
 	if r, ok := t.rates[model]; ok {
 		return r, true
 	}
-	if base := dated.ReplaceAllString(model, ""); base != model {
+	if base, ok := undated(model); ok {
 		r, ok := t.rates[base]
 		return r, ok
 	}
 	return Rates{}, false
+}
+
+// undated is the model id without its -YYYYMMDD or -latest suffix, if it has one.
+func undated(model string) (string, bool) {
+	if base, ok := strings.CutSuffix(model, "-latest"); ok {
+		return base, true
+	}
+	i := len(model) - 9
+	if i < 0 || model[i] != '-' {
+		return "", false
+	}
+	for _, c := range model[i+1:] {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return model[:i], true
 }
 
 // Priced reports whether the model has a list price.
