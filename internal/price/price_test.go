@@ -54,8 +54,11 @@ func TestCostSaturates(t *testing.T) {
 	if got := Add(math.MaxInt64-1, 5); got != math.MaxInt64 {
 		t.Errorf("Add saturates to %d", got)
 	}
-	if FromCents(MaxBudgetCents) >= math.MaxInt64 {
-		t.Error("the largest budget is not exact")
+	if got := FromCents(MaxBudgetCents); got != MaxBudgetCents*PicoPerCent || got/PicoPerCent != MaxBudgetCents {
+		t.Errorf("the largest budget is %d picodollars, not exact", got)
+	}
+	if FromCents(math.MaxInt64) != math.MaxInt64 {
+		t.Error("FromCents does not saturate")
 	}
 }
 
