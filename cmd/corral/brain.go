@@ -9,6 +9,7 @@ import (
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/model/openai"
+	"github.com/corralhq/corral/internal/price"
 )
 
 // Defaults of the brain flags are the harness's own, declared once there: serve and harness show them, and
@@ -33,6 +34,7 @@ type brainFlags struct {
 	maxRetries     int
 	modelTimeout   time.Duration
 	eagerHands     bool
+	pricesFile     string
 }
 
 func (f *brainFlags) register(fs *flag.FlagSet) {
@@ -44,6 +46,7 @@ func (f *brainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.thinkingBudget, "thinking-budget", 0, "extended thinking budget in tokens (0 = off)")
 	fs.DurationVar(&f.modelTimeout, "model-timeout", defaultModelTimeout, "longest one model call may take, streaming included; a stalled call is retried")
 	fs.IntVar(&f.maxRetries, "model-retries", defaultModelRetries, "retries of a failed model call before the session idles with retries_exhausted")
+	fs.StringVar(&f.pricesFile, "prices", envOr("CORRAL_PRICES", ""), "JSON `file` of list prices for models the built-in table (Anthropic's Claude models) does not name, or to replace its rates: {\"models\": {\"<model id>\": {\"input\": \"2.50\", \"output\": \"10\", \"cache_read\": \"1.25\"}}} in US dollars per million tokens; a budgeted session needs a priced model (env CORRAL_PRICES)")
 	fs.BoolVar(&f.eagerHands, "eager-hands", false, "advanced, for comparison only (corral bench): provision each session's sandbox before its first model call, as a coupled design does")
 }
 
@@ -89,7 +92,7 @@ func newModel() (model.Model, error) {
 	})
 }
 
-// brainConfig is the flags' brain config with the model.
+// brainConfig is the flags' brain config with the model and the prices.
 func (f *brainFlags) brainConfig() (*harness.Config, error) {
 	m, err := newModel()
 	if err != nil {
@@ -97,7 +100,18 @@ func (f *brainFlags) brainConfig() (*harness.Config, error) {
 	}
 	cfg := f.config()
 	cfg.Model = m
+	if cfg.Prices, err = f.prices(); err != nil {
+		return nil, err
+	}
 	return &cfg, nil
+}
+
+// prices is the built-in price table with the --prices file's entries.
+func (f *brainFlags) prices() (*price.Table, error) {
+	if f.pricesFile == "" {
+		return price.Default(), nil
+	}
+	return price.Load(f.pricesFile)
 }
 
 // retries maps the flag (0 = no retries) to harness.RetryPolicy.MaxRetries (0 = the default, negative = none).

@@ -41,6 +41,10 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	prices, err := bf.prices()
+	if err != nil {
+		return err
+	}
 	p, err := openParts(ctx, io, &sf, &vf, &lf)
 	if err != nil {
 		return err
@@ -64,7 +68,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	cfg := corral.Config{
 		Store: st, Logger: logger,
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault, Validator: mcpProxy,
-			WorkLeaseTTL: *workTTL, Files: fsvc},
+			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices},
 	}
 	if cfg.Images, err = p.images(&imf, &hf); err != nil {
 		return err

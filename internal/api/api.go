@@ -21,6 +21,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/files"
+	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -85,6 +86,9 @@ type Config struct {
 	// packages, shows its image's status and starts its build when it is created or its packages change. Nil:
 	// no image field, and packages are stored only.
 	Images Images
+	// Prices are the list prices budgets are checked against: a budget for a model without one is refused
+	// (model_not_budgetable). Nil: price.Default().
+	Prices *price.Table
 }
 
 // Images is what the API asks of the environments' image builds.
@@ -113,6 +117,7 @@ func (c *Config) validate() error {
 // every request goes to the store.
 type Server struct {
 	store     store.Store
+	prices    *price.Table
 	log       *slog.Logger
 	keys      Authenticator
 	maxBody   int64
@@ -156,6 +161,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		store:     cfg.Store,
+		prices:    cfg.Prices,
 		log:       cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		keys:      cfg.Keys,
 		maxBody:   cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
@@ -175,6 +181,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.metrics == nil {
 		s.metrics = nopMetrics{}
+	}
+	if s.prices == nil {
+		s.prices = price.Default()
 	}
 	tp := cfg.TracerProvider
 	if tp == nil {

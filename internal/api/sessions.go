@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -170,6 +172,10 @@ func resolveBudget(p string, raw json.RawMessage) (json.RawMessage, error) {
 	if !amountRE.MatchString(in.MaxListCost.Amount) {
 		return nil, invalid(path(p, "max_list_cost.amount"), "must be an integer amount in minor units, as a string")
 	}
+	if n, err := strconv.ParseInt(in.MaxListCost.Amount, 10, 64); err != nil || n > price.MaxBudgetCents {
+		return nil, invalid(path(p, "max_list_cost.amount"), "must be at most %d (US cents: $%d)", price.MaxBudgetCents,
+			price.MaxBudgetCents/100)
+	}
 	if in.MaxListCost.Currency != "USD" {
 		return nil, invalid(path(p, "max_list_cost.currency"), `must be "USD"`)
 	}
@@ -177,8 +183,38 @@ func resolveBudget(p string, raw json.RawMessage) (json.RawMessage, error) {
 	return out, nil
 }
 
-// normalizeSession fills the response-only parts of a session: empty collections and the live duration.
-func normalizeSession(sess *apitype.Session, now time.Time) {
+// checkBudgetable refuses a budget for a session whose model has no list price: its cost could not be known,
+// and it is never priced at zero.
+func (s *Server) checkBudgetable(a *apitype.SessionAgent) error {
+	if !s.prices.Priced(a.Model.ID) {
+		return invalidCode("model_not_budgetable", "budget: model %q has no list price (the operator's --prices file can add one)",
+			a.Model.ID)
+	}
+	return nil
+}
+
+// checkRaised refuses a new budget at or below the list cost the session has already spent.
+func checkRaised(raw json.RawMessage, u *apitype.SessionUsage) error {
+	b, err := apitype.ParseBudget(raw)
+	if err != nil || b == nil {
+		return err
+	}
+	cents, _ := b.Cents() // resolveBudget checked it
+	if spent := price.Pico(u.ListCostPicodollars); price.FromCents(cents) <= spent {
+		return invalidCode("budget_not_raised", "budget: max_list_cost must be above the list cost already spent (%d cents)",
+			spent.Cents())
+	}
+	return nil
+}
+
+// normalizeSession fills the response-only parts of a session: empty collections, the live duration, the usage's
+// active time and, before the first model request of a priced model, a list cost of zero.
+func (s *Server) normalizeSession(sess *apitype.Session, now time.Time) {
+	u := &sess.Usage
+	u.ActiveSeconds = sess.Stats.ActiveSeconds
+	if u.ListCost == nil && !u.Unpriced && u.InputTokens == 0 && u.OutputTokens == 0 && s.prices.Priced(sess.Agent.Model.ID) {
+		u.ListCost = &apitype.Money{Amount: "0", Currency: "USD"}
+	}
 	sess.Type = "session"
 	if sess.Resources == nil {
 		sess.Resources = []apitype.Resource{}
@@ -300,6 +336,11 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.resolveSkillVersions(r.Context(), "agent.skills", sess.Agent.Skills); err != nil {
 		return err
 	}
+	if sess.Budget != nil {
+		if err := s.checkBudgetable(&sess.Agent); err != nil {
+			return err
+		}
+	}
 	env, err := s.store.EnvironmentGet(r.Context(), req.EnvironmentID)
 	if err != nil {
 		return lookup(err, "environment", req.EnvironmentID)
@@ -316,7 +357,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	normalizeSession(created, s.now())
+	s.normalizeSession(created, s.now())
 	return writeJSON(w, http.StatusOK, created)
 }
 
@@ -326,7 +367,7 @@ func (s *Server) sessionGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return lookup(err, "session", id)
 	}
-	normalizeSession(sess, s.now())
+	s.normalizeSession(sess, s.now())
 	return writeJSON(w, http.StatusOK, sess)
 }
 
@@ -421,6 +462,14 @@ func (s *Server) sessionUpdate(w http.ResponseWriter, r *http.Request) error {
 					return invalidCode("budget_create_only", "budget: can only be set when the session is created")
 				}
 			} else {
+				if budget != nil {
+					if err := s.checkBudgetable(&sess.Agent); err != nil {
+						return err
+					}
+					if err := checkRaised(budget, &sess.Usage); err != nil {
+						return err
+					}
+				}
 				sess.Budget = budget
 			}
 		}
@@ -430,10 +479,11 @@ func (s *Server) sessionUpdate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return lookup(err, "session", id)
 	}
-	normalizeSession(sess, s.now())
+	s.normalizeSession(sess, s.now())
 	if ev, ok := changed.event(sess); ok {
+		// A changed budget wakes the session: a brain re-checks it, and work paused at the old one resumes.
 		if _, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id,
-			Events: []apitype.NewEvent{ev}}); err != nil {
+			Events: []apitype.NewEvent{ev}, Wake: changed.budget}); err != nil {
 			return lookup(err, "session", id)
 		}
 	}
@@ -514,7 +564,7 @@ func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.now()
 	for i := range data {
-		normalizeSession(&data[i], now)
+		s.normalizeSession(&data[i], now)
 	}
 	return writeJSON(w, http.StatusOK, biPage[apitype.Session]{Data: data, NextPage: next, PrevPage: prev})
 }
@@ -550,7 +600,7 @@ func (s *Server) sessionArchive(w http.ResponseWriter, r *http.Request) error {
 		}
 		sess.Status = apitype.StatusTerminated
 	}
-	normalizeSession(sess, s.now())
+	s.normalizeSession(sess, s.now())
 	return writeJSON(w, http.StatusOK, sess)
 }
 

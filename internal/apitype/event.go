@@ -34,6 +34,7 @@ const (
 	EventSessionError             EventType = "session.error"
 	EventSessionDeleted           EventType = "session.deleted"
 	EventSessionUpdated           EventType = "session.updated"
+	EventSessionUsage             EventType = "session.usage"
 
 	EventSpanModelRequestStart EventType = "span.model_request_start"
 	EventSpanModelRequestEnd   EventType = "span.model_request_end"
@@ -305,6 +306,13 @@ type SpanModelRequestEnd struct {
 	ModelRequestStartID string    `json:"model_request_start_id"`
 	IsError             bool      `json:"is_error"`
 	ModelUsage          SpanUsage `json:"model_usage"`
+}
+
+// SessionUsageEvent is the payload of session.usage: the session's usage so far and its budget (null when it
+// has none), appended with the end of every model request.
+type SessionUsageEvent struct {
+	Usage  SessionUsage    `json:"usage"`
+	Budget json.RawMessage `json:"budget"`
 }
 
 // SpanUsage is token usage of one model request.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -236,12 +237,63 @@ type SessionStats struct {
 	DurationSeconds float64 `json:"duration_seconds"`
 }
 
-// SessionUsage is the token usage accumulated over a session.
+// SessionUsage is the usage accumulated over a session: tokens by kind, server tools, list cost and active time.
 type SessionUsage struct {
 	InputTokens          int64          `json:"input_tokens"`
 	OutputTokens         int64          `json:"output_tokens"`
 	CacheReadInputTokens int64          `json:"cache_read_input_tokens"`
 	CacheCreation        *CacheCreation `json:"cache_creation,omitempty"`
+	ServerToolUse        ServerToolUse  `json:"server_tool_use"`
+	// ListCost is the cost at list prices, rounded up to the cent; absent while a model the session ran has no
+	// list price (an unbudgeted session on a model the price table does not name).
+	ListCost *Money `json:"list_cost,omitempty"`
+	// ListCostPicodollars is Corral's own field: the exact list cost in picodollars (1e-12 USD), which ListCost
+	// rounds up, and which the budget is checked against.
+	ListCostPicodollars int64 `json:"list_cost_picodollars,omitempty"`
+	// Unpriced is Corral's own field: a model request of the session was on a model with no list price, so
+	// ListCost is absent for good.
+	Unpriced bool `json:"unpriced,omitempty"`
+	// ActiveSeconds is the time the session spent running (the API fills it from the session's stats).
+	ActiveSeconds float64 `json:"active_seconds"`
+}
+
+// ServerToolUse counts the requests of server-executed tools.
+type ServerToolUse struct {
+	WebSearchRequests int64 `json:"web_search_requests"`
+	WebFetchRequests  int64 `json:"web_fetch_requests"`
+}
+
+// Money is an amount in a currency's minor units, as an integer decimal string ("2500" is $25.00).
+type Money struct {
+	Amount   string `json:"amount"`
+	Currency string `json:"currency"` // "USD"
+}
+
+// Budget is «Budget»: a session's cap on its list cost.
+type Budget struct {
+	Type        BudgetType `json:"type"`
+	MaxListCost Money      `json:"max_list_cost"`
+}
+
+// ParseBudget reads a session's stored budget: nil for none (absent or null).
+func ParseBudget(raw json.RawMessage) (*Budget, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var b Budget
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return nil, fmt.Errorf("budget: %w", err)
+	}
+	return &b, nil
+}
+
+// Cents is the budget's cap in US cents; false when the amount is not a whole number of cents in USD.
+func (b *Budget) Cents() (int64, bool) {
+	if b.MaxListCost.Currency != "USD" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(b.MaxListCost.Amount, 10, 64)
+	return n, err == nil && n >= 0
 }
 
 // CacheCreation counts tokens written to the prompt cache.

@@ -83,7 +83,7 @@ const (
 	StopRequiresAction   StopReasonType = "requires_action" // tool calls wait for the client: event_ids
 	StopRetriesExhausted StopReasonType = "retries_exhausted"
 	StopRefusal          StopReasonType = "refusal"
-	StopBudgetReached    StopReasonType = "budget_reached" // of the hosted service; Corral does not enforce budgets yet
+	StopBudgetReached    StopReasonType = "budget_reached" // the session's list cost reached its budget
 )
 
 // RetryStatusType says what follows a session.error (its error.retry_status.type).
@@ -348,3 +348,9 @@ const (
 	TokenAuthClientSecretBasic TokenEndpointAuthType = "client_secret_basic"
 	TokenAuthClientSecretPost  TokenEndpointAuthType = "client_secret_post"
 )
+
+// BudgetType is the type of a session budget: "limit" is the only one.
+type BudgetType string
+
+// BudgetLimit is a hard cap on the session's list cost.
+const BudgetLimit BudgetType = "limit"

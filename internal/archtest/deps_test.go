@@ -27,7 +27,7 @@ var rules = map[string][]string{
 	"internal/sandbox": {"internal/apitype"},
 	"internal/blob":    {},
 	"internal/client":  {"internal/apitype"},
-	"internal/api":     {"internal/apitype", "internal/store", "internal/files", "internal/skills"},
+	"internal/api":     {"internal/apitype", "internal/store", "internal/files", "internal/skills", "internal/price"},
 	"internal/mcp":     {"internal/apitype"},
 	// The MCP port over HTTP, for brains whose MCP proxy is `corral proxy`: no credential code.
 	"internal/mcp/remote": {"internal/apitype", "internal/mcp"},
@@ -35,9 +35,10 @@ var rules = map[string][]string{
 	"internal/skills": {},
 	// The Files API's storage: metadata in the store, bytes in the blob port.
 	"internal/files":   {"internal/apitype", "internal/store", "internal/blob"},
-	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp"},
+	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp", "internal/price"},
+	"internal/price":   {},
 	"internal/server": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files",
-		"internal/metrics", "internal/console", "internal/maintain"},
+		"internal/metrics", "internal/console", "internal/maintain", "internal/price"},
 	// Periodic jobs under the store's leader lease: the store port, nothing else.
 	"internal/maintain": {"internal/store"},
 	// The console serves its embedded files; its pages reach the server through the public HTTP API only.

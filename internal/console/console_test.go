@@ -813,3 +813,38 @@ func TestConsoleScale(t *testing.T) {
 		t.Errorf("the event after the drop is shown %s times", n)
 	}
 }
+
+// TestConsoleBudget: the session page shows the list cost and the budget, a turn paused at its budget says so,
+// and a raised budget shows the resumed turn's cost.
+func TestConsoleBudget(t *testing.T) {
+	e := newEnv(t, false)
+	agent := e.create("/v1/agents", map[string]any{"name": "thrifty", "model": "claude-sonnet-4-5",
+		"tools": []any{map[string]any{"type": "agent_toolset_20260401"}}})
+	envID := e.create("/v1/environments", map[string]any{"name": "budget", "config": map[string]any{"type": "cloud"}})
+	budget := func(cents string) map[string]any {
+		return map[string]any{"type": "limit", "max_list_cost": map[string]any{"amount": cents, "currency": "USD"}}
+	}
+	sess := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "budget": budget("1")})
+	// 1000 in / 500 out at $3 / $15 per million: 1.05 cents, shown as $0.02; the second request adds 2.4 cents.
+	e.fake.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"true"}`}},
+			Usage: modeltest.Usage{InputTokens: 1000, OutputTokens: 500}},
+		modeltest.Turn{Text: "All done within budget.", Usage: modeltest.Usage{InputTokens: 3000, OutputTokens: 1000}},
+	)
+	e.open("/sessions")
+	e.wait("login form", `!!document.getElementById('api-key')`)
+	e.do("key", chromedp.SendKeys(chromedp.ID("api-key"), key+"\n"))
+	e.wait("sessions list", `!!document.querySelector('table.sessions')`)
+	e.open("/sessions/" + sess)
+	e.wait("stream live", `document.getElementById('stream-state')?.dataset.state === 'live'`+
+		` && document.getElementById('session-cost')?.textContent === '$0.00' && document.getElementById('session-budget')?.textContent === '$0.01 cap'`)
+	e.message(sess, "Run it.")
+	e.wait("paused at the budget", transcriptHas("the budget is spent")+
+		` && document.querySelector('#session-status .badge')?.textContent === 'idle'`+
+		` && document.getElementById('session-cost')?.textContent === '$0.02'`)
+	e.shot("budget-reached")
+	e.api("POST", "/v1/sessions/"+sess, map[string]any{"budget": budget("100")}, nil)
+	e.wait("resumed", transcriptHas("All done within budget")+
+		` && document.getElementById('session-budget')?.textContent === '$1.00 cap'`+
+		` && document.getElementById('session-cost')?.textContent === '$0.04'`)
+}

@@ -58,6 +58,7 @@ func (t *thread) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
 	}
 	switch {
 	case status == apitype.StatusIdle:
+		t.activeDone += p.ActiveSeconds
 		t.activeFrom = time.Time{}
 	case t.activeFrom.IsZero() && (status == apitype.StatusRunning || status == apitype.StatusRescheduling):
 		t.activeFrom = time.Now()

@@ -88,17 +88,18 @@ func (t *thread) compact(turns []transcriptTurn, keepTokens int) (bool, error) {
 	}
 	if strings.TrimSpace(summary.String()) == "" {
 		// An empty summary would drop the history: keep the conversation as it is.
-		_, err := t.append("", t.addUsage(resp.Usage), spanEnd(startID, false, resp.Usage))
+		total, usage := t.addUsage(resp)
+		_, err := t.append("", total, append([]apitype.NewEvent{spanEnd(startID, false, resp.Usage)}, usage...)...)
 		return false, err
 	}
 	upTo := int64(0)
 	for _, turn := range turns[:split] {
 		upTo = max(upTo, turn.maxSeq)
 	}
-	_, err = t.append("", t.addUsage(resp.Usage),
-		spanEnd(startID, false, resp.Usage),
-		mustEvent(apitype.EventAgentContextCompacted, apitype.ContextCompacted{Summary: summary.String(), UpToSeq: upTo}),
-	)
+	total, usage := t.addUsage(resp)
+	evs := append([]apitype.NewEvent{spanEnd(startID, false, resp.Usage)}, usage...)
+	_, err = t.append("", total, append(evs,
+		mustEvent(apitype.EventAgentContextCompacted, apitype.ContextCompacted{Summary: summary.String(), UpToSeq: upTo}))...)
 	if err != nil {
 		return false, err
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/mcp"
 	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
 	"go.opentelemetry.io/otel/trace"
@@ -89,6 +90,9 @@ type Config struct {
 	// stream with event_deltas) are published to the store, the deltas in between coalesced (default
 	// DefaultPreviewInterval). Negative: publish no previews.
 	PreviewInterval time.Duration
+	// Prices are the list prices each model request is priced at, for the sessions' usage and budgets (nil:
+	// price.Default(), Anthropic's list rates for the Claude models).
+	Prices *price.Table
 	// Metrics receives the brain's measurements (internal/metrics implements it); nil records nothing.
 	Metrics Metrics
 	// TracerProvider traces each run of a session (invoke_agent), its model requests (chat, with the GenAI
@@ -150,6 +154,9 @@ const (
 func DefaultWorkers() int { return 100 * runtime.NumCPU() }
 
 func (c *Config) setDefaults() {
+	if c.Prices == nil {
+		c.Prices = price.Default()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

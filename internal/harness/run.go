@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -52,6 +53,10 @@ type thread struct {
 	// lead is what the next append carries ahead of its own events (see modelTurn).
 	lead  *lead
 	usage apitype.SessionUsage
+	// budget is the session's budget as the last step derived it (budget.go), for the session.usage events.
+	budget json.RawMessage
+	// activeDone is the active time this run has already added to the session's stats.
+	activeDone float64
 	// fresh holds the tool uses this thread appended or saw confirmed, and has not run yet. Any other approved tool
 	// use without a result was cut short by a crash.
 	fresh map[string]bool

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"encoding/json"
 	"slices"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -53,6 +54,14 @@ type state struct {
 	// has not answered yet) or "assistant".
 	lastSide string
 	builtin  execKind // the kind of the session's built-in calls
+	// budget is the budget the tail's last session.updated naming one set (null: removed), if budgetSet.
+	budget    json.RawMessage
+	budgetSet bool
+}
+
+// paused reports whether the session idled at its budget.
+func (s *state) paused() bool {
+	return s.idle != nil && s.idle.StopReason.Type == apitype.StopBudgetReached
 }
 
 // terminated reports whether the session is over (archived, or ended for good): nothing more runs in it.
@@ -128,6 +137,19 @@ var derivers = map[apitype.EventType]func(*state, apitype.Event) error{
 	apitype.EventUserToolConfirmation:     deriveConfirmation,
 	apitype.EventUserMessage:              deriveMessage,
 	apitype.EventSystemMessage:            deriveMessage,
+	apitype.EventSessionUpdated:           deriveBudget,
+}
+
+// deriveBudget reads the budget a session.updated changed, if it names one ("budget": null removed it).
+func deriveBudget(s *state, e apitype.Event) error {
+	var upd map[string]json.RawMessage
+	if err := e.DecodeData(&upd); err != nil {
+		return err
+	}
+	if b, ok := upd["budget"]; ok {
+		s.budget, s.budgetSet = b, true
+	}
+	return nil
 }
 
 func deriveStatus(s *state, e apitype.Event) error {

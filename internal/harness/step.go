@@ -22,6 +22,7 @@ func (t *thread) step() (bool, error) {
 		return false, err
 	}
 	t.seenSeq = t.tail.lastSeq
+	t.budget = t.budgetNow(st)
 	t.follow(st.unprocessed)
 	if st.terminated() || t.sess.ArchivedAt != nil {
 		return false, nil
@@ -140,11 +141,20 @@ func (t *thread) waitClient(st *state) (bool, error) {
 	return true, err
 }
 
-// modelStep calls the model for new client messages, or for tool results it has not seen.
+// modelStep calls the model for new client messages, or for tool results it has not seen, unless the session's
+// list cost has reached its budget: then the session idles with budget_reached (once), its client messages
+// waiting, until a raised or removed budget wakes it and the paused turn resumes here (budget.go).
 func (t *thread) modelStep(st *state) (bool, error) {
 	msgs := st.unprocessedOf(apitype.EventUserMessage, apitype.EventSystemMessage)
-	if len(msgs) == 0 && (!st.running() || st.lastSide != "user") {
+	if len(msgs) == 0 && (!(st.running() || st.paused()) || st.lastSide != "user") {
 		return false, nil
+	}
+	if t.overBudget(t.budget) {
+		if st.paused() {
+			return false, errWaiting
+		}
+		_, err := t.append(apitype.StatusIdle, nil, idleEvent(apitype.StopReason{Type: apitype.StopBudgetReached}))
+		return true, err
 	}
 	return true, t.modelTurn(st, msgs)
 }

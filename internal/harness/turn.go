@@ -103,8 +103,9 @@ func (t *thread) appendResponse(a *answer) error {
 		}
 	}
 	flushText()
-	evs = append(evs, spanEnd(startID, false, resp.Usage))
-	p := &store.EventAppendParams{Usage: t.addUsage(resp.Usage)}
+	total, usage := t.addUsage(resp)
+	evs = append(append(evs, spanEnd(startID, false, resp.Usage)), usage...)
+	p := &store.EventAppendParams{Usage: total}
 	if calls == 0 {
 		reason := apitype.StopEndTurn
 		if resp.StopReason == "refusal" {
@@ -138,21 +139,4 @@ func (t *thread) appendResponse(a *answer) error {
 		}
 	}
 	return nil
-}
-
-// addUsage adds a request's usage to the session's and returns the new total, for the append that records it.
-func (t *thread) addUsage(u apitype.SpanUsage) *apitype.SessionUsage {
-	t.usage.InputTokens += u.InputTokens
-	t.usage.OutputTokens += u.OutputTokens
-	t.usage.CacheReadInputTokens += u.CacheReadInputTokens
-	if u.CacheCreationInputTokens > 0 {
-		cc := apitype.CacheCreation{}
-		if t.usage.CacheCreation != nil {
-			cc = *t.usage.CacheCreation
-		}
-		cc.Ephemeral5mInputTokens += u.CacheCreationInputTokens
-		t.usage.CacheCreation = &cc
-	}
-	total := t.usage
-	return &total
 }

@@ -105,6 +105,11 @@ type Response struct {
 	Content    []Block
 	StopReason string // end_turn | tool_use | max_tokens | refusal | stop_sequence | pause_turn
 	Usage      apitype.SpanUsage
+	// CacheCreation1h is the part of Usage.CacheCreationInputTokens written with the 1-hour lifetime (priced
+	// apart); the rest had the default 5 minutes.
+	CacheCreation1h int64
+	// ServerToolUse counts the server-executed tools the provider ran during the request.
+	ServerToolUse apitype.ServerToolUse
 }
 
 // Delta is a fragment of streamed output.

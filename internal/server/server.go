@@ -24,6 +24,7 @@ import (
 	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/maintain"
 	"github.com/corralhq/corral/internal/metrics"
+	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
 	"go.opentelemetry.io/otel/trace"
@@ -97,6 +98,8 @@ type APIConfig struct {
 	WorkLeaseTTL time.Duration
 	// Files stores the Files API's files; nil answers its endpoints with an error.
 	Files *files.Service
+	// Prices are the list prices budgets need (api.Config.Prices); nil: price.Default().
+	Prices *price.Table
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
@@ -248,7 +251,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
 			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
-			TracerProvider: cfg.TracerProvider, Images: cfg.Images})
+			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices})
 		if err != nil {
 			return undo(err)
 		}

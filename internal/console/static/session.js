@@ -19,6 +19,14 @@ const statusOf = {
   'session.status_rescheduled': 'rescheduling', 'session.status_terminated': 'terminated',
 };
 
+// dollars shows «Money» in cents as US dollars: {"amount":"1234","currency":"USD"} is $12.34.
+function dollars(m) {
+  const c = m.amount || '0';
+  if (m.currency !== 'USD' || !/^[0-9]+$/.test(c)) return `${c} ${m.currency || ''}`;
+  const p = c.padStart(3, '0');
+  return `$${p.slice(0, -2)}.${p.slice(-2)}`;
+}
+
 export async function sessionPage(main, sessionID) {
   const base = `/v1/sessions/${esc(sessionID)}`;
   const sess = await get(base);
@@ -28,10 +36,15 @@ export async function sessionPage(main, sessionID) {
   // Header.
   const badge = h('span', {id: 'session-status'}, statusBadge(sess.status));
   const streamState = h('span', {class: 'stream-state', id: 'stream-state', role: 'status', 'aria-live': 'polite'}, 'connecting…');
-  const usage = h('span', {class: 'meta'});
+  const usage = h('span', {class: 'meta', id: 'session-usage'});
+  const cost = h('span', {class: 'meta', id: 'session-cost'});
+  const budget = h('span', {class: 'meta', id: 'session-budget'});
   const setUsage = s => {
     const u = s.usage || {};
     usage.textContent = `${u.input_tokens || 0} in / ${u.output_tokens || 0} out tokens · active ${Math.round((s.stats && s.stats.active_seconds) || 0)} s`;
+    cost.textContent = u.list_cost ? dollars(u.list_cost) : 'no list price for this model';
+    const b = s.budget && s.budget.max_list_cost;
+    budget.textContent = b ? `${dollars(b)} cap` : 'none';
   };
   setUsage(sess);
   const interruptBtn = h('button', {type: 'button', class: 'danger', id: 'interrupt', 'aria-keyshortcuts': 'x', onclick: () => interrupt()}, 'Interrupt');
@@ -117,7 +130,9 @@ export async function sessionPage(main, sessionID) {
       h('div', null, h('dt', null, 'Model'), h('dd', {class: 'mono'}, (sess.agent.model && sess.agent.model.id) || '')),
       h('div', null, h('dt', null, 'Environment'), h('dd', null, h('a', {href: `#/environments/${esc(sess.environment_id)}`, class: 'mono'}, sess.environment_id))),
       h('div', null, h('dt', null, 'Created'), h('dd', null, time(sess.created_at))),
-      h('div', null, h('dt', null, 'Usage'), h('dd', null, usage))),
+      h('div', null, h('dt', null, 'Usage'), h('dd', null, usage)),
+      h('div', null, h('dt', null, 'List cost'), h('dd', null, cost)),
+      h('div', null, h('dt', null, 'Budget'), h('dd', null, budget))),
     actions,
     wfSection,
     h('section', {class: 'card', 'aria-labelledby': 'tr-title'},
@@ -414,7 +429,7 @@ export async function sessionPage(main, sessionID) {
       liveNote.hidden = false;
       liveNote.textContent = `${missed} new event${missed === 1 ? '' : 's'}: show the latest`;
     }
-    if (ev.type === 'session.status_idle') get(base).then(setUsage).catch(() => {});
+    if (ev.type === 'session.status_idle' || ev.type === 'session.updated') get(base).then(setUsage).catch(() => {});
   };
   // appendLive adds a live event at the tail of the window; it reports whether the window is read again instead
   // (after LIVE_MAX live events).

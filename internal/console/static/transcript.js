@@ -97,9 +97,11 @@ function statusLine(ev) {
   if (ev.type === 'session.status_idle' && ev.stop_reason) {
     const r = ev.stop_reason.type;
     text = r === 'end_turn' ? 'Idle: the turn ended' : r === 'requires_action' ? 'Idle: waiting for you' :
-      r === 'retries_exhausted' ? 'Idle: gave up after retries' : `Idle: ${r}`;
+      r === 'retries_exhausted' ? 'Idle: gave up after retries' :
+      r === 'budget_reached' ? 'Idle: the budget is spent (raise it to resume)' : `Idle: ${r}`;
     if (r === 'retries_exhausted' || r === 'refusal') cls = ' bad';
     if (r === 'requires_action') cls = ' ask';
+    if (r === 'budget_reached') cls = ' warn';
   } else if (ev.type === 'session.status_running') text = 'Running';
   else if (ev.type === 'session.status_rescheduled') { text = 'Rescheduled (retrying)'; cls = ' warn'; }
   else if (ev.type === 'session.status_terminated') { text = 'Terminated'; cls = ' bad'; }
@@ -169,6 +171,13 @@ export function render(root, ev, ctx) {
     e.mcp_server_name ? h('p', {class: 'meta'}, `MCP server: ${e.mcp_server_name}`) : null,
     errorSource(e),
     raw(ev));
+  }
+  case 'session.usage': {
+    const u = ev.usage || {};
+    const b = ev.budget && ev.budget.max_list_cost;
+    if (!ctx.showSpans) return null;
+    return h('div', {class: 'ev span-line', id: `ev-${ev.id}`, dataset: {type: t}},
+      h('span', {class: 'mono'}, `${t}: ${u.list_cost ? u.list_cost.amount : '?'} of ${b ? b.amount : 'no'} cents budget`), stamp(ev));
   }
   case 'agent.thread_context_compacted':
     return h('div', {class: 'ev status-line', id: `ev-${ev.id}`, dataset: {type: t}}, h('span', null, 'Context compacted'), stamp(ev));

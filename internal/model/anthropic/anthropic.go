@@ -130,6 +130,9 @@ func response(msg *anthropic.Message) (*model.Response, error) {
 	resp.Usage.OutputTokens = msg.Usage.OutputTokens
 	resp.Usage.CacheCreationInputTokens = msg.Usage.CacheCreationInputTokens
 	resp.Usage.CacheReadInputTokens = msg.Usage.CacheReadInputTokens
+	resp.CacheCreation1h = msg.Usage.CacheCreation.Ephemeral1hInputTokens
+	resp.ServerToolUse.WebSearchRequests = msg.Usage.ServerToolUse.WebSearchRequests
+	resp.ServerToolUse.WebFetchRequests = msg.Usage.ServerToolUse.WebFetchRequests
 	for _, c := range msg.Content {
 		switch c.Type {
 		case model.BlockText:

@@ -127,7 +127,9 @@ func testEventAppendSessionState(t *testing.T, h Harness) {
 	s := h.open(t)
 	sess := createSession(t, s)
 	usage := &apitype.SessionUsage{InputTokens: 100, OutputTokens: 20, CacheReadInputTokens: 7,
-		CacheCreation: &apitype.CacheCreation{Ephemeral5mInputTokens: 3}}
+		CacheCreation: &apitype.CacheCreation{Ephemeral5mInputTokens: 3, Ephemeral1hInputTokens: 4},
+		ServerToolUse: apitype.ServerToolUse{WebSearchRequests: 2, WebFetchRequests: 1},
+		ListCost:      &apitype.Money{Amount: "2", Currency: "USD"}, ListCostPicodollars: 1<<53 + 1}
 	_, err := s.EventAppend(ctxBg, &store.EventAppendParams{
 		SessionID: sess.ID, Events: []apitype.NewEvent{{Type: apitype.EventSessionStatusRunning, Processed: true}},
 		Status: apitype.StatusRunning, Usage: usage, ActiveSeconds: 1.5,
@@ -144,8 +146,13 @@ func testEventAppendSessionState(t *testing.T, h Harness) {
 	equal(t, got.Usage.InputTokens, 100, "input tokens")
 	equal(t, got.Usage.OutputTokens, 20, "output tokens")
 	equal(t, got.Usage.CacheReadInputTokens, 7, "cache read tokens")
-	if got.Usage.CacheCreation == nil || got.Usage.CacheCreation.Ephemeral5mInputTokens != 3 {
+	if got.Usage.CacheCreation == nil || got.Usage.CacheCreation.Ephemeral5mInputTokens != 3 || got.Usage.CacheCreation.Ephemeral1hInputTokens != 4 {
 		t.Fatalf("cache creation = %+v", got.Usage.CacheCreation)
+	}
+	// The list cost is kept exactly (an int64 past 2^53 would not survive a float).
+	if u := got.Usage; u.ListCost == nil || *u.ListCost != *usage.ListCost || u.ListCostPicodollars != 1<<53+1 ||
+		u.ServerToolUse != usage.ServerToolUse {
+		t.Fatalf("list cost %+v (%d picodollars), server tools %+v", u.ListCost, u.ListCostPicodollars, u.ServerToolUse)
 	}
 	equal(t, got.Stats.ActiveSeconds, 3.75, "active seconds accumulate")
 

@@ -1,0 +1,103 @@
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/price"
+)
+
+// The session's budget and what its model requests cost.
+//
+// Every model request is priced at the list rates of internal/price and added to the session's usage in the
+// same append as its span.model_request_end, followed, in a session with a budget, by a session.usage event
+// carrying the usage and the budget.
+// The budget is read from the log: the last session.updated of the tail that names one (the API appends it with
+// a wake-up when it changes the budget), else the session's at the run's start. Before each model request
+// (modelStep) a session whose list cost has reached its budget idles with budget_reached instead; the request
+// in flight when the cap is crossed finishes. A budget raised above the cost, or removed, wakes the session and
+// the paused work resumes without a client event.
+
+// budgetNow is the session's current budget (nil for none): the last one the tail's session.updated events set,
+// else the session's own.
+func (t *thread) budgetNow(st *state) json.RawMessage {
+	if st.budgetSet {
+		return st.budget
+	}
+	return t.sess.Budget
+}
+
+// overBudget reports whether the session may make no more model requests: its list cost has reached its budget,
+// or it has a budget its model cannot be priced against (never priced at zero).
+func (t *thread) overBudget(raw json.RawMessage) bool {
+	b, err := apitype.ParseBudget(raw)
+	if err != nil || b == nil {
+		return err != nil // a budget that cannot be read stops the session rather than running uncapped
+	}
+	return budgetReached(b, &t.usage, t.b.cfg.Prices.Priced(t.sess.Agent.Model.ID))
+}
+
+// budgetReached is the check made before each model request: the cost so far at or past the cap, or a cost
+// that cannot be known.
+func budgetReached(b *apitype.Budget, u *apitype.SessionUsage, priced bool) bool {
+	cents, ok := b.Cents()
+	if !ok || !priced || u.Unpriced {
+		return true
+	}
+	return price.Pico(u.ListCostPicodollars) >= price.FromCents(cents)
+}
+
+// addUsage adds a model request's usage, priced at the model's list rates, to the session's, and returns the new
+// total (for the append that records it) with the events that report it: session.usage for a session with a
+// budget, none for one without (its usage is on the session).
+func (t *thread) addUsage(resp *model.Response) (*apitype.SessionUsage, []apitype.NewEvent) {
+	u := resp.Usage
+	t.usage.InputTokens += u.InputTokens
+	t.usage.OutputTokens += u.OutputTokens
+	t.usage.CacheReadInputTokens += u.CacheReadInputTokens
+	w1h := min(max(resp.CacheCreation1h, 0), u.CacheCreationInputTokens)
+	if u.CacheCreationInputTokens > 0 {
+		cc := apitype.CacheCreation{}
+		if t.usage.CacheCreation != nil {
+			cc = *t.usage.CacheCreation
+		}
+		cc.Ephemeral5mInputTokens += u.CacheCreationInputTokens - w1h
+		cc.Ephemeral1hInputTokens += w1h
+		t.usage.CacheCreation = &cc
+	}
+	t.usage.ServerToolUse.WebSearchRequests += resp.ServerToolUse.WebSearchRequests
+	t.usage.ServerToolUse.WebFetchRequests += resp.ServerToolUse.WebFetchRequests
+	if r, ok := t.b.cfg.Prices.Rates(t.sess.Agent.Model.ID); ok && !t.usage.Unpriced {
+		cost := r.Cost(price.Tokens{Input: u.InputTokens, Output: u.OutputTokens, CacheWrite5m: u.CacheCreationInputTokens - w1h,
+			CacheWrite1h: w1h, CacheRead: u.CacheReadInputTokens})
+		total := price.Add(price.Pico(t.usage.ListCostPicodollars), cost)
+		t.usage.ListCostPicodollars = int64(total)
+		t.usage.ListCost = &apitype.Money{Amount: strconv.FormatInt(total.Cents(), 10), Currency: "USD"}
+	} else {
+		// One request the table cannot price makes the session's list cost unknown for good.
+		t.usage.Unpriced, t.usage.ListCost, t.usage.ListCostPicodollars = true, nil, 0
+	}
+	total := t.usage
+	if b, _ := apitype.ParseBudget(t.budget); b == nil {
+		return &total, nil
+	}
+	return &total, []apitype.NewEvent{t.usageEvent()}
+}
+
+// usageEvent is session.usage: the usage so far, its active time included, and the current budget.
+func (t *thread) usageEvent() apitype.NewEvent {
+	snap := t.usage
+	snap.ActiveSeconds = t.sess.Stats.ActiveSeconds + t.activeDone
+	if !t.activeFrom.IsZero() {
+		snap.ActiveSeconds += time.Since(t.activeFrom).Seconds()
+	}
+	budget := t.budget
+	if len(bytes.TrimSpace(budget)) == 0 {
+		budget = json.RawMessage("null")
+	}
+	return mustEvent(apitype.EventSessionUsage, apitype.SessionUsageEvent{Usage: snap, Budget: budget})
+}
