@@ -13,6 +13,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/mcp"
 	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -90,10 +91,16 @@ func (t *thread) offerMCP() []apitype.NewEvent {
 			if t.ctx.Err() != nil {
 				return errs
 			}
-			e := mcp.AsError(err, srv.Name)
-			if !t.mcpDown[srv.Name] { // reported once per run, not at each model call of a turn
+			e := *mcp.AsError(err, srv.Name)
+			e.Message += "; its tools are not offered to the model until it can be listed"
+			if !t.mcpDown[srv.Name] { // looked at once per run, not at each model call of a turn
 				t.b.cfg.Logger.Warn("mcp server not listed", "session", t.sess.ID, "mcp_server", srv.Name, "kind", e.Kind, "err", e.Message)
-				errs = append(errs, mcpErrorEvent(e))
+				if again, err := t.mcpReported(&e); err != nil {
+					t.b.cfg.Logger.Warn("mcp report not checked", "session", t.sess.ID, "mcp_server", srv.Name, "err", err)
+					errs = append(errs, mcpErrorEvent(&e))
+				} else if !again {
+					errs = append(errs, mcpErrorEvent(&e))
+				}
 				if t.mcpDown == nil {
 					t.mcpDown = map[string]bool{}
 				}
@@ -119,6 +126,47 @@ func (t *thread) offerMCP() []apitype.NewEvent {
 		}
 	}
 	return errs
+}
+
+// mcpReported reports whether the session's log already says e: the last report about its server is a
+// session.error of the same type and message, with no call to the server since. A server that keeps failing
+// the same way (a credential missing from the session's vaults, say) is reported once per session, not at
+// every turn; one that worked in between, or fails another way, is reported again.
+func (t *thread) mcpReported(e *mcp.Error) (bool, error) {
+	want := mcpErrorEvent(e)
+	var body apitype.SessionError
+	if err := json.Unmarshal(want.Data, &body); err != nil {
+		return false, err
+	}
+	before := int64(0)
+	for range 4 { // the last 4 pages of errors and MCP calls: an older report is worth repeating
+		page, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
+			SessionID: t.sess.ID, BeforeSeq: before, Desc: true, Limit: eventPage,
+			Types: []apitype.EventType{apitype.EventSessionError, apitype.EventAgentMCPToolUse},
+		})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range page {
+			if ev.Type == apitype.EventAgentMCPToolUse {
+				var u apitype.AgentMCPToolUse
+				if ev.DecodeData(&u) == nil && u.MCPServerName == e.Server {
+					return false, nil
+				}
+				continue
+			}
+			var se apitype.SessionError
+			if ev.DecodeData(&se) != nil || se.Error.MCPServerName != e.Server {
+				continue
+			}
+			return se.Error.Type == body.Error.Type && se.Error.Message == body.Error.Message, nil
+		}
+		if len(page) < eventPage {
+			break
+		}
+		before = page[len(page)-1].Seq
+	}
+	return false, nil
 }
 
 // mcpToolConfig resolves a tool's enabled and permission policy under its toolset's configs and default_config.

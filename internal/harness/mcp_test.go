@@ -498,3 +498,45 @@ func TestMCPDenied(t *testing.T) {
 		t.Errorf("model saw %+v", tr)
 	}
 }
+
+// TestMCPMissingCredentialOnce: a server that refuses a session with no credential for it is reported once per
+// session, naming the server's URL and what credential would match, not at every turn; its tools are not
+// offered, and the report says so.
+func TestMCPMissingCredentialOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	r := newMCPRig(t, f, mcptest.Config{ClientID: "corral"})
+	f.srv.Script(modeltest.Turn{Text: "No tracker today."}, modeltest.Turn{Text: "Still no tracker."}, modeltest.Turn{Text: "Nor now."})
+	allow := &apitype.ToolDefaults{Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAllow}}
+	servers := []apitype.MCPServer{{Type: apitype.MCPServerURL, Name: "locked", URL: r.srv.MCPURL}}
+	tools := []apitype.Tool{{Type: apitype.ToolTypeMCPToolset, MCPServerName: "locked", DefaultConfig: allow}}
+	f.start(r.config())
+	id := r.session(t, servers, tools) // no vault
+	for i, text := range []string{"Check the tracker.", "Try again.", "Once more."} {
+		f.say(id, text)
+		f.waitIdle(id, i+1)
+	}
+	var reports []apitype.SessionErrorBody
+	for _, e := range f.events(id) {
+		if e.Type == sessErr {
+			reports = append(reports, decode[apitype.SessionError](t, e).Error)
+		}
+	}
+	if len(reports) != 1 {
+		t.Fatalf("%d session errors over 3 turns, want 1: %+v", len(reports), reports)
+	}
+	se := reports[0]
+	if se.Type != apitype.SessionErrMCPAuthentication || se.MCPServerName != "locked" {
+		t.Errorf("report %+v", se)
+	}
+	for _, want := range []string{r.srv.MCPURL, "no credential", "mcp_server_url", "not offered to the model"} {
+		if !strings.Contains(se.Message, want) {
+			t.Errorf("report %q does not say %q", se.Message, want)
+		}
+	}
+	for i, req := range f.srv.Requests() {
+		if len(req.Tools) != 0 {
+			t.Errorf("request %d offered %v", i, req.Tools)
+		}
+	}
+}

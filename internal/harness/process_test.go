@@ -63,3 +63,59 @@ func TestProcessSandbox(t *testing.T) {
 		t.Errorf("model saw %+v", tr)
 	}
 }
+
+// TestBashExitIsNotAFailure: a command that exits non-zero is the tool's answer, not a failure of Corral: the
+// model gets the exit code in the result (an error result, no failure source), no session.error is appended,
+// and the turn ends as any other.
+func TestBashExitIsNotAFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the sandbox agent")
+	}
+	t.Parallel()
+	agentPath, err := sandboxtest.BuildAgent(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider, err := process.New(process.Config{AgentPath: agentPath, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: provider, WorkspaceRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pool.Stop() })
+
+	f := newFixture(t)
+	f.srv.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_x", Name: "bash", Input: `{"command":"echo checking; exit 3"}`}}},
+		modeltest.Turn{Text: "The check failed with code 3."},
+	)
+	cfg := f.config()
+	cfg.Hands = pool
+	f.start(cfg)
+	id := f.session(toolset)
+	f.say(id, "run the check")
+
+	evs := f.waitIdle(id, 1)
+	var results int
+	for _, e := range evs {
+		switch e.Type {
+		case toolResult:
+			results++
+			res := decode[apitype.AgentToolResult](t, e)
+			if !res.IsError || res.Source != nil || !strings.Contains(resultText(res), "checking") || !strings.Contains(resultText(res), "exit code: 3") {
+				t.Errorf("bash result = %+v, want an error result with the output and the exit code, and no failure source", res)
+			}
+		case sessErr:
+			t.Errorf("a non-zero exit appended a session.error: %s", e.Data)
+		}
+	}
+	if results != 1 {
+		t.Fatalf("%d tool results; log %v", results, types(evs))
+	}
+	assertStop(t, evs[len(evs)-1], apitype.StopEndTurn)
+	if tr := lastToolResult(t, f.srv.Requests()[1]); tr.ToolUseID != "toolu_x" || !strings.Contains(blockText(tr), "exit code: 3") {
+		t.Errorf("model saw %+v", tr)
+	}
+}

@@ -129,6 +129,10 @@ func TestLayerBadInput(t *testing.T) {
 			c.Registries = &unreachable
 			c.AllowInternal = append(c.AllowInternal, "127.0.0.1:9")
 		}, "npm", "", "installing its toolchain (npm 10.9.2): the registry could not be reached"},
+		// A mirror behind an internal address the operator has not trusted: the message names the flag that does.
+		{"untrusted internal mirror", apitype.Packages{Npm: []string{"is-number@7.0.0"}}, func(c *image.LayerConfig) {
+			c.Registries = &unreachable
+		}, "npm", "", "the builder's proxy refused 127.0.0.1:9: 127.0.0.1:9 resolves to an internal address (an operator who trusts it allows it with --egress-allow-internal 127.0.0.1:9)"},
 		{"time limit", apitype.Packages{Npm: []string{"is-number@6.0.0"}}, func(c *image.LayerConfig) { c.Timeout = 3 * time.Second }, "apt", "", "time limit (3s)"},
 		{"disk limit", apitype.Packages{Apt: []string{"gcc"}}, func(c *image.LayerConfig) { c.DiskBytes, c.Timeout = 48<<20, time.Minute }, "apt", "", "disk limit (48 MiB)"},
 		{"bad spec", apitype.Packages{Pip: []string{"--index-url=http://evil"}}, nil, "pip", "--index-url=http://evil", "may not start with '-'"},

@@ -156,8 +156,10 @@ func runBuild(ctx context.Context, c LayerConfig, l List, st *stage) error {
 		managers = append([]string{Apt}, managers...)
 	}
 	sock := filepath.Join(st.run(), "proxy.sock")
+	var refusals refusals
 	proxy, err := egress.Listen(egress.Config{Path: sock, UID: c.BuilderUID, GID: c.BuilderUID,
-		Policy: egress.Policy{Hosts: c.Registries.Hosts(managers...), AllowInternal: c.AllowInternal}, Logger: c.Log})
+		Policy: egress.Policy{Hosts: c.Registries.Hosts(managers...), AllowInternal: c.AllowInternal}, Logger: c.Log,
+		Refused: refusals.add})
 	if err != nil {
 		return &BuildError{Message: err.Error()}
 	}
@@ -272,7 +274,7 @@ func runBuild(ctx context.Context, c LayerConfig, l List, st *stage) error {
 	case manager == "":
 		be.Message = fmt.Sprintf("the builder did not start: %v: %s", err, strings.TrimSpace(tail(output, 1024)))
 	default:
-		be.Message = classify(manager, pkg, output, c)
+		be.Message = classify(manager, pkg, output, c, refusals.list())
 	}
 	if isToolchain {
 		be.Message = "installing its toolchain (" + toolchain + "): " + be.Message
@@ -280,9 +282,36 @@ func runBuild(ctx context.Context, c LayerConfig, l List, st *stage) error {
 	return be
 }
 
-// classify says why a step failed, from its output: an unknown package, a version that does not exist, a
-// registry that cannot be reached, the disk limit; then the output's last lines.
-func classify(manager, pkg, output string, c LayerConfig) string {
+// refusals are the destinations the builder's proxy refused during a build, as it gave them ("host: why"),
+// the first few of them: clients show only a 403 or a failed tunnel, the proxy knows why (an internal address
+// the operator has not trusted with --egress-allow-internal, a host that is no registry of the list).
+type refusals struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+const maxRefusals = 4
+
+func (r *refusals) add(host string, err error) {
+	msg := host + ": " + strings.TrimPrefix(err.Error(), egress.ErrDenied.Error()+": ")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.seen) < maxRefusals && !slices.Contains(r.seen, msg) {
+		r.seen = append(r.seen, msg)
+	}
+}
+
+func (r *refusals) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
+}
+
+// classify says why a step failed, from its output and the destinations the builder's proxy refused: an unknown
+// package, a version that does not exist, a registry that cannot be reached, the disk limit; then the output's
+// last lines. A refusal is named whatever the client made of it (pip, for one, reports an unreachable index
+// as a version it cannot find).
+func classify(manager, pkg, output string, c LayerConfig, refused []string) string {
 	low := strings.ToLower(output)
 	has := func(subs ...string) bool {
 		for _, s := range subs {
@@ -334,6 +363,14 @@ func classify(manager, pkg, output string, c LayerConfig) string {
 		}
 	default:
 		why = "the install failed"
+	}
+	switch r := strings.Join(refused, "; "); {
+	case r == "":
+	case strings.HasPrefix(why, "the registry could not be reached"):
+		why = "the registry could not be reached: the builder's proxy refused " + r +
+			" (only the registries of " + strings.Join(c.Registries.Hosts(manager), ", ") + " are open)"
+	default:
+		why += " (the builder's proxy refused " + r + ")"
 	}
 	return why + ": " + strings.TrimSpace(tail(output, 1500))
 }

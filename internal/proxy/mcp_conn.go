@@ -140,7 +140,8 @@ func (c *mcpConn) fail(ctx context.Context, err error) error {
 	kind, msg := mcp.KindConnection, c.scrub(err.Error())
 	switch {
 	case c.authFailed.Load() && c.cred == nil:
-		kind, msg = mcp.KindAuthentication, "the server refused the request (401/403) and no credential of the session's vaults has its mcp_server_url"
+		kind, msg = mcp.KindAuthentication, "the server refused the request (401/403) and no credential of the session's vaults matches it: "+
+			"add a static_bearer or mcp_oauth credential with mcp_server_url "+c.server.URL+" to one of the session's vaults (vault_ids)"
 	case c.authFailed.Load():
 		kind, msg = mcp.KindAuthentication, "the server refused the session's credential (401/403)"
 		if r := c.cred.refreshError(); r != "" {

@@ -16,6 +16,38 @@ function tokens(s) {
   return n >= 1e6 ? `${(n / 1e6).toFixed(1)} M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)} k` : String(n);
 }
 
+// The last stop of an idle or terminated session is in its log, not in the session object: a row reads the few
+// latest status and error events once, and again only when the session has run since (its status, active time
+// or tokens moved).
+const STOP_TYPES = ['session.status_idle', 'session.status_terminated', 'session.error'];
+const STOP_READS = 6; // stop reads in flight at once
+
+function stopKey(s) {
+  const u = s.usage || {};
+  return [s.status, (s.stats && s.stats.active_seconds) || 0, u.input_tokens || 0, u.output_tokens || 0].join('|');
+}
+
+const errName = e => String((e.error && e.error.type) || 'error').replace(/_error$/, '').replace(/_/g, ' ');
+
+// stopOf says how a session's last turn ended, from its latest status and error events (newest first): the stop
+// reason, and the errors of that turn (those after the stop before it). {text, bad, title}, or null if none.
+export function stopOf(evs) {
+  const end = evs.findIndex(e => e.type === 'session.status_idle' || e.type === 'session.status_terminated');
+  if (end < 0) return null;
+  const last = evs[end];
+  let prev = evs.findIndex((e, i) => i > end && (e.type === 'session.status_idle' || e.type === 'session.status_terminated'));
+  if (prev < 0) prev = evs.length;
+  const errors = evs.slice(end + 1, prev).filter(e => e.type === 'session.error');
+  const reason = last.type === 'session.status_terminated' ? 'terminated' : (last.stop_reason && last.stop_reason.type) || 'idle';
+  const title = errors.map(e => (e.error && e.error.message) || '').filter(Boolean).join('\n') || undefined;
+  if (reason === 'retries_exhausted' || (reason === 'terminated' && errors.length)) {
+    return {text: errors.length ? `error: ${errName(errors[0])}` : 'error: gave up after retries', bad: true, title};
+  }
+  const text = {requires_action: 'requires_action: waiting for you', budget_reached: 'budget_reached: the budget is spent'}[reason] || reason;
+  if (!errors.length) return {text, bad: reason === 'refusal', title};
+  return {text: `${text} · ${errors.length} error${errors.length === 1 ? '' : 's'}: ${errName(errors[0])}`, bad: false, warn: true, title};
+}
+
 export async function sessionsPage(main, q) {
   const [agents, envs] = await Promise.all([
     get('/v1/agents', {limit: 100}).catch(() => ({data: []})),
@@ -30,6 +62,7 @@ export async function sessionsPage(main, q) {
   let current = null; // {rows, next, prev, scanned}
   let timer = null;
   let loading = false;
+  const stops = new Map(); // session id -> {key, stop}: the last stop read, for the key it was read at
 
   const select = (label, name, options, value) => {
     const s = h('select', {id: `f-${name}`, name, 'data-focus-key': name === 'status' ? '' : null,
@@ -125,7 +158,7 @@ export async function sessionsPage(main, q) {
           : 'Create one with the API or the CLI: corral sessions create …'))));
     } else {
       clear(tbody, rows.map(s => h('tr', null,
-        h('td', null, statusBadge(s.archived_at ? 'archived' : s.status)),
+        h('td', {class: 'status-cell'}, statusBadge(s.archived_at ? 'archived' : s.status), stopLine(s)),
         h('td', {class: 'name'}, h('a', {href: `#/sessions/${encodeURIComponent(s.id)}`, 'data-row': '', dataset: {id: s.id}},
           s.title || s.id), s.title ? h('span', {class: 'sub mono'}, s.id) : null),
         h('td', {class: 'opt'}, h('a', {href: `#/agents/${encodeURIComponent(s.agent.id)}`}, s.agent.name || s.agent.id),
@@ -145,6 +178,44 @@ export async function sessionsPage(main, q) {
     if (quiet) status.textContent += ' · live';
     prevBtn.disabled = !stack.length && !current.prev;
     nextBtn.disabled = !current.next;
+    readStops(rows);
+  }
+
+  // stopLine is the last stop of a session at rest, as far as it has been read.
+  function stopLine(s) {
+    if (s.status !== 'idle' && s.status !== 'terminated') return null;
+    const c = stops.get(s.id);
+    const st = c && c.stop;
+    if (!st) return null;
+    return h('span', {class: `sub stop${st.bad ? ' bad' : ''}${st.warn ? ' warn' : ''}`, title: st.title, dataset: {stop: s.id}}, st.text);
+  }
+
+  // readStops reads the last stop of the sessions at rest whose stop is unknown or stale, a few at a time, and
+  // shows the page again once they are in.
+  let reading = false;
+  async function readStops(rows) {
+    if (reading) return;
+    const todo = rows.filter(s => (s.status === 'idle' || s.status === 'terminated') && stops.get(s.id)?.key !== stopKey(s));
+    if (!todo.length) return;
+    reading = true;
+    try {
+      let i = 0;
+      const worker = async () => {
+        while (i < todo.length) {
+          const s = todo[i++];
+          try {
+            const r = await get(`/v1/sessions/${encodeURIComponent(s.id)}/events`, {'types[]': STOP_TYPES, order: 'desc', limit: 8});
+            stops.set(s.id, {key: stopKey(s), stop: stopOf(r.data || [])});
+          } catch {
+            stops.set(s.id, {key: stopKey(s), stop: null});
+          }
+        }
+      };
+      await Promise.all(Array.from({length: Math.min(STOP_READS, todo.length)}, worker));
+    } finally {
+      reading = false;
+    }
+    if (main.isConnected && current) render(true);
   }
 
   function next() {

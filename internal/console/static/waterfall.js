@@ -63,6 +63,10 @@ export function build(events) {
       if (extra) s.detail = [s.detail, extra].filter(Boolean).join(' · ');
       return s;
     };
+    const toolResult = startID => {
+      const s = close(startID, ev.is_error && ev.source, ev.is_error ? 'error result' : '');
+      if (s && ev.is_error && !ev.source) s.toolError = true;
+    };
     switch (ev.type) {
     case 'span.model_request_start': span('model', 'model request', ''); break;
     case 'span.model_request_end': {
@@ -79,9 +83,11 @@ export function build(events) {
     case 'agent.tool_use': span('tool', ev.name, ev.evaluated_permission === 'ask' ? 'asks for confirmation' : ''); break;
     case 'agent.mcp_tool_use': span('mcp', `${ev.mcp_server_name} · ${ev.name}`, 'MCP'); break;
     case 'agent.custom_tool_use': span('custom', ev.name, 'custom tool'); break;
-    case 'agent.tool_result': close(ev.tool_use_id, ev.is_error, ev.is_error ? 'error result' : ''); break;
-    case 'agent.mcp_tool_result': close(ev.mcp_tool_use_id, ev.is_error, ev.is_error ? 'error result' : ''); break;
-    case 'user.custom_tool_result': close(ev.custom_tool_use_id, ev.is_error, ev.is_error ? 'error result' : ''); break;
+    // A result failed where a part of Corral failed (its source says which); an error result the tool reported
+    // (a command's non-zero exit, say) is the model's to handle, not a failure of the turn.
+    case 'agent.tool_result': toolResult(ev.tool_use_id); break;
+    case 'agent.mcp_tool_result': toolResult(ev.mcp_tool_use_id); break;
+    case 'user.custom_tool_result': toolResult(ev.custom_tool_use_id); break;
     case 'user.tool_confirmation': {
       const s = open.get(ev.tool_use_id);
       if (s) s.detail = ev.result === 'allow' ? 'allowed' : 'denied';
@@ -139,7 +145,7 @@ export function view(el, turns, index, onPick, onSelect) {
     const sEnd = running ? end : s.end;
     const dur = sEnd - s.start;
     const label = `${s.label}${s.detail ? ` (${s.detail})` : ''}: ${running ? 'running' : fmtDuration(dur)}${s.error ? ', failed' : ''}${s.unended ? ', no end in the log' : ''}`;
-    return h('li', {class: `wf-row kind-${s.kind}${s.error ? ' failed' : ''}${running ? ' running' : ''}${s.unended ? ' unended' : ''}`},
+    return h('li', {class: `wf-row kind-${s.kind}${s.error ? ' failed' : ''}${s.toolError ? ' tool-error' : ''}${running ? ' running' : ''}${s.unended ? ' unended' : ''}`},
       h('button', {type: 'button', class: 'wf-label', title: label, onclick: () => onPick(s.error && s.endID ? s.endID : s.id)},
         h('span', {class: 'wf-kind'}, s.kind), ' ', h('span', {class: 'wf-name'}, s.label),
         h('span', {class: 'wf-dur'}, running ? 'running' : s.unended ? 'no end' : fmtDuration(dur))),

@@ -129,7 +129,8 @@ func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) 
 		}
 		for _, a := range addrs {
 			if denied(a, nets) {
-				return nil, fmt.Errorf("%w: %s resolves to an internal address", ErrDenied, host)
+				hp := net.JoinHostPort(host, port)
+				return nil, fmt.Errorf("%w: %s resolves to an internal address (an operator who trusts it allows it with --egress-allow-internal %s)", ErrDenied, hp, hp)
 			}
 		}
 	}
@@ -178,19 +179,23 @@ type Config struct {
 	Egress *sandbox.Egress
 	// Logger receives refusals; default discards.
 	Logger *slog.Logger
+	// Refused, if set, is called with each destination refused and why (as logged), from the proxy's
+	// goroutines: the image builder names them in a failed build's message, where clients show only a 403.
+	Refused func(host string, err error)
 }
 
 // Proxy is one sandbox's egress proxy on a Unix socket.
 type Proxy struct {
-	policy Policy
-	local  http.Handler
-	logger *slog.Logger
-	egress *sandbox.Egress // nil: the policy alone
-	itr    *http.Transport // upstream of intercepted requests (intercept.go)
-	ln     net.Listener
-	srv    *http.Server
-	tr     *http.Transport
-	done   chan struct{}
+	policy   Policy
+	local    http.Handler
+	logger   *slog.Logger
+	onRefuse func(host string, err error) // Config.Refused, or nil
+	egress   *sandbox.Egress              // nil: the policy alone
+	itr      *http.Transport              // upstream of intercepted requests (intercept.go)
+	ln       net.Listener
+	srv      *http.Server
+	tr       *http.Transport
+	done     chan struct{}
 
 	mu     sync.Mutex
 	tunnel map[net.Conn]struct{}
@@ -224,7 +229,7 @@ func Listen(cfg Config) (*Proxy, error) {
 		ln.Close()
 		return nil, fmt.Errorf("egress: chown socket: %w", err)
 	}
-	p := &Proxy{policy: policy, local: local, logger: logger, egress: cfg.Egress, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
+	p := &Proxy{policy: policy, local: local, logger: logger, onRefuse: cfg.Refused, egress: cfg.Egress, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
 	p.itr = p.interceptTransport()
 	p.tr = &http.Transport{
 		Proxy:                 nil,
@@ -394,8 +399,16 @@ func (p *Proxy) serveLocal(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// refused logs a refusal of host and tells Config.Refused.
+func (p *Proxy) refused(host string, err error) {
+	p.logger.Info("egress refused", "host", host, "err", err)
+	if p.onRefuse != nil {
+		p.onRefuse(host, err)
+	}
+}
+
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	p.logger.Info("egress refused", "host", r.Host, "err", err)
+	p.refused(r.Host, err)
 	if errors.Is(err, ErrDenied) {
 		http.Error(w, "egress proxy: "+err.Error(), http.StatusForbidden)
 		return

@@ -201,7 +201,7 @@ func (p *Proxy) serveIntercepted(ctx context.Context, c *tls.Conn, hostport stri
 		}
 		_ = c.SetReadDeadline(time.Time{})
 		if (req.URL.Host != "" && !SameAuthority(req.URL.Host, host, port)) || (req.Host != "" && !SameAuthority(req.Host, host, port)) {
-			p.logger.Info("egress refused", "host", hostport, "err", "the request names another host than its connection's")
+			p.refused(hostport, errors.New("the request names another host than its connection's"))
 			_ = errorResponse(req, http.StatusMisdirectedRequest,
 				"egress proxy: this connection is to "+hostport+"; a request in it may not name another host (Host header or request target)").Write(c)
 			return
@@ -216,7 +216,7 @@ func (p *Proxy) serveIntercepted(ctx context.Context, c *tls.Conn, hostport stri
 		keep := !req.Close
 		resp, err := p.roundTripIntercepted(req)
 		if err != nil {
-			p.logger.Info("egress refused", "host", hostport, "err", err)
+			p.refused(hostport, err)
 			status := http.StatusBadGateway
 			if errors.Is(err, ErrDenied) {
 				status = http.StatusForbidden
@@ -262,7 +262,7 @@ func errorResponse(req *http.Request, status int, msg string) *http.Response {
 func (p *Proxy) splice(ctx context.Context, down net.Conn, addr string) {
 	up, err := p.dial(ctx, "tcp", addr)
 	if err != nil {
-		p.logger.Info("egress refused", "host", addr, "err", err)
+		p.refused(addr, err)
 		return
 	}
 	if !p.track(up) {

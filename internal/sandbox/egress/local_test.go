@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/corralhq/corral/internal/sandbox"
@@ -75,7 +76,14 @@ func TestLocalAndAllowInternal(t *testing.T) {
 
 	// Without Local, the local name answers 404 and is never resolved or forwarded.
 	sock2 := filepath.Join(t.TempDir(), "proxy.sock")
-	p2, err := Listen(Config{Path: sock2, UID: -1, GID: -1, Policy: Policy{AllowAll: true}})
+	var refusedMu sync.Mutex
+	var refused []string
+	p2, err := Listen(Config{Path: sock2, UID: -1, GID: -1, Policy: Policy{AllowAll: true},
+		Refused: func(host string, err error) {
+			refusedMu.Lock()
+			defer refusedMu.Unlock()
+			refused = append(refused, host+" "+err.Error())
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +93,15 @@ func TestLocalAndAllowInternal(t *testing.T) {
 	if code, body := get(t, c2, "http://"+sandbox.LocalHost+"/git/x"); code != http.StatusNotFound || !strings.Contains(body, "no service") {
 		t.Errorf("local without a service: %d %q", code, body)
 	}
-	if code, _ := get(t, c2, up.URL+"/"); code != http.StatusForbidden {
-		t.Errorf("internal address without AllowInternal: %d", code)
+	// The refusal names the operator's flag that would allow the pair, to the client and to Config.Refused.
+	flag := "--egress-allow-internal " + upHost
+	if code, body := get(t, c2, up.URL+"/"); code != http.StatusForbidden || !strings.Contains(body, flag) {
+		t.Errorf("internal address without AllowInternal: %d %q, want a 403 naming %q", code, body, flag)
+	}
+	refusedMu.Lock()
+	defer refusedMu.Unlock()
+	if len(refused) != 1 || !strings.HasPrefix(refused[0], upHost+" ") || !strings.Contains(refused[0], flag) {
+		t.Errorf("Refused got %q, want one refusal of %s naming %q", refused, upHost, flag)
 	}
 }
 
