@@ -131,8 +131,8 @@ type env struct {
 
 type hold struct{ served, release chan struct{} }
 
-// newEnv starts a server (with bwrap sandboxes if hands) and a browser.
-func newEnv(t *testing.T, hands bool) *env {
+// newEnv starts a server (with bwrap sandboxes if hands) and a browser; opts adjust the server's config.
+func newEnv(t *testing.T, hands bool, opts ...func(*server.Config)) *env {
 	t.Helper()
 	chrome := chromium(t)
 	var sc server.SandboxConfig
@@ -153,7 +153,7 @@ func newEnv(t *testing.T, hands bool) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	fake := modeltest.NewServer(t)
-	srv, err := server.New(server.Config{
+	cfg := server.Config{
 		Store: st,
 		API:   &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: st, Static: key}},
 		Brain: &harness.Config{
@@ -163,7 +163,11 @@ func newEnv(t *testing.T, hands bool) *env {
 			Retry:        harness.RetryPolicy{MaxRetries: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		},
 		Sandbox: sc,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

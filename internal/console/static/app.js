@@ -5,8 +5,8 @@ import {h, clear, toast} from './dom.js';
 import {apiKey, setKey, forgetKey, get, setUnauthorizedHandler, APIError} from './api.js';
 import {sessionsPage} from './sessions.js';
 import {sessionPage} from './session.js';
-import {agentsPage, agentPage, agentDiffPage} from './agents.js';
-import {environmentsPage, environmentPage} from './environments.js';
+import {agentsPage, agentPage, agentDiffPage, agentEditPage} from './agents.js';
+import {environmentsPage, environmentPage, environmentEditPage} from './environments.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -18,9 +18,13 @@ let loginMessage = '';
 const routes = [
   [/^\/sessions\/([^/]+)$/, (v, m) => sessionPage(v, decodeURIComponent(m[1]))],
   [/^\/sessions$/, (v, m, q) => sessionsPage(v, q)],
+  [/^\/agents\/new$/, v => agentEditPage(v, '')],
+  [/^\/agents\/([^/]+)\/edit$/, (v, m) => agentEditPage(v, decodeURIComponent(m[1]))],
   [/^\/agents\/([^/]+)\/diff$/, (v, m, q) => agentDiffPage(v, decodeURIComponent(m[1]), q)],
   [/^\/agents\/([^/]+)$/, (v, m, q) => agentPage(v, decodeURIComponent(m[1]), q)],
   [/^\/agents$/, (v, m, q) => agentsPage(v, q)],
+  [/^\/environments\/new$/, v => environmentEditPage(v, '')],
+  [/^\/environments\/([^/]+)\/edit$/, (v, m) => environmentEditPage(v, decodeURIComponent(m[1]))],
   [/^\/environments\/([^/]+)$/, (v, m) => environmentPage(v, decodeURIComponent(m[1]))],
   [/^\/environments$/, (v, m, q) => environmentsPage(v, q)],
 ];

@@ -1,0 +1,256 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/server"
+)
+
+// refused sends a request the API must refuse and returns the message of its error envelope: what the console
+// must show for the same input.
+func (e *env) refused(method, path string, body any) string {
+	e.t.Helper()
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest(method, e.srv.URL()+path, bytes.NewReader(b))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("content-type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var env struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+		e.t.Fatal(err)
+	}
+	if resp.StatusCode/100 == 2 || env.Error.Message == "" {
+		e.t.Fatalf("%s %s %s: %s, message %q: the API should have refused it", method, path, b, resp.Status, env.Error.Message)
+	}
+	return env.Error.Message
+}
+
+// click clicks the element with id.
+func (e *env) click(id string) {
+	e.t.Helper()
+	e.do("click "+id, chromedp.Click(chromedp.ID(id)))
+}
+
+// formError is an expression true once the form's alert shows msg.
+func formError(form, msg string) string {
+	return `(() => { const a = document.getElementById(` + js(form+"-error") + `); return !!a && !a.hidden && a.textContent.includes(` + js(msg) + `); })()`
+}
+
+// TestConsoleManageAgents: an agent is created through the console's form (after a refusal whose message the
+// page shows), listed, shown, and edited into version 2; an edit made from a stale version shows the API's
+// conflict.
+func TestConsoleManageAgents(t *testing.T) {
+	e := newEnv(t, false)
+	e.login()
+
+	e.open("/agents")
+	e.wait("agents list", `!!document.getElementById('new-agent') && !!document.querySelector('.empty')`)
+	e.click("new-agent")
+	e.wait("new agent form", `location.hash === '#/agents/new' && !!document.getElementById('agent-form')`)
+
+	// Bad input: no model. The page shows the API's own message, and keeps the form.
+	want := e.refused("POST", "/v1/agents", map[string]any{"name": "helper", "model": ""})
+	e.setValue("agent-name", "helper")
+	e.click("agent-form-submit")
+	e.wait("the API's refusal on the page", formError("agent-form", want))
+	if got := e.eval(`document.getElementById('agent-name').value`); got != "helper" {
+		t.Errorf("after a refusal the name field holds %q, want what was typed", got)
+	}
+	// A JSON field that does not parse is refused before any request, naming the field.
+	e.setValue("agent-model", "claude-sonnet-4-5")
+	e.setValue("agent-tools", `[{"type": `)
+	e.click("agent-form-submit")
+	e.wait("the JSON field's error", formError("agent-form", "Tools: not valid JSON"))
+	e.shot("agent-form-error")
+
+	e.setValue("agent-system", "Be helpful.")
+	e.setValue("agent-tools", `[{"type": "agent_toolset_20260401"}]`)
+	e.setValue("agent-metadata", `{"team": "qa"}`)
+	e.click("agent-form-submit")
+	e.wait("the new agent's page", `location.hash.startsWith('#/agents/agent_') && document.querySelector('h1')?.textContent === 'helper'`)
+	id := strings.TrimPrefix(e.eval(`location.hash`), "#/agents/")
+	var a apitype.Agent
+	e.api("GET", "/v1/agents/"+id, nil, &a)
+	if a.Version != 1 || a.System != "Be helpful." || a.Model.ID != "claude-sonnet-4-5" || len(a.Tools) != 1 ||
+		a.Tools[0].Type != "agent_toolset_20260401" || a.Metadata["team"] != "qa" {
+		t.Fatalf("the agent the form created: %+v", a)
+	}
+	e.wait("version 1 current", `document.querySelector('.facts')?.textContent.includes('v1') && document.querySelectorAll('.badge.current').length === 1`)
+
+	e.open("/agents")
+	e.wait("the agent in the list", `[...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'helper' && r.getAttribute('href') === '#/agents/`+id+`')`)
+	e.shot("agents-list-new")
+
+	// Edit: the form is filled from version 1; saving posts version 1 and makes version 2.
+	e.open("/agents/" + id)
+	e.wait("agent page", `!!document.getElementById('edit-agent')`)
+	e.click("edit-agent")
+	e.wait("edit form", `location.hash === '#/agents/`+id+`/edit' && document.getElementById('agent-system')?.value === 'Be helpful.'`+
+		` && document.getElementById('agent-model').value === 'claude-sonnet-4-5' && document.getElementById('edit-base').textContent.includes('v1')`)
+	if got := e.eval(`document.getElementById('agent-tools').value`); !strings.Contains(got, "agent_toolset_20260401") {
+		t.Errorf("the tools field holds %q, want the agent's tools", got)
+	}
+	e.setValue("agent-system", "Be brief.")
+	e.setValue("agent-description", "Answers in one line.")
+	e.shot("agent-edit")
+	e.click("agent-form-submit")
+	e.wait("version 2", `location.hash === '#/agents/`+id+`' && document.querySelector('.facts')?.textContent.includes('v2')`+
+		` && document.querySelectorAll('.card table.list tbody tr').length === 2 && document.querySelector('.lead')?.textContent === 'Answers in one line.'`)
+	if got := e.eval(`document.querySelector('.badge.current')?.closest('tr')?.querySelector('a')?.textContent || ''`); got != "v2" {
+		t.Errorf("the version marked current is %q, want v2", got)
+	}
+	e.shot("agent-v2")
+	e.api("GET", "/v1/agents/"+id, nil, &a)
+	if a.Version != 2 || a.System != "Be brief." || a.Description != "Answers in one line." || len(a.Tools) != 1 || a.Metadata["team"] != "qa" {
+		t.Fatalf("the agent after the edit: %+v", a)
+	}
+
+	// A stale edit: the form was opened at v2, the agent moved to v3 meanwhile; the API's conflict is shown.
+	e.open("/agents/" + id + "/edit")
+	e.wait("edit form at v2", `document.getElementById('edit-base')?.textContent.includes('v2')`)
+	e.api("POST", "/v1/agents/"+id, map[string]any{"version": 2, "system": "Changed elsewhere."}, nil)
+	want = e.refused("POST", "/v1/agents/"+id, map[string]any{"version": 2, "system": "Mine."})
+	e.setValue("agent-system", "Mine.")
+	e.click("agent-form-submit")
+	e.wait("the conflict on the page", formError("agent-form", want))
+	e.api("GET", "/v1/agents/"+id, nil, &a)
+	if a.Version != 3 || a.System != "Changed elsewhere." {
+		t.Fatalf("a refused edit changed the agent: v%d %q", a.Version, a.System)
+	}
+}
+
+// fakeImages is an image builder whose builds the test finishes: every environment with packages is building
+// until the test stores its result.
+type fakeImages struct {
+	mu    sync.Mutex
+	built []string // the environments Build was called for
+}
+
+func (f *fakeImages) Check(*apitype.EnvConfig) error { return nil }
+func (f *fakeImages) Image(c *apitype.EnvConfig) *apitype.EnvironmentImage {
+	if c.Type != apitype.EnvironmentCloud {
+		return nil
+	}
+	return &apitype.EnvironmentImage{Status: apitype.ImageBuilding, ID: "img_test", UpdatedAt: apitype.Now()}
+}
+func (f *fakeImages) Build(e *apitype.Environment) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.built = append(f.built, e.ID)
+}
+func (f *fakeImages) Acquire(context.Context, *apitype.EnvConfig) (string, func(), error) {
+	return "", nil, context.Canceled
+}
+func (f *fakeImages) Start(context.Context) error { return nil }
+func (f *fakeImages) Stop()                       {}
+
+// TestConsoleManageEnvironments: an environment is created through the console's form (after a refusal whose
+// message the page shows), its image build is followed from building to failed with the build's log, and it
+// is edited.
+func TestConsoleManageEnvironments(t *testing.T) {
+	images := &fakeImages{}
+	e := newEnv(t, false, func(c *server.Config) { c.Images = images })
+	e.login()
+
+	e.open("/environments")
+	e.wait("environments list", `!!document.getElementById('new-environment')`)
+	e.click("new-environment")
+	e.wait("new environment form", `location.hash === '#/environments/new' && !!document.getElementById('env-form')`)
+	if e.eval(`String(document.getElementById('env-limited').hidden)`) != "true" {
+		t.Error("the limited networking fields show for unrestricted networking")
+	}
+
+	// Bad input: a host that is none. The API's message shows on the page.
+	want := e.refused("POST", "/v1/environments", map[string]any{"name": "data", "config": map[string]any{"type": "cloud",
+		"networking": map[string]any{"type": "limited", "allowed_hosts": []string{"not a host!"}}}})
+	e.setValue("env-name", "data")
+	e.setValue("env-networking", "limited")
+	e.wait("limited fields", `document.getElementById('env-limited').hidden === false`)
+	e.setValue("env-hosts", "not a host!")
+	e.click("env-form-submit")
+	e.wait("the API's refusal on the page", formError("env-form", want))
+	e.shot("environment-form-error")
+
+	e.setValue("env-hosts", "api.example.com\npypi.org")
+	e.eval(`document.getElementById('env-allow-pm').click(), ''`)
+	e.setValue("env-pkg-pip", "requests, numpy")
+	e.setValue("env-description", "For the data team.")
+	e.click("env-form-submit")
+	e.wait("the new environment's page", `location.hash.startsWith('#/environments/env_') && document.querySelector('h1')?.textContent === 'data'`)
+	id := strings.TrimPrefix(e.eval(`location.hash`), "#/environments/")
+	var got apitype.Environment
+	e.api("GET", "/v1/environments/"+id, nil, &got)
+	n := got.Config.Networking
+	if got.Description == nil || *got.Description != "For the data team." || n == nil || n.Type != apitype.NetworkingLimited ||
+		strings.Join(n.AllowedHosts, " ") != "api.example.com pypi.org" || n.AllowPackageManagers == nil || !*n.AllowPackageManagers ||
+		got.Config.Packages == nil || strings.Join(got.Config.Packages.Pip, " ") != "requests numpy" {
+		t.Fatalf("the environment the form created: %+v, networking %+v, packages %+v", got, n, got.Config.Packages)
+	}
+	images.mu.Lock()
+	built := slices.Clone(images.built)
+	images.mu.Unlock()
+	if len(built) != 1 || built[0] != id {
+		t.Errorf("builds started: %v, want the new environment's", built)
+	}
+
+	// The build: building, then failed with its log; the page follows it without a reload.
+	e.wait("building", `document.getElementById('image-status')?.textContent === 'building' && document.getElementById('packages')?.textContent.includes('requests numpy')`)
+	e.shot("environment-building")
+	const log = "Collecting numpy\nERROR: Could not find a version that satisfies the requirement numpy"
+	if err := e.st.EnvironmentImageSet(context.Background(), id, &apitype.EnvironmentImage{Status: apitype.ImageFailed, ID: "img_test",
+		UpdatedAt: apitype.Now(), Error: &apitype.ImageBuildError{Manager: "pip", Package: "numpy", Message: log}}); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("failed with its log", `document.getElementById('image-status')?.textContent === 'failed' && document.getElementById('image-log')?.textContent === `+js(log))
+	e.shot("environment-failed")
+
+	e.open("/environments")
+	e.wait("the environment in the list", `[...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'data')`)
+
+	// Edit: filled from the API; the type is fixed; unrestricted networking and a package fewer.
+	e.open("/environments/" + id)
+	e.wait("environment page", `!!document.getElementById('edit-environment')`)
+	e.click("edit-environment")
+	e.wait("edit form", `document.getElementById('env-name')?.value === 'data' && document.getElementById('env-networking').value === 'limited'`+
+		` && document.getElementById('env-hosts').value === 'api.example.com\npypi.org' && document.getElementById('env-allow-pm').checked`+
+		` && document.getElementById('env-pkg-pip').value === 'requests numpy' && document.getElementById('env-type').disabled`)
+	e.setValue("env-name", "data-2")
+	e.setValue("env-networking", "unrestricted")
+	e.setValue("env-pkg-pip", "requests")
+	e.click("env-form-submit")
+	e.wait("the edited environment", `location.hash === '#/environments/`+id+`' && document.querySelector('h1')?.textContent === 'data-2'`)
+	e.api("GET", "/v1/environments/"+id, nil, &got)
+	if got.Name != "data-2" || got.Config.Networking.Type != apitype.NetworkingUnrestricted || strings.Join(got.Config.Packages.Pip, " ") != "requests" ||
+		*got.Description != "For the data team." {
+		t.Fatalf("the environment after the edit: %+v, networking %+v, packages %+v", got, got.Config.Networking, got.Config.Packages)
+	}
+
+	// Changing the type is the API's to refuse; the form does not offer it (the select is disabled), so ask
+	// for a refusal the form can send: a name another environment has.
+	e.create("/v1/environments", map[string]any{"name": "taken", "config": map[string]any{"type": "cloud"}})
+	want = e.refused("POST", "/v1/environments/"+id, map[string]any{"name": "taken"})
+	e.open("/environments/" + id + "/edit")
+	e.wait("edit form", `document.getElementById('env-name')?.value === 'data-2'`)
+	e.setValue("env-name", "taken")
+	e.click("env-form-submit")
+	e.wait("the name conflict on the page", formError("env-form", want))
+}
