@@ -14,6 +14,8 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/vault"
 )
 
 // refused sends a request the API must refuse and returns the message of its error envelope: what the console
@@ -253,4 +255,132 @@ func TestConsoleManageEnvironments(t *testing.T) {
 	e.setValue("env-name", "taken")
 	e.click("env-form-submit")
 	e.wait("the name conflict on the page", formError("env-form", want))
+}
+
+// secretIn is an expression true if the page holds s anywhere: its markup, its text, or a field's value.
+func secretIn(s string) string {
+	return `(document.documentElement.outerHTML.includes(` + js(s) + `) || document.body.textContent.includes(` + js(s) + `)` +
+		` || [...document.querySelectorAll('input, textarea')].some(i => i.value.includes(` + js(s) + `)))`
+}
+
+// TestConsoleManageVaults: a vault is created (after a refusal shown on the page) and renamed; credentials are
+// added to it through the form, a secret environment variable and an MCP bearer token; their secrets are sealed
+// as typed, never shown on a page again, and replaced by an edit that leaves the other settings as they were.
+func TestConsoleManageVaults(t *testing.T) {
+	seal, err := vault.New(vault.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, false, func(c *server.Config) { c.API.Sealer = seal })
+	e.login()
+	// secretOf opens the one sealed secret of a credential.
+	secretOf := func(credID string) string {
+		t.Helper()
+		ss, err := e.st.SecretList(context.Background(), &store.SecretListParams{CredentialID: credID})
+		if err != nil || len(ss) != 1 {
+			t.Fatalf("secrets of %s: %d, %v", credID, len(ss), err)
+		}
+		b, err := seal.Open(&ss[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+
+	e.open("/vaults")
+	e.wait("vaults list", `!!document.getElementById('new-vault') && !!document.querySelector('.empty')`)
+	e.click("new-vault")
+	e.wait("new vault form", `!!document.getElementById('vault-form')`)
+	want := e.refused("POST", "/v1/vaults", map[string]any{"display_name": ""})
+	e.click("vault-form-submit")
+	e.wait("the API's refusal on the page", formError("vault-form", want))
+	e.setValue("vault-name", "ops")
+	e.click("vault-form-submit")
+	e.wait("the vault's page", `location.hash.startsWith('#/vaults/vlt_') && document.querySelector('h1')?.textContent === 'ops'`)
+	vaultID := strings.TrimPrefix(e.eval(`location.hash`), "#/vaults/")
+
+	// A secret environment variable: first with a name the API refuses, then right.
+	const first, second = "s3cr3t-first-value", "s3cr3t-second-value"
+	e.click("new-credential")
+	e.wait("credential form", `!!document.getElementById('cred-form') && document.getElementById('cred-type').value === 'environment_variable'`+
+		` && document.getElementById('cred-secret-value').type === 'password' && document.getElementById('cred-secret-value').value === ''`)
+	want = e.refused("POST", "/v1/vaults/"+vaultID+"/credentials", map[string]any{"auth": map[string]any{"type": "environment_variable",
+		"secret_name": "1BAD", "secret_value": first, "networking": map[string]any{"type": "unrestricted"},
+		"injection_location": map[string]any{"header": true, "body": false}}})
+	e.setValue("cred-secret-name", "1BAD")
+	e.setValue("cred-secret-value", first)
+	e.click("cred-form-submit")
+	e.wait("the API's refusal on the page", formError("cred-form", want))
+	e.setValue("cred-secret-name", "GITHUB_TOKEN")
+	e.setValue("cred-networking", "limited")
+	e.setValue("cred-hosts", "api.github.com")
+	e.setValue("cred-name", "GitHub")
+	e.shot("credential-form")
+	e.click("cred-form-submit")
+	e.wait("the credential in the vault", `location.hash === '#/vaults/`+vaultID+`' && document.getElementById('credentials')?.textContent.includes('$GITHUB_TOKEN')`)
+	if e.eval(`String(`+secretIn(first)+`)`) != "false" {
+		t.Error("the vault's page shows the secret")
+	}
+	var creds struct{ Data []apitype.Credential }
+	e.api("GET", "/v1/vaults/"+vaultID+"/credentials", nil, &creds)
+	if len(creds.Data) != 1 || creds.Data[0].Auth.SecretName != "GITHUB_TOKEN" || creds.Data[0].Auth.Networking == nil ||
+		strings.Join(creds.Data[0].Auth.Networking.AllowedHosts, " ") != "api.github.com" {
+		t.Fatalf("the credentials: %+v", creds.Data)
+	}
+	envCred := creds.Data[0].ID
+	if got := secretOf(envCred); got != first {
+		t.Fatalf("the sealed secret is %q, want what was typed", got)
+	}
+
+	// Its edit: the form shows no secret; a new value replaces it, the rest kept.
+	e.open("/vaults/" + vaultID + "/credentials/" + envCred + "/edit")
+	e.wait("credential edit form", `document.getElementById('cred-name')?.value === 'GitHub' && document.getElementById('cred-secret-name').value === 'GITHUB_TOKEN'`+
+		` && document.getElementById('cred-secret-name').disabled && document.getElementById('cred-networking').value === 'limited'`)
+	if e.eval(`String(`+secretIn(first)+`)`) != "false" || e.eval(`document.getElementById('cred-secret-value').value`) != "" {
+		t.Error("the edit form shows the secret")
+	}
+	e.shot("credential-edit")
+	e.setValue("cred-secret-value", second)
+	e.click("cred-form-submit")
+	e.wait("back at the vault", `location.hash === '#/vaults/`+vaultID+`' && !!document.getElementById('credentials')`)
+	if got := secretOf(envCred); got != second {
+		t.Fatalf("after the edit the sealed secret is %q, want the new one", got)
+	}
+	var c apitype.Credential
+	e.api("GET", "/v1/vaults/"+vaultID+"/credentials/"+envCred, nil, &c)
+	if c.DisplayName == nil || *c.DisplayName != "GitHub" || c.Auth.Networking == nil || c.Auth.Networking.Type != apitype.NetworkingLimited {
+		t.Fatalf("the edit changed more than the secret: %+v", c)
+	}
+	// A name-only edit keeps the secret.
+	e.open("/vaults/" + vaultID + "/credentials/" + envCred + "/edit")
+	e.wait("credential edit form", `document.getElementById('cred-name')?.value === 'GitHub'`)
+	e.setValue("cred-name", "GitHub bot")
+	e.click("cred-form-submit")
+	e.wait("renamed", `location.hash === '#/vaults/`+vaultID+`' && document.getElementById('credentials')?.textContent.includes('GitHub bot')`)
+	if got := secretOf(envCred); got != second {
+		t.Fatalf("a rename changed the sealed secret to %q", got)
+	}
+
+	// An MCP bearer token.
+	e.click("new-credential")
+	e.wait("credential form", `!!document.getElementById('cred-form')`)
+	e.setValue("cred-type", "static_bearer")
+	e.wait("bearer fields", `document.getElementById('cred-static-bearer').hidden === false && document.getElementById('cred-env-var').hidden === true`)
+	e.setValue("cred-mcp-url", "https://mcp.example.com/mcp")
+	e.setValue("cred-token", first)
+	e.click("cred-form-submit")
+	e.wait("the token in the vault", `location.hash === '#/vaults/`+vaultID+`' && document.getElementById('credentials')?.textContent.includes('https://mcp.example.com/mcp')`)
+	e.shot("vault")
+	if e.eval(`String(`+secretIn(first)+` || `+secretIn(second)+`)`) != "false" {
+		t.Error("the vault's page shows a secret")
+	}
+
+	// The vault renamed.
+	e.click("edit-vault")
+	e.wait("vault edit form", `document.getElementById('vault-name')?.value === 'ops'`)
+	e.setValue("vault-name", "ops-2")
+	e.click("vault-form-submit")
+	e.wait("renamed vault", `location.hash === '#/vaults/`+vaultID+`' && document.querySelector('h1')?.textContent === 'ops-2'`)
+	e.open("/vaults")
+	e.wait("the vault in the list", `[...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'ops-2')`)
 }

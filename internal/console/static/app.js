@@ -7,6 +7,7 @@ import {sessionsPage} from './sessions.js';
 import {sessionPage} from './session.js';
 import {agentsPage, agentPage, agentDiffPage, agentEditPage} from './agents.js';
 import {environmentsPage, environmentPage, environmentEditPage} from './environments.js';
+import {vaultsPage, vaultPage, vaultEditPage, credentialEditPage} from './vaults.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -27,6 +28,12 @@ const routes = [
   [/^\/environments\/([^/]+)\/edit$/, (v, m) => environmentEditPage(v, decodeURIComponent(m[1]))],
   [/^\/environments\/([^/]+)$/, (v, m) => environmentPage(v, decodeURIComponent(m[1]))],
   [/^\/environments$/, (v, m, q) => environmentsPage(v, q)],
+  [/^\/vaults\/new$/, v => vaultEditPage(v, '')],
+  [/^\/vaults\/([^/]+)\/edit$/, (v, m) => vaultEditPage(v, decodeURIComponent(m[1]))],
+  [/^\/vaults\/([^/]+)\/credentials\/new$/, (v, m) => credentialEditPage(v, decodeURIComponent(m[1]), '')],
+  [/^\/vaults\/([^/]+)\/credentials\/([^/]+)\/edit$/, (v, m) => credentialEditPage(v, decodeURIComponent(m[1]), decodeURIComponent(m[2]))],
+  [/^\/vaults\/([^/]+)$/, (v, m) => vaultPage(v, decodeURIComponent(m[1]))],
+  [/^\/vaults$/, (v, m, q) => vaultsPage(v, q)],
 ];
 
 // parseHash splits "#/path?a=b" into the path and its parameters.
@@ -146,7 +153,7 @@ document.addEventListener('keydown', ev => {
   if (typing || ev.ctrlKey || help.open || !apiKey()) return;
   if (pendingG) {
     pendingG = false;
-    const to = {s: '#/sessions', a: '#/agents', e: '#/environments'}[ev.key];
+    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults'}[ev.key];
     if (to) { ev.preventDefault(); location.hash = to; }
     return;
   }
