@@ -384,3 +384,68 @@ func TestConsoleManageVaults(t *testing.T) {
 	e.open("/vaults")
 	e.wait("the vault in the list", `[...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'ops-2')`)
 }
+
+// TestConsoleManageEnvironmentKeys: a self-hosted environment is created through the form; a worker key made
+// on its page is shown once, works, and is gone from the page once left; revoking takes a second click.
+func TestConsoleManageEnvironmentKeys(t *testing.T) {
+	e := newEnv(t, false)
+	e.login()
+	e.open("/environments/new")
+	e.wait("new environment form", `!!document.getElementById('env-form')`)
+	e.setValue("env-name", "workers")
+	e.setValue("env-type", "self_hosted")
+	e.wait("no cloud fields", `document.getElementById('env-cloud').hidden === true`)
+	e.click("env-form-submit")
+	e.wait("the environment's page", `location.hash.startsWith('#/environments/env_') && !!document.getElementById('keys')`)
+	envID := strings.TrimPrefix(e.eval(`location.hash`), "#/environments/")
+	var got apitype.Environment
+	e.api("GET", "/v1/environments/"+envID, nil, &got)
+	if got.Config.Type != apitype.EnvironmentSelfHosted {
+		t.Fatalf("the form made a %s environment", got.Config.Type)
+	}
+
+	e.wait("no keys", `document.getElementById('env-keys').textContent.includes('No keys')`)
+	e.setValue("key-name", "worker-1")
+	e.click("key-form-submit")
+	e.wait("the key, once", `(document.getElementById('new-key-value')?.value || '').startsWith(`+js(apitype.EnvironmentKeyPrefix)+`)`+
+		` && document.querySelectorAll('#env-keys tbody tr').length === 1`)
+	secret := e.eval(`document.getElementById('new-key-value').value`)
+	if hint := e.eval(`document.querySelector('#env-keys tbody tr td:nth-child(2)').textContent`); hint != "…"+secret[len(secret)-4:] {
+		t.Errorf("the list shows %q, want the key's last four characters", hint)
+	}
+	e.shot("environment-key")
+	// The key works: a worker's request with it is accepted.
+	req, _ := http.NewRequest("GET", e.srv.URL()+"/v1/environments/"+envID+"/work/stats", nil)
+	req.Header.Set("x-api-key", secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the key shown is refused: %s", resp.Status)
+	}
+	// Shown once: the page again does not have it.
+	e.open("/sessions")
+	e.wait("sessions", `!!document.querySelector('table.sessions')`)
+	e.open("/environments/" + envID)
+	e.wait("the keys again", `document.querySelectorAll('#env-keys tbody tr').length === 1`)
+	if e.eval(`String(`+secretIn(secret)+`)`) != "false" {
+		t.Error("the environment's page shows the key again")
+	}
+
+	// Revoke: the first click arms, the second revokes.
+	e.do("revoke once", chromedp.Click(chromedp.CSS(`#env-keys [data-revoke]`)))
+	e.wait("armed", `document.querySelector('#env-keys [data-revoke]').textContent.includes('again')`)
+	var keys struct{ Data []apitype.EnvironmentKey }
+	e.api("GET", "/v1/environments/"+envID+"/keys", nil, &keys)
+	if len(keys.Data) != 1 || keys.Data[0].RevokedAt != nil {
+		t.Fatalf("one click revoked the key: %+v", keys.Data)
+	}
+	e.do("revoke twice", chromedp.Click(chromedp.CSS(`#env-keys [data-revoke]`)))
+	e.wait("revoked", `document.querySelector('#env-keys tbody tr').textContent.includes('revoked') && !document.querySelector('#env-keys [data-revoke]')`)
+	e.api("GET", "/v1/environments/"+envID+"/keys", nil, &keys)
+	if len(keys.Data) != 1 || keys.Data[0].RevokedAt == nil {
+		t.Fatalf("the key is not revoked: %+v", keys.Data)
+	}
+}

@@ -63,6 +63,7 @@ export function query(params) {
 
 export const get = (path, params, opts) => call('GET', path + query(params), undefined, opts);
 export const post = (path, body) => call('POST', path, body);
+export const del = path => call('DELETE', path);
 export const id = s => encodeURIComponent(s);
 
 // sendEvents posts client events to a session.

@@ -1,7 +1,7 @@
 // Environments: the list, one environment with its image build, and the form that creates or edits one.
 
-import {h, clear, time, pretty, statusBadge, fmtTime} from './dom.js';
-import {get, post, id as esc} from './api.js';
+import {h, clear, time, pretty, statusBadge, fmtTime, toast} from './dom.js';
+import {get, post, del, id as esc} from './api.js';
 import {pagedList} from './agents.js';
 import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, FormError} from './forms.js';
 
@@ -54,7 +54,7 @@ export async function environmentPage(main, envID) {
     e.description ? h('p', {class: 'lead'}, e.description) : null,
     h('dl', {class: 'facts'},
       h('div', null, h('dt', null, 'Type'), h('dd', null, c.type || '')),
-      h('div', null, h('dt', null, 'Networking'), h('dd', null, (c.networking && c.networking.type) || 'default')),
+      c.type === 'self_hosted' ? null : h('div', null, h('dt', null, 'Networking'), h('dd', null, (c.networking && c.networking.type) || 'default')),
       h('div', null, h('dt', null, 'Created'), h('dd', null, time(e.created_at))),
       h('div', null, h('dt', null, 'Updated'), h('dd', null, time(e.updated_at))),
       e.archived_at ? h('div', null, h('dt', null, 'Archived'), h('dd', null, time(e.archived_at))) : null),
@@ -62,6 +62,7 @@ export async function environmentPage(main, envID) {
     listed.length ? h('section', {class: 'card'}, h('h2', null, 'Packages'),
       h('ul', {class: 'plain', id: 'packages'}, listed.map(m => h('li', null, h('strong', null, m), ' ', h('span', {class: 'mono'}, pk[m].join(' ')))))) : null,
     c.type === 'cloud' || e.image ? image : null,
+    c.type === 'self_hosted' ? await keysCard(e) : null,
     h('section', {class: 'card'}, h('h2', null, 'Configuration'), h('pre', {class: 'json'}, pretty(c))),
     Object.keys(e.metadata || {}).length ? h('section', {class: 'card'}, h('h2', null, 'Metadata'), h('pre', {class: 'json'}, pretty(e.metadata))) : null);
   // A build in progress: read the environment again until its image is ready or failed.
@@ -173,4 +174,62 @@ export async function environmentEditPage(main, envID) {
     ], e ? 'Save' : 'Create environment', send, back));
   f.name.focus();
   return {keys: {}};
+}
+
+// keysCard is a self-hosted environment's worker keys: the list (a key's last four characters only), a form
+// that creates one and shows its secret once (the API never returns it again, and the console keeps it
+// nowhere: leaving the page forgets it), and a revoke button that asks for a second click.
+async function keysCard(e) {
+  const list = h('div', {id: 'env-keys'});
+  const shown = h('div', {id: 'new-key', hidden: true});
+  const name = text('key-name', '', {placeholder: 'worker-1'});
+  async function load() {
+    const keys = await get(`/v1/environments/${esc(e.id)}/keys`);
+    clear(list, keys.data.length ? h('table', {class: 'list'},
+      h('thead', null, h('tr', null, h('th', null, 'Key'), h('th', null, 'Ends with'), h('th', null, 'Created'), h('th', null, 'State'), h('th', null, ''))),
+      h('tbody', null, keys.data.map(k => h('tr', {dataset: {key: k.id}},
+        h('td', null, k.name || h('span', {class: 'meta'}, 'unnamed'), h('span', {class: 'sub mono'}, k.id)),
+        h('td', {class: 'mono'}, `…${k.hint}`),
+        h('td', null, time(k.created_at)),
+        h('td', null, k.revoked_at ? h('span', {class: 'badge status-terminated'}, 'revoked') : h('span', {class: 'badge status-idle'}, 'active')),
+        h('td', null, k.revoked_at ? null : revokeButton(k))))))
+      : h('p', {class: 'meta'}, 'No keys: a worker needs one to take this environment\'s work.'));
+  }
+  function revokeButton(k) {
+    const b = h('button', {type: 'button', class: 'danger small', dataset: {revoke: k.id}, onclick: async () => {
+      if (b.dataset.armed !== '1') {
+        b.dataset.armed = '1';
+        b.textContent = 'Click again to revoke';
+        return;
+      }
+      b.disabled = true;
+      try {
+        await del(`/v1/environments/${esc(e.id)}/keys/${esc(k.id)}`);
+      } catch (err) {
+        b.disabled = false;
+        toast(err.message, 'error');
+        return;
+      }
+      await load();
+    }}, 'Revoke');
+    return b;
+  }
+  async function create() {
+    const k = await post(`/v1/environments/${esc(e.id)}/keys`, name.value ? {name: name.value} : {});
+    const value = h('input', {type: 'text', id: 'new-key-value', class: 'mono', readonly: true, value: k.key, autocomplete: 'off', spellcheck: 'false'});
+    clear(shown, h('div', {class: 'notice', role: 'status'},
+      h('strong', null, `Key ${k.name || k.id} created. `), 'Copy it now: it is shown this once, and neither the API nor this page can show it again.',
+      h('div', {class: 'key-row'}, value, h('button', {type: 'button', id: 'copy-key', onclick: async () => {
+        try { await navigator.clipboard.writeText(k.key); toast('Copied.'); } catch { value.select(); toast('Select and copy the key.', 'error'); }
+      }}, 'Copy'))));
+    shown.hidden = false;
+    name.value = '';
+    await load();
+  }
+  await load();
+  return h('section', {class: 'card', id: 'keys'}, h('h2', null, 'Worker keys'),
+    h('p', {class: 'meta'}, 'A worker (corral worker) authenticates with an environment key to take this environment\'s sessions.'),
+    shown,
+    form('key-form', [row('New key\'s name', name)], 'Create key', create, null),
+    list);
 }
