@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"mime/multipart"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +15,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/blob/localfs"
+	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/vault"
@@ -447,5 +451,112 @@ func TestConsoleManageEnvironmentKeys(t *testing.T) {
 	e.api("GET", "/v1/environments/"+envID+"/keys", nil, &keys)
 	if len(keys.Data) != 1 || keys.Data[0].RevokedAt == nil {
 		t.Fatalf("the key is not revoked: %+v", keys.Data)
+	}
+}
+
+// uploadRefused sends the upload the API must refuse (a multipart form of the file and its fields) and returns
+// its error message.
+func (e *env) uploadRefused(filename, content string, fields map[string]string) string {
+	e.t.Helper()
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	for k, v := range fields {
+		_ = mw.WriteField(k, v)
+	}
+	w, _ := mw.CreateFormFile("file", filename)
+	_, _ = io.WriteString(w, content)
+	_ = mw.Close()
+	req, _ := http.NewRequest("POST", e.srv.URL()+"/v1/files", &b)
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("content-type", mw.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var env struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&env)
+	if resp.StatusCode/100 == 2 || env.Error.Message == "" {
+		e.t.Fatalf("upload %s %v: %s, message %q: the API should have refused it", filename, fields, resp.Status, env.Error.Message)
+	}
+	return env.Error.Message
+}
+
+// TestConsoleManageFiles: a file is uploaded through the console (after a refusal shown on the page), listed,
+// downloaded with its bytes, and deleted; a session's outputs are a filtered list reached from the session.
+func TestConsoleManageFiles(t *testing.T) {
+	blobs, err := localfs.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blobs.Close() })
+	var svc *files.Service
+	e := newEnv(t, false, func(c *server.Config) {
+		if svc, err = files.New(files.Config{Store: c.Store, Blobs: blobs}); err != nil {
+			t.Fatal(err)
+		}
+		c.API.Files = svc
+	})
+	e.login()
+	const content = "hello, files\n"
+	choose := `(() => { const dt = new DataTransfer(); dt.items.add(new File([` + js(content) + `], 'notes.txt', {type: 'text/plain'}));
+		const i = document.getElementById('file-input'); i.files = dt.files; return String(i.files.length); })()`
+
+	e.open("/files")
+	e.wait("files page", `!!document.getElementById('upload-form') && !!document.querySelector('.empty')`)
+	e.click("upload-form-submit")
+	e.wait("no file chosen", formError("upload-form", "Choose a file"))
+	want := e.uploadRefused("notes.txt", content, map[string]string{"expires_in_seconds": "5"})
+	if e.eval(choose) != "1" {
+		t.Fatal("could not choose a file")
+	}
+	e.setValue("file-expires", "5")
+	e.click("upload-form-submit")
+	e.wait("the API's refusal on the page", formError("upload-form", want))
+	if e.eval(choose) != "1" {
+		t.Fatal("could not choose a file")
+	}
+	e.setValue("file-expires", "")
+	e.click("upload-form-submit")
+	e.wait("the file in the list", `[...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'notes.txt') && document.getElementById('file-input').value === ''`)
+	var list struct{ Data []apitype.File }
+	e.api("GET", "/v1/files", nil, &list)
+	if len(list.Data) != 1 || list.Data[0].Filename != "notes.txt" || list.Data[0].SizeBytes != int64(len(content)) {
+		t.Fatalf("files after the upload: %+v", list.Data)
+	}
+	fileID := list.Data[0].ID
+
+	// The download: the page fetches the content with the key and hands the browser a blob of its bytes.
+	e.eval(`window.__blobs = []; (o => { URL.createObjectURL = b => { window.__blobs.push(b); b.text().then(t => { window.__text = t; }); return o.call(URL, b); }; })(URL.createObjectURL), ''`)
+	e.do("download", chromedp.Click(chromedp.CSS(`[data-download="`+fileID+`"]`)))
+	e.wait("the downloaded bytes", `window.__text === `+js(content))
+	e.shot("files")
+
+	// A session's outputs, from its page.
+	agent := e.create("/v1/agents", map[string]any{"name": "writer", "model": "claude-sonnet-4-5"})
+	envID := e.create("/v1/environments", map[string]any{"name": "out", "config": map[string]any{"type": "cloud"}})
+	sess := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID})
+	if _, err := svc.CreateOutput(context.Background(), sess, "report.md", strings.NewReader("# Report\n")); err != nil {
+		t.Fatal(err)
+	}
+	e.open("/sessions/" + sess)
+	e.wait("session page", `!!document.getElementById('session-outputs')`)
+	e.click("session-outputs")
+	e.wait("the session's outputs", `document.querySelector('h1')?.textContent === 'Session outputs'`+
+		` && [...document.querySelectorAll('[data-row]')].map(r => r.textContent).join() === 'report.md'`)
+	e.shot("session-outputs")
+
+	// Delete: the first click arms, the second deletes.
+	e.open("/files")
+	e.wait("files", `document.querySelectorAll('[data-delete]').length === 2`)
+	e.do("delete once", chromedp.Click(chromedp.CSS(`[data-delete="`+fileID+`"]`)))
+	e.wait("armed", `document.querySelector('[data-delete="`+fileID+`"]').textContent.includes('again')`)
+	e.do("delete twice", chromedp.Click(chromedp.CSS(`[data-delete="`+fileID+`"]`)))
+	e.wait("deleted", `document.querySelectorAll('[data-delete]').length === 1 && !document.querySelector('[data-delete="`+fileID+`"]')`)
+	e.api("GET", "/v1/files", nil, &list)
+	if len(list.Data) != 1 || list.Data[0].Filename != "report.md" {
+		t.Fatalf("files after the delete: %+v", list.Data)
 	}
 }

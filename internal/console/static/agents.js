@@ -7,7 +7,9 @@ import {diffLines, canonical} from './diff.js';
 import {row, text, area, form, parseJSON, json, same, metadataPatch, FormError} from './forms.js';
 
 // pagedList renders a list page with Previous/Next over the API's cursors. columns: [[header, cell(row)], ...].
-export async function pagedList(main, {title, path, q, columns, emptyTitle, emptyHint, caption, actions}) {
+// params are more parameters of the list request; noArchived drops the Archived filter (files have none); before
+// is shown above the list (a form that adds to it).
+export async function pagedList(main, {title, path, q, columns, emptyTitle, emptyHint, caption, actions, params, noArchived, before}) {
   const stack = [];
   let token = q.get('page') || '';
   let cur = null;
@@ -19,18 +21,20 @@ export async function pagedList(main, {title, path, q, columns, emptyTitle, empt
   const nextBtn = h('button', {type: 'button', onclick: () => next()}, 'Next →');
   clear(main,
     h('div', {class: 'page-head'}, h('h1', null, title), actions ? [h('span', {class: 'spacer'}), actions] : null),
-    h('form', {class: 'filters', onsubmit: e => e.preventDefault()}, h('label', {class: 'check'}, archived, ' Archived too')),
+    before || null,
+    noArchived ? null : h('form', {class: 'filters', onsubmit: e => e.preventDefault()}, h('label', {class: 'check'}, archived, ' Archived too')),
     h('div', {class: 'table-wrap'}, h('table', {class: 'list'}, h('caption', {class: 'visually-hidden'}, caption),
       h('thead', null, h('tr', null, columns.map(([name, , cls]) => h('th', {scope: 'col', class: cls || null}, name)))), tbody)),
     h('div', {class: 'pager'}, prevBtn, status, nextBtn));
   async function load() {
     const q2 = new URLSearchParams();
     if (archived.checked) q2.set('archived', '1');
+    for (const [k, v] of Object.entries(params || {})) if (v) q2.set(k, v);
     if (token) q2.set('page', token);
     if (main.isConnected) setQuery(q2); // not from a page the user has left
     status.textContent = 'Loading…';
     try {
-      cur = await get(path, {limit: 50, page: token || undefined, include_archived: archived.checked ? 'true' : undefined});
+      cur = await get(path, Object.assign({limit: 50, page: token || undefined, include_archived: archived.checked ? 'true' : undefined}, params || {}));
     } catch (e) {
       status.textContent = '';
       clear(tbody, h('tr', null, h('td', {colspan: columns.length}, h('div', {class: 'notice error', role: 'alert'}, e.message))));
@@ -50,7 +54,7 @@ export async function pagedList(main, {title, path, q, columns, emptyTitle, empt
     load();
   }
   await load();
-  return {keys: {n: next, p: prev, r: load}};
+  return {keys: {n: next, p: prev, r: load}, reload: load};
 }
 
 export function agentsPage(main, q) {

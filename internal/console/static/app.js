@@ -8,6 +8,7 @@ import {sessionPage} from './session.js';
 import {agentsPage, agentPage, agentDiffPage, agentEditPage} from './agents.js';
 import {environmentsPage, environmentPage, environmentEditPage} from './environments.js';
 import {vaultsPage, vaultPage, vaultEditPage, credentialEditPage} from './vaults.js';
+import {filesPage} from './files.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -34,6 +35,7 @@ const routes = [
   [/^\/vaults\/([^/]+)\/credentials\/([^/]+)\/edit$/, (v, m) => credentialEditPage(v, decodeURIComponent(m[1]), decodeURIComponent(m[2]))],
   [/^\/vaults\/([^/]+)$/, (v, m) => vaultPage(v, decodeURIComponent(m[1]))],
   [/^\/vaults$/, (v, m, q) => vaultsPage(v, q)],
+  [/^\/files$/, (v, m, q) => filesPage(v, q)],
 ];
 
 // parseHash splits "#/path?a=b" into the path and its parameters.
@@ -153,7 +155,7 @@ document.addEventListener('keydown', ev => {
   if (typing || ev.ctrlKey || help.open || !apiKey()) return;
   if (pendingG) {
     pendingG = false;
-    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults'}[ev.key];
+    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files'}[ev.key];
     if (to) { ev.preventDefault(); location.hash = to; }
     return;
   }
