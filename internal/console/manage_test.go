@@ -1,8 +1,10 @@
 package console_test
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"mime/multipart"
@@ -454,19 +456,19 @@ func TestConsoleManageEnvironmentKeys(t *testing.T) {
 	}
 }
 
-// uploadRefused sends the upload the API must refuse (a multipart form of the file and its fields) and returns
-// its error message.
-func (e *env) uploadRefused(filename, content string, fields map[string]string) string {
+// multipartRefused sends the upload the API must refuse (a multipart form of one file part and the fields) to
+// path and returns its error message.
+func (e *env) multipartRefused(path, part, filename, content string, fields ...string) string {
 	e.t.Helper()
 	var b bytes.Buffer
 	mw := multipart.NewWriter(&b)
-	for k, v := range fields {
-		_ = mw.WriteField(k, v)
+	for i := 0; i+1 < len(fields); i += 2 {
+		_ = mw.WriteField(fields[i], fields[i+1])
 	}
-	w, _ := mw.CreateFormFile("file", filename)
+	w, _ := mw.CreateFormFile(part, filename)
 	_, _ = io.WriteString(w, content)
 	_ = mw.Close()
-	req, _ := http.NewRequest("POST", e.srv.URL()+"/v1/files", &b)
+	req, _ := http.NewRequest("POST", e.srv.URL()+path, &b)
 	req.Header.Set("x-api-key", key)
 	req.Header.Set("content-type", mw.FormDataContentType())
 	resp, err := http.DefaultClient.Do(req)
@@ -479,7 +481,7 @@ func (e *env) uploadRefused(filename, content string, fields map[string]string) 
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&env)
 	if resp.StatusCode/100 == 2 || env.Error.Message == "" {
-		e.t.Fatalf("upload %s %v: %s, message %q: the API should have refused it", filename, fields, resp.Status, env.Error.Message)
+		e.t.Fatalf("upload %s to %s %v: %s, message %q: the API should have refused it", filename, path, fields, resp.Status, env.Error.Message)
 	}
 	return env.Error.Message
 }
@@ -508,7 +510,7 @@ func TestConsoleManageFiles(t *testing.T) {
 	e.wait("files page", `!!document.getElementById('upload-form') && !!document.querySelector('.empty')`)
 	e.click("upload-form-submit")
 	e.wait("no file chosen", formError("upload-form", "Choose a file"))
-	want := e.uploadRefused("notes.txt", content, map[string]string{"expires_in_seconds": "5"})
+	want := e.multipartRefused("/v1/files", "file", "notes.txt", content, "expires_in_seconds", "5")
 	if e.eval(choose) != "1" {
 		t.Fatal("could not choose a file")
 	}
@@ -559,4 +561,108 @@ func TestConsoleManageFiles(t *testing.T) {
 	if len(list.Data) != 1 || list.Data[0].Filename != "report.md" {
 		t.Fatalf("files after the delete: %+v", list.Data)
 	}
+}
+
+// skillZip is a zip of a skill folder: name/SKILL.md with the given front matter and body.
+func skillZip(t *testing.T, name, skillMD string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	w, err := zw.Create(name + "/SKILL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(w, skillMD)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// chooseZip is an expression that puts a zip of bytes b into the file input id, as a user choosing it does.
+func chooseZip(id, filename string, b []byte) string {
+	return `(() => { const bin = atob(` + js(base64.StdEncoding.EncodeToString(b)) + `); const u = new Uint8Array(bin.length);
+		for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i);
+		const dt = new DataTransfer(); dt.items.add(new File([u], ` + js(filename) + `, {type: 'application/zip'}));
+		const i = document.getElementById(` + js(id) + `); i.files = dt.files; return String(i.files.length); })()`
+}
+
+// TestConsoleManageSkills: a skill is uploaded through the console (after a refusal shown on the page), gets a
+// second version (after a refusal of a version that renames it), whose zip downloads, and loses its first.
+func TestConsoleManageSkills(t *testing.T) {
+	blobs, err := localfs.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blobs.Close() })
+	e := newEnv(t, false, func(c *server.Config) {
+		if c.API.Files, err = files.New(files.Config{Store: c.Store, Blobs: blobs}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.login()
+	bad := skillZip(t, "greet", "# no front matter\n")
+	v1 := skillZip(t, "greet", "---\nname: greet\ndescription: Says hello.\n---\nSay hello.\n")
+	v2 := skillZip(t, "greet", "---\nname: greet\ndescription: Says hello, politely.\n---\nSay hello politely.\n")
+	other := skillZip(t, "other", "---\nname: other\ndescription: Another skill.\n---\n")
+
+	e.open("/skills")
+	e.wait("skills page", `!!document.getElementById('skill-form') && !!document.querySelector('.empty')`)
+	e.click("skill-form-submit")
+	e.wait("nothing chosen", formError("skill-form", "Choose the skill"))
+	want := e.multipartRefused("/v1/skills", "files[]", "greet.zip", string(bad))
+	if e.eval(chooseZip("skill-files", "greet.zip", bad)) != "1" {
+		t.Fatal("could not choose the zip")
+	}
+	e.click("skill-form-submit")
+	e.wait("the API's refusal on the page", formError("skill-form", want))
+	e.eval(chooseZip("skill-files", "greet.zip", v1))
+	e.setValue("skill-name", "Greeter")
+	e.click("skill-form-submit")
+	e.wait("the skill's page", `location.hash.startsWith('#/skills/skill_') && document.querySelector('h1')?.textContent === 'Greeter'`+
+		` && document.querySelectorAll('#skill-versions tbody tr').length === 1`)
+	skillID := strings.TrimPrefix(e.eval(`location.hash`), "#/skills/")
+
+	// A version that renames the skill is refused, with the API's message.
+	var sk apitype.Skill
+	e.api("GET", "/v1/skills/"+skillID, nil, &sk)
+	first := sk.LatestVersionID
+	want = e.multipartRefused("/v1/skills/"+skillID+"/versions", "files[]", "other.zip", string(other))
+	e.eval(chooseZip("version-files", "other.zip", other))
+	e.click("version-form-submit")
+	e.wait("the version's refusal on the page", formError("version-form", want))
+	e.eval(chooseZip("version-files", "greet.zip", v2))
+	e.click("version-form-submit")
+	e.wait("two versions", `document.querySelectorAll('#skill-versions tbody tr').length === 2`)
+	e.api("GET", "/v1/skills/"+skillID, nil, &sk)
+	if sk.LatestVersionID == first {
+		t.Fatalf("the new version is not the latest: %+v", sk)
+	}
+	if got := e.eval(`document.querySelector('#skill-versions .badge.current').closest('tr').dataset.version`); got != sk.LatestVersionID {
+		t.Errorf("the version marked latest is %q, want %q", got, sk.LatestVersionID)
+	}
+	if got := e.eval(`document.getElementById('skill-latest').textContent`); got != sk.LatestVersionID {
+		t.Errorf("the page's latest version is %q, want %q", got, sk.LatestVersionID)
+	}
+	if got := e.eval(`document.querySelector('#skill-versions tbody tr').textContent`); !strings.Contains(got, "Says hello, politely.") {
+		t.Errorf("the latest version's row: %q", got)
+	}
+	e.shot("skill")
+
+	// The latest version's zip downloads.
+	e.eval(`(o => { URL.createObjectURL = b => { b.arrayBuffer().then(a => { const u = new Uint8Array(a); window.__head = String.fromCharCode(u[0], u[1]); window.__size = u.length; }); return o.call(URL, b); }; })(URL.createObjectURL), ''`)
+	e.do("download", chromedp.Click(chromedp.CSS(`[data-download="`+sk.LatestVersionID+`"]`)))
+	e.wait("a zip", `window.__head === 'PK' && window.__size > 0`)
+
+	// The first version deleted, in two clicks.
+	e.do("delete once", chromedp.Click(chromedp.CSS(`[data-delete-version="`+first+`"]`)))
+	e.do("delete twice", chromedp.Click(chromedp.CSS(`[data-delete-version="`+first+`"]`)))
+	e.wait("one version", `document.querySelectorAll('#skill-versions tbody tr').length === 1 && !document.querySelector('[data-version="`+first+`"]')`)
+	var vs struct{ Data []apitype.SkillVersion }
+	e.api("GET", "/v1/skills/"+skillID+"/versions", nil, &vs)
+	if len(vs.Data) != 1 || vs.Data[0].ID != sk.LatestVersionID {
+		t.Fatalf("versions after the delete: %+v", vs.Data)
+	}
+	e.open("/skills")
+	e.wait("the skill in the list", `[...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'Greeter')`)
 }

@@ -9,6 +9,7 @@ import {agentsPage, agentPage, agentDiffPage, agentEditPage} from './agents.js';
 import {environmentsPage, environmentPage, environmentEditPage} from './environments.js';
 import {vaultsPage, vaultPage, vaultEditPage, credentialEditPage} from './vaults.js';
 import {filesPage} from './files.js';
+import {skillsPage, skillPage} from './skills.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -36,6 +37,8 @@ const routes = [
   [/^\/vaults\/([^/]+)$/, (v, m) => vaultPage(v, decodeURIComponent(m[1]))],
   [/^\/vaults$/, (v, m, q) => vaultsPage(v, q)],
   [/^\/files$/, (v, m, q) => filesPage(v, q)],
+  [/^\/skills\/([^/]+)$/, (v, m) => skillPage(v, decodeURIComponent(m[1]))],
+  [/^\/skills$/, (v, m, q) => skillsPage(v, q)],
 ];
 
 // parseHash splits "#/path?a=b" into the path and its parameters.
@@ -155,7 +158,7 @@ document.addEventListener('keydown', ev => {
   if (typing || ev.ctrlKey || help.open || !apiKey()) return;
   if (pendingG) {
     pendingG = false;
-    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files'}[ev.key];
+    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files', k: '#/skills'}[ev.key];
     if (to) { ev.preventDefault(); location.hash = to; }
     return;
   }
