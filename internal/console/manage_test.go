@@ -144,6 +144,22 @@ func TestConsoleManageAgents(t *testing.T) {
 	if a.Version != 3 || a.System != "Changed elsewhere." {
 		t.Fatalf("a refused edit changed the agent: v%d %q", a.Version, a.System)
 	}
+
+	// Archive: two clicks, then the list (without archived ones) no longer has it.
+	e.open("/agents/" + id)
+	e.wait("agent page", `!!document.getElementById('archive-agent')`)
+	e.click("archive-agent")
+	e.wait("armed", `document.getElementById('archive-agent').textContent.includes('again')`)
+	e.api("GET", "/v1/agents/"+id, nil, &a)
+	if a.ArchivedAt != nil {
+		t.Fatal("one click archived the agent")
+	}
+	e.click("archive-agent")
+	e.wait("archived", `location.hash === '#/agents' && !!document.querySelector('.empty')`)
+	e.api("GET", "/v1/agents/"+id, nil, &a)
+	if a.ArchivedAt == nil {
+		t.Fatal("the agent is not archived")
+	}
 }
 
 // fakeImages is an image builder whose builds the test finishes: every environment with packages is building
@@ -261,6 +277,17 @@ func TestConsoleManageEnvironments(t *testing.T) {
 	e.setValue("env-name", "taken")
 	e.click("env-form-submit")
 	e.wait("the name conflict on the page", formError("env-form", want))
+
+	// Archive, in two clicks.
+	e.open("/environments/" + id)
+	e.wait("environment page", `!!document.getElementById('archive-environment')`)
+	e.click("archive-environment")
+	e.click("archive-environment")
+	e.wait("archived", `location.hash === '#/environments' && ![...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'data-2')`)
+	e.api("GET", "/v1/environments/"+id, nil, &got)
+	if got.ArchivedAt == nil {
+		t.Fatal("the environment is not archived")
+	}
 }
 
 // secretIn is an expression true if the page holds s anywhere: its markup, its text, or a field's value.
@@ -389,6 +416,25 @@ func TestConsoleManageVaults(t *testing.T) {
 	e.wait("renamed vault", `location.hash === '#/vaults/`+vaultID+`' && document.querySelector('h1')?.textContent === 'ops-2'`)
 	e.open("/vaults")
 	e.wait("the vault in the list", `[...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'ops-2')`)
+
+	// A credential archived from its page, then the vault.
+	e.open("/vaults/" + vaultID + "/credentials/" + envCred + "/edit")
+	e.wait("credential edit form", `!!document.getElementById('archive-credential')`)
+	e.click("archive-credential")
+	e.click("archive-credential")
+	e.wait("back at the vault", `location.hash === '#/vaults/`+vaultID+`' && !!document.getElementById('credentials')`)
+	e.api("GET", "/v1/vaults/"+vaultID+"/credentials/"+envCred, nil, &c)
+	if c.ArchivedAt == nil {
+		t.Fatal("the credential is not archived")
+	}
+	e.click("archive-vault")
+	e.click("archive-vault")
+	e.wait("vault archived", `location.hash === '#/vaults' && !!document.querySelector('.empty')`)
+	var vlt apitype.Vault
+	e.api("GET", "/v1/vaults/"+vaultID, nil, &vlt)
+	if vlt.ArchivedAt == nil {
+		t.Fatal("the vault is not archived")
+	}
 }
 
 // TestConsoleManageEnvironmentKeys: a self-hosted environment is created through the form; a worker key made

@@ -4,7 +4,7 @@ import {h, clear, time, empty, pretty} from './dom.js';
 import {get, post, id as esc} from './api.js';
 import {setQuery} from './app.js';
 import {diffLines, canonical} from './diff.js';
-import {row, text, area, form, parseJSON, json, same, metadataPatch, FormError} from './forms.js';
+import {row, text, area, form, parseJSON, json, same, metadataPatch, twoClick, FormError} from './forms.js';
 
 // pagedList renders a list page with Previous/Next over the API's cursors. columns: [[header, cell(row)], ...].
 // params are more parameters of the list request; noArchived drops the Archived filter (files have none); before
@@ -91,7 +91,11 @@ export async function agentPage(main, agentID, q) {
   clear(main,
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/agents'}, 'Agents'), ' / ', h('span', {class: 'mono'}, a.id)),
     h('div', {class: 'page-head'}, h('h1', null, a.name || a.id), h('span', {class: 'spacer'}),
-      a.archived_at ? null : h('a', {class: 'button', href: `#/agents/${esc(a.id)}/edit`, id: 'edit-agent'}, 'Edit')),
+      a.archived_at ? null : [h('a', {class: 'button', href: `#/agents/${esc(a.id)}/edit`, id: 'edit-agent'}, 'Edit'),
+        twoClick('Archive', 'Click again to archive', {id: 'archive-agent'}, async () => {
+          await post(`/v1/agents/${esc(a.id)}/archive`, {});
+          location.hash = '#/agents';
+        })]),
     q.get('unchanged') ? h('p', {class: 'notice', role: 'status', id: 'unchanged'}, `Nothing changed: the agent is still at v${a.version}.`) : null,
     a.description ? h('p', {class: 'lead'}, a.description) : null,
     agentFacts(a),

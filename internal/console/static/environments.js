@@ -3,7 +3,7 @@
 import {h, clear, time, pretty, statusBadge, fmtTime, toast} from './dom.js';
 import {get, post, del, id as esc} from './api.js';
 import {pagedList} from './agents.js';
-import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, FormError} from './forms.js';
+import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, twoClick, FormError} from './forms.js';
 
 export function environmentsPage(main, q) {
   return pagedList(main, {title: 'Environments', path: '/v1/environments', q, caption: 'Environments',
@@ -50,7 +50,11 @@ export async function environmentPage(main, envID) {
   clear(main,
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/environments'}, 'Environments'), ' / ', h('span', {class: 'mono'}, e.id)),
     h('div', {class: 'page-head'}, h('h1', null, e.name || e.id), h('span', {class: 'spacer'}),
-      e.archived_at ? null : h('a', {class: 'button', href: `#/environments/${esc(e.id)}/edit`, id: 'edit-environment'}, 'Edit')),
+      e.archived_at ? null : [h('a', {class: 'button', href: `#/environments/${esc(e.id)}/edit`, id: 'edit-environment'}, 'Edit'),
+        twoClick('Archive', 'Click again to archive', {id: 'archive-environment'}, async () => {
+          await post(`/v1/environments/${esc(e.id)}/archive`, {});
+          location.hash = '#/environments';
+        })]),
     e.description ? h('p', {class: 'lead'}, e.description) : null,
     h('dl', {class: 'facts'},
       h('div', null, h('dt', null, 'Type'), h('dd', null, c.type || '')),
@@ -196,23 +200,10 @@ async function keysCard(e) {
       : h('p', {class: 'meta'}, 'No keys: a worker needs one to take this environment\'s work.'));
   }
   function revokeButton(k) {
-    const b = h('button', {type: 'button', class: 'danger small', dataset: {revoke: k.id}, onclick: async () => {
-      if (b.dataset.armed !== '1') {
-        b.dataset.armed = '1';
-        b.textContent = 'Click again to revoke';
-        return;
-      }
-      b.disabled = true;
-      try {
-        await del(`/v1/environments/${esc(e.id)}/keys/${esc(k.id)}`);
-      } catch (err) {
-        b.disabled = false;
-        toast(err.message, 'error');
-        return;
-      }
+    return twoClick('Revoke', 'Click again to revoke', {dataset: {revoke: k.id}}, async () => {
+      await del(`/v1/environments/${esc(e.id)}/keys/${esc(k.id)}`);
       await load();
-    }}, 'Revoke');
-    return b;
+    });
   }
   async function create() {
     const k = await post(`/v1/environments/${esc(e.id)}/keys`, name.value ? {name: name.value} : {});

@@ -4,7 +4,7 @@
 import {h, time, toast} from './dom.js';
 import {upload, download, del, id as esc} from './api.js';
 import {pagedList} from './agents.js';
-import {row, text, form, FormError} from './forms.js';
+import {row, text, form, twoClick, FormError} from './forms.js';
 
 export function fmtBytes(n) {
   if (!isFinite(n)) return '';
@@ -49,19 +49,10 @@ export async function filesPage(main, q) {
         deleteButton(f))],
     ]});
   function deleteButton(f) {
-    const b = h('button', {type: 'button', class: 'danger small', dataset: {delete: f.id}, onclick: async () => {
-      if (b.dataset.armed !== '1') { b.dataset.armed = '1'; b.textContent = 'Click again to delete'; return; }
-      b.disabled = true;
-      try {
-        await del(`/v1/files/${esc(f.id)}`);
-      } catch (e) {
-        b.disabled = false;
-        toast(e.message, 'error');
-        return;
-      }
+    return twoClick('Delete', 'Click again to delete', {dataset: {delete: f.id}}, async () => {
+      await del(`/v1/files/${esc(f.id)}`);
       await reload();
-    }}, 'Delete');
-    return b;
+    });
   }
   reload = res.reload;
   return res;

@@ -3,7 +3,7 @@
 // `pattern` of their own, so the message a user reads is the one the SDKs get). Fields are filled from the API
 // by value, never by markup.
 
-import {h, clear} from './dom.js';
+import {h, clear, toast} from './dom.js';
 
 // row is a labelled control with an optional hint: h('label') around the text, so a click focuses the control.
 export function row(label, control, hint) {
@@ -97,4 +97,16 @@ export function form(id, fields, submitLabel, send, cancelHref) {
   alert,
   h('div', {class: 'form-actions'}, submit, cancelHref ? h('a', {href: cancelHref, class: 'cancel'}, 'Cancel') : null));
   return f;
+}
+
+// twoClick is a button for what cannot be undone (revoke, delete, archive): the first click arms it and says so,
+// the second acts; a refusal is shown in a toast and the button may be tried again.
+export function twoClick(label, again, attrs, act) {
+  const b = h('button', Object.assign({type: 'button', class: 'danger small'}, attrs), label);
+  b.addEventListener('click', async () => {
+    if (b.dataset.armed !== '1') { b.dataset.armed = '1'; b.textContent = again; return; }
+    b.disabled = true;
+    try { await act(); } catch (e) { b.disabled = false; toast(e.message, 'error'); }
+  });
+  return b;
 }

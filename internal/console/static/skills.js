@@ -5,7 +5,7 @@
 import {h, clear, time, empty, toast} from './dom.js';
 import {get, upload, download, del, id as esc} from './api.js';
 import {pagedList} from './agents.js';
-import {row, text, form, FormError} from './forms.js';
+import {row, text, form, twoClick, FormError} from './forms.js';
 
 // skillFiles is the multipart body of an upload: the files of the folder chosen (by their paths in it) or the
 // files chosen (a zip, or a SKILL.md and its files).
@@ -43,17 +43,6 @@ export function skillsPage(main, q) {
       ['Source', s => (s.source && s.source.type) || '', 'opt'],
       ['Updated', s => time(s.updated_at), 'opt'],
     ]});
-}
-
-// twoClick is a button that asks for a second click before it acts.
-function twoClick(label, again, attrs, act) {
-  const b = h('button', Object.assign({type: 'button', class: 'danger small'}, attrs), label);
-  b.addEventListener('click', async () => {
-    if (b.dataset.armed !== '1') { b.dataset.armed = '1'; b.textContent = again; return; }
-    b.disabled = true;
-    try { await act(); } catch (e) { b.disabled = false; toast(e.message, 'error'); }
-  });
-  return b;
 }
 
 export async function skillPage(main, skillID) {

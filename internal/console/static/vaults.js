@@ -6,7 +6,7 @@
 import {h, clear, time, empty, pretty} from './dom.js';
 import {get, post, id as esc} from './api.js';
 import {pagedList} from './agents.js';
-import {row, text, area, form, parseJSON, json, lines, metadataPatch, FormError} from './forms.js';
+import {row, text, area, form, parseJSON, json, lines, metadataPatch, twoClick, FormError} from './forms.js';
 
 export function vaultsPage(main, q) {
   return pagedList(main, {title: 'Vaults', path: '/v1/vaults', q, caption: 'Vaults',
@@ -32,7 +32,11 @@ export async function vaultPage(main, vaultID) {
     h('div', {class: 'page-head'}, h('h1', null, v.display_name || v.id), h('span', {class: 'spacer'}),
       v.archived_at ? null : [
         h('a', {class: 'button', href: `#/vaults/${esc(v.id)}/edit`, id: 'edit-vault'}, 'Edit'),
-        h('a', {class: 'button primary', href: `#/vaults/${esc(v.id)}/credentials/new`, id: 'new-credential'}, 'Add credential')]),
+        h('a', {class: 'button primary', href: `#/vaults/${esc(v.id)}/credentials/new`, id: 'new-credential'}, 'Add credential'),
+        twoClick('Archive', 'Click again to archive', {id: 'archive-vault'}, async () => {
+          await post(`/v1/vaults/${esc(v.id)}/archive`, {});
+          location.hash = '#/vaults';
+        })]),
     h('dl', {class: 'facts'},
       h('div', null, h('dt', null, 'Created'), h('dd', null, time(v.created_at))),
       h('div', null, h('dt', null, 'Updated'), h('dd', null, time(v.updated_at))),
@@ -201,7 +205,11 @@ export async function credentialEditPage(main, vaultID, credID) {
   clear(main,
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/vaults'}, 'Vaults'), ' / ',
       h('a', {href: back}, v.display_name || v.id), ' / ', c ? h('span', {class: 'mono'}, c.id) : 'new credential'),
-    h('div', {class: 'page-head'}, h('h1', null, c ? `Edit ${c.display_name || credentialTarget(c)}` : 'Add a credential')),
+    h('div', {class: 'page-head'}, h('h1', null, c ? `Edit ${c.display_name || credentialTarget(c)}` : 'Add a credential'),
+      c && !c.archived_at ? [h('span', {class: 'spacer'}), twoClick('Archive', 'Click again to archive: sessions stop using it', {id: 'archive-credential'}, async () => {
+        await post(`/v1/vaults/${esc(v.id)}/credentials/${esc(c.id)}/archive`, {});
+        location.hash = back;
+      })] : null),
     c ? h('p', {class: 'lead'}, 'Secrets are write-only: the fields below never show the stored ones. Leave a secret blank to keep it.') : null,
     form('cred-form', [row('Name', f.name), row('Type', f.type, c ? 'A credential keeps its type.' : null),
       Object.values(groups), row('Metadata (JSON object)', f.metadata)], c ? 'Save' : 'Add credential', send, back));
