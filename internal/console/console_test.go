@@ -318,7 +318,8 @@ func (e *env) setValue(id, v string) {
 		el.dispatchEvent(new Event('input', {bubbles: true})); el.dispatchEvent(new Event('change', {bubbles: true})); return el.value; })()`)
 }
 
-// shot saves a screenshot of the whole page as name.png (and in docs/console/ when asked).
+// shot saves a screenshot of the whole page as name.png (and in docs/console/ when asked, unless name starts
+// with failed- or step-).
 func (e *env) shot(name string) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
@@ -334,7 +335,7 @@ func (e *env) shot(name string) {
 	if err := os.WriteFile(filepath.Join(e.shots, name+".png"), b, 0o644); err != nil {
 		e.t.Error(err)
 	}
-	if e.docs != "" && !strings.HasPrefix(name, "failed-") {
+	if e.docs != "" && !strings.HasPrefix(name, "failed-") && !strings.HasPrefix(name, "step-") {
 		// Committed: reduced to 256 colours and encoded at the best compression, a third of the size.
 		img, err := png.Decode(bytes.NewReader(b))
 		if err != nil {

@@ -88,7 +88,7 @@ func TestConsoleManageAgents(t *testing.T) {
 	e.setValue("agent-tools", `[{"type": `)
 	e.click("agent-form-submit")
 	e.wait("the JSON field's error", formError("agent-form", "Tools: not valid JSON"))
-	e.shot("agent-form-error")
+	e.shot("step-agent-form-error")
 
 	e.setValue("agent-system", "Be helpful.")
 	e.setValue("agent-tools", `[{"type": "agent_toolset_20260401"}]`)
@@ -106,7 +106,7 @@ func TestConsoleManageAgents(t *testing.T) {
 
 	e.open("/agents")
 	e.wait("the agent in the list", `[...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'helper' && r.getAttribute('href') === '#/agents/`+id+`')`)
-	e.shot("agents-list-new")
+	e.shot("step-agents-list-new")
 
 	// Edit: the form is filled from version 1; saving posts version 1 and makes version 2.
 	e.open("/agents/" + id)
@@ -126,7 +126,7 @@ func TestConsoleManageAgents(t *testing.T) {
 	if got := e.eval(`document.querySelector('.badge.current')?.closest('tr')?.querySelector('a')?.textContent || ''`); got != "v2" {
 		t.Errorf("the version marked current is %q, want v2", got)
 	}
-	e.shot("agent-v2")
+	e.shot("step-agent-v2")
 	e.api("GET", "/v1/agents/"+id, nil, &a)
 	if a.Version != 2 || a.System != "Be brief." || a.Description != "Answers in one line." || len(a.Tools) != 1 || a.Metadata["team"] != "qa" {
 		t.Fatalf("the agent after the edit: %+v", a)
@@ -212,7 +212,7 @@ func TestConsoleManageEnvironments(t *testing.T) {
 	e.setValue("env-hosts", "not a host!")
 	e.click("env-form-submit")
 	e.wait("the API's refusal on the page", formError("env-form", want))
-	e.shot("environment-form-error")
+	e.shot("step-environment-form-error")
 
 	e.setValue("env-hosts", "api.example.com\npypi.org")
 	e.eval(`document.getElementById('env-allow-pm').click(), ''`)
@@ -238,7 +238,7 @@ func TestConsoleManageEnvironments(t *testing.T) {
 
 	// The build: building, then failed with its log; the page follows it without a reload.
 	e.wait("building", `document.getElementById('image-status')?.textContent === 'building' && document.getElementById('packages')?.textContent.includes('requests numpy')`)
-	e.shot("environment-building")
+	e.shot("step-environment-building")
 	const log = "Collecting numpy\nERROR: Could not find a version that satisfies the requirement numpy"
 	if err := e.st.EnvironmentImageSet(context.Background(), id, &apitype.EnvironmentImage{Status: apitype.ImageFailed, ID: "img_test",
 		UpdatedAt: apitype.Now(), Error: &apitype.ImageBuildError{Manager: "pip", Package: "numpy", Message: log}}); err != nil {
@@ -348,7 +348,7 @@ func TestConsoleManageVaults(t *testing.T) {
 	e.setValue("cred-networking", "limited")
 	e.setValue("cred-hosts", "api.github.com")
 	e.setValue("cred-name", "GitHub")
-	e.shot("credential-form")
+	e.shot("step-credential-form")
 	e.click("cred-form-submit")
 	e.wait("the credential in the vault", `location.hash === '#/vaults/`+vaultID+`' && document.getElementById('credentials')?.textContent.includes('$GITHUB_TOKEN')`)
 	if e.eval(`String(`+secretIn(first)+`)`) != "false" {
@@ -403,7 +403,7 @@ func TestConsoleManageVaults(t *testing.T) {
 	e.setValue("cred-token", first)
 	e.click("cred-form-submit")
 	e.wait("the token in the vault", `location.hash === '#/vaults/`+vaultID+`' && document.getElementById('credentials')?.textContent.includes('https://mcp.example.com/mcp')`)
-	e.shot("vault")
+	e.shot("step-vault")
 	if e.eval(`String(`+secretIn(first)+` || `+secretIn(second)+`)`) != "false" {
 		t.Error("the vault's page shows a secret")
 	}
@@ -580,7 +580,7 @@ func TestConsoleManageFiles(t *testing.T) {
 	e.eval(`window.__blobs = []; (o => { URL.createObjectURL = b => { window.__blobs.push(b); b.text().then(t => { window.__text = t; }); return o.call(URL, b); }; })(URL.createObjectURL), ''`)
 	e.do("download", chromedp.Click(chromedp.CSS(`[data-download="`+fileID+`"]`)))
 	e.wait("the downloaded bytes", `window.__text === `+js(content))
-	e.shot("files")
+	e.shot("step-files")
 
 	// A session's outputs, from its page.
 	agent := e.create("/v1/agents", map[string]any{"name": "writer", "model": "claude-sonnet-4-5"})
@@ -594,7 +594,7 @@ func TestConsoleManageFiles(t *testing.T) {
 	e.click("session-outputs")
 	e.wait("the session's outputs", `document.querySelector('h1')?.textContent === 'Session outputs'`+
 		` && [...document.querySelectorAll('[data-row]')].map(r => r.textContent).join() === 'report.md'`)
-	e.shot("session-outputs")
+	e.shot("step-session-outputs")
 
 	// Delete: the first click arms, the second deletes.
 	e.open("/files")
