@@ -145,6 +145,18 @@ func TestConsoleManageAgents(t *testing.T) {
 		t.Fatalf("a refused edit changed the agent: v%d %q", a.Version, a.System)
 	}
 
+	// Saving an unchanged form makes no version, and the page says so.
+	e.open("/agents/" + id) // from another page: the same hash again would not route
+	e.wait("agent page at v3", `document.querySelector('.facts')?.textContent.includes('v3') && !!document.getElementById('edit-agent')`)
+	e.click("edit-agent")
+	e.wait("edit form at v3", `document.getElementById('edit-base')?.textContent.includes('v3')`)
+	e.click("agent-form-submit")
+	e.wait("nothing changed", `location.hash === '#/agents/`+id+`?unchanged=1' && document.getElementById('unchanged')?.textContent.includes('v3')`)
+	e.api("GET", "/v1/agents/"+id, nil, &a)
+	if a.Version != 3 {
+		t.Fatalf("an unchanged save made version %d", a.Version)
+	}
+
 	// Archive: two clicks, then the list (without archived ones) no longer has it.
 	e.open("/agents/" + id)
 	e.wait("agent page", `!!document.getElementById('archive-agent')`)
