@@ -131,8 +131,8 @@ type env struct {
 
 type hold struct{ served, release chan struct{} }
 
-// newEnv starts a server (with bwrap sandboxes if hands) and a browser.
-func newEnv(t *testing.T, hands bool) *env {
+// newEnv starts a server (with bwrap sandboxes if hands) and a browser; opts adjust the server's config.
+func newEnv(t *testing.T, hands bool, opts ...func(*server.Config)) *env {
 	t.Helper()
 	chrome := chromium(t)
 	var sc server.SandboxConfig
@@ -153,7 +153,7 @@ func newEnv(t *testing.T, hands bool) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	fake := modeltest.NewServer(t)
-	srv, err := server.New(server.Config{
+	cfg := server.Config{
 		Store: st,
 		API:   &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: st, Static: key}},
 		Brain: &harness.Config{
@@ -163,7 +163,11 @@ func newEnv(t *testing.T, hands bool) *env {
 			Retry:        harness.RetryPolicy{MaxRetries: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		},
 		Sandbox: sc,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +318,8 @@ func (e *env) setValue(id, v string) {
 		el.dispatchEvent(new Event('input', {bubbles: true})); el.dispatchEvent(new Event('change', {bubbles: true})); return el.value; })()`)
 }
 
-// shot saves a screenshot of the whole page as name.png (and in docs/console/ when asked).
+// shot saves a screenshot of the whole page as name.png (and in docs/console/ when asked, unless name starts
+// with failed- or step-).
 func (e *env) shot(name string) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
@@ -330,7 +335,7 @@ func (e *env) shot(name string) {
 	if err := os.WriteFile(filepath.Join(e.shots, name+".png"), b, 0o644); err != nil {
 		e.t.Error(err)
 	}
-	if e.docs != "" && !strings.HasPrefix(name, "failed-") {
+	if e.docs != "" && !strings.HasPrefix(name, "failed-") && !strings.HasPrefix(name, "step-") {
 		// Committed: reduced to 256 colours and encoded at the best compression, a third of the size.
 		img, err := png.Decode(bytes.NewReader(b))
 		if err != nil {

@@ -1,12 +1,15 @@
 // Agents: the list, an agent with its versions, and the diff between two versions.
 
 import {h, clear, time, empty, pretty} from './dom.js';
-import {get, id as esc} from './api.js';
+import {get, post, id as esc} from './api.js';
 import {setQuery} from './app.js';
 import {diffLines, canonical} from './diff.js';
+import {row, text, area, form, parseJSON, json, same, metadataPatch, twoClick, FormError} from './forms.js';
 
 // pagedList renders a list page with Previous/Next over the API's cursors. columns: [[header, cell(row)], ...].
-export async function pagedList(main, {title, path, q, columns, emptyTitle, emptyHint, caption}) {
+// params are more parameters of the list request; noArchived drops the Archived filter (files have none); before
+// is shown above the list (a form that adds to it).
+export async function pagedList(main, {title, path, q, columns, emptyTitle, emptyHint, caption, actions, params, noArchived, before}) {
   const stack = [];
   let token = q.get('page') || '';
   let cur = null;
@@ -17,19 +20,21 @@ export async function pagedList(main, {title, path, q, columns, emptyTitle, empt
   const prevBtn = h('button', {type: 'button', onclick: () => prev()}, '← Previous');
   const nextBtn = h('button', {type: 'button', onclick: () => next()}, 'Next →');
   clear(main,
-    h('div', {class: 'page-head'}, h('h1', null, title)),
-    h('form', {class: 'filters', onsubmit: e => e.preventDefault()}, h('label', {class: 'check'}, archived, ' Archived too')),
+    h('div', {class: 'page-head'}, h('h1', null, title), actions ? [h('span', {class: 'spacer'}), actions] : null),
+    before || null,
+    noArchived ? null : h('form', {class: 'filters', onsubmit: e => e.preventDefault()}, h('label', {class: 'check'}, archived, ' Archived too')),
     h('div', {class: 'table-wrap'}, h('table', {class: 'list'}, h('caption', {class: 'visually-hidden'}, caption),
       h('thead', null, h('tr', null, columns.map(([name, , cls]) => h('th', {scope: 'col', class: cls || null}, name)))), tbody)),
     h('div', {class: 'pager'}, prevBtn, status, nextBtn));
   async function load() {
     const q2 = new URLSearchParams();
     if (archived.checked) q2.set('archived', '1');
+    for (const [k, v] of Object.entries(params || {})) if (v) q2.set(k, v);
     if (token) q2.set('page', token);
     if (main.isConnected) setQuery(q2); // not from a page the user has left
     status.textContent = 'Loading…';
     try {
-      cur = await get(path, {limit: 50, page: token || undefined, include_archived: archived.checked ? 'true' : undefined});
+      cur = await get(path, Object.assign({limit: 50, page: token || undefined, include_archived: archived.checked ? 'true' : undefined}, params || {}));
     } catch (e) {
       status.textContent = '';
       clear(tbody, h('tr', null, h('td', {colspan: columns.length}, h('div', {class: 'notice error', role: 'alert'}, e.message))));
@@ -49,12 +54,13 @@ export async function pagedList(main, {title, path, q, columns, emptyTitle, empt
     load();
   }
   await load();
-  return {keys: {n: next, p: prev, r: load}};
+  return {keys: {n: next, p: prev, r: load}, reload: load};
 }
 
 export function agentsPage(main, q) {
   return pagedList(main, {title: 'Agents', path: '/v1/agents', q, caption: 'Agents',
-    emptyTitle: 'No agents yet.', emptyHint: 'Create one with POST /v1/agents or corral agents create.',
+    actions: h('a', {class: 'button primary', href: '#/agents/new', id: 'new-agent'}, 'New agent'),
+    emptyTitle: 'No agents yet.', emptyHint: 'Create one with New agent, POST /v1/agents or corral agents create.',
     columns: [
       ['Agent', a => [h('a', {href: `#/agents/${esc(a.id)}`, 'data-row': ''}, a.name || a.id), h('span', {class: 'sub mono'}, a.id)], 'name'],
       ['Model', a => h('span', {class: 'mono'}, (a.model && a.model.id) || '')],
@@ -84,7 +90,13 @@ export async function agentPage(main, agentID, q) {
   va.value = String(versions.data.length > 1 ? versions.data[1].version : a.version);
   clear(main,
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/agents'}, 'Agents'), ' / ', h('span', {class: 'mono'}, a.id)),
-    h('div', {class: 'page-head'}, h('h1', null, a.name || a.id)),
+    h('div', {class: 'page-head'}, h('h1', null, a.name || a.id), h('span', {class: 'spacer'}),
+      a.archived_at ? null : [h('a', {class: 'button', href: `#/agents/${esc(a.id)}/edit`, id: 'edit-agent'}, 'Edit'),
+        twoClick('Archive', 'Click again to archive', {id: 'archive-agent'}, async () => {
+          await post(`/v1/agents/${esc(a.id)}/archive`, {});
+          location.hash = '#/agents';
+        })]),
+    q.get('unchanged') ? h('p', {class: 'notice', role: 'status', id: 'unchanged'}, `Nothing changed: the agent is still at v${a.version}.`) : null,
     a.description ? h('p', {class: 'lead'}, a.description) : null,
     agentFacts(a),
     h('p', null, h('a', {href: `#/sessions?agent=${esc(a.id)}`}, 'Sessions of this agent →')),
@@ -103,7 +115,8 @@ export async function agentPage(main, agentID, q) {
         h('button', {type: 'submit', class: 'primary', id: 'diff-go'}, 'Compare')),
       versions.data.length ? h('table', {class: 'list'}, h('thead', null, h('tr', null, h('th', null, 'Version'), h('th', null, 'Updated'), h('th', null, 'Model'))),
         h('tbody', null, versions.data.map(v => h('tr', null,
-          h('td', null, h('a', {href: `#/agents/${esc(a.id)}?version=${v.version}`, 'data-row': ''}, `v${v.version}`), v.version === doc.version ? ' (shown)' : ''),
+          h('td', null, h('a', {href: `#/agents/${esc(a.id)}?version=${v.version}`, 'data-row': ''}, `v${v.version}`),
+            v.version === a.version ? h('span', {class: 'badge current'}, 'current') : null, v.version === doc.version ? ' (shown)' : ''),
           h('td', null, time(v.updated_at)), h('td', {class: 'mono'}, (v.model && v.model.id) || ''))))) : empty('No versions.'),
       versions.next_page ? h('p', {class: 'meta'}, 'Only the latest 100 versions are listed.') : null));
   return {keys: {}};
@@ -135,5 +148,74 @@ export async function agentDiffPage(main, agentID, q) {
         h('span', {class: 'op', 'aria-hidden': 'true'}, l.op === '…' ? ' ' : l.op),
         l.op === '-' ? h('span', {class: 'visually-hidden'}, 'removed: ') : l.op === '+' ? h('span', {class: 'visually-hidden'}, 'added: ') : null,
         l.text, '\n'))));
+  return {keys: {}};
+}
+
+// agentEditPage creates an agent (agentID empty) or posts an update of its current version. An update sends the
+// version it was made from (the API refuses it with a conflict if the agent moved on since) and only the fields
+// that changed; the API answers the new version, or the same one when nothing changed.
+export async function agentEditPage(main, agentID) {
+  const a = agentID ? await get(`/v1/agents/${esc(agentID)}`) : null;
+  const model = (a && a.model && a.model.id) || '';
+  const f = {
+    name: text('agent-name', a ? a.name : ''),
+    model: text('agent-model', model, {placeholder: 'claude-sonnet-4-5', class: 'mono'}),
+    description: text('agent-description', a ? a.description : ''),
+    system: area('agent-system', a ? a.system : '', 8),
+    tools: area('agent-tools', json(a && a.tools), 6, {class: 'mono', placeholder: '[{"type": "agent_toolset_20260401"}]'}),
+    mcp: area('agent-mcp-servers', json(a && a.mcp_servers), 3, {class: 'mono', placeholder: '[{"type": "url", "name": "docs", "url": "https://…"}]'}),
+    skills: area('agent-skills', json(a && a.skills), 3, {class: 'mono', placeholder: '[{"type": "custom", "skill_id": "skill_…", "version": "latest"}]'}),
+    metadata: area('agent-metadata', json(a && a.metadata), 3, {class: 'mono', placeholder: '{"team": "support"}'}),
+  };
+  async function send() {
+    const tools = parseJSON('Tools', f.tools.value);
+    const mcp = parseJSON('MCP servers', f.mcp.value);
+    const skills = parseJSON('Skills', f.skills.value);
+    const metadata = parseJSON('Metadata', f.metadata.value);
+    if (metadata !== undefined && (metadata === null || typeof metadata !== 'object' || Array.isArray(metadata))) {
+      throw new FormError('Metadata: a JSON object of strings.');
+    }
+    if (!a) {
+      const body = {name: f.name.value, model: f.model.value.trim()};
+      if (f.description.value) body.description = f.description.value;
+      if (f.system.value) body.system = f.system.value;
+      if (tools !== undefined) body.tools = tools;
+      if (mcp !== undefined) body.mcp_servers = mcp;
+      if (skills !== undefined) body.skills = skills;
+      if (metadata !== undefined) body.metadata = metadata;
+      const created = await post('/v1/agents', body);
+      location.hash = `#/agents/${esc(created.id)}`;
+      return;
+    }
+    const body = {version: a.version};
+    if (f.name.value !== a.name) body.name = f.name.value;
+    if (f.model.value.trim() !== model) body.model = f.model.value.trim();
+    if (f.description.value !== (a.description || '')) body.description = f.description.value;
+    if (f.system.value !== (a.system || '')) body.system = f.system.value;
+    if (!same(tools || [], a.tools || [])) body.tools = tools || [];
+    if (!same(mcp || [], a.mcp_servers || [])) body.mcp_servers = mcp || [];
+    if (!same(skills || [], a.skills || [])) body.skills = skills || [];
+    const md = metadataPatch(a.metadata || {}, metadata || {});
+    if (md) body.metadata = md;
+    const next = await post(`/v1/agents/${esc(a.id)}`, body);
+    location.hash = `#/agents/${esc(a.id)}${next.version !== a.version ? '' : '?unchanged=1'}`;
+  }
+  const back = a ? `#/agents/${esc(a.id)}` : '#/agents';
+  clear(main,
+    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/agents'}, 'Agents'), ' / ',
+      a ? [h('a', {href: back, class: 'mono'}, a.id), ' / edit'] : 'new'),
+    h('div', {class: 'page-head'}, h('h1', null, a ? `Edit ${a.name || a.id}` : 'New agent')),
+    a ? h('p', {class: 'lead', id: 'edit-base'}, `Editing version v${a.version}. Saving makes version v${a.version + 1}; if the agent changed meanwhile, the server refuses and you reload.`) : null,
+    form('agent-form', [
+      row('Name', f.name),
+      row('Model', f.model, 'A model id, such as claude-sonnet-4-5.'),
+      row('Description', f.description),
+      row('System prompt', f.system),
+      row('Tools (JSON array)', f.tools, 'The agent toolset, custom tools and MCP toolsets, as in the API. Blank for none.'),
+      row('MCP servers (JSON array)', f.mcp),
+      row('Skills (JSON array)', f.skills),
+      row('Metadata (JSON object)', f.metadata),
+    ], a ? 'Save as a new version' : 'Create agent', send, back));
+  f.name.focus();
   return {keys: {}};
 }

@@ -25,9 +25,11 @@ export function setUnauthorizedHandler(f) { onUnauthorized = f; }
 
 // call sends one request; a JSON body is given as an object. It throws APIError with the envelope's message.
 export async function call(method, path, body, opts) {
-  const init = {method, headers: headers(body !== undefined ? {'content-type': 'application/json'} : {}),
+  // A FormData body goes as multipart (the browser writes its content type and boundary); any other as JSON.
+  const multipart = body instanceof FormData;
+  const init = {method, headers: headers(body !== undefined && !multipart ? {'content-type': 'application/json'} : {}),
     cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer', signal: opts && opts.signal};
-  if (body !== undefined) init.body = JSON.stringify(body);
+  if (body !== undefined) init.body = multipart ? body : JSON.stringify(body);
   let resp;
   try {
     resp = await fetch(path, init);
@@ -35,6 +37,7 @@ export async function call(method, path, body, opts) {
     if (e.name === 'AbortError') throw e;
     throw new APIError(0, 'network_error', `The server did not answer (${e.message}).`);
   }
+  if (resp.ok && opts && opts.blob) return resp.blob();
   const text = await resp.text();
   let data = null;
   if (text) {
@@ -63,6 +66,23 @@ export function query(params) {
 
 export const get = (path, params, opts) => call('GET', path + query(params), undefined, opts);
 export const post = (path, body) => call('POST', path, body);
+export const del = path => call('DELETE', path);
+// upload posts a multipart form (files, skills).
+export const upload = (path, formData) => call('POST', path, formData);
+
+// download fetches path with the key (a plain link could not carry it) and saves the answer as filename.
+export async function download(path, filename) {
+  const blob = await call('GET', path, undefined, {blob: true});
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = url; // a blob: URL of this page, which dom.js's h() would not take
+  a.download = filename;
+  a.hidden = true;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
 export const id = s => encodeURIComponent(s);
 
 // sendEvents posts client events to a session.

@@ -5,8 +5,11 @@ import {h, clear, toast} from './dom.js';
 import {apiKey, setKey, forgetKey, get, setUnauthorizedHandler, APIError} from './api.js';
 import {sessionsPage} from './sessions.js';
 import {sessionPage} from './session.js';
-import {agentsPage, agentPage, agentDiffPage} from './agents.js';
-import {environmentsPage, environmentPage} from './environments.js';
+import {agentsPage, agentPage, agentDiffPage, agentEditPage} from './agents.js';
+import {environmentsPage, environmentPage, environmentEditPage} from './environments.js';
+import {vaultsPage, vaultPage, vaultEditPage, credentialEditPage} from './vaults.js';
+import {filesPage} from './files.js';
+import {skillsPage, skillPage} from './skills.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -18,11 +21,24 @@ let loginMessage = '';
 const routes = [
   [/^\/sessions\/([^/]+)$/, (v, m) => sessionPage(v, decodeURIComponent(m[1]))],
   [/^\/sessions$/, (v, m, q) => sessionsPage(v, q)],
+  [/^\/agents\/new$/, v => agentEditPage(v, '')],
+  [/^\/agents\/([^/]+)\/edit$/, (v, m) => agentEditPage(v, decodeURIComponent(m[1]))],
   [/^\/agents\/([^/]+)\/diff$/, (v, m, q) => agentDiffPage(v, decodeURIComponent(m[1]), q)],
   [/^\/agents\/([^/]+)$/, (v, m, q) => agentPage(v, decodeURIComponent(m[1]), q)],
   [/^\/agents$/, (v, m, q) => agentsPage(v, q)],
+  [/^\/environments\/new$/, v => environmentEditPage(v, '')],
+  [/^\/environments\/([^/]+)\/edit$/, (v, m) => environmentEditPage(v, decodeURIComponent(m[1]))],
   [/^\/environments\/([^/]+)$/, (v, m) => environmentPage(v, decodeURIComponent(m[1]))],
   [/^\/environments$/, (v, m, q) => environmentsPage(v, q)],
+  [/^\/vaults\/new$/, v => vaultEditPage(v, '')],
+  [/^\/vaults\/([^/]+)\/edit$/, (v, m) => vaultEditPage(v, decodeURIComponent(m[1]))],
+  [/^\/vaults\/([^/]+)\/credentials\/new$/, (v, m) => credentialEditPage(v, decodeURIComponent(m[1]), '')],
+  [/^\/vaults\/([^/]+)\/credentials\/([^/]+)\/edit$/, (v, m) => credentialEditPage(v, decodeURIComponent(m[1]), decodeURIComponent(m[2]))],
+  [/^\/vaults\/([^/]+)$/, (v, m) => vaultPage(v, decodeURIComponent(m[1]))],
+  [/^\/vaults$/, (v, m, q) => vaultsPage(v, q)],
+  [/^\/files$/, (v, m, q) => filesPage(v, q)],
+  [/^\/skills\/([^/]+)$/, (v, m) => skillPage(v, decodeURIComponent(m[1]))],
+  [/^\/skills$/, (v, m, q) => skillsPage(v, q)],
 ];
 
 // parseHash splits "#/path?a=b" into the path and its parameters.
@@ -142,7 +158,7 @@ document.addEventListener('keydown', ev => {
   if (typing || ev.ctrlKey || help.open || !apiKey()) return;
   if (pendingG) {
     pendingG = false;
-    const to = {s: '#/sessions', a: '#/agents', e: '#/environments'}[ev.key];
+    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files', k: '#/skills'}[ev.key];
     if (to) { ev.preventDefault(); location.hash = to; }
     return;
   }
