@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -321,5 +322,71 @@ func TestUnescapeHTML(t *testing.T) {
 		if json.Valid([]byte(in)) && (json.Unmarshal([]byte(in), &a) != nil || json.Unmarshal([]byte(got), &b) != nil || !reflect.DeepEqual(a, b)) {
 			t.Errorf("unescapeHTML(%s) changed the JSON value: %v vs %v", in, a, b)
 		}
+	}
+}
+
+// TestHelpHidesSecrets: the help of every command and verb of the real binary, run with secrets in the
+// environment that feeds flag defaults, prints none of them (it may say that they are set).
+func TestHelpHidesSecrets(t *testing.T) {
+	t.Parallel()
+	secrets := map[string]string{
+		"CORRAL_API_KEY":        "corral-marker-apikey",
+		"CORRAL_ENV_KEY":        "marker-envkey",
+		"CORRAL_VAULT_KEY":      "marker-vaultkey",
+		"CORRAL_DB":             "postgres://corral:marker-dbpass@127.0.0.1:1/db?password=marker-dbquery",
+		"CORRAL_URL":            "http://user:marker-urlpass@127.0.0.1:1",
+		"ANTHROPIC_API_KEY":     "marker-anthropic",
+		"ANTHROPIC_AUTH_TOKEN":  "marker-anthropic-token",
+		"OPENAI_API_KEY":        "marker-openai",
+		"AWS_SECRET_ACCESS_KEY": "marker-aws",
+	}
+	env := os.Environ()
+	for k, v := range secrets {
+		env = append(env, k+"="+v)
+	}
+	corral := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
+		cmd.Env = env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Errorf("corral %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+		return out.String()
+	}
+	check := func(out string, args ...string) {
+		t.Helper()
+		for name, v := range secrets {
+			for _, part := range []string{v, "marker-"} {
+				if strings.Contains(out, part) {
+					t.Errorf("corral %s prints the secret of $%s (%q):\n%s", strings.Join(args, " "), name, part, out)
+				}
+			}
+		}
+	}
+	verbLine := regexp.MustCompile(`(?m)^  ([a-z-]+) `)
+	helped := 0
+	for name := range commands {
+		out := corral(name, "-h")
+		check(out, name, "-h")
+		helped++
+		if !strings.Contains(out, "Commands:") {
+			continue
+		}
+		for _, m := range verbLine.FindAllStringSubmatch(out, -1) {
+			check(corral(name, m[1], "-h"), name, m[1], "-h")
+			helped++
+		}
+	}
+	if helped < 20 {
+		t.Errorf("only %d helps checked", helped)
+	}
+	// The help says where the key comes from.
+	if out := corral("agents", "list", "-h"); !strings.Contains(out, "set from $CORRAL_API_KEY") {
+		t.Errorf("agents list -h does not say the key is set from $CORRAL_API_KEY:\n%s", out)
+	}
+	if out := corral("serve", "-h"); !strings.Contains(out, "postgres://corral:xxxxx@127.0.0.1:1/db?password=xxxxx") {
+		t.Errorf("serve -h does not show the store URL redacted:\n%s", out)
 	}
 }

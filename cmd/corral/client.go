@@ -15,8 +15,9 @@ import (
 // clientFlags adds --url and --key to a flag set and returns a constructor for the API client: the CLI is a
 // client of the same HTTP API every other client uses.
 func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
-	base := fs.String("url", envOr("CORRAL_URL", "http://"+corral.DefaultListen), "Corral server `URL` (env CORRAL_URL)")
-	key := fs.String("key", os.Getenv("CORRAL_API_KEY"), "API `key` (env CORRAL_API_KEY)")
+	base := new(string)
+	urlFlag(fs, base, "url", envOr("CORRAL_URL", "http://"+corral.DefaultListen), "Corral server `URL` (env CORRAL_URL)")
+	key := secretFlag(fs, "key", "CORRAL_API_KEY", "API `key`")
 	return func() (*client.Client, error) {
 		if *key == "" {
 			return nil, errors.New("no API key: pass --key or set CORRAL_API_KEY")

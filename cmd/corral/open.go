@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +22,7 @@ type storeFlags struct {
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.data, "data", envOr("CORRAL_DATA", "./corral-data"), "`dir` for the SQLite database and the server's own files (env CORRAL_DATA)")
-	fs.StringVar(&f.db, "db", os.Getenv("CORRAL_DB"), "store `URL`: sqlite://PATH or postgres://... (default sqlite://DIR/corral.db; env CORRAL_DB)")
+	urlFlag(fs, &f.db, "db", os.Getenv("CORRAL_DB"), "store `URL`: sqlite://PATH or postgres://... (default sqlite://DIR/corral.db; env CORRAL_DB)")
 }
 
 // url is the store URL the flags select.
@@ -73,14 +72,6 @@ func sqlitePath(dbURL string) (string, bool) {
 	return "", false
 }
 
-// redactURL hides a password in a store URL.
-func redactURL(dbURL string) string {
-	if u, err := url.Parse(dbURL); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return dbURL
-}
-
 func openStore(ctx context.Context, dbURL string) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(dbURL, "sqlite://"):
@@ -88,5 +79,5 @@ func openStore(ctx context.Context, dbURL string) (store.Store, error) {
 	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
 		return postgres.Open(ctx, dbURL)
 	}
-	return nil, fmt.Errorf("unsupported store URL %q: want sqlite://PATH or postgres://HOST/DB", dbURL)
+	return nil, fmt.Errorf("unsupported store URL %q: want sqlite://PATH or postgres://HOST/DB", redactURL(dbURL))
 }
