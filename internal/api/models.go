@@ -37,7 +37,7 @@ func (s *Server) modelList(w http.ResponseWriter, r *http.Request) error {
 		}
 		return i, nil
 	}
-	lo, hi := 0, len(models) // the page is models[lo:hi]
+	var lo, hi int // the page is models[lo:hi]
 	switch after, before := q.str("after_id"), q.str("before_id"); {
 	case after != "" && before != "":
 		return invalid("", "after_id and before_id cannot be given together")
