@@ -94,6 +94,9 @@ func TestKeys(t *testing.T) {
 	if strings.Contains(s.stderr.String(), first) {
 		t.Error("the key secret was written to the log (stderr)")
 	}
+	if !strings.Contains(s.stderr.String(), "corral: data in "+data+" ") {
+		t.Errorf("serve does not say where its data is:\n%s", s.stderr.String())
+	}
 	ctx := context.Background()
 	get := func(key string) error {
 		c, err := client.New(client.Config{BaseURL: s.url, APIKey: key})
@@ -141,6 +144,10 @@ func TestKeys(t *testing.T) {
 	s2 := startCorral(t, serverEnv(model, ""), "corral: listening on ", args...)
 	if strings.Contains(s2.stderr.String(), "created API key") || s2.stdout.String() != "" {
 		t.Errorf("second start minted another key:\n%s", s2.stderr.String())
+	}
+	// It says how to get a key instead.
+	if !strings.Contains(s2.stderr.String(), "1 API key(s) in the store") || !strings.Contains(s2.stderr.String(), "corral keys create --data "+data) {
+		t.Errorf("second start gives no hint about keys:\n%s", s2.stderr.String())
 	}
 }
 
@@ -388,5 +395,34 @@ func TestHelpHidesSecrets(t *testing.T) {
 	}
 	if out := corral("serve", "-h"); !strings.Contains(out, "postgres://corral:xxxxx@127.0.0.1:1/db?password=xxxxx") {
 		t.Errorf("serve -h does not show the store URL redacted:\n%s", out)
+	}
+}
+
+// TestCLIErrors: a bad flag's error is the last thing printed, with a line naming -h, not above the whole
+// usage; a URL mistake is said in words: what is wanted, which server could not be reached.
+func TestCLIErrors(t *testing.T) {
+	t.Parallel()
+	call := func(args ...string) (string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), &stdio{out: &out, err: &errb}, args)
+		return out.String() + errb.String(), code
+	}
+	for _, args := range [][]string{{"serve", "--bogus"}, {"agents", "create", "--name"}, {"worker", "--sandbox-uids", "x"}} {
+		out, code := call(args...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code == 0 || len(lines) != 2 || !strings.Contains(lines[0], "flag") || !strings.HasSuffix(lines[1], " -h' for its flags.") {
+			t.Errorf("corral %s: exit %d, want the error and one line naming -h:\n%s", strings.Join(args, " "), code, out)
+		}
+	}
+	for _, c := range []struct{ url, want string }{
+		{"localhost:8080", "did you mean http://localhost:8080?"},
+		{"ftp://host", "want http://HOST:PORT or https://HOST"},
+		{"http://127.0.0.1:1", "cannot reach the server at http://127.0.0.1:1 (connect: connection refused): is corral serve running there?"},
+		{"http://user:secret-pw@127.0.0.1:1/v1", "cannot reach the server at http://127.0.0.1:1 "},
+	} {
+		out, code := call("agents", "list", "--url", c.url, "--key", "k")
+		if code == 0 || !strings.Contains(out, c.want) || strings.Contains(out, "secret-pw") || strings.Contains(out, "dial tcp") {
+			t.Errorf("agents list --url %s: exit %d, %q; want %q, in words", c.url, code, out, c.want)
+		}
 	}
 }

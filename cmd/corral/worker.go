@@ -49,7 +49,11 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := client.New(client.Config{BaseURL: *base, APIKey: *key})
+	baseURL, err := serverURL(*base)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(client.Config{BaseURL: baseURL, APIKey: *key})
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ import {pagedList} from './agents.js';
 
 export function environmentsPage(main, q) {
   return pagedList(main, {title: 'Environments', path: '/v1/environments', q, caption: 'Environments',
-    emptyTitle: 'No environments yet.', emptyHint: 'Create one with POST /v1/environments or corral environments create.',
+    emptyTitle: 'No environments yet.', emptyHint: 'Create one with POST /v1/environments or corral envs create.',
     columns: [
       ['Environment', e => [h('a', {href: `#/environments/${esc(e.id)}`, 'data-row': ''}, e.name || e.id), h('span', {class: 'sub mono'}, e.id)], 'name'],
       ['Type', e => (e.config && e.config.type) || ''],
