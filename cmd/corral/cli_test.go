@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -93,6 +94,9 @@ func TestKeys(t *testing.T) {
 	if strings.Contains(s.stderr.String(), first) {
 		t.Error("the key secret was written to the log (stderr)")
 	}
+	if !strings.Contains(s.stderr.String(), "corral: data in "+data+" ") {
+		t.Errorf("serve does not say where its data is:\n%s", s.stderr.String())
+	}
 	ctx := context.Background()
 	get := func(key string) error {
 		c, err := client.New(client.Config{BaseURL: s.url, APIKey: key})
@@ -140,6 +144,10 @@ func TestKeys(t *testing.T) {
 	s2 := startCorral(t, serverEnv(model, ""), "corral: listening on ", args...)
 	if strings.Contains(s2.stderr.String(), "created API key") || s2.stdout.String() != "" {
 		t.Errorf("second start minted another key:\n%s", s2.stderr.String())
+	}
+	// It says how to get a key instead.
+	if !strings.Contains(s2.stderr.String(), "1 API key(s) in the store") || !strings.Contains(s2.stderr.String(), "corral keys create --data "+data) {
+		t.Errorf("second start gives no hint about keys:\n%s", s2.stderr.String())
 	}
 }
 
@@ -320,6 +328,101 @@ func TestUnescapeHTML(t *testing.T) {
 		var a, b any
 		if json.Valid([]byte(in)) && (json.Unmarshal([]byte(in), &a) != nil || json.Unmarshal([]byte(got), &b) != nil || !reflect.DeepEqual(a, b)) {
 			t.Errorf("unescapeHTML(%s) changed the JSON value: %v vs %v", in, a, b)
+		}
+	}
+}
+
+// TestHelpHidesSecrets: the help of every command and verb of the real binary, run with secrets in the
+// environment that feeds flag defaults, prints none of them (it may say that they are set).
+func TestHelpHidesSecrets(t *testing.T) {
+	t.Parallel()
+	secrets := map[string]string{
+		"CORRAL_API_KEY":        "corral-marker-apikey",
+		"CORRAL_ENV_KEY":        "marker-envkey",
+		"CORRAL_VAULT_KEY":      "marker-vaultkey",
+		"CORRAL_DB":             "postgres://corral:marker-dbpass@127.0.0.1:1/db?password=marker-dbquery",
+		"CORRAL_URL":            "http://user:marker-urlpass@127.0.0.1:1",
+		"ANTHROPIC_API_KEY":     "marker-anthropic",
+		"ANTHROPIC_AUTH_TOKEN":  "marker-anthropic-token",
+		"OPENAI_API_KEY":        "marker-openai",
+		"AWS_SECRET_ACCESS_KEY": "marker-aws",
+	}
+	env := os.Environ()
+	for k, v := range secrets {
+		env = append(env, k+"="+v)
+	}
+	corral := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "corral"), args...)
+		cmd.Env = env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Errorf("corral %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+		return out.String()
+	}
+	check := func(out string, args ...string) {
+		t.Helper()
+		for name, v := range secrets {
+			for _, part := range []string{v, "marker-"} {
+				if strings.Contains(out, part) {
+					t.Errorf("corral %s prints the secret of $%s (%q):\n%s", strings.Join(args, " "), name, part, out)
+				}
+			}
+		}
+	}
+	verbLine := regexp.MustCompile(`(?m)^  ([a-z-]+) `)
+	helped := 0
+	for name := range commands {
+		out := corral(name, "-h")
+		check(out, name, "-h")
+		helped++
+		if !strings.Contains(out, "Commands:") {
+			continue
+		}
+		for _, m := range verbLine.FindAllStringSubmatch(out, -1) {
+			check(corral(name, m[1], "-h"), name, m[1], "-h")
+			helped++
+		}
+	}
+	if helped < 20 {
+		t.Errorf("only %d helps checked", helped)
+	}
+	// The help says where the key comes from.
+	if out := corral("agents", "list", "-h"); !strings.Contains(out, "set from $CORRAL_API_KEY") {
+		t.Errorf("agents list -h does not say the key is set from $CORRAL_API_KEY:\n%s", out)
+	}
+	if out := corral("serve", "-h"); !strings.Contains(out, "postgres://corral:xxxxx@127.0.0.1:1/db?password=xxxxx") {
+		t.Errorf("serve -h does not show the store URL redacted:\n%s", out)
+	}
+}
+
+// TestCLIErrors: a bad flag's error is the last thing printed, with a line naming -h, not above the whole
+// usage; a URL mistake is said in words: what is wanted, which server could not be reached.
+func TestCLIErrors(t *testing.T) {
+	t.Parallel()
+	call := func(args ...string) (string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), &stdio{out: &out, err: &errb}, args)
+		return out.String() + errb.String(), code
+	}
+	for _, args := range [][]string{{"serve", "--bogus"}, {"agents", "create", "--name"}, {"worker", "--sandbox-uids", "x"}} {
+		out, code := call(args...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code == 0 || len(lines) != 2 || !strings.Contains(lines[0], "flag") || !strings.HasSuffix(lines[1], " -h' for its flags.") {
+			t.Errorf("corral %s: exit %d, want the error and one line naming -h:\n%s", strings.Join(args, " "), code, out)
+		}
+	}
+	for _, c := range []struct{ url, want string }{
+		{"localhost:8080", "did you mean http://localhost:8080?"},
+		{"ftp://host", "want http://HOST:PORT or https://HOST"},
+		{"http://127.0.0.1:1", "cannot reach the server at http://127.0.0.1:1 (connect: connection refused): is corral serve running there?"},
+		{"http://user:secret-pw@127.0.0.1:1/v1", "cannot reach the server at http://127.0.0.1:1 "},
+	} {
+		out, code := call("agents", "list", "--url", c.url, "--key", "k")
+		if code == 0 || !strings.Contains(out, c.want) || strings.Contains(out, "secret-pw") || strings.Contains(out, "dial tcp") {
+			t.Errorf("agents list --url %s: exit %d, %q; want %q, in words", c.url, code, out, c.want)
 		}
 	}
 }

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model/modeltest"
 )
 
@@ -44,5 +49,45 @@ func TestServeConsole(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("GET /v1/agents without a key: %s", resp.Status)
+	}
+}
+
+// TestConsoleTextNamesWhatExists: every CLI command the console's pages name exists, and its login field shows
+// the form of Corral's keys, not another API's.
+func TestConsoleTextNamesWhatExists(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../internal/console/static/*.js")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("console sources: %v %v", files, err)
+	}
+	named := 0
+	cmdRe := regexp.MustCompile(`corral ([a-z]+) ([a-z]+)`)
+	skKey := regexp.MustCompile(`['"\s]sk-`) // a key like sk-…, not a class like ask-title
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(b)
+		for _, m := range cmdRe.FindAllStringSubmatch(src, -1) {
+			named++
+			var out, errb strings.Builder
+			if code := run(context.Background(), &stdio{out: &out, err: &errb}, []string{m[1], m[2], "-h"}); code != 0 {
+				t.Errorf("%s names %q, which is no command: %s", filepath.Base(f), m[0], errb.String())
+			}
+		}
+		if skKey.MatchString(src) {
+			t.Errorf("%s shows a key of the form sk-…; Corral's keys are %s…", filepath.Base(f), apitype.APIKeySecretPrefix)
+		}
+	}
+	if named < 3 {
+		t.Errorf("the console names %d commands; want its empty states' (agents, environments, sessions)", named)
+	}
+	app, err := os.ReadFile("../../internal/console/static/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "placeholder: '" + apitype.APIKeySecretPrefix + "…'"; !strings.Contains(string(app), want) {
+		t.Errorf("the login field's placeholder is not %s", want)
 	}
 }

@@ -76,7 +76,7 @@ func run(ctx context.Context, io *stdio, args []string) int {
 			return 0
 		}
 		if !errors.Is(err, errUsage) {
-			fmt.Fprintf(io.err, "corral %s: %v\n", args[0], err)
+			fmt.Fprintf(io.err, "corral %s: %v\n", args[0], explain(err))
 		}
 		return 1
 	}
@@ -165,8 +165,8 @@ func newFlagSet(io *stdio, name, synopsis string) *flag.FlagSet {
 }
 
 // parse parses flags wherever they stand among the positional arguments ("tail SESSION --until-idle"), up to
-// a "--", and leaves the positional arguments in fs.Args(). A parse error becomes errUsage (the usage went to
-// stderr); -h or --help prints the usage to stdout and returns flag.ErrHelp (exit 0).
+// a "--", and leaves the positional arguments in fs.Args(). A parse error becomes errUsage (the error and a line
+// naming -h went to stderr); -h or --help prints the usage to stdout and returns flag.ErrHelp (exit 0).
 func parse(fs *flag.FlagSet, args []string) error {
 	usage := fs.Usage
 	fs.Usage = func() {} // the flag package calls it on -h and on errors: which stream it goes to is decided here
@@ -185,7 +185,8 @@ func parse(fs *flag.FlagSet, args []string) error {
 				usage()
 				return err
 			}
-			usage()
+			// The flag package printed the error; the usage (90 lines for serve) would bury it.
+			fmt.Fprintf(fs.Output(), "Run '%s -h' for its flags.\n", fs.Name())
 			return errUsage
 		}
 		rest := fs.Args()

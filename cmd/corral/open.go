@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,8 +21,35 @@ type storeFlags struct {
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.data, "data", envOr("CORRAL_DATA", "./corral-data"), "`dir` for the SQLite database and the server's own files (env CORRAL_DATA)")
-	fs.StringVar(&f.db, "db", os.Getenv("CORRAL_DB"), "store `URL`: sqlite://PATH or postgres://... (default sqlite://DIR/corral.db; env CORRAL_DB)")
+	fs.StringVar(&f.data, "data", envOr("CORRAL_DATA", defaultDataDir(os.Geteuid(), os.Getenv, os.UserHomeDir)),
+		"`dir` for the SQLite database and the server's own files (default /var/lib/corral as root, else $XDG_DATA_HOME/corral or ~/.local/share/corral; env CORRAL_DATA)")
+	urlFlag(fs, &f.db, "db", os.Getenv("CORRAL_DB"), "store `URL`: sqlite://PATH or postgres://... (default sqlite://DIR/corral.db; env CORRAL_DB)")
+}
+
+// defaultDataDir is where the data lives when neither --data nor CORRAL_DATA says: /var/lib/corral for root, the
+// state of a system daemon (the FHS's place for it); for another user $XDG_DATA_HOME/corral, else
+// ~/.local/share/corral (the XDG base directory spec's place for a user's data). Never a directory relative to
+// where serve was started: run in a checkout, ./corral-data held the base image's Go files, which go list ./...
+// then took for the module's packages. "" when there is no home directory: --data is then required.
+func defaultDataDir(euid int, getenv func(string) string, home func() (string, error)) string {
+	if euid == 0 {
+		return "/var/lib/corral"
+	}
+	if x := getenv("XDG_DATA_HOME"); filepath.IsAbs(x) {
+		return filepath.Join(x, "corral")
+	}
+	if h, err := home(); err == nil && filepath.IsAbs(h) {
+		return filepath.Join(h, ".local", "share", "corral")
+	}
+	return ""
+}
+
+// dir is the data directory the flags select, absolute, or an error when none is set.
+func (f *storeFlags) dir() (string, error) {
+	if f.data == "" {
+		return "", errors.New("no data directory: pass --data or set CORRAL_DATA (there is no home directory for the default)")
+	}
+	return filepath.Abs(f.data)
 }
 
 // url is the store URL the flags select.
@@ -36,6 +62,9 @@ func (f *storeFlags) url() string {
 
 // open creates the data directory and opens the store the URL's scheme picks.
 func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
+	if _, err := f.dir(); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(f.data, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -46,6 +75,11 @@ func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
 // (keys) must not create an empty one beside it, as they would when run from another directory. Only serve
 // and harness create a store. A PostgreSQL database exists before Corral does: its URL is opened as given.
 func (f *storeFlags) openExisting(ctx context.Context) (store.Store, error) {
+	if f.db == "" {
+		if _, err := f.dir(); err != nil {
+			return nil, err
+		}
+	}
 	dbURL := f.url()
 	if path, ok := sqlitePath(dbURL); ok {
 		if _, err := os.Stat(path); err != nil {
@@ -73,14 +107,6 @@ func sqlitePath(dbURL string) (string, bool) {
 	return "", false
 }
 
-// redactURL hides a password in a store URL.
-func redactURL(dbURL string) string {
-	if u, err := url.Parse(dbURL); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return dbURL
-}
-
 func openStore(ctx context.Context, dbURL string) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(dbURL, "sqlite://"):
@@ -88,5 +114,5 @@ func openStore(ctx context.Context, dbURL string) (store.Store, error) {
 	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
 		return postgres.Open(ctx, dbURL)
 	}
-	return nil, fmt.Errorf("unsupported store URL %q: want sqlite://PATH or postgres://HOST/DB", dbURL)
+	return nil, fmt.Errorf("unsupported store URL %q: want sqlite://PATH or postgres://HOST/DB", redactURL(dbURL))
 }

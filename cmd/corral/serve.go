@@ -41,6 +41,11 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	dataDir, err := sf.dir()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(io.err, "corral: data in %s (--data or CORRAL_DATA to change)\n", dataDir)
 	prices, err := bf.prices()
 	if err != nil {
 		return err
@@ -51,7 +56,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	}
 	defer p.close()
 	st, logger := p.store, p.log
-	keys, err := apiKeys(ctx, io, st)
+	keys, err := apiKeys(ctx, io, st, &sf)
 	if err != nil {
 		return err
 	}
@@ -115,21 +120,30 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 }
 
 // apiKeys sets up authentication: the key in CORRAL_API_KEY (if set) and every key in the store. When neither
-// exists, it mints a key, stores its hash and prints the key once.
-func apiKeys(ctx context.Context, io *stdio, st store.Store) (api.Authenticator, error) {
+// exists, it mints a key, stores its hash and prints the key once; when keys exist, it says how to make another
+// (a restarted server prints no key: the first one's secret is not stored).
+func apiKeys(ctx context.Context, io *stdio, st store.Store, sf *storeFlags) (api.Authenticator, error) {
 	auth := &api.KeyAuth{Store: st}
+	more := "corral keys create " + storeArgs(sf)
 	if k := os.Getenv("CORRAL_API_KEY"); k != "" {
 		auth.Static = k
+		fmt.Fprintf(io.err, "corral: API keys: the one in $CORRAL_API_KEY and those in the store (%s makes one)\n", more)
 		return auth, nil
 	}
 	existing, err := st.APIKeyList(ctx)
 	if err != nil {
 		return nil, err
 	}
+	live := 0
 	for _, k := range existing {
 		if k.RevokedAt == nil {
-			return auth, nil
+			live++
 		}
+	}
+	if live > 0 {
+		fmt.Fprintf(io.err, "corral: %d API key(s) in the store, none printed (their secrets are not kept): %s makes one, corral keys list %s lists them\n",
+			live, more, storeArgs(sf))
+		return auth, nil
 	}
 	secret, key, err := createKey(ctx, st, "initial")
 	if err != nil {
@@ -139,6 +153,18 @@ func apiKeys(ctx context.Context, io *stdio, st store.Store) (api.Authenticator,
 	fmt.Fprintf(io.err, "corral: created API key %s; it is printed once, on stdout, and only its hash is stored\n", key.ID)
 	fmt.Fprintln(io.out, secret)
 	return auth, nil
+}
+
+// storeArgs are the flags that point corral keys at this server's store: its --db (password hidden) or --data.
+func storeArgs(sf *storeFlags) string {
+	if sf.db != "" {
+		return "--db '" + redactURL(sf.db) + "'"
+	}
+	dir, err := sf.dir()
+	if err != nil {
+		dir = sf.data
+	}
+	return "--data " + dir
 }
 
 // defaultWorkers sizes the in-process brains to the machine (harness.DefaultWorkers).

@@ -23,9 +23,10 @@ func init() {
 func runWorker(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "worker", "--url URL --env ENV_ID --key KEY [--sandbox bwrap|oci|gvisor|process] [flags]")
 	tracingHelp(fs)
-	base := fs.String("url", os.Getenv("CORRAL_URL"), "Corral server `URL` (env CORRAL_URL)")
+	base := new(string)
+	urlFlag(fs, base, "url", os.Getenv("CORRAL_URL"), "Corral server `URL` (env CORRAL_URL)")
 	envID := fs.String("env", os.Getenv("CORRAL_ENV"), "the self-hosted environment's `id` (env CORRAL_ENV)")
-	key := fs.String("key", os.Getenv("CORRAL_ENV_KEY"), "the environment `key` (corral envs keys create; env CORRAL_ENV_KEY)")
+	key := secretFlag(fs, "key", "CORRAL_ENV_KEY", "the environment `key` (corral envs keys create)")
 	data := fs.String("data", envOr("CORRAL_WORKER_DATA", "corral-worker"), "`directory` for the sessions' workspaces (env CORRAL_WORKER_DATA)")
 	workerID := fs.String("worker-id", "", "this worker's id, sent as Anthropic-Worker-ID (default: host name and a random suffix)")
 	idle := fs.Duration("session-idle", worker.DefaultIdle, "how long a session whose turn ended keeps this worker before it goes back to polling")
@@ -48,7 +49,11 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := client.New(client.Config{BaseURL: *base, APIKey: *key})
+	baseURL, err := serverURL(*base)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(client.Config{BaseURL: baseURL, APIKey: *key})
 	if err != nil {
 		return err
 	}
@@ -88,6 +93,6 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(io.err, "corral: worker %s polling %s for %s (sandbox %s)\n", w.ID(), *base, *envID, hf.kind)
+	fmt.Fprintf(io.err, "corral: worker %s polling %s for %s (sandbox %s)\n", w.ID(), redactURL(*base), *envID, hf.kind)
 	return w.Run(ctx)
 }

@@ -29,6 +29,9 @@ func (s *Server) routeTable() []route {
 		{"GET /{$}", health, accessPublic},
 		{"GET /healthz", health, accessPublic},
 
+		{"GET /v1/models", s.modelList, accessAPIKey},
+		{"GET /v1/models/{model_id}", s.modelGet, accessAPIKey},
+
 		{"POST /v1/agents", s.agentCreate, accessAPIKey},
 		{"GET /v1/agents", s.agentList, accessAPIKey},
 		{"GET /v1/agents/{agent_id}", s.agentGet, accessAPIKey},

@@ -426,7 +426,8 @@ func (e *env) message(sessionID, text string) {
 
 // killSandbox SIGKILLs from the host, as a crashed container dies, the sandbox that runs command: every
 // process from the one running it up to the child of this test process (bwrap, the agent, the shell), and
-// returns how many it killed.
+// returns how many it killed. A process of that command that does not descend from this test process is left
+// alone, with its ancestors (TestKillSandboxOnlyOwn).
 func killSandbox(t *testing.T, command string) int {
 	t.Helper()
 	dirs, err := os.ReadDir("/proc")
@@ -457,8 +458,12 @@ func killSandbox(t *testing.T, command string) int {
 			continue
 		}
 		var chain []int
-		for p := pid; p > 1 && p != os.Getpid(); p = parent(p) {
+		p := pid
+		for ; p > 1 && p != os.Getpid(); p = parent(p) {
 			chain = append(chain, p)
+		}
+		if p != os.Getpid() {
+			continue // not this test's: another test's sandbox, or the user's own process of that command
 		}
 		for i := len(chain) - 1; i >= 0; i-- { // the sandbox's root first: nothing restarts the rest
 			if syscall.Kill(chain[i], syscall.SIGKILL) == nil {
@@ -852,4 +857,30 @@ func TestConsoleBudget(t *testing.T) {
 	e.wait("resumed", transcriptHas("All done within budget")+
 		` && document.getElementById('session-budget')?.textContent === '$1.00 cap'`+
 		` && document.getElementById('session-cost')?.textContent === '$0.04'`)
+}
+
+// TestKillSandboxOnlyOwn: killSandbox kills only what descends from this test process. A process of the same
+// command outside it (a concurrent test run's sandbox, the user's own) survives, as do its ancestors.
+func TestKillSandboxOnlyOwn(t *testing.T) {
+	t.Parallel()
+	command := fmt.Sprintf("sleep %d", 100000+os.Getpid()%100000)
+	// Started through a shell that exits at once: the sleep is reparented away from this test process.
+	out, err := exec.Command("sh", "-c", command+" >/dev/null 2>&1 & echo $!").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("pid %q: %v", out, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the stray process %d is not running: %v", pid, err)
+	}
+	if n := killSandbox(t, command); n != 0 {
+		t.Errorf("killSandbox killed %d processes of a stray %q outside this test", n, command)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Errorf("the stray process %d was killed: %v", pid, err)
+	}
 }

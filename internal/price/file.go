@@ -26,6 +26,8 @@ type fileRates struct {
 	CacheWrite5m fileRate `json:"cache_write_5m"`
 	CacheWrite1h fileRate `json:"cache_write_1h"`
 	CacheRead    fileRate `json:"cache_read"`
+	// DisplayName is the model's name for people in GET /v1/models (default: its id).
+	DisplayName string `json:"display_name"`
 }
 
 // fileRate is a rate as the file writes it: a JSON number or a string, kept as its text and parsed exactly.
@@ -49,9 +51,10 @@ func (r *fileRate) UnmarshalJSON(b []byte) error {
 //
 // The file is a JSON object:
 //
-//	{"models": {"openai/gpt-4o": {"input": "2.50", "output": "10", "cache_read": "1.25"}}}
+//	{"models": {"openai/gpt-4o": {"input": "2.50", "output": "10", "cache_read": "1.25", "display_name": "GPT-4o"}}}
 //
-// keyed by the model id as agents name it, each rate in US dollars per million tokens. input and output are
+// keyed by the model id as agents name it, each rate in US dollars per million tokens; display_name, optional,
+// names the model in GET /v1/models. input and output are
 // required; a cache rate left out is priced as input, so a cost is never under the list price for want of one.
 func Load(path string) (*Table, error) {
 	data, err := os.ReadFile(path)
@@ -112,6 +115,12 @@ func Parse(data []byte) (*Table, error) {
 			}
 		}
 		t.rates[id] = r
+		if fr.DisplayName != "" {
+			if t.names == nil {
+				t.names = map[string]string{}
+			}
+			t.names[id] = fr.DisplayName
+		}
 	}
 	return t, nil
 }

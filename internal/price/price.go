@@ -93,6 +93,7 @@ func FromCents(c int64) Pico { return mul(c, PicoPerCent) }
 // Table maps model ids to their rates.
 type Table struct {
 	rates map[string]Rates
+	names map[string]string // display names a prices file gave
 }
 
 // perM is a rate given in US dollars per million tokens, with up to six decimals.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCostExact(t *testing.T) {
@@ -140,5 +141,51 @@ func TestLoad(t *testing.T) {
 	tab, err := Load(good)
 	if err != nil || !tab.Priced("local/llama") {
 		t.Fatalf("good file: %v", err)
+	}
+}
+
+// TestModels: every built-in model is listed once with a display name and a release date, newest first; a
+// prices file's models are listed under the name it gives; aliases and dated ids resolve to their model.
+func TestModels(t *testing.T) {
+	t.Parallel()
+	def := Default()
+	listed := map[string]bool{}
+	for _, m := range def.Models() {
+		listed[m.ID] = true
+		if m.DisplayName == "" || m.DisplayName == m.ID || m.Released.Year() < 2024 {
+			t.Errorf("built-in model %+v: want a display name and a release date", m)
+		}
+	}
+	for id := range anthropic {
+		if !listed[id] && aliases[id] == "" {
+			t.Errorf("built-in model %q is neither listed nor an alias of a listed one", id)
+		}
+	}
+	models := def.Models()
+	if len(models) != len(claude) || models[0].ID != "claude-sonnet-4-6" || models[len(models)-1].ID != "claude-3-haiku" {
+		t.Errorf("models are not listed newest first: %v", models)
+	}
+	tab, err := Parse([]byte(`{"models": {"openai/gpt-4o": {"input": "2.50", "output": "10", "display_name": "GPT-4o"}, "local/x": {"input": 0, "output": 0}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Model{}
+	for _, m := range tab.Models() {
+		got[m.ID] = m
+	}
+	if m := got["openai/gpt-4o"]; m.DisplayName != "GPT-4o" || !m.Released.Equal(time.Unix(0, 0)) {
+		t.Errorf("openai/gpt-4o: %+v", m)
+	}
+	if m := got["local/x"]; m.DisplayName != "local/x" {
+		t.Errorf("local/x: %+v", m)
+	}
+	for id, want := range map[string]string{"claude-sonnet-4-5-20250929": "Claude Sonnet 4.5", "claude-opus-4": "Claude Opus 4",
+		"claude-haiku-4-5-latest": "Claude Haiku 4.5", "claude-opus-4-6": "Claude Opus 4.6"} {
+		if m, ok := def.Model(id); !ok || m.ID != id || m.DisplayName != want {
+			t.Errorf("Model(%q) = %+v, %v; want %q", id, m, ok, want)
+		}
+	}
+	if m, ok := def.Model("gpt-4o"); ok {
+		t.Errorf("Model(gpt-4o) = %+v", m)
 	}
 }

@@ -103,7 +103,7 @@ async function route() {
 function showLogin() {
   top.hidden = true;
   const input = h('input', {id: 'api-key', type: 'password', name: 'api-key', autocomplete: 'off', spellcheck: 'false',
-    required: true, placeholder: 'sk-…', 'aria-describedby': 'login-help'});
+    required: true, placeholder: 'corral-…', 'aria-describedby': 'login-help'});
   const msg = h('p', {class: 'login-error', role: 'alert'}, loginMessage);
   const form = h('form', {class: 'login', onsubmit: async ev => {
     ev.preventDefault();

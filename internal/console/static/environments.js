@@ -8,7 +8,7 @@ import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, two
 export function environmentsPage(main, q) {
   return pagedList(main, {title: 'Environments', path: '/v1/environments', q, caption: 'Environments',
     actions: h('a', {class: 'button primary', href: '#/environments/new', id: 'new-environment'}, 'New environment'),
-    emptyTitle: 'No environments yet.', emptyHint: 'Create one with New environment, POST /v1/environments or corral environments create.',
+    emptyTitle: 'No environments yet.', emptyHint: 'Create one with New environment, POST /v1/environments or corral envs create.',
     columns: [
       ['Environment', e => [h('a', {href: `#/environments/${esc(e.id)}`, 'data-row': ''}, e.name || e.id), h('span', {class: 'sub mono'}, e.id)], 'name'],
       ['Type', e => (e.config && e.config.type) || ''],

@@ -58,6 +58,11 @@ type Store struct {
 func Open(ctx context.Context, dsn string) (*Store, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
+		// url.Parse's error quotes the whole URL, password included: keep only its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {

@@ -633,3 +633,14 @@ func TestEventListPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenErrorHidesPassword: a DSN that does not parse is refused without its password in the error.
+func TestOpenErrorHidesPassword(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{"postgres://corral:s3cret-pw@host:badport/db", "postgres://corral:s3cret-pw@host/db?sslmode=bogus"} {
+		_, err := Open(context.Background(), dsn)
+		if err == nil || strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("Open(%s): %v; want an error without the password", "postgres://corral:…", err)
+		}
+	}
+}
