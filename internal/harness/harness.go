@@ -77,6 +77,8 @@ type Config struct {
 	// ModelTimeout bounds one model call, streaming included (default DefaultModelTimeout): a stalled stream is
 	// cut and retried like a dropped connection, so it cannot hold a worker and its session forever.
 	ModelTimeout time.Duration
+	// GraderModel is the model that grades outcomes (outcome.go): "" is the session agent's own model.
+	GraderModel string
 	// MaxTokens caps each model answer (default DefaultMaxTokens).
 	MaxTokens int
 	// ThinkingBudget enables extended thinking with this many tokens (0 = off). It must be below MaxTokens.

@@ -57,6 +57,8 @@ type state struct {
 	// budget is the budget the tail's last session.updated naming one set (null: removed), if budgetSet.
 	budget    json.RawMessage
 	budgetSet bool
+	// outcome is the session's active outcome (outcome.go), nil when none.
+	outcome *outcome
 }
 
 // paused reports whether the session idled at its budget.
@@ -119,25 +121,28 @@ func derive(t *tail, builtin execKind) (*state, error) {
 
 // derivers read each event type that matters to the state into it.
 var derivers = map[apitype.EventType]func(*state, apitype.Event) error{
-	apitype.EventSessionStatusRunning:     deriveStatus,
-	apitype.EventSessionStatusRescheduled: deriveStatus,
-	apitype.EventSessionStatusTerminated:  deriveStatus,
-	apitype.EventSessionStatusIdle:        deriveIdle,
-	apitype.EventSpanModelRequestStart:    func(s *state, e apitype.Event) error { s.openSpan = &e; return nil },
-	apitype.EventSpanModelRequestEnd:      func(s *state, _ apitype.Event) error { s.openSpan = nil; return nil },
-	apitype.EventAgentMessage:             deriveSide("assistant"),
-	apitype.EventAgentThinking:            deriveSide("assistant"),
-	apitype.EventAgentToolUse:             deriveUse,
-	apitype.EventAgentCustomToolUse:       deriveUse,
-	apitype.EventAgentMCPToolUse:          deriveUse,
-	apitype.EventAgentToolResult:          deriveResult,
-	apitype.EventAgentMCPToolResult:       deriveResult,
-	apitype.EventUserToolResult:           deriveResult,
-	apitype.EventUserCustomToolResult:     deriveResult,
-	apitype.EventUserToolConfirmation:     deriveConfirmation,
-	apitype.EventUserMessage:              deriveMessage,
-	apitype.EventSystemMessage:            deriveMessage,
-	apitype.EventSessionUpdated:           deriveBudget,
+	apitype.EventSessionStatusRunning:       deriveStatus,
+	apitype.EventSessionStatusRescheduled:   deriveStatus,
+	apitype.EventSessionStatusTerminated:    deriveStatus,
+	apitype.EventSessionStatusIdle:          deriveIdle,
+	apitype.EventSpanModelRequestStart:      func(s *state, e apitype.Event) error { s.openSpan = &e; return nil },
+	apitype.EventSpanModelRequestEnd:        func(s *state, _ apitype.Event) error { s.openSpan = nil; return nil },
+	apitype.EventAgentMessage:               deriveSide("assistant"),
+	apitype.EventAgentThinking:              deriveSide("assistant"),
+	apitype.EventAgentToolUse:               deriveUse,
+	apitype.EventAgentCustomToolUse:         deriveUse,
+	apitype.EventAgentMCPToolUse:            deriveUse,
+	apitype.EventAgentToolResult:            deriveResult,
+	apitype.EventAgentMCPToolResult:         deriveResult,
+	apitype.EventUserToolResult:             deriveResult,
+	apitype.EventUserCustomToolResult:       deriveResult,
+	apitype.EventUserToolConfirmation:       deriveConfirmation,
+	apitype.EventUserMessage:                deriveMessage,
+	apitype.EventSystemMessage:              deriveMessage,
+	apitype.EventSessionUpdated:             deriveBudget,
+	apitype.EventUserDefineOutcome:          deriveDefineOutcome,
+	apitype.EventSpanOutcomeEvaluationStart: deriveEvaluationStart,
+	apitype.EventSpanOutcomeEvaluationEnd:   deriveEvaluationEnd,
 }
 
 // deriveBudget reads the budget a session.updated changed, if it names one ("budget": null removed it).
