@@ -14,7 +14,7 @@
 // routes), executor.go (the one table of executors: who runs a tool's calls, by kind), and the executors:
 // hands.go (built-in tools in the sandbox, and provisioning spans), mcp.go (MCP tools: offered from Config.MCP,
 // the MCP proxy, and their calls), selfhosted.go (built-in tools of a self_hosted environment, through the work
-// queue) and the client's custom tools (executor.go); interrupt.go, events.go (event builders, and the readers of
+// queue) and the client's custom tools (executor.go); outcome.go (outcomes: the grader and its steps), interrupt.go, events.go (event builders, and the readers of
 // tool use and result events) and preview.go (stream previews).
 //
 // A run holds one thread for now: the context of the session's conversation (its tail, tools, lead, usage and
