@@ -79,6 +79,9 @@ type Config struct {
 	ModelTimeout time.Duration
 	// GraderModel is the model that grades outcomes (outcome.go): "" is the session agent's own model.
 	GraderModel string
+	// GraderHeartbeat is how often span.outcome_evaluation_ongoing is appended while a grader's request is in
+	// flight, after the one that announces it (default DefaultGraderHeartbeat).
+	GraderHeartbeat time.Duration
 	// MaxTokens caps each model answer (default DefaultMaxTokens).
 	MaxTokens int
 	// ThinkingBudget enables extended thinking with this many tokens (0 = off). It must be below MaxTokens.
@@ -139,11 +142,13 @@ type RetryPolicy struct {
 
 // The defaults of Config, for the flags of cmd/ to show and use.
 const (
-	DefaultLeaseTTL        = 5 * time.Second
-	DefaultPollInterval    = time.Second
-	DefaultContextTokens   = 200000
-	DefaultCompactAt       = 0.8
-	DefaultModelTimeout    = 10 * time.Minute
+	DefaultLeaseTTL      = 5 * time.Second
+	DefaultPollInterval  = time.Second
+	DefaultContextTokens = 200000
+	DefaultCompactAt     = 0.8
+	DefaultModelTimeout  = 10 * time.Minute
+	// DefaultGraderHeartbeat is how often a grader's request in flight is announced again.
+	DefaultGraderHeartbeat = 15 * time.Second
 	DefaultMaxTokens       = 8192
 	DefaultPreviewInterval = 25 * time.Millisecond
 	DefaultMaxRetries      = 5
@@ -183,6 +188,7 @@ func (c *Config) setDefaults() {
 	c.CompactAt = cmp.Or(c.CompactAt, DefaultCompactAt)
 	c.MaxTokens = cmp.Or(c.MaxTokens, DefaultMaxTokens)
 	c.ModelTimeout = cmp.Or(c.ModelTimeout, DefaultModelTimeout)
+	c.GraderHeartbeat = cmp.Or(c.GraderHeartbeat, DefaultGraderHeartbeat)
 }
 
 func (c *Config) validate() error {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
@@ -50,6 +52,21 @@ var recordEvaluationSpec = model.ToolSpec{
 		`"criterion":{"type":"string"},"met":{"type":"boolean"},"explanation":{"type":"string"}},` +
 		`"required":["criterion","met","explanation"]}}},` +
 		`"required":["result","explanation","criteria"]}`),
+}
+
+// outcomeEvents are the event types the outcome's state is derived from.
+var outcomeEvents = []apitype.EventType{apitype.EventUserDefineOutcome, apitype.EventSpanOutcomeEvaluationStart,
+	apitype.EventSpanOutcomeEvaluationEnd}
+
+// lastOutcome returns the events of evs (outcome events, in order) from the last processed definition on: all
+// that the current outcome's state needs.
+func lastOutcome(evs []apitype.Event) []apitype.Event {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type == apitype.EventUserDefineOutcome && evs[i].ProcessedAt != nil {
+			return evs[i:]
+		}
+	}
+	return nil
 }
 
 // outcome is the session's active outcome, as the log says: a processed user.define_outcome whose evaluations
@@ -184,8 +201,9 @@ func (t *thread) grade(st *state) (bool, error) {
 // resumed after a budget pause). An interrupt cancels it (errInterrupted).
 func (t *thread) callGrader(o *outcome, req *model.Request, announce bool) (*model.Response, error) {
 	for attempt := 0; ; attempt++ {
-		evs := []apitype.NewEvent{mustEvent(apitype.EventSpanOutcomeEvaluationOngoing,
-			apitype.OutcomeEvaluationSpan{OutcomeID: o.def.OutcomeID, Iteration: o.iteration})}
+		ongoing := mustEvent(apitype.EventSpanOutcomeEvaluationOngoing,
+			apitype.OutcomeEvaluationSpan{OutcomeID: o.def.OutcomeID, Iteration: o.iteration})
+		evs := []apitype.NewEvent{ongoing}
 		status := ""
 		if announce {
 			evs, status, announce = append([]apitype.NewEvent{mustEvent(apitype.EventSessionStatusRunning, nil)}, evs...), apitype.StatusRunning, false
@@ -195,7 +213,9 @@ func (t *thread) callGrader(o *outcome, req *model.Request, announce bool) (*mod
 		}
 		ctx, done := t.watchInterrupts()
 		callCtx, cancel := context.WithTimeoutCause(ctx, t.b.cfg.ModelTimeout, errModelTimeout)
+		stop := t.heartbeat(callCtx, ongoing)
 		resp, err := t.b.cfg.Model.Call(callCtx, req, nil)
+		stop()
 		timedOut := errors.Is(context.Cause(callCtx), errModelTimeout)
 		cancel()
 		interrupted := done()
@@ -221,6 +241,33 @@ func (t *thread) callGrader(o *outcome, req *model.Request, announce bool) (*mod
 		if err := t.backoff(attempt, me.RetryAfter); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// heartbeat appends ev every GraderHeartbeat until the returned function is called (which waits for it) or ctx
+// ends. It appends while the thread's goroutine waits for the grader, and stops before that goroutine goes on.
+func (t *thread) heartbeat(ctx context.Context, ev apitype.NewEvent) func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(t.b.cfg.GraderHeartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := t.append("", nil, ev); err != nil {
+					return // a lost lease cancels the run, and with it the grader's request
+				}
+			}
+		}
+	})
+	return func() {
+		close(stop)
+		wg.Wait()
 	}
 }
 

@@ -3,8 +3,10 @@ package harness_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/harness"
@@ -181,21 +183,27 @@ func TestOutcomeInterruptedWhileGrading(t *testing.T) {
 	f := newFixture(t)
 	hold := make(chan struct{})
 	defer close(hold)
-	f.start(f.config())
+	cfg := f.config()
+	cfg.GraderHeartbeat = 20 * time.Millisecond
+	f.start(cfg)
 	id := f.session()
 	g := verdictTurn("needs_revision", "never seen")
 	g.Hold = hold
 	f.srv.Script(modeltest.Turn{Text: "done"}, g)
 	f.send(id, defineOutcome, outcomeDef(3))
 	f.waitRequests(2)
+	// While the grader's request is in flight, heartbeats.
+	f.waitFor(id, "3 heartbeats", func(evs []apitype.Event) bool { return len(ofType(evs, evalOngoing)) >= 3 })
 	f.send(id, interrupt, apitype.UserInterrupt{})
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs[len(evs)-5:], evalStart, evalOngoing, interrupt, evalEnd, idle)
+	// The heartbeats aside (one may land after the interrupt), the evaluation ends interrupted.
+	evs = slices.DeleteFunc(evs, func(e apitype.Event) bool { return e.Type == evalOngoing })
+	assertTypes(t, evs[len(evs)-4:], evalStart, interrupt, evalEnd, idle)
 	d := decode[apitype.OutcomeEvaluationEnd](t, evs[len(evs)-2])
-	if d.Result != apitype.OutcomeInterrupted || d.OutcomeEvaluationStartID != evs[len(evs)-5].ID {
+	if d.Result != apitype.OutcomeInterrupted || d.OutcomeEvaluationStartID != evs[len(evs)-4].ID {
 		t.Errorf("evaluation end %s", evs[len(evs)-2].Data)
 	}
-	f.waitFor(id, "interrupt processed", func(evs []apitype.Event) bool { return evs[len(evs)-3].ProcessedAt != nil })
+	f.waitFor(id, "interrupt processed", func(evs []apitype.Event) bool { return ofType(evs, interrupt)[0].ProcessedAt != nil })
 	if n := len(f.srv.Requests()); n != 2 {
 		t.Errorf("%d requests, want 2", n)
 	}

@@ -103,6 +103,13 @@ func (t *thread) derive() (*state, error) { return derive(t.tail, t.builtin()) }
 // event type has its reading in derivers.
 func derive(t *tail, builtin execKind) (*state, error) {
 	s := &state{status: t.priorStatus, byID: map[string]*toolUse{}, builtin: builtin}
+	for _, e := range t.priorOutcome {
+		// An outcome outlives the compaction of the events that define and evaluate it.
+		if err := derivers[e.Type](s, e); err != nil {
+			return nil, err
+		}
+	}
+	s.lastSide = ""
 	if t.summary != "" {
 		s.lastSide = "user"
 	}
