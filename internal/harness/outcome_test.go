@@ -266,3 +266,31 @@ func TestGraderModel(t *testing.T) {
 		t.Fatalf("models: %+v", reqs)
 	}
 }
+
+// TestOutcomeInterruptedWhileWorking: an interrupt while the agent works on an outcome ends the outcome
+// interrupted too (no evaluation started: the end names none), and a later definition is taken up afresh.
+func TestOutcomeInterruptedWhileWorking(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	hold := make(chan struct{})
+	defer close(hold)
+	f.start(f.config())
+	id := f.session()
+	f.srv.Script(modeltest.Turn{Text: "working on it", Hold: hold})
+	def := outcomeDef(3)
+	f.send(id, defineOutcome, def)
+	f.waitRequests(1)
+	f.send(id, interrupt, apitype.UserInterrupt{})
+	evs := f.waitIdle(id, 1)
+	evs = slices.DeleteFunc(evs, func(e apitype.Event) bool { return e.Type == agentMsg }) // what it had streamed, if any
+	assertTypes(t, evs, defineOutcome, running, start, interrupt, end, evalEnd, idle)
+	if d := decode[apitype.OutcomeEvaluationEnd](t, evs[5]); d.Result != apitype.OutcomeInterrupted || d.OutcomeID != def.OutcomeID ||
+		d.OutcomeEvaluationStartID != "" || d.Iteration != 0 {
+		t.Errorf("evaluation end %s", evs[5].Data)
+	}
+	// The next definition is active, evaluated and satisfied.
+	f.srv.Script(modeltest.Turn{Text: "done"}, verdictTurn("satisfied", "ok"))
+	f.send(id, defineOutcome, outcomeDef(3))
+	evs = f.waitIdle(id, 2)
+	assertTypes(t, evs[len(evs)-5:], end, evalStart, evalOngoing, evalEnd, idle)
+}
