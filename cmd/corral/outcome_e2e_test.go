@@ -227,3 +227,55 @@ func TestOutcomesThroughSDK(t *testing.T) {
 		t.Errorf("interrupted session: %v %+v", err, got.OutcomeEvaluations)
 	}
 }
+
+// TestGraderModelFlag: `serve --grader-model` grades with another model than the agent's; an outcome among a
+// session's initial_events shows pending in the create response and is graded like one sent later.
+func TestGraderModelFlag(t *testing.T) {
+	t.Parallel()
+	model := modeltest.NewServer(t)
+	model.Script(modeltest.Turn{Text: "done"}, graderVerdict("satisfied", "ok"))
+	s := startServer(t, t.TempDir(), model, "--grader-model", "claude-haiku-4-5")
+	client := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url),
+		option.WithAPIKey(testKey), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	agent, err := client.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
+		Name: "graded", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := client.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: "graded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)}, EnvironmentID: env.ID,
+		InitialEvents: []anthropic.BetaSessionNewParamsInitialEventUnion{{OfUserDefineOutcome: &anthropic.BetaManagedAgentsUserDefineOutcomeEventParams{
+			Description: "Say done.", Rubric: anthropic.BetaManagedAgentsUserDefineOutcomeEventParamsRubricUnion{
+				OfText: &anthropic.BetaManagedAgentsTextRubricParams{Content: "It says done."}}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sess.OutcomeEvaluations) != 1 || sess.OutcomeEvaluations[0].Description != "Say done." ||
+		(sess.OutcomeEvaluations[0].Result != "pending" && sess.OutcomeEvaluations[0].Result != "running") {
+		t.Errorf("created: outcome_evaluations %+v", sess.OutcomeEvaluations)
+	}
+	for {
+		got, err := client.Beta.Sessions.Get(ctx, sess.ID, anthropic.BetaSessionGetParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.OutcomeEvaluations) == 1 && got.OutcomeEvaluations[0].Result == "satisfied" && got.Status == "idle" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("not graded: %s", got.RawJSON())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	reqs := model.Requests()
+	if len(reqs) != 2 || reqs[0].Model != "claude-sonnet-4-5" || reqs[1].Model != "claude-haiku-4-5" {
+		t.Fatalf("%d requests; want the agent's on claude-sonnet-4-5, the grader's on claude-haiku-4-5", len(reqs))
+	}
+}

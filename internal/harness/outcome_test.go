@@ -294,3 +294,43 @@ func TestOutcomeInterruptedWhileWorking(t *testing.T) {
 	evs = f.waitIdle(id, 2)
 	assertTypes(t, evs[len(evs)-5:], end, evalStart, evalOngoing, evalEnd, idle)
 }
+
+// TestOutcomeGraderWaitsForBudget: grader requests are model requests: with the budget reached by the agent's
+// request, the evaluation waits (the session idles budget_reached), and a raised budget resumes the grading
+// without a client event; the grader's usage counts in the session's list cost.
+func TestOutcomeGraderWaitsForBudget(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.start(f.config())
+	id := f.session()
+	ctx := context.Background()
+	budget := func(cents string) json.RawMessage {
+		return json.RawMessage(`{"type":"limit","max_list_cost":{"amount":"` + cents + `","currency":"USD"}}`)
+	}
+	if _, err := f.store.SessionUpdate(ctx, id, func(s *apitype.Session) error { s.Budget = budget("1"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Script(modeltest.Turn{Text: "done", Usage: modeltest.Usage{InputTokens: 1000, OutputTokens: 500}}, verdictTurn("satisfied", "ok"))
+	f.send(id, defineOutcome, outcomeDef(3))
+	evs := f.waitIdle(id, 1)
+	assertTypes(t, evs[len(evs)-3:], apitype.EventSessionUsage, evalStart, idle)
+	assertStop(t, evs[len(evs)-1], apitype.StopBudgetReached)
+	if n := len(f.srv.Requests()); n != 1 {
+		t.Fatalf("%d requests while paused", n)
+	}
+	if _, err := f.store.SessionUpdate(ctx, id, func(s *apitype.Session) error { s.Budget = budget("100"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.EventAppend(ctx, &store.EventAppendParams{SessionID: id, Wake: true,
+		Events: []apitype.NewEvent{{Type: apitype.EventSessionUpdated, Data: json.RawMessage(`{"budget":` + string(budget("100")) + `}`), Processed: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	evs = f.waitIdle(id, 2)
+	assertTypes(t, evs[len(evs)-6:], apitype.EventSessionUpdated, running, evalOngoing, evalEnd, apitype.EventSessionUsage, idle)
+	assertStop(t, evs[len(evs)-1], apitype.StopEndTurn)
+	sess, err := f.store.SessionGet(ctx, id)
+	// 1000 in / 500 out, then the grader's 100 in / 20 out, at $3 / $15 per million.
+	if want := int64(1100*3_000_000 + 520*15_000_000); err != nil || sess.Usage.ListCostPicodollars != want {
+		t.Fatalf("usage %v %+v, want %d picodollars", err, sess.Usage, want)
+	}
+}
