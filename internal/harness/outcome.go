@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
+	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -155,36 +157,56 @@ func (t *thread) grade(st *state) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	running := st.status != apitype.EventSessionStatusRunning
-	resp, gerr := t.callGrader(o, req, running)
-	if errors.Is(gerr, errInterrupted) {
-		return true, nil // the interrupt step ends the evaluation
-	}
-	if t.ctx.Err() != nil {
-		return true, fmt.Errorf("grade: %w", t.ctx.Err())
-	}
-	var end apitype.OutcomeEvaluationEnd
+	announce := st.status != apitype.EventSessionStatusRunning
 	p := &store.EventAppendParams{}
 	var usage []apitype.NewEvent
-	if resp != nil {
-		p.Usage, usage = t.addUsageFor(resp, req.Model)
-	}
-	switch {
-	case gerr != nil:
-		end = o.evaluationEnd(apitype.OutcomeFailed, "The grader's model request failed: "+gerr.Error())
-	default:
+	var spent apitype.SpanUsage // the grader's requests'
+	var end apitype.OutcomeEvaluationEnd
+	for round := 1; ; round++ {
+		resp, gerr := t.callGrader(o, req, announce)
+		announce = false
+		if errors.Is(gerr, errInterrupted) {
+			return true, nil // the interrupt step ends the evaluation
+		}
+		if t.ctx.Err() != nil {
+			return true, fmt.Errorf("grade: %w", t.ctx.Err())
+		}
+		if resp != nil {
+			p.Usage, usage = t.addUsageFor(resp, req.Model)
+			spent = addSpan(spent, resp.Usage)
+		}
+		if gerr != nil {
+			end = o.evaluationEnd(apitype.OutcomeFailed, "The grader's model request failed: "+gerr.Error())
+			break
+		}
 		v, why := verdict(resp)
-		if v == nil {
-			end = o.evaluationEnd(apitype.OutcomeFailed, why)
-		} else {
+		if v != nil {
 			end = o.evaluationEnd(v.Result, v.Explanation)
 			end.Criteria = v.Criteria
 			if v.Result == apitype.OutcomeNeedsRevision && o.iteration+1 >= o.def.MaxIterations {
 				end.Result = apitype.OutcomeMaxIterationsReached
 			}
+			break
 		}
-		end.Usage = resp.Usage
+		results, err := t.graderReads(resp)
+		if errors.Is(err, errInterrupted) {
+			return true, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		if len(results) == 0 || round >= maxGraderRounds {
+			if len(results) > 0 {
+				why = fmt.Sprintf("The grader gave no verdict within %d requests.", maxGraderRounds)
+			}
+			end = o.evaluationEnd(apitype.OutcomeFailed, why)
+			break
+		}
+		// The grader read the workspace: its next request carries what it read.
+		req.Messages = append(req.Messages, model.Message{Role: "assistant", Content: resp.Content},
+			model.Message{Role: "user", Content: results})
 	}
+	end.Usage = spent
 	p.Events = append([]apitype.NewEvent{mustEvent(apitype.EventSpanOutcomeEvaluationEnd, end)}, usage...)
 	if end.Result != apitype.OutcomeNeedsRevision {
 		// The outcome is over, and so is the turn.
@@ -271,6 +293,76 @@ func (t *thread) heartbeat(ctx context.Context, ev apitype.NewEvent) func() {
 	}
 }
 
+// maxGraderRounds bounds the grader's requests in one evaluation (it reads the workspace between them).
+const maxGraderRounds = 10
+
+// graderToolNames are the hands' tools the grader may use: it reads the workspace, never changes it.
+var graderToolNames = []string{"read", "glob", "grep"}
+
+// graderTools are the read-only tools the grader is offered: the hands' own definitions, for a session whose
+// agent has the built-in toolset run by this brain's hands (a self_hosted environment's workspace is the user's
+// worker's, which the grader does not reach).
+func (t *thread) graderTools() []model.ToolSpec {
+	if t.b.cfg.Hands == nil || t.builtin() != execHands ||
+		!slices.ContainsFunc(t.sess.Agent.Tools, func(x apitype.Tool) bool { return x.Type == apitype.ToolTypeAgentToolset }) {
+		return nil
+	}
+	var out []model.ToolSpec
+	for _, tl := range t.b.cfg.Hands.Tools() {
+		if slices.Contains(graderToolNames, tl.Name) {
+			out = append(out, model.ToolSpec{Name: tl.Name, Description: tl.Description, InputSchema: tl.InputSchema})
+		}
+	}
+	return out
+}
+
+// graderReads runs the grader's read-only tool calls in the session's sandbox and returns their tool_result
+// blocks (none when it called no tool). A call of any other tool is refused without running. These calls are
+// not in the log: they change nothing, and a brain that grades again after a crash may repeat them.
+func (t *thread) graderReads(resp *model.Response) ([]model.Block, error) {
+	var out []model.Block
+	for _, b := range resp.Content {
+		if b.Type != model.BlockToolUse {
+			continue
+		}
+		res := model.Block{Type: model.BlockToolResult, ToolUseID: b.ID}
+		if !slices.Contains(graderToolNames, b.Name) || t.b.cfg.Hands == nil {
+			res.IsError = true
+			res.Content = []model.Block{{Type: model.BlockText, Text: "The grader may only call record_evaluation, read, glob and grep."}}
+			out = append(out, res)
+			continue
+		}
+		input := b.Input
+		if len(input) == 0 {
+			input = json.RawMessage("{}")
+		}
+		ctx, done := t.watchInterrupts()
+		r, err := t.b.cfg.Hands.Execute(ctx, &sandbox.Call{Recipe: t.recipe(), Name: b.Name, Input: input})
+		if done() {
+			return nil, errInterrupted
+		}
+		if t.ctx.Err() != nil {
+			return nil, context.Cause(t.ctx)
+		}
+		res.IsError = r.IsError || err != nil
+		res.Content = resultBlocks(r.Content)
+		if err != nil && len(res.Content) == 0 {
+			res.Content = []model.Block{{Type: model.BlockText, Text: fmt.Sprintf("The sandbox failed: %v", err)}}
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// addSpan adds b's token counts to a's.
+func addSpan(a, b apitype.SpanUsage) apitype.SpanUsage {
+	a.InputTokens += b.InputTokens
+	a.OutputTokens += b.OutputTokens
+	a.CacheCreationInputTokens += b.CacheCreationInputTokens
+	a.CacheReadInputTokens += b.CacheReadInputTokens
+	return a
+}
+
 // gradedVerdict is record_evaluation's input.
 type gradedVerdict struct {
 	Result      apitype.OutcomeResult      `json:"result"`
@@ -316,6 +408,11 @@ func (t *thread) graderRequest(o *outcome) (*model.Request, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "<task>\n%s\n</task>\n\n<rubric>\n%s\n</rubric>\n\n", o.def.Description, rubric.Content)
 	fmt.Fprintf(&b, "This is evaluation %d of at most %d.\n\n<agent_work>\n%s</agent_work>\n\n", o.iteration+1, o.def.MaxIterations, work)
+	tools := t.graderTools()
+	if len(tools) > 0 {
+		b.WriteString("You may read the agent's workspace, as the agent left it, with read, glob and grep to check " +
+			"its work; you cannot change it. ")
+	}
 	b.WriteString("Grade the work against each criterion of the rubric and call record_evaluation.")
 	m := t.b.cfg.GraderModel
 	if m == "" {
@@ -325,7 +422,7 @@ func (t *thread) graderRequest(o *outcome) (*model.Request, error) {
 		Model:     m,
 		System:    GraderSystemPrompt,
 		Messages:  []model.Message{{Role: "user", Content: []model.Block{{Type: model.BlockText, Text: b.String()}}}},
-		Tools:     []model.ToolSpec{recordEvaluationSpec},
+		Tools:     append([]model.ToolSpec{recordEvaluationSpec}, tools...),
 		MaxTokens: t.b.cfg.MaxTokens,
 	}, nil
 }

@@ -334,3 +334,50 @@ func TestOutcomeGraderWaitsForBudget(t *testing.T) {
 		t.Fatalf("usage %v %+v, want %d picodollars", err, sess.Usage, want)
 	}
 }
+
+// TestOutcomeGraderReadsWorkspace: in a session with the built-in toolset the grader is offered the hands' read,
+// glob and grep (never bash, write or edit), its reads run in the session's sandbox and their results go to its
+// next request; a call of any other tool is refused without running. Its usage sums its requests.
+func TestOutcomeGraderReadsWorkspace(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.start(f.config())
+	id := f.session(toolset)
+	f.srv.Script(modeltest.Turn{Text: "I wrote report.txt"},
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "read", Input: `{"file_path":"/workspace/report.txt"}`},
+			{Name: "bash", Input: `{"command":"rm -rf /workspace"}`}}, Usage: modeltest.Usage{InputTokens: 100, OutputTokens: 20}},
+		verdictTurn("satisfied", "The report is there."))
+	f.send(id, defineOutcome, outcomeDef(3))
+	evs := f.waitIdle(id, 1)
+	ends := ofType(evs, evalEnd)
+	if len(ends) != 1 {
+		t.Fatalf("log %v", types(evs))
+	}
+	if d := decode[apitype.OutcomeEvaluationEnd](t, ends[0]); d.Result != apitype.OutcomeSatisfied || d.Usage.InputTokens != 200 || d.Usage.OutputTokens != 40 {
+		t.Errorf("evaluation end %s", ends[0].Data)
+	}
+	f.hands.mu.Lock()
+	calls := slices.Clone(f.hands.calls)
+	f.hands.mu.Unlock()
+	if len(calls) != 1 || !strings.HasPrefix(calls[0], "read ") {
+		t.Fatalf("hands ran %q, want the grader's read alone", calls)
+	}
+	reqs := f.srv.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	var offered []string
+	for _, tl := range reqs[1].Tools {
+		offered = append(offered, tl.Name)
+	}
+	slices.Sort(offered)
+	if !slices.Equal(offered, []string{"glob", "grep", "read", "record_evaluation"}) {
+		t.Errorf("grader offered %v", offered)
+	}
+	if b := string(reqs[2].Body); !strings.Contains(b, "ran read") || !strings.Contains(b, "may only call record_evaluation") {
+		t.Errorf("the grader's second request lacks its read's result or the refusal: %s", b)
+	}
+	if n := len(ofType(evs, toolUse)); n != 0 {
+		t.Errorf("%d agent.tool_use events: the grader's calls are not the agent's", n)
+	}
+}
