@@ -2,6 +2,7 @@ package harness
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +107,16 @@ func TestVerdict(t *testing.T) {
 		if v, why := verdict(in); v != nil || !strings.Contains(why, want) {
 			t.Errorf("verdict %+v %q, want %q", v, why, want)
 		}
+	}
+}
+
+// TestGraderPromptDocumented: the README quotes the grader's system prompt as it is.
+func TestGraderPromptDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "> "+GraderSystemPrompt+"\n") {
+		t.Error("README.md does not quote GraderSystemPrompt as it is")
 	}
 }
