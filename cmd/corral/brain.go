@@ -35,6 +35,7 @@ type brainFlags struct {
 	modelTimeout   time.Duration
 	eagerHands     bool
 	pricesFile     string
+	graderModel    string
 }
 
 func (f *brainFlags) register(fs *flag.FlagSet) {
@@ -47,6 +48,7 @@ func (f *brainFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.modelTimeout, "model-timeout", defaultModelTimeout, "longest one model call may take, streaming included; a stalled call is retried")
 	fs.IntVar(&f.maxRetries, "model-retries", defaultModelRetries, "retries of a failed model call before the session idles with retries_exhausted")
 	fs.StringVar(&f.pricesFile, "prices", envOr("CORRAL_PRICES", ""), "JSON `file` of list prices for models the built-in table (Anthropic's Claude models) does not name, or to replace its rates: {\"models\": {\"<model id>\": {\"input\": \"2.50\", \"output\": \"10\", \"cache_read\": \"1.25\"}}} in US dollars per million tokens; a budgeted session needs a priced model (env CORRAL_PRICES)")
+	fs.StringVar(&f.graderModel, "grader-model", envOr("CORRAL_GRADER_MODEL", ""), "the `model` that grades outcomes (user.define_outcome) in a context window of its own, routed like an agent's model (\"openai/<model>\" included); empty: each session's agent model (env CORRAL_GRADER_MODEL)")
 	fs.BoolVar(&f.eagerHands, "eager-hands", false, "advanced, for comparison only (corral bench): provision each session's sandbox before its first model call, as a coupled design does")
 }
 
@@ -62,6 +64,7 @@ func (f *brainFlags) config() harness.Config {
 		ThinkingBudget: f.thinkingBudget,
 		Retry:          harness.RetryPolicy{MaxRetries: retries(f.maxRetries)},
 		EagerHands:     f.eagerHands,
+		GraderModel:    f.graderModel,
 	}
 }
 

@@ -296,14 +296,6 @@ func checkHandsSource(p string, src *apitype.FailureSource, isError bool) error 
 	return nil
 }
 
-// defineOutcome is the stored payload of user.define_outcome; the server assigns outcome_id.
-type defineOutcome struct {
-	OutcomeID     string          `json:"outcome_id"`
-	Description   string          `json:"description"`
-	Rubric        json.RawMessage `json:"rubric"`
-	MaxIterations int             `json:"max_iterations"`
-}
-
 func decodeDefineOutcome(p string, raw json.RawMessage) (any, eventRef, error) {
 	var in struct {
 		Type          string          `json:"type"`
@@ -317,7 +309,7 @@ func decodeDefineOutcome(p string, raw json.RawMessage) (any, eventRef, error) {
 	if err := checkString(path(p, "description"), in.Description, true, 10_000); err != nil {
 		return nil, eventRef{}, err
 	}
-	out := defineOutcome{OutcomeID: apitype.NewID(prefixOutcome), Description: in.Description,
+	out := apitype.DefineOutcome{OutcomeID: apitype.NewID(prefixOutcome), Description: in.Description,
 		MaxIterations: defaultOutcomeMax}
 	if in.MaxIterations != nil {
 		if *in.MaxIterations < 1 || *in.MaxIterations > maxOutcomeIters {

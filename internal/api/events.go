@@ -85,6 +85,11 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkRefs(r, sess, events); err != nil {
 		return err
 	}
+	for i := range events {
+		if err := s.resolveRubric(r.Context(), events[i].path, &events[i].ev); err != nil {
+			return err
+		}
+	}
 	news := make([]apitype.NewEvent, len(events))
 	for i, ce := range events {
 		news[i] = traced(r.Context(), ce.ev)

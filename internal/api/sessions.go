@@ -310,6 +310,9 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		if err := s.resolveRubric(r.Context(), ce.path, &ce.ev); err != nil {
+			return err
+		}
 		initial = append(initial, traced(r.Context(), ce.ev))
 	}
 	if len(initial) > 0 {
@@ -357,6 +360,9 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if created.OutcomeEvaluations, err = s.outcomeEvaluations(r.Context(), created.ID); err != nil {
+		return err
+	}
 	s.normalizeSession(created, s.now())
 	return writeJSON(w, http.StatusOK, created)
 }
@@ -366,6 +372,9 @@ func (s *Server) sessionGet(w http.ResponseWriter, r *http.Request) error {
 	sess, err := s.store.SessionGet(r.Context(), id)
 	if err != nil {
 		return lookup(err, "session", id)
+	}
+	if sess.OutcomeEvaluations, err = s.outcomeEvaluations(r.Context(), id); err != nil {
+		return err
 	}
 	s.normalizeSession(sess, s.now())
 	return writeJSON(w, http.StatusOK, sess)

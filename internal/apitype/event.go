@@ -39,6 +39,10 @@ const (
 	EventSpanModelRequestStart EventType = "span.model_request_start"
 	EventSpanModelRequestEnd   EventType = "span.model_request_end"
 
+	EventSpanOutcomeEvaluationStart   EventType = "span.outcome_evaluation_start"
+	EventSpanOutcomeEvaluationOngoing EventType = "span.outcome_evaluation_ongoing"
+	EventSpanOutcomeEvaluationEnd     EventType = "span.outcome_evaluation_end"
+
 	// Corral's own spans: where the hands' time and failures went.
 	EventSpanSandboxProvisionStart EventType = "span.sandbox_provision_start"
 	EventSpanSandboxProvisionEnd   EventType = "span.sandbox_provision_end"
@@ -321,6 +325,68 @@ type SpanUsage struct {
 	OutputTokens             int64 `json:"output_tokens"`
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+// DefineOutcome is the stored payload of user.define_outcome: the API assigns OutcomeID and fills in the default
+// MaxIterations. Rubric is {"type":"text","content"} or {"type":"file","file_id"}.
+type DefineOutcome struct {
+	OutcomeID     string          `json:"outcome_id"`
+	Description   string          `json:"description"`
+	Rubric        json.RawMessage `json:"rubric"`
+	MaxIterations int             `json:"max_iterations"`
+}
+
+// OutcomeResult is an outcome evaluation's result: a grader's verdict (satisfied, needs_revision), or how the
+// outcome ended otherwise. The session's outcome_evaluations also show the states before a verdict (pending,
+// running, evaluating).
+type OutcomeResult string
+
+// Outcome results and states.
+const (
+	OutcomePending              OutcomeResult = "pending"
+	OutcomeRunning              OutcomeResult = "running"
+	OutcomeEvaluating           OutcomeResult = "evaluating"
+	OutcomeSatisfied            OutcomeResult = "satisfied"
+	OutcomeNeedsRevision        OutcomeResult = "needs_revision"
+	OutcomeMaxIterationsReached OutcomeResult = "max_iterations_reached"
+	OutcomeFailed               OutcomeResult = "failed"
+	OutcomeInterrupted          OutcomeResult = "interrupted"
+)
+
+// OutcomeEvaluationSpan is the payload of span.outcome_evaluation_start and span.outcome_evaluation_ongoing.
+type OutcomeEvaluationSpan struct {
+	OutcomeID string `json:"outcome_id"`
+	Iteration int    `json:"iteration"`
+}
+
+// OutcomeEvaluationEnd is the payload of span.outcome_evaluation_end. Usage sums the grader's requests. Criteria
+// (Corral's own field) are the grader's verdict per rubric criterion, as it gave them to record_evaluation.
+type OutcomeEvaluationEnd struct {
+	OutcomeID                string             `json:"outcome_id"`
+	OutcomeEvaluationStartID string             `json:"outcome_evaluation_start_id"`
+	Iteration                int                `json:"iteration"`
+	Result                   OutcomeResult      `json:"result"`
+	Explanation              string             `json:"explanation"`
+	Usage                    SpanUsage          `json:"usage"`
+	Criteria                 []CriterionVerdict `json:"criteria,omitempty"`
+}
+
+// CriterionVerdict is the grader's verdict on one rubric criterion.
+type CriterionVerdict struct {
+	Criterion   string `json:"criterion"`
+	Met         bool   `json:"met"`
+	Explanation string `json:"explanation"`
+}
+
+// OutcomeEvaluation is one entry of a session's outcome_evaluations: an outcome's state, derived from the log.
+type OutcomeEvaluation struct {
+	Type        ObjectType    `json:"type"`
+	OutcomeID   string        `json:"outcome_id"`
+	Description string        `json:"description"`
+	Iteration   int           `json:"iteration"`
+	Result      OutcomeResult `json:"result"`
+	Explanation string        `json:"explanation"`
+	CompletedAt *time.Time    `json:"completed_at"`
 }
 
 // ContextCompacted is the payload of agent.thread_context_compacted. Summary and UpToSeq are Corral's own

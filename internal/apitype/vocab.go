@@ -238,6 +238,7 @@ const (
 	ObjectCredentialValidation ObjectType = "vault_credential_validation"
 	ObjectWork                 ObjectType = "work"
 	ObjectWorkHeartbeat        ObjectType = "work_heartbeat"
+	ObjectOutcomeEvaluation    ObjectType = "outcome_evaluation"
 	ObjectWorkQueueStats       ObjectType = "work_queue_stats"
 	ObjectModel                ObjectType = "model" // a model of GET /v1/models
 	ObjectError                ObjectType = "error" // the envelope of an error response

@@ -884,3 +884,31 @@ func TestKillSandboxOnlyOwn(t *testing.T) {
 		t.Errorf("the stray process %d was killed: %v", pid, err)
 	}
 }
+
+// TestConsoleOutcome: the session view shows an outcome readably: its definition with the rubric, each
+// evaluation as it starts, and the grader's verdicts with their explanations and criteria.
+func TestConsoleOutcome(t *testing.T) {
+	e := newEnv(t, false)
+	agent := e.create("/v1/agents", map[string]any{"name": "graded", "model": "claude-sonnet-4-5"})
+	envID := e.create("/v1/environments", map[string]any{"name": "outcome", "config": map[string]any{"type": "cloud"}})
+	sess := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID})
+	verdict := func(result, explanation string) modeltest.Turn {
+		in, _ := json.Marshal(map[string]any{"result": result, "explanation": explanation,
+			"criteria": []any{map[string]any{"criterion": "Rhymes", "met": result == "satisfied", "explanation": explanation}}})
+		return modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "record_evaluation", Input: string(in)}}}
+	}
+	e.fake.Script(modeltest.Turn{Text: "Roses are red."}, verdict("needs_revision", "It does not rhyme yet."),
+		modeltest.Turn{Text: "Roses are red, violets are blue, I rhyme now."}, verdict("satisfied", "It rhymes."))
+	e.login()
+	e.open("/sessions/" + sess)
+	e.wait("stream live", `document.getElementById('stream-state')?.dataset.state === 'live'`)
+	e.api("POST", "/v1/sessions/"+sess+"/events", map[string]any{"events": []any{map[string]any{
+		"type": "user.define_outcome", "description": "Write a rhyming couplet.",
+		"rubric": map[string]any{"type": "text", "content": "It rhymes."}}}}, nil)
+	e.wait("graded", transcriptHas("Write a rhyming couplet.")+" && "+transcriptHas("Grading the outcome (evaluation 2)")+
+		" && "+transcriptHas("Needs revision: the agent revises")+" && "+transcriptHas("It does not rhyme yet.")+
+		" && "+transcriptHas("✗ Rhymes")+" && "+transcriptHas("Satisfied")+" && "+transcriptHas("✓ Rhymes")+
+		` && document.querySelectorAll('#transcript .outcome-end').length === 2`+
+		` && !document.querySelector('#transcript .ev.unknown')`)
+	e.shot("outcome")
+}

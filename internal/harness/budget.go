@@ -55,6 +55,11 @@ func budgetReached(b *apitype.Budget, u *apitype.SessionUsage, priced bool) bool
 // total (for the append that records it) with the events that report it: session.usage for a session with a
 // budget, none for one without (its usage is on the session).
 func (t *thread) addUsage(resp *model.Response) (*apitype.SessionUsage, []apitype.NewEvent) {
+	return t.addUsageFor(resp, t.sess.Agent.Model.ID)
+}
+
+// addUsageFor is addUsage for a request to modelID (the grader's model may not be the agent's).
+func (t *thread) addUsageFor(resp *model.Response, modelID string) (*apitype.SessionUsage, []apitype.NewEvent) {
 	u := resp.Usage
 	t.usage.InputTokens += u.InputTokens
 	t.usage.OutputTokens += u.OutputTokens
@@ -71,7 +76,7 @@ func (t *thread) addUsage(resp *model.Response) (*apitype.SessionUsage, []apityp
 	}
 	t.usage.ServerToolUse.WebSearchRequests += resp.ServerToolUse.WebSearchRequests
 	t.usage.ServerToolUse.WebFetchRequests += resp.ServerToolUse.WebFetchRequests
-	if r, ok := t.b.cfg.Prices.Rates(t.sess.Agent.Model.ID); ok && !t.usage.Unpriced {
+	if r, ok := t.b.cfg.Prices.Rates(modelID); ok && !t.usage.Unpriced {
 		cost := r.Cost(price.Tokens{Input: u.InputTokens, Output: u.OutputTokens, CacheWrite5m: u.CacheCreationInputTokens - w1h,
 			CacheWrite1h: w1h, CacheRead: u.CacheReadInputTokens})
 		total := price.Add(price.Pico(t.usage.ListCostPicodollars), cost)

@@ -14,7 +14,7 @@
 // routes), executor.go (the one table of executors: who runs a tool's calls, by kind), and the executors:
 // hands.go (built-in tools in the sandbox, and provisioning spans), mcp.go (MCP tools: offered from Config.MCP,
 // the MCP proxy, and their calls), selfhosted.go (built-in tools of a self_hosted environment, through the work
-// queue) and the client's custom tools (executor.go); interrupt.go, events.go (event builders, and the readers of
+// queue) and the client's custom tools (executor.go); outcome.go (outcomes: the grader and its steps), interrupt.go, events.go (event builders, and the readers of
 // tool use and result events) and preview.go (stream previews).
 //
 // A run holds one thread for now: the context of the session's conversation (its tail, tools, lead, usage and
@@ -77,6 +77,11 @@ type Config struct {
 	// ModelTimeout bounds one model call, streaming included (default DefaultModelTimeout): a stalled stream is
 	// cut and retried like a dropped connection, so it cannot hold a worker and its session forever.
 	ModelTimeout time.Duration
+	// GraderModel is the model that grades outcomes (outcome.go): "" is the session agent's own model.
+	GraderModel string
+	// GraderHeartbeat is how often span.outcome_evaluation_ongoing is appended while a grader's request is in
+	// flight, after the one that announces it (default DefaultGraderHeartbeat).
+	GraderHeartbeat time.Duration
 	// MaxTokens caps each model answer (default DefaultMaxTokens).
 	MaxTokens int
 	// ThinkingBudget enables extended thinking with this many tokens (0 = off). It must be below MaxTokens.
@@ -137,11 +142,13 @@ type RetryPolicy struct {
 
 // The defaults of Config, for the flags of cmd/ to show and use.
 const (
-	DefaultLeaseTTL        = 5 * time.Second
-	DefaultPollInterval    = time.Second
-	DefaultContextTokens   = 200000
-	DefaultCompactAt       = 0.8
-	DefaultModelTimeout    = 10 * time.Minute
+	DefaultLeaseTTL      = 5 * time.Second
+	DefaultPollInterval  = time.Second
+	DefaultContextTokens = 200000
+	DefaultCompactAt     = 0.8
+	DefaultModelTimeout  = 10 * time.Minute
+	// DefaultGraderHeartbeat is how often a grader's request in flight is announced again.
+	DefaultGraderHeartbeat = 15 * time.Second
 	DefaultMaxTokens       = 8192
 	DefaultPreviewInterval = 25 * time.Millisecond
 	DefaultMaxRetries      = 5
@@ -181,6 +188,7 @@ func (c *Config) setDefaults() {
 	c.CompactAt = cmp.Or(c.CompactAt, DefaultCompactAt)
 	c.MaxTokens = cmp.Or(c.MaxTokens, DefaultMaxTokens)
 	c.ModelTimeout = cmp.Or(c.ModelTimeout, DefaultModelTimeout)
+	c.GraderHeartbeat = cmp.Or(c.GraderHeartbeat, DefaultGraderHeartbeat)
 }
 
 func (c *Config) validate() error {

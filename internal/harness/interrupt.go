@@ -22,6 +22,10 @@ func (t *thread) interrupt(st *state, ints []apitype.Event) error {
 	for _, u := range open {
 		evs = append(evs, u.closeResult(true, msgInterrupted))
 	}
+	if o := st.outcome; o != nil {
+		evs = append(evs, mustEvent(apitype.EventSpanOutcomeEvaluationEnd,
+			o.evaluationEnd(apitype.OutcomeInterrupted, "The user interrupted the session.")))
+	}
 	status := ""
 	if st.running() || len(evs) > 0 || (st.idle != nil && st.idle.StopReason.Type != apitype.StopEndTurn) {
 		evs = append(evs, idleEvent(apitype.StopReason{Type: apitype.StopEndTurn}))

@@ -55,6 +55,8 @@ type thread struct {
 	usage apitype.SessionUsage
 	// budget is the session's budget as the last step derived it (budget.go), for the session.usage events.
 	budget json.RawMessage
+	// outcome is the session's active outcome as the last step derived it (outcome.go).
+	outcome *outcome
 	// activeDone is the active time this run has already added to the session's stats.
 	activeDone float64
 	// fresh holds the tool uses this thread appended or saw confirmed, and has not run yet. Any other approved tool

@@ -57,6 +57,8 @@ type state struct {
 	// budget is the budget the tail's last session.updated naming one set (null: removed), if budgetSet.
 	budget    json.RawMessage
 	budgetSet bool
+	// outcome is the session's active outcome (outcome.go), nil when none.
+	outcome *outcome
 }
 
 // paused reports whether the session idled at its budget.
@@ -101,6 +103,13 @@ func (t *thread) derive() (*state, error) { return derive(t.tail, t.builtin()) }
 // event type has its reading in derivers.
 func derive(t *tail, builtin execKind) (*state, error) {
 	s := &state{status: t.priorStatus, byID: map[string]*toolUse{}, builtin: builtin}
+	for _, e := range t.priorOutcome {
+		// An outcome outlives the compaction of the events that define and evaluate it.
+		if err := derivers[e.Type](s, e); err != nil {
+			return nil, err
+		}
+	}
+	s.lastSide = ""
 	if t.summary != "" {
 		s.lastSide = "user"
 	}
@@ -119,25 +128,28 @@ func derive(t *tail, builtin execKind) (*state, error) {
 
 // derivers read each event type that matters to the state into it.
 var derivers = map[apitype.EventType]func(*state, apitype.Event) error{
-	apitype.EventSessionStatusRunning:     deriveStatus,
-	apitype.EventSessionStatusRescheduled: deriveStatus,
-	apitype.EventSessionStatusTerminated:  deriveStatus,
-	apitype.EventSessionStatusIdle:        deriveIdle,
-	apitype.EventSpanModelRequestStart:    func(s *state, e apitype.Event) error { s.openSpan = &e; return nil },
-	apitype.EventSpanModelRequestEnd:      func(s *state, _ apitype.Event) error { s.openSpan = nil; return nil },
-	apitype.EventAgentMessage:             deriveSide("assistant"),
-	apitype.EventAgentThinking:            deriveSide("assistant"),
-	apitype.EventAgentToolUse:             deriveUse,
-	apitype.EventAgentCustomToolUse:       deriveUse,
-	apitype.EventAgentMCPToolUse:          deriveUse,
-	apitype.EventAgentToolResult:          deriveResult,
-	apitype.EventAgentMCPToolResult:       deriveResult,
-	apitype.EventUserToolResult:           deriveResult,
-	apitype.EventUserCustomToolResult:     deriveResult,
-	apitype.EventUserToolConfirmation:     deriveConfirmation,
-	apitype.EventUserMessage:              deriveMessage,
-	apitype.EventSystemMessage:            deriveMessage,
-	apitype.EventSessionUpdated:           deriveBudget,
+	apitype.EventSessionStatusRunning:       deriveStatus,
+	apitype.EventSessionStatusRescheduled:   deriveStatus,
+	apitype.EventSessionStatusTerminated:    deriveStatus,
+	apitype.EventSessionStatusIdle:          deriveIdle,
+	apitype.EventSpanModelRequestStart:      func(s *state, e apitype.Event) error { s.openSpan = &e; return nil },
+	apitype.EventSpanModelRequestEnd:        func(s *state, _ apitype.Event) error { s.openSpan = nil; return nil },
+	apitype.EventAgentMessage:               deriveSide("assistant"),
+	apitype.EventAgentThinking:              deriveSide("assistant"),
+	apitype.EventAgentToolUse:               deriveUse,
+	apitype.EventAgentCustomToolUse:         deriveUse,
+	apitype.EventAgentMCPToolUse:            deriveUse,
+	apitype.EventAgentToolResult:            deriveResult,
+	apitype.EventAgentMCPToolResult:         deriveResult,
+	apitype.EventUserToolResult:             deriveResult,
+	apitype.EventUserCustomToolResult:       deriveResult,
+	apitype.EventUserToolConfirmation:       deriveConfirmation,
+	apitype.EventUserMessage:                deriveMessage,
+	apitype.EventSystemMessage:              deriveMessage,
+	apitype.EventSessionUpdated:             deriveBudget,
+	apitype.EventUserDefineOutcome:          deriveDefineOutcome,
+	apitype.EventSpanOutcomeEvaluationStart: deriveEvaluationStart,
+	apitype.EventSpanOutcomeEvaluationEnd:   deriveEvaluationEnd,
 }
 
 // deriveBudget reads the budget a session.updated changed, if it names one ("budget": null removed it).

@@ -23,6 +23,7 @@ func (t *thread) step() (bool, error) {
 	}
 	t.seenSeq = t.tail.lastSeq
 	t.budget = t.budgetNow(st)
+	t.outcome = st.outcome
 	t.follow(st.unprocessed)
 	if st.terminated() || t.sess.ArchivedAt != nil {
 		return false, nil
@@ -51,6 +52,7 @@ var steps = []func(*thread, *state) (bool, error){
 	(*thread).answers,     // 3. the client's answers: confirmations and tool results
 	(*thread).runTools,    // 4. the approved calls the brain runs
 	(*thread).waitClient,  // 5. calls only the client can resolve
+	(*thread).grade,       // 5b. an outcome evaluation started and not ended (outcome.go)
 	(*thread).modelStep,   // 6. the model's turn
 	(*thread).endTurn,     // 7. a turn whose last answer is in the log but whose end is not
 	(*thread).leftOver,    // 8. client events nothing acts on
@@ -145,7 +147,12 @@ func (t *thread) waitClient(st *state) (bool, error) {
 // list cost has reached its budget: then the session idles with budget_reached (once), its client messages
 // waiting, until a raised or removed budget wakes it and the paused turn resumes here (budget.go).
 func (t *thread) modelStep(st *state) (bool, error) {
-	msgs := st.unprocessedOf(apitype.EventUserMessage, apitype.EventSystemMessage)
+	types := []apitype.EventType{apitype.EventUserMessage, apitype.EventSystemMessage}
+	if st.outcome == nil {
+		// One outcome at a time: a later definition waits for the active one to end.
+		types = append(types, apitype.EventUserDefineOutcome)
+	}
+	msgs := st.unprocessedOf(types...)
 	if len(msgs) == 0 && (!(st.running() || st.paused()) || st.lastSide != "user") {
 		return false, nil
 	}
@@ -159,10 +166,14 @@ func (t *thread) modelStep(st *state) (bool, error) {
 	return true, t.modelTurn(st, msgs)
 }
 
-// endTurn idles a running turn that has nothing left to do.
+// endTurn idles a running turn that has nothing left to do, or, with an outcome active, starts its evaluation.
 func (t *thread) endTurn(st *state) (bool, error) {
 	if !st.running() {
 		return false, nil
+	}
+	if o := st.outcome; o != nil && o.evaluating == nil {
+		_, err := t.append("", nil, o.evaluationStart())
+		return true, err
 	}
 	_, err := t.append(apitype.StatusIdle, nil, idleEvent(apitype.StopReason{Type: apitype.StopEndTurn}))
 	return true, err
@@ -171,10 +182,15 @@ func (t *thread) endTurn(st *state) (bool, error) {
 // leftOver marks processed the client events nothing acts on (an outcome definition, an answer to a call already
 // resolved).
 func (t *thread) leftOver(st *state) (bool, error) {
-	if len(st.unprocessed) == 0 {
+	left := st.unprocessed
+	if st.outcome != nil {
+		// A definition while an outcome is active waits for it to end (modelStep).
+		left = slices.DeleteFunc(slices.Clone(left), func(e apitype.Event) bool { return e.Type == apitype.EventUserDefineOutcome })
+	}
+	if len(left) == 0 {
 		return false, nil
 	}
-	return true, t.markProcessed(st.unprocessed)
+	return true, t.markProcessed(left)
 }
 
 // answers acts on the client's confirmations and tool results. A confirmation is marked processed before its

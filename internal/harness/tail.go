@@ -63,6 +63,16 @@ walk:
 			tl.priorStatus = last[0].Type
 		}
 	}
+	if tl.upToSeq > 0 {
+		prior, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
+			SessionID: t.sess.ID, BeforeSeq: tl.upToSeq + 1, Desc: true, Limit: eventPage, Types: outcomeEvents,
+		})
+		if err != nil {
+			return fmt.Errorf("read log: %w", err)
+		}
+		slices.Reverse(prior)
+		tl.priorOutcome = lastOutcome(prior)
+	}
 	t.tail = tl
 	if st, err := t.derive(); err == nil && st.running() {
 		t.activeFrom = time.Now() // a turn in progress: count from the takeover
@@ -102,6 +112,13 @@ func (t *thread) refresh() error {
 
 // compactTo drops the events a new summary covers.
 func (t *tail) compactTo(summary string, upToSeq int64) {
+	var dropped []apitype.Event
+	for _, e := range t.events {
+		if e.Seq <= upToSeq && slices.Contains(outcomeEvents, e.Type) {
+			dropped = append(dropped, e)
+		}
+	}
+	t.priorOutcome = lastOutcome(append(slices.Clone(t.priorOutcome), dropped...))
 	keep := t.events[:0]
 	for _, e := range t.events {
 		if e.Seq > upToSeq {
@@ -143,4 +160,7 @@ type tail struct {
 	lastSeq int64  // the last sequence number read
 	// priorStatus is the type of the last session.status_* event before the tail, for a tail that has none.
 	priorStatus apitype.EventType
+	// priorOutcome are the outcome events before the tail from the last processed user.define_outcome on: a
+	// compaction does not end an outcome (see outcomeEvents).
+	priorOutcome []apitype.Event
 }

@@ -75,6 +75,8 @@ var transcribers = map[apitype.EventType]func(*transcriber, apitype.Event) error
 	apitype.EventUserInterrupt:            (*transcriber).interrupt,
 	apitype.EventUserMessage:              (*transcriber).message,
 	apitype.EventSystemMessage:            (*transcriber).message,
+	apitype.EventUserDefineOutcome:        (*transcriber).message,
+	apitype.EventSpanOutcomeEvaluationEnd: (*transcriber).revision,
 	apitype.EventSpanModelRequestStart:    func(c *transcriber, _ apitype.Event) error { return c.flush(false) },
 	apitype.EventAgentThinking:            (*transcriber).thinking,
 	apitype.EventAgentMessage:             (*transcriber).agentMessage,
@@ -107,6 +109,14 @@ func (c *transcriber) flush(all bool) error {
 	for _, e := range c.pending {
 		if !all && e.ProcessedAt == nil {
 			keep = append(keep, e)
+			continue
+		}
+		if e.Type == apitype.EventUserDefineOutcome {
+			var d apitype.DefineOutcome
+			if err := e.DecodeData(&d); err != nil {
+				return err
+			}
+			c.add("user", e.Seq, model.Block{Type: model.BlockText, Text: outcomeTask(d)})
 			continue
 		}
 		var m apitype.UserMessage
@@ -143,6 +153,18 @@ func (c *transcriber) interrupt(apitype.Event) error {
 
 func (c *transcriber) message(e apitype.Event) error {
 	c.pending = append(c.pending, e)
+	return nil
+}
+
+// revision: a needs_revision verdict goes back to the agent as a user turn.
+func (c *transcriber) revision(e apitype.Event) error {
+	var end apitype.OutcomeEvaluationEnd
+	if err := e.DecodeData(&end); err != nil {
+		return err
+	}
+	if end.Result == apitype.OutcomeNeedsRevision {
+		c.add("user", e.Seq, model.Block{Type: model.BlockText, Text: revisionNote(end)})
+	}
 	return nil
 }
 

@@ -17,6 +17,16 @@ var errTurnEnded = errors.New("harness: turn ended by a model error")
 // span.model_request_start (see lead).
 func (t *thread) modelTurn(st *state, msgs []apitype.Event) error {
 	t.lead = &lead{processed: msgs}
+	for _, e := range msgs {
+		if e.Type == apitype.EventUserDefineOutcome {
+			// This call picks the definition up: the outcome is active once the call's start is appended.
+			var d apitype.DefineOutcome
+			if err := e.DecodeData(&d); err != nil {
+				return err
+			}
+			t.outcome = &outcome{def: d, seq: e.Seq}
+		}
+	}
 	if st.status != apitype.EventSessionStatusRunning {
 		t.lead.events = []apitype.NewEvent{mustEvent(apitype.EventSessionStatusRunning, nil)}
 		t.lead.status = apitype.StatusRunning
@@ -106,7 +116,10 @@ func (t *thread) appendResponse(a *answer) error {
 	total, usage := t.addUsage(resp)
 	evs = append(append(evs, spanEnd(startID, false, resp.Usage)), usage...)
 	p := &store.EventAppendParams{Usage: total}
-	if calls == 0 {
+	if o := t.outcome; calls == 0 && o != nil && o.evaluating == nil && resp.StopReason != "refusal" {
+		// The agent's turn is over: its outcome is evaluated before the session idles (outcome.go).
+		evs = append(evs, o.evaluationStart())
+	} else if calls == 0 {
 		reason := apitype.StopEndTurn
 		if resp.StopReason == "refusal" {
 			reason = apitype.StopRefusal

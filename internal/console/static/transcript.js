@@ -6,6 +6,12 @@ import {h, fmtTime, pretty} from './dom.js';
 export const SPAN_TYPES = ['span.model_request_start', 'span.model_request_end', 'span.sandbox_provision_start',
   'span.sandbox_provision_end'];
 
+// OUTCOME_RESULTS say an outcome evaluation's result for people.
+const OUTCOME_RESULTS = {
+  satisfied: 'Satisfied', needs_revision: 'Needs revision: the agent revises', max_iterations_reached: 'Max iterations reached',
+  failed: 'Grading failed', interrupted: 'Interrupted',
+};
+
 const COMPONENTS = {
   model: 'the model', hands: 'the hands (sandbox)', proxy: 'the proxy (egress)', store: 'the store',
   brain: 'the brain', client: 'the client (bad input)', api: 'the API server',
@@ -178,6 +184,35 @@ export function render(root, ev, ctx) {
     if (!ctx.showSpans) return null;
     return h('div', {class: 'ev span-line', id: `ev-${ev.id}`, dataset: {type: t}},
       h('span', {class: 'mono'}, `${t}: ${u.list_cost ? u.list_cost.amount : '?'} of ${b ? b.amount : 'no'} cents budget`), stamp(ev));
+  }
+  case 'user.define_outcome': {
+    const r = ev.rubric || {};
+    return h('article', {class: 'ev msg user outcome', id: `ev-${ev.id}`, tabindex: '-1', dataset: {type: t}},
+      head('user', 'Outcome', ev, h('span', {class: 'meta'}, `up to ${ev.max_iterations || 3} evaluations`)),
+      h('div', {class: 'text'}, ev.description || ''),
+      h('details', {class: 'io'}, h('summary', null, 'Rubric'),
+        r.type === 'file' ? h('p', {class: 'meta mono'}, `file ${r.file_id || ''}`) : h('div', {class: 'text'}, r.content || '')));
+  }
+  case 'span.outcome_evaluation_start':
+    return h('div', {class: 'ev status-line', id: `ev-${ev.id}`, dataset: {type: t}},
+      h('span', null, `Grading the outcome (evaluation ${(ev.iteration || 0) + 1})`), stamp(ev));
+  case 'span.outcome_evaluation_ongoing':
+    if (!ctx.showSpans) return null;
+    return h('div', {class: 'ev span-line', id: `ev-${ev.id}`, dataset: {type: t}}, h('span', {class: 'mono'}, `${t}: grading`), stamp(ev));
+  case 'span.outcome_evaluation_end': {
+    const res = ev.result || '';
+    const u = ev.usage || {};
+    const label = OUTCOME_RESULTS[res] || res;
+    const cls = res === 'satisfied' ? ' ok' : res === 'needs_revision' ? ' warn' : ' bad';
+    return h('article', {class: `ev msg outcome-end${cls}`, id: `ev-${ev.id}`, tabindex: '-1',
+      role: 'group', 'aria-label': 'Outcome evaluation', dataset: {type: t}},
+    head('system', 'Grader', ev, h('span', {class: 'mono outcome-result'}, label)),
+    h('div', {class: 'text'}, ev.explanation || ''),
+    Array.isArray(ev.criteria) && ev.criteria.length ? h('ul', {class: 'criteria'}, ev.criteria.map(c =>
+      h('li', null, h('span', {class: 'mono'}, c.met ? '✓ ' : '✗ '), h('strong', null, String(c.criterion || '')),
+        c.explanation ? `: ${c.explanation}` : ''))) : null,
+    h('p', {class: 'meta'}, `Evaluation ${(ev.iteration || 0) + 1} · grader ${u.input_tokens || 0} in / ${u.output_tokens || 0} out tokens`),
+    raw(ev));
   }
   case 'agent.thread_context_compacted':
     return h('div', {class: 'ev status-line', id: `ev-${ev.id}`, dataset: {type: t}}, h('span', null, 'Context compacted'), stamp(ev));
