@@ -41,6 +41,19 @@ func (t *thread) overBudget(raw json.RawMessage) bool {
 	return budgetReached(b, &t.usage, t.b.cfg.Prices.Priced(t.sess.Agent.Model.ID))
 }
 
+// holdForBudget is the check before a model request (the agent's or a grader's): over budget, the session idles
+// once with budget_reached (handled) and then waits (errWaiting) for a raised or removed budget.
+func (t *thread) holdForBudget(st *state) (handled bool, err error) {
+	if !t.overBudget(t.budget) {
+		return false, nil
+	}
+	if st.paused() {
+		return false, errWaiting
+	}
+	_, err = t.append(apitype.StatusIdle, nil, idleEvent(apitype.StopReason{Type: apitype.StopBudgetReached}))
+	return true, err
+}
+
 // budgetReached is the check made before each model request: the cost so far at or past the cap, or a cost
 // that cannot be known.
 func budgetReached(b *apitype.Budget, u *apitype.SessionUsage, priced bool) bool {

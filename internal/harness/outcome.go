@@ -145,13 +145,9 @@ func (t *thread) grade(st *state) (bool, error) {
 	if o == nil || o.evaluating == nil {
 		return false, nil
 	}
-	if t.overBudget(t.budget) {
-		// Grader requests are model requests: they wait for a raised or removed budget too.
-		if st.paused() {
-			return false, errWaiting
-		}
-		_, err := t.append(apitype.StatusIdle, nil, idleEvent(apitype.StopReason{Type: apitype.StopBudgetReached}))
-		return true, err
+	// Grader requests are model requests: they wait for a raised or removed budget too.
+	if handled, err := t.holdForBudget(st); handled || err != nil {
+		return handled, err
 	}
 	req, err := t.graderRequest(o)
 	if err != nil {

@@ -156,12 +156,8 @@ func (t *thread) modelStep(st *state) (bool, error) {
 	if len(msgs) == 0 && (!(st.running() || st.paused()) || st.lastSide != "user") {
 		return false, nil
 	}
-	if t.overBudget(t.budget) {
-		if st.paused() {
-			return false, errWaiting
-		}
-		_, err := t.append(apitype.StatusIdle, nil, idleEvent(apitype.StopReason{Type: apitype.StopBudgetReached}))
-		return true, err
+	if handled, err := t.holdForBudget(st); handled || err != nil {
+		return handled, err
 	}
 	return true, t.modelTurn(st, msgs)
 }
