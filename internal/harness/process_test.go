@@ -12,13 +12,9 @@ import (
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
 )
 
-// TestProcessSandbox runs built-in tools in real hands: the Pool over the process backend, provisioned lazily on
-// the first tool call.
-func TestProcessSandbox(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the sandbox agent")
-	}
-	t.Parallel()
+// processPool is a Pool over the process backend, with the sandbox agent built for it, stopped at the test's end.
+func processPool(t *testing.T) *sandbox.Pool {
+	t.Helper()
 	agentPath, err := sandboxtest.BuildAgent(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +28,17 @@ func TestProcessSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pool.Stop() })
+	return pool
+}
+
+// TestProcessSandbox runs built-in tools in real hands: the Pool over the process backend, provisioned lazily on
+// the first tool call.
+func TestProcessSandbox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the sandbox agent")
+	}
+	t.Parallel()
+	pool := processPool(t)
 
 	f := newFixture(t)
 	f.srv.Script(
@@ -72,19 +79,7 @@ func TestBashExitIsNotAFailure(t *testing.T) {
 		t.Skip("builds the sandbox agent")
 	}
 	t.Parallel()
-	agentPath, err := sandboxtest.BuildAgent(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	provider, err := process.New(process.Config{AgentPath: agentPath, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: provider, WorkspaceRoot: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Stop() })
+	pool := processPool(t)
 
 	f := newFixture(t)
 	f.srv.Script(
