@@ -110,13 +110,13 @@ func TestVerdict(t *testing.T) {
 	}
 }
 
-// TestGraderPromptDocumented: the README quotes the grader's system prompt as it is.
+// TestGraderPromptDocumented: docs/outcomes.md quotes the grader's system prompt as it is.
 func TestGraderPromptDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/outcomes.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(b), "> "+GraderSystemPrompt+"\n") {
-		t.Error("README.md does not quote GraderSystemPrompt as it is")
+		t.Error("docs/outcomes.md does not quote GraderSystemPrompt as it is")
 	}
 }
