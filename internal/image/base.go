@@ -3,6 +3,7 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -39,9 +41,17 @@ type BaseConfig struct {
 	Include []string
 	// Debootstrap is the debootstrap binary (default: "debootstrap" on PATH).
 	Debootstrap string
-	// Log receives debootstrap's output line by line at debug level, and the build's start and end at info.
+	// Log receives debootstrap's output line by line at debug level, and the build's start, its progress
+	// (every Progress) and its end at info.
 	Log *slog.Logger
+	// Progress is how often a build in progress logs "still building the base image" with the time it has
+	// taken and debootstrap's last step (default DefaultBaseProgress; negative: never).
+	Progress time.Duration
 }
+
+// DefaultBaseProgress is how often a base build logs its progress (BaseConfig.Progress): a first start builds
+// it for one to five minutes, and sandboxes wait for it meanwhile.
+const DefaultBaseProgress = 15 * time.Second
 
 func (c *BaseConfig) defaults() error {
 	if c.Dir == "" {
@@ -61,6 +71,9 @@ func (c *BaseConfig) defaults() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Progress == 0 {
+		c.Progress = DefaultBaseProgress
 	}
 	return nil
 }
@@ -108,9 +121,13 @@ func EnsureBase(ctx context.Context, c BaseConfig) (Base, error) {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "base"), 0o755); err != nil {
 		return Base{}, fmt.Errorf("image: %w", err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(c.Dir, "base", id+".lock"))
-	if err != nil {
-		return Base{}, err
+	lock := filepath.Join(c.Dir, "base", id+".lock")
+	unlock, ok := tryLock(lock)
+	if !ok {
+		c.Log.Info("waiting for the base image another process sharing the image cache is building", "id", id, "dir", c.Dir)
+		if unlock, err = lockFile(ctx, lock); err != nil {
+			return Base{}, err
+		}
 	}
 	defer unlock()
 	if done(final) { // built by whoever held the lock before us
@@ -125,9 +142,15 @@ func EnsureBase(ctx context.Context, c BaseConfig) (Base, error) {
 		return Base{}, fmt.Errorf("image: %w", err)
 	}
 	start := time.Now()
-	c.Log.Info("building the base image", "id", id, "suite", c.Suite, "mirror", c.Mirror, "include", strings.Join(c.Include, ","))
+	c.Log.Info("building the base image (once per image cache, a few minutes): sandboxes wait for it", "id", id,
+		"suite", c.Suite, "mirror", c.Mirror, "include", strings.Join(c.Include, ","), "dir", c.Dir)
 	root := filepath.Join(tmp, "rootfs")
-	if err := debootstrap(ctx, c, root); err != nil {
+	step := &stepWriter{}
+	stop := progress(c, id, start, step)
+	err = debootstrap(ctx, c, root, step)
+	stop()
+	if err != nil {
+		c.Log.Error("the base image build failed", "id", id, "took", time.Since(start).Round(time.Millisecond), "step", step.String())
 		return Base{}, err
 	}
 	if err := trim(root); err != nil {
@@ -150,13 +173,38 @@ func done(dir string) bool {
 	return err == nil
 }
 
-// debootstrap runs debootstrap into root; its output goes to the log, and its last lines into the error.
-func debootstrap(ctx context.Context, c BaseConfig, root string) error {
+// progress logs, every c.Progress until stop is called, that the base id is still being built, for how long,
+// and at which step.
+func progress(c BaseConfig, id string, start time.Time, step *stepWriter) (stop func()) {
+	if c.Progress < 0 {
+		return func() {}
+	}
+	quit := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(c.Progress)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				c.Log.Info("still building the base image", "id", id, "elapsed", time.Since(start).Round(time.Second), "step", step.String())
+			}
+		}
+	}()
+	return func() { close(quit); <-ended }
+}
+
+// debootstrap runs debootstrap into root; its output goes to the log and to step, and its last lines into the
+// error.
+func debootstrap(ctx context.Context, c BaseConfig, root string, step *stepWriter) error {
 	args := []string{"--variant=minbase", "--include=" + strings.Join(c.Include, ","), c.Suite, root, c.Mirror}
 	cmd := exec.CommandContext(ctx, c.Debootstrap, args...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive"}
 	tail := &tailWriter{max: 4096}
-	cmd.Stdout = io.MultiWriter(tail, logWriter{c.Log})
+	cmd.Stdout = io.MultiWriter(tail, step, logWriter{c.Log})
 	cmd.Stderr = cmd.Stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -231,6 +279,41 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 }
 
 func (t *tailWriter) String() string { return string(t.b) }
+
+// stepWriter keeps the last complete line of debootstrap's output that names a step ("I: Retrieving
+// Packages", "I: Extracting bash..."), without its "I: " prefix; safe for concurrent use.
+type stepWriter struct {
+	mu      sync.Mutex
+	partial []byte
+	last    string
+}
+
+func (w *stepWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := strings.TrimSpace(string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+		if s, ok := strings.CutPrefix(line, "I: "); ok && s != "" {
+			w.last = s
+		}
+	}
+	if len(w.partial) > 4096 { // a line that never ends: not a step
+		w.partial = w.partial[:0]
+	}
+	return len(p), nil
+}
+
+func (w *stepWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
 
 // logWriter sends each write (a line or a few, as a child flushes them) to the log at debug level.
 type logWriter struct{ log *slog.Logger }

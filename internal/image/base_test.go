@@ -2,6 +2,7 @@ package image_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,5 +110,100 @@ func TestEnsureBaseOneBuild(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(got[0].RootFS, "usr/bin")); err != nil {
 		t.Errorf("the built root: %v", err)
+	}
+}
+
+// records keeps the messages and attributes a logger receives at info and above.
+type records struct {
+	mu   sync.Mutex
+	msgs []map[string]string // "msg" and the attributes
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *records) WithGroup(string) slog.Handler            { return r }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level < slog.LevelInfo {
+		return nil
+	}
+	m := map[string]string{"msg": rec.Message}
+	rec.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
+	r.mu.Lock()
+	r.msgs = append(r.msgs, m)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *records) find(msg string) []map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []map[string]string
+	for _, m := range r.msgs {
+		if strings.HasPrefix(m["msg"], msg) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestEnsureBaseProgress: a base build says in the log when it starts, every Progress how long it has taken
+// and at which of debootstrap's steps it is, and when it ends, with its duration (a first start builds it for
+// minutes, and sandboxes wait meanwhile); a failed build says at which step it failed (the script fails in a cache named
+// broken). The build is a
+// stand-in debootstrap script.
+func TestEnsureBaseProgress(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "debootstrap")
+	script := "#!/bin/sh\necho 'I: Retrieving Packages'\nsleep 0.6\nprintf 'I: Extracting ba'\nsleep 0.1\necho 'sh...'\n" +
+		"echo 'dpkg: some noise'\nsleep 0.6\nfor a; do root=$prev; prev=$a; done\n" +
+		"case $root in *broken*) echo 'I: Configuring tar...'; echo 'E: it broke'; exit 1;; esac\nmkdir -p \"$root/etc\"\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec := &records{}
+	_, err := image.EnsureBase(context.Background(), image.BaseConfig{Dir: filepath.Join(dir, "cache"), Debootstrap: fake,
+		Log: slog.New(rec), Progress: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.find("building the base image"); len(got) != 1 || got[0]["dir"] != filepath.Join(dir, "cache") {
+		t.Errorf("the start: %v", got)
+	}
+	steps := map[string]bool{}
+	for _, m := range rec.find("still building the base image") {
+		if _, err := time.ParseDuration(m["elapsed"]); err != nil {
+			t.Errorf("a progress line's elapsed %q: %v", m["elapsed"], err)
+		}
+		steps[m["step"]] = true
+	}
+	delete(steps, "") // a tick before the script's first line, on a loaded machine
+	if !steps["Retrieving Packages"] || !steps["Extracting bash..."] || len(steps) != 2 {
+		t.Errorf("the progress lines' steps: %v; want Retrieving Packages, then Extracting bash...", steps)
+	}
+	end := rec.find("built the base image")
+	if len(end) != 1 {
+		t.Fatalf("the end: %v", end)
+	}
+	if took, err := time.ParseDuration(end[0]["took"]); err != nil || took < time.Second {
+		t.Errorf("the end's duration %q (%v): the build took over a second", end[0]["took"], err)
+	}
+	// No progress line after the end.
+	n := len(rec.find("still building"))
+	time.Sleep(400 * time.Millisecond)
+	if m := len(rec.find("still building")); m != n {
+		t.Errorf("%d progress lines after the build ended", m-n)
+	}
+
+	rec = &records{}
+	_, err = image.EnsureBase(context.Background(), image.BaseConfig{Dir: filepath.Join(dir, "broken"), Debootstrap: fake,
+		Log: slog.New(rec), Progress: -1})
+	if err == nil || !strings.Contains(err.Error(), "it broke") {
+		t.Errorf("a failed build: %v", err)
+	}
+	if got := rec.find("still building"); len(got) != 0 {
+		t.Errorf("Progress -1 logged progress: %v", got)
+	}
+	if got := rec.find("the base image build failed"); len(got) != 1 || got[0]["step"] != "Configuring tar..." {
+		t.Errorf("the failure: %v", got)
 	}
 }
