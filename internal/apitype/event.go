@@ -410,6 +410,10 @@ type SandboxProvisionEnd struct {
 // SandboxProvisionStart is the payload of span.sandbox_provision_start.
 type SandboxProvisionStart struct {
 	Backend string `json:"backend,omitempty"`
+	// Image is Corral's own field: the sandbox's image when it is still building as provisioning starts. The
+	// provisioning (and the tool call) waits for the build; the base's, on a server's first start, takes
+	// minutes. Absent when the image is built.
+	Image *EnvironmentImage `json:"image,omitempty"`
 }
 
 // TraceParentField is Corral's own field of an event's data that carries the W3C traceparent of the trace the

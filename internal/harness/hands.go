@@ -84,7 +84,7 @@ func (r *run) provisionReporter(parent context.Context) func(sandbox.ProvisionRe
 		spans.report(p)
 		var ev apitype.NewEvent
 		if !p.Done {
-			ev = mustEvent(apitype.EventSpanSandboxProvisionStart, apitype.SandboxProvisionStart{Backend: p.Backend})
+			ev = mustEvent(apitype.EventSpanSandboxProvisionStart, apitype.SandboxProvisionStart{Backend: p.Backend, Image: p.Image})
 		} else {
 			r.b.cfg.Metrics.Provisioned(p.Backend, p.Duration, p.Err)
 			end := apitype.SandboxProvisionEnd{

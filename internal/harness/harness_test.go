@@ -846,7 +846,8 @@ func TestSandboxFailureAndProvisionSpans(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.hands.run = func(ctx context.Context, call *sandbox.Call) (sandbox.Result, error) {
-		call.OnProvision(sandbox.ProvisionReport{Backend: "fake"})
+		// The image is still building (the base, on a first start): the start says so.
+		call.OnProvision(sandbox.ProvisionReport{Backend: "fake", Image: &apitype.EnvironmentImage{ID: "base-x", Status: apitype.ImageBuilding}})
 		call.OnProvision(sandbox.ProvisionReport{Backend: "fake", Done: true, Duration: 5 * time.Millisecond})
 		if call.Recipe.SessionID == "" || call.Recipe.Environment.Type != "cloud" {
 			return sandbox.Result{}, errors.New("bad recipe")
@@ -863,6 +864,9 @@ func TestSandboxFailureAndProvisionSpans(t *testing.T) {
 	evs := f.waitIdle(id, 1)
 	assertTypes(t, evs, userMsg, running, start, toolUse, end,
 		apitype.EventSpanSandboxProvisionStart, apitype.EventSpanSandboxProvisionEnd, toolResult, start, agentMsg, end, idle)
+	if ps := decode[apitype.SandboxProvisionStart](t, evs[5]); ps.Backend != "fake" || ps.Image == nil || ps.Image.ID != "base-x" || ps.Image.Status != apitype.ImageBuilding {
+		t.Errorf("provision start = %+v (image %+v): want the image it waits for", ps, ps.Image)
+	}
 	if pe := decode[apitype.SandboxProvisionEnd](t, evs[6]); pe.ProvisionStartID != evs[5].ID || pe.Backend != "fake" || pe.IsError {
 		t.Errorf("provision end = %+v", pe)
 	}

@@ -79,7 +79,10 @@ type flight struct {
 	envs  map[string]bool // the environments whose status follows this build
 }
 
-var _ sandbox.Images = (*Service)(nil)
+var (
+	_ sandbox.Images      = (*Service)(nil)
+	_ sandbox.ImageStatus = (*Service)(nil) // a provisioning says it waits for a build
+)
 
 // New returns a Service; Start builds the base.
 func New(cfg Config) (*Service, error) {

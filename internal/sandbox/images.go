@@ -16,6 +16,14 @@ type Images interface {
 	Acquire(ctx context.Context, env *apitype.EnvConfig) (rootFS string, release func(), err error)
 }
 
+// ImageStatus is an Images that can say, without waiting or starting anything, whether the image of env is
+// built (image.Service): a provisioning that will wait for a build says so in its start report
+// (ProvisionReport.Image), since a first start builds the base for minutes.
+type ImageStatus interface {
+	// Image is the status of the image of env as of now (nil: none, as for a self-hosted environment).
+	Image(env *apitype.EnvConfig) *apitype.EnvironmentImage
+}
+
 // ImageError is a failed image build: the session's sandbox cannot be provisioned, and the brain reports it
 // as a session.error of type apitype.SessionErrEnvironmentBuild.
 type ImageError struct {

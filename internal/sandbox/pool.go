@@ -328,13 +328,13 @@ func (p *Pool) acquire(ctx context.Context, s *session, call *Call, r *Recipe) (
 // sandbox is provisioned without them.
 func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe) (Sandbox, HostDirs, []*ResourceError, error) {
 	backend := p.cfg.Provider.Name()
+	caps := p.cfg.Provider.Capabilities()
 	if call.OnProvision != nil {
-		call.OnProvision(ProvisionReport{Backend: backend})
+		call.OnProvision(ProvisionReport{Backend: backend, Image: p.pendingImage(r, caps)})
 	}
 	start := time.Now()
 	var sb Sandbox
 	var unplaced []*ResourceError
-	caps := p.cfg.Provider.Capabilities()
 	host := p.hostDirs(r.SessionID, caps)
 	var err error
 	if caps.HostWorkspace {
@@ -360,6 +360,19 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 	}
 	p.cfg.Logger.Info("sandbox provisioned", "session", r.SessionID, "backend", backend, "duration", d)
 	return sb, host, unplaced, nil
+}
+
+// pendingImage is the status of the image the sandbox of r will wait for (start acquires it), if the Images
+// say it is still building; nil if it is built, failed, not acquired here, or the Images cannot say.
+func (p *Pool) pendingImage(r *Recipe, caps Capabilities) *apitype.EnvironmentImage {
+	is, ok := p.cfg.Images.(ImageStatus)
+	if !ok || r.Environment.Type == apitype.EnvironmentSelfHosted || caps.RootFS == RootFSImageRef {
+		return nil
+	}
+	if img := is.Image(&r.Environment); img != nil && img.Status == apitype.ImageBuilding {
+		return img
+	}
+	return nil
 }
 
 // hostDirs are the directories of this host the session's sandboxes use, as far as caps use them: its

@@ -419,3 +419,70 @@ func TestRecipeNamesNoHostPath(t *testing.T) {
 		}
 	}
 }
+
+// statusImages is an Images whose image is building until ready is set.
+type statusImages struct {
+	countImages
+	ready atomic.Bool
+}
+
+func (s *statusImages) Image(env *apitype.EnvConfig) *apitype.EnvironmentImage {
+	img := &apitype.EnvironmentImage{ID: "base-test", Status: apitype.ImageBuilding}
+	if s.ready.Load() {
+		img.Status = apitype.ImageReady
+	}
+	return img
+}
+
+// TestPoolReportsImageWait: a provisioning whose image is still building (the base on a first start) says so
+// in its start report, with the image; one whose image is built does not; nor does a backend that takes an
+// image reference (it acquires no image here).
+func TestPoolReportsImageWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		caps  sandbox.Capabilities
+		ready bool
+		want  bool
+	}{
+		{"building", sandbox.Local, false, true},
+		{"built", sandbox.Local, true, false},
+		{"remote", sandbox.Capabilities{RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			imgs := &statusImages{}
+			imgs.ready.Store(tc.ready)
+			p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: &fakeProvider{caps: &tc.caps}, WorkspaceRoot: t.TempDir(), Images: imgs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Stop() })
+			var mu sync.Mutex
+			var reps []sandbox.ProvisionReport
+			c := call("s1")
+			c.OnProvision = func(r sandbox.ProvisionReport) { mu.Lock(); reps = append(reps, r); mu.Unlock() }
+			if _, err := p.Execute(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(reps) != 2 || reps[0].Done || !reps[1].Done {
+				t.Fatalf("reports: %+v; want a start and an end", reps)
+			}
+			got := reps[0].Image
+			if tc.want && (got == nil || got.ID != "base-test" || got.Status != apitype.ImageBuilding) {
+				t.Errorf("the start report's image: %+v; want base-test, building", got)
+			}
+			if !tc.want && got != nil {
+				t.Errorf("the start report names an image it does not wait for: %+v", got)
+			}
+			if reps[1].Image != nil {
+				t.Errorf("the end report names an image: %+v", reps[1].Image)
+			}
+		})
+	}
+}

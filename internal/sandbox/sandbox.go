@@ -298,4 +298,7 @@ type ProvisionReport struct {
 	// before this sandbox was provisioned. They do not fail provisioning: the sandbox runs without them, and the
 	// session's next tool result starts with a note about them.
 	ResourceErrors []*ResourceError
+	// Image (start reports only) is the sandbox's image when it is still building as provisioning starts:
+	// the provisioning waits for the build (the base's, on a first start, takes minutes).
+	Image *apitype.EnvironmentImage
 }
