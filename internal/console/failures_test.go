@@ -12,7 +12,8 @@ import (
 
 // TestConsoleFailuresShown: the console shows failures where users look (issue 28, item 6). The sessions list
 // shows how each session at rest last stopped, errors included, not only "idle"; a command's non-zero exit is
-// an error result, not a failed turn; an environment shows its image build, and a failed build says which
+// an error result, not a failed turn; a sandbox that waited for its image's build says so in the transcript and
+// the waterfall (item 5); an environment shows its image build, and a failed build says which
 // package failed and why.
 func TestConsoleFailuresShown(t *testing.T) {
 	e := newEnv(t, false)
@@ -59,7 +60,9 @@ func TestConsoleFailuresShown(t *testing.T) {
 		sessErr("mcp_authentication_failed_error", "retrying", "no credential of the session's vaults matches it"), idle("end_turn"))
 	// A bash call whose command exited 3: an error result the tool reported, no failure source.
 	exit := newSession("Exit 3")
-	use := appendEvents(exit, "", running, [2]string{string(apitype.EventAgentToolUse), `{"name":"bash","input":{"command":"exit 3"},"evaluated_permission":"allow"}`})
+	use := appendEvents(exit, "", running, [2]string{string(apitype.EventAgentToolUse), `{"name":"bash","input":{"command":"exit 3"},"evaluated_permission":"allow"}`},
+		// Its sandbox waited for the base image's build (issue 28, item 5).
+		[2]string{string(apitype.EventSpanSandboxProvisionStart), `{"backend":"bwrap","image":{"id":"base-test","status":"building"}}`})
 	appendEvents(exit, apitype.StatusIdle,
 		[2]string{string(apitype.EventAgentToolResult), `{"tool_use_id":"` + use[1].ID + `","is_error":true,"content":[{"type":"text","text":"\nexit code: 3"}]}`},
 		[2]string{string(apitype.EventAgentMessage), `{"content":[{"type":"text","text":"The check exited 3."}]}`},
@@ -88,6 +91,13 @@ func TestConsoleFailuresShown(t *testing.T) {
 	e.wait("waterfall", `!!document.querySelector('#waterfall .wf-row.kind-tool') && `+transcriptHas("The check exited 3."))
 	if got := e.eval(`document.querySelector('#turn-select option').textContent + ' | ' + document.querySelectorAll('#waterfall .wf-row.failed, #waterfall .wf-failure').length + ' | ' + document.querySelectorAll('#waterfall .wf-row.tool-error').length`); got[len(got)-6:] != " 0 | 1" || strings.Contains(got, "failed") {
 		t.Errorf("the turn of a non-zero exit: %q, want no failure and one error result", got)
+	}
+	// Its sandbox waited for an image build: the transcript says so, spans hidden, and so does the waterfall.
+	if !strings.Contains(e.eval(`document.getElementById('ev-`+use[2].ID+`')?.textContent || ''`), "Waiting for the sandbox's image to build (base-test)") {
+		t.Errorf("the transcript does not say the sandbox waited for its image")
+	}
+	if got := e.eval(`[...document.querySelectorAll('#waterfall .wf-row.kind-provision')].map(r => r.textContent).join('|')`); !strings.Contains(got, "waiting for the image build") {
+		t.Errorf("the waterfall's provisioning: %q, want it waiting for the image build", got)
 	}
 
 	// An environment whose image failed to build says so, in the list and on its page, with the package and why.

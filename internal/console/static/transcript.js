@@ -193,6 +193,14 @@ export function render(root, ev, ctx) {
       h('details', {class: 'io'}, h('summary', null, 'Rubric'),
         r.type === 'file' ? h('p', {class: 'meta mono'}, `file ${r.file_id || ''}`) : h('div', {class: 'text'}, r.content || '')));
   }
+  case 'span.sandbox_provision_start':
+    // A sandbox that waits for its image's build (the base's, on a first start, takes minutes) says so, spans
+    // shown or not.
+    if (ev.image && ev.image.status === 'building') {
+      return h('div', {class: 'ev status-line', id: `ev-${ev.id}`, dataset: {type: t}},
+        h('span', null, `Waiting for the sandbox's image to build (${ev.image.id || 'image'}): a first build takes minutes`), stamp(ev));
+    }
+    break;
   case 'span.outcome_evaluation_start':
     return h('div', {class: 'ev status-line', id: `ev-${ev.id}`, dataset: {type: t}},
       h('span', null, `Grading the outcome (evaluation ${(ev.iteration || 0) + 1})`), stamp(ev));

@@ -74,7 +74,9 @@ export function build(events) {
       close(ev.model_request_start_id, ev.is_error, ev.is_error ? 'failed' : `${u.input_tokens || 0} in / ${u.output_tokens || 0} out tokens`);
       break;
     }
-    case 'span.sandbox_provision_start': span('provision', 'sandbox provision', ev.backend || ''); break;
+    case 'span.sandbox_provision_start':
+      span('provision', 'sandbox provision', [ev.backend, ev.image && ev.image.status === 'building' ? 'waiting for the image build' : ''].filter(Boolean).join(' · '));
+      break;
     case 'span.sandbox_provision_end': {
       const s = close(ev.provision_start_id, ev.is_error, ev.is_error ? (ev.error || 'failed') : '');
       if (s && ev.duration_ms && isNaN(s.start)) s.start = t - ev.duration_ms;
