@@ -317,21 +317,28 @@ func TestReattachWhileStillMounted(t *testing.T) {
 	}
 }
 
-// TestCheckSpace: the Files API's writes count against the reserve: on the workspaces' filesystem, what the
-// mounted workspaces may still grow by is set aside first (issue 21, item 3).
-func TestCheckSpace(t *testing.T) {
+// workspacesAndFiles makes a 100 MiB tmpfs with a workspaces and a files directory on it, unmounted at the end.
+func workspacesAndFiles(t *testing.T) (ws, filesDir string) {
+	t.Helper()
 	root := t.TempDir()
 	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=100m"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
-	ws := filepath.Join(root, "workspaces")
-	filesDir := filepath.Join(root, "files")
+	ws = filepath.Join(root, "workspaces")
+	filesDir = filepath.Join(root, "files")
 	for _, d := range []string{ws, filesDir} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return ws, filesDir
+}
+
+// TestCheckSpace: the Files API's writes count against the reserve: on the workspaces' filesystem, what the
+// mounted workspaces may still grow by is set aside first (issue 21, item 3).
+func TestCheckSpace(t *testing.T) {
+	ws, filesDir := workspacesAndFiles(t)
 	v := newVolumes(t, ws, 60<<20)
 	ctx := context.Background()
 	for _, s := range []string{"a", "b"} {
@@ -363,18 +370,7 @@ func TestCheckSpace(t *testing.T) {
 // time, and the write goes ahead once the detached workspaces no longer count; it is refused when nothing more
 // can be reclaimed.
 func TestCheckSpaceReclaims(t *testing.T) {
-	root := t.TempDir()
-	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=100m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
-	ws := filepath.Join(root, "workspaces")
-	filesDir := filepath.Join(root, "files")
-	for _, d := range []string{ws, filesDir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ws, filesDir := workspacesAndFiles(t)
 	v := newVolumes(t, ws, 60<<20)
 	ctx := context.Background()
 	idle := []string{filepath.Join(ws, "a"), filepath.Join(ws, "b")}
