@@ -68,6 +68,12 @@ type Event struct {
 	CreatedAt   time.Time  // when it was appended
 	ProcessedAt *time.Time // nil until a brain has processed a client event
 	Data        json.RawMessage
+	// Thread is the session thread whose event it is: "" for the primary thread (and every event of a
+	// single-agent session), a child's sthr_ id otherwise. It is not on the wire: an event a child's stream shows
+	// on the primary's carries session_thread_id in its data.
+	Thread string
+	// CrossPost: a child's event that the session's stream (the primary's condensed view) shows too.
+	CrossPost bool
 }
 
 // MarshalJSON writes the event as one flat object: {"id","type","processed_at",...Data}.
@@ -122,6 +128,10 @@ type NewEvent struct {
 	// Processed marks a server event processed at append (every event a brain writes). Client events are
 	// appended unprocessed and marked when a brain takes them.
 	Processed bool
+	// Thread is the thread the event belongs to ("" the primary); CrossPost shows a child's event on the
+	// session's stream too (see Event).
+	Thread    string
+	CrossPost bool
 }
 
 // MakeEvent builds a NewEvent from a payload struct.

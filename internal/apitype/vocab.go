@@ -239,6 +239,7 @@ const (
 	ObjectWork                 ObjectType = "work"
 	ObjectWorkHeartbeat        ObjectType = "work_heartbeat"
 	ObjectOutcomeEvaluation    ObjectType = "outcome_evaluation"
+	ObjectSessionThread        ObjectType = "session_thread"
 	ObjectWorkQueueStats       ObjectType = "work_queue_stats"
 	ObjectModel                ObjectType = "model" // a model of GET /v1/models
 	ObjectError                ObjectType = "error" // the envelope of an error response

@@ -58,6 +58,9 @@ type EventAppendParams struct {
 	// Release, with Lease, releases the lease in the same transaction, as LeaseRelease would: a brain ends its
 	// work on a session with the append that idles it, in one write.
 	Release bool
+	// Threads are written in the same transaction: one the session does not have yet is created as given; a
+	// stored one takes the given status, usage, stats and updated_at (KeepThread says what it keeps).
+	Threads []apitype.SessionThread
 }
 
 // CheckEvents validates events before an adapter appends them: each has a type, and its data, when set, is one
@@ -93,9 +96,23 @@ func CheckEvents(events []apitype.NewEvent) error {
 	return nil
 }
 
+// EventScope says whose events a list reads.
+type EventScope int
+
+const (
+	// ScopeSession is the session's stream: the primary thread's events and the children's cross-posted ones.
+	ScopeSession EventScope = iota
+	// ScopeThread is one thread's events only (EventListParams.Thread; "" the primary's).
+	ScopeThread
+	// ScopeAll is every thread's events.
+	ScopeAll
+)
+
 // EventListParams selects a slice of a session's log.
 type EventListParams struct {
 	SessionID string
+	Scope     EventScope
+	Thread    string // with ScopeThread: "" the primary thread, else a child's id
 	AfterSeq  int64 // seq > AfterSeq
 	BeforeSeq int64 // if > 0, seq < BeforeSeq
 	Types     []apitype.EventType

@@ -28,6 +28,9 @@ type SessionCreateParams struct {
 	// ResourceSecrets are stored with the session, in the same transaction (as ResourceSecretPut would): a
 	// repository's sealed authorization_token is there before anyone can act on the session.
 	ResourceSecrets []SealedSecret
+	// Threads are the session's threads from the start (a multi-agent session's primary), created in the same
+	// transaction.
+	Threads []apitype.SessionThread
 }
 
 // SessionListParams filters and pages sessions.

@@ -67,6 +67,7 @@ type Store interface {
 	EnvironmentStore
 	SessionStore
 	EventStore
+	ThreadStore
 	LeaseStore
 	APIKeyStore
 	PreviewStore
