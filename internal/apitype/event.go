@@ -434,14 +434,23 @@ const TraceParentField = "traceparent"
 // WithTraceParent returns data (a JSON object) with TraceParentField set to tp; data unchanged if tp is "" or
 // data is not an object.
 func WithTraceParent(data json.RawMessage, tp string) json.RawMessage {
+	return WithField(data, TraceParentField, tp)
+}
+
+// WithField returns an event's data (a JSON object) with the string field name set to value first; data that is
+// not an object, or an empty value, is returned as it is. The field must not be in data already.
+func WithField(data json.RawMessage, name, value string) json.RawMessage {
 	d := bytes.TrimSpace(data)
-	if tp == "" || len(d) < 2 || d[0] != '{' {
+	if value == "" || len(d) < 2 || d[0] != '{' {
 		return data
 	}
-	field, _ := json.Marshal(tp) // a string always marshals
+	key, _ := json.Marshal(name)    // a string always marshals
+	field, _ := json.Marshal(value) // a string always marshals
 	var b bytes.Buffer
-	b.Grow(len(d) + len(field) + 20)
-	b.WriteString(`{"` + TraceParentField + `":`)
+	b.Grow(len(d) + len(key) + len(field) + 4)
+	b.WriteByte('{')
+	b.Write(key)
+	b.WriteByte(':')
 	b.Write(field)
 	if inner := bytes.TrimSpace(d[1 : len(d)-1]); len(inner) > 0 {
 		b.WriteByte(',')

@@ -44,6 +44,13 @@ func (t *thread) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
 			p.MarkProcessed = append(p.MarkProcessed, e.Seq)
 		}
 	}
+	var kicks []*thread
+	if t.rec != nil {
+		// A thread of a multi-agent session: its append is made its own, and the session's status follows.
+		t.multi.mu.Lock()
+		defer t.multi.mu.Unlock()
+		kicks = t.translate(p)
+	}
 	status = p.Status
 	if status == apitype.StatusIdle && !t.activeFrom.IsZero() {
 		p.ActiveSeconds = time.Since(t.activeFrom).Seconds()
@@ -65,6 +72,13 @@ func (t *thread) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
 	}
 	if len(out) > 0 {
 		t.tail.setProcessed(p.MarkProcessed, out[0].CreatedAt)
+	}
+	for _, k := range kicks {
+		t.kickLocked(k)
+	}
+	if t.rec != nil {
+		// Other threads append to this one's part of the log too (messages, the session's status): read it.
+		return out[led:], t.refresh()
 	}
 	if len(out) > 0 && out[0].Seq == t.tail.lastSeq+1 {
 		t.tail.events = append(t.tail.events, out...)

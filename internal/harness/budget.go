@@ -38,7 +38,7 @@ func (t *thread) overBudget(raw json.RawMessage) bool {
 	if err != nil || b == nil {
 		return err != nil // a budget that cannot be read stops the session rather than running uncapped
 	}
-	return budgetReached(b, &t.usage, t.b.cfg.Prices.Priced(t.sess.Agent.Model.ID))
+	return budgetReached(b, &t.usage, t.b.cfg.Prices.Priced(t.agent.Model.ID))
 }
 
 // holdForBudget is the check before a model request (the agent's or a grader's): over budget, the session idles
@@ -68,42 +68,53 @@ func budgetReached(b *apitype.Budget, u *apitype.SessionUsage, priced bool) bool
 // total (for the append that records it) with the events that report it: session.usage for a session with a
 // budget, none for one without (its usage is on the session).
 func (t *thread) addUsage(resp *model.Response) (*apitype.SessionUsage, []apitype.NewEvent) {
-	return t.addUsageFor(resp, t.sess.Agent.Model.ID)
+	return t.addUsageFor(resp, t.agent.Model.ID)
 }
 
-// addUsageFor is addUsage for a request to modelID (the grader's model may not be the agent's).
+// addUsageFor is addUsage for a request to modelID (the grader's model may not be the agent's). In a multi-agent
+// session the thread's own usage counts it too.
 func (t *thread) addUsageFor(resp *model.Response, modelID string) (*apitype.SessionUsage, []apitype.NewEvent) {
-	u := resp.Usage
-	t.usage.InputTokens += u.InputTokens
-	t.usage.OutputTokens += u.OutputTokens
-	t.usage.CacheReadInputTokens += u.CacheReadInputTokens
-	w1h := min(max(resp.CacheCreation1h, 0), u.CacheCreationInputTokens)
-	if u.CacheCreationInputTokens > 0 {
-		cc := apitype.CacheCreation{}
-		if t.usage.CacheCreation != nil {
-			cc = *t.usage.CacheCreation
-		}
-		cc.Ephemeral5mInputTokens += u.CacheCreationInputTokens - w1h
-		cc.Ephemeral1hInputTokens += w1h
-		t.usage.CacheCreation = &cc
+	if t.rec != nil {
+		t.multi.mu.Lock()
+		defer t.multi.mu.Unlock()
+		t.addTo(&t.sched.usage, resp, modelID)
 	}
-	t.usage.ServerToolUse.WebSearchRequests += resp.ServerToolUse.WebSearchRequests
-	t.usage.ServerToolUse.WebFetchRequests += resp.ServerToolUse.WebFetchRequests
-	if r, ok := t.b.cfg.Prices.Rates(modelID); ok && !t.usage.Unpriced {
-		cost := r.Cost(price.Tokens{Input: u.InputTokens, Output: u.OutputTokens, CacheWrite5m: u.CacheCreationInputTokens - w1h,
-			CacheWrite1h: w1h, CacheRead: u.CacheReadInputTokens})
-		total := price.Add(price.Pico(t.usage.ListCostPicodollars), cost)
-		t.usage.ListCostPicodollars = int64(total)
-		t.usage.ListCost = &apitype.Money{Amount: strconv.FormatInt(total.Cents(), 10), Currency: "USD"}
-	} else {
-		// One request the table cannot price makes the session's list cost unknown for good.
-		t.usage.Unpriced, t.usage.ListCost, t.usage.ListCostPicodollars = true, nil, 0
-	}
+	t.addTo(&t.usage, resp, modelID)
 	total := t.usage
 	if b, _ := apitype.ParseBudget(t.budget); b == nil {
 		return &total, nil
 	}
 	return &total, []apitype.NewEvent{t.usageEvent()}
+}
+
+// addTo adds a model request's usage, priced at modelID's list rates, to u.
+func (t *thread) addTo(u *apitype.SessionUsage, resp *model.Response, modelID string) {
+	ru := resp.Usage
+	u.InputTokens += ru.InputTokens
+	u.OutputTokens += ru.OutputTokens
+	u.CacheReadInputTokens += ru.CacheReadInputTokens
+	w1h := min(max(resp.CacheCreation1h, 0), ru.CacheCreationInputTokens)
+	if ru.CacheCreationInputTokens > 0 {
+		cc := apitype.CacheCreation{}
+		if u.CacheCreation != nil {
+			cc = *u.CacheCreation
+		}
+		cc.Ephemeral5mInputTokens += ru.CacheCreationInputTokens - w1h
+		cc.Ephemeral1hInputTokens += w1h
+		u.CacheCreation = &cc
+	}
+	u.ServerToolUse.WebSearchRequests += resp.ServerToolUse.WebSearchRequests
+	u.ServerToolUse.WebFetchRequests += resp.ServerToolUse.WebFetchRequests
+	if r, ok := t.b.cfg.Prices.Rates(modelID); ok && !u.Unpriced {
+		cost := r.Cost(price.Tokens{Input: ru.InputTokens, Output: ru.OutputTokens, CacheWrite5m: ru.CacheCreationInputTokens - w1h,
+			CacheWrite1h: w1h, CacheRead: ru.CacheReadInputTokens})
+		total := price.Add(price.Pico(u.ListCostPicodollars), cost)
+		u.ListCostPicodollars = int64(total)
+		u.ListCost = &apitype.Money{Amount: strconv.FormatInt(total.Cents(), 10), Currency: "USD"}
+	} else {
+		// One request the table cannot price makes the list cost unknown for good.
+		u.Unpriced, u.ListCost, u.ListCostPicodollars = true, nil, 0
+	}
 }
 
 // usageEvent is session.usage: the usage so far, its active time included, and the current budget.

@@ -13,7 +13,8 @@ import (
 func budgetThread(modelID, budget string) *thread {
 	sess := &apitype.Session{ID: "sesn_x", Budget: json.RawMessage(budget)}
 	sess.Agent.Model.ID = modelID
-	return &thread{run: &run{b: &Brain{cfg: Config{Prices: price.Default()}}, sess: sess}, budget: sess.Budget}
+	return &thread{run: &run{b: &Brain{cfg: Config{Prices: price.Default()}}, sess: sess, budget: sess.Budget},
+		agent: &apitype.ThreadAgent{Model: sess.Agent.Model}}
 }
 
 func TestBudgetCheck(t *testing.T) {

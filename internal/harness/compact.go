@@ -10,7 +10,7 @@ import (
 // newRequest is a model request with the session's agent settings.
 func (t *thread) newRequest(msgs []model.Message) *model.Request {
 	return &model.Request{
-		Model:            t.sess.Agent.Model.ID,
+		Model:            t.agent.Model.ID,
 		System:           t.system(),
 		Messages:         msgs,
 		Tools:            t.tools.specs,

@@ -58,6 +58,7 @@ const (
 	execClient                 // the API client: a custom tool, answered with user.custom_tool_result
 	execMCP                    // an MCP server, through the MCP proxy (mcp.go)
 	execWork                   // a self_hosted environment's built-in tool, on a worker via the work queue
+	execAgents                 // a multi-agent session's thread tools, run by the brain itself (coordinate.go)
 )
 
 // executors is the one table of executors, by kind.
@@ -67,6 +68,7 @@ var executors = map[execKind]executor{
 	execClient: clientExec{},
 	execMCP:    mcpExec{},
 	execWork:   workExec{},
+	execAgents: agentsExec{},
 }
 
 // exec is the executor of a kind.

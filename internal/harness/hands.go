@@ -69,7 +69,7 @@ func (t *thread) execute(u *toolUse) error {
 // recipe is what the hands need to (re)build the session's sandbox. It names nothing of a host: where the
 // sandbox's files are is the hands' business (the Pool's HostDirs).
 func (r *run) recipe() sandbox.Recipe {
-	return sandbox.Recipe{SessionID: r.sess.ID, Environment: r.env, Resources: r.sess.Resources, Skills: r.sess.Agent.Skills}
+	return sandbox.Recipe{SessionID: r.sess.ID, Environment: r.env, Resources: r.sess.Resources, Skills: r.skills()}
 }
 
 // provisionReporter returns the OnProvision callback that puts sandbox provisioning into the log as

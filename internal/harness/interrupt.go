@@ -18,9 +18,22 @@ func (t *thread) interrupt(st *state, ints []apitype.Event) error {
 	if st.openSpan != nil {
 		evs = append(evs, spanEnd(st.openSpan.ID, true, apitype.SpanUsage{}))
 	}
+	msg := msgInterrupted
+	if t.child() {
+		msg = msgChildInterrupted
+		t.multi.mu.Lock()
+		t.sched.interrupted = true
+		t.multi.mu.Unlock()
+	}
 	open := st.open()
 	for _, u := range open {
-		evs = append(evs, u.closeResult(true, msgInterrupted))
+		evs = append(evs, u.closeResult(true, msg))
+	}
+	fanned := t.fanOut(ints)
+	for _, c := range fanned {
+		ev := mustEvent(apitype.EventUserInterrupt, apitype.UserInterrupt{SessionThreadID: c.rec.ID})
+		ev.Thread, ev.Processed = c.id, false
+		evs = append(evs, ev)
 	}
 	if o := st.outcome; o != nil {
 		evs = append(evs, mustEvent(apitype.EventSpanOutcomeEvaluationEnd,
@@ -35,6 +48,9 @@ func (t *thread) interrupt(st *state, ints []apitype.Event) error {
 		if _, err := t.append(status, nil, evs...); err != nil {
 			return err
 		}
+	}
+	for _, c := range fanned {
+		t.kick(c)
 	}
 	return t.markProcessed(ints)
 }
@@ -59,11 +75,12 @@ func (t *thread) watchInterrupts() (context.Context, func() bool) {
 		defer tick.Stop()
 		for {
 			evs, err := t.b.cfg.Store.EventList(ctx, &store.EventListParams{
-				SessionID: t.sess.ID, AfterSeq: after, Limit: eventPage,
+				SessionID: t.sess.ID, Scope: store.ScopeAll, AfterSeq: after, Limit: eventPage,
 				Types: []apitype.EventType{apitype.EventUserInterrupt, apitype.EventSessionStatusTerminated},
 			})
 			if err == nil && slices.ContainsFunc(evs, func(e apitype.Event) bool {
-				return e.ProcessedAt == nil || e.Type == apitype.EventSessionStatusTerminated
+				// The session's end (on the primary's part of the log), or an interrupt of this thread.
+				return (e.Type == apitype.EventSessionStatusTerminated && e.Thread == "") || (e.ProcessedAt == nil && e.Thread == t.id)
 			}) {
 				cancel(errInterrupted)
 				return

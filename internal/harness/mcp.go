@@ -70,8 +70,8 @@ func (t *thread) offerMCP() []apitype.NewEvent {
 	ts := t.resolveTools()
 	t.tools = ts
 	var errs []apitype.NewEvent
-	for i := range t.sess.Agent.Tools {
-		set := &t.sess.Agent.Tools[i]
+	for i := range t.agent.Tools {
+		set := &t.agent.Tools[i]
 		if set.Type != apitype.ToolTypeMCPToolset {
 			continue
 		}
@@ -185,9 +185,9 @@ func mcpToolConfig(t *apitype.Tool, name string) (bool, apitype.PermissionPolicy
 	return on, pol
 }
 
-// mcpServer finds one of the agent's MCP servers by name.
-func (r *run) mcpServer(name string) (apitype.MCPServer, bool) {
-	for _, s := range r.sess.Agent.MCPServers {
+// mcpServer finds one of the thread's agent's MCP servers by name.
+func (t *thread) mcpServer(name string) (apitype.MCPServer, bool) {
+	for _, s := range t.agent.MCPServers {
 		if s.Name == name {
 			return s, true
 		}

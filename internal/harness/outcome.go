@@ -300,7 +300,7 @@ var graderToolNames = []string{"read", "glob", "grep"}
 // worker's, which the grader does not reach).
 func (t *thread) graderTools() []model.ToolSpec {
 	if t.b.cfg.Hands == nil || t.builtin() != execHands ||
-		!slices.ContainsFunc(t.sess.Agent.Tools, func(x apitype.Tool) bool { return x.Type == apitype.ToolTypeAgentToolset }) {
+		!slices.ContainsFunc(t.agent.Tools, func(x apitype.Tool) bool { return x.Type == apitype.ToolTypeAgentToolset }) {
 		return nil
 	}
 	var out []model.ToolSpec
@@ -412,7 +412,7 @@ func (t *thread) graderRequest(o *outcome) (*model.Request, error) {
 	b.WriteString("Grade the work against each criterion of the rubric and call record_evaluation.")
 	m := t.b.cfg.GraderModel
 	if m == "" {
-		m = t.sess.Agent.Model.ID
+		m = t.agent.Model.ID
 	}
 	return &model.Request{
 		Model:     m,

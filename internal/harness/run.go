@@ -34,31 +34,45 @@ type run struct {
 	// activeFrom is when this run last saw the session start working (zero while idle): the time until it idles
 	// again is added to the session's active seconds.
 	activeFrom time.Time
-	// skillNote is the system prompt's note on the agent's skills, read once per run.
-	skillNote *string
+	// activeDone is the active time this run has already added to the session's stats.
+	activeDone float64
 	// takeover: the claim found a turn in progress (another brain left it mid-way).
 	takeover bool
 
-	// main is the session's thread: the one context of its conversation (a multi-agent session will hold more).
+	// usage is the session's usage, every thread's model requests counted (mu guards it in a multi-agent run).
+	usage apitype.SessionUsage
+	// budget is the session's budget as the primary thread's last step derived it (budget.go), for the
+	// session.usage events.
+	budget json.RawMessage
+
+	// main is the session's primary thread: the one context of a single-agent session's conversation.
 	main *thread
+	// roster is what a multi-agent session's threads may start (nil: a single-agent session); the rest of the
+	// multi-agent state is in threads.go.
+	roster *apitype.Roster
+	multi  multiRun
 }
 
-// thread is one context of a session's conversation: the tail of the log it works from, the tools it offers, the
-// lead of its next append, its usage, and the calls it has yet to run. The run's loop works on a thread; a thread
-// reaches the session, its lease and the brain through the run it embeds.
+// thread is one context of a session's conversation: the tail of the log it works from, the agent whose model,
+// prompt and tools it runs, the lead of its next append, and the calls it has yet to run. The run's loop works
+// on a thread; a thread reaches the session, its lease and the brain through the run it embeds.
 type thread struct {
 	*run
-	tail  *tail
-	tools *toolset
+	// id is the thread's key in the log: "" for the primary thread, a child's sthr_ id otherwise. rec is its
+	// record in a multi-agent session (nil in a single-agent one).
+	id  string
+	rec *apitype.SessionThread
+	// agent is the thread's agent: the session's for the primary thread.
+	agent  *apitype.ThreadAgent
+	parent *thread
+	tail   *tail
+	tools  *toolset
 	// lead is what the next append carries ahead of its own events (see modelTurn).
-	lead  *lead
-	usage apitype.SessionUsage
-	// budget is the session's budget as the last step derived it (budget.go), for the session.usage events.
-	budget json.RawMessage
-	// outcome is the session's active outcome as the last step derived it (outcome.go).
+	lead *lead
+	// outcome is the session's active outcome as the last step derived it (outcome.go; the primary thread's).
 	outcome *outcome
-	// activeDone is the active time this run has already added to the session's stats.
-	activeDone float64
+	// skillNote is the system prompt's note on the agent's skills, read once per run.
+	skillNote *string
 	// fresh holds the tool uses this thread appended or saw confirmed, and has not run yet. Any other approved tool
 	// use without a result was cut short by a crash.
 	fresh map[string]bool
@@ -67,6 +81,15 @@ type thread struct {
 	// seenSeq is the last sequence number the current state was derived from: a client event after it may not
 	// have been acted on yet.
 	seenSeq int64
+	// sched is the thread's place in a multi-agent run's scheduling (threads.go).
+	sched threadSched
+}
+
+// newThread is a thread of the run working for agent: the primary (id "") or a child.
+func (r *run) newThread(id string, rec *apitype.SessionThread, parent *thread, agent *apitype.ThreadAgent) *thread {
+	t := &thread{run: r, id: id, rec: rec, parent: parent, agent: agent, fresh: map[string]bool{}}
+	t.tools = t.resolveTools()
+	return t
 }
 
 // loop works the session until nothing is left to do, or the work is cancelled.
@@ -77,6 +100,9 @@ func (r *run) loop() error {
 	r.follow(nil)
 	if err := r.recovered(); err != nil {
 		return err
+	}
+	if r.roster != nil {
+		return r.loopThreads()
 	}
 	for {
 		if r.ctx.Err() != nil {
@@ -104,7 +130,11 @@ func (r *run) stopped() error {
 	if errors.Is(context.Cause(r.ctx), errLeaseLost) || r.main == nil || r.main.tail == nil {
 		return nil
 	}
-	if st, err := r.main.derive(); err != nil || !st.running() {
+	if r.roster != nil {
+		if r.multi.status != apitype.StatusRunning && r.multi.status != apitype.StatusRescheduling {
+			return nil
+		}
+	} else if st, err := r.main.derive(); err != nil || !st.running() {
 		return err
 	}
 	ev, err := apitype.MakeEvent(apitype.EventSessionStatusRescheduled, nil)
@@ -155,8 +185,16 @@ func (r *run) load() error {
 			return fmt.Errorf("get environment %s: %w", sess.EnvironmentID, err)
 		}
 	}
-	r.main = &thread{run: r, usage: sess.Usage, fresh: map[string]bool{}}
-	r.main.tools = r.main.resolveTools()
+	r.usage = sess.Usage
+	if r.roster, err = apitype.ParseRoster(sess.Agent.Multiagent, sess.Agent.ID); err != nil {
+		return fmt.Errorf("session %s: %w", id, err)
+	}
+	a := sess.Agent
+	r.main = r.newThread("", nil, nil, &apitype.ThreadAgent{Type: apitype.ThreadAgentAgent, ID: a.ID, Version: a.Version, Name: a.Name,
+		Description: a.Description, System: a.System, Model: a.Model, Tools: a.Tools, MCPServers: a.MCPServers, Skills: a.Skills})
+	if r.roster != nil {
+		return r.loadThreads()
+	}
 	return r.main.loadTail()
 }
 

@@ -3,33 +3,35 @@ package harness
 import (
 	"strings"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
 )
 
-// system is the system prompt of the session's model calls: the agent's, then a note naming the agent's skills
-// by name and description only (the model reads a skill's SKILL.md in the sandbox when it needs it).
-func (r *run) system() string {
-	if r.skillNote == nil {
-		note := r.skillsNote()
-		r.skillNote = &note
+// system is the system prompt of the thread's model calls: its agent's, then a note naming the agent's skills
+// by name and description only (the model reads a skill's SKILL.md in the sandbox when it needs it), then, in a
+// multi-agent session, how to work with the other threads (threads.go).
+func (t *thread) system() string {
+	if t.skillNote == nil {
+		note := t.skillsNote()
+		t.skillNote = &note
 	}
-	if *r.skillNote == "" {
-		return r.sess.Agent.System
+	parts := make([]string, 0, 3)
+	for _, p := range []string{t.agent.System, *t.skillNote, t.threadsNote()} {
+		if p != "" {
+			parts = append(parts, p)
+		}
 	}
-	if r.sess.Agent.System == "" {
-		return *r.skillNote
-	}
-	return r.sess.Agent.System + "\n\n" + *r.skillNote
+	return strings.Join(parts, "\n\n")
 }
 
-// skillsNote lists the session's skills as their versions describe them; a skill that cannot be read is left
+// skillsNote lists the thread's skills as their versions describe them; a skill that cannot be read is left
 // out (and logged).
-func (r *run) skillsNote() string {
+func (t *thread) skillsNote() string {
 	var b strings.Builder
-	for _, ref := range r.sess.Agent.Skills {
-		v, err := r.b.cfg.Store.SkillVersionGet(r.ctx, ref.SkillID, ref.Version)
+	for _, ref := range t.agent.Skills {
+		v, err := t.b.cfg.Store.SkillVersionGet(t.ctx, ref.SkillID, ref.Version)
 		if err != nil {
-			r.b.cfg.Logger.Warn("skill left out of the system prompt", "session", r.sess.ID, "skill", ref.SkillID, "err", err)
+			t.b.cfg.Logger.Warn("skill left out of the system prompt", "session", t.sess.ID, "skill", ref.SkillID, "err", err)
 			continue
 		}
 		if b.Len() == 0 {
@@ -40,4 +42,25 @@ func (r *run) skillsNote() string {
 		b.WriteString("- " + v.Name + " (" + sandbox.SkillsMount + "/" + v.Name + "/SKILL.md): " + v.Description + "\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// skills are the skills placed in the session's sandbox: its agent's, and those of the agents its threads may
+// run (the roster's), once each.
+func (r *run) skills() []apitype.SkillRef {
+	if r.roster == nil {
+		return r.sess.Agent.Skills
+	}
+	out := append([]apitype.SkillRef(nil), r.sess.Agent.Skills...)
+	for _, a := range r.roster.Agents {
+		for _, s := range a.Skills {
+			dup := false
+			for _, o := range out {
+				dup = dup || (o.SkillID == s.SkillID && o.Version == s.Version)
+			}
+			if !dup {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }

@@ -54,6 +54,7 @@ type state struct {
 	// has not answered yet) or "assistant".
 	lastSide string
 	builtin  execKind // the kind of the session's built-in calls
+	multi    bool     // a thread of a multi-agent session: its thread tools are the brain's (coordinate.go)
 	// budget is the budget the tail's last session.updated naming one set (null: removed), if budgetSet.
 	budget    json.RawMessage
 	budgetSet bool
@@ -102,7 +103,7 @@ func (t *thread) derive() (*state, error) { return derive(t.tail, t.builtin()) }
 // derive reads the state out of the tail; builtin is the kind of the session's built-in calls (run.builtin). Each
 // event type has its reading in derivers.
 func derive(t *tail, builtin execKind) (*state, error) {
-	s := &state{status: t.priorStatus, byID: map[string]*toolUse{}, builtin: builtin}
+	s := &state{status: t.priorStatus, byID: map[string]*toolUse{}, builtin: builtin, multi: t.multi}
 	for _, e := range t.priorOutcome {
 		// An outcome outlives the compaction of the events that define and evaluate it.
 		if err := derivers[e.Type](s, e); err != nil {
@@ -114,9 +115,10 @@ func derive(t *tail, builtin execKind) (*state, error) {
 		s.lastSide = "user"
 	}
 	for _, e := range t.events {
-		if apitype.IsUserEvent(e.Type) && e.ProcessedAt == nil {
+		if isInput(e.Type) && e.ProcessedAt == nil {
 			s.unprocessed = append(s.unprocessed, e)
 		}
+		e.Type = t.statusType(e.Type)
 		if d := derivers[e.Type]; d != nil {
 			if err := d(s, e); err != nil {
 				return nil, err
@@ -146,6 +148,7 @@ var derivers = map[apitype.EventType]func(*state, apitype.Event) error{
 	apitype.EventUserToolConfirmation:       deriveConfirmation,
 	apitype.EventUserMessage:                deriveMessage,
 	apitype.EventSystemMessage:              deriveMessage,
+	apitype.EventAgentThreadMessageReceived: deriveMessage,
 	apitype.EventSessionUpdated:             deriveBudget,
 	apitype.EventUserDefineOutcome:          deriveDefineOutcome,
 	apitype.EventSpanOutcomeEvaluationStart: deriveEvaluationStart,
@@ -193,7 +196,10 @@ func deriveUse(s *state, e apitype.Event) error {
 		return err
 	}
 	u := &toolUse{ev: e, data: d.data, kind: ue.kind, server: d.server}
-	if ue.builtin {
+	switch {
+	case ue.builtin && s.multi && isThreadTool(d.data.Name):
+		u.kind = execAgents
+	case ue.builtin:
 		u.kind = s.builtin
 	}
 	s.uses = append(s.uses, u)

@@ -22,10 +22,13 @@ func (t *thread) step() (bool, error) {
 		return false, err
 	}
 	t.seenSeq = t.tail.lastSeq
-	t.budget = t.budgetNow(st)
 	t.outcome = st.outcome
-	t.follow(st.unprocessed)
-	if st.terminated() || t.sess.ArchivedAt != nil {
+	if !t.child() {
+		// The session's budget and trace are the primary thread's to follow.
+		t.budget = t.budgetNow(st)
+		t.follow(st.unprocessed)
+	}
+	if st.terminated() || t.sess.ArchivedAt != nil || t.multi.ended.Load() {
 		return false, nil
 	}
 	for _, next := range steps {
@@ -43,19 +46,24 @@ func (t *thread) step() (bool, error) {
 // errWaiting ends a step that has nothing to do until the client acts: no later step may act either.
 var errWaiting = errors.New("harness: waiting for the client")
 
-// steps are the steps a thread may take, in order of precedence.
-var steps = []func(*thread, *state) (bool, error){
-	(*thread).interrupted, // 1. an interrupt jumps the queue
-	(*thread).closeSpan,   // 2. crash recovery: a model call that never ended,
-	(*thread).recover,     //    and the tool calls that may have run without reporting (rule 8), or were refused
-	(*thread).settle,      // 2b. the executors' own settling of their open calls (the work queue's item)
-	(*thread).answers,     // 3. the client's answers: confirmations and tool results
-	(*thread).runTools,    // 4. the approved calls the brain runs
-	(*thread).waitClient,  // 5. calls only the client can resolve
-	(*thread).grade,       // 5b. an outcome evaluation started and not ended (outcome.go)
-	(*thread).modelStep,   // 6. the model's turn
-	(*thread).endTurn,     // 7. a turn whose last answer is in the log but whose end is not
-	(*thread).leftOver,    // 8. client events nothing acts on
+// steps are the steps a thread may take, in order of precedence (set by init: a step may start a thread, whose
+// goroutine takes steps).
+var steps []func(*thread, *state) (bool, error)
+
+func init() {
+	steps = []func(*thread, *state) (bool, error){
+		(*thread).interrupted, // 1. an interrupt jumps the queue
+		(*thread).closeSpan,   // 2. crash recovery: a model call that never ended,
+		(*thread).recover,     //    and the tool calls that may have run without reporting (rule 8), or were refused
+		(*thread).settle,      // 2b. the executors' own settling of their open calls (the work queue's item)
+		(*thread).answers,     // 3. the client's answers: confirmations and tool results
+		(*thread).runTools,    // 4. the approved calls the brain runs
+		(*thread).waitClient,  // 5. calls only the client can resolve
+		(*thread).grade,       // 5b. an outcome evaluation started and not ended (outcome.go)
+		(*thread).modelStep,   // 6. the model's turn
+		(*thread).endTurn,     // 7. a turn whose last answer is in the log but whose end is not
+		(*thread).leftOver,    // 8. client events nothing acts on
+	}
 }
 
 // interrupted ends the turn when a user.interrupt is waiting.
@@ -147,7 +155,7 @@ func (t *thread) waitClient(st *state) (bool, error) {
 // list cost has reached its budget: then the session idles with budget_reached (once), its client messages
 // waiting, until a raised or removed budget wakes it and the paused turn resumes here (budget.go).
 func (t *thread) modelStep(st *state) (bool, error) {
-	types := []apitype.EventType{apitype.EventUserMessage, apitype.EventSystemMessage}
+	types := []apitype.EventType{apitype.EventUserMessage, apitype.EventSystemMessage, apitype.EventAgentThreadMessageReceived}
 	if st.outcome == nil {
 		// One outcome at a time: a later definition waits for the active one to end.
 		types = append(types, apitype.EventUserDefineOutcome)

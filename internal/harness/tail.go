@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -15,14 +16,14 @@ const eventPage = 200
 // loadTail reads the log backwards from its end, a page at a time, down to the last compaction's UpToSeq (or
 // the start). It never reads the part a summary replaced.
 func (t *thread) loadTail() error {
-	tl := &tail{}
+	tl := &tail{multi: t.rec != nil}
 	var rev []apitype.Event
 	stopAt := int64(-1) // once a compaction is found: the last seq its summary covers
 	before := int64(0)
 walk:
 	for {
 		page, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
-			SessionID: t.sess.ID, BeforeSeq: before, Desc: true, Limit: eventPage,
+			SessionID: t.sess.ID, Scope: store.ScopeThread, Thread: t.id, BeforeSeq: before, Desc: true, Limit: eventPage,
 		})
 		if err != nil {
 			return fmt.Errorf("read log: %w", err)
@@ -50,22 +51,25 @@ walk:
 	}
 	slices.Reverse(rev)
 	tl.events = rev
-	if tl.upToSeq > 0 && !slices.ContainsFunc(tl.events, isStatus) {
+	if tl.upToSeq > 0 && !slices.ContainsFunc(tl.events, tl.isStatus) {
+		types := []apitype.EventType{apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled,
+			apitype.EventSessionStatusTerminated}
+		if tl.multi {
+			types = slices.Collect(maps.Keys(threadStatuses))
+		}
 		last, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
-			SessionID: t.sess.ID, BeforeSeq: tl.upToSeq + 1, Desc: true, Limit: 1,
-			Types: []apitype.EventType{apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled,
-				apitype.EventSessionStatusTerminated},
+			SessionID: t.sess.ID, Scope: store.ScopeThread, Thread: t.id, BeforeSeq: tl.upToSeq + 1, Desc: true, Limit: 1, Types: types,
 		})
 		if err != nil {
 			return fmt.Errorf("read log: %w", err)
 		}
 		if len(last) > 0 {
-			tl.priorStatus = last[0].Type
+			tl.priorStatus = tl.statusType(last[0].Type)
 		}
 	}
 	if tl.upToSeq > 0 {
 		prior, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
-			SessionID: t.sess.ID, BeforeSeq: tl.upToSeq + 1, Desc: true, Limit: eventPage, Types: outcomeEvents,
+			SessionID: t.sess.ID, Scope: store.ScopeThread, Thread: t.id, BeforeSeq: tl.upToSeq + 1, Desc: true, Limit: eventPage, Types: outcomeEvents,
 		})
 		if err != nil {
 			return fmt.Errorf("read log: %w", err)
@@ -82,8 +86,41 @@ walk:
 	return nil
 }
 
-func isStatus(e apitype.Event) bool {
-	switch e.Type {
+// isInput reports whether events of type typ are inputs a brain must act on: a client's events, and the
+// messages a thread receives from another.
+func isInput(typ apitype.EventType) bool {
+	return apitype.IsUserEvent(typ) || typ == apitype.EventAgentThreadMessageReceived
+}
+
+// threadStatuses maps a thread's own status events to the session status events the steps read and write: in
+// a multi-agent session each thread's status is its own, and the session's is their aggregate (threads.go).
+var threadStatuses = map[apitype.EventType]apitype.EventType{
+	apitype.EventSessionThreadStatusRunning:     apitype.EventSessionStatusRunning,
+	apitype.EventSessionThreadStatusIdle:        apitype.EventSessionStatusIdle,
+	apitype.EventSessionThreadStatusRescheduled: apitype.EventSessionStatusRescheduled,
+	apitype.EventSessionThreadStatusTerminated:  apitype.EventSessionStatusTerminated,
+}
+
+// statusType is how the tail's thread reads an event type: in a multi-agent session a thread's own status
+// events read as session status events, and the session's aggregate ones (but its termination) as nothing.
+func (t *tail) statusType(typ apitype.EventType) apitype.EventType {
+	if !t.multi {
+		return typ
+	}
+	if s, ok := threadStatuses[typ]; ok {
+		return s
+	}
+	if isStatusType(typ) && typ != apitype.EventSessionStatusTerminated {
+		return ""
+	}
+	return typ
+}
+
+// isStatus reports whether e is a status event of the tail's thread.
+func (t *tail) isStatus(e apitype.Event) bool { return isStatusType(t.statusType(e.Type)) }
+
+func isStatusType(typ apitype.EventType) bool {
+	switch typ {
 	case apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled,
 		apitype.EventSessionStatusTerminated:
 		return true
@@ -95,7 +132,7 @@ func isStatus(e apitype.Event) bool {
 func (t *thread) refresh() error {
 	for {
 		page, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{
-			SessionID: t.sess.ID, AfterSeq: t.tail.lastSeq, Limit: eventPage,
+			SessionID: t.sess.ID, Scope: store.ScopeThread, Thread: t.id, AfterSeq: t.tail.lastSeq, Limit: eventPage,
 		})
 		if err != nil {
 			return fmt.Errorf("read log: %w", err)
@@ -123,8 +160,8 @@ func (t *tail) compactTo(summary string, upToSeq int64) {
 	for _, e := range t.events {
 		if e.Seq > upToSeq {
 			keep = append(keep, e)
-		} else if isStatus(e) {
-			t.priorStatus = e.Type
+		} else if t.isStatus(e) {
+			t.priorStatus = t.statusType(e.Type)
 		}
 	}
 	t.events, t.summary, t.upToSeq = keep, summary, upToSeq
@@ -135,7 +172,7 @@ func (t *tail) compactTo(summary string, upToSeq int64) {
 // arrived after the claim, and its wake-up keeps the session runnable past such a release.
 func (t *tail) settled() bool {
 	for _, e := range t.events {
-		if e.ProcessedAt == nil && apitype.IsUserEvent(e.Type) {
+		if e.ProcessedAt == nil && isInput(e.Type) {
 			return false
 		}
 	}
@@ -151,9 +188,12 @@ func (t *tail) setProcessed(seqs []int64, at time.Time) {
 	}
 }
 
-// tail is the part of a session's log a brain works from: every event after the last compaction's UpToSeq,
-// in sequence order. The older part lives on only as the compaction's summary.
+// tail is the part of a session's log a brain works from: every event of its thread after the last compaction's
+// UpToSeq, in sequence order. The older part lives on only as the compaction's summary.
 type tail struct {
+	// multi: the tail of a thread of a multi-agent session, whose own status is in session.thread_status_*
+	// events (statusType).
+	multi bool
 	events  []apitype.Event
 	summary string // the last compaction's summary, "" if the log was never compacted
 	upToSeq int64  // the last sequence number the summary covers

@@ -38,7 +38,7 @@ func (ts *toolset) refuse(name, reason string) {
 // resolveTools is the thread's toolset before its MCP tools: resolveTools of the session's agent, its built-in
 // tools routed to the session's executor of built-in tools (the work queue in a self_hosted environment).
 func (t *thread) resolveTools() *toolset {
-	ts := resolveTools(t.sess.Agent.Tools, t.b.cfg.Hands)
+	ts := resolveTools(t.agent.Tools, t.b.cfg.Hands)
 	if k := t.builtin(); k != execHands {
 		for name, rt := range ts.routes {
 			if rt.by == execHands {
@@ -46,6 +46,9 @@ func (t *thread) resolveTools() *toolset {
 				ts.routes[name] = rt
 			}
 		}
+	}
+	if t.roster != nil {
+		t.addThreadTools(ts)
 	}
 	return ts
 }

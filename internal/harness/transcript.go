@@ -36,7 +36,7 @@ func transcript(t *tail) ([]transcriptTurn, error) {
 		c.add("user", t.upToSeq, model.Block{Type: model.BlockText, Text: summaryPreamble + t.summary})
 	}
 	for _, e := range t.events {
-		if tr := transcribers[e.Type]; tr != nil {
+		if tr := transcribers[t.statusType(e.Type)]; tr != nil {
 			if err := tr(c, e); err != nil {
 				return nil, err
 			}
@@ -68,25 +68,26 @@ type transcriber struct {
 
 // transcribers read each event type that shows in the conversation (or shapes it) into the transcript.
 var transcribers = map[apitype.EventType]func(*transcriber, apitype.Event) error{
-	apitype.EventSessionStatusRunning:     (*transcriber).turnStart,
-	apitype.EventSessionStatusRescheduled: (*transcriber).turnStart,
-	apitype.EventSessionStatusIdle:        (*transcriber).turnEnd,
-	apitype.EventSessionStatusTerminated:  (*transcriber).turnEnd,
-	apitype.EventUserInterrupt:            (*transcriber).interrupt,
-	apitype.EventUserMessage:              (*transcriber).message,
-	apitype.EventSystemMessage:            (*transcriber).message,
-	apitype.EventUserDefineOutcome:        (*transcriber).message,
-	apitype.EventSpanOutcomeEvaluationEnd: (*transcriber).revision,
-	apitype.EventSpanModelRequestStart:    func(c *transcriber, _ apitype.Event) error { return c.flush(false) },
-	apitype.EventAgentThinking:            (*transcriber).thinking,
-	apitype.EventAgentMessage:             (*transcriber).agentMessage,
-	apitype.EventAgentToolUse:             (*transcriber).use,
-	apitype.EventAgentCustomToolUse:       (*transcriber).use,
-	apitype.EventAgentMCPToolUse:          (*transcriber).use,
-	apitype.EventAgentToolResult:          (*transcriber).result,
-	apitype.EventAgentMCPToolResult:       (*transcriber).result,
-	apitype.EventUserCustomToolResult:     (*transcriber).result,
-	apitype.EventUserToolResult:           (*transcriber).result,
+	apitype.EventSessionStatusRunning:       (*transcriber).turnStart,
+	apitype.EventSessionStatusRescheduled:   (*transcriber).turnStart,
+	apitype.EventSessionStatusIdle:          (*transcriber).turnEnd,
+	apitype.EventSessionStatusTerminated:    (*transcriber).turnEnd,
+	apitype.EventUserInterrupt:              (*transcriber).interrupt,
+	apitype.EventUserMessage:                (*transcriber).message,
+	apitype.EventSystemMessage:              (*transcriber).message,
+	apitype.EventUserDefineOutcome:          (*transcriber).message,
+	apitype.EventAgentThreadMessageReceived: (*transcriber).message,
+	apitype.EventSpanOutcomeEvaluationEnd:   (*transcriber).revision,
+	apitype.EventSpanModelRequestStart:      func(c *transcriber, _ apitype.Event) error { return c.flush(false) },
+	apitype.EventAgentThinking:              (*transcriber).thinking,
+	apitype.EventAgentMessage:               (*transcriber).agentMessage,
+	apitype.EventAgentToolUse:               (*transcriber).use,
+	apitype.EventAgentCustomToolUse:         (*transcriber).use,
+	apitype.EventAgentMCPToolUse:            (*transcriber).use,
+	apitype.EventAgentToolResult:            (*transcriber).result,
+	apitype.EventAgentMCPToolResult:         (*transcriber).result,
+	apitype.EventUserCustomToolResult:       (*transcriber).result,
+	apitype.EventUserToolResult:             (*transcriber).result,
 }
 
 // add appends blocks to the conversation, merged into the last turn when it has the same role.
@@ -117,6 +118,14 @@ func (c *transcriber) flush(all bool) error {
 				return err
 			}
 			c.add("user", e.Seq, model.Block{Type: model.BlockText, Text: outcomeTask(d)})
+			continue
+		}
+		if e.Type == apitype.EventAgentThreadMessageReceived {
+			var m apitype.ThreadMessageReceived
+			if err := e.DecodeData(&m); err != nil {
+				return err
+			}
+			c.add("user", e.Seq, receivedBlocks(m)...)
 			continue
 		}
 		var m apitype.UserMessage
