@@ -193,7 +193,7 @@ func (t *tail) setProcessed(seqs []int64, at time.Time) {
 type tail struct {
 	// multi: the tail of a thread of a multi-agent session, whose own status is in session.thread_status_*
 	// events (statusType).
-	multi bool
+	multi   bool
 	events  []apitype.Event
 	summary string // the last compaction's summary, "" if the log was never compacted
 	upToSeq int64  // the last sequence number the summary covers
