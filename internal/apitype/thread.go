@@ -139,7 +139,7 @@ func ParseRoster(raw json.RawMessage, selfID string) (*Roster, error) {
 			PredefinedAgents []json.RawMessage `json:"predefined_agents"`
 			Inline           *struct {
 				Type string `json:"type"`
-			} `json:"inline"`
+			} `json:"inline_agents"`
 		} `json:"subagents"`
 	}
 	if err := json.Unmarshal(raw, &m); err != nil {
