@@ -10,6 +10,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
 )
 
 // maFixture is a server with agents to reference: two plain workers (w1 at version 2), an archived agent and an
@@ -396,10 +397,60 @@ func TestMultiagentSessionSnapshot(t *testing.T) {
 		t.Errorf("ParseRoster(coordinator) = %+v, %v", r, err)
 	}
 
-	// A single-agent session has no multiagent.
-	raw, _ = session(`"` + f.w2 + `"`)
+	// A single-agent session has no multiagent, and no threads.
+	raw, single := session(`"` + f.w2 + `"`)
 	if string(raw) != "null" {
 		t.Errorf("single-agent session multiagent = %s", raw)
+	}
+	if th := threadsOf(t, f.h, single.ID); len(th) != 0 {
+		t.Errorf("single-agent session threads: %+v", th)
+	}
+}
+
+// threadsOf lists a session's threads from the store.
+func threadsOf(t *testing.T, h *harness, sessionID string) []apitype.SessionThread {
+	t.Helper()
+	th, err := h.store.ThreadList(ctxT(t), &store.ThreadListParams{SessionID: sessionID, Limit: 10})
+	if err != nil {
+		t.Fatalf("threads of %s: %v", sessionID, err)
+	}
+	return th
+}
+
+// TestMultiagentPrimaryThread: a multi-agent session has its primary thread from its creation: no parent, the
+// session's agent (overrides included), idle, or running when initial events start the first turn.
+func TestMultiagentPrimaryThread(t *testing.T) {
+	t.Parallel()
+	f := newMAFixture(t)
+	_, envID := f.h.seed(ctxT(t))
+	lead := f.create(`{"name":"lead","model":"claude-sonnet-4-6","multiagent":{"type":"coordinator","agents":["$W1"]}}`)
+	for _, c := range []struct {
+		name, extra, status string
+	}{
+		{"idle", ``, apitype.StatusIdle},
+		{"running", `,"initial_events":[{"type":"user.message","content":[{"type":"text","text":"go"}]}]`, apitype.StatusRunning},
+	} {
+		status, body := post(f.h, "/v1/sessions", `{"agent":{"type":"agent_with_overrides","id":"`+lead+
+			`","system":"led"},"environment_id":"`+envID+`"`+c.extra+`}`)
+		if status != 200 {
+			t.Fatalf("%s: session: %d %s", c.name, status, body)
+		}
+		var s apitype.Session
+		decodeRaw(t, string(body), &s)
+		th := threadsOf(t, f.h, s.ID)
+		if len(th) != 1 {
+			t.Fatalf("%s: threads = %+v", c.name, th)
+		}
+		p := th[0]
+		if p.Type != apitype.ObjectSessionThread || !apitype.HasPrefix(p.ID, apitype.PrefixThread) || p.SessionID != s.ID ||
+			!p.Primary() || p.Status != c.status || p.WorkflowRunID != nil || p.ArchivedAt != nil ||
+			!p.CreatedAt.Equal(s.CreatedAt) {
+			t.Errorf("%s: primary thread = %+v", c.name, p)
+		}
+		if a := p.Agent; a.Type != apitype.ThreadAgentAgent || a.ID != lead || a.Version != 1 || a.Name != "lead" ||
+			a.System != "led" || a.Model.ID != "claude-sonnet-4-6" || a.ExecutionIdentity == nil {
+			t.Errorf("%s: primary thread agent = %+v", c.name, a)
+		}
 	}
 }
 
