@@ -87,7 +87,7 @@ func parseAgentCreate(body []byte) (*apitype.Agent, error) {
 	if a.Skills, err = resolveSkills("skills", req.Skills); err != nil {
 		return nil, err
 	}
-	if a.Multiagent, err = resolveMultiagent("multiagent", req.Multiagent); err != nil {
+	if a.Multiagent, err = parseMultiagent("multiagent", req.Multiagent, nil); err != nil {
 		return nil, err
 	}
 	if a.ExecutionIdentity, err = resolveExecIdentity("execution_identity", req.ExecutionIdentity); err != nil {
@@ -156,7 +156,7 @@ func applyAgentUpdate(cur *apitype.Agent, req *agentUpdateRequest) (*apitype.Age
 		}
 	}
 	if req.Multiagent.Set {
-		if next.Multiagent, err = resolveMultiagent("multiagent", req.Multiagent.Value); err != nil {
+		if next.Multiagent, err = parseMultiagent("multiagent", req.Multiagent.Value, cur.Multiagent); err != nil {
 			return nil, err
 		}
 	}
@@ -244,6 +244,9 @@ func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) error {
 	now := s.now()
 	a.ID = apitype.NewID(apitype.PrefixAgent)
 	a.CreatedAt, a.UpdatedAt = now, now
+	if err := s.resolveMultiagent(r.Context(), "multiagent", a); err != nil {
+		return err
+	}
 	if err := s.store.AgentCreate(r.Context(), a); err != nil {
 		return err
 	}
@@ -300,10 +303,16 @@ func (s *Server) agentUpdate(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if req.Multiagent.Set {
+		if err := s.resolveMultiagent(r.Context(), "multiagent", next); err != nil {
+			return err
+		}
+	}
 	if sameConfig(cur, next) {
 		return writeJSON(w, http.StatusOK, cur)
 	}
 	next.Version = cur.Version + 1
+	repointSelf(next)
 	next.UpdatedAt = s.now()
 	if err := s.store.AgentPutVersion(r.Context(), next); err != nil {
 		if errors.Is(err, store.ErrConflict) {

@@ -57,7 +57,9 @@ func FuzzAgentCreate(f *testing.F) {
 
 func FuzzAgentUpdate(f *testing.F) {
 	for _, s := range append(agentSeeds, `{"version":1,"description":null,"tools":null,"metadata":{"k":null}}`,
-		`{"multiagent":null,"model":{"id":"x"}}`) {
+		`{"multiagent":null,"model":{"id":"x"}}`,
+		`{"multiagent":{"type":"multiagent_20261001","advisor":{"type":"enabled","model":"m"},"subagents":{"type":"enabled","predefined_agents":["agent_x",{"type":"self"}],"inline_agents":{"type":"disabled"}},"workflows":null}}`,
+		`{"multiagent":{"type":"multiagent_20261001","subagents":{"type":"enabled","predefined_agents":null,"inline_agents":null},"workflows":{"type":"disabled"}}}`) {
 		f.Add([]byte(s))
 	}
 	base, err := parseAgentCreate([]byte(agentSeeds[3]))

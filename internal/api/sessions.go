@@ -339,6 +339,16 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.resolveSkillVersions(r.Context(), "agent.skills", sess.Agent.Skills); err != nil {
 		return err
 	}
+	// A multi-agent session snapshots its roster (full agents) and starts with its primary thread.
+	var threads []apitype.SessionThread
+	if sess.Agent.Multiagent, err = s.snapshotMultiagent(r.Context(), "agent.multiagent", &sess.Agent); err != nil {
+		return err
+	}
+	if sess.Agent.Multiagent != nil {
+		threads = []apitype.SessionThread{{Type: apitype.ObjectSessionThread, ID: apitype.NewID(apitype.PrefixThread),
+			SessionID: sess.ID, Status: sess.Status, Agent: sessionThreadAgent(&sess.Agent), CreatedAt: now,
+			UpdatedAt: now}}
+	}
 	if sess.Budget != nil {
 		if err := s.checkBudgetable(&sess.Agent); err != nil {
 			return err
@@ -356,7 +366,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The repositories' sealed tokens go in with the session: a brain that claims it at once finds them.
 	created, _, err := s.store.SessionCreate(r.Context(), &store.SessionCreateParams{Session: sess, InitialEvents: initial,
-		ResourceSecrets: tokens})
+		ResourceSecrets: tokens, Threads: threads})
 	if err != nil {
 		return err
 	}

@@ -122,7 +122,9 @@ func (r *Roster) Find(name string) *ThreadAgent {
 }
 
 // ParseRoster reads a session snapshot's multiagent: nil for a single-agent session (absent or null). selfID is
-// the session agent's id: a roster entry with it, or of type "self", makes Self true.
+// the session agent's id: a roster entry with it (how the API snapshots "self"), or of type "self", makes Self
+// true. For multiagent_20261001 the roster is the subagents member (predefined_agents, inline_agents); the
+// workflows member's agents are not in it.
 func ParseRoster(raw json.RawMessage, selfID string) (*Roster, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
@@ -139,7 +141,7 @@ func ParseRoster(raw json.RawMessage, selfID string) (*Roster, error) {
 			PredefinedAgents []json.RawMessage `json:"predefined_agents"`
 			Inline           *struct {
 				Type string `json:"type"`
-			} `json:"inline"`
+			} `json:"inline_agents"`
 		} `json:"subagents"`
 	}
 	if err := json.Unmarshal(raw, &m); err != nil {
