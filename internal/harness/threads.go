@@ -288,6 +288,13 @@ func (r *run) watchInputs() {
 // append is done.
 func (t *thread) translate(p *store.EventAppendParams) []*thread {
 	now := apitype.Now()
+	if p.Status == apitype.StatusIdle && t.inputWaiting(p) {
+		// The turn ends with a message waiting (another thread's, sent meanwhile): the thread goes on to it
+		// instead of idling, so that neither it nor the session idles in between.
+		p.Events = slices.DeleteFunc(p.Events, func(e apitype.NewEvent) bool { return e.Type == apitype.EventSessionStatusIdle })
+		p.Status = ""
+		t.sched.again = true
+	}
 	evs := make([]apitype.NewEvent, 0, len(p.Events)+4)
 	var kicks []*thread
 	threadStatus := p.Status
@@ -356,6 +363,29 @@ func (t *thread) translate(p *store.EventAppendParams) []*thread {
 		p.Events = append(p.Events, sessionStatusEvent(status, reason))
 	}
 	return kicks
+}
+
+// inputWaiting reports whether a turn that ends with append p (under multiRun.mu, which every append of another
+// thread holds) leaves an input of the thread unprocessed: a message another thread sent it since its last read,
+// or one its tail holds that p does not pick up. Only a turn that ends of itself (end_turn) goes on.
+func (t *thread) inputWaiting(p *store.EventAppendParams) bool {
+	for _, e := range p.Events {
+		if e.Type == apitype.EventSessionStatusIdle {
+			var idle apitype.SessionIdle
+			if json.Unmarshal(e.Data, &idle) != nil || idle.StopReason.Type != apitype.StopEndTurn {
+				return false
+			}
+		}
+	}
+	for _, e := range t.tail.events {
+		if isInput(e.Type) && e.ProcessedAt == nil && !slices.Contains(p.MarkProcessed, e.Seq) &&
+			e.Type != apitype.EventUserInterrupt {
+			return true
+		}
+	}
+	evs, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{SessionID: t.sess.ID, Scope: store.ScopeThread, Thread: t.id,
+		AfterSeq: t.tail.lastSeq, Types: []apitype.EventType{apitype.EventAgentThreadMessageReceived, apitype.EventUserMessage}, Limit: 1})
+	return err == nil && len(evs) > 0
 }
 
 // setStatus records a thread's new status and its timings.
