@@ -113,8 +113,8 @@ type EventListParams struct {
 	SessionID string
 	Scope     EventScope
 	Thread    string // with ScopeThread: "" the primary thread, else a child's id
-	AfterSeq  int64 // seq > AfterSeq
-	BeforeSeq int64 // if > 0, seq < BeforeSeq
+	AfterSeq  int64  // seq > AfterSeq
+	BeforeSeq int64  // if > 0, seq < BeforeSeq
 	Types     []apitype.EventType
 	// Time filters on created_at (the append time; equal to processed_at for every server event).
 	CreatedAfter, CreatedFrom, CreatedBefore, CreatedTo *time.Time

@@ -21,6 +21,7 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.EnvironmentStore]():    "environments.go",
 		reflect.TypeFor[store.SessionStore]():        "sessions.go",
 		reflect.TypeFor[store.EventStore]():          "events.go",
+		reflect.TypeFor[store.ThreadStore]():         "threads.go",
 		reflect.TypeFor[store.LeaseStore]():          "leases.go",
 		reflect.TypeFor[store.APIKeyStore]():         "apikeys.go",
 		reflect.TypeFor[store.PreviewStore]():        "previews.go",

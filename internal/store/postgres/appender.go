@@ -156,7 +156,8 @@ var _ store.CommitsObserved = (*Store)(nil)
 // runOne executes a single append as its own implicit transaction.
 func (a *appender) runOne(r *appendReq) {
 	res := make([]appendResult, 1)
-	rows, err := a.s.pool.Query(r.ctx, appendSQL, a.s.appendArgs([]*appendReq{r})...)
+	sql, args := a.s.appendArgs([]*appendReq{r})
+	rows, err := a.s.pool.Query(r.ctx, sql, args...)
 	if err == nil {
 		err = scanAppend(rows, res)
 	}
@@ -210,7 +211,8 @@ func (a *appender) runBatch(ctx context.Context, reqs []*appendReq) ([]appendRes
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	for _, round := range rs {
-		b.Queue(appendSQL, a.s.appendArgs(round)...)
+		sql, args := a.s.appendArgs(round)
+		b.Queue(sql, args...)
 	}
 	b.Queue("COMMIT")
 	byReq := make(map[*appendReq]appendResult, len(reqs))

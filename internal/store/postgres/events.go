@@ -25,9 +25,30 @@ import (
 // Requests: $1 index, $2 session id, $3 event count, $4 wake, $5 status, $6 usage, $7 active seconds,
 // $8 lease token, $9 expected seq, $10 append time. Events: $11 request index, $12 position in the request,
 // $13-$16 ids, types, data and processed flags. $17-$18 the events and runnable channels. Processed marks:
-// $19 request index, $20 sequence number. $21 release the lease, $22 the wake count it handled. A row's
-// runnable column says whether the session is runnable after it (woken, or released with a newer wake-up).
-const appendSQL = `WITH r AS (
+// $19 request index, $20 sequence number. $21 release the lease, $22 the wake count it handled. $23-$24 the
+// events' threads and cross-post flags. A row's runnable column says whether the session is runnable after it
+// (woken, or released with a newer wake-up).
+//
+// A round whose requests write threads (EventAppendParams.Threads) runs appendThreadsSQL: appendSQL with one
+// more step, which writes them for the requests applied.
+const appendSQL = appendHead + appendTail
+
+// appendThreadsSQL is appendSQL writing threads too: $25 request index, $26-$34 the threads' ids, parents,
+// statuses, usages, stats, creation, update and archive times, and documents. A stored thread takes the status,
+// usage, stats and updated_at given and keeps the rest (store.KeepThread's rule).
+const appendThreadsSQL = appendHead + `, th AS (
+	INSERT INTO threads (session_id, id, parent_thread_id, status, usage, stats, created_at, updated_at,
+		archived_at, doc)
+	SELECT u.session_id, t.id, t.parent, t.status, t.usage::json, t.stats::json, t.created, t.updated,
+		t.archived, t.doc::json
+	FROM u JOIN unnest($25::int[], $26::text[], $27::text[], $28::text[], $29::text[], $30::text[],
+		$31::timestamptz[], $32::timestamptz[], $33::timestamptz[], $34::text[])
+		AS t (idx, id, parent, status, usage, stats, created, updated, archived, doc) ON t.idx = u.idx
+	ON CONFLICT (session_id, id) DO UPDATE SET status = excluded.status, usage = excluded.usage,
+		stats = excluded.stats, updated_at = excluded.updated_at
+)` + appendTail
+
+const appendHead = `WITH r AS (
 	SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bool[], $5::text[], $6::text[], $7::float8[],
 		$8::text[], $9::bigint[], $10::timestamptz[], $21::bool[], $22::bigint[])
 		AS r (idx, session_id, n, wake, status, usage, active, token, expected, created, release, handled)
@@ -50,16 +71,19 @@ const appendSQL = `WITH r AS (
 	RETURNING r.idx, r.session_id, r.n, r.created, s.last_seq,
 		r.wake OR (r.release AND s.wake_seq > s.handled_wake_seq) AS runnable
 ), ins AS (
-	INSERT INTO events (session_id, seq, id, type, created_at, processed_at, data)
+	INSERT INTO events (session_id, seq, id, type, created_at, processed_at, data, thread_id, crosspost)
 	SELECT u.session_id, u.last_seq - u.n + e.ord, e.id, e.type, u.created,
-		CASE WHEN e.processed THEN u.created END, e.data::json
-	FROM u JOIN unnest($11::int[], $12::bigint[], $13::text[], $14::text[], $15::text[], $16::bool[])
-		AS e (idx, ord, id, type, data, processed) ON e.idx = u.idx
+		CASE WHEN e.processed THEN u.created END, e.data::json, e.thread, e.crosspost
+	FROM u JOIN unnest($11::int[], $12::bigint[], $13::text[], $14::text[], $15::text[], $16::bool[],
+		$23::text[], $24::bool[])
+		AS e (idx, ord, id, type, data, processed, thread, crosspost) ON e.idx = u.idx
 ), mp AS (
 	UPDATE events e SET processed_at = u.created
 	FROM u JOIN unnest($19::int[], $20::bigint[]) AS m (idx, seq) ON m.idx = u.idx
 	WHERE e.session_id = u.session_id AND e.seq = m.seq AND e.processed_at IS NULL
-)
+)`
+
+const appendTail = `
 SELECT u.idx, u.last_seq, u.runnable,
 	(SELECT pg_notify($17, string_agg(session_id, ',')) FROM u),
 	(SELECT pg_notify($18, string_agg(session_id, ',')) FROM u WHERE runnable HAVING count(*) > 0)
@@ -74,6 +98,7 @@ type appendReq struct {
 
 	created              time.Time
 	status, usage, token *string
+	threads              []threadRow
 }
 
 // appendResult is the outcome of an append: the session's new last_seq and whether it is runnable after it,
@@ -85,15 +110,17 @@ type appendResult struct {
 	err      error
 }
 
-// newAppend prepares an append and the events it will create.
-func (s *Store) newAppend(ctx context.Context, p *store.EventAppendParams) *appendReq {
+// newAppend prepares an append and the events it will create. The caller encodes p.Threads (threadRows).
+func (s *Store) newAppend(ctx context.Context, p *store.EventAppendParams, threads []threadRow) *appendReq {
 	now := apitype.Now()
 	r := &appendReq{
 		ctx: ctx, p: p, events: make([]apitype.Event, len(p.Events)), resp: make(chan appendResult, 1), created: now,
+		threads: threads,
 	}
 	for i, ne := range p.Events {
 		ev := apitype.Event{
 			ID: cmp.Or(ne.ID, apitype.NewID(apitype.PrefixEvent)), Type: ne.Type, SessionID: p.SessionID, CreatedAt: now, Data: ne.Data,
+			Thread: ne.Thread, CrossPost: ne.CrossPost,
 		}
 		if len(ev.Data) == 0 {
 			ev.Data = []byte("{}")
@@ -117,8 +144,9 @@ func (s *Store) newAppend(ctx context.Context, p *store.EventAppendParams) *appe
 	return r
 }
 
-// appendArgs returns the arguments of appendSQL for requests to distinct sessions.
-func (s *Store) appendArgs(reqs []*appendReq) []any {
+// appendArgs returns the statement (appendSQL, or appendThreadsSQL if a request writes threads) and its
+// arguments for requests to distinct sessions.
+func (s *Store) appendArgs(reqs []*appendReq) (string, []any) {
 	n := len(reqs)
 	var (
 		idx, count, expected = make([]int32, n), make([]int64, n), make([]int64, n)
@@ -132,6 +160,9 @@ func (s *Store) appendArgs(reqs []*appendReq) []any {
 		eOrd                []int64
 		eIDs, eTypes, eData []string
 		eProcessed          []bool
+		eThreads            []string
+		eCrossPosts         []bool
+		threads             threadArgs
 		mIdx                []int32
 		mSeq                []int64
 		release             = make([]bool, n)
@@ -148,7 +179,10 @@ func (s *Store) appendArgs(reqs []*appendReq) []any {
 			eTypes = append(eTypes, string(ev.Type))
 			eData = append(eData, string(ev.Data))
 			eProcessed = append(eProcessed, ev.ProcessedAt != nil)
+			eThreads = append(eThreads, ev.Thread)
+			eCrossPosts = append(eCrossPosts, ev.CrossPost)
 		}
+		threads.add(int32(i), r.threads)
 		if r.p.Release {
 			release[i], handled[i] = true, r.p.Lease.WakeSeq
 		}
@@ -157,9 +191,13 @@ func (s *Store) appendArgs(reqs []*appendReq) []any {
 			mSeq = append(mSeq, seq)
 		}
 	}
-	return []any{idx, sessionIDs, count, wake, status, usage, active, token, expected, created,
+	args := []any{idx, sessionIDs, count, wake, status, usage, active, token, expected, created,
 		eIdx, eOrd, eIDs, eTypes, eData, eProcessed, s.eventsChannel, s.runnableChannel, mIdx, mSeq,
-		release, handled}
+		release, handled, eThreads, eCrossPosts}
+	if len(threads.idx) == 0 {
+		return appendSQL, args
+	}
+	return appendThreadsSQL, append(args, threads.args()...)
 }
 
 // scanAppend reads appendSQL's rows into results, indexed like its requests.
@@ -198,7 +236,11 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	if p.Release && p.Lease == nil {
 		return nil, errors.New("event append: release without a lease")
 	}
-	r := s.newAppend(ctx, p)
+	threads, err := threadRows(p.SessionID, p.Threads)
+	if err != nil {
+		return nil, fmt.Errorf("event append: %w", err)
+	}
+	r := s.newAppend(ctx, p, threads)
 	res := s.appender.do(ctx, r)
 	if res.err != nil {
 		return nil, s.dbErr("event append", res.err)
@@ -243,7 +285,7 @@ func (s *Store) notifyLocal(sessionID string, runnable bool) {
 var errPageFull = errors.New("page full")
 
 // eventColumns are the columns of an event, in the order EventList and EventGet scan them.
-const eventColumns = `seq, id, type, created_at, processed_at, data`
+const eventColumns = `seq, id, type, created_at, processed_at, data, thread_id, crosspost`
 
 // EventList returns a slice of a session's log: one index range scan on (session_id, seq).
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apitype.Event, error) {
@@ -264,7 +306,8 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 		data []byte // scanned as bytes, a fresh copy per row: json.RawMessage would be re-validated
 	)
 	size := 0
-	_, err = pgx.ForEachRow(rows, []any{&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &data}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &data,
+		&ev.Thread, &ev.CrossPost}, func() error {
 		e := ev
 		e.SessionID = p.SessionID
 		e.CreatedAt = e.CreatedAt.UTC()
@@ -291,10 +334,21 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 }
 
 // eventListQuery selects p's slice of the log. Its conditions name only what p sets, so the plan is a range
-// scan of the (session_id, seq) key whatever the statement cache holds.
+// scan of the (session_id, seq) key whatever the statement cache holds (of events_thread for a child thread's
+// events).
 func eventListQuery(p *store.EventListParams) *query {
 	q := &query{}
 	fmt.Fprintf(&q.sql, `SELECT `+eventColumns+` FROM events WHERE session_id = %s`, q.arg(p.SessionID))
+	switch {
+	case p.Scope == store.ScopeSession:
+		// Every event of a single-agent session matches: the plan stays the primary key's range scan.
+		q.sql.WriteString(" AND (thread_id = '' OR crosspost)")
+	case p.Scope == store.ScopeThread && p.Thread == "":
+		q.sql.WriteString(" AND thread_id = ''")
+	case p.Scope == store.ScopeThread:
+		// The condition of the partial index events_thread, spelled as it is, so that the planner may use it.
+		fmt.Fprintf(&q.sql, " AND thread_id = %s AND thread_id <> ''", q.arg(p.Thread))
+	}
 	if p.AfterSeq > 0 {
 		fmt.Fprintf(&q.sql, " AND seq > %s", q.arg(p.AfterSeq))
 	}
@@ -329,7 +383,7 @@ func (s *Store) EventGet(ctx context.Context, sessionID, eventID string) (*apity
 	ev := apitype.Event{SessionID: sessionID}
 	var data []byte
 	err := s.pool.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1 AND session_id = $2`,
-		eventID, sessionID).Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &data)
+		eventID, sessionID).Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.CreatedAt, &ev.ProcessedAt, &data, &ev.Thread, &ev.CrossPost)
 	if err != nil {
 		return nil, s.dbErr("event get", err)
 	}

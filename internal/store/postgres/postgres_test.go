@@ -257,7 +257,7 @@ func TestBatchIsolatesFailures(t *testing.T) {
 		{SessionID: y.ID, Events: []apitype.NewEvent{broken}}, // refused by the server
 		{SessionID: y.ID, Events: []apitype.NewEvent{message("1")}, ExpectedSeq: 1},
 	} {
-		reqs = append(reqs, s.newAppend(ctx, &p))
+		reqs = append(reqs, s.newAppend(ctx, &p, nil))
 	}
 	s.appender.run(reqs)
 	got := make([]appendResult, len(reqs))

@@ -72,8 +72,12 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	if err != nil {
 		return nil, nil, fmt.Errorf("session create: encode usage: %w", err)
 	}
+	threads, err := threadRows(sess.ID, p.Threads)
+	if err != nil {
+		return nil, nil, fmt.Errorf("session create: %w", err)
+	}
 	ap := &store.EventAppendParams{SessionID: sess.ID, Events: p.InitialEvents, Wake: len(p.InitialEvents) > 0}
-	req := s.newAppend(ctx, ap)
+	req := s.newAppend(ctx, ap, nil)
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO sessions
 			(id, created_at, archived_at, agent_id, agent_version, doc, status, usage, active_seconds)
@@ -88,10 +92,14 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 				return err
 			}
 		}
+		if err := putThreads(ctx, tx, sess.ID, threads); err != nil {
+			return err
+		}
 		if len(p.InitialEvents) == 0 {
 			return nil
 		}
-		rows, err := tx.Query(ctx, appendSQL, s.appendArgs([]*appendReq{req})...)
+		sql, args := s.appendArgs([]*appendReq{req})
+		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -139,7 +147,8 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 	return sessions.list(ctx, s, q, &p.ListParams)
 }
 
-// SessionDelete removes the session and its log and wakes its subscribers, here and in other processes.
+// SessionDelete removes the session, its log and its threads (by cascade) and wakes its subscribers, here and in
+// other processes.
 func (s *Store) SessionDelete(ctx context.Context, id string) error {
 	if err := s.check(); err != nil {
 		return err

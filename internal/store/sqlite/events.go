@@ -22,12 +22,16 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	if p.Release && p.Lease == nil {
 		return nil, fmt.Errorf("sqlite: append to session %s: release without a lease", p.SessionID)
 	}
+	threads, err := threadRows(p.SessionID, p.Threads)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: append to session %s: %w", p.SessionID, err)
+	}
 	var events []apitype.Event
 	var runnable bool
-	err := s.submit(ctx, &writeReq{
+	err = s.submit(ctx, &writeReq{
 		fn: func(w *wtx) error {
 			var err error
-			events, runnable, err = appendEvents(w, p)
+			events, runnable, err = appendEvents(w, p, threads)
 			return err
 		},
 		after: func() {
@@ -53,10 +57,11 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	return events, nil
 }
 
-// appendEvents checks p's conditions, inserts its events and applies its session changes, in w's transaction,
-// and reports whether the session is runnable after it (woken, or released with a wake-up it did not handle).
-// Callers have checked p.Events with store.CheckEvents, outside the writer goroutine.
-func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, bool, error) {
+// appendEvents checks p's conditions, inserts its events, applies its session changes and writes its threads
+// (threadRows of p.Threads), in w's transaction, and reports whether the session is runnable after it (woken,
+// or released with a wake-up it did not handle). Callers have checked p.Events with store.CheckEvents, outside
+// the writer goroutine.
+func appendEvents(w *wtx, p *store.EventAppendParams, threads []threadRow) ([]apitype.Event, bool, error) {
 	now := apitype.Now()
 	created := micros(now)
 	n := int64(len(p.Events))
@@ -124,6 +129,8 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, bool, er
 			Seq:       first + int64(i),
 			CreatedAt: now,
 			Data:      data,
+			Thread:    ne.Thread,
+			CrossPost: ne.CrossPost,
 		}
 		if e.ID == "" {
 			e.ID = w.s.eventIDs.next(now)
@@ -134,11 +141,15 @@ func appendEvents(w *wtx, p *store.EventAppendParams) ([]apitype.Event, bool, er
 			e.ProcessedAt = &at
 			processed = created
 		}
-		if _, err := w.exec(`INSERT INTO events (session_id, seq, id, type, created_at, processed_at, data)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, p.SessionID, e.Seq, e.ID, string(e.Type), created, processed, []byte(data)); err != nil {
+		if _, err := w.exec(`INSERT INTO events (session_id, seq, id, type, created_at, processed_at, data,
+			thread_id, crosspost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, p.SessionID, e.Seq, e.ID, string(e.Type), created,
+			processed, []byte(data), e.Thread, e.CrossPost); err != nil {
 			return nil, false, err
 		}
 		events[i] = e
+	}
+	if err := putThreads(w, p.SessionID, threads); err != nil {
+		return nil, false, err
 	}
 	for _, seq := range p.MarkProcessed {
 		if _, err := w.exec(`UPDATE events SET processed_at = ?
@@ -214,13 +225,24 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 	if p.BeforeSeq == 0 && !p.Desc &&
 		p.CreatedAfter == nil && p.CreatedFrom == nil && p.CreatedBefore == nil && p.CreatedTo == nil {
 		// Following a session: what was just appended is in memory.
-		if events, ok := s.recent.after(p.SessionID, p.AfterSeq, p.Types, p.Limit, p.MaxBytes); ok {
+		if events, ok := s.recent.after(p); ok {
 			return events, nil
 		}
 	}
 	var q strings.Builder
 	q.WriteString(`SELECT ` + eventColumns + ` FROM events WHERE session_id = ? AND seq > ?`)
 	args := []any{p.SessionID, p.AfterSeq}
+	switch {
+	case p.Scope == store.ScopeSession:
+		// Every event of a single-agent session matches: the plan stays the primary key's range scan.
+		q.WriteString(` AND (thread_id = '' OR crosspost)`)
+	case p.Scope == store.ScopeThread && p.Thread == "":
+		q.WriteString(` AND thread_id = ''`)
+	case p.Scope == store.ScopeThread:
+		// The condition of the partial index events_thread, spelled as it is, so that the planner may use it.
+		q.WriteString(` AND thread_id = ? AND thread_id <> ''`)
+		args = append(args, p.Thread)
+	}
 	if p.BeforeSeq > 0 {
 		q.WriteString(` AND seq < ?`)
 		args = append(args, p.BeforeSeq)
@@ -285,7 +307,18 @@ func (s *Store) EventGet(ctx context.Context, sessionID, eventID string) (*apity
 	return &events[0], nil
 }
 
-const eventColumns = `seq, id, type, created_at, processed_at, data`
+const eventColumns = `seq, id, type, created_at, processed_at, data, thread_id, crosspost`
+
+// inScope reports whether e is in the scope of p (store.EventListParams.Scope), as EventList's SQL does.
+func inScope(p *store.EventListParams, e *apitype.Event) bool {
+	switch p.Scope {
+	case store.ScopeSession:
+		return e.Thread == "" || e.CrossPost
+	case store.ScopeThread:
+		return e.Thread == p.Thread
+	}
+	return true
+}
 
 // scanEvents reads the events of rows, stopping after the one that brings their data to maxBytes if
 // maxBytes > 0.
@@ -298,7 +331,7 @@ func scanEvents(rows *sql.Rows, sessionID string, maxBytes int) ([]apitype.Event
 		var created int64
 		var processed sql.NullInt64
 		var data []byte
-		if err := rows.Scan(&e.Seq, &e.ID, &e.Type, &created, &processed, &data); err != nil {
+		if err := rows.Scan(&e.Seq, &e.ID, &e.Type, &created, &processed, &data, &e.Thread, &e.CrossPost); err != nil {
 			return nil, err
 		}
 		e.CreatedAt = fromMicros(created)

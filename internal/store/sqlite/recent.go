@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
 )
 
 // recentMax is how many of a followed session's newest events stay in memory.
@@ -104,13 +105,15 @@ func (c *recent) forget(sessionID string) {
 	}
 }
 
-// after returns up to limit events of the session after seq, oldest first, of the given types if any, and
-// ending at the event that brings their data to maxBytes if maxBytes > 0 (see store.EventListParams), when
-// the ring covers every event after seq: ok is false when the database must answer.
-func (c *recent) after(sessionID string, seq int64, types []apitype.EventType, limit, maxBytes int) (events []apitype.Event, ok bool) {
+// after returns up to p.Limit events of p's session after p.AfterSeq, oldest first, of p's types if any and in
+// its scope, and ending at the event that brings their data to p.MaxBytes if it is > 0
+// (see store.EventListParams), when the ring covers every event after p.AfterSeq: ok is false when the
+// database must answer. p's other fields are the caller's to rule out.
+func (c *recent) after(p *store.EventListParams) (events []apitype.Event, ok bool) {
+	seq, types, limit, maxBytes := p.AfterSeq, p.Types, p.Limit, p.MaxBytes
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := c.rings[sessionID]
+	r := c.rings[p.SessionID]
 	if r == nil || len(r.events) == 0 {
 		return nil, false
 	}
@@ -123,7 +126,7 @@ func (c *recent) after(sessionID string, seq int64, types []apitype.EventType, l
 		if len(events) == limit || maxBytes > 0 && size >= maxBytes {
 			break
 		}
-		if len(types) == 0 || slices.Contains(types, e.Type) {
+		if (len(types) == 0 || slices.Contains(types, e.Type)) && inScope(p, &e) {
 			events = append(events, e)
 			size += len(e.Data)
 		}

@@ -38,6 +38,10 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	if err := store.CheckEvents(p.InitialEvents); err != nil {
 		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
 	}
+	threads, err := threadRows(in.ID, p.Threads)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
+	}
 	if in.Status == "" {
 		in.Status = apitype.StatusIdle
 	}
@@ -72,10 +76,12 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 			var err error
 			events, _, err = appendEvents(w, &store.EventAppendParams{
 				SessionID: in.ID, Events: p.InitialEvents, Wake: true,
-			})
+			}, threads)
 			if err != nil {
 				return err
 			}
+		} else if err := putThreads(w, in.ID, threads); err != nil {
+			return err
 		}
 		var err error
 		sess, err = sessions.read(w, "s.id = ?", in.ID)
@@ -124,7 +130,7 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 	return sessions.list(ctx, s, &f, &p.ListParams)
 }
 
-// SessionDelete removes a session and its log (by cascade), and wakes its subscribers.
+// SessionDelete removes a session, its log and its threads (by cascade), and wakes its subscribers.
 func (s *Store) SessionDelete(ctx context.Context, id string) error {
 	err := s.write(ctx, func(w *wtx) error { return sessions.deleteIn(w, "id = ?", id) }, func() {
 		s.recent.forget(id)

@@ -67,6 +67,7 @@ func Run(t *testing.T, h Harness) {
 		{"EventListSlices", testEventListSlices},
 		{"EventListMaxBytes", testEventListMaxBytes},
 		{"EventListTimeFilters", testEventListTimeFilters},
+		{"ThreadEventScopes", testThreadEventScopes},
 		{"ConcurrentAppendsOneSession", testConcurrentAppendsOneSession},
 		{"ConcurrentAppendsManySessions", testConcurrentAppendsManySessions},
 		{"ExpectedSeqRace", testExpectedSeqRace},

@@ -1,0 +1,25 @@
+-- Multi-agent sessions (issue 22): a session has threads, and one log. Each event belongs to a thread ('' the
+-- primary, as every event of a single-agent session), and a child's event may be cross-posted to the session's
+-- stream. Both columns have constant defaults: adding them rewrites nothing.
+ALTER TABLE events ADD COLUMN thread_id text NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN crosspost boolean NOT NULL DEFAULT false;
+-- One child thread's events in seq order. Partial: the primary's events (all of a single-agent session's) are
+-- read by the primary key and cost appends nothing here.
+CREATE INDEX events_thread ON events (session_id, thread_id, seq) WHERE thread_id <> '';
+
+-- A thread's document, with the columns the store owns (status, usage, stats, updated_at, archived_at), which
+-- override the document's copies: an append that writes a stored thread sets those columns only.
+CREATE TABLE threads (
+	session_id       text        NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+	id               text        NOT NULL,
+	parent_thread_id text,
+	status           text        NOT NULL,
+	usage            json,
+	stats            json,
+	created_at       timestamptz NOT NULL,
+	updated_at       timestamptz NOT NULL,
+	archived_at      timestamptz,
+	doc              json        NOT NULL,
+	PRIMARY KEY (session_id, id)
+);
+CREATE INDEX threads_created ON threads (session_id, created_at, id);
