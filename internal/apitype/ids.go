@@ -17,6 +17,7 @@ const (
 	PrefixRequest     = "req_"
 	PrefixFile        = "file_"
 	PrefixSkill       = "skill_"
+	PrefixThread      = "sthr_"
 )
 
 const base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
