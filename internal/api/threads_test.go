@@ -389,3 +389,38 @@ func TestThreadRouting(t *testing.T) {
 		t.Errorf("answer to an archived thread: %v", aerr)
 	}
 }
+
+// TestThreadRoutingToolResult: a self-hosted worker's user.tool_result answers a child thread's built-in call in
+// that thread, cross-posted and named; one for the primary's call stays the primary's.
+func TestThreadRoutingToolResult(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, _ := h.seed(ctx)
+	_, _, sess := h.selfHosted(ctx, agentID)
+	th := h.newThreads(ctx, sess)
+	for _, c := range []struct {
+		thread, named string
+	}{{th.child, th.child}, {"", ""}} {
+		call := h.appendIn(ctx, sess, c.thread, c.thread != "", apitype.EventAgentToolUse,
+			apitype.AgentToolUse{Name: "bash", Input: json.RawMessage(`{"command":"ls"}`), EvaluatedPermission: apitype.PermissionAllow})
+		res := anthropic.BetaManagedAgentsEventParamsOfUserToolResult(call.ID)
+		sent, err := h.client.Beta.Sessions.Events.Send(ctx, sess, anthropic.BetaSessionEventSendParams{
+			Events: []anthropic.BetaManagedAgentsEventParamsUnion{res}})
+		if err != nil {
+			t.Fatalf("tool result in %q: %v", c.thread, err)
+		}
+		var d struct {
+			SessionThreadID string `json:"session_thread_id"`
+		}
+		decodeRaw(t, sent.Data[0].RawJSON(), &d)
+		ev, err := h.store.EventGet(ctx, sess, sent.Data[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.SessionThreadID != c.named || ev.Thread != c.thread || ev.CrossPost != (c.thread != "") {
+			t.Errorf("tool result for a call of %q: echo names %q, stored in %q (cross-post %v)", c.thread,
+				d.SessionThreadID, ev.Thread, ev.CrossPost)
+		}
+	}
+}
