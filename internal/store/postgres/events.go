@@ -346,8 +346,8 @@ func eventListQuery(p *store.EventListParams) *query {
 	case p.Scope == store.ScopeThread && p.Thread == "":
 		q.sql.WriteString(" AND thread_id = ''")
 	case p.Scope == store.ScopeThread:
-		// The condition of the partial index events_thread, spelled as it is, so that the planner may use it.
-		fmt.Fprintf(&q.sql, " AND thread_id = %s AND thread_id <> ''", q.arg(p.Thread))
+		// The key of the partial index events_thread, which this implies its condition (see migration 0008).
+		fmt.Fprintf(&q.sql, " AND NULLIF(thread_id, '') = %s", q.arg(p.Thread))
 	}
 	if p.AfterSeq > 0 {
 		fmt.Fprintf(&q.sql, " AND seq > %s", q.arg(p.AfterSeq))

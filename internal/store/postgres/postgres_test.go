@@ -572,8 +572,9 @@ func TestSessionDeleteDuringAppends(t *testing.T) {
 	}
 }
 
-// TestEventListPlan checks that a slice of a long log is read by a range scan of the (session_id, seq) key,
-// both ways, and that the cost does not grow with the log (rule 6: the brain reads the log in slices).
+// TestEventListPlan checks that a slice of a long log is read by a range scan of the (session_id, seq) key (of
+// events_thread for a child thread's events), both ways, and that the cost does not grow with the log (rule 6:
+// the brain reads the log in slices).
 func TestEventListPlan(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, pgtest.NewDSN(t))
@@ -592,14 +593,36 @@ func TestEventListPlan(t *testing.T) {
 			}
 		}
 	}
+	// A multi-agent session: its primary's events, and two children's, one in ten of them cross-posted.
+	multi := newTestSession(t, s)
+	for range 5 {
+		batch := make([]apitype.NewEvent, 2000)
+		for i := range batch {
+			batch[i] = message("x")
+			if i%2 == 1 {
+				batch[i].Thread, batch[i].CrossPost = []string{"sthr_a", "sthr_b"}[i/2%2], i%10 == 1
+			}
+		}
+		if _, err := s.EventAppend(ctx, &store.EventAppendParams{SessionID: multi.ID, Events: batch}); err != nil {
+			t.Fatalf("append: %v", err)
+		}
+	}
 	if _, err := s.pool.Exec(ctx, "ANALYZE events"); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []store.EventListParams{
-		{SessionID: ids[1], AfterSeq: 5000, Limit: 100},
-		{SessionID: ids[1], BeforeSeq: 5001, Desc: true, Limit: 100},
-		{SessionID: ids[1], AfterSeq: 100, BeforeSeq: 200, Limit: 1000},
+	for _, c := range []struct {
+		p     store.EventListParams
+		index string
+	}{
+		{store.EventListParams{SessionID: ids[1], AfterSeq: 5000, Limit: 100}, "events_pkey"},
+		{store.EventListParams{SessionID: ids[1], BeforeSeq: 5001, Desc: true, Limit: 100}, "events_pkey"},
+		{store.EventListParams{SessionID: ids[1], AfterSeq: 100, BeforeSeq: 200, Limit: 1000}, "events_pkey"},
+		{store.EventListParams{SessionID: ids[1], Scope: store.ScopeThread, AfterSeq: 5000, Limit: 100}, "events_pkey"},
+		{store.EventListParams{SessionID: ids[1], Scope: store.ScopeAll, AfterSeq: 5000, Limit: 100}, "events_pkey"},
+		{store.EventListParams{SessionID: multi.ID, Scope: store.ScopeThread, Thread: "sthr_a", AfterSeq: 5000, Limit: 100}, "events_thread"},
+		{store.EventListParams{SessionID: multi.ID, Scope: store.ScopeThread, Thread: "sthr_b", BeforeSeq: 5001, Desc: true, Limit: 100}, "events_thread"},
 	} {
+		p := c.p
 		q := eventListQuery(&p)
 		var plan []map[string]any
 		if err := s.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+q.sql.String(), q.args...).Scan(&plan); err != nil {
@@ -625,8 +648,8 @@ func TestEventListPlan(t *testing.T) {
 			}
 		}
 		walk(plan[0]["Plan"].(map[string]any))
-		if len(scans) != 1 || !strings.HasSuffix(scans[0], "Index Scan on events_pkey") {
-			t.Errorf("%+v: scans %v, want one (bitmap) index scan on events_pkey", p, scans)
+		if len(scans) != 1 || !strings.HasSuffix(scans[0], "Index Scan on "+c.index) {
+			t.Errorf("%+v: scans %v, want one (bitmap) index scan on %s", p, scans, c.index)
 		}
 		if rows > 100 {
 			t.Errorf("%+v: the scan read %v rows for a 100-event slice", p, rows)

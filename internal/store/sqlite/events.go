@@ -217,7 +217,8 @@ func (g *eventIDs) next(now time.Time) string {
 	return string(b[:])
 }
 
-// EventList returns a slice of a session's log: a range scan of the (session_id, seq) key.
+// EventList returns a slice of a session's log: a range scan of the (session_id, seq) key (of events_thread for a
+// child thread's events).
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apitype.Event, error) {
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("sqlite: list events of %s: limit must be > 0", p.SessionID)
@@ -229,19 +230,50 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 			return events, nil
 		}
 	}
+	query, args := eventListQuery(p)
+	rows, err := s.readQuery(ctx, query, args...)
+	if err != nil {
+		return nil, s.readErr("list events of "+p.SessionID, err)
+	}
+	events, err := scanEvents(rows, p.SessionID, p.MaxBytes)
+	if err != nil {
+		return nil, s.readErr("list events of "+p.SessionID, err)
+	}
+	if len(events) == 0 {
+		var one int
+		err := s.readRow(ctx, `SELECT 1 FROM sessions WHERE id = ?`, p.SessionID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("sqlite: list events of %s: %w", p.SessionID, store.ErrNotFound)
+		}
+		if err != nil {
+			return nil, s.readErr("list events of "+p.SessionID, err)
+		}
+	}
+	return events, nil
+}
+
+// eventListQuery selects p's slice of the log (past what recent serves).
+func eventListQuery(p *store.EventListParams) (string, []any) {
 	var q strings.Builder
-	q.WriteString(`SELECT ` + eventColumns + ` FROM events WHERE session_id = ? AND seq > ?`)
+	child := p.Scope == store.ScopeThread && p.Thread != ""
+	if child {
+		// A child thread's events are a range of the partial index events_thread, whose condition the query
+		// repeats as it is spelled there. Without statistics the planner would rather scan the primary key's
+		// range, every thread's events, for the rows it does not have to look up.
+		q.WriteString(`SELECT ` + eventColumns + ` FROM events INDEXED BY events_thread
+			WHERE session_id = ? AND seq > ? AND thread_id = ? AND thread_id <> ''`)
+	} else {
+		q.WriteString(`SELECT ` + eventColumns + ` FROM events WHERE session_id = ? AND seq > ?`)
+	}
 	args := []any{p.SessionID, p.AfterSeq}
 	switch {
+	case child:
+		args = append(args, p.Thread)
 	case p.Scope == store.ScopeSession:
 		// Every event of a single-agent session matches: the plan stays the primary key's range scan.
 		q.WriteString(` AND (thread_id = '' OR crosspost)`)
-	case p.Scope == store.ScopeThread && p.Thread == "":
-		q.WriteString(` AND thread_id = ''`)
 	case p.Scope == store.ScopeThread:
-		// The condition of the partial index events_thread, spelled as it is, so that the planner may use it.
-		q.WriteString(` AND thread_id = ? AND thread_id <> ''`)
-		args = append(args, p.Thread)
+		q.WriteString(` AND thread_id = ''`)
 	}
 	if p.BeforeSeq > 0 {
 		q.WriteString(` AND seq < ?`)
@@ -268,26 +300,7 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) ([]apit
 		q.WriteString(` ORDER BY seq LIMIT ?`)
 	}
 	args = append(args, p.Limit)
-
-	rows, err := s.readQuery(ctx, q.String(), args...)
-	if err != nil {
-		return nil, s.readErr("list events of "+p.SessionID, err)
-	}
-	events, err := scanEvents(rows, p.SessionID, p.MaxBytes)
-	if err != nil {
-		return nil, s.readErr("list events of "+p.SessionID, err)
-	}
-	if len(events) == 0 {
-		var one int
-		err := s.readRow(ctx, `SELECT 1 FROM sessions WHERE id = ?`, p.SessionID).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("sqlite: list events of %s: %w", p.SessionID, store.ErrNotFound)
-		}
-		if err != nil {
-			return nil, s.readErr("list events of "+p.SessionID, err)
-		}
-	}
-	return events, nil
+	return q.String(), args
 }
 
 // EventGet returns one event of a session by its id.

@@ -126,8 +126,8 @@ func TestEventIDs(t *testing.T) {
 }
 
 // TestFollowedSessionReadsMatchDatabase: while a session has a subscriber, EventList after a sequence number is
-// served from memory; it must return exactly what the database holds, processed marks included, across more
-// events than memory keeps, and a deleted session must still read as not found.
+// served from memory; it must return exactly what the database holds, processed marks included, in every scope,
+// across more events than memory keeps, and a deleted session must still read as not found.
 func TestFollowedSessionReadsMatchDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -161,10 +161,15 @@ func TestFollowedSessionReadsMatchDatabase(t *testing.T) {
 	compare := func(stage string) {
 		t.Helper()
 		for after := int64(0); after <= 100; after++ {
-			for _, limit := range []int{1, 7, 200} {
+			for i, limit := range []int{1, 7, 200, 3, 5} {
 				p := &store.EventListParams{SessionID: sess.ID, AfterSeq: after, Limit: limit}
 				if limit == 7 {
 					p.Types = []apitype.EventType{apitype.EventUserMessage}
+				}
+				// The scopes of a multi-agent session's threads.
+				p.Scope = []store.EventScope{store.ScopeSession, store.ScopeAll, store.ScopeSession, store.ScopeThread, store.ScopeThread}[i]
+				if i == 4 {
+					p.Thread = "sthr_a"
 				}
 				got, err := s.EventList(ctx, p)
 				if err != nil {
@@ -180,6 +185,7 @@ func TestFollowedSessionReadsMatchDatabase(t *testing.T) {
 				for i := range got {
 					g, w := got[i], want[i]
 					if g.ID != w.ID || g.Seq != w.Seq || g.Type != w.Type || !g.CreatedAt.Equal(w.CreatedAt) ||
+						g.Thread != w.Thread || g.CrossPost != w.CrossPost ||
 						string(g.Data) != string(w.Data) || (g.ProcessedAt == nil) != (w.ProcessedAt == nil) ||
 						(g.ProcessedAt != nil && !g.ProcessedAt.Equal(*w.ProcessedAt)) {
 						t.Fatalf("%s: after %d: event %+v, database %+v", stage, after, g, w)
@@ -193,7 +199,11 @@ func TestFollowedSessionReadsMatchDatabase(t *testing.T) {
 		if i%3 == 0 {
 			typ = apitype.EventUserMessage
 		}
-		p := &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{msg(typ, strings.Repeat("x", i))}}
+		e := msg(typ, strings.Repeat("x", i))
+		if i%4 == 1 { // a child thread's, one in two cross-posted
+			e.Thread, e.CrossPost = "sthr_a", i%8 == 1
+		}
+		p := &store.EventAppendParams{SessionID: sess.ID, Events: []apitype.NewEvent{e}}
 		if i%10 == 0 {
 			p.MarkProcessed = []int64{int64(i - 1)} // a user message appended just before
 		}

@@ -1,8 +1,12 @@
 package storetest
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +24,7 @@ func threadEvent(thread string, crossPost bool, text string) apitype.NewEvent {
 }
 
 // newThreadID makes a session thread id.
-func newThreadID() string { return apitype.NewID("sthr_") }
+func newThreadID() string { return apitype.NewID(apitype.PrefixThread) }
 
 // scopeModel is EventList's scope and filters, computed over the whole log in memory: what a list must return.
 func scopeModel(log []apitype.Event, p *store.EventListParams) []int64 {
@@ -236,4 +240,416 @@ func newThread(sessionID string, parent *string, name string, created time.Time)
 		CreatedAt: created,
 		UpdatedAt: created,
 	}
+}
+
+// sameThread fails unless got is want as stored: every field, times to the microsecond.
+func sameThread(t testing.TB, got *apitype.SessionThread, want apitype.SessionThread, what string) {
+	t.Helper()
+	gb, err := json.Marshal(got)
+	must(t, err, "encode thread")
+	wb, err := json.Marshal(&want)
+	must(t, err, "encode thread")
+	if !jsonEqual(gb, wb) {
+		t.Fatalf("%s:\n got %s\nwant %s", what, gb, wb)
+	}
+}
+
+// testThreadAppend: an append creates the threads it names and updates the stored ones (status, usage, stats
+// and updated_at; the rest is kept), in its transaction: an append that fails writes no thread. A session
+// create stores its threads; a session delete removes them.
+func testThreadAppend(t *testing.T, h Harness) {
+	s := h.open(t)
+	created := apitype.Now()
+	sess := newSession("agent_x", 1, created)
+	primary := newThread(sess.ID, nil, "coordinator", created)
+	got, _, err := s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: sess, Threads: []apitype.SessionThread{primary}})
+	must(t, err, "create a session with its primary thread")
+	equal(t, got.ID, sess.ID, "session id")
+	stored, err := s.ThreadGet(ctxBg, sess.ID, primary.ID)
+	must(t, err, "get the primary thread")
+	sameThread(t, stored, primary, "the primary thread")
+	if !stored.Primary() {
+		t.Fatalf("the primary thread has parent %v", stored.ParentThreadID)
+	}
+	// With initial events too.
+	sess2 := newSession("agent_x", 1, created)
+	primary2 := newThread(sess2.ID, nil, "coordinator", created)
+	_, initial, err := s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: sess2, Threads: []apitype.SessionThread{primary2},
+		InitialEvents: []apitype.NewEvent{userMessage("go")}})
+	must(t, err, "create a session with its primary thread and an initial event")
+	equal(t, len(initial), 1, "initial events")
+	stored, err = s.ThreadGet(ctxBg, sess2.ID, primary2.ID)
+	must(t, err, "get the second session's primary thread")
+	sameThread(t, stored, primary2, "the second session's primary thread")
+
+	// An append creates a child with its created event.
+	child := newThread(sess.ID, &primary.ID, "researcher", apitype.Now())
+	child.WorkflowRunID = new("wfr_1")
+	evs, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Threads: []apitype.SessionThread{child},
+		Events: []apitype.NewEvent{{Type: apitype.EventSessionThreadCreated, Processed: true, CrossPost: true, Thread: child.ID,
+			Data: []byte(fmt.Sprintf(`{"session_thread_id":%q,"agent_name":"researcher"}`, child.ID))}}})
+	must(t, err, "append a child's creation")
+	equal(t, len(evs), 1, "appended events")
+	stored, err = s.ThreadGet(ctxBg, sess.ID, child.ID)
+	must(t, err, "get the child")
+	sameThread(t, stored, child, "the child as created")
+	if stored.Primary() || *stored.ParentThreadID != primary.ID {
+		t.Fatalf("the child's parent is %v, want %s", stored.ParentThreadID, primary.ID)
+	}
+
+	// An update takes the status, usage, stats and updated_at, whatever else it says.
+	archivedAt := apitype.Now()
+	upd := child
+	upd.Agent.Name, upd.Agent.System = "impostor", "changed"
+	upd.ParentThreadID = nil
+	upd.WorkflowRunID = nil
+	upd.CreatedAt = created.Add(-time.Hour)
+	upd.ArchivedAt = &archivedAt
+	upd.Status = apitype.StatusRunning
+	upd.Usage = &apitype.SessionUsage{InputTokens: 10, OutputTokens: 20}
+	upd.Stats = &apitype.ThreadStats{ActiveSeconds: 1.5, DurationSeconds: 3, StartupSeconds: 0.25}
+	upd.UpdatedAt = apitype.Now().Add(time.Second)
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Threads: []apitype.SessionThread{upd},
+		Events: []apitype.NewEvent{{Type: apitype.EventSessionThreadStatusRunning, Processed: true, Thread: child.ID}}})
+	must(t, err, "append a child's status")
+	want := upd
+	store.KeepThread(&want, &child)
+	stored, err = s.ThreadGet(ctxBg, sess.ID, child.ID)
+	must(t, err, "get the updated child")
+	sameThread(t, stored, want, "the updated child")
+	equal(t, stored.Agent.Name, "researcher", "the kept agent")
+	equal(t, *stored.ParentThreadID, primary.ID, "the kept parent")
+	equal(t, *stored.WorkflowRunID, "wfr_1", "the kept workflow run")
+	sameTime(t, stored.CreatedAt, child.CreatedAt, "the kept created_at")
+	if stored.ArchivedAt != nil {
+		t.Fatalf("an update archived the thread at %v", stored.ArchivedAt)
+	}
+	equal(t, stored.Status, apitype.StatusRunning, "the new status")
+	equal(t, stored.Usage.OutputTokens, 20, "the new usage")
+	equal(t, stored.Stats.DurationSeconds, 3, "the new stats")
+	sameTime(t, stored.UpdatedAt, upd.UpdatedAt, "the new updated_at")
+
+	// One append may create a thread and update it, or name a thread twice: the later write applies to the
+	// earlier, as two appends in turn would. It may write threads without events.
+	grand := newThread(sess.ID, &child.ID, "helper", apitype.Now())
+	grandIdle := grand
+	grandIdle.Status, grandIdle.Agent.Name = apitype.StatusTerminated, "ignored"
+	grandIdle.UpdatedAt = grand.UpdatedAt.Add(time.Second)
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Threads: []apitype.SessionThread{grand, grandIdle}})
+	must(t, err, "append a thread twice, with no event")
+	want = grandIdle
+	store.KeepThread(&want, &grand)
+	stored, err = s.ThreadGet(ctxBg, sess.ID, grand.ID)
+	must(t, err, "get the thread written twice")
+	sameThread(t, stored, want, "the thread written twice")
+
+	// A failed append writes no thread, new or stored: a wrong expected seq, a lost lease, an unknown session.
+	last := allEvents(t, s, sess.ID)
+	lost := newThread(sess.ID, &primary.ID, "lost", apitype.Now())
+	stale := upd
+	stale.Status = apitype.StatusTerminated
+	stale.UpdatedAt = upd.UpdatedAt.Add(time.Minute)
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, ExpectedSeq: 1, Threads: []apitype.SessionThread{lost, stale},
+		Events: []apitype.NewEvent{agentMessage("stale")}})
+	mustIs(t, err, store.ErrConflict, "append with a stale expected seq")
+	wake(t, s, sess.ID, "work", "wake the session")
+	lease, err := claim(s, "brain", time.Minute, sess.ID)
+	must(t, err, "claim the session")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Lease: lease, Threads: []apitype.SessionThread{lost},
+		Events: []apitype.NewEvent{agentMessage("held")}})
+	must(t, err, "a fenced append under the lease")
+	_, err = s.ThreadGet(ctxBg, sess.ID, lost.ID)
+	must(t, err, "the fenced append's thread")
+	lost2 := newThread(sess.ID, &primary.ID, "lost2", apitype.Now())
+	must(t, s.LeaseRelease(ctxBg, lease), "release the lease")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Lease: lease, Threads: []apitype.SessionThread{lost2, stale},
+		Events: []apitype.NewEvent{agentMessage("too late")}, Status: apitype.StatusTerminated})
+	mustIs(t, err, store.ErrLeaseLost, "a fenced append with a lost lease")
+	_, err = s.ThreadGet(ctxBg, sess.ID, lost2.ID)
+	mustIs(t, err, store.ErrNotFound, "a thread of an append with a lost lease")
+	stored, err = s.ThreadGet(ctxBg, sess.ID, child.ID)
+	must(t, err, "get the child after the failed appends")
+	equal(t, stored.Status, apitype.StatusRunning, "the child's status after the failed appends")
+	sameTime(t, stored.UpdatedAt, upd.UpdatedAt, "the child's updated_at after the failed appends")
+	equal(t, len(allEvents(t, s, sess.ID)), len(last)+2, "events after the failed appends (the wake and the held append)")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: "sesn_missing", Threads: []apitype.SessionThread{lost2},
+		Events: []apitype.NewEvent{agentMessage("nobody")}})
+	mustIs(t, err, store.ErrNotFound, "append to an unknown session")
+	// A thread without an id is refused, and nothing of its append is written.
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Threads: []apitype.SessionThread{{Status: "idle"}},
+		Events: []apitype.NewEvent{agentMessage("no id")}})
+	if err == nil {
+		t.Fatal("an append with a thread without id succeeded")
+	}
+	equal(t, len(allEvents(t, s, sess.ID)), len(last)+2, "events after the refused append")
+
+	// A thread is its session's: another session, or an unknown one, has no such thread.
+	_, err = s.ThreadGet(ctxBg, sess2.ID, child.ID)
+	mustIs(t, err, store.ErrNotFound, "another session's thread")
+	_, err = s.ThreadGet(ctxBg, "sesn_missing", child.ID)
+	mustIs(t, err, store.ErrNotFound, "a thread of an unknown session")
+	_, err = s.ThreadGet(ctxBg, sess.ID, newThreadID())
+	mustIs(t, err, store.ErrNotFound, "an unknown thread")
+
+	// Deleting the session deletes its threads, and only its.
+	must(t, s.SessionDelete(ctxBg, sess.ID), "delete the session")
+	for _, id := range []string{primary.ID, child.ID, grand.ID, lost.ID} {
+		_, err = s.ThreadGet(ctxBg, sess.ID, id)
+		mustIs(t, err, store.ErrNotFound, "a thread of a deleted session")
+	}
+	list, err := s.ThreadList(ctxBg, &store.ThreadListParams{SessionID: sess.ID, Limit: 10})
+	if err == nil && len(list) != 0 {
+		t.Fatalf("a deleted session lists %d threads", len(list))
+	}
+	mustIsOneOf(t, errOrNil(err), "list the threads of a deleted session", errNone, store.ErrNotFound)
+	_, err = s.ThreadGet(ctxBg, sess2.ID, primary2.ID)
+	must(t, err, "another session's thread after a delete")
+}
+
+// errNone stands for "no error" in mustIsOneOf.
+var errNone = errors.New("no error")
+
+func errOrNil(err error) error {
+	if err == nil {
+		return errNone
+	}
+	return err
+}
+
+// testThreadAppendsConcurrent: appends that write threads, to many sessions at once and to each session from
+// two writers (which adapters may commit in one group), each create and update their own threads, in order.
+func testThreadAppendsConcurrent(t *testing.T, h Harness) {
+	s := h.open(t)
+	const sessions, perSession, steps = 12, 2, 6
+	ids := make([]string, sessions)
+	var threads []apitype.SessionThread
+	for i := range ids {
+		ids[i] = createSession(t, s).ID
+		for j := range perSession {
+			threads = append(threads, newThread(ids[i], nil, fmt.Sprintf("worker%d.%d", i, j), apitype.Now()))
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(threads))
+	start := make(chan struct{})
+	for _, th := range threads {
+		wg.Go(func() {
+			<-start
+			for step := range steps {
+				th.Status = fmt.Sprintf("step%d", step)
+				th.Usage = &apitype.SessionUsage{OutputTokens: int64(step)}
+				th.UpdatedAt = th.CreatedAt.Add(time.Duration(step) * time.Second)
+				_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: th.SessionID, Threads: []apitype.SessionThread{th},
+					Events: []apitype.NewEvent{threadEvent(th.ID, step%2 == 0, th.Status)}})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must(t, err, "concurrent append with a thread")
+	}
+	for _, th := range threads {
+		got, err := s.ThreadGet(ctxBg, th.SessionID, th.ID)
+		must(t, err, "get a thread")
+		equal(t, got.Status, fmt.Sprintf("step%d", steps-1), "the last status")
+		equal(t, got.Usage.OutputTokens, steps-1, "the last usage")
+		sameTime(t, got.CreatedAt, th.CreatedAt, "created_at")
+		sameTime(t, got.UpdatedAt, th.CreatedAt.Add((steps-1)*time.Second), "updated_at")
+		events, err := s.EventList(ctxBg, &store.EventListParams{SessionID: th.SessionID, Scope: store.ScopeThread, Thread: th.ID, Limit: 100})
+		must(t, err, "list a thread's events")
+		equal(t, len(events), steps, "a thread's events")
+	}
+	for _, id := range ids {
+		stream, err := s.EventList(ctxBg, &store.EventListParams{SessionID: id, Limit: 100})
+		must(t, err, "list the session's stream")
+		equal(t, len(stream), perSession*steps/2, "the cross-posted events on the stream")
+		list, err := s.ThreadList(ctxBg, &store.ThreadListParams{SessionID: id, Limit: 100})
+		must(t, err, "list a session's threads")
+		equal(t, len(list), perSession, "a session's threads")
+	}
+}
+
+// testThreadArchive: archiving a thread is checked against it as stored, happens once, and is kept by later
+// writes.
+func testThreadArchive(t *testing.T, h Harness) {
+	s := h.open(t)
+	sess := createSession(t, s)
+	primary := newThread(sess.ID, nil, "coordinator", apitype.Now())
+	child := newThread(sess.ID, &primary.ID, "worker", apitype.Now())
+	child.Status = apitype.StatusRunning
+	_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Threads: []apitype.SessionThread{primary, child}})
+	must(t, err, "create threads")
+
+	refusal := errors.New("the thread is running")
+	var seen *apitype.SessionThread
+	_, err = s.ThreadArchive(ctxBg, sess.ID, child.ID, func(th *apitype.SessionThread) error {
+		seen = th
+		if th.Status == apitype.StatusRunning {
+			return refusal
+		}
+		return nil
+	})
+	if err != refusal {
+		t.Fatalf("archive refused by its check: got error %v, want the check's own", err)
+	}
+	if seen == nil {
+		t.Fatal("the check was not called")
+	}
+	sameThread(t, seen, child, "the thread the check saw")
+	stored, err := s.ThreadGet(ctxBg, sess.ID, child.ID)
+	must(t, err, "get the thread")
+	sameThread(t, stored, child, "a thread whose archive was refused")
+
+	idle := child
+	idle.Status, idle.UpdatedAt = apitype.StatusIdle, child.UpdatedAt.Add(time.Second)
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Threads: []apitype.SessionThread{idle}})
+	must(t, err, "idle the thread")
+	before := apitype.Now()
+	archived, err := s.ThreadArchive(ctxBg, sess.ID, child.ID, func(th *apitype.SessionThread) error {
+		equal(t, th.Status, apitype.StatusIdle, "the status the check sees")
+		return nil
+	})
+	must(t, err, "archive the thread")
+	if archived.ArchivedAt == nil || archived.ArchivedAt.Before(before) {
+		t.Fatalf("archived_at %v, want from %v", archived.ArchivedAt, before)
+	}
+	sameTime(t, archived.UpdatedAt, *archived.ArchivedAt, "updated_at of an archive")
+	want := idle
+	want.ArchivedAt, want.UpdatedAt = archived.ArchivedAt, archived.UpdatedAt
+	sameThread(t, archived, want, "the archived thread")
+	stored, err = s.ThreadGet(ctxBg, sess.ID, child.ID)
+	must(t, err, "get the archived thread")
+	sameThread(t, stored, want, "the archived thread as stored")
+
+	// Again: nothing changes; the check still runs (nil: no check).
+	again, err := s.ThreadArchive(ctxBg, sess.ID, child.ID, nil)
+	must(t, err, "archive an archived thread")
+	sameThread(t, again, want, "an archived thread archived again")
+	_, err = s.ThreadArchive(ctxBg, sess.ID, child.ID, func(*apitype.SessionThread) error { return refusal })
+	if err != refusal {
+		t.Fatalf("archive of an archived thread refused by its check: got %v, want the check's own", err)
+	}
+
+	// A later write of the thread keeps its archive.
+	later := idle
+	later.Status, later.UpdatedAt = apitype.StatusTerminated, archived.UpdatedAt.Add(time.Second)
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Threads: []apitype.SessionThread{later}})
+	must(t, err, "write an archived thread")
+	stored, err = s.ThreadGet(ctxBg, sess.ID, child.ID)
+	must(t, err, "get the thread")
+	if stored.ArchivedAt == nil || !stored.ArchivedAt.Equal(*archived.ArchivedAt) {
+		t.Fatalf("archived_at after a write: %v, want %v", stored.ArchivedAt, archived.ArchivedAt)
+	}
+	equal(t, stored.Status, apitype.StatusTerminated, "status after a write")
+
+	for _, c := range []struct{ sess, thread, what string }{
+		{sess.ID, newThreadID(), "an unknown thread"},
+		{"sesn_missing", child.ID, "a thread of an unknown session"},
+		{createSession(t, s).ID, child.ID, "another session's thread"},
+	} {
+		_, err := s.ThreadArchive(ctxBg, c.sess, c.thread, func(*apitype.SessionThread) error {
+			t.Fatalf("archive of %s called its check", c.what)
+			return nil
+		})
+		mustIs(t, err, store.ErrNotFound, "archive "+c.what)
+	}
+}
+
+// testThreadList: a session's threads by (created_at, id), archived included, filtered by status, in pages.
+func testThreadList(t *testing.T, h Harness) {
+	s := h.open(t)
+	sess, other := createSession(t, s), createSession(t, s)
+	var all []apitype.SessionThread
+	statuses := []string{apitype.StatusIdle, apitype.StatusRunning, apitype.StatusTerminated}
+	for i := range 9 {
+		// Threads 3-5 share a creation time: the id orders them.
+		created := base.Add(time.Duration(min(i, 3)+max(i-5, 0)) * time.Second)
+		th := newThread(sess.ID, nil, fmt.Sprintf("w%d", i), created)
+		th.Status = statuses[i%3]
+		all = append(all, th)
+	}
+	// Written out of order, across appends.
+	_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Threads: []apitype.SessionThread{all[8], all[4], all[0]}})
+	must(t, err, "write threads")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Threads: []apitype.SessionThread{all[5], all[1], all[7], all[3], all[2], all[6]}})
+	must(t, err, "write threads")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: other.ID, Threads: []apitype.SessionThread{newThread(other.ID, nil, "other", base)}})
+	must(t, err, "write another session's thread")
+	_, err = s.ThreadArchive(ctxBg, sess.ID, all[2].ID, nil)
+	must(t, err, "archive a thread")
+	slices.SortFunc(all, func(a, b apitype.SessionThread) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	ids := func(ts []apitype.SessionThread) []string {
+		out := make([]string, len(ts))
+		for i, th := range ts {
+			out[i] = th.ID
+		}
+		return out
+	}
+
+	page := func(p store.ThreadListParams) []apitype.SessionThread {
+		t.Helper()
+		got, err := s.ThreadList(ctxBg, &p)
+		must(t, err, "list threads")
+		return got
+	}
+	got := page(store.ThreadListParams{SessionID: sess.ID, Limit: 100})
+	if !slices.Equal(ids(got), ids(all)) {
+		t.Fatalf("threads %v, want %v", ids(got), ids(all))
+	}
+	for i := range got {
+		if got[i].ID == all[i].ID && got[i].ArchivedAt == nil {
+			sameThread(t, &got[i], all[i], "a listed thread")
+		}
+	}
+	for _, limit := range []int{1, 2, 4} {
+		var paged []apitype.SessionThread
+		var after *store.Cursor
+		for range 20 {
+			p := page(store.ThreadListParams{SessionID: sess.ID, Limit: limit, After: after})
+			if len(p) > limit {
+				t.Fatalf("a page of %d threads with limit %d", len(p), limit)
+			}
+			paged = append(paged, p...)
+			if len(p) < limit {
+				break
+			}
+			after = &store.Cursor{CreatedAt: p[len(p)-1].CreatedAt, ID: p[len(p)-1].ID}
+		}
+		if !slices.Equal(ids(paged), ids(all)) {
+			t.Fatalf("paged by %d: threads %v, want %v", limit, ids(paged), ids(all))
+		}
+	}
+	for _, want := range [][]string{{apitype.StatusRunning}, {apitype.StatusIdle, apitype.StatusTerminated}, {"unheard-of"}} {
+		var exp []string
+		for _, th := range all {
+			if slices.Contains(want, th.Status) {
+				exp = append(exp, th.ID)
+			}
+		}
+		got := page(store.ThreadListParams{SessionID: sess.ID, Statuses: want, Limit: 100})
+		if !slices.Equal(ids(got), exp) && !(len(got) == 0 && len(exp) == 0) {
+			t.Fatalf("statuses %v: threads %v, want %v", want, ids(got), exp)
+		}
+		if len(exp) > 1 {
+			first := page(store.ThreadListParams{SessionID: sess.ID, Statuses: want, Limit: 1})
+			next := page(store.ThreadListParams{SessionID: sess.ID, Statuses: want, Limit: 100,
+				After: &store.Cursor{CreatedAt: first[0].CreatedAt, ID: first[0].ID}})
+			if !slices.Equal(ids(append(first, next...)), exp) {
+				t.Fatalf("statuses %v, paged: threads %v then %v, want %v", want, ids(first), ids(next), exp)
+			}
+		}
+	}
+	equal(t, len(page(store.ThreadListParams{SessionID: other.ID, Limit: 100})), 1, "the other session's threads")
+	equal(t, len(page(store.ThreadListParams{SessionID: createSession(t, s).ID, Limit: 100})), 0, "a session without threads")
 }

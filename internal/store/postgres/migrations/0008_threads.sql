@@ -4,8 +4,12 @@
 ALTER TABLE events ADD COLUMN thread_id text NOT NULL DEFAULT '';
 ALTER TABLE events ADD COLUMN crosspost boolean NOT NULL DEFAULT false;
 -- One child thread's events in seq order. Partial: the primary's events (all of a single-agent session's) are
--- read by the primary key and cost appends nothing here.
-CREATE INDEX events_thread ON events (session_id, thread_id, seq) WHERE thread_id <> '';
+-- read by the primary key and cost appends nothing here. Keyed on NULLIF(thread_id, '') so that a query's
+-- "NULLIF(thread_id, '') = $n" proves the index's condition whatever $n (a strict operator implies IS NOT NULL)
+-- and adds no selectivity of its own: with "thread_id = $n AND thread_id <> ''" the planner multiplies both
+-- estimates, believes a thread has a handful of rows and sorts all of them instead of reading the first ones
+-- in order.
+CREATE INDEX events_thread ON events (session_id, (NULLIF(thread_id, '')), seq) WHERE NULLIF(thread_id, '') IS NOT NULL;
 
 -- A thread's document, with the columns the store owns (status, usage, stats, updated_at, archived_at), which
 -- override the document's copies: an append that writes a stored thread sets those columns only.
