@@ -29,10 +29,10 @@ type threaded struct {
 func (h *harness) newThreads(ctx context.Context, sessionID string) *threaded {
 	h.t.Helper()
 	now := time.Now().UTC()
-	p := apitype.SessionThread{Type: apitype.ObjectSessionThread, ID: apitype.NewID("sthr_"), SessionID: sessionID,
+	p := apitype.SessionThread{Type: apitype.ObjectSessionThread, ID: apitype.NewID(apitype.PrefixThread), SessionID: sessionID,
 		Status: apitype.StatusRunning, Agent: apitype.ThreadAgent{Type: apitype.ThreadAgentAgent, Name: "coordinator"},
 		CreatedAt: now, UpdatedAt: now}
-	c := apitype.SessionThread{Type: apitype.ObjectSessionThread, ID: apitype.NewID("sthr_"), SessionID: sessionID,
+	c := apitype.SessionThread{Type: apitype.ObjectSessionThread, ID: apitype.NewID(apitype.PrefixThread), SessionID: sessionID,
 		ParentThreadID: &p.ID, Status: apitype.StatusRunning,
 		Agent:     apitype.ThreadAgent{Type: apitype.ThreadAgentInline, Name: "researcher"},
 		CreatedAt: now.Add(time.Millisecond), UpdatedAt: now.Add(time.Millisecond)}

@@ -22,9 +22,9 @@ func TestConsoleThreads(t *testing.T) {
 	sess := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID})
 
 	now := time.Now().UTC()
-	p := apitype.SessionThread{Type: apitype.ObjectSessionThread, ID: apitype.NewID("sthr_"), Status: apitype.StatusRunning,
+	p := apitype.SessionThread{Type: apitype.ObjectSessionThread, ID: apitype.NewID(apitype.PrefixThread), Status: apitype.StatusRunning,
 		Agent: apitype.ThreadAgent{Type: apitype.ThreadAgentAgent, Name: "coordinator"}, CreatedAt: now, UpdatedAt: now}
-	c := apitype.SessionThread{Type: apitype.ObjectSessionThread, ID: apitype.NewID("sthr_"), ParentThreadID: &p.ID,
+	c := apitype.SessionThread{Type: apitype.ObjectSessionThread, ID: apitype.NewID(apitype.PrefixThread), ParentThreadID: &p.ID,
 		Status: apitype.StatusIdle, Agent: apitype.ThreadAgent{Type: apitype.ThreadAgentInline, Name: "researcher"},
 		Usage:     &apitype.SessionUsage{InputTokens: 1234, OutputTokens: 56},
 		CreatedAt: now.Add(time.Millisecond), UpdatedAt: now.Add(time.Millisecond)}
