@@ -64,5 +64,9 @@ func TestConsoleThreads(t *testing.T) {
 	e.do("open the child", chromedp.Click(chromedp.CSS(`#threads tr[data-id="`+c.ID+`"] a`)))
 	e.wait("the child's transcript", transcriptHas("The researcher digs quietly.")+" && "+transcriptHas("Thread researcher: idle")+
 		" && !"+transcriptHas("The coordinator plans.")+` && location.hash.endsWith('/threads/`+c.ID+`')`)
+	// Live: the child's new events, not the primary's.
+	appendIn("", false, apitype.EventAgentMessage, msg("The coordinator waits."))
+	appendIn(c.ID, false, apitype.EventAgentMessage, msg("The researcher found it."))
+	e.wait("the child's live event", transcriptHas("The researcher found it.")+" && !"+transcriptHas("The coordinator waits."))
 	e.shot("thread")
 }

@@ -470,7 +470,7 @@ export async function sessionPage(main, sessionID) {
       t.appendChild(document.createTextNode(p.delta.content.text || ''));
     }
   };
-  const stop = follow(sessionID, from, onEvent, (state, detail) => {
+  const stop = follow(`${base}/events/stream`, from, onEvent, (state, detail) => {
     streamState.textContent = state === 'live' ? '● live' : state === 'reconnecting' ? `reconnecting… ${detail || ''}` :
       state === 'error' ? `stream error: ${detail || ''}` : `stream closed${detail ? `: ${detail}` : ''}`;
     streamState.dataset.state = state;

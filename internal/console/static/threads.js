@@ -3,6 +3,7 @@
 import {h, clear, time, statusBadge, empty} from './dom.js';
 import {get, id as esc} from './api.js';
 import {render} from './transcript.js';
+import {follow} from './sse.js';
 
 const tokens = u => (u ? `${u.input_tokens || 0} in / ${u.output_tokens || 0} out` : '—');
 
@@ -21,23 +22,29 @@ export async function threadsCard(card, sessionID) {
       h('td', null, time(t.created_at))))))));
 }
 
-// threadPage shows a thread and its own events, a page at a time.
+// threadPage shows a thread and its own events, a page at a time, then live from the thread's stream.
 export async function threadPage(main, sessionID, threadID) {
   const base = `/v1/sessions/${esc(sessionID)}/threads/${esc(threadID)}`;
   const t = await get(base);
   const list = h('div', {class: 'transcript', id: 'transcript', role: 'log', 'aria-label': 'Transcript'});
   const more = h('button', {type: 'button', class: 'small', id: 'tr-later', hidden: true, onclick: () => load()}, '↓ Later events');
   const ctx = {pending: new Set(), showSpans: false};
-  let next = '';
+  let next = '', last = '0', stop = null;
+  const add = ev => {
+    if (document.getElementById(`ev-${ev.id}`)) return;
+    list.querySelector('.empty')?.remove();
+    const el = render(list, ev, ctx);
+    if (el) list.appendChild(el);
+    last = ev.id;
+  };
   const load = async () => {
     const r = await get(`${base}/events`, {limit: 100, page: next || undefined});
-    for (const ev of r.data) {
-      const el = render(list, ev, ctx);
-      if (el) list.appendChild(el);
-    }
+    r.data.forEach(add);
     next = r.next_page || '';
     more.hidden = !next;
     if (!list.childElementCount) list.appendChild(empty('No events yet.'));
+    // At the end of the thread: follow it from there.
+    if (!next && !stop) stop = follow(`${base}/stream`, last, add, st => { list.dataset.stream = st; });
   };
   clear(main,
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/sessions'}, 'Sessions'), ' / ',
@@ -50,4 +57,5 @@ export async function threadPage(main, sessionID, threadID) {
       h('div', null, h('dt', null, 'Created'), h('dd', null, time(t.created_at)))),
     h('section', {class: 'card'}, h('h2', null, 'Transcript'), list, h('div', {class: 'tr-nav'}, more)));
   await load();
+  return {cleanup: () => stop && stop()};
 }
