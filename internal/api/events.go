@@ -2,6 +2,8 @@ package api
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,10 +24,12 @@ type sendResponse struct {
 	Data []apitype.Event `json:"data"`
 }
 
-// checkRefs checks the events' references against the session's log and environment.
+// checkRefs checks the events' references against the session's log and environment, and routes each event
+// to its thread (routeThread).
 func (s *Server) checkRefs(r *http.Request, sess *apitype.Session, events []clientEvent) error {
 	var env *apitype.Environment
-	for _, ce := range events {
+	for i := range events {
+		ce := &events[i]
 		if ce.ev.Type == apitype.EventUserToolResult {
 			if env == nil {
 				e, err := s.store.EnvironmentGet(r.Context(), sess.EnvironmentID)
@@ -43,6 +47,9 @@ func (s *Server) checkRefs(r *http.Request, sess *apitype.Session, events []clie
 		}
 		ref := ce.ref
 		if ref.id == "" {
+			if err := s.routeInterrupt(r.Context(), sess.ID, ce); err != nil {
+				return err
+			}
 			continue
 		}
 		ev, err := s.store.EventGet(r.Context(), sess.ID, ref.id)
@@ -55,7 +62,81 @@ func (s *Server) checkRefs(r *http.Request, sess *apitype.Session, events []clie
 		if !slices.Contains(ref.kinds, ev.Type) {
 			return invalid(ref.path, "event %q is a %s, not %s", ref.id, ev.Type, join(ref.kinds, " or "))
 		}
+		if err := s.routeAnswer(r.Context(), sess.ID, ce, ev); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// Routing: a session's log holds the events of all its threads (apitype.Event.Thread). A client's answer to a
+// call (user.tool_confirmation, user.custom_tool_result, user.tool_result) goes to the thread that made the call;
+// a user.interrupt with a session_thread_id to that thread; everything else, and an interrupt without one (which
+// the brain carries to every thread), to the primary thread. An event routed to a child thread is cross-posted to
+// the session's stream, and its data says which thread it went to (session_thread_id, set by the server).
+
+// routeAnswer routes a client's answer to the thread of the call it answers (use). A child thread that no longer
+// waits for any answer, because it was archived or terminated, refuses it. Like a single-agent session's, a
+// thread accepts a second answer to one call, and the brain keeps the first.
+func (s *Server) routeAnswer(ctx context.Context, sessionID string, ce *clientEvent, use *apitype.Event) error {
+	if use.Thread == "" {
+		return nil
+	}
+	t, err := s.store.ThreadGet(ctx, sessionID, use.Thread)
+	if err != nil {
+		return fmt.Errorf("thread %s of event %s: %w", use.Thread, use.ID, err)
+	}
+	switch {
+	case t.ArchivedAt != nil:
+		return invalid(ce.ref.path, "event %q belongs to thread %s, which is archived and no longer waits for an answer",
+			use.ID, t.ID)
+	case t.Status == apitype.StatusTerminated:
+		return invalid(ce.ref.path, "event %q belongs to thread %s, which is terminated and no longer waits for an answer",
+			use.ID, t.ID)
+	}
+	return toChild(ce, t.ID)
+}
+
+// routeInterrupt routes a user.interrupt that names a thread of the session to it.
+func (s *Server) routeInterrupt(ctx context.Context, sessionID string, ce *clientEvent) error {
+	if ce.ev.Type != apitype.EventUserInterrupt {
+		return nil
+	}
+	var in apitype.UserInterrupt
+	if err := json.Unmarshal(ce.ev.Data, &in); err != nil {
+		return fmt.Errorf("%s: %w", ce.path, err)
+	}
+	if in.SessionThreadID == "" {
+		return nil
+	}
+	t, err := s.store.ThreadGet(ctx, sessionID, in.SessionThreadID)
+	if errors.Is(err, store.ErrNotFound) {
+		return invalid(path(ce.path, "session_thread_id"), "no thread %q in this session", in.SessionThreadID)
+	}
+	if err != nil {
+		return fmt.Errorf("thread %s: %w", in.SessionThreadID, err)
+	}
+	if t.Primary() {
+		return nil
+	}
+	ce.ev.Thread, ce.ev.CrossPost = t.ID, true // the data names the thread already
+	return nil
+}
+
+// toChild routes a client event to a child thread: the event is the thread's, cross-posted to the session's
+// stream, and its data names the thread (session_thread_id).
+func toChild(ce *clientEvent, threadID string) error {
+	var data map[string]json.RawMessage
+	if err := json.Unmarshal(ce.ev.Data, &data); err != nil {
+		return fmt.Errorf("%s: %w", ce.path, err)
+	}
+	id, _ := json.Marshal(threadID) // a string always encodes
+	data["session_thread_id"] = id
+	b, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ce.path, err)
+	}
+	ce.ev.Data, ce.ev.Thread, ce.ev.CrossPost = b, threadID, true
 	return nil
 }
 

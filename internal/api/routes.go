@@ -69,6 +69,12 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/sessions/{session_id}/events", s.eventSend, accessSession},
 		{"GET /v1/sessions/{session_id}/events/stream", s.eventStream, accessSession},
 
+		{"GET /v1/sessions/{session_id}/threads", s.threadList, accessSession},
+		{"GET /v1/sessions/{session_id}/threads/{thread_id}", s.threadGet, accessSession},
+		{"POST /v1/sessions/{session_id}/threads/{thread_id}/archive", s.threadArchive, accessAPIKey},
+		{"GET /v1/sessions/{session_id}/threads/{thread_id}/events", s.threadEvents, accessSession},
+		{"GET /v1/sessions/{session_id}/threads/{thread_id}/stream", s.threadStream, accessSession},
+
 		{"GET /v1/sessions/{session_id}/resources", s.resourceList, accessAPIKey},
 		{"POST /v1/sessions/{session_id}/resources", s.resourceAdd, accessAPIKey},
 		{"GET /v1/sessions/{session_id}/resources/{resource_id}", s.resourceGet, accessAPIKey},

@@ -50,14 +50,27 @@ const sseWriteTimeout = DefaultStreamWriteTimeout
 // those of the requested types as event_start / event_delta frames, without an id: they are not log events, so
 // they do not move Last-Event-ID. See previewFilter for how they are kept consistent with the log's events.
 func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
 	id := r.PathValue("session_id")
+	if _, err := s.store.SessionGet(r.Context(), id); err != nil {
+		return lookup(err, "session", id)
+	}
+	return s.stream(w, r, id, eventScope{})
+}
+
+// eventScope is whose events a stream or a list reads: the session's (the zero value: the primary thread's
+// and the cross-posted ones) or one thread's own.
+type eventScope struct {
+	scope  store.EventScope
+	thread string // with store.ScopeThread: "" the primary thread, else a child's id
+}
+
+// stream serves the events of a session, in a scope, as Server-Sent Events (eventStream says how). The
+// caller has checked that the session (and the thread) exists.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id string, sc eventScope) error {
+	ctx := r.Context()
 	pf, err := newPreviewFilter(listOf[apitype.EventType](newQuery(r.URL), "event_deltas"))
 	if err != nil {
 		return err
-	}
-	if _, err := s.store.SessionGet(ctx, id); err != nil {
-		return lookup(err, "session", id)
 	}
 	release, err := s.streams.acquire(callerID(ctx))
 	if err != nil {
@@ -106,7 +119,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	read := true
 	for {
 		if read {
-			done, err := s.streamDrain(ctx, sse, id, &pos, page)
+			done, err := s.streamDrain(ctx, sse, id, sc, &pos, page)
 			if done || err != nil {
 				if err != nil && ctx.Err() == nil {
 					s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session", id, "err", err)
@@ -217,7 +230,8 @@ func (s *Server) streamStart(ctx context.Context, sessionID, lastEventID string)
 		}
 		return ev.Seq, nil
 	}
-	tail, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, Desc: true, Limit: 1})
+	tail, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, Scope: store.ScopeAll, Desc: true,
+		Limit: 1})
 	if err != nil {
 		return 0, lookup(err, "session", sessionID)
 	}
@@ -253,12 +267,14 @@ func dataSize(events []apitype.Event) int {
 }
 
 // streamDrain writes every event after *pos, a page at a time. done means the stream is over: the session was
-// deleted or terminated, or the client went away.
-func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID string, pos *int64, page *streamPager) (done bool, err error) {
+// deleted or terminated (a child thread's stream: the thread terminated), or the client went away.
+func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID string, sc eventScope, pos *int64,
+	page *streamPager,
+) (done bool, err error) {
 	for {
 		limit := page.limit
-		events, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, AfterSeq: *pos,
-			Limit: limit, MaxBytes: streamPageBytes})
+		events, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, Scope: sc.scope,
+			Thread: sc.thread, AfterSeq: *pos, Limit: limit, MaxBytes: streamPageBytes})
 		if errors.Is(err, store.ErrNotFound) {
 			now := s.now()
 			_ = sse.event(apitype.Event{ID: apitype.NewID(apitype.PrefixEvent), Type: apitype.EventSessionDeleted,
@@ -282,7 +298,8 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 				return true, nil
 			}
 			*pos = ev.Seq
-			if ev.Type == apitype.EventSessionDeleted || ev.Type == apitype.EventSessionStatusTerminated {
+			if ev.Type == apitype.EventSessionDeleted || ev.Type == apitype.EventSessionStatusTerminated ||
+				(sc.thread != "" && ev.Type == apitype.EventSessionThreadStatusTerminated) {
 				return true, nil
 			}
 		}

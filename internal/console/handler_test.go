@@ -152,7 +152,9 @@ func TestPageWeight(t *testing.T) {
 	}
 	zw.Close()
 	t.Logf("console: %d bytes, %d gzipped together", h.Size(), all.Len())
-	const budget = 160 << 10
+	// 160 KiB until issue 22: a multi-agent session's threads (their table, a thread's page, the thread events in
+	// the transcript) brought it to 168 KiB.
+	const budget = 168 << 10
 	if h.Size() > budget {
 		t.Errorf("the console weighs %d bytes, over its budget of %d", h.Size(), budget)
 	}

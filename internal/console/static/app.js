@@ -5,6 +5,7 @@ import {h, clear, toast} from './dom.js';
 import {apiKey, setKey, forgetKey, get, setUnauthorizedHandler, APIError} from './api.js';
 import {sessionsPage} from './sessions.js';
 import {sessionPage} from './session.js';
+import {threadPage} from './threads.js';
 import {agentsPage, agentPage, agentDiffPage, agentEditPage} from './agents.js';
 import {environmentsPage, environmentPage, environmentEditPage} from './environments.js';
 import {vaultsPage, vaultPage, vaultEditPage, credentialEditPage} from './vaults.js';
@@ -20,6 +21,7 @@ let loginMessage = '';
 // Each page renders into the view it is given and returns {cleanup, keys}.
 const routes = [
   [/^\/sessions\/([^/]+)$/, (v, m) => sessionPage(v, decodeURIComponent(m[1]))],
+  [/^\/sessions\/([^/]+)\/threads\/([^/]+)$/, (v, m) => threadPage(v, decodeURIComponent(m[1]), decodeURIComponent(m[2]))],
   [/^\/sessions$/, (v, m, q) => sessionsPage(v, q)],
   [/^\/agents\/new$/, v => agentEditPage(v, '')],
   [/^\/agents\/([^/]+)\/edit$/, (v, m) => agentEditPage(v, decodeURIComponent(m[1]))],

@@ -6,6 +6,7 @@ import {h, clear, time, statusBadge, toast, pretty, empty} from './dom.js';
 import {get, sendEvents, id as esc} from './api.js';
 import {follow} from './sse.js';
 import {render} from './transcript.js';
+import {threadsCard} from './threads.js';
 import {build, view, WATERFALL_TYPES} from './waterfall.js';
 
 const PAGE = 100; // events per page of the transcript
@@ -79,6 +80,11 @@ export async function sessionPage(main, sessionID) {
     wfToggle.setAttribute('aria-expanded', String(!hide));
   };
 
+  // Threads (a multi-agent session's), read again when one starts or changes status.
+  const threads = h('section', {class: 'card', id: 'threads', hidden: true});
+  const readThreads = () => threadsCard(threads, sessionID).catch(e => toast(e.message, 'error'));
+  readThreads();
+
   // Transcript.
   const list = h('div', {class: 'transcript', id: 'transcript', role: 'log', 'aria-label': 'Transcript', 'aria-live': 'off'});
   // One move of the window at a time: a click while a page loads is ignored.
@@ -135,6 +141,7 @@ export async function sessionPage(main, sessionID) {
       h('div', null, h('dt', null, 'Budget'), h('dd', null, budget)),
       h('div', null, h('dt', null, 'Outputs'), h('dd', null, h('a', {href: `#/files?scope_id=${esc(sess.id)}`, id: 'session-outputs'}, 'Files →')))),
     actions,
+    threads,
     wfSection,
     h('section', {class: 'card', 'aria-labelledby': 'tr-title'},
       h('div', {class: 'section-head'}, h('h2', {id: 'tr-title'}, 'Transcript'), h('span', {class: 'spacer'}),
@@ -396,6 +403,7 @@ export async function sessionPage(main, sessionID) {
   const from = tail.length ? tail[tail.length - 1].id : '0';
   const onEvent = ev => {
     if (statusOf[ev.type]) setStatus(statusOf[ev.type]);
+    if (ev.type.startsWith('session.thread_')) readThreads();
     if (WATERFALL_TYPES.includes(ev.type)) {
       wfEvents.push(ev);
       if (wfEvents.length > WF_EVENTS * 2) wfEvents = wfEvents.slice(-WF_EVENTS);
@@ -462,7 +470,7 @@ export async function sessionPage(main, sessionID) {
       t.appendChild(document.createTextNode(p.delta.content.text || ''));
     }
   };
-  const stop = follow(sessionID, from, onEvent, (state, detail) => {
+  const stop = follow(`${base}/events/stream`, from, onEvent, (state, detail) => {
     streamState.textContent = state === 'live' ? '● live' : state === 'reconnecting' ? `reconnecting… ${detail || ''}` :
       state === 'error' ? `stream error: ${detail || ''}` : `stream closed${detail ? `: ${detail}` : ''}`;
     streamState.dataset.state = state;

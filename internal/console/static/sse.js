@@ -1,13 +1,13 @@
 // The live stream of a session's events: Server-Sent Events read over fetch (EventSource cannot send the API
 // key header), resumed after a drop with Last-Event-ID, so no event is missed or repeated.
 
-import {headers, id as esc} from './api.js';
+import {headers} from './api.js';
 
-// follow streams the events of sessionID appended after lastEventID (an event id, or "0" for the whole log),
+// follow streams the events of the stream at path (a session's, or a thread's) appended after lastEventID (an event id, or "0" for the whole log),
 // calling onEvent(event) for each, onPreview(frame) for the previews of a model answer being written
 // (event_start, event_delta: not log events, they have no id), and onState(state, detail) when the connection
 // changes ('live', 'reconnecting', 'closed'). It returns a function that stops it.
-export function follow(sessionID, lastEventID, onEvent, onState, onPreview) {
+export function follow(path, lastEventID, onEvent, onState, onPreview) {
   let last = lastEventID;
   let stopped = false;
   let ctrl = null;
@@ -18,7 +18,7 @@ export function follow(sessionID, lastEventID, onEvent, onState, onPreview) {
     const h = headers({accept: 'text/event-stream'});
     if (last) h['Last-Event-ID'] = last;
     const q = onPreview ? '?event_deltas[]=agent.message&event_deltas[]=agent.thinking' : '';
-    const resp = await fetch(`/v1/sessions/${esc(sessionID)}/events/stream${q}`, {headers: h, signal: ctrl.signal,
+    const resp = await fetch(`${path}${q}`, {headers: h, signal: ctrl.signal,
       cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer'});
     if (!resp.ok) {
       const err = new Error(`stream: HTTP ${resp.status}`);

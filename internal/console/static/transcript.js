@@ -222,6 +222,18 @@ export function render(root, ev, ctx) {
     h('p', {class: 'meta'}, `Evaluation ${(ev.iteration || 0) + 1} · grader ${u.input_tokens || 0} in / ${u.output_tokens || 0} out tokens`),
     raw(ev));
   }
+  case 'session.thread_created':
+  case 'session.thread_status_running':
+  case 'session.thread_status_idle':
+  case 'session.thread_status_rescheduled':
+  case 'session.thread_status_terminated':
+    return h('div', {class: 'ev status-line', id: `ev-${ev.id}`, dataset: {type: t}},
+      h('span', null, `Thread ${ev.agent_name || ev.session_thread_id}: ${t.slice(15).replace('status_', '')}`), stamp(ev));
+  case 'agent.thread_message_sent':
+  case 'agent.thread_message_received':
+    return h('article', {class: 'ev msg agent', id: `ev-${ev.id}`, tabindex: '-1', dataset: {type: t}},
+      head('agent', ev.to_session_thread_id ? `To ${ev.to_agent_name || 'the primary'}` : `From ${ev.from_agent_name || 'the primary'}`, ev),
+      blocks(ev.content));
   case 'agent.thread_context_compacted':
     return h('div', {class: 'ev status-line', id: `ev-${ev.id}`, dataset: {type: t}}, h('span', null, 'Context compacted'), stamp(ev));
   case 'session.updated':

@@ -24,7 +24,7 @@ func threadEvent(thread string, crossPost bool, text string) apitype.NewEvent {
 }
 
 // newThreadID makes a session thread id.
-func newThreadID() string { return apitype.NewID("sthr_") }
+func newThreadID() string { return apitype.NewID(apitype.PrefixThread) }
 
 // scopeModel is EventList's scope and filters, computed over the whole log in memory: what a list must return.
 func scopeModel(log []apitype.Event, p *store.EventListParams) []int64 {
