@@ -43,7 +43,7 @@ func (f *fakeAgent) call(outputCap int) (<-chan error, <-chan sandbox.Result, ui
 	errc := make(chan error, 1)
 	resc := make(chan sandbox.Result, 1)
 	go func() {
-		res, err := f.c.Call(context.Background(), "bash", json.RawMessage(`{"command":"true"}`), time.Minute, outputCap, time.Minute)
+		res, err := f.c.Call(context.Background(), "", "bash", json.RawMessage(`{"command":"true"}`), time.Minute, outputCap, time.Minute)
 		resc <- res
 		errc <- err
 	}()
@@ -97,7 +97,7 @@ func TestClientBoundsMessages(t *testing.T) {
 		t.Errorf("the host allocated %d MiB for one forged message", d>>20)
 	}
 	// Later calls fail at once: the sandbox is not trusted any more.
-	if _, err := f.c.Call(context.Background(), "ping", nil, time.Second, 0, time.Second); !errors.Is(err, sandbox.ErrSandboxDead) {
+	if _, err := f.c.Call(context.Background(), "", "ping", nil, time.Second, 0, time.Second); !errors.Is(err, sandbox.ErrSandboxDead) {
 		t.Errorf("the next call: %v, want ErrSandboxDead", err)
 	}
 }
