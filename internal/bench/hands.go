@@ -38,7 +38,7 @@ func RunHands(ctx context.Context, prov sandbox.Provider, workRoot string, n, ca
 			return res, fmt.Errorf("provision %s: %w", prov.Name(), err)
 		}
 		provs = append(provs, time.Since(t0))
-		out, err := sb.Execute(ctx, "bash", input)
+		out, err := sb.Execute(ctx, "", "bash", input)
 		if err == nil && out.IsError {
 			err = fmt.Errorf("bash true failed: %+v", out.Content)
 		}
@@ -49,7 +49,7 @@ func RunHands(ctx context.Context, prov sandbox.Provider, workRoot string, n, ca
 		readies = append(readies, time.Since(t0))
 		for range calls {
 			t := time.Now()
-			if _, err := sb.Execute(ctx, "bash", input); err != nil {
+			if _, err := sb.Execute(ctx, "", "bash", input); err != nil {
 				_ = sb.Close()
 				return res, fmt.Errorf("%s: call: %w", prov.Name(), err)
 			}

@@ -202,7 +202,7 @@ func (p *Pool) Execute(ctx context.Context, call *Call) (Result, error) {
 		if !ok {
 			continue // the session was closed meanwhile; start over with a new slot
 		}
-		res, err := sb.Execute(ctx, call.Name, call.Input)
+		res, err := sb.Execute(ctx, call.Shell, call.Name, call.Input)
 		p.release(s, sb, err)
 		notes := resourceNotes(s.takeUnplaced())
 		if errors.Is(err, ErrSandboxDead) {
@@ -267,7 +267,7 @@ func (p *Pool) Provision(ctx context.Context, call *Call) error {
 			continue
 		}
 		if fresh {
-			_, err = sb.Execute(ctx, "bash", json.RawMessage(`{"command":"true"}`))
+			_, err = sb.Execute(ctx, "", "bash", json.RawMessage(`{"command":"true"}`))
 		}
 		p.release(s, sb, err)
 		return err

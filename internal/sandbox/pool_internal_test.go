@@ -9,7 +9,7 @@ import (
 
 type nopSandbox struct{}
 
-func (nopSandbox) Execute(context.Context, string, json.RawMessage) (Result, error) {
+func (nopSandbox) Execute(context.Context, string, string, json.RawMessage) (Result, error) {
 	return Result{}, nil
 }
 func (nopSandbox) Close() error { return nil }

@@ -67,9 +67,13 @@ type fakeSandbox struct {
 	dead   atomic.Bool
 }
 
-func (s *fakeSandbox) Execute(ctx context.Context, name string, input json.RawMessage) (sandbox.Result, error) {
+// Execute answers with the call: "name input", after "[shell] " when the call names a shell.
+func (s *fakeSandbox) Execute(ctx context.Context, shell, name string, input json.RawMessage) (sandbox.Result, error) {
 	if s.dead.Load() || s.closed.Load() > 0 {
 		return sandbox.Result{}, fmt.Errorf("%w: fake", sandbox.ErrSandboxDead)
+	}
+	if shell != "" {
+		name = "[" + shell + "] " + name
 	}
 	return sandbox.Result{Content: []apitype.ContentBlock{apitype.TextBlock(name + " " + string(input))}}, nil
 }
@@ -116,6 +120,31 @@ func TestPoolLazyAndReused(t *testing.T) {
 	}
 	if ws := prov.dirs[0].Workspace; !strings.HasSuffix(ws, "/s1") {
 		t.Errorf("workspace %q", ws)
+	}
+}
+
+// TestPoolShell: a call's Shell reaches the session's one sandbox; "" is the default shell.
+func TestPoolShell(t *testing.T) {
+	t.Parallel()
+	prov := &fakeProvider{}
+	p := newPool(t, prov, 0)
+	for _, shell := range []string{"sthr_a", "", "sthr_b"} {
+		c := call("s1")
+		c.Shell = shell
+		res, err := p.Execute(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `bash {"command":"true"}`
+		if shell != "" {
+			want = "[" + shell + "] " + want
+		}
+		if got := res.Content[0].Text; got != want {
+			t.Errorf("shell %q: the sandbox ran %q, want %q", shell, got, want)
+		}
+	}
+	if n := prov.provisions.Load(); n != 1 {
+		t.Errorf("provisions = %d, want 1 (the shells share the sandbox)", n)
 	}
 }
 

@@ -108,10 +108,11 @@ type Tool struct {
 
 // Sandbox is one running sandbox.
 type Sandbox interface {
-	// Execute runs one of its provider's Tools with its JSON input. A tool-level failure (bad input, missing
-	// file, command timeout) is a Result with IsError; an error return means the sandbox itself failed
-	// (ErrSandboxDead).
-	Execute(ctx context.Context, name string, input json.RawMessage) (Result, error)
+	// Execute runs one of its provider's Tools with its JSON input; a bash call runs in the persistent shell
+	// named shell (Call.Shell: "" is the default one). A tool-level failure (bad input, missing file, command
+	// timeout, a shell past MaxShells) is a Result with IsError; an error return means the sandbox itself
+	// failed (ErrSandboxDead).
+	Execute(ctx context.Context, shell, name string, input json.RawMessage) (Result, error)
 	// Close kills every process of the sandbox. The workspace stays. Idempotent.
 	Close() error
 }
@@ -283,10 +284,20 @@ type Call struct {
 	Recipe Recipe
 	Name   string
 	Input  json.RawMessage
+	// Shell names the persistent shell a bash call runs in. The threads of a multi-agent session share the
+	// session's sandbox and filesystem, each with its own shell (cwd, variables): the brain names the thread's
+	// id. "" is the default shell (a session of one thread). A sandbox runs at most MaxShells shells; a name is
+	// at most 128 letters, digits, '_', '-' and '.'.
+	Shell string
 	// OnProvision, if set, is called when a sandbox starts provisioning (done=false) and when provisioning ends
 	// (done=true, with its duration and error), so the brain can put provisioning into the session's log.
 	OnProvision func(p ProvisionReport)
 }
+
+// MaxShells is how many persistent shells (Call.Shell) one sandbox runs at a time, the default one included: a
+// call naming one more gets an error result. A bash call with restart and no command ends its shell, and frees
+// its place. (The in-sandbox agent's agent.MaxShells; the host kit's tests check that they agree.)
+const MaxShells = 32
 
 // ProvisionReport describes a provisioning attempt.
 type ProvisionReport struct {

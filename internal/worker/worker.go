@@ -423,6 +423,7 @@ func (w *worker) runCall(ctx context.Context, tc *client.Client, recipe sandbox.
 		input = json.RawMessage("{}")
 	}
 	ctx, span := w.startToolSpan(ctx, sessionID, c)
+	// The worker's calls run in the sandbox's default shell (Call.Shell ""), whatever thread made them.
 	res, err := w.pool.Execute(ctx, &sandbox.Call{Recipe: recipe, Name: c.name, Input: input, OnProvision: w.provisionSpan(ctx)})
 	src := sandbox.HandsFailure(w.pool.Backend(), res, err)
 	endToolSpan(span, src, res, err)

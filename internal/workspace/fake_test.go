@@ -51,7 +51,7 @@ type fakeSandbox struct {
 	dead   atomic.Bool
 }
 
-func (s *fakeSandbox) Execute(ctx context.Context, name string, input json.RawMessage) (sandbox.Result, error) {
+func (s *fakeSandbox) Execute(ctx context.Context, _, name string, input json.RawMessage) (sandbox.Result, error) {
 	if s.dead.Load() || s.closed.Load() > 0 {
 		return sandbox.Result{}, fmt.Errorf("%w: fake", sandbox.ErrSandboxDead)
 	}

@@ -23,44 +23,152 @@ type bashInput struct {
 	TimeoutMS *int64  `json:"timeout_ms"`
 }
 
-// bashTool owns the persistent shell. Calls are serialised: one shell runs one command at a time.
+// MaxShells bounds the shells one sandbox runs at a time (one per thread of a multi-agent session, which has at
+// most 25 threads, and the default one): a call naming a new shell past it gets an error result.
+const MaxShells = 32
+
+// maxShellName bounds the length of a shell's name (a thread's id).
+const maxShellName = 128
+
+// validShellName reports why name cannot name a shell: "" (the default shell) or 1 to maxShellName letters,
+// digits, '_', '-' and '.'.
+func validShellName(name string) error {
+	if len(name) > maxShellName {
+		return fmt.Errorf("invalid shell name: longer than %d bytes", maxShellName)
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Errorf("invalid shell name %q: only letters, digits, '_', '-' and '.' are allowed", name)
+		}
+	}
+	return nil
+}
+
+// bashTool owns the persistent shells, one per name (Request.Shell): the threads of a session share the
+// sandbox and its filesystem, each with a shell (cwd, variables) of its own. A shell starts on the first call
+// naming it. Calls to one shell are serialised, one command at a time; calls to different shells run
+// concurrently.
 type bashTool struct {
 	cfg Config
 
-	turn   chan struct{} // holds one token while a call (or warm, or close) uses the shell
-	sess   *shell
+	mu     sync.Mutex
+	shells map[string]*shellSlot // the named shells in use or started
 	closed bool
 }
 
-func newBashTool(cfg Config) *bashTool {
-	return &bashTool{cfg: cfg, turn: make(chan struct{}, 1)}
+// shellSlot is one named shell.
+type shellSlot struct {
+	turn  chan struct{} // holds one token while a call (or warm, or close) uses the shell
+	users int           // calls holding or waiting for turn, guarded by bashTool.mu
+	sess  *shell        // nil until started, or after it was killed; guarded by turn
 }
 
-func (t *bashTool) lock()   { t.turn <- struct{}{} }
-func (t *bashTool) unlock() { <-t.turn }
+func newBashTool(cfg Config) *bashTool {
+	return &bashTool{cfg: cfg, shells: map[string]*shellSlot{}}
+}
 
-// warm starts the shell ahead of the first call, so that the first call does not wait for bash to start.
+// errShellBound is the error of a call naming a new shell when MaxShells are in use.
+var errShellBound = fmt.Errorf("this sandbox already runs %d shells (one per thread), its limit; "+
+	"a bash call with restart and no command ends a thread's shell", MaxShells)
+
+var errAgentClosed = errors.New("the sandbox agent is shutting down")
+
+// acquire waits for the turn of the shell named name, adding it if it is new unless onlyExisting. It returns a
+// nil slot without error when onlyExisting and the shell does not exist. release gives the turn back.
+func (t *bashTool) acquire(ctx context.Context, name string, onlyExisting bool) (*shellSlot, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, errAgentClosed
+	}
+	sl := t.shells[name]
+	if sl == nil {
+		if onlyExisting {
+			t.mu.Unlock()
+			return nil, nil
+		}
+		if len(t.shells) >= MaxShells {
+			t.mu.Unlock()
+			return nil, errShellBound
+		}
+		sl = &shellSlot{turn: make(chan struct{}, 1)}
+		t.shells[name] = sl
+	}
+	sl.users++
+	t.mu.Unlock()
+	select {
+	case sl.turn <- struct{}{}:
+	case <-ctx.Done():
+		t.mu.Lock()
+		t.drop(name, sl)
+		t.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		t.release(name, sl)
+		return nil, errAgentClosed
+	}
+	return sl, nil
+}
+
+// release gives back the turn of a shell acquire returned. A shell that is not running and that no other call
+// waits for is forgotten: its name no longer counts towards MaxShells.
+func (t *bashTool) release(name string, sl *shellSlot) {
+	t.mu.Lock()
+	t.drop(name, sl)
+	t.mu.Unlock()
+	<-sl.turn
+}
+
+// drop ends one use of sl, with t.mu held, and forgets sl when it is unused and has no shell. It reads sl.sess
+// only when no other call holds or waits for the turn (sl.users is zero), so never while another call writes
+// it.
+func (t *bashTool) drop(name string, sl *shellSlot) {
+	sl.users--
+	if sl.users == 0 && sl.sess == nil && t.shells[name] == sl {
+		delete(t.shells, name)
+	}
+}
+
+// warm starts the default shell ahead of the first call, so that the first call does not wait for bash to
+// start. The other shells start on their first call.
 func (t *bashTool) warm() {
-	t.lock()
-	defer t.unlock()
-	if t.sess == nil && !t.closed {
+	sl, err := t.acquire(context.Background(), "", false)
+	if err != nil {
+		return
+	}
+	defer t.release("", sl)
+	if sl.sess == nil {
 		if s, err := startShell(t.cfg); err == nil {
-			t.sess = s
+			sl.sess = s
 		}
 	}
 }
 
+// close kills every shell, after the calls running in them; later calls fail.
 func (t *bashTool) close() {
-	t.lock()
-	defer t.unlock()
+	t.mu.Lock()
 	t.closed = true
-	if t.sess != nil {
-		t.sess.kill()
-		t.sess = nil
+	slots := make([]*shellSlot, 0, len(t.shells))
+	for _, sl := range t.shells {
+		sl.users++ // kept until killed below
+		slots = append(slots, sl)
+	}
+	t.mu.Unlock()
+	for _, sl := range slots {
+		sl.turn <- struct{}{}
+		if sl.sess != nil {
+			sl.sess.kill()
+			sl.sess = nil
+		}
+		<-sl.turn
 	}
 }
 
-func (t *bashTool) run(ctx context.Context, raw json.RawMessage, timeout time.Duration, outCap int) result {
+func (t *bashTool) run(ctx context.Context, shellName string, raw json.RawMessage, timeout time.Duration, outCap int) result {
 	var in bashInput
 	if err := decodeStrict(raw, &in); err != nil {
 		return errorf("invalid bash input: %v", err)
@@ -71,44 +179,50 @@ func (t *bashTool) run(ctx context.Context, raw json.RawMessage, timeout time.Du
 		}
 		timeout = time.Duration(*in.TimeoutMS) * time.Millisecond
 	}
-	// Wait for the shell, or give up with the caller.
-	select {
-	case t.turn <- struct{}{}:
-		defer t.unlock()
-	case <-ctx.Done():
-		return errorf("bash: the call was cancelled while it waited for the shell")
+	noCommand := in.Command == nil || *in.Command == ""
+	if noCommand && !in.Restart {
+		return errorf("invalid bash input: command is required")
 	}
+	// Wait for the shell, or give up with the caller. A restart alone does not start a shell that is not there.
+	sl, err := t.acquire(ctx, shellName, in.Restart && noCommand)
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return errorf("bash: the call was cancelled while it waited for the shell")
+	case err != nil:
+		return errorf("bash: %v", err)
+	case sl == nil:
+		return textResult("bash session restarted")
+	}
+	defer t.release(shellName, sl)
 	if in.Restart {
-		if t.sess != nil {
-			t.sess.kill()
-			t.sess = nil
+		if sl.sess != nil {
+			sl.sess.kill()
+			sl.sess = nil
 		}
-		if in.Command == nil || *in.Command == "" {
+		if noCommand {
 			return textResult("bash session restarted")
 		}
 	}
-	if in.Command == nil || *in.Command == "" {
-		return errorf("invalid bash input: command is required")
-	}
-	if t.sess == nil {
+	if sl.sess == nil {
 		s, err := startShell(t.cfg)
 		if err != nil {
 			return errorf("bash: start shell: %v", err)
 		}
-		t.sess = s
+		sl.sess = s
 	}
-	out, code, err := t.sess.exec(ctx, *in.Command, timeout, outCap)
-	res := t.result(out, code, err, timeout)
+	out, code, err := sl.sess.exec(ctx, *in.Command, timeout, outCap)
+	res := commandResult(sl, out, code, err, timeout)
 	res.capped = true
 	return res
 }
 
-func (t *bashTool) result(out string, code int, err error, timeout time.Duration) result {
+// commandResult is the result of a command run in sl's shell, whose turn the caller holds.
+func commandResult(sl *shellSlot, out string, code int, err error, timeout time.Duration) result {
 	if err != nil {
 		// The shell is in an unknown state (killed on timeout, exited, or the call was cancelled): replace it.
-		sess := t.sess
+		sess := sl.sess
 		sess.kill()
-		t.sess = nil
+		sl.sess = nil
 		switch {
 		case errors.Is(err, errTimedOut):
 			res := errorf("%s\n[command timed out after %s; its process group was killed and the shell restarted (cwd and variables reset)]", out, timeout)

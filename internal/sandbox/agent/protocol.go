@@ -28,6 +28,11 @@ type Request struct {
 	Input     json.RawMessage `json:"input"`
 	TimeoutMS int64           `json:"timeout_ms,omitempty"` // default timeout of a command; 0 = agent default
 	OutputCap int             `json:"output_cap,omitempty"` // cap on the result's text, bytes; 0 = agent default
+	// Shell names the persistent shell a bash call runs in: "" is the default shell; the threads of a
+	// multi-agent session each name their own (the thread's id), so that each has its own cwd and variables
+	// while they share the sandbox's filesystem. At most MaxShells run at a time; a name is at most 128
+	// letters, digits, '_', '-' and '.'. The other tools ignore it.
+	Shell string `json:"shell,omitempty"`
 	// Cancel, when set, makes this line a cancellation of the request with that ID (its command is killed);
 	// it gets no response of its own.
 	Cancel uint64 `json:"cancel,omitempty"`

@@ -27,7 +27,8 @@ type Config struct {
 	ShellNamespace bool
 }
 
-// Server runs tool calls. It is safe for concurrent use; bash calls are serialised on the one shell.
+// Server runs tool calls. It is safe for concurrent use; bash calls are serialised per shell (Request.Shell),
+// and calls to different shells run concurrently.
 type Server struct {
 	cfg  Config
 	bash *bashTool
@@ -38,7 +39,7 @@ func NewServer(cfg Config) *Server {
 	return &Server{cfg: cfg, bash: newBashTool(cfg)}
 }
 
-// Close kills the shell and everything it started.
+// Close kills the shells and everything they started.
 func (s *Server) Close() { s.bash.close() }
 
 // Handle runs one request and returns its response. It never fails: problems become error results.
@@ -54,7 +55,11 @@ func (s *Server) Handle(ctx context.Context, req Request) Response {
 	var res result
 	switch b := byName[req.Tool]; {
 	case b != nil:
-		res = b.run(s, ctx, req.Input, timeout, outCap)
+		if err := validShellName(req.Shell); err != nil {
+			res = errorf("%v", err)
+			break
+		}
+		res = b.run(s, ctx, req.Shell, req.Input, timeout, outCap)
 		if writes[req.Tool] {
 			res.text += s.quotaNote()
 		}

@@ -11,7 +11,8 @@ import (
 // builtin is one tool of the built-in toolset: its definition as the model is offered it, and what runs a call.
 type builtin struct {
 	Tool
-	run func(s *Server, ctx context.Context, input json.RawMessage, timeout time.Duration, outCap int) result
+	// run runs a call; shell names the call's shell (Request.Shell), which only bash uses.
+	run func(s *Server, ctx context.Context, shell string, input json.RawMessage, timeout time.Duration, outCap int) result
 }
 
 // builtins are the tools of agent_toolset_20260401 that the agent runs, in the reference order. The descriptions
@@ -32,8 +33,8 @@ var builtins = []builtin{
 				"timeout_ms": {"type": "integer", "description": "Per-call timeout in milliseconds"}},
 				"required": ["command"]}`),
 		},
-		run: func(s *Server, ctx context.Context, input json.RawMessage, timeout time.Duration, outCap int) result {
-			return s.bash.run(ctx, input, timeout, outCap)
+		run: func(s *Server, ctx context.Context, shell string, input json.RawMessage, timeout time.Duration, outCap int) result {
+			return s.bash.run(ctx, shell, input, timeout, outCap)
 		},
 	},
 	{
@@ -138,9 +139,9 @@ func toolNames() string {
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
-// fileTool adapts a file tool, which needs neither the context nor the limits of the call.
-func fileTool(f func(json.RawMessage, *Config) result) func(*Server, context.Context, json.RawMessage, time.Duration, int) result {
-	return func(s *Server, _ context.Context, input json.RawMessage, _ time.Duration, _ int) result {
+// fileTool adapts a file tool, which needs neither the context, the shell nor the limits of the call.
+func fileTool(f func(json.RawMessage, *Config) result) func(*Server, context.Context, string, json.RawMessage, time.Duration, int) result {
+	return func(s *Server, _ context.Context, _ string, input json.RawMessage, _ time.Duration, _ int) result {
 		return f(input, &s.cfg)
 	}
 }

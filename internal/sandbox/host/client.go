@@ -162,10 +162,10 @@ func checkResponse(resp agent.Response, outCap int) error {
 	return nil
 }
 
-// Call sends one tool call and waits for its response, for ctx, or for the agent's death. A call that outlives
-// its own timeout by grace is treated as the agent hanging and fails with sandbox.ErrSandboxDead; the caller
-// should then close the sandbox.
-func (c *Client) Call(ctx context.Context, tool string, input json.RawMessage, timeout time.Duration, outputCap int, grace time.Duration) (sandbox.Result, error) {
+// Call sends one tool call, to run in the shell named shell ("" for the default; agent.Request.Shell), and
+// waits for its response, for ctx, or for the agent's death. A call that outlives its own timeout by grace is
+// treated as the agent hanging and fails with sandbox.ErrSandboxDead; the caller should then close the sandbox.
+func (c *Client) Call(ctx context.Context, shell, tool string, input json.RawMessage, timeout time.Duration, outputCap int, grace time.Duration) (sandbox.Result, error) {
 	c.mu.Lock()
 	if c.dead != nil {
 		err := c.dead
@@ -183,7 +183,7 @@ func (c *Client) Call(ctx context.Context, tool string, input json.RawMessage, t
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	line, err := json.Marshal(agent.Request{ID: id, Tool: tool, Input: input, TimeoutMS: timeout.Milliseconds(), OutputCap: outputCap})
+	line, err := json.Marshal(agent.Request{ID: id, Tool: tool, Shell: shell, Input: input, TimeoutMS: timeout.Milliseconds(), OutputCap: outputCap})
 	if err != nil {
 		c.forget(id)
 		return sandbox.Result{}, fmt.Errorf("encode request: %w", err)

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -43,7 +44,7 @@ func (f *fakeAgent) call(outputCap int) (<-chan error, <-chan sandbox.Result, ui
 	errc := make(chan error, 1)
 	resc := make(chan sandbox.Result, 1)
 	go func() {
-		res, err := f.c.Call(context.Background(), "bash", json.RawMessage(`{"command":"true"}`), time.Minute, outputCap, time.Minute)
+		res, err := f.c.Call(context.Background(), "", "bash", json.RawMessage(`{"command":"true"}`), time.Minute, outputCap, time.Minute)
 		resc <- res
 		errc <- err
 	}()
@@ -97,7 +98,7 @@ func TestClientBoundsMessages(t *testing.T) {
 		t.Errorf("the host allocated %d MiB for one forged message", d>>20)
 	}
 	// Later calls fail at once: the sandbox is not trusted any more.
-	if _, err := f.c.Call(context.Background(), "ping", nil, time.Second, 0, time.Second); !errors.Is(err, sandbox.ErrSandboxDead) {
+	if _, err := f.c.Call(context.Background(), "", "ping", nil, time.Second, 0, time.Second); !errors.Is(err, sandbox.ErrSandboxDead) {
 		t.Errorf("the next call: %v, want ErrSandboxDead", err)
 	}
 }
@@ -146,4 +147,46 @@ func text(r sandbox.Result) string {
 		b.WriteString(c.Text)
 	}
 	return b.String()
+}
+
+// TestClientShell: a call's shell travels in the request's "shell" field, which a call to the default shell
+// leaves out (the lines of a single-thread session are unchanged).
+func TestClientShell(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	c := NewClient(inW, outR)
+	defer func() {
+		outW.Close()
+		inR.Close()
+		<-c.Done()
+	}()
+	lines := bufio.NewReader(inR)
+	for _, shell := range []string{"sthr_01abc", ""} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Call(context.Background(), shell, "bash", json.RawMessage(`{"command":"pwd"}`), time.Minute, 0, time.Minute)
+			done <- err
+		}()
+		line, err := lines.ReadBytes('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req agent.Request
+		if err := json.Unmarshal(line, &req); err != nil {
+			t.Fatal(err)
+		}
+		if req.Shell != shell || req.Tool != "bash" {
+			t.Errorf("request %s: shell %q, want %q", line, req.Shell, shell)
+		}
+		if hasField := bytes.Contains(line, []byte(`"shell"`)); hasField != (shell != "") {
+			t.Errorf("request %s: a shell field %v, want %v", line, hasField, shell != "")
+		}
+		resp, _ := json.Marshal(agent.Response{ID: req.ID, Content: []apitype.ContentBlock{apitype.TextBlock("ok")}})
+		if _, err := outW.Write(append(resp, '\n')); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

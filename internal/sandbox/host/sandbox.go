@@ -165,7 +165,7 @@ func (s *Sandbox) CgroupDirs() []string {
 
 // Ping waits until the agent answers a request, proving that it runs.
 func (s *Sandbox) Ping(ctx context.Context) error {
-	res, err := s.proc.Client.Call(ctx, agent.PingTool, json.RawMessage(`{}`), 10*time.Second, 0, 5*time.Second)
+	res, err := s.proc.Client.Call(ctx, "", agent.PingTool, json.RawMessage(`{}`), 10*time.Second, 0, 5*time.Second)
 	if err != nil {
 		if tail := s.proc.Stderr(); tail != "" {
 			err = fmt.Errorf("%w (agent stderr: %s)", err, lastLine(tail))
@@ -185,8 +185,8 @@ func (s *Sandbox) OnClose(f func() error) {
 	s.teardown = append(s.teardown, f)
 }
 
-// Execute runs one tool call in the sandbox.
-func (s *Sandbox) Execute(ctx context.Context, name string, input json.RawMessage) (sandbox.Result, error) {
+// Execute runs one tool call in the sandbox, a bash call in the named shell.
+func (s *Sandbox) Execute(ctx context.Context, shell, name string, input json.RawMessage) (sandbox.Result, error) {
 	s.mu.Lock()
 	if s.dead != nil {
 		err := s.dead
@@ -204,7 +204,7 @@ func (s *Sandbox) Execute(ctx context.Context, name string, input json.RawMessag
 		defer close(stop)
 		go s.watchPids(prev.PidsMax, cancel, stop)
 	}
-	res, err := s.proc.Client.Call(callCtx, name, input, s.limits.CommandTimeout, s.limits.OutputBytes, hangGrace)
+	res, err := s.proc.Client.Call(callCtx, shell, name, input, s.limits.CommandTimeout, s.limits.OutputBytes, hangGrace)
 	if err != nil && !errors.Is(err, sandbox.ErrSandboxDead) && ctx.Err() != nil {
 		return res, err // the caller gave up
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/corralhq/corral/internal/sandbox/agent"
 )
 
-// TestToolsAsDeclared: the port's tools are the agent's, in its order, and the failure the agent reports is the
-// port's.
+// TestToolsAsDeclared: the port's tools are the agent's, in its order, and the failure the agent reports and its
+// bound on shells are the port's.
 func TestToolsAsDeclared(t *testing.T) {
 	t.Parallel()
 	got, want := Tools(), agent.Tools()
@@ -23,5 +23,8 @@ func TestToolsAsDeclared(t *testing.T) {
 	}
 	if agent.FailureTimeout != sandbox.FailureTimeout {
 		t.Errorf("agent.FailureTimeout = %q, sandbox.FailureTimeout = %q", agent.FailureTimeout, sandbox.FailureTimeout)
+	}
+	if agent.MaxShells != sandbox.MaxShells {
+		t.Errorf("agent.MaxShells = %d, sandbox.MaxShells = %d", agent.MaxShells, sandbox.MaxShells)
 	}
 }

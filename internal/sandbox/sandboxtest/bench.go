@@ -30,7 +30,7 @@ func Bench(b *testing.B, newProvider func(testing.TB) sandbox.Provider) {
 				b.Fatal(err)
 			}
 			t1 := time.Now()
-			if res, err := sb.Execute(context.Background(), "bash", trueInput); err != nil || res.IsError {
+			if res, err := sb.Execute(context.Background(), "", "bash", trueInput); err != nil || res.IsError {
 				b.Fatalf("first call: %v %+v", err, res)
 			}
 			t2 := time.Now()
@@ -59,14 +59,14 @@ func Bench(b *testing.B, newProvider func(testing.TB) sandbox.Provider) {
 			defer sb.Close()
 			in, _ := json.Marshal(map[string]string{"command": tc.command})
 			for range 5 { // warm up the shell
-				if _, err := sb.Execute(context.Background(), "bash", in); err != nil {
+				if _, err := sb.Execute(context.Background(), "", "bash", in); err != nil {
 					b.Fatal(err)
 				}
 			}
 			var durs []time.Duration
 			for b.Loop() {
 				t0 := time.Now()
-				res, err := sb.Execute(context.Background(), "bash", in)
+				res, err := sb.Execute(context.Background(), "", "bash", in)
 				durs = append(durs, time.Since(t0))
 				if err != nil || res.IsError {
 					b.Fatalf("%s: %v %+v", tc.command, err, res)
@@ -113,7 +113,7 @@ func BenchImage(b *testing.B, newProvider func(testing.TB) sandbox.Provider, roo
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if res, err := sb.Execute(context.Background(), "bash", trueInput); err != nil || res.IsError {
+		if res, err := sb.Execute(context.Background(), "", "bash", trueInput); err != nil || res.IsError {
 			b.Fatalf("first call: %v %+v", err, res)
 		}
 		t2 := time.Now()

@@ -22,6 +22,7 @@ func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Optio
 	t.Run("Tools", func(t *testing.T) { t.Parallel(); testTools(t, newProvider) })
 	t.Run("InvalidInput", func(t *testing.T) { t.Parallel(); testInvalidInput(t, newProvider) })
 	t.Run("BashState", func(t *testing.T) { t.Parallel(); testBashState(t, newProvider) })
+	t.Run("Shells", func(t *testing.T) { t.Parallel(); testShells(t, newProvider) })
 	t.Run("Timeout", func(t *testing.T) { t.Parallel(); testTimeout(t, newProvider) })
 	t.Run("Cancel", func(t *testing.T) { t.Parallel(); testCancel(t, newProvider) })
 	t.Run("OutputCap", func(t *testing.T) { t.Parallel(); testOutputCap(t, newProvider) })

@@ -146,11 +146,11 @@ func crashChild(t *testing.T, newProvider func(testing.TB) sandbox.Provider, rep
 		rep.Cgroups = append(rep.Cgroups, g.CgroupDirs()...)
 	}
 	in, _ := json.Marshal(map[string]any{"command": "sleep 3600 >/dev/null 2>&1 & setsid sleep 3601 >/dev/null 2>&1 < /dev/null & echo started"})
-	if res, err := boxes[0].Execute(context.Background(), "bash", in); err != nil || res.IsError {
+	if res, err := boxes[0].Execute(context.Background(), "", "bash", in); err != nil || res.IsError {
 		t.Fatalf("bash: %v %+v", err, res)
 	}
 	in, _ = json.Marshal(map[string]any{"command": "sleep 3602", "timeout_ms": 3600000})
-	go func() { _, _ = boxes[1].Execute(context.Background(), "bash", in) }()
+	go func() { _, _ = boxes[1].Execute(context.Background(), "", "bash", in) }()
 	// Until the call in flight has started its command: the group then holds one process more (under gVisor,
 	// whose processes are not the host's, the wait runs out).
 	before := len(pidsOf(rep.Cgroups))

@@ -188,7 +188,7 @@ func provision(t *testing.T, p sandbox.Provider, ws string, r sandbox.Recipe) sa
 func exec1(t *testing.T, sb sandbox.Sandbox, tool string, input any) (sandbox.Result, error) {
 	t.Helper()
 	b, _ := json.Marshal(input)
-	return sb.Execute(context.Background(), tool, b)
+	return sb.Execute(context.Background(), "", tool, b)
 }
 
 // Main is a backend test's TestMain: it builds the agent into a temporary directory, sets *agentPath, runs the
