@@ -44,7 +44,9 @@ func (t *thread) overBudget(raw json.RawMessage) bool {
 // holdForBudget is the check before a model request (the agent's or a grader's): over budget, the session idles
 // once with budget_reached (handled) and then waits (errWaiting) for a raised or removed budget.
 func (t *thread) holdForBudget(st *state) (handled bool, err error) {
-	if !t.overBudget(t.budget) {
+	var over bool
+	t.locked(func() { over = t.overBudget(t.budget) })
+	if !over {
 		return false, nil
 	}
 	if st.paused() {

@@ -149,7 +149,7 @@ func (t *thread) startThread(u *toolUse) (failure string, err error) {
 	}
 	now := apitype.Now()
 	rec := apitype.SessionThread{Type: apitype.ObjectSessionThread, ID: apitype.NewID(apitype.PrefixThread), SessionID: t.sess.ID,
-		ParentThreadID: new(t.rec.ID), Status: apitype.StatusIdle, Agent: *agent, CreatedAt: now, UpdatedAt: now}
+		ParentThreadID: new(t.rec.ID), Status: apitype.StatusRunning, Agent: *agent, CreatedAt: now, UpdatedAt: now}
 	child := t.newThread(rec.ID, &rec, t, &rec.Agent)
 	t.multi.mu.Lock()
 	running := 0

@@ -37,7 +37,7 @@ func (t *thread) execute(u *toolUse) error {
 		input = json.RawMessage("{}")
 	}
 	spanCtx, span := t.startToolSpan(u.data.Name, u.ev.ID, "hands")
-	call := &sandbox.Call{Recipe: t.recipe(), Name: u.data.Name, Input: input, OnProvision: t.provisionReporter(spanCtx)}
+	call := &sandbox.Call{Recipe: t.recipe(), Shell: t.id, Name: u.data.Name, Input: input, OnProvision: t.provisionReporter(spanCtx)}
 	ctx, done := t.watchInterrupts()
 	began := time.Now()
 	res, err := t.b.cfg.Hands.Execute(trace.ContextWithSpan(ctx, span), call)

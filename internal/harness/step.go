@@ -25,7 +25,8 @@ func (t *thread) step() (bool, error) {
 	t.outcome = st.outcome
 	if !t.child() {
 		// The session's budget and trace are the primary thread's to follow.
-		t.budget = t.budgetNow(st)
+		b := t.budgetNow(st)
+		t.locked(func() { t.budget = b })
 		t.follow(st.unprocessed)
 	}
 	if st.terminated() || t.sess.ArchivedAt != nil || t.multi.ended.Load() {

@@ -78,7 +78,7 @@ walk:
 		tl.priorOutcome = lastOutcome(prior)
 	}
 	t.tail = tl
-	if st, err := t.derive(); err == nil && st.running() {
+	if st, err := t.derive(); err == nil && st.running() && !t.child() {
 		t.activeFrom = time.Now() // a turn in progress: count from the takeover
 		t.takeover = true
 		t.b.cfg.Metrics.LeaseTakeover()

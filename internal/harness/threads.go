@@ -76,6 +76,15 @@ type threadSched struct {
 	runningFrom time.Time
 }
 
+// locked runs fn under the multi-agent run's lock (a single-agent run has one thread: no lock).
+func (t *thread) locked(fn func()) {
+	if t.rec != nil {
+		t.multi.mu.Lock()
+		defer t.multi.mu.Unlock()
+	}
+	fn()
+}
+
 // child reports whether the thread is a child (not the primary) of a multi-agent session.
 func (t *thread) child() bool { return t.id != "" }
 
@@ -298,9 +307,12 @@ func (t *thread) translate(p *store.EventAppendParams) []*thread {
 	evs := make([]apitype.NewEvent, 0, len(p.Events)+4)
 	var kicks []*thread
 	threadStatus := p.Status
+	// The threads this append gives a message: they will run on it, whatever their status now.
+	waking := map[string]bool{}
 	for _, e := range p.Events {
 		if e.Thread != "" || e.Type == apitype.EventAgentThreadMessageReceived {
 			evs = append(evs, e) // already addressed (a message to another thread)
+			waking[e.Thread] = true
 			continue
 		}
 		switch e.Type {
@@ -326,6 +338,7 @@ func (t *thread) translate(p *store.EventAppendParams) []*thread {
 					if report, to := t.report(idle.StopReason); to != nil {
 						evs = append(evs, report...)
 						kicks = append(kicks, to)
+						waking[to.id] = true
 					}
 				}
 			}
@@ -357,7 +370,7 @@ func (t *thread) translate(p *store.EventAppendParams) []*thread {
 		p.Threads = append(p.Threads, rec)
 	}
 	p.Status = ""
-	if status, reason := t.aggregate(); status != t.multi.status || (status == apitype.StatusIdle && !sameReason(reason, t.multi.reason)) {
+	if status, reason := t.aggregate(waking); status != t.multi.status || (status == apitype.StatusIdle && !sameReason(reason, t.multi.reason)) {
 		p.Status = status
 		t.multi.status, t.multi.reason = status, reason
 		p.Events = append(p.Events, sessionStatusEvent(status, reason))
@@ -444,9 +457,9 @@ func crossPosted(e apitype.NewEvent, builtin execKind) bool {
 }
 
 // aggregate is the session's status given its threads' (under multiRun.mu): terminated with the primary, running
-// while any thread runs, else idle, with requires_action listing the calls every thread waits on, else the
-// primary's stop reason.
-func (t *thread) aggregate() (string, apitype.StopReason) {
+// while any thread runs or is about to (waking: it was just sent a message), else idle, with requires_action
+// listing the calls every thread waits on, else the primary's stop reason.
+func (t *thread) aggregate(waking map[string]bool) (string, apitype.StopReason) {
 	if t.main.rec.Status == apitype.StatusTerminated {
 		return apitype.StatusTerminated, apitype.StopReason{}
 	}
@@ -454,7 +467,7 @@ func (t *thread) aggregate() (string, apitype.StopReason) {
 	for _, th := range t.multi.threads {
 		switch {
 		case th.rec.ArchivedAt != nil:
-		case th.rec.Status == apitype.StatusRunning || th.rec.Status == apitype.StatusRescheduling:
+		case th.rec.Status == apitype.StatusRunning || th.rec.Status == apitype.StatusRescheduling || waking[th.id]:
 			return apitype.StatusRunning, apitype.StopReason{}
 		case th.rec.Status == apitype.StatusIdle && th.sched.stop.Type == apitype.StopRequiresAction:
 			ids = append(ids, th.sched.stop.EventIDs...)

@@ -183,7 +183,7 @@ func TestThreads(t *testing.T) {
 	want := []apitype.EventType{apitype.EventAgentThreadMessageReceived, apitype.EventSessionThreadStatusRunning, start, toolUse, end,
 		toolResult, start, agentMsg, end, apitype.EventAgentThreadMessageSent, apitype.EventSessionThreadStatusIdle}
 	if got := types(rev); !slices.Equal(got, want) {
-		t.Errorf("researcher's events:\n got %v\nwant %v", got, want)
+		t.Fatalf("researcher's events:\n got %v\nwant %v", got, want)
 	}
 	if sent := decode[apitype.ThreadMessageSent](t, rev[len(rev)-2]); sent.ToSessionThreadID != primaryID || sent.ToAgentName != nil ||
 		sent.Content[0].Text != "The answer is 42." {
