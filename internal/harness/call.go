@@ -41,7 +41,9 @@ func (t *thread) call(req *model.Request, preview bool, shrink func() (*model.Re
 		if preview {
 			onDelta = said.add
 		}
-		if preview && t.b.cfg.PreviewInterval > 0 {
+		if preview && t.b.cfg.PreviewInterval > 0 && !t.child() {
+			// Previews are the session's (the store keys them by session): a child's would show on the
+			// session's condensed stream, so only the primary thread publishes them.
 			pv = t.newPreviewer()
 			onDelta = func(d model.Delta) {
 				said.add(d)
