@@ -233,3 +233,325 @@ func count(evs []apitype.Event, typ apitype.EventType) int {
 	}
 	return n
 }
+
+// runUntilIdle starts a brain, sends the coordinator a message, and waits until the session and every thread are
+// idle.
+func (f *fixture) runUntilIdle(sid string, threads int) []apitype.Event {
+	f.t.Helper()
+	f.say(sid, "Coordinate the work.")
+	return f.waitFor(sid, "every thread idle", func(evs []apitype.Event) bool {
+		if !sessionIdle(evs) {
+			return false
+		}
+		ths := f.threads(sid)
+		done := len(ths) == threads
+		for _, th := range ths {
+			done = done && th.Status == apitype.StatusIdle
+		}
+		return done
+	})
+}
+
+// toolResultsOf is the text of every agent.tool_result of a thread's events, by the tool use's name.
+func toolResultsOf(t *testing.T, evs []apitype.Event) map[string][]apitype.AgentToolResult {
+	t.Helper()
+	names := map[string]string{}
+	out := map[string][]apitype.AgentToolResult{}
+	for _, e := range evs {
+		switch e.Type {
+		case toolUse:
+			names[e.ID] = decode[apitype.AgentToolUse](t, e).Name
+		case toolResult:
+			r := decode[apitype.AgentToolResult](t, e)
+			out[names[r.ToolUseID]] = append(out[names[r.ToolUseID]], r)
+		}
+	}
+	return out
+}
+
+// TestThreadsRefused: what the thread tools refuse comes back as error tool results the model can act on: an
+// unknown roster name, an inline agent without a name, a message to a thread that is not the caller's, a child's
+// start_thread (depth is 1), a message to an archived thread; and the coordinator's next request carries them.
+func TestThreadsRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sid, _ := f.multiSession("", toolset)
+	f.srv.Script(
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), ToolUses: []modeltest.ToolUse{
+			{Name: "start_thread", Input: `{"agent":"nobody","message":"x"}`},
+			{Name: "start_thread", Input: `{"agent":{"system":"no name"},"message":"x"}`},
+			{Name: "send_thread_message", Input: `{"session_thread_id":"sthr_nope","message":"x"}`},
+			{Name: "start_thread", Input: `{"agent":"researcher","message":"Try to start a thread."}`},
+		}},
+		modeltest.Turn{Match: bySystem(researcherPrompt), ToolUses: []modeltest.ToolUse{{Name: "start_thread", Input: `{"agent":"self","message":"x"}`}}},
+		modeltest.Turn{Match: bySystem(researcherPrompt), Text: "I cannot start threads."},
+	)
+	f.start(f.config())
+	f.runUntilIdle(sid, 2)
+	primary := toolResultsOf(t, f.threadEvents(sid, ""))
+	starts, sends := primary["start_thread"], primary["send_thread_message"]
+	if len(starts) != 3 || len(sends) != 1 {
+		t.Fatalf("coordinator's results: %+v", primary)
+	}
+	for i, want := range []string{`no agent named "nobody"`, "name is required", ""} {
+		if got := resultText(starts[i]); (want == "") == starts[i].IsError || !strings.Contains(got, want) {
+			t.Errorf("start_thread %d: %v %q, want %q", i, starts[i].IsError, got, want)
+		}
+	}
+	if !sends[0].IsError || !strings.Contains(resultText(sends[0]), "no thread") {
+		t.Errorf("send_thread_message to nobody: %+v", sends[0])
+	}
+	child := f.threads(sid)[1]
+	var refusal apitype.AgentToolUse
+	for _, e := range f.threadEvents(sid, child.ID) {
+		if e.Type == toolUse {
+			refusal = decode[apitype.AgentToolUse](t, e)
+		}
+	}
+	res := toolResultsOf(t, f.threadEvents(sid, child.ID))["start_thread"]
+	if refusal.EvaluatedPermission != apitype.PermissionDeny || len(res) != 1 || !res[0].IsError || !strings.Contains(resultText(res[0]), "depth is 1") {
+		t.Errorf("a child's start_thread: %+v, results %+v", refusal, res)
+	}
+	// The refusals reached the models that made the calls.
+	var sawUnknown, sawDepth bool
+	for _, r := range f.srv.Requests() {
+		sawUnknown = sawUnknown || (strings.HasPrefix(r.System, coordinatorPrompt) && strings.Contains(string(r.Body), `no agent named \"nobody\"`))
+		sawDepth = sawDepth || (strings.HasPrefix(r.System, researcherPrompt) && strings.Contains(string(r.Body), "depth is 1"))
+	}
+	if !sawUnknown || !sawDepth {
+		t.Errorf("refusals seen by the models: coordinator %v, child %v", sawUnknown, sawDepth)
+	}
+
+	// Archived: the coordinator's message to it is refused.
+	if _, err := f.store.ThreadArchive(context.Background(), sid, child.ID, func(*apitype.SessionThread) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Script(modeltest.Turn{Match: bySystem(coordinatorPrompt), ToolUses: []modeltest.ToolUse{
+		{Name: "send_thread_message", Input: `{"session_thread_id":"` + child.ID + `","message":"more"}`}}})
+	f.say(sid, "Message the archived one.")
+	f.waitFor(sid, "the refusal", func([]apitype.Event) bool {
+		s := toolResultsOf(t, f.threadEvents(sid, ""))["send_thread_message"]
+		return len(s) == 2 && s[1].IsError && strings.Contains(resultText(s[1]), "archived")
+	})
+}
+
+// TestThreadsLimit: at most 25 threads run at once, the primary included: the 25th start_thread of a turn whose
+// 24 children all run is refused, and the children finish.
+func TestThreadsLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sid, _ := f.multiSession("", toolset)
+	hold := make(chan struct{})
+	var starts []modeltest.ToolUse
+	for range 25 {
+		starts = append(starts, modeltest.ToolUse{Name: "start_thread", Input: `{"agent":"researcher","message":"Work."}`})
+	}
+	turns := []modeltest.Turn{{Match: bySystem(coordinatorPrompt), ToolUses: starts}}
+	for range 24 {
+		turns = append(turns, modeltest.Turn{Match: bySystem(researcherPrompt), Text: "done", Hold: hold})
+	}
+	f.srv.Script(turns...)
+	f.start(f.config())
+	f.say(sid, "Start many.")
+	f.waitFor(sid, "25 start_thread results", func([]apitype.Event) bool {
+		return len(toolResultsOf(t, f.threadEvents(sid, ""))["start_thread"]) == 25
+	})
+	res := toolResultsOf(t, f.threadEvents(sid, ""))["start_thread"]
+	for i, r := range res {
+		if want := i == 24; r.IsError != want || (want && !strings.Contains(resultText(r), "25 threads")) {
+			t.Errorf("start_thread %d: %v %s", i, r.IsError, resultText(r))
+		}
+	}
+	close(hold)
+	f.waitFor(sid, "every thread idle", func(evs []apitype.Event) bool {
+		if !sessionIdle(evs) {
+			return false
+		}
+		ths := f.threads(sid)
+		done := len(ths) == 25
+		for _, th := range ths {
+			done = done && th.Status == apitype.StatusIdle
+		}
+		return done
+	})
+	if n := count(f.threadEvents(sid, ""), apitype.EventAgentThreadMessageReceived); n != 24 {
+		t.Errorf("%d reports, want 24", n)
+	}
+}
+
+// TestThreadFailed: a child whose model fails for good reports to its parent as failed, and the parent goes on.
+func TestThreadFailed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sid, _ := f.multiSession("", toolset)
+	f.srv.Script(
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), ToolUses: []modeltest.ToolUse{{Name: "start_thread", Input: `{"agent":"researcher","message":"Work."}`}}},
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), Text: "Waiting."},
+		modeltest.Turn{Match: bySystem(researcherPrompt), Err: modeltest.Invalid("the child's request is bad")},
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), Text: "The researcher failed; I will do it myself."},
+	)
+	f.start(f.config())
+	f.runUntilIdle(sid, 2)
+	child := f.threads(sid)[1]
+	cev := f.threadEvents(sid, child.ID)
+	last := cev[len(cev)-1]
+	if last.Type != apitype.EventSessionThreadStatusIdle || decode[apitype.ThreadStatus](t, last).StopReason.Type != apitype.StopRetriesExhausted {
+		t.Fatalf("child's events %v", types(cev))
+	}
+	var report apitype.ThreadMessageReceived
+	for _, e := range f.threadEvents(sid, "") {
+		if e.Type == apitype.EventAgentThreadMessageReceived {
+			report = decode[apitype.ThreadMessageReceived](t, e)
+		}
+	}
+	if report.FromSessionThreadID != child.ID || !strings.Contains(report.Content[0].Text, "The thread failed") ||
+		!strings.Contains(report.Content[0].Text, "the child's request is bad") {
+		t.Errorf("report %+v", report)
+	}
+	reqs := f.srv.Requests()
+	if last := reqs[len(reqs)-1]; !strings.HasPrefix(last.System, coordinatorPrompt) || !strings.Contains(string(last.Body), "The thread failed") {
+		t.Errorf("the coordinator's last request: %.200s", last.Body)
+	}
+}
+
+// TestThreadsInterrupt: an interrupt with no session_thread_id reaches every thread: the children's held model
+// calls end, nothing is reported back (the coordinator is not woken), and the session idles once more.
+func TestThreadsInterrupt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sid, _ := f.multiSession("", toolset)
+	hold := make(chan struct{})
+	defer close(hold)
+	f.srv.Script(
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), ToolUses: []modeltest.ToolUse{
+			{Name: "start_thread", Input: `{"agent":"researcher","message":"One."}`},
+			{Name: "start_thread", Input: `{"agent":"researcher","message":"Two."}`}}},
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), Text: "Waiting."},
+		modeltest.Turn{Match: bySystem(researcherPrompt), Text: "partial one", Hold: hold},
+		modeltest.Turn{Match: bySystem(researcherPrompt), Text: "partial two", Hold: hold},
+	)
+	f.start(f.config())
+	f.say(sid, "Go.")
+	f.waitRequests(4) // the coordinator's two, and each child's held one
+	before := len(f.srv.Requests())
+	f.send(sid, interrupt, apitype.UserInterrupt{})
+	f.waitFor(sid, "every thread idle", func(evs []apitype.Event) bool {
+		if !sessionIdle(evs) {
+			return false
+		}
+		done := true
+		for _, th := range f.threads(sid) {
+			done = done && th.Status == apitype.StatusIdle
+		}
+		return done
+	})
+	for _, th := range f.threads(sid)[1:] {
+		evs := f.threadEvents(sid, th.ID)
+		last := evs[len(evs)-1]
+		if count(evs, interrupt) != 1 || last.Type != apitype.EventSessionThreadStatusIdle ||
+			decode[apitype.ThreadStatus](t, last).StopReason.Type != apitype.StopEndTurn || count(evs, apitype.EventAgentThreadMessageSent) != 0 {
+			t.Errorf("child %s: %v", th.ID, types(evs))
+		}
+	}
+	if n := len(f.srv.Requests()); n != before {
+		t.Errorf("%d model requests after the interrupt", n-before)
+	}
+}
+
+// TestThreadsAdvisor: with an advisor, the coordinator consults it with consult_advisor: a request to the
+// advisor's model, whose answer is the tool's result and whose usage the session's counts.
+func TestThreadsAdvisor(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sid, _ := f.multiSession("claude-opus-4-5", toolset)
+	f.srv.Script(
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), ToolUses: []modeltest.ToolUse{
+			{Name: "consult_advisor", Input: `{"question":"Which way?","context":"Two roads."}`}}},
+		modeltest.Turn{Match: func(r *modeltest.Request) bool { return r.Model == "claude-opus-4-5" }, Text: "Take the left road.",
+			Usage: modeltest.Usage{InputTokens: 1000, OutputTokens: 100}},
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), Text: "Left it is."},
+	)
+	f.start(f.config())
+	f.runUntilIdle(sid, 1)
+	res := toolResultsOf(t, f.threadEvents(sid, ""))["consult_advisor"]
+	if len(res) != 1 || res[0].IsError || resultText(res[0]) != "Take the left road." {
+		t.Fatalf("consult_advisor results %+v", res)
+	}
+	var asked bool
+	for _, r := range f.srv.Requests() {
+		asked = asked || (r.Model == "claude-opus-4-5" && strings.Contains(string(r.Body), "Two roads.") && strings.Contains(string(r.Body), "Which way?"))
+	}
+	sess, err := f.store.SessionGet(context.Background(), sid)
+	if err != nil || !asked || sess.Usage.InputTokens < 1000 || sess.Usage.OutputTokens < 100 {
+		t.Errorf("advisor asked %v; session usage %+v (%v)", asked, sess.Usage, err)
+	}
+}
+
+// TestThreadsResume: a brain that stops while two children's model calls are in flight hands the session back;
+// another brain resumes every thread from its own events: the children's calls are made again, each child reports
+// once, and the session idles.
+func TestThreadsResume(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sid, _ := f.multiSession("", toolset)
+	hold := make(chan struct{})
+	defer close(hold)
+	f.srv.Script(
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), ToolUses: []modeltest.ToolUse{
+			{Name: "start_thread", Input: `{"agent":"researcher","message":"One."}`},
+			{Name: "start_thread", Input: `{"agent":{"name":"helper","system":"` + inlinePrompt + `"},"message":"Two."}`}}},
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), Text: "Waiting."},
+		modeltest.Turn{Match: bySystem(researcherPrompt), Text: "cut short", Hold: hold},
+		modeltest.Turn{Match: bySystem(inlinePrompt), Text: "cut short", Hold: hold},
+		modeltest.Turn{Match: bySystem(researcherPrompt), Text: "one done"},
+		modeltest.Turn{Match: bySystem(inlinePrompt), Text: "two done"},
+	)
+	first := newBrain(t, f.config())
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.say(sid, "Go.")
+	f.waitRequests(4)
+	first.Stop()
+	if evs := f.events(sid); evs[len(evs)-1].Type != resched {
+		t.Fatalf("after the stop: %v", types(evs))
+	}
+	f.start(f.config())
+	f.waitFor(sid, "every thread idle", func(evs []apitype.Event) bool {
+		if !sessionIdle(evs) {
+			return false
+		}
+		done := true
+		for _, th := range f.threads(sid) {
+			done = done && th.Status == apitype.StatusIdle
+		}
+		return done
+	})
+	ths := f.threads(sid)
+	if len(ths) != 3 {
+		t.Fatalf("%d threads", len(ths))
+	}
+	ids := map[string]bool{}
+	for _, e := range f.allEvents(sid) {
+		if ids[e.ID] {
+			t.Errorf("event %s twice", e.ID)
+		}
+		ids[e.ID] = true
+	}
+	for _, th := range ths[1:] {
+		evs := f.threadEvents(sid, th.ID)
+		if count(evs, apitype.EventAgentThreadMessageReceived) != 1 || count(evs, apitype.EventAgentThreadMessageSent) != 1 {
+			t.Errorf("child %s: %v", th.Agent.Name, types(evs))
+		}
+	}
+	var got []string
+	for _, e := range f.threadEvents(sid, "") {
+		if e.Type == apitype.EventAgentThreadMessageReceived {
+			got = append(got, decode[apitype.ThreadMessageReceived](t, e).Content[0].Text)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"one done", "two done"}) {
+		t.Errorf("reports %q", got)
+	}
+}
