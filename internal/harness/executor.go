@@ -12,19 +12,10 @@ import (
 // asks which kind a call is: the route sources (resolveTools, offerMCP) and the readers of tool use events
 // (useEvents) name the kinds, the executors say what the kinds do.
 //
-// Adding a kind of tool is one executor and one row of executors. Calling another agent's thread (multi-agent
-// sessions) would register like this, with no other switch to touch:
-//
-//   - execThread, a threadExec whose routes come from the agent's callable agents (offered by resolveTools, one
-//     route per agent, as custom tools are);
-//   - use: an agent.thread_tool_use naming the callee agent, with the evaluated permission of its policy (gated);
-//   - run: starts the callee's thread in the same session log (its first user.message is the call's input) and
-//     reports false: like a client's call, it waits, here for the callee thread to go idle;
-//   - its result: an agent.thread_tool_result the callee's thread appends when it goes idle, one more row of
-//     resultEvents (events.go), as its use is one more row of useEvents; answeredBy: no client event answers it;
-//   - recover: false, the callee thread is in the log and resumes on its own; settle: wakes a callee thread whose
-//     caller's call is still open;
-//   - close: the agent.tool_result that ends a call without running it (an interrupt, a denial).
+// Adding a kind of tool is one executor and one row of executors: the thread tools of multi-agent sessions
+// (start_thread, send_thread_message, consult_advisor) were added so (agentsExec, coordinate.go), their calls
+// recorded as agent.tool_use, run by the brain, and run again when a crash cut one short (their effects and their
+// result are one append).
 type executor interface {
 	// name names the kind in metrics and spans (corral.tool.route).
 	name() string

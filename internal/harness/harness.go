@@ -17,9 +17,10 @@
 // queue) and the client's custom tools (executor.go); outcome.go (outcomes: the grader and its steps), interrupt.go, events.go (event builders, and the readers of
 // tool use and result events) and preview.go (stream previews).
 //
-// A run holds one thread for now: the context of the session's conversation (its tail, tools, lead, usage and
-// calls yet to run). Multi-agent sessions will hold more threads over the same log, and calling another agent's
-// thread will be one more executor (executor.go sketches it).
+// A run holds a thread per context of the session's conversation (its tail, agent, tools, lead and calls yet to
+// run): one in a single-agent session; in a multi-agent one the primary and the children it starts, each on a
+// goroutine of its own over the same log and lease (threads.go), with the thread tools one more executor
+// (coordinate.go).
 package harness
 
 import (
