@@ -317,6 +317,11 @@ func (t *thread) consultAdvisor(ctx context.Context, u *toolUse) (failure string
 	if err := json.Unmarshal(u.data.Input, &in); err != nil || strings.TrimSpace(in.Question) == "" {
 		return "invalid input: question is required", nil
 	}
+	var over bool
+	t.locked(func() { over = t.overBudget(t.budget) })
+	if over {
+		return "The session's budget is reached: the advisor was not asked.", nil
+	}
 	text := in.Question
 	if in.Context != "" {
 		text = "<context>\n" + in.Context + "\n</context>\n\n" + in.Question

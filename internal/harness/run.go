@@ -185,7 +185,7 @@ func (r *run) load() error {
 			return fmt.Errorf("get environment %s: %w", sess.EnvironmentID, err)
 		}
 	}
-	r.usage = sess.Usage
+	r.usage, r.budget = sess.Usage, sess.Budget
 	if r.roster, err = apitype.ParseRoster(sess.Agent.Multiagent, sess.Agent.ID); err != nil {
 		return fmt.Errorf("session %s: %w", id, err)
 	}

@@ -437,13 +437,14 @@ func threadStatusEvent(typ apitype.EventType) bool {
 	return ok
 }
 
-// crossPosted reports whether a child's event shows on the session's stream too: its status changes, and the
-// calls that wait for the client (a custom tool's, one that asks for confirmation, a self-hosted worker's).
+// crossPosted reports whether a child's event shows on the session's stream too: its status changes, the
+// session's usage after its model requests, and the calls that wait for the client (a custom tool's, one that
+// asks for confirmation, a self-hosted worker's).
 func crossPosted(e apitype.NewEvent, builtin execKind) bool {
 	switch e.Type {
 	case apitype.EventSessionThreadStatusRunning, apitype.EventSessionThreadStatusIdle,
 		apitype.EventSessionThreadStatusRescheduled, apitype.EventSessionThreadStatusTerminated,
-		apitype.EventAgentCustomToolUse:
+		apitype.EventAgentCustomToolUse, apitype.EventSessionUsage:
 		return true
 	case apitype.EventAgentToolUse, apitype.EventAgentMCPToolUse:
 		var u apitype.AgentToolUse
