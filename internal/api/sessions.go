@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -613,14 +614,50 @@ func (s *Server) sessionArchive(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id,
-			Events: []apitype.NewEvent{ev}, Status: apitype.StatusTerminated}); err != nil {
+		p := &store.EventAppendParams{SessionID: id, Events: []apitype.NewEvent{ev}, Status: apitype.StatusTerminated}
+		if err := s.terminateThreads(r.Context(), p, now); err != nil {
+			return err
+		}
+		if _, err := s.store.EventAppend(r.Context(), p); err != nil {
 			return lookup(err, "session", id)
 		}
 		sess.Status = apitype.StatusTerminated
 	}
 	s.normalizeSession(sess, s.now())
 	return writeJSON(w, http.StatusOK, sess)
+}
+
+// terminateThreads adds to the append that terminates a multi-agent session the termination of each of its threads
+// that is not terminated yet: its session.thread_status_terminated (a child's cross-posted) and its record.
+func (s *Server) terminateThreads(ctx context.Context, p *store.EventAppendParams, now time.Time) error {
+	lp := &store.ThreadListParams{SessionID: p.SessionID, Limit: 1000}
+	for {
+		page, err := s.store.ThreadList(ctx, lp)
+		if err != nil {
+			return err
+		}
+		for _, th := range page {
+			if th.Status == apitype.StatusTerminated {
+				continue
+			}
+			ev, err := apitype.MakeEvent(apitype.EventSessionThreadStatusTerminated,
+				apitype.ThreadStatus{SessionThreadID: th.ID, AgentName: th.Agent.Name})
+			if err != nil {
+				return err
+			}
+			if !th.Primary() {
+				ev.Thread, ev.CrossPost = th.ID, true
+			}
+			th.Status, th.UpdatedAt = apitype.StatusTerminated, now
+			p.Events = append(p.Events, ev)
+			p.Threads = append(p.Threads, th)
+		}
+		if len(page) < lp.Limit {
+			return nil
+		}
+		last := page[len(page)-1]
+		lp.After = &store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
 }
 
 func (s *Server) sessionDelete(w http.ResponseWriter, r *http.Request) error {

@@ -424,3 +424,41 @@ func TestThreadRoutingToolResult(t *testing.T) {
 		}
 	}
 }
+
+// TestThreadsArchivedSession: archiving a multi-agent session terminates each of its threads with it: a
+// session.thread_status_terminated per thread (a child's on its stream, cross-posted) and every record terminated.
+func TestThreadsArchivedSession(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, envID := h.seed(ctx)
+	sess := h.newSession(ctx, agentID, envID)
+	th := h.newThreads(ctx, sess)
+	if _, err := h.client.Beta.Sessions.Archive(ctx, sess, anthropic.BetaSessionArchiveParams{}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := h.client.Beta.Sessions.Threads.List(ctx, sess, anthropic.BetaSessionThreadListParams{})
+	if err != nil || len(page.Data) != 2 {
+		t.Fatalf("threads %v %v", page, err)
+	}
+	for _, d := range page.Data {
+		if d.Status != "terminated" {
+			t.Errorf("thread %s: %s", d.ID, d.Status)
+		}
+	}
+	child, err := h.store.EventList(ctx, &store.EventListParams{SessionID: sess, Scope: store.ScopeThread, Thread: th.child, Limit: 100})
+	if err != nil || len(child) == 0 || child[len(child)-1].Type != apitype.EventSessionThreadStatusTerminated || !child[len(child)-1].CrossPost {
+		t.Fatalf("child's events %v %v", child, err)
+	}
+	evs, err := h.store.EventList(ctx, &store.EventListParams{SessionID: sess, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []apitype.EventType
+	for _, e := range evs[len(evs)-3:] {
+		got = append(got, e.Type)
+	}
+	if !slices.Equal(got, []apitype.EventType{apitype.EventSessionStatusTerminated, apitype.EventSessionThreadStatusTerminated, apitype.EventSessionThreadStatusTerminated}) {
+		t.Errorf("the session's last events %v", got)
+	}
+}
