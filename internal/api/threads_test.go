@@ -74,14 +74,6 @@ func (h *harness) setStatus(ctx context.Context, th *threaded, status string, ty
 	h.appendIn(ctx, th.sessionID, th.child, true, typ, apitype.ThreadStatus{SessionThreadID: th.child, AgentName: "researcher"}, c)
 }
 
-func ids(events []apitype.Event) []string {
-	out := make([]string, len(events))
-	for i, e := range events {
-		out[i] = e.ID
-	}
-	return out
-}
-
 // TestThreads: the threads API through the official SDK: a single-agent session has none; a multi-agent
 // session's list (filters, paging), get, archive (an idle child only, idempotent), and the 404s.
 func TestThreads(t *testing.T) {
