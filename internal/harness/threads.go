@@ -71,6 +71,8 @@ type threadSched struct {
 	lastMessage []apitype.ContentBlock
 	lastError   string
 	usage       apitype.SessionUsage
+	// handsFailed is the reason the sandbox failed a tool call of the thread's turn ("" if it did not).
+	handsFailed string
 	// interrupted: the thread's next idle ends a turn the user interrupted, which it does not report.
 	interrupted bool
 	runningFrom time.Time
@@ -326,6 +328,12 @@ func (t *thread) translate(p *store.EventAppendParams) []*thread {
 			if json.Unmarshal(e.Data, &se) == nil {
 				t.sched.lastError = se.Error.Message
 			}
+		case apitype.EventAgentToolResult:
+			var r apitype.AgentToolResult
+			if json.Unmarshal(e.Data, &r) == nil && r.IsError && r.Source != nil && r.Source.Component == apitype.ComponentHands &&
+				r.Source.Reason != apitype.ReasonTimeout { // a command's own timeout is not the sandbox's failure
+				t.sched.handsFailed = string(r.Source.Reason)
+			}
 		}
 		if ts, ok := sessionToThreadStatus[e.Type]; ok {
 			payload := apitype.ThreadStatus{SessionThreadID: t.rec.ID, AgentName: t.name()}
@@ -343,7 +351,7 @@ func (t *thread) translate(p *store.EventAppendParams) []*thread {
 				}
 			}
 			if e.Type == apitype.EventSessionStatusRunning {
-				t.sched.lastMessage, t.sched.lastError = nil, ""
+				t.sched.lastMessage, t.sched.lastError, t.sched.handsFailed = nil, "", ""
 			}
 			t.sched.interrupted = false
 			e = mustEvent(ts, payload)
@@ -552,6 +560,13 @@ func (t *thread) report(stop apitype.StopReason) ([]apitype.NewEvent, *thread) {
 			text = "(The thread ended its turn without a message.)"
 		}
 		content = []apitype.ContentBlock{apitype.TextBlock(text)}
+	}
+	if t.sched.handsFailed != "" {
+		// The sandbox failed under the thread (each call after got a fresh one): the parent should know that the
+		// thread's work may be partial.
+		note := "[The sandbox failed while this thread worked (" + t.sched.handsFailed + "): a tool call's outcome was " +
+			"lost and the calls after it ran in a fresh sandbox; check its work.]"
+		content = append([]apitype.ContentBlock{apitype.TextBlock(note)}, content...)
 	}
 	return t.messageTo(to, content), to
 }

@@ -3,12 +3,14 @@ package harness_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
 )
 
@@ -553,5 +555,35 @@ func TestThreadsResume(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"one done", "two done"}) {
 		t.Errorf("reports %q", got)
+	}
+}
+
+// TestThreadSandboxFailed: a child whose sandbox dies under a tool call goes on (the next call gets a fresh one),
+// and its report tells the parent that its work may be partial.
+func TestThreadSandboxFailed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.hands.run = func(context.Context, *sandbox.Call) (sandbox.Result, error) {
+		return sandbox.Result{}, fmt.Errorf("the sandbox went away: %w", sandbox.ErrSandboxDead)
+	}
+	sid, _ := f.multiSession("", toolset)
+	f.srv.Script(
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), ToolUses: []modeltest.ToolUse{{Name: "start_thread", Input: `{"agent":"researcher","message":"Work."}`}}},
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), Text: "Waiting."},
+		modeltest.Turn{Match: bySystem(researcherPrompt), ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"make"}`}}},
+		modeltest.Turn{Match: bySystem(researcherPrompt), Text: "Built, I think."},
+	)
+	f.start(f.config())
+	f.runUntilIdle(sid, 2)
+	var report string
+	for _, e := range f.threadEvents(sid, "") {
+		if e.Type == apitype.EventAgentThreadMessageReceived {
+			for _, c := range decode[apitype.ThreadMessageReceived](t, e).Content {
+				report += c.Text + "\n"
+			}
+		}
+	}
+	if !strings.Contains(report, "[The sandbox failed while this thread worked (sandbox_died)") || !strings.Contains(report, "Built, I think.") {
+		t.Errorf("report %q", report)
 	}
 }
