@@ -10,6 +10,9 @@ ALTER TABLE events ADD COLUMN crosspost boolean NOT NULL DEFAULT false;
 -- estimates, believes a thread has a handful of rows and sorts all of them instead of reading the first ones
 -- in order.
 CREATE INDEX events_thread ON events (session_id, (NULLIF(thread_id, '')), seq) WHERE NULLIF(thread_id, '') IS NOT NULL;
+-- A thread belongs to one session: without this the planner multiplies the session's and the thread's
+-- selectivities, underestimates a thread's events and may read them all by bitmap and sort them.
+CREATE STATISTICS events_thread_stats (dependencies, ndistinct) ON session_id, (NULLIF(thread_id, '')) FROM events;
 
 -- A thread's document, with the columns the store owns (status, usage, stats, updated_at, archived_at), which
 -- override the document's copies: an append that writes a stored thread sets those columns only.
