@@ -24,9 +24,13 @@ func (t *thread) step() (bool, error) {
 	t.seenSeq = t.tail.lastSeq
 	t.outcome = st.outcome
 	if !t.child() {
-		// The session's budget and trace are the primary thread's to follow.
+		// The session's budget is the primary thread's to follow.
 		b := t.budgetNow(st)
 		t.locked(func() { t.budget = b })
+	}
+	if t.rec == nil {
+		// A turn's trace follows the client's events. A multi-agent run's threads share one span, the one the
+		// run started with: its threads' spans read it concurrently.
 		t.follow(st.unprocessed)
 	}
 	if st.terminated() || t.sess.ArchivedAt != nil || t.multi.ended.Load() {

@@ -159,6 +159,7 @@ func (r *run) thread(id string) *thread {
 // loopThreads works every thread that has something to do, each on a goroutine of its own, until none has.
 func (r *run) loopThreads() error {
 	r.multi.done = make(chan struct{})
+	after := r.main.tail.lastSeq // read before the primary's goroutine works its tail
 	r.multi.mu.Lock()
 	r.multi.busy = 1 // the loop's own token, so that no thread that rests at once ends the run before the others start
 	for _, t := range r.multi.threads {
@@ -171,7 +172,7 @@ func (r *run) loopThreads() error {
 	watch := make(chan struct{})
 	go func() {
 		defer close(watch)
-		r.watchInputs()
+		r.watchInputs(after)
 	}()
 	select {
 	case <-r.multi.done:
@@ -246,14 +247,11 @@ func (r *run) rest() {
 
 // watchInputs kicks the thread of each input that arrives while the run works (a client's answer to a child's
 // call, an interrupt, a message to the primary), until the run is over.
-func (r *run) watchInputs() {
+func (r *run) watchInputs(after int64) {
 	wake, unsubscribe := r.b.cfg.Store.Subscribe(r.sess.ID)
 	defer unsubscribe()
 	tick := time.NewTicker(r.b.cfg.PollInterval)
 	defer tick.Stop()
-	r.multi.mu.Lock()
-	after := r.main.tail.lastSeq
-	r.multi.mu.Unlock()
 	types := []apitype.EventType{apitype.EventUserMessage, apitype.EventUserInterrupt, apitype.EventUserToolConfirmation,
 		apitype.EventUserCustomToolResult, apitype.EventUserToolResult, apitype.EventUserDefineOutcome, apitype.EventSystemMessage,
 		apitype.EventAgentThreadMessageReceived, apitype.EventSessionStatusTerminated}
