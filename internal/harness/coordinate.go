@@ -158,6 +158,11 @@ func (t *thread) startThread(u *toolUse) (failure string, err error) {
 			running++
 		}
 	}
+	if len(t.multi.threads) >= maxThreads {
+		t.multi.mu.Unlock()
+		return fmt.Sprintf("this session has started %d threads, the most it may: send more work to an idle thread "+
+			"with send_thread_message instead.", maxThreads-1), nil
+	}
 	if running >= maxRunningThreads {
 		t.multi.mu.Unlock()
 		return fmt.Sprintf("%d threads of this session already run, the most there may be at once: wait for one to end its turn "+

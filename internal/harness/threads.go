@@ -35,8 +35,12 @@ import (
 // child, agent.thread_message_received on the parent, an input of the parent's next model request), in the
 // append that idles the child: a parent never polls, and a child that failed says so.
 
-// maxRunningThreads is the most threads of a session that run at once, the primary included.
-const maxRunningThreads = 25
+// maxRunningThreads is the most threads of a session that run at once, the primary included; maxThreads the most
+// a session has over its life (a bound on what a run holds of them).
+const (
+	maxRunningThreads = 25
+	maxThreads        = 1000
+)
 
 // msgChildInterrupted closes the calls of a child thread the user interrupted.
 const msgChildInterrupted = "Tool execution was interrupted before completion. Please retry."
@@ -230,6 +234,11 @@ func (r *run) drive(t *thread) {
 			continue
 		}
 		t.sched.active, t.sched.again = false, false
+		if t.child() {
+			// A resting child holds no tail: a run's memory grows with the threads at work, not with every
+			// thread the session ever started. Its next kick reads it again.
+			t.tail = nil
+		}
 		r.rest()
 		r.multi.mu.Unlock()
 		return
