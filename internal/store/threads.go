@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/corralhq/corral/internal/apitype"
 )
@@ -25,6 +26,28 @@ type ThreadListParams struct {
 	Statuses  []string // any of them; none: every status
 	Limit     int      // required, > 0
 	After     *Cursor  // continue after this thread
+}
+
+// ThreadWrites is what an append or a session create writes of ts to the session: each thread needs an id, and is
+// the session's; a thread given twice is written once, the later one's changes applied to the earlier under
+// KeepThread's rule, as two writes in turn would be (both adapters write a row once per statement).
+func ThreadWrites(sessionID string, ts []apitype.SessionThread) ([]apitype.SessionThread, error) {
+	out := make([]apitype.SessionThread, 0, len(ts))
+	at := map[string]int{}
+	for i, t := range ts {
+		if t.ID == "" {
+			return nil, fmt.Errorf("thread %d has no id", i)
+		}
+		t.SessionID = sessionID
+		if j, ok := at[t.ID]; ok {
+			KeepThread(&t, &out[j])
+			out[j] = t
+			continue
+		}
+		at[t.ID] = len(out)
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // KeepThread is what a write of a stored thread through EventAppendParams.Threads keeps of the stored one: its

@@ -61,20 +61,9 @@ func threadRows(sessionID string, ts []apitype.SessionThread) ([]threadRow, erro
 	if len(ts) == 0 {
 		return nil, nil
 	}
-	out := make([]apitype.SessionThread, 0, len(ts))
-	at := map[string]int{}
-	for i, t := range ts {
-		if t.ID == "" {
-			return nil, fmt.Errorf("thread %d has no id", i)
-		}
-		t.SessionID = sessionID
-		if j, ok := at[t.ID]; ok {
-			store.KeepThread(&t, &out[j])
-			out[j] = t
-			continue
-		}
-		at[t.ID] = len(out)
-		out = append(out, t)
+	out, err := store.ThreadWrites(sessionID, ts)
+	if err != nil {
+		return nil, err
 	}
 	rows := make([]threadRow, len(out))
 	for i := range out {
