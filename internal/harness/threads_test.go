@@ -119,17 +119,7 @@ func TestThreads(t *testing.T) {
 	)
 	f.start(f.config())
 	f.say(sid, "Coordinate the work.")
-	evs := f.waitFor(sid, "every thread done", func(evs []apitype.Event) bool {
-		if !sessionIdle(evs) {
-			return false
-		}
-		ths := f.threads(sid)
-		done := len(ths) == 3
-		for _, th := range ths {
-			done = done && th.Status == apitype.StatusIdle
-		}
-		return done
-	})
+	evs := f.waitThreadsIdle(sid, 3)
 
 	ths := f.threads(sid)
 	if ths[0].ID != primaryID || !ths[0].Primary() {
@@ -236,17 +226,23 @@ func count(evs []apitype.Event, typ apitype.EventType) int {
 	return n
 }
 
-// runUntilIdle starts a brain, sends the coordinator a message, and waits until the session and every thread are
-// idle.
+// runUntilIdle sends the coordinator a message and waits until the session and its threads (as many) are idle.
 func (f *fixture) runUntilIdle(sid string, threads int) []apitype.Event {
 	f.t.Helper()
 	f.say(sid, "Coordinate the work.")
+	return f.waitThreadsIdle(sid, threads)
+}
+
+// waitThreadsIdle waits until the session's stream ends with its idle and it has that many threads (0: any), all
+// idle, and returns the session's stream.
+func (f *fixture) waitThreadsIdle(sid string, threads int) []apitype.Event {
+	f.t.Helper()
 	return f.waitFor(sid, "every thread idle", func(evs []apitype.Event) bool {
 		if !sessionIdle(evs) {
 			return false
 		}
 		ths := f.threads(sid)
-		done := len(ths) == threads
+		done := threads == 0 || len(ths) == threads
 		for _, th := range ths {
 			done = done && th.Status == apitype.StatusIdle
 		}
@@ -365,17 +361,7 @@ func TestThreadsLimit(t *testing.T) {
 		}
 	}
 	close(hold)
-	f.waitFor(sid, "every thread idle", func(evs []apitype.Event) bool {
-		if !sessionIdle(evs) {
-			return false
-		}
-		ths := f.threads(sid)
-		done := len(ths) == 25
-		for _, th := range ths {
-			done = done && th.Status == apitype.StatusIdle
-		}
-		return done
-	})
+	f.waitThreadsIdle(sid, 25)
 	if n := count(f.threadEvents(sid, ""), apitype.EventAgentThreadMessageReceived); n != 24 {
 		t.Errorf("%d reports, want 24", n)
 	}
@@ -437,16 +423,7 @@ func TestThreadsInterrupt(t *testing.T) {
 	f.waitRequests(4) // the coordinator's two, and each child's held one
 	before := len(f.srv.Requests())
 	f.send(sid, interrupt, apitype.UserInterrupt{})
-	f.waitFor(sid, "every thread idle", func(evs []apitype.Event) bool {
-		if !sessionIdle(evs) {
-			return false
-		}
-		done := true
-		for _, th := range f.threads(sid) {
-			done = done && th.Status == apitype.StatusIdle
-		}
-		return done
-	})
+	f.waitThreadsIdle(sid, 0)
 	for _, th := range f.threads(sid)[1:] {
 		evs := f.threadEvents(sid, th.ID)
 		last := evs[len(evs)-1]
@@ -519,16 +496,7 @@ func TestThreadsResume(t *testing.T) {
 		t.Fatalf("after the stop: %v", types(evs))
 	}
 	f.start(f.config())
-	f.waitFor(sid, "every thread idle", func(evs []apitype.Event) bool {
-		if !sessionIdle(evs) {
-			return false
-		}
-		done := true
-		for _, th := range f.threads(sid) {
-			done = done && th.Status == apitype.StatusIdle
-		}
-		return done
-	})
+	f.waitThreadsIdle(sid, 0)
 	ths := f.threads(sid)
 	if len(ths) != 3 {
 		t.Fatalf("%d threads", len(ths))
