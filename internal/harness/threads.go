@@ -234,6 +234,12 @@ func (r *run) drive(t *thread) {
 			continue
 		}
 		t.sched.active, t.sched.again = false, false
+		if !r.multi.over && r.ctx.Err() == nil {
+			if err := r.settleStatus(); err != nil && r.multi.err == nil {
+				r.multi.err = fmt.Errorf("session status: %w", err)
+				r.multi.over = true
+			}
+		}
 		if t.child() {
 			// A resting child holds no tail: a run's memory grows with the threads at work, not with every
 			// thread the session ever started. Its next kick reads it again.
@@ -243,6 +249,29 @@ func (r *run) drive(t *thread) {
 		r.multi.mu.Unlock()
 		return
 	}
+}
+
+// settleStatus appends the session's status when the aggregate of its threads' changed with no thread's append to
+// carry it: the last thread to rest after others' appends idles the session (under multiRun.mu).
+func (r *run) settleStatus() error {
+	status, reason := r.aggregate(nil, nil)
+	if status == r.multi.status && (status != apitype.StatusIdle || sameReason(reason, r.multi.reason)) {
+		return nil
+	}
+	p := &store.EventAppendParams{Events: []apitype.NewEvent{sessionStatusEvent(status, reason)}, Status: status}
+	if status == apitype.StatusIdle && !r.activeFrom.IsZero() {
+		p.ActiveSeconds = time.Since(r.activeFrom).Seconds()
+	}
+	if _, err := r.appendRaw(p); err != nil {
+		return err
+	}
+	r.multi.status, r.multi.reason = status, reason
+	if status == apitype.StatusIdle {
+		r.activeDone += p.ActiveSeconds
+		r.activeFrom = time.Time{}
+	}
+	r.b.cfg.Metrics.Status(status)
+	return nil
 }
 
 // rest takes a busy token back (under multiRun.mu); the last ends the run.
@@ -385,7 +414,7 @@ func (t *thread) translate(p *store.EventAppendParams) []*thread {
 		p.Threads = append(p.Threads, rec)
 	}
 	p.Status = ""
-	if status, reason := t.aggregate(waking); status != t.multi.status || (status == apitype.StatusIdle && !sameReason(reason, t.multi.reason)) {
+	if status, reason := t.aggregate(t, waking); status != t.multi.status || (status == apitype.StatusIdle && !sameReason(reason, t.multi.reason)) {
 		p.Status = status
 		t.multi.status, t.multi.reason = status, reason
 		p.Events = append(p.Events, sessionStatusEvent(status, reason))
@@ -473,17 +502,19 @@ func crossPosted(e apitype.NewEvent, builtin execKind) bool {
 }
 
 // aggregate is the session's status given its threads' (under multiRun.mu): terminated with the primary, running
-// while any thread runs or is about to (waking: it was just sent a message), else idle, with requires_action
-// listing the calls every thread waits on, else the primary's stop reason.
-func (t *thread) aggregate(waking map[string]bool) (string, apitype.StopReason) {
-	if t.main.rec.Status == apitype.StatusTerminated {
+// while any thread runs or may be about to (waking: it was just sent a message; or its goroutine is at work,
+// self's aside: the last to rest settles the session's status, rest), else idle, with requires_action listing
+// the calls every thread waits on, else the primary's stop reason.
+func (r *run) aggregate(self *thread, waking map[string]bool) (string, apitype.StopReason) {
+	if r.main.rec.Status == apitype.StatusTerminated {
 		return apitype.StatusTerminated, apitype.StopReason{}
 	}
 	var ids []string
-	for _, th := range t.multi.threads {
+	for _, th := range r.multi.threads {
 		switch {
 		case th.rec.ArchivedAt != nil:
-		case th.rec.Status == apitype.StatusRunning || th.rec.Status == apitype.StatusRescheduling || waking[th.id]:
+		case th.rec.Status == apitype.StatusRunning || th.rec.Status == apitype.StatusRescheduling || waking[th.id] ||
+			(th != self && th.sched.active):
 			return apitype.StatusRunning, apitype.StopReason{}
 		case th.rec.Status == apitype.StatusIdle && th.sched.stop.Type == apitype.StopRequiresAction:
 			ids = append(ids, th.sched.stop.EventIDs...)
@@ -492,7 +523,7 @@ func (t *thread) aggregate(waking map[string]bool) (string, apitype.StopReason) 
 	if len(ids) > 0 {
 		return apitype.StatusIdle, apitype.StopReason{Type: apitype.StopRequiresAction, EventIDs: ids}
 	}
-	reason := t.main.sched.stop
+	reason := r.main.sched.stop
 	if reason.Type == "" || reason.Type == apitype.StopRequiresAction {
 		reason = apitype.StopReason{Type: apitype.StopEndTurn}
 	}

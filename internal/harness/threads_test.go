@@ -555,3 +555,68 @@ func TestThreadSandboxFailed(t *testing.T) {
 		t.Errorf("report %q", report)
 	}
 }
+
+// TestThreadsBudget: a session's budget is shared by its threads: a child's request crosses it, the child and
+// then the coordinator idle with budget_reached (the session too), and raising the budget resumes both.
+func TestThreadsBudget(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sid, _ := f.multiSession("", toolset)
+	ctx := context.Background()
+	if _, err := f.store.SessionUpdate(ctx, sid, func(s *apitype.Session) error {
+		s.Budget = json.RawMessage(`{"type":"limit","max_list_cost":{"amount":"1","currency":"USD"}}`)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	small := modeltest.Usage{InputTokens: 10, OutputTokens: 10}
+	f.srv.Script(
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), Usage: small,
+			ToolUses: []modeltest.ToolUse{{Name: "start_thread", Input: `{"agent":"researcher","message":"Work."}`}}},
+		modeltest.Turn{Match: bySystem(coordinatorPrompt), Text: "Waiting.", Usage: small},
+		// claude-haiku-4-5 at $1 and $5 per million: 1.1 cents, past the 1-cent cap.
+		modeltest.Turn{Match: bySystem(researcherPrompt), Usage: modeltest.Usage{InputTokens: 1000, OutputTokens: 2000},
+			ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"ls"}`}}},
+		modeltest.Turn{Match: bySystem(researcherPrompt), Text: "Found it.", Usage: small},
+	)
+	f.start(f.config())
+	evs := f.runUntilIdle(sid, 2)
+	if r := stopReason(t, evs[len(evs)-1]); r.Type != apitype.StopBudgetReached {
+		t.Fatalf("the session idled with %+v, want budget_reached", r)
+	}
+	child := f.threads(sid)[1]
+	cev := f.threadEvents(sid, child.ID)
+	if last := cev[len(cev)-1]; decode[apitype.ThreadStatus](t, last).StopReason.Type != apitype.StopBudgetReached {
+		t.Fatalf("child: %v", types(cev))
+	}
+	requests := len(f.srv.Requests())
+	sess, err := f.store.SessionGet(ctx, sid)
+	if err != nil || sess.Usage.ListCostPicodollars < 1_100_000_000_0 {
+		t.Fatalf("session usage %+v (%v)", sess.Usage, err)
+	}
+
+	// Raised as the API does: both threads resume, the child's paused turn first.
+	if _, err := f.store.SessionUpdate(ctx, sid, func(s *apitype.Session) error {
+		s.Budget = json.RawMessage(`{"type":"limit","max_list_cost":{"amount":"100","currency":"USD"}}`)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.EventAppend(ctx, &store.EventAppendParams{SessionID: sid, Wake: true, Events: []apitype.NewEvent{{
+		Type: apitype.EventSessionUpdated, Processed: true,
+		Data: json.RawMessage(`{"budget":{"type":"limit","max_list_cost":{"amount":"100","currency":"USD"}}}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	evs = f.waitFor(sid, "the resumed work", func(evs []apitype.Event) bool {
+		return sessionIdle(evs) && stopReason(t, evs[len(evs)-1]).Type == apitype.StopEndTurn
+	})
+	var reports []string
+	for _, e := range f.threadEvents(sid, "") {
+		if e.Type == apitype.EventAgentThreadMessageReceived {
+			reports = append(reports, decode[apitype.ThreadMessageReceived](t, e).Content[0].Text)
+		}
+	}
+	if len(f.srv.Requests()) <= requests || len(reports) != 2 || !strings.Contains(reports[0], "budget") || reports[1] != "Found it." {
+		t.Errorf("after the raise: %d requests (was %d), reports %q", len(f.srv.Requests()), requests, reports)
+	}
+}
