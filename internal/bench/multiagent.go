@@ -44,8 +44,8 @@ type MultiagentResult struct {
 	SingleCold, SingleColdResult, SingleWarm, SingleWarmResult Dist
 	// SingleWarmPhases and FanStepPhases split SingleWarm and FanStep (see StepPhaseNames).
 	SingleWarmPhases, FanStepPhases [numStepPhases]Dist
-	Errors                                                     int
-	FirstError                                                 string
+	Errors                          int
+	FirstError                      string
 
 	// Children is the start_thread calls of the fan-out's coordinator answer, Rounds its sessions; Started and
 	// Refused count the children started and the calls the brain refused (its cap on running threads), over
@@ -56,7 +56,8 @@ type MultiagentResult struct {
 	// FanStart is each child's first request from the coordinator's answer (which starts the children one after
 	// the other), FanStartAppended from its own start's append; FanStep its next request after its bash call
 	// (from the fake's end of the answer calling bash); FanModel the fake model's own time per child call.
-	FanStart, FanStartAppended, FanStep, FanModel Dist
+	// FanReport is from the fake's end of a child's last answer to its report (and idle status) appended.
+	FanStart, FanStartAppended, FanStep, FanModel, FanReport Dist
 	// Wall is each round's time from the client's user.message to the last child's report appended to the
 	// coordinator (with the child's idle status); WallFromAnswer from the fake's end of the coordinator's answer
 	// to the same.
@@ -144,6 +145,7 @@ func (b *benchRun) multiagent(ctx context.Context, be *benchBackend) error {
 		}
 	}
 	res.FanStart, res.FanStartAppended, res.FanStep, res.FanModel = Summarize(fan.start), Summarize(fan.startAppended), Summarize(fan.step), Summarize(fan.model)
+	res.FanReport = Summarize(fan.report)
 	for i, ds := range fan.phases {
 		res.FanStepPhases[i] = Summarize(ds)
 	}
@@ -399,8 +401,8 @@ func stepPhases(done, use, result, next time.Time) [numStepPhases]time.Duration 
 
 // fanSamples are the fan-out's per-child samples over its rounds.
 type fanSamples struct {
-	start, startAppended, step, model []time.Duration
-	phases                            [numStepPhases][]time.Duration
+	start, startAppended, step, model, report []time.Duration
+	phases                                    [numStepPhases][]time.Duration
 }
 
 // fanOut runs one coordinator session whose first answer is a bash call (which provisions the sandbox) and n
@@ -416,6 +418,7 @@ func (w *maWork) fanOut(ctx context.Context, r, n int, fan *fanSamples, res *Mul
 	w.fake.scriptCalls(marker, 1, calls...)
 	appended := map[string]time.Time{} // task -> its start's append
 	threads := map[string]string{}     // task -> its thread
+	idled := map[string]time.Time{}    // thread -> its report's append (with its idle status)
 	var lastReport time.Time
 	results, created, reports := 0, 0, 0
 	session, sent, err := w.turn(ctx, w.coord, marker, func(ev *Event) (bool, error) {
@@ -433,6 +436,7 @@ func (w *maWork) fanOut(ctx context.Context, r, n int, fan *fanSamples, res *Mul
 			}
 			reports++
 			lastReport = at
+			idled[f.SessionThreadID] = at
 		case f.SessionThreadID != "" && ev.Type != apitype.EventSessionThreadCreated:
 			// another event of a child's, cross-posted
 		case ev.Type == apitype.EventAgentToolResult:
@@ -485,6 +489,7 @@ func (w *maWork) fanOut(ctx context.Context, r, n int, fan *fanSamples, res *Mul
 		fan.start = append(fan.start, c1.Received.Sub(coord.Done))
 		fan.startAppended = append(fan.startAppended, c1.Received.Sub(at))
 		fan.step = append(fan.step, c3.Received.Sub(c1.Done))
+		fan.report = append(fan.report, idled[threads[task]].Sub(c3.Done))
 		use, result, err := w.toolTimes(ctx, session, threads[task])
 		if err != nil {
 			return err
@@ -591,7 +596,7 @@ func (m *MultiagentResult) Markdown(modelTTFT, perToken time.Duration) string {
 	if m.Errors > 0 {
 		p("%d runs failed; first error: `%s`\n\n", m.Errors, strings.ReplaceAll(m.FirstError, "`", "'"))
 	}
-	p("**A fan-out** (%d sessions, one after the other, on a server of its own whose fake model's TTFT is %s, as slow as a real ", m.Rounds, m.FanModelTTFT)
+	p("**A fan-out** (%d %s, one after the other, on a server of its own whose fake model's TTFT is %s, as slow as a real ", m.Rounds, plural(m.Rounds, "session"), m.FanModelTTFT)
 	p("model's, so that the children's calls overlap): the coordinator's first answer is `bash true` (which provisions the ")
 	p("session's sandbox) and %d `start_thread` calls, which the brain runs one after the other; each child calls `bash true` ", m.Children)
 	p("(in a shell of its own in the session's sandbox), then answers with text, which reports back to the coordinator. The brain ")
@@ -601,6 +606,7 @@ func (m *MultiagentResult) Markdown(modelTTFT, perToken time.Duration) string {
 	p("| first request, from the coordinator's answer (the starts run one after the other) | %d | %s | %s |\n", m.FanStart.N, dist3(m.FanStart), Ms(m.FanStart.Max))
 	p("| first request, from its own start's append | %d | %s | %s |\n", m.FanStartAppended.N, dist3(m.FanStartAppended), Ms(m.FanStartAppended.Max))
 	p("| next request after its `bash true` answer (the call in its own shell, the result's append) | %d | %s | %s |\n", m.FanStep.N, dist3(m.FanStep), Ms(m.FanStep.Max))
+	p("| its report (and idle status) appended, from its last answer's end | %d | %s | %s |\n", m.FanReport.N, dist3(m.FanReport), Ms(m.FanReport.Max))
 	p("| the fake model's own time per child call | %d | %s | %s |\n\n", m.FanModel.N, dist3(m.FanModel), Ms(m.FanModel.Max))
 	p("Where a step's time goes, from the events' `processed_at` (the fan-out children's read from their threads' events), p50 / p95 in ms:\n\n| step |")
 	for _, n := range StepPhaseNames {
@@ -624,4 +630,12 @@ func (m *MultiagentResult) Markdown(modelTTFT, perToken time.Duration) string {
 		p("%d fan-out sessions failed; first error: `%s`\n\n", m.FanErrors, strings.ReplaceAll(m.FanFirstError, "`", "'"))
 	}
 	return b.String()
+}
+
+// plural is noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return noun
+	}
+	return noun + "s"
 }

@@ -218,6 +218,7 @@ func TestMultiagent(t *testing.T) {
 		"| first request, from the coordinator's answer (the starts run one after the other) | 48 | ",
 		"| first request, from its own start's append | 48 | ",
 		"| next request after its `bash true` answer (the call in its own shell, the result's append) | 48 | ",
+		"| its report (and idle status) appended, from its last answer's end | 48 | ",
 		"| the fake model's own time per child call | 96 | ",
 		"| single agent, warm sandbox | ", "| fan-out child (a new shell of its own) | ",
 		"Wall time until every child had reported back"} {
