@@ -75,6 +75,7 @@ func TestRunQuick(t *testing.T) {
 		ModelTTFT: 20 * time.Millisecond, ModelPerToken: time.Millisecond,
 		Scale: []int{4}, ScaleTTFT: 50 * time.Millisecond, ScalePerSlot: 1, IdleSessions: 8,
 		Sections: bench.Sections, FailoverRuns: 1, FailoverLeaseTTL: 2 * time.Second, Workers: 20,
+		MultiagentRuns: 2, MultiagentChildren: 3, MultiagentRounds: 1,
 		Out: out, Stdout: &stdout, Stderr: &stderr,
 	}
 	if err := bench.Run(context.Background(), cfg); err != nil {
@@ -91,7 +92,7 @@ func TestRunQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"other engineers' figures", bench.BeginMarker, "### Time to first token", "### Hands", "### Log",
-		"### Scale", "### Idle sessions", "### Closing note", "bubblewrap is not installed: apt-get install bubblewrap",
+		"### Scale", "### Idle sessions", "### Multi-agent sessions", "### Closing note", "bubblewrap is not installed: apt-get install bubblewrap",
 		"failover: it runs `corral harness` processes"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
