@@ -42,7 +42,7 @@ type MultiagentResult struct {
 	// provisioned) and after its second (warm): from the fake's end of the answer calling bash to its receipt of
 	// the next request; the ...Result fields from the tool result's append to the same.
 	SingleCold, SingleColdResult, SingleWarm, SingleWarmResult Dist
-	// SingleWarmPhases and FanStepPhases split SingleWarm and FanStep (see StepPhaseNames).
+	// SingleWarmPhases and FanStepPhases split SingleWarm and FanStep (see stepPhaseNames).
 	SingleWarmPhases, FanStepPhases [numStepPhases]Dist
 	Errors                          int
 	FirstError                      string
@@ -386,17 +386,17 @@ func (w *maWork) single(ctx context.Context, r int) ([4]time.Duration, [numStepP
 
 // Phases of a step: from the fake model's end of an answer calling a tool to its receipt of the next request.
 const (
-	StepAnswer  = iota // -> agent.tool_use appended: reading the answer's end, the append
-	StepTool           // -> agent.tool_result appended: the tool call (in the sandbox), the append
-	StepRequest        // -> the fake model received the next request: the wake-up, building it, the HTTP hop
+	stepAnswer  = iota // -> agent.tool_use appended: reading the answer's end, the append
+	stepTool           // -> agent.tool_result appended: the tool call (in the sandbox), the append
+	stepRequest        // -> the fake model received the next request: the wake-up, building it, the HTTP hop
 	numStepPhases
 )
 
-// StepPhaseNames name the phases in reports.
-var StepPhaseNames = [numStepPhases]string{"answer appended (`agent.tool_use`)", "`bash true` run and its result appended", "to the next request"}
+// stepPhaseNames name the phases in reports.
+var stepPhaseNames = [numStepPhases]string{"answer appended (`agent.tool_use`)", "`bash true` run and its result appended", "to the next request"}
 
 func stepPhases(done, use, result, next time.Time) [numStepPhases]time.Duration {
-	return [numStepPhases]time.Duration{StepAnswer: use.Sub(done), StepTool: result.Sub(use), StepRequest: next.Sub(result)}
+	return [numStepPhases]time.Duration{stepAnswer: use.Sub(done), stepTool: result.Sub(use), stepRequest: next.Sub(result)}
 }
 
 // fanSamples are the fan-out's per-child samples over its rounds.
@@ -609,7 +609,7 @@ func (m *MultiagentResult) Markdown(modelTTFT, perToken time.Duration) string {
 	p("| its report (and idle status) appended, from its last answer's end | %d | %s | %s |\n", m.FanReport.N, dist3(m.FanReport), Ms(m.FanReport.Max))
 	p("| the fake model's own time per child call | %d | %s | %s |\n\n", m.FanModel.N, dist3(m.FanModel), Ms(m.FanModel.Max))
 	p("Where a step's time goes, from the events' `processed_at` (the fan-out children's read from their threads' events), p50 / p95 in ms:\n\n| step |")
-	for _, n := range StepPhaseNames {
+	for _, n := range stepPhaseNames {
 		p(" %s |", n)
 	}
 	p("\n|---|%s\n| single agent, warm sandbox |", strings.Repeat("---|", numStepPhases))
