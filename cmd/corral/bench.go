@@ -62,6 +62,10 @@ type benchFlags struct {
 	recipeSamples  int
 	recipeRepoMB   int64
 	recipePackages string
+	maRuns         int
+	maChildren     int
+	maRounds       int
+	maTTFT         time.Duration
 	images         imageFlags
 	egress         egressFlags
 	agentResolved  string // agentPath's answer, once found
@@ -85,7 +89,11 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.scaleTTFT, "scale-model-ttft", 2*time.Second, "the fake model's time to first token in the scale section (a session stays active that long per call)")
 	fs.IntVar(&f.scalePerSlot, "scale-turns", 2, "fresh sessions each concurrent slot runs, one after the other, at each scale level")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")
-	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,failover", "comma-separated `sections` to run (also: cpu, recipe)")
+	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,multiagent,failover", "comma-separated `sections` to run (also: cpu, recipe)")
+	fs.IntVar(&f.maRuns, "multiagent-runs", 30, "coordinator sessions starting one child in the multiagent section (and as many single-agent sessions, alternating)")
+	fs.IntVar(&f.maChildren, "multiagent-children", 24, "start_thread calls of the multiagent fan-out's one coordinator answer (the brain runs at most 25 threads of a session at once, the coordinator included: more are refused)")
+	fs.IntVar(&f.maRounds, "multiagent-rounds", 5, "fan-out sessions of the multiagent section, one after the other")
+	fs.DurationVar(&f.maTTFT, "multiagent-model-ttft", 2*time.Second, "the fake model's time to first token in the multiagent fan-out (as long as a real call's, so that the children's calls overlap)")
 	fs.StringVar(&f.recipeSessions, "recipe-sessions", "1,10,100", "comma-separated concurrent-session `levels` of the recipe section")
 	fs.IntVar(&f.recipeSamples, "recipe-samples", 20, "sessions per level and mode of the recipe section (at least 2 rounds per level)")
 	fs.Int64Var(&f.recipeRepoMB, "recipe-repo-mb", 32, "`MiB` of history of the repository each recipe session clones")
@@ -120,17 +128,20 @@ func (f *benchFlags) applyQuick(set map[string]bool) {
 		return
 	}
 	q := map[string]func(){
-		"sessions":         func() { f.sessions = "1,10" },
-		"samples":          func() { f.samples = 4 },
-		"scale":            func() { f.scale = "50,100" },
-		"scale-model-ttft": func() { f.scaleTTFT = 300 * time.Millisecond },
-		"idle-sessions":    func() { f.idleSessions = 100 },
-		"failover-runs":    func() { f.failoverRuns = 1 },
-		"model-ttft":       func() { f.ttft = 100 * time.Millisecond },
-		"brains":           func() { f.workers = 200 },
-		"recipe-sessions":  func() { f.recipeSessions = "1,10" },
-		"recipe-samples":   func() { f.recipeSamples = 4 },
-		"recipe-repo-mb":   func() { f.recipeRepoMB = 8 },
+		"sessions":              func() { f.sessions = "1,10" },
+		"samples":               func() { f.samples = 4 },
+		"scale":                 func() { f.scale = "50,100" },
+		"scale-model-ttft":      func() { f.scaleTTFT = 300 * time.Millisecond },
+		"idle-sessions":         func() { f.idleSessions = 100 },
+		"failover-runs":         func() { f.failoverRuns = 1 },
+		"model-ttft":            func() { f.ttft = 100 * time.Millisecond },
+		"brains":                func() { f.workers = 200 },
+		"recipe-sessions":       func() { f.recipeSessions = "1,10" },
+		"recipe-samples":        func() { f.recipeSamples = 4 },
+		"recipe-repo-mb":        func() { f.recipeRepoMB = 8 },
+		"multiagent-runs":       func() { f.maRuns = 5 },
+		"multiagent-rounds":     func() { f.maRounds = 1 },
+		"multiagent-model-ttft": func() { f.maTTFT = 300 * time.Millisecond },
 	}
 	for name, apply := range q {
 		if !set[name] {
@@ -155,6 +166,12 @@ against a fake model server of configurable latency and real sandboxes, and comp
   log       appends per second through the API; SSE delivery latency to 100 subscribers of one session
   scale     the most concurrent active sessions with p95 platform overhead under 50 ms
   idle      memory, goroutines and sandboxes held by idle sessions
+  multiagent  multi-agent sessions (issue 22) on the first backend: a coordinator's start_thread answer to the
+            child's first model request, against a single-agent session's next request after a bash call
+            (--multiagent-runs each); one coordinator answer starting --multiagent-children children (each a
+            bash call and a short answer): their start, their next request after the call, and the wall time
+            until every child reported back (--multiagent-rounds sessions, fake model TTFT
+            --multiagent-model-ttft)
   failover  SIGKILL of a 'corral harness' process to the session resumed in another (PostgreSQL)
   cpu       overhead of talk-only sessions alone and beside 4 sandboxes running busy loops (not run by
             default; compare --sandbox-cpu-share -1, the default and --sandbox-cpu-idle)
@@ -215,6 +232,9 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 	if f.recipeSamples <= 0 || f.recipeRepoMB <= 0 {
 		return bench.Config{}, errors.New("--recipe-samples and --recipe-repo-mb must be positive")
 	}
+	if f.maRuns <= 0 || f.maChildren <= 0 || f.maRounds <= 0 || f.maTTFT < 0 {
+		return bench.Config{}, errors.New("--multiagent-runs, --multiagent-children and --multiagent-rounds must be positive, --multiagent-model-ttft not negative")
+	}
 	sections := splitList(f.sections)
 	for _, s := range sections {
 		if !slices.Contains(bench.Sections, s) {
@@ -251,6 +271,7 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		Out: f.out, SVG: f.svg, CPUShare: f.cpuShare, CPUIdle: f.cpuIdle,
 		Recipe: f.recipeParts(io), RecipeSessions: recipeSessions, RecipeSamples: f.recipeSamples,
 		RecipeRepoBytes: f.recipeRepoMB << 20, RecipePackages: packages,
+		MultiagentRuns: f.maRuns, MultiagentChildren: f.maChildren, MultiagentRounds: f.maRounds, MultiagentTTFT: f.maTTFT,
 		Executable: exe,
 		// The failover section's harness processes share one store, so they share its vault master key.
 		Environ: append(os.Environ(), "CORRAL_VAULT_KEY="+vault.NewKey().Encode()),

@@ -42,7 +42,7 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"other engineers' figures", bench.BeginMarker, "### Time to first token", "### Hands", "### Log",
-		"### Scale", "### Idle sessions", "### Closing note"} {
+		"### Scale", "### Idle sessions", "### Multi-agent sessions", "### Closing note"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}

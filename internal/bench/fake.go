@@ -21,6 +21,18 @@ type fakeModel struct {
 	mu  sync.Mutex
 	got map[string]fakemodel.Timing
 	new chan struct{} // closed and replaced on each timing
+	// calls are the answered requests of the multi-agent workload (first user message with a task marker).
+	calls []modelCall
+}
+
+// modelCall is one request of the multi-agent workload that the fake model answered.
+type modelCall struct {
+	// Task is the text of the request's first user message (a session's first message, or a thread's task);
+	// Messages is how many messages the request had (1 for the first request of a session or thread).
+	Task     string
+	Messages int
+	// Received and Done are when the fake model received the request and finished answering it.
+	Received, Done time.Time
 }
 
 // startFake starts a fake model server of the run's per-token latency and jitter and this time to first
@@ -45,6 +57,12 @@ func (m *fakeModel) close()      { m.srv.Close() }
 func (m *fakeModel) forget() { m.srv.DropRequests() }
 
 func (m *fakeModel) observe(t fakemodel.Timing) {
+	if task := firstUserText(t.Request); strings.Contains(task, taskMark) {
+		m.mu.Lock()
+		m.calls = append(m.calls, modelCall{Task: task, Messages: len(t.Request.Messages), Received: t.Received, Done: t.Done})
+		m.mu.Unlock()
+		return
+	}
 	marker := t.Request.LastUserText()
 	if !strings.HasPrefix(marker, "bench ") {
 		return
@@ -106,6 +124,60 @@ func (m *fakeModel) waitRequest(ctx context.Context, marker string) error {
 		case <-ctx.Done():
 			return fmt.Errorf("the model call of the failover session never arrived: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// taskMark begins the markers of the multi-agent workload's sessions and tasks ("<ma ...>").
+const taskMark = "<ma "
+
+// firstUserText is the text of the request's first user message.
+func firstUserText(r *fakemodel.Request) string {
+	for _, msg := range r.Messages {
+		if msg.Role != "user" {
+			continue
+		}
+		var sb strings.Builder
+		for _, b := range msg.Content {
+			sb.WriteString(b.Text)
+		}
+		return sb.String()
+	}
+	return ""
+}
+
+// toolCall is one tool call of a scripted answer: the tool's name and its JSON input.
+type toolCall struct{ name, input string }
+
+// scriptCalls makes the answer to the request that has messages messages, of the session or thread whose first
+// user message contains marker, the tool calls.
+func (m *fakeModel) scriptCalls(marker string, messages int, calls ...toolCall) {
+	turn := fakemodel.Turn{Match: func(r *fakemodel.Request) bool {
+		return len(r.Messages) == messages && strings.Contains(firstUserText(r), marker)
+	}}
+	for _, c := range calls {
+		turn.ToolUses = append(turn.ToolUses, fakemodel.ToolUse{Name: c.name, Input: c.input})
+	}
+	m.srv.Script(turn)
+}
+
+// takeCalls waits (until ctx is done) for the multi-agent workload's calls answered so far to satisfy complete,
+// then returns them and forgets them and every request.
+func (m *fakeModel) takeCalls(ctx context.Context, complete func([]modelCall) bool) ([]modelCall, error) {
+	for {
+		m.mu.Lock()
+		if complete(m.calls) {
+			out := m.calls
+			m.calls = nil
+			m.mu.Unlock()
+			m.srv.DropRequests()
+			return out, nil
+		}
+		m.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the fake model did not answer every call of the workload: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }

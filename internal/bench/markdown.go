@@ -205,6 +205,9 @@ func (r *Report) Markdown(svgName string) string {
 		p("the poll interval of the brain that takes over.\n\n")
 	}
 
+	if m := r.Multiagent; m != nil {
+		b.WriteString(m.Markdown(r.ModelTTFT, r.ModelPerToken))
+	}
 	if rc := r.Recipe; rc != nil && len(rc.Cells) > 0 {
 		b.WriteString(rc.Markdown(r.ModelTTFT))
 	}

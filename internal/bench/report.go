@@ -69,16 +69,17 @@ type Report struct {
 	ScaleModelTTFT                        time.Duration
 	ScalePerSlot                          int
 
-	Cells    []Cell
-	Hands    []HandsResult
-	Log      *LogResult
-	Scale    []ScaleStep
-	ScaleMax int // the largest level whose p95 overhead stayed under the limit
-	Memory   *MemoryResult
-	CPU      []CPUResult
-	Failover *FailoverResult
-	Recipe   *RecipeResult
-	Skipped  []string // "section: reason"
+	Cells      []Cell
+	Hands      []HandsResult
+	Log        *LogResult
+	Scale      []ScaleStep
+	ScaleMax   int // the largest level whose p95 overhead stayed under the limit
+	Memory     *MemoryResult
+	CPU        []CPUResult
+	Failover   *FailoverResult
+	Recipe     *RecipeResult
+	Multiagent *MultiagentResult
+	Skipped    []string // "section: reason"
 }
 
 // Goals.
@@ -246,6 +247,10 @@ func (r *Report) WriteSummary(w io.Writer) {
 		if rc.Build > 0 {
 			fmt.Fprintf(w, "recipe image build %.1f s; provision p50 %s ms on it, %s ms without packages\n", rc.Build.Seconds(), Ms(rc.ProvisionPackages.P50), Ms(rc.ProvisionBase.P50))
 		}
+	}
+	if m := r.Multiagent; m != nil {
+		fmt.Fprintln(w)
+		m.writeSummary(w)
 	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "skipped: %s\n", s)

@@ -26,7 +26,7 @@ import (
 )
 
 // Sections of a run, in the order they run.
-var Sections = []string{"ttft", "hands", "log", "scale", "idle", "cpu", "failover", "recipe"}
+var Sections = []string{"ttft", "hands", "log", "scale", "idle", "multiagent", "cpu", "failover", "recipe"}
 
 // Config is one corral bench run. cmd/corral maps the flags to it; the fields' doc is the flags' help.
 type Config struct {
@@ -71,10 +71,16 @@ type Config struct {
 	RecipeRepoBytes  int64
 	RecipePackages   *apitype.Packages
 	FailoverLeaseTTL time.Duration
-	Workers          int    // in-process brain workers of the servers under test
-	CPUShare         int    // the backends' --sandbox-cpu-share, for the report
-	CPUIdle          bool   // and --sandbox-cpu-idle
-	Out, SVG         string // markdown report (its generated section) and chart; Out "" writes neither
+	// MultiagentRuns is the multiagent section's coordinator sessions starting one child (and single-agent
+	// sessions, alternating); MultiagentChildren the children its fan-out's coordinator starts in one answer,
+	// MultiagentRounds the fan-out's sessions, MultiagentTTFT the fake model's time to first token in the
+	// fan-out (0: ModelTTFT).
+	MultiagentRuns, MultiagentChildren, MultiagentRounds int
+	MultiagentTTFT                                       time.Duration
+	Workers                                              int    // in-process brain workers of the servers under test
+	CPUShare                                             int    // the backends' --sandbox-cpu-share, for the report
+	CPUIdle                                              bool   // and --sandbox-cpu-idle
+	Out, SVG                                             string // markdown report (its generated section) and chart; Out "" writes neither
 
 	// Executable is the corral binary the failover section starts as `corral harness`; Environ is their
 	// environment (ANTHROPIC_* for the fake model are added).
@@ -157,7 +163,7 @@ func (b *benchRun) run(ctx context.Context) error {
 	defer b.fake.close()
 
 	var providers []*benchBackend
-	if sections["ttft"] || sections["hands"] || sections["idle"] || sections["cpu"] || sections["recipe"] {
+	if sections["ttft"] || sections["hands"] || sections["idle"] || sections["multiagent"] || sections["cpu"] || sections["recipe"] {
 		providers = b.backends()
 	}
 	b.progress("corral bench: %s; backends %s; fake model TTFT %s + %s/token ± %s", b.rep.Machine, backendNames(providers), f.ModelTTFT, f.ModelPerToken, f.ModelJitter)
@@ -196,6 +202,14 @@ func (b *benchRun) run(ctx context.Context) error {
 		}
 		if err := b.idle(ctx, be); err != nil {
 			b.skip("idle sessions", err.Error())
+		}
+	}
+	if sections["multiagent"] {
+		// One backend: the figures are the brain's; the children's bash calls share the session's sandbox.
+		if len(providers) == 0 {
+			b.skip("multiagent", "no sandbox backend runs here")
+		} else if err := b.multiagent(ctx, providers[0]); err != nil {
+			b.skip("multiagent, "+providers[0].name, err.Error())
 		}
 	}
 	if sections["cpu"] {

@@ -75,6 +75,7 @@ func TestRunQuick(t *testing.T) {
 		ModelTTFT: 20 * time.Millisecond, ModelPerToken: time.Millisecond,
 		Scale: []int{4}, ScaleTTFT: 50 * time.Millisecond, ScalePerSlot: 1, IdleSessions: 8,
 		Sections: bench.Sections, FailoverRuns: 1, FailoverLeaseTTL: 2 * time.Second, Workers: 20,
+		MultiagentRuns: 2, MultiagentChildren: 3, MultiagentRounds: 1,
 		Out: out, Stdout: &stdout, Stderr: &stderr,
 	}
 	if err := bench.Run(context.Background(), cfg); err != nil {
@@ -91,7 +92,7 @@ func TestRunQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"other engineers' figures", bench.BeginMarker, "### Time to first token", "### Hands", "### Log",
-		"### Scale", "### Idle sessions", "### Closing note", "bubblewrap is not installed: apt-get install bubblewrap",
+		"### Scale", "### Idle sessions", "### Multi-agent sessions", "### Closing note", "bubblewrap is not installed: apt-get install bubblewrap",
 		"failover: it runs `corral harness` processes"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
@@ -169,5 +170,68 @@ func TestRecipe(t *testing.T) {
 	}
 	if strings.Contains(string(md), "| — | — |") || strings.Contains(string(md), "failed; first error") {
 		t.Errorf("a mode measured no first tool result, or sessions failed:\n%s", md)
+	}
+}
+
+// TestMultiagent runs the multiagent section at a small size on the process backend: a few coordinator sessions
+// starting one child each, alternating with single-agent sessions, and two fan-out sessions of a coordinator
+// answer with 24 start_thread calls (the most the brain runs beside the coordinator). Every run must succeed,
+// every child start, and the report must carry each figure, measured.
+func TestMultiagent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a server, sandboxes and multi-agent sessions")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agent := buildAgent(t, dir)
+	out := filepath.Join(dir, "benchmarks.md")
+	var stdout, stderr bytes.Buffer
+	cfg := bench.Config{
+		Backends: func(string) ([]bench.Backend, error) {
+			return []bench.Backend{{Name: "process", New: func(string) (sandbox.Provider, error) {
+				return process.New(process.Config{AgentPath: agent})
+			}}}, nil
+		},
+		OpenStore: func(ctx context.Context, url string) (store.Store, error) { return sqlite.Open(ctx, url) },
+		Model: func(baseURL string, hc *http.Client) model.Model {
+			return anthropic.New(anthropic.Config{APIKey: "bench", BaseURL: baseURL, HTTPClient: hc})
+		},
+		ModelTTFT: 20 * time.Millisecond, ModelPerToken: time.Millisecond, Workers: 20,
+		Sections: []string{"multiagent"}, MultiagentRuns: 3, MultiagentChildren: 24, MultiagentRounds: 2,
+		MultiagentTTFT: 200 * time.Millisecond,
+		Out:            out, Stdout: &stdout, Stderr: &stderr,
+	}
+	if err := bench.Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	mdb, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(mdb)
+	for _, want := range []string{"### Multi-agent sessions", "Backend process.",
+		"| coordinator's `start_thread` → the child's first request | 3 | ",
+		"| single agent: `bash true` in a warm sandbox → next request | 3 | ",
+		"| single agent: first `bash true` (sandbox provisioned) → next request | 3 | ",
+		"48 children started, 0 calls refused",
+		"| first request, from the coordinator's answer (the starts run one after the other) | 48 | ",
+		"| first request, from its own start's append | 48 | ",
+		"| next request after its `bash true` answer (the call in its own shell, the result's append) | 48 | ",
+		"| its report (and idle status) appended, from its last answer's end | 48 | ",
+		"| the fake model's own time per child call | 96 | ",
+		"| single agent, warm sandbox | ", "| fan-out child (a new shell of its own) | ",
+		"Wall time until every child had reported back"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s\nstderr:\n%s", want, md, stderr.String())
+		}
+	}
+	// Every figure measured (a dash is a figure without samples), and no run failed.
+	if strings.Contains(md, "| — |") || strings.Contains(md, "failed; first error") || strings.Contains(md, "Not measured") {
+		t.Errorf("a figure is missing or runs failed:\n%s", md)
+	}
+	if !strings.Contains(stdout.String(), "child's start (start_thread)") || !strings.Contains(stdout.String(), "48 children started, 0 refused") {
+		t.Errorf("summary lacks the multi-agent lines:\n%s", stdout.String())
 	}
 }

@@ -164,6 +164,18 @@ func (c *Client) EventList(ctx context.Context, sessionID string, p *EventListPa
 	return call[Page[Event]](ctx, c, "GET", pathOf("/v1/sessions/", sessionID, "/events"), p.values(), nil)
 }
 
+// ThreadEventList returns a page of a session thread's own events, oldest first; of p, only Limit and Page apply.
+func (c *Client) ThreadEventList(ctx context.Context, sessionID, threadID string, p *EventListParams) (*Page[Event], error) {
+	q := url.Values{}
+	if p != nil && p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p != nil && p.Page != "" {
+		q.Set("page", p.Page)
+	}
+	return call[Page[Event]](ctx, c, "GET", pathOf("/v1/sessions/", sessionID, "/threads/", threadID, "/events"), q, nil)
+}
+
 // Events iterates over the session's log from p (nil: every event, oldest first, 1000 a page), fetching page
 // after page. It stops at the first error, which it yields.
 func (c *Client) Events(ctx context.Context, sessionID string, p *EventListParams) iter.Seq2[*Event, error] {

@@ -19,6 +19,8 @@ type AgentCreateParams struct {
 	MCPServers  []apitype.MCPServer `json:"mcp_servers,omitempty"`
 	Skills      []apitype.SkillRef  `json:"skills,omitempty"`
 	Metadata    map[string]string   `json:"metadata,omitempty"`
+	// Multiagent is the agent's multiagent configuration as the API takes it (docs/multiagent.md); nil: none.
+	Multiagent json.RawMessage `json:"multiagent,omitempty"`
 }
 
 // AgentUpdateParams is the body of POST /v1/agents/{id}: nil fields are kept. Each update that changes
