@@ -393,7 +393,7 @@ func TestServeTextTurnProvisionsNothing(t *testing.T) {
 	c := s.client()
 	id := newSession(t, c, "Say hello.")
 	events := waitIdle(t, c, id)
-	want := []string{"user.message", "session.status_running", "span.model_request_start", "agent.message", "span.model_request_end", "session.status_idle"}
+	want := []string{"user.message", "session.status_running", "span.model_request_start", "agent.message", "span.model_request_end", "session.usage", "session.status_idle"}
 	if got := types(events); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("events = %v, want %v", got, want)
 	}

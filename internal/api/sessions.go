@@ -387,8 +387,41 @@ func (s *Server) sessionGet(w http.ResponseWriter, r *http.Request) error {
 	if sess.OutcomeEvaluations, err = s.outcomeEvaluations(r.Context(), id); err != nil {
 		return err
 	}
-	s.normalizeSession(sess, s.now())
+	now := s.now()
+	if err := s.addRunningStretch(r.Context(), sess, now); err != nil {
+		return err
+	}
+	s.normalizeSession(sess, now)
 	return writeJSON(w, http.StatusOK, sess)
+}
+
+// addRunningStretch adds to a working session's active time the stretch it is in, so that a running session's
+// active_seconds (stats and usage) grow while it works: the stored figure counts the finished stretches only (a
+// brain adds each as the session idles). The stretch starts at the first session.status_running after the
+// session's last session.status_idle (a rescheduling within it counts, as the brain counts it): two reads of
+// the session's log, each one event long, and none for a session that is not working. A brain that takes over
+// a crashed one's turn counts that turn from the takeover, so the figure at the next idle can be lower than the
+// estimate by the time the crashed brain lost.
+func (s *Server) addRunningStretch(ctx context.Context, sess *apitype.Session, now time.Time) error {
+	if sess.Status != apitype.StatusRunning && sess.Status != apitype.StatusRescheduling {
+		return nil
+	}
+	idle, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sess.ID, Desc: true, Limit: 1,
+		Types: []apitype.EventType{apitype.EventSessionStatusIdle}})
+	if err != nil {
+		return err
+	}
+	after := int64(0)
+	if len(idle) > 0 {
+		after = idle[0].Seq
+	}
+	running, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sess.ID, AfterSeq: after, Limit: 1,
+		Types: []apitype.EventType{apitype.EventSessionStatusRunning}})
+	if err != nil || len(running) == 0 {
+		return err
+	}
+	sess.Stats.ActiveSeconds += max(0, now.Sub(running[0].CreatedAt).Seconds())
+	return nil
 }
 
 // sessionUpdateRequest is the body of POST /v1/sessions/{id}.
@@ -499,7 +532,10 @@ func (s *Server) sessionUpdate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return lookup(err, "session", id)
 	}
-	s.normalizeSession(sess, s.now())
+	if err := s.addRunningStretch(r.Context(), sess, now); err != nil {
+		return err
+	}
+	s.normalizeSession(sess, now)
 	if ev, ok := changed.event(sess); ok {
 		// A changed budget wakes the session: a brain re-checks it, and work paused at the old one resumes.
 		if _, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id,
@@ -584,6 +620,9 @@ func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.now()
 	for i := range data {
+		if err := s.addRunningStretch(r.Context(), &data[i], now); err != nil {
+			return err
+		}
 		s.normalizeSession(&data[i], now)
 	}
 	return writeJSON(w, http.StatusOK, biPage[apitype.Session]{Data: data, NextPage: next, PrevPage: prev})

@@ -49,6 +49,18 @@ func (t *thread) appendP(p *store.EventAppendParams) ([]apitype.Event, error) {
 		// A thread of a multi-agent session: its append is made its own, and the session's status follows.
 		t.multi.mu.Lock()
 		defer t.multi.mu.Unlock()
+		if p.Usage != nil {
+			// Threads price their model requests concurrently and append in the lock's order: the append carries
+			// the session's usage as it is now, so that neither the session's total nor its last session.usage
+			// goes back.
+			u := t.usage
+			p.Usage = &u
+			for i, e := range p.Events {
+				if e.Type == apitype.EventSessionUsage {
+					p.Events[i] = t.usageEvent()
+				}
+			}
+		}
 		kicks = t.translate(p)
 	}
 	status = p.Status

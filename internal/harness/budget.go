@@ -14,8 +14,9 @@ import (
 // The session's budget and what its model requests cost.
 //
 // Every model request is priced at the list rates of internal/price and added to the session's usage in the
-// same append as its span.model_request_end, followed, in a session with a budget, by a session.usage event
-// carrying the usage and the budget.
+// same append as its span.model_request_end, followed by a session.usage event carrying the usage and the
+// budget (null for a session without one): one per model request, whoever makes it (the agent, a grader, the
+// advisor, a compaction), so a client following the stream sees the session's running cost.
 // The budget is read from the log: the last session.updated of the tail that names one (the API appends it with
 // a wake-up when it changes the budget), else the session's at the run's start. Before each model request
 // (modelStep) a session whose list cost has reached its budget idles with budget_reached instead; the request
@@ -67,8 +68,7 @@ func budgetReached(b *apitype.Budget, u *apitype.SessionUsage, priced bool) bool
 }
 
 // addUsage adds a model request's usage, priced at the model's list rates, to the session's, and returns the new
-// total (for the append that records it) with the events that report it: session.usage for a session with a
-// budget, none for one without (its usage is on the session).
+// total (for the append that records it) with the event that reports it: session.usage, with the budget or null.
 func (t *thread) addUsage(resp *model.Response) (*apitype.SessionUsage, []apitype.NewEvent) {
 	return t.addUsageFor(resp, t.agent.Model.ID)
 }
@@ -83,9 +83,6 @@ func (t *thread) addUsageFor(resp *model.Response, modelID string) (*apitype.Ses
 	}
 	t.addTo(&t.usage, resp, modelID)
 	total := t.usage
-	if b, _ := apitype.ParseBudget(t.budget); b == nil {
-		return &total, nil
-	}
 	return &total, []apitype.NewEvent{t.usageEvent()}
 }
 

@@ -58,15 +58,21 @@ func TestBudgetCheck(t *testing.T) {
 		t.Fatal("a cost at or past the cap does not stop")
 	}
 
-	// A budgeted session on a model with no price never runs; an unbudgeted one runs and shows no list cost.
+	// A budgeted session on a model with no price never runs; an unbudgeted one runs and shows no list cost, and
+	// its session.usage says so, with a null budget.
 	unpriced := budgetThread("local/llama", cap1)
 	if !unpriced.overBudget(unpriced.budget) {
 		t.Fatal("a budget on an unpriced model does not stop")
 	}
 	free := budgetThread("local/llama", "")
 	total, evs = free.addUsage(&model.Response{Usage: apitype.SpanUsage{InputTokens: 10}})
-	if free.overBudget(free.budget) || total.ListCost != nil || !total.Unpriced || len(evs) != 0 {
+	if free.overBudget(free.budget) || total.ListCost != nil || !total.Unpriced || len(evs) != 1 {
 		t.Fatalf("unbudgeted unpriced: %+v, %d events", total, len(evs))
+	}
+	ue = apitype.SessionUsageEvent{}
+	if err := json.Unmarshal(evs[0].Data, &ue); err != nil || evs[0].Type != apitype.EventSessionUsage ||
+		ue.Usage.InputTokens != 10 || ue.Usage.ListCost != nil || string(ue.Budget) != "null" {
+		t.Fatalf("unbudgeted session.usage %s %s", evs[0].Type, evs[0].Data)
 	}
 }
 

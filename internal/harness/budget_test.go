@@ -58,7 +58,7 @@ func TestBudgetPauseAndRemove(t *testing.T) {
 	}
 
 	// The budget removed: the turn resumes with the tool result and the message, and the session, now without a
-	// budget, reports no more session.usage.
+	// budget, reports its usage with a null budget.
 	if _, err := f.store.SessionUpdate(ctx, id, func(s *apitype.Session) error { s.Budget = nil; return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,10 @@ func TestBudgetPauseAndRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs = f.waitIdle(id, 2)
-	assertTypes(t, evs[len(evs)-6:], apitype.EventSessionUpdated, running, start, agentMsg, end, idle)
+	assertTypes(t, evs[len(evs)-7:], apitype.EventSessionUpdated, running, start, agentMsg, end, usage, idle)
+	if u := decode[apitype.SessionUsageEvent](t, evs[len(evs)-2]); u.Usage.ListCostPicodollars != 10_500_000_000+180_000_000 || string(u.Budget) != "null" {
+		t.Errorf("session.usage after the removal %s", evs[len(evs)-2].Data)
+	}
 	if r := decode[apitype.SessionIdle](t, evs[len(evs)-1]).StopReason.Type; r != apitype.StopEndTurn {
 		t.Fatalf("after the removal: stop reason %q", r)
 	}

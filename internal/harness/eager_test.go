@@ -39,13 +39,13 @@ func TestEagerHands(t *testing.T) {
 		evs := f.waitIdle(withTools, 1)
 		if eager {
 			assertTypes(t, evs, userMsg, running, apitype.EventSpanSandboxProvisionStart, apitype.EventSpanSandboxProvisionEnd,
-				start, agentMsg, end, idle)
+				start, agentMsg, end, usage, idle)
 		} else {
-			assertTypes(t, evs, userMsg, running, start, agentMsg, end, idle)
+			assertTypes(t, evs, userMsg, running, start, agentMsg, end, usage, idle)
 		}
 		noTools := f.session()
 		f.say(noTools, "hi")
-		assertTypes(t, f.waitIdle(noTools, 1), userMsg, running, start, agentMsg, end, idle)
+		assertTypes(t, f.waitIdle(noTools, 1), userMsg, running, start, agentMsg, end, usage, idle)
 		want := int32(0)
 		if eager {
 			want = 1

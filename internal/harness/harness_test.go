@@ -40,6 +40,7 @@ const (
 	sessErr     = apitype.EventSessionError
 	start       = apitype.EventSpanModelRequestStart
 	end         = apitype.EventSpanModelRequestEnd
+	usage       = apitype.EventSessionUsage
 	agentMsg    = apitype.EventAgentMessage
 	toolUse     = apitype.EventAgentToolUse
 	customUse   = apitype.EventAgentCustomToolUse
@@ -345,7 +346,7 @@ func TestTextTurn(t *testing.T) {
 	f.say(id, "hi")
 
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, agentMsg, end, usage, idle)
 	if evs[0].ProcessedAt == nil {
 		t.Error("user.message has no processed_at")
 	}
@@ -356,7 +357,7 @@ func TestTextTurn(t *testing.T) {
 	if span.ModelRequestStartID != evs[2].ID || span.IsError || span.ModelUsage.InputTokens != 11 {
 		t.Errorf("span.model_request_end = %+v", span)
 	}
-	assertStop(t, evs[5], apitype.StopEndTurn)
+	assertStop(t, evs[6], apitype.StopEndTurn)
 	reqs := f.srv.Requests()
 	if len(reqs) != 1 || reqs[0].System != "You are a test agent." || reqs[0].Model != "claude-sonnet-4-5" ||
 		reqs[0].LastUserText() != "hi" || !reqs[0].Stream || len(reqs[0].Tools) != 0 {
@@ -386,13 +387,13 @@ func TestToolTurn(t *testing.T) {
 	f.say(id, "list the files")
 
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, agentMsg, toolUse, end, toolResult, start, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, agentMsg, toolUse, end, usage, toolResult, start, agentMsg, end, usage, idle)
 	use := decode[apitype.AgentToolUse](t, evs[4])
 	if use.Name != "bash" || use.EvaluatedPermission != "allow" || use.Evaluation == nil ||
 		use.Evaluation.Type != apitype.PolicyAlwaysAllow || use.ModelToolUseID != "toolu_1" || string(use.Input) != `{"command":"ls"}` {
 		t.Errorf("agent.tool_use = %+v", use)
 	}
-	res := decode[apitype.AgentToolResult](t, evs[6])
+	res := decode[apitype.AgentToolResult](t, evs[7])
 	if res.ToolUseID != evs[4].ID || res.IsError || resultText(res) != "ran bash" {
 		t.Errorf("agent.tool_result = %+v", res)
 	}
@@ -417,7 +418,7 @@ func TestToolTurn(t *testing.T) {
 	if tr.ToolUseID != "toolu_1" || tr.IsError || blockText(tr) != "ran bash" {
 		t.Errorf("second request's tool_result = %+v", tr)
 	}
-	assertStop(t, evs[10], apitype.StopEndTurn)
+	assertStop(t, evs[12], apitype.StopEndTurn)
 }
 
 func TestQueuedMessagePickedUpAtNextCall(t *testing.T) {
@@ -439,7 +440,7 @@ func TestQueuedMessagePickedUpAtNextCall(t *testing.T) {
 	close(hold)
 
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, userMsg, agentMsg, toolUse, end, toolResult, start, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, userMsg, agentMsg, toolUse, end, usage, toolResult, start, agentMsg, end, usage, idle)
 	if evs[3].ProcessedAt == nil || evs[3].ProcessedAt.Before(*evs[0].ProcessedAt) {
 		t.Errorf("queued message processed_at = %v (first at %v)", evs[3].ProcessedAt, evs[0].ProcessedAt)
 	}
@@ -468,7 +469,7 @@ func TestMessageDuringLastCallGetsATurn(t *testing.T) {
 	close(hold)
 
 	evs := f.waitIdle(id, 2)
-	assertTypes(t, evs, userMsg, running, start, userMsg, agentMsg, end, idle, running, start, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, userMsg, agentMsg, end, usage, idle, running, start, agentMsg, end, usage, idle)
 	if evs[3].ProcessedAt == nil {
 		t.Error("the second message was never processed")
 	}
@@ -493,7 +494,7 @@ func TestRetriesThenSuccess(t *testing.T) {
 	assertTypes(t, evs, userMsg, running,
 		start, end, sessErr, resched, running,
 		start, end, sessErr, resched, running,
-		start, agentMsg, end, idle)
+		start, agentMsg, end, usage, idle)
 	for _, i := range []int{4, 9} {
 		e := decode[apitype.SessionError](t, evs[i]).Error
 		if e.Type != apitype.SessionErrModelOverloaded || e.RetryStatus.Type != "retrying" || e.Message == "" {
@@ -521,7 +522,7 @@ func TestStalledModelCallRetried(t *testing.T) {
 	id := f.session()
 	f.say(id, "hi")
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, end, sessErr, resched, running, start, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, end, sessErr, resched, running, start, agentMsg, end, usage, idle)
 	e := decode[apitype.SessionError](t, evs[4]).Error
 	if e.Type != apitype.SessionErrModelRequestFailed ||
 		e.RetryStatus.Type != "retrying" || !strings.Contains(e.Message, "no complete answer within 300ms") {
@@ -638,15 +639,15 @@ func TestInterruptDuringTool(t *testing.T) {
 	f.send(id, interrupt, apitype.UserInterrupt{})
 
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, end, interrupt, toolResult, idle)
-	res := decode[apitype.AgentToolResult](t, evs[6])
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, usage, interrupt, toolResult, idle)
+	res := decode[apitype.AgentToolResult](t, evs[7])
 	if !res.IsError || res.ToolUseID != evs[3].ID || resultText(res) != "interrupted by the user" {
 		t.Errorf("tool result = %+v", res)
 	}
 	if !cancelled.Load() {
 		t.Error("the running tool was not cancelled")
 	}
-	assertStop(t, evs[7], apitype.StopEndTurn)
+	assertStop(t, evs[8], apitype.StopEndTurn)
 }
 
 func TestCustomToolRoundTrip(t *testing.T) {
@@ -662,8 +663,8 @@ func TestCustomToolRoundTrip(t *testing.T) {
 	f.say(id, "weather in Oslo?")
 
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, customUse, end, idle)
-	if r := stopReason(t, evs[5]); r.Type != apitype.StopRequiresAction || !slices.Equal(r.EventIDs, []string{evs[3].ID}) {
+	assertTypes(t, evs, userMsg, running, start, customUse, end, usage, idle)
+	if r := stopReason(t, evs[6]); r.Type != apitype.StopRequiresAction || !slices.Equal(r.EventIDs, []string{evs[3].ID}) {
 		t.Fatalf("stop_reason = %+v, want requires_action [%s]", r, evs[3].ID)
 	}
 	if reqs := f.srv.Requests(); len(reqs[0].Tools) != 1 || reqs[0].Tools[0].Name != "get_weather" ||
@@ -674,9 +675,9 @@ func TestCustomToolRoundTrip(t *testing.T) {
 	f.send(id, customReply, apitype.UserCustomToolResult{CustomToolUseID: evs[3].ID,
 		Content: []apitype.ContentBlock{apitype.TextBlock("sunny, 21C")}})
 	evs = f.waitIdle(id, 2)
-	assertTypes(t, evs, userMsg, running, start, customUse, end, idle,
-		customReply, running, start, agentMsg, end, idle)
-	if evs[6].ProcessedAt == nil {
+	assertTypes(t, evs, userMsg, running, start, customUse, end, usage, idle,
+		customReply, running, start, agentMsg, end, usage, idle)
+	if evs[7].ProcessedAt == nil {
 		t.Error("custom tool result not processed")
 	}
 	tr := lastToolResult(t, f.srv.Requests()[1])
@@ -696,9 +697,9 @@ func TestAlwaysAsk(t *testing.T) {
 		result string
 	}{
 		{"allow", apitype.UserToolConfirmation{Result: "allow"},
-			[]apitype.EventType{confirm, running, toolResult, start, agentMsg, end, idle}, "ran bash"},
+			[]apitype.EventType{confirm, running, toolResult, start, agentMsg, end, usage, idle}, "ran bash"},
 		{"deny", apitype.UserToolConfirmation{Result: "deny", DenyMessage: "not on my machine"},
-			[]apitype.EventType{confirm, running, toolResult, start, agentMsg, end, idle}, "The user denied this tool call. Their message: not on my machine"},
+			[]apitype.EventType{confirm, running, toolResult, start, agentMsg, end, usage, idle}, "The user denied this tool call. Their message: not on my machine"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -712,12 +713,12 @@ func TestAlwaysAsk(t *testing.T) {
 			f.say(id, "clean up")
 
 			evs := f.waitIdle(id, 1)
-			assertTypes(t, evs, userMsg, running, start, toolUse, end, idle)
+			assertTypes(t, evs, userMsg, running, start, toolUse, end, usage, idle)
 			use := decode[apitype.AgentToolUse](t, evs[3])
 			if use.EvaluatedPermission != "ask" || use.Evaluation == nil || use.Evaluation.Type != apitype.PolicyAlwaysAsk {
 				t.Errorf("tool use = %+v", use)
 			}
-			if r := stopReason(t, evs[5]); r.Type != apitype.StopRequiresAction || !slices.Equal(r.EventIDs, []string{evs[3].ID}) {
+			if r := stopReason(t, evs[6]); r.Type != apitype.StopRequiresAction || !slices.Equal(r.EventIDs, []string{evs[3].ID}) {
 				t.Fatalf("stop_reason = %+v", r)
 			}
 			if f.hands.count() != 0 {
@@ -727,8 +728,8 @@ func TestAlwaysAsk(t *testing.T) {
 			tc.answer.ToolUseID = evs[3].ID
 			f.send(id, confirm, tc.answer)
 			evs = f.waitIdle(id, 2)
-			assertTypes(t, evs[6:], tc.want...)
-			res := decode[apitype.AgentToolResult](t, evs[8])
+			assertTypes(t, evs[7:], tc.want...)
+			res := decode[apitype.AgentToolResult](t, evs[9])
 			if res.ToolUseID != evs[3].ID || resultText(res) != tc.result || res.IsError != (tc.answer.Result == "deny") {
 				t.Errorf("tool result = %+v", res)
 			}
@@ -758,14 +759,14 @@ func TestUnknownAndDisabledTools(t *testing.T) {
 	f.say(id, "teleport me")
 
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, toolUse, end, toolResult, toolResult, start, agentMsg, end, idle)
-	for i, want := range map[int]string{6: "there is no tool named teleport", 7: "the tool bash is disabled for this agent"} {
+	assertTypes(t, evs, userMsg, running, start, toolUse, toolUse, end, usage, toolResult, toolResult, start, agentMsg, end, usage, idle)
+	for i, want := range map[int]string{7: "there is no tool named teleport", 8: "the tool bash is disabled for this agent"} {
 		res := decode[apitype.AgentToolResult](t, evs[i])
 		if !res.IsError || resultText(res) != want {
 			t.Errorf("result %d = %+v, want %q", i, res, want)
 		}
-		if use := decode[apitype.AgentToolUse](t, evs[i-3]); use.EvaluatedPermission != "deny" {
-			t.Errorf("tool use %d = %+v", i-3, use)
+		if use := decode[apitype.AgentToolUse](t, evs[i-4]); use.EvaluatedPermission != "deny" {
+			t.Errorf("tool use %d = %+v", i-4, use)
 		}
 	}
 	if f.hands.count() != 0 {
@@ -791,8 +792,8 @@ func TestNoHands(t *testing.T) {
 	id := f.session(toolset)
 	f.say(id, "ls")
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, end, toolResult, start, agentMsg, end, idle)
-	if res := decode[apitype.AgentToolResult](t, evs[5]); !res.IsError || !strings.Contains(resultText(res), "no sandbox") {
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, usage, toolResult, start, agentMsg, end, usage, idle)
+	if res := decode[apitype.AgentToolResult](t, evs[6]); !res.IsError || !strings.Contains(resultText(res), "no sandbox") {
 		t.Errorf("result = %+v", res)
 	}
 }
@@ -813,11 +814,11 @@ func TestUnavailableHands(t *testing.T) {
 	id := f.session(toolset)
 	f.say(id, "ls")
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, end, toolResult, start, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, usage, toolResult, start, agentMsg, end, usage, idle)
 	if use := decode[apitype.AgentToolUse](t, evs[3]); use.EvaluatedPermission != "allow" {
 		t.Errorf("tool use = %+v", use)
 	}
-	res := decode[apitype.AgentToolResult](t, evs[5])
+	res := decode[apitype.AgentToolResult](t, evs[6])
 	if !res.IsError || resultText(res) != reason {
 		t.Errorf("result = %+v, want the reason %q", res, reason)
 	}
@@ -862,15 +863,15 @@ func TestSandboxFailureAndProvisionSpans(t *testing.T) {
 	id := f.session(toolset)
 	f.say(id, "ls")
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, end,
-		apitype.EventSpanSandboxProvisionStart, apitype.EventSpanSandboxProvisionEnd, toolResult, start, agentMsg, end, idle)
-	if ps := decode[apitype.SandboxProvisionStart](t, evs[5]); ps.Backend != "fake" || ps.Image == nil || ps.Image.ID != "base-x" || ps.Image.Status != apitype.ImageBuilding {
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, usage,
+		apitype.EventSpanSandboxProvisionStart, apitype.EventSpanSandboxProvisionEnd, toolResult, start, agentMsg, end, usage, idle)
+	if ps := decode[apitype.SandboxProvisionStart](t, evs[6]); ps.Backend != "fake" || ps.Image == nil || ps.Image.ID != "base-x" || ps.Image.Status != apitype.ImageBuilding {
 		t.Errorf("provision start = %+v (image %+v): want the image it waits for", ps, ps.Image)
 	}
-	if pe := decode[apitype.SandboxProvisionEnd](t, evs[6]); pe.ProvisionStartID != evs[5].ID || pe.Backend != "fake" || pe.IsError {
+	if pe := decode[apitype.SandboxProvisionEnd](t, evs[7]); pe.ProvisionStartID != evs[6].ID || pe.Backend != "fake" || pe.IsError {
 		t.Errorf("provision end = %+v", pe)
 	}
-	res := decode[apitype.AgentToolResult](t, evs[7])
+	res := decode[apitype.AgentToolResult](t, evs[8])
 	if !res.IsError || !strings.Contains(resultText(res), "sandbox died") {
 		t.Errorf("result = %+v", res)
 	}
@@ -897,10 +898,10 @@ func TestResourceErrorsLogged(t *testing.T) {
 	id := f.session(toolset)
 	f.say(id, "ls")
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, end,
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, usage,
 		apitype.EventSpanSandboxProvisionStart, apitype.EventSpanSandboxProvisionEnd, apitype.EventSessionError,
-		toolResult, start, agentMsg, end, idle)
-	se := decode[apitype.SessionError](t, evs[7])
+		toolResult, start, agentMsg, end, usage, idle)
+	se := decode[apitype.SessionError](t, evs[8])
 	if se.Error.Type != "repository_clone_error" || se.Error.RetryStatus.Type != "retrying" ||
 		se.Error.RepositoryURL == nil || *se.Error.RepositoryURL != "https://example.invalid/r.git" ||
 		!strings.Contains(se.Error.Message, "could not resolve host") {
@@ -930,9 +931,9 @@ func TestCompaction(t *testing.T) {
 	f.waitIdle(id, 1)
 	f.say(id, "and now?")
 	evs := f.waitIdle(id, 2)
-	assertTypes(t, evs, userMsg, running, start, agentMsg, end, idle,
-		userMsg, running, start, end, compacted, start, agentMsg, end, idle)
-	c := decode[apitype.ContextCompacted](t, evs[10])
+	assertTypes(t, evs, userMsg, running, start, agentMsg, end, usage, idle,
+		userMsg, running, start, end, usage, compacted, start, agentMsg, end, usage, idle)
+	c := decode[apitype.ContextCompacted](t, evs[12])
 	if c.Summary != "SUMMARY-XYZ" || c.UpToSeq != evs[3].Seq {
 		t.Errorf("compaction = %+v (the first answer is seq %d)", c, evs[3].Seq)
 	}
@@ -954,7 +955,7 @@ func TestCompaction(t *testing.T) {
 	f.start(f.config())
 	f.say(id, "third")
 	evs = f.waitIdle(id, 3)
-	assertTypes(t, evs[15:], userMsg, running, start, agentMsg, end, idle)
+	assertTypes(t, evs[18:], userMsg, running, start, agentMsg, end, usage, idle)
 	next := f.srv.Requests()[3]
 	if !strings.Contains(next.Messages[0].Content[0].Text, "SUMMARY-XYZ") || next.LastUserText() != "third" {
 		t.Errorf("request from a fresh brain = %+v", next.Messages)
@@ -1058,7 +1059,7 @@ func TestTakeoverMidModelCall(t *testing.T) {
 	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 5*time.Second // long: a lapsed lease of its own would be a second takeover
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, apitype.EventSessionError, end, start, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, apitype.EventSessionError, end, start, agentMsg, end, usage, idle)
 	assertRecovered(t, evs[3])
 	if span := decode[apitype.SpanModelRequestEnd](t, evs[4]); !span.IsError || span.ModelRequestStartID != evs[2].ID {
 		t.Errorf("dangling span closed with %+v", span)
@@ -1098,9 +1099,9 @@ func TestTakeoverToolUseWithoutResult(t *testing.T) {
 	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 5*time.Second // long: a lapsed lease of its own would be a second takeover
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, end, apitype.EventSessionError, toolResult, start, agentMsg, end, idle)
-	assertRecovered(t, evs[5])
-	res := decode[apitype.AgentToolResult](t, evs[6])
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, usage, apitype.EventSessionError, toolResult, start, agentMsg, end, usage, idle)
+	assertRecovered(t, evs[6])
+	res := decode[apitype.AgentToolResult](t, evs[7])
 	if !res.IsError || res.ToolUseID != evs[3].ID || !strings.Contains(resultText(res), "outcome is unknown") {
 		t.Errorf("result at takeover = %+v", res)
 	}
@@ -1138,7 +1139,7 @@ func TestStopReschedulesMidTurn(t *testing.T) {
 
 	f.start(f.config())
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, resched, end, running, start, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, resched, end, running, start, agentMsg, end, usage, idle)
 }
 
 func TestTwoBrainsNeverShareASession(t *testing.T) {
@@ -1181,7 +1182,7 @@ func TestTwoBrainsNeverShareASession(t *testing.T) {
 		f.say(ids[i], "hello")
 	}
 	for _, id := range ids {
-		assertTypes(t, f.waitIdle(id, 1), userMsg, running, start, toolUse, end, toolResult, start, agentMsg, end, idle)
+		assertTypes(t, f.waitIdle(id, 1), userMsg, running, start, toolUse, end, usage, toolResult, start, agentMsg, end, usage, idle)
 	}
 	if f.hands.count() != n {
 		t.Errorf("hands ran %d times, want %d", f.hands.count(), n)
@@ -1208,8 +1209,8 @@ func TestPromptTooLongCompactsAndRetries(t *testing.T) {
 	f.waitIdle(id, 1)
 	f.say(id, "two")
 	evs := f.waitIdle(id, 2)
-	assertTypes(t, evs[6:], userMsg, running, start, end, start, end, compacted, start, agentMsg, end, idle)
-	if span := decode[apitype.SpanModelRequestEnd](t, evs[9]); !span.IsError {
+	assertTypes(t, evs[7:], userMsg, running, start, end, start, end, usage, compacted, start, agentMsg, end, usage, idle)
+	if span := decode[apitype.SpanModelRequestEnd](t, evs[10]); !span.IsError {
 		t.Errorf("too-long span = %+v", span)
 	}
 	last := f.srv.Requests()[3]
@@ -1231,16 +1232,16 @@ func TestInterruptWhileRequiresAction(t *testing.T) {
 	f.waitIdle(id, 1)
 	f.send(id, interrupt, apitype.UserInterrupt{})
 	evs := f.waitIdle(id, 2)
-	assertTypes(t, evs, userMsg, running, start, customUse, end, idle, interrupt, toolResult, idle)
-	if res := decode[apitype.AgentToolResult](t, evs[7]); res.ToolUseID != evs[3].ID || !res.IsError || resultText(res) != "interrupted by the user" {
+	assertTypes(t, evs, userMsg, running, start, customUse, end, usage, idle, interrupt, toolResult, idle)
+	if res := decode[apitype.AgentToolResult](t, evs[8]); res.ToolUseID != evs[3].ID || !res.IsError || resultText(res) != "interrupted by the user" {
 		t.Errorf("result = %+v", res)
 	}
-	assertStop(t, evs[8], apitype.StopEndTurn)
+	assertStop(t, evs[9], apitype.StopEndTurn)
 
 	// The next message starts a turn whose history is valid: the interrupted call has its result.
 	f.say(id, "something else")
 	evs = f.waitIdle(id, 3)
-	assertTypes(t, evs[9:], userMsg, running, start, agentMsg, end, idle)
+	assertTypes(t, evs[10:], userMsg, running, start, agentMsg, end, usage, idle)
 	req := f.srv.Requests()[1]
 	last := req.Messages[len(req.Messages)-1]
 	if len(last.Content) != 2 || last.Content[0].ToolUseID != "toolu_c" || last.Content[1].Text != "something else" {
@@ -1261,7 +1262,7 @@ func TestThinkingKeptForTheModel(t *testing.T) {
 	id := f.session(toolset)
 	f.say(id, "what is here?")
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, apitype.EventAgentThinking, toolUse, end, toolResult, start, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, apitype.EventAgentThinking, toolUse, end, usage, toolResult, start, agentMsg, end, usage, idle)
 	if th := decode[apitype.AgentThinking](t, evs[3]); th.Thinking != "I should list files." || th.Signature != "sig-1" {
 		t.Errorf("agent.thinking = %+v", th)
 	}
@@ -1312,7 +1313,7 @@ func TestStopBeforeActingKeepsSessionRunnable(t *testing.T) {
 	cfgB := f.config()
 	cfgB.Owner = "brain-b"
 	f.start(cfgB)
-	assertTypes(t, f.waitIdle(id, 1), userMsg, running, start, agentMsg, end, idle)
+	assertTypes(t, f.waitIdle(id, 1), userMsg, running, start, agentMsg, end, usage, idle)
 }
 
 // claimHoldingStore's claims succeed in the store but return only once the brain is stopping, as if the

@@ -290,9 +290,9 @@ func TestMCPToolsThroughBrain(t *testing.T) {
 	)
 	f.say(id, "Once more.")
 	evs = f.waitIdle(id, 3)
-	res := decode[apitype.AgentMCPToolResult](t, evs[len(evs)-5])
-	if evs[len(evs)-5].Type != mcpResult || res.IsError || len(res.Content) == 0 || res.Content[0].Text != "echo: again" {
-		t.Fatalf("after the 401: %s %+v; log %v", evs[len(evs)-5].Type, res, types(evs))
+	res := decode[apitype.AgentMCPToolResult](t, evs[len(evs)-6])
+	if evs[len(evs)-6].Type != mcpResult || res.IsError || len(res.Content) == 0 || res.Content[0].Text != "echo: again" {
+		t.Fatalf("after the 401: %s %+v; log %v", evs[len(evs)-6].Type, res, types(evs))
 	}
 	if n := r.srv.TokenRequests.Load(); n != 2 || r.srv.Unauthorized.Load() == 0 {
 		t.Errorf("%d token requests, %d 401s after the expiry", n, r.srv.Unauthorized.Load())
@@ -446,9 +446,9 @@ func TestMCPCrashMidCall(t *testing.T) {
 	cfgB.Owner, cfgB.LeaseTTL = "brain-b", 5*time.Second
 	f.start(cfgB)
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, mcpUse, end, sessErr, mcpResult, start, agentMsg, end, idle)
-	assertRecovered(t, evs[5])
-	res := decode[apitype.AgentMCPToolResult](t, evs[6])
+	assertTypes(t, evs, userMsg, running, start, mcpUse, end, usage, sessErr, mcpResult, start, agentMsg, end, usage, idle)
+	assertRecovered(t, evs[6])
+	res := decode[apitype.AgentMCPToolResult](t, evs[7])
 	if !res.IsError || res.MCPToolUseID != evs[3].ID || !strings.Contains(res.Content[0].Text, "outcome is unknown") {
 		t.Errorf("result at takeover = %+v", res)
 	}

@@ -58,15 +58,21 @@ func TestOutcomeSatisfied(t *testing.T) {
 	def := outcomeDef(3)
 	f.send(id, defineOutcome, def)
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, defineOutcome, running, start, agentMsg, end, evalStart, evalOngoing, evalEnd, idle)
-	assertStop(t, evs[8], apitype.StopEndTurn)
-	if s := decode[apitype.OutcomeEvaluationSpan](t, evs[5]); s.OutcomeID != def.OutcomeID || s.Iteration != 0 {
-		t.Errorf("evaluation start %s", evs[5].Data)
+	assertTypes(t, evs, defineOutcome, running, start, agentMsg, end, usage, evalStart, evalOngoing, evalEnd, usage, idle)
+	assertStop(t, evs[10], apitype.StopEndTurn)
+	if s := decode[apitype.OutcomeEvaluationSpan](t, evs[6]); s.OutcomeID != def.OutcomeID || s.Iteration != 0 {
+		t.Errorf("evaluation start %s", evs[6].Data)
 	}
-	e := decode[apitype.OutcomeEvaluationEnd](t, evs[7])
-	if e.Result != apitype.OutcomeSatisfied || e.Explanation != "Three lines about goats." || e.OutcomeEvaluationStartID != evs[5].ID ||
+	e := decode[apitype.OutcomeEvaluationEnd](t, evs[8])
+	if e.Result != apitype.OutcomeSatisfied || e.Explanation != "Three lines about goats." || e.OutcomeEvaluationStartID != evs[6].ID ||
 		e.Usage.InputTokens != 100 || e.Usage.OutputTokens != 20 || len(e.Criteria) != 1 || !e.Criteria[0].Met {
-		t.Errorf("evaluation end %s", evs[7].Data)
+		t.Errorf("evaluation end %s", evs[8].Data)
+	}
+	// Each model request, the agent's and the grader's, is followed by the session's usage so far.
+	for i, want := range map[int]int64{5: 10, 9: 110} {
+		if u := decode[apitype.SessionUsageEvent](t, evs[i]); u.Usage.InputTokens != want || string(u.Budget) != "null" {
+			t.Errorf("session.usage %d: %s, want %d input tokens and a null budget", i, evs[i].Data, want)
+		}
 	}
 	reqs := f.srv.Requests()
 	if len(reqs) != 2 {
@@ -170,9 +176,11 @@ func TestOutcomeGraderFails(t *testing.T) {
 	f.srv.Script(modeltest.Turn{Text: "done again"}, modeltest.Turn{Text: "Looks fine to me."})
 	f.send(id, defineOutcome, outcomeDef(3))
 	evs = f.waitIdle(id, 2)
-	if d := decode[apitype.OutcomeEvaluationEnd](t, evs[len(evs)-2]); d.Result != apitype.OutcomeFailed ||
+	// The grader's request succeeded: its usage is reported after the evaluation's end.
+	assertTypes(t, evs[len(evs)-5:], evalStart, evalOngoing, evalEnd, usage, idle)
+	if d := decode[apitype.OutcomeEvaluationEnd](t, evs[len(evs)-3]); d.Result != apitype.OutcomeFailed ||
 		!strings.Contains(d.Explanation, "without calling record_evaluation") {
-		t.Errorf("evaluation end %s", evs[len(evs)-2].Data)
+		t.Errorf("evaluation end %s", evs[len(evs)-3].Data)
 	}
 }
 
@@ -292,7 +300,7 @@ func TestOutcomeInterruptedWhileWorking(t *testing.T) {
 	f.srv.Script(modeltest.Turn{Text: "done"}, verdictTurn("satisfied", "ok"))
 	f.send(id, defineOutcome, outcomeDef(3))
 	evs = f.waitIdle(id, 2)
-	assertTypes(t, evs[len(evs)-5:], end, evalStart, evalOngoing, evalEnd, idle)
+	assertTypes(t, evs[len(evs)-7:], end, usage, evalStart, evalOngoing, evalEnd, usage, idle)
 }
 
 // TestOutcomeGraderWaitsForBudget: grader requests are model requests: with the budget reached by the agent's

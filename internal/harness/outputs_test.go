@@ -39,14 +39,14 @@ func TestTurnEndCollectsOutputs(t *testing.T) {
 	f.start(cfg)
 	s := f.session(toolset)
 	f.say(s, "hi")
-	assertTypes(t, f.waitIdle(s, 1), userMsg, running, start, agentMsg, end, idle)
+	assertTypes(t, f.waitIdle(s, 1), userMsg, running, start, agentMsg, end, usage, idle)
 	if n := hands.collections.Load(); n != 1 {
 		t.Fatalf("%d collections after one turn, want 1", n)
 	}
 	hands.fail.Store(true)
 	f.say(s, "again")
 	evs := f.waitIdle(s, 2)
-	assertTypes(t, evs, userMsg, running, start, agentMsg, end, idle, userMsg, running, start, agentMsg, end, sessErr, idle)
+	assertTypes(t, evs, userMsg, running, start, agentMsg, end, usage, idle, userMsg, running, start, agentMsg, end, usage, sessErr, idle)
 	var se apitype.SessionError
 	if err := evs[len(evs)-2].DecodeData(&se); err != nil {
 		t.Fatal(err)

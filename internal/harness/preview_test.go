@@ -57,7 +57,7 @@ func TestPreviewsMatchEvents(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // nothing more may come
 	close(stop)
 	previews := <-got
-	assertTypes(t, evs, userMsg, running, start, apitype.EventAgentThinking, agentMsg, end, idle)
+	assertTypes(t, evs, userMsg, running, start, apitype.EventAgentThinking, agentMsg, end, usage, idle)
 
 	if len(previews) < 3 {
 		t.Fatalf("got %d previews, want an event_start for each event and deltas: %+v", len(previews), previews)

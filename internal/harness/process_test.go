@@ -53,16 +53,16 @@ func TestProcessSandbox(t *testing.T) {
 	f.say(id, "write a note and read it back")
 
 	evs := f.waitIdle(id, 1)
-	assertTypes(t, evs, userMsg, running, start, toolUse, end,
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, usage,
 		apitype.EventSpanSandboxProvisionStart, apitype.EventSpanSandboxProvisionEnd, toolResult,
-		start, toolUse, end, toolResult, start, agentMsg, end, idle)
-	if pe := decode[apitype.SandboxProvisionEnd](t, evs[6]); pe.Backend != "process" || pe.IsError || pe.ProvisionStartID != evs[5].ID {
+		start, toolUse, end, usage, toolResult, start, agentMsg, end, usage, idle)
+	if pe := decode[apitype.SandboxProvisionEnd](t, evs[7]); pe.Backend != "process" || pe.IsError || pe.ProvisionStartID != evs[6].ID {
 		t.Errorf("provision end = %+v", pe)
 	}
-	if res := decode[apitype.AgentToolResult](t, evs[7]); res.IsError {
+	if res := decode[apitype.AgentToolResult](t, evs[8]); res.IsError {
 		t.Errorf("write = %+v", res)
 	}
-	res := decode[apitype.AgentToolResult](t, evs[11])
+	res := decode[apitype.AgentToolResult](t, evs[13])
 	if res.IsError || strings.TrimSpace(resultText(res)) != "hello from the model" {
 		t.Errorf("bash = %+v", res)
 	}

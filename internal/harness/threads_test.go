@@ -172,8 +172,8 @@ func TestThreads(t *testing.T) {
 
 	// The researcher's part of the log: its whole turn, and its report to the coordinator.
 	rev := f.threadEvents(sid, res.ID)
-	want := []apitype.EventType{apitype.EventAgentThreadMessageReceived, apitype.EventSessionThreadStatusRunning, start, toolUse, end,
-		toolResult, start, agentMsg, end, apitype.EventAgentThreadMessageSent, apitype.EventSessionThreadStatusIdle}
+	want := []apitype.EventType{apitype.EventAgentThreadMessageReceived, apitype.EventSessionThreadStatusRunning, start, toolUse, end, usage,
+		toolResult, start, agentMsg, end, usage, apitype.EventAgentThreadMessageSent, apitype.EventSessionThreadStatusIdle}
 	if got := types(rev); !slices.Equal(got, want) {
 		t.Fatalf("researcher's events:\n got %v\nwant %v", got, want)
 	}
@@ -205,6 +205,20 @@ func TestThreads(t *testing.T) {
 	sess, err := f.store.SessionGet(context.Background(), sid)
 	if err != nil || sess.Status != apitype.StatusIdle || sess.Usage.OutputTokens < res.Usage.OutputTokens+helper.Usage.OutputTokens {
 		t.Errorf("session %v %+v", err, sess)
+	}
+	// Every thread's model request ends with the session's usage so far on the session's stream (the children's
+	// cross-posted): one per request, the last reporting the session's total.
+	var usages []apitype.Event
+	for _, e := range evs {
+		if e.Type == usage {
+			usages = append(usages, e)
+		}
+	}
+	if n := len(f.srv.Requests()); len(usages) != n || n < 5 {
+		t.Fatalf("session stream: %d session.usage for %d model requests: %v", len(usages), n, types(evs))
+	}
+	if u := decode[apitype.SessionUsageEvent](t, usages[len(usages)-1]).Usage; u.InputTokens != sess.Usage.InputTokens || u.OutputTokens != sess.Usage.OutputTokens {
+		t.Errorf("last session.usage %+v, session's %+v", u, sess.Usage)
 	}
 }
 
@@ -455,6 +469,16 @@ func TestThreadsAdvisor(t *testing.T) {
 	res := toolResultsOf(t, f.threadEvents(sid, ""))["consult_advisor"]
 	if len(res) != 1 || res[0].IsError || resultText(res[0]) != "Take the left road." {
 		t.Fatalf("consult_advisor results %+v", res)
+	}
+	// The advisor's answer comes with the session's usage, its request counted.
+	primary := f.threadEvents(sid, "")
+	for i, e := range primary {
+		if e.Type == toolResult && resultText(decode[apitype.AgentToolResult](t, e)) == "Take the left road." {
+			if i+1 == len(primary) || primary[i+1].Type != usage ||
+				decode[apitype.SessionUsageEvent](t, primary[i+1]).Usage.InputTokens < 1000 {
+				t.Errorf("after the advisor's answer: %v", types(primary[i+1:]))
+			}
+		}
 	}
 	var asked bool
 	for _, r := range f.srv.Requests() {

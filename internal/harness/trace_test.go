@@ -39,7 +39,7 @@ func TestCustomToolSpan(t *testing.T) {
 	}
 	f.send(id, customReply, apitype.UserCustomToolResult{CustomToolUseID: use.ID, Content: []apitype.ContentBlock{apitype.TextBlock("sunny")}})
 	evs = f.waitIdle(id, 2)
-	reply := evs[6]
+	reply := evs[7]
 
 	deadline := time.Now().Add(20 * time.Second)
 	for {
