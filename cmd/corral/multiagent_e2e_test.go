@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/corralhq/corral/internal/model/modeltest"
 )
@@ -154,6 +155,36 @@ func (m *multiE2E) thread(sid, name string) anthropic.BetaManagedAgentsSessionTh
 		m.t.Fatalf("%d threads of agent %s", len(found), name)
 	}
 	return found[0]
+}
+
+// streamThread reads n events from a thread's stream opened with the Last-Event-ID.
+func (m *multiE2E) streamThread(sid, thread, lastEventID string, n int) []anthropic.BetaManagedAgentsSessionEventUnion {
+	m.t.Helper()
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	defer cancel()
+	st := m.c.Beta.Sessions.Threads.Events.StreamEvents(ctx, thread, anthropic.BetaSessionThreadEventStreamParams{SessionID: sid},
+		option.WithHeader("Last-Event-ID", lastEventID))
+	defer st.Close()
+	var out []anthropic.BetaManagedAgentsSessionEventUnion
+	for len(out) < n && st.Next() {
+		var ev anthropic.BetaManagedAgentsSessionEventUnion
+		if err := json.Unmarshal([]byte(st.Current().RawJSON()), &ev); err != nil {
+			m.t.Fatal(err)
+		}
+		out = append(out, ev)
+	}
+	if len(out) < n {
+		m.t.Errorf("the stream of %s ended after %d of %d events: %v", thread, len(out), n, st.Err())
+	}
+	return out
+}
+
+func eventIDs(evs []anthropic.BetaManagedAgentsSessionEventUnion) []string {
+	var ids []string
+	for _, ev := range evs {
+		ids = append(ids, ev.ID)
+	}
+	return ids
 }
 
 // waitEvents polls the session's events until done holds, and returns them.
@@ -436,6 +467,14 @@ func TestMultiagentSharedHands(t *testing.T) {
 			t.Errorf("%s's events end with %v", name, evTypes(tevs))
 		}
 	}
+	// A thread's stream replays its own events (Last-Event-ID: 0), then resumes after any of them.
+	wevs := m.threadEvents(sid, byName["writer"].ID)
+	if got := m.streamThread(sid, byName["writer"].ID, "0", len(wevs)); !slices.Equal(eventIDs(got), eventIDs(wevs)) {
+		t.Errorf("the writer's stream %v, its list %v", evTypes(got), evTypes(wevs))
+	}
+	if got := m.streamThread(sid, byName["writer"].ID, wevs[1].ID, len(wevs)-2); !slices.Equal(eventIDs(got), eventIDs(wevs[2:])) {
+		t.Errorf("the writer's stream resumed after its second event: %v, want %v", evTypes(got), evTypes(wevs[2:]))
+	}
 	// The writer's shell kept its cd and export; the reader's shell is another, over the same files.
 	if w := outputs["writer"]; len(w) != 2 || !strings.Contains(w[1], "mark=[writer-shell] cwd=/tmp") {
 		t.Errorf("writer's outputs %q", w)
@@ -563,8 +602,8 @@ func TestMultiagentConfirmation(t *testing.T) {
 	if got, err := m.c.Beta.Sessions.Threads.Get(m.ctx, th.ID, anthropic.BetaSessionThreadGetParams{SessionID: sid}); err != nil || got.Status != "idle" {
 		t.Fatalf("the asking thread: %v %+v", err, got)
 	}
-	if n := len(m.requests("ROLE-ASKER")); n != 1 {
-		t.Fatalf("%d asker requests before the confirmation", n)
+	if n := len(m.requests("ROLE-ASKER")); n != 1 || len(toolResults(m.threadEvents(sid, th.ID))) != 0 {
+		t.Fatalf("%d asker requests, %d tool results before the confirmation", n, len(toolResults(m.threadEvents(sid, th.ID))))
 	}
 	echo, err := m.send(sid, anthropic.BetaManagedAgentsEventParamsOfUserToolConfirmation(anthropic.BetaManagedAgentsUserToolConfirmationEventParamsResultAllow, bashUse.ID))
 	if err != nil {
@@ -606,6 +645,9 @@ func TestMultiagentConfirmation(t *testing.T) {
 		t.Fatalf("custom tool result echo %s, want session_thread_id %s", echo.JSON.Data.Raw(), th.ID)
 	}
 	evs, _ = m.waitIdle(sid, "end_turn")
+	if n := m.model.Pending(); n != 0 {
+		t.Errorf("%d scripted turns left unused", n)
+	}
 
 	// The bash call ran in the child, after the confirmation; the custom result reached the child's model; the
 	// child reported back.
@@ -744,6 +786,62 @@ func TestMultiagentInterruptThread(t *testing.T) {
 	}
 	if r := m.requests("ROLE-COORD"); !strings.Contains(string(r[len(r)-1].Body), "FAST-REPORT") {
 		t.Errorf("the coordinator's last request misses the fast report")
+	}
+
+	// A child that waits for a confirmation, interrupted: its call is closed with an error result and it idles
+	// with end_turn without asking its model again; the session idles with end_turn, nothing left to answer.
+	blocked := m.agent("blocked", "ROLE-BLOCKED: you ask.",
+		anthropic.BetaAgentNewParamsToolUnion{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{
+			Configs: []anthropic.BetaManagedAgentsAgentToolConfigParamsUnion{{OfBash: &anthropic.BetaManagedAgentsBashToolConfigParams{
+				PermissionPolicy: anthropic.BetaManagedAgentsBashToolConfigParamsPermissionPolicyUnion{OfAlwaysAsk: &anthropic.BetaManagedAgentsAlwaysAskPolicyParam{}}}}}}})
+	coord2 := m.coordinator("dispatcher2", "ROLE-COORD2: you dispatch.", false, blocked)
+	sid = m.session(coord2.ID)
+	m.model.Script(
+		callTurn(byRole("ROLE-COORD2"), "start_thread", map[string]any{"agent": "blocked", "message": "Ask first."}),
+		callTurn(byRole("ROLE-BLOCKED"), "bash", map[string]any{"command": "echo never-ran"}),
+	)
+	m.say(sid, "Go.")
+	_, idle := m.waitIdle(sid, "requires_action")
+	bth := m.thread(sid, "blocked")
+	if _, err := m.send(sid, anthropic.BetaManagedAgentsEventParamsUnion{OfUserInterrupt: &anthropic.BetaManagedAgentsUserInterruptEventParams{
+		SessionThreadID: anthropic.String(bth.ID)}}); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ = m.waitIdle(sid, "end_turn")
+	bevs := m.threadEvents(sid, bth.ID)
+	res := toolResults(bevs)
+	if len(res) != 1 || !res[0].isError || res[0].text != "Tool execution was interrupted before completion. Please retry." {
+		t.Errorf("the interrupted call's results %+v", res)
+	}
+	for _, ev := range bevs {
+		if ev.Type == "agent.tool_result" && ev.AsAgentToolResult().ToolUseID != idle.StopReason.EventIDs[0] {
+			t.Errorf("result %s, want one for %v", ev.RawJSON(), idle.StopReason.EventIDs)
+		}
+	}
+	if n := len(m.requests("ROLE-BLOCKED")); n != 1 {
+		t.Errorf("the interrupted thread sampled again: %d requests", n)
+	}
+	if n := len(bevs); n == 0 || bevs[n-1].Type != "session.thread_status_idle" || bevs[n-1].AsSessionThreadStatusIdle().StopReason.Type != "end_turn" ||
+		countType(bevs, "agent.thread_message_sent") != 0 {
+		t.Errorf("the interrupted thread's events: %v", evTypes(bevs))
+	}
+	if got, err := m.c.Beta.Sessions.Threads.Get(m.ctx, bth.ID, anthropic.BetaSessionThreadGetParams{SessionID: sid}); err != nil || got.Status != "idle" {
+		t.Errorf("the interrupted thread: %v %+v", err, got)
+	}
+	// Its call is answered: a late confirmation is accepted (the brain keeps the first answer) and runs nothing.
+	if _, err := m.send(sid, anthropic.BetaManagedAgentsEventParamsOfUserToolConfirmation(anthropic.BetaManagedAgentsUserToolConfirmationEventParamsResultAllow,
+		idle.StopReason.EventIDs[0])); err != nil {
+		t.Errorf("a late confirmation: %v", err)
+	}
+	late := m.waitEvents(sid, "the late confirmation processed", func(evs []anthropic.BetaManagedAgentsSessionEventUnion) bool {
+		last := evs[len(evs)-1]
+		return last.Type == "user.tool_confirmation" && !last.AsUserToolConfirmation().ProcessedAt.IsZero()
+	})
+	if len(late) != len(evs)+1 {
+		t.Errorf("after the late confirmation: %v", evTypes(late[len(evs):]))
+	}
+	if res := toolResults(m.threadEvents(sid, bth.ID)); len(res) != 1 {
+		t.Errorf("the interrupted call's results after a late confirmation %+v", res)
 	}
 }
 
