@@ -429,6 +429,15 @@ func TestMultiagentSharedHands(t *testing.T) {
 	if w, r := byName["writer"], byName["reader"]; !w.CreatedAt.Before(r.CreatedAt) {
 		t.Errorf("writer created %v, reader %v", w.CreatedAt, r.CreatedAt)
 	}
+	// The session's usage is its threads' together.
+	var in, out int64
+	for _, th := range ths {
+		in, out = in+th.Usage.InputTokens, out+th.Usage.OutputTokens
+	}
+	sess, err := m.c.Beta.Sessions.Get(m.ctx, sid, anthropic.BetaSessionGetParams{})
+	if err != nil || sess.Status != "idle" || sess.Usage.InputTokens != in || sess.Usage.OutputTokens != out || out == 0 {
+		t.Errorf("session %v: usage %s, the threads' %d in %d out", err, sess.Usage.RawJSON(), in, out)
+	}
 	got, err := m.c.Beta.Sessions.Threads.Get(m.ctx, byName["reader"].ID, anthropic.BetaSessionThreadGetParams{SessionID: sid})
 	if err != nil || got.ID != byName["reader"].ID || got.Agent.Name != "reader" {
 		t.Errorf("get the reader's thread: %v %+v", err, got)
@@ -1004,5 +1013,57 @@ func TestMultiagentFailedChild(t *testing.T) {
 	}
 	if !seen || !strings.Contains(string(reqs[len(reqs)-1].Body), "FLAKY-REPORT") {
 		t.Errorf("the coordinator's requests: saw the failure %v; last %s", seen, reqs[len(reqs)-1].Body)
+	}
+}
+
+// TestMultiagentAdvisor: an agent with the advisor enabled consults it: the question and its context go to the
+// advisor's model, its answer comes back as the tool's result, and its usage counts in the session's.
+func TestMultiagentAdvisor(t *testing.T) {
+	t.Parallel()
+	m := newMultiE2E(t)
+	a, err := m.c.Beta.Agents.New(m.ctx, anthropic.BetaAgentNewParams{Name: "advised", System: anthropic.String("ROLE-ADVISED: you ask for advice."),
+		Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
+		Multiagent: anthropic.BetaManagedAgentsMultiagentParamsUnion{OfMultiagent20261001: &anthropic.BetaManagedAgentsMultiagent20261001Params{
+			Advisor: anthropic.BetaManagedAgentsMultiagentAdvisorParamsOfEnabled("claude-opus-4-6")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := m.session(a.ID)
+	advisor := func(r *modeltest.Request) bool { return r.Model == "claude-opus-4-6" }
+	m.model.Script(
+		callTurn(byRole("ROLE-ADVISED"), "consult_advisor", map[string]any{"question": "QUESTION-MARK?", "context": "CONTEXT-MARK"}),
+		modeltest.Turn{Match: advisor, Text: "ADVICE-MARK: do it.", Usage: modeltest.Usage{InputTokens: 1000, OutputTokens: 100}},
+		textTurn(byRole("ROLE-ADVISED", "ADVICE-MARK"), "ADVISED-DONE"),
+	)
+	m.say(sid, "Think hard.")
+	evs, _ := m.waitIdle(sid, "end_turn")
+	if n := m.model.Pending(); n != 0 {
+		t.Fatalf("%d scripted turns left unused:\n%s", n, dumpEvents(evs))
+	}
+	var adv []modeltest.Request
+	for _, r := range m.model.Requests() {
+		if advisor(&r) {
+			adv = append(adv, r)
+		}
+	}
+	if len(adv) != 1 || strings.Contains(adv[0].System, "ROLE-ADVISED") || !strings.Contains(adv[0].LastUserText(), "QUESTION-MARK?") ||
+		!strings.Contains(adv[0].LastUserText(), "CONTEXT-MARK") || len(adv[0].Tools) != 0 {
+		t.Fatalf("advisor requests %+v", adv)
+	}
+	res := toolResults(evs)
+	if len(res) != 1 || res[0].isError || res[0].text != "ADVICE-MARK: do it." {
+		t.Errorf("consult_advisor results %+v", res)
+	}
+	// The session's usage is the agent's requests' (span.model_request_end) and the advisor's.
+	var in, out int64
+	for _, ev := range evs {
+		if ev.Type == "span.model_request_end" {
+			u := ev.AsSpanModelRequestEnd().ModelUsage
+			in, out = in+u.InputTokens, out+u.OutputTokens
+		}
+	}
+	sess, err := m.c.Beta.Sessions.Get(m.ctx, sid, anthropic.BetaSessionGetParams{})
+	if err != nil || in == 0 || sess.Usage.InputTokens != in+1000 || sess.Usage.OutputTokens != out+100 {
+		t.Errorf("session usage %s; the agent's spans %d in %d out, the advisor's 1000 in 100 out", sess.Usage.RawJSON(), in, out)
 	}
 }
