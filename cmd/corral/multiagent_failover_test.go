@@ -73,7 +73,9 @@ func TestMultiAgentHarnessFailover(t *testing.T) {
 		line(gammaSystem, "echo gamma-1 >> "+runs),
 		modeltest.Turn{Match: bySystemPrompt(alphaSystem), Text: "alpha is thinking", Hold: hold},
 		modeltest.Turn{Match: bySystemPrompt(betaSystem), Text: "beta is thinking", Hold: hold},
-		line(gammaSystem, "echo gamma-2 >> "+runs+" && sleep 600"),
+		// (a command that outlasts any wait for the others under load: the SIGKILL cuts it short)
+		modeltest.Turn{Match: bySystemPrompt(gammaSystem), ToolUses: []modeltest.ToolUse{{Name: "bash",
+			Input: `{"command":"echo gamma-2 >> ` + runs + ` && sleep 1800","timeout_ms":1800000}`}}},
 		// After it, on the second brain: one more command each, and the report.
 		line(alphaSystem, "echo alpha-2 >> "+runs),
 		line(betaSystem, "echo beta-2 >> "+runs),
