@@ -70,6 +70,14 @@ func TestThreadsTakeoverChildMidTurn(t *testing.T) {
 		decode[apitype.AgentMessage](t, cev[i]).Content[0].Text != "The answer is 42." || count(cev, agentMsg) != 1 {
 		t.Errorf("the researcher's events: %v", types(cev))
 	}
+	// Nothing of any thread appended twice: every event once, in the whole log.
+	seen := map[string]bool{}
+	for _, e := range f.allEvents(sid) {
+		if seen[e.ID] {
+			t.Errorf("event %s (%s) twice", e.ID, e.Type)
+		}
+		seen[e.ID] = true
+	}
 	sess, err := f.store.SessionGet(t.Context(), sid)
 	if err != nil || sess.Stats.ActiveSeconds <= 0 {
 		t.Errorf("session %v: active seconds %+v", err, sess.Stats)
