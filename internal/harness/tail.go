@@ -79,11 +79,20 @@ walk:
 	}
 	t.tail = tl
 	if st, err := t.derive(); err == nil && st.running() && !t.child() {
-		t.activeFrom = time.Now() // a turn in progress: count from the takeover
-		t.takeover = true
-		t.b.cfg.Metrics.LeaseTakeover()
+		t.tookOver()
 	}
 	return nil
+}
+
+// tookOver records that the claim found a turn in progress, once per run: the active time counts from now, and
+// recovered says so in the log.
+func (r *run) tookOver() {
+	if r.takeover {
+		return
+	}
+	r.activeFrom = time.Now()
+	r.takeover = true
+	r.b.cfg.Metrics.LeaseTakeover()
 }
 
 // isInput reports whether events of type typ are inputs a brain must act on: a client's events, and the

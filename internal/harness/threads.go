@@ -138,6 +138,21 @@ func (r *run) loadThreads() error {
 	if err := r.main.loadTail(); err != nil {
 		return err
 	}
+	// A child in the middle of a turn is a takeover too, the primary idle or not (it waits for its children): the
+	// tail of each child whose record says it works is read now, and one that is mid-turn makes the run say it
+	// resumed the session (recovered) and count its active time from now. The other children's tails are read
+	// when they first step.
+	for _, t := range r.multi.threads[1:] {
+		if t.rec.ArchivedAt != nil || (t.rec.Status != apitype.StatusRunning && t.rec.Status != apitype.StatusRescheduling) {
+			continue
+		}
+		if err := t.loadTail(); err != nil {
+			return err
+		}
+		if st, err := t.derive(); err == nil && st.running() {
+			r.tookOver()
+		}
+	}
 	for _, e := range slices.Backward(r.main.tail.events) {
 		if e.Type == apitype.EventSessionStatusIdle {
 			var idle apitype.SessionIdle
