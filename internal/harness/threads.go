@@ -2,6 +2,7 @@ package harness
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -55,6 +56,8 @@ type multiRun struct {
 	status string
 	reason apitype.StopReason
 
+	// changed: a thread's status changed in this run; until then the session's stored status stands.
+	changed bool
 	// ended: the session terminated (it was archived): no thread runs anything more.
 	ended atomic.Bool
 
@@ -160,6 +163,31 @@ func (r *run) loadThreads() error {
 				r.multi.reason = idle.StopReason
 			}
 			break
+		}
+	}
+	return r.loadStops()
+}
+
+// loadStops gives the threads the stop reasons the session's last idle implies, for the aggregate of a run that
+// has not read every thread's events: the calls it names wait in the threads that made them; otherwise its
+// reason is the primary's.
+func (r *run) loadStops() error {
+	reason := r.multi.reason
+	if reason.Type != apitype.StopRequiresAction {
+		r.main.sched.stop = reason
+		return nil
+	}
+	for _, id := range reason.EventIDs {
+		e, err := r.b.cfg.Store.EventGet(r.ctx, r.sess.ID, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("call %s of %s: %w", id, r.sess.ID, err)
+		}
+		if t := r.thread(e.Thread); t != nil {
+			t.sched.stop.Type = apitype.StopRequiresAction
+			t.sched.stop.EventIDs = append(t.sched.stop.EventIDs, id)
 		}
 	}
 	return nil
@@ -269,6 +297,9 @@ func (r *run) drive(t *thread) {
 // settleStatus appends the session's status when the aggregate of its threads' changed with no thread's append to
 // carry it: the last thread to rest after others' appends idles the session (under multiRun.mu).
 func (r *run) settleStatus() error {
+	if !r.multi.changed {
+		return nil
+	}
 	status, reason := r.aggregate(nil, nil)
 	if status == r.multi.status && (status != apitype.StatusIdle || sameReason(reason, r.multi.reason)) {
 		return nil
@@ -421,6 +452,7 @@ func (t *thread) translate(p *store.EventAppendParams) []*thread {
 	if threadStatus != "" || p.Usage != nil {
 		if threadStatus != "" {
 			t.setStatus(threadStatus, now)
+			t.multi.changed = true
 		}
 		t.rec.UpdatedAt = now
 		rec := *t.rec
@@ -517,19 +549,21 @@ func crossPosted(e apitype.NewEvent, builtin execKind) bool {
 }
 
 // aggregate is the session's status given its threads' (under multiRun.mu): terminated with the primary, running
-// while any thread runs or may be about to (waking: it was just sent a message; or its goroutine is at work,
-// self's aside: the last to rest settles the session's status, rest), else idle, with requires_action listing
-// the calls every thread waits on, else the primary's stop reason.
+// while any thread runs or may be about to (waking: it was just sent a message; or, the session running, its
+// goroutine is at work, self's aside: the last to rest settles the session's status, settleStatus), else idle,
+// with requires_action listing the calls every thread waits on, else the primary's stop reason. A goroutine at
+// work keeps the session running, never makes it run: only a thread's own running does.
 func (r *run) aggregate(self *thread, waking map[string]bool) (string, apitype.StopReason) {
 	if r.main.rec.Status == apitype.StatusTerminated {
 		return apitype.StatusTerminated, apitype.StopReason{}
 	}
+	holding := r.multi.status == apitype.StatusRunning || r.multi.status == apitype.StatusRescheduling
 	var ids []string
 	for _, th := range r.multi.threads {
 		switch {
 		case th.rec.ArchivedAt != nil:
 		case th.rec.Status == apitype.StatusRunning || th.rec.Status == apitype.StatusRescheduling || waking[th.id] ||
-			(th != self && th.sched.active):
+			(holding && th != self && th.sched.active):
 			return apitype.StatusRunning, apitype.StopReason{}
 		case th.rec.Status == apitype.StatusIdle && th.sched.stop.Type == apitype.StopRequiresAction:
 			ids = append(ids, th.sched.stop.EventIDs...)
