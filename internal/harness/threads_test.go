@@ -634,6 +634,9 @@ func TestThreadsBudget(t *testing.T) {
 	evs = f.waitFor(sid, "the resumed work", func(evs []apitype.Event) bool {
 		return sessionIdle(evs) && stopReason(t, evs[len(evs)-1]).Type == apitype.StopEndTurn
 	})
+	if n := count(evs, idle); n != 2 {
+		t.Errorf("the session idled %d times, want twice (at the budget, at the end): %v", n, types(evs))
+	}
 	var reports []string
 	for _, e := range f.threadEvents(sid, "") {
 		if e.Type == apitype.EventAgentThreadMessageReceived {
