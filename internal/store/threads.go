@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -48,6 +49,27 @@ func ThreadWrites(sessionID string, ts []apitype.SessionThread) ([]apitype.Sessi
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// DecodeThread reads a stored thread: its document, with the usage and stats of their own columns (which the
+// store writes apart from the document, and which override its copies; empty: none yet).
+func DecodeThread(doc, usage, stats []byte) (*apitype.SessionThread, error) {
+	var t apitype.SessionThread
+	if err := json.Unmarshal(doc, &t); err != nil {
+		return nil, fmt.Errorf("decode thread: %w", err)
+	}
+	t.Usage, t.Stats = nil, nil
+	if len(usage) > 0 {
+		if err := json.Unmarshal(usage, &t.Usage); err != nil {
+			return nil, fmt.Errorf("decode thread usage: %w", err)
+		}
+	}
+	if len(stats) > 0 {
+		if err := json.Unmarshal(stats, &t.Stats); err != nil {
+			return nil, fmt.Errorf("decode thread stats: %w", err)
+		}
+	}
+	return &t, nil
 }
 
 // KeepThread is what a write of a stored thread through EventAppendParams.Threads keeps of the stored one: its

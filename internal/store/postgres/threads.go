@@ -22,7 +22,6 @@ var threads = &table[apitype.SessionThread]{
 
 func scanThread(row pgx.Row) (*apitype.SessionThread, error) {
 	var (
-		t                 apitype.SessionThread
 		doc, usage, stats []byte
 		created, updated  time.Time
 		archived          *time.Time
@@ -31,23 +30,13 @@ func scanThread(row pgx.Row) (*apitype.SessionThread, error) {
 	if err := row.Scan(&doc, &sessionID, &status, &usage, &stats, &created, &updated, &archived); err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(doc, &t); err != nil {
-		return nil, fmt.Errorf("decode thread: %w", err)
-	}
-	t.Usage, t.Stats = nil, nil
-	if len(usage) > 0 {
-		if err := json.Unmarshal(usage, &t.Usage); err != nil {
-			return nil, fmt.Errorf("decode thread usage: %w", err)
-		}
-	}
-	if len(stats) > 0 {
-		if err := json.Unmarshal(stats, &t.Stats); err != nil {
-			return nil, fmt.Errorf("decode thread stats: %w", err)
-		}
+	t, err := store.DecodeThread(doc, usage, stats)
+	if err != nil {
+		return nil, err
 	}
 	t.SessionID, t.Status = sessionID, status
 	t.CreatedAt, t.UpdatedAt, t.ArchivedAt = created.UTC(), updated.UTC(), utc(archived)
-	return &t, nil
+	return t, nil
 }
 
 // threadRow is a thread as the append and putThreads write it, encoded before the write.
