@@ -226,9 +226,15 @@ func (s *Server) eventList(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.store.SessionGet(r.Context(), id); err != nil {
 		return lookup(err, "session", id)
 	}
+	return s.writeEventPage(w, r, p, limit)
+}
+
+// writeEventPage writes the page of events p (asking for limit + 1) selects, with the cursor of the next page if
+// there is one: a session's events and a thread's.
+func (s *Server) writeEventPage(w http.ResponseWriter, r *http.Request, p *store.EventListParams, limit int) error {
 	events, err := s.store.EventList(r.Context(), p)
 	if err != nil {
-		return lookup(err, "session", id)
+		return lookup(err, "session", p.SessionID)
 	}
 	events, more := trim(events, limit)
 	if events == nil {

@@ -148,19 +148,7 @@ func (s *Server) threadEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		p.AfterSeq = c.Seq
 	}
-	events, err := s.store.EventList(r.Context(), p)
-	if err != nil {
-		return lookup(err, "session", sessionID)
-	}
-	events, more := trim(events, limit)
-	if events == nil {
-		events = []apitype.Event{}
-	}
-	var next *string
-	if more {
-		next = seqCursor(events[len(events)-1].Seq)
-	}
-	return writeJSON(w, http.StatusOK, listPage[apitype.Event]{Data: events, NextPage: next})
+	return s.writeEventPage(w, r, p, limit)
 }
 
 // threadStream serves GET /v1/sessions/{session_id}/threads/{thread_id}/stream: the session's stream over the
