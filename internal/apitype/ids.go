@@ -18,6 +18,10 @@ const (
 	PrefixFile        = "file_"
 	PrefixSkill       = "skill_"
 	PrefixThread      = "sthr_"
+	PrefixMemoryStore = "memstore_"
+	PrefixMemory      = "mem_"
+	PrefixMemVersion  = "memver_"
+	PrefixDream       = "drm_"
 )
 
 const base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"

@@ -313,8 +313,11 @@ type Resource struct {
 	MemoryStoreID string         `json:"memory_store_id,omitempty"`
 	Access        ResourceAccess `json:"access,omitempty"`
 	Instructions  string         `json:"instructions,omitempty"`
-	CreatedAt     time.Time      `json:"created_at"`
-	UpdatedAt     time.Time      `json:"updated_at"`
+	// Name and Description are a memory store's, as they were when it was attached.
+	Name        string    `json:"name,omitempty"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 // RepoName is the name of the repository at rawURL: the last element of its path without ".git", the directory

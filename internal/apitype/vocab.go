@@ -242,6 +242,11 @@ const (
 	ObjectSessionThread        ObjectType = "session_thread"
 	ObjectWorkQueueStats       ObjectType = "work_queue_stats"
 	ObjectModel                ObjectType = "model" // a model of GET /v1/models
+	ObjectMemoryStore          ObjectType = "memory_store"
+	ObjectMemory               ObjectType = "memory"
+	ObjectMemoryPrefix         ObjectType = "memory_prefix" // a list item rolling up the memories under a path
+	ObjectMemoryVersion        ObjectType = "memory_version"
+	ObjectDream                ObjectType = "dream"
 	ObjectError                ObjectType = "error" // the envelope of an error response
 )
 
