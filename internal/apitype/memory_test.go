@@ -1,0 +1,71 @@
+package apitype_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+func TestValidateMemoryPath(t *testing.T) {
+	ok := []string{"/a", "/notes/a.md", "/é.md", "/a b/c", "/" + strings.Repeat("x/", 19) + "y", "/" + strings.Repeat("x", 1023)}
+	for _, p := range ok {
+		if err := apitype.ValidateMemoryPath(p); err != nil {
+			t.Errorf("%q: %v", p, err)
+		}
+	}
+	bad := map[string]string{
+		"":                                   "empty",
+		"a.md":                               `start with "/"`,
+		"/":                                  "empty segment",
+		"/a//b":                              "empty segment",
+		"/a/":                                "empty segment",
+		"/a/./b":                             `"." segment`,
+		"/a/../b":                            `".." segment`,
+		"/a\x07b":                            "U+0007",
+		"/a\u200bb":                          "U+200B",
+		"/a\u2028b":                          "U+2028",
+		"/a\u2029b":                          "U+2029",
+		"/e\u0301":                           "Normalization Form C",
+		"/\xff":                              "UTF-8",
+		"/" + strings.Repeat("x/", 20) + "y": "at most 20 segments",
+		"/" + strings.Repeat("x", 1024):      "at most 1024 bytes",
+	}
+	for p, want := range bad {
+		err := apitype.ValidateMemoryPath(p)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error saying %q", p, err, want)
+		}
+	}
+	for p, want := range map[string]bool{"/": true, "/a/": true, "/a": false, "/a//": false, "/../": false} {
+		if got := apitype.ValidateMemoryPrefix(p) == nil; got != want {
+			t.Errorf("prefix %q valid = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestMemorySlug(t *testing.T) {
+	for name, want := range map[string]string{
+		"User Preferences":     "user-preferences",
+		"  --Team_Notes 2026!": "team-notes-2026",
+		"ÜBER":                 "ber",
+		"日本":                   "memstore_abc",
+	} {
+		if got := apitype.MemorySlug(name, "memstore_ABC"); got != want {
+			t.Errorf("MemorySlug(%q) = %q, want %q", name, got, want)
+		}
+	}
+	if got := apitype.MemoryMountPath("Notes", "x"); got != "/mnt/memory/notes" {
+		t.Errorf("mount path %q", got)
+	}
+}
+
+func TestContentSHA256(t *testing.T) {
+	const emptySum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	if got := apitype.ContentSHA256(""); got != emptySum || !apitype.ValidSHA256(got) {
+		t.Errorf("sha of empty = %q", got)
+	}
+	if apitype.ValidSHA256(strings.ToUpper(emptySum)) || apitype.ValidSHA256(emptySum[1:]) {
+		t.Error("uppercase or short digests must be invalid")
+	}
+}
