@@ -169,6 +169,19 @@ func ValidateMemoryPath(p string) error {
 	return nil
 }
 
+// ValidateMemoryContent checks a memory's content: UTF-8 text without NUL characters, at most MaxMemoryBytes.
+func ValidateMemoryContent(content string) error {
+	switch {
+	case len(content) > MaxMemoryBytes:
+		return fmt.Errorf("must be at most %d bytes (it has %d)", MaxMemoryBytes, len(content))
+	case !utf8.ValidString(content):
+		return errors.New("must be valid UTF-8 text")
+	case strings.IndexByte(content, 0) >= 0:
+		return errors.New("must not contain NUL characters")
+	}
+	return nil
+}
+
 // ValidateMemoryPrefix checks a list's path_prefix: "/" or a valid path followed by "/".
 func ValidateMemoryPrefix(p string) error {
 	if p == "/" {

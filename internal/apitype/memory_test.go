@@ -69,3 +69,18 @@ func TestContentSHA256(t *testing.T) {
 		t.Error("uppercase or short digests must be invalid")
 	}
 }
+
+func TestValidateMemoryContent(t *testing.T) {
+	if err := apitype.ValidateMemoryContent(strings.Repeat("é", apitype.MaxMemoryBytes/2)); err != nil {
+		t.Errorf("102,400 bytes of text: %v", err)
+	}
+	for content, want := range map[string]string{
+		strings.Repeat("x", apitype.MaxMemoryBytes+1): "at most 102400 bytes",
+		"a\xffb": "UTF-8",
+		"a\x00b": "NUL",
+	} {
+		if err := apitype.ValidateMemoryContent(content); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("content %.10q: got %v, want an error saying %q", content, err, want)
+		}
+	}
+}
