@@ -433,8 +433,8 @@ func TestMemoryList(t *testing.T) {
 			page, err := mem.List(ctx, st.ID, p)
 			for ; err == nil && page != nil; page, err = page.GetNextPage() {
 				pages++
-				if len(page.Data) == 0 {
-					t.Fatalf("an empty page: %s", page.RawJSON())
+				if len(page.Data) == 0 && pages > 1 {
+					t.Fatalf("an empty page after the first: %s", page.RawJSON())
 				}
 				for _, it := range page.Data {
 					switch it.Type {
