@@ -255,6 +255,17 @@ func TestMemoriesSDK(t *testing.T) {
 			t.Errorf("unknown store: %s", aerr.Message)
 		}
 
+		// Content is UTF-8 text without NUL, on either store.
+		_, err = mem.New(ctx, st.ID, anthropic.BetaMemoryStoreMemoryNewParams{Path: "/nul.md", Content: param.NewOpt("a\x00b")})
+		if aerr := wantAPIError(t, err, http.StatusBadRequest, apitype.ErrInvalidRequest); !strings.HasPrefix(aerr.Message, "content: ") {
+			t.Errorf("NUL in content: %s", aerr.Message)
+		}
+		uni := h.newMemory(ctx, other.ID, "/日本/ノート.md", "émoji 🎉 and \t tabs\n")
+		if got, err := mem.Get(ctx, uni.ID, anthropic.BetaMemoryStoreMemoryGetParams{MemoryStoreID: other.ID}); err != nil ||
+			got.Content != "émoji 🎉 and \t tabs\n" || got.Path != "/日本/ノート.md" || got.ContentSizeBytes != int64(len(got.Content)) {
+			t.Fatalf("unicode: %v %s", err, got.RawJSON())
+		}
+
 		// A taken path is a 409 memory_path_conflict_error, on create and on rename.
 		_, err = mem.New(ctx, st.ID, anthropic.BetaMemoryStoreMemoryNewParams{Path: "/notes/todo.md", Content: param.NewOpt("x")})
 		wantAPIError(t, err, http.StatusConflict, apitype.ErrMemoryPathConflict)
