@@ -155,7 +155,7 @@ func (s *Server) memoryWriteErr(r *http.Request, err error, kind, id string) err
 	switch {
 	case errors.Is(err, store.ErrMemoryPrecondition):
 		return &apiError{status: http.StatusConflict, typ: apitype.ErrMemoryPrecondition,
-			msg: "the memory's content_sha256 does not match the precondition: it changed since you read it"}
+			msg: "the memory's content_sha256 is not the one expected: it changed since you read it"}
 	case errors.Is(err, store.ErrMemoryPathTaken):
 		return &apiError{status: http.StatusConflict, typ: apitype.ErrMemoryPathConflict,
 			msg: "path: another memory of the store has this path"}

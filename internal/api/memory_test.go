@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -989,4 +990,50 @@ func TestMemoryWorkerSync(t *testing.T) {
 		len(m.Data) != 1 || m.Data[0].Content != "fact" {
 		t.Errorf("the read_only store after the sync: %v", err)
 	}
+}
+
+// TestGoldenMemory pins the wire shape of the memory payloads: a store, a memory in each view, a list page with
+// a roll-up, a version (and a redacted one), a session's memory_store resource, the 409s.
+func TestGoldenMemory(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	do := func(method, path, body string, want int) []byte {
+		t.Helper()
+		status, _, b := h.do(method, path, body)
+		if status != want {
+			t.Fatalf("%s %s: %d %s", method, path, status, b)
+		}
+		return b
+	}
+	var ids struct {
+		ID              string `json:"id"`
+		MemoryVersionID string `json:"memory_version_id"`
+	}
+	st := do("POST", "/v1/memory_stores", `{"name":"User Preferences","description":"likes","metadata":{"team":"docs"}}`, 200)
+	golden(t, "memory_store", st)
+	decodeRaw(t, string(st), &ids)
+	base := "/v1/memory_stores/" + ids.ID
+	storeID := ids.ID
+	m := do("POST", base+"/memories?view=full", `{"path":"/notes/todo.md","content":"buy milk"}`, 200)
+	golden(t, "memory_full", m)
+	decodeRaw(t, string(m), &ids)
+	memID, firstVersion := ids.ID, ids.MemoryVersionID
+	do("POST", base+"/memories", `{"path":"/notes/deep/a.md","content":"a"}`, 200)
+	golden(t, "memory_basic", do("POST", base+"/memories/"+memID, `{"content":"buy oat milk"}`, 200))
+	golden(t, "memory_list", do("GET", base+"/memories?path_prefix=/notes/&depth=1", "", 200))
+	golden(t, "memory_version", do("GET", base+"/memory_versions/"+firstVersion, "", 200))
+	golden(t, "memory_version_redacted", do("POST", base+"/memory_versions/"+firstVersion+"/redact", "", 200))
+	golden(t, "error_memory_precondition", do("POST", base+"/memories/"+memID,
+		`{"content":"x","precondition":{"type":"content_sha256","content_sha256":"`+apitype.ContentSHA256("stale")+`"}}`, 409))
+	golden(t, "error_memory_path_conflict", do("POST", base+"/memories", `{"path":"/notes/todo.md","content":"x"}`, 409))
+	golden(t, "memory_deleted", do("DELETE", base+"/memories/"+memID, "", 200))
+
+	agentID, envID := h.seed(ctxT(t))
+	sess := do("POST", "/v1/sessions", `{"agent":"`+agentID+`","environment_id":"`+envID+`",
+		"resources":[{"type":"memory_store","memory_store_id":"`+storeID+`","access":"read_only","instructions":"Read first."}]}`, 200)
+	var s struct {
+		Resources []json.RawMessage `json:"resources"`
+	}
+	decodeRaw(t, string(sess), &s)
+	golden(t, "session_resource_memory_store", s.Resources[0])
 }
