@@ -85,7 +85,7 @@ func memoryListLimit(q query, full bool) (int, error) {
 		return 0, err
 	}
 	if full && limit > maxFullViewLimit {
-		return 0, invalid("limit", "must be at most %d with view=full (got %d): a page of full memories holds at most %d",
+		return 0, invalid("limit", "must be at most %d with view=full (got %d): a page with content holds at most %d items",
 			maxFullViewLimit, limit, maxFullViewLimit)
 	}
 	return limit, nil
