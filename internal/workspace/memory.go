@@ -538,7 +538,7 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 		m, err := p.cfg.Memories.PutMemory(ctx, storeID, sessionID, mp, content, "")
 		switch {
 		case errors.Is(err, ErrMemoryStoreArchived):
-			notice(name, err.Error())
+			notice(name, ErrMemoryStoreArchived.Error())
 			return nil
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", mp, err))
@@ -568,7 +568,7 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 			case errors.Is(err, ErrMemoryPrecondition):
 				// Changed elsewhere since the session saw it: that change wins; the next placement brings it.
 			case errors.Is(err, ErrMemoryStoreArchived):
-				notice(strings.TrimPrefix(mp, "/"), "deleted in the sandbox, but "+err.Error())
+				notice(strings.TrimPrefix(mp, "/"), "deleted in the sandbox, but "+ErrMemoryStoreArchived.Error())
 			default:
 				errs = append(errs, fmt.Errorf("%s: %w", mp, err))
 				continue
