@@ -459,3 +459,29 @@ func TestMemoryNoticeInToolResult(t *testing.T) {
 		t.Errorf("memories: %v", got)
 	}
 }
+
+// TestMemoryDeletedWhileMounted: a memory deleted through the store while a sandbox has it is not brought back
+// by the collection of its unchanged file, and is gone from the next sandbox.
+func TestMemoryDeletedWhileMounted(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	id := e.newStore(t, "notes")
+	b := e.apiPut(t, id, "/b.md", "b")
+	s := e.session(t, "sesn_d", memResource(id, "notes", apitype.AccessReadWrite))
+	e.place(t, s)
+	if _, err := e.st.MemoryWrite(t.Context(), &store.MemoryWriteParams{StoreID: id, Op: store.MemoryOpDelete, ID: b.ID,
+		Actor: apitype.Actor{Type: apitype.ActorAPI, APIKeyID: "key_test"}, At: time.Now().UTC(), NewVersionID: apitype.NewID(apitype.PrefixMemVersion)}); err != nil {
+		t.Fatal(err)
+	}
+	e.collect(t, s)
+	if got := e.memories(t, id); len(got) != 0 {
+		t.Errorf("memories after the collection: %v, want none", got)
+	}
+	if got := e.versions(t, id, "sesn_d"); len(got) != 0 {
+		t.Errorf("the session wrote %q", got)
+	}
+	e.place(t, s)
+	if _, err := os.Lstat(filepath.Join(s.dir("notes"), "b.md")); !os.IsNotExist(err) {
+		t.Errorf("b.md in the next sandbox: %v", err)
+	}
+}
