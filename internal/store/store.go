@@ -78,6 +78,7 @@ type Store interface {
 	SkillStore
 	StatsStore
 	LeaderStore
+	DreamStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities
