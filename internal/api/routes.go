@@ -96,6 +96,12 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/vaults/{vault_id}/credentials/{credential_id}/archive", s.credentialArchive, accessAPIKey},
 		{"POST /v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate", s.credentialValidate, accessAPIKey},
 
+		{"POST /v1/dreams", s.dreamCreate, accessAPIKey},
+		{"GET /v1/dreams", s.dreamList, accessAPIKey},
+		{"GET /v1/dreams/{dream_id}", s.dreamGet, accessAPIKey},
+		{"POST /v1/dreams/{dream_id}/archive", s.dreamArchive, accessAPIKey},
+		{"POST /v1/dreams/{dream_id}/cancel", s.dreamCancel, accessAPIKey},
+
 		{"POST /v1/files", s.fileUpload, accessAPIKey.upload(s.fileUploadLimit)},
 		{"GET /v1/files", s.fileList, accessAPIKey},
 		{"GET /v1/files/{file_id}", s.fileGet, accessAPIKey},
