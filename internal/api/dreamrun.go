@@ -91,10 +91,7 @@ func (s *Server) failDream(ctx context.Context, id, typ, format string, args ...
 // written before the inputs are checked: a dream over a deleted store or session fails with nothing changed.
 func (s *Server) startDream(ctx context.Context, d *apitype.Dream) error {
 	sessID := derivedID(apitype.PrefixSession, d.ID)
-	mss, err := s.memoryStores()
-	if err != nil {
-		return s.failDream(ctx, d.ID, apitype.DreamErrInternal, "%v", err)
-	}
+	mss := s.store
 	in, err := mss.MemoryStoreGet(ctx, d.MemoryStoreInput())
 	if errors.Is(err, store.ErrNotFound) {
 		return s.failDream(ctx, d.ID, apitype.DreamErrInputNotFound,

@@ -204,11 +204,7 @@ func (s *Server) dreamCreate(w http.ResponseWriter, r *http.Request) error {
 // exist. The runner checks them again when it starts the dream: they may go in between.
 func (s *Server) checkDreamInputs(ctx context.Context, d *apitype.Dream) error {
 	id := d.MemoryStoreInput()
-	mss, err := s.memoryStores()
-	if err != nil {
-		return err
-	}
-	ms, err := mss.MemoryStoreGet(ctx, id)
+	ms, err := s.store.MemoryStoreGet(ctx, id)
 	if err != nil {
 		return lookup(err, "memory store", id)
 	}
@@ -330,13 +326,4 @@ func (s *Server) stopDreamSession(ctx context.Context, sessionID string) error {
 		return fmt.Errorf("interrupt dream session %s: %w", sessionID, err)
 	}
 	return nil
-}
-
-// memoryStores is the store's MemoryStore port.
-func (s *Server) memoryStores() (store.MemoryStore, error) {
-	ms, ok := s.store.(store.MemoryStore)
-	if !ok {
-		return nil, errors.New("this store keeps no memory stores")
-	}
-	return ms, nil
 }

@@ -11,13 +11,14 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
 )
 
 // TestDreamCreateValidation: every malformed «DreamCreate» is a 400 naming what is wrong, before any lookup.
 func TestDreamCreateValidation(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	store := `{"type":"memory_store","memory_store_id":"memstore_a"}`
+	msIn := `{"type":"memory_store","memory_store_id":"memstore_a"}`
 	sessions := func(ids ...string) string {
 		q := make([]string, len(ids))
 		for i, id := range ids {
@@ -29,17 +30,17 @@ func TestDreamCreateValidation(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprintf("sesn_%03d", i)
 	}
-	in := `"inputs":[` + store + `,` + sessions("sesn_a") + `]`
+	in := `"inputs":[` + msIn + `,` + sessions("sesn_a") + `]`
 	for _, tc := range []struct{ name, body, want string }{
 		{"no inputs", `{"model":"claude-x"}`, "inputs: required"},
-		{"one input", `{"inputs":[` + store + `],"model":"claude-x"}`, "exactly one memory_store entry and one sessions entry"},
-		{"three inputs", `{"inputs":[` + store + `,` + store + `,` + sessions("sesn_a") + `],"model":"claude-x"}`, "got 3 entries"},
-		{"two stores", `{"inputs":[` + store + `,` + store + `],"model":"claude-x"}`, "a second memory_store entry"},
-		{"unknown input", `{"inputs":[` + store + `,{"type":"files"}],"model":"claude-x"}`, `inputs[1].type: must be "memory_store" or "sessions"`},
+		{"one input", `{"inputs":[` + msIn + `],"model":"claude-x"}`, "exactly one memory_store entry and one sessions entry"},
+		{"three inputs", `{"inputs":[` + msIn + `,` + msIn + `,` + sessions("sesn_a") + `],"model":"claude-x"}`, "got 3 entries"},
+		{"two stores", `{"inputs":[` + msIn + `,` + msIn + `],"model":"claude-x"}`, "a second memory_store entry"},
+		{"unknown input", `{"inputs":[` + msIn + `,{"type":"files"}],"model":"claude-x"}`, `inputs[1].type: must be "memory_store" or "sessions"`},
 		{"no store id", `{"inputs":[{"type":"memory_store"},` + sessions("sesn_a") + `],"model":"claude-x"}`, "inputs[0].memory_store_id: required"},
-		{"no sessions", `{"inputs":[` + store + `,` + sessions() + `],"model":"claude-x"}`, "must list 1 to 100 sessions, got 0"},
-		{"101 sessions", `{"inputs":[` + store + `,` + sessions(many...) + `],"model":"claude-x"}`, "must list 1 to 100 sessions, got 101"},
-		{"duplicate session", `{"inputs":[` + store + `,` + sessions("sesn_a", "sesn_b", "sesn_a") + `],"model":"claude-x"}`, "inputs[1].session_ids[2]: session sesn_a is listed twice"},
+		{"no sessions", `{"inputs":[` + msIn + `,` + sessions() + `],"model":"claude-x"}`, "must list 1 to 100 sessions, got 0"},
+		{"101 sessions", `{"inputs":[` + msIn + `,` + sessions(many...) + `],"model":"claude-x"}`, "must list 1 to 100 sessions, got 101"},
+		{"duplicate session", `{"inputs":[` + msIn + `,` + sessions("sesn_a", "sesn_b", "sesn_a") + `],"model":"claude-x"}`, "inputs[1].session_ids[2]: session sesn_a is listed twice"},
 		{"no model", `{` + in + `}`, "model: required"},
 		{"model number", `{` + in + `,"model":7}`, "model: expected a model id or an object"},
 		{"fast", `{` + in + `,"model":{"id":"claude-x","speed":"fast"}}`, `model.speed: can only be "standard"`},
@@ -221,5 +222,79 @@ func TestDreamStateMachine(t *testing.T) {
 	if a, err := h.client.Beta.Dreams.Archive(ctx, running.ID, anthropic.BetaDreamArchiveParams{}); err != nil ||
 		a.Status != anthropic.BetaDreamStatusCanceled {
 		t.Fatalf("archive canceled: %v", err)
+	}
+}
+
+// newMemoryStore stores a memory store (as the memory store API would).
+func (h *harness) newMemoryStore(name string) *apitype.MemoryStore {
+	h.t.Helper()
+	now := time.Now().UTC()
+	ms := &apitype.MemoryStore{Type: apitype.ObjectMemoryStore, ID: apitype.NewID(apitype.PrefixMemoryStore), Name: name,
+		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
+	if err := h.store.MemoryStoreCreate(ctxT(h.t), ms); err != nil {
+		h.t.Fatalf("create memory store: %v", err)
+	}
+	return ms
+}
+
+// TestDreamCreate: a valid dream is pending with its inputs as given (sessions sorted), its model as an object;
+// unknown or archived inputs are refused; two update_existing dreams on one store conflict.
+func TestDreamCreate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, envID := h.seed(ctx)
+	s1, s2 := h.newSession(ctx, agentID, envID), h.newSession(ctx, agentID, envID)
+	ms := h.newMemoryStore("notes")
+	params := func(store string, sessions ...string) anthropic.BetaDreamNewParams {
+		return anthropic.BetaDreamNewParams{
+			Inputs: []anthropic.BetaDreamInputUnionParam{anthropic.BetaDreamInputParamOfSessions(sessions),
+				anthropic.BetaDreamInputParamOfMemoryStore(store)},
+			Model: anthropic.BetaDreamNewParamsModelUnion{OfString: anthropic.String("claude-x")},
+		}
+	}
+	p := params(ms.ID, s2, s1)
+	p.Instructions = anthropic.String("focus on the build")
+	d, err := h.client.Beta.Dreams.New(ctx, p)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	sorted := []string{s1, s2}
+	slices.Sort(sorted)
+	if d.Status != anthropic.BetaDreamStatusPending || !strings.HasPrefix(d.ID, "drm_") || d.Model.ID != "claude-x" ||
+		d.Instructions != "focus on the build" || d.OutputBehavior.Type != "create_new" || len(d.Outputs) != 0 ||
+		d.JSON.Outputs.Raw() != "[]" || d.JSON.SessionID.Raw() != "null" || d.Usage.InputTokens != 0 ||
+		d.Inputs[0].Type != "memory_store" || d.Inputs[0].MemoryStoreID != ms.ID || !slices.Equal(d.Inputs[1].SessionIDs, sorted) {
+		t.Fatalf("created %s", d.RawJSON())
+	}
+	if !strings.Contains(d.RawJSON(), `"model":{"id":"claude-x"}`) {
+		t.Fatalf("model not an object: %s", d.RawJSON())
+	}
+
+	_, err = h.client.Beta.Dreams.New(ctx, params("memstore_missing", s1))
+	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
+	_, err = h.client.Beta.Dreams.New(ctx, params(ms.ID, s1, "sesn_missing"))
+	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
+	archived := h.newMemoryStore("old")
+	if _, err := h.store.MemoryStoreArchive(ctx, &store.ArchiveParams{ID: archived.ID, At: time.Now()}); err != nil {
+		t.Fatalf("archive: %v", err)
+	}
+	_, err = h.client.Beta.Dreams.New(ctx, params(archived.ID, s1))
+	wantAPIError(t, err, http.StatusBadRequest, apitype.ErrInvalidRequest)
+
+	// update_existing: one dream at a time per store; a dream that creates a store is not in the way.
+	up := params(ms.ID, s1)
+	up.OutputBehavior = anthropic.BetaOutputBehaviorParamOfUpdateExisting(ms.ID)
+	first, err := h.client.Beta.Dreams.New(ctx, up)
+	if err != nil || first.OutputBehavior.Type != "update_existing" || first.OutputBehavior.MemoryStoreID != ms.ID {
+		t.Fatalf("update_existing: %v", err)
+	}
+	_, err = h.client.Beta.Dreams.New(ctx, up)
+	wantAPIError(t, err, http.StatusConflict, apitype.ErrConflict)
+	if _, err := h.client.Beta.Dreams.Cancel(ctx, first.ID, anthropic.BetaDreamCancelParams{}); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if _, err := h.client.Beta.Dreams.New(ctx, up); err != nil {
+		t.Fatalf("update_existing once the first ended: %v", err)
 	}
 }

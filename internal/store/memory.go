@@ -346,3 +346,9 @@ func rollUp(prefix, path string, depth int) string {
 	}
 	return prefix + rest[:i]
 }
+
+// KeepMemoryStore is what MemoryStoreUpdate keeps of the store as read (the Update rule): its id, creation
+// time and archive, which MemoryStoreArchive alone sets.
+func KeepMemoryStore(next, cur *apitype.MemoryStore) {
+	next.Type, next.ID, next.CreatedAt, next.ArchivedAt = cur.Type, cur.ID, cur.CreatedAt, cur.ArchivedAt
+}

@@ -76,6 +76,7 @@ type Store interface {
 	EnvironmentKeyStore
 	FileStore
 	SkillStore
+	MemoryStore
 	StatsStore
 	LeaderStore
 	DreamStore

@@ -70,11 +70,3 @@ func (s *Store) DreamListActive(ctx context.Context, limit int) ([]apitype.Dream
 	f.add("d.status IN ('pending', 'running')")
 	return dreams.list(ctx, s, f, &store.ListParams{Limit: limit, IncludeArchived: true})
 }
-
-// nullString is s as a nullable column: NULL if empty.
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
