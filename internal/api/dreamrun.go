@@ -135,11 +135,13 @@ func (s *Server) startDream(ctx context.Context, d *apitype.Dream) error {
 	res := []apitype.Resource{}
 	if out.ID != in.ID {
 		res = append(res, apitype.Resource{ID: apitype.NewID(apitype.PrefixResource), Type: apitype.ResourceMemoryStore,
-			MemoryStoreID: in.ID, Access: apitype.AccessReadOnly, Name: in.Name, Description: in.Description,
+			MemoryStoreID: in.ID, MountPath: apitype.MemoryMountPath(in.Name, in.ID), Access: apitype.AccessReadOnly,
+			Name: in.Name, Description: in.Description,
 			Instructions: "The dream's input: read it, never change it.", CreatedAt: now, UpdatedAt: now})
 	}
 	res = append(res, apitype.Resource{ID: apitype.NewID(apitype.PrefixResource), Type: apitype.ResourceMemoryStore,
-		MemoryStoreID: out.ID, Access: apitype.AccessReadWrite, Name: out.Name, Description: out.Description,
+		MemoryStoreID: out.ID, MountPath: apitype.MemoryMountPath(out.Name, out.ID), Access: apitype.AccessReadWrite,
+		Name: out.Name, Description: out.Description,
 		Instructions: "The dream's output: what this store holds when the session ends is the dream's result.",
 		CreatedAt:    now, UpdatedAt: now})
 	scope := &apitype.FileScope{Type: apitype.FileScopeSession, ID: sessID}
@@ -450,12 +452,15 @@ func dreamSystemPrompt(d *apitype.Dream, in, out *apitype.MemoryStore) string {
 	fmt.Fprintf(&b, "- The transcripts of the %d sessions to read are Markdown files in %s, one per session (<session id>.md).\n",
 		len(d.SessionInputs()), transcriptsDir)
 	if in.ID != out.ID {
-		fmt.Fprintf(&b, "- The input memory store %q (%s) is mounted read-only under /mnt/memory/: read it, never change it.\n", in.Name, in.ID)
-		fmt.Fprintf(&b, "- The output memory store %q (%s) is mounted read-write under /mnt/memory/. It starts as a copy of the input's memories.\n", out.Name, out.ID)
+		fmt.Fprintf(&b, "- The input memory store %q is mounted read-only at %s: read it, never change it.\n", in.Name,
+			apitype.MemoryMountPath(in.Name, in.ID))
+		fmt.Fprintf(&b, "- The output memory store %q is mounted read-write at %s. It starts as a copy of the input's memories.\n",
+			out.Name, apitype.MemoryMountPath(out.Name, out.ID))
 	} else {
-		fmt.Fprintf(&b, "- The memory store %q (%s) is mounted read-write under /mnt/memory/: you update it in place.\n", out.Name, out.ID)
+		fmt.Fprintf(&b, "- The memory store %q is mounted read-write at %s: you update it in place.\n", out.Name,
+			apitype.MemoryMountPath(out.Name, out.ID))
 	}
-	b.WriteString("Each memory is a file; list /mnt/memory/ to find the stores' directories.\n\n")
+	b.WriteString("Each memory is a text file; its path in the directory is the memory's path.\n\n")
 	b.WriteString("Your task, on the output store's files:\n")
 	b.WriteString("1. Merge duplicate or overlapping memories into one.\n")
 	b.WriteString("2. Drop memories the transcripts show to be stale or wrong; update those that changed.\n")
