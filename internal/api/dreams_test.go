@@ -11,7 +11,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
 	"github.com/corralhq/corral/internal/apitype"
-	"github.com/corralhq/corral/internal/store"
 )
 
 // TestDreamCreateValidation: every malformed «DreamCreate» is a 400 naming what is wrong, before any lookup.
@@ -225,18 +224,6 @@ func TestDreamStateMachine(t *testing.T) {
 	}
 }
 
-// newMemoryStore stores a memory store (as the memory store API would).
-func (h *harness) newMemoryStore(name string) *apitype.MemoryStore {
-	h.t.Helper()
-	now := time.Now().UTC()
-	ms := &apitype.MemoryStore{Type: apitype.ObjectMemoryStore, ID: apitype.NewID(apitype.PrefixMemoryStore), Name: name,
-		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}
-	if err := h.store.MemoryStoreCreate(ctxT(h.t), ms); err != nil {
-		h.t.Fatalf("create memory store: %v", err)
-	}
-	return ms
-}
-
 // TestDreamCreate: a valid dream is pending with its inputs as given (sessions sorted), its model as an object;
 // unknown or archived inputs are refused; two update_existing dreams on one store conflict.
 func TestDreamCreate(t *testing.T) {
@@ -245,7 +232,7 @@ func TestDreamCreate(t *testing.T) {
 	ctx := ctxT(t)
 	agentID, envID := h.seed(ctx)
 	s1, s2 := h.newSession(ctx, agentID, envID), h.newSession(ctx, agentID, envID)
-	ms := h.newMemoryStore("notes")
+	ms := h.newMemoryStore(ctx, "notes")
 	params := func(store string, sessions ...string) anthropic.BetaDreamNewParams {
 		return anthropic.BetaDreamNewParams{
 			Inputs: []anthropic.BetaDreamInputUnionParam{anthropic.BetaDreamInputParamOfSessions(sessions),
@@ -275,8 +262,8 @@ func TestDreamCreate(t *testing.T) {
 	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
 	_, err = h.client.Beta.Dreams.New(ctx, params(ms.ID, s1, "sesn_missing"))
 	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
-	archived := h.newMemoryStore("old")
-	if _, err := h.store.MemoryStoreArchive(ctx, &store.ArchiveParams{ID: archived.ID, At: time.Now()}); err != nil {
+	archived := h.newMemoryStore(ctx, "old")
+	if _, err := h.client.Beta.MemoryStores.Archive(ctx, archived.ID, anthropic.BetaMemoryStoreArchiveParams{}); err != nil {
 		t.Fatalf("archive: %v", err)
 	}
 	_, err = h.client.Beta.Dreams.New(ctx, params(archived.ID, s1))
