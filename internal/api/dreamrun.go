@@ -77,7 +77,7 @@ func derivedID(prefix, dreamID string) string {
 }
 
 // failDream ends a dream with a typed error (unless it ended first).
-func (s *Server) failDream(ctx context.Context, id, typ, format string, args ...any) error {
+func (s *Server) failDream(ctx context.Context, id string, typ apitype.DreamErrorType, format string, args ...any) error {
 	now := s.now()
 	_, err := s.store.DreamUpdate(ctx, id, func(d *apitype.Dream) error {
 		d.Status, d.EndedAt = apitype.DreamFailed, &now
@@ -211,7 +211,7 @@ func (s *Server) makeDreamOutput(ctx context.Context, mss store.MemoryStore, d *
 func (s *Server) markDreamRunning(ctx context.Context, id, sessID, outID string) error {
 	d, err := s.store.DreamUpdate(ctx, id, func(d *apitype.Dream) error {
 		d.SessionID = &sessID
-		d.Outputs = []apitype.DreamOutput{{Type: apitype.DreamInputMemoryStore, MemoryStoreID: outID}}
+		d.Outputs = []apitype.DreamOutput{{Type: apitype.ObjectMemoryStore, MemoryStoreID: outID}}
 		if d.Status == apitype.DreamPending {
 			d.Status = apitype.DreamRunning
 		}
@@ -240,7 +240,7 @@ func (s *Server) followDream(ctx context.Context, d *apitype.Dream) error {
 		return err
 	}
 	usage := dreamUsage(&sess.Usage)
-	status, errType, msg := apitype.DreamRunning, "", ""
+	status, errType, msg := apitype.DreamRunning, apitype.DreamErrorType(""), ""
 	switch {
 	case sess.Status == apitype.StatusTerminated:
 		status, errType, msg = apitype.DreamFailed, apitype.DreamErrSessionFailed, "the dream's session was terminated"

@@ -50,7 +50,7 @@ func parseDreamInputs(raws []json.RawMessage) ([]apitype.DreamInput, error) {
 		if err != nil {
 			return nil, err
 		}
-		switch typ {
+		switch apitype.DreamInputType(typ) {
 		case apitype.DreamInputMemoryStore:
 			var in struct {
 				Type          string `json:"type"`
@@ -65,7 +65,7 @@ func parseDreamInputs(raws []json.RawMessage) ([]apitype.DreamInput, error) {
 			if err := checkString(path(p, "memory_store_id"), in.MemoryStoreID, true, 256); err != nil {
 				return nil, err
 			}
-			ms = &apitype.DreamInput{Type: typ, MemoryStoreID: in.MemoryStoreID}
+			ms = &apitype.DreamInput{Type: apitype.DreamInputMemoryStore, MemoryStoreID: in.MemoryStoreID}
 		case apitype.DreamInputSessions:
 			var in struct {
 				Type       string   `json:"type"`
@@ -93,7 +93,7 @@ func parseDreamInputs(raws []json.RawMessage) ([]apitype.DreamInput, error) {
 			}
 			sorted := slices.Clone(ids)
 			slices.Sort(sorted)
-			sessions = &apitype.DreamInput{Type: typ, SessionIDs: sorted}
+			sessions = &apitype.DreamInput{Type: apitype.DreamInputSessions, SessionIDs: sorted}
 		default:
 			return nil, invalid(path(p, "type"), `must be "memory_store" or "sessions", got %q`, typ)
 		}
@@ -139,7 +139,7 @@ func parseOutputBehavior(raw json.RawMessage, input string) (apitype.DreamOutput
 	if err != nil {
 		return b, err
 	}
-	switch typ {
+	switch apitype.DreamOutputBehaviorType(typ) {
 	case apitype.DreamCreateNew:
 		var in struct {
 			Type string `json:"type"`

@@ -315,7 +315,7 @@ func TestDreamRunner(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	failed, err := h.client.Beta.Dreams.Get(ctx, d.ID, anthropic.BetaDreamGetParams{})
-	if err != nil || failed.Status != anthropic.BetaDreamStatusFailed || failed.Error.Type != apitype.DreamErrSessionsMissing ||
+	if err != nil || failed.Status != anthropic.BetaDreamStatusFailed || failed.Error.Type != string(apitype.DreamErrSessionsMissing) ||
 		!strings.Contains(failed.Error.Message, gone) || len(failed.Outputs) != 0 || failed.JSON.SessionID.Raw() != "null" {
 		t.Fatalf("dream over a deleted session: %v %s", err, failed.RawJSON())
 	}
@@ -372,7 +372,7 @@ func TestDreamRunner(t *testing.T) {
 	if g := get(wd.ID); g.Status != anthropic.BetaDreamStatusCompleted || g.EndedAt.IsZero() || g.JSON.Error.Raw() != "null" {
 		t.Fatalf("dream whose session ended its turn: %s", g.RawJSON())
 	}
-	if g := get(dd.ID); g.Status != anthropic.BetaDreamStatusFailed || g.Error.Type != apitype.DreamErrInternal ||
+	if g := get(dd.ID); g.Status != anthropic.BetaDreamStatusFailed || g.Error.Type != string(apitype.DreamErrInternal) ||
 		!strings.Contains(g.Error.Message, "deleted") {
 		t.Fatalf("dream whose session was deleted: %s", g.RawJSON())
 	}

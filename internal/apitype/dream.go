@@ -24,43 +24,11 @@ type Dream struct {
 	ArchivedAt *time.Time `json:"archived_at"`
 }
 
-// DreamStatus is where a dream is in its lifecycle.
-type DreamStatus string
-
-// Dream statuses: completed, failed and canceled are terminal.
-const (
-	DreamPending   DreamStatus = "pending"
-	DreamRunning   DreamStatus = "running"
-	DreamCompleted DreamStatus = "completed"
-	DreamFailed    DreamStatus = "failed"
-	DreamCanceled  DreamStatus = "canceled"
-)
-
-// Valid reports whether s is a dream status.
-func (s DreamStatus) Valid() bool {
-	switch s {
-	case DreamPending, DreamRunning, DreamCompleted, DreamFailed, DreamCanceled:
-		return true
-	}
-	return false
-}
-
-// Terminal reports whether a dream with this status has ended: its status does not change again.
-func (s DreamStatus) Terminal() bool {
-	return s == DreamCompleted || s == DreamFailed || s == DreamCanceled
-}
-
-// Dream input types.
-const (
-	DreamInputMemoryStore = "memory_store"
-	DreamInputSessions    = "sessions"
-)
-
 // DreamInput is a source a dream reads: a memory store (MemoryStoreID) or sessions (SessionIDs, sorted).
 type DreamInput struct {
-	Type          string   `json:"type"`
-	MemoryStoreID string   `json:"memory_store_id,omitempty"`
-	SessionIDs    []string `json:"session_ids,omitempty"`
+	Type          DreamInputType `json:"type"`
+	MemoryStoreID string         `json:"memory_store_id,omitempty"`
+	SessionIDs    []string       `json:"session_ids,omitempty"`
 }
 
 // DreamModel is the model a dream runs, always an object on the wire.
@@ -69,40 +37,24 @@ type DreamModel struct {
 	Speed string `json:"speed,omitempty"`
 }
 
-// Dream output behaviors.
-const (
-	DreamCreateNew      = "create_new"
-	DreamUpdateExisting = "update_existing"
-)
-
 // DreamOutputBehavior says which memory store a dream writes: a new one (create_new) or its input store
 // (update_existing, MemoryStoreID).
 type DreamOutputBehavior struct {
-	Type          string `json:"type"`
-	MemoryStoreID string `json:"memory_store_id,omitempty"`
+	Type          DreamOutputBehaviorType `json:"type"`
+	MemoryStoreID string                  `json:"memory_store_id,omitempty"`
 }
 
 // DreamOutput is the memory store that holds a dream's result.
 type DreamOutput struct {
-	Type          string `json:"type"` // "memory_store"
-	MemoryStoreID string `json:"memory_store_id"`
+	Type          ObjectType `json:"type"` // "memory_store"
+	MemoryStoreID string     `json:"memory_store_id"`
 }
 
 // DreamError is why a dream failed.
 type DreamError struct {
-	Type    string `json:"type"` // "timeout", "internal_error", ...
-	Message string `json:"message"`
+	Type    DreamErrorType `json:"type"`
+	Message string         `json:"message"`
 }
-
-// Dream error types.
-const (
-	DreamErrTimeout         = "timeout"
-	DreamErrInternal        = "internal_error"
-	DreamErrSessionFailed   = "session_error"
-	DreamErrInputNotFound   = "input_not_found_error"
-	DreamErrInputArchived   = "input_archived_error"
-	DreamErrSessionsMissing = "sessions_not_found_error"
-)
 
 // DreamUsage is the tokens a dream has used, summed over its session's model requests.
 type DreamUsage struct {
