@@ -111,14 +111,20 @@ func (s *Store) MemoryList(ctx context.Context, p *store.MemoryListParams) ([]st
 		return nil, err
 	}
 	scan := func(prefix, from string, limit int, content bool) ([]apitype.Memory, error) {
-		t := memoriesBasic
-		if content {
-			t = memories
-		}
-		return t.rows(ctx, s, "list memories", t.sel+` WHERE m.store_id = ? AND m.path >= ? AND m.path < ?
-			ORDER BY m.path LIMIT ?`, p.StoreID, max(from, prefix), store.After(prefix), limitArg(limit))
+		t, query, args := memoryScanQuery(p.StoreID, prefix, from, limit, content)
+		return t.rows(ctx, s, "list memories", query, args...)
 	}
 	return store.ListMemories(scan, p)
+}
+
+// memoryScanQuery is the store.MemoryScan of a store's memories: a range of the memories_path index.
+func memoryScanQuery(storeID, prefix, from string, limit int, content bool) (*table[apitype.Memory], string, []any) {
+	t := memoriesBasic
+	if content {
+		t = memories
+	}
+	return t, t.sel + ` WHERE m.store_id = ? AND m.path >= ? AND m.path < ? ORDER BY m.path LIMIT ?`,
+		[]any{storeID, max(from, prefix), store.After(prefix), limitArg(limit)}
 }
 
 // MemoryVersionGet returns a version with its content.
@@ -131,6 +137,12 @@ func (s *Store) MemoryVersionList(ctx context.Context, p *store.MemoryVersionLis
 	if _, err := s.MemoryStoreGet(ctx, p.StoreID); err != nil {
 		return nil, err
 	}
+	t, query, args := memoryVersionListQuery(p)
+	return t.rows(ctx, s, "list memory versions", query, args...)
+}
+
+// memoryVersionListQuery selects a store's versions, newest first.
+func memoryVersionListQuery(p *store.MemoryVersionListParams) (*table[apitype.MemoryVersion], string, []any) {
 	var f filter
 	f.add("v.store_id = ?", p.StoreID)
 	for _, c := range []struct{ col, v string }{
@@ -154,8 +166,7 @@ func (s *Store) MemoryVersionList(ctx context.Context, p *store.MemoryVersionLis
 	if p.Content {
 		t = memoryVersions
 	}
-	return t.rows(ctx, s, "list memory versions", t.sel+f.where()+` ORDER BY v.created_at DESC, v.id DESC LIMIT ?`,
-		append(f.args, limitArg(p.Limit))...)
+	return t, t.sel + f.where() + ` ORDER BY v.created_at DESC, v.id DESC LIMIT ?`, append(f.args, limitArg(p.Limit))
 }
 
 // MemoryVersionRedact redacts a version under store.RedactMemoryVersion's rule.

@@ -325,51 +325,66 @@ func testMemoryWrite(t *testing.T, h Harness) {
 	mustIs(t, err, store.ErrNotFound, "write to an unknown store")
 }
 
-// testMemoryPutRace: concurrent puts of one new path all land, one as the create and the others as updates.
+// testMemoryPutRace: concurrent puts of one new path all land, one as the create and the others as updates. Each
+// round's writers start together, on a store whose connections are already open, so that they do race.
 func testMemoryPutRace(t *testing.T, h Harness) {
 	s := h.open(t)
 	w := newMemWriter(t, s)
-	const n = 8
-	path := "/race/shared.md"
+	const n, rounds = 8, 4
 	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
+	for range n { // open the adapter's connections before the race
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			content := fmt.Sprintf("writer %d", i)
-			_, errs[i] = s.MemoryWrite(ctxBg, &store.MemoryWriteParams{StoreID: w.storeID, Op: store.MemoryOpPut,
-				Path: &path, Content: &content, Actor: sessionActor, At: base.Add(time.Duration(i) * time.Millisecond),
-				NewMemoryID: apitype.NewID(apitype.PrefixMemory), NewVersionID: apitype.NewID(apitype.PrefixMemVersion)})
+			_, _ = s.MemoryList(ctxBg, &store.MemoryListParams{StoreID: w.storeID, Limit: 1})
 		}()
 	}
 	wg.Wait()
-	for i, err := range errs {
-		must(t, err, fmt.Sprintf("put %d", i))
-	}
-	vs := w.versions(t, store.MemoryVersionListParams{Content: true})
-	equal(t, len(vs), n, "versions")
-	memIDs, contents := map[string]bool{}, map[string]bool{}
-	created := 0
-	for _, v := range vs {
-		memIDs[v.MemoryID] = true
-		contents[*v.Content] = true
-		if v.Operation == apitype.MemoryCreated {
-			created++
+	for round := range rounds {
+		path := fmt.Sprintf("/race/%d.md", round)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				content := fmt.Sprintf("writer %d", i)
+				<-start
+				_, errs[i] = s.MemoryWrite(ctxBg, &store.MemoryWriteParams{StoreID: w.storeID, Op: store.MemoryOpPut,
+					Path: &path, Content: &content, Actor: sessionActor, At: base.Add(time.Duration(i) * time.Millisecond),
+					NewMemoryID: apitype.NewID(apitype.PrefixMemory), NewVersionID: apitype.NewID(apitype.PrefixMemVersion)})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			must(t, err, fmt.Sprintf("round %d: put %d", round, i))
 		}
 	}
-	equal(t, created, 1, "created versions")
-	equal(t, len(memIDs), 1, "memories written")
-	equal(t, len(contents), n, "every writer's content has its version")
 	items, err := s.MemoryList(ctxBg, &store.MemoryListParams{StoreID: w.storeID, Limit: 10, Content: true})
 	must(t, err, "list")
-	equal(t, len(items), 1, "one memory")
-	m := items[0].Memory
-	cur, err := s.MemoryVersionGet(ctxBg, w.storeID, m.MemoryVersionID)
-	must(t, err, "get the current version")
-	equal(t, *cur.Content, *m.Content, "the memory's content is its current version's")
-	_, err = s.MemoryVersionRedact(ctxBg, &store.MemoryRedactParams{StoreID: w.storeID, ID: cur.ID, Actor: apiActor, At: base})
-	mustIs(t, err, store.ErrMemoryVersionCurrent, "the last write is current")
+	equal(t, len(items), rounds, "one memory per path")
+	for _, it := range items {
+		m := it.Memory
+		vs := w.versions(t, store.MemoryVersionListParams{MemoryID: m.ID, Content: true})
+		equal(t, len(vs), n, m.Path+": versions")
+		contents := map[string]bool{}
+		created := 0
+		for _, v := range vs {
+			contents[*v.Content] = true
+			if v.Operation == apitype.MemoryCreated {
+				created++
+			}
+		}
+		equal(t, created, 1, m.Path+": created versions")
+		equal(t, len(contents), n, m.Path+": every writer's content has its version")
+		cur, err := s.MemoryVersionGet(ctxBg, w.storeID, m.MemoryVersionID)
+		must(t, err, "get the current version")
+		equal(t, *cur.Content, *m.Content, m.Path+": the memory's content is its current version's")
+		_, err = s.MemoryVersionRedact(ctxBg, &store.MemoryRedactParams{StoreID: w.storeID, ID: cur.ID, Actor: apiActor, At: base})
+		mustIs(t, err, store.ErrMemoryVersionCurrent, m.Path+": the last write is current")
+	}
+	equal(t, len(w.versions(t, store.MemoryVersionListParams{})), n*rounds, "versions in all")
 }
 
 // memoryListPaths are in byte order: '-' < '.' < '/' < 'B' < 'b' < 0xC3 (é).
