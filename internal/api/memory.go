@@ -85,7 +85,7 @@ func memoryListLimit(q query, full bool) (int, error) {
 		return 0, err
 	}
 	if full && limit > maxFullViewLimit {
-		return 0, invalid("limit", "must be at most %d with view=full (got %d): a page of full memories holds at most %d",
+		return 0, invalid("limit", "must be at most %d with view=full (got %d): a page with content holds at most %d items",
 			maxFullViewLimit, limit, maxFullViewLimit)
 	}
 	return limit, nil
@@ -116,13 +116,17 @@ func checkMemoryPath(p, v string) error {
 	return nil
 }
 
-// checkMemoryContent validates a memory's content: valid UTF-8 and at most apitype.MaxMemoryBytes bytes.
+// checkMemoryContent validates a memory's content: valid UTF-8 without NUL, at most apitype.MaxMemoryBytes
+// bytes. NUL is refused because PostgreSQL's text cannot hold it: both stores take the same contents.
 func checkMemoryContent(p, v string) error {
 	if len(v) > apitype.MaxMemoryBytes {
 		return invalid(p, "must be at most %d bytes (it has %d)", apitype.MaxMemoryBytes, len(v))
 	}
 	if !utf8.ValidString(v) {
 		return invalid(p, "must be valid UTF-8")
+	}
+	if strings.IndexByte(v, 0) >= 0 {
+		return invalid(p, "must not contain NUL characters (U+0000)")
 	}
 	return nil
 }
@@ -151,7 +155,7 @@ func (s *Server) memoryWriteErr(r *http.Request, err error, kind, id string) err
 	switch {
 	case errors.Is(err, store.ErrMemoryPrecondition):
 		return &apiError{status: http.StatusConflict, typ: apitype.ErrMemoryPrecondition,
-			msg: "the memory's content_sha256 does not match the precondition: it changed since you read it"}
+			msg: "the memory's content_sha256 is not the one expected: it changed since you read it"}
 	case errors.Is(err, store.ErrMemoryPathTaken):
 		return &apiError{status: http.StatusConflict, typ: apitype.ErrMemoryPathConflict,
 			msg: "path: another memory of the store has this path"}

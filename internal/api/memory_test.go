@@ -2,12 +2,12 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -253,6 +253,17 @@ func TestMemoriesSDK(t *testing.T) {
 		_, err = mem.New(ctx, "memstore_nope", anthropic.BetaMemoryStoreMemoryNewParams{Path: "/a", Content: param.NewOpt("a")})
 		if aerr := wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound); !strings.Contains(aerr.Message, "memstore_nope") {
 			t.Errorf("unknown store: %s", aerr.Message)
+		}
+
+		// Content is UTF-8 text without NUL, on either store.
+		_, err = mem.New(ctx, st.ID, anthropic.BetaMemoryStoreMemoryNewParams{Path: "/nul.md", Content: param.NewOpt("a\x00b")})
+		if aerr := wantAPIError(t, err, http.StatusBadRequest, apitype.ErrInvalidRequest); !strings.HasPrefix(aerr.Message, "content: ") {
+			t.Errorf("NUL in content: %s", aerr.Message)
+		}
+		uni := h.newMemory(ctx, other.ID, "/日本/ノート.md", "émoji 🎉 and \t tabs\n")
+		if got, err := mem.Get(ctx, uni.ID, anthropic.BetaMemoryStoreMemoryGetParams{MemoryStoreID: other.ID}); err != nil ||
+			got.Content != "émoji 🎉 and \t tabs\n" || got.Path != "/日本/ノート.md" || got.ContentSizeBytes != int64(len(got.Content)) {
+			t.Fatalf("unicode: %v %s", err, got.RawJSON())
 		}
 
 		// A taken path is a 409 memory_path_conflict_error, on create and on rename.
@@ -727,6 +738,28 @@ func TestMemorySessionResources(t *testing.T) {
 			t.Errorf("%s: %d %s", body, status, b)
 		}
 	}
+	// The session list's memory_store_id filter: the sessions having the store, newest first, in pages.
+	s2, err := newSession(&anthropic.BetaManagedAgentsMemoryStoreResourceParam{MemoryStoreID: kb.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		h.newSession(ctx, agentID, envID)
+	}
+	var listed []string
+	it := h.client.Beta.Sessions.ListAutoPaging(ctx, anthropic.BetaSessionListParams{MemoryStoreID: param.NewOpt(kb.ID),
+		Limit: param.NewOpt[int64](1)})
+	for it.Next() {
+		listed = append(listed, it.Current().ID)
+	}
+	if it.Err() != nil || !slices.Equal(listed, []string{s2.ID, s.ID}) {
+		t.Errorf("sessions with %s: %v %v, want %v", kb.ID, it.Err(), listed, []string{s2.ID, s.ID})
+	}
+	page, err := h.client.Beta.Sessions.List(ctx, anthropic.BetaSessionListParams{MemoryStoreID: param.NewOpt(same.ID)})
+	if err != nil || len(page.Data) != 0 {
+		t.Errorf("sessions with a store none has: %v %s", err, page.RawJSON())
+	}
+
 	// Only files are added to an existing session.
 	status, _, b := h.do("POST", "/v1/sessions/"+s.ID+"/resources", `{"type":"memory_store","memory_store_id":"`+same.ID+`"}`)
 	if status != http.StatusBadRequest || !strings.Contains(string(b), "only file resources") {
@@ -854,11 +887,6 @@ func TestMemorySessionsToken(t *testing.T) {
 	if status != http.StatusUnauthorized && status != http.StatusForbidden {
 		t.Errorf("the environment key lists memories: %d", status)
 	}
-	// The memory_store_id filter of the session list is accepted (it matches nothing yet).
-	q := url.Values{"memory_store_id": {rw.ID}}
-	if status, _, _ := h.do("GET", "/v1/sessions?"+q.Encode(), ""); status != http.StatusOK {
-		t.Errorf("session list by memory store: %d", status)
-	}
 }
 
 // TestMemoryWorkerSync: the official SDK's SessionMemoryStores (what its EnvironmentWorker runs for a
@@ -978,4 +1006,50 @@ func TestMemoryWorkerSync(t *testing.T) {
 		len(m.Data) != 1 || m.Data[0].Content != "fact" {
 		t.Errorf("the read_only store after the sync: %v", err)
 	}
+}
+
+// TestGoldenMemory pins the wire shape of the memory payloads: a store, a memory in each view, a list page with
+// a roll-up, a version (and a redacted one), a session's memory_store resource, the 409s.
+func TestGoldenMemory(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	do := func(method, path, body string, want int) []byte {
+		t.Helper()
+		status, _, b := h.do(method, path, body)
+		if status != want {
+			t.Fatalf("%s %s: %d %s", method, path, status, b)
+		}
+		return b
+	}
+	var ids struct {
+		ID              string `json:"id"`
+		MemoryVersionID string `json:"memory_version_id"`
+	}
+	st := do("POST", "/v1/memory_stores", `{"name":"User Preferences","description":"likes","metadata":{"team":"docs"}}`, 200)
+	golden(t, "memory_store", st)
+	decodeRaw(t, string(st), &ids)
+	base := "/v1/memory_stores/" + ids.ID
+	storeID := ids.ID
+	m := do("POST", base+"/memories?view=full", `{"path":"/notes/todo.md","content":"buy milk"}`, 200)
+	golden(t, "memory_full", m)
+	decodeRaw(t, string(m), &ids)
+	memID, firstVersion := ids.ID, ids.MemoryVersionID
+	do("POST", base+"/memories", `{"path":"/notes/deep/a.md","content":"a"}`, 200)
+	golden(t, "memory_basic", do("POST", base+"/memories/"+memID, `{"content":"buy oat milk"}`, 200))
+	golden(t, "memory_list", do("GET", base+"/memories?path_prefix=/notes/&depth=1", "", 200))
+	golden(t, "memory_version", do("GET", base+"/memory_versions/"+firstVersion, "", 200))
+	golden(t, "memory_version_redacted", do("POST", base+"/memory_versions/"+firstVersion+"/redact", "", 200))
+	golden(t, "error_memory_precondition", do("POST", base+"/memories/"+memID,
+		`{"content":"x","precondition":{"type":"content_sha256","content_sha256":"`+apitype.ContentSHA256("stale")+`"}}`, 409))
+	golden(t, "error_memory_path_conflict", do("POST", base+"/memories", `{"path":"/notes/todo.md","content":"x"}`, 409))
+	golden(t, "memory_deleted", do("DELETE", base+"/memories/"+memID, "", 200))
+
+	agentID, envID := h.seed(ctxT(t))
+	sess := do("POST", "/v1/sessions", `{"agent":"`+agentID+`","environment_id":"`+envID+`",
+		"resources":[{"type":"memory_store","memory_store_id":"`+storeID+`","access":"read_only","instructions":"Read first."}]}`, 200)
+	var s struct {
+		Resources []json.RawMessage `json:"resources"`
+	}
+	decodeRaw(t, string(sess), &s)
+	golden(t, "session_resource_memory_store", s.Resources[0])
 }
