@@ -324,6 +324,39 @@ func TestDreamRunner(t *testing.T) {
 		t.Fatalf("a failed dream made a store: %v %d stores", err, len(stores.Data))
 	}
 
+	// A runner that crashed after it made a dream's session: the next pass finds the session (its id derives
+	// from the dream's) and records it, instead of making another.
+	d, err = h.client.Beta.Dreams.New(ctx, anthropic.BetaDreamNewParams{
+		Inputs: []anthropic.BetaDreamInputUnionParam{anthropic.BetaDreamInputParamOfMemoryStore(ms.ID),
+			anthropic.BetaDreamInputParamOfSessions([]string{kept})},
+		Model:          anthropic.BetaDreamNewParamsModelUnion{OfString: anthropic.String("claude-x")},
+		OutputBehavior: anthropic.BetaOutputBehaviorParamOfUpdateExisting(ms.ID),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := "sesn_" + strings.TrimPrefix(d.ID, "drm_")
+	now := time.Now().UTC()
+	if _, _, err := h.store.SessionCreate(ctx, &store.SessionCreateParams{Session: &apitype.Session{Type: apitype.ObjectSession,
+		ID: made, Status: apitype.StatusIdle, Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.RunDreams(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	resumed, err := h.client.Beta.Dreams.Get(ctx, d.ID, anthropic.BetaDreamGetParams{})
+	if err != nil || resumed.Status != anthropic.BetaDreamStatusRunning || resumed.SessionID != made ||
+		len(resumed.Outputs) != 1 || resumed.Outputs[0].MemoryStoreID != ms.ID {
+		t.Fatalf("resumed dream: %v %s", err, resumed.RawJSON())
+	}
+	sessions, err := h.client.Beta.Sessions.List(ctx, anthropic.BetaSessionListParams{})
+	if err != nil || len(sessions.Data) != 2 {
+		t.Fatalf("sessions after the resumed start: %v %d, want the input and the dream's", err, len(sessions.Data))
+	}
+	if _, err := h.client.Beta.Dreams.Cancel(ctx, d.ID, anthropic.BetaDreamCancelParams{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Running dreams over real sessions standing in for the dreams' own.
 	run := func(sessID string) *apitype.Dream {
 		t.Helper()
