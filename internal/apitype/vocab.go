@@ -362,3 +362,60 @@ type BudgetType string
 
 // BudgetLimit is a hard cap on the session's list cost.
 const BudgetLimit BudgetType = "limit"
+
+// DreamStatus is where a dream is in its lifecycle.
+type DreamStatus string
+
+// Dream statuses: completed, failed and canceled are terminal.
+const (
+	DreamPending   DreamStatus = "pending"
+	DreamRunning   DreamStatus = "running"
+	DreamCompleted DreamStatus = "completed"
+	DreamFailed    DreamStatus = "failed"
+	DreamCanceled  DreamStatus = "canceled"
+)
+
+// Valid reports whether s is a dream status.
+func (s DreamStatus) Valid() bool {
+	switch s {
+	case DreamPending, DreamRunning, DreamCompleted, DreamFailed, DreamCanceled:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether a dream with this status has ended: its status does not change again.
+func (s DreamStatus) Terminal() bool {
+	return s == DreamCompleted || s == DreamFailed || s == DreamCanceled
+}
+
+// DreamInputType is the kind of a dream's input.
+type DreamInputType string
+
+// Dream inputs.
+const (
+	DreamInputMemoryStore DreamInputType = "memory_store"
+	DreamInputSessions    DreamInputType = "sessions"
+)
+
+// DreamOutputBehaviorType says which memory store a dream writes.
+type DreamOutputBehaviorType string
+
+// Dream output behaviors.
+const (
+	DreamCreateNew      DreamOutputBehaviorType = "create_new"      // a new store, a copy of the input's memories
+	DreamUpdateExisting DreamOutputBehaviorType = "update_existing" // the input store itself
+)
+
+// DreamErrorType is why a dream failed (its error.type).
+type DreamErrorType string
+
+// Dream error types.
+const (
+	DreamErrTimeout         DreamErrorType = "timeout"                  // it ran longer than the server's limit
+	DreamErrInternal        DreamErrorType = "internal_error"           // its session was lost, or the model unreachable
+	DreamErrSessionFailed   DreamErrorType = "session_error"            // its session terminated or stopped otherwise
+	DreamErrInputNotFound   DreamErrorType = "input_not_found_error"    // its memory store was deleted before it started
+	DreamErrInputArchived   DreamErrorType = "input_archived_error"     // the store it updates was archived
+	DreamErrSessionsMissing DreamErrorType = "sessions_not_found_error" // input sessions were deleted before it read them
+)

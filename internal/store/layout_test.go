@@ -32,6 +32,8 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.SkillStore]():          "skills.go",
 		reflect.TypeFor[store.StatsStore]():          "stats.go",
 		reflect.TypeFor[store.LeaderStore]():         "leader.go",
+		reflect.TypeFor[store.MemoryStore]():         "memory.go",
+		reflect.TypeFor[store.DreamStore]():          "dreams.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()
