@@ -26,7 +26,8 @@ import (
 //   - a sessions token (apitype.SessionsTokenPrefix), minted by the poll that delivers a work item and carried in
 //     its secret (the SDK's EnvironmentWorker uses it): it may heartbeat and stop that item, read, follow and
 //     answer (user.tool_result) that item's session, read its environment and the skills its session's agent
-//     names. It dies when the item stops or another poll delivers it.
+//     names, and read and write the memories of the memory stores attached to its session (write: only those
+//     attached read_write). It dies when the item stops or another poll delivers it.
 //
 // A request is authenticated into one caller (authenticate), kept in its context under one key (callerOf).
 
@@ -69,7 +70,7 @@ var credentials = []credential{
 		refused: "an environment key may only poll, ack, heartbeat, stop, list and count its environment's work"},
 	{kind: kindToken, name: "sessions token", prefix: apitype.SessionsTokenPrefix,
 		authenticate: (*Server).authToken, scope: scopeToken,
-		refused: "a sessions token may only heartbeat and stop its work item and use its session"},
+		refused: "a sessions token may only heartbeat and stop its work item and use its session and its memory stores' memories"},
 	{kind: kindAPIKey, name: "API key",
 		authenticate: (*Server).authAPIKey, scope: func(*http.Request, *caller) error { return nil },
 		refused: "this endpoint takes an environment key, not an API key"},
@@ -151,6 +152,11 @@ var (
 	// accessSessionSkill: a skill's versions, which a sessions token reads only for the skills its session's
 	// agent names (the SDK's EnvironmentWorker downloads them).
 	accessSessionSkill = access{name: "session_skill", accept: kindAPIKey | kindToken, tokenScope: (*Server).skillOfSession}
+	// accessSessionMemory and accessSessionMemoryWrite: a memory store's memories, which a sessions token reads
+	// only in the stores attached to its session, and writes only in those attached read_write (the SDK's
+	// EnvironmentWorker syncs them). A token writes as its session (session_actor).
+	accessSessionMemory      = access{name: "session_memory", accept: kindAPIKey | kindToken, tokenScope: memoryOfSession(false)}
+	accessSessionMemoryWrite = access{name: "session_memory_write", accept: kindAPIKey | kindToken, tokenScope: memoryOfSession(true)}
 	// The work queue: take (poll, ack) is the environment key's alone; hold (heartbeat, stop) every kind's;
 	// watching the queue (list, stats) the keys'; operating an item (get, update) the API key's.
 	accessTake    = access{name: "work_take", queue: true, accept: kindEnvKey}

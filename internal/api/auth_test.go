@@ -30,7 +30,8 @@ func TestCredentialReach(t *testing.T) {
 	fill := strings.NewReplacer("{$}", "", "{environment_id}", envID, "{session_id}", sessID, "{work_id}", w.ID,
 		"{agent_id}", "agent_x", "{vault_id}", "vlt_x", "{credential_id}", "vcrd_x", "{file_id}", "file_x",
 		"{skill_id}", "skill_x", "{version}", "1", "{resource_id}", "sesrsc_x", "{key_id}", "envkey_x", "{thread_id}", "sthr_x",
-		"{model_id}", "claude-sonnet-4-6")
+		"{model_id}", "claude-sonnet-4-6", "{memory_store_id}", "memstore_x", "{memory_id}", "mem_x",
+		"{memory_version_id}", "memver_x")
 
 	for _, kind := range []struct {
 		name, secret string

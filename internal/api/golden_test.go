@@ -13,7 +13,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden payloads in testdata/golden")
 
 var (
-	goldenID       = regexp.MustCompile(`\b(agent|env|sesn|sesrsc|sevt|outc|req|vlt|vcrd)_011C[1-9A-HJ-NP-Za-km-z]{24}\b`)
+	goldenID       = regexp.MustCompile(`\b(agent|env|sesn|sesrsc|sevt|outc|req|vlt|vcrd|memstore|mem|memver)_011C[1-9A-HJ-NP-Za-km-z]{24}\b`)
 	goldenTime     = regexp.MustCompile(`"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"`)
 	goldenDuration = regexp.MustCompile(`"duration_seconds":[0-9.e+-]+`)
 )

@@ -24,6 +24,7 @@ func TestRefusedStrings(t *testing.T) {
 		{"POST", "/v1/sessions", `{"agent":"` + agentID + `","environment_id":"` + envID + `","title":"t\u0000"}`,
 			"title: must not contain NUL"},
 		{"POST", "/v1/vaults", `{"display_name":"\u0000"}`, "display_name: must not contain NUL"},
+		{"POST", "/v1/memory_stores", `{"name":"m\u0000"}`, "name: must not contain NUL"},
 		{"POST", "/v1/sessions/" + id + "/events",
 			`{"events":[{"type":"user.message","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"not base64!"}}]}]}`,
 			"events[0].content[0].source.data: not valid base64"},

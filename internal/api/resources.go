@@ -27,9 +27,10 @@ const maxTokenLen = 4096
 
 // parseResource validates «ResourceIn». Mount paths default as the hosted service's do. It returns a repository's
 // authorization_token apart: the token is sealed and kept beside the session (store.ResourceSecretPut), never in
-// the session's document or its log.
-func parseResource(p string, raw json.RawMessage, now time.Time, allowRepo bool) (apitype.Resource, string, error) {
-	res, token, err := parseResourceIn(p, raw, now, allowRepo)
+// the session's document or its log. Repositories and memory stores are attached only when a session is created
+// (creating); a memory store's mount path and snapshot are set by checkMemoryStore.
+func parseResource(p string, raw json.RawMessage, now time.Time, creating bool) (apitype.Resource, string, error) {
+	res, token, err := parseResourceIn(p, raw, now, creating)
 	if err == nil && token != "" {
 		err = checkToken(path(p, "authorization_token"), token)
 	}
@@ -61,7 +62,7 @@ func (s *Server) sealToken(resourceID, token string) (*store.SealedSecret, error
 	return sealed, nil
 }
 
-func parseResourceIn(p string, raw json.RawMessage, now time.Time, allowRepo bool) (apitype.Resource, string, error) {
+func parseResourceIn(p string, raw json.RawMessage, now time.Time, creating bool) (apitype.Resource, string, error) {
 	typ, err := typeOf(p, raw)
 	if err != nil {
 		return apitype.Resource{}, "", err
@@ -71,7 +72,7 @@ func parseResourceIn(p string, raw json.RawMessage, now time.Time, allowRepo boo
 	var token string
 	switch res.Type {
 	case apitype.ResourceGitHubRepository:
-		if !allowRepo {
+		if !creating {
 			return res, "", invalid(path(p, "type"), "only file resources can be added to an existing session")
 		}
 		var in struct {
@@ -124,7 +125,41 @@ func parseResourceIn(p string, raw json.RawMessage, now time.Time, allowRepo boo
 				fileUploadsRoot, res.MountPath)
 		}
 	case apitype.ResourceMemoryStore:
-		return res, "", invalid(path(p, "type"), "memory_store resources are not supported by this server")
+		if !creating {
+			return res, "", invalid(path(p, "type"), "only file resources can be added to an existing session")
+		}
+		var in struct {
+			Type          string          `json:"type"`
+			MemoryStoreID string          `json:"memory_store_id"`
+			Access        *string         `json:"access"`
+			Instructions  *string         `json:"instructions"`
+			MountPath     json.RawMessage `json:"mount_path"`
+		}
+		if err := strictUnmarshal(p, raw, &in); err != nil {
+			return res, "", err
+		}
+		if err := checkString(path(p, "memory_store_id"), in.MemoryStoreID, true, 256); err != nil {
+			return res, "", err
+		}
+		if !isNull(in.MountPath) {
+			return res, "", invalid(path(p, "mount_path"),
+				"a memory store's mount path is output-only: it is %s/<slug of the store's name>", apitype.MemoryMount)
+		}
+		res.MemoryStoreID = in.MemoryStoreID
+		res.Access = apitype.AccessReadWrite
+		if in.Access != nil {
+			if res.Access = apitype.ResourceAccess(*in.Access); !res.Access.Valid() {
+				return res, "", invalid(path(p, "access"), `must be "read_write" or "read_only"`)
+			}
+		}
+		if in.Instructions != nil {
+			if err := checkText(path(p, "instructions"), *in.Instructions, false, maxMemoryInstructions); err != nil {
+				return res, "", err
+			}
+			res.Instructions = *in.Instructions
+		}
+		// The mount path comes from the store's name: checkMemoryStore sets and checks it.
+		return res, "", nil
 	case "":
 		return res, "", invalid(path(p, "type"), "required")
 	default:

@@ -91,7 +91,7 @@ func TestSessionResources(t *testing.T) {
 		`{"type":"file"}`,
 		`{"type":"file","file_id":"f","mount_path":"relative/path"}`,
 		`{"type":"file","file_id":"f","mount_path":"/a/../b"}`,
-		`{"type":"memory_store","memory_store_id":"memstore_x"}`,
+		`{"type":"memory_store","memory_store_id":"memstore_x"}`, // memory stores are attached at creation only
 	} {
 		status, _, b := h.do("POST", "/v1/sessions/"+s.ID+"/resources", body)
 		if status != http.StatusBadRequest {

@@ -11,6 +11,11 @@ const (
 	ErrRateLimit       ErrorType = "rate_limit_error"
 	ErrAPI             ErrorType = "api_error"
 	ErrOverloaded      ErrorType = "overloaded_error"
+	// ErrMemoryPrecondition: a memory write's precondition (precondition.content_sha256,
+	// expected_content_sha256) does not hold (409).
+	ErrMemoryPrecondition ErrorType = "memory_precondition_failed_error"
+	// ErrMemoryPathConflict: another memory of the store has the path (409).
+	ErrMemoryPathConflict ErrorType = "memory_path_conflict_error"
 )
 
 // ErrorEnvelope is the body of every error response.
