@@ -25,6 +25,7 @@ import (
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/vault"
 	"github.com/corralhq/corral/internal/workspace"
+	"github.com/corralhq/corral/internal/workspace/memstore"
 )
 
 // handsFlags pick and configure the sandbox backend.
@@ -166,6 +167,10 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 		Tokens: git, ExtraRootCAsPEM: eo.CAPEM, Logger: logger}
 	if fsvc != nil {
 		wc.Files, wc.Skills = fsvc, fsvc
+	}
+	// Memory stores are mounted from, and the agents' changes written back into, the store.
+	if ms, ok := st.(store.MemoryStore); ok {
+		wc.Memories = memstore.New(ms)
 	}
 	placer, err := workspace.New(wc)
 	if err != nil {

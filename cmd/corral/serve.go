@@ -37,6 +37,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	var mf metricsFlags
 	mf.register(fs)
 	tracingHelp(fs)
+	dreamTimeout := fs.Duration("dream-timeout", api.DefaultDreamTimeout, "how long a dream may run before it fails with a timeout error and its session is interrupted")
 	workTTL := fs.Duration("work-lease-ttl", api.DefaultWorkLeaseTTL, "how long a self-hosted worker keeps a work item without a heartbeat; after it the item goes to another worker")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -73,7 +74,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	cfg := corral.Config{
 		Store: st, Logger: logger,
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault, Validator: mcpProxy,
-			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices},
+			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, DreamTimeout: *dreamTimeout},
 	}
 	if cfg.Images, err = p.images(&imf, &hf); err != nil {
 		return err

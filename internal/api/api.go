@@ -89,6 +89,9 @@ type Config struct {
 	// Prices are the list prices budgets are checked against: a budget for a model without one is refused
 	// (model_not_budgetable). Nil: price.Default().
 	Prices *price.Table
+	// DreamTimeout is how long a dream may run, from its creation, before it fails with a timeout error
+	// (default DefaultDreamTimeout; see RunDreams).
+	DreamTimeout time.Duration
 }
 
 // Images is what the API asks of the environments' image builds.
@@ -136,7 +139,9 @@ type Server struct {
 	// workTTL is the default lease of a work item; workers tracks who polled lately.
 	workTTL time.Duration
 	workers *pollers
-	mux     *http.ServeMux
+	// dreamTimeout bounds a dream's run (Config.DreamTimeout).
+	dreamTimeout time.Duration
+	mux          *http.ServeMux
 	// now is the clock; tests may replace it.
 	now func() time.Time
 }
@@ -160,19 +165,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		store:     cfg.Store,
-		prices:    cfg.Prices,
-		log:       cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
-		keys:      cfg.Keys,
-		maxBody:   cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
-		heartbeat: cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval),
-		poll:      cmp.Or(cfg.PollInterval, DefaultPollInterval),
-		now:       apitype.Now,
-		sealer:    cfg.Sealer,
-		validator: cfg.Validator,
-		files:     cfg.Files,
-		images:    cfg.Images,
-		metrics:   cfg.Metrics,
+		store:        cfg.Store,
+		prices:       cfg.Prices,
+		log:          cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		keys:         cfg.Keys,
+		maxBody:      cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		heartbeat:    cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval),
+		poll:         cmp.Or(cfg.PollInterval, DefaultPollInterval),
+		now:          apitype.Now,
+		sealer:       cfg.Sealer,
+		validator:    cfg.Validator,
+		files:        cfg.Files,
+		dreamTimeout: cmp.Or(cfg.DreamTimeout, DefaultDreamTimeout),
+		images:       cfg.Images,
+		metrics:      cfg.Metrics,
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
 			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),
 		writeTimeout: cmp.Or(cfg.StreamWriteTimeout, DefaultStreamWriteTimeout),

@@ -111,6 +111,12 @@ func (s *Server) routeTable() []route {
 		{"GET /v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}", s.memoryVersionGet, accessAPIKey},
 		{"POST /v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}/redact", s.memoryVersionRedact, accessAPIKey},
 
+		{"POST /v1/dreams", s.dreamCreate, accessAPIKey},
+		{"GET /v1/dreams", s.dreamList, accessAPIKey},
+		{"GET /v1/dreams/{dream_id}", s.dreamGet, accessAPIKey},
+		{"POST /v1/dreams/{dream_id}/archive", s.dreamArchive, accessAPIKey},
+		{"POST /v1/dreams/{dream_id}/cancel", s.dreamCancel, accessAPIKey},
+
 		{"POST /v1/files", s.fileUpload, accessAPIKey.upload(s.fileUploadLimit)},
 		{"GET /v1/files", s.fileList, accessAPIKey},
 		{"GET /v1/files/{file_id}", s.fileGet, accessAPIKey},

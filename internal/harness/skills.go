@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -8,15 +9,16 @@ import (
 )
 
 // system is the system prompt of the thread's model calls: its agent's, then a note naming the agent's skills
-// by name and description only (the model reads a skill's SKILL.md in the sandbox when it needs it), then, in a
-// multi-agent session, how to work with the other threads (threads.go).
+// by name and description only (the model reads a skill's SKILL.md in the sandbox when it needs it), then the
+// session's memory stores (memoryNote), then, in a multi-agent session, how to work with the other threads
+// (threads.go).
 func (t *thread) system() string {
 	if t.skillNote == nil {
 		note := t.skillsNote()
 		t.skillNote = &note
 	}
-	parts := make([]string, 0, 3)
-	for _, p := range []string{t.agent.System, *t.skillNote, t.threadsNote()} {
+	parts := make([]string, 0, 4)
+	for _, p := range []string{t.agent.System, *t.skillNote, memoryNote(t.sess.Resources), t.threadsNote()} {
 		if p != "" {
 			parts = append(parts, p)
 		}
@@ -63,4 +65,37 @@ func (r *run) skills() []apitype.SkillRef {
 		}
 	}
 	return out
+}
+
+// memoryNote tells the agent about the session's memory stores: where each is mounted in the sandbox, whether
+// it may write there, the store's name and description as attached, and the resource's instructions. Stores
+// that cannot be mounted (sandbox.Recipe.MemoryDirs) are left out.
+func memoryNote(resources []apitype.Resource) string {
+	dirs, _ := (&sandbox.Recipe{Resources: resources}).MemoryDirs()
+	if len(dirs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("You have memory stores: directories of text files under " + apitype.MemoryMount + "/ in the sandbox " +
+		"that persist across sessions. Read them before you start; in a read-write store, keep what is worth " +
+		"remembering for later sessions as small text files (plain UTF-8, at most " + strconv.Itoa(apitype.MaxMemoryBytes) +
+		" bytes each). Changes are saved when your turn ends; links, pipes and other special files are not saved.\n")
+	for _, d := range dirs {
+		access := "read-write"
+		if d.ReadOnly {
+			access = "read-only"
+		}
+		b.WriteString("- " + d.Target + " (" + access + ")")
+		if d.Resource.Name != "" {
+			b.WriteString(": " + d.Resource.Name)
+		}
+		if d.Resource.Description != "" {
+			b.WriteString(" — " + d.Resource.Description)
+		}
+		b.WriteString("\n")
+		if in := strings.TrimSpace(d.Resource.Instructions); in != "" {
+			b.WriteString("  Instructions for this store: " + strings.ReplaceAll(in, "\n", "\n  ") + "\n")
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }

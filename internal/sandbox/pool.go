@@ -63,6 +63,14 @@ type Collector interface {
 	Collect(ctx context.Context, r *Recipe, host HostDirs) error
 }
 
+// Noticer is implemented by a Collector that has something to tell a session's agent about what it collected
+// (a memory file it could not store, and why): the Pool puts the notices it takes, as one text block, in front
+// of the session's next tool result. TakeNotices returns the session's pending notices and forgets them; it is
+// called on every tool result, so a session without any must cost next to nothing.
+type Noticer interface {
+	TakeNotices(sessionID string) []string
+}
+
 // OutputCollector is implemented by hands that collect a session's outputs (*Pool does); the brain calls it
 // at the end of each turn, before the session goes idle.
 type OutputCollector interface {
@@ -103,6 +111,8 @@ type Pool struct {
 	reaped sync.WaitGroup
 
 	reclaiming atomic.Bool // reclaimIdle is reaping
+
+	noticer Noticer // PoolConfig.Outputs, if it has notices for the agents
 }
 
 // session is one session's slot. mu serialises provisioning; the sandbox then serves calls concurrently.
@@ -139,6 +149,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		}
 	}
 	p := &Pool{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
+	p.noticer, _ = cfg.Outputs.(Noticer)
 	if r, ok := cfg.Volumes.(Reclaimer); ok {
 		r.SetReclaim(p.reclaimIdle)
 	}
@@ -205,6 +216,11 @@ func (p *Pool) Execute(ctx context.Context, call *Call) (Result, error) {
 		res, err := sb.Execute(ctx, call.Shell, call.Name, call.Input)
 		p.release(s, sb, err)
 		notes := resourceNotes(s.takeUnplaced())
+		if p.noticer != nil {
+			if n := p.noticer.TakeNotices(r.SessionID); len(n) > 0 {
+				notes = append(notes, apitype.TextBlock(strings.Join(n, "\n")))
+			}
+		}
 		if errors.Is(err, ErrSandboxDead) {
 			p.cfg.Logger.Warn("sandbox died", "session", r.SessionID, "backend", p.cfg.Provider.Name(), "err", err)
 			res = errorResult(fmt.Sprintf("The sandbox died while running this tool call (%v); its outcome is unknown. "+

@@ -13,8 +13,10 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -167,8 +169,9 @@ type HostDirs struct {
 	Workspace string
 	// Session is the directory of the session's files: the isolating backends bind its uploads subdirectory
 	// read-only at UploadsMount (file resources), its outputs subdirectory read-write at OutputsMount
-	// (collected into the Files API) and its skills subdirectory read-only at SkillsMount. Empty: none is
-	// bound. It survives re-provisioning, as the workspace does.
+	// (collected into the Files API), its skills subdirectory read-only at SkillsMount and each memory store's
+	// directory under its memory subdirectory at the store's mount path (Recipe.MemoryDirs), read-only or not
+	// as the resource's access says. Empty: none is bound. It survives re-provisioning, as the workspace does.
 	Session string
 	// RootFS is the directory of the read-only root filesystem the sandbox runs on: the environment's image
 	// (a plain directory tree: the base with the environment's packages). The isolating backends bind its
@@ -187,6 +190,58 @@ func (d HostDirs) Uploads() string { return d.sub("uploads") }
 
 // Outputs is the directory bound at OutputsMount ("" without a Session directory).
 func (d HostDirs) Outputs() string { return d.sub("outputs") }
+
+// Memory is the directory that holds one directory per memory store of the session (MemoryDir.Name), each
+// bound at its resource's mount path ("" without a Session directory).
+func (d HostDirs) Memory() string { return d.sub("memory") }
+
+// MemoryDir is where one memory_store resource of a recipe is, in the sandbox and under HostDirs.Memory.
+type MemoryDir struct {
+	Resource *apitype.Resource
+	// Name is its directory under HostDirs.Memory: the slug of its mount path (apitype.MemoryMountPath).
+	Name string
+	// Target is its mount path in the sandbox, MemoryMount/<Name>.
+	Target string
+	// ReadOnly: the resource's access is read_only; the directory is the host's and bound read-only.
+	ReadOnly bool
+}
+
+// MemoryDirs are the recipe's memory_store resources, each at its mount path (apitype.MemoryMountPath of its
+// store's name when it has none), in the recipe's order. A resource whose mount path is not one directory
+// directly under apitype.MemoryMount, whose directory another memory store already took, or whose store is
+// already mounted, is left out, with the reason in the second result.
+func (r *Recipe) MemoryDirs() ([]MemoryDir, []*ResourceError) {
+	var dirs []MemoryDir
+	var bad []*ResourceError
+	taken := map[string]bool{}
+	for i := range r.Resources {
+		res := &r.Resources[i]
+		if res.Type != apitype.ResourceMemoryStore {
+			continue
+		}
+		target := res.MountPath
+		if target == "" {
+			target = apitype.MemoryMountPath(res.Name, res.MemoryStoreID)
+		}
+		name, ok := strings.CutPrefix(target, apitype.MemoryMount+"/")
+		var err error
+		switch {
+		case !ok || name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00"):
+			err = fmt.Errorf("mount path %q is not a directory directly under %s", target, apitype.MemoryMount)
+		case taken[name]:
+			err = fmt.Errorf("another memory store is already mounted at %s", target)
+		case taken["\x00"+res.MemoryStoreID]:
+			err = fmt.Errorf("memory store %s is already mounted elsewhere", res.MemoryStoreID)
+		}
+		if err != nil {
+			bad = append(bad, &ResourceError{ResourceID: res.ID, Type: string(res.Type), MountPath: target, Err: err})
+			continue
+		}
+		taken[name], taken["\x00"+res.MemoryStoreID] = true, true
+		dirs = append(dirs, MemoryDir{Resource: res, Name: name, Target: target, ReadOnly: res.Access == apitype.AccessReadOnly})
+	}
+	return dirs, bad
+}
 
 func (d HostDirs) sub(name string) string {
 	if d.Session == "" {

@@ -103,6 +103,8 @@ type APIConfig struct {
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
+	// DreamTimeout is how long a dream may run before it fails with a timeout (api.Config.DreamTimeout).
+	DreamTimeout time.Duration
 }
 
 // SandboxConfig configures the hands: a pool of sandboxes of one provider.
@@ -166,6 +168,8 @@ type Server struct {
 	// fleet runs the periodic jobs of the whole fleet under the store's leader lease (expired files); local
 	// those on this machine's disk, in every process (the workspaces of deleted sessions).
 	fleet, local *maintain.Runner
+	// api is the HTTP API's server (nil without an API): its dream runner is a fleet job.
+	api *api.Server
 	// services are the parts that run, in start order (stopped in reverse).
 	services *services
 
@@ -251,10 +255,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
 			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
-			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices})
+			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices,
+			DreamTimeout: cfg.API.DreamTimeout})
 		if err != nil {
 			return undo(err)
 		}
+		s.api = a
 		con, err := console.New()
 		if err != nil {
 			return undo(err)
@@ -477,6 +483,10 @@ func (s *Server) periodic() error {
 		s.fleet.Add("expired files", every, s.logged("expired files deleted", func(ctx context.Context) (int, error) {
 			return files.SweepExpired(ctx, apitype.Now())
 		}))
+	}
+	if s.api != nil {
+		// Dreams are driven on the leader only: a dream's session is made once, and followed by one runner.
+		s.fleet.Add("dreams", api.DreamPollInterval, s.api.RunDreams)
 	}
 	if s.pool != nil {
 		gone := func(ctx context.Context, id string) (bool, error) {

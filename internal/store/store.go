@@ -79,6 +79,7 @@ type Store interface {
 	MemoryStore
 	StatsStore
 	LeaderStore
+	DreamStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities

@@ -15,7 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
+
 	"syscall"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -185,14 +185,18 @@ var _ sandbox.Collector = (*Placer)(nil)
 // to the files afterwards (truncating a collected file frees nothing). Files that would bring it past
 // MaxOutputBytes are not collected, and the error says which; a file that grows while it is copied is stored
 // only up to the size it had when it was looked at.
+//
+// It then collects what the session changed in its read_write memory stores (collectMemories).
 func (p *Placer) Collect(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs) error {
+	return errors.Join(p.collectOutputs(ctx, r, host), p.collectMemories(ctx, r, host))
+}
+
+func (p *Placer) collectOutputs(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs) error {
 	dir := host.Outputs()
 	if dir == "" || p.cfg.Files == nil {
 		return nil
 	}
-	mu, _ := p.collectLocks.LoadOrStore(r.SessionID, new(sync.Mutex))
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
+	defer p.sessionLock(r.SessionID)()
 	root, err := os.OpenRoot(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

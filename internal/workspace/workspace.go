@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -73,6 +74,10 @@ type Config struct {
 	// Skills is the Skills API (*files.Service): the agent's skills are placed from it under
 	// sandbox.SkillsMount. Without it a skill fails with ErrNoFiles.
 	Skills Skills
+	// Memories is the memory stores (internal/workspace/memstore over the store): a session's memory_store
+	// resources are placed from them at their mount paths and what the agent changes in a read_write one is
+	// collected back into them. Without it a memory_store resource fails with ErrNoMemories.
+	Memories Memories
 }
 
 // Tokens supplies repository tokens to the clones.
@@ -87,8 +92,15 @@ type Tokens interface {
 type Placer struct {
 	cfg Config
 	// collectLocks serialise the collections of one session (a brain ending a turn, the pool reaping a
-	// sandbox): session id -> *sync.Mutex, forgotten with the session's workspace (Forget).
+	// sandbox) and its memory placements: session id -> *sync.Mutex, forgotten with the session's workspace
+	// (Forget).
 	collectLocks sync.Map
+
+	// notices are what sessions' agents are to be told in their next tool result (TakeNotices); pending is
+	// set while there is any.
+	noticeMu sync.Mutex
+	notices  map[string][]string
+	pending  atomic.Bool
 }
 
 var _ sandbox.Placer = (*Placer)(nil)
@@ -204,6 +216,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe, host sandbox.Host
 	if f, ch := p.placeSkills(ctx, r, host, &rec); ch {
 		failed, changed = append(failed, f...), true
 	}
+	failed = append(failed, p.placeMemories(ctx, r, host)...)
 	if changed {
 		if err := writeRecord(recPath, &rec); err != nil {
 			p.cfg.Logger.Error("session resources: record not written; they may be placed again", "session", r.SessionID, "err", err)
@@ -215,7 +228,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe, host sandbox.Host
 // Forget removes the record of workspace ws, whose workspace is gone. Idempotent.
 func (p *Placer) Forget(ws string) error {
 	p.collectLocks.Delete(filepath.Base(ws))
-	for _, rec := range []string{recordPath(ws), outputRecordPath(ws)} {
+	for _, rec := range []string{recordPath(ws), outputRecordPath(ws), memoryRecordPath(ws)} {
 		if err := os.Remove(rec); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("workspace: %w", err)
 		}

@@ -178,22 +178,41 @@ func RemovePaths(paths ...string) error {
 	return errors.Join(errs...)
 }
 
-// PrepareSessionDir makes dirs' session directory ready to bind (nothing without one): uploads and skills
-// belong to the host (0755, the placed files 0444: the sandbox reads, never writes, them), outputs to uid.
-func PrepareSessionDir(dirs sandbox.HostDirs, uid int) error {
+// PrepareSessionDir makes dirs' session directory ready to bind for r's sandbox (nothing without one):
+// uploads and skills belong to the host (0755, the placed files 0444: the sandbox reads, never writes, them),
+// outputs to uid. Of r's memory stores (Recipe.MemoryDirs), a read_write one's directory belongs to uid like the
+// outputs, a read_only one's to the host (the placement writes it 0755 and 0444 and it is bound read-only).
+func PrepareSessionDir(r *sandbox.Recipe, dirs sandbox.HostDirs, uid int) error {
 	if dirs.Session == "" {
 		return nil
 	}
 	if !filepath.IsAbs(dirs.Session) {
 		return fmt.Errorf("session directory %q must be an absolute path", dirs.Session)
 	}
-	for _, d := range []string{dirs.Uploads(), dirs.Skills()} {
+	mems, _ := r.MemoryDirs()
+	mk := []string{dirs.Uploads(), dirs.Skills()}
+	if len(mems) > 0 {
+		mk = append(mk, dirs.Memory())
+	}
+	for _, d := range mk {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("session directory: %w", err)
 		}
 	}
 	if err := os.Chmod(dirs.Session, 0o711); err != nil {
 		return fmt.Errorf("session directory: %w", err)
+	}
+	for _, m := range mems {
+		d := filepath.Join(dirs.Memory(), m.Name)
+		if m.ReadOnly {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("memory store directory: %w", err)
+			}
+			continue
+		}
+		if err := PrepareWorkspace(d, uid); err != nil {
+			return fmt.Errorf("memory store directory: %w", err)
+		}
 	}
 	return PrepareWorkspace(dirs.Outputs(), uid)
 }
@@ -204,17 +223,23 @@ type Mount struct {
 	ReadOnly       bool
 }
 
-// SessionMounts are the binds of dirs' session directory (none without one): uploads read-only at
-// sandbox.UploadsMount, outputs read-write at sandbox.OutputsMount, skills read-only at sandbox.SkillsMount.
-func SessionMounts(dirs sandbox.HostDirs) []Mount {
+// SessionMounts are the binds of dirs' session directory for r's sandbox (none without one): uploads read-only
+// at sandbox.UploadsMount, outputs read-write at sandbox.OutputsMount, skills read-only at sandbox.SkillsMount,
+// and each memory store of r (Recipe.MemoryDirs) at its mount path, read-only if its access is read_only.
+func SessionMounts(r *sandbox.Recipe, dirs sandbox.HostDirs) []Mount {
 	if dirs.Session == "" {
 		return nil
 	}
-	return []Mount{
+	ms := []Mount{
 		{Source: dirs.Uploads(), Target: sandbox.UploadsMount, ReadOnly: true},
 		{Source: dirs.Outputs(), Target: sandbox.OutputsMount},
 		{Source: dirs.Skills(), Target: sandbox.SkillsMount, ReadOnly: true},
 	}
+	mems, _ := r.MemoryDirs()
+	for _, m := range mems {
+		ms = append(ms, Mount{Source: filepath.Join(dirs.Memory(), m.Name), Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	return ms
 }
 
 // StagedAgent is the name of the agent binary's copy in a provider's state directory (StageAgent).

@@ -139,7 +139,7 @@ func TestUndoOrder(t *testing.T) {
 
 func TestClaimRefusesRelativeWorkspace(t *testing.T) {
 	t.Parallel()
-	if _, _, err := Claim("s", sandbox.HostDirs{Workspace: "rel/ws"}, 900000, 1); err == nil || !strings.Contains(err.Error(), "absolute") {
+	if _, _, err := Claim(&sandbox.Recipe{SessionID: "s"}, sandbox.HostDirs{Workspace: "rel/ws"}, 900000, 1); err == nil || !strings.Contains(err.Error(), "absolute") {
 		t.Fatalf("Claim with a relative workspace: %v", err)
 	}
 	// The uid range (one uid) is still free: nothing was taken.

@@ -69,11 +69,11 @@ type Staged struct {
 // serves only backends with sandbox.EgressUnixSocket). On an error, what was done is undone. The caller calls
 // Release if it fails to start the sandbox, and gives Teardown to the sandbox's Close otherwise.
 func (k *Kit) Stage(r *sandbox.Recipe, dirs sandbox.HostDirs) (_ *Staged, err error) {
-	uid, undo, err := Claim(r.SessionID, dirs, k.UIDBase, k.UIDCount)
+	uid, undo, err := Claim(r, dirs, k.UIDBase, k.UIDCount)
 	if err != nil {
 		return nil, err
 	}
-	st := &Staged{UID: uid, Workspace: dirs.Workspace, Mounts: SessionMounts(dirs), Env: EnvFor(r.Egress),
+	st := &Staged{UID: uid, Workspace: dirs.Workspace, Mounts: SessionMounts(r, dirs), Env: EnvFor(r.Egress),
 		Limits: WithDefaults(r.Limits), undo: undo}
 	defer func() {
 		if err != nil {
@@ -170,13 +170,13 @@ func randomID() string {
 }
 
 // Claim starts what every isolating backend's Provision does first: it checks the workspace path, takes a uid
-// of the sandbox's own (for session sessionID) from [base, base+count) and gives dirs' workspace and outputs to
-// it. The returned Undo frees the uid.
-func Claim(sessionID string, dirs sandbox.HostDirs, base, count int) (int, Undo, error) {
+// of the sandbox's own (for r's session) from [base, base+count) and gives dirs' workspace, outputs and
+// read_write memory stores to it. The returned Undo frees the uid.
+func Claim(r *sandbox.Recipe, dirs sandbox.HostDirs, base, count int) (int, Undo, error) {
 	if !filepath.IsAbs(dirs.Workspace) {
 		return 0, nil, fmt.Errorf("workspace %q must be an absolute path", dirs.Workspace)
 	}
-	uid, err := AllocUID(base, count, sessionID)
+	uid, err := AllocUID(base, count, r.SessionID)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -185,7 +185,7 @@ func Claim(sessionID string, dirs sandbox.HostDirs, base, count int) (int, Undo,
 		undo.Run()
 		return 0, nil, err
 	}
-	if err := PrepareSessionDir(dirs, uid); err != nil {
+	if err := PrepareSessionDir(r, dirs, uid); err != nil {
 		undo.Run()
 		return 0, nil, err
 	}
