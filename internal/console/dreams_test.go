@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/blob/localfs"
 	"github.com/corralhq/corral/internal/files"
@@ -59,7 +61,7 @@ func TestConsoleDreams(t *testing.T) {
 	e.fake.Script(modeltest.Turn{Text: "Reading the transcripts", Hold: hold})
 	held := dream()
 	e.login()
-	e.open("/dreams")
+	e.do("g d", chromedp.KeyEvent("g"), chromedp.KeyEvent("d"))
 	e.wait("the dream listed", `(() => { const a = [...document.querySelectorAll('[data-row]')].find(a => a.textContent === `+js(held)+`);
 		if (!a) return false; const r = a.closest('tr');
 		return !!r.querySelector('.badge[class*="status-"]') && !!r.querySelector('a[href="#/memory/`+storeID+`"]') && r.cells[3].textContent === '1'; })()`)

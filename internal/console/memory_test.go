@@ -30,8 +30,8 @@ func TestConsoleMemory(t *testing.T) {
 	e := newEnv(t, false)
 	e.login()
 
-	e.open("/memory")
-	e.wait("memory stores page", `!!document.getElementById('store-form') && !!document.querySelector('.empty')`)
+	e.do("g m", chromedp.KeyEvent("g"), chromedp.KeyEvent("m"))
+	e.wait("memory stores page", `location.hash === '#/memory' && document.querySelector('[data-nav="memory"]')?.getAttribute('aria-current') === 'page' && `+`!!document.getElementById('store-form') && !!document.querySelector('.empty')`)
 	want := e.refused("POST", "/v1/memory_stores", map[string]any{"name": ""})
 	e.click("store-form-submit")
 	e.wait("the API's refusal on the page", formError("store-form", want))
@@ -58,6 +58,7 @@ func TestConsoleMemory(t *testing.T) {
 	e.setValue("new-memory-content", "step one\nstep two\n")
 	e.click("memory-form-submit")
 	e.wait("the second memory opened", `(document.getElementById('memory-text')?.textContent || '').startsWith('step one')`)
+	planID := e.eval(`new URLSearchParams(location.hash.split('?')[1]).get('memory')`)
 	e.create("/v1/memory_stores/"+storeID+"/memories", map[string]any{"path": "/top.md", "content": "top"})
 
 	// Browsing: the root holds notes/ and top.md; notes/ holds deep/ and todo.md; deep/ holds plan.md.
@@ -124,10 +125,30 @@ func TestConsoleMemory(t *testing.T) {
 		t.Fatalf("the version after the redaction: %+v", v)
 	}
 
-	// The versions filtered by operation.
+	// The memory renamed (its id kept); then its versions alone, and of those the modifications.
+	e.open("/memory/" + storeID + "?memory=" + todoID)
+	e.wait("todo.md as it now is", `document.getElementById('memory-text')?.textContent === 'oat milk'`)
+	e.setValue("memory-path", "/archive/todo.md")
+	e.click("memory-edit-submit")
+	e.wait("renamed", `document.querySelector('#memory-view h2')?.textContent === '/archive/todo.md'`)
+	e.api("GET", "/v1/memory_stores/"+storeID+"/memories/"+todoID, nil, &m)
+	if m.Path != "/archive/todo.md" || *m.Content != "oat milk" {
+		t.Fatalf("after the rename: %+v", m)
+	}
+	e.click("memory-versions-link")
+	e.wait("its versions", `document.getElementById('ver-memory')?.value === `+js(todoID)+` && (() => { const rs = [...document.querySelectorAll('#versions tbody tr')];
+		return rs.length === 4 && rs.every(r => r.querySelector('.badge.redacted') || r.querySelector('a').getAttribute('href').includes(`+js(todoID)+`)); })()`)
 	e.setValue("ver-op", "modified")
-	e.wait("only modified versions", `(() => { const rs = [...document.querySelectorAll('#versions tbody tr')];
-		return rs.length === 2 && rs.every(r => r.querySelector('.op-modified')); })()`)
+	e.wait("its modifications", `(() => { const rs = [...document.querySelectorAll('#versions tbody tr')];
+		return rs.length === 3 && rs.every(r => r.querySelector('.op-modified')); })()`)
+
+	// A memory deleted, in two clicks: its directory is empty, and its deletion is a version.
+	e.open("/memory/" + storeID + "?prefix=/notes/deep/&memory=" + planID)
+	e.wait("plan.md opened", `(document.getElementById('memory-text')?.textContent || '').startsWith('step one')`)
+	e.click("delete-memory")
+	e.click("delete-memory")
+	e.wait("plan.md gone", `!document.getElementById('memory-view') && !!document.querySelector('#memories .empty') && location.hash.includes('prefix=')`)
+	e.wait("its deletion listed", `[...document.querySelectorAll('#versions tbody tr')].some(r => r.querySelector('.op-deleted') && r.textContent.includes('/notes/deep/plan.md'))`)
 
 	// A session with the store: its page links to the store at its mount path; a version its mount writes
 	// links to the session.
