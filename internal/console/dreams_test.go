@@ -70,7 +70,7 @@ func TestConsoleDreams(t *testing.T) {
 	e.wait("the running dream", `!!document.querySelector('#dream-status .status-running') && !!document.getElementById('cancel-dream') && !document.getElementById('archive-dream')`+
 		` && document.querySelector('#dream-session a')?.getAttribute('href') === '#/sessions/`+*d.SessionID+`'`+
 		` && document.querySelector('#dream-sessions a')?.getAttribute('href') === '#/sessions/`+sess+`'`)
-	e.shot("dream-running")
+	e.shot("step-dream-running")
 	e.click("cancel-dream")
 	e.click("cancel-dream")
 	e.wait("canceled", `!!document.querySelector('#dream-status .status-canceled') && !!document.getElementById('archive-dream')`)
@@ -93,7 +93,7 @@ func TestConsoleDreams(t *testing.T) {
 		return rows.length === 1 && rows[0] === `+js(done)+`; })()`)
 	e.wait("its badge and output store", `(() => { const r = document.querySelector('[data-row]').closest('tr');
 		return !!r.querySelector('.status-completed') && !!r.querySelector('a[href="#/memory/`+out+`"]'); })()`)
-	e.shot("dreams")
+	e.shot("step-dreams")
 	e.open("/dreams/" + done)
 	e.wait("the completed dream", `!!document.querySelector('#dream-status .status-completed') && !document.getElementById('cancel-dream') && !!document.getElementById('archive-dream')`+
 		` && document.querySelector('#dream-session a')?.getAttribute('href') === '#/sessions/`+*d.SessionID+`'`)
@@ -111,5 +111,5 @@ func TestConsoleDreams(t *testing.T) {
 	e.open("/dreams/" + failed)
 	e.wait("the failed dream's error", `!!document.querySelector('#dream-status .status-failed') && !!document.getElementById('archive-dream')`+
 		` && (document.getElementById('dream-error')?.textContent || '') === `+js(d.Error.Type+": "+d.Error.Message))
-	e.shot("dream-failed")
+	e.shot("step-dream-failed")
 }

@@ -71,7 +71,7 @@ func TestConsoleMemory(t *testing.T) {
 	if got := e.eval(`document.getElementById('mem-crumbs').textContent`); got != "/notes/deep/" {
 		t.Errorf("breadcrumbs %q", got)
 	}
-	e.shot("memory-browse")
+	e.shot("step-memory-browse")
 	e.clickCSS(`#mem-crumbs a:nth-of-type(2)`) // "/", then "notes"
 	e.wait("notes/ again", memoryRows+` === 'deep/ todo.md'`)
 
@@ -113,7 +113,8 @@ func TestConsoleMemory(t *testing.T) {
 	if *m.Content != "oat milk" {
 		t.Fatalf("the conflicting save wrote: %q", *m.Content)
 	}
-	e.shot("memory-conflict")
+	e.eval(`document.getElementById('toast').className = 'toast', ''`) // the toast of the save before
+	e.shot("memory-store") // docs/console: the browser, a memory's 409, the versions
 
 	// The old version redacted, in two clicks.
 	e.clickCSS(`#versions [data-version="` + createdVersion + `"] [data-redact]`)
@@ -170,7 +171,7 @@ func TestConsoleMemory(t *testing.T) {
 	e.wait("the store from the session", `document.querySelector('h1')?.textContent === 'User Preferences!'`)
 	e.wait("the session's version", `[...document.querySelectorAll('#versions tbody tr')].some(r =>
 		r.querySelector('.op-created') && r.querySelector('a[href="#/sessions/`+sess+`"]'))`)
-	e.shot("memory-store")
+	e.shot("step-memory-session-version")
 
 	// The store's name and description edited, then the store archived.
 	e.setValue("store-edit-description", "Likes and dislikes")
@@ -189,5 +190,17 @@ func TestConsoleMemory(t *testing.T) {
 	e.wait("no store listed", `!!document.querySelector('.empty')`)
 	e.click("f-archived")
 	e.wait("the archived store listed", `[...document.querySelectorAll('[data-row]')].some(r => r.textContent === 'User Preferences!')`)
-	e.shot("memory-stores")
+	e.shot("step-memory-stores")
+
+	// A store deleted, in two clicks, with its memories.
+	scratch := e.create("/v1/memory_stores", map[string]any{"name": "Scratch"})
+	e.create("/v1/memory_stores/"+scratch+"/memories", map[string]any{"path": "/a.md", "content": "a"})
+	e.open("/memory/" + scratch)
+	e.wait("the scratch store", memoryRows+` === 'a.md'`)
+	e.click("delete-store")
+	e.click("delete-store")
+	e.wait("back to the list", `location.hash.startsWith('#/memory') && !location.hash.startsWith('#/memory/') && !!document.getElementById('store-form')`)
+	if msg := e.refused("GET", "/v1/memory_stores/"+scratch, nil); !strings.Contains(msg, scratch) {
+		t.Errorf("the deleted store: %q", msg)
+	}
 }
