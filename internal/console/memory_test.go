@@ -114,7 +114,7 @@ func TestConsoleMemory(t *testing.T) {
 		t.Fatalf("the conflicting save wrote: %q", *m.Content)
 	}
 	e.eval(`document.getElementById('toast').className = 'toast', ''`) // the toast of the save before
-	e.shot("memory-store") // docs/console: the browser, a memory's 409, the versions
+	e.shot("memory-store")                                             // docs/console: the browser, a memory's 409, the versions
 
 	// The old version redacted, in two clicks.
 	e.clickCSS(`#versions [data-version="` + createdVersion + `"] [data-redact]`)
