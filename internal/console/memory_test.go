@@ -113,8 +113,9 @@ func TestConsoleMemory(t *testing.T) {
 	if *m.Content != "oat milk" {
 		t.Fatalf("the conflicting save wrote: %q", *m.Content)
 	}
-	e.eval(`document.getElementById('toast').className = 'toast', ''`) // the toast of the save before
-	e.shot("memory-store")                                             // docs/console: the browser, a memory's 409, the versions
+	// docs/console: the directory, a memory's 409, the versions (without the toast of the save before).
+	e.eval(`document.getElementById('toast').className = 'toast', ''`)
+	e.shot("memory-store")
 
 	// The old version redacted, in two clicks.
 	e.clickCSS(`#versions [data-version="` + createdVersion + `"] [data-redact]`)
