@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,22 @@ func TestConsoleMemory(t *testing.T) {
 	e.wait("the session's version", `[...document.querySelectorAll('#versions tbody tr')].some(r =>
 		r.querySelector('.op-created') && r.querySelector('a[href="#/sessions/`+sess+`"]'))`)
 	e.shot("step-memory-session-version")
+
+	// A directory of more memories than a page: Next and Previous over the API's cursors, for the memories and
+	// for the versions.
+	for i := range 55 {
+		e.create("/v1/memory_stores/"+storeID+"/memories", map[string]any{"path": fmt.Sprintf("/many/%02d.md", i), "content": "x"})
+	}
+	e.open("/memory/" + storeID + "?prefix=/many/")
+	e.wait("the first page", `document.querySelectorAll('#memories tbody tr').length === 50 && !document.getElementById('mem-next').disabled`+
+		` && document.getElementById('mem-prev').disabled && !document.getElementById('ver-next').disabled`)
+	e.click("mem-next")
+	e.wait("the second page", memoryRows+` === '50.md 51.md 52.md 53.md 54.md' && document.getElementById('mem-next').disabled`)
+	e.click("mem-prev")
+	e.wait("the first page again", `(`+memoryRows+`).startsWith('00.md 01.md') && document.querySelectorAll('#memories tbody tr').length === 50`)
+	first := e.eval(`document.querySelector('#versions tbody tr').dataset.version`)
+	e.click("ver-next")
+	e.wait("the versions' second page", `document.querySelectorAll('#versions tbody tr').length === 20 && !document.querySelector('#versions [data-version="`+first+`"]')`)
 
 	// The store's name and description edited, then the store archived.
 	e.setValue("store-edit-description", "Likes and dislikes")

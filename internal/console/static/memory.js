@@ -6,7 +6,6 @@
 import {h, clear, time, empty, toast} from './dom.js';
 import {get, post, call, del, id as esc, query} from './api.js';
 import {pagedList} from './agents.js';
-import {setQuery} from './app.js';
 import {row, text, area, form, twoClick} from './forms.js';
 
 // slug is the store's directory under /mnt/memory in a session, by apitype.MemorySlug's rule: the name
@@ -72,7 +71,7 @@ function cursorPager(id, load) {
     bar.hidden = prev.disabled && next.disabled;
   }
   const bar = h('div', {class: 'pager', hidden: true}, prev, next);
-  return {bar, run, reset() { stack.length = 0; token = ''; return run(); }};
+  return {bar, run};
 }
 
 // memoryStorePage: q holds the directory shown (prefix), the memory opened (memory), and the versions' filters
@@ -181,10 +180,8 @@ export async function memoryStorePage(main, storeID, q) {
       : h('tr', null, h('td', {colspan: 5}, empty('No versions.'))));
     return r;
   });
-  const filterVersions = () => {
-    setQuery(new URLSearchParams(here({vmem: vmem.value.trim(), vop: vop.value}).replace(/^[^?]*\??/, '')));
-    versions.reset().catch(e => toast(e.message, 'error'));
-  };
+  // A filter is a new address: the page, its links included, is drawn again with it.
+  const filterVersions = () => { location.hash = here({vmem: vmem.value.trim(), vop: vop.value}); };
   vop.addEventListener('change', filterVersions);
 
   // The store's name and description.
