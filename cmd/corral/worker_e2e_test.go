@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,18 +105,23 @@ func workerServer(t testing.TB, ttl string, turns ...modeltest.Turn) (*server, a
 }
 
 // runSDKWorker runs the official SDK's EnvironmentWorker in this process, in dir, until stop is called; stop
-// returns what Run returned.
-func runSDKWorker(ctx context.Context, t testing.TB, client anthropic.Client, envID, key, dir, id string, maxIdle *time.Duration) (stop func() error) {
+// returns what Run returned. tune, if given, sets further options of the worker.
+func runSDKWorker(ctx context.Context, t testing.TB, client anthropic.Client, envID, key, dir, id string, maxIdle *time.Duration,
+	tune ...func(*environments.EnvironmentWorkerOptions)) (stop func() error) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	logger := slog.New(slog.DiscardHandler)
 	if tt, ok := t.(*testing.T); ok {
 		logger = slog.New(slog.NewTextHandler(&testWriter{tt}, nil))
 	}
+	opts := environments.EnvironmentWorkerOptions{
+		EnvironmentID: envID, EnvironmentKey: key, Workdir: dir, WorkerID: id, MaxIdle: maxIdle, Logger: logger,
+	}
+	for _, f := range tune {
+		f(&opts)
+	}
 	go func() {
-		done <- environments.NewEnvironmentWorker(client, environments.EnvironmentWorkerOptions{
-			EnvironmentID: envID, EnvironmentKey: key, Workdir: dir, WorkerID: id, MaxIdle: maxIdle, Logger: logger,
-		}).Run(wctx)
+		done <- environments.NewEnvironmentWorker(client, opts).Run(wctx)
 	}()
 	return func() error {
 		cancel()
@@ -470,5 +479,296 @@ func TestSDKWorkerSkills(t *testing.T) {
 	l := sendAndFollow(ctx, t, client, sess.ID, "Read your skill.")
 	if len(l.uses) != 1 || !strings.Contains(l.results[l.uses[0]], "skill-body-marker") {
 		t.Fatalf("uses %v, results %v; events %v: want the skill's SKILL.md read on the worker", l.uses, l.results, l.types)
+	}
+}
+
+// TestSDKWorkerMemory: the SDK's EnvironmentWorker, unmodified, downloads a self-hosted session's memory stores
+// with its work item's sessions token to their mount paths (/mnt/memory/<slug>) on the worker's host, where the
+// tool it runs reads and writes them; its sync after a tool call, once its interval has passed, writes the
+// read_write store's new file back as the session (session_actor) while the session runs, and its final sync ends
+// the session's memory; what the tool wrote in the read_only store's folder never reaches the server. The token
+// the worker's memory calls carry reaches neither a store the session does not have nor a write to the read_only
+// one, and dies with the work item.
+func TestSDKWorkerMemory(t *testing.T) {
+	t.Parallel()
+	// The worker writes at the stores' mount paths on this very host: names unique to this run keep runs apart.
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	rwName, roName := "E2E Notes "+run, "e2e facts "+run
+	rwDir, roDir := apitype.MemoryMountPath(rwName, ""), apitype.MemoryMountPath(roName, "")
+	if err := os.MkdirAll(apitype.MemoryMount, 0o755); err != nil {
+		t.Fatalf("the SDK's EnvironmentWorker puts a session's memory stores under %s on the worker's host, and this "+
+			"test runs it here: %s must be creatable (run the tests as root): %v", apitype.MemoryMount, apitype.MemoryMount, err)
+	}
+	// The worker removes the folders itself after its final sync; this is for a run that fails before. The
+	// shared /mnt/memory stays: a concurrent run may be using it.
+	t.Cleanup(func() {
+		for _, d := range []string{rwDir, roDir} {
+			if err := os.RemoveAll(d); err != nil {
+				t.Errorf("remove %s: %v", d, err)
+			}
+		}
+	})
+
+	// The first call reads the seed and the fact, writes a note in the read_write store and tries two writes in
+	// the read_only one, then waits for the test (which checks the token meanwhile) to let it end. The second
+	// waits too, while the test sees the worker's interval sync (not yet its final one) write the note back.
+	script := fmt.Sprintf(`cat %[1]s/notes/seed.md %[2]s/facts.md && printf 'note-from-the-worker\n' > %[1]s/notes/a.md && `+
+		`{ echo sneaky > %[2]s/sneaky.md; echo edited >> %[2]s/facts.md; ls %[2]s; } && `+
+		`until [ -e release ]; do sleep 0.1; done && echo released`, rwDir, roDir)
+	input, err := json.Marshal(map[string]string{"command": script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, client := workerServer(t, "10s",
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: string(input)}}},
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{Name: "bash", Input: `{"command":"until [ -e release2 ]; do sleep 0.1; done && echo released-2"}`}}},
+		modeltest.Turn{Text: "Noted."},
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	envID, key, agentID := selfHostedEnv(ctx, t, client, "sdk-worker-memory")
+
+	mem := client.Beta.MemoryStores.Memories
+	newStore := func(name, path, content string) *anthropic.BetaManagedAgentsMemoryStore {
+		t.Helper()
+		st, err := client.Beta.MemoryStores.New(ctx, anthropic.BetaMemoryStoreNewParams{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mem.New(ctx, st.ID, anthropic.BetaMemoryStoreMemoryNewParams{Path: path, Content: anthropic.String(content)}); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	rw := newStore(rwName, "/notes/seed.md", "seed-memory-marker\n")
+	ro := newStore(roName, "/facts.md", "fact-marker\n")
+	elsewhere := newStore("e2e elsewhere "+run, "/secret.md", "secret\n")
+
+	sess, err := client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agentID)}, EnvironmentID: envID,
+		Resources: []anthropic.BetaSessionNewParamsResourceUnion{
+			{OfMemoryStore: &anthropic.BetaManagedAgentsMemoryStoreResourceParam{MemoryStoreID: rw.ID,
+				Access: anthropic.BetaManagedAgentsMemoryStoreResourceParamAccessReadWrite}},
+			{OfMemoryStore: &anthropic.BetaManagedAgentsMemoryStoreResourceParam{MemoryStoreID: ro.ID,
+				Access: anthropic.BetaManagedAgentsMemoryStoreResourceParamAccessReadOnly}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sess.Resources) != 2 {
+		t.Fatalf("session resources: %s", sess.RawJSON())
+	}
+	for i, want := range []struct{ id, access, mount string }{{rw.ID, "read_write", rwDir}, {ro.ID, "read_only", roDir}} {
+		r := sess.Resources[i].AsMemoryStore()
+		if sess.Resources[i].Type != "memory_store" || r.MemoryStoreID != want.id || string(r.Access) != want.access || r.MountPath != want.mount {
+			t.Fatalf("resource %d: %s, want %s %s at %s", i, sess.Resources[i].RawJSON(), want.id, want.access, want.mount)
+		}
+	}
+
+	// The worker's client records the credential of every memory call it makes.
+	var (
+		authMu  sync.Mutex
+		memAuth = map[string]int{}
+	)
+	wclient := anthropic.NewClient(option.WithoutEnvironmentDefaults(), option.WithBaseURL(s.url), option.WithAPIKey("unused"),
+		option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			if strings.HasPrefix(req.URL.Path, "/v1/memory_stores/") {
+				authMu.Lock()
+				memAuth[req.Header.Get("Authorization")]++
+				authMu.Unlock()
+			}
+			return next(req)
+		}))
+	workdir := t.TempDir()
+	idle := 2 * time.Second
+	stop := runSDKWorker(ctx, t, wclient, envID, key, workdir, "memory-worker", &idle, func(o *environments.EnvironmentWorkerOptions) {
+		o.MemorySyncInterval = environments.MinMemorySyncInterval
+	})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
+	turn := make(chan *turnLog, 1)
+	go func() { turn <- sendAndFollow(ctx, t, client, sess.ID, "Take a note.") }()
+
+	// The tool has written its note on the worker's host and waits.
+	note := filepath.Join(rwDir, "notes", "a.md")
+	started := time.Now() // after the worker's download, which started its sync interval
+	for {
+		if _, err := os.Stat(note); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the tool never wrote %s", note)
+		case l := <-turn:
+			t.Fatalf("the turn ended before the tool wrote %s: uses %v, results %v; events %v", note, l.uses, l.results, l.types)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// Every memory call so far carried one credential: the work item's sessions token.
+	authMu.Lock()
+	var token string
+	for a := range memAuth {
+		token = strings.TrimPrefix(a, "Bearer ")
+	}
+	calls := len(memAuth)
+	authMu.Unlock()
+	if calls != 1 || !strings.HasPrefix(token, apitype.SessionsTokenPrefix) {
+		t.Fatalf("the worker's memory calls carried %d credentials, want one sessions token (%s...)", calls, apitype.SessionsTokenPrefix)
+	}
+	withToken := func(method, path, body string) (int, string) {
+		t.Helper()
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	// While its item runs, the token reads its session's stores, and nothing else.
+	if status, body := withToken("GET", "/v1/memory_stores/"+rw.ID+"/memories", ""); status != http.StatusOK {
+		t.Fatalf("the token lists its session's store: %d %s", status, body)
+	}
+	for _, c := range []struct{ what, method, path, body string }{
+		{"list a store the session does not have", "GET", "/v1/memory_stores/" + elsewhere.ID + "/memories", ""},
+		{"write in a store the session does not have", "POST", "/v1/memory_stores/" + elsewhere.ID + "/memories", `{"path":"/x.md","content":"x"}`},
+		{"write in the read_only store", "POST", "/v1/memory_stores/" + ro.ID + "/memories", `{"path":"/x.md","content":"x"}`},
+	} {
+		if status, body := withToken(c.method, c.path, c.body); status != http.StatusForbidden || !strings.Contains(body, string(apitype.ErrPermission)) {
+			t.Errorf("the sessions token may %s: %d %s", c.what, status, body)
+		}
+	}
+
+	// Once the sync interval has passed, the first call may end: the worker's sync after it writes the note
+	// back while the session still runs (the second call holds it).
+	time.Sleep(time.Until(started.Add(environments.MinMemorySyncInterval + 100*time.Millisecond)))
+	if err := os.WriteFile(filepath.Join(workdir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := mem.List(ctx, rw.ID, anthropic.BetaMemoryStoreMemoryListParams{PathPrefix: anthropic.String("/notes/")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(m.Data, func(m anthropic.BetaManagedAgentsMemoryListItemUnion) bool { return m.Path == "/notes/a.md" }) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the worker's interval sync never wrote the note back")
+		case l := <-turn:
+			t.Fatalf("the turn ended before an interval sync: uses %v, results %v; events %v", l.uses, l.results, l.types)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if _, err := os.Stat(rwDir); err != nil {
+		t.Fatalf("the store's folder went before the session's end: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(workdir, "release2"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var l *turnLog
+	select {
+	case l = <-turn:
+	case <-ctx.Done():
+		t.Fatal("the session did not complete")
+	}
+	if len(l.uses) != 2 || !strings.Contains(l.results[l.uses[1]], "released-2") {
+		t.Fatalf("tool uses %v, results %v; events %v", l.uses, l.results, l.types)
+	}
+	if r := l.results[l.uses[0]]; !strings.Contains(r, "seed-memory-marker") || !strings.Contains(r, "fact-marker") ||
+		!strings.Contains(r, "sneaky.md") || !strings.Contains(r, "released") {
+		t.Fatalf("the tool's result %q: want the seed and the fact read from the mounts, and the read_only write done", r)
+	}
+
+	// Once the session idles past MaxIdle the worker runs its final sync (with nothing left to write) and removes
+	// the folders.
+	for _, d := range []string{rwDir, roDir} {
+		for {
+			if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the worker never finished the session's memory: %s is still there", d)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+
+	contents := func(storeID string) map[string]anthropic.BetaManagedAgentsMemoryListItemUnion {
+		t.Helper()
+		got := map[string]anthropic.BetaManagedAgentsMemoryListItemUnion{}
+		it := mem.ListAutoPaging(ctx, storeID, anthropic.BetaMemoryStoreMemoryListParams{View: anthropic.BetaManagedAgentsMemoryViewFull})
+		for it.Next() {
+			got[it.Current().Path] = it.Current()
+		}
+		if it.Err() != nil {
+			t.Fatal(it.Err())
+		}
+		return got
+	}
+	versions := func(storeID string) []anthropic.BetaManagedAgentsMemoryVersion {
+		t.Helper()
+		page, err := client.Beta.MemoryStores.MemoryVersions.List(ctx, storeID, anthropic.BetaMemoryStoreMemoryVersionListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return page.Data
+	}
+	// The read_write store: the seed, and the note as the worker wrote it, by the session.
+	got := contents(rw.ID)
+	a, ok := got["/notes/a.md"]
+	if len(got) != 2 || !ok || a.Content != "note-from-the-worker\n" || got["/notes/seed.md"].Content != "seed-memory-marker\n" {
+		t.Fatalf("the read_write store after the worker's sync: %d memories, /notes/a.md %v %q", len(got), ok, a.Content)
+	}
+	v, err := client.Beta.MemoryStores.MemoryVersions.Get(ctx, a.MemoryVersionID, anthropic.BetaMemoryStoreMemoryVersionGetParams{MemoryStoreID: rw.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.CreatedBy.Type != "session_actor" || v.CreatedBy.SessionID != sess.ID || v.Operation != "created" {
+		t.Errorf("the note's version: %s, want created by session_actor %s", v.RawJSON(), sess.ID)
+	}
+	if vs := versions(rw.ID); len(vs) != 2 {
+		t.Errorf("the read_write store has %d versions, want the seed's and the note's", len(vs))
+	}
+	// The read_only store and the unattached one: as they were.
+	for _, c := range []struct {
+		id, path, content string
+	}{{ro.ID, "/facts.md", "fact-marker\n"}, {elsewhere.ID, "/secret.md", "secret\n"}} {
+		got := contents(c.id)
+		if len(got) != 1 || got[c.path].Content != c.content {
+			t.Errorf("store %s after the session: %d memories, %s %q", c.id, len(got), c.path, got[c.path].Content)
+		}
+		if vs := versions(c.id); len(vs) != 1 || vs[0].CreatedBy.Type == "session_actor" {
+			t.Errorf("store %s has %d versions, want only its first", c.id, len(vs))
+		}
+	}
+
+	// The token dies with its work item, which the worker stops once the session is done.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		status, body := withToken("GET", "/v1/memory_stores/"+rw.ID+"/memories", "")
+		if status == http.StatusUnauthorized {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sessions token still answers %d after the session ended: %s", status, body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

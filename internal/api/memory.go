@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
@@ -85,7 +84,7 @@ func memoryListLimit(q query, full bool) (int, error) {
 		return 0, err
 	}
 	if full && limit > maxFullViewLimit {
-		return 0, invalid("limit", "must be at most %d with view=full (got %d): a page of full memories holds at most %d",
+		return 0, invalid("limit", "must be at most %d with view=full (got %d): a page with content holds at most %d items",
 			maxFullViewLimit, limit, maxFullViewLimit)
 	}
 	return limit, nil
@@ -116,17 +115,10 @@ func checkMemoryPath(p, v string) error {
 	return nil
 }
 
-// checkMemoryContent validates a memory's content: valid UTF-8 without NUL, at most apitype.MaxMemoryBytes
-// bytes. NUL is refused because PostgreSQL's text cannot hold it: both stores take the same contents.
+// checkMemoryContent validates a memory's content (apitype.ValidateMemoryContent), naming field p and the rule.
 func checkMemoryContent(p, v string) error {
-	if len(v) > apitype.MaxMemoryBytes {
-		return invalid(p, "must be at most %d bytes (it has %d)", apitype.MaxMemoryBytes, len(v))
-	}
-	if !utf8.ValidString(v) {
-		return invalid(p, "must be valid UTF-8")
-	}
-	if strings.IndexByte(v, 0) >= 0 {
-		return invalid(p, "must not contain NUL characters (U+0000)")
+	if err := apitype.ValidateMemoryContent(v); err != nil {
+		return invalid(p, "%v", err)
 	}
 	return nil
 }

@@ -607,15 +607,18 @@ func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {
 			return invalid(index("statuses", i), "unknown status %q", st)
 		}
 	}
-	// Corral has no deployments: that filter matches nothing. The store cannot yet select sessions by their
-	// memory_store resources, so that filter matches nothing either (TODO issue 24).
-	if q.str("deployment_id") != "" || q.str("memory_store_id") != "" {
+	// Corral has no deployments: that filter matches nothing.
+	if q.str("deployment_id") != "" {
 		return writeJSON(w, http.StatusOK, biPage[apitype.Session]{Data: []apitype.Session{}})
 	}
+	memoryStoreID := q.str("memory_store_id")
 	data, next, prev, err := listByCreated(p.ListParams, limit, c, true,
 		func(lp *store.ListParams) ([]apitype.Session, error) {
 			sp := p
 			sp.ListParams = *lp
+			if memoryStoreID != "" {
+				return s.sessionsWithMemoryStore(r.Context(), &sp, memoryStoreID)
+			}
 			return s.store.SessionList(r.Context(), &sp)
 		},
 		func(sess *apitype.Session) (time.Time, string) { return sess.CreatedAt, sess.ID })
@@ -630,6 +633,35 @@ func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {
 		s.normalizeSession(&data[i], now)
 	}
 	return writeJSON(w, http.StatusOK, biPage[apitype.Session]{Data: data, NextPage: next, PrevPage: prev})
+}
+
+// sessionsWithMemoryStore lists the sessions of p that have memory store storeID as a resource, at most p.Limit
+// of them. The store cannot select sessions by the resources in their documents, so this reads p's list on, in
+// batches, past the sessions without it: a filter that matches few sessions reads many.
+func (s *Server) sessionsWithMemoryStore(ctx context.Context, p *store.SessionListParams, storeID string) ([]apitype.Session, error) {
+	batch := *p
+	batch.Limit = max(p.Limit, maxLimit)
+	var out []apitype.Session
+	for {
+		page, err := s.store.SessionList(ctx, &batch)
+		if err != nil {
+			return nil, err
+		}
+		for _, sess := range page {
+			if slices.ContainsFunc(sess.Resources, func(res apitype.Resource) bool {
+				return res.Type == apitype.ResourceMemoryStore && res.MemoryStoreID == storeID
+			}) {
+				if out = append(out, sess); len(out) == p.Limit {
+					return out, nil
+				}
+			}
+		}
+		if len(page) < batch.Limit {
+			return out, nil
+		}
+		last := page[len(page)-1]
+		batch.After = &store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
 }
 
 // sessionArchive serves POST /v1/sessions/{id}/archive. Archiving is final: the session accepts no more

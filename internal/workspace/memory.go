@@ -452,20 +452,103 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 	storeID := d.Resource.MemoryStoreID
 	base := rec.baseline(storeID, d.Name)
 	var tell []string
+	changed := false
 	notice := func(p, reason string) {
 		if base.Told[p] != reason {
-			base.Told[p] = reason
+			base.Told[p], changed = reason, true
 			tell = append(tell, fmt.Sprintf("- %s: %s", path.Join(d.Target, p), reason))
 		}
 	}
-	seen := map[string]bool{}
-	entries, read := 0, int64(0)
-	truncated, changed := false, false
+	defer func() {
+		if len(tell) > 0 {
+			slices.Sort(tell)
+			p.addNotice(sessionID, "Note: these files under "+d.Target+" were not saved to the memory store "+
+				cmpName(d.Resource)+":\n"+strings.Join(tell, "\n"))
+		}
+	}()
+	// First the walk: what changed, without writing anything, so that a directory over the bounds stores
+	// nothing (a partial collection could store a deletion of what it did not reach).
+	w, err := walkMemoryDir(ctx, root, base, notice)
+	if err != nil {
+		return changed, err
+	}
+	if w.over != "" {
+		notice(".", w.over+"; nothing in it was saved: remove files to bring it under the limit")
+		return changed, nil
+	}
+	if base.Told["."] != "" {
+		delete(base.Told, ".")
+		changed = true
+	}
+	for p := range base.Told {
+		if !w.seen["/"+p] {
+			delete(base.Told, p) // gone: told again if it comes back
+			changed = true
+		}
+	}
 	var errs []error
-	err = fs.WalkDir(root.FS(), ".", func(name string, de fs.DirEntry, err error) error {
+	for _, c := range w.unchanged {
+		base.Files[c.path], changed = c.file, true
+	}
+	for _, c := range w.puts {
+		m, err := p.cfg.Memories.PutMemory(ctx, storeID, sessionID, c.path, c.content, "")
+		switch {
+		case errors.Is(err, ErrMemoryStoreArchived):
+			notice(strings.TrimPrefix(c.path, "/"), ErrMemoryStoreArchived.Error())
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", c.path, err))
+			continue
+		}
+		c.file.ID, c.file.SHA256 = m.ID, m.SHA256
+		base.Files[c.path], changed = c.file, true
+		delete(base.Told, strings.TrimPrefix(c.path, "/"))
+		p.cfg.Logger.Info("memory collected", "session", sessionID, "store", storeID, "path", c.path, "memory", m.ID, "bytes", len(c.content))
+	}
+	for mp, prev := range base.Files {
+		if w.seen[mp] {
+			continue
+		}
+		err := p.cfg.Memories.DeleteMemory(ctx, storeID, sessionID, prev.ID, prev.SHA256)
+		switch {
+		case err == nil, errors.Is(err, ErrMemoryNotFound):
+			p.cfg.Logger.Info("memory deletion collected", "session", sessionID, "store", storeID, "path", mp, "err", err)
+		case errors.Is(err, ErrMemoryPrecondition):
+			// Changed elsewhere since the session saw it: that change wins; the next placement brings it.
+		case errors.Is(err, ErrMemoryStoreArchived):
+			notice(strings.TrimPrefix(mp, "/"), "deleted in the sandbox, but "+ErrMemoryStoreArchived.Error())
+		default:
+			errs = append(errs, fmt.Errorf("%s: %w", mp, err))
+			continue
+		}
+		delete(base.Files, mp)
+		changed = true
+	}
+	return changed, errors.Join(errs...)
+}
+
+// memoryWalk is what walkMemoryDir found in a store's directory.
+type memoryWalk struct {
+	seen      map[string]bool // every memory path there, stored or not
+	puts      []memoryChange  // files whose content differs from the baseline
+	unchanged []memoryChange  // files read again whose content is the baseline's (a new ctime)
+	over      string          // why the directory is over the bounds, if it is
+}
+
+type memoryChange struct {
+	path, content string
+	file          memoryFile
+}
+
+// walkMemoryDir walks a store's directory without following a link, reading the regular files whose size or
+// ctime differ from the baseline; what cannot be stored goes to notice. It stops past MaxMountedMemories
+// entries or MaxMountedMemoryBytes read (memoryWalk.over).
+func walkMemoryDir(ctx context.Context, root *os.Root, base *memoryBaseline, notice func(p, reason string)) (*memoryWalk, error) {
+	w := &memoryWalk{seen: map[string]bool{}}
+	entries, read := 0, int64(0)
+	err := fs.WalkDir(root.FS(), ".", func(name string, de fs.DirEntry, err error) error {
 		if err != nil {
-			errs = append(errs, err)
-			return nil
+			return nil // gone meanwhile, or unreadable: tried again next time
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -474,20 +557,17 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 			return nil
 		}
 		if entries++; entries > MaxMountedMemories {
-			truncated = true
+			w.over = fmt.Sprintf("the store's directory holds more than %d files and directories", MaxMountedMemories)
 			return fs.SkipAll
-		}
-		mp := "/" + name
-		if de.IsDir() {
-			if strings.HasPrefix(de.Name(), ".corral-memory-") {
-				return fs.SkipDir
-			}
-			return nil
 		}
 		if strings.HasPrefix(de.Name(), ".corral-memory-") {
 			return nil // a placement's temporary file
 		}
-		seen[mp] = true
+		if de.IsDir() {
+			return nil
+		}
+		mp := "/" + name
+		w.seen[mp] = true
 		if !de.Type().IsRegular() {
 			notice(name, errNotRegular{de.Type()}.Error())
 			return nil
@@ -496,11 +576,11 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 			notice(name, "its path is not a valid memory path: it "+err.Error())
 			return nil
 		}
-		prev, had := base.Files[mp]
 		info, err := de.Info()
 		if err != nil {
-			return nil // gone meanwhile
+			return nil
 		}
+		prev, had := base.Files[mp]
 		if had && prev.Size == info.Size() && prev.Ctime == ctime(info) {
 			return nil
 		}
@@ -509,17 +589,14 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 			return nil
 		}
 		if read+info.Size() > MaxMountedMemoryBytes {
-			truncated = true
+			w.over = fmt.Sprintf("its changed files hold more than %d bytes", MaxMountedMemoryBytes)
 			return fs.SkipAll
 		}
 		data, fi, err := readLocal(root, name)
 		read += int64(len(data))
 		var nr errNotRegular
 		switch {
-		case errors.As(err, &nr) || errors.Is(err, syscall.ELOOP):
-			notice(name, err.Error())
-			return nil
-		case err != nil && fi != nil && fi.Size() > apitype.MaxMemoryBytes:
+		case errors.As(err, &nr), err != nil && fi != nil && fi.Size() > apitype.MaxMemoryBytes:
 			notice(name, err.Error())
 			return nil
 		case err != nil:
@@ -528,68 +605,16 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 			notice(name, "its content is not valid UTF-8 text; memories are text")
 			return nil
 		}
-		content := string(data)
-		sum := apitype.ContentSHA256(content)
-		if had && sum == prev.SHA256 {
-			prev.Size, prev.Ctime = fi.Size(), ctime(fi)
-			base.Files[mp], changed = prev, true
+		c := memoryChange{path: mp, content: string(data), file: memoryFile{Size: fi.Size(), Ctime: ctime(fi)}}
+		if sum := apitype.ContentSHA256(c.content); had && sum == prev.SHA256 {
+			c.file.ID, c.file.SHA256 = prev.ID, prev.SHA256
+			w.unchanged = append(w.unchanged, c)
 			return nil
 		}
-		m, err := p.cfg.Memories.PutMemory(ctx, storeID, sessionID, mp, content, "")
-		switch {
-		case errors.Is(err, ErrMemoryStoreArchived):
-			notice(name, ErrMemoryStoreArchived.Error())
-			return nil
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", mp, err))
-			return nil
-		}
-		delete(base.Told, name)
-		base.Files[mp], changed = memoryFile{ID: m.ID, SHA256: m.SHA256, Size: fi.Size(), Ctime: ctime(fi)}, true
-		p.cfg.Logger.Info("memory collected", "session", sessionID, "store", storeID, "path", mp, "memory", m.ID, "bytes", len(content))
+		w.puts = append(w.puts, c)
 		return nil
 	})
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if truncated {
-		notice(".", fmt.Sprintf("the directory holds more than %d entries or %d bytes of changes; the rest were not stored "+
-			"and no deletion was stored", MaxMountedMemories, MaxMountedMemoryBytes))
-	} else if err == nil {
-		delete(base.Told, ".")
-		for mp, prev := range base.Files {
-			if seen[mp] {
-				continue
-			}
-			err := p.cfg.Memories.DeleteMemory(ctx, storeID, sessionID, prev.ID, prev.SHA256)
-			switch {
-			case err == nil, errors.Is(err, ErrMemoryNotFound):
-				p.cfg.Logger.Info("memory deletion collected", "session", sessionID, "store", storeID, "path", mp, "err", err)
-			case errors.Is(err, ErrMemoryPrecondition):
-				// Changed elsewhere since the session saw it: that change wins; the next placement brings it.
-			case errors.Is(err, ErrMemoryStoreArchived):
-				notice(strings.TrimPrefix(mp, "/"), "deleted in the sandbox, but "+ErrMemoryStoreArchived.Error())
-			default:
-				errs = append(errs, fmt.Errorf("%s: %w", mp, err))
-				continue
-			}
-			delete(base.Files, mp)
-			changed = true
-		}
-		for p := range base.Told {
-			if p != "." && !seen["/"+p] {
-				delete(base.Told, p) // gone: told again if it comes back
-				changed = true
-			}
-		}
-	}
-	if len(tell) > 0 {
-		changed = true
-		slices.Sort(tell)
-		p.addNotice(sessionID, "Note: these files under "+d.Target+" were not saved to the memory store "+
-			cmpName(d.Resource)+":\n"+strings.Join(tell, "\n"))
-	}
-	return changed, errors.Join(errs...)
+	return w, err
 }
 
 func cmpName(res *apitype.Resource) string {

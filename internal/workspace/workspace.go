@@ -228,6 +228,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe, host sandbox.Host
 // Forget removes the record of workspace ws, whose workspace is gone. Idempotent.
 func (p *Placer) Forget(ws string) error {
 	p.collectLocks.Delete(filepath.Base(ws))
+	p.TakeNotices(filepath.Base(ws))
 	for _, rec := range []string{recordPath(ws), outputRecordPath(ws), memoryRecordPath(ws)} {
 		if err := os.Remove(rec); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("workspace: %w", err)

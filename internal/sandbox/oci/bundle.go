@@ -36,7 +36,7 @@ type BundleSpec struct {
 	// ShellNamespace has the agent start its shells in namespaces of their own, and lets it make them
 	// (Config.ShellNamespace).
 	ShellNamespace bool
-	// Mounts are extra binds (host.SessionMounts: the session's uploads and outputs).
+	// Mounts are extra binds (host.SessionMounts: the session's uploads, outputs, skills and memory stores).
 	Mounts []host.Mount
 	// Image, if set, is the image the sandbox runs on (sandbox.HostDirs.RootFS): its top-level directories are
 	// bound read-only instead of the host's /usr and /etc files.
