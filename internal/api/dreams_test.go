@@ -10,7 +10,9 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
+	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
 )
 
 // TestDreamCreateValidation: every malformed «DreamCreate» is a 400 naming what is wrong, before any lookup.
@@ -283,5 +285,115 @@ func TestDreamCreate(t *testing.T) {
 	}
 	if _, err := h.client.Beta.Dreams.New(ctx, up); err != nil {
 		t.Fatalf("update_existing once the first ended: %v", err)
+	}
+}
+
+// TestDreamRunner: the runner's steps over the store, one RunDreams pass at a time: a dream whose sessions were
+// deleted fails with a clear error and writes nothing; a running dream follows its session's usage, completes on
+// an end_turn idle, fails when its session is deleted, and times out (its session interrupted).
+func TestDreamRunner(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	runner := newAPI(t, api.Config{Store: h.store, DreamTimeout: time.Hour})
+	agentID, envID := h.seed(ctx)
+	ms := h.newMemoryStore(ctx, "notes")
+	gone := h.newSession(ctx, agentID, envID)
+	kept := h.newSession(ctx, agentID, envID)
+	d, err := h.client.Beta.Dreams.New(ctx, anthropic.BetaDreamNewParams{
+		Inputs: []anthropic.BetaDreamInputUnionParam{anthropic.BetaDreamInputParamOfMemoryStore(ms.ID),
+			anthropic.BetaDreamInputParamOfSessions([]string{kept, gone})},
+		Model: anthropic.BetaDreamNewParamsModelUnion{OfString: anthropic.String("claude-x")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Beta.Sessions.Delete(ctx, gone, anthropic.BetaSessionDeleteParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.RunDreams(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	failed, err := h.client.Beta.Dreams.Get(ctx, d.ID, anthropic.BetaDreamGetParams{})
+	if err != nil || failed.Status != anthropic.BetaDreamStatusFailed || failed.Error.Type != apitype.DreamErrSessionsMissing ||
+		!strings.Contains(failed.Error.Message, gone) || len(failed.Outputs) != 0 || failed.JSON.SessionID.Raw() != "null" {
+		t.Fatalf("dream over a deleted session: %v %s", err, failed.RawJSON())
+	}
+	stores, err := h.client.Beta.MemoryStores.List(ctx, anthropic.BetaMemoryStoreListParams{})
+	if err != nil || len(stores.Data) != 1 {
+		t.Fatalf("a failed dream made a store: %v %d stores", err, len(stores.Data))
+	}
+
+	// Running dreams over real sessions standing in for the dreams' own.
+	run := func(sessID string) *apitype.Dream {
+		t.Helper()
+		d := h.seedDream(apitype.DreamRunning, time.Now().UTC(), sessID)
+		return d
+	}
+	get := func(id string) *anthropic.BetaDream {
+		t.Helper()
+		d, err := h.client.Beta.Dreams.Get(ctx, id, anthropic.BetaDreamGetParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	usage := &apitype.SessionUsage{InputTokens: 120, OutputTokens: 30, CacheReadInputTokens: 5,
+		CacheCreation: &apitype.CacheCreation{Ephemeral5mInputTokens: 2, Ephemeral1hInputTokens: 3}}
+	working := h.newSession(ctx, agentID, envID)
+	if _, err := h.store.EventAppend(ctx, &store.EventAppendParams{SessionID: working, Status: apitype.StatusRunning,
+		Usage: usage}); err != nil {
+		t.Fatal(err)
+	}
+	wd := run(working)
+	deleted := h.newSession(ctx, agentID, envID)
+	dd := run(deleted)
+	if err := runner.RunDreams(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if g := get(wd.ID); g.Status != anthropic.BetaDreamStatusRunning || g.Usage.InputTokens != 120 || g.Usage.OutputTokens != 30 ||
+		g.Usage.CacheReadInputTokens != 5 || g.Usage.CacheCreationInputTokens != 5 {
+		t.Fatalf("running dream: %s", g.RawJSON())
+	}
+	idle, err := apitype.MakeEvent(apitype.EventSessionStatusIdle, apitype.SessionIdle{StopReason: apitype.StopReason{Type: apitype.StopEndTurn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.EventAppend(ctx, &store.EventAppendParams{SessionID: working, Events: []apitype.NewEvent{idle},
+		Status: apitype.StatusIdle}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Beta.Sessions.Delete(ctx, deleted, anthropic.BetaSessionDeleteParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.RunDreams(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if g := get(wd.ID); g.Status != anthropic.BetaDreamStatusCompleted || g.EndedAt.IsZero() || g.JSON.Error.Raw() != "null" {
+		t.Fatalf("dream whose session ended its turn: %s", g.RawJSON())
+	}
+	if g := get(dd.ID); g.Status != anthropic.BetaDreamStatusFailed || g.Error.Type != apitype.DreamErrInternal ||
+		!strings.Contains(g.Error.Message, "deleted") {
+		t.Fatalf("dream whose session was deleted: %s", g.RawJSON())
+	}
+
+	// A dream past its time limit fails with a timeout, and its session gets an interrupt.
+	slow := h.newSession(ctx, agentID, envID)
+	if _, err := h.store.EventAppend(ctx, &store.EventAppendParams{SessionID: slow, Status: apitype.StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	sd := h.seedDream(apitype.DreamRunning, time.Now().UTC().Add(-time.Minute), slow)
+	impatient := newAPI(t, api.Config{Store: h.store, DreamTimeout: time.Second})
+	if err := impatient.RunDreams(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if g := get(sd.ID); g.Status != anthropic.BetaDreamStatusFailed || g.Error.Type != "timeout" {
+		t.Fatalf("dream past its limit: %s", g.RawJSON())
+	}
+	evs, err := h.client.Beta.Sessions.Events.List(ctx, slow, anthropic.BetaSessionEventListParams{})
+	if err != nil || !slices.ContainsFunc(evs.Data, func(e anthropic.BetaManagedAgentsSessionEventUnion) bool {
+		return e.Type == "user.interrupt"
+	}) {
+		t.Fatalf("the timed-out dream's session was not interrupted: %v", err)
 	}
 }
