@@ -159,6 +159,7 @@ func TestConsoleMemory(t *testing.T) {
 	envID := e.create("/v1/environments", map[string]any{"name": "memory", "config": map[string]any{"type": "cloud"}})
 	sess := e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "title": "Remembers",
 		"resources": []any{map[string]any{"type": "memory_store", "memory_store_id": storeID, "access": "read_only"}}})
+	e.create("/v1/sessions", map[string]any{"agent": agent, "environment_id": envID, "title": "Has no memory"})
 	path, content := "/notes/from-session.md", "learnt"
 	if _, err := e.st.MemoryWrite(context.Background(), &store.MemoryWriteParams{StoreID: storeID, Op: store.MemoryOpPut,
 		Path: &path, Content: &content, Actor: apitype.Actor{Type: apitype.ActorSession, SessionID: sess}, At: time.Now().UTC(),
@@ -171,6 +172,11 @@ func TestConsoleMemory(t *testing.T) {
 			&& a.parentElement.textContent.includes('read_only'); })()`)
 	e.clickCSS(`#session-memory a`)
 	e.wait("the store from the session", `document.querySelector('h1')?.textContent === 'User Preferences!'`)
+	e.click("store-sessions")
+	e.wait("the sessions with the store", `location.hash === '#/sessions?memory=`+storeID+`' && !!document.getElementById('f-memory')`+
+		` && [...document.querySelectorAll('table.sessions [data-row]')].map(a => a.dataset.id).join() === `+js(sess))
+	e.clickCSS(`#f-memory a`)
+	e.wait("the store again", `document.querySelector('h1')?.textContent === 'User Preferences!'`)
 	e.wait("the session's version", `[...document.querySelectorAll('#versions tbody tr')].some(r =>
 		r.querySelector('.op-created') && r.querySelector('a[href="#/sessions/`+sess+`"]'))`)
 	e.shot("step-memory-session-version")

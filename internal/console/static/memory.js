@@ -217,6 +217,7 @@ export async function memoryStorePage(main, storeID, q) {
       h('div', null, h('dt', null, 'Created'), h('dd', null, time(s.created_at))),
       h('div', null, h('dt', null, 'Updated'), h('dd', null, time(s.updated_at))),
       s.archived_at ? h('div', null, h('dt', null, 'Archived'), h('dd', null, time(s.archived_at))) : null),
+    h('p', null, h('a', {href: `#/sessions?memory=${esc(s.id)}`, id: 'store-sessions'}, 'Sessions with this store →')),
     h('section', {class: 'card'}, h('h2', null, 'Memories'), crumbs,
       h('div', {class: 'table-wrap'}, h('table', {class: 'list', id: 'memories'},
         h('thead', null, h('tr', null, h('th', null, 'Path'), h('th', null, 'Size'), h('th', null, 'SHA-256'), h('th', null, 'Updated'))), tbody)),
