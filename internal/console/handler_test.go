@@ -153,8 +153,10 @@ func TestPageWeight(t *testing.T) {
 	zw.Close()
 	t.Logf("console: %d bytes, %d gzipped together", h.Size(), all.Len())
 	// 160 KiB until issue 22: a multi-agent session's threads (their table, a thread's page, the thread events in
-	// the transcript) brought it to 168 KiB.
-	const budget = 168 << 10
+	// the transcript) brought it to 168 KiB. Issue 24's memory stores (a store's memories by directory, a
+	// memory's view and edit, the versions and their redaction) and dreams (their list and page) brought it to
+	// 185 KiB.
+	const budget = 185 << 10
 	if h.Size() > budget {
 		t.Errorf("the console weighs %d bytes, over its budget of %d", h.Size(), budget)
 	}

@@ -11,6 +11,8 @@ import {environmentsPage, environmentPage, environmentEditPage} from './environm
 import {vaultsPage, vaultPage, vaultEditPage, credentialEditPage} from './vaults.js';
 import {filesPage} from './files.js';
 import {skillsPage, skillPage} from './skills.js';
+import {memoryStoresPage, memoryStorePage} from './memory.js';
+import {dreamsPage, dreamPage} from './dreams.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -41,6 +43,10 @@ const routes = [
   [/^\/files$/, (v, m, q) => filesPage(v, q)],
   [/^\/skills\/([^/]+)$/, (v, m) => skillPage(v, decodeURIComponent(m[1]))],
   [/^\/skills$/, (v, m, q) => skillsPage(v, q)],
+  [/^\/memory\/([^/]+)$/, (v, m, q) => memoryStorePage(v, decodeURIComponent(m[1]), q)],
+  [/^\/memory$/, (v, m, q) => memoryStoresPage(v, q)],
+  [/^\/dreams\/([^/]+)$/, (v, m) => dreamPage(v, decodeURIComponent(m[1]))],
+  [/^\/dreams$/, (v, m, q) => dreamsPage(v, q)],
 ];
 
 // parseHash splits "#/path?a=b" into the path and its parameters.
@@ -160,7 +166,7 @@ document.addEventListener('keydown', ev => {
   if (typing || ev.ctrlKey || help.open || !apiKey()) return;
   if (pendingG) {
     pendingG = false;
-    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files', k: '#/skills'}[ev.key];
+    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files', k: '#/skills', m: '#/memory', d: '#/dreams'}[ev.key];
     if (to) { ev.preventDefault(); location.hash = to; }
     return;
   }

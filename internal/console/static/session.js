@@ -127,6 +127,7 @@ export async function sessionPage(main, sessionID) {
     text, h('div', {class: 'composer-actions'}, sendBtn, interruptBtn));
 
   const title = sess.title || sess.id;
+  const mems = (sess.resources || []).filter(r => r.type === 'memory_store');
   clear(main,
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/sessions'}, 'Sessions'), ' / ', h('span', {class: 'mono'}, sess.id)),
     h('div', {class: 'page-head session-head'},
@@ -139,7 +140,11 @@ export async function sessionPage(main, sessionID) {
       h('div', null, h('dt', null, 'Usage'), h('dd', null, usage)),
       h('div', null, h('dt', null, 'List cost'), h('dd', null, cost)),
       h('div', null, h('dt', null, 'Budget'), h('dd', null, budget)),
-      h('div', null, h('dt', null, 'Outputs'), h('dd', null, h('a', {href: `#/files?scope_id=${esc(sess.id)}`, id: 'session-outputs'}, 'Files →')))),
+      h('div', null, h('dt', null, 'Outputs'), h('dd', null, h('a', {href: `#/files?scope_id=${esc(sess.id)}`, id: 'session-outputs'}, 'Files →'))),
+      // Its memory stores: where each is mounted, and whether the session may write to it.
+      mems.length ? h('div', null, h('dt', null, 'Memory'), h('dd', {id: 'session-memory'}, mems.map(r => h('div', null,
+        h('a', {href: `#/memory/${esc(r.memory_store_id)}`, class: 'mono', dataset: {store: r.memory_store_id}}, r.mount_path),
+        ` ${r.access || 'read_write'}`)))) : null),
     actions,
     threads,
     wfSection,

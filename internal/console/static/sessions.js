@@ -57,6 +57,7 @@ export async function sessionsPage(main, q) {
   const state = {
     status: q.get('status') || '', agent: q.get('agent') || '', env: q.get('env') || '',
     archived: q.get('archived') === '1', page: q.get('page') || '',
+    memory: q.get('memory') || '', // from a memory store's page: the sessions that have it
   };
   const stack = []; // the tokens of the pages before this one, for Previous
   let current = null; // {rows, next, prev, scanned}
@@ -93,11 +94,13 @@ export async function sessionsPage(main, q) {
       select('Agent', 'agent', agents.data.map(a => [a.id, a.name || a.id]), state.agent),
       select('Environment', 'env', envs.data.map(e => [e.id, e.name || e.id]), state.env),
       h('label', {class: 'check'}, archived, ' Archived too')),
+    state.memory ? h('p', {class: 'meta', id: 'f-memory'}, 'With the memory store ',
+      h('a', {href: `#/memory/${encodeURIComponent(state.memory)}`, class: 'mono'}, state.memory), ' · ', h('a', {href: '#/sessions'}, 'all sessions')) : null,
     h('div', {class: 'table-wrap'}, table),
     h('div', {class: 'pager'}, prevBtn, status, nextBtn));
 
   function params(page, limit) {
-    return {limit, page: page || undefined, agent_id: state.agent || undefined,
+    return {limit, page: page || undefined, agent_id: state.agent || undefined, memory_store_id: state.memory || undefined,
       'statuses[]': state.status ? [state.status] : undefined, include_archived: state.archived ? 'true' : undefined};
   }
 
@@ -130,6 +133,7 @@ export async function sessionsPage(main, q) {
     if (state.status) q2.set('status', state.status);
     if (state.agent) q2.set('agent', state.agent);
     if (state.env) q2.set('env', state.env);
+    if (state.memory) q2.set('memory', state.memory);
     if (state.archived) q2.set('archived', '1');
     if (state.page) q2.set('page', state.page);
     if (main.isConnected) setQuery(q2); // not from a page the user has left
