@@ -110,6 +110,6 @@ func TestConsoleDreams(t *testing.T) {
 	}
 	e.open("/dreams/" + failed)
 	e.wait("the failed dream's error", `!!document.querySelector('#dream-status .status-failed') && !!document.getElementById('archive-dream')`+
-		` && (document.getElementById('dream-error')?.textContent || '') === `+js(d.Error.Type+": "+d.Error.Message))
+		` && (document.getElementById('dream-error')?.textContent || '') === `+js(string(d.Error.Type)+": "+d.Error.Message))
 	e.shot("step-dream-failed")
 }
