@@ -1359,3 +1359,43 @@ func TestStopHandsBackUnworkedClaims(t *testing.T) {
 		t.Fatalf("claimed %s, want %s", ls[0].SessionID, id)
 	}
 }
+
+// TestNoEnvironmentNoNetwork: a session whose environment is gone (or that never had one: a dream's) runs its
+// tools in a cloud sandbox with limited networking and no allowed host, never with the unrestricted network a
+// zero configuration would mean.
+func TestNoEnvironmentNoNetwork(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	hands := &fakeHands{}
+	var got atomic.Pointer[apitype.EnvConfig]
+	hands.run = func(ctx context.Context, call *sandbox.Call) (sandbox.Result, error) {
+		env := call.Recipe.Environment
+		got.Store(&env)
+		return sandbox.Result{Content: []apitype.ContentBlock{apitype.TextBlock("ok")}}, nil
+	}
+	cfg := f.config()
+	cfg.Hands = hands
+	f.srv.Script(
+		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_1", Name: "bash", Input: `{"command":"curl example.com"}`}}},
+		modeltest.Turn{Text: "Done."},
+	)
+	f.start(cfg)
+	id := f.session(toolset)
+	sess, err := f.store.SessionGet(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.EnvironmentDelete(context.Background(), sess.EnvironmentID); err != nil {
+		t.Fatal(err)
+	}
+	f.say(id, "fetch it")
+	f.waitIdle(id, 1)
+	env := got.Load()
+	if env == nil {
+		t.Fatal("the tool never ran")
+	}
+	if env.Type != apitype.EnvironmentCloud || env.Networking == nil || env.Networking.Type != apitype.NetworkingLimited ||
+		len(env.Networking.AllowedHosts) != 0 {
+		t.Fatalf("the recipe's environment is %+v (networking %+v): want cloud, limited, no allowed hosts", env, env.Networking)
+	}
+}

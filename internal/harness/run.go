@@ -176,6 +176,10 @@ func (r *run) load() error {
 		return fmt.Errorf("get session %s: %w", id, err)
 	}
 	r.sess = sess
+	// A session with no environment (a dream's: the server's own) or whose environment was deleted runs in a
+	// cloud sandbox without network: nothing declared it any.
+	r.env = apitype.EnvConfig{Type: apitype.EnvironmentCloud,
+		Networking: &apitype.Networking{Type: apitype.NetworkingLimited, AllowedHosts: []string{}}}
 	if sess.EnvironmentID != "" {
 		env, err := r.b.cfg.Store.EnvironmentGet(r.ctx, sess.EnvironmentID)
 		switch {
