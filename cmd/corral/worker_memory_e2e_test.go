@@ -24,10 +24,12 @@ func TestCorralWorkerMemory(t *testing.T) {
 	s, c := workerServer(t, "10s",
 		bashTurn(t, "cat /mnt/memory/style/rules.md; echo; (echo x > /mnt/memory/style/new.md) 2>/dev/null && echo ro-refused-not || echo ro-refused; "+
 			"cat /mnt/memory/notes/seed.md; echo; echo v2 > /mnt/memory/notes/seed.md && "+
-			"mkdir -p /mnt/memory/notes/notes && echo 'from the worker' > /mnt/memory/notes/notes/w.md && echo written"),
+			"mkdir -p /mnt/memory/notes/notes && echo 'from the worker' > /mnt/memory/notes/notes/w.md && ln -s /etc/passwd /mnt/memory/notes/link && echo written"),
 		modeltest.Turn{Text: "Noted."},
 		bashTurn(t, "cat /mnt/memory/notes/notes/w.md && rm /mnt/memory/notes/seed.md && echo removed"),
 		modeltest.Turn{Text: "Done."},
+		bashTurn(t, "(sleep 1; echo late > /mnt/memory/notes/late.md) >/dev/null 2>&1 & echo later"),
+		modeltest.Turn{Text: "Later."},
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
@@ -59,7 +61,8 @@ func TestCorralWorkerMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := t.TempDir()
-	startWorker(t, s, envID, key, data, "worker-mem", 420000, time.Minute)
+	// A short hold: the worker lets the session's item go 3 s after a turn ends, and takes the next one.
+	startWorker(t, s, envID, key, data, "worker-mem", 420000, 3*time.Second)
 
 	// versions waits until the session's versions in the notes store are want (operation and path, oldest
 	// first): the worker collects once it sees the turn end, just after the client does.
@@ -115,9 +118,18 @@ func TestCorralWorkerMemory(t *testing.T) {
 		t.Errorf("the store's directory is in the workspace: %v", err)
 	}
 
+	// The next tool result starts with why the link was not stored.
 	l = sendAndFollow(ctx, t, c, sess.ID, "Forget the seed.")
-	if len(l.uses) != 1 || strings.TrimSpace(l.results[l.uses[0]]) != "from the worker\nremoved" {
+	if len(l.uses) != 1 || !strings.HasSuffix(l.results[l.uses[0]], "from the worker\nremoved") ||
+		!strings.Contains(l.results[l.uses[0]], "/mnt/memory/notes/link: it is a symbolic link") {
 		t.Fatalf("uses %v, results %q", l.uses, l.results)
 	}
 	versions("created /notes/w.md", "deleted /seed.md", "modified /seed.md")
+
+	// A file written after the turn ended is collected before the worker lets the item go.
+	l = sendAndFollow(ctx, t, c, sess.ID, "Write it later.")
+	if len(l.uses) != 1 || strings.TrimSpace(l.results[l.uses[0]]) != "later" {
+		t.Fatalf("uses %v, results %q", l.uses, l.results)
+	}
+	versions("created /late.md", "created /notes/w.md", "deleted /seed.md", "modified /seed.md")
 }
