@@ -17,7 +17,9 @@ import (
 // TestCorralWorkerMemory: `corral worker` mounts a self-hosted session's memory stores in its bwrap sandbox at
 // /mnt/memory/<slug>, with the store's memories read through the API with the work item's sessions token; the
 // read_only store refuses writes; what the bash writes, changes and removes in the read_write store is
-// collected at the end of each turn as versions whose actor is the session (created, modified, deleted).
+// collected at the end of each turn as versions whose actor is the session (created, modified, deleted); a link
+// there is not stored, and the next tool result says why; a file written after the turn ended is collected
+// before the worker lets the session's work item go.
 func TestCorralWorkerMemory(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)
