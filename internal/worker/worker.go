@@ -1,7 +1,8 @@
 // Package worker is the runtime of `corral worker`, self-hosted hands: it dials out only, long-polls the server
 // for its environment's work items, holds each by heartbeats, follows the item's session with the item's
 // sessions token and answers its built-in tool calls with user.tool_result, running them in sandboxes of the
-// pool it is given, with the server's isolation, limits and egress rules. It imports neither the store nor the
+// pool it is given, with the server's isolation, limits and egress rules; it mounts the session's memory stores
+// in them and writes back what the agent changed there (memories). It imports neither the store nor the
 // vault (internal/archtest): everything it knows comes through the public HTTP API (internal/client).
 package worker
 
@@ -53,7 +54,8 @@ type Config struct {
 	ID string
 	// Pool configures the sandboxes the tools run in; its Provider is required, and its WorkspaceRoot with a
 	// Provider whose workspaces are on this host (Capabilities.HostWorkspace). The worker sets its Logger (if
-	// unset) and its Egress (from AllowInternal and RootCAs).
+	// unset), its Egress (from AllowInternal and RootCAs), and its Placer and Outputs (the sessions' memory
+	// stores, over the API).
 	Pool sandbox.PoolConfig
 	// AllowInternal and RootCAs are the operator's trusted internal destinations and CAs, added to every
 	// sandbox's egress policy.
