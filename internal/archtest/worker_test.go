@@ -11,11 +11,12 @@ import (
 var fencedFromWorker = []string{"internal/store", "internal/vault"}
 
 // TestWorkerFence checks the transitive dependencies of internal/worker (go list -deps): no store, no vault,
-// nor any of their subpackages.
+// nor any of their subpackages. The worker links the workspace placer (it mounts the sessions' memory stores,
+// over the API): the workspace must therefore not link them either, though its rules allow it the vault.
 func TestWorkerFence(t *testing.T) {
 	deps := goListDeps(t, "./internal/worker")
 	// The fence guards a package that exists and runs tools in sandboxes: the list must say so.
-	for _, want := range []string{"internal/worker", "internal/sandbox", "internal/client"} {
+	for _, want := range []string{"internal/worker", "internal/sandbox", "internal/client", "internal/workspace"} {
 		if !slices.Contains(deps, module+want) {
 			t.Fatalf("go list -deps ./internal/worker lacks %s: %v", want, deps)
 		}

@@ -1,7 +1,8 @@
 // Package worker is the runtime of `corral worker`, self-hosted hands: it dials out only, long-polls the server
 // for its environment's work items, holds each by heartbeats, follows the item's session with the item's
 // sessions token and answers its built-in tool calls with user.tool_result, running them in sandboxes of the
-// pool it is given, with the server's isolation, limits and egress rules. It imports neither the store nor the
+// pool it is given, with the server's isolation, limits and egress rules; it mounts the session's memory stores
+// in them and writes back what the agent changed there (memories). It imports neither the store nor the
 // vault (internal/archtest): everything it knows comes through the public HTTP API (internal/client).
 package worker
 
@@ -23,6 +24,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/client"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/workspace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -31,6 +33,8 @@ const (
 	pollBlockMS = 999
 	backoffMax  = 30 * time.Second
 	stopTimeout = 10 * time.Second
+	// collectTimeout bounds one collection of a session's memory stores.
+	collectTimeout = 2 * time.Minute
 )
 
 // DefaultIdle is how long a session whose turn ended keeps the worker before it goes back to polling.
@@ -50,7 +54,8 @@ type Config struct {
 	ID string
 	// Pool configures the sandboxes the tools run in; its Provider is required, and its WorkspaceRoot with a
 	// Provider whose workspaces are on this host (Capabilities.HostWorkspace). The worker sets its Logger (if
-	// unset) and its Egress (from AllowInternal and RootCAs).
+	// unset), its Egress (from AllowInternal and RootCAs), and its Placer and Outputs (the sessions' memory
+	// stores, over the API).
 	Pool sandbox.PoolConfig
 	// AllowInternal and RootCAs are the operator's trusted internal destinations and CAs, added to every
 	// sandbox's egress policy.
@@ -103,11 +108,19 @@ func New(cfg Config) (*Worker, error) {
 		pc.Logger = logger
 	}
 	pc.Egress = egress{allowInternal: cfg.AllowInternal, roots: cfg.RootCAs}
+	// The sessions' memory stores are placed at their mount paths and collected back through the API, with the
+	// sessions token of each session's work item (memories). The recipes carry no other resource.
+	mem := newMemories()
+	placer, err := workspace.New(workspace.Config{Memories: mem, Logger: pc.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	pc.Placer, pc.Outputs = placer, placer
 	pool, err := sandbox.NewPool(pc)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	w := &worker{c: cfg.Client, env: cfg.Environment, id: cfg.ID, pool: pool, idle: cmp.Or(cfg.Idle, DefaultIdle),
+	w := &worker{c: cfg.Client, env: cfg.Environment, id: cfg.ID, pool: pool, mem: mem, idle: cmp.Or(cfg.Idle, DefaultIdle),
 		log: logger, tracer: tp.Tracer("github.com/corralhq/corral/internal/worker"), onToolStart: cfg.OnToolStart}
 	if w.id == "" {
 		w.id = DefaultID()
@@ -158,6 +171,8 @@ type worker struct {
 	env  string
 	id   string
 	pool *sandbox.Pool
+	// mem is the pool's memory stores: each session's, reachable while the worker holds its work item.
+	mem  *memories
 	idle time.Duration
 	log  *slog.Logger
 	// tracer traces the tool calls (noop without OTEL_* configuration).
@@ -319,7 +334,14 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 	if sess.Status == apitype.StatusTerminated {
 		return nil
 	}
-	recipe := sandbox.Recipe{SessionID: sessionID, Environment: env.Config}
+	// The session's memory stores are mounted at /mnt/memory/<slug>; its repositories and files are not placed
+	// on a worker (they would need the server's git endpoint and Files API).
+	recipe := sandbox.Recipe{SessionID: sessionID, Environment: env.Config, Resources: memoryResources(sess.Resources)}
+	release := w.mem.hold(sessionID, tc, recipe.Resources)
+	defer release()
+	// What the session changed in its memory stores is collected before the worker lets the item go (its
+	// sessions token ends with it), and at the end of each turn.
+	defer w.collect(ctx, &recipe)
 	calls := map[string]*call{}
 	answered := map[string]bool{}
 	var order []string
@@ -395,6 +417,7 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 			idleTimer = nil
 		}
 		if ev.TurnOver() && ev.Type == apitype.EventSessionStatusIdle {
+			w.collect(fctx, &recipe)
 			idleTimer = time.AfterFunc(w.idle, stop)
 		}
 		if c := note(ev); c != nil && !answered[c.id] {
@@ -411,6 +434,30 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 		return fmt.Errorf("follow: %w", err)
 	}
 	return nil
+}
+
+// memoryResources are the session's memory_store resources: the only resources a worker places.
+func memoryResources(res []apitype.Resource) []apitype.Resource {
+	var out []apitype.Resource
+	for _, r := range res {
+		if r.Type == apitype.ResourceMemoryStore {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// collect writes back what the session changed in its read_write memory stores (sandbox.Pool.CollectOutputs),
+// even once ctx has ended (the worker stops, or the lease is lost), within collectTimeout.
+func (w *worker) collect(ctx context.Context, recipe *sandbox.Recipe) {
+	if len(recipe.Resources) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), collectTimeout)
+	defer cancel()
+	if err := w.pool.CollectOutputs(ctx, recipe); err != nil {
+		w.log.Warn("memory stores not collected", "session", recipe.SessionID, "err", err)
+	}
 }
 
 // runCall runs one call in the session's sandbox and posts its user.tool_result.
