@@ -122,8 +122,7 @@ func (m *memories) ListMemories(ctx context.Context, storeID string) ([]workspac
 	if err != nil {
 		return nil, err
 	}
-	var out []workspace.Memory
-	var total int64
+	var out workspace.Mounted
 	ids := map[string]string{}
 	p := &client.MemoryListParams{Full: true, Limit: fullPage}
 	for {
@@ -135,18 +134,9 @@ func (m *memories) ListMemories(ctx context.Context, storeID string) ([]workspac
 			if mem.Type == apitype.ObjectMemoryPrefix || mem.ID == "" {
 				continue
 			}
-			content := ""
-			if mem.Content != nil {
-				content = *mem.Content
+			if err := out.Add(&mem); err != nil {
+				return nil, err
 			}
-			total += int64(len(content))
-			if len(out)+1 > workspace.MaxMountedMemories {
-				return nil, fmt.Errorf("%w: it holds more than %d memories", workspace.ErrMemoryStoreTooLarge, workspace.MaxMountedMemories)
-			}
-			if total > workspace.MaxMountedMemoryBytes {
-				return nil, fmt.Errorf("%w: its memories hold more than %d bytes", workspace.ErrMemoryStoreTooLarge, workspace.MaxMountedMemoryBytes)
-			}
-			out = append(out, workspace.Memory{ID: mem.ID, Path: mem.Path, Content: content, SHA256: mem.ContentSHA256})
 			ids[mem.Path] = mem.ID
 		}
 		if p.Page = page.Next(); p.Page == "" {
@@ -156,7 +146,7 @@ func (m *memories) ListMemories(ctx context.Context, storeID string) ([]workspac
 	m.mu.Lock()
 	m.ids[storeID] = ids
 	m.mu.Unlock()
-	return out, nil
+	return out.Memories, nil
 }
 
 // PutMemory writes content at path as the session: an update of the memory there, or a create.

@@ -45,6 +45,31 @@ type Memory struct {
 	ID, Path, Content, SHA256 string
 }
 
+// Mounted is a store's memories as an adapter of Memories reads them for ListMemories, within the mount's
+// limits: Add refuses (wrapping ErrMemoryStoreTooLarge) the memory that takes the store past MaxMountedMemories
+// memories or MaxMountedMemoryBytes of content.
+type Mounted struct {
+	Memories []Memory
+	bytes    int64
+}
+
+// Add appends a memory read with its content (a nil content is an empty one).
+func (l *Mounted) Add(m *apitype.Memory) error {
+	content := ""
+	if m.Content != nil {
+		content = *m.Content
+	}
+	l.bytes += int64(len(content))
+	if len(l.Memories) >= MaxMountedMemories {
+		return fmt.Errorf("%w: it holds more than %d memories", ErrMemoryStoreTooLarge, MaxMountedMemories)
+	}
+	if l.bytes > MaxMountedMemoryBytes {
+		return fmt.Errorf("%w: its memories hold more than %d bytes", ErrMemoryStoreTooLarge, MaxMountedMemoryBytes)
+	}
+	l.Memories = append(l.Memories, Memory{ID: m.ID, Path: m.Path, Content: content, SHA256: m.ContentSHA256})
+	return nil
+}
+
 // Memory errors, which a Memories adapter wraps.
 var (
 	// ErrMemoryPrecondition: the memory's content is no longer the one the write expected (someone else

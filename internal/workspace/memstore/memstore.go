@@ -32,38 +32,21 @@ const page = 500
 // workspace.ErrMemoryStoreTooLarge past workspace.MaxMountedMemories memories or
 // workspace.MaxMountedMemoryBytes of content.
 func (m *Memories) ListMemories(ctx context.Context, storeID string) ([]workspace.Memory, error) {
-	var out []workspace.Memory
-	var total int64
+	var out workspace.Mounted
 	after := ""
 	for {
 		items, err := m.Store.MemoryList(ctx, &store.MemoryListParams{StoreID: storeID, Limit: page, After: after, Content: true})
 		if err != nil {
 			return nil, mapErr(err)
 		}
-		for _, it := range items {
-			if it.Memory == nil {
-				continue
+		for _, it := range items { // Depth 0: memories only
+			after = it.Memory.Path
+			if err := out.Add(it.Memory); err != nil {
+				return nil, err
 			}
-			mem := it.Memory
-			after = mem.Path
-			content := ""
-			if mem.Content != nil {
-				content = *mem.Content
-			}
-			total += int64(len(content))
-			if len(out)+1 > workspace.MaxMountedMemories {
-				return nil, fmt.Errorf("%w: it holds more than %d memories", workspace.ErrMemoryStoreTooLarge, workspace.MaxMountedMemories)
-			}
-			if total > workspace.MaxMountedMemoryBytes {
-				return nil, fmt.Errorf("%w: its memories hold more than %d bytes", workspace.ErrMemoryStoreTooLarge, workspace.MaxMountedMemoryBytes)
-			}
-			out = append(out, workspace.Memory{ID: mem.ID, Path: mem.Path, Content: content, SHA256: mem.ContentSHA256})
 		}
 		if len(items) < page {
-			return out, nil
-		}
-		if len(items) > 0 && items[len(items)-1].Memory == nil {
-			after = items[len(items)-1].Prefix
+			return out.Memories, nil
 		}
 	}
 }
