@@ -542,55 +542,46 @@ type memoryChange struct {
 
 // walkMemoryDir walks a store's directory without following a link, reading the regular files whose size or
 // ctime differ from the baseline; what cannot be stored goes to notice. It stops past MaxMountedMemories
-// entries or MaxMountedMemoryBytes read (memoryWalk.over).
+// entries or MaxMountedMemoryBytes read (memoryWalk.over). Each directory is read a batch of entries at a time
+// (never its whole listing: a sandbox can fill one directory with millions of names), so that the walk holds at
+// most about MaxMountedMemories entries. A directory that cannot be read fails the walk: a partial walk would
+// store the deletion of what it did not reach.
 func walkMemoryDir(ctx context.Context, root *os.Root, base *memoryBaseline, notice func(p, reason string)) (*memoryWalk, error) {
 	w := &memoryWalk{seen: map[string]bool{}}
 	entries, read := 0, int64(0)
-	err := fs.WalkDir(root.FS(), ".", func(name string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // gone meanwhile, or unreadable: tried again next time
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if name == "." {
-			return nil
-		}
+	visit := func(name string, de fs.DirEntry) (stop bool) {
 		if entries++; entries > MaxMountedMemories {
 			w.over = fmt.Sprintf("the store's directory holds more than %d files and directories", MaxMountedMemories)
-			return fs.SkipAll
+			return true
 		}
-		if strings.HasPrefix(de.Name(), ".corral-memory-") {
-			return nil // a placement's temporary file
-		}
-		if de.IsDir() {
-			return nil
+		if strings.HasPrefix(de.Name(), ".corral-memory-") || de.IsDir() {
+			return false // a placement's temporary file; a directory is walked after
 		}
 		mp := "/" + name
 		w.seen[mp] = true
 		if !de.Type().IsRegular() {
 			notice(name, errNotRegular{de.Type()}.Error())
-			return nil
+			return false
 		}
 		if err := apitype.ValidateMemoryPath(mp); err != nil {
 			notice(name, "its path is not a valid memory path: it "+err.Error())
-			return nil
+			return false
 		}
-		info, err := de.Info()
+		info, err := root.Lstat(name)
 		if err != nil {
-			return nil
+			return false
 		}
 		prev, had := base.Files[mp]
 		if had && prev.Size == info.Size() && prev.Ctime == ctime(info) {
-			return nil
+			return false
 		}
 		if info.Size() > apitype.MaxMemoryBytes {
 			notice(name, errTooLarge(info.Size()).Error())
-			return nil
+			return false
 		}
 		if read+info.Size() > MaxMountedMemoryBytes {
 			w.over = fmt.Sprintf("its changed files hold more than %d bytes", MaxMountedMemoryBytes)
-			return fs.SkipAll
+			return true
 		}
 		data, fi, err := readLocal(root, name)
 		read += int64(len(data))
@@ -598,23 +589,75 @@ func walkMemoryDir(ctx context.Context, root *os.Root, base *memoryBaseline, not
 		switch {
 		case errors.As(err, &nr), err != nil && fi != nil && fi.Size() > apitype.MaxMemoryBytes:
 			notice(name, err.Error())
-			return nil
+			return false
 		case err != nil:
-			return nil // gone meanwhile, or unreadable: tried again next time
+			return false // gone meanwhile, or unreadable: tried again next time
 		case !utf8.Valid(data):
 			notice(name, "its content is not valid UTF-8 text; memories are text")
-			return nil
+			return false
 		}
 		c := memoryChange{path: mp, content: string(data), file: memoryFile{Size: fi.Size(), Ctime: ctime(fi)}}
 		if sum := apitype.ContentSHA256(c.content); had && sum == prev.SHA256 {
 			c.file.ID, c.file.SHA256 = prev.ID, prev.SHA256
 			w.unchanged = append(w.unchanged, c)
-			return nil
+			return false
 		}
 		w.puts = append(w.puts, c)
-		return nil
-	})
-	return w, err
+		return false
+	}
+	dirs := []string{"."}
+	for len(dirs) > 0 {
+		dir := dirs[len(dirs)-1]
+		dirs = dirs[:len(dirs)-1]
+		stop, sub, err := walkMemoryDirOne(ctx, root, dir, visit)
+		if err != nil {
+			return w, err
+		}
+		if stop {
+			return w, nil
+		}
+		dirs = append(dirs, sub...)
+	}
+	slices.SortFunc(w.puts, func(a, b memoryChange) int { return strings.Compare(a.path, b.path) })
+	return w, nil
+}
+
+// walkMemoryDirOne visits the entries of one directory of a store's directory, a batch at a time, and returns
+// its subdirectories (to walk next) and whether visit stopped the walk. A directory gone meanwhile has no entry.
+func walkMemoryDirOne(ctx context.Context, root *os.Root, dir string, visit func(string, fs.DirEntry) bool) (bool, []string, error) {
+	f, err := root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) {
+		return false, nil, nil // replaced meanwhile: what it became is walked next time
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	defer f.Close()
+	var sub []string
+	for {
+		if err := ctx.Err(); err != nil {
+			return false, nil, err
+		}
+		ents, err := f.ReadDir(256)
+		for _, de := range ents {
+			name := de.Name()
+			if dir != "." {
+				name = dir + "/" + name
+			}
+			if visit(name, de) {
+				return true, nil, nil
+			}
+			if de.IsDir() {
+				sub = append(sub, name)
+			}
+		}
+		if errors.Is(err, io.EOF) || err == nil && len(ents) == 0 {
+			return false, sub, nil
+		}
+		if err != nil {
+			return false, nil, fmt.Errorf("%s: %w", dir, err)
+		}
+	}
 }
 
 func cmpName(res *apitype.Resource) string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -483,5 +484,44 @@ func TestMemoryDeletedWhileMounted(t *testing.T) {
 	e.place(t, s)
 	if _, err := os.Lstat(filepath.Join(s.dir("notes"), "b.md")); !os.IsNotExist(err) {
 		t.Errorf("b.md in the next sandbox: %v", err)
+	}
+}
+
+// TestMemoryHugeDirectoryBounded: a sandbox that fills one directory of a read_write store with 100,000 entries
+// of long names does not make collection read the whole listing into the server's memory: the walk stops at
+// the bound (MaxMountedMemories entries), and what it allocates does not grow with the directory's size.
+func TestMemoryHugeDirectoryBounded(t *testing.T) {
+	e := newMemEnv(t)
+	id := e.newStore(t, "notes")
+	e.apiPut(t, id, "/keep.md", "keep")
+	s := e.session(t, "sesn_h", memResource(id, "notes", apitype.AccessReadWrite))
+	e.place(t, s)
+	dir := filepath.Join(s.dir("notes"), "flood")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("n", 200)
+	for i := range 100000 {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%s%06d", long, i)), os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	e.collect(t, s)
+	runtime.ReadMemStats(&after)
+	if got := e.memories(t, id); !mapsEqual(got, map[string]string{"/keep.md": "keep"}) {
+		t.Errorf("memories: %d of them, want only /keep.md", len(got))
+	}
+	if n := strings.Join(e.placer.TakeNotices("sesn_h"), "\n"); !strings.Contains(n, "more than 5000 files and directories") {
+		t.Errorf("notice: %q", n)
+	}
+	// Reading the whole listing, then sorting it, allocated 86 MB (100,000 names of 206 bytes, an entry and a
+	// path each); reading the first 5,000 files (a few kilobytes each) about 17 MB.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 40<<20 {
+		t.Errorf("collection allocated %d MB for a directory of 100,000 entries; want it bounded by the walk's limit", alloc>>20)
 	}
 }
