@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -407,8 +408,9 @@ func ctime(fi fs.FileInfo) int64 {
 // write one memory, both versions stay and the later is current), and a file the session last saw and that is
 // gone is deleted if the memory still holds what the session saw (otherwise the other change wins). The walk
 // never follows a link and reads regular files only, at most MaxMountedMemories entries and
-// MaxMountedMemoryBytes per store. What cannot be stored (too large, not UTF-8, a path the memory rules refuse,
-// a link, a pipe or a device) is not, and the agent is told why in its next tool result (TakeNotices).
+// MaxMountedMemoryBytes per store. What cannot be stored (too large, not UTF-8 or with a NUL, a path the memory
+// rules refuse, a link, a pipe or a device) is not, and the agent is told why in its next tool result
+// (TakeNotices).
 func (p *Placer) collectMemories(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs) error {
 	if p.cfg.Memories == nil || host.Memory() == "" {
 		return nil
@@ -594,6 +596,9 @@ func walkMemoryDir(ctx context.Context, root *os.Root, base *memoryBaseline, not
 			return false // gone meanwhile, or unreadable: tried again next time
 		case !utf8.Valid(data):
 			notice(name, "its content is not valid UTF-8 text; memories are text")
+			return false
+		case bytes.IndexByte(data, 0) >= 0:
+			notice(name, "its content must not contain NUL characters; memories are text")
 			return false
 		}
 		c := memoryChange{path: mp, content: string(data), file: memoryFile{Size: fi.Size(), Ctime: ctime(fi)}}

@@ -525,3 +525,83 @@ func TestMemoryHugeDirectoryBounded(t *testing.T) {
 		t.Errorf("collection allocated %d MB for a directory of 100,000 entries; want it bounded by the walk's limit", alloc>>20)
 	}
 }
+
+// TestMemoryNULContent: a file with a NUL character (valid UTF-8, but no memory's content may hold one: the API
+// refuses it and PostgreSQL cannot store it) is not stored, and the agent is told why.
+func TestMemoryNULContent(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	id := e.newStore(t, "notes")
+	s := e.session(t, "sesn_z", memResource(id, "notes", apitype.AccessReadWrite))
+	e.place(t, s)
+	writeFile(t, filepath.Join(s.dir("notes"), "nul.md"), "a\x00b")
+	writeFile(t, filepath.Join(s.dir("notes"), "ok.md"), "fine")
+	e.collect(t, s)
+	if got := e.memories(t, id); !mapsEqual(got, map[string]string{"/ok.md": "fine"}) {
+		t.Errorf("memories: %q, want only /ok.md", got)
+	}
+	if n := strings.Join(e.placer.TakeNotices("sesn_z"), "\n"); !strings.Contains(n, "/mnt/memory/notes/nul.md: its content must not contain NUL characters") {
+		t.Errorf("notice: %q", n)
+	}
+}
+
+// TestMemoryPlacementLinks: links the sandbox leaves in a read_write store's directory after a collection
+// (a memory's file made a link to a host file, a memory's directory a link to a host directory, a new directory
+// a link to another) never make the next placement write or read outside the directory, although the memories
+// behind them changed elsewhere meanwhile.
+func TestMemoryPlacementLinks(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	id := e.newStore(t, "notes")
+	e.apiPut(t, id, "/a.md", "a1")
+	e.apiPut(t, id, "/d/b.md", "b1")
+	s := e.session(t, "sesn_l", memResource(id, "notes", apitype.AccessReadWrite))
+	e.place(t, s)
+	e.collect(t, s)
+	dir := s.dir("notes")
+	host := t.TempDir()
+	secret, hostDir, hostDir2 := filepath.Join(host, "secret"), filepath.Join(host, "dir"), filepath.Join(host, "dir2")
+	writeFile(t, secret, "host secret")
+	writeFile(t, filepath.Join(hostDir, "b.md"), "host b")
+	if err := os.Mkdir(hostDir2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(filepath.Dir(s.host.Workspace), "."+filepath.Base(s.host.Workspace)+".memory.json")
+	for _, l := range [][2]string{{secret, "a.md"}, {hostDir, "d"}, {hostDir2, "e"}, {rec, "rec.md"}} {
+		target := filepath.Join(dir, l[1])
+		if err := os.RemoveAll(target); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(l[0], target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.apiPut(t, id, "/a.md", "a2")
+	e.apiPut(t, id, "/d/b.md", "b2")
+	e.apiPut(t, id, "/d/new.md", "new")
+	e.apiPut(t, id, "/e/x.md", "x")
+	e.apiPut(t, id, "/rec.md", "rec")
+	for _, rerr := range e.placer.Place(t.Context(), &s.r, s.host) {
+		t.Logf("placement (refusing a link): %v", rerr)
+	}
+	for name, want := range map[string]string{secret: "host secret", filepath.Join(hostDir, "b.md"): "host b"} {
+		if got, err := os.ReadFile(name); err != nil || string(got) != want {
+			t.Errorf("host file %s: %q %v, want it untouched", name, got, err)
+		}
+	}
+	for _, d := range []string{hostDir, hostDir2} {
+		if ents, _ := os.ReadDir(d); len(ents) > 1 || len(ents) == 1 && ents[0].Name() != "b.md" {
+			t.Errorf("placement wrote into host directory %s: %v", d, ents)
+		}
+	}
+	if data, err := os.ReadFile(rec); err != nil || !json.Valid(data) {
+		t.Errorf("the record after a link to it: %v %q", err, data)
+	}
+	// The links stay the sandbox's own business: collection stores none of them, and the memories stay the
+	// ones written elsewhere.
+	e.collect(t, s)
+	want := map[string]string{"/a.md": "a2", "/d/b.md": "b2", "/d/new.md": "new", "/e/x.md": "x", "/rec.md": "rec"}
+	if got := e.memories(t, id); !mapsEqual(got, want) {
+		t.Errorf("memories: %q, want %q", got, want)
+	}
+}
