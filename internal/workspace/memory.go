@@ -69,6 +69,9 @@ const (
 	// MaxMountedMemoryBytes is the most content a mounted store may hold, and the most one collection of a
 	// store's directory reads.
 	MaxMountedMemoryBytes = 64 << 20
+	// maxNoticeFiles is the most files one notice to the agent names (the rest are counted): a sandbox can
+	// make thousands of files that cannot be stored, and the notice goes in front of a tool result.
+	maxNoticeFiles = 20
 )
 
 // memoryRecord is the file, beside a workspace (out of every sandbox's reach), that holds for each memory store
@@ -464,6 +467,9 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 	defer func() {
 		if len(tell) > 0 {
 			slices.Sort(tell)
+			if len(tell) > maxNoticeFiles {
+				tell = append(tell[:maxNoticeFiles], fmt.Sprintf("- and %d more", len(tell)-maxNoticeFiles))
+			}
 			p.addNotice(sessionID, "Note: these files under "+d.Target+" were not saved to the memory store "+
 				cmpName(d.Resource)+":\n"+strings.Join(tell, "\n"))
 		}
@@ -483,7 +489,7 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 		changed = true
 	}
 	for p := range base.Told {
-		if !w.seen["/"+p] {
+		if !w.seen["/"+p] && !w.tooDeep[p] {
 			delete(base.Told, p) // gone: told again if it comes back
 			changed = true
 		}
@@ -532,6 +538,7 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 // memoryWalk is what walkMemoryDir found in a store's directory.
 type memoryWalk struct {
 	seen      map[string]bool // every memory path there, stored or not
+	tooDeep   map[string]bool // the directories not walked: no path under them is a valid memory path
 	puts      []memoryChange  // files whose content differs from the baseline
 	unchanged []memoryChange  // files read again whose content is the baseline's (a new ctime)
 	over      string          // why the directory is over the bounds, if it is
@@ -549,15 +556,25 @@ type memoryChange struct {
 // most about MaxMountedMemories entries. A directory that cannot be read fails the walk: a partial walk would
 // store the deletion of what it did not reach.
 func walkMemoryDir(ctx context.Context, root *os.Root, base *memoryBaseline, notice func(p, reason string)) (*memoryWalk, error) {
-	w := &memoryWalk{seen: map[string]bool{}}
+	w := &memoryWalk{seen: map[string]bool{}, tooDeep: map[string]bool{}}
 	entries, read := 0, int64(0)
 	visit := func(name string, de fs.DirEntry) (stop bool) {
 		if entries++; entries > MaxMountedMemories {
 			w.over = fmt.Sprintf("the store's directory holds more than %d files and directories", MaxMountedMemories)
 			return true
 		}
-		if strings.HasPrefix(de.Name(), ".corral-memory-") || de.IsDir() {
-			return false // a placement's temporary file; a directory is walked after
+		if strings.HasPrefix(de.Name(), ".corral-memory-") {
+			return false // a placement's temporary file
+		}
+		if de.IsDir() {
+			// Walked after, unless no file under it can have a valid memory path: then neither its depth nor
+			// its names' length (without bound in a filesystem) costs the walk anything.
+			if strings.Count(name, "/")+1 >= apitype.MaxMemoryPathSegments || len(name)+3 > apitype.MaxMemoryPathBytes {
+				w.tooDeep[name] = true
+				notice(name, fmt.Sprintf("it is nested too deep for a memory (a memory's path has at most %d segments and %d bytes); nothing under it was saved",
+					apitype.MaxMemoryPathSegments, apitype.MaxMemoryPathBytes))
+			}
+			return false
 		}
 		mp := "/" + name
 		w.seen[mp] = true
@@ -614,7 +631,7 @@ func walkMemoryDir(ctx context.Context, root *os.Root, base *memoryBaseline, not
 	for len(dirs) > 0 {
 		dir := dirs[len(dirs)-1]
 		dirs = dirs[:len(dirs)-1]
-		stop, sub, err := walkMemoryDirOne(ctx, root, dir, visit)
+		stop, sub, err := walkMemoryDirOne(ctx, root, dir, visit, w.tooDeep)
 		if err != nil {
 			return w, err
 		}
@@ -628,8 +645,9 @@ func walkMemoryDir(ctx context.Context, root *os.Root, base *memoryBaseline, not
 }
 
 // walkMemoryDirOne visits the entries of one directory of a store's directory, a batch at a time, and returns
-// its subdirectories (to walk next) and whether visit stopped the walk. A directory gone meanwhile has no entry.
-func walkMemoryDirOne(ctx context.Context, root *os.Root, dir string, visit func(string, fs.DirEntry) bool) (bool, []string, error) {
+// its subdirectories (to walk next: those not in skip) and whether visit stopped the walk. A directory gone
+// meanwhile has no entry.
+func walkMemoryDirOne(ctx context.Context, root *os.Root, dir string, visit func(string, fs.DirEntry) bool, skip map[string]bool) (bool, []string, error) {
 	f, err := root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) {
 		return false, nil, nil // replaced meanwhile: what it became is walked next time
@@ -652,7 +670,7 @@ func walkMemoryDirOne(ctx context.Context, root *os.Root, dir string, visit func
 			if visit(name, de) {
 				return true, nil, nil
 			}
-			if de.IsDir() {
+			if de.IsDir() && !skip[name] {
 				sub = append(sub, name)
 			}
 		}

@@ -605,3 +605,71 @@ func TestMemoryPlacementLinks(t *testing.T) {
 		t.Errorf("memories: %q, want %q", got, want)
 	}
 }
+
+// TestMemoryDeepAndLongNames: a directory nested 1,000 levels deep (its path far past PATH_MAX) and names of
+// 255 bytes neither break collection nor store anything the memory rules refuse; the walk goes no deeper than a
+// memory can be (the sandbox could nest without end, with names of 255 bytes: quadratic paths), the agent is
+// told why in a notice of bounded size, and the valid memories beside them are stored.
+func TestMemoryDeepAndLongNames(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	id := e.newStore(t, "notes")
+	s := e.session(t, "sesn_d", memResource(id, "notes", apitype.AccessReadWrite))
+	e.place(t, s)
+	dir := s.dir("notes")
+	// Made with relative paths from an open directory: the whole path is longer than the host's PATH_MAX.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	deep := "deep"
+	if err := root.Mkdir(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for range 999 {
+		sub, err := root.OpenRoot(deep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Mkdir("level", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		sub.Close()
+		deep += "/level"
+	}
+	if len(dir)+len(deep) <= 4096 {
+		t.Fatalf("the nesting is only %d bytes deep", len(deep))
+	}
+	if err := root.WriteFile(deep+"/bottom.md", []byte("bottom"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("é", 127) + "x" // 255 bytes
+	writeFile(t, filepath.Join(dir, long), "long")
+	writeFile(t, filepath.Join(dir, "ok.md"), "fine")
+	e.collect(t, s)
+	if got := e.memories(t, id); !mapsEqual(got, map[string]string{"/ok.md": "fine", "/" + long: "long"}) {
+		t.Errorf("memories: %q", got)
+	}
+	// The walk stops at the depth past which no memory can be: the notice names that directory, not the files
+	// below it.
+	n := strings.Join(e.placer.TakeNotices("sesn_d"), "\n")
+	if want := "/mnt/memory/notes/deep" + strings.Repeat("/level", 19) + ": it is nested too deep for a memory"; !strings.Contains(n, want) ||
+		strings.Contains(n, "bottom.md") || len(n) > 2000 {
+		t.Errorf("notice (%d bytes): %.600q", len(n), n)
+	}
+	// Many files that cannot be stored: the notice names 20 of them and counts the others.
+	for i := range 100 {
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("bad\x01%03d", i)), "x")
+	}
+	e.collect(t, s)
+	n = strings.Join(e.placer.TakeNotices("sesn_d"), "\n")
+	if lines := strings.Count(n, "\n- "); lines != 21 || !strings.Contains(n, "\n- and 80 more") {
+		t.Errorf("notice of 100 refused files (%d lines): %q", lines, n)
+	}
+	// The next placement leaves the tree as it is.
+	e.place(t, s)
+	if data, err := root.ReadFile(deep + "/bottom.md"); err != nil || string(data) != "bottom" {
+		t.Errorf("the deep file after a placement: %q %v", data, err)
+	}
+}
