@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
@@ -334,9 +335,20 @@ func (s *Server) renderTranscripts(ctx context.Context, ids []string) (out []tra
 }
 
 // renderTranscript renders a session's log: its messages, tool calls and results, at most limit bytes (the
-// log's end is kept: the latest state of a session is what a memory should know).
+// log's end is kept: the latest state of a session is what a memory should know). It holds at most about limit
+// bytes of lines at a time, whatever the log's length, and cuts only at a line's start (or, for one line longer
+// than the limit, at a character's start).
 func (s *Server) renderTranscript(ctx context.Context, sess *apitype.Session, limit int) ([]byte, error) {
+	const cutNote = "[... the transcript's beginning was cut to fit ...]\n"
+	title := ""
+	if sess.Title != nil {
+		title = *sess.Title
+	}
+	head := fmt.Sprintf("# Session %s\n\nTitle: %s\nAgent: %s\nCreated: %s\n\n", sess.ID, title, sess.Agent.Name,
+		sess.CreatedAt.UTC().Format(time.RFC3339))
+	budget := max(limit-len(head)-len(cutNote)-1, 0) // each line costs its length and a newline
 	var lines []string
+	size, cut := 0, false
 	p := &store.EventListParams{SessionID: sess.ID, Scope: store.ScopeSession, Limit: 500}
 	for {
 		evs, err := s.store.EventList(ctx, p)
@@ -344,8 +356,18 @@ func (s *Server) renderTranscript(ctx context.Context, sess *apitype.Session, li
 			return nil, fmt.Errorf("transcript of %s: %w", sess.ID, err)
 		}
 		for i := range evs {
-			if line := renderEvent(&evs[i]); line != "" {
-				lines = append(lines, line)
+			line := renderEvent(&evs[i])
+			if line == "" {
+				continue
+			}
+			if len(line)+1 > budget {
+				line, cut = tailRunes(line, budget-1), true
+			}
+			lines, size = append(lines, line), size+len(line)+1
+			for size > budget {
+				size -= len(lines[0]) + 1
+				lines[0] = "" // not kept alive by the slice's array
+				lines, cut = lines[1:], true
 			}
 		}
 		if len(evs) < p.Limit {
@@ -353,18 +375,27 @@ func (s *Server) renderTranscript(ctx context.Context, sess *apitype.Session, li
 		}
 		p.AfterSeq = evs[len(evs)-1].Seq
 	}
-	title := ""
-	if sess.Title != nil {
-		title = *sess.Title
+	var b strings.Builder
+	b.Grow(len(head) + len(cutNote) + size + 1)
+	b.WriteString(head)
+	if cut {
+		b.WriteString(cutNote)
 	}
-	head := fmt.Sprintf("# Session %s\n\nTitle: %s\nAgent: %s\nCreated: %s\n\n", sess.ID, title, sess.Agent.Name,
-		sess.CreatedAt.UTC().Format(time.RFC3339))
-	body := strings.Join(lines, "\n")
-	if len(head)+len(body) > limit {
-		cut := len(head) + len(body) - limit + 100
-		body = "[... the transcript's beginning was cut to fit ...]\n" + body[min(cut, len(body)):]
+	b.WriteString(strings.Join(lines, "\n"))
+	b.WriteString("\n")
+	return []byte(b.String()), nil
+}
+
+// tailRunes is the end of s of at most n bytes, starting at a character.
+func tailRunes(s string, n int) string {
+	if n <= 0 {
+		return ""
 	}
-	return []byte(head + body + "\n"), nil
+	i := max(len(s)-n, 0)
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }
 
 // renderEvent renders one event as text, or "" for the events a transcript leaves out (statuses, spans).

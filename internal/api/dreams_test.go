@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
@@ -428,5 +429,37 @@ func TestDreamRunner(t *testing.T) {
 		return e.Type == "user.interrupt"
 	}) {
 		t.Fatalf("the timed-out dream's session was not interrupted: %v", err)
+	}
+}
+
+// TestDreamTranscriptLongLog: a session whose log is longer than a transcript may be is cut to its end, within
+// the limit, at a line's start (never inside a character: the file stays UTF-8 text), and says so.
+func TestDreamTranscriptLongLog(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, envID := h.seed(ctx)
+	sess := h.newSession(ctx, agentID, envID)
+	srv := newAPI(t, api.Config{Store: h.store})
+	for i := range 40 {
+		h.appendAgent(ctx, sess, apitype.EventAgentMessage, apitype.UserMessage{Content: []apitype.ContentBlock{
+			{Type: apitype.ContentText, Text: fmt.Sprintf("message %d: %s", i, strings.Repeat("€", 7000))}}})
+	}
+	for limit := 100_000; limit < 100_003; limit++ {
+		out, err := srv.RenderTranscript(ctx, sess, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(out)
+		switch {
+		case len(out) > limit:
+			t.Errorf("limit %d: a transcript of %d bytes", limit, len(out))
+		case !utf8.Valid(out):
+			t.Errorf("limit %d: the transcript is not valid UTF-8 (cut inside a character)", limit)
+		case !strings.HasPrefix(text, "# Session "+sess) || !strings.Contains(text, "transcript's beginning was cut"):
+			t.Errorf("limit %d: the transcript lacks its head or the cut's note:\n%.300s", limit, text)
+		case !strings.Contains(text, "message 39: ") || strings.Contains(text, "message 0: "):
+			t.Errorf("limit %d: the transcript does not keep the log's end", limit)
+		}
 	}
 }

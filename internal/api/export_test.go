@@ -1,5 +1,7 @@
 package api
 
+import "context"
+
 // RouteAccess is a route of the table as the external tests see it: its pattern and the kinds of credential its
 // access accepts.
 type RouteAccess struct {
@@ -17,4 +19,13 @@ func (s *Server) RouteAccesses() []RouteAccess {
 			APIKey: a.accept&kindAPIKey != 0, EnvKey: a.accept&kindEnvKey != 0, Token: a.accept&kindToken != 0})
 	}
 	return out
+}
+
+// RenderTranscript renders session id's transcript as a dream's session gets it, at most limit bytes.
+func (s *Server) RenderTranscript(ctx context.Context, id string, limit int) ([]byte, error) {
+	sess, err := s.store.SessionGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.renderTranscript(ctx, sess, limit)
 }

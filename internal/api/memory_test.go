@@ -778,7 +778,7 @@ func TestMemorySessionsToken(t *testing.T) {
 	rw, ro, elsewhere := h.newMemoryStore(ctx, "rw"), h.newMemoryStore(ctx, "ro"), h.newMemoryStore(ctx, "elsewhere")
 	seeded := h.newMemory(ctx, rw.ID, "/seed.md", "seed")
 	roMem := h.newMemory(ctx, ro.ID, "/fact.md", "fact")
-	h.newMemory(ctx, elsewhere.ID, "/secret.md", "secret")
+	secret := h.newMemory(ctx, elsewhere.ID, "/secret.md", "secret")
 
 	envID, key, _ := h.selfHosted(ctx, agentID)
 	s, err := h.client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
@@ -873,6 +873,19 @@ func TestMemorySessionsToken(t *testing.T) {
 	forbidden("list another store", err)
 	_, err = mem.New(ctx, elsewhere.ID, anthropic.BetaMemoryStoreMemoryNewParams{Path: "/x.md", Content: param.NewOpt("x")}, tok...)
 	forbidden("create in another store", err)
+	// Another store's memory by its id, under a store the session has: not found (the id is looked up in that
+	// store only), for a read, an update, a rename and a delete; the memory is untouched.
+	_, err = mem.Get(ctx, secret.ID, anthropic.BetaMemoryStoreMemoryGetParams{MemoryStoreID: rw.ID}, tok...)
+	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
+	_, err = mem.Update(ctx, secret.ID, anthropic.BetaMemoryStoreMemoryUpdateParams{MemoryStoreID: rw.ID,
+		Content: param.NewOpt("stolen"), Path: param.NewOpt("/stolen.md")}, tok...)
+	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
+	_, err = mem.Delete(ctx, secret.ID, anthropic.BetaMemoryStoreMemoryDeleteParams{MemoryStoreID: rw.ID}, tok...)
+	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
+	if got, err := mem.Get(ctx, secret.ID, anthropic.BetaMemoryStoreMemoryGetParams{MemoryStoreID: elsewhere.ID}); err != nil ||
+		got.Content != "secret" || got.Path != "/secret.md" {
+		t.Fatalf("the other store's memory after the token's tries: %v", err)
+	}
 	_, err = h.client.Beta.MemoryStores.Get(ctx, rw.ID, anthropic.BetaMemoryStoreGetParams{}, tok...)
 	unauthorized("get a store", err)
 	_, err = h.client.Beta.MemoryStores.New(ctx, anthropic.BetaMemoryStoreNewParams{Name: "mine"}, tok...)

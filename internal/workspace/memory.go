@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -93,6 +94,9 @@ const (
 	// MaxMountedMemoryBytes is the most content a mounted store may hold, and the most one collection of a
 	// store's directory reads.
 	MaxMountedMemoryBytes = 64 << 20
+	// maxNoticeFiles is the most files one notice to the agent names (the rest are counted): a sandbox can
+	// make thousands of files that cannot be stored, and the notice goes in front of a tool result.
+	maxNoticeFiles = 20
 )
 
 // memoryRecord is the file, beside a workspace (out of every sandbox's reach), that holds for each memory store
@@ -432,8 +436,9 @@ func ctime(fi fs.FileInfo) int64 {
 // write one memory, both versions stay and the later is current), and a file the session last saw and that is
 // gone is deleted if the memory still holds what the session saw (otherwise the other change wins). The walk
 // never follows a link and reads regular files only, at most MaxMountedMemories entries and
-// MaxMountedMemoryBytes per store. What cannot be stored (too large, not UTF-8, a path the memory rules refuse,
-// a link, a pipe or a device) is not, and the agent is told why in its next tool result (TakeNotices).
+// MaxMountedMemoryBytes per store. What cannot be stored (too large, not UTF-8 or with a NUL, a path the memory
+// rules refuse, a link, a pipe or a device) is not, and the agent is told why in its next tool result
+// (TakeNotices).
 func (p *Placer) collectMemories(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs) error {
 	if p.cfg.Memories == nil || host.Memory() == "" {
 		return nil
@@ -487,6 +492,9 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 	defer func() {
 		if len(tell) > 0 {
 			slices.Sort(tell)
+			if len(tell) > maxNoticeFiles {
+				tell = append(tell[:maxNoticeFiles], fmt.Sprintf("- and %d more", len(tell)-maxNoticeFiles))
+			}
 			p.addNotice(sessionID, "Note: these files under "+d.Target+" were not saved to the memory store "+
 				cmpName(d.Resource)+":\n"+strings.Join(tell, "\n"))
 		}
@@ -506,7 +514,7 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 		changed = true
 	}
 	for p := range base.Told {
-		if !w.seen["/"+p] {
+		if !w.seen["/"+p] && !w.tooDeep[p] {
 			delete(base.Told, p) // gone: told again if it comes back
 			changed = true
 		}
@@ -555,6 +563,7 @@ func (p *Placer) collectMemoryStore(ctx context.Context, sessionID string, host 
 // memoryWalk is what walkMemoryDir found in a store's directory.
 type memoryWalk struct {
 	seen      map[string]bool // every memory path there, stored or not
+	tooDeep   map[string]bool // the directories not walked: no path under them is a valid memory path
 	puts      []memoryChange  // files whose content differs from the baseline
 	unchanged []memoryChange  // files read again whose content is the baseline's (a new ctime)
 	over      string          // why the directory is over the bounds, if it is
@@ -567,55 +576,56 @@ type memoryChange struct {
 
 // walkMemoryDir walks a store's directory without following a link, reading the regular files whose size or
 // ctime differ from the baseline; what cannot be stored goes to notice. It stops past MaxMountedMemories
-// entries or MaxMountedMemoryBytes read (memoryWalk.over).
+// entries or MaxMountedMemoryBytes read (memoryWalk.over). Each directory is read a batch of entries at a time
+// (never its whole listing: a sandbox can fill one directory with millions of names), so that the walk holds at
+// most about MaxMountedMemories entries. A directory that cannot be read fails the walk: a partial walk would
+// store the deletion of what it did not reach.
 func walkMemoryDir(ctx context.Context, root *os.Root, base *memoryBaseline, notice func(p, reason string)) (*memoryWalk, error) {
-	w := &memoryWalk{seen: map[string]bool{}}
+	w := &memoryWalk{seen: map[string]bool{}, tooDeep: map[string]bool{}}
 	entries, read := 0, int64(0)
-	err := fs.WalkDir(root.FS(), ".", func(name string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // gone meanwhile, or unreadable: tried again next time
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if name == "." {
-			return nil
-		}
+	visit := func(name string, de fs.DirEntry) (stop bool) {
 		if entries++; entries > MaxMountedMemories {
 			w.over = fmt.Sprintf("the store's directory holds more than %d files and directories", MaxMountedMemories)
-			return fs.SkipAll
+			return true
 		}
 		if strings.HasPrefix(de.Name(), ".corral-memory-") {
-			return nil // a placement's temporary file
+			return false // a placement's temporary file
 		}
 		if de.IsDir() {
-			return nil
+			// Walked after, unless no file under it can have a valid memory path: then neither its depth nor
+			// its names' length (without bound in a filesystem) costs the walk anything.
+			if strings.Count(name, "/")+1 >= apitype.MaxMemoryPathSegments || len(name)+3 > apitype.MaxMemoryPathBytes {
+				w.tooDeep[name] = true
+				notice(name, fmt.Sprintf("it is nested too deep for a memory (a memory's path has at most %d segments and %d bytes); nothing under it was saved",
+					apitype.MaxMemoryPathSegments, apitype.MaxMemoryPathBytes))
+			}
+			return false
 		}
 		mp := "/" + name
 		w.seen[mp] = true
 		if !de.Type().IsRegular() {
 			notice(name, errNotRegular{de.Type()}.Error())
-			return nil
+			return false
 		}
 		if err := apitype.ValidateMemoryPath(mp); err != nil {
 			notice(name, "its path is not a valid memory path: it "+err.Error())
-			return nil
+			return false
 		}
-		info, err := de.Info()
+		info, err := root.Lstat(name)
 		if err != nil {
-			return nil
+			return false
 		}
 		prev, had := base.Files[mp]
 		if had && prev.Size == info.Size() && prev.Ctime == ctime(info) {
-			return nil
+			return false
 		}
 		if info.Size() > apitype.MaxMemoryBytes {
 			notice(name, errTooLarge(info.Size()).Error())
-			return nil
+			return false
 		}
 		if read+info.Size() > MaxMountedMemoryBytes {
 			w.over = fmt.Sprintf("its changed files hold more than %d bytes", MaxMountedMemoryBytes)
-			return fs.SkipAll
+			return true
 		}
 		data, fi, err := readLocal(root, name)
 		read += int64(len(data))
@@ -623,23 +633,79 @@ func walkMemoryDir(ctx context.Context, root *os.Root, base *memoryBaseline, not
 		switch {
 		case errors.As(err, &nr), err != nil && fi != nil && fi.Size() > apitype.MaxMemoryBytes:
 			notice(name, err.Error())
-			return nil
+			return false
 		case err != nil:
-			return nil // gone meanwhile, or unreadable: tried again next time
+			return false // gone meanwhile, or unreadable: tried again next time
 		case !utf8.Valid(data):
 			notice(name, "its content is not valid UTF-8 text; memories are text")
-			return nil
+			return false
+		case bytes.IndexByte(data, 0) >= 0:
+			notice(name, "its content must not contain NUL characters; memories are text")
+			return false
 		}
 		c := memoryChange{path: mp, content: string(data), file: memoryFile{Size: fi.Size(), Ctime: ctime(fi)}}
 		if sum := apitype.ContentSHA256(c.content); had && sum == prev.SHA256 {
 			c.file.ID, c.file.SHA256 = prev.ID, prev.SHA256
 			w.unchanged = append(w.unchanged, c)
-			return nil
+			return false
 		}
 		w.puts = append(w.puts, c)
-		return nil
-	})
-	return w, err
+		return false
+	}
+	dirs := []string{"."}
+	for len(dirs) > 0 {
+		dir := dirs[len(dirs)-1]
+		dirs = dirs[:len(dirs)-1]
+		stop, sub, err := walkMemoryDirOne(ctx, root, dir, visit, w.tooDeep)
+		if err != nil {
+			return w, err
+		}
+		if stop {
+			return w, nil
+		}
+		dirs = append(dirs, sub...)
+	}
+	slices.SortFunc(w.puts, func(a, b memoryChange) int { return strings.Compare(a.path, b.path) })
+	return w, nil
+}
+
+// walkMemoryDirOne visits the entries of one directory of a store's directory, a batch at a time, and returns
+// its subdirectories (to walk next: those not in skip) and whether visit stopped the walk. A directory gone
+// meanwhile has no entry.
+func walkMemoryDirOne(ctx context.Context, root *os.Root, dir string, visit func(string, fs.DirEntry) bool, skip map[string]bool) (bool, []string, error) {
+	f, err := root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) {
+		return false, nil, nil // replaced meanwhile: what it became is walked next time
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	defer f.Close()
+	var sub []string
+	for {
+		if err := ctx.Err(); err != nil {
+			return false, nil, err
+		}
+		ents, err := f.ReadDir(256)
+		for _, de := range ents {
+			name := de.Name()
+			if dir != "." {
+				name = dir + "/" + name
+			}
+			if visit(name, de) {
+				return true, nil, nil
+			}
+			if de.IsDir() && !skip[name] {
+				sub = append(sub, name)
+			}
+		}
+		if errors.Is(err, io.EOF) || err == nil && len(ents) == 0 {
+			return false, sub, nil
+		}
+		if err != nil {
+			return false, nil, fmt.Errorf("%s: %w", dir, err)
+		}
+	}
 }
 
 func cmpName(res *apitype.Resource) string {

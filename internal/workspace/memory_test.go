@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -483,5 +484,192 @@ func TestMemoryDeletedWhileMounted(t *testing.T) {
 	e.place(t, s)
 	if _, err := os.Lstat(filepath.Join(s.dir("notes"), "b.md")); !os.IsNotExist(err) {
 		t.Errorf("b.md in the next sandbox: %v", err)
+	}
+}
+
+// TestMemoryHugeDirectoryBounded: a sandbox that fills one directory of a read_write store with 100,000 entries
+// of long names does not make collection read the whole listing into the server's memory: the walk stops at
+// the bound (MaxMountedMemories entries), and what it allocates does not grow with the directory's size.
+func TestMemoryHugeDirectoryBounded(t *testing.T) {
+	e := newMemEnv(t)
+	id := e.newStore(t, "notes")
+	e.apiPut(t, id, "/keep.md", "keep")
+	s := e.session(t, "sesn_h", memResource(id, "notes", apitype.AccessReadWrite))
+	e.place(t, s)
+	dir := filepath.Join(s.dir("notes"), "flood")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("n", 200)
+	for i := range 100000 {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%s%06d", long, i)), os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	e.collect(t, s)
+	runtime.ReadMemStats(&after)
+	if got := e.memories(t, id); !mapsEqual(got, map[string]string{"/keep.md": "keep"}) {
+		t.Errorf("memories: %d of them, want only /keep.md", len(got))
+	}
+	if n := strings.Join(e.placer.TakeNotices("sesn_h"), "\n"); !strings.Contains(n, "more than 5000 files and directories") {
+		t.Errorf("notice: %q", n)
+	}
+	// Reading the whole listing, then sorting it, allocated 86 MB (100,000 names of 206 bytes, an entry and a
+	// path each); reading the first 5,000 files (a few kilobytes each) about 17 MB.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 40<<20 {
+		t.Errorf("collection allocated %d MB for a directory of 100,000 entries; want it bounded by the walk's limit", alloc>>20)
+	}
+}
+
+// TestMemoryNULContent: a file with a NUL character (valid UTF-8, but no memory's content may hold one: the API
+// refuses it and PostgreSQL cannot store it) is not stored, and the agent is told why.
+func TestMemoryNULContent(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	id := e.newStore(t, "notes")
+	s := e.session(t, "sesn_z", memResource(id, "notes", apitype.AccessReadWrite))
+	e.place(t, s)
+	writeFile(t, filepath.Join(s.dir("notes"), "nul.md"), "a\x00b")
+	writeFile(t, filepath.Join(s.dir("notes"), "ok.md"), "fine")
+	e.collect(t, s)
+	if got := e.memories(t, id); !mapsEqual(got, map[string]string{"/ok.md": "fine"}) {
+		t.Errorf("memories: %q, want only /ok.md", got)
+	}
+	if n := strings.Join(e.placer.TakeNotices("sesn_z"), "\n"); !strings.Contains(n, "/mnt/memory/notes/nul.md: its content must not contain NUL characters") {
+		t.Errorf("notice: %q", n)
+	}
+}
+
+// TestMemoryPlacementLinks: links the sandbox leaves in a read_write store's directory after a collection
+// (a memory's file made a link to a host file, a memory's directory a link to a host directory, a new directory
+// a link to another) never make the next placement write or read outside the directory, although the memories
+// behind them changed elsewhere meanwhile.
+func TestMemoryPlacementLinks(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	id := e.newStore(t, "notes")
+	e.apiPut(t, id, "/a.md", "a1")
+	e.apiPut(t, id, "/d/b.md", "b1")
+	s := e.session(t, "sesn_l", memResource(id, "notes", apitype.AccessReadWrite))
+	e.place(t, s)
+	e.collect(t, s)
+	dir := s.dir("notes")
+	host := t.TempDir()
+	secret, hostDir, hostDir2 := filepath.Join(host, "secret"), filepath.Join(host, "dir"), filepath.Join(host, "dir2")
+	writeFile(t, secret, "host secret")
+	writeFile(t, filepath.Join(hostDir, "b.md"), "host b")
+	if err := os.Mkdir(hostDir2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(filepath.Dir(s.host.Workspace), "."+filepath.Base(s.host.Workspace)+".memory.json")
+	for _, l := range [][2]string{{secret, "a.md"}, {hostDir, "d"}, {hostDir2, "e"}, {rec, "rec.md"}} {
+		target := filepath.Join(dir, l[1])
+		if err := os.RemoveAll(target); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(l[0], target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.apiPut(t, id, "/a.md", "a2")
+	e.apiPut(t, id, "/d/b.md", "b2")
+	e.apiPut(t, id, "/d/new.md", "new")
+	e.apiPut(t, id, "/e/x.md", "x")
+	e.apiPut(t, id, "/rec.md", "rec")
+	for _, rerr := range e.placer.Place(t.Context(), &s.r, s.host) {
+		t.Logf("placement (refusing a link): %v", rerr)
+	}
+	for name, want := range map[string]string{secret: "host secret", filepath.Join(hostDir, "b.md"): "host b"} {
+		if got, err := os.ReadFile(name); err != nil || string(got) != want {
+			t.Errorf("host file %s: %q %v, want it untouched", name, got, err)
+		}
+	}
+	for _, d := range []string{hostDir, hostDir2} {
+		if ents, _ := os.ReadDir(d); len(ents) > 1 || len(ents) == 1 && ents[0].Name() != "b.md" {
+			t.Errorf("placement wrote into host directory %s: %v", d, ents)
+		}
+	}
+	if data, err := os.ReadFile(rec); err != nil || !json.Valid(data) {
+		t.Errorf("the record after a link to it: %v %q", err, data)
+	}
+	// The links stay the sandbox's own business: collection stores none of them, and the memories stay the
+	// ones written elsewhere.
+	e.collect(t, s)
+	want := map[string]string{"/a.md": "a2", "/d/b.md": "b2", "/d/new.md": "new", "/e/x.md": "x", "/rec.md": "rec"}
+	if got := e.memories(t, id); !mapsEqual(got, want) {
+		t.Errorf("memories: %q, want %q", got, want)
+	}
+}
+
+// TestMemoryDeepAndLongNames: a directory nested 1,000 levels deep (its path far past PATH_MAX) and names of
+// 255 bytes neither break collection nor store anything the memory rules refuse; the walk goes no deeper than a
+// memory can be (the sandbox could nest without end, with names of 255 bytes: quadratic paths), the agent is
+// told why in a notice of bounded size, and the valid memories beside them are stored.
+func TestMemoryDeepAndLongNames(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	id := e.newStore(t, "notes")
+	s := e.session(t, "sesn_d", memResource(id, "notes", apitype.AccessReadWrite))
+	e.place(t, s)
+	dir := s.dir("notes")
+	// Made with relative paths from an open directory: the whole path is longer than the host's PATH_MAX.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	deep := "deep"
+	if err := root.Mkdir(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for range 999 {
+		sub, err := root.OpenRoot(deep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Mkdir("level", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		sub.Close()
+		deep += "/level"
+	}
+	if len(dir)+len(deep) <= 4096 {
+		t.Fatalf("the nesting is only %d bytes deep", len(deep))
+	}
+	if err := root.WriteFile(deep+"/bottom.md", []byte("bottom"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("é", 127) + "x" // 255 bytes
+	writeFile(t, filepath.Join(dir, long), "long")
+	writeFile(t, filepath.Join(dir, "ok.md"), "fine")
+	e.collect(t, s)
+	if got := e.memories(t, id); !mapsEqual(got, map[string]string{"/ok.md": "fine", "/" + long: "long"}) {
+		t.Errorf("memories: %q", got)
+	}
+	// The walk stops at the depth past which no memory can be: the notice names that directory, not the files
+	// below it.
+	n := strings.Join(e.placer.TakeNotices("sesn_d"), "\n")
+	if want := "/mnt/memory/notes/deep" + strings.Repeat("/level", 19) + ": it is nested too deep for a memory"; !strings.Contains(n, want) ||
+		strings.Contains(n, "bottom.md") || len(n) > 2000 {
+		t.Errorf("notice (%d bytes): %.600q", len(n), n)
+	}
+	// Many files that cannot be stored: the notice names 20 of them and counts the others.
+	for i := range 100 {
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("bad\x01%03d", i)), "x")
+	}
+	e.collect(t, s)
+	n = strings.Join(e.placer.TakeNotices("sesn_d"), "\n")
+	if lines := strings.Count(n, "\n- "); lines != 21 || !strings.Contains(n, "\n- and 80 more") {
+		t.Errorf("notice of 100 refused files (%d lines): %q", lines, n)
+	}
+	// The next placement leaves the tree as it is.
+	e.place(t, s)
+	if data, err := root.ReadFile(deep + "/bottom.md"); err != nil || string(data) != "bottom" {
+		t.Errorf("the deep file after a placement: %q %v", data, err)
 	}
 }

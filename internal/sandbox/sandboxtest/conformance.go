@@ -43,6 +43,7 @@ func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Optio
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newProvider) })
 	t.Run("SessionMounts", func(t *testing.T) { t.Parallel(); testSessionMounts(t, newProvider) })
 	t.Run("MemoryMounts", func(t *testing.T) { t.Parallel(); testMemoryMounts(t, newProvider) })
+	t.Run("MemoryMountEscapes", func(t *testing.T) { t.Parallel(); testMemoryMountEscapes(t, newProvider) })
 }
 
 // testMemoryMounts: a session's memory stores are bound at their mount paths, a read_write one writable by the
@@ -95,6 +96,49 @@ func testMemoryMounts(t *testing.T, newProvider func(testing.TB) sandbox.Provide
 	}
 	if _, err := os.Stat(filepath.Join(dir, "style-guide/x")); err == nil {
 		t.Error("the sandbox wrote into the read_only store's directory")
+	}
+}
+
+// testMemoryMountEscapes: what model-written code tries to get around a memory mount. A read_only store cannot
+// be remounted read-write, unmounted (to write the directory beneath) or written through /proc/self/root; no
+// file of another mount (the workspace, the read_only store, the root filesystem) can be hard-linked into a
+// read_write store, where collection would read it as a memory; a device node cannot be made there.
+func testMemoryMountEscapes(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+	p, root := newPoolRoot(t, newProvider, 0)
+	const s = "memescape"
+	r := sandbox.Recipe{SessionID: s, Resources: []apitype.Resource{
+		{ID: "sesrsc_rw", Type: apitype.ResourceMemoryStore, MemoryStoreID: "memstore_rw", Name: "notes",
+			Access: apitype.AccessReadWrite},
+		{ID: "sesrsc_ro", Type: apitype.ResourceMemoryStore, MemoryStoreID: "memstore_ro", Name: "facts",
+			Access: apitype.AccessReadOnly},
+	}}
+	dir := sandbox.HostDirs{Session: sandbox.SessionDir(root, s)}.Memory()
+	if err := os.MkdirAll(filepath.Join(dir, "facts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "facts", "a.md"), []byte("fact"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	c := bash(s, "echo w > /workspace/w.txt; cd /mnt/memory; "+
+		"for w in 'mount -o remount,rw,bind /mnt/memory/facts' 'umount /mnt/memory/facts' 'umount -l /mnt/memory/facts' "+
+		"'echo y > /proc/self/root/mnt/memory/facts/a.md' 'touch /proc/1/root/mnt/memory/facts/new' "+
+		"'ln /workspace/w.txt notes/w' 'ln facts/a.md notes/a' 'ln /etc/passwd notes/passwd' 'ln /usr/bin/env notes/env' "+
+		"'mknod notes/null c 1 3' 'mount -t tmpfs none notes'; do "+
+		"sh -c \"$w\" 2>/dev/null && echo \"WROTE: $w\" || echo refused; done; ls -A notes; cat facts/a.md")
+	c.Recipe = r
+	res, err := p.Execute(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := text(res)
+	if want := strings.Repeat("refused\n", 11) + "fact"; !strings.HasSuffix(got, want) {
+		t.Errorf("in the sandbox: %q, want it to end with %q", got, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "facts", "a.md")); err != nil || string(b) != "fact" {
+		t.Errorf("the read_only store's file on the host: %q, %v", b, err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, "notes")); err != nil || len(ents) != 0 {
+		t.Errorf("the read_write store's directory on the host: %v, %v; want it empty", ents, err)
 	}
 }
 

@@ -387,6 +387,72 @@ func testMemoryPutRace(t *testing.T, h Harness) {
 	equal(t, len(w.versions(t, store.MemoryVersionListParams{})), n*rounds, "versions in all")
 }
 
+// testMemoryRenameRace: memories renamed concurrently onto one free path: one rename wins, every other is
+// refused with ErrMemoryPathTaken, and no memory is lost (each loser keeps its path, content and version).
+func testMemoryRenameRace(t *testing.T, h Harness) {
+	s := h.open(t)
+	w := newMemWriter(t, s)
+	const n, rounds = 8, 3
+	var wg sync.WaitGroup
+	for range n { // open the adapter's connections before the race
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = s.MemoryList(ctxBg, &store.MemoryListParams{StoreID: w.storeID, Limit: 1})
+		}()
+	}
+	wg.Wait()
+	for round := range rounds {
+		mems := make([]*apitype.Memory, n)
+		for i := range n {
+			mems[i] = w.create(t, fmt.Sprintf("/r%d/m%d.md", round, i), fmt.Sprintf("memory %d", i))
+		}
+		target := fmt.Sprintf("/r%d/target.md", round)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[i] = s.MemoryWrite(ctxBg, &store.MemoryWriteParams{StoreID: w.storeID, Op: store.MemoryOpUpdate,
+					ID: mems[i].ID, Path: &target, Actor: sessionActor, At: base.Add(time.Hour),
+					NewVersionID: apitype.NewID(apitype.PrefixMemVersion)})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won < 0:
+				won = i
+			case err == nil:
+				t.Fatalf("round %d: renames %d and %d both won %s", round, won, i, target)
+			default:
+				mustIs(t, err, store.ErrMemoryPathTaken, fmt.Sprintf("round %d: losing rename %d", round, i))
+			}
+		}
+		if won < 0 {
+			t.Fatalf("round %d: no rename won", round)
+		}
+		items, err := s.MemoryList(ctxBg, &store.MemoryListParams{StoreID: w.storeID, Prefix: fmt.Sprintf("/r%d/", round),
+			Limit: 100, Content: true})
+		must(t, err, "list")
+		equal(t, len(items), n, fmt.Sprintf("round %d: memories after the race", round))
+		for i, m := range mems {
+			got, err := s.MemoryGet(ctxBg, w.storeID, m.ID)
+			must(t, err, "get a raced memory")
+			want := m.Path
+			if i == won {
+				want = target
+			}
+			equal(t, got.Path, want, fmt.Sprintf("round %d: memory %d's path", round, i))
+			equal(t, *got.Content, fmt.Sprintf("memory %d", i), fmt.Sprintf("round %d: memory %d's content", round, i))
+		}
+	}
+}
+
 // memoryListPaths are in byte order: '-' < '.' < '/' < 'B' < 'b' < 0xC3 (é).
 var memoryListPaths = []string{"/a-b.md", "/a.md", "/a/b.md", "/a/c/d.md", "/a/c/e.md", "/aB.md", "/b/x/y/z.md", "/é.md"}
 

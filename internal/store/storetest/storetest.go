@@ -116,6 +116,7 @@ func Run(t *testing.T, h Harness) {
 		{"MemoryStoreDelete", testMemoryStoreDelete},
 		{"MemoryWrite", testMemoryWrite},
 		{"MemoryPutRace", testMemoryPutRace},
+		{"MemoryRenameRace", testMemoryRenameRace},
 		{"MemoryList", testMemoryList},
 		{"MemoryListLiteral", testMemoryListLiteral},
 		{"MemoryVersions", testMemoryVersions},
