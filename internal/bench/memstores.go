@@ -101,7 +101,7 @@ func (t *timedPlacer) record(m map[string][]time.Duration, id string, d time.Dur
 	m[id] = append(m[id], d)
 }
 
-// count returns how many calls of the session were timed so far, and the last.
+// last returns how many calls of the session were timed so far, and the last one's time.
 func (t *timedPlacer) last(m map[string][]time.Duration, id string) (int, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -190,7 +190,7 @@ func (b *benchRun) memstores(ctx context.Context, be *benchBackend) error {
 	res.Dirs, res.Bytes = dirs, bytes
 	storeID := apitype.NewID(apitype.PrefixMemoryStore)
 	now := time.Now().UTC()
-	if err := ms.MemoryStoreCreate(ctx, &apitype.MemoryStore{Type: "memory_store", ID: storeID, Name: memStoreName,
+	if err := ms.MemoryStoreCreate(ctx, &apitype.MemoryStore{Type: apitype.ObjectMemoryStore, ID: storeID, Name: memStoreName,
 		Metadata: map[string]string{}, CreatedAt: now, UpdatedAt: now}); err != nil {
 		return err
 	}
@@ -272,13 +272,14 @@ type memWork struct {
 	agent, env, store, mount string
 }
 
-// memTurn is what one turn of a session showed: its tool call's agent.tool_use → agent.tool_result, and its
-// last agent.message → session.status_idle.
+// memTurn is what one turn of a session showed: its tool call's agent.tool_use → agent.tool_result, and from the
+// fake model's end of the turn's last answer to session.status_idle (the brain collects before it appends the
+// answer and the idle status, in one write).
 type memTurn struct{ tool, idle time.Duration }
 
 // turn sends text to the session (whose stream st is) and reads its events until the turn is over; the fake
 // model's script makes the turn one tool call, then text.
-func (w *memWork) turn(ctx context.Context, id string, st *Stream, text string) (memTurn, error) {
+func (w *memWork) turn(ctx context.Context, id string, st *Stream, text, marker string, last int) (memTurn, error) {
 	ctx, cancel := context.WithTimeout(ctx, memTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, st.Close)
@@ -325,7 +326,17 @@ func (w *memWork) turn(ctx context.Context, id string, st *Stream, text string) 
 			if err != nil {
 				return memTurn{}, err
 			}
-			return memTurn{tool: result.Sub(use), idle: at.Sub(msg)}, nil
+			tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			calls, err := w.fake.takeCalls(tctx, func(cs []modelCall) bool {
+				_, ok := callOf(cs, marker, last)
+				return ok
+			})
+			if err != nil {
+				return memTurn{}, err
+			}
+			c, _ := callOf(calls, marker, last)
+			return memTurn{tool: result.Sub(use), idle: at.Sub(c.Done)}, nil
 		}
 	}
 }
@@ -360,14 +371,14 @@ func (w *memWork) finish(id string, st *Stream) {
 // without runs a session without the store: one turn of one `bash true` call; it returns the call's provision
 // (tool_use → tool_result) and its placement.
 func (w *memWork) without(ctx context.Context, i int) (prov, place time.Duration, err error) {
-	marker := fmt.Sprintf("<mem without %d>", i)
+	marker := fmt.Sprintf("<ma mem without %d>", i)
 	w.fake.scriptCalls(marker, 1, bashTrue)
 	id, st, err := w.open(ctx, false)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer w.finish(id, st)
-	t, err := w.turn(ctx, id, st, marker)
+	t, err := w.turn(ctx, id, st, marker, marker, 3)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -389,7 +400,7 @@ type memWith struct {
 // of the store's directory (a new sandbox: the placement syncs).
 func (w *memWork) with(ctx context.Context, i, change int) (memWith, error) {
 	var m memWith
-	marker := fmt.Sprintf("<mem with %d>", i)
+	marker := fmt.Sprintf("<ma mem with %d>", i)
 	dir := shellQuote(w.mount)
 	// Appending one line to each of the first change files (read, a builtin echo: no process per file).
 	cmd := fmt.Sprintf("cd %s && n=0 && find . -type f -name '*.md' | sort | head -n %d | while read -r f; do echo 'changed by the session' >> \"$f\"; n=$((n+1)); done; test $(find . -type f | wc -l) -gt 0", dir, change)
@@ -401,7 +412,7 @@ func (w *memWork) with(ctx context.Context, i, change int) (memWith, error) {
 		return m, err
 	}
 	defer w.finish(id, st)
-	t1, err := w.turn(ctx, id, st, marker)
+	t1, err := w.turn(ctx, id, st, marker, marker, 3)
 	if err != nil {
 		return m, err
 	}
@@ -416,7 +427,7 @@ func (w *memWork) with(ctx context.Context, i, change int) (memWith, error) {
 		return m, err
 	}
 	nc0, _ := w.timed.last(w.timed.collects, id)
-	t2, err := w.turn(ctx, id, st, "and now change the notes")
+	t2, err := w.turn(ctx, id, st, "and now change the notes", marker, 7)
 	if err != nil {
 		return m, err
 	}
@@ -457,7 +468,8 @@ func memStoresMarkdown(rs []*MemStoreResult) string {
 	p("appends a line to 10 of its files (every file in the last %d sessions) in a new sandbox, whose placement only ", r0.AllChanged)
 	p("checks what the session already has. \"Placement\" and \"collection\" are the workspace placer's own calls, timed around ")
 	p("it (its Place before each provisioning, its Collect at the end of each turn); \"tool call\" is agent.tool_use → ")
-	p("agent.tool_result (`processed_at`), \"to idle\" the turn's last agent.message → session.status_idle.\n\n")
+	p("agent.tool_result (`processed_at`), \"to idle\" from the fake model's end of the turn's last answer (its last byte sent) to ")
+	p("session.status_idle's `processed_at` (the brain collects before it appends the answer and the idle status).\n\n")
 	p("| backend | what | n | p50 / p95 ms |\n|---|---|---|---|\n")
 	for _, r := range rs {
 		row := func(what string, d Dist) { p("| %s | %s | %d | %s |\n", r.Backend, what, d.N, dist2(d)) }
