@@ -26,6 +26,7 @@ import (
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/vault"
 	"github.com/corralhq/corral/internal/workspace"
+	"github.com/corralhq/corral/internal/workspace/memstore"
 )
 
 func init() {
@@ -66,6 +67,9 @@ type benchFlags struct {
 	maChildren     int
 	maRounds       int
 	maTTFT         time.Duration
+	memCount       int
+	memSessions    int
+	memAll         int
 	images         imageFlags
 	egress         egressFlags
 	agentResolved  string // agentPath's answer, once found
@@ -89,11 +93,14 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.scaleTTFT, "scale-model-ttft", 2*time.Second, "the fake model's time to first token in the scale section (a session stays active that long per call)")
 	fs.IntVar(&f.scalePerSlot, "scale-turns", 2, "fresh sessions each concurrent slot runs, one after the other, at each scale level")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")
-	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,multiagent,failover", "comma-separated `sections` to run (also: cpu, recipe)")
+	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,multiagent,failover", "comma-separated `sections` to run (also: cpu, recipe, memory)")
 	fs.IntVar(&f.maRuns, "multiagent-runs", 30, "coordinator sessions starting one child in the multiagent section (and as many single-agent sessions, alternating)")
 	fs.IntVar(&f.maChildren, "multiagent-children", 24, "start_thread calls of the multiagent fan-out's one coordinator answer (the brain runs at most 25 threads of a session at once, the coordinator included: more are refused)")
 	fs.IntVar(&f.maRounds, "multiagent-rounds", 5, "fan-out sessions of the multiagent section, one after the other")
 	fs.DurationVar(&f.maTTFT, "multiagent-model-ttft", 2*time.Second, "the fake model's time to first token in the multiagent fan-out (as long as a real call's, so that the children's calls overlap)")
+	fs.IntVar(&f.memCount, "memory-memories", 2000, "memories (about 1 KiB each, in a tree of directories) of the memory section's store (at most 5000, the mount limit)")
+	fs.IntVar(&f.memSessions, "memory-sessions", 20, "sessions with the store in the memory section (alternating with as many without)")
+	fs.IntVar(&f.memAll, "memory-all-changed", 3, "sessions with the store, among --memory-sessions, whose second turn changes every file of the store (the others change 10)")
 	fs.StringVar(&f.recipeSessions, "recipe-sessions", "1,10,100", "comma-separated concurrent-session `levels` of the recipe section")
 	fs.IntVar(&f.recipeSamples, "recipe-samples", 20, "sessions per level and mode of the recipe section (at least 2 rounds per level)")
 	fs.Int64Var(&f.recipeRepoMB, "recipe-repo-mb", 32, "`MiB` of history of the repository each recipe session clones")
@@ -142,6 +149,9 @@ func (f *benchFlags) applyQuick(set map[string]bool) {
 		"multiagent-runs":       func() { f.maRuns = 5 },
 		"multiagent-rounds":     func() { f.maRounds = 1 },
 		"multiagent-model-ttft": func() { f.maTTFT = 300 * time.Millisecond },
+		"memory-memories":       func() { f.memCount = 100 },
+		"memory-sessions":       func() { f.memSessions = 3 },
+		"memory-all-changed":    func() { f.memAll = 1 },
 	}
 	for name, apply := range q {
 		if !set[name] {
@@ -180,6 +190,12 @@ against a fake model server of configurable latency and real sandboxes, and comp
             on 127.0.0.1; TTFT and the first tool result, decoupled vs coupled, on the first backend; the
             image build time and a provision on the built image against one without packages (not run by
             default)
+  memory    memory stores (issue 24), on every backend: a store of --memory-memories memories (about 1 KiB each,
+            in a tree of directories) mounted read_write in sessions created through the API; the first tool
+            call's provisioning and the placer's own time with the store against without (--memory-sessions
+            each, alternating), the collector's own time at the end of a turn that changed nothing, 10 files or
+            every file (--memory-all-changed sessions), and the placement in a new sandbox of the same session,
+            which only syncs (not run by default)
 Progress goes to stderr, the summary table to stdout, the report to --out (its generated section) and --svg.
 The defaults take under 10 minutes on 2 vCPUs; --quick takes seconds.
 
@@ -232,6 +248,9 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 	if f.recipeSamples <= 0 || f.recipeRepoMB <= 0 {
 		return bench.Config{}, errors.New("--recipe-samples and --recipe-repo-mb must be positive")
 	}
+	if f.memCount <= 0 || f.memCount > workspace.MaxMountedMemories || f.memSessions <= 0 || f.memAll < 0 || f.memAll > f.memSessions {
+		return bench.Config{}, fmt.Errorf("--memory-memories must be in 1..%d, --memory-sessions positive, --memory-all-changed in 0..--memory-sessions", workspace.MaxMountedMemories)
+	}
 	if f.maRuns <= 0 || f.maChildren <= 0 || f.maRounds <= 0 || f.maTTFT < 0 {
 		return bench.Config{}, errors.New("--multiagent-runs, --multiagent-children and --multiagent-rounds must be positive, --multiagent-model-ttft not negative")
 	}
@@ -272,6 +291,7 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		Recipe: f.recipeParts(io), RecipeSessions: recipeSessions, RecipeSamples: f.recipeSamples,
 		RecipeRepoBytes: f.recipeRepoMB << 20, RecipePackages: packages,
 		MultiagentRuns: f.maRuns, MultiagentChildren: f.maChildren, MultiagentRounds: f.maRounds, MultiagentTTFT: f.maTTFT,
+		MemoryPlacer: memoryPlacer, MemoryCount: f.memCount, MemorySessions: f.memSessions, MemoryAllChanged: f.memAll,
 		Executable: exe,
 		// The failover section's harness processes share one store, so they share its vault master key.
 		Environ: append(os.Environ(), "CORRAL_VAULT_KEY="+vault.NewKey().Encode()),
@@ -375,6 +395,12 @@ func (f *benchFlags) recipeParts(io *stdio) func(bench.RecipeGit) (bench.RecipeP
 			return f.images.images(dataDir, hf, st, logger)
 		}}, nil
 	}
+}
+
+// memoryPlacer is the memory section's workspace placer on a server's store, as corral serve wires it: memory
+// stores mounted from, and the agents' changes written back into, the store.
+func memoryPlacer(ms store.MemoryStore) (bench.MemoryPlacer, error) {
+	return workspace.New(workspace.Config{Path: os.Getenv("PATH"), Memories: memstore.New(ms)})
 }
 
 // packageList parses "MANAGER:SPEC,..." into an environment's packages; "" is none (nil).

@@ -128,7 +128,8 @@ func (m *fakeModel) waitRequest(ctx context.Context, marker string) error {
 	}
 }
 
-// taskMark begins the markers of the multi-agent workload's sessions and tasks ("<ma ...>").
+// taskMark begins the markers of the multi-agent workload's sessions and tasks ("<ma ...>"), and of the memory
+// workload's sessions ("<ma mem ...>"): the fake model keeps their calls.
 const taskMark = "<ma "
 
 // firstUserText is the text of the request's first user message.

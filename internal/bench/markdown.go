@@ -211,6 +211,9 @@ func (r *Report) Markdown(svgName string) string {
 	if rc := r.Recipe; rc != nil && len(rc.Cells) > 0 {
 		b.WriteString(rc.Markdown(r.ModelTTFT))
 	}
+	if len(r.MemStores) > 0 {
+		b.WriteString(memStoresMarkdown(r.MemStores))
+	}
 
 	if len(r.Skipped) > 0 {
 		p("### Not measured\n\n")

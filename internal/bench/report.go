@@ -79,6 +79,7 @@ type Report struct {
 	Failover   *FailoverResult
 	Recipe     *RecipeResult
 	Multiagent *MultiagentResult
+	MemStores  []*MemStoreResult
 	Skipped    []string // "section: reason"
 }
 
@@ -249,6 +250,10 @@ func (r *Report) WriteSummary(w io.Writer) {
 		}
 	}
 	if m := r.Multiagent; m != nil {
+		fmt.Fprintln(w)
+		m.writeSummary(w)
+	}
+	for _, m := range r.MemStores {
 		fmt.Fprintln(w)
 		m.writeSummary(w)
 	}

@@ -26,7 +26,7 @@ import (
 )
 
 // Sections of a run, in the order they run.
-var Sections = []string{"ttft", "hands", "log", "scale", "idle", "multiagent", "cpu", "failover", "recipe"}
+var Sections = []string{"ttft", "hands", "log", "scale", "idle", "multiagent", "cpu", "failover", "recipe", "memory"}
 
 // Config is one corral bench run. cmd/corral maps the flags to it; the fields' doc is the flags' help.
 type Config struct {
@@ -77,10 +77,16 @@ type Config struct {
 	// fan-out (0: ModelTTFT).
 	MultiagentRuns, MultiagentChildren, MultiagentRounds int
 	MultiagentTTFT                                       time.Duration
-	Workers                                              int    // in-process brain workers of the servers under test
-	CPUShare                                             int    // the backends' --sandbox-cpu-share, for the report
-	CPUIdle                                              bool   // and --sandbox-cpu-idle
-	Out, SVG                                             string // markdown report (its generated section) and chart; Out "" writes neither
+	// MemoryPlacer returns the workspace placer (and collector) of the memory section's server on store st, as
+	// corral serve wires it (internal/workspace over internal/workspace/memstore); nil skips the section.
+	// MemoryCount is the section's store's memories, MemorySessions its sessions of each kind (with the store,
+	// without), MemoryAllChanged the sessions with the store, among them, whose second turn changes every file.
+	MemoryPlacer                                  func(st store.MemoryStore) (MemoryPlacer, error)
+	MemoryCount, MemorySessions, MemoryAllChanged int
+	Workers                                       int    // in-process brain workers of the servers under test
+	CPUShare                                      int    // the backends' --sandbox-cpu-share, for the report
+	CPUIdle                                       bool   // and --sandbox-cpu-idle
+	Out, SVG                                      string // markdown report (its generated section) and chart; Out "" writes neither
 
 	// Executable is the corral binary the failover section starts as `corral harness`; Environ is their
 	// environment (ANTHROPIC_* for the fake model are added).
@@ -163,7 +169,7 @@ func (b *benchRun) run(ctx context.Context) error {
 	defer b.fake.close()
 
 	var providers []*benchBackend
-	if sections["ttft"] || sections["hands"] || sections["idle"] || sections["multiagent"] || sections["cpu"] || sections["recipe"] {
+	if sections["ttft"] || sections["hands"] || sections["idle"] || sections["multiagent"] || sections["cpu"] || sections["recipe"] || sections["memory"] {
 		providers = b.backends()
 	}
 	b.progress("corral bench: %s; backends %s; fake model TTFT %s + %s/token ± %s", b.rep.Machine, backendNames(providers), f.ModelTTFT, f.ModelPerToken, f.ModelJitter)
@@ -230,6 +236,22 @@ func (b *benchRun) run(ctx context.Context) error {
 			b.skip("recipe", "no sandbox backend runs here")
 		} else if err := b.recipe(ctx, providers[0]); err != nil {
 			b.skip("recipe, "+providers[0].name, err.Error())
+		}
+	}
+	if sections["memory"] {
+		switch {
+		case b.cfg.MemoryPlacer == nil:
+			b.skip("memory", "no workspace placer with memory stores (Config.MemoryPlacer)")
+		case len(providers) == 0:
+			b.skip("memory", "no sandbox backend runs here")
+		}
+		for _, be := range providers {
+			if b.cfg.MemoryPlacer == nil || ctx.Err() != nil {
+				break
+			}
+			if err := b.memstores(ctx, be); err != nil {
+				b.skip("memory, "+be.name, err.Error())
+			}
 		}
 	}
 	if ctx.Err() != nil {
@@ -402,6 +424,7 @@ type serverSpec struct {
 	// packages are the environment's (the recipe workload's); placer places the sessions' resources.
 	packages *apitype.Packages
 	placer   sandbox.Placer
+	outputs  sandbox.Collector                        // collects the sessions' outputs and memory stores (nil: none)
 	images   func(store.Store) (server.Images, error) // the server's images (nil: none)
 }
 
@@ -446,7 +469,7 @@ func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec 
 			return nil, err
 		}
 		cfg.Sandbox = server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: filepath.Join(dir, "workspaces"),
-			IdleTimeout: spec.idle, Placer: spec.placer}}
+			IdleTimeout: spec.idle, Placer: spec.placer, Outputs: spec.outputs}}
 	}
 	if spec.images != nil {
 		if cfg.Images, err = spec.images(served); err != nil {

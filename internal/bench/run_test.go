@@ -3,10 +3,12 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +18,13 @@ import (
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/bwrap"
 	"github.com/corralhq/corral/internal/sandbox/process"
+	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/workspace"
+	"github.com/corralhq/corral/internal/workspace/memstore"
 )
 
 // buildAgent builds corral-sandbox-agent (static) into dir.
@@ -234,4 +239,89 @@ func TestMultiagent(t *testing.T) {
 	if !strings.Contains(stdout.String(), "child's start (start_thread)") || !strings.Contains(stdout.String(), "48 children started, 0 refused") {
 		t.Errorf("summary lacks the multi-agent lines:\n%s", stdout.String())
 	}
+}
+
+// TestMemory runs the memory section small on bwrap (the process backend has no /mnt/memory): a store of 60
+// memories, 3 sessions with it (the last changing every file) alternating with 3 without, with the workspace
+// placer over the memory stores as corral bench wires it. Every session must succeed, and the report must
+// carry each figure, measured: the collection of every file's change costs more than that of none.
+func TestMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a server, bwrap sandboxes and memory stores")
+	}
+	if os.Geteuid() != 0 {
+		sandboxtest.Require(t, "bwrap", errors.New("the bwrap backend needs root"))
+	}
+	sandboxtest.Require(t, "bwrap", bwrap.Available(""))
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agent := buildAgent(t, dir)
+	out := filepath.Join(dir, "benchmarks.md")
+	var stdout, stderr bytes.Buffer
+	cfg := bench.Config{
+		Backends: func(string) ([]bench.Backend, error) {
+			return []bench.Backend{{Name: "bwrap", New: func(state string) (sandbox.Provider, error) {
+				return bwrap.New(bwrap.Config{AgentPath: agent, StateDir: state})
+			}}}, nil
+		},
+		MemoryPlacer: func(ms store.MemoryStore) (bench.MemoryPlacer, error) {
+			return workspace.New(workspace.Config{Path: os.Getenv("PATH"), Memories: memstore.New(ms)})
+		},
+		OpenStore: func(ctx context.Context, url string) (store.Store, error) { return sqlite.Open(ctx, url) },
+		Model: func(baseURL string, hc *http.Client) model.Model {
+			return anthropic.New(anthropic.Config{APIKey: "bench", BaseURL: baseURL, HTTPClient: hc})
+		},
+		ModelTTFT: 20 * time.Millisecond, ModelPerToken: time.Millisecond, Workers: 20,
+		Sections: []string{"memory"}, MemoryCount: 60, MemorySessions: 3, MemoryAllChanged: 1,
+		Out: out, Stdout: &stdout, Stderr: &stderr,
+	}
+	if err := bench.Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	mdb, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(mdb)
+	for _, want := range []string{"### Memory stores", "filled (through the store, one transaction per memory) with 60 memories",
+		"| bwrap | first tool call, with the store | 3 | ", "| bwrap | first tool call, without | 3 | ",
+		"| bwrap | placement, with the store (first sandbox) | 3 | ", "| bwrap | placement in it (sync, nothing changed) | 3 | ",
+		"| bwrap | collection, nothing changed | 3 | ", "| bwrap | collection, 10 files changed | 2 | ",
+		"| bwrap | collection, all 60 changed | 1 | ", "| bwrap | to idle, all changed | 1 | "} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s\nstderr:\n%s", want, md, stderr.String())
+		}
+	}
+	if strings.Contains(md, "| — |") || strings.Contains(md, "failed; first error") || strings.Contains(md, "Not measured") {
+		t.Errorf("a figure is missing or sessions failed:\n%s\nstderr:\n%s", md, stderr.String())
+	}
+	// The figures are sane: the placement of the store costs something, and writing back 60 changed memories
+	// (60 versions) costs more than finding that nothing changed.
+	if !strings.Contains(stdout.String(), "memory store (60 memories), bwrap") {
+		t.Errorf("summary lacks the memory lines:\n%s", stdout.String())
+	}
+	none, all := summaryP50(t, stdout.String(), "turn-end collection, nothing changed"), summaryP50(t, stdout.String(), "turn-end collection, all changed")
+	if place := summaryP50(t, stdout.String(), "placement, first sandbox"); place <= 0 || none <= 0 || all <= none {
+		t.Errorf("placement p50 %v ms, collection p50 %v ms unchanged and %v ms all changed: want positive, all > none", place, none, all)
+	}
+}
+
+// summaryP50 is the p50 in ms of the summary line that starts with label ("label  p50 / p95  n").
+func summaryP50(t *testing.T, summary, label string) float64 {
+	t.Helper()
+	for line := range strings.SplitSeq(summary, "\n") {
+		if rest, ok := strings.CutPrefix(line, label); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				v, err := strconv.ParseFloat(f[0], 64)
+				if err == nil {
+					return v
+				}
+			}
+		}
+	}
+	t.Fatalf("summary has no figure for %q:\n%s", label, summary)
+	return 0
 }

@@ -134,7 +134,7 @@ func (r AgentRef) MarshalJSON() ([]byte, error) {
 }
 
 // ResourceParams is a resource to mount in a session: a github_repository (URL, MountPath, Checkout,
-// AuthorizationToken) or a file (FileID, MountPath).
+// AuthorizationToken), a file (FileID, MountPath) or a memory_store (MemoryStoreID, Access).
 type ResourceParams struct {
 	Type               string          `json:"type"`
 	URL                string          `json:"url,omitempty"`
@@ -142,6 +142,9 @@ type ResourceParams struct {
 	Checkout           json.RawMessage `json:"checkout,omitempty"`
 	AuthorizationToken string          `json:"authorization_token,omitempty"`
 	FileID             string          `json:"file_id,omitempty"`
+	// MemoryStoreID and Access are a memory_store's (Access read_write or read_only; "" is read_write).
+	MemoryStoreID string `json:"memory_store_id,omitempty"`
+	Access        string `json:"access,omitempty"`
 }
 
 // SessionCreateParams is the body of POST /v1/sessions.
