@@ -3,7 +3,7 @@
 import {h, clear, time, pretty, statusBadge, fmtTime, toast} from './dom.js';
 import {get, post, del, id as esc} from './api.js';
 import {pagedList} from './agents.js';
-import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, twoClick, FormError} from './forms.js';
+import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, twoClick, gone, FormError} from './forms.js';
 
 export function environmentsPage(main, q) {
   return pagedList(main, {title: 'Environments', path: '/v1/environments', q, caption: 'Environments',
@@ -59,10 +59,8 @@ export async function environmentPage(main, envID) {
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/environments'}, 'Environments'), ' / ', h('span', {class: 'mono'}, e.id)),
     h('div', {class: 'page-head'}, h('h1', null, e.name || e.id), h('span', {class: 'spacer'}),
       e.archived_at ? null : [h('a', {class: 'button', href: `#/environments/${esc(e.id)}/edit`, id: 'edit-environment'}, 'Edit'),
-        twoClick('Archive', 'Click again to archive', {id: 'archive-environment'}, async () => {
-          await post(`/v1/environments/${esc(e.id)}/archive`, {});
-          location.hash = '#/environments';
-        })]),
+        gone('Archive', `/v1/environments/${esc(e.id)}`, '#/environments', 'archive-environment')],
+      gone('Delete', `/v1/environments/${esc(e.id)}`, '#/environments', 'delete-environment')),
     e.description ? h('p', {class: 'lead'}, e.description) : null,
     h('dl', {class: 'facts'},
       h('div', null, h('dt', null, 'Type'), h('dd', null, c.type || '')),

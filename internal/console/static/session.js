@@ -7,6 +7,7 @@ import {get, sendEvents, id as esc} from './api.js';
 import {follow} from './sse.js';
 import {render} from './transcript.js';
 import {threadsCard} from './threads.js';
+import {gone} from './forms.js';
 import {build, view, WATERFALL_TYPES} from './waterfall.js';
 
 const PAGE = 100; // events per page of the transcript
@@ -131,7 +132,7 @@ export async function sessionPage(main, sessionID) {
   clear(main,
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/sessions'}, 'Sessions'), ' / ', h('span', {class: 'mono'}, sess.id)),
     h('div', {class: 'page-head session-head'},
-      h('h1', null, title), badge, streamState),
+      h('h1', null, title), badge, streamState, gone('Delete', `/v1/sessions/${esc(sess.id)}`, '#/sessions', 'delete-session')),
     h('dl', {class: 'facts'},
       h('div', null, h('dt', null, 'Agent'), h('dd', null, h('a', {href: `#/agents/${esc(sess.agent.id)}?version=${sess.agent.version}`}, sess.agent.name || sess.agent.id), ` v${sess.agent.version}`)),
       h('div', null, h('dt', null, 'Model'), h('dd', {class: 'mono'}, (sess.agent.model && sess.agent.model.id) || '')),

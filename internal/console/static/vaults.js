@@ -6,7 +6,7 @@
 import {h, clear, time, empty, pretty} from './dom.js';
 import {get, post, id as esc} from './api.js';
 import {pagedList} from './agents.js';
-import {row, text, area, form, parseJSON, json, lines, metadataPatch, twoClick, FormError} from './forms.js';
+import {row, text, area, form, parseJSON, json, lines, metadataPatch, gone, FormError} from './forms.js';
 
 export function vaultsPage(main, q) {
   return pagedList(main, {title: 'Vaults', path: '/v1/vaults', q, caption: 'Vaults',
@@ -33,10 +33,8 @@ export async function vaultPage(main, vaultID) {
       v.archived_at ? null : [
         h('a', {class: 'button', href: `#/vaults/${esc(v.id)}/edit`, id: 'edit-vault'}, 'Edit'),
         h('a', {class: 'button primary', href: `#/vaults/${esc(v.id)}/credentials/new`, id: 'new-credential'}, 'Add credential'),
-        twoClick('Archive', 'Click again to archive', {id: 'archive-vault'}, async () => {
-          await post(`/v1/vaults/${esc(v.id)}/archive`, {});
-          location.hash = '#/vaults';
-        })]),
+        gone('Archive', `/v1/vaults/${esc(v.id)}`, '#/vaults', 'archive-vault')],
+      gone('Delete', `/v1/vaults/${esc(v.id)}`, '#/vaults', 'delete-vault')),
     h('dl', {class: 'facts'},
       h('div', null, h('dt', null, 'Created'), h('dd', null, time(v.created_at))),
       h('div', null, h('dt', null, 'Updated'), h('dd', null, time(v.updated_at))),
@@ -202,14 +200,31 @@ export async function credentialEditPage(main, vaultID, credID) {
     location.hash = `#/vaults/${esc(v.id)}`;
   }
   const back = `#/vaults/${esc(v.id)}`;
+  const cpath = c && `/v1/vaults/${esc(v.id)}/credentials/${esc(c.id)}`;
+  // Validate probes the credential against its MCP server (mcp_oauth_validate) and shows the answer as text: the
+  // status, the step that failed with the server's answer, and how a refresh went.
+  const checked = h('div', {class: 'notice', id: 'cred-validation', role: 'status', hidden: true});
+  const answer = r => r ? ` HTTP ${r.status_code}${r.body ? `: ${r.body}${r.body_truncated ? '…' : ''}` : ''}` : ' no HTTP answer (could not connect)';
+  async function validate() {
+    checked.hidden = false;
+    checked.textContent = 'Validating…';
+    try {
+      const r = await post(`${cpath}/mcp_oauth_validate`, {});
+      clear(checked, h('strong', null, `Status: ${r.status}`), ` · refresh token: ${r.has_refresh_token ? 'yes' : 'no'} · validated `, time(r.validated_at),
+        r.mcp_probe ? h('p', {class: 'mono'}, `Failed at ${r.mcp_probe.method}:`, answer(r.mcp_probe.http_response)) : null,
+        r.refresh ? h('p', {class: 'mono'}, `Refresh ${r.refresh.status}`, r.refresh.http_response ? [':', answer(r.refresh.http_response)] : '') : null);
+    } catch (e) {
+      checked.textContent = e.message;
+    }
+  }
   clear(main,
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/vaults'}, 'Vaults'), ' / ',
       h('a', {href: back}, v.display_name || v.id), ' / ', c ? h('span', {class: 'mono'}, c.id) : 'new credential'),
     h('div', {class: 'page-head'}, h('h1', null, c ? `Edit ${c.display_name || credentialTarget(c)}` : 'Add a credential'),
-      c && !c.archived_at ? [h('span', {class: 'spacer'}), twoClick('Archive', 'Click again to archive: sessions stop using it', {id: 'archive-credential'}, async () => {
-        await post(`/v1/vaults/${esc(v.id)}/credentials/${esc(c.id)}/archive`, {});
-        location.hash = back;
-      })] : null),
+      c ? [h('span', {class: 'spacer'}), c.auth.type === 'environment_variable' ? null : h('button', {type: 'button', class: 'small', id: 'validate-credential', onclick: validate}, 'Validate'),
+        c.archived_at ? null : gone('Archive', cpath, back, 'archive-credential', 'Click again to archive: sessions stop using it'),
+        gone('Delete', cpath, back, 'delete-credential')] : null),
+    c ? checked : null,
     c ? h('p', {class: 'lead'}, 'Secrets are write-only: the fields below never show the stored ones. Leave a secret blank to keep it.') : null,
     form('cred-form', [row('Name', f.name), row('Type', f.type, c ? 'A credential keeps its type.' : null),
       Object.values(groups), row('Metadata (JSON object)', f.metadata)], c ? 'Save' : 'Add credential', send, back));
