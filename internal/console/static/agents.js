@@ -1,6 +1,6 @@
 // Agents: the list, an agent with its versions, and the diff between two versions.
 
-import {h, clear, time, empty, pretty} from './dom.js';
+import {h, clear, time, empty, pretty, fact, crumbs, mono, meta} from './dom.js';
 import {get, post, id as esc} from './api.js';
 import {setQuery} from './app.js';
 import {diffLines, canonical} from './diff.js';
@@ -63,7 +63,7 @@ export function agentsPage(main, q) {
     emptyTitle: 'No agents yet.', emptyHint: 'Create one with New agent, POST /v1/agents or corral agents create.',
     columns: [
       ['Agent', a => [h('a', {href: `#/agents/${esc(a.id)}`, 'data-row': ''}, a.name || a.id), h('span', {class: 'sub mono'}, a.id)], 'name'],
-      ['Model', a => h('span', {class: 'mono'}, (a.model && a.model.id) || '')],
+      ['Model', a => mono((a.model && a.model.id) || '')],
       ['Version', a => `v${a.version}`],
       ['Tools', a => (a.tools || []).map(t => t.type === 'custom' ? t.name : t.type === 'mcp_toolset' ? `mcp:${t.mcp_server_name}` : 'built-in').join(', '), 'opt'],
       ['Updated', a => time(a.updated_at), 'opt'],
@@ -72,11 +72,11 @@ export function agentsPage(main, q) {
 
 function agentFacts(a) {
   return h('dl', {class: 'facts'},
-    h('div', null, h('dt', null, 'Model'), h('dd', {class: 'mono'}, (a.model && a.model.id) || '')),
-    h('div', null, h('dt', null, 'Version'), h('dd', null, `v${a.version}`)),
-    h('div', null, h('dt', null, 'Created'), h('dd', null, time(a.created_at))),
-    h('div', null, h('dt', null, 'Updated'), h('dd', null, time(a.updated_at))),
-    a.archived_at ? h('div', null, h('dt', null, 'Archived'), h('dd', null, time(a.archived_at))) : null);
+    fact('Model', {class: 'mono'}, (a.model && a.model.id) || ''),
+    fact('Version', null, `v${a.version}`),
+    fact('Created', null, time(a.created_at)),
+    fact('Updated', null, time(a.updated_at)),
+    a.archived_at ? fact('Archived', null, time(a.archived_at)) : null);
 }
 
 export async function agentPage(main, agentID, q) {
@@ -89,7 +89,7 @@ export async function agentPage(main, agentID, q) {
   vb.value = String(a.version);
   va.value = String(versions.data.length > 1 ? versions.data[1].version : a.version);
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/agents'}, 'Agents'), ' / ', h('span', {class: 'mono'}, a.id)),
+    crumbs(h('a', {href: '#/agents'}, 'Agents'), ' / ', mono(a.id)),
     h('div', {class: 'page-head'}, h('h1', null, a.name || a.id), h('span', {class: 'spacer'}),
       a.archived_at ? null : [h('a', {class: 'button', href: `#/agents/${esc(a.id)}/edit`, id: 'edit-agent'}, 'Edit'),
         gone('Archive', `/v1/agents/${esc(a.id)}`, '#/agents', 'archive-agent')]),
@@ -101,9 +101,9 @@ export async function agentPage(main, agentID, q) {
       doc.system ? [h('h3', null, 'System prompt'), h('div', {class: 'text prompt'}, doc.system)] : null,
       h('h3', null, 'Tools'),
       (doc.tools || []).length ? h('ul', {class: 'plain'}, doc.tools.map(t => h('li', null,
-        h('span', {class: 'mono'}, t.type === 'custom' ? t.name : t.type === 'mcp_toolset' ? `mcp_toolset ${t.mcp_server_name}` : t.type),
+        mono(t.type === 'custom' ? t.name : t.type === 'mcp_toolset' ? `mcp_toolset ${t.mcp_server_name}` : t.type),
         t.description ? ` — ${t.description}` : '',
-        t.default_config && t.default_config.permission_policy ? h('span', {class: 'badge'}, t.default_config.permission_policy.type) : null))) : h('p', {class: 'meta'}, 'None'),
+        t.default_config && t.default_config.permission_policy ? h('span', {class: 'badge'}, t.default_config.permission_policy.type) : null))) : meta('None'),
       (doc.mcp_servers || []).length ? [h('h3', null, 'MCP servers'), h('ul', {class: 'plain'}, doc.mcp_servers.map(s => h('li', {class: 'mono'}, `${s.name}: ${s.url}`)))] : null,
       h('details', {class: 'raw'}, h('summary', null, 'JSON'), h('pre', {class: 'json'}, pretty(doc)))),
     h('section', {class: 'card'}, h('h2', null, 'Versions'),
@@ -115,7 +115,7 @@ export async function agentPage(main, agentID, q) {
           h('td', null, h('a', {href: `#/agents/${esc(a.id)}?version=${v.version}`, 'data-row': ''}, `v${v.version}`),
             v.version === a.version ? h('span', {class: 'badge current'}, 'current') : null, v.version === doc.version ? ' (shown)' : ''),
           h('td', null, time(v.updated_at)), h('td', {class: 'mono'}, (v.model && v.model.id) || ''))))) : empty('No versions.'),
-      versions.next_page ? h('p', {class: 'meta'}, 'Only the latest 100 versions are listed.') : null));
+      versions.next_page ? meta('Only the latest 100 versions are listed.') : null));
   return {keys: {}};
 }
 
@@ -136,7 +136,7 @@ export async function agentDiffPage(main, agentID, q) {
     i = j;
   }
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/agents'}, 'Agents'), ' / ',
+    crumbs(h('a', {href: '#/agents'}, 'Agents'), ' / ',
       h('a', {href: `#/agents/${esc(agentID)}`, class: 'mono'}, agentID), ' / diff'),
     h('div', {class: 'page-head'}, h('h1', null, `${a.name || agentID}: v${a.version} → v${b.version}`)),
     h('p', {class: 'meta', id: 'diff-summary'}, changed ? `${changed} changed line${changed === 1 ? '' : 's'}` : 'The two versions are the same.'),
@@ -236,7 +236,7 @@ export async function agentEditPage(main, agentID) {
   }
   const back = a ? `#/agents/${esc(a.id)}` : '#/agents';
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/agents'}, 'Agents'), ' / ',
+    crumbs(h('a', {href: '#/agents'}, 'Agents'), ' / ',
       a ? [h('a', {href: back, class: 'mono'}, a.id), ' / edit'] : 'new'),
     h('div', {class: 'page-head'}, h('h1', null, a ? `Edit ${a.name || a.id}` : 'New agent')),
     a ? h('p', {class: 'lead', id: 'edit-base'}, `Editing version v${a.version}. Saving makes version v${a.version + 1}; if the agent changed meanwhile, the server refuses and you reload.`) : null,
@@ -251,7 +251,7 @@ export async function agentEditPage(main, agentID) {
       h('fieldset', {class: 'sub-fields'}, h('legend', null, 'Multi-agent (a coordinator)'),
         row('Subagents it may start', f.roster, 'Pick with Ctrl or ⌘; each is pinned to its latest version.'),
         row('Advisor model', f.advisor, 'Blank for no advisor.'),
-        row('Multi-agent (JSON object)', f.multi, 'What the two fields above write, and the rest of multiagent, as in the API. Blank for none.')),
+        row('Multi-agent (JSON object)', f.multi, 'As in the API; the two fields above write into it. Blank for none.')),
       row('Execution identity', f.identity),
       row('Role ARN (aws_role)', f.role),
       row('Metadata (JSON object)', f.metadata),
