@@ -180,7 +180,8 @@ export async function agentEditPage(main, agentID) {
     role: text('agent-role-arn', ident.role_arn, {class: 'mono', placeholder: 'arn:aws:iam::…:role/…'}),
   };
   // compose writes the picked roster and the advisor into the multiagent field, keeping the entries that are not
-  // among the choices (the agent itself) and the versions the entries already pinned.
+  // among the choices (the agent itself) and the versions the entries already pinned; a coordinator becomes a
+  // multiagent_20261001 (its agents preselected, its advisor in the field).
   function compose() {
     let m;
     try { m = JSON.parse(f.multi.value || '{}'); } catch { return; } // the field's own error shows on saving

@@ -204,7 +204,7 @@ export async function credentialEditPage(main, vaultID, credID) {
   // Validate probes the credential against its MCP server (mcp_oauth_validate) and shows the answer as text: the
   // status, the step that failed with the server's answer, and how a refresh went.
   const checked = h('div', {class: 'notice', id: 'cred-validation', role: 'status', hidden: true});
-  const answer = r => r ? ` HTTP ${r.status_code}${r.body ? `: ${r.body}${r.body_truncated ? '…' : ''}` : ''}` : ' no HTTP answer (could not connect)';
+  const answer = r => r ? ` HTTP ${r.status_code}${r.body ? `: ${r.body.slice(0, 300)}${r.body_truncated || r.body.length > 300 ? '…' : ''}` : ''}` : ' no HTTP answer (could not connect)';
   async function validate() {
     checked.hidden = false;
     checked.textContent = 'Validating…';
@@ -221,7 +221,7 @@ export async function credentialEditPage(main, vaultID, credID) {
     crumbs(h('a', {href: '#/vaults'}, 'Vaults'), ' / ',
       h('a', {href: back}, v.display_name || v.id), ' / ', c ? mono(c.id) : 'new credential'),
     h('div', {class: 'page-head'}, h('h1', null, c ? `Edit ${c.display_name || credentialTarget(c)}` : 'Add a credential'),
-      c ? [h('span', {class: 'spacer'}), c.auth.type === 'environment_variable' ? null : h('button', {type: 'button', class: 'small', id: 'validate-credential', onclick: validate}, 'Validate'),
+      c ? [h('span', {class: 'spacer'}), c.auth.type === 'environment_variable' || c.archived_at ? null : h('button', {type: 'button', class: 'small', id: 'validate-credential', onclick: validate}, 'Validate'),
         c.archived_at ? null : gone('Archive', cpath, back, 'archive-credential', 'Click again to archive: sessions stop using it'),
         gone('Delete', cpath, back, 'delete-credential')] : null),
     c ? checked : null,
