@@ -2,7 +2,9 @@ package console_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -155,16 +157,23 @@ func TestConsoleManageDelete(t *testing.T) {
 }
 
 // TestConsoleManageValidate: Validate on an mcp_oauth credential's page shows the answer of mcp_oauth_validate
-// from the server's MCP proxy as text: here its server cannot be reached, so the probe's initialize failed with
-// no HTTP answer.
+// from the server's MCP proxy as text, the same as the API's: a server that cannot be reached (the probe's
+// initialize failed with no HTTP answer), then one that refuses the token (its HTTP status and body).
 func TestConsoleManageValidate(t *testing.T) {
 	seal, err := vault.New(vault.NewKey())
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An MCP server that refuses every token.
+	mcpSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		w.Write([]byte(`{"error": "token revoked by the test"}`))
+	}))
+	t.Cleanup(mcpSrv.Close)
 	e := newEnv(t, false, func(c *server.Config) {
 		c.API.Sealer = seal
-		p, err := proxy.NewMCP(proxy.MCPConfig{Store: c.Store, Vault: seal, AllowInternal: []string{"127.0.0.1:1"}})
+		p, err := proxy.NewMCP(proxy.MCPConfig{Store: c.Store, Vault: seal, AllowInternal: []string{"127.0.0.1:1", strings.TrimPrefix(mcpSrv.URL, "http://")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,6 +196,30 @@ func TestConsoleManageValidate(t *testing.T) {
 	got := e.eval(`document.getElementById('cred-validation').textContent`)
 	t.Logf("the page shows: %s", got)
 	for _, s := range []string{"Status: " + want.Status, "refresh token: no", "Failed at " + want.MCPProbe.Method, "no HTTP answer"} {
+		if !strings.Contains(got, s) {
+			t.Errorf("the page shows %q, want %q in it", got, s)
+		}
+	}
+
+	// A server that refuses the token: the page shows its HTTP status and body.
+	refused := e.create("/v1/vaults/"+v+"/credentials", map[string]any{"auth": map[string]any{"type": "mcp_oauth",
+		"mcp_server_url": mcpSrv.URL + "/mcp", "access_token": "tok"}})
+	e.api("POST", "/v1/vaults/"+v+"/credentials/"+refused+"/mcp_oauth_validate", map[string]any{}, &want)
+	if want.MCPProbe == nil || want.MCPProbe.HTTPResponse == nil {
+		t.Fatalf("the API's validation against a refusing server: %+v", want)
+	}
+	e.open("/vaults/" + v + "/credentials/" + refused + "/edit")
+	e.wait("the credential's page", `!!document.getElementById('validate-credential')`)
+	e.click("validate-credential")
+	e.wait("the validation", `document.getElementById('cred-validation')?.textContent.includes('Failed at')`)
+	got = e.eval(`document.getElementById('cred-validation').textContent`)
+	t.Logf("the page shows: %s", got)
+	wants := []string{"Status: " + want.Status, "Failed at " + want.MCPProbe.Method, fmt.Sprintf("HTTP %d", want.MCPProbe.HTTPResponse.StatusCode),
+		"token revoked by the test"}
+	if want.Refresh != nil {
+		wants = append(wants, "Refresh "+want.Refresh.Status)
+	}
+	for _, s := range wants {
 		if !strings.Contains(got, s) {
 			t.Errorf("the page shows %q, want %q in it", got, s)
 		}
