@@ -1,10 +1,10 @@
 // Agents: the list, an agent with its versions, and the diff between two versions.
 
-import {h, clear, time, empty, pretty} from './dom.js';
+import {h, clear, time, empty, pretty, fact, crumbs, mono, meta} from './dom.js';
 import {get, post, id as esc} from './api.js';
 import {setQuery} from './app.js';
 import {diffLines, canonical} from './diff.js';
-import {row, text, area, form, parseJSON, json, same, metadataPatch, twoClick, FormError} from './forms.js';
+import {row, text, area, form, parseJSON, json, same, metadataPatch, gone, FormError} from './forms.js';
 
 // pagedList renders a list page with Previous/Next over the API's cursors. columns: [[header, cell(row)], ...].
 // params are more parameters of the list request; noArchived drops the Archived filter (files have none); before
@@ -63,7 +63,7 @@ export function agentsPage(main, q) {
     emptyTitle: 'No agents yet.', emptyHint: 'Create one with New agent, POST /v1/agents or corral agents create.',
     columns: [
       ['Agent', a => [h('a', {href: `#/agents/${esc(a.id)}`, 'data-row': ''}, a.name || a.id), h('span', {class: 'sub mono'}, a.id)], 'name'],
-      ['Model', a => h('span', {class: 'mono'}, (a.model && a.model.id) || '')],
+      ['Model', a => mono((a.model && a.model.id) || '')],
       ['Version', a => `v${a.version}`],
       ['Tools', a => (a.tools || []).map(t => t.type === 'custom' ? t.name : t.type === 'mcp_toolset' ? `mcp:${t.mcp_server_name}` : 'built-in').join(', '), 'opt'],
       ['Updated', a => time(a.updated_at), 'opt'],
@@ -72,11 +72,11 @@ export function agentsPage(main, q) {
 
 function agentFacts(a) {
   return h('dl', {class: 'facts'},
-    h('div', null, h('dt', null, 'Model'), h('dd', {class: 'mono'}, (a.model && a.model.id) || '')),
-    h('div', null, h('dt', null, 'Version'), h('dd', null, `v${a.version}`)),
-    h('div', null, h('dt', null, 'Created'), h('dd', null, time(a.created_at))),
-    h('div', null, h('dt', null, 'Updated'), h('dd', null, time(a.updated_at))),
-    a.archived_at ? h('div', null, h('dt', null, 'Archived'), h('dd', null, time(a.archived_at))) : null);
+    fact('Model', {class: 'mono'}, (a.model && a.model.id) || ''),
+    fact('Version', null, `v${a.version}`),
+    fact('Created', null, time(a.created_at)),
+    fact('Updated', null, time(a.updated_at)),
+    a.archived_at ? fact('Archived', null, time(a.archived_at)) : null);
 }
 
 export async function agentPage(main, agentID, q) {
@@ -89,13 +89,10 @@ export async function agentPage(main, agentID, q) {
   vb.value = String(a.version);
   va.value = String(versions.data.length > 1 ? versions.data[1].version : a.version);
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/agents'}, 'Agents'), ' / ', h('span', {class: 'mono'}, a.id)),
+    crumbs(h('a', {href: '#/agents'}, 'Agents'), ' / ', mono(a.id)),
     h('div', {class: 'page-head'}, h('h1', null, a.name || a.id), h('span', {class: 'spacer'}),
       a.archived_at ? null : [h('a', {class: 'button', href: `#/agents/${esc(a.id)}/edit`, id: 'edit-agent'}, 'Edit'),
-        twoClick('Archive', 'Click again to archive', {id: 'archive-agent'}, async () => {
-          await post(`/v1/agents/${esc(a.id)}/archive`, {});
-          location.hash = '#/agents';
-        })]),
+        gone('Archive', `/v1/agents/${esc(a.id)}`, '#/agents', 'archive-agent')]),
     q.get('unchanged') ? h('p', {class: 'notice', role: 'status', id: 'unchanged'}, `Nothing changed: the agent is still at v${a.version}.`) : null,
     a.description ? h('p', {class: 'lead'}, a.description) : null,
     agentFacts(a),
@@ -104,9 +101,9 @@ export async function agentPage(main, agentID, q) {
       doc.system ? [h('h3', null, 'System prompt'), h('div', {class: 'text prompt'}, doc.system)] : null,
       h('h3', null, 'Tools'),
       (doc.tools || []).length ? h('ul', {class: 'plain'}, doc.tools.map(t => h('li', null,
-        h('span', {class: 'mono'}, t.type === 'custom' ? t.name : t.type === 'mcp_toolset' ? `mcp_toolset ${t.mcp_server_name}` : t.type),
+        mono(t.type === 'custom' ? t.name : t.type === 'mcp_toolset' ? `mcp_toolset ${t.mcp_server_name}` : t.type),
         t.description ? ` — ${t.description}` : '',
-        t.default_config && t.default_config.permission_policy ? h('span', {class: 'badge'}, t.default_config.permission_policy.type) : null))) : h('p', {class: 'meta'}, 'None'),
+        t.default_config && t.default_config.permission_policy ? h('span', {class: 'badge'}, t.default_config.permission_policy.type) : null))) : meta('None'),
       (doc.mcp_servers || []).length ? [h('h3', null, 'MCP servers'), h('ul', {class: 'plain'}, doc.mcp_servers.map(s => h('li', {class: 'mono'}, `${s.name}: ${s.url}`)))] : null,
       h('details', {class: 'raw'}, h('summary', null, 'JSON'), h('pre', {class: 'json'}, pretty(doc)))),
     h('section', {class: 'card'}, h('h2', null, 'Versions'),
@@ -118,7 +115,7 @@ export async function agentPage(main, agentID, q) {
           h('td', null, h('a', {href: `#/agents/${esc(a.id)}?version=${v.version}`, 'data-row': ''}, `v${v.version}`),
             v.version === a.version ? h('span', {class: 'badge current'}, 'current') : null, v.version === doc.version ? ' (shown)' : ''),
           h('td', null, time(v.updated_at)), h('td', {class: 'mono'}, (v.model && v.model.id) || ''))))) : empty('No versions.'),
-      versions.next_page ? h('p', {class: 'meta'}, 'Only the latest 100 versions are listed.') : null));
+      versions.next_page ? meta('Only the latest 100 versions are listed.') : null));
   return {keys: {}};
 }
 
@@ -139,7 +136,7 @@ export async function agentDiffPage(main, agentID, q) {
     i = j;
   }
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/agents'}, 'Agents'), ' / ',
+    crumbs(h('a', {href: '#/agents'}, 'Agents'), ' / ',
       h('a', {href: `#/agents/${esc(agentID)}`, class: 'mono'}, agentID), ' / diff'),
     h('div', {class: 'page-head'}, h('h1', null, `${a.name || agentID}: v${a.version} → v${b.version}`)),
     h('p', {class: 'meta', id: 'diff-summary'}, changed ? `${changed} changed line${changed === 1 ? '' : 's'}` : 'The two versions are the same.'),
@@ -154,9 +151,18 @@ export async function agentDiffPage(main, agentID, q) {
 // agentEditPage creates an agent (agentID empty) or posts an update of its current version. An update sends the
 // version it was made from (the API refuses it with a conflict if the agent moved on since) and only the fields
 // that changed; the API answers the new version, or the same one when nothing changed.
+//
+// multiagent is a JSON field (the API checks it, docs/multiagent.md); the roster picker (the other agents) and the
+// advisor model above it write their part of it, a multiagent_20261001's subagents and advisor, into the field.
 export async function agentEditPage(main, agentID) {
-  const a = agentID ? await get(`/v1/agents/${esc(agentID)}`) : null;
+  const [a, all] = await Promise.all([agentID ? get(`/v1/agents/${esc(agentID)}`) : null, get('/v1/agents', {limit: 100})]);
   const model = (a && a.model && a.model.id) || '';
+  const ma = (a && a.multiagent) || {};
+  const ident = (a && a.execution_identity) || {type: 'service_account'};
+  const refID = r => typeof r === 'string' ? r : r.id;
+  const listed = (ma.type === 'coordinator' ? ma.agents : ma.subagents && ma.subagents.predefined_agents) || [];
+  const picked = new Set(listed.map(refID));
+  const advisor = ma.type === 'coordinator' ? listed.find(r => r.type === 'advisor') : ma.advisor;
   const f = {
     name: text('agent-name', a ? a.name : ''),
     model: text('agent-model', model, {placeholder: 'claude-sonnet-4-5', class: 'mono'}),
@@ -166,7 +172,29 @@ export async function agentEditPage(main, agentID) {
     mcp: area('agent-mcp-servers', json(a && a.mcp_servers), 3, {class: 'mono', placeholder: '[{"type": "url", "name": "docs", "url": "https://…"}]'}),
     skills: area('agent-skills', json(a && a.skills), 3, {class: 'mono', placeholder: '[{"type": "custom", "skill_id": "skill_…", "version": "latest"}]'}),
     metadata: area('agent-metadata', json(a && a.metadata), 3, {class: 'mono', placeholder: '{"team": "support"}'}),
+    roster: h('select', {id: 'agent-roster', multiple: true, size: 4, onchange: compose},
+      all.data.filter(o => !a || o.id !== a.id).map(o => h('option', {value: o.id, selected: picked.has(o.id)}, `${o.name || o.id} (${o.id})`))),
+    advisor: text('agent-advisor', (advisor && advisor.model) || '', {class: 'mono', placeholder: 'claude-opus-4-6', onchange: compose}),
+    multi: area('agent-multiagent', json(a && a.multiagent), 5, {class: 'mono', placeholder: '{"type": "multiagent_20261001", …}'}),
+    identity: h('select', {id: 'agent-identity'}, ['service_account', 'aws_role'].map(t => h('option', {value: t, selected: ident.type === t}, t))),
+    role: text('agent-role-arn', ident.role_arn, {class: 'mono', placeholder: 'arn:aws:iam::…:role/…'}),
   };
+  // compose writes the picked roster and the advisor into the multiagent field, keeping the entries that are not
+  // among the choices (the agent itself) and the versions the entries already pinned; a coordinator becomes a
+  // multiagent_20261001 (its agents preselected, its advisor in the field).
+  function compose() {
+    let m;
+    try { m = JSON.parse(f.multi.value || '{}'); } catch { return; } // the field's own error shows on saving
+    if (m.type !== 'multiagent_20261001') m = {type: 'multiagent_20261001'};
+    const was = (m.subagents && m.subagents.predefined_agents) || [];
+    const ids = [...f.roster.options].map(o => o.value);
+    const list = was.filter(r => !ids.includes(refID(r)));
+    for (const o of f.roster.selectedOptions) list.push(was.find(r => refID(r) === o.value) || o.value);
+    if (list.length || m.subagents) m.subagents = Object.assign(m.subagents && m.subagents.type === 'enabled' ? m.subagents : {type: 'enabled'}, {predefined_agents: list});
+    const adv = f.advisor.value.trim();
+    if (adv || m.advisor) m.advisor = adv ? {type: 'enabled', model: adv} : {type: 'disabled'};
+    f.multi.value = json(m);
+  }
   async function send() {
     const tools = parseJSON('Tools', f.tools.value);
     const mcp = parseJSON('MCP servers', f.mcp.value);
@@ -175,6 +203,9 @@ export async function agentEditPage(main, agentID) {
     if (metadata !== undefined && (metadata === null || typeof metadata !== 'object' || Array.isArray(metadata))) {
       throw new FormError('Metadata: a JSON object of strings.');
     }
+    const multi = parseJSON('Multi-agent', f.multi.value);
+    const identity = {type: f.identity.value};
+    if (f.role.value.trim()) identity.role_arn = f.role.value.trim();
     if (!a) {
       const body = {name: f.name.value, model: f.model.value.trim()};
       if (f.description.value) body.description = f.description.value;
@@ -183,6 +214,8 @@ export async function agentEditPage(main, agentID) {
       if (mcp !== undefined) body.mcp_servers = mcp;
       if (skills !== undefined) body.skills = skills;
       if (metadata !== undefined) body.metadata = metadata;
+      if (multi !== undefined) body.multiagent = multi;
+      if (!same(identity, ident)) body.execution_identity = identity;
       const created = await post('/v1/agents', body);
       location.hash = `#/agents/${esc(created.id)}`;
       return;
@@ -195,6 +228,8 @@ export async function agentEditPage(main, agentID) {
     if (!same(tools || [], a.tools || [])) body.tools = tools || [];
     if (!same(mcp || [], a.mcp_servers || [])) body.mcp_servers = mcp || [];
     if (!same(skills || [], a.skills || [])) body.skills = skills || [];
+    if (!same(multi || null, a.multiagent || null)) body.multiagent = multi || null;
+    if (!same(identity, ident)) body.execution_identity = identity;
     const md = metadataPatch(a.metadata || {}, metadata || {});
     if (md) body.metadata = md;
     const next = await post(`/v1/agents/${esc(a.id)}`, body);
@@ -202,7 +237,7 @@ export async function agentEditPage(main, agentID) {
   }
   const back = a ? `#/agents/${esc(a.id)}` : '#/agents';
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/agents'}, 'Agents'), ' / ',
+    crumbs(h('a', {href: '#/agents'}, 'Agents'), ' / ',
       a ? [h('a', {href: back, class: 'mono'}, a.id), ' / edit'] : 'new'),
     h('div', {class: 'page-head'}, h('h1', null, a ? `Edit ${a.name || a.id}` : 'New agent')),
     a ? h('p', {class: 'lead', id: 'edit-base'}, `Editing version v${a.version}. Saving makes version v${a.version + 1}; if the agent changed meanwhile, the server refuses and you reload.`) : null,
@@ -214,6 +249,12 @@ export async function agentEditPage(main, agentID) {
       row('Tools (JSON array)', f.tools, 'The agent toolset, custom tools and MCP toolsets, as in the API. Blank for none.'),
       row('MCP servers (JSON array)', f.mcp),
       row('Skills (JSON array)', f.skills),
+      h('fieldset', {class: 'sub-fields'}, h('legend', null, 'Multi-agent (a coordinator)'),
+        row('Subagents it may start', f.roster, 'Pick with Ctrl or ⌘; each is pinned to its latest version.'),
+        row('Advisor model', f.advisor, 'Blank for no advisor.'),
+        row('Multi-agent (JSON object)', f.multi, 'As in the API; the two fields above write into it. Blank for none.')),
+      row('Execution identity', f.identity),
+      row('Role ARN (aws_role)', f.role),
       row('Metadata (JSON object)', f.metadata),
     ], a ? 'Save as a new version' : 'Create agent', send, back));
   f.name.focus();

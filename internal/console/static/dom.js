@@ -110,3 +110,13 @@ export function toast(msg, kind) {
   clearTimeout(toastTimer);
   toastTimer = setTimeout(() => { t.className = 'toast'; }, 4000);
 }
+
+// fact is an entry of a page's facts (dl.facts): its label, then the dd's attributes and content.
+export const fact = (label, attrs, ...v) => h('div', null, h('dt', null, label), h('dd', attrs, ...v));
+
+// crumbs is a page's breadcrumb trail.
+export const crumbs = (...c) => h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, ...c);
+
+// mono is text in the monospace face (an id, a path); meta a line of secondary text.
+export const mono = (...c) => h('span', {class: 'mono'}, ...c);
+export const meta = (...c) => h('p', {class: 'meta'}, ...c);

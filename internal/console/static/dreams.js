@@ -1,7 +1,7 @@
 // Dreams: the list, and a dream with its status, error, usage, the session that ran it and the memory store it
 // wrote. A pending or running dream can be canceled; a finished one archived.
 
-import {h, clear, time, statusBadge} from './dom.js';
+import {h, clear, time, statusBadge, fact, crumbs, mono} from './dom.js';
 import {get, post, id as esc} from './api.js';
 import {pagedList} from './agents.js';
 import {twoClick} from './forms.js';
@@ -32,20 +32,20 @@ export async function dreamPage(main, dreamID) {
   const u = d.usage || {};
   const sessions = input(d, 'sessions').session_ids || [];
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/dreams'}, 'Dreams'), ' / ', h('span', {class: 'mono'}, d.id)),
+    crumbs(h('a', {href: '#/dreams'}, 'Dreams'), ' / ', mono(d.id)),
     h('div', {class: 'page-head'}, h('h1', null, `Dream ${d.id}`), h('span', {id: 'dream-status'}, statusBadge(d.status)),
       d.archived_at ? h('span', {class: 'badge'}, 'archived') : null, h('span', {class: 'spacer'}),
       !done ? twoClick('Cancel', 'Click again to cancel the dream', {id: 'cancel-dream'}, async () => { await post(`${base}/cancel`, {}); await again(); })
         : d.archived_at ? null : twoClick('Archive', 'Click again to archive', {id: 'archive-dream'}, async () => { await post(`${base}/archive`, {}); await again(); })),
     d.error ? h('div', {class: 'notice error', role: 'alert', id: 'dream-error'}, h('strong', null, `${d.error.type}: `), d.error.message) : null,
     h('dl', {class: 'facts'},
-      h('div', null, h('dt', null, 'Model'), h('dd', {class: 'mono'}, (d.model && d.model.id) || '')),
-      h('div', null, h('dt', null, 'Input store'), h('dd', null, storeLink(input(d, 'memory_store').memory_store_id))),
-      h('div', null, h('dt', null, 'Output store'), h('dd', {id: 'dream-output'}, storeLink(output(d)) || 'none yet')),
-      h('div', null, h('dt', null, 'Session'), h('dd', {id: 'dream-session'}, d.session_id ? h('a', {href: `#/sessions/${esc(d.session_id)}`, class: 'mono'}, d.session_id) : 'none yet')),
-      h('div', null, h('dt', null, 'Usage'), h('dd', {id: 'dream-usage'}, `${u.input_tokens || 0} in · ${u.output_tokens || 0} out · ${u.cache_read_input_tokens || 0} cache read · ${u.cache_creation_input_tokens || 0} cache write`)),
-      h('div', null, h('dt', null, 'Created'), h('dd', null, time(d.created_at))),
-      h('div', null, h('dt', null, 'Ended'), h('dd', null, d.ended_at ? time(d.ended_at) : '—'))),
+      fact('Model', {class: 'mono'}, (d.model && d.model.id) || ''),
+      fact('Input store', null, storeLink(input(d, 'memory_store').memory_store_id)),
+      fact('Output store', {id: 'dream-output'}, storeLink(output(d)) || 'none yet'),
+      fact('Session', {id: 'dream-session'}, d.session_id ? h('a', {href: `#/sessions/${esc(d.session_id)}`, class: 'mono'}, d.session_id) : 'none yet'),
+      fact('Usage', {id: 'dream-usage'}, `${u.input_tokens || 0} in · ${u.output_tokens || 0} out · ${u.cache_read_input_tokens || 0} cache read · ${u.cache_creation_input_tokens || 0} cache write`),
+      fact('Created', null, time(d.created_at)),
+      fact('Ended', null, d.ended_at ? time(d.ended_at) : '—')),
     h('section', {class: 'card'}, h('h2', null, `Sessions read (${sessions.length})`),
       h('ul', {class: 'plain', id: 'dream-sessions'}, sessions.map(id => h('li', null, h('a', {href: `#/sessions/${esc(id)}`, class: 'mono'}, id))))),
     d.instructions ? h('section', {class: 'card'}, h('h2', null, 'Instructions'), h('div', {class: 'text prompt'}, d.instructions)) : null);

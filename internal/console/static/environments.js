@@ -1,9 +1,9 @@
 // Environments: the list, one environment with its image build, and the form that creates or edits one.
 
-import {h, clear, time, pretty, statusBadge, fmtTime, toast} from './dom.js';
+import {h, clear, time, pretty, statusBadge, fmtTime, toast, fact, crumbs, mono, meta} from './dom.js';
 import {get, post, del, id as esc} from './api.js';
 import {pagedList} from './agents.js';
-import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, twoClick, FormError} from './forms.js';
+import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, twoClick, gone, FormError} from './forms.js';
 
 export function environmentsPage(main, q) {
   return pagedList(main, {title: 'Environments', path: '/v1/environments', q, caption: 'Environments',
@@ -32,15 +32,15 @@ const managers = ['apt', 'pip', 'npm', 'cargo', 'gem', 'go'];
 function imageCard(img) {
   if (!img) {
     return h('section', {class: 'card', id: 'env-image'}, h('h2', null, 'Image'),
-      h('p', {class: 'meta'}, 'No image: a self-hosted environment, or a server that builds none (sandboxes run on its base).'));
+      meta('No image: a self-hosted environment, or a server that builds none (sandboxes run on its base).'));
   }
   const err = img.error;
   return h('section', {class: 'card', id: 'env-image'},
     h('div', {class: 'section-head'}, h('h2', null, 'Image'), h('span', {id: 'image-status'}, statusBadge(img.status))),
     h('dl', {class: 'facts'},
-      h('div', null, h('dt', null, 'Image'), h('dd', {class: 'mono'}, img.id || '')),
-      h('div', null, h('dt', null, 'Since'), h('dd', null, h('time', {datetime: img.updated_at || '', title: fmtTime(img.updated_at)}, fmtTime(img.updated_at))))),
-    img.status === 'building' ? h('p', {class: 'meta'}, 'Building: this page follows the build.') : null,
+      fact('Image', {class: 'mono'}, img.id || ''),
+      fact('Since', null, h('time', {datetime: img.updated_at || '', title: fmtTime(img.updated_at)}, fmtTime(img.updated_at)))),
+    img.status === 'building' ? meta('Building: this page follows the build.') : null,
     err ? [
       h('p', {class: 'error-msg'}, err.package ? `${err.manager} package ${err.package} failed to build` :
         err.manager ? `The ${err.manager} step failed` : 'The image failed to build'),
@@ -56,23 +56,21 @@ export async function environmentPage(main, envID) {
   const listed = managers.filter(m => (pk[m] || []).length);
   const image = imageCard(e.image);
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/environments'}, 'Environments'), ' / ', h('span', {class: 'mono'}, e.id)),
+    crumbs(h('a', {href: '#/environments'}, 'Environments'), ' / ', mono(e.id)),
     h('div', {class: 'page-head'}, h('h1', null, e.name || e.id), h('span', {class: 'spacer'}),
       e.archived_at ? null : [h('a', {class: 'button', href: `#/environments/${esc(e.id)}/edit`, id: 'edit-environment'}, 'Edit'),
-        twoClick('Archive', 'Click again to archive', {id: 'archive-environment'}, async () => {
-          await post(`/v1/environments/${esc(e.id)}/archive`, {});
-          location.hash = '#/environments';
-        })]),
+        gone('Archive', `/v1/environments/${esc(e.id)}`, '#/environments', 'archive-environment')],
+      gone('Delete', `/v1/environments/${esc(e.id)}`, '#/environments', 'delete-environment')),
     e.description ? h('p', {class: 'lead'}, e.description) : null,
     h('dl', {class: 'facts'},
-      h('div', null, h('dt', null, 'Type'), h('dd', null, c.type || '')),
-      c.type === 'self_hosted' ? null : h('div', null, h('dt', null, 'Networking'), h('dd', null, (c.networking && c.networking.type) || 'default')),
-      h('div', null, h('dt', null, 'Created'), h('dd', null, time(e.created_at))),
-      h('div', null, h('dt', null, 'Updated'), h('dd', null, time(e.updated_at))),
-      e.archived_at ? h('div', null, h('dt', null, 'Archived'), h('dd', null, time(e.archived_at))) : null),
+      fact('Type', null, c.type || ''),
+      c.type === 'self_hosted' ? null : fact('Networking', null, (c.networking && c.networking.type) || 'default'),
+      fact('Created', null, time(e.created_at)),
+      fact('Updated', null, time(e.updated_at)),
+      e.archived_at ? fact('Archived', null, time(e.archived_at)) : null),
     h('p', null, h('a', {href: `#/sessions?env=${esc(e.id)}`}, 'Sessions in this environment →')),
     listed.length ? h('section', {class: 'card'}, h('h2', null, 'Packages'),
-      h('ul', {class: 'plain', id: 'packages'}, listed.map(m => h('li', null, h('strong', null, m), ' ', h('span', {class: 'mono'}, pk[m].join(' ')))))) : null,
+      h('ul', {class: 'plain', id: 'packages'}, listed.map(m => h('li', null, h('strong', null, m), ' ', mono(pk[m].join(' ')))))) : null,
     c.type === 'cloud' || e.image ? image : null,
     c.type === 'self_hosted' ? await keysCard(e) : null,
     h('section', {class: 'card'}, h('h2', null, 'Configuration'), h('pre', {class: 'json'}, pretty(c))),
@@ -174,7 +172,7 @@ export async function environmentEditPage(main, envID) {
   }
   const back = e ? `#/environments/${esc(e.id)}` : '#/environments';
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/environments'}, 'Environments'), ' / ',
+    crumbs(h('a', {href: '#/environments'}, 'Environments'), ' / ',
       e ? [h('a', {href: back, class: 'mono'}, e.id), ' / edit'] : 'new'),
     h('div', {class: 'page-head'}, h('h1', null, e ? `Edit ${e.name || e.id}` : 'New environment')),
     form('env-form', [
@@ -205,7 +203,7 @@ async function keysCard(e) {
         h('td', null, time(k.created_at)),
         h('td', null, k.revoked_at ? h('span', {class: 'badge status-terminated'}, 'revoked') : h('span', {class: 'badge status-idle'}, 'active')),
         h('td', null, k.revoked_at ? null : revokeButton(k))))))
-      : h('p', {class: 'meta'}, 'No keys: a worker needs one to take this environment\'s work.'));
+      : meta('No keys: a worker needs one to take this environment\'s work.'));
   }
   function revokeButton(k) {
     return twoClick('Revoke', 'Click again to revoke', {dataset: {revoke: k.id}}, async () => {
@@ -227,7 +225,7 @@ async function keysCard(e) {
   }
   await load();
   return h('section', {class: 'card', id: 'keys'}, h('h2', null, 'Worker keys'),
-    h('p', {class: 'meta'}, 'A worker (corral worker) authenticates with an environment key to take this environment\'s sessions.'),
+    meta('A worker (corral worker) authenticates with an environment key to take this environment\'s sessions.'),
     shown,
     form('key-form', [row('New key\'s name', name)], 'Create key', create, null),
     list);

@@ -1,7 +1,7 @@
 // Files: the Files API's files (uploads and sessions' outputs), with an upload form, downloads and deletes.
 // A download goes through fetch (the API key is a header, which a plain link cannot send) into a blob.
 
-import {h, time, toast} from './dom.js';
+import {h, time, toast, mono} from './dom.js';
 import {upload, download, del, id as esc} from './api.js';
 import {pagedList} from './agents.js';
 import {row, text, form, twoClick, FormError} from './forms.js';
@@ -39,7 +39,7 @@ export async function filesPage(main, q) {
     columns: [
       ['File', f => [h('span', {class: 'filename', 'data-row': '', tabindex: '0'}, f.filename), h('span', {class: 'sub mono'}, f.id)], 'name'],
       ['Size', f => fmtBytes(f.size_bytes)],
-      ['Type', f => h('span', {class: 'mono'}, f.mime_type || ''), 'opt'],
+      ['Type', f => mono(f.mime_type || ''), 'opt'],
       ['From', f => f.scope && f.scope.type === 'session' ? h('a', {href: `#/sessions/${esc(f.scope.id)}`, class: 'mono'}, f.scope.id) : 'upload', 'opt'],
       ['Created', f => time(f.created_at), 'opt'],
       ['Expires', f => f.expires_at ? time(f.expires_at) : 'never', 'opt'],

@@ -4,6 +4,7 @@
 // by value, never by markup.
 
 import {h, clear, toast} from './dom.js';
+import {post, del} from './api.js';
 
 // row is a labelled control with an optional hint: h('label') around the text, so a click focuses the control.
 export function row(label, control, hint) {
@@ -109,4 +110,12 @@ export function twoClick(label, again, attrs, act) {
     try { await act(); } catch (e) { b.disabled = false; toast(e.message, 'error'); }
   });
   return b;
+}
+
+// gone is a resource page's two-click Archive (POST path/archive) or Delete (DELETE path); done, it shows the list.
+export function gone(verb, path, list, id, again) {
+  return twoClick(verb, again || `Click again to ${verb.toLowerCase()}`, {id}, async () => {
+    await (verb === 'Delete' ? del(path) : post(`${path}/archive`, {}));
+    location.hash = list;
+  });
 }

@@ -3,7 +3,7 @@
 // and the store's versions. An edit carries the content_sha256 of the content shown as its precondition, so a
 // change made meanwhile (by a session, another tab) is refused with the API's 409 instead of overwritten.
 
-import {h, clear, time, empty, toast} from './dom.js';
+import {h, clear, time, empty, toast, fact, crumbs, mono, meta} from './dom.js';
 import {get, post, call, del, id as esc, query} from './api.js';
 import {pagedList} from './agents.js';
 import {row, text, area, form, twoClick} from './forms.js';
@@ -27,9 +27,9 @@ export function actor(a) {
   if (!a) return '';
   switch (a.type) {
   case 'session_actor': return ['session ', h('a', {href: `#/sessions/${esc(a.session_id)}`, class: 'mono'}, a.session_id)];
-  case 'api_actor': return ['key ', h('span', {class: 'mono'}, a.api_key_id)];
-  case 'user_actor': return ['user ', h('span', {class: 'mono'}, a.user_id)];
-  case 'service_account_actor': return ['service account ', h('span', {class: 'mono'}, a.service_account_id)];
+  case 'api_actor': return ['key ', mono(a.api_key_id)];
+  case 'user_actor': return ['user ', mono(a.user_id)];
+  case 'service_account_actor': return ['service account ', mono(a.service_account_id)];
   }
   return a.type || '';
 }
@@ -49,7 +49,7 @@ export function memoryStoresPage(main, q) {
       ['Store', s => [h('a', {href: `#/memory/${esc(s.id)}`, 'data-row': ''}, s.name || s.id), h('span', {class: 'sub mono'}, s.id),
         s.archived_at ? h('span', {class: 'badge'}, 'archived') : null], 'name'],
       ['Description', s => s.description || ''],
-      ['Mount', s => h('span', {class: 'mono'}, `/mnt/memory/${slug(s.name, s.id)}`), 'opt'],
+      ['Mount', s => mono(`/mnt/memory/${slug(s.name, s.id)}`), 'opt'],
       ['Updated', s => time(s.updated_at), 'opt'],
     ]});
 }
@@ -90,7 +90,7 @@ export async function memoryStorePage(main, storeID, q) {
 
   // The directory: breadcrumbs from the root, then its memories and sub-directories.
   const parts = prefix.split('/').filter(Boolean);
-  const crumbs = h('nav', {class: 'crumbs', id: 'mem-crumbs', 'aria-label': 'Directory'},
+  const dirs = h('nav', {class: 'crumbs', id: 'mem-crumbs', 'aria-label': 'Directory'},
     h('a', {href: here({prefix: '', memory: ''})}, '/'),
     parts.map((p, i) => [h('a', {href: here({prefix: `/${parts.slice(0, i + 1).join('/')}/`, memory: ''})}, p), '/']));
   const tbody = h('tbody');
@@ -141,7 +141,7 @@ export async function memoryStorePage(main, storeID, q) {
           toast(`Deleted ${m.path}.`);
           location.hash = here({memory: ''});
         })),
-      h('p', {class: 'meta'}, h('span', {class: 'mono'}, m.id), ` · ${bytes(m.content_size_bytes)} · sha256 `,
+      meta(mono(m.id), ` · ${bytes(m.content_size_bytes)} · sha256 `,
         h('span', {class: 'mono', title: m.content_sha256}, short(m.content_sha256)), ' · updated ', time(m.updated_at)),
       h('pre', {class: 'text', id: 'memory-text'}, m.content || ''),
       form('memory-edit', [row('Path', path, 'A new path renames the memory (its id stays).'), row('Content', content)], 'Save', async () => {
@@ -199,7 +199,7 @@ export async function memoryStorePage(main, storeID, q) {
   await Promise.all([memories.run(), versions.run()]);
   const mount = `/mnt/memory/${slug(s.name, s.id)}`;
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/memory'}, 'Memory stores'), ' / ', h('span', {class: 'mono'}, s.id)),
+    crumbs(h('a', {href: '#/memory'}, 'Memory stores'), ' / ', mono(s.id)),
     h('div', {class: 'page-head'}, h('h1', null, s.name || s.id), s.archived_at ? h('span', {class: 'badge', id: 'store-archived'}, 'archived') : null,
       h('span', {class: 'spacer'}),
       s.archived_at ? null : twoClick('Archive', 'Click again to archive: read and delete only', {id: 'archive-store'}, async () => {
@@ -212,13 +212,13 @@ export async function memoryStorePage(main, storeID, q) {
       })),
     s.description ? h('p', {class: 'lead'}, s.description) : null,
     h('dl', {class: 'facts'},
-      h('div', null, h('dt', null, 'ID'), h('dd', {class: 'mono'}, s.id)),
-      h('div', null, h('dt', null, 'Mounted at'), h('dd', {class: 'mono', id: 'store-mount'}, mount)),
-      h('div', null, h('dt', null, 'Created'), h('dd', null, time(s.created_at))),
-      h('div', null, h('dt', null, 'Updated'), h('dd', null, time(s.updated_at))),
-      s.archived_at ? h('div', null, h('dt', null, 'Archived'), h('dd', null, time(s.archived_at))) : null),
+      fact('ID', {class: 'mono'}, s.id),
+      fact('Mounted at', {class: 'mono', id: 'store-mount'}, mount),
+      fact('Created', null, time(s.created_at)),
+      fact('Updated', null, time(s.updated_at)),
+      s.archived_at ? fact('Archived', null, time(s.archived_at)) : null),
     h('p', null, h('a', {href: `#/sessions?memory=${esc(s.id)}`, id: 'store-sessions'}, 'Sessions with this store →')),
-    h('section', {class: 'card'}, h('h2', null, 'Memories'), crumbs,
+    h('section', {class: 'card'}, h('h2', null, 'Memories'), dirs,
       h('div', {class: 'table-wrap'}, h('table', {class: 'list', id: 'memories'},
         h('thead', null, h('tr', null, h('th', null, 'Path'), h('th', null, 'Size'), h('th', null, 'SHA-256'), h('th', null, 'Updated'))), tbody)),
       memories.bar),

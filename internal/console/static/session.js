@@ -2,11 +2,12 @@
 // events list (a window of a few pages, never the whole log), the live stream, and the actions a user takes:
 // send a message, interrupt, allow or deny a tool call, answer a custom tool call.
 
-import {h, clear, time, statusBadge, toast, pretty, empty} from './dom.js';
+import {h, clear, time, statusBadge, toast, pretty, empty, fact, crumbs, mono} from './dom.js';
 import {get, sendEvents, id as esc} from './api.js';
 import {follow} from './sse.js';
 import {render} from './transcript.js';
 import {threadsCard} from './threads.js';
+import {gone} from './forms.js';
 import {build, view, WATERFALL_TYPES} from './waterfall.js';
 
 const PAGE = 100; // events per page of the transcript
@@ -129,22 +130,22 @@ export async function sessionPage(main, sessionID) {
   const title = sess.title || sess.id;
   const mems = (sess.resources || []).filter(r => r.type === 'memory_store');
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/sessions'}, 'Sessions'), ' / ', h('span', {class: 'mono'}, sess.id)),
+    crumbs(h('a', {href: '#/sessions'}, 'Sessions'), ' / ', mono(sess.id)),
     h('div', {class: 'page-head session-head'},
-      h('h1', null, title), badge, streamState),
+      h('h1', null, title), badge, streamState, gone('Delete', `/v1/sessions/${esc(sess.id)}`, '#/sessions', 'delete-session')),
     h('dl', {class: 'facts'},
-      h('div', null, h('dt', null, 'Agent'), h('dd', null, h('a', {href: `#/agents/${esc(sess.agent.id)}?version=${sess.agent.version}`}, sess.agent.name || sess.agent.id), ` v${sess.agent.version}`)),
-      h('div', null, h('dt', null, 'Model'), h('dd', {class: 'mono'}, (sess.agent.model && sess.agent.model.id) || '')),
-      h('div', null, h('dt', null, 'Environment'), h('dd', null, h('a', {href: `#/environments/${esc(sess.environment_id)}`, class: 'mono'}, sess.environment_id))),
-      h('div', null, h('dt', null, 'Created'), h('dd', null, time(sess.created_at))),
-      h('div', null, h('dt', null, 'Usage'), h('dd', null, usage)),
-      h('div', null, h('dt', null, 'List cost'), h('dd', null, cost)),
-      h('div', null, h('dt', null, 'Budget'), h('dd', null, budget)),
-      h('div', null, h('dt', null, 'Outputs'), h('dd', null, h('a', {href: `#/files?scope_id=${esc(sess.id)}`, id: 'session-outputs'}, 'Files →'))),
+      fact('Agent', null, h('a', {href: `#/agents/${esc(sess.agent.id)}?version=${sess.agent.version}`}, sess.agent.name || sess.agent.id), ` v${sess.agent.version}`),
+      fact('Model', {class: 'mono'}, (sess.agent.model && sess.agent.model.id) || ''),
+      fact('Environment', null, h('a', {href: `#/environments/${esc(sess.environment_id)}`, class: 'mono'}, sess.environment_id)),
+      fact('Created', null, time(sess.created_at)),
+      fact('Usage', null, usage),
+      fact('List cost', null, cost),
+      fact('Budget', null, budget),
+      fact('Outputs', null, h('a', {href: `#/files?scope_id=${esc(sess.id)}`, id: 'session-outputs'}, 'Files →')),
       // Its memory stores: where each is mounted, and whether the session may write to it.
-      mems.length ? h('div', null, h('dt', null, 'Memory'), h('dd', {id: 'session-memory'}, mems.map(r => h('div', null,
+      mems.length ? fact('Memory', {id: 'session-memory'}, mems.map(r => h('div', null,
         h('a', {href: `#/memory/${esc(r.memory_store_id)}`, class: 'mono', dataset: {store: r.memory_store_id}}, r.mount_path),
-        ` ${r.access || 'read_write'}`)))) : null),
+        ` ${r.access || 'read_write'}`))) : null),
     actions,
     threads,
     wfSection,
@@ -334,7 +335,7 @@ export async function sessionPage(main, sessionID) {
         return h('div', {class: 'pending-item'},
           ev ? h('div', null, h('span', {class: 'mono tool-name'}, ev.mcp_server_name ? `${ev.mcp_server_name} · ${ev.name}` : ev.name || ev.type), ' ',
             h('span', {class: 'meta'}, ev.type === 'agent.custom_tool_use' ? 'custom tool: the agent waits for its result' : 'asks for your confirmation'), ' ',
-            h('details', {class: 'io inline'}, h('summary', null, 'input'), h('pre', {class: 'json'}, pretty(ev.input)))) : h('span', {class: 'mono'}, id),
+            h('details', {class: 'io inline'}, h('summary', null, 'input'), h('pre', {class: 'json'}, pretty(ev.input)))) : mono(id),
           ev && !onPage ? actionFor(ev) : null,
           onPage ? h('button', {type: 'button', class: 'small', onclick: () => pick(id)}, 'Answer in the transcript ↓') : null);
       }));

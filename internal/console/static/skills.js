@@ -2,7 +2,7 @@
 // is the skill's folder (each file under its path, my-skill/SKILL.md, …) or one zip; the API reads SKILL.md
 // and refuses what it cannot use, and its message is shown as it is.
 
-import {h, clear, time, empty, toast} from './dom.js';
+import {h, clear, time, empty, toast, fact, crumbs, mono, meta} from './dom.js';
 import {get, upload, download, del, id as esc} from './api.js';
 import {pagedList} from './agents.js';
 import {row, text, form, twoClick, FormError} from './forms.js';
@@ -39,7 +39,7 @@ export function skillsPage(main, q) {
     emptyTitle: 'No skills yet.', emptyHint: 'Upload a folder with a SKILL.md, or a zip of one.',
     columns: [
       ['Skill', s => [h('a', {href: `#/skills/${esc(s.id)}`, 'data-row': ''}, s.display_name || s.id), h('span', {class: 'sub mono'}, s.id)], 'name'],
-      ['Latest version', s => h('span', {class: 'mono'}, s.latest_version_id || '')],
+      ['Latest version', s => mono(s.latest_version_id || '')],
       ['Source', s => (s.source && s.source.type) || '', 'opt'],
       ['Updated', s => time(s.updated_at), 'opt'],
     ]});
@@ -79,18 +79,18 @@ export async function skillPage(main, skillID) {
   }
   await load();
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/skills'}, 'Skills'), ' / ', h('span', {class: 'mono'}, s.id)),
+    crumbs(h('a', {href: '#/skills'}, 'Skills'), ' / ', mono(s.id)),
     h('div', {class: 'page-head'}, h('h1', null, s.display_name || s.id), h('span', {class: 'spacer'}),
       twoClick('Delete skill', 'Click again to delete the skill', {id: 'delete-skill'}, async () => {
         await del(`/v1/skills/${esc(skillID)}`);
         location.hash = '#/skills';
       })),
     h('dl', {class: 'facts'},
-      h('div', null, h('dt', null, 'Source'), h('dd', null, (s.source && s.source.type) || '')),
+      fact('Source', null, (s.source && s.source.type) || ''),
       h('div', null, h('dt', null, 'Latest'), latestFact),
-      h('div', null, h('dt', null, 'Created'), h('dd', null, time(s.created_at))),
-      h('div', null, h('dt', null, 'Updated'), h('dd', null, time(s.updated_at)))),
-    h('p', {class: 'meta'}, 'An agent uses it as {"type": "custom", "skill_id": "', h('span', {class: 'mono'}, s.id), '", "version": "latest"} in its skills.'),
+      fact('Created', null, time(s.created_at)),
+      fact('Updated', null, time(s.updated_at))),
+    meta('An agent uses it as {"type": "custom", "skill_id": "', mono(s.id), '", "version": "latest"} in its skills.'),
     h('section', {class: 'card'}, h('h2', null, 'Versions'), versions),
     h('section', {class: 'card'}, h('h2', null, 'Upload a new version'),
       form('version-form', [h('div', {class: 'filters'}, row('Skill folder', up.folder), row('or a zip (or its files)', up.picked))], 'Upload version', send, null)));

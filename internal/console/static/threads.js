@@ -1,6 +1,6 @@
 // A multi-agent session's threads: the table on its page, and a thread's page with its own transcript.
 
-import {h, clear, time, statusBadge, empty} from './dom.js';
+import {h, clear, time, statusBadge, empty, fact, crumbs, mono} from './dom.js';
 import {get, id as esc} from './api.js';
 import {render} from './transcript.js';
 import {follow} from './sse.js';
@@ -47,14 +47,14 @@ export async function threadPage(main, sessionID, threadID) {
     if (!next && !stop) stop = follow(`${base}/stream`, last, add, st => { list.dataset.stream = st; });
   };
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/sessions'}, 'Sessions'), ' / ',
-      h('a', {href: `#/sessions/${esc(sessionID)}`, class: 'mono'}, sessionID), ' / ', h('span', {class: 'mono'}, t.id)),
+    crumbs(h('a', {href: '#/sessions'}, 'Sessions'), ' / ',
+      h('a', {href: `#/sessions/${esc(sessionID)}`, class: 'mono'}, sessionID), ' / ', mono(t.id)),
     h('div', {class: 'page-head'}, h('h1', null, t.agent.name || t.agent.type), statusBadge(t.status)),
     h('dl', {class: 'facts'},
-      h('div', null, h('dt', null, 'Parent'), h('dd', {class: 'mono'}, t.parent_thread_id || 'none (primary)')),
-      h('div', null, h('dt', null, 'Model'), h('dd', {class: 'mono'}, (t.agent.model && t.agent.model.id) || t.agent.model || '')),
-      h('div', null, h('dt', null, 'Usage'), h('dd', null, tokens(t.usage))),
-      h('div', null, h('dt', null, 'Created'), h('dd', null, time(t.created_at)))),
+      fact('Parent', {class: 'mono'}, t.parent_thread_id || 'none (primary)'),
+      fact('Model', {class: 'mono'}, (t.agent.model && t.agent.model.id) || t.agent.model || ''),
+      fact('Usage', null, tokens(t.usage)),
+      fact('Created', null, time(t.created_at))),
     h('section', {class: 'card'}, h('h2', null, 'Transcript'), list, h('div', {class: 'tr-nav'}, more)));
   await load();
   return {cleanup: () => stop && stop()};

@@ -1,7 +1,7 @@
 // The transcript: a session's events rendered for people. Tool calls are cards that their results (and
 // confirmations) fill in when both are on screen; errors say which part failed.
 
-import {h, fmtTime, pretty} from './dom.js';
+import {h, fmtTime, pretty, mono, meta} from './dom.js';
 
 export const SPAN_TYPES = ['span.model_request_start', 'span.model_request_end', 'span.sandbox_provision_start',
   'span.sandbox_provision_end'];
@@ -23,8 +23,8 @@ export function blocks(content) {
   return content.map(b => {
     if (!b || typeof b !== 'object') return h('p', null, String(b));
     if (b.type === 'text') return h('div', {class: 'text'}, b.text || '');
-    if (b.type === 'image') return h('p', {class: 'meta'}, `[image${b.source && b.source.media_type ? `: ${b.source.media_type}` : ''}]`);
-    if (b.type === 'document') return h('p', {class: 'meta'}, `[document${b.title ? `: ${b.title}` : ''}]`);
+    if (b.type === 'image') return meta(`[image${b.source && b.source.media_type ? `: ${b.source.media_type}` : ''}]`);
+    if (b.type === 'document') return meta(`[document${b.title ? `: ${b.title}` : ''}]`);
     return h('pre', {class: 'json'}, pretty(b));
   });
 }
@@ -62,7 +62,7 @@ function toolCard(ev, kind, title, input, pending) {
   return h('article', {class: `ev tool tool-${kind}${pending ? ' pending' : ''}`, id: `ev-${ev.id}`, tabindex: '-1', dataset: {type: ev.type}},
     head('tool', kind === 'mcp' ? 'MCP tool' : kind === 'custom' ? 'Custom tool' : 'Tool', ev,
       h('span', {class: 'tool-name mono'}, title)),
-    perm ? h('p', {class: 'meta'}, `Permission: ${perm}`) : null,
+    perm ? meta(`Permission: ${perm}`) : null,
     h('details', {class: 'io', open: true}, h('summary', null, 'Input'), h('pre', {class: 'json'}, pretty(input))),
     h('div', {class: 'result-slot', 'aria-live': 'polite'}, h('p', {class: 'meta waiting'}, 'No result yet')),
     h('div', {class: 'action-slot'}),
@@ -146,7 +146,7 @@ export function render(root, ev, ctx) {
     node.id = `ev-${ev.id}`;
     if (attach(root, useID, node)) return null;
     return h('article', {class: `ev tool orphan${ev.is_error ? ' failed' : ''}`, id: `ev-${ev.id}`, tabindex: '-1', dataset: {type: t}},
-      h('p', {class: 'meta'}, `Result of call ${useID} (the call is on another page)`), node);
+      meta(`Result of call ${useID} (the call is on another page)`), node);
   }
   case 'user.tool_confirmation': {
     const node = confirmNote(ev);
@@ -170,11 +170,11 @@ export function render(root, ev, ctx) {
     const rs = e.retry_status && e.retry_status.type;
     return h('article', {class: `ev error${rs === 'retrying' ? ' retrying' : ''}`, id: `ev-${ev.id}`, tabindex: '-1', role: 'group',
       'aria-label': 'Session error', dataset: {type: t}},
-    head('error', 'Error', ev, h('span', {class: 'mono'}, e.type || '')),
+    head('error', 'Error', ev, mono(e.type || '')),
     h('p', {class: 'error-msg'}, e.message || ''),
-    rs ? h('p', {class: 'meta'}, rs === 'retrying' ? 'Retrying' : rs === 'exhausted' ? 'Retries exhausted: the turn is over' :
+    rs ? meta(rs === 'retrying' ? 'Retrying' : rs === 'exhausted' ? 'Retries exhausted: the turn is over' :
       rs === 'terminal' ? 'Terminal: the session cannot continue' : rs) : null,
-    e.mcp_server_name ? h('p', {class: 'meta'}, `MCP server: ${e.mcp_server_name}`) : null,
+    e.mcp_server_name ? meta(`MCP server: ${e.mcp_server_name}`) : null,
     errorSource(e),
     raw(ev));
   }
@@ -183,7 +183,7 @@ export function render(root, ev, ctx) {
     const b = ev.budget && ev.budget.max_list_cost;
     if (!ctx.showSpans) return null;
     return h('div', {class: 'ev span-line', id: `ev-${ev.id}`, dataset: {type: t}},
-      h('span', {class: 'mono'}, `${t}: ${u.list_cost ? u.list_cost.amount : '?'} of ${b ? b.amount : 'no'} cents budget`), stamp(ev));
+      mono(`${t}: ${u.list_cost ? u.list_cost.amount : '?'} of ${b ? b.amount : 'no'} cents budget`), stamp(ev));
   }
   case 'user.define_outcome': {
     const r = ev.rubric || {};
@@ -206,7 +206,7 @@ export function render(root, ev, ctx) {
       h('span', null, `Grading the outcome (evaluation ${(ev.iteration || 0) + 1})`), stamp(ev));
   case 'span.outcome_evaluation_ongoing':
     if (!ctx.showSpans) return null;
-    return h('div', {class: 'ev span-line', id: `ev-${ev.id}`, dataset: {type: t}}, h('span', {class: 'mono'}, `${t}: grading`), stamp(ev));
+    return h('div', {class: 'ev span-line', id: `ev-${ev.id}`, dataset: {type: t}}, mono(`${t}: grading`), stamp(ev));
   case 'span.outcome_evaluation_end': {
     const res = ev.result || '';
     const u = ev.usage || {};
@@ -217,9 +217,9 @@ export function render(root, ev, ctx) {
     head('system', 'Grader', ev, h('span', {class: 'mono outcome-result'}, label)),
     h('div', {class: 'text'}, ev.explanation || ''),
     Array.isArray(ev.criteria) && ev.criteria.length ? h('ul', {class: 'criteria'}, ev.criteria.map(c =>
-      h('li', null, h('span', {class: 'mono'}, c.met ? '✓ ' : '✗ '), h('strong', null, String(c.criterion || '')),
+      h('li', null, mono(c.met ? '✓ ' : '✗ '), h('strong', null, String(c.criterion || '')),
         c.explanation ? `: ${c.explanation}` : ''))) : null,
-    h('p', {class: 'meta'}, `Evaluation ${(ev.iteration || 0) + 1} · grader ${u.input_tokens || 0} in / ${u.output_tokens || 0} out tokens`),
+    meta(`Evaluation ${(ev.iteration || 0) + 1} · grader ${u.input_tokens || 0} in / ${u.output_tokens || 0} out tokens`),
     raw(ev));
   }
   case 'session.thread_created':
@@ -242,7 +242,7 @@ export function render(root, ev, ctx) {
   }
   if (SPAN_TYPES.includes(t)) {
     if (!ctx.showSpans) return null;
-    return h('div', {class: 'ev span-line', id: `ev-${ev.id}`, dataset: {type: t}}, h('span', {class: 'mono'}, t), stamp(ev));
+    return h('div', {class: 'ev span-line', id: `ev-${ev.id}`, dataset: {type: t}}, mono(t), stamp(ev));
   }
   return h('details', {class: 'ev unknown', id: `ev-${ev.id}`, dataset: {type: t}}, h('summary', null, t), h('pre', {class: 'json'}, pretty(ev)));
 }

@@ -3,10 +3,10 @@
 // blank keeps the stored secret), are password inputs the browser is asked not to remember, and are emptied
 // as soon as the request is sent.
 
-import {h, clear, time, empty, pretty} from './dom.js';
+import {h, clear, time, empty, pretty, fact, crumbs, mono, meta} from './dom.js';
 import {get, post, id as esc} from './api.js';
 import {pagedList} from './agents.js';
-import {row, text, area, form, parseJSON, json, lines, metadataPatch, twoClick, FormError} from './forms.js';
+import {row, text, area, form, parseJSON, json, lines, metadataPatch, gone, FormError} from './forms.js';
 
 export function vaultsPage(main, q) {
   return pagedList(main, {title: 'Vaults', path: '/v1/vaults', q, caption: 'Vaults',
@@ -28,21 +28,19 @@ function credentialTarget(c) {
 export async function vaultPage(main, vaultID) {
   const [v, creds] = await Promise.all([get(`/v1/vaults/${esc(vaultID)}`), get(`/v1/vaults/${esc(vaultID)}/credentials`, {limit: 100})]);
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/vaults'}, 'Vaults'), ' / ', h('span', {class: 'mono'}, v.id)),
+    crumbs(h('a', {href: '#/vaults'}, 'Vaults'), ' / ', mono(v.id)),
     h('div', {class: 'page-head'}, h('h1', null, v.display_name || v.id), h('span', {class: 'spacer'}),
       v.archived_at ? null : [
         h('a', {class: 'button', href: `#/vaults/${esc(v.id)}/edit`, id: 'edit-vault'}, 'Edit'),
         h('a', {class: 'button primary', href: `#/vaults/${esc(v.id)}/credentials/new`, id: 'new-credential'}, 'Add credential'),
-        twoClick('Archive', 'Click again to archive', {id: 'archive-vault'}, async () => {
-          await post(`/v1/vaults/${esc(v.id)}/archive`, {});
-          location.hash = '#/vaults';
-        })]),
+        gone('Archive', `/v1/vaults/${esc(v.id)}`, '#/vaults', 'archive-vault')],
+      gone('Delete', `/v1/vaults/${esc(v.id)}`, '#/vaults', 'delete-vault')),
     h('dl', {class: 'facts'},
-      h('div', null, h('dt', null, 'Created'), h('dd', null, time(v.created_at))),
-      h('div', null, h('dt', null, 'Updated'), h('dd', null, time(v.updated_at))),
-      v.archived_at ? h('div', null, h('dt', null, 'Archived'), h('dd', null, time(v.archived_at))) : null),
+      fact('Created', null, time(v.created_at)),
+      fact('Updated', null, time(v.updated_at)),
+      v.archived_at ? fact('Archived', null, time(v.archived_at)) : null),
     h('section', {class: 'card'}, h('h2', null, 'Credentials'),
-      h('p', {class: 'meta'}, 'Secrets are write-only: neither the API nor this page ever shows them. Edit a credential to replace its secret.'),
+      meta('Secrets are write-only: neither the API nor this page ever shows them. Edit a credential to replace its secret.'),
       creds.data.length ? h('table', {class: 'list', id: 'credentials'},
         h('thead', null, h('tr', null, h('th', null, 'Credential'), h('th', null, 'Type'), h('th', null, 'For'), h('th', null, 'Updated'))),
         h('tbody', null, creds.data.map(c => h('tr', null,
@@ -52,7 +50,7 @@ export async function vaultPage(main, vaultID) {
           h('td', {class: 'mono'}, credentialTarget(c)),
           h('td', null, time(c.updated_at))))))
         : empty('No credentials.', 'Add an MCP server token or a secret environment variable.'),
-      creds.next_page ? h('p', {class: 'meta'}, 'Only the first 100 credentials are listed.') : null),
+      creds.next_page ? meta('Only the first 100 credentials are listed.') : null),
     Object.keys(v.metadata || {}).length ? h('section', {class: 'card'}, h('h2', null, 'Metadata'), h('pre', {class: 'json'}, pretty(v.metadata))) : null);
   return {keys: {}};
 }
@@ -83,7 +81,7 @@ export async function vaultEditPage(main, vaultID) {
   }
   const back = v ? `#/vaults/${esc(v.id)}` : '#/vaults';
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/vaults'}, 'Vaults'), ' / ',
+    crumbs(h('a', {href: '#/vaults'}, 'Vaults'), ' / ',
       v ? [h('a', {href: back, class: 'mono'}, v.id), ' / edit'] : 'new'),
     h('div', {class: 'page-head'}, h('h1', null, v ? `Edit ${v.display_name || v.id}` : 'New vault')),
     form('vault-form', [row('Name', name), row('Metadata (JSON object)', metadata)], v ? 'Save' : 'Create vault', send, back));
@@ -202,14 +200,31 @@ export async function credentialEditPage(main, vaultID, credID) {
     location.hash = `#/vaults/${esc(v.id)}`;
   }
   const back = `#/vaults/${esc(v.id)}`;
+  const cpath = c && `/v1/vaults/${esc(v.id)}/credentials/${esc(c.id)}`;
+  // Validate probes the credential against its MCP server (mcp_oauth_validate) and shows the answer as text: the
+  // status, the step that failed with the server's answer, and how a refresh went.
+  const checked = h('div', {class: 'notice', id: 'cred-validation', role: 'status', hidden: true});
+  const answer = r => r ? ` HTTP ${r.status_code}${r.body ? `: ${r.body.slice(0, 300)}${r.body_truncated || r.body.length > 300 ? '…' : ''}` : ''}` : ' no HTTP answer (could not connect)';
+  async function validate() {
+    checked.hidden = false;
+    checked.textContent = 'Validating…';
+    try {
+      const r = await post(`${cpath}/mcp_oauth_validate`, {});
+      clear(checked, h('strong', null, `Status: ${r.status}`), ` · refresh token: ${r.has_refresh_token ? 'yes' : 'no'} · validated `, time(r.validated_at),
+        r.mcp_probe ? h('p', {class: 'mono'}, `Failed at ${r.mcp_probe.method}:`, answer(r.mcp_probe.http_response)) : null,
+        r.refresh ? h('p', {class: 'mono'}, `Refresh ${r.refresh.status}`, r.refresh.http_response ? [':', answer(r.refresh.http_response)] : '') : null);
+    } catch (e) {
+      checked.textContent = e.message;
+    }
+  }
   clear(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '#/vaults'}, 'Vaults'), ' / ',
-      h('a', {href: back}, v.display_name || v.id), ' / ', c ? h('span', {class: 'mono'}, c.id) : 'new credential'),
+    crumbs(h('a', {href: '#/vaults'}, 'Vaults'), ' / ',
+      h('a', {href: back}, v.display_name || v.id), ' / ', c ? mono(c.id) : 'new credential'),
     h('div', {class: 'page-head'}, h('h1', null, c ? `Edit ${c.display_name || credentialTarget(c)}` : 'Add a credential'),
-      c && !c.archived_at ? [h('span', {class: 'spacer'}), twoClick('Archive', 'Click again to archive: sessions stop using it', {id: 'archive-credential'}, async () => {
-        await post(`/v1/vaults/${esc(v.id)}/credentials/${esc(c.id)}/archive`, {});
-        location.hash = back;
-      })] : null),
+      c ? [h('span', {class: 'spacer'}), c.auth.type === 'environment_variable' || c.archived_at ? null : h('button', {type: 'button', class: 'small', id: 'validate-credential', onclick: validate}, 'Validate'),
+        c.archived_at ? null : gone('Archive', cpath, back, 'archive-credential', 'Click again to archive: sessions stop using it'),
+        gone('Delete', cpath, back, 'delete-credential')] : null),
+    c ? checked : null,
     c ? h('p', {class: 'lead'}, 'Secrets are write-only: the fields below never show the stored ones. Leave a secret blank to keep it.') : null,
     form('cred-form', [row('Name', f.name), row('Type', f.type, c ? 'A credential keeps its type.' : null),
       Object.values(groups), row('Metadata (JSON object)', f.metadata)], c ? 'Save' : 'Add credential', send, back));

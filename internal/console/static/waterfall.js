@@ -2,7 +2,7 @@
 // sandbox provisioning (span.sandbox_provision_start/end), and tool calls (a call's event to its result's),
 // grouped by turn (session.status_running to the idle after it), with the errors where they happened.
 
-import {h, clear, fmtDuration, fmtTime} from './dom.js';
+import {h, clear, fmtDuration, fmtTime, mono, meta} from './dom.js';
 import {errorSource} from './transcript.js';
 
 // The event types the waterfall reads (the events list's types filter).
@@ -176,7 +176,7 @@ export function view(el, turns, index, onPick, onSelect) {
       errorSource(lastErr.ev.error));
   } else if (failedSpan) {
     where = h('div', {class: 'wf-failure', role: 'note'},
-      h('strong', null, `Where it failed: ${failedSpan.kind} `), h('span', {class: 'mono'}, failedSpan.label),
+      h('strong', null, `Where it failed: ${failedSpan.kind} `), mono(failedSpan.label),
       failedSpan.message ? [': ', failedSpan.message] : ' (an error result)',
       errorSource({source: failedSpan.source}));
   }
@@ -191,5 +191,5 @@ export function view(el, turns, index, onPick, onSelect) {
       h('li', {class: 'wf-row axis', 'aria-hidden': 'true'}, h('span', {class: 'wf-label'}, ''),
         h('div', {class: 'wf-track'}, h('span', {class: 'tick t0'}, '0'), h('span', {class: 'tick t1'}, fmtDuration(total / 2)),
           h('span', {class: 'tick t2'}, fmtDuration(total)))),
-      rows, marks) : h('p', {class: 'meta'}, 'This turn has no spans.'));
+      rows, marks) : meta('This turn has no spans.'));
 }
