@@ -120,14 +120,15 @@ func (e *env) status(path string) int {
 func (e *env) deleteFrom(page, button, list, path string) {
 	e.t.Helper()
 	e.open(page)
-	e.wait("the page's "+button, `!!document.getElementById(`+js(button)+`)`)
-	e.click(button)
-	e.wait("armed", `document.getElementById(`+js(button)+`).textContent.includes('again')`)
+	// A page that renders again (a live session, an image's build status) replaces the button and forgets that it
+	// was armed: each poll clicks an unarmed button until one is armed, and then one that is armed until the list
+	// shows. A click runs its handler at once, so no poll clicks an armed button twice.
+	b := `document.getElementById(` + js(button) + `)`
+	e.wait("armed "+button, `(() => { const b = `+b+`; if (!b) return false; if (b.textContent.includes('again')) return true; b.click(); return false; })()`)
 	if s := e.status(path); s != http.StatusOK {
 		e.t.Fatalf("one click on %s: GET %s is %d", button, path, s)
 	}
-	e.click(button)
-	e.wait("the list after "+button, `location.hash === `+js(list))
+	e.wait("the list after "+button, `(() => { if (location.hash === `+js(list)+`) return true; const b = `+b+`; if (b && !b.disabled) b.click(); return false; })()`)
 	if s := e.status(path); s != http.StatusNotFound {
 		e.t.Fatalf("after %s: GET %s is %d, want 404", button, path, s)
 	}
