@@ -331,15 +331,8 @@ func testMemoryPutRace(t *testing.T, h Harness) {
 	s := h.open(t)
 	w := newMemWriter(t, s)
 	const n, rounds = 8, 4
+	openConnections(s, w.storeID, n)
 	var wg sync.WaitGroup
-	for range n { // open the adapter's connections before the race
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = s.MemoryList(ctxBg, &store.MemoryListParams{StoreID: w.storeID, Limit: 1})
-		}()
-	}
-	wg.Wait()
 	for round := range rounds {
 		path := fmt.Sprintf("/race/%d.md", round)
 		errs := make([]error, n)
@@ -393,15 +386,8 @@ func testMemoryRenameRace(t *testing.T, h Harness) {
 	s := h.open(t)
 	w := newMemWriter(t, s)
 	const n, rounds = 8, 3
+	openConnections(s, w.storeID, n)
 	var wg sync.WaitGroup
-	for range n { // open the adapter's connections before the race
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = s.MemoryList(ctxBg, &store.MemoryListParams{StoreID: w.storeID, Limit: 1})
-		}()
-	}
-	wg.Wait()
 	for round := range rounds {
 		mems := make([]*apitype.Memory, n)
 		for i := range n {
@@ -664,4 +650,18 @@ func testMemoryVersions(t *testing.T, h Harness) {
 	mustIs(t, err, store.ErrNotFound, "redact unknown version")
 	_, err = s.MemoryVersionRedact(ctxBg, &store.MemoryRedactParams{StoreID: "memstore_missing", ID: v1.ID, Actor: apiActor, At: at})
 	mustIs(t, err, store.ErrNotFound, "redact in an unknown store")
+}
+
+// openConnections has n readers of the store at once, so that the adapter's connections are open before a race:
+// the racers then start together instead of queueing for connections.
+func openConnections(s store.Store, storeID string, n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = s.MemoryList(ctxBg, &store.MemoryListParams{StoreID: storeID, Limit: 1})
+		}()
+	}
+	wg.Wait()
 }
