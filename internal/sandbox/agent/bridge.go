@@ -2,24 +2,11 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"sync"
 	"time"
 )
-
-// Bridge accepts TCP connections on listenAddr (inside the sandbox's own network namespace) and forwards each
-// to the Unix socket at socketPath, the host's egress proxy. It returns when ctx is done.
-func Bridge(ctx context.Context, listenAddr, socketPath string) error {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", listenAddr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", listenAddr, err)
-	}
-	serveBridge(ctx, ln, socketPath)
-	return nil
-}
 
 // serveBridge forwards the connections of ln to the Unix socket at socketPath until ctx is done.
 func serveBridge(ctx context.Context, ln net.Listener, socketPath string) {

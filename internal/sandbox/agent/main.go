@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -50,11 +51,14 @@ func run(args []string) error {
 
 	env := os.Environ()
 	if _, err := os.Stat(*proxySocket); *proxySocket != "" && err == nil {
-		go func() {
-			if err := Bridge(ctx, ProxyListenAddr, *proxySocket); err != nil {
-				fmt.Fprintln(os.Stderr, "corral-sandbox-agent: proxy bridge:", err)
-			}
-		}()
+		// Bound before the first command runs: a command that starts at once must find the proxy listening.
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", ProxyListenAddr)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "corral-sandbox-agent: proxy bridge: listen %s: %v\n", ProxyListenAddr, err)
+		} else {
+			go serveBridge(ctx, ln, *proxySocket)
+		}
 		proxy := "http://" + ProxyListenAddr
 		env = append(env, "http_proxy="+proxy, "https_proxy="+proxy, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy,
 			"no_proxy=localhost,127.0.0.1", "NO_PROXY=localhost,127.0.0.1")
