@@ -247,6 +247,9 @@ const (
 	ObjectMemoryPrefix         ObjectType = "memory_prefix" // a list item rolling up the memories under a path
 	ObjectMemoryVersion        ObjectType = "memory_version"
 	ObjectDream                ObjectType = "dream"
+	ObjectDeployment           ObjectType = "deployment"
+	ObjectDeploymentRun        ObjectType = "deployment_run"
+	ObjectWebhookEndpoint      ObjectType = "webhook_endpoint"
 	ObjectError                ObjectType = "error" // the envelope of an error response
 )
 
