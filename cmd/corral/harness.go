@@ -27,6 +27,8 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	mcpProxyURL := fs.String("mcp-proxy", "", "`URL` of a corral proxy to call MCP servers through (token in "+proxyTokenEnv+"); default: an MCP proxy in this process")
 	var ff fileFlags
 	ff.register(fs)
+	var flf fleetFlags
+	flf.register(fs)
 	var lf logFlags
 	lf.register(fs)
 	var mf metricsFlags
@@ -68,6 +70,9 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 	cfg := corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc, Images: images}
+	if cfg.Fleet, err = flf.config(&hf, p.vault, fsvc); err != nil {
+		return err
+	}
 	stopTracing, err := mf.observe(ctx, &cfg)
 	if err != nil {
 		return err

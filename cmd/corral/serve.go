@@ -37,7 +37,8 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	var mf metricsFlags
 	mf.register(fs)
 	tracingHelp(fs)
-	dreamTimeout := fs.Duration("dream-timeout", api.DefaultDreamTimeout, "how long a dream may run before it fails with a timeout error and its session is interrupted")
+	var flf fleetFlags
+	flf.register(fs)
 	workTTL := fs.Duration("work-lease-ttl", api.DefaultWorkLeaseTTL, "how long a self-hosted worker keeps a work item without a heartbeat; after it the item goes to another worker")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -74,7 +75,10 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	cfg := corral.Config{
 		Store: st, Logger: logger,
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault, Validator: mcpProxy,
-			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, DreamTimeout: *dreamTimeout},
+			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices},
+	}
+	if cfg.Fleet, err = flf.config(&hf, p.vault, fsvc); err != nil {
+		return err
 	}
 	if cfg.Images, err = p.images(&imf, &hf); err != nil {
 		return err

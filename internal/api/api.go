@@ -92,6 +92,9 @@ type Config struct {
 	// DreamTimeout is how long a dream may run, from its creation, before it fails with a timeout error
 	// (default DefaultDreamTimeout; see RunDreams).
 	DreamTimeout time.Duration
+	// DeploymentCatchUp is how old a scheduled time missed while no server ran may be and still fire when one
+	// comes back (default DefaultCatchUp; see RunDeployments).
+	DeploymentCatchUp time.Duration
 }
 
 // Images is what the API asks of the environments' image builds.
@@ -110,7 +113,8 @@ func (c *Config) validate() error {
 		return errors.New("api: Config.Store is required")
 	}
 	if c.MaxBodyBytes < 0 || c.HeartbeatInterval < 0 || c.PollInterval < 0 || c.RateLimit < 0 || c.RateBurst < 0 ||
-		c.MaxStreams < 0 || c.MaxStreamsPerKey < 0 || c.StreamWriteTimeout < 0 || c.WorkLeaseTTL < 0 {
+		c.MaxStreams < 0 || c.MaxStreamsPerKey < 0 || c.StreamWriteTimeout < 0 || c.WorkLeaseTTL < 0 ||
+		c.DeploymentCatchUp < 0 {
 		return errors.New("api: negative limits in Config")
 	}
 	return nil
@@ -141,7 +145,9 @@ type Server struct {
 	workers *pollers
 	// dreamTimeout bounds a dream's run (Config.DreamTimeout).
 	dreamTimeout time.Duration
-	mux          *http.ServeMux
+	// catchUp is Config.DeploymentCatchUp.
+	catchUp time.Duration
+	mux     *http.ServeMux
 	// now is the clock; tests may replace it.
 	now func() time.Time
 }
@@ -177,6 +183,7 @@ func New(cfg Config) (*Server, error) {
 		validator:    cfg.Validator,
 		files:        cfg.Files,
 		dreamTimeout: cmp.Or(cfg.DreamTimeout, DefaultDreamTimeout),
+		catchUp:      cmp.Or(cfg.DeploymentCatchUp, DefaultCatchUp),
 		images:       cfg.Images,
 		metrics:      cfg.Metrics,
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),

@@ -39,6 +39,7 @@ type harness struct {
 	vault *vault.Vault
 	// dbPath is the SQLite file of the store.
 	dbPath string
+	api    *api.Server
 }
 
 func newHarness(t *testing.T, tweak ...func(*api.Config)) *harness {
@@ -63,7 +64,8 @@ func newHarness(t *testing.T, tweak ...func(*api.Config)) *harness {
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	srv := httptest.NewServer(newAPI(t, cfg).Handler())
+	a := newAPI(t, cfg)
+	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
@@ -78,8 +80,11 @@ func newHarness(t *testing.T, tweak ...func(*api.Config)) *harness {
 		option.WithMaxRetries(0),
 		option.WithHTTPClient(srv.Client()),
 	)
-	return &harness{t: t, store: st, srv: srv, client: client, vault: v, dbPath: dbPath}
+	return &harness{t: t, store: st, srv: srv, client: client, vault: v, dbPath: dbPath, api: a}
 }
+
+// setClock replaces the clock of the harness's server.
+func (h *harness) setClock(now func() time.Time) { h.api.SetClock(now) }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -19,6 +19,12 @@ import (
 // to read a secret back. *vault.Vault implements it.
 type Sealer interface {
 	Seal(credentialID, name string, plaintext []byte) (*store.SealedSecret, error)
+	// Reseal seals a sealed secret's plaintext anew for another credential id and name, without handing the
+	// plaintext out.
+	Reseal(s *store.SealedSecret, credentialID, name string) (*store.SealedSecret, error)
+	// Open returns a sealed secret's plaintext: only for what the server itself must use (a webhook's
+	// signing secret), never a credential.
+	Open(s *store.SealedSecret) ([]byte, error)
 }
 
 // Vault and credential field limits.

@@ -71,10 +71,11 @@ func firstErr(a, b error) error {
 	return b
 }
 
-// derivedID is the id of a resource the dream makes: the dream's id under another prefix, so that a step
-// redone after a crash finds what it made before instead of making another.
-func derivedID(prefix, dreamID string) string {
-	return prefix + strings.TrimPrefix(dreamID, apitype.PrefixDream)
+// derivedID is the id of a resource a dream or a deployment run makes: the maker's id (after its prefix) under
+// another prefix, so that a step redone after a crash finds what it made before instead of making another.
+func derivedID(prefix, id string) string {
+	_, rest, _ := strings.Cut(id, "_")
+	return prefix + rest
 }
 
 // failDream ends a dream with a typed error (unless it ended first).

@@ -1,6 +1,9 @@
 package api
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // RouteAccess is a route of the table as the external tests see it: its pattern and the kinds of credential its
 // access accepts.
@@ -29,3 +32,6 @@ func (s *Server) RenderTranscript(ctx context.Context, id string, limit int) ([]
 	}
 	return s.renderTranscript(ctx, sess, limit)
 }
+
+// SetClock replaces the server's clock (the deployment runner's tests move time by hand).
+func (s *Server) SetClock(now func() time.Time) { s.now = now }

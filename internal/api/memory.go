@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -545,11 +546,11 @@ func memoryOfSession(write bool) func(s *Server, r *http.Request, wk *apitype.Wo
 // checkMemoryStore resolves a new session's memory_store resource: the store exists (404 otherwise) and is not
 // archived; the resource snapshots its name and description and is mounted at the store's slug, which no other
 // store of the session may share.
-func (s *Server) checkMemoryStore(r *http.Request, p string, res *apitype.Resource, existing []apitype.Resource) error {
+func (s *Server) checkMemoryStore(ctx context.Context, p string, res *apitype.Resource, existing []apitype.Resource) error {
 	if res.Type != apitype.ResourceMemoryStore {
 		return nil
 	}
-	m, err := s.store.MemoryStoreGet(r.Context(), res.MemoryStoreID)
+	m, err := s.store.MemoryStoreGet(ctx, res.MemoryStoreID)
 	if err != nil {
 		return lookup(err, "memory store", res.MemoryStoreID)
 	}

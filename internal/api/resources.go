@@ -62,6 +62,18 @@ func (s *Server) sealToken(resourceID, token string) (*store.SealedSecret, error
 	return sealed, nil
 }
 
+// resealToken seals a deployment's repository token anew for a session's resource.
+func (s *Server) resealToken(sealed *store.SealedSecret, resourceID string) (*store.SealedSecret, error) {
+	if s.sealer == nil {
+		return nil, errNoSealer
+	}
+	out, err := s.sealer.Reseal(sealed, resourceID, SecretAuthorizationToken)
+	if err != nil {
+		return nil, fmt.Errorf("seal the authorization token of %s anew: %w", resourceID, err)
+	}
+	return out, nil
+}
+
 func parseResourceIn(p string, raw json.RawMessage, now time.Time, creating bool) (apitype.Resource, string, error) {
 	typ, err := typeOf(p, raw)
 	if err != nil {

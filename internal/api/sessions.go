@@ -255,55 +255,6 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	ref, err := parseAgentRef("agent", req.Agent)
-	if err != nil {
-		return err
-	}
-	if req.EnvironmentID == "" {
-		return invalid("environment_id", "required")
-	}
-	now := s.now()
-	sess := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession),
-		EnvironmentID: req.EnvironmentID, Status: apitype.StatusIdle, Metadata: req.Metadata,
-		VaultIDs: req.VaultIDs, CreatedAt: now, UpdatedAt: now}
-	if req.Title != nil {
-		if err := checkString("title", *req.Title, false, maxTitleLen); err != nil {
-			return err
-		}
-		sess.Title = req.Title
-	}
-	if err := validateMetadata("metadata", req.Metadata); err != nil {
-		return err
-	}
-	if !isNull(req.Budget) {
-		if sess.Budget, err = resolveBudget("budget", req.Budget); err != nil {
-			return err
-		}
-	}
-	var tokens []store.SealedSecret
-	for i, raw := range req.Resources {
-		res, token, err := parseResource(index("resources", i), raw, now, true)
-		if err != nil {
-			return err
-		}
-		if err := s.checkFile(r.Context(), index("resources", i), &res); err != nil {
-			return err
-		}
-		if err := s.checkMemoryStore(r, index("resources", i), &res, sess.Resources); err != nil {
-			return err
-		}
-		if token != "" {
-			sealed, err := s.sealToken(res.ID, token)
-			if err != nil {
-				return err
-			}
-			tokens = append(tokens, *sealed)
-		}
-		if err := checkMountPath(index("resources", i), sess.Resources, res.MountPath); err != nil {
-			return err
-		}
-		sess.Resources = append(sess.Resources, res)
-	}
 	if len(req.InitialEvents) > maxInitialEvents {
 		return invalid("initial_events", "at most %d events", maxInitialEvents)
 	}
@@ -319,34 +270,112 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		}
 		initial = append(initial, traced(r.Context(), ce.ev))
 	}
+	created, err := s.createSession(r.Context(), &req, initial, nil)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, created)
+}
+
+// sessionOrigin is what a session a deployment run creates has beyond its request: the deployment, and the
+// deployment's sealed repository tokens by resource index, which are sealed anew for the session's resources.
+// The session's id is derived from the run's, so that a run retried after a crash finds the session it made.
+type sessionOrigin struct {
+	DeploymentID, RunID string
+	Tokens              map[int]*store.SealedSecret
+}
+
+// createSession creates the session req describes, with the initial events given (parsed), and returns it as
+// GET shows it. Its errors are the API's: a 400 names the field. A deployment run creates its sessions here
+// too, with origin set.
+func (s *Server) createSession(ctx context.Context, req *sessionCreateRequest, initial []apitype.NewEvent,
+	origin *sessionOrigin) (*apitype.Session, error) {
+	ref, err := parseAgentRef("agent", req.Agent)
+	if err != nil {
+		return nil, err
+	}
+	if req.EnvironmentID == "" {
+		return nil, invalid("environment_id", "required")
+	}
+	now := s.now()
+	sess := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession),
+		EnvironmentID: req.EnvironmentID, Status: apitype.StatusIdle, Metadata: req.Metadata,
+		VaultIDs: req.VaultIDs, CreatedAt: now, UpdatedAt: now}
+	if origin != nil {
+		sess.ID, sess.DeploymentID = derivedID(apitype.PrefixSession, origin.RunID), &origin.DeploymentID
+	}
+	if req.Title != nil {
+		if err := checkString("title", *req.Title, false, maxTitleLen); err != nil {
+			return nil, err
+		}
+		sess.Title = req.Title
+	}
+	if err := validateMetadata("metadata", req.Metadata); err != nil {
+		return nil, err
+	}
+	if !isNull(req.Budget) {
+		if sess.Budget, err = resolveBudget("budget", req.Budget); err != nil {
+			return nil, err
+		}
+	}
+	var tokens []store.SealedSecret
+	for i, raw := range req.Resources {
+		res, token, err := parseResource(index("resources", i), raw, now, true)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.checkFile(ctx, index("resources", i), &res); err != nil {
+			return nil, err
+		}
+		if err := s.checkMemoryStore(ctx, index("resources", i), &res, sess.Resources); err != nil {
+			return nil, err
+		}
+		var sealed *store.SealedSecret
+		switch {
+		case token != "":
+			sealed, err = s.sealToken(res.ID, token)
+		case origin != nil && origin.Tokens[i] != nil:
+			sealed, err = s.resealToken(origin.Tokens[i], res.ID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if sealed != nil {
+			tokens = append(tokens, *sealed)
+		}
+		if err := checkMountPath(index("resources", i), sess.Resources, res.MountPath); err != nil {
+			return nil, err
+		}
+		sess.Resources = append(sess.Resources, res)
+	}
 	if len(initial) > 0 {
 		// Initial events start the first turn at once: the session is running from its creation.
 		sess.Status = apitype.StatusRunning
 	}
 
-	a, err := s.store.AgentGet(r.Context(), &store.AgentGetParams{ID: ref.ID, Version: ref.Version})
+	a, err := s.store.AgentGet(ctx, &store.AgentGetParams{ID: ref.ID, Version: ref.Version})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			if ref.Version > 0 {
-				return invalid("agent.version", "agent %s has no version %d", ref.ID, ref.Version)
+				return nil, invalid("agent.version", "agent %s has no version %d", ref.ID, ref.Version)
 			}
-			return notFound("agent", ref.ID)
+			return nil, notFound("agent", ref.ID)
 		}
-		return err
+		return nil, err
 	}
 	if a.ArchivedAt != nil {
-		return invalid("agent", "agent %s is archived", ref.ID)
+		return nil, invalid("agent", "agent %s is archived", ref.ID)
 	}
 	if sess.Agent, err = ref.snapshot("agent", a); err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.resolveSkillVersions(r.Context(), "agent.skills", sess.Agent.Skills); err != nil {
-		return err
+	if err := s.resolveSkillVersions(ctx, "agent.skills", sess.Agent.Skills); err != nil {
+		return nil, err
 	}
 	// A multi-agent session snapshots its roster (full agents) and starts with its primary thread.
 	var threads []apitype.SessionThread
-	if sess.Agent.Multiagent, err = s.snapshotMultiagent(r.Context(), "agent.multiagent", &sess.Agent); err != nil {
-		return err
+	if sess.Agent.Multiagent, err = s.snapshotMultiagent(ctx, "agent.multiagent", &sess.Agent); err != nil {
+		return nil, err
 	}
 	if sess.Agent.Multiagent != nil {
 		threads = []apitype.SessionThread{{Type: apitype.ObjectSessionThread, ID: apitype.NewID(apitype.PrefixThread),
@@ -355,30 +384,30 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	if sess.Budget != nil {
 		if err := s.checkBudgetable(&sess.Agent); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	env, err := s.store.EnvironmentGet(r.Context(), req.EnvironmentID)
+	env, err := s.store.EnvironmentGet(ctx, req.EnvironmentID)
 	if err != nil {
-		return lookup(err, "environment", req.EnvironmentID)
+		return nil, lookup(err, "environment", req.EnvironmentID)
 	}
 	if env.ArchivedAt != nil {
-		return invalidCode("environment_archived", "environment_id: environment %s is archived", env.ID)
+		return nil, invalidCode("environment_archived", "environment_id: environment %s is archived", env.ID)
 	}
-	if err := s.checkSessionVaults(r, req.VaultIDs); err != nil {
-		return err
+	if err := s.checkSessionVaults(ctx, req.VaultIDs); err != nil {
+		return nil, err
 	}
 	// The repositories' sealed tokens go in with the session: a brain that claims it at once finds them.
-	created, _, err := s.store.SessionCreate(r.Context(), &store.SessionCreateParams{Session: sess, InitialEvents: initial,
+	created, _, err := s.store.SessionCreate(ctx, &store.SessionCreateParams{Session: sess, InitialEvents: initial,
 		ResourceSecrets: tokens, Threads: threads})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if created.OutcomeEvaluations, err = s.outcomeEvaluations(r.Context(), created.ID); err != nil {
-		return err
+	if created.OutcomeEvaluations, err = s.outcomeEvaluations(ctx, created.ID); err != nil {
+		return nil, err
 	}
 	s.normalizeSession(created, s.now())
-	return writeJSON(w, http.StatusOK, created)
+	return created, nil
 }
 
 func (s *Server) sessionGet(w http.ResponseWriter, r *http.Request) error {

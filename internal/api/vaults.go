@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -132,7 +133,7 @@ func (s *Server) vaultArchive(w http.ResponseWriter, r *http.Request) error {
 }
 
 // checkSessionVaults checks a new session's vault_ids: each names an existing, unarchived vault, once.
-func (s *Server) checkSessionVaults(r *http.Request, ids []string) error {
+func (s *Server) checkSessionVaults(ctx context.Context, ids []string) error {
 	seen := map[string]bool{}
 	for i, id := range ids {
 		p := index("vault_ids", i)
@@ -143,7 +144,7 @@ func (s *Server) checkSessionVaults(r *http.Request, ids []string) error {
 			return invalid(p, "vault %s is listed twice", id)
 		}
 		seen[id] = true
-		v, err := s.store.VaultGet(r.Context(), id)
+		v, err := s.store.VaultGet(ctx, id)
 		if err != nil {
 			return lookup(err, "vault", id)
 		}

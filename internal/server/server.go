@@ -27,6 +27,7 @@ import (
 	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/webhook"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -70,6 +71,10 @@ type Config struct {
 	// Start starts it (the base is built in the background) and Stop stops it. Nil: sandboxes run on the
 	// host's layout and packages are stored only.
 	Images Images
+	// Fleet configures the fleet's unattended work, which runs on the one process of the fleet that holds the
+	// store's leader lease (internal/maintain): deployments' schedules and runs, dreams, webhook deliveries. Nil:
+	// with an API, the API's sealer and files and the defaults; without, none of it runs in this process.
+	Fleet *FleetConfig
 	// MetricsListen, if set (with Metrics), is the TCP address on which Metrics are served at /metrics, apart
 	// from the API: the endpoint has no authentication, so it is meant for a private address.
 	MetricsListen string
@@ -103,8 +108,23 @@ type APIConfig struct {
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
-	// DreamTimeout is how long a dream may run before it fails with a timeout (api.Config.DreamTimeout).
-	DreamTimeout time.Duration
+}
+
+// FleetConfig configures the fleet's unattended work (Config.Fleet).
+type FleetConfig struct {
+	// Sealer seals deployments' repository tokens anew for their sessions and opens webhook signing secrets
+	// (*vault.Vault); Files resolves deployments' file rubrics. With an API, the API's own serve too.
+	Sealer api.Sealer
+	Files  *files.Service
+	// DreamTimeout (api.Config.DreamTimeout) and DeploymentCatchUp (api.Config.DeploymentCatchUp).
+	DreamTimeout      time.Duration
+	DeploymentCatchUp time.Duration
+	// Webhooks configures the deliveries' HTTP client: its AllowInternal are the operator's
+	// --egress-allow-internal pairs, the only internal addresses an endpoint may have.
+	Webhooks webhook.SenderConfig
+	// WebhookRetryPeriod is how long a delivery is retried before it is given up and its endpoint disabled
+	// (default webhook.DefaultRetryPeriod).
+	WebhookRetryPeriod time.Duration
 }
 
 // SandboxConfig configures the hands: a pool of sandboxes of one provider.
@@ -130,6 +150,9 @@ type SandboxConfig struct {
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Fleet == nil && c.API != nil {
+		c.Fleet = &FleetConfig{Sealer: c.API.Sealer, Files: c.API.Files}
 	}
 	if c.API != nil {
 		a := *c.API
@@ -168,8 +191,11 @@ type Server struct {
 	// fleet runs the periodic jobs of the whole fleet under the store's leader lease (expired files); local
 	// those on this machine's disk, in every process (the workspaces of deleted sessions).
 	fleet, local *maintain.Runner
-	// api is the HTTP API's server (nil without an API): its dream runner is a fleet job.
-	api *api.Server
+	// api is the HTTP API's server (nil without an API). jobs runs the fleet's unattended work (nil without
+	// Config.Fleet): the API's server, or one that serves nothing; webhooks delivers the outbox.
+	api      *api.Server
+	jobs     *api.Server
+	webhooks *webhook.Dispatcher
 	// services are the parts that run, in start order (stopped in reverse).
 	services *services
 
@@ -252,11 +278,15 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.brain = brain
 	}
+	var fleet FleetConfig
+	if cfg.Fleet != nil {
+		fleet = *cfg.Fleet
+	}
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
 			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
 			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices,
-			DreamTimeout: cfg.API.DreamTimeout})
+			DreamTimeout: fleet.DreamTimeout, DeploymentCatchUp: fleet.DeploymentCatchUp})
 		if err != nil {
 			return undo(err)
 		}
@@ -289,6 +319,9 @@ func New(cfg Config) (*Server, error) {
 		mmux.Handle("GET /metrics", cfg.Metrics.Handler())
 		s.metricsHTTP = &http.Server{Handler: mmux, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
 			WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	}
+	if err := s.fleetJobs(); err != nil {
+		return undo(err)
 	}
 	if err := s.periodic(); err != nil {
 		return undo(err)
@@ -345,7 +378,12 @@ func (s *Server) serviceList() []service {
 	}
 	for _, r := range []*maintain.Runner{s.fleet, s.local} {
 		if r.Jobs() > 0 {
-			list = append(list, namedService{name: "periodic jobs", start: r.Start, stop: r.Stop})
+			stop := r.Stop
+			if r == s.fleet && s.webhooks != nil {
+				// The deliveries in flight end with the jobs' context: wait for them to record what they can.
+				stop = func() { r.Stop(); s.webhooks.Wait() }
+			}
+			list = append(list, namedService{name: "periodic jobs", start: r.Start, stop: stop})
 		}
 	}
 	if s.metricsHTTP != nil {
@@ -466,6 +504,31 @@ func (s *Server) stopLocked() {
 	})
 }
 
+// fleetJobs builds what runs the fleet's unattended work (Config.Fleet): the API's server, or one of its own
+// that serves nothing in a process without an API, and the webhook dispatcher.
+func (s *Server) fleetJobs() error {
+	f := s.cfg.Fleet
+	if f == nil {
+		return nil
+	}
+	s.jobs = s.api
+	if s.jobs == nil {
+		j, err := api.New(api.Config{Store: s.cfg.Store, Logger: s.cfg.Logger, Sealer: f.Sealer, Files: f.Files,
+			DreamTimeout: f.DreamTimeout, DeploymentCatchUp: f.DeploymentCatchUp})
+		if err != nil {
+			return err
+		}
+		s.jobs = j
+	}
+	d, err := webhook.NewDispatcher(webhook.DispatcherConfig{Store: s.cfg.Store, Sender: webhook.NewSender(f.Webhooks),
+		Open: s.jobs.OpenWebhookSecret, RetryPeriod: f.WebhookRetryPeriod, Logger: s.cfg.Logger})
+	if err != nil {
+		return err
+	}
+	s.webhooks = d
+	return nil
+}
+
 // periodic registers the server's periodic jobs, each every SweepInterval and the first time at Start: the
 // deletion of expired files on the fleet's leader (the files are the store's), the removal of deleted
 // sessions' workspaces in every process (each machine has its own).
@@ -484,9 +547,12 @@ func (s *Server) periodic() error {
 			return files.SweepExpired(ctx, apitype.Now())
 		}))
 	}
-	if s.api != nil {
-		// Dreams are driven on the leader only: a dream's session is made once, and followed by one runner.
-		s.fleet.Add("dreams", api.DreamPollInterval, s.api.RunDreams)
+	if s.jobs != nil {
+		// Dreams and deployments are driven on the leader only: a dream's session is made once and followed
+		// by one runner; a deployment's time is claimed in the store (exactly once whoever leads).
+		s.fleet.Add("dreams", api.DreamPollInterval, s.jobs.RunDreams)
+		s.fleet.Add("deployments", api.DeploymentPollInterval, s.jobs.RunDeployments)
+		s.fleet.Add("webhooks", webhook.PollInterval, s.webhooks.Pass)
 	}
 	if s.pool != nil {
 		gone := func(ctx context.Context, id string) (bool, error) {

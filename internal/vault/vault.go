@@ -301,6 +301,17 @@ func (v *Vault) Open(s *store.SealedSecret) ([]byte, error) {
 	return pt, nil
 }
 
+// Reseal seals s's plaintext anew for another credential id and name (a deployment's repository token for a
+// session's resource), without handing the plaintext to the caller.
+func (v *Vault) Reseal(s *store.SealedSecret, credentialID, name string) (*store.SealedSecret, error) {
+	pt, err := v.Open(s)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(pt)
+	return v.Seal(credentialID, name, pt)
+}
+
 // Rewrap returns s with its data key wrapped under the primary master key; the ciphertext is unchanged.
 func (v *Vault) Rewrap(s *store.SealedSecret) (*store.SealedSecret, error) {
 	dk, err := v.unwrap(s)
