@@ -37,6 +37,8 @@ var rules = map[string][]string{
 	"internal/files":   {"internal/apitype", "internal/store", "internal/blob"},
 	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp", "internal/price"},
 	"internal/price":   {},
+	// Deployment schedules: cron expressions in a timezone, stdlib only.
+	"internal/cron": {},
 	"internal/server": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files",
 		"internal/metrics", "internal/console", "internal/maintain", "internal/price"},
 	// Periodic jobs under the store's leader lease: the store port, nothing else.
