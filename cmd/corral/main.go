@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	_ "time/tzdata" // deployments' schedules name IANA timezones: the binary carries the database, whatever the host has
 
 	"github.com/corralhq/corral/internal/sandbox/agent"
 )

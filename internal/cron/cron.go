@@ -22,12 +22,10 @@
 //     too. "30 2 * * *" in America/New_York runs at 03:00 EDT on the day clocks jump from 02:00 to 03:00, and
 //     "* * * * *" runs at 01:59 EST then 03:00 EDT.
 //  2. A wall time that happens twice (the hour repeated by a fall-back jump) fires once, at its first
-//     occurrence: "30 1 * * *" and the hourly "0 * * * *" run at 01:30 and 01:00 EDT and not again an hour
-//     later. The exception are periodic expressions, whose minute and hour fields are both `*` or `*/n`
-//     ("* * * * *", "*/15 * * * *", "*/10 */2 * * *"): they follow elapsed time and fire at every real
-//     instant whose wall time matches, in both passes through the repeated hour. (Vixie cron counts a job as
-//     periodic if either field begins with `*`; requiring both keeps "0 * * * *" and "* 1 * * *" to one run
-//     per wall time.)
+//     occurrence: "30 1 * * *" runs at 01:30 EDT and not again an hour later. The exception are periodic
+//     expressions, as in Vixie cron: those whose minute or hour field is `*` or `*/n` ("0 * * * *",
+//     "*/15 * * * *", "* 1 * * *") follow elapsed time and fire at every real instant whose wall time matches,
+//     in both passes through the repeated hour: an hourly schedule runs every hour, with no two-hour gap.
 //
 // Times before the first and after the last transition of the timezone database are taken with the offsets
 // in force there. A timezone whose offset is not a whole number of minutes (local mean time, before 1900)
@@ -50,7 +48,7 @@ type Schedule struct {
 	// domStar and dowStar say the day-of-month and day-of-week fields begin with `*`: only if neither does is
 	// a day matched by either field rather than both.
 	domStar, dowStar bool
-	// periodic says the minute and hour fields are both `*` or `*/n`: the schedule follows elapsed time
+	// periodic says the minute or the hour field is `*` or `*/n`: the schedule follows elapsed time
 	// through a repeated hour instead of firing at the first occurrence of each wall time only.
 	periodic bool
 	loc      *time.Location
@@ -121,7 +119,7 @@ func parseExpr(expr string) (*Schedule, error) {
 		minute: masks[0], hour: masks[1], dom: masks[2], month: masks[3], dow: dow,
 		domStar:  strings.HasPrefix(parts[2], "*"),
 		dowStar:  strings.HasPrefix(parts[4], "*"),
-		periodic: wholeRange(parts[0]) && wholeRange(parts[1]),
+		periodic: wholeRange(parts[0]) || wholeRange(parts[1]),
 	}, nil
 }
 
