@@ -124,12 +124,23 @@ type env struct {
 	// and ends it at once); streamTimes are when the page asked for one.
 	dropStreams atomic.Bool
 	streamTimes []time.Time
-	// holdEvents, when set, holds the answer of the next events list: the proxy sends it upstream, signals
-	// held.served, and writes the answer once held.release is closed.
-	holdEvents atomic.Pointer[hold]
+	// holdNext, when set, holds the answer of the next events list (or of the POST that hold.post names): the
+	// proxy sends it upstream, signals held.served, and writes the answer once held.release is closed.
+	holdNext atomic.Pointer[hold]
 }
 
-type hold struct{ served, release chan struct{} }
+type hold struct {
+	served, release chan struct{}
+	post            string // a POST to a path ending in it, if set; else a GET of a session's events
+}
+
+// holds reports whether r is the request hd holds.
+func (hd *hold) holds(r *http.Request) bool {
+	if hd.post != "" {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, hd.post)
+	}
+	return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/events")
+}
 
 // newEnv starts a server (with bwrap sandboxes if hands) and a browser; opts adjust the server's config.
 func newEnv(t *testing.T, hands bool, opts ...func(*server.Config)) *env {
@@ -203,8 +214,7 @@ func newEnv(t *testing.T, hands bool, opts ...func(*server.Config)) *env {
 				return
 			}
 		}
-		if hd := e.holdEvents.Load(); hd != nil && strings.HasSuffix(r.URL.Path, "/events") && r.Method == http.MethodGet &&
-			e.holdEvents.CompareAndSwap(hd, nil) {
+		if hd := e.holdNext.Load(); hd != nil && hd.holds(r) && e.holdNext.CompareAndSwap(hd, nil) {
 			rec := httptest.NewRecorder()
 			rp.ServeHTTP(rec, r)
 			close(hd.served)

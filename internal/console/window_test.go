@@ -122,7 +122,7 @@ func TestConsoleLiveDuringMove(t *testing.T) {
 	e.open("/sessions/" + sess)
 	e.wait("live", transcriptHas("before")+` && document.getElementById('stream-state')?.dataset.state === 'live'`)
 	hd := &hold{served: make(chan struct{}), release: make(chan struct{})}
-	e.holdEvents.Store(hd)
+	e.holdNext.Store(hd)
 	e.do("latest (r)", chromedp.KeyEvent("r"))
 	select {
 	case <-hd.served:

@@ -8,8 +8,8 @@ import {row, text, area, form, parseJSON, json, same, metadataPatch, gone, FormE
 
 // pagedList renders a list page with Previous/Next over the API's cursors. columns: [[header, cell(row)], ...].
 // params are more parameters of the list request; noArchived drops the Archived filter (files have none); before
-// is shown above the list (a form that adds to it).
-export async function pagedList(main, {title, path, q, columns, emptyTitle, emptyHint, caption, actions, params, noArchived, before}) {
+// is shown above the list (a form that adds to it); read(token), if given, reads a page instead of GET path.
+export async function pagedList(main, {title, path, q, columns, emptyTitle, emptyHint, caption, actions, params, noArchived, before, read}) {
   const stack = [];
   let token = q.get('page') || '';
   let cur = null;
@@ -34,7 +34,7 @@ export async function pagedList(main, {title, path, q, columns, emptyTitle, empt
     if (main.isConnected) setQuery(q2); // not from a page the user has left
     status.textContent = 'Loading…';
     try {
-      cur = await get(path, Object.assign({limit: 50, page: token || undefined, include_archived: archived.checked ? 'true' : undefined}, params || {}));
+      cur = await (read ? read(token) : get(path, Object.assign({limit: 50, page: token || undefined, include_archived: archived.checked ? 'true' : undefined}, params || {})));
     } catch (e) {
       status.textContent = '';
       clear(tbody, h('tr', null, h('td', {colspan: columns.length}, h('div', {class: 'notice error', role: 'alert'}, e.message))));

@@ -13,6 +13,8 @@ import {filesPage} from './files.js';
 import {skillsPage, skillPage} from './skills.js';
 import {memoryStoresPage, memoryStorePage} from './memory.js';
 import {dreamsPage, dreamPage} from './dreams.js';
+import {deploymentsPage, deploymentPage, deploymentNewPage, deploymentRunPage} from './deployments.js';
+import {webhooksPage, webhookPage} from './webhooks.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -47,6 +49,12 @@ const routes = [
   [/^\/memory$/, (v, m, q) => memoryStoresPage(v, q)],
   [/^\/dreams\/([^/]+)$/, (v, m) => dreamPage(v, decodeURIComponent(m[1]))],
   [/^\/dreams$/, (v, m, q) => dreamsPage(v, q)],
+  [/^\/deployments\/new$/, v => deploymentNewPage(v)],
+  [/^\/deployments\/([^/]+)$/, (v, m, q) => deploymentPage(v, decodeURIComponent(m[1]), q)],
+  [/^\/deployments$/, (v, m, q) => deploymentsPage(v, q)],
+  [/^\/deployment_runs\/([^/]+)$/, (v, m) => deploymentRunPage(v, decodeURIComponent(m[1]))],
+  [/^\/webhooks\/([^/]+)$/, (v, m) => webhookPage(v, decodeURIComponent(m[1]))],
+  [/^\/webhooks$/, (v, m, q) => webhooksPage(v, q)],
 ];
 
 // parseHash splits "#/path?a=b" into the path and its parameters.
@@ -166,7 +174,7 @@ document.addEventListener('keydown', ev => {
   if (typing || ev.ctrlKey || help.open || !apiKey()) return;
   if (pendingG) {
     pendingG = false;
-    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files', k: '#/skills', m: '#/memory', d: '#/dreams'}[ev.key];
+    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files', k: '#/skills', m: '#/memory', d: '#/dreams', y: '#/deployments', w: '#/webhooks'}[ev.key];
     if (to) { ev.preventDefault(); location.hash = to; }
     return;
   }

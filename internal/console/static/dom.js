@@ -120,3 +120,6 @@ export const crumbs = (...c) => h('nav', {class: 'crumbs', 'aria-label': 'Breadc
 // mono is text in the monospace face (an id, a path); meta a line of secondary text.
 export const mono = (...c) => h('span', {class: 'mono'}, ...c);
 export const meta = (...c) => h('p', {class: 'meta'}, ...c);
+
+// to links an id to its page: to('sessions', id) is #/sessions/<id>.
+export const to = (page, id) => h('a', {href: `#/${page}/${encodeURIComponent(id)}`, class: 'mono'}, id);

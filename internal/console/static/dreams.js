@@ -1,14 +1,14 @@
 // Dreams: the list, and a dream with its status, error, usage, the session that ran it and the memory store it
 // wrote. A pending or running dream can be canceled; a finished one archived.
 
-import {h, clear, time, statusBadge, fact, crumbs, mono} from './dom.js';
+import {h, clear, time, statusBadge, fact, crumbs, mono, to} from './dom.js';
 import {get, post, id as esc} from './api.js';
 import {pagedList} from './agents.js';
 import {twoClick} from './forms.js';
 
 const input = (d, type) => (d.inputs || []).find(i => i.type === type) || {};
 const output = d => ((d.outputs || [])[0] || {}).memory_store_id || '';
-const storeLink = id => (id ? h('a', {href: `#/memory/${esc(id)}`, class: 'mono'}, id) : '');
+const storeLink = id => (id ? to('memory', id) : '');
 
 export function dreamsPage(main, q) {
   return pagedList(main, {title: 'Dreams', path: '/v1/dreams', q, caption: 'Dreams',
@@ -42,12 +42,12 @@ export async function dreamPage(main, dreamID) {
       fact('Model', {class: 'mono'}, (d.model && d.model.id) || ''),
       fact('Input store', null, storeLink(input(d, 'memory_store').memory_store_id)),
       fact('Output store', {id: 'dream-output'}, storeLink(output(d)) || 'none yet'),
-      fact('Session', {id: 'dream-session'}, d.session_id ? h('a', {href: `#/sessions/${esc(d.session_id)}`, class: 'mono'}, d.session_id) : 'none yet'),
+      fact('Session', {id: 'dream-session'}, d.session_id ? to('sessions', d.session_id) : 'none yet'),
       fact('Usage', {id: 'dream-usage'}, `${u.input_tokens || 0} in · ${u.output_tokens || 0} out · ${u.cache_read_input_tokens || 0} cache read · ${u.cache_creation_input_tokens || 0} cache write`),
       fact('Created', null, time(d.created_at)),
       fact('Ended', null, d.ended_at ? time(d.ended_at) : '—')),
     h('section', {class: 'card'}, h('h2', null, `Sessions read (${sessions.length})`),
-      h('ul', {class: 'plain', id: 'dream-sessions'}, sessions.map(id => h('li', null, h('a', {href: `#/sessions/${esc(id)}`, class: 'mono'}, id))))),
+      h('ul', {class: 'plain', id: 'dream-sessions'}, sessions.map(id => h('li', null, to('sessions', id))))),
     d.instructions ? h('section', {class: 'card'}, h('h2', null, 'Instructions'), h('div', {class: 'text prompt'}, d.instructions)) : null);
   return {keys: {r: again}};
 }

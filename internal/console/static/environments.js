@@ -1,9 +1,9 @@
 // Environments: the list, one environment with its image build, and the form that creates or edits one.
 
-import {h, clear, time, pretty, statusBadge, fmtTime, toast, fact, crumbs, mono, meta} from './dom.js';
+import {h, clear, time, pretty, statusBadge, fmtTime, fact, crumbs, mono, meta} from './dom.js';
 import {get, post, del, id as esc} from './api.js';
 import {pagedList} from './agents.js';
-import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, twoClick, gone, FormError} from './forms.js';
+import {row, text, area, form, parseJSON, json, words, lines, metadataPatch, twoClick, gone, once, FormError} from './forms.js';
 
 export function environmentsPage(main, q) {
   return pagedList(main, {title: 'Environments', path: '/v1/environments', q, caption: 'Environments',
@@ -213,12 +213,7 @@ async function keysCard(e) {
   }
   async function create() {
     const k = await post(`/v1/environments/${esc(e.id)}/keys`, name.value ? {name: name.value} : {});
-    const value = h('input', {type: 'text', id: 'new-key-value', class: 'mono', readonly: true, value: k.key, autocomplete: 'off', spellcheck: 'false'});
-    clear(shown, h('div', {class: 'notice', role: 'status'},
-      h('strong', null, `Key ${k.name || k.id} created. `), 'Copy it now: it is shown this once, and neither the API nor this page can show it again.',
-      h('div', {class: 'key-row'}, value, h('button', {type: 'button', id: 'copy-key', onclick: async () => {
-        try { await navigator.clipboard.writeText(k.key); toast('Copied.'); } catch { value.select(); toast('Select and copy the key.', 'error'); }
-      }}, 'Copy'))));
+    clear(shown, once(`Key ${k.name || k.id} created.`, k.key, 'key'));
     shown.hidden = false;
     name.value = '';
     await load();

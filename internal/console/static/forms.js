@@ -112,6 +112,17 @@ export function twoClick(label, again, attrs, act) {
   return b;
 }
 
+// once is the notice of a secret the API shows this once (a worker key, a signing secret), with a Copy button:
+// the page keeps it nowhere, so leaving or reloading it forgets the secret.
+export function once(title, secret, id) {
+  const value = h('input', {type: 'text', id: `new-${id}-value`, class: 'mono', readonly: true, value: secret, autocomplete: 'off', spellcheck: 'false'});
+  return h('div', {class: 'notice', role: 'status'},
+    h('strong', null, title, ' '), 'Copy it now: it is shown this once, and neither the API nor this page can show it again.',
+    h('div', {class: 'key-row'}, value, h('button', {type: 'button', id: `copy-${id}`, onclick: async () => {
+      try { await navigator.clipboard.writeText(secret); toast('Copied.'); } catch { value.select(); toast('Select and copy it.', 'error'); }
+    }}, 'Copy')));
+}
+
 // gone is a resource page's two-click Archive (POST path/archive) or Delete (DELETE path); done, it shows the list.
 export function gone(verb, path, list, id, again) {
   return twoClick(verb, again || `Click again to ${verb.toLowerCase()}`, {id}, async () => {

@@ -55,7 +55,7 @@ export function memoryStoresPage(main, q) {
 }
 
 // cursorPager is a Previous/Next bar over an API list's cursors; load(token) draws the page and returns it.
-function cursorPager(id, load) {
+export function cursorPager(id, load) {
   const stack = [];
   let token = '', cur = null;
   const prev = h('button', {type: 'button', class: 'small', id: `${id}-prev`, onclick: () => {
