@@ -64,6 +64,9 @@ var rules = map[string][]string{
 	// The proxies use the vault's secrets outside every sandbox; the git endpoint checks destinations with
 	// the egress proxy's rules.
 	"internal/proxy": {"internal/apitype", "internal/sandbox", "internal/sandbox/egress", "internal/store", "internal/vault", "internal/mcp"},
+	// Webhook deliveries reach their endpoints under the egress rules of the proxies; the dispatcher that
+	// picks them is elsewhere: no store, api or harness.
+	"internal/webhook": {"internal/apitype", "internal/sandbox/egress"},
 	// The proxy test kit wires a real store, vault, git endpoint, credential injection and workspace for the
 	// sandbox suites.
 	"internal/proxy/proxytest": {"internal/apitype", "internal/proxy", "internal/sandbox", "internal/sandbox/sandboxtest",
@@ -243,6 +246,12 @@ func TestViolation(t *testing.T) {
 		{"internal/files", "internal/blob/s3", false},
 		{"internal/server", "internal/blob/s3", false},
 		{"cmd/corral", "internal/blob/s3", true},
+
+		{"internal/webhook", "internal/sandbox/egress", true},
+		{"internal/webhook", "internal/store", false},
+		{"internal/webhook", "internal/api", false},
+		{"internal/webhook", "internal/harness", false},
+		{"internal/webhook", "internal/sandbox/bwrap", false},
 
 		{"internal/server", "internal/metrics", true},
 		{"internal/harness", "internal/metrics", false},
