@@ -77,7 +77,9 @@ func (a *arrivals) wait(ctx context.Context, want int) (time.Time, error) {
 		var last time.Time
 		if n >= want {
 			for _, t := range a.at {
-				last = max(last, t)
+				if t.After(last) {
+					last = t
+				}
 			}
 		}
 		a.mu.Unlock()
