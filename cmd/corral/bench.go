@@ -293,7 +293,9 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		RecipeRepoBytes: f.recipeRepoMB << 20, RecipePackages: packages,
 		MultiagentRuns: f.maRuns, MultiagentChildren: f.maChildren, MultiagentRounds: f.maRounds, MultiagentTTFT: f.maTTFT,
 		MemoryPlacer: memoryPlacer, MemoryCount: f.memCount, MemorySessions: f.memSessions, MemoryAllChanged: f.memAll,
-		Sealer: func(ctx context.Context, st store.Store) (api.Sealer, error) { return vault.Open(ctx, st, vault.NewKey()) },
+		Sealer: func(ctx context.Context, st store.Store) (api.Sealer, error) {
+			return vault.Open(ctx, st, vault.NewKey())
+		},
 		Executable: exe,
 		// The failover section's harness processes share one store, so they share its vault master key.
 		Environ: append(os.Environ(), "CORRAL_VAULT_KEY="+vault.NewKey().Encode()),
