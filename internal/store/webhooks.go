@@ -32,8 +32,9 @@ type WebhookStore interface {
 	// WebhookEventAppend records events in the outbox; an event whose id is recorded already is skipped.
 	WebhookEventAppend(ctx context.Context, events []apitype.WebhookEvent) error
 	// WebhookFanOut takes up to limit events that have not fanned out, oldest first, creates a pending delivery
-	// due at once for each endpoint subscribed to its type (apitype.WebhookEndpoint.Subscribed) and created
-	// before the event, and marks them fanned out, in one transaction. It returns how many events it took.
+	// for each endpoint subscribed to its type (apitype.WebhookEndpoint.Subscribed) and created before the event,
+	// and marks them fanned out, in one transaction. A delivery's created_at and first next_attempt_at are its
+	// event's created_at (due at once, whatever the store's clock). It returns how many events it took.
 	WebhookFanOut(ctx context.Context, limit int) (int, error)
 	// WebhookClaimDue claims up to p.Limit pending deliveries due at p.Now (next_attempt_at <= p.Now) to enabled
 	// endpoints, soonest first: in the same transaction their next_attempt_at becomes p.Until, so that the next
