@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/bench"
 	"github.com/corralhq/corral/internal/model"
@@ -93,7 +94,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.scaleTTFT, "scale-model-ttft", 2*time.Second, "the fake model's time to first token in the scale section (a session stays active that long per call)")
 	fs.IntVar(&f.scalePerSlot, "scale-turns", 2, "fresh sessions each concurrent slot runs, one after the other, at each scale level")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")
-	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,multiagent,failover", "comma-separated `sections` to run (also: cpu, recipe, memory)")
+	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,multiagent,failover", "comma-separated `sections` to run (also: cpu, recipe, memory, webhooks)")
 	fs.IntVar(&f.maRuns, "multiagent-runs", 30, "coordinator sessions starting one child in the multiagent section (and as many single-agent sessions, alternating)")
 	fs.IntVar(&f.maChildren, "multiagent-children", 24, "start_thread calls of the multiagent fan-out's one coordinator answer (the brain runs at most 25 threads of a session at once, the coordinator included: more are refused)")
 	fs.IntVar(&f.maRounds, "multiagent-rounds", 5, "fan-out sessions of the multiagent section, one after the other")
@@ -292,6 +293,9 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		RecipeRepoBytes: f.recipeRepoMB << 20, RecipePackages: packages,
 		MultiagentRuns: f.maRuns, MultiagentChildren: f.maChildren, MultiagentRounds: f.maRounds, MultiagentTTFT: f.maTTFT,
 		MemoryPlacer: memoryPlacer, MemoryCount: f.memCount, MemorySessions: f.memSessions, MemoryAllChanged: f.memAll,
+		Sealer: func(ctx context.Context, st store.Store) (api.Sealer, error) {
+			return vault.Open(ctx, st, vault.NewKey())
+		},
 		Executable: exe,
 		// The failover section's harness processes share one store, so they share its vault master key.
 		Environ: append(os.Environ(), "CORRAL_VAULT_KEY="+vault.NewKey().Encode()),

@@ -250,6 +250,7 @@ func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.AgentCreate(r.Context(), a); err != nil {
 		return err
 	}
+	s.emitWebhook(r.Context(), "agent.created", a.ID)
 	return writeJSON(w, http.StatusOK, a)
 }
 
@@ -320,6 +321,7 @@ func (s *Server) agentUpdate(w http.ResponseWriter, r *http.Request) error {
 		}
 		return lookup(err, "agent", id)
 	}
+	s.emitWebhook(r.Context(), "agent.updated", id)
 	return writeJSON(w, http.StatusOK, next)
 }
 
@@ -349,6 +351,7 @@ func (s *Server) agentArchive(w http.ResponseWriter, r *http.Request) error {
 		return lookup(err, "agent", id)
 	}
 	normalizeAgent(a)
+	s.emitWebhook(r.Context(), "agent.archived", id)
 	return writeJSON(w, http.StatusOK, a)
 }
 

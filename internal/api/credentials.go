@@ -112,6 +112,7 @@ func (s *Server) credentialCreate(w http.ResponseWriter, r *http.Request) error 
 	case err != nil:
 		return lookup(err, "vault", vaultID)
 	}
+	s.emitCredentialWebhook(r.Context(), "vault_credential.created", vaultID, c.ID)
 	return writeJSON(w, http.StatusOK, c)
 }
 
@@ -196,6 +197,7 @@ func (s *Server) credentialDelete(w http.ResponseWriter, r *http.Request) error 
 	if err := s.store.CredentialDelete(r.Context(), ref); err != nil {
 		return lookup(err, "credential", ref.ID)
 	}
+	s.emitCredentialWebhook(r.Context(), "vault_credential.deleted", ref.VaultID, ref.ID)
 	return writeJSON(w, http.StatusOK, map[string]string{"id": ref.ID, "type": "vault_credential_deleted"})
 }
 
@@ -205,6 +207,7 @@ func (s *Server) credentialArchive(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return lookup(err, "credential", ref.ID)
 	}
+	s.emitCredentialWebhook(r.Context(), "vault_credential.archived", ref.VaultID, ref.ID)
 	return writeJSON(w, http.StatusOK, viewCredential(c))
 }
 

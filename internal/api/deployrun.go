@@ -315,8 +315,19 @@ func (s *Server) emitWebhookOnce(ctx context.Context, typ, id string) {
 	s.recordWebhook(ctx, typ, id, id)
 }
 
+// emitCredentialWebhook is emitWebhook for a vault credential: the event's data names its vault too.
+func (s *Server) emitCredentialWebhook(ctx context.Context, typ, vaultID, id string) {
+	ev := apitype.NewWebhookEvent(typ, id, "", s.now())
+	ev.Data.VaultID = vaultID
+	s.appendWebhook(ctx, ev)
+}
+
 func (s *Server) recordWebhook(ctx context.Context, typ, id, key string) {
-	ev := apitype.NewWebhookEvent(typ, id, key, s.now())
+	s.appendWebhook(ctx, apitype.NewWebhookEvent(typ, id, key, s.now()))
+}
+
+func (s *Server) appendWebhook(ctx context.Context, ev apitype.WebhookEvent) {
+	typ, id := ev.Data.Type, ev.Data.ID
 	if err := s.store.WebhookEventAppend(context.WithoutCancel(ctx), []apitype.WebhookEvent{ev}); err != nil {
 		s.log.Warn("record webhook event", "type", typ, "id", id, "err", err)
 	}

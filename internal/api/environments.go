@@ -293,6 +293,7 @@ func (s *Server) envCreate(w http.ResponseWriter, r *http.Request) error {
 	if s.images != nil {
 		s.images.Build(e)
 	}
+	s.emitWebhook(r.Context(), "environment.created", e.ID)
 	return writeJSON(w, http.StatusOK, viewEnvironment(e))
 }
 
@@ -378,6 +379,7 @@ func (s *Server) envUpdate(w http.ResponseWriter, r *http.Request) error {
 	if s.images != nil && req.Config.Set {
 		s.images.Build(e)
 	}
+	s.emitWebhook(r.Context(), "environment.updated", id)
 	return writeJSON(w, http.StatusOK, viewEnvironment(e))
 }
 
@@ -425,6 +427,7 @@ func (s *Server) envDelete(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.EnvironmentDelete(r.Context(), id); err != nil {
 		return lookup(err, "environment", id)
 	}
+	s.emitWebhook(r.Context(), "environment.deleted", id)
 	return writeJSON(w, http.StatusOK, map[string]string{"id": id, "type": "environment_deleted"})
 }
 
@@ -441,5 +444,6 @@ func (s *Server) envArchive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return lookup(err, "environment", id)
 	}
+	s.emitWebhook(r.Context(), "environment.archived", id)
 	return writeJSON(w, http.StatusOK, viewEnvironment(e))
 }

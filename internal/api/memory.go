@@ -190,6 +190,7 @@ func (s *Server) memoryStoreCreate(w http.ResponseWriter, r *http.Request) error
 	if err := s.store.MemoryStoreCreate(r.Context(), m); err != nil {
 		return err
 	}
+	s.emitWebhook(r.Context(), "memory_store.created", m.ID)
 	return writeJSON(w, http.StatusOK, m)
 }
 
@@ -269,6 +270,7 @@ func (s *Server) memoryStoreDelete(w http.ResponseWriter, r *http.Request) error
 	if err := s.store.MemoryStoreDelete(r.Context(), id); err != nil {
 		return lookup(err, "memory store", id)
 	}
+	s.emitWebhook(r.Context(), "memory_store.deleted", id)
 	return writeJSON(w, http.StatusOK, map[string]string{"id": id, "type": "memory_store_deleted"})
 }
 
@@ -278,6 +280,7 @@ func (s *Server) memoryStoreArchive(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return lookup(err, "memory store", id)
 	}
+	s.emitWebhook(r.Context(), "memory_store.archived", id)
 	return writeJSON(w, http.StatusOK, viewMemoryStore(m))
 }
 

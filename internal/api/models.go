@@ -29,44 +29,18 @@ func (s *Server) modelList(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	models := s.prices.Models()
-	index := func(param string) (int, error) {
-		id := q.str(param)
-		i := slices.IndexFunc(models, func(m price.Model) bool { return m.ID == id })
-		if i < 0 {
-			return 0, invalid(param, "no model %q", id)
-		}
-		return i, nil
+	lo, hi, more, err := idPage(q, len(models), limit, func(id string) int {
+		return slices.IndexFunc(models, func(m price.Model) bool { return m.ID == id })
+	})
+	if err != nil {
+		return err
 	}
-	var lo, hi int // the page is models[lo:hi]
-	switch after, before := q.str("after_id"), q.str("before_id"); {
-	case after != "" && before != "":
-		return invalid("", "after_id and before_id cannot be given together")
-	case after != "":
-		i, err := index("after_id")
-		if err != nil {
-			return err
-		}
-		lo, hi = i+1, min(i+1+limit, len(models))
-	case before != "":
-		i, err := index("before_id")
-		if err != nil {
-			return err
-		}
-		lo, hi = max(i-limit, 0), i
-	default:
-		hi = min(limit, len(models))
-	}
-	page := apitype.ModelPage{Data: make([]apitype.ModelInfo, 0, hi-lo)}
+	page := apitype.ModelPage{Data: make([]apitype.ModelInfo, 0, hi-lo), HasMore: more}
 	for _, m := range models[lo:hi] {
 		page.Data = append(page.Data, modelInfo(m))
 	}
 	if n := len(page.Data); n > 0 {
 		page.FirstID, page.LastID = &page.Data[0].ID, &page.Data[n-1].ID
-	}
-	if q.str("before_id") != "" {
-		page.HasMore = lo > 0
-	} else {
-		page.HasMore = hi < len(models)
 	}
 	return writeJSON(w, http.StatusOK, page)
 }

@@ -728,6 +728,7 @@ func (s *Server) sessionArchive(w http.ResponseWriter, r *http.Request) error {
 		sess.Status = apitype.StatusTerminated
 	}
 	s.normalizeSession(sess, s.now())
+	s.emitWebhook(r.Context(), "session.archived", id)
 	return writeJSON(w, http.StatusOK, sess)
 }
 
@@ -769,5 +770,6 @@ func (s *Server) sessionDelete(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.SessionDelete(r.Context(), id); err != nil {
 		return lookup(err, "session", id)
 	}
+	s.emitWebhook(r.Context(), "session.deleted", id)
 	return writeJSON(w, http.StatusOK, map[string]string{"id": id, "type": "session_deleted"})
 }

@@ -49,6 +49,7 @@ func (s *Server) vaultCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.VaultCreate(r.Context(), v); err != nil {
 		return err
 	}
+	s.emitWebhook(r.Context(), "vault.created", v.ID)
 	return writeJSON(w, http.StatusOK, v)
 }
 
@@ -120,6 +121,7 @@ func (s *Server) vaultDelete(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.VaultDelete(r.Context(), id); err != nil {
 		return lookup(err, "vault", id)
 	}
+	s.emitWebhook(r.Context(), "vault.deleted", id)
 	return writeJSON(w, http.StatusOK, map[string]string{"id": id, "type": "vault_deleted"})
 }
 
@@ -129,6 +131,7 @@ func (s *Server) vaultArchive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return lookup(err, "vault", id)
 	}
+	s.emitWebhook(r.Context(), "vault.archived", id)
 	return writeJSON(w, http.StatusOK, viewVault(v))
 }
 

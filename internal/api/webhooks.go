@@ -293,14 +293,14 @@ func idPage(q query, n, limit int, find func(id string) int) (lo, hi int, more b
 	case after != "":
 		i := find(after)
 		if i < 0 {
-			return 0, 0, false, invalid("after_id", "no item %q", after)
+			return 0, 0, false, invalid("after_id", "no such item %q", after)
 		}
 		lo, hi = i+1, min(i+1+limit, n)
 		return lo, hi, hi < n, nil
 	case before != "":
 		i := find(before)
 		if i < 0 {
-			return 0, 0, false, invalid("before_id", "no item %q", before)
+			return 0, 0, false, invalid("before_id", "no such item %q", before)
 		}
 		lo, hi = max(i-limit, 0), i
 		return lo, hi, lo > 0, nil

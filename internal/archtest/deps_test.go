@@ -27,7 +27,7 @@ var rules = map[string][]string{
 	"internal/sandbox": {"internal/apitype"},
 	"internal/blob":    {},
 	"internal/client":  {"internal/apitype"},
-	"internal/api":     {"internal/apitype", "internal/store", "internal/files", "internal/skills", "internal/price"},
+	"internal/api":     {"internal/apitype", "internal/store", "internal/files", "internal/skills", "internal/price", "internal/cron", "internal/webhook"},
 	"internal/mcp":     {"internal/apitype"},
 	// The MCP port over HTTP, for brains whose MCP proxy is `corral proxy`: no credential code.
 	"internal/mcp/remote": {"internal/apitype", "internal/mcp"},
@@ -40,7 +40,7 @@ var rules = map[string][]string{
 	// Deployment schedules: cron expressions in a timezone, stdlib only.
 	"internal/cron": {},
 	"internal/server": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files",
-		"internal/metrics", "internal/console", "internal/maintain", "internal/price"},
+		"internal/metrics", "internal/console", "internal/maintain", "internal/price", "internal/webhook"},
 	// Periodic jobs under the store's leader lease: the store port, nothing else.
 	"internal/maintain": {"internal/store"},
 	// The console serves its embedded files; its pages reach the server through the public HTTP API only.
@@ -50,7 +50,7 @@ var rules = map[string][]string{
 	"internal/metrics": {},
 	// The benchmark composes servers through internal/server and is handed its backends by cmd/: it picks none.
 	"internal/bench": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/model",
-		"internal/sandbox", "internal/server", "internal/model/fakemodel", "internal/client"},
+		"internal/sandbox", "internal/server", "internal/model/fakemodel", "internal/client", "internal/webhook"},
 	"internal/archtest": {},
 	// The in-sandbox agent runs inside every sandbox: it links neither the sandbox port (the pool) nor the host
 	// kit, only the seccomp deny list its shell launcher installs (TestAgentLinksNoPoolNorHostKit).
@@ -64,6 +64,9 @@ var rules = map[string][]string{
 	// The proxies use the vault's secrets outside every sandbox; the git endpoint checks destinations with
 	// the egress proxy's rules.
 	"internal/proxy": {"internal/apitype", "internal/sandbox", "internal/sandbox/egress", "internal/store", "internal/vault", "internal/mcp"},
+	// Webhook deliveries reach their endpoints under the egress rules of the proxies; the dispatcher that
+	// picks them is elsewhere: no store, api or harness.
+	"internal/webhook": {"internal/apitype", "internal/sandbox/egress", "internal/store"},
 	// The proxy test kit wires a real store, vault, git endpoint, credential injection and workspace for the
 	// sandbox suites.
 	"internal/proxy/proxytest": {"internal/apitype", "internal/proxy", "internal/sandbox", "internal/sandbox/sandboxtest",
@@ -243,6 +246,12 @@ func TestViolation(t *testing.T) {
 		{"internal/files", "internal/blob/s3", false},
 		{"internal/server", "internal/blob/s3", false},
 		{"cmd/corral", "internal/blob/s3", true},
+
+		{"internal/webhook", "internal/sandbox/egress", true},
+		{"internal/webhook", "internal/store", true},
+		{"internal/webhook", "internal/api", false},
+		{"internal/webhook", "internal/harness", false},
+		{"internal/webhook", "internal/sandbox/bwrap", false},
 
 		{"internal/server", "internal/metrics", true},
 		{"internal/harness", "internal/metrics", false},

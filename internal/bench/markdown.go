@@ -211,6 +211,9 @@ func (r *Report) Markdown(svgName string) string {
 	if rc := r.Recipe; rc != nil && len(rc.Cells) > 0 {
 		b.WriteString(rc.Markdown(r.ModelTTFT))
 	}
+	if r.Webhooks != nil {
+		b.WriteString(webhooksMarkdown(r.Webhooks))
+	}
 	if len(r.MemStores) > 0 {
 		b.WriteString(memStoresMarkdown(r.MemStores))
 	}

@@ -80,6 +80,7 @@ type Report struct {
 	Recipe     *RecipeResult
 	Multiagent *MultiagentResult
 	MemStores  []*MemStoreResult
+	Webhooks   *WebhookResult
 	Skipped    []string // "section: reason"
 }
 
@@ -256,6 +257,9 @@ func (r *Report) WriteSummary(w io.Writer) {
 	for _, m := range r.MemStores {
 		fmt.Fprintln(w)
 		m.writeSummary(w)
+	}
+	if wh := r.Webhooks; wh != nil {
+		fmt.Fprintf(w, "\nwebhooks: log append → delivery p50 %s ms, p95 %s ms; %s\n", Ms(wh.Latency.P50), Ms(wh.Latency.P95), wh.rates())
 	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "skipped: %s\n", s)

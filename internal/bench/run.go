@@ -26,7 +26,7 @@ import (
 )
 
 // Sections of a run, in the order they run.
-var Sections = []string{"ttft", "hands", "log", "scale", "idle", "multiagent", "cpu", "failover", "recipe", "memory"}
+var Sections = []string{"ttft", "hands", "log", "scale", "idle", "multiagent", "cpu", "failover", "recipe", "memory", "webhooks"}
 
 // Config is one corral bench run. cmd/corral maps the flags to it; the fields' doc is the flags' help.
 type Config struct {
@@ -83,10 +83,12 @@ type Config struct {
 	// without), MemoryAllChanged the sessions with the store, among them, whose second turn changes every file.
 	MemoryPlacer                                  func(st store.MemoryStore) (MemoryPlacer, error)
 	MemoryCount, MemorySessions, MemoryAllChanged int
-	Workers                                       int    // in-process brain workers of the servers under test
-	CPUShare                                      int    // the backends' --sandbox-cpu-share, for the report
-	CPUIdle                                       bool   // and --sandbox-cpu-idle
-	Out, SVG                                      string // markdown report (its generated section) and chart; Out "" writes neither
+	// Sealer opens the vault of a store, for the webhooks section's endpoints' secrets; nil skips the section.
+	Sealer   sealerFor
+	Workers  int    // in-process brain workers of the servers under test
+	CPUShare int    // the backends' --sandbox-cpu-share, for the report
+	CPUIdle  bool   // and --sandbox-cpu-idle
+	Out, SVG string // markdown report (its generated section) and chart; Out "" writes neither
 
 	// Executable is the corral binary the failover section starts as `corral harness`; Environ is their
 	// environment (ANTHROPIC_* for the fake model are added).
@@ -252,6 +254,11 @@ func (b *benchRun) run(ctx context.Context) error {
 			if err := b.memstores(ctx, be); err != nil {
 				b.skip("memory, "+be.name, err.Error())
 			}
+		}
+	}
+	if sections["webhooks"] {
+		if err := b.webhooks(ctx); err != nil {
+			b.skip("webhooks", err.Error())
 		}
 	}
 	if ctx.Err() != nil {
@@ -426,6 +433,7 @@ type serverSpec struct {
 	placer   sandbox.Placer
 	outputs  sandbox.Collector                        // collects the sessions' outputs and memory stores (nil: none)
 	images   func(store.Store) (server.Images, error) // the server's images (nil: none)
+	fleet    *server.FleetConfig                      // the server's fleet jobs (nil: the API's defaults)
 }
 
 // startServer starts a server of spec on a fresh store of its own.
@@ -452,7 +460,8 @@ func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec 
 	logger := slog.New(slog.NewTextHandler(b.cfg.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg := server.Config{
 		Store: served, Logger: logger,
-		API: &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: served, Static: Key}},
+		API:   &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: served, Static: Key}},
+		Fleet: spec.fleet,
 	}
 	if spec.fake != nil {
 		hc := b.cfg.Brain

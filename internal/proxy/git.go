@@ -141,7 +141,7 @@ func (g *Git) Handler(sessionID string, networking *apitype.Networking) http.Han
 	policy.AllowInternal = slices.Clone(g.cfg.AllowInternal)
 	tr := &http.Transport{
 		Proxy:                 nil,
-		DialContext:           dialChecked(policy),
+		DialContext:           policy.DialContext,
 		TLSClientConfig:       &tls.Config{RootCAs: g.cfg.RootCAs, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:   15 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Minute,

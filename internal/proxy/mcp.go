@@ -38,6 +38,8 @@ type MCPStore interface {
 	CredentialStore
 	EnvironmentGet(ctx context.Context, id string) (*apitype.Environment, error)
 	CredentialUpdate(ctx context.Context, p *store.CredentialUpdateParams) (*apitype.Credential, error)
+	// WebhookEventAppend records vault_credential.refresh_failed when a refresh fails.
+	WebhookEventAppend(ctx context.Context, events []apitype.WebhookEvent) error
 }
 
 // MCPConfig configures MCP.

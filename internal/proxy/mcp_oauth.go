@@ -63,6 +63,7 @@ func (m *MCP) refreshCredential(ctx context.Context, b *bearer) (string, error) 
 	}
 	tr, err := m.exchange(ctx, r, rt, secret, secrets)
 	if err != nil {
+		m.refreshFailed(ctx, b)
 		return "", err
 	}
 	var exp *time.Time
@@ -158,4 +159,14 @@ func (m *MCP) exchange(ctx context.Context, r *apitype.OAuthRefresh, refreshToke
 		return nil, &RefreshError{Status: resp.StatusCode, ContentType: ct, Body: text, BodyTruncated: cut, Err: scrubAll(msg, secrets)}
 	}
 	return &tr, nil
+}
+
+// refreshFailed tells the organization's webhooks that a credential's refresh failed (its sessions' MCP calls
+// fail until someone fixes it). A failure to record it is logged: the refresh's own error is what matters.
+func (m *MCP) refreshFailed(ctx context.Context, b *bearer) {
+	ev := apitype.NewWebhookEvent("vault_credential.refresh_failed", b.id, "", time.Now())
+	ev.Data.VaultID = b.vaultID
+	if err := m.cfg.Store.WebhookEventAppend(context.WithoutCancel(ctx), []apitype.WebhookEvent{ev}); err != nil {
+		m.cfg.Logger.Warn("record webhook event", "type", ev.Data.Type, "credential", b.id, "err", err)
+	}
 }

@@ -5,12 +5,10 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -45,38 +43,13 @@ func mcpPolicy(n *apitype.Networking, u *url.URL) egress.Policy {
 func (m *MCP) transport(policy egress.Policy) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
-		DialContext:           dialChecked(policy),
+		DialContext:           policy.DialContext,
 		TLSClientConfig:       &tls.Config{RootCAs: m.rootCAs(), MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:   15 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Minute,
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConns:          4,
 		ForceAttemptHTTP2:     true,
-	}
-}
-
-// dialChecked dials only the addresses policy allows host:port to resolve to, checked after resolution and
-// pinned (the connection goes to an address checked, never to a second DNS answer).
-func dialChecked(policy egress.Policy) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	dialer := &net.Dialer{Timeout: 15 * time.Second}
-	return func(ctx context.Context, _, addr string) (net.Conn, error) {
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
-		}
-		ips, err := policy.Resolve(ctx, host, port)
-		if err != nil {
-			return nil, err
-		}
-		var last error
-		for _, ip := range ips {
-			c, err := dialer.DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), port))
-			if err == nil {
-				return c, nil
-			}
-			last = err
-		}
-		return nil, last
 	}
 }
 

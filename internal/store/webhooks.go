@@ -32,12 +32,15 @@ type WebhookStore interface {
 	// WebhookEventAppend records events in the outbox; an event whose id is recorded already is skipped.
 	WebhookEventAppend(ctx context.Context, events []apitype.WebhookEvent) error
 	// WebhookFanOut takes up to limit events that have not fanned out, oldest first, creates a pending delivery
-	// due at once for each endpoint subscribed to its type (apitype.WebhookEndpoint.Subscribed) and created
-	// before the event, and marks them fanned out, in one transaction. It returns how many events it took.
+	// for each endpoint subscribed to its type (apitype.WebhookEndpoint.Subscribed) and created before the event,
+	// and marks them fanned out, in one transaction. A delivery's created_at and first next_attempt_at are its
+	// event's created_at (due at once, whatever the store's clock). It returns how many events it took.
 	WebhookFanOut(ctx context.Context, limit int) (int, error)
-	// WebhookDeliveriesDue returns up to limit pending deliveries due at now (next_attempt_at <= now) to
-	// enabled endpoints, soonest first.
-	WebhookDeliveriesDue(ctx context.Context, now time.Time, limit int) ([]WebhookDelivery, error)
+	// WebhookClaimDue claims up to p.Limit pending deliveries due at p.Now (next_attempt_at <= p.Now) to enabled
+	// endpoints, soonest first: in the same transaction their next_attempt_at becomes p.Until, so that the next
+	// claim (by this dispatcher or another) skips them while they are attempted, and takes them again after
+	// p.Until if their attempt was never recorded (its process died). They are returned as they were before.
+	WebhookClaimDue(ctx context.Context, p *WebhookClaimParams) ([]WebhookDelivery, error)
 	// WebhookAttempt records an attempt at a delivery: fenced by p.Attempt (the delivery must have made
 	// p.Attempt-1 attempts and be pending, else ErrConflict: another process recorded it). A delivered or
 	// given-up delivery is final; with p.DisableReason set, the endpoint is disabled with it in the same
@@ -85,6 +88,12 @@ type WebhookDelivery struct {
 	LastError     string
 	LastAttemptAt *time.Time
 	CreatedAt     time.Time
+}
+
+// WebhookClaimParams claims due deliveries.
+type WebhookClaimParams struct {
+	Now, Until time.Time
+	Limit      int
 }
 
 // WebhookAttemptParams records one attempt at a delivery.

@@ -26,10 +26,15 @@ const (
 	DefaultPerEndpoint = 4
 	// PollInterval is how often the dispatcher fans new events out and looks for due deliveries.
 	PollInterval = 200 * time.Millisecond
-	// fanOutBatch and dueBatch bound one pass's reads.
+	// fanOutBatch and claimBatch bound one pass's reads; maxQueued the deliveries held in memory.
 	fanOutBatch = 500
-	dueBatch    = 200
-	pruneEvery  = time.Hour
+	claimBatch  = 1000
+	maxQueued   = 5000
+	// claimFor is how long a claimed delivery is left to its attempt before another claim may take it: longer
+	// than an attempt (Sender's timeout) with its wait in a queue.
+	claimFor       = 5 * time.Minute
+	queuePerWorker = 10
+	pruneEvery     = time.Hour
 )
 
 // DispatcherConfig configures a Dispatcher.
@@ -49,22 +54,34 @@ type DispatcherConfig struct {
 	Now func() time.Time
 }
 
-// Dispatcher delivers the outbox: each pass fans new events out into deliveries and starts the due ones, in
-// the background, within its concurrency bounds. A delivery is attempted at least once per due time; its
-// webhook-id is its event's id on every attempt, so a receiver drops a repeat. It runs on the fleet's leader
-// (internal/maintain): a pass's context ends when the lease is lost, which abandons the attempts in flight
-// unrecorded (the next leader makes them again: at least once).
+// Dispatcher delivers the outbox. Each pass fans new events out into deliveries and claims the due ones (the
+// store pushes their next attempt out while they are in hand); the claimed deliveries go to their endpoint's
+// queue, which up to PerEndpoint workers drain in the background, within Concurrency in all: a slow receiver
+// holds its own workers only. A delivery's webhook-id is its event's id on every attempt, so a receiver drops a
+// repeat. The dispatcher runs on the fleet's leader (internal/maintain): a pass's context ends when the lease is
+// lost, which abandons the attempts in flight unrecorded; their claim lapses and the next leader makes them
+// again (at least once).
 type Dispatcher struct {
-	cfg      DispatcherConfig
-	sem      chan struct{}
-	mu       sync.Mutex
-	inflight map[deliveryKey]bool
-	endpoint map[string]int
-	wg       sync.WaitGroup
-	pruned   time.Time
+	cfg    DispatcherConfig
+	sem    chan struct{}
+	mu     sync.Mutex
+	queues map[string]*endpointQueue
+	queued int
+	wg     sync.WaitGroup
+	pruned time.Time
 }
 
-type deliveryKey struct{ event, endpoint string }
+// endpointQueue is an endpoint's claimed deliveries and how many workers drain it.
+type endpointQueue struct {
+	pending []claimed
+	workers int
+}
+
+// claimed is a delivery in hand until its claim lapses.
+type claimed struct {
+	del   store.WebhookDelivery
+	until time.Time
+}
 
 // NewDispatcher builds a dispatcher from cfg.
 func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
@@ -81,12 +98,11 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Dispatcher{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), inflight: map[deliveryKey]bool{},
-		endpoint: map[string]int{}}, nil
+	return &Dispatcher{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), queues: map[string]*endpointQueue{}}, nil
 }
 
-// Pass fans the new events out and starts the due deliveries that are not in flight; it returns without
-// waiting for them. Once an hour it also prunes what is older than the retention.
+// Pass fans the new events out and claims the due deliveries, as many as the queues have room for; it returns
+// without waiting for their attempts. Once an hour it also prunes what is older than the retention.
 func (d *Dispatcher) Pass(ctx context.Context) error {
 	for {
 		n, err := d.cfg.Store.WebhookFanOut(ctx, fanOutBatch)
@@ -98,36 +114,19 @@ func (d *Dispatcher) Pass(ctx context.Context) error {
 		}
 	}
 	now := d.cfg.Now()
-	due, err := d.cfg.Store.WebhookDeliveriesDue(ctx, now, dueBatch)
-	if err != nil {
-		return fmt.Errorf("webhooks: due deliveries: %w", err)
-	}
-	for i := range due {
-		del := due[i]
-		k := deliveryKey{del.Event.ID, del.EndpointID}
-		d.mu.Lock()
-		busy := d.inflight[k] || d.endpoint[del.EndpointID] >= d.cfg.PerEndpoint
-		if !busy {
-			d.inflight[k] = true
-			d.endpoint[del.EndpointID]++
+	d.mu.Lock()
+	room := maxQueued - d.queued
+	d.mu.Unlock()
+	if room > 0 {
+		until := now.Add(claimFor)
+		due, err := d.cfg.Store.WebhookClaimDue(ctx, &store.WebhookClaimParams{Now: now, Until: until,
+			Limit: min(room, claimBatch)})
+		if err != nil {
+			return fmt.Errorf("webhooks: claim due deliveries: %w", err)
 		}
-		d.mu.Unlock()
-		if busy {
-			continue
+		for _, del := range due {
+			d.enqueue(ctx, claimed{del, until})
 		}
-		select {
-		case d.sem <- struct{}{}:
-		case <-ctx.Done():
-			d.release(k)
-			return ctx.Err()
-		default:
-			d.release(k) // every slot is busy: the next pass takes it
-			continue
-		}
-		d.wg.Go(func() {
-			defer func() { <-d.sem; d.release(k) }()
-			d.deliver(ctx, &del)
-		})
 	}
 	if now.Sub(d.pruned) >= pruneEvery {
 		d.pruned = now
@@ -142,17 +141,61 @@ func (d *Dispatcher) Pass(ctx context.Context) error {
 	return nil
 }
 
+// enqueue queues a claimed delivery on its endpoint, and starts a worker for it if the endpoint has fewer
+// than PerEndpoint. An endpoint's queue holds at most queuePerWorker deliveries per worker, so that each is
+// attempted long before its claim lapses even at the Sender's timeout; one beyond is left to a later claim.
+func (d *Dispatcher) enqueue(ctx context.Context, c claimed) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id := c.del.EndpointID
+	q := d.queues[id]
+	if q == nil {
+		q = &endpointQueue{}
+		d.queues[id] = q
+	}
+	if len(q.pending) >= queuePerWorker*d.cfg.PerEndpoint {
+		return
+	}
+	q.pending = append(q.pending, c)
+	d.queued++
+	if q.workers < d.cfg.PerEndpoint {
+		q.workers++
+		d.wg.Go(func() { d.drain(ctx, id, q) })
+	}
+}
+
+// drain attempts an endpoint's queued deliveries one after another, each within the global bound, until the
+// queue is empty or ctx ends (what is left is dropped: its claim lapses and it is attempted again).
+func (d *Dispatcher) drain(ctx context.Context, endpointID string, q *endpointQueue) {
+	for {
+		d.mu.Lock()
+		if len(q.pending) == 0 || ctx.Err() != nil {
+			d.queued -= len(q.pending)
+			q.pending = nil
+			if q.workers--; q.workers == 0 {
+				delete(d.queues, endpointID)
+			}
+			d.mu.Unlock()
+			return
+		}
+		c := q.pending[0]
+		q.pending = q.pending[1:]
+		d.queued--
+		d.mu.Unlock()
+		select {
+		case d.sem <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		if d.cfg.Now().Before(c.until) { // a lapsed claim may be another's now
+			d.deliver(ctx, &c.del)
+		}
+		<-d.sem
+	}
+}
+
 // Wait waits for the deliveries in flight (tests, and a server stopping).
 func (d *Dispatcher) Wait() { d.wg.Wait() }
-
-func (d *Dispatcher) release(k deliveryKey) {
-	d.mu.Lock()
-	delete(d.inflight, k)
-	if d.endpoint[k.endpoint]--; d.endpoint[k.endpoint] <= 0 {
-		delete(d.endpoint, k.endpoint)
-	}
-	d.mu.Unlock()
-}
 
 // deliver makes one attempt at a delivery and records it: delivered; failed for good (a refused URL or a
 // redirect: the endpoint is disabled); failed after the retry period (disabled too); or pending again after a

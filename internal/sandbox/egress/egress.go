@@ -269,15 +269,32 @@ func (p *Proxy) Close() error {
 }
 
 func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return p.policy.DialContext(ctx, network, addr)
+}
+
+// dialTimeout bounds the connection attempt to one address (ctx bounds them all).
+const dialTimeout = 10 * time.Second
+
+// DialContext connects to addr (host:port) if the policy allows it: it resolves the host and checks every
+// address (Resolve), then dials only those addresses, one after the other, never a second DNS answer. It is
+// the DialContext of an http.Transport that reaches destinations on a session's behalf (the proxies outside a
+// sandbox, the webhook sender); such a transport must have no Proxy, which would be dialed instead. Only TCP
+// networks are dialed. A refused destination's error wraps ErrDenied.
+func (p Policy) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+	default:
+		return nil, fmt.Errorf("dial %s: network %q not supported", addr, network)
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
-	ips, err := p.policy.check(ctx, host, port)
+	ips, err := p.check(ctx, host, port)
 	if err != nil {
 		return nil, err
 	}
-	d := net.Dialer{Timeout: 10 * time.Second}
+	d := net.Dialer{Timeout: dialTimeout}
 	var last error
 	for _, ip := range ips {
 		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), port))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"testing"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -99,5 +100,47 @@ func TestPolicyRefusesHostAddresses(t *testing.T) {
 		if _, err := trusted.check(context.Background(), host, "5432"); err != nil {
 			t.Errorf("exact entry %s trusted by AllowInternal: %v", host, err)
 		}
+	}
+}
+
+// TestPolicyDialContext: DialContext connects only where the policy allows, to the addresses it checked.
+func TestPolicyDialContext(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	ctx := context.Background()
+
+	if c, err := (Policy{AllowAll: true}).DialContext(ctx, "tcp", addr); !errors.Is(err, ErrDenied) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("untrusted loopback: err = %v, want denied", err)
+	}
+	if _, err := (Policy{AllowAll: true, AllowInternal: []string{addr}}).DialContext(ctx, "udp", addr); err == nil || errors.Is(err, ErrDenied) {
+		t.Fatalf("udp: err = %v, want an unsupported network", err)
+	}
+	// A trusted name is dialed at the address the policy resolved it to.
+	p := Policy{AllowAll: true, AllowInternal: []string{"hook.test:" + port},
+		lookup: func(context.Context, string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}}
+	c, err := p.DialContext(ctx, "tcp", net.JoinHostPort("hook.test", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The first connection the listener accepts is this one: the refused dials never reached it.
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.RemoteAddr().String() != c.LocalAddr().String() {
+		t.Fatalf("accepted %s first, want %s", s.RemoteAddr(), c.LocalAddr())
 	}
 }
