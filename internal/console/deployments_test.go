@@ -45,9 +45,9 @@ func TestConsoleDeployments(t *testing.T) {
 	e.setValue("d-message", "Write the nightly report.")
 	e.setValue("d-tz", "Europe/Paris")
 	e.setValue("d-cron", "61 9 * * *")
+	msg := map[string]any{"type": "user.message", "content": []any{map[string]any{"type": "text", "text": "Write the nightly report."}}}
 	bad := e.refused("POST", "/v1/deployments", map[string]any{"name": "Nightly report", "agent": agent, "environment_id": envID,
-		"initial_events": []any{map[string]any{"type": "user.message", "content": []any{map[string]any{"type": "text", "text": "Write the nightly report."}}}},
-		"schedule": map[string]any{"type": "cron", "expression": "61 9 * * *", "timezone": "Europe/Paris"}})
+		"initial_events": []any{msg}, "schedule": map[string]any{"type": "cron", "expression": "61 9 * * *", "timezone": "Europe/Paris"}})
 	e.click("deployment-form-submit")
 	e.wait("the API's refusal", formError("deployment-form", bad))
 	e.setValue("d-cron", "30 9 * * 1-5")

@@ -24,7 +24,7 @@ function endpointForm(id, e, label, send) {
   const url = text(`${id}-url`, e.url, {placeholder: 'https://'}), name = text(`${id}-name`, e.name), desc = text(`${id}-description`, e.description);
   const on = new Set(e.enabled_events);
   const f = form(id, [row('URL', url), row('Name', name), row('Description', desc),
-    h('div', {class: 'form-row'}, 'Events', Object.entries(EVENTS).map(([p, ts]) => h('fieldset', {class: 'events'}, h('legend', null, p),
+    h('div', {class: 'form-row'}, h('label', null, 'Events'), Object.entries(EVENTS).map(([p, ts]) => h('fieldset', {class: 'events'}, h('legend', null, p),
       ts.split(' ').map(t => h('label', {class: 'check'}, h('input', {type: 'checkbox', value: `${p}.${t}`, checked: on.has(`${p}.${t}`)}), t)))))],
   label, () => send({url: url.value, name: name.value, description: desc.value,
     enabled_events: [...f.querySelectorAll(':checked')].map(c => c.value)}), null);
