@@ -78,6 +78,10 @@ func TestDeploymentsThroughSDK(t *testing.T) {
 	if err != nil || len(evs) != 1 || evs[0].Type != apitype.EventUserMessage || !strings.Contains(string(evs[0].Data), "triage the queue") {
 		t.Fatalf("the session's log: %v %v", err, evs)
 	}
+	sessions, err := c.Beta.Sessions.List(ctx, anthropic.BetaSessionListParams{DeploymentID: anthropic.String(d.ID)})
+	if err != nil || len(sessions.Data) != 1 || sessions.Data[0].ID != run.SessionID {
+		t.Fatalf("sessions of the deployment: %v %+v", err, sessions)
+	}
 	got, err := c.Beta.DeploymentRuns.Get(ctx, run.ID, anthropic.BetaDeploymentRunGetParams{})
 	if err != nil || got.SessionID != run.SessionID {
 		t.Fatalf("get run: %v %s", err, got.RawJSON())
