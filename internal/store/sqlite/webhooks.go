@@ -45,6 +45,23 @@ var (
 	}
 )
 
+// The statements of the outbox's work, each a range search of an index of its own (TestWebhookPlans).
+const (
+	// unfannedSQL selects the events that have not fanned out, oldest first.
+	unfannedSQL = `SELECT id, type, created_at FROM webhook_events WHERE fanned_out_at IS NULL
+		ORDER BY created_at, id LIMIT ?`
+	// pruneDeliveriesSQL deletes the final deliveries last attempted before a time.
+	pruneDeliveriesSQL = `DELETE FROM webhook_deliveries WHERE state <> 'pending' AND last_attempt_at < ?`
+	// pruneEventsSQL deletes the events fanned out before a time that no delivery shows.
+	pruneEventsSQL = `DELETE FROM webhook_events WHERE fanned_out_at < ?
+		AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = webhook_events.id)`
+)
+
+// dueSQL selects the pending deliveries due at a time to enabled endpoints, soonest first.
+var dueSQL = webhookDue.sel + `
+	WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND w.state = 'enabled'
+	ORDER BY d.next_attempt_at, d.event_id, d.endpoint_id LIMIT ?`
+
 // WebhookEndpointCreate stores a new endpoint, without the signing secret shown once (its record keeps it
 // sealed).
 func (s *Store) WebhookEndpointCreate(ctx context.Context, e *store.WebhookEndpointRecord) error {
@@ -114,8 +131,7 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 			id, typ string
 			created int64
 		}
-		rows, err := w.query(`SELECT id, type, created_at FROM webhook_events WHERE fanned_out_at IS NULL
-			ORDER BY created_at, id LIMIT ?`, limitArg(limit))
+		rows, err := w.query(unfannedSQL, limitArg(limit))
 		if err != nil {
 			return 0, err
 		}
@@ -165,9 +181,7 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 
 // WebhookDeliveriesDue returns the pending deliveries due at now to enabled endpoints, soonest first.
 func (s *Store) WebhookDeliveriesDue(ctx context.Context, now time.Time, limit int) ([]store.WebhookDelivery, error) {
-	return webhookDue.rows(ctx, s, "list webhook deliveries due", webhookDue.sel+`
-		WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND w.state = 'enabled'
-		ORDER BY d.next_attempt_at, d.event_id, d.endpoint_id LIMIT ?`, micros(now), limitArg(limit))
+	return webhookDue.rows(ctx, s, "list webhook deliveries due", dueSQL, micros(now), limitArg(limit))
 }
 
 // WebhookAttempt records an attempt at a delivery, fenced by its number, and disables the endpoint if asked.
@@ -226,12 +240,11 @@ func (s *Store) WebhookDeliveryList(ctx context.Context, p *store.WebhookDeliver
 func (s *Store) WebhookPrune(ctx context.Context, before time.Time) (int, error) {
 	return writeResult(ctx, s, func(w *wtx) (int, error) {
 		t := micros(before)
-		deliveries, err := w.execN(`DELETE FROM webhook_deliveries WHERE state <> 'pending' AND last_attempt_at < ?`, t)
+		deliveries, err := w.execN(pruneDeliveriesSQL, t)
 		if err != nil {
 			return 0, err
 		}
-		events, err := w.execN(`DELETE FROM webhook_events WHERE fanned_out_at < ?
-			AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = webhook_events.id)`, t)
+		events, err := w.execN(pruneEventsSQL, t)
 		return int(deliveries + events), err
 	}, "prune webhooks before %s", before)
 }

@@ -35,6 +35,7 @@ CREATE TABLE webhook_deliveries (
 	created_at      timestamptz NOT NULL,
 	PRIMARY KEY (event_id, endpoint_id)
 );
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_attempt_at) WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at, event_id, endpoint_id)
+	WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_endpoint ON webhook_deliveries (endpoint_id, created_at, event_id);
 CREATE INDEX webhook_deliveries_final ON webhook_deliveries (last_attempt_at) WHERE state <> 'pending';

@@ -34,6 +34,7 @@ CREATE TABLE webhook_deliveries (
 	created_at      INTEGER NOT NULL,
 	PRIMARY KEY (event_id, endpoint_id)
 );
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_attempt_at) WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at, event_id, endpoint_id)
+	WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_endpoint ON webhook_deliveries (endpoint_id, created_at, event_id);
 CREATE INDEX webhook_deliveries_final ON webhook_deliveries (last_attempt_at) WHERE state <> 'pending';
