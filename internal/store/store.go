@@ -80,6 +80,7 @@ type Store interface {
 	StatsStore
 	LeaderStore
 	DreamStore
+	WebhookStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities

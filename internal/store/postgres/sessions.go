@@ -95,6 +95,11 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 		if err := putThreads(ctx, tx, sess.ID, threads); err != nil {
 			return err
 		}
+		// The session's webhook event goes to the outbox in its transaction (its initial events' go with them,
+		// in the append's statement).
+		if err := insertWebhookEvents(ctx, tx, []apitype.WebhookEvent{store.SessionCreatedWebhookEvent(&sess)}); err != nil {
+			return err
+		}
 		if len(p.InitialEvents) == 0 {
 			return nil
 		}

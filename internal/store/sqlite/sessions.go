@@ -83,6 +83,11 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 		} else if err := putThreads(w, in.ID, threads); err != nil {
 			return err
 		}
+		// The session's webhook event goes to the outbox in its transaction (its initial events' went with
+		// them, in appendEvents).
+		if err := insertWebhookEvents(w, []apitype.WebhookEvent{store.SessionCreatedWebhookEvent(&in)}); err != nil {
+			return err
+		}
 		var err error
 		sess, err = sessions.read(w, "s.id = ?", in.ID)
 		return err
