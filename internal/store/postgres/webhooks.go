@@ -158,22 +158,25 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		var evs, eps []string
+		var (
+			evs, eps []string
+			due      []time.Time
+		)
 		for i := range ids {
 			for j := range endpoints {
 				ep := &endpoints[j].Endpoint
 				if ep.CreatedAt.Truncate(time.Microsecond).After(created[i]) || !ep.Subscribed(types[i]) {
 					continue
 				}
-				evs, eps = append(evs, ids[i]), append(eps, ep.ID)
+				evs, eps, due = append(evs, ids[i]), append(eps, ep.ID), append(due, created[i])
 			}
 		}
 		if len(evs) > 0 {
 			if _, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, state, next_attempt_at,
 					created_at)
-				SELECT x.event_id, x.endpoint_id, 'pending', $3, $3 FROM unnest($1::text[], $2::text[])
-					AS x (event_id, endpoint_id)
-				ON CONFLICT DO NOTHING`, evs, eps, now); err != nil {
+				SELECT x.event_id, x.endpoint_id, 'pending', x.at, x.at FROM unnest($1::text[], $2::text[], $3::timestamptz[])
+					AS x (event_id, endpoint_id, at)
+				ON CONFLICT DO NOTHING`, evs, eps, due); err != nil {
 				return 0, err
 			}
 		}
@@ -182,11 +185,27 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 	})
 }
 
-// WebhookDeliveriesDue returns the pending deliveries due at now to enabled endpoints, soonest first.
-func (s *Store) WebhookDeliveriesDue(ctx context.Context, now time.Time, limit int) ([]store.WebhookDelivery, error) {
-	return webhookDue.rows(ctx, s, "webhook deliveries due", webhookDue.sel+`
-		WHERE d.state = 'pending' AND d.next_attempt_at <= $1 AND w.state = 'enabled'
-		ORDER BY d.next_attempt_at, d.event_id, d.endpoint_id LIMIT $2`, now, limitOrAll(limit))
+// WebhookClaimDue claims the pending deliveries due at p.Now to enabled endpoints, soonest first: their
+// next_attempt_at becomes p.Until in the same transaction (none with a zero Until). Concurrent claims take
+// different rows (FOR UPDATE OF d SKIP LOCKED).
+func (s *Store) WebhookClaimDue(ctx context.Context, p *store.WebhookClaimParams) ([]store.WebhookDelivery, error) {
+	return txResult(ctx, s, "webhook claim due", func(tx pgx.Tx) ([]store.WebhookDelivery, error) {
+		due, err := webhookDue.all(ctx, tx, webhookDue.sel+`
+			WHERE d.state = 'pending' AND d.next_attempt_at <= $1 AND w.state = 'enabled'
+			ORDER BY d.next_attempt_at, d.event_id, d.endpoint_id LIMIT $2 FOR UPDATE OF d SKIP LOCKED`,
+			p.Now, limitOrAll(p.Limit))
+		if err != nil || p.Until.IsZero() || len(due) == 0 {
+			return due, err
+		}
+		evs, eps := make([]string, len(due)), make([]string, len(due))
+		for i := range due {
+			evs[i], eps[i] = due[i].Event.ID, due[i].EndpointID
+		}
+		_, err = tx.Exec(ctx, `UPDATE webhook_deliveries d SET next_attempt_at = $3
+			FROM unnest($1::text[], $2::text[]) AS x (event_id, endpoint_id)
+			WHERE d.event_id = x.event_id AND d.endpoint_id = x.endpoint_id`, evs, eps, p.Until)
+		return due, err
+	})
 }
 
 // WebhookAttempt records an attempt at a delivery, fenced by its number, and disables the endpoint if asked.

@@ -167,7 +167,7 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 				}
 				if _, err := w.exec(`INSERT OR IGNORE INTO webhook_deliveries
 					(event_id, endpoint_id, state, next_attempt_at, created_at) VALUES (?, ?, 'pending', ?, ?)`,
-					ev.id, ep.ID, at, at); err != nil {
+					ev.id, ep.ID, ev.created, ev.created); err != nil {
 					return 0, err
 				}
 			}
@@ -179,9 +179,29 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 	}, "fan out webhook events")
 }
 
-// WebhookDeliveriesDue returns the pending deliveries due at now to enabled endpoints, soonest first.
-func (s *Store) WebhookDeliveriesDue(ctx context.Context, now time.Time, limit int) ([]store.WebhookDelivery, error) {
-	return webhookDue.rows(ctx, s, "list webhook deliveries due", dueSQL, micros(now), limitArg(limit))
+// WebhookClaimDue claims the pending deliveries due at p.Now to enabled endpoints, soonest first: their
+// next_attempt_at becomes p.Until in the same transaction (none with a zero Until).
+func (s *Store) WebhookClaimDue(ctx context.Context, p *store.WebhookClaimParams) ([]store.WebhookDelivery, error) {
+	if p.Until.IsZero() {
+		return webhookDue.rows(ctx, s, "list webhook deliveries due", dueSQL, micros(p.Now), limitArg(p.Limit))
+	}
+	return writeResult(ctx, s, func(w *wtx) ([]store.WebhookDelivery, error) {
+		rows, err := w.query(dueSQL, micros(p.Now), limitArg(p.Limit))
+		if err != nil {
+			return nil, err
+		}
+		due, err := collect(rows, webhookDue.scan)
+		if err != nil {
+			return nil, err
+		}
+		for i := range due {
+			if _, err := w.exec(`UPDATE webhook_deliveries SET next_attempt_at = ? WHERE event_id = ? AND endpoint_id = ?`,
+				micros(p.Until), due[i].Event.ID, due[i].EndpointID); err != nil {
+				return nil, err
+			}
+		}
+		return due, nil
+	}, "claim webhook deliveries due")
 }
 
 // WebhookAttempt records an attempt at a delivery, fenced by its number, and disables the endpoint if asked.

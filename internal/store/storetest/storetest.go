@@ -128,6 +128,7 @@ func Run(t *testing.T, h Harness) {
 		{"WebhookFanOut", testWebhookFanOut},
 		{"WebhookFanOutRace", testWebhookFanOutRace},
 		{"WebhookDeliveriesDue", testWebhookDeliveriesDue},
+		{"WebhookClaimDue", testWebhookClaimDue},
 		{"WebhookAttempt", testWebhookAttempt},
 		{"WebhookDeliveryList", testWebhookDeliveryList},
 		{"WebhookPrune", testWebhookPrune},

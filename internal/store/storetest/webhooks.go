@@ -306,11 +306,9 @@ func testWebhookFanOut(t *testing.T, h Harness) {
 	// Appended newest first: the fan-out takes them by time.
 	must(t, s.WebhookEventAppend(ctxBg, []apitype.WebhookEvent{credential, deleted, created}), "append events")
 
-	before := apitype.Now()
 	equal(t, fanOut(t, s, 2), 2, "up to the limit")
 	equal(t, fanOut(t, s, 2), 1, "the rest")
 	equal(t, fanOut(t, s, 2), 0, "nothing left")
-	after := apitype.Now()
 
 	equal(t, ids(deliveries(t, s, a.Endpoint.ID), deliveryEventID), created.ID, "a: vault.created")
 	gotB := deliveries(t, s, b.Endpoint.ID)
@@ -329,10 +327,8 @@ func testWebhookFanOut(t *testing.T, h Harness) {
 		equal(t, d.Attempts, 0, "no attempt yet")
 		equal(t, d.LastAttemptAt == nil, true, "no last attempt")
 		equal(t, d.LastStatus, 0, "no last status")
-		if d.NextAttemptAt.Before(before) || d.NextAttemptAt.After(after) {
-			t.Fatalf("next attempt at %v, want the fan-out's time (between %v and %v)", d.NextAttemptAt, before, after)
-		}
-		sameTime(t, d.CreatedAt, d.NextAttemptAt, "due at once, from its creation")
+		sameTime(t, d.NextAttemptAt, d.Event.CreatedAt, "due from its event's time, whatever the store's clock")
+		sameTime(t, d.CreatedAt, d.Event.CreatedAt, "created at its event's time")
 	}
 
 	// Recording them again, or fanning out again, makes no second delivery.
@@ -402,6 +398,11 @@ func testWebhookFanOutRace(t *testing.T, h Harness) {
 	}
 }
 
+// dueAt reads the deliveries due at now without claiming them (a zero Until).
+func dueAt(s store.Store, now time.Time, limit int) ([]store.WebhookDelivery, error) {
+	return s.WebhookClaimDue(ctxBg, &store.WebhookClaimParams{Now: now, Limit: limit})
+}
+
 // testWebhookDeliveriesDue: pending deliveries due at now, to enabled endpoints, soonest first, up to limit,
 // with the endpoint's URL and sealed secret.
 func testWebhookDeliveriesDue(t *testing.T, h Harness) {
@@ -415,7 +416,7 @@ func testWebhookDeliveriesDue(t *testing.T, h Harness) {
 	must(t, s.WebhookEventAppend(ctxBg, evs), "append events")
 	equal(t, fanOut(t, s, 0), 3, "fan out")
 	now := apitype.Now()
-	due, err := s.WebhookDeliveriesDue(ctxBg, now, 0)
+	due, err := dueAt(s, now, 0)
 	must(t, err, "deliveries due")
 	equal(t, len(due), 6, "every delivery is due at once")
 	for _, d := range due {
@@ -427,9 +428,9 @@ func testWebhookDeliveriesDue(t *testing.T, h Harness) {
 		equal(t, d.Secret.CredentialID, ep.Endpoint.ID, "the endpoint's sealed secret")
 		equal(t, string(d.Secret.WrappedKey), string(ep.Secret.WrappedKey), "the sealed secret's key")
 	}
-	past, err := s.WebhookDeliveriesDue(ctxBg, base, 0)
+	past, err := dueAt(s, base.Add(-time.Second), 0)
 	must(t, err, "deliveries due before the fan-out")
-	equal(t, len(past), 0, "none due before they were created")
+	equal(t, len(past), 0, "none due before their events")
 
 	// Retries at distinct times: the order is the due time's.
 	retry := func(ev apitype.WebhookEvent, ep *store.WebhookEndpointRecord, next time.Time) {
@@ -446,7 +447,7 @@ func testWebhookDeliveriesDue(t *testing.T, h Harness) {
 		Attempt: 1, At: now, Status: 200, State: store.DeliveryDelivered}), "deliver")
 	dueKeys := func(at time.Time, limit int) string {
 		t.Helper()
-		got, err := s.WebhookDeliveriesDue(ctxBg, at, limit)
+		got, err := dueAt(s, at, limit)
 		must(t, err, "deliveries due")
 		return ids(got, deliveryKey)
 	}
@@ -627,7 +628,7 @@ func testWebhookPrune(t *testing.T, h Harness) {
 	equal(t, ids(left, deliveryEventID), pending.ID+","+failedLate.ID,
 		"the pending delivery and the final one attempted after the time stay, with their events")
 	equal(t, left[0].Event.Data.Type, "vault.created", "the pending delivery's event")
-	due, err := s.WebhookDeliveriesDue(ctxBg, now.Add(2*time.Hour), 0)
+	due, err := dueAt(s, now.Add(2*time.Hour), 0)
 	must(t, err, "deliveries due")
 	equal(t, ids(due, deliveryEventID), pending.ID, "the pending delivery is still due")
 	equal(t, fanOut(t, s, 0), 1, "the event not fanned out stayed")
@@ -645,7 +646,66 @@ func testWebhookEndpointDelete(t *testing.T, h Harness) {
 	equal(t, len(deliveries(t, s, a.Endpoint.ID)), 0, "a's deliveries went with it")
 	mustIs(t, s.WebhookAttempt(ctxBg, &store.WebhookAttemptParams{EventID: ev.ID, EndpointID: a.Endpoint.ID,
 		Attempt: 1, At: base, State: store.DeliveryDelivered}), store.ErrConflict, "attempt at a deleted delivery")
-	due, err := s.WebhookDeliveriesDue(ctxBg, apitype.Now(), 0)
+	due, err := dueAt(s, apitype.Now(), 0)
 	must(t, err, "deliveries due")
 	equal(t, ids(due, deliveryKey), ev.ID+"/"+b.Endpoint.ID, "b's delivery stays")
+}
+
+// testWebhookClaimDue: a claim takes the due deliveries and pushes them out to its Until: another claim before
+// then takes none of them, one after takes them again (their attempts were never recorded); concurrent claims
+// take disjoint sets.
+func testWebhookClaimDue(t *testing.T, h Harness) {
+	s := h.open(t)
+	createEndpoint(t, s, base, "vault.created")
+	createEndpoint(t, s, base, "vault.created")
+	var evs []apitype.WebhookEvent
+	for i := range 40 {
+		evs = append(evs, webhookEvent("vault.created", fmt.Sprintf("vlt_%d", i), base.Add(time.Duration(i)*time.Millisecond)))
+	}
+	must(t, s.WebhookEventAppend(ctxBg, evs), "append events")
+	equal(t, fanOut(t, s, 0), 40, "fan out")
+	now := base.Add(time.Minute)
+	claim := func(at, until time.Time, limit int) []store.WebhookDelivery {
+		t.Helper()
+		got, err := s.WebhookClaimDue(ctxBg, &store.WebhookClaimParams{Now: at, Until: until, Limit: limit})
+		must(t, err, "claim")
+		return got
+	}
+	first := claim(now, now.Add(5*time.Minute), 30)
+	equal(t, len(first), 30, "the first claim takes its limit")
+	equal(t, first[0].Event.ID, evs[0].ID, "soonest first: due from its event's time")
+	equal(t, len(claim(now, now.Add(5*time.Minute), 0)), 50, "the second claim takes the rest")
+	equal(t, len(claim(now.Add(time.Minute), now.Add(10*time.Minute), 0)), 0, "none while claimed")
+	equal(t, len(claim(now.Add(6*time.Minute), now.Add(20*time.Minute), 0)), 80, "all again once the claims lapsed")
+
+	// Four claims at once, after the last claims lapsed: each delivery goes to one of them.
+	at := now.Add(30 * time.Minute)
+	var (
+		mu  sync.Mutex
+		all []string
+		wg  sync.WaitGroup
+	)
+	for range 4 {
+		wg.Go(func() {
+			got, err := s.WebhookClaimDue(ctxBg, &store.WebhookClaimParams{Now: at, Until: at.Add(time.Hour), Limit: 30})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			for i := range got {
+				all = append(all, deliveryKey(&got[i]))
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for _, k := range all {
+		if seen[k] {
+			t.Errorf("delivery %s claimed twice", k)
+		}
+		seen[k] = true
+	}
+	equal(t, len(seen), 80, "every delivery claimed once by the four")
 }
