@@ -81,6 +81,7 @@ type Store interface {
 	LeaderStore
 	DreamStore
 	WebhookStore
+	DeploymentStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities
