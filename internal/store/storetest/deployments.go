@@ -385,7 +385,7 @@ func testDeploymentFireRace(t *testing.T, h Harness) {
 	d := newDeployment(base, "agent_a", times...)
 	must(t, s.DeploymentCreate(ctxBg, d), "create deployment")
 	id := d.Deployment.ID
-	openConnections(s, "memstore_none", n)
+	openConnections(s, "memstore_none", n) // any read opens a connection: the store need not exist
 	var wg sync.WaitGroup
 	for round := range rounds {
 		errs := make([]error, n)
