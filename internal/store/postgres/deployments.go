@@ -154,8 +154,7 @@ func (s *Store) DeploymentRunGet(ctx context.Context, id string) (*apitype.Deplo
 	return deploymentRuns.get(ctx, s, "r.id = $1", id)
 }
 
-// DeploymentRunResolve records the outcome of a pending run under a row lock: the stored run gets r's session
-// or error.
+// DeploymentRunResolve records the outcome of a pending run (store.ResolvedRun) under a row lock.
 func (s *Store) DeploymentRunResolve(ctx context.Context, r *apitype.DeploymentRun) (*apitype.DeploymentRun, error) {
 	if err := store.CheckRunResolved(r); err != nil {
 		return nil, err
@@ -171,9 +170,8 @@ func (s *Store) DeploymentRunResolve(ctx context.Context, r *apitype.DeploymentR
 			resolved = cur
 			return nil, store.ErrConflict
 		}
-		next := *cur
-		next.SessionID, next.Error = r.SessionID, r.Error
-		return &next, deploymentRuns.put(ctx, tx, &next, cur)
+		next := store.ResolvedRun(cur, r)
+		return next, deploymentRuns.put(ctx, tx, next, cur)
 	})
 	if err != nil {
 		return resolved, err

@@ -143,7 +143,7 @@ func (s *Store) DeploymentRunGet(ctx context.Context, id string) (*apitype.Deplo
 	return deploymentRuns.get(ctx, s, id, "r.id = ?", id)
 }
 
-// DeploymentRunResolve records the outcome of a pending run: the stored run gets r's session or error.
+// DeploymentRunResolve records the outcome of a pending run (store.ResolvedRun).
 func (s *Store) DeploymentRunResolve(ctx context.Context, r *apitype.DeploymentRun) (*apitype.DeploymentRun, error) {
 	if err := store.CheckRunResolved(r); err != nil {
 		return nil, fmt.Errorf("sqlite: resolve %w", err)
@@ -159,10 +159,8 @@ func (s *Store) DeploymentRunResolve(ctx context.Context, r *apitype.DeploymentR
 			resolved = cur
 			return store.ErrConflict
 		}
-		next := *cur
-		next.SessionID, next.Error = r.SessionID, r.Error
-		out = &next
-		return deploymentRuns.put(w, &next, cur)
+		out = store.ResolvedRun(cur, r)
+		return deploymentRuns.put(w, out, cur)
 	}, nil)
 	if err := writeErr(err, "resolve deployment run %s", r.ID); err != nil {
 		return resolved, err

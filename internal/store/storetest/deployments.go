@@ -482,9 +482,18 @@ func testDeploymentRun(t *testing.T, h Harness) {
 	if again == nil || again.SessionID == nil || *again.SessionID != *res.SessionID {
 		t.Fatalf("resolve twice: got run %+v, want the stored run", again)
 	}
-	failed, err := s.DeploymentRunResolve(ctxBg, withError(&apitype.DeploymentRun{ID: manual.ID}, apitype.RunAgentArchived))
+	equal(t, got.Agent.Version, 3, "a resolution that names no agent keeps the run's")
+	// The agent a resolution names is the version the run resolved (its deployment follows the latest).
+	latest := withError(&apitype.DeploymentRun{ID: manual.ID}, apitype.RunAgentArchived)
+	latest.Agent = apitype.AgentRef{Type: apitype.ObjectAgent, ID: "agent_x", Version: 4}
+	failed, err := s.DeploymentRunResolve(ctxBg, latest)
 	must(t, err, "resolve run with an error")
 	equal(t, failed.Error.Type, apitype.RunAgentArchived, "error")
+	got, err = s.DeploymentRunGet(ctxBg, manual.ID)
+	must(t, err, "get failed run")
+	equal(t, got.Error.Type, apitype.RunAgentArchived, "stored error")
+	equal(t, got.Agent.Version, 4, "stored agent version")
+	equal(t, got.Trigger.Type, apitype.TriggerManual, "the trigger stays")
 	_, err = s.DeploymentRunResolve(ctxBg, withSession(&apitype.DeploymentRun{ID: manual.ID}))
 	mustIs(t, err, store.ErrConflict, "resolve a failed run")
 	_, err = s.DeploymentRunResolve(ctxBg, withSession(&apitype.DeploymentRun{ID: "drun_missing"}))
