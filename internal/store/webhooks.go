@@ -94,6 +94,8 @@ type WebhookDelivery struct {
 type WebhookClaimParams struct {
 	Now, Until time.Time
 	Limit      int
+	// Skip are endpoints whose deliveries are not claimed (the dispatcher's queue for them is full).
+	Skip []string
 }
 
 // WebhookAttemptParams records one attempt at a delivery.

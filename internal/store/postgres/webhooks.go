@@ -192,8 +192,9 @@ func (s *Store) WebhookClaimDue(ctx context.Context, p *store.WebhookClaimParams
 	return txResult(ctx, s, "webhook claim due", func(tx pgx.Tx) ([]store.WebhookDelivery, error) {
 		due, err := webhookDue.all(ctx, tx, webhookDue.sel+`
 			WHERE d.state = 'pending' AND d.next_attempt_at <= $1 AND w.state = 'enabled'
+				AND NOT (d.endpoint_id = ANY($3::text[]))
 			ORDER BY d.next_attempt_at, d.event_id, d.endpoint_id LIMIT $2 FOR UPDATE OF d SKIP LOCKED`,
-			p.Now, limitOrAll(p.Limit))
+			p.Now, limitOrAll(p.Limit), append([]string{}, p.Skip...))
 		if err != nil || p.Until.IsZero() || len(due) == 0 {
 			return due, err
 		}

@@ -53,7 +53,7 @@ func TestWebhookPlans(t *testing.T) {
 		want  []string
 	}{
 		{unfannedSQL, []any{10}, []string{"SCAN webhook_events USING INDEX webhook_events_unfanned"}},
-		{dueSQL, []any{5, 10}, []string{
+		{dueSQL(0), []any{5, 10}, []string{
 			"SEARCH d USING INDEX webhook_deliveries_due (next_attempt_at<?)",
 			"SEARCH w USING INDEX sqlite_autoindex_webhook_endpoints_1 (id=?)",
 			"SEARCH e USING INDEX sqlite_autoindex_webhook_events_1 (id=?)",

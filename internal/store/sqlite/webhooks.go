@@ -57,10 +57,17 @@ const (
 		AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = webhook_events.id)`
 )
 
-// dueSQL selects the pending deliveries due at a time to enabled endpoints, soonest first.
-var dueSQL = webhookDue.sel + `
-	WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND w.state = 'enabled'
+// dueSQL selects the pending deliveries due at a time to enabled endpoints, except those of skip endpoints
+// (each a placeholder), soonest first.
+func dueSQL(skip int) string {
+	not := ""
+	if skip > 0 {
+		not = ` AND d.endpoint_id NOT IN (` + placeholders(skip) + `)`
+	}
+	return webhookDue.sel + `
+	WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND w.state = 'enabled'` + not + `
 	ORDER BY d.next_attempt_at, d.event_id, d.endpoint_id LIMIT ?`
+}
 
 // WebhookEndpointCreate stores a new endpoint, without the signing secret shown once (its record keeps it
 // sealed).
@@ -182,11 +189,17 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 // WebhookClaimDue claims the pending deliveries due at p.Now to enabled endpoints, soonest first: their
 // next_attempt_at becomes p.Until in the same transaction (none with a zero Until).
 func (s *Store) WebhookClaimDue(ctx context.Context, p *store.WebhookClaimParams) ([]store.WebhookDelivery, error) {
+	args := []any{micros(p.Now)}
+	for _, id := range p.Skip {
+		args = append(args, id)
+	}
+	args = append(args, limitArg(p.Limit))
+	query := dueSQL(len(p.Skip))
 	if p.Until.IsZero() {
-		return webhookDue.rows(ctx, s, "list webhook deliveries due", dueSQL, micros(p.Now), limitArg(p.Limit))
+		return webhookDue.rows(ctx, s, "list webhook deliveries due", query, args...)
 	}
 	return writeResult(ctx, s, func(w *wtx) ([]store.WebhookDelivery, error) {
-		rows, err := w.query(dueSQL, micros(p.Now), limitArg(p.Limit))
+		rows, err := w.query(query, args...)
 		if err != nil {
 			return nil, err
 		}

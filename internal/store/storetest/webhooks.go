@@ -677,6 +677,15 @@ func testWebhookClaimDue(t *testing.T, h Harness) {
 	equal(t, len(claim(now, now.Add(5*time.Minute), 0)), 50, "the second claim takes the rest")
 	equal(t, len(claim(now.Add(time.Minute), now.Add(10*time.Minute), 0)), 0, "none while claimed")
 	equal(t, len(claim(now.Add(6*time.Minute), now.Add(20*time.Minute), 0)), 80, "all again once the claims lapsed")
+	skipped, err := s.WebhookClaimDue(ctxBg, &store.WebhookClaimParams{Now: now.Add(21 * time.Minute),
+		Until: now.Add(25 * time.Minute), Skip: []string{first[0].EndpointID}})
+	must(t, err, "claim skipping an endpoint")
+	equal(t, len(skipped), 40, "the other endpoint's deliveries only")
+	for _, d := range skipped {
+		if d.EndpointID == first[0].EndpointID {
+			t.Fatalf("claimed a delivery of a skipped endpoint")
+		}
+	}
 
 	// Four claims at once, after the last claims lapsed: each delivery goes to one of them.
 	at := now.Add(30 * time.Minute)
