@@ -70,7 +70,7 @@ func TestDeploymentScheduleAcrossHarnesses(t *testing.T) {
 	t.Logf("the scheduled time %s fired %s late", first.Format(time.TimeOnly), time.Since(first).Round(time.Millisecond))
 	time.Sleep(5 * time.Second)
 	page, err := c.Beta.DeploymentRuns.List(ctx, anthropic.BetaDeploymentRunListParams{DeploymentID: anthropic.String(d.ID),
-		TriggerType: anthropic.BetaDeploymentRunListParamsTriggerTypeSchedule})
+		TriggerType: anthropic.BetaManagedAgentsTriggerTypeSchedule})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,6 +78,10 @@ func TestDeploymentsThroughSDK(t *testing.T) {
 	if err != nil || len(evs) != 1 || evs[0].Type != apitype.EventUserMessage || !strings.Contains(string(evs[0].Data), "triage the queue") {
 		t.Fatalf("the session's log: %v %v", err, evs)
 	}
+	sessions, err := c.Beta.Sessions.List(ctx, anthropic.BetaSessionListParams{DeploymentID: anthropic.String(d.ID)})
+	if err != nil || len(sessions.Data) != 1 || sessions.Data[0].ID != run.SessionID {
+		t.Fatalf("sessions of the deployment: %v %+v", err, sessions)
+	}
 	got, err := c.Beta.DeploymentRuns.Get(ctx, run.ID, anthropic.BetaDeploymentRunGetParams{})
 	if err != nil || got.SessionID != run.SessionID {
 		t.Fatalf("get run: %v %s", err, got.RawJSON())
@@ -101,10 +105,10 @@ func TestDeploymentsThroughSDK(t *testing.T) {
 	if n := list(anthropic.BetaDeploymentRunListParams{HasError: anthropic.Bool(true)}); n != 0 {
 		t.Errorf("runs with an error: %d, want 0", n)
 	}
-	if n := list(anthropic.BetaDeploymentRunListParams{TriggerType: anthropic.BetaDeploymentRunListParamsTriggerTypeSchedule}); n != 0 {
+	if n := list(anthropic.BetaDeploymentRunListParams{TriggerType: anthropic.BetaManagedAgentsTriggerTypeSchedule}); n != 0 {
 		t.Errorf("scheduled runs: %d, want 0", n)
 	}
-	if n := list(anthropic.BetaDeploymentRunListParams{TriggerType: anthropic.BetaDeploymentRunListParamsTriggerTypeManual,
+	if n := list(anthropic.BetaDeploymentRunListParams{TriggerType: anthropic.BetaManagedAgentsTriggerTypeManual,
 		CreatedAtGte: anthropic.Time(run.CreatedAt)}); n != 1 {
 		t.Errorf("manual runs since the run: %d, want 1", n)
 	}
@@ -221,7 +225,7 @@ func TestDeploymentRunnerSchedule(t *testing.T) {
 	scheduled := func() []apitype.DeploymentRun {
 		t.Helper()
 		runs, err := h.store.DeploymentRunList(ctx, &store.DeploymentRunListParams{DeploymentID: d.ID,
-			TriggerType: apitype.TriggerSchedule, IncludePending: true, ListParams: store.ListParams{Limit: 1000}})
+			TriggerType: apitype.TriggerSchedule, IncludePending: true, ListParams: store.ListParams{Limit: 1000, Desc: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,8 +295,9 @@ func TestDeploymentRunnerSchedule(t *testing.T) {
 		t.Errorf("a missed schedule paused the deployment: %+v", dep.Deployment.PausedReason)
 	}
 
-	// With a one-minute window, a time 10 minutes old does not fire: it is recorded as missed.
-	strict := runnerAt(t, h, &c, time.Minute)
+	// With a 10-second window, the latest time (12:11, 30 s old) does not fire: the 11 since 12:00 are recorded
+	// as missed.
+	strict := runnerAt(t, h, &c, 10*time.Second)
 	c.set(at("2026-12-02T12:11:30Z"))
 	if err := strict.RunDeployments(ctx); err != nil {
 		t.Fatal(err)
@@ -300,7 +305,7 @@ func TestDeploymentRunnerSchedule(t *testing.T) {
 	runs = scheduled()
 	if len(runs) != 5 || runs[0].Error == nil || runs[0].Error.Type != apitype.RunScheduleMissed ||
 		!strings.Contains(runs[0].Error.Message, "11 scheduled") {
-		t.Fatalf("after 11 minutes down with a 1-minute window: %d runs, newest %+v", len(runs), runs[0].Error)
+		t.Fatalf("after 11 minutes down with a 10-second window: %d runs, newest %+v", len(runs), runs[0].Error)
 	}
 }
 

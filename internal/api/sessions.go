@@ -624,7 +624,8 @@ func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {
 	if lp.Desc, err = q.desc(true); err != nil {
 		return err
 	}
-	p := store.SessionListParams{ListParams: lp, AgentID: q.str("agent_id"), Statuses: q.list("statuses")}
+	p := store.SessionListParams{ListParams: lp, AgentID: q.str("agent_id"), Statuses: q.list("statuses"),
+		DeploymentID: q.str("deployment_id")}
 	if p.AgentVersion, err = q.intParam("agent_version"); err != nil {
 		return err
 	}
@@ -635,10 +636,6 @@ func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {
 		if !slices.Contains(sessionStatuses, st) {
 			return invalid(index("statuses", i), "unknown status %q", st)
 		}
-	}
-	// Corral has no deployments: that filter matches nothing.
-	if q.str("deployment_id") != "" {
-		return writeJSON(w, http.StatusOK, biPage[apitype.Session]{Data: []apitype.Session{}})
 	}
 	memoryStoreID := q.str("memory_store_id")
 	data, next, prev, err := listByCreated(p.ListParams, limit, c, true,

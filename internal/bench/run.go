@@ -463,6 +463,9 @@ func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec 
 		API:   &server.APIConfig{Listen: "127.0.0.1:0", Keys: &api.KeyAuth{Store: served, Static: Key}},
 		Fleet: spec.fleet,
 	}
+	if spec.fleet != nil {
+		cfg.API.Sealer = spec.fleet.Sealer // the API seals what the fleet's jobs open
+	}
 	if spec.fake != nil {
 		hc := b.cfg.Brain
 		hc.Model, hc.Workers, hc.EagerHands = spec.fake.mdl, b.cfg.Workers, spec.eager

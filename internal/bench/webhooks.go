@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,7 +24,7 @@ import (
 //
 //   - latency: from the append of a session.status_idle event to the log (the store's EventAppend, which records
 //     the webhook event in the same transaction) to the receiver's reading of the session.status_idled
-//     delivery, one event at a time;
+//     delivery, one event at a time, at random moments (not in step with the dispatcher's passes);
 //   - the sustained rate: events appended as fast as the store takes them (batches of 50 idle events), to one
 //     endpoint and to ten, timed from the first append to the last delivery received.
 
@@ -159,6 +160,8 @@ func (b *benchRun) webhooks(ctx context.Context) error {
 	b.progress("webhooks: latency, %d events one at a time", samples)
 	var lat []time.Duration
 	for range samples {
+		// Events come at random times, not in step with the dispatcher's passes.
+		time.Sleep(rand.N(webhook.PollInterval + 50*time.Millisecond))
 		t0 := time.Now()
 		evs, err := idle(1)
 		if err != nil {

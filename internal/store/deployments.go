@@ -134,6 +134,18 @@ func CheckRunResolved(r *apitype.DeploymentRun) error {
 	return nil
 }
 
+// ResolvedRun is the run DeploymentRunResolve stores: the stored pending run cur with r's outcome and, if r names
+// an agent, r's agent (the version the run's session was created with, for a deployment that follows its
+// agent's latest). The run's identity, trigger and creation stay the store's.
+func ResolvedRun(cur, r *apitype.DeploymentRun) *apitype.DeploymentRun {
+	next := *cur
+	next.SessionID, next.Error = r.SessionID, r.Error
+	if r.Agent.ID != "" {
+		next.Agent = r.Agent
+	}
+	return &next
+}
+
 // CheckFire is what adapters check of a DeploymentFire before they write.
 func CheckFire(p *DeploymentFireParams) error {
 	if len(p.Runs) == 0 {

@@ -34,6 +34,8 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.LeaderStore]():         "leader.go",
 		reflect.TypeFor[store.MemoryStore]():         "memory.go",
 		reflect.TypeFor[store.DreamStore]():          "dreams.go",
+		reflect.TypeFor[store.WebhookStore]():        "webhooks.go",
+		reflect.TypeFor[store.DeploymentStore]():     "deployments.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()

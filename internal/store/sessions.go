@@ -38,6 +38,8 @@ type SessionListParams struct {
 	ListParams
 	AgentID      string
 	AgentVersion int
+	// DeploymentID keeps the sessions a deployment's runs created (their deployment_id).
+	DeploymentID string
 	Statuses     []string
 }
 

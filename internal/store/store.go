@@ -80,6 +80,8 @@ type Store interface {
 	StatsStore
 	LeaderStore
 	DreamStore
+	WebhookStore
+	DeploymentStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities

@@ -49,7 +49,7 @@ type WebhookStore interface {
 	// WebhookDeliveryList lists an endpoint's deliveries, newest first, with their events.
 	WebhookDeliveryList(ctx context.Context, p *WebhookDeliveryListParams) ([]WebhookDelivery, error)
 	// WebhookPrune deletes the final deliveries last attempted before before, and the events fanned out
-	// before before that have no pending delivery left. It returns how many rows went.
+	// before before that have no delivery left. It returns how many rows went.
 	WebhookPrune(ctx context.Context, before time.Time) (int, error)
 }
 
@@ -77,7 +77,7 @@ const (
 type WebhookDelivery struct {
 	Event      apitype.WebhookEvent
 	EndpointID string
-	// URL and Secret are the endpoint's (WebhookDeliveriesDue fills them).
+	// URL and Secret are the endpoint's (WebhookClaimDue fills them).
 	URL           string
 	Secret        SealedSecret
 	State         string
@@ -94,6 +94,8 @@ type WebhookDelivery struct {
 type WebhookClaimParams struct {
 	Now, Until time.Time
 	Limit      int
+	// Skip are endpoints whose deliveries are not claimed (the dispatcher's queue for them is full).
+	Skip []string
 }
 
 // WebhookAttemptParams records one attempt at a delivery.

@@ -31,10 +31,11 @@ const (
 	claimBatch  = 1000
 	maxQueued   = 5000
 	// claimFor is how long a claimed delivery is left to its attempt before another claim may take it: longer
-	// than an attempt (Sender's timeout) with its wait in a queue.
-	claimFor       = 5 * time.Minute
-	queuePerWorker = 10
-	pruneEvery     = time.Hour
+	// than a full queue's wait at the Sender's timeout (queuePerEndpoint / DefaultPerEndpoint attempts of 10 s
+	// each). A delivery whose claim lapsed in a queue is not attempted from it: it is claimed again.
+	claimFor         = 10 * time.Minute
+	queuePerEndpoint = 200
+	pruneEvery       = time.Hour
 )
 
 // DispatcherConfig configures a Dispatcher.
@@ -116,11 +117,17 @@ func (d *Dispatcher) Pass(ctx context.Context) error {
 	now := d.cfg.Now()
 	d.mu.Lock()
 	room := maxQueued - d.queued
+	var full []string // endpoints whose queue is full: their deliveries stay unclaimed for others to take
+	for id, q := range d.queues {
+		if len(q.pending) >= queuePerEndpoint {
+			full = append(full, id)
+		}
+	}
 	d.mu.Unlock()
 	if room > 0 {
 		until := now.Add(claimFor)
 		due, err := d.cfg.Store.WebhookClaimDue(ctx, &store.WebhookClaimParams{Now: now, Until: until,
-			Limit: min(room, claimBatch)})
+			Limit: min(room, claimBatch), Skip: full})
 		if err != nil {
 			return fmt.Errorf("webhooks: claim due deliveries: %w", err)
 		}
@@ -142,8 +149,8 @@ func (d *Dispatcher) Pass(ctx context.Context) error {
 }
 
 // enqueue queues a claimed delivery on its endpoint, and starts a worker for it if the endpoint has fewer
-// than PerEndpoint. An endpoint's queue holds at most queuePerWorker deliveries per worker, so that each is
-// attempted long before its claim lapses even at the Sender's timeout; one beyond is left to a later claim.
+// than PerEndpoint. A pass claims nothing for an endpoint whose queue holds queuePerEndpoint deliveries
+// already, so that a slow endpoint's backlog stays in the store, where another dispatcher may take it.
 func (d *Dispatcher) enqueue(ctx context.Context, c claimed) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -152,9 +159,6 @@ func (d *Dispatcher) enqueue(ctx context.Context, c claimed) {
 	if q == nil {
 		q = &endpointQueue{}
 		d.queues[id] = q
-	}
-	if len(q.pending) >= queuePerWorker*d.cfg.PerEndpoint {
-		return
 	}
 	q.pending = append(q.pending, c)
 	d.queued++

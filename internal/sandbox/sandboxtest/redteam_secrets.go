@@ -358,29 +358,16 @@ func RunSecrets(t *testing.T, newProvider func(testing.TB) sandbox.Provider, set
 		run(curl + `-i -H "Authorization: Bearer $MY_TOKEN" https://` + allowedAddr + "/ 2>&1; true")
 	})
 	t.Run("RedTeam", func(t *testing.T) {
-		run(`mkdir -p /workspace/.dump && cd /workspace/.dump &&
-for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; echo; done > procs
-find / \( -path /proc -o -path /sys -o -path /dev -o -path /usr -o -path /workspace \) -prune -o -type f -size -64M -print 2>/dev/null > files
-while read -r f; do cat "$f" 2>/dev/null; done < files > contents; wc -l < files`)
-		dump := filepath.Join(root, sess, ".dump")
+		run(DumpScript("/workspace/.dump", "/workspace"))
+		dump := ReadDump(t, filepath.Join(root, sess, ".dump"))
 		var all bytes.Buffer
-		err := filepath.WalkDir(dump, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			b, err := os.ReadFile(path)
-			all.Write(b)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		all.Write(dump.All)
 		all.Write(answers.Bytes())
 		// The search is not vacuous: the dump holds the placeholders (environ) and the CA bundle.
 		if !bytes.Contains(all.Bytes(), []byte("MY_TOKEN="+ph)) || len(caPEM) == 0 || !bytes.Contains(all.Bytes(), caPEM) {
 			t.Fatalf("the dump (%d bytes) lacks the environment or the CA bundle", all.Len())
 		}
-		files, _ := os.ReadFile(filepath.Join(dump, "files"))
+		files := dump.Files
 		if !bytes.Contains(files, []byte("/.corral/ca.pem")) {
 			t.Errorf("the sandbox does not see its CA bundle at /.corral/ca.pem; files: %s", files)
 		}
@@ -390,6 +377,50 @@ while read -r f; do cat "$f" 2>/dev/null; done < files > contents; wc -l < files
 		t.Logf("searched %d bytes (environ and cmdline of every process, %d files, %d bytes of answers) for %d forbidden strings",
 			all.Len(), bytes.Count(files, []byte("\n")), answers.Len(), len(forbidden))
 	})
+}
+
+// DumpScript is a bash script that writes to dir (a directory of the sandbox's workspace, which the host reads
+// back with ReadDump) everything a process in the sandbox can read where a secret could sit: the environ and
+// cmdline of every process it can see, and the content of every file under 64 MiB outside /proc, /sys, /dev,
+// /usr, dir itself and the paths in prune. It prints the number of files read. The script names no secret: what
+// it dumps is searched on the host, so that the search itself puts nothing to find in the sandbox.
+func DumpScript(dir string, prune ...string) string {
+	var paths []string
+	for _, p := range append([]string{"/proc", "/sys", "/dev", "/usr", dir}, prune...) {
+		paths = append(paths, "-path "+p)
+	}
+	return `mkdir -p ` + dir + ` && cd ` + dir + ` &&
+for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; echo; done > procs
+find / \( ` + strings.Join(paths, " -o ") + ` \) -prune -o -type f -size -64M -print 2>/dev/null > files
+while read -r f; do cat "$f" 2>/dev/null; done < files > contents; wc -l < files`
+}
+
+// Dump is what a DumpScript wrote.
+type Dump struct {
+	All   []byte // everything dumped: the processes' environ and cmdline, the list of files, their contents
+	Files []byte // the paths of the files read, one a line
+}
+
+// ReadDump reads what a DumpScript wrote, from hostDir: its directory as the host sees it.
+func ReadDump(t testing.TB, hostDir string) Dump {
+	t.Helper()
+	var all bytes.Buffer
+	err := filepath.WalkDir(hostDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		all.Write(b)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the sandbox's dump: %v", err)
+	}
+	files, err := os.ReadFile(filepath.Join(hostDir, "files"))
+	if err != nil {
+		t.Fatalf("the sandbox's dump: %v", err)
+	}
+	return Dump{All: all.Bytes(), Files: files}
 }
 
 // decodeLoose decodes as much of s as enc takes (padding dropped, a tail that is no whole quantum cut), so

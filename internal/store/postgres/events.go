@@ -36,7 +36,17 @@ const appendSQL = appendHead + appendTail
 // appendThreadsSQL is appendSQL writing threads too: $25 request index, $26-$34 the threads' ids, parents,
 // statuses, usages, stats, creation, update and archive times, and documents. A stored thread takes the status,
 // usage, stats and updated_at given and keeps the rest (store.KeepThread's rule).
-const appendThreadsSQL = appendHead + `, th AS (
+const appendThreadsSQL = appendHead + threadsCTE + appendTail
+
+// A round whose requests' events tell webhook events (store.LogWebhookEvents) records them in the outbox with one
+// more step, wh: appendWebhooksSQL is appendSQL with it, appendThreadsWebhooksSQL appendThreadsSQL with it. Its
+// arguments follow the others' (webhooksCTE), so that each statement numbers its arguments without a gap.
+var (
+	appendWebhooksSQL        = appendHead + webhooksCTE(25) + appendTail
+	appendThreadsWebhooksSQL = appendHead + threadsCTE + webhooksCTE(35) + appendTail
+)
+
+const threadsCTE = `, th AS (
 	INSERT INTO threads (session_id, id, parent_thread_id, status, usage, stats, created_at, updated_at,
 		archived_at, doc)
 	SELECT u.session_id, t.id, t.parent, t.status, t.usage::json, t.stats::json, t.created, t.updated,
@@ -46,7 +56,19 @@ const appendThreadsSQL = appendHead + `, th AS (
 		AS t (idx, id, parent, status, usage, stats, created, updated, archived, doc) ON t.idx = u.idx
 	ON CONFLICT (session_id, id) DO UPDATE SET status = excluded.status, usage = excluded.usage,
 		stats = excluded.stats, updated_at = excluded.updated_at
-)` + appendTail
+)`
+
+// webhooksCTE is the step that records the webhook events of the requests applied, its arguments from $n: the
+// request index, the events' ids, types, times and documents. An event recorded already is skipped.
+func webhooksCTE(n int) string {
+	return fmt.Sprintf(`, wh AS (
+	INSERT INTO webhook_events (id, type, created_at, doc)
+	SELECT w.id, w.type, w.created, w.doc::json
+	FROM u JOIN unnest($%d::int[], $%d::text[], $%d::text[], $%d::timestamptz[], $%d::text[])
+		AS w (idx, id, type, created, doc) ON w.idx = u.idx
+	ON CONFLICT (id) DO NOTHING
+)`, n, n+1, n+2, n+3, n+4)
+}
 
 const appendHead = `WITH r AS (
 	SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bool[], $5::text[], $6::text[], $7::float8[],
@@ -99,6 +121,8 @@ type appendReq struct {
 	created              time.Time
 	status, usage, token *string
 	threads              []threadRow
+	// webhooks are the webhook events the events tell (store.LogWebhookEvents), recorded with them.
+	webhooks []apitype.WebhookEvent
 }
 
 // appendResult is the outcome of an append: the session's new last_seq and whether it is runnable after it,
@@ -130,6 +154,7 @@ func (s *Store) newAppend(ctx context.Context, p *store.EventAppendParams, threa
 		}
 		r.events[i] = ev
 	}
+	r.webhooks = store.LogWebhookEvents(p.SessionID, r.events)
 	if p.Status != "" {
 		r.status = &p.Status
 	}
@@ -144,8 +169,8 @@ func (s *Store) newAppend(ctx context.Context, p *store.EventAppendParams, threa
 	return r
 }
 
-// appendArgs returns the statement (appendSQL, or appendThreadsSQL if a request writes threads) and its
-// arguments for requests to distinct sessions.
+// appendArgs returns the statement (appendSQL; appendThreadsSQL if a request writes threads; either with the
+// webhooks step if a request's events tell webhook events) and its arguments for requests to distinct sessions.
 func (s *Store) appendArgs(reqs []*appendReq) (string, []any) {
 	n := len(reqs)
 	var (
@@ -167,6 +192,7 @@ func (s *Store) appendArgs(reqs []*appendReq) (string, []any) {
 		mSeq                []int64
 		release             = make([]bool, n)
 		handled             = make([]int64, n)
+		webhooks            webhookArgs
 	)
 	for i, r := range reqs {
 		idx[i], sessionIDs[i], count[i], wake[i] = int32(i), r.p.SessionID, int64(len(r.events)), r.p.Wake
@@ -183,6 +209,7 @@ func (s *Store) appendArgs(reqs []*appendReq) (string, []any) {
 			eCrossPosts = append(eCrossPosts, ev.CrossPost)
 		}
 		threads.add(int32(i), r.threads)
+		webhooks.add(int32(i), r.webhooks)
 		if r.p.Release {
 			release[i], handled[i] = true, r.p.Lease.WakeSeq
 		}
@@ -194,10 +221,15 @@ func (s *Store) appendArgs(reqs []*appendReq) (string, []any) {
 	args := []any{idx, sessionIDs, count, wake, status, usage, active, token, expected, created,
 		eIdx, eOrd, eIDs, eTypes, eData, eProcessed, s.eventsChannel, s.runnableChannel, mIdx, mSeq,
 		release, handled, eThreads, eCrossPosts}
-	if len(threads.idx) == 0 {
+	switch {
+	case len(threads.idx) == 0 && len(webhooks.idx) == 0:
 		return appendSQL, args
+	case len(webhooks.idx) == 0:
+		return appendThreadsSQL, append(args, threads.args()...)
+	case len(threads.idx) == 0:
+		return appendWebhooksSQL, append(args, webhooks.args()...)
 	}
-	return appendThreadsSQL, append(args, threads.args()...)
+	return appendThreadsWebhooksSQL, append(append(args, threads.args()...), webhooks.args()...)
 }
 
 // scanAppend reads appendSQL's rows into results, indexed like its requests.

@@ -22,8 +22,9 @@ var sessions = &table[apitype.Session]{
 		if err != nil {
 			return fmt.Errorf("encode: %w", err)
 		}
-		_, err = tx.Exec(ctx, `UPDATE sessions SET doc = $2, archived_at = $3, agent_id = $4, agent_version = $5
-			WHERE id = $1`, next.ID, doc, next.ArchivedAt, next.Agent.ID, next.Agent.Version)
+		_, err = tx.Exec(ctx, `UPDATE sessions SET doc = $2, archived_at = $3, agent_id = $4, agent_version = $5,
+			deployment_id = $6 WHERE id = $1`, next.ID, doc, next.ArchivedAt, next.Agent.ID, next.Agent.Version,
+			next.DeploymentID)
 		return err
 	},
 }
@@ -80,10 +81,10 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	req := s.newAppend(ctx, ap, nil)
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO sessions
-			(id, created_at, archived_at, agent_id, agent_version, doc, status, usage, active_seconds)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			(id, created_at, archived_at, agent_id, agent_version, doc, status, usage, active_seconds, deployment_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 			sess.ID, sess.CreatedAt, sess.ArchivedAt, sess.Agent.ID, sess.Agent.Version, doc, sess.Status, usage,
-			sess.Stats.ActiveSeconds); err != nil {
+			sess.Stats.ActiveSeconds, sess.DeploymentID); err != nil {
 			return err
 		}
 		for _, sec := range p.ResourceSecrets {
@@ -93,6 +94,11 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 			}
 		}
 		if err := putThreads(ctx, tx, sess.ID, threads); err != nil {
+			return err
+		}
+		// The session's webhook event goes to the outbox in its transaction (its initial events' go with them,
+		// in the append's statement).
+		if err := insertWebhookEvents(ctx, tx, []apitype.WebhookEvent{store.SessionCreatedWebhookEvent(&sess)}); err != nil {
 			return err
 		}
 		if len(p.InitialEvents) == 0 {
@@ -132,7 +138,7 @@ func (s *Store) SessionUpdate(ctx context.Context, id string,
 	return sessions.update(ctx, s, id, fn, store.KeepSession)
 }
 
-// SessionList lists sessions, filtered by agent and status.
+// SessionList lists sessions, filtered by agent, deployment and status.
 func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]apitype.Session, error) {
 	q := sessions.query()
 	if p.AgentID != "" {
@@ -140,6 +146,9 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 	}
 	if p.AgentVersion > 0 {
 		fmt.Fprintf(&q.sql, " AND s.agent_version = %s", q.arg(p.AgentVersion))
+	}
+	if p.DeploymentID != "" {
+		fmt.Fprintf(&q.sql, " AND s.deployment_id = %s", q.arg(p.DeploymentID))
 	}
 	if len(p.Statuses) > 0 {
 		fmt.Fprintf(&q.sql, " AND s.status = ANY(%s)", q.arg(p.Statuses))

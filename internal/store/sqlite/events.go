@@ -57,10 +57,10 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	return events, nil
 }
 
-// appendEvents checks p's conditions, inserts its events, applies its session changes and writes its threads
-// (threadRows of p.Threads), in w's transaction, and reports whether the session is runnable after it (woken,
-// or released with a wake-up it did not handle). Callers have checked p.Events with store.CheckEvents, outside
-// the writer goroutine.
+// appendEvents checks p's conditions, inserts its events, applies its session changes, writes its threads
+// (threadRows of p.Threads) and records the webhook events they tell (store.LogWebhookEvents), in w's
+// transaction, and reports whether the session is runnable after it (woken, or released with a wake-up it did
+// not handle). Callers have checked p.Events with store.CheckEvents, outside the writer goroutine.
 func appendEvents(w *wtx, p *store.EventAppendParams, threads []threadRow) ([]apitype.Event, bool, error) {
 	now := apitype.Now()
 	created := micros(now)
@@ -150,6 +150,12 @@ func appendEvents(w *wtx, p *store.EventAppendParams, threads []threadRow) ([]ap
 	}
 	if err := putThreads(w, p.SessionID, threads); err != nil {
 		return nil, false, err
+	}
+	// The webhook events the log events tell go to the outbox in their transaction (none for most appends).
+	if wh := store.LogWebhookEvents(p.SessionID, events); len(wh) > 0 {
+		if err := insertWebhookEvents(w, wh); err != nil {
+			return nil, false, err
+		}
 	}
 	for _, seq := range p.MarkProcessed {
 		if _, err := w.exec(`UPDATE events SET processed_at = ?

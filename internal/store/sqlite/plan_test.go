@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,11 +16,7 @@ import (
 func TestEventListPlan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "corral.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openPlanStore(t)
 	from := apitype.Now()
 	for _, c := range []struct {
 		p    store.EventListParams
@@ -38,25 +35,74 @@ func TestEventListPlan(t *testing.T) {
 	} {
 		c.p.SessionID = "sesn_x"
 		query, args := eventListQuery(&c.p)
-		rows, err := s.rdb.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, notUsed int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		rows.Close()
-		if len(plan) != 1 || plan[0] != c.want {
+		if plan := queryPlan(ctx, t, s, query, args...); len(plan) != 1 || plan[0] != c.want {
 			t.Errorf("%+v: plan %s, want %s (and no sort)", c.p, strings.Join(plan, "; "), c.want)
 		}
 	}
+}
+
+// TestWebhookPlans: the outbox's work is range searches of its indexes, in the order wanted (no sort), and the
+// lookups of their rows by key.
+func TestWebhookPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openPlanStore(t)
+	for _, c := range []struct {
+		query string
+		args  []any
+		want  []string
+	}{
+		{unfannedSQL, []any{10}, []string{"SCAN webhook_events USING INDEX webhook_events_unfanned"}},
+		{dueSQL(0), []any{5, 10}, []string{
+			"SEARCH d USING INDEX webhook_deliveries_due (next_attempt_at<?)",
+			"SEARCH w USING INDEX sqlite_autoindex_webhook_endpoints_1 (id=?)",
+			"SEARCH e USING INDEX sqlite_autoindex_webhook_events_1 (id=?)",
+		}},
+		{pruneDeliveriesSQL, []any{5}, []string{
+			"SEARCH webhook_deliveries USING INDEX webhook_deliveries_final (last_attempt_at<?)"}},
+		{pruneEventsSQL, []any{5}, []string{
+			"SEARCH webhook_events USING INDEX webhook_events_fanned (fanned_out_at<?)",
+			"CORRELATED SCALAR SUBQUERY 1",
+			"SEARCH d USING COVERING INDEX sqlite_autoindex_webhook_deliveries_1 (event_id=?)",
+			// the foreign key's cascade, which finds no delivery
+			"SEARCH webhook_deliveries USING COVERING INDEX sqlite_autoindex_webhook_deliveries_1 (event_id=?)",
+		}},
+	} {
+		if plan := queryPlan(ctx, t, s, c.query, c.args...); !slices.Equal(plan, c.want) {
+			t.Errorf("%s:\nplan %s,\nwant %s", c.query, strings.Join(plan, "; "), strings.Join(c.want, "; "))
+		}
+	}
+}
+
+func openPlanStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "corral.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// queryPlan returns the details of EXPLAIN QUERY PLAN of query.
+func queryPlan(ctx context.Context, t *testing.T, s *Store, query string, args ...any) []string {
+	t.Helper()
+	rows, err := s.rdb.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notUsed int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }

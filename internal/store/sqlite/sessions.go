@@ -21,8 +21,9 @@ var sessions = &table[apitype.Session]{
 		if err != nil {
 			return err
 		}
-		if _, err := w.exec(`UPDATE sessions SET archived_at = ?, agent_id = ?, agent_version = ? WHERE id = ?`,
-			nullMicros(next.ArchivedAt), next.Agent.ID, next.Agent.Version, next.ID); err != nil {
+		if _, err := w.exec(`UPDATE sessions SET archived_at = ?, agent_id = ?, agent_version = ?, deployment_id = ?
+			WHERE id = ?`, nullMicros(next.ArchivedAt), next.Agent.ID, next.Agent.Version, orNull(next.DeploymentID),
+			next.ID); err != nil {
 			return err
 		}
 		_, err = w.exec(`UPDATE session_docs SET doc = ? WHERE session_id = ?`, doc, next.ID)
@@ -57,10 +58,10 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	var events []apitype.Event
 	wake := len(p.InitialEvents) > 0
 	err = s.write(ctx, func(w *wtx) error {
-		if _, err := w.exec(`INSERT INTO sessions (id, created_at, archived_at, agent_id, agent_version, status,
-			usage, active_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			in.ID, micros(in.CreatedAt), nullMicros(in.ArchivedAt), in.Agent.ID, in.Agent.Version, in.Status,
-			usage, in.Stats.ActiveSeconds); err != nil {
+		if _, err := w.exec(`INSERT INTO sessions (id, created_at, archived_at, agent_id, agent_version, deployment_id,
+			status, usage, active_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.ID, micros(in.CreatedAt), nullMicros(in.ArchivedAt), in.Agent.ID, in.Agent.Version,
+			orNull(in.DeploymentID), in.Status, usage, in.Stats.ActiveSeconds); err != nil {
 			return err
 		}
 		if _, err := w.exec(`INSERT INTO session_docs (session_id, doc) VALUES (?, ?)`, in.ID, doc); err != nil {
@@ -81,6 +82,11 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 				return err
 			}
 		} else if err := putThreads(w, in.ID, threads); err != nil {
+			return err
+		}
+		// The session's webhook event goes to the outbox in its transaction (its initial events' went with
+		// them, in appendEvents).
+		if err := insertWebhookEvents(w, []apitype.WebhookEvent{store.SessionCreatedWebhookEvent(&in)}); err != nil {
 			return err
 		}
 		var err error
@@ -123,6 +129,9 @@ func (s *Store) SessionList(ctx context.Context, p *store.SessionListParams) ([]
 	}
 	if p.AgentVersion > 0 {
 		f.add("s.agent_version = ?", p.AgentVersion)
+	}
+	if p.DeploymentID != "" {
+		f.add("s.deployment_id = ?", p.DeploymentID)
 	}
 	if len(p.Statuses) > 0 {
 		f.add("s.status IN ("+placeholders(len(p.Statuses))+")", anys(p.Statuses)...)

@@ -113,21 +113,25 @@ func testSessionUpdate(t *testing.T, h Harness) {
 func testSessionList(t *testing.T, h Harness) {
 	s := h.open(t)
 	type spec struct {
-		agent    string
-		version  int
-		status   string
-		archived bool
+		agent      string
+		version    int
+		status     string
+		archived   bool
+		deployment string
 	}
 	specs := []spec{
-		{"agent_a", 1, apitype.StatusIdle, false},
-		{"agent_a", 2, apitype.StatusRunning, false},
-		{"agent_b", 1, apitype.StatusIdle, false},
-		{"agent_a", 2, apitype.StatusTerminated, true},
-		{"agent_b", 1, apitype.StatusRunning, false},
+		{"agent_a", 1, apitype.StatusIdle, false, "depl_a"},
+		{"agent_a", 2, apitype.StatusRunning, false, ""},
+		{"agent_b", 1, apitype.StatusIdle, false, "depl_b"},
+		{"agent_a", 2, apitype.StatusTerminated, true, "depl_a"},
+		{"agent_b", 1, apitype.StatusRunning, false, "depl_a"},
 	}
 	ids := make([]string, len(specs))
 	for i, sp := range specs {
 		in := newSession(sp.agent, sp.version, base.Add(time.Duration(i)*time.Second))
+		if sp.deployment != "" {
+			in.DeploymentID = &sp.deployment
+		}
 		_, _, err := s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: in})
 		must(t, err, "create session")
 		ids[i] = in.ID
@@ -170,6 +174,11 @@ func testSessionList(t *testing.T, h Harness) {
 		{"cursor", store.SessionListParams{ListParams: store.ListParams{
 			After: &store.Cursor{CreatedAt: t1, ID: ids[1]}}}, pick(2, 4)},
 		{"created after", store.SessionListParams{ListParams: store.ListParams{CreatedAfter: &t1}}, pick(2, 4)},
+		{"deployment", store.SessionListParams{DeploymentID: "depl_a"}, pick(0, 4)},
+		{"deployment with archived", store.SessionListParams{DeploymentID: "depl_a",
+			ListParams: store.ListParams{IncludeArchived: true}}, pick(0, 3, 4)},
+		{"deployment and agent", store.SessionListParams{DeploymentID: "depl_a", AgentID: "agent_b"}, pick(4)},
+		{"unknown deployment", store.SessionListParams{DeploymentID: "depl_none"}, ""},
 	} {
 		p := tc.p
 		if p.Limit == 0 {
