@@ -154,7 +154,7 @@ func TestConsoleDeployments(t *testing.T) {
 		t.Fatal("one click archived the deployment")
 	}
 	e.click("archive-deployment")
-	e.wait("the list without it", `location.hash.startsWith('#/deployments') && !!document.querySelector('table.list .empty')`)
+	e.wait("the list without it", `location.hash === '#/deployments' && !!document.querySelector('table.list .empty')`)
 	e.api("GET", "/v1/deployments/"+id, nil, &d)
 	if d.ArchivedAt == nil || len(d.Schedule.UpcomingRunsAt) != 0 {
 		t.Fatalf("after Archive: %+v", d)

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -45,7 +46,8 @@ func (e *env) deliveryOf(endpoint, object string) delivery {
 // with no URL), its signing secret shown once and not after a reload; it is disabled and enabled, its events
 // edited; its deliveries are listed as the server's dispatcher made them (one delivered, about an agent, one
 // about a session, linked to its page), and those of an endpoint that answers 503 pending with their next
-// attempt; its secret is regenerated in two clicks and shown once; it is deleted in two clicks.
+// attempt; its secret is regenerated in two clicks and shown once; it is deleted in two clicks. The list pages
+// with the Page shape's cursors.
 func TestConsoleWebhooks(t *testing.T) {
 	seal, err := vault.New(vault.NewKey())
 	if err != nil {
@@ -161,4 +163,18 @@ func TestConsoleWebhooks(t *testing.T) {
 
 	e.deleteFrom("/webhooks/"+id, "delete-webhook", "#/webhooks", P+"/"+id)
 	e.wait("only the other endpoint", `[...document.querySelectorAll('[data-row]')].map(a => a.textContent).join(' ') === 'down'`)
+
+	// The list pages by 50 with the Page shape's after_id and before_id, from a linked page too.
+	for i := range 50 {
+		e.create(P, map[string]any{"url": down.URL, "name": fmt.Sprintf("ep%02d", i), "enabled_events": []string{"agent.created"}})
+	}
+	rows := `[...document.querySelectorAll('[data-row]')].map(a => a.textContent)`
+	e.do("reload", chromedp.Reload())
+	e.wait("the first page", rows+`.length === 50 && `+rows+`[0] === 'down'`)
+	e.do("n", chromedp.KeyEvent("n"))
+	e.wait("the second page", rows+`.join(' ') === 'ep49' && location.hash.includes('page=a')`)
+	e.do("reload", chromedp.Reload())
+	e.wait("the second page, linked", rows+`.join(' ') === 'ep49'`)
+	e.do("p", chromedp.KeyEvent("p"))
+	e.wait("back to the first", rows+`.length === 50 && `+rows+`[0] === 'down' && `+rows+`[49] === 'ep48'`)
 }
