@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
@@ -108,8 +108,14 @@ func (b *benchRun) webhooks(ctx context.Context) error {
 		return errors.New("no vault to seal the endpoints' secrets (Config.Sealer)")
 	}
 	rcv := &arrivals{at: map[string]time.Time{}, more: make(chan struct{}, 1)}
-	hs := httptest.NewServer(rcv)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: rcv, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
+	rcvURL := "http://" + ln.Addr().String()
 	st, err := b.openStore(ctx, "webhooks")
 	if err != nil {
 		return err
@@ -120,7 +126,7 @@ func (b *benchRun) webhooks(ctx context.Context) error {
 		return err
 	}
 	s, err := b.serve(ctx, "webhooks", st, serverSpec{fleet: &server.FleetConfig{Sealer: sealer,
-		Webhooks: webhook.SenderConfig{AllowInternal: []string{strings.TrimPrefix(hs.URL, "http://")}}}})
+		Webhooks: webhook.SenderConfig{AllowInternal: []string{ln.Addr().String()}}}})
 	if err != nil {
 		return err
 	}
@@ -131,7 +137,7 @@ func (b *benchRun) webhooks(ctx context.Context) error {
 		return err
 	}
 	endpoint := func(i int) error {
-		_, err := s.c.WebhookCreate(ctx, &client.WebhookCreateParams{URL: fmt.Sprintf("%s/e%d", hs.URL, i),
+		_, err := s.c.WebhookCreate(ctx, &client.WebhookCreateParams{URL: fmt.Sprintf("%s/e%d", rcvURL, i),
 			EnabledEvents: []string{"session.status_idled"}})
 		return err
 	}

@@ -217,7 +217,8 @@ func (d *Dispatcher) deliver(ctx context.Context, del *store.WebhookDelivery) {
 			log.Error("webhook payload", "err", merr)
 			return
 		}
-		res = d.cfg.Sender.Send(ctx, del.URL, secret, del.Event.ID, d.cfg.Now(), body)
+		// Signed at the real time of sending, whatever the clock the schedule runs on: receivers check it.
+		res = d.cfg.Sender.Send(ctx, del.URL, secret, del.Event.ID, time.Now(), body)
 	}
 	if ctx.Err() != nil {
 		return // the lease was lost or the server stops: the attempt is made again, unrecorded

@@ -86,6 +86,10 @@ type dispatchEnv struct {
 // newDispatchEnv builds a dispatcher over a real SQLite store whose "sealed" secrets are the secrets themselves
 // (the vault is not what is under test: Open is the dispatcher's port to it).
 func newDispatchEnv(t *testing.T, allow ...string) *dispatchEnv {
+	return newDispatchEnvRetry(t, time.Hour, allow...)
+}
+
+func newDispatchEnvRetry(t *testing.T, retry time.Duration, allow ...string) *dispatchEnv {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "corral.db"))
 	if err != nil {
@@ -98,7 +102,7 @@ func newDispatchEnv(t *testing.T, allow ...string) *dispatchEnv {
 		Sender: webhook.NewSender(webhook.SenderConfig{AllowInternal: allow, Timeout: 2 * time.Second}),
 		Open: func(_ context.Context, s *store.SealedSecret) (string, error) {
 			return string(s.Ciphertext), nil
-		}, RetryPeriod: time.Hour, Now: c.now})
+		}, RetryPeriod: retry, Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,4 +256,43 @@ func TestDispatcherSlowEndpoint(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	e.d.Wait()
+}
+
+// TestDispatcherHourOutage: a receiver down for an hour (the default retry period is a day) gets every event
+// once it is back, each once, within the capped back-off; the attempts made meanwhile are recorded.
+func TestDispatcherHourOutage(t *testing.T) {
+	t.Parallel()
+	h := newHook(t, testSecret)
+	e := newDispatchEnvRetry(t, webhook.DefaultRetryPeriod, strings.TrimPrefix(h.srv.URL, "http://"))
+	id := e.endpoint(t, h.srv.URL, testSecret, "agent.created")
+	h.down.Store(true)
+	e.events(t, "agent.created", 25)
+	for range 60 { // an hour, a pass a minute
+		e.pass(t)
+		e.clock.advance(time.Minute)
+	}
+	if ids, _ := h.count(); ids != 0 {
+		t.Fatalf("%d delivered while down", ids)
+	}
+	h.down.Store(false)
+	for range 61 { // the back-off is capped at an hour
+		e.pass(t)
+		e.clock.advance(time.Minute)
+	}
+	if ids, n := h.count(); ids != 25 || n != 25 {
+		t.Fatalf("after the outage: %d ids in %d deliveries, want 25 once each", ids, n)
+	}
+	ds, err := e.st.WebhookDeliveryList(context.Background(), &store.WebhookDeliveryListParams{EndpointID: id, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.State != store.DeliveryDelivered || d.Attempts < 5 {
+			t.Errorf("delivery %s: %s after %d attempts, want delivered after the retries of the outage", d.Event.ID, d.State, d.Attempts)
+		}
+	}
+	ep, _ := e.st.WebhookEndpointGet(context.Background(), id)
+	if ep.Endpoint.State != apitype.WebhookEnabled {
+		t.Errorf("an hour's outage disabled the endpoint: %s", ep.Endpoint.DisabledReason)
+	}
 }
