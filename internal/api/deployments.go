@@ -252,7 +252,7 @@ func parseSchedule(raw json.RawMessage) (*apitype.Schedule, *cron.Schedule, erro
 	if sched.Next(time.Now()).IsZero() {
 		return nil, nil, invalid("schedule.expression", "%q never fires", in.Expression)
 	}
-	return &apitype.Schedule{Type: "cron", Expression: in.Expression, Timezone: in.Timezone}, sched, nil
+	return &apitype.Schedule{Type: apitype.ScheduleCron, Expression: in.Expression, Timezone: in.Timezone}, sched, nil
 }
 
 // reschedule sets a deployment's upcoming runs from now: none unless it is active and not archived.
@@ -550,7 +550,7 @@ func (s *Server) deploymentList(w http.ResponseWriter, r *http.Request) error {
 
 // deploymentSetStatus archives, pauses or unpauses a deployment. Each is idempotent; an archived deployment
 // cannot be paused or unpaused.
-func (s *Server) deploymentSetStatus(hook string, change func(d *apitype.Deployment, now time.Time) error) handlerFunc {
+func (s *Server) deploymentSetStatus(hook apitype.WebhookEventType, change func(d *apitype.Deployment, now time.Time) error) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id, now := r.PathValue("deployment_id"), s.now()
 		changed := false
@@ -590,7 +590,7 @@ func pauseDeployment(d *apitype.Deployment, _ time.Time) error {
 		return invalid("", "deployment %s is archived", d.ID)
 	}
 	if d.Status != apitype.DeploymentPaused {
-		d.Status, d.PausedReason = apitype.DeploymentPaused, &apitype.PausedReason{Type: "manual"}
+		d.Status, d.PausedReason = apitype.DeploymentPaused, &apitype.PausedReason{Type: apitype.PausedByHand}
 	}
 	return nil
 }

@@ -161,7 +161,7 @@ func (s *Server) pauseOnError(ctx context.Context, id string, typ apitype.RunErr
 			return nil
 		}
 		d.Status, d.UpdatedAt, paused = apitype.DeploymentPaused, now, true
-		d.PausedReason = &apitype.PausedReason{Type: "error", Error: &apitype.PausedError{Type: typ}}
+		d.PausedReason = &apitype.PausedReason{Type: apitype.PausedByError, Error: &apitype.PausedError{Type: typ}}
 		return reschedule(d, now)
 	})
 	if err != nil {
@@ -307,22 +307,22 @@ func runError(typ apitype.RunErrorType, format string, args ...any) *apitype.Run
 // emitWebhook records a webhook event about a resource just written. It follows the write rather than
 // sharing its transaction: a process killed between the two loses the event (the session log's events are
 // recorded in the log's own transactions and are never lost). A failure is logged: the write stands.
-func (s *Server) emitWebhook(ctx context.Context, typ, id string) { s.recordWebhook(ctx, typ, id, "") }
+func (s *Server) emitWebhook(ctx context.Context, typ apitype.WebhookEventType, id string) { s.recordWebhook(ctx, typ, id, "") }
 
 // emitWebhookOnce is emitWebhook for an event that happens once per object (a run's start and outcome): its
 // id derives from the object's, so a step redone after a crash tells it once.
-func (s *Server) emitWebhookOnce(ctx context.Context, typ, id string) {
+func (s *Server) emitWebhookOnce(ctx context.Context, typ apitype.WebhookEventType, id string) {
 	s.recordWebhook(ctx, typ, id, id)
 }
 
 // emitCredentialWebhook is emitWebhook for a vault credential: the event's data names its vault too.
-func (s *Server) emitCredentialWebhook(ctx context.Context, typ, vaultID, id string) {
+func (s *Server) emitCredentialWebhook(ctx context.Context, typ apitype.WebhookEventType, vaultID, id string) {
 	ev := apitype.NewWebhookEvent(typ, id, "", s.now())
 	ev.Data.VaultID = vaultID
 	s.appendWebhook(ctx, ev)
 }
 
-func (s *Server) recordWebhook(ctx context.Context, typ, id, key string) {
+func (s *Server) recordWebhook(ctx context.Context, typ apitype.WebhookEventType, id, key string) {
 	s.appendWebhook(ctx, apitype.NewWebhookEvent(typ, id, key, s.now()))
 }
 

@@ -47,10 +47,10 @@ type AgentRef struct {
 
 // Schedule is «Schedule»: a 5-field cron expression in an IANA timezone.
 type Schedule struct {
-	Type       string     `json:"type"` // "cron"
-	Expression string     `json:"expression"`
-	Timezone   string     `json:"timezone"`
-	LastRunAt  *time.Time `json:"last_run_at"`
+	Type       ScheduleType `json:"type"`
+	Expression string       `json:"expression"`
+	Timezone   string       `json:"timezone"`
+	LastRunAt  *time.Time   `json:"last_run_at"`
 	// UpcomingRunsAt are the next (at most 5) times; empty once archived or paused. The first is when the
 	// deployment is due next.
 	UpcomingRunsAt []time.Time `json:"upcoming_runs_at"`
@@ -70,6 +70,21 @@ type PausedReason struct {
 	Type  string       `json:"type"` // "manual" or "error"
 	Error *PausedError `json:"error,omitempty"`
 }
+
+// PausedReasonType says why a deployment is paused.
+type PausedReasonType string
+
+// Paused reasons.
+const (
+	PausedByHand  PausedReasonType = "manual"
+	PausedByError PausedReasonType = "error"
+)
+
+// ScheduleType is a schedule's type: cron is the one.
+type ScheduleType string
+
+// ScheduleCron is a 5-field cron expression in an IANA timezone.
+const ScheduleCron ScheduleType = "cron"
 
 // PausedError is the error of a paused_reason: only its type.
 type PausedError struct {

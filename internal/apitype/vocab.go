@@ -250,6 +250,7 @@ const (
 	ObjectDeployment           ObjectType = "deployment"
 	ObjectDeploymentRun        ObjectType = "deployment_run"
 	ObjectWebhookEndpoint      ObjectType = "webhook_endpoint"
+	ObjectEvent                ObjectType = "event" // the envelope of a webhook's payload
 	ObjectError                ObjectType = "error" // the envelope of an error response
 )
 

@@ -46,14 +46,17 @@ const (
 	WebhookDisabled WebhookState = "disabled"
 )
 
+// WebhookEventType is the type of a webhook event (data.type): what happened, e.g. session.status_idled.
+type WebhookEventType string
+
 // Subscribed reports whether the endpoint receives events of type t.
-func (e *WebhookEndpoint) Subscribed(t string) bool {
-	return e.State == WebhookEnabled && slices.Contains(e.EnabledEvents, t)
+func (e *WebhookEndpoint) Subscribed(t WebhookEventType) bool {
+	return e.State == WebhookEnabled && slices.Contains(e.EnabledEvents, string(t))
 }
 
 // WebhookEvent is a webhook's thin payload: {"type":"event","id":"whe_...","created_at","data":{...}}.
 type WebhookEvent struct {
-	Type      string           `json:"type"` // "event"
+	Type      ObjectType       `json:"type"` // "event"
 	ID        string           `json:"id"`
 	CreatedAt time.Time        `json:"created_at"`
 	Data      WebhookEventData `json:"data"`
@@ -61,23 +64,23 @@ type WebhookEvent struct {
 
 // WebhookEventData names what happened and to which object.
 type WebhookEventData struct {
-	Type            string `json:"type"` // a WebhookEventTypes entry
-	ID              string `json:"id"`   // the object's id: a session, a vault, a deployment run...
-	OrganizationID  string `json:"organization_id"`
-	WorkspaceID     string `json:"workspace_id"`
-	SessionThreadID string `json:"session_thread_id,omitempty"` // session.thread_*
-	VaultID         string `json:"vault_id,omitempty"`          // vault_credential.*
+	Type            WebhookEventType `json:"type"` // a WebhookEventTypes entry
+	ID              string           `json:"id"`   // the object's id: a session, a vault, a deployment run...
+	OrganizationID  string           `json:"organization_id"`
+	WorkspaceID     string           `json:"workspace_id"`
+	SessionThreadID string           `json:"session_thread_id,omitempty"` // session.thread_*
+	VaultID         string           `json:"vault_id,omitempty"`          // vault_credential.*
 }
 
 // NewWebhookEvent builds the event of type typ about the object id at time at. Its id is derived from key
 // when key is set (the same key always gives the same id, so that an event recorded twice is one event), else
 // random.
-func NewWebhookEvent(typ, id, key string, at time.Time) WebhookEvent {
+func NewWebhookEvent(typ WebhookEventType, id, key string, at time.Time) WebhookEvent {
 	eid := NewID(PrefixWebhookEvent)
 	if key != "" {
-		eid = DerivedID(PrefixWebhookEvent, typ+"\x00"+key)
+		eid = DerivedID(PrefixWebhookEvent, string(typ)+"\x00"+key)
 	}
-	return WebhookEvent{Type: "event", ID: eid, CreatedAt: at.UTC(),
+	return WebhookEvent{Type: ObjectEvent, ID: eid, CreatedAt: at.UTC(),
 		Data: WebhookEventData{Type: typ, ID: id, OrganizationID: DefaultOrganizationID, WorkspaceID: DefaultWorkspaceID}}
 }
 

@@ -126,7 +126,7 @@ type WebhookDeliveryListParams struct {
 // log event is told once. Adapters record them in the transaction that appends the log events.
 func LogWebhookEvents(sessionID string, events []apitype.Event) []apitype.WebhookEvent {
 	var out []apitype.WebhookEvent
-	add := func(typ string, e *apitype.Event, thread string) {
+	add := func(typ apitype.WebhookEventType, e *apitype.Event, thread string) {
 		w := apitype.NewWebhookEvent(typ, sessionID, e.ID, e.CreatedAt)
 		w.Data.SessionThreadID = thread
 		out = append(out, w)
@@ -166,7 +166,7 @@ func LogWebhookEvents(sessionID string, events []apitype.Event) []apitype.Webhoo
 				Thread string `json:"session_thread_id"`
 			}
 			_ = json.Unmarshal(e.Data, &d)
-			typ := map[apitype.EventType]string{
+			typ := map[apitype.EventType]apitype.WebhookEventType{
 				apitype.EventSessionThreadCreated:          "session.thread_created",
 				apitype.EventSessionThreadStatusIdle:       "session.thread_idled",
 				apitype.EventSessionThreadStatusTerminated: "session.thread_terminated",

@@ -126,7 +126,7 @@ func (e *dispatchEnv) events(t *testing.T, typ string, n int) {
 	t.Helper()
 	evs := make([]apitype.WebhookEvent, n)
 	for i := range evs {
-		evs[i] = apitype.NewWebhookEvent(typ, apitype.NewID(apitype.PrefixAgent), "", e.clock.now())
+		evs[i] = apitype.NewWebhookEvent(apitype.WebhookEventType(typ), apitype.NewID(apitype.PrefixAgent), "", e.clock.now())
 	}
 	if err := e.st.WebhookEventAppend(context.Background(), evs); err != nil {
 		t.Fatal(err)

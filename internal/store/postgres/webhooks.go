@@ -119,7 +119,7 @@ func (a *webhookArgs) add(i int32, events []apitype.WebhookEvent) {
 		doc, _ := json.Marshal(ev) // a WebhookEvent always encodes.
 		a.idx = append(a.idx, i)
 		a.ids = append(a.ids, ev.ID)
-		a.types = append(a.types, ev.Data.Type)
+		a.types = append(a.types, string(ev.Data.Type))
 		a.created = append(a.created, ev.CreatedAt)
 		a.docs = append(a.docs, string(doc))
 	}
@@ -165,7 +165,7 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 		for i := range ids {
 			for j := range endpoints {
 				ep := &endpoints[j].Endpoint
-				if ep.CreatedAt.Truncate(time.Microsecond).After(created[i]) || !ep.Subscribed(types[i]) {
+				if ep.CreatedAt.Truncate(time.Microsecond).After(created[i]) || !ep.Subscribed(apitype.WebhookEventType(types[i])) {
 					continue
 				}
 				evs, eps, due = append(evs, ids[i]), append(eps, ep.ID), append(due, created[i])

@@ -169,7 +169,7 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 		for _, ev := range events {
 			for i := range endpoints {
 				ep := &endpoints[i].Endpoint
-				if micros(ep.CreatedAt) > ev.created || !ep.Subscribed(ev.typ) {
+				if micros(ep.CreatedAt) > ev.created || !ep.Subscribed(apitype.WebhookEventType(ev.typ)) {
 					continue
 				}
 				if _, err := w.exec(`INSERT OR IGNORE INTO webhook_deliveries

@@ -65,7 +65,7 @@ func fanOut(t testing.TB, s store.Store, limit int) int {
 
 // webhookEvent is an event of type typ about the object id, at at, with a random id.
 func webhookEvent(typ, id string, at time.Time) apitype.WebhookEvent {
-	return apitype.NewWebhookEvent(typ, id, "", at)
+	return apitype.NewWebhookEvent(apitype.WebhookEventType(typ), id, "", at)
 }
 
 func sessionIdle(reason apitype.StopReasonType) apitype.NewEvent {
@@ -182,7 +182,7 @@ func testWebhookLogEvents(t *testing.T, h Harness) {
 	equal(t, fanOut(t, s, 0), 2, "events of the append")
 	got = fresh(t, s, ep.Endpoint.ID, seen)
 	equal(t, len(got), 2, "deliveries of the append")
-	slices.SortFunc(got, func(a, b store.WebhookDelivery) int { return strings.Compare(a.Event.Data.Type, b.Event.Data.Type) })
+	slices.SortFunc(got, func(a, b store.WebhookDelivery) int { return strings.Compare(string(a.Event.Data.Type), string(b.Event.Data.Type)) })
 	equal(t, got[0].Event.Data.Type, "session.requires_action", "requires_action")
 	equal(t, got[1].Event.Data.Type, "session.status_idled", "status_idled")
 	for _, d := range got {
