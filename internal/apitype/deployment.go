@@ -67,8 +67,8 @@ const (
 
 // PausedReason is why a deployment is paused: by hand, or by a run error that would repeat.
 type PausedReason struct {
-	Type  string       `json:"type"` // "manual" or "error"
-	Error *PausedError `json:"error,omitempty"`
+	Type  PausedReasonType `json:"type"`
+	Error *PausedError     `json:"error,omitempty"`
 }
 
 // PausedReasonType says why a deployment is paused.
