@@ -138,11 +138,19 @@ func sendAndWait(ctx context.Context, t *testing.T, c anthropic.Client, sessionI
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The idle that ends this turn follows the message sent, not the one that ended the previous turn.
+	return waitEndTurnAfter(ctx, t, c, sessionID, len(before)+1)
+}
+
+// waitEndTurnAfter waits, listing the events through the SDK, until the session has more than n events and is
+// idle with end_turn (another stop reason than requires_action fails the test), and returns the events and
+// their raw JSON.
+func waitEndTurnAfter(ctx context.Context, t *testing.T, c anthropic.Client, sessionID string, n int) ([]anthropic.BetaManagedAgentsSessionEventUnion, string) {
+	t.Helper()
 	for {
 		events, raw := sdkEvents(ctx, t, c, sessionID)
-		// The idle that ends this turn follows the message sent, not the one that ended the previous turn.
-		if n := len(events); n > len(before)+1 && events[n-1].Type == "session.status_idle" {
-			if r := events[n-1].AsSessionStatusIdle().StopReason.Type; r != "requires_action" {
+		if k := len(events); k > n && events[k-1].Type == "session.status_idle" {
+			if r := events[k-1].AsSessionStatusIdle().StopReason.Type; r != "requires_action" {
 				if r != "end_turn" {
 					t.Fatalf("idle with %q: %s", r, raw)
 				}

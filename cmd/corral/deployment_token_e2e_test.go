@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,25 +191,9 @@ func testDeploymentRepositoryTokenRedTeam(t *testing.T, sandboxArgs []string) {
 	}
 }
 
-// waitEndTurn waits, listing the events through the SDK, until the session (started by its initial events) is
-// idle with end_turn after its user.message, and returns the events and their raw JSON.
+// waitEndTurn waits until the session (started by its initial events: its user.message is its first event) is
+// idle with end_turn, and returns the events and their raw JSON.
 func waitEndTurn(ctx context.Context, t *testing.T, c anthropic.Client, sessionID string) ([]anthropic.BetaManagedAgentsSessionEventUnion, string) {
 	t.Helper()
-	for {
-		events, raw := sdkEvents(ctx, t, c, sessionID)
-		started := slices.ContainsFunc(events, func(ev anthropic.BetaManagedAgentsSessionEventUnion) bool { return ev.Type == "user.message" })
-		if n := len(events); started && events[n-1].Type == "session.status_idle" {
-			if r := events[n-1].AsSessionStatusIdle().StopReason.Type; r != "requires_action" {
-				if r != "end_turn" {
-					t.Fatalf("idle with %q: %s", r, raw)
-				}
-				return events, raw
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("session %s did not go idle: %s", sessionID, raw)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return waitEndTurnAfter(ctx, t, c, sessionID, 1)
 }
