@@ -50,7 +50,8 @@ func openVault(ctx context.Context, st store.Store, dataDir, keyFile, envKey str
 
 func vaultRotateKey(ctx context.Context, io *stdio, args []string) error {
 	fs := newFlagSet(io, "vault rotate-key", "--new-key-file FILE [flags]\n\n"+
-		"Re-wraps every credential's data key under a new master key; ciphertexts are untouched and each rewrap is a\n"+
+		"Re-wraps every credential's data key (and repository tokens', deployments' tokens' and webhook signing\n"+
+		"secrets') under a new master key; ciphertexts are untouched and each rewrap is a\n"+
 		"conditional update, so the server can keep running. If FILE does not exist it is created (mode 0600) with\n"+
 		"the new key first and the current key(s) after it: a server started with --vault-key-file FILE seals under\n"+
 		"the new key and still reads secrets sealed meanwhile under the old one by a server not yet restarted (run\n"+

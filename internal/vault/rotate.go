@@ -39,7 +39,8 @@ func Rotate(ctx context.Context, st Store, v *Vault) (RotateResult, error) {
 }
 
 // rotatePass rewraps one pass over the secrets, the credentials' and the session resources' (repository
-// tokens), and returns how many it rewrapped and how many it could not.
+// tokens), then those kept in records (deployments' tokens, webhook signing secrets), and returns how many it
+// rewrapped and how many it could not.
 func rotatePass(ctx context.Context, st Store, v *Vault) (rewrapped, left int, err error) {
 	for _, resources := range []bool{false, true} {
 		n, l, err := rotateTable(ctx, st, v, resources)
@@ -48,7 +49,8 @@ func rotatePass(ctx context.Context, st Store, v *Vault) (rewrapped, left int, e
 			return rewrapped, left, err
 		}
 	}
-	return rewrapped, left, nil
+	n, l, err := rotateRecords(ctx, st, v)
+	return rewrapped + n, left + l, err
 }
 
 // rotateTable is rotatePass over the credentials' secrets, or the session resources'.

@@ -170,6 +170,7 @@ func New(keys ...Key) (*Vault, error) {
 
 // Store is what Open and Rotate need of the store.
 type Store interface {
+	RecordStore
 	MasterKeyList(ctx context.Context) ([]store.MasterKey, error)
 	MasterKeyAdd(ctx context.Context, k *store.MasterKey) error
 	SecretList(ctx context.Context, p *store.SecretListParams) ([]store.SealedSecret, error)

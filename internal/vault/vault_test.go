@@ -457,3 +457,68 @@ func TestRotateResourceSecrets(t *testing.T) {
 		t.Fatalf("open the rotated token: %q, %v", plain, err)
 	}
 }
+
+// TestRotateRecordSecrets: a rotation rewraps the secrets kept in records too: a deployment's repository tokens
+// and a webhook endpoint's signing secret, which open with the new key alone afterwards.
+func TestRotateRecordSecrets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := openStore(t)
+	oldKey := vault.NewKey()
+	old, err := vault.Open(ctx, st, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := apitype.Now()
+	depID := apitype.NewID(apitype.PrefixDeployment)
+	token, err := old.Seal(depID, "authorization_token/0", []byte("ghp_deployed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep := &store.DeploymentRecord{Deployment: apitype.Deployment{Type: apitype.ObjectDeployment, ID: depID, Name: "d",
+		Agent: apitype.AgentRef{Type: apitype.ObjectAgent, ID: "agent_x", Version: 1}, EnvironmentID: "env_x",
+		Status: apitype.DeploymentActive, CreatedAt: now, UpdatedAt: now}, Tokens: []store.SealedSecret{*token}}
+	if err := st.DeploymentCreate(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	epID := apitype.NewID(apitype.PrefixWebhookEndpoint)
+	secret, err := old.Seal(epID, "signing_secret", []byte("whsec_signing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WebhookEndpointCreate(ctx, &store.WebhookEndpointRecord{Endpoint: apitype.WebhookEndpoint{
+		Type: apitype.ObjectWebhookEndpoint, ID: epID, URL: "https://example.com/hook", EnabledEvents: []string{"agent.created"},
+		State: apitype.WebhookEnabled, CreatedAt: now, UpdatedAt: now}, Secret: *secret}); err != nil {
+		t.Fatal(err)
+	}
+	newKey := vault.NewKey()
+	both, err := vault.Open(ctx, st, newKey, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := vault.Rotate(ctx, st, both)
+	if err != nil || res.Rewrapped != 2 || res.Remaining != 0 {
+		t.Fatalf("rotate: %+v, %v", res, err)
+	}
+	onlyNew, err := vault.Open(ctx, st, newKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := st.DeploymentGet(ctx, depID)
+	if err != nil || len(d.Tokens) != 1 || d.Tokens[0].KeyID != newKey.ID() {
+		t.Fatalf("deployment after rotation: %+v, %v", d, err)
+	}
+	if plain, err := onlyNew.Open(&d.Tokens[0]); err != nil || string(plain) != "ghp_deployed" {
+		t.Fatalf("open the rotated token: %q, %v", plain, err)
+	}
+	ep, err := st.WebhookEndpointGet(ctx, epID)
+	if err != nil || ep.Secret.KeyID != newKey.ID() {
+		t.Fatalf("endpoint after rotation: %+v, %v", ep, err)
+	}
+	if plain, err := onlyNew.Open(&ep.Secret); err != nil || string(plain) != "whsec_signing" {
+		t.Fatalf("open the rotated signing secret: %q, %v", plain, err)
+	}
+	if res, err := vault.Rotate(ctx, st, both); err != nil || res.Rewrapped != 0 {
+		t.Errorf("a second rotation rewrapped %d: %v", res.Rewrapped, err)
+	}
+}
