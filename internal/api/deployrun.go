@@ -307,7 +307,9 @@ func runError(typ apitype.RunErrorType, format string, args ...any) *apitype.Run
 // emitWebhook records a webhook event about a resource just written. It follows the write rather than
 // sharing its transaction: a process killed between the two loses the event (the session log's events are
 // recorded in the log's own transactions and are never lost). A failure is logged: the write stands.
-func (s *Server) emitWebhook(ctx context.Context, typ apitype.WebhookEventType, id string) { s.recordWebhook(ctx, typ, id, "") }
+func (s *Server) emitWebhook(ctx context.Context, typ apitype.WebhookEventType, id string) {
+	s.recordWebhook(ctx, typ, id, "")
+}
 
 // emitWebhookOnce is emitWebhook for an event that happens once per object (a run's start and outcome): its
 // id derives from the object's, so a step redone after a crash tells it once.

@@ -182,7 +182,9 @@ func testWebhookLogEvents(t *testing.T, h Harness) {
 	equal(t, fanOut(t, s, 0), 2, "events of the append")
 	got = fresh(t, s, ep.Endpoint.ID, seen)
 	equal(t, len(got), 2, "deliveries of the append")
-	slices.SortFunc(got, func(a, b store.WebhookDelivery) int { return strings.Compare(string(a.Event.Data.Type), string(b.Event.Data.Type)) })
+	slices.SortFunc(got, func(a, b store.WebhookDelivery) int {
+		return strings.Compare(string(a.Event.Data.Type), string(b.Event.Data.Type))
+	})
 	equal(t, got[0].Event.Data.Type, "session.requires_action", "requires_action")
 	equal(t, got[1].Event.Data.Type, "session.status_idled", "status_idled")
 	for _, d := range got {
