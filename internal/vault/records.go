@@ -77,3 +77,37 @@ func rotateRecords(ctx context.Context, st RecordStore, v *Vault) (rewrapped, le
 	}
 	return rewrapped, left, nil
 }
+
+// recordOrphan returns a secret kept in a record that is wrapped under none of the vault's keys, or nil.
+func recordOrphan(ctx context.Context, st RecordStore, v *Vault) (*store.SealedSecret, error) {
+	orphan := func(s *store.SealedSecret) bool { _, ok := v.keys[s.KeyID]; return s.KeyID != "" && !ok }
+	p := &store.DeploymentListParams{ListParams: store.ListParams{Limit: rotatePage, IncludeArchived: true}}
+	for {
+		page, err := st.DeploymentList(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("vault: read deployments: %w", err)
+		}
+		for i := range page {
+			for j := range page[i].Tokens {
+				if orphan(&page[i].Tokens[j]) {
+					return &page[i].Tokens[j], nil
+				}
+			}
+		}
+		if len(page) < rotatePage {
+			break
+		}
+		last := page[len(page)-1].Deployment
+		p.After = &store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	eps, err := st.WebhookEndpointList(ctx, &store.ListParams{})
+	if err != nil {
+		return nil, fmt.Errorf("vault: read webhook endpoints: %w", err)
+	}
+	for i := range eps {
+		if orphan(&eps[i].Secret) {
+			return &eps[i].Secret, nil
+		}
+	}
+	return nil, nil
+}

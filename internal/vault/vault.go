@@ -218,6 +218,12 @@ func Open(ctx context.Context, st Store, keys ...Key) (*Vault, error) {
 				ErrWrongKey, orphans[0].KeyID, strings.Join(v.ids(), ", "))
 		}
 	}
+	if o, err := recordOrphan(ctx, st, v); err != nil {
+		return nil, err
+	} else if o != nil {
+		return nil, fmt.Errorf("%w: the secret %s of %s is wrapped under master key %s, which the given keys (%s) do not include",
+			ErrWrongKey, o.Name, o.CredentialID, o.KeyID, strings.Join(v.ids(), ", "))
+	}
 	if !slices.Contains(stored, v.primary.id) {
 		err := st.MasterKeyAdd(ctx, &store.MasterKey{ID: v.primary.id, CheckValue: checkValue(v.primary),
 			CreatedAt: apitype.Now()})

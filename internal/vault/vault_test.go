@@ -496,6 +496,10 @@ func TestRotateRecordSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The new key is recorded now; alone, before the rotation, it does not unwrap the records' secrets.
+	if _, err := vault.Open(ctx, st, newKey); !errors.Is(err, vault.ErrWrongKey) || !strings.Contains(err.Error(), depID) {
+		t.Fatalf("open with a key that unwraps no deployment token: %v", err)
+	}
 	res, err := vault.Rotate(ctx, st, both)
 	if err != nil || res.Rewrapped != 2 || res.Remaining != 0 {
 		t.Fatalf("rotate: %+v, %v", res, err)
