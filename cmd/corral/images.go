@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +26,8 @@ type imageFlags struct {
 	diskMB     int64
 	registries image.Registries
 	gc         time.Duration
+	// dir is the cache images() chose ("" with the host's layout), for serve's first lines.
+	dir string
 }
 
 func (f *imageFlags) register(fs *flag.FlagSet) {
@@ -32,7 +35,7 @@ func (f *imageFlags) register(fs *flag.FlagSet) {
 		"plus each environment's packages, built when the environment is created or changed), host (the host's /usr, as before images; "+
 		"for machines without debootstrap: environments with packages then fail with a clear error), or auto (debian when debootstrap and "+
 		"bwrap are installed and the backend isolates, else host)")
-	fs.StringVar(&f.cache, "image-cache", os.Getenv("CORRAL_IMAGE_CACHE"), "`directory` of the built images (env CORRAL_IMAGE_CACHE; default DATA/images; the base takes ~300 MB, each package list a layer of its own)")
+	fs.StringVar(&f.cache, "image-cache", os.Getenv("CORRAL_IMAGE_CACHE"), "`directory` of the built images, shared by every server on the machine (env CORRAL_IMAGE_CACHE; default /var/cache/corral/images as root, else $XDG_CACHE_HOME/corral/images or ~/.cache/corral/images; the base takes ~300 MB, each package list a layer of its own)")
 	fs.DurationVar(&f.timeout, "image-build-timeout", image.DefaultBuildTimeout, "time limit of one environment's package build")
 	fs.Int64Var(&f.diskMB, "image-build-disk", image.DefaultBuildDiskBytes>>20, "disk limit of one environment's package build in `MiB` (needs loop devices and mkfs.ext4, as --sandbox-disk)")
 	fs.DurationVar(&f.gc, "image-gc", envDuration("CORRAL_IMAGE_GC", image.DefaultGCInterval), "how often images no environment lists and no sandbox uses (for as long) are removed (env CORRAL_IMAGE_GC; 0 = never)")
@@ -67,14 +70,15 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 	if f.timeout <= 0 || f.diskMB <= 0 {
 		return nil, errors.New("--image-build-timeout and --image-build-disk must be positive")
 	}
-	cache := f.cache
+	cache := cmp.Or(f.cache, defaultImageCache(os.Geteuid(), os.Getenv, os.UserHomeDir))
 	if cache == "" {
-		cache = filepath.Join(dataDir, "images")
+		cache = filepath.Join(dataDir, "images") // no home directory
 	}
 	cache, err := filepath.Abs(cache)
 	if err != nil {
 		return nil, err
 	}
+	f.dir = cache
 	agentPath, err := hf.agentPath(dataDir)
 	if err != nil {
 		return nil, err
@@ -102,6 +106,15 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 	return image.New(image.Config{Base: base, Store: st, Log: logger, GCInterval: gc, GCGrace: gc,
 		Layer: image.LayerConfig{Agent: agentPath, Registries: &f.registries, Timeout: f.timeout, DiskBytes: f.diskMB << 20,
 			CgroupRoot: cgroupRoot, AllowInternal: eo.AllowInternal, CAFile: caFile}})
+}
+
+// defaultImageCache is the machine's image cache when neither --image-cache nor CORRAL_IMAGE_CACHE says: one per
+// machine, not per data directory, so that a second server (another --data) finds the base and the layers
+// built (their garbage collection is safe across servers: image.Config.KeepFor). /var/cache/corral/images for
+// root (the FHS's place for a cache a daemon can rebuild), else $XDG_CACHE_HOME/corral/images or
+// ~/.cache/corral/images; "" when there is no home directory.
+func defaultImageCache(euid int, getenv func(string) string, home func() (string, error)) string {
+	return defaultDir(euid, getenv, home, "/var/cache/corral/images", "XDG_CACHE_HOME", ".cache", "corral/images")
 }
 
 // envDuration is the duration in the environment variable name, or def when it is unset or not a duration.

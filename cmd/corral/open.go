@@ -32,14 +32,21 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 // where serve was started: run in a checkout, ./corral-data held the base image's Go files, which go list ./...
 // then took for the module's packages. "" when there is no home directory: --data is then required.
 func defaultDataDir(euid int, getenv func(string) string, home func() (string, error)) string {
+	return defaultDir(euid, getenv, home, "/var/lib/corral", "XDG_DATA_HOME", ".local/share", "corral")
+}
+
+// defaultDir is a default directory of Corral's: rootDir for root; for another user rel under $xdgVar (an
+// absolute path: the XDG base directory spec ignores a relative one), else under ~/homeRel; "" when there is no
+// home directory.
+func defaultDir(euid int, getenv func(string) string, home func() (string, error), rootDir, xdgVar, homeRel, rel string) string {
 	if euid == 0 {
-		return "/var/lib/corral"
+		return rootDir
 	}
-	if x := getenv("XDG_DATA_HOME"); filepath.IsAbs(x) {
-		return filepath.Join(x, "corral")
+	if x := getenv(xdgVar); filepath.IsAbs(x) {
+		return filepath.Join(x, rel)
 	}
 	if h, err := home(); err == nil && filepath.IsAbs(h) {
-		return filepath.Join(h, ".local", "share", "corral")
+		return filepath.Join(h, homeRel, rel)
 	}
 	return ""
 }

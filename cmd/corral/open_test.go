@@ -10,7 +10,8 @@ import (
 
 // TestDefaultDataDir: the default data directory is a daemon's (/var/lib/corral) for root, the XDG data
 // directory for another user, and never under the directory serve was started in: in a checkout, go list ./...
-// walks it.
+// walks it. The default image cache is the machine's (/var/cache/corral/images for root), not the data
+// directory's.
 func TestDefaultDataDir(t *testing.T) { // not parallel: it sets CORRAL_DATA
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	home := func() (string, error) { return "/home/ann", nil }
@@ -29,6 +30,19 @@ func TestDefaultDataDir(t *testing.T) { // not parallel: it sets CORRAL_DATA
 	} {
 		if got := defaultDataDir(c.euid, env(c.env), c.home); got != c.want {
 			t.Errorf("euid %d, env %v: %q, want %q", c.euid, c.env, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		euid int
+		env  map[string]string
+		want string
+	}{
+		{0, map[string]string{"XDG_CACHE_HOME": "/x"}, "/var/cache/corral/images"},
+		{1000, map[string]string{"XDG_CACHE_HOME": "/x/cache"}, "/x/cache/corral/images"},
+		{1000, nil, "/home/ann/.cache/corral/images"},
+	} {
+		if got := defaultImageCache(c.euid, env(c.env), home); got != c.want {
+			t.Errorf("image cache: euid %d, env %v: %q, want %q", c.euid, c.env, got, c.want)
 		}
 	}
 	// As this process would run serve: outside the working directory (the module, here).

@@ -83,6 +83,9 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	if cfg.Images, err = p.images(&imf, &hf); err != nil {
 		return err
 	}
+	if imf.dir != "" {
+		fmt.Fprintf(io.err, "corral: images in %s, shared by every server on this machine (--image-cache or CORRAL_IMAGE_CACHE to change)\n", imf.dir)
+	}
 	stopTracing, err := mf.observe(ctx, &cfg)
 	if err != nil {
 		return err

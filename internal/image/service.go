@@ -3,6 +3,7 @@ package image
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,8 @@ const (
 	// DefaultRetryFailed is how long a failed build's error is given to sandboxes before a provisioning tries
 	// the build again (a registry that was down may be back).
 	DefaultRetryFailed = 10 * time.Minute
+	// DefaultKeepFor is how long a layer another service of the machine's cache marked is kept (Config.KeepFor).
+	DefaultKeepFor = 24 * time.Hour
 )
 
 // Config configures a Service.
@@ -47,7 +50,13 @@ type Config struct {
 	// RetryFailed is how long a failed build stays failed for provisioning (default DefaultRetryFailed); a
 	// change of the environment's packages builds at once.
 	RetryFailed time.Duration
-	Log         *slog.Logger
+	// KeepFor is how long a layer stays after the last GC pass of any service sharing the cache whose store
+	// lists it (default DefaultKeepFor, and at least three GC intervals). One cache serves every server of a
+	// machine, each with a store of its own: a GC pass marks the layers its store lists
+	// (images/<key>.keep.<service>), and a layer another service marked less than KeepFor ago is not removed,
+	// so that no server's GC removes what another server's environments need.
+	KeepFor time.Duration
+	Log     *slog.Logger
 }
 
 // Service builds the environments' images: the base at Start, in the background; an environment's layer when
@@ -58,6 +67,8 @@ type Config struct {
 type Service struct {
 	cfg    Config
 	baseID string
+	// id names this service's marks on the layers its store lists (GC), random per process.
+	id string
 
 	baseDone chan struct{}
 	base     Base
@@ -106,8 +117,9 @@ func New(cfg Config) (*Service, error) {
 	cfg.GCInterval = cmp.Or(cfg.GCInterval, DefaultGCInterval)
 	cfg.GCGrace = cmp.Or(cfg.GCGrace, DefaultGCInterval)
 	cfg.RetryFailed = cmp.Or(cfg.RetryFailed, DefaultRetryFailed)
+	cfg.KeepFor = max(cmp.Or(cfg.KeepFor, DefaultKeepFor), 3*cfg.GCInterval)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, baseID: id, baseDone: make(chan struct{}), builds: map[string]*flight{}, ctx: ctx, cancel: cancel}, nil
+	return &Service{cfg: cfg, baseID: id, id: rand.Text()[:16], baseDone: make(chan struct{}), builds: map[string]*flight{}, ctx: ctx, cancel: cancel}, nil
 }
 
 // Start builds the base in the background, then the layers of the stored environments that are not built
@@ -447,8 +459,9 @@ func useLock(ctx context.Context, dir, key string) (func(), error) {
 }
 
 // GC removes the layers no stored environment's current package list needs and no sandbox uses (here or in
-// another process sharing the cache), and what failed or killed builds left behind; it returns how many
-// layers it removed.
+// another process sharing the cache), nor another service sharing the cache marked as its store's in the last
+// KeepFor, and what failed or killed builds left behind; it returns how many layers it removed. It marks the
+// layers its own store lists first (images/<key>.keep), for the other services' passes.
 func (s *Service) GC(ctx context.Context) (int, error) {
 	keep := map[string]bool{}
 	if err := s.eachEnvironment(ctx, func(e *apitype.Environment) {
@@ -470,6 +483,16 @@ func (s *Service) GC(ctx context.Context) (int, error) {
 	}
 	if err != nil {
 		return 0, err
+	}
+	for _, e := range entries {
+		if key, ok := strings.CutSuffix(e.Name(), ".keep."+s.id); ok && !keep[key] {
+			_ = os.Remove(filepath.Join(images, e.Name())) // the store dropped it: its own mark goes
+		}
+	}
+	for k := range keep {
+		if Built(s.cfg.Base.Dir, k) {
+			mark(filepath.Join(images, k+".keep."+s.id))
+		}
 	}
 	n := 0
 	var errs []error
@@ -501,14 +524,23 @@ func (s *Service) GC(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// remove removes the layer key unless a sandbox uses it, a build of it runs, or it was built or last used less
-// than GCGrace ago.
+// remove removes the layer key unless a sandbox uses it, a build of it runs, it was built or last used less
+// than GCGrace ago, or a service sharing the cache marked it as its store's less than KeepFor ago.
 func (s *Service) remove(images, key string) (bool, error) {
 	if s.cfg.GCGrace > 0 {
 		for _, f := range []string{filepath.Join(images, key, "done"), filepath.Join(images, key+".use")} {
 			if fi, err := os.Stat(f); err == nil && time.Since(fi.ModTime()) < s.cfg.GCGrace {
 				return false, nil
 			}
+		}
+	}
+	marks, err := filepath.Glob(filepath.Join(images, key+".keep.*"))
+	if err != nil {
+		return false, err
+	}
+	for _, m := range marks {
+		if fi, err := os.Stat(m); err == nil && time.Since(fi.ModTime()) < s.cfg.KeepFor {
+			return false, nil
 		}
 	}
 	unuse, ok := tryLock(filepath.Join(images, key+".use"))
@@ -530,7 +562,19 @@ func (s *Service) remove(images, key string) (bool, error) {
 		return false, err
 	}
 	s.cfg.Log.Info("removing an unused image", "key", key)
+	for _, m := range marks {
+		_ = os.Remove(m) // stale: their services have not listed the layer for KeepFor
+	}
 	return true, os.RemoveAll(trash)
+}
+
+// mark sets path's modification time to now, creating it if need be (a service's mark on a layer its store
+// lists).
+func mark(path string) {
+	if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600); err == nil {
+		f.Close()
+	}
+	touch(path)
 }
 
 // touch sets path's modification time to now (the last use of a layer), if it exists.
