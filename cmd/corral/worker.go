@@ -97,20 +97,23 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	return w.Run(ctx)
 }
 
-// defaultWorkerData is where a worker keeps its state unless --data says otherwise: $CORRAL_WORKER_DATA; else, as
-// root, /var/lib/corral-worker; else $XDG_STATE_HOME/corral-worker ($HOME/.local/state/corral-worker without
-// it); the current directory's corral-worker only when there is no home either.
-func defaultWorkerData() string {
-	if v := os.Getenv("CORRAL_WORKER_DATA"); v != "" {
+// defaultWorkerData is where a worker keeps its state unless --data says otherwise (workerData).
+func defaultWorkerData() string { return workerData(os.Getenv, os.Geteuid()) }
+
+// workerData is $CORRAL_WORKER_DATA; else, as root (euid 0), /var/lib/corral-worker; else
+// $XDG_STATE_HOME/corral-worker (an absolute one), else $HOME/.local/state/corral-worker; the current
+// directory's corral-worker only without a home either.
+func workerData(getenv func(string) string, euid int) string {
+	if v := getenv("CORRAL_WORKER_DATA"); v != "" {
 		return v
 	}
-	if os.Geteuid() == 0 {
+	if euid == 0 {
 		return "/var/lib/corral-worker"
 	}
-	if v := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(v) {
+	if v := getenv("XDG_STATE_HOME"); filepath.IsAbs(v) {
 		return filepath.Join(v, "corral-worker")
 	}
-	if home, err := os.UserHomeDir(); err == nil && home != "" {
+	if home := getenv("HOME"); home != "" {
 		return filepath.Join(home, ".local", "state", "corral-worker")
 	}
 	return "corral-worker"

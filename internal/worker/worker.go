@@ -114,7 +114,7 @@ func New(cfg Config) (*Worker, error) {
 	// sandbox.SkillsMount, and the stores and outputs collected back, through the API with the sessions token of
 	// each session's work item (held).
 	h := newHeld()
-	fls := files{held: h}
+	fls := filesAPI{held: h}
 	placer, err := workspace.New(workspace.Config{Memories: newMemories(h), Files: fls, Skills: fls, Logger: pc.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
