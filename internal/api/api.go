@@ -27,13 +27,16 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultMaxBodyBytes       = 8 << 20
-	DefaultHeartbeatInterval  = 15 * time.Second
-	DefaultPollInterval       = time.Second
-	DefaultMaxStreams         = 4096
-	DefaultMaxStreamsPerKey   = 2048
-	DefaultStreamWriteTimeout = time.Minute
-	DefaultWorkLeaseTTL       = 30 * time.Second
+	DefaultMaxBodyBytes = 8 << 20
+	// DefaultMaxSessionOutputBytes is the quota of a session's outputs uploaded with a sessions token: the
+	// quota of the outputs a server's hands collect (workspace.DefaultMaxOutputBytes).
+	DefaultMaxSessionOutputBytes = 1 << 30
+	DefaultHeartbeatInterval     = 15 * time.Second
+	DefaultPollInterval          = time.Second
+	DefaultMaxStreams            = 4096
+	DefaultMaxStreamsPerKey      = 2048
+	DefaultStreamWriteTimeout    = time.Minute
+	DefaultWorkLeaseTTL          = 30 * time.Second
 )
 
 // Config configures the API server.
@@ -76,6 +79,9 @@ type Config struct {
 	// Files stores the Files API's files (and the skills' archives); nil answers those endpoints with an
 	// error. Its MaxBytes caps an upload, instead of MaxBodyBytes.
 	Files *files.Service
+	// MaxSessionOutputBytes bounds what the files scoped to a session may hold together once a sessions token
+	// uploads one (a self-hosted worker's outputs); default DefaultMaxSessionOutputBytes.
+	MaxSessionOutputBytes int64
 	// TracerProvider traces each request (a server span joining the caller's W3C traceparent); nil traces
 	// nothing.
 	TracerProvider trace.TracerProvider
@@ -114,7 +120,7 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBodyBytes < 0 || c.HeartbeatInterval < 0 || c.PollInterval < 0 || c.RateLimit < 0 || c.RateBurst < 0 ||
 		c.MaxStreams < 0 || c.MaxStreamsPerKey < 0 || c.StreamWriteTimeout < 0 || c.WorkLeaseTTL < 0 ||
-		c.DeploymentCatchUp < 0 {
+		c.DeploymentCatchUp < 0 || c.MaxSessionOutputBytes < 0 {
 		return errors.New("api: negative limits in Config")
 	}
 	return nil
@@ -123,15 +129,17 @@ func (c *Config) validate() error {
 // Server serves the API. It holds no state besides the rate limiter and the count of open event streams;
 // every request goes to the store.
 type Server struct {
-	store     store.Store
-	prices    *price.Table
-	log       *slog.Logger
-	keys      Authenticator
-	maxBody   int64
-	heartbeat time.Duration
-	poll      time.Duration
-	limiter   *rateLimiter
-	streams   *streamSlots
+	store   store.Store
+	prices  *price.Table
+	log     *slog.Logger
+	keys    Authenticator
+	maxBody int64
+	// maxOutputs is Config.MaxSessionOutputBytes.
+	maxOutputs int64
+	heartbeat  time.Duration
+	poll       time.Duration
+	limiter    *rateLimiter
+	streams    *streamSlots
 	// writeTimeout bounds each write to an event stream.
 	writeTimeout time.Duration
 	sealer       Sealer
@@ -176,6 +184,7 @@ func New(cfg Config) (*Server, error) {
 		log:          cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		keys:         cfg.Keys,
 		maxBody:      cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxOutputs:   cmp.Or(cfg.MaxSessionOutputBytes, DefaultMaxSessionOutputBytes),
 		heartbeat:    cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval),
 		poll:         cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		now:          apitype.Now,

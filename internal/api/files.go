@@ -159,12 +159,8 @@ func (s *Server) fileUpload(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, &f.File)
 }
 
-// maxSessionOutputBytes is the most the files scoped to a session may hold together when a sessions token
-// uploads them: the quota of a session's outputs as a server's hands collect them (workspace.DefaultMaxOutputBytes).
-const maxSessionOutputBytes = 1 << 30
-
 // checkOutputQuota refuses an output of size bytes that would bring the files scoped to the session past
-// maxSessionOutputBytes.
+// Config.MaxSessionOutputBytes.
 func (s *Server) checkOutputQuota(ctx context.Context, sessionID string, size int64) error {
 	total := size
 	p := store.FileListParams{ScopeID: sessionID, ListParams: store.ListParams{Limit: maxFileListLimit}}
@@ -176,9 +172,9 @@ func (s *Server) checkOutputQuota(ctx context.Context, sessionID string, size in
 		for i := range page {
 			total += page[i].SizeBytes
 		}
-		if total > maxSessionOutputBytes {
+		if total > s.maxOutputs {
 			return &apiError{status: http.StatusRequestEntityTooLarge, typ: apitype.ErrRequestTooLarge,
-				msg: fmt.Sprintf("file: the session's outputs would exceed their quota of %d bytes", int64(maxSessionOutputBytes))}
+				msg: fmt.Sprintf("file: the session's outputs would exceed their quota of %d bytes", s.maxOutputs)}
 		}
 		if len(page) < p.Limit {
 			return nil

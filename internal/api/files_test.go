@@ -284,10 +284,12 @@ func TestFileResourceRefused(t *testing.T) {
 // TestFilesSessionsToken: the sessions token of a self-hosted session's work item reads its session's file
 // resources and the files scoped to its session, and no other file (another session's resource or output, an
 // unrelated file, a file that does not exist: all the same 403); what it uploads is an output of its session
-// (scoped to it, listed by scope_id), whatever the upload says; it lists and deletes no file.
+// (scoped to it, listed by scope_id), whatever the upload says, within the session's output quota (a 413 past
+// it, nothing stored); it lists and deletes no file.
 func TestFilesSessionsToken(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFiles(t, filepath.Join(t.TempDir(), "blobs"), 1<<20))
+	blobs := filepath.Join(t.TempDir(), "blobs")
+	h := newHarness(t, withFiles(t, blobs, 1<<20), func(c *api.Config) { c.MaxSessionOutputBytes = 20 })
 	ctx := ctxT(t)
 	agentID, _ := h.seed(ctx)
 	envID, key, _ := h.selfHosted(ctx, agentID)
@@ -371,6 +373,20 @@ func TestFilesSessionsToken(t *testing.T) {
 	page, err := h.client.Beta.Files.List(ctx, anthropic.BetaFileListParams{ScopeID: anthropic.String(s1)})
 	if err != nil || len(page.Data) != 1 || page.Data[0].ID != out.ID {
 		t.Fatalf("the session's outputs: %v %s", err, page.RawJSON())
+	}
+	// The quota counts every file scoped to the session (6 bytes so far): 15 more are refused, 14 fit.
+	blobsBefore := blobCount(t, blobs)
+	_, err = h.client.Beta.Files.Upload(ctx, anthropic.BetaFileUploadParams{
+		File: anthropic.File(strings.NewReader(strings.Repeat("x", 15)), "big.txt", "text/plain")}, tok1...)
+	if aerr := wantAPIError(t, err, http.StatusRequestEntityTooLarge, apitype.ErrRequestTooLarge); !strings.Contains(aerr.Message, "quota") {
+		t.Errorf("over the quota: %s", aerr.Message)
+	}
+	if n := blobCount(t, blobs); n != blobsBefore {
+		t.Errorf("%d blobs after a refused upload, %d before", n, blobsBefore)
+	}
+	upload("fits.txt", strings.Repeat("x", 14), tok1...)
+	if page, err := h.client.Beta.Files.List(ctx, anthropic.BetaFileListParams{ScopeID: anthropic.String(s1)}); err != nil || len(page.Data) != 2 {
+		t.Fatalf("the session's outputs after the quota: %v %s", err, page.RawJSON())
 	}
 
 	// Refusals, all alike: another session's resource and output, an unrelated file, no file at all.

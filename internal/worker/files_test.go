@@ -18,6 +18,7 @@ import (
 	"github.com/corralhq/corral/internal/files"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store/sqlite"
+	"github.com/corralhq/corral/internal/workspace"
 )
 
 // TestFilesOverAPI: the worker's workspace.Files against a real server with file storage (with the API key: the
@@ -94,5 +95,13 @@ func TestFilesOverAPI(t *testing.T) {
 	release()
 	if _, err := f.OpenContent(ctx, in.ID); !errors.Is(err, errNotHeld) {
 		t.Fatalf("content after the release: %v", err)
+	}
+}
+
+// TestOutputQuotas: the quota the API applies to a sessions token's uploads is the workspace's, which the worker
+// applies on its side: a worker's session may store what a server's may, no more.
+func TestOutputQuotas(t *testing.T) {
+	if api.DefaultMaxSessionOutputBytes != workspace.DefaultMaxOutputBytes {
+		t.Errorf("the API's quota of a session's outputs %d, the workspace's %d", api.DefaultMaxSessionOutputBytes, workspace.DefaultMaxOutputBytes)
 	}
 }
