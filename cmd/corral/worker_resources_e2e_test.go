@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -119,4 +120,45 @@ func TestCorralWorkerResources(t *testing.T) {
 		t.Fatalf("uses %v, results %q", l.uses, l.results)
 	}
 	outputs("late.txt=late\n", "nested.txt=nested\n", "report.txt=INPUT FOR THE WORKER\n")
+}
+
+// TestCorralWorkerResourceAdded: a file resource added to a session while `corral worker` holds its work item is
+// placed when the session's sandbox is next provisioned (here after the idle one was reaped), as on a server:
+// the worker reads the session's resources again as each turn starts.
+func TestCorralWorkerResourceAdded(t *testing.T) {
+	t.Parallel()
+	requireBwrap(t)
+	s, c := workerServer(t, "10s",
+		bashTurn(t, "ls /mnt/session/uploads; echo one"),
+		modeltest.Turn{Text: "One."},
+		bashTurn(t, "cat /mnt/session/uploads/added.txt"),
+		modeltest.Turn{Text: "Two."},
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	sess, envID, key := selfHostedSession(ctx, t, c, "worker-added")
+	// The worker holds the session for a minute; its sandboxes are reaped after a second unused.
+	startCorral(t, os.Environ(), "corral: worker ", "worker", "--url", s.url, "--env", envID, "--key", key,
+		"--data", t.TempDir(), "--worker-id", "worker-added", "--sandbox", "bwrap", "--sandbox-uids", "440000",
+		"--session-idle", "1m", "--sandbox-idle", "1s")
+
+	l := sendAndFollow(ctx, t, c, sess.ID, "One.")
+	if len(l.uses) != 1 || strings.TrimSpace(l.results[l.uses[0]]) != "one" {
+		t.Fatalf("uses %v, results %q", l.uses, l.results)
+	}
+	f, err := c.Beta.Files.Upload(ctx, anthropic.BetaFileUploadParams{
+		File: anthropic.File(strings.NewReader("added later\n"), "added.txt", "text/plain")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Beta.Sessions.Resources.Add(ctx, sess.ID, anthropic.BetaSessionResourceAddParams{
+		BetaManagedAgentsFileResourceParams: anthropic.BetaManagedAgentsFileResourceParams{FileID: f.ID,
+			MountPath: anthropic.String("/mnt/session/uploads/added.txt")}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the sandbox is reaped
+	l = sendAndFollow(ctx, t, c, sess.ID, "Two.")
+	if len(l.uses) != 1 || strings.TrimSpace(l.results[l.uses[0]]) != "added later" {
+		t.Fatalf("uses %v, results %q", l.uses, l.results)
+	}
 }

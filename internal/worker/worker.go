@@ -418,6 +418,14 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 			idleTimer.Stop()
 			idleTimer = nil
 		}
+		if ev.Type == apitype.EventSessionStatusRunning {
+			// A turn starts: the session's resources as they are now (files added or deleted since), for the
+			// next provisioning of its sandbox.
+			if s, err := tc.SessionGet(fctx, sessionID); err == nil {
+				recipe = recipeOf(s, env.Config)
+				w.held.hold(sessionID, tc, &recipe)
+			}
+		}
 		if ev.TurnOver() && ev.Type == apitype.EventSessionStatusIdle {
 			w.collect(fctx, &recipe)
 			idleTimer = time.AfterFunc(w.idle, stop)
