@@ -27,17 +27,18 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultMaxBodyBytes = 8 << 20
-	// DefaultMaxSessionOutputBytes is the quota of a session's outputs uploaded with a sessions token: the
-	// quota of the outputs a server's hands collect (workspace.DefaultMaxOutputBytes).
-	DefaultMaxSessionOutputBytes = 1 << 30
-	DefaultHeartbeatInterval     = 15 * time.Second
-	DefaultPollInterval          = time.Second
-	DefaultMaxStreams            = 4096
-	DefaultMaxStreamsPerKey      = 2048
-	DefaultStreamWriteTimeout    = time.Minute
-	DefaultWorkLeaseTTL          = 30 * time.Second
+	DefaultMaxBodyBytes       = 8 << 20
+	DefaultHeartbeatInterval  = 15 * time.Second
+	DefaultPollInterval       = time.Second
+	DefaultMaxStreams         = 4096
+	DefaultMaxStreamsPerKey   = 2048
+	DefaultStreamWriteTimeout = time.Minute
+	DefaultWorkLeaseTTL       = 30 * time.Second
 )
+
+// DefaultMaxSessionOutputBytes is the quota of a session's outputs uploaded with a sessions token: the quota of
+// the outputs a server's hands collect (workspace.DefaultMaxOutputBytes).
+const DefaultMaxSessionOutputBytes = 1 << 30
 
 // Config configures the API server.
 type Config struct {
@@ -129,17 +130,15 @@ func (c *Config) validate() error {
 // Server serves the API. It holds no state besides the rate limiter and the count of open event streams;
 // every request goes to the store.
 type Server struct {
-	store   store.Store
-	prices  *price.Table
-	log     *slog.Logger
-	keys    Authenticator
-	maxBody int64
-	// maxOutputs is Config.MaxSessionOutputBytes.
-	maxOutputs int64
-	heartbeat  time.Duration
-	poll       time.Duration
-	limiter    *rateLimiter
-	streams    *streamSlots
+	store     store.Store
+	prices    *price.Table
+	log       *slog.Logger
+	keys      Authenticator
+	maxBody   int64
+	heartbeat time.Duration
+	poll      time.Duration
+	limiter   *rateLimiter
+	streams   *streamSlots
 	// writeTimeout bounds each write to an event stream.
 	writeTimeout time.Duration
 	sealer       Sealer
@@ -158,6 +157,8 @@ type Server struct {
 	mux     *http.ServeMux
 	// now is the clock; tests may replace it.
 	now func() time.Time
+	// maxOutputs is Config.MaxSessionOutputBytes.
+	maxOutputs int64
 }
 
 // Metrics receives what the API measures. Its methods must be cheap and safe for concurrent use.
