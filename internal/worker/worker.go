@@ -4,8 +4,8 @@
 // pool it is given, with the server's isolation, limits and egress rules. It places the session's memory stores,
 // file resources and its agent's skills in them as a server's hands do, and writes back what the agent changed
 // in the stores (memories) and left under /mnt/session/outputs (files, into the Files API, scoped to the
-// session). It imports neither the store nor the
-// vault (internal/archtest): everything it knows comes through the public HTTP API (internal/client).
+// session). It imports neither the store nor the vault (internal/archtest): everything it knows comes through
+// the public HTTP API (internal/client).
 package worker
 
 import (
