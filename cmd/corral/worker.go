@@ -27,7 +27,7 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	urlFlag(fs, base, "url", os.Getenv("CORRAL_URL"), "Corral server `URL` (env CORRAL_URL)")
 	envID := fs.String("env", os.Getenv("CORRAL_ENV"), "the self-hosted environment's `id` (env CORRAL_ENV)")
 	key := secretFlag(fs, "key", "CORRAL_ENV_KEY", "the environment `key` (corral envs keys create)")
-	data := fs.String("data", envOr("CORRAL_WORKER_DATA", "corral-worker"), "`directory` for the sessions' workspaces (env CORRAL_WORKER_DATA)")
+	data := fs.String("data", defaultWorkerData(), "`directory` for the sessions' workspaces (env CORRAL_WORKER_DATA; default /var/lib/corral-worker as root, else $XDG_STATE_HOME/corral-worker, ~/.local/state/corral-worker)")
 	workerID := fs.String("worker-id", "", "this worker's id, sent as Anthropic-Worker-ID (default: host name and a random suffix)")
 	idle := fs.Duration("session-idle", worker.DefaultIdle, "how long a session whose turn ended keeps this worker before it goes back to polling")
 	uidBase := fs.Int("sandbox-uids", worker.DefaultUIDBase, "first host `uid` of this worker's sandboxes (10000 uids): workers sharing a machine, or a machine with a server, need ranges of their own")
@@ -93,6 +93,28 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(io.err, "corral: worker %s polling %s for %s (sandbox %s)\n", w.ID(), redactURL(*base), *envID, hf.kind)
+	fmt.Fprintf(io.err, "corral: worker %s polling %s for %s (sandbox %s, data %s)\n", w.ID(), redactURL(*base), *envID, hf.kind, dataDir)
 	return w.Run(ctx)
+}
+
+// defaultWorkerData is where a worker keeps its state unless --data says otherwise (workerData).
+func defaultWorkerData() string { return workerData(os.Getenv, os.Geteuid()) }
+
+// workerData is $CORRAL_WORKER_DATA; else, as root (euid 0), /var/lib/corral-worker; else
+// $XDG_STATE_HOME/corral-worker (an absolute one), else $HOME/.local/state/corral-worker; the current
+// directory's corral-worker only without a home either.
+func workerData(getenv func(string) string, euid int) string {
+	if v := getenv("CORRAL_WORKER_DATA"); v != "" {
+		return v
+	}
+	if euid == 0 {
+		return "/var/lib/corral-worker"
+	}
+	if v := getenv("XDG_STATE_HOME"); filepath.IsAbs(v) {
+		return filepath.Join(v, "corral-worker")
+	}
+	if home := getenv("HOME"); home != "" {
+		return filepath.Join(home, ".local", "state", "corral-worker")
+	}
+	return "corral-worker"
 }

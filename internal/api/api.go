@@ -36,6 +36,10 @@ const (
 	DefaultWorkLeaseTTL       = 30 * time.Second
 )
 
+// DefaultMaxSessionOutputBytes is the quota of a session's outputs uploaded with a sessions token: the quota of
+// the outputs a server's hands collect (workspace.DefaultMaxOutputBytes).
+const DefaultMaxSessionOutputBytes = 1 << 30
+
 // Config configures the API server.
 type Config struct {
 	// Store holds every resource and the session logs. Required.
@@ -76,6 +80,9 @@ type Config struct {
 	// Files stores the Files API's files (and the skills' archives); nil answers those endpoints with an
 	// error. Its MaxBytes caps an upload, instead of MaxBodyBytes.
 	Files *files.Service
+	// MaxSessionOutputBytes bounds what the files scoped to a session may hold together once a sessions token
+	// uploads one (a self-hosted worker's outputs); default DefaultMaxSessionOutputBytes.
+	MaxSessionOutputBytes int64
 	// TracerProvider traces each request (a server span joining the caller's W3C traceparent); nil traces
 	// nothing.
 	TracerProvider trace.TracerProvider
@@ -114,7 +121,7 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBodyBytes < 0 || c.HeartbeatInterval < 0 || c.PollInterval < 0 || c.RateLimit < 0 || c.RateBurst < 0 ||
 		c.MaxStreams < 0 || c.MaxStreamsPerKey < 0 || c.StreamWriteTimeout < 0 || c.WorkLeaseTTL < 0 ||
-		c.DeploymentCatchUp < 0 {
+		c.DeploymentCatchUp < 0 || c.MaxSessionOutputBytes < 0 {
 		return errors.New("api: negative limits in Config")
 	}
 	return nil
@@ -150,6 +157,8 @@ type Server struct {
 	mux     *http.ServeMux
 	// now is the clock; tests may replace it.
 	now func() time.Time
+	// maxOutputs is Config.MaxSessionOutputBytes.
+	maxOutputs int64
 }
 
 // Metrics receives what the API measures. Its methods must be cheap and safe for concurrent use.
@@ -176,6 +185,7 @@ func New(cfg Config) (*Server, error) {
 		log:          cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		keys:         cfg.Keys,
 		maxBody:      cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxOutputs:   cmp.Or(cfg.MaxSessionOutputBytes, DefaultMaxSessionOutputBytes),
 		heartbeat:    cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval),
 		poll:         cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		now:          apitype.Now,

@@ -157,6 +157,12 @@ var (
 	// EnvironmentWorker syncs them). A token writes as its session (session_actor).
 	accessSessionMemory      = access{name: "session_memory", accept: kindAPIKey | kindToken, tokenScope: memoryOfSession(false)}
 	accessSessionMemoryWrite = access{name: "session_memory_write", accept: kindAPIKey | kindToken, tokenScope: memoryOfSession(true)}
+	// accessSessionFile: a file, which a sessions token reads only if it is a file resource of its session or
+	// a file scoped to its session (an output); accessSessionOutput: an upload, which from a sessions token is
+	// always an output of its session (fileUpload scopes it), within the session's output quota (the self-hosted
+	// worker collects outputs with it).
+	accessSessionFile   = access{name: "session_file", accept: kindAPIKey | kindToken, tokenScope: (*Server).fileOfSession}
+	accessSessionOutput = access{name: "session_output", accept: kindAPIKey | kindToken, tokenScope: (*Server).outputOfSession}
 	// The work queue: take (poll, ack) is the environment key's alone; hold (heartbeat, stop) every kind's;
 	// watching the queue (list, stats) the keys'; operating an item (get, update) the API key's.
 	accessTake    = access{name: "work_take", queue: true, accept: kindEnvKey}

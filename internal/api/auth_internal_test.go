@@ -52,6 +52,8 @@ func TestCheckRoute(t *testing.T) {
 		{"GET " + workBase + "/poll", accessTake, ""},
 		{"GET /v1/sessions/{session_id}/events", accessSession, ""},
 		{"GET /v1/skills/{skill_id}/versions", accessSessionSkill, ""},
+		{"GET /v1/files/{file_id}", accessSessionFile, ""},
+		{"POST /v1/files", accessSessionOutput, ""},
 		{"POST /v1/memory_stores/{memory_store_id}/memories", accessSessionMemoryWrite, ""},
 		{"GET /v1/agents", access{}, "declares no access"},
 		{"GET /v1/agents", accessPublic, "only the health checks are public"},

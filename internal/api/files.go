@@ -1,11 +1,13 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,6 +140,13 @@ func (s *Server) fileUpload(w http.ResponseWriter, r *http.Request) error {
 	if content == nil {
 		return invalid("file", "required: a multipart part named file")
 	}
+	if c := callerOf(r.Context()); c != nil && c.kind == kindToken {
+		// A sessions token uploads its session's outputs, and nothing else.
+		meta.Scope = &apitype.FileScope{Type: apitype.FileScopeSession, ID: c.work.Data.ID}
+		if err := s.checkOutputQuota(r.Context(), c.work.Data.ID, content.Size); err != nil {
+			return fail(err)
+		}
+	}
 	meta.CreatedAt = s.now()
 	if expires > 0 {
 		at := meta.CreatedAt.Add(time.Duration(expires) * time.Second)
@@ -148,6 +157,62 @@ func (s *Server) fileUpload(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, &f.File)
+}
+
+// checkOutputQuota refuses an output of size bytes that would bring the files scoped to the session past
+// Config.MaxSessionOutputBytes.
+func (s *Server) checkOutputQuota(ctx context.Context, sessionID string, size int64) error {
+	total := size
+	p := store.FileListParams{ScopeID: sessionID, ListParams: store.ListParams{Limit: maxFileListLimit}}
+	for {
+		page, err := s.store.FileList(ctx, &p)
+		if err != nil {
+			return err
+		}
+		for i := range page {
+			total += page[i].SizeBytes
+		}
+		if total > s.maxOutputs {
+			return &apiError{status: http.StatusRequestEntityTooLarge, typ: apitype.ErrRequestTooLarge,
+				msg: fmt.Sprintf("file: the session's outputs would exceed their quota of %d bytes", s.maxOutputs)}
+		}
+		if len(page) < p.Limit {
+			return nil
+		}
+		last := page[len(page)-1]
+		p.After = &store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+}
+
+// fileOfSession lets a sessions token read a file only if it is a file resource of its session or a file scoped
+// to its session (one of its outputs). Any other file, existing or not, is refused alike.
+func (s *Server) fileOfSession(r *http.Request, wk *apitype.Work) error {
+	id := r.PathValue("file_id")
+	sess, err := s.store.SessionGet(r.Context(), wk.Data.ID)
+	if err != nil {
+		return lookup(err, "session", wk.Data.ID)
+	}
+	if slices.ContainsFunc(sess.Resources, func(res apitype.Resource) bool {
+		return res.Type == apitype.ResourceFile && res.FileID == id
+	}) {
+		return nil
+	}
+	f, err := s.store.FileGet(r.Context(), id)
+	switch {
+	case err == nil && f.Scope != nil && f.Scope.Type == apitype.FileScopeSession && f.Scope.ID == sess.ID:
+		return nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return err
+	}
+	return errForbidden("this sessions token may read only its session's files and outputs, not %s", id)
+}
+
+// outputOfSession lets a sessions token upload only while its session exists: fileUpload scopes the file to it.
+func (s *Server) outputOfSession(r *http.Request, wk *apitype.Work) error {
+	if _, err := s.store.SessionGet(r.Context(), wk.Data.ID); err != nil {
+		return lookup(err, "session", wk.Data.ID)
+	}
+	return nil
 }
 
 type readCloser struct {

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/apitype"
@@ -277,5 +278,133 @@ func TestFileResourceRefused(t *testing.T) {
 	}
 	if st, _, b := h.do(http.MethodPost, "/v1/sessions/"+sessID+"/resources", `{"type":"file","file_id":"file_ok","mount_path":"/workspace/in/ok.txt"}`); st != http.StatusOK {
 		t.Errorf("a file in the workspace: %d %s", st, b)
+	}
+}
+
+// TestFilesSessionsToken: the sessions token of a self-hosted session's work item reads its session's file
+// resources and the files scoped to its session, and no other file (another session's resource or output, an
+// unrelated file, a file that does not exist: all the same 403); what it uploads is an output of its session
+// (scoped to it, listed by scope_id), whatever the upload says, within the session's output quota (a 413 past
+// it, nothing stored); it lists and deletes no file.
+func TestFilesSessionsToken(t *testing.T) {
+	t.Parallel()
+	blobs := filepath.Join(t.TempDir(), "blobs")
+	h := newHarness(t, withFiles(t, blobs, 1<<20), func(c *api.Config) { c.MaxSessionOutputBytes = 20 })
+	ctx := ctxT(t)
+	agentID, _ := h.seed(ctx)
+	envID, key, _ := h.selfHosted(ctx, agentID)
+	upload := func(name, content string, opts ...option.RequestOption) *anthropic.BetaFileMetadata {
+		t.Helper()
+		f, err := h.client.Beta.Files.Upload(ctx, anthropic.BetaFileUploadParams{
+			File: anthropic.File(strings.NewReader(content), name, "text/plain")}, opts...)
+		if err != nil {
+			t.Fatalf("upload %s: %v", name, err)
+		}
+		return f
+	}
+	mine, theirs, unrelated := upload("mine.txt", "mine"), upload("theirs.txt", "theirs"), upload("unrelated.txt", "unrelated")
+	session := func(fileID string) string {
+		t.Helper()
+		s, err := h.client.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+			Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agentID)}, EnvironmentID: envID,
+			Resources: []anthropic.BetaSessionNewParamsResourceUnion{{OfFile: &anthropic.BetaManagedAgentsFileResourceParams{
+				FileID: fileID, MountPath: anthropic.String("/mnt/session/uploads/in.txt")}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.ID
+	}
+	// token claims the session's work item and returns its sessions token.
+	token := func(sessID string) string {
+		t.Helper()
+		w := h.queue(ctx, envID, sessID)
+		var polled apitype.Work
+		status, _, body := h.do("GET", "/v1/environments/"+envID+"/work/poll", "", bearer(key)...)
+		decodeRaw(t, string(body), &polled)
+		if status != http.StatusOK || polled.ID != w.ID || polled.Secret == nil {
+			t.Fatalf("poll: %d %s", status, body)
+		}
+		return apitype.SessionsTokenFromSecret(*polled.Secret)
+	}
+	as := func(token string) []option.RequestOption {
+		return []option.RequestOption{option.WithHeaderDel("X-Api-Key"), option.WithAuthToken(token)}
+	}
+	s1, s2 := session(mine.ID), session(theirs.ID)
+	raw1 := token(s1)
+	tok1, tok2 := as(raw1), as(token(s2))
+
+	read := func(id string, tok []option.RequestOption) (string, error) {
+		t.Helper()
+		if _, err := h.client.Beta.Files.GetMetadata(ctx, id, anthropic.BetaFileGetMetadataParams{}, tok...); err != nil {
+			return "", err
+		}
+		resp, err := h.client.Beta.Files.Download(ctx, id, anthropic.BetaFileDownloadParams{}, tok...)
+		if err != nil {
+			t.Fatalf("%s: the metadata is readable, the content not: %v", id, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b), nil
+	}
+	if got, err := read(mine.ID, tok1); err != nil || got != "mine" {
+		t.Fatalf("the token reads its session's file resource: %q %v", got, err)
+	}
+
+	// Its uploads are outputs of its session, even with a scope field of another's.
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, _ := mw.CreateFormFile("file", "report.txt")
+	fw.Write([]byte("report"))
+	mw.WriteField("scope_id", s2)
+	mw.Close()
+	var out apitype.File
+	status, _, resp := h.do(http.MethodPost, "/v1/files", body.String(), append(bearer(raw1), "Content-Type", mw.FormDataContentType())...)
+	decodeRaw(t, string(resp), &out)
+	if status != http.StatusOK || out.Scope == nil || out.Scope.Type != apitype.FileScopeSession || out.Scope.ID != s1 {
+		t.Fatalf("a token's upload: %d %s", status, resp)
+	}
+	theirOut := upload("their-report.txt", "theirs", tok2...)
+	if got, err := read(out.ID, tok1); err != nil || got != "report" {
+		t.Fatalf("the token reads its session's output: %q %v", got, err)
+	}
+	page, err := h.client.Beta.Files.List(ctx, anthropic.BetaFileListParams{ScopeID: anthropic.String(s1)})
+	if err != nil || len(page.Data) != 1 || page.Data[0].ID != out.ID {
+		t.Fatalf("the session's outputs: %v %s", err, page.RawJSON())
+	}
+	// The quota counts every file scoped to the session (6 bytes so far): 15 more are refused, 14 fit.
+	blobsBefore := blobCount(t, blobs)
+	_, err = h.client.Beta.Files.Upload(ctx, anthropic.BetaFileUploadParams{
+		File: anthropic.File(strings.NewReader(strings.Repeat("x", 15)), "big.txt", "text/plain")}, tok1...)
+	if aerr := wantAPIError(t, err, http.StatusRequestEntityTooLarge, apitype.ErrRequestTooLarge); !strings.Contains(aerr.Message, "quota") {
+		t.Errorf("over the quota: %s", aerr.Message)
+	}
+	if n := blobCount(t, blobs); n != blobsBefore {
+		t.Errorf("%d blobs after a refused upload, %d before", n, blobsBefore)
+	}
+	upload("fits.txt", strings.Repeat("x", 14), tok1...)
+	if page, err := h.client.Beta.Files.List(ctx, anthropic.BetaFileListParams{ScopeID: anthropic.String(s1)}); err != nil || len(page.Data) != 2 {
+		t.Fatalf("the session's outputs after the quota: %v %s", err, page.RawJSON())
+	}
+
+	// Refusals, all alike: another session's resource and output, an unrelated file, no file at all.
+	for _, id := range []string{theirs.ID, theirOut.ID, unrelated.ID, "file_nope"} {
+		_, err := h.client.Beta.Files.GetMetadata(ctx, id, anthropic.BetaFileGetMetadataParams{}, tok1...)
+		if aerr := wantAPIError(t, err, http.StatusForbidden, apitype.ErrPermission); !strings.Contains(aerr.Message, id) {
+			t.Errorf("metadata of %s: %s", id, aerr.Message)
+		}
+		_, err = h.client.Beta.Files.Download(ctx, id, anthropic.BetaFileDownloadParams{}, tok1...)
+		wantAPIError(t, err, http.StatusForbidden, apitype.ErrPermission)
+	}
+	// Listing and deleting take the API key: the token is not one.
+	_, err = h.client.Beta.Files.List(ctx, anthropic.BetaFileListParams{ScopeID: anthropic.String(s1)}, tok1...)
+	wantAPIError(t, err, http.StatusUnauthorized, apitype.ErrAuthentication)
+	_, err = h.client.Beta.Files.Delete(ctx, out.ID, anthropic.BetaFileDeleteParams{}, tok1...)
+	wantAPIError(t, err, http.StatusUnauthorized, apitype.ErrAuthentication)
+	// The other token reads its own.
+	if got, err := read(theirs.ID, tok2); err != nil || got != "theirs" {
+		t.Fatalf("the other token reads its session's file resource: %q %v", got, err)
 	}
 }

@@ -136,10 +136,10 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/organizations/webhooks/{webhook_endpoint_id}/regenerate_signing_secret", s.webhookRegenerate, accessAPIKey},
 		{"GET /v1/organizations/webhooks/{webhook_endpoint_id}/deliveries", s.webhookDeliveryList, accessAPIKey},
 
-		{"POST /v1/files", s.fileUpload, accessAPIKey.upload(s.fileUploadLimit)},
+		{"POST /v1/files", s.fileUpload, accessSessionOutput.upload(s.fileUploadLimit)},
 		{"GET /v1/files", s.fileList, accessAPIKey},
-		{"GET /v1/files/{file_id}", s.fileGet, accessAPIKey},
-		{"GET /v1/files/{file_id}/content", s.fileContent, accessAPIKey},
+		{"GET /v1/files/{file_id}", s.fileGet, accessSessionFile},
+		{"GET /v1/files/{file_id}/content", s.fileContent, accessSessionFile},
 		{"DELETE /v1/files/{file_id}", s.fileDelete, accessAPIKey},
 
 		{"POST /v1/skills", s.skillCreate, skillUpload},

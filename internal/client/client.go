@@ -132,10 +132,13 @@ func errorOf(resp *http.Response) *Error {
 	return e
 }
 
-// request sends a request (body encoded as JSON unless nil) and returns a 2xx response, or an *Error.
+// request sends a request (body encoded as JSON unless nil; an io.Reader is sent as is) and returns a 2xx response, or an *Error.
 func (c *Client) request(ctx context.Context, method, path string, query url.Values, body any, header http.Header) (*http.Response, error) {
 	var rd io.Reader
-	if body != nil {
+	raw, isRaw := body.(io.Reader)
+	if isRaw {
+		rd = raw // sent as is; header gives its Content-Type
+	} else if body != nil {
 		buf, err := json.Marshal(body)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s %s: %w", method, path, err)
@@ -156,7 +159,7 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 	req.Header.Set("anthropic-beta", BetaHeader)
 	// The caller's trace, if ctx carries a span: the server's request span joins it.
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	if body != nil {
+	if body != nil && !isRaw {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range header {

@@ -22,72 +22,17 @@ import (
 // The API writes a memory by id, the workspace by path: a put looks the path up (the id it last saw there, else
 // the path's directory) and updates the memory there, or creates one.
 type memories struct {
-	mu sync.Mutex
-	// held maps the id of a session the worker holds to its work item's client (its sessions token) and the
-	// memory stores attached to it.
-	held map[string]heldSession
+	// held is the sessions the worker holds: their clients (sessions tokens) and memory stores.
+	held *held
+	mu   sync.Mutex
 	// ids maps a store id and a memory path to the id of the memory last seen there.
 	ids map[string]map[string]string
 }
 
-type heldSession struct {
-	c      *client.Client
-	stores map[string]bool
-}
-
 var _ workspace.Memories = (*memories)(nil)
 
-func newMemories() *memories {
-	return &memories{held: map[string]heldSession{}, ids: map[string]map[string]string{}}
-}
-
-// hold makes the session's memory stores reachable with tc (the session's work item's sessions token) until
-// the returned release is called.
-func (m *memories) hold(sessionID string, tc *client.Client, resources []apitype.Resource) (release func()) {
-	stores := map[string]bool{}
-	for _, r := range resources {
-		if r.Type == apitype.ResourceMemoryStore {
-			stores[r.MemoryStoreID] = true
-		}
-	}
-	h := heldSession{c: tc, stores: stores}
-	m.mu.Lock()
-	m.held[sessionID] = h
-	m.mu.Unlock()
-	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if cur, ok := m.held[sessionID]; ok && cur.c == tc {
-			delete(m.held, sessionID)
-		}
-	}
-}
-
-// errNotHeld is the error of a memory call for a session (or store) of no work item the worker holds: it has
-// no credential for it. A collection that fails with it is done again at the next turn's end, under the next
-// item of the session the worker holds.
-var errNotHeld = errors.New("the worker holds no work item of a session with this memory store")
-
-func (m *memories) sessionClient(sessionID string) (*client.Client, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	h, ok := m.held[sessionID]
-	if !ok {
-		return nil, fmt.Errorf("session %s: %w", sessionID, errNotHeld)
-	}
-	return h.c, nil
-}
-
-// storeClient is the client of a held session the store is attached to.
-func (m *memories) storeClient(storeID string) (*client.Client, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, h := range m.held {
-		if h.stores[storeID] {
-			return h.c, nil
-		}
-	}
-	return nil, fmt.Errorf("memory store %s: %w", storeID, errNotHeld)
+func newMemories(h *held) *memories {
+	return &memories{held: h, ids: map[string]map[string]string{}}
 }
 
 func (m *memories) remember(storeID, p, id string) {
@@ -118,7 +63,7 @@ const fullPage = 20
 // workspace.ErrMemoryStoreTooLarge past workspace.MaxMountedMemories memories or
 // workspace.MaxMountedMemoryBytes of content.
 func (m *memories) ListMemories(ctx context.Context, storeID string) ([]workspace.Memory, error) {
-	c, err := m.storeClient(storeID)
+	c, err := m.held.store(storeID)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +96,7 @@ func (m *memories) ListMemories(ctx context.Context, storeID string) ([]workspac
 
 // PutMemory writes content at path as the session: an update of the memory there, or a create.
 func (m *memories) PutMemory(ctx context.Context, storeID, sessionID, p, content, expectSHA256 string) (workspace.Memory, error) {
-	c, err := m.sessionClient(sessionID)
+	c, err := m.held.session(sessionID)
 	if err != nil {
 		return workspace.Memory{}, err
 	}
@@ -220,7 +165,7 @@ func (m *memories) lookup(ctx context.Context, c *client.Client, storeID, p stri
 
 // DeleteMemory deletes memory id as the session if it still holds expectSHA256.
 func (m *memories) DeleteMemory(ctx context.Context, storeID, sessionID, id, expectSHA256 string) error {
-	c, err := m.sessionClient(sessionID)
+	c, err := m.held.session(sessionID)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/corralhq/corral/internal/api"
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/client"
+	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/store/sqlite"
 	"github.com/corralhq/corral/internal/workspace"
@@ -65,11 +66,12 @@ func TestMemoriesOverAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := newMemories()
+	h := newHeld()
+	m := newMemories(h)
 	if _, err := m.ListMemories(ctx, ms.ID); !errors.Is(err, errNotHeld) {
 		t.Fatalf("list of a store of no held session: %v", err)
 	}
-	release := m.hold("sesn_1", c, []apitype.Resource{{Type: apitype.ResourceMemoryStore, MemoryStoreID: ms.ID}})
+	release := h.hold("sesn_1", c, &sandbox.Recipe{Resources: []apitype.Resource{{Type: apitype.ResourceMemoryStore, MemoryStoreID: ms.ID}}})
 	mems, err := m.ListMemories(ctx, ms.ID)
 	if err != nil || len(mems) != 23 || mems[22].Path != "/d/m22.md" || mems[22].Content != "22" || mems[22].SHA256 != apitype.ContentSHA256("22") {
 		t.Fatalf("list: %d memories, %v", len(mems), err)

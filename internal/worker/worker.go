@@ -1,9 +1,11 @@
 // Package worker is the runtime of `corral worker`, self-hosted hands: it dials out only, long-polls the server
 // for its environment's work items, holds each by heartbeats, follows the item's session with the item's
 // sessions token and answers its built-in tool calls with user.tool_result, running them in sandboxes of the
-// pool it is given, with the server's isolation, limits and egress rules; it mounts the session's memory stores
-// in them and writes back what the agent changed there (memories). It imports neither the store nor the
-// vault (internal/archtest): everything it knows comes through the public HTTP API (internal/client).
+// pool it is given, with the server's isolation, limits and egress rules. It places the session's memory stores,
+// file resources and its agent's skills in them as a server's hands do, and writes back what the agent changed
+// in the stores (memories) and left under /mnt/session/outputs (files, into the Files API, scoped to the
+// session). It imports neither the store nor the vault (internal/archtest): everything it knows comes through
+// the public HTTP API (internal/client).
 package worker
 
 import (
@@ -33,7 +35,7 @@ const (
 	pollBlockMS = 999
 	backoffMax  = 30 * time.Second
 	stopTimeout = 10 * time.Second
-	// collectTimeout bounds one collection of a session's memory stores.
+	// collectTimeout bounds one collection of a session's outputs and memory stores.
 	collectTimeout = 2 * time.Minute
 )
 
@@ -55,7 +57,7 @@ type Config struct {
 	// Pool configures the sandboxes the tools run in; its Provider is required, and its WorkspaceRoot with a
 	// Provider whose workspaces are on this host (Capabilities.HostWorkspace). The worker sets its Logger (if
 	// unset), its Egress (from AllowInternal and RootCAs), and its Placer and Outputs (the sessions' memory
-	// stores, over the API).
+	// stores, files, skills and outputs, over the API).
 	Pool sandbox.PoolConfig
 	// AllowInternal and RootCAs are the operator's trusted internal destinations and CAs, added to every
 	// sandbox's egress policy.
@@ -108,10 +110,12 @@ func New(cfg Config) (*Worker, error) {
 		pc.Logger = logger
 	}
 	pc.Egress = egress{allowInternal: cfg.AllowInternal, roots: cfg.RootCAs}
-	// The sessions' memory stores are placed at their mount paths and collected back through the API, with the
-	// sessions token of each session's work item (memories). The recipes carry no other resource.
-	mem := newMemories()
-	placer, err := workspace.New(workspace.Config{Memories: mem, Logger: pc.Logger})
+	// The sessions' memory stores and files are placed at their mount paths, their agents' skills under
+	// sandbox.SkillsMount, and the stores and outputs collected back, through the API with the sessions token of
+	// each session's work item (held).
+	h := newHeld()
+	fls := filesAPI{held: h}
+	placer, err := workspace.New(workspace.Config{Memories: newMemories(h), Files: fls, Skills: fls, Logger: pc.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -120,7 +124,7 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	w := &worker{c: cfg.Client, env: cfg.Environment, id: cfg.ID, pool: pool, mem: mem, idle: cmp.Or(cfg.Idle, DefaultIdle),
+	w := &worker{c: cfg.Client, env: cfg.Environment, id: cfg.ID, pool: pool, held: h, idle: cmp.Or(cfg.Idle, DefaultIdle),
 		log: logger, tracer: tp.Tracer("github.com/corralhq/corral/internal/worker"), onToolStart: cfg.OnToolStart}
 	if w.id == "" {
 		w.id = DefaultID()
@@ -171,8 +175,8 @@ type worker struct {
 	env  string
 	id   string
 	pool *sandbox.Pool
-	// mem is the pool's memory stores: each session's, reachable while the worker holds its work item.
-	mem  *memories
+	// held is the sessions whose work items the worker holds: what the pool's workspace reaches of each.
+	held *held
 	idle time.Duration
 	log  *slog.Logger
 	// tracer traces the tool calls (noop without OTEL_* configuration).
@@ -334,13 +338,11 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 	if sess.Status == apitype.StatusTerminated {
 		return nil
 	}
-	// The session's memory stores are mounted at /mnt/memory/<slug>; its repositories and files are not placed
-	// on a worker (they would need the server's git endpoint and Files API).
-	recipe := sandbox.Recipe{SessionID: sessionID, Environment: env.Config, Resources: memoryResources(sess.Resources)}
-	release := w.mem.hold(sessionID, tc, recipe.Resources)
+	recipe := recipeOf(sess, env.Config)
+	release := w.held.hold(sessionID, tc, &recipe)
 	defer release()
-	// What the session changed in its memory stores is collected before the worker lets the item go (its
-	// sessions token ends with it), and at the end of each turn.
+	// What the session left in its outputs and changed in its memory stores is collected before the worker lets
+	// the item go (its sessions token ends with it), and at the end of each turn.
 	defer w.collect(ctx, &recipe)
 	calls := map[string]*call{}
 	answered := map[string]bool{}
@@ -416,6 +418,14 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 			idleTimer.Stop()
 			idleTimer = nil
 		}
+		if ev.Type == apitype.EventSessionStatusRunning {
+			// A turn starts: the session's resources as they are now (files added or deleted since), for the
+			// next provisioning of its sandbox.
+			if s, err := tc.SessionGet(fctx, sessionID); err == nil {
+				recipe = recipeOf(s, env.Config)
+				w.held.hold(sessionID, tc, &recipe)
+			}
+		}
 		if ev.TurnOver() && ev.Type == apitype.EventSessionStatusIdle {
 			w.collect(fctx, &recipe)
 			idleTimer = time.AfterFunc(w.idle, stop)
@@ -436,27 +446,26 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 	return nil
 }
 
-// memoryResources are the session's memory_store resources: the only resources a worker places.
-func memoryResources(res []apitype.Resource) []apitype.Resource {
-	var out []apitype.Resource
-	for _, r := range res {
-		if r.Type == apitype.ResourceMemoryStore {
-			out = append(out, r)
+// recipeOf is the recipe of a session's sandbox on a worker, as a server's brain builds it (internal/harness):
+// the session's memory_store and file resources (placed through the API) and its agent's skills.
+func recipeOf(sess *apitype.Session, env apitype.EnvConfig) sandbox.Recipe {
+	var res []apitype.Resource
+	for _, r := range sess.Resources {
+		if r.Type == apitype.ResourceMemoryStore || r.Type == apitype.ResourceFile {
+			res = append(res, r)
 		}
 	}
-	return out
+	return sandbox.Recipe{SessionID: sess.ID, Environment: env, Resources: res, Skills: sess.Agent.Skills}
 }
 
-// collect writes back what the session changed in its read_write memory stores (sandbox.Pool.CollectOutputs),
-// even once ctx has ended (the worker stops, or the lease is lost), within collectTimeout.
+// collect stores what the session left under sandbox.OutputsMount as files scoped to it and writes back what it
+// changed in its read_write memory stores (sandbox.Pool.CollectOutputs), even once ctx has ended (the worker
+// stops, or the lease is lost), within collectTimeout.
 func (w *worker) collect(ctx context.Context, recipe *sandbox.Recipe) {
-	if len(recipe.Resources) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), collectTimeout)
 	defer cancel()
 	if err := w.pool.CollectOutputs(ctx, recipe); err != nil {
-		w.log.Warn("memory stores not collected", "session", recipe.SessionID, "err", err)
+		w.log.Warn("outputs or memory stores not collected", "session", recipe.SessionID, "err", err)
 	}
 }
 
