@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -140,6 +141,8 @@ type access struct {
 	tokenScope func(s *Server, r *http.Request, wk *apitype.Work) error
 	// maxBody caps the body of an upload; nil means Config.MaxBodyBytes.
 	maxBody func() int64
+	// refused, if set, is the 403 of a credential this access does not take, instead of its kind's.
+	refused string
 }
 
 // The accesses of the route table.
@@ -157,6 +160,11 @@ var (
 	// EnvironmentWorker syncs them). A token writes as its session (session_actor).
 	accessSessionMemory      = access{name: "session_memory", accept: kindAPIKey | kindToken, tokenScope: memoryOfSession(false)}
 	accessSessionMemoryWrite = access{name: "session_memory_write", accept: kindAPIKey | kindToken, tokenScope: memoryOfSession(true)}
+	// accessSessionGit: the git relay of a session's repositories, the sessions token's alone: the
+	// repositories' tokens are used for the workers of the session's environment, on its behalf, and for no one
+	// else.
+	accessSessionGit = access{name: "session_git", accept: kindToken,
+		refused: "the git relay takes only the sessions token of a work item of the session"}
 	// The work queue: take (poll, ack) is the environment key's alone; hold (heartbeat, stop) every kind's;
 	// watching the queue (list, stats) the keys'; operating an item (get, update) the API key's.
 	accessTake    = access{name: "work_take", queue: true, accept: kindEnvKey}
@@ -202,7 +210,7 @@ func (s *Server) authenticate(r *http.Request, a access) (*caller, error) {
 		return nil, err
 	}
 	if a.accept&c.kind == 0 {
-		return nil, errForbidden("%s", cred.refused)
+		return nil, errForbidden("%s", cmp.Or(a.refused, cred.refused))
 	}
 	if err := cred.scope(r, c); err != nil {
 		return nil, err

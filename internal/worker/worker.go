@@ -107,11 +107,14 @@ func New(cfg Config) (*Worker, error) {
 	if pc.Logger == nil {
 		pc.Logger = logger
 	}
-	pc.Egress = egress{allowInternal: cfg.AllowInternal, roots: cfg.RootCAs}
+	// The sessions' repositories are cloned, fetched and pushed through the server's git relay, with the
+	// sessions token of each session's work item (repos): their tokens stay on the server.
+	rp := newRepos(cfg.Client.BaseURL(), cfg.Client.HTTPClient(), pc.Logger)
+	pc.Egress = egress{allowInternal: cfg.AllowInternal, roots: cfg.RootCAs, repos: rp}
 	// The sessions' memory stores are placed at their mount paths and collected back through the API, with the
-	// sessions token of each session's work item (memories). The recipes carry no other resource.
+	// sessions token of each session's work item (memories).
 	mem := newMemories()
-	placer, err := workspace.New(workspace.Config{Memories: mem, Logger: pc.Logger})
+	placer, err := workspace.New(workspace.Config{Memories: mem, Remote: rp.remote, Logger: pc.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -120,7 +123,7 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	w := &worker{c: cfg.Client, env: cfg.Environment, id: cfg.ID, pool: pool, mem: mem, idle: cmp.Or(cfg.Idle, DefaultIdle),
+	w := &worker{c: cfg.Client, env: cfg.Environment, id: cfg.ID, pool: pool, mem: mem, repos: rp, idle: cmp.Or(cfg.Idle, DefaultIdle),
 		log: logger, tracer: tp.Tracer("github.com/corralhq/corral/internal/worker"), onToolStart: cfg.OnToolStart}
 	if w.id == "" {
 		w.id = DefaultID()
@@ -145,14 +148,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	return err
 }
 
-// egress adds the operator's trusted internal destinations and CAs to every sandbox's egress policy.
+// egress adds the operator's trusted internal destinations and CAs to every sandbox's egress policy, and serves
+// its git endpoint (the session's repositories, through the server's git relay).
 type egress struct {
 	allowInternal []string
 	roots         *x509.CertPool
+	repos         *repos
 }
 
-func (e egress) Egress(context.Context, *sandbox.Recipe) (*sandbox.Egress, error) {
-	return &sandbox.Egress{AllowInternal: e.allowInternal, RootCAs: e.roots}, nil
+func (e egress) Egress(_ context.Context, r *sandbox.Recipe) (*sandbox.Egress, error) {
+	return &sandbox.Egress{AllowInternal: e.allowInternal, RootCAs: e.roots, Local: e.repos.handler(r.SessionID)}, nil
 }
 
 // DefaultID is a worker id: the host name and a random suffix.
@@ -172,9 +177,11 @@ type worker struct {
 	id   string
 	pool *sandbox.Pool
 	// mem is the pool's memory stores: each session's, reachable while the worker holds its work item.
-	mem  *memories
-	idle time.Duration
-	log  *slog.Logger
+	mem *memories
+	// repos is the pool's repositories: each session's, reachable while the worker holds its work item.
+	repos *repos
+	idle  time.Duration
+	log   *slog.Logger
 	// tracer traces the tool calls (noop without OTEL_* configuration).
 	tracer trace.Tracer
 	// onToolStart, if set, is called as each tool call starts (benchmarks).
@@ -251,6 +258,7 @@ func (w *worker) handle(ctx context.Context, wk *apitype.Work) error {
 		return errors.Join(errors.New("the item's secret carries no sessions token"), err)
 	}
 	tc := w.c.WithKey(token)
+	defer w.repos.hold(wk.Data.ID, token)()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var lost bool
@@ -334,9 +342,10 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 	if sess.Status == apitype.StatusTerminated {
 		return nil
 	}
-	// The session's memory stores are mounted at /mnt/memory/<slug>; its repositories and files are not placed
-	// on a worker (they would need the server's git endpoint and Files API).
-	recipe := sandbox.Recipe{SessionID: sessionID, Environment: env.Config, Resources: memoryResources(sess.Resources)}
+	// The session's memory stores are mounted at /mnt/memory/<slug>, its repositories cloned at their mount
+	// paths (through the server's git relay).
+	recipe := sandbox.Recipe{SessionID: sessionID, Environment: env.Config,
+		Resources: append(memoryResources(sess.Resources), repositoryResources(sess.Resources)...)}
 	release := w.mem.hold(sessionID, tc, recipe.Resources)
 	defer release()
 	// What the session changed in its memory stores is collected before the worker lets the item go (its
@@ -436,7 +445,7 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 	return nil
 }
 
-// memoryResources are the session's memory_store resources: the only resources a worker places.
+// memoryResources are the session's memory_store resources.
 func memoryResources(res []apitype.Resource) []apitype.Resource {
 	var out []apitype.Resource
 	for _, r := range res {
