@@ -68,7 +68,9 @@ func TestGitRelay(t *testing.T) {
 	if tokens[a.ID] == "" || tokens[b.ID] == "" {
 		t.Fatalf("the polls gave tokens for %v", tokens)
 	}
-	relay := func(s apitype.Session, rid string) string { return "/v1/sessions/" + s.ID + "/resources/" + rid + "/git" }
+	relay := func(s apitype.Session, rid string) string {
+		return "/v1/sessions/" + s.ID + "/resources/" + rid + "/git"
+	}
 	repoA, memA, repoB := a.Resources[0].ID, a.Resources[1].ID, b.Resources[0].ID
 
 	// The sessions token of the session: the repository's refs, fetched with the resource's token.
