@@ -28,7 +28,8 @@ import (
 //     its secret (the SDK's EnvironmentWorker uses it): it may heartbeat and stop that item, read, follow and
 //     answer (user.tool_result) that item's session, read its environment and the skills its session's agent
 //     names, and read and write the memories of the memory stores attached to its session (write: only those
-//     attached read_write). It dies when the item stops or another poll delivers it.
+//     attached read_write), and use the git relay of its session's repositories (the only credential that
+//     may). It dies when the item stops or another poll delivers it.
 //
 // A request is authenticated into one caller (authenticate), kept in its context under one key (callerOf).
 

@@ -2,8 +2,10 @@
 // for its environment's work items, holds each by heartbeats, follows the item's session with the item's
 // sessions token and answers its built-in tool calls with user.tool_result, running them in sandboxes of the
 // pool it is given, with the server's isolation, limits and egress rules; it mounts the session's memory stores
-// in them and writes back what the agent changed there (memories). It imports neither the store nor the
-// vault (internal/archtest): everything it knows comes through the public HTTP API (internal/client).
+// in them and writes back what the agent changed there (memories); it clones the session's repositories
+// through the server's git relay, through which its sandboxes fetch and push too, without the repositories'
+// tokens (repos). It imports neither the store nor the vault (internal/archtest): everything it knows comes
+// through the public HTTP API (internal/client).
 package worker
 
 import (
