@@ -23,7 +23,8 @@ import (
 // (a real git server over TLS that requires its token) at its mount path in its bwrap sandbox, cloned through
 // the server's git relay with the work item's sessions token; the bash reads the clone, commits and pushes
 // through origin, the sandbox's git endpoint (http://corral.internal/git/<resource_id>), and the commit arrives
-// upstream. The repository's token never reaches the worker: not the sandbox's environment (env,
+// upstream; a later work item of the session (another sessions token) pulls and pushes again from the same
+// clone. The repository's token never reaches the worker: not the sandbox's environment (env,
 // /proc/self/environ), not the clone's .git/config, not any file of the worker's data directory (the
 // workspace included), not the worker's log; nor does the sessions token reach the sandbox.
 func TestCorralWorkerRepository(t *testing.T) {
@@ -40,6 +41,10 @@ func TestCorralWorkerRepository(t *testing.T) {
 			"git remote get-url origin && echo '--- env' && env && echo '--- environ' && tr '\\0' '\\n' </proc/self/environ && "+
 			"echo '--- config' && cat .git/config"),
 		modeltest.Turn{Text: "Pushed."},
+		// A later work item of the session (another sessions token): the clone pulls and pushes again.
+		bashTurn(t, "cd "+mount+" && git pull -q --rebase origin main 2>&1 && echo more >> f && git commit -q -am second && "+
+			"GIT_TERMINAL_PROMPT=0 git push -q origin HEAD:main 2>&1 && echo pushed-again"),
+		modeltest.Turn{Text: "Pushed again."},
 	)
 	s := startServer(t, t.TempDir(), model, "--work-lease-ttl", "10s",
 		"--egress-allow-internal", srv.HostPort, "--egress-ca-file", writePEM(t, srv.CAPEM))
@@ -72,6 +77,20 @@ func TestCorralWorkerRepository(t *testing.T) {
 	}
 	if log := srv.Log(t, "o/proj", "main"); !strings.HasPrefix(log, "from-worker\n") {
 		t.Errorf("upstream main: %q, want the sandbox's commit on top", log)
+	}
+
+	// The worker lets the item go (--session-idle 3s); the next turn is another item, with another token.
+	srv.Commit(t, "o/proj", "upstream")
+	time.Sleep(4 * time.Second)
+	l = sendAndFollow(ctx, t, c, sess.ID, "Pull and push again.")
+	if len(l.uses) != 1 || strings.TrimSpace(l.results[l.uses[0]]) != "pushed-again" {
+		t.Fatalf("second turn: uses %v, results %q", l.uses, l.results)
+	}
+	if n := strings.Count(w.stderr.String(), "claimed work"); n < 2 {
+		t.Errorf("the worker claimed %d work items, want a second one for the second turn:\n%s", n, w.stderr.String())
+	}
+	if log := srv.Log(t, "o/proj", "main"); !strings.HasPrefix(log, "second\nupstream\nfrom-worker\n") {
+		t.Errorf("upstream main after the second turn: %q", log)
 	}
 
 	// Red team: the token in any form git or the relay could have used, and the sessions token's prefix.
