@@ -132,6 +132,16 @@ func (f *handsFlags) volumes(root string, logger *slog.Logger) (*volume.Volumes,
 // caFileName is the file in the data directory that holds the egress proxies' CA (its key sealed by the vault).
 const caFileName = "egress-ca.json"
 
+// gitEndpoint builds the git endpoint (proxy.Git) under the operator's egress flags: the sandboxes' (their
+// Egress.Local and their clones' tokens) and the API's git relay (the self-hosted workers').
+func (f *handsFlags) gitEndpoint(st store.Store, vlt *vault.Vault, logger *slog.Logger) (*proxy.Git, error) {
+	eo, err := f.egress.parse()
+	if err != nil {
+		return nil, err
+	}
+	return proxy.NewGit(proxy.GitConfig{Store: st, Vault: vlt, AllowInternal: eo.AllowInternal, RootCAs: eo.RootCAs, Logger: logger})
+}
+
 // sandbox returns the server's sandbox configuration. A backend that cannot run here is logged and becomes
 // the reason every built-in tool call reports (sessions that need no sandbox still work). The credentials of
 // the sandboxes' sessions stay outside them: repositories are cloned on the host with their token, the git
@@ -146,7 +156,7 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 	if err != nil {
 		return corral.SandboxConfig{}, err
 	}
-	git, err := proxy.NewGit(proxy.GitConfig{Store: st, Vault: vlt, AllowInternal: eo.AllowInternal, RootCAs: eo.RootCAs, Logger: logger})
+	git, err := f.gitEndpoint(st, vlt, logger)
 	if err != nil {
 		return corral.SandboxConfig{}, err
 	}

@@ -72,10 +72,16 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The git relay forwards the self-hosted workers' git traffic to the sessions' repositories with their
+	// tokens, which stay here, under the egress rules of the sandboxes' git endpoint.
+	gitRelay, err := hf.gitEndpoint(st, p.vault, logger)
+	if err != nil {
+		return err
+	}
 	cfg := corral.Config{
 		Store: st, Logger: logger,
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault, Validator: mcpProxy,
-			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices},
+			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, GitRelay: gitRelay},
 	}
 	if cfg.Fleet, err = flf.config(&hf, p.vault, fsvc); err != nil {
 		return err

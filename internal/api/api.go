@@ -102,6 +102,21 @@ type Config struct {
 	// DeploymentCatchUp is how old a scheduled time missed while no server ran may be and still fire when one
 	// comes back (default DefaultCatchUp; see RunDeployments).
 	DeploymentCatchUp time.Duration
+	// GitRelay forwards git's smart HTTP to sessions' repositories with their tokens (internal/proxy's Git):
+	// the git relay (/v1/sessions/{id}/resources/{id}/git/...) through which `corral worker` clones and its
+	// sandboxes fetch and push with the work item's sessions token. Nil: the relay answers that this server
+	// has none.
+	GitRelay GitRelay
+}
+
+// GitRelay is what the API's git relay asks of the git endpoint (*proxy.Git).
+type GitRelay interface {
+	// Relay forwards one request of git's smart HTTP (op: info/refs, git-upload-pack or git-receive-pack) to
+	// the repository of session sessionID's repository resource resourceID, with its token, under the
+	// session's networking; it answers the request itself, failures included.
+	Relay(w http.ResponseWriter, r *http.Request, sessionID, resourceID, op string, networking *apitype.Networking)
+	// Limits bound one relayed request: its body's size and its duration.
+	Limits() (maxRequestBytes int64, timeout time.Duration)
 }
 
 // Images is what the API asks of the environments' image builds.
@@ -143,6 +158,7 @@ type Server struct {
 	writeTimeout time.Duration
 	sealer       Sealer
 	validator    CredentialValidator
+	gitRelay     GitRelay
 	files        *files.Service
 	images       Images
 	metrics      Metrics
@@ -191,6 +207,7 @@ func New(cfg Config) (*Server, error) {
 		now:          apitype.Now,
 		sealer:       cfg.Sealer,
 		validator:    cfg.Validator,
+		gitRelay:     cfg.GitRelay,
 		files:        cfg.Files,
 		dreamTimeout: cmp.Or(cfg.DreamTimeout, DefaultDreamTimeout),
 		catchUp:      cmp.Or(cfg.DeploymentCatchUp, DefaultCatchUp),

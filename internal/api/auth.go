@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -27,7 +28,8 @@ import (
 //     its secret (the SDK's EnvironmentWorker uses it): it may heartbeat and stop that item, read, follow and
 //     answer (user.tool_result) that item's session, read its environment and the skills its session's agent
 //     names, and read and write the memories of the memory stores attached to its session (write: only those
-//     attached read_write). It dies when the item stops or another poll delivers it.
+//     attached read_write), and use the git relay of its session's repositories (the only credential that
+//     may). It dies when the item stops or another poll delivers it.
 //
 // A request is authenticated into one caller (authenticate), kept in its context under one key (callerOf).
 
@@ -140,6 +142,8 @@ type access struct {
 	tokenScope func(s *Server, r *http.Request, wk *apitype.Work) error
 	// maxBody caps the body of an upload; nil means Config.MaxBodyBytes.
 	maxBody func() int64
+	// refused, if set, is the 403 of a credential this access does not take, instead of its kind's.
+	refused string
 }
 
 // The accesses of the route table.
@@ -163,6 +167,11 @@ var (
 	// worker collects outputs with it).
 	accessSessionFile   = access{name: "session_file", accept: kindAPIKey | kindToken, tokenScope: (*Server).fileOfSession}
 	accessSessionOutput = access{name: "session_output", accept: kindAPIKey | kindToken, tokenScope: (*Server).outputOfSession}
+	// accessSessionGit: the git relay of a session's repositories, the sessions token's alone: the
+	// repositories' tokens are used for the workers of the session's environment, on its behalf, and for no one
+	// else.
+	accessSessionGit = access{name: "session_git", accept: kindToken,
+		refused: "the git relay takes only the sessions token of a work item of the session"}
 	// The work queue: take (poll, ack) is the environment key's alone; hold (heartbeat, stop) every kind's;
 	// watching the queue (list, stats) the keys'; operating an item (get, update) the API key's.
 	accessTake    = access{name: "work_take", queue: true, accept: kindEnvKey}
@@ -208,7 +217,7 @@ func (s *Server) authenticate(r *http.Request, a access) (*caller, error) {
 		return nil, err
 	}
 	if a.accept&c.kind == 0 {
-		return nil, errForbidden("%s", cred.refused)
+		return nil, errForbidden("%s", cmp.Or(a.refused, cred.refused))
 	}
 	if err := cred.scope(r, c); err != nil {
 		return nil, err

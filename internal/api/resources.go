@@ -409,3 +409,51 @@ func (s *Server) resourceDelete(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, map[string]string{"id": rid, "type": "session_resource_deleted"})
 }
+
+// resourceGit is the git relay (a Corral extension): it forwards git's smart HTTP (apitype.GitSmartHTTP) to
+// the repository of one of the session's github_repository resources with the resource's token added, which
+// never leaves the server. Only the sessions token of a work item of the session reaches it
+// (accessSessionGit): `corral worker` clones through it and its sandboxes fetch and push through it, with
+// no repository token on the worker. The repository is reached under the session's environment's networking
+// and the server's egress rules, with the git endpoint's limits (GitRelay).
+func (s *Server) resourceGit(w http.ResponseWriter, r *http.Request) error {
+	id, rid, op := r.PathValue("session_id"), r.PathValue("resource_id"), r.PathValue("op")
+	if s.gitRelay == nil {
+		return &apiError{status: http.StatusNotImplemented, typ: apitype.ErrAPI, msg: "this server has no git relay"}
+	}
+	if !apitype.GitSmartHTTP(r.Method, op, r.URL.Query().Get("service")) {
+		return &apiError{status: http.StatusNotFound, typ: apitype.ErrNotFound, msg: "the git relay serves only git's smart HTTP: " +
+			"GET info/refs?service=git-upload-pack|git-receive-pack, POST git-upload-pack, POST git-receive-pack"}
+	}
+	ctx := r.Context()
+	sess, err := s.store.SessionGet(ctx, id)
+	if err != nil {
+		return lookup(err, "session", id)
+	}
+	i := slices.IndexFunc(sess.Resources, func(res apitype.Resource) bool { return res.ID == rid })
+	if i < 0 {
+		return notFound("session resource", rid)
+	}
+	if typ := sess.Resources[i].Type; typ != apitype.ResourceGitHubRepository {
+		return errForbidden("resource %s is a %s resource: the git relay serves only %s resources", rid, typ, apitype.ResourceGitHubRepository)
+	}
+	// The session's environment's networking, as its sandbox's: none at all without an environment.
+	networking := &apitype.Networking{Type: apitype.NetworkingLimited, AllowedHosts: []string{}}
+	if sess.EnvironmentID != "" {
+		env, err := s.store.EnvironmentGet(ctx, sess.EnvironmentID)
+		switch {
+		case err == nil:
+			networking = env.Config.Networking
+		case !errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("environment %s: %w", sess.EnvironmentID, err)
+		}
+	}
+	// A push's pack or a clone's may take longer than the server's read and write timeouts: the relay's own
+	// bound applies instead.
+	_, timeout := s.gitRelay.Limits()
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(timeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(timeout))
+	s.gitRelay.Relay(w, r, id, rid, op, networking)
+	return nil
+}

@@ -25,6 +25,13 @@ func (s *Server) routeTable() []route {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}
 	skillUpload := accessAPIKey.upload(func() int64 { return skills.MaxTotalBytes + multipartOverhead })
+	gitAccess := accessSessionGit.upload(func() int64 {
+		if s.gitRelay == nil {
+			return s.maxBody
+		}
+		n, _ := s.gitRelay.Limits()
+		return n
+	})
 	return []route{
 		{"GET /{$}", health, accessPublic},
 		{"GET /healthz", health, accessPublic},
@@ -80,6 +87,8 @@ func (s *Server) routeTable() []route {
 		{"GET /v1/sessions/{session_id}/resources/{resource_id}", s.resourceGet, accessAPIKey},
 		{"POST /v1/sessions/{session_id}/resources/{resource_id}", s.resourceUpdate, accessAPIKey},
 		{"DELETE /v1/sessions/{session_id}/resources/{resource_id}", s.resourceDelete, accessAPIKey},
+		{"GET /v1/sessions/{session_id}/resources/{resource_id}/git/{op...}", s.resourceGit, gitAccess},
+		{"POST /v1/sessions/{session_id}/resources/{resource_id}/git/{op...}", s.resourceGit, gitAccess},
 
 		{"POST /v1/vaults", s.vaultCreate, accessAPIKey},
 		{"GET /v1/vaults", s.vaultList, accessAPIKey},

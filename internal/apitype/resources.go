@@ -389,3 +389,18 @@ type SkillVersion struct {
 	Description string     `json:"description"`
 	CreatedAt   time.Time  `json:"created_at"`
 }
+
+// GitSmartHTTP reports whether a request to a repository is one of git's smart-HTTP requests that Corral
+// forwards with the repository's token (the sandboxes' git endpoint, internal/proxy, and the git relay of
+// `corral worker`, POST /v1/sessions/{id}/resources/{id}/git/...): GET info/refs?service=git-upload-pack or
+// git-receive-pack, POST git-upload-pack and POST git-receive-pack. op is the path after the repository's URL,
+// service the service query parameter.
+func GitSmartHTTP(method, op, service string) bool {
+	switch {
+	case method == "GET" && op == "info/refs":
+		return service == "git-upload-pack" || service == "git-receive-pack"
+	case method == "POST":
+		return op == "git-upload-pack" || op == "git-receive-pack"
+	}
+	return false
+}

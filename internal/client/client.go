@@ -72,6 +72,10 @@ func New(cfg Config) (*Client, error) {
 // BaseURL is the server's URL, without a trailing slash.
 func (c *Client) BaseURL() string { return c.base }
 
+// HTTPClient is the HTTP client the client sends its requests with (`corral worker`'s git relay sends git's
+// through it too).
+func (c *Client) HTTPClient() *http.Client { return c.http }
+
 // CloseIdleConnections closes the idle connections of the client's HTTP client.
 func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 

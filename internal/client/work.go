@@ -18,6 +18,9 @@ func (c *Client) WithKey(key string) *Client {
 	return &cp
 }
 
+// Key is the credential the client authenticates with.
+func (c *Client) Key() string { return c.key }
+
 // WorkPollParams polls an environment's work queue.
 type WorkPollParams struct {
 	BlockMS  int    // 1..999: how long the server waits for an item; 0 does not wait

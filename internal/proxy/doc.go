@@ -5,7 +5,9 @@
 // requests, and only those, to that resource's repository with the resource's authorization_token added. A
 // repository cloned into the workspace has that URL as its origin, so git fetch, pull and push work inside the
 // sandbox while the token stays here. Git also hands the token to the workspace Placer for the clone, which
-// runs on the host (workspace.Tokens).
+// runs on the host (workspace.Tokens). Its Relay forwards the same requests for the API's git relay
+// (api.GitRelay), through which `corral worker` clones and its sandboxes fetch and push with a sessions token:
+// the token stays here for them too.
 //
 // Secrets handles environment_variable credentials: the sandbox gets each credential's secret_name set to an
 // opaque placeholder, and the sandbox's egress proxy, outside it, replaces the placeholder with the secret in the

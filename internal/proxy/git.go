@@ -137,6 +137,25 @@ func (g *Git) Egress(ctx context.Context, r *sandbox.Recipe) (*sandbox.Egress, e
 // Handler serves session sessionID's git endpoint: the requests its sandbox sends to sandbox.LocalHost. The
 // repositories are reached under networking (the session's environment policy) plus AllowInternal.
 func (g *Git) Handler(sessionID string, networking *apitype.Networking) http.Handler {
+	return g.handler(sessionID, networking)
+}
+
+// Relay forwards one smart-HTTP request of git (op: the path after the repository, such as info/refs) to the
+// repository of session sessionID's repository resource resourceID, with its token added, as the session's
+// git endpoint does (the same checks, limits and networking): the API's git relay, through which `corral
+// worker` clones and its sandboxes fetch and push without ever holding the token.
+func (g *Git) Relay(w http.ResponseWriter, r *http.Request, sessionID, resourceID, op string, networking *apitype.Networking) {
+	h := g.handler(sessionID, networking)
+	defer h.client.CloseIdleConnections()
+	h.forward(w, r, resourceID, op)
+}
+
+// Limits are the bounds of one forwarded request: its body's size and its duration.
+func (g *Git) Limits() (maxRequestBytes int64, timeout time.Duration) {
+	return g.cfg.MaxRequestBytes, g.cfg.RequestTimeout
+}
+
+func (g *Git) handler(sessionID string, networking *apitype.Networking) *gitHandler {
 	policy := egress.PolicyFor(networking)
 	policy.AllowInternal = slices.Clone(g.cfg.AllowInternal)
 	tr := &http.Transport{
@@ -180,15 +199,20 @@ func (h *gitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rid, op, _ := strings.Cut(rest, "/")
+	h.forward(w, r, rid, op)
+}
+
+// forward forwards one smart-HTTP request of git, op of the repository of resource rid, and only such a
+// request (apitype.GitSmartHTTP), to the repository with the resource's token.
+func (h *gitHandler) forward(w http.ResponseWriter, r *http.Request, rid, op string) {
 	service := r.URL.Query().Get("service")
-	switch {
-	case r.Method == http.MethodGet && op == "info/refs" && (service == "git-upload-pack" || service == "git-receive-pack"):
-	case r.Method == http.MethodPost && (op == "git-upload-pack" || op == "git-receive-pack"):
-		service = ""
-	default:
+	if !apitype.GitSmartHTTP(r.Method, op, service) {
 		h.refuse(w, r, http.StatusNotFound, "only git's smart HTTP (info/refs?service=git-upload-pack|git-receive-pack, "+
 			"git-upload-pack, git-receive-pack) is served here")
 		return
+	}
+	if r.Method == http.MethodPost {
+		service = ""
 	}
 	ctx := r.Context()
 	sess, err := h.g.cfg.Store.SessionGet(ctx, h.session)

@@ -105,6 +105,9 @@ type APIConfig struct {
 	Files *files.Service
 	// Prices are the list prices budgets need (api.Config.Prices); nil: price.Default().
 	Prices *price.Table
+	// GitRelay serves the git relay of the sessions' repositories (api.Config.GitRelay, *proxy.Git); nil: the
+	// relay answers that this server has none.
+	GitRelay api.GitRelay
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
@@ -285,7 +288,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
 			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
-			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices,
+			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices, GitRelay: cfg.API.GitRelay,
 			DreamTimeout: fleet.DreamTimeout, DeploymentCatchUp: fleet.DeploymentCatchUp})
 		if err != nil {
 			return undo(err)

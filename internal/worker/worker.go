@@ -4,7 +4,8 @@
 // pool it is given, with the server's isolation, limits and egress rules. It places the session's memory stores,
 // file resources and its agent's skills in them as a server's hands do, and writes back what the agent changed
 // in the stores (memories) and left under /mnt/session/outputs (files, into the Files API, scoped to the
-// session). It imports neither the store nor the vault (internal/archtest): everything it knows comes through
+// session); it clones the session's repositories through the server's git relay, through which its sandboxes
+// fetch and push too, without the repositories' tokens (repos). It imports neither the store nor the vault (internal/archtest): everything it knows comes through
 // the public HTTP API (internal/client).
 package worker
 
@@ -109,13 +110,15 @@ func New(cfg Config) (*Worker, error) {
 	if pc.Logger == nil {
 		pc.Logger = logger
 	}
-	pc.Egress = egress{allowInternal: cfg.AllowInternal, roots: cfg.RootCAs}
 	// The sessions' memory stores and files are placed at their mount paths, their agents' skills under
 	// sandbox.SkillsMount, and the stores and outputs collected back, through the API with the sessions token of
-	// each session's work item (held).
+	// each session's work item (held). Their repositories are cloned, fetched and pushed through the server's
+	// git relay with the same token (repos): the repositories' tokens stay on the server.
 	h := newHeld()
 	fls := filesAPI{held: h}
-	placer, err := workspace.New(workspace.Config{Memories: newMemories(h), Files: fls, Skills: fls, Logger: pc.Logger})
+	rp := newRepos(cfg.Client.BaseURL(), cfg.Client.HTTPClient(), h, pc.Logger)
+	pc.Egress = egress{allowInternal: cfg.AllowInternal, roots: cfg.RootCAs, repos: rp}
+	placer, err := workspace.New(workspace.Config{Memories: newMemories(h), Files: fls, Skills: fls, Remote: rp.remote, Logger: pc.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -149,14 +152,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	return err
 }
 
-// egress adds the operator's trusted internal destinations and CAs to every sandbox's egress policy.
+// egress adds the operator's trusted internal destinations and CAs to every sandbox's egress policy, and serves
+// its git endpoint (the session's repositories, through the server's git relay).
 type egress struct {
 	allowInternal []string
 	roots         *x509.CertPool
+	repos         *repos
 }
 
-func (e egress) Egress(context.Context, *sandbox.Recipe) (*sandbox.Egress, error) {
-	return &sandbox.Egress{AllowInternal: e.allowInternal, RootCAs: e.roots}, nil
+func (e egress) Egress(_ context.Context, r *sandbox.Recipe) (*sandbox.Egress, error) {
+	return &sandbox.Egress{AllowInternal: e.allowInternal, RootCAs: e.roots, Local: e.repos.handler(r.SessionID)}, nil
 }
 
 // DefaultID is a worker id: the host name and a random suffix.
@@ -447,11 +452,12 @@ func (w *worker) serve(ctx context.Context, tc *client.Client, sessionID string)
 }
 
 // recipeOf is the recipe of a session's sandbox on a worker, as a server's brain builds it (internal/harness):
-// the session's memory_store and file resources (placed through the API) and its agent's skills.
+// the session's memory_store and file resources (placed through the API), its repositories (cloned through
+// the server's git relay) and its agent's skills.
 func recipeOf(sess *apitype.Session, env apitype.EnvConfig) sandbox.Recipe {
 	var res []apitype.Resource
 	for _, r := range sess.Resources {
-		if r.Type == apitype.ResourceMemoryStore || r.Type == apitype.ResourceFile {
+		if r.Type == apitype.ResourceMemoryStore || r.Type == apitype.ResourceFile || r.Type == apitype.ResourceGitHubRepository {
 			res = append(res, r)
 		}
 	}

@@ -64,6 +64,21 @@ func (c *Config) checkRepoURL(raw string) error {
 	return nil
 }
 
+// relayOpts are the git options of a clone through a relay (Config.Remote): its http(s) URL, without
+// credentials, and the authorization git sends there.
+func relayOpts(relayURL, auth string) (*remoteOpts, error) {
+	u, err := url.Parse(relayURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" ||
+		strings.HasPrefix(relayURL, "-") || strings.ContainsAny(relayURL, "\x00\n\r") {
+		return nil, errors.New("the repository's relay URL is not an http(s) URL without credentials")
+	}
+	o := &remoteOpts{allowHTTP: u.Scheme == "http"}
+	if auth != "" {
+		o.withAuthorization(relayURL, auth)
+	}
+	return o, nil
+}
+
 // cloneRepository clones repoURL into workspace ws at mountPath and checks out rawCheckout (a branch, a commit,
 // or by default the default branch). The clone goes to a new directory of the workspace first and is then
 // renamed into place, through an os.Root of the workspace, so that nothing a sandbox left in the workspace (a
@@ -82,11 +97,24 @@ func (p *Placer) cloneRepository(ctx context.Context, sessionID, ws string, res 
 	if err != nil {
 		return apitype.SessionErrRepositoryCheckout, err
 	}
-	remote, err := cfg.pinHost(ctx, repoURL, n)
-	if err != nil {
-		return apitype.SessionErrRepositoryClone, err
+	var remote *remoteOpts
+	relayed := cfg.Remote != nil && res.ID != ""
+	switch {
+	case relayed:
+		var auth string
+		repoURL, auth, err = cfg.Remote(ctx, sessionID, res)
+		if err != nil {
+			return apitype.SessionErrRepositoryClone, fmt.Errorf("the repository's relay: %w", err)
+		}
+		if remote, err = relayOpts(repoURL, auth); err != nil {
+			return apitype.SessionErrRepositoryClone, err
+		}
+	default:
+		if remote, err = cfg.pinHost(ctx, repoURL, n); err != nil {
+			return apitype.SessionErrRepositoryClone, err
+		}
 	}
-	if cfg.Tokens != nil && res.ID != "" {
+	if cfg.Tokens != nil && res.ID != "" && !relayed {
 		auth, ok, err := cfg.Tokens.RepositoryAuthorization(ctx, sessionID, res.ID)
 		if err != nil {
 			return apitype.SessionErrRepositoryClone, fmt.Errorf("the repository's token: %w", err)
@@ -160,7 +188,7 @@ func (p *Placer) cloneRepository(ctx context.Context, sessionID, ws string, res 
 			}
 		}
 	}
-	if cfg.Tokens != nil && res.ID != "" {
+	if (cfg.Tokens != nil || relayed) && res.ID != "" {
 		// The sandbox reaches the repository through the git endpoint, which adds the token.
 		if err := cfg.git(ctx, home, dst, nil, "remote", "set-url", "origin", sandbox.LocalRemote(res.ID)); err != nil {
 			return apitype.SessionErrRepositoryClone, fmt.Errorf("could not point origin at the git endpoint: %w", err)

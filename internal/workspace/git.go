@@ -38,6 +38,8 @@ type remoteOpts struct {
 	ips        []net.IP
 	host, port string
 	auth       string // the Authorization header value, if any
+	// allowHTTP lets git use http:// (a relay of the operator's at an http:// URL: Config.Remote).
+	allowHTTP bool
 }
 
 // withAuthorization makes git send auth to repoURL (and only there), through its environment.
@@ -220,6 +222,9 @@ func (c *Config) git(ctx context.Context, home, dir string, remote *remoteOpts, 
 	if c.AllowLocalURLs {
 		protocols = append(protocols, "-c", "protocol.http.allow=always", "-c", "protocol.file.allow=always")
 	} else {
+		if remote != nil && remote.allowHTTP {
+			protocols = append(protocols, "-c", "protocol.http.allow=always")
+		}
 		protocols = append(protocols, "-c", "protocol.file.allow=never")
 	}
 	full := slices.Concat(protocols, []string{"-c", "credential.helper=", "-c", "core.hooksPath=/dev/null"}, pin)

@@ -63,6 +63,14 @@ type Config struct {
 	// fetches and pushes without ever holding the token. The token reaches git only in its environment
 	// (GIT_CONFIG_COUNT), never in its arguments, a file or the clone's .git/config.
 	Tokens Tokens
+	// Remote, if set, says where a repository resource is cloned from instead of its URL (and its token):
+	// `corral worker` clones through the server's git relay (/v1/sessions/{id}/resources/{id}/git), which
+	// adds the token there, with the work item's sessions token as authorization. The URL is the operator's
+	// (the server's), so http:// is allowed for it, it is not checked against the session's networking (the
+	// relay reaches the repository under the server's rules) and it may not carry credentials. authorization
+	// reaches git only in its environment, as a token does with Tokens, and the clone's origin is then
+	// sandbox.LocalRemote(resource id), which the sandbox's egress (Egress.Local) serves.
+	Remote func(ctx context.Context, sessionID string, res *apitype.Resource) (url, authorization string, err error)
 	// ExtraRootCAsPEM are CA certificates (PEM) trusted for the repositories' TLS besides the system roots
 	// (corral serve --egress-ca-file).
 	ExtraRootCAsPEM []byte
