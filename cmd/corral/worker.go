@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/client"
+	"github.com/corralhq/corral/internal/image"
 	"github.com/corralhq/corral/internal/sandbox"
+	corral "github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/internal/worker"
 )
 
@@ -33,6 +36,10 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	uidBase := fs.Int("sandbox-uids", worker.DefaultUIDBase, "first host `uid` of this worker's sandboxes (10000 uids): workers sharing a machine, or a machine with a server, need ranges of their own")
 	var hf handsFlags
 	hf.register(fs)
+	var imf imageFlags
+	imf.register(fs)
+	imf.registerPackages(fs)
+	hf.registries = &imf.registries // --package-registry: the builds' mirrors are the sandboxes' too
 	var lf logFlags
 	lf.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -83,6 +90,27 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if vols != nil {
 		pc.Volumes = vols
 	}
+	// The sandboxes run on the worker's image (the Debian base and its --package list), or on the host's layout.
+	imgs, err := imf.images(dataDir, &hf, nil, logger)
+	if err != nil {
+		return err
+	}
+	images := "host"
+	if _, host := imgs.(image.HostLayout); !host {
+		wi := workerImages{images: imgs, config: apitype.EnvConfig{Type: apitype.EnvironmentCloud, Packages: &imf.packages.Packages}}
+		pc.Images = wi
+		if err := imgs.Start(ctx); err != nil {
+			return err
+		}
+		defer imgs.Stop()
+		images = "debian"
+		if pk := imf.packages.String(); pk != "" {
+			images += " with " + pk
+		}
+		if wi.Image(nil).Status != apitype.ImageReady {
+			images += ", building in the background: the first tool calls wait for it"
+		}
+	}
 	tp, stopTracing, err := tracing(ctx)
 	if err != nil {
 		return err
@@ -93,6 +121,23 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(io.err, "corral: worker %s polling %s for %s (sandbox %s)\n", w.ID(), redactURL(*base), *envID, hf.kind)
+	fmt.Fprintf(io.err, "corral: worker %s polling %s for %s (sandbox %s, image %s)\n", w.ID(), redactURL(*base), *envID, hf.kind, images)
 	return w.Run(ctx)
+}
+
+// workerImages gives every sandbox of a worker the image of config, a cloud environment's with the worker's
+// --package list, whatever the session's environment says: a self-hosted environment lists no packages.
+type workerImages struct {
+	images corral.Images
+	config apitype.EnvConfig
+}
+
+var _ sandbox.ImageStatus = workerImages{} // a tool call's provisioning says it waits for the build
+
+func (w workerImages) Acquire(ctx context.Context, _ *apitype.EnvConfig) (string, func(), error) {
+	return w.images.Acquire(ctx, &w.config)
+}
+
+func (w workerImages) Image(*apitype.EnvConfig) *apitype.EnvironmentImage {
+	return w.images.Image(&w.config)
 }
