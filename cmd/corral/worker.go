@@ -21,10 +21,11 @@ func init() {
 
 // runWorker maps corral worker's flags onto internal/worker, which runs it: it dials out only, long-polls the
 // server for its environment's work items and runs their built-in tool calls in sandboxes of the backends
-// table (backends.go) with the server's isolation, limits and egress rules. The SDK's EnvironmentWorker runs
-// them unsandboxed in a directory.
+// table (backends.go) with the server's isolation, limits and egress rules, on the Debian base plus the
+// worker's --package list (imageFlags, as serve's; host's layout where images cannot be built). The SDK's
+// EnvironmentWorker runs them unsandboxed in a directory.
 func runWorker(ctx context.Context, io *stdio, args []string) error {
-	fs := newFlagSet(io, "worker", "--url URL --env ENV_ID --key KEY [--sandbox bwrap|oci|gvisor|process] [flags]")
+	fs := newFlagSet(io, "worker", "--url URL --env ENV_ID --key KEY [--sandbox bwrap|oci|gvisor|process] [--images debian|host|auto] [--package MANAGER=PACKAGE]... [flags]")
 	tracingHelp(fs)
 	base := new(string)
 	urlFlag(fs, base, "url", os.Getenv("CORRAL_URL"), "Corral server `URL` (env CORRAL_URL)")
