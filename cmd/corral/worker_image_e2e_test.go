@@ -51,6 +51,7 @@ func TestCorralWorkerImage(t *testing.T) {
 		t.Fatalf("uses %v, results %v; events %v", l.uses, l.results, l.types)
 	}
 	out := l.results[l.uses[0]]
+	t.Logf("the tool's output:\n%s", out)
 	hostStatus, err := os.ReadFile("/var/lib/dpkg/status")
 	if err != nil {
 		t.Fatal(err)
