@@ -40,7 +40,6 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	var imf imageFlags
 	imf.register(fs)
 	imf.registerPackages(fs)
-	hf.registries = &imf.registries // --package-registry: the builds' mirrors are the sandboxes' too
 	var lf logFlags
 	lf.register(fs)
 	if err := parse(fs, args); err != nil {
