@@ -9,16 +9,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/image"
 	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 	"github.com/corralhq/corral/internal/store"
 )
 
-// imageFlags configure the environments' images: serve's and harness's --images, --image-cache,
-// --image-build-timeout, --image-build-disk and --package-registry.
+// imageFlags configure the environments' images: serve's, harness's and worker's --images, --image-cache,
+// --image-build-timeout, --image-build-disk and --package-registry, and worker's --package.
 type imageFlags struct {
 	mode       string
 	cache      string
@@ -28,13 +30,15 @@ type imageFlags struct {
 	gc         time.Duration
 	// dir is the cache images() chose ("" with the host's layout), for serve's first lines.
 	dir string
+	// packages are corral worker's --package: the packages of its one image (registerPackages).
+	packages packageFlag
 }
 
 func (f *imageFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.mode, "images", envOr("CORRAL_IMAGES", "auto"), "`mode` of the sandboxes' root filesystems (env CORRAL_IMAGES): debian (a minimal Debian base built with debootstrap, "+
-		"plus each environment's packages, built when the environment is created or changed), host (the host's /usr, as before images; "+
-		"for machines without debootstrap: environments with packages then fail with a clear error), or auto (debian when debootstrap and "+
-		"bwrap are installed and the backend isolates, else host)")
+		"plus each environment's packages, built when the environment is created or changed; on corral worker, plus its --package list), "+
+		"host (the host's /usr, as before images; for machines without debootstrap: environments with packages then fail with a clear error), "+
+		"or auto (debian when running as root with debootstrap and bwrap installed and the backend isolates, else host)")
 	fs.StringVar(&f.cache, "image-cache", os.Getenv("CORRAL_IMAGE_CACHE"), "`directory` of the built images, shared by every server on the machine (env CORRAL_IMAGE_CACHE; default /var/cache/corral/images as root, else $XDG_CACHE_HOME/corral/images or ~/.cache/corral/images; the base takes ~300 MB, each package list a layer of its own)")
 	fs.DurationVar(&f.timeout, "image-build-timeout", image.DefaultBuildTimeout, "time limit of one environment's package build")
 	fs.Int64Var(&f.diskMB, "image-build-disk", image.DefaultBuildDiskBytes>>20, "disk limit of one environment's package build in `MiB` (needs loop devices and mkfs.ext4, as --sandbox-disk)")
@@ -42,17 +46,76 @@ func (f *imageFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.registries, "package-registry", "a mirror of a package manager's registry for the builds, as `MANAGER=URL` (apt: a Debian mirror, also the base's; pip: a simple index; npm; cargo; gem; go: a GOPROXY); repeatable")
 }
 
+// registerPackages adds corral worker's --package: a self-hosted environment lists no packages (the API
+// refuses them, as Anthropic's), so the worker's operator chooses those of the worker's image.
+func (f *imageFlags) registerPackages(fs *flag.FlagSet) {
+	fs.Var(&f.packages, "package", "a package of the sandboxes' image, as `MANAGER=PACKAGE` (apt=jq, pip=requests==2.32.3, npm=is-number@7.0.0, "+
+		"cargo=ripgrep@14.1.0, gem=rake:13.2.1, go=golang.org/x/tools/cmd/stringer@v0.29.0), checked as the API checks an environment's "+
+		"packages and built on the Debian base (needs --images debian or auto on a machine that builds images); repeatable")
+}
+
+// packageFlag is corral worker's repeatable --package MANAGER=PACKAGE.
+type packageFlag struct{ apitype.Packages }
+
+func (f *packageFlag) String() string {
+	var out []string
+	for _, m := range image.Managers {
+		for _, p := range *f.list(m) {
+			out = append(out, m+"="+p)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// Set adds one package, refusing what the API refuses in an environment's packages (image.CheckPackages).
+func (f *packageFlag) Set(v string) error {
+	m, p, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(p) == "" {
+		return errors.New("want MANAGER=PACKAGE, e.g. apt=jq or pip=requests==2.32.3")
+	}
+	l := f.list(m)
+	if l == nil {
+		return fmt.Errorf("unknown package manager %q (want one of %s)", m, strings.Join(image.Managers, ", "))
+	}
+	*l = append(*l, p)
+	return image.CheckPackages(&f.Packages)
+}
+
+// list is the list of manager m (nil if m is no manager).
+func (f *packageFlag) list(m string) *[]string {
+	switch m {
+	case image.Apt:
+		return &f.Apt
+	case image.Pip:
+		return &f.Pip
+	case image.Npm:
+		return &f.Npm
+	case image.Cargo:
+		return &f.Cargo
+	case image.Gem:
+		return &f.Gem
+	case image.Go:
+		return &f.Go
+	}
+	return nil
+}
+
+// empty reports whether no --package was given.
+func (f *packageFlag) empty() bool { return image.Canonical(&f.Packages).Empty() }
+
 // Set and String make f.registries a flag.Value through imageFlags (flag.Var takes *image.Registries).
 var _ flag.Value = (*image.Registries)(nil)
 
 // images returns the server's images: an image.Service on the cache, or image.HostLayout (--images host, or
-// auto where Debian images cannot be built: the reason is logged). hf is the backend's flags.
+// auto where Debian images cannot be built: the reason is logged). hf is the backend's flags; st is nil on
+// corral worker, whose --package lists the service builds at start and keeps (host images refuse them).
 func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logger *slog.Logger) (corral.Images, error) {
 	mode := f.mode
+	why := "--images host installs no packages"
 	switch mode {
 	case "debian", "host":
 	case "auto":
-		if why := debianUnavailable(hf.kind); why != "" {
+		if why = debianUnavailable(hf.kind); why != "" {
 			logger.Warn("sandboxes run on the host's layout, and environments with packages fail (--images host)", "reason", why)
 			mode = "host"
 		} else {
@@ -62,6 +125,9 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 		return nil, fmt.Errorf("--images %q: want debian, host or auto", f.mode)
 	}
 	if mode == "host" {
+		if !f.packages.empty() {
+			return nil, fmt.Errorf("--package needs Debian images (--images debian): %s", why)
+		}
 		return image.HostLayout{}, nil
 	}
 	if hf.kind == "process" || hf.kind == "none" {
@@ -103,7 +169,11 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 		logger.Warn("image builds run without memory and process limits", "err", err)
 		cgroupRoot = ""
 	}
-	return image.New(image.Config{Base: base, Store: st, Log: logger, GCInterval: gc, GCGrace: gc,
+	var keep []*apitype.Packages
+	if !f.packages.empty() {
+		keep = []*apitype.Packages{&f.packages.Packages}
+	}
+	return image.New(image.Config{Base: base, Store: st, Keep: keep, Log: logger, GCInterval: gc, GCGrace: gc,
 		Layer: image.LayerConfig{Agent: agentPath, Registries: &f.registries, Timeout: f.timeout, DiskBytes: f.diskMB << 20,
 			CgroupRoot: cgroupRoot, AllowInternal: eo.AllowInternal, CAFile: caFile}})
 }

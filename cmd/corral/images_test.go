@@ -49,3 +49,49 @@ func TestImageFlags(t *testing.T) {
 		t.Errorf("a bad mirror: %v", err)
 	}
 }
+
+// TestPackageFlags: corral worker's --package takes MANAGER=PACKAGE, repeatable, refuses what the API refuses
+// in an environment's packages, and needs Debian images.
+func TestPackageFlags(t *testing.T) {
+	parse := func(args ...string) (*imageFlags, *handsFlags, error) {
+		t.Helper()
+		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var hf handsFlags
+		hf.register(fs)
+		var f imageFlags
+		f.register(fs)
+		f.registerPackages(fs)
+		return &f, &hf, fs.Parse(args)
+	}
+	f, _, err := parse("--package", "apt=jq=1.6-2.1+deb12u2", "--package", "pip=requests==2.32.3", "--package", "apt=bc")
+	if err != nil || strings.Join(f.packages.Apt, " ") != "jq=1.6-2.1+deb12u2 bc" || strings.Join(f.packages.Pip, " ") != "requests==2.32.3" ||
+		f.packages.String() != "apt=jq=1.6-2.1+deb12u2,apt=bc,pip=requests==2.32.3" {
+		t.Errorf("packages %+v (%s), %v", f.packages.Packages, f.packages.String(), err)
+	}
+	for arg, want := range map[string]string{
+		"jq":                     "want MANAGER=PACKAGE",
+		"apt=":                   "want MANAGER=PACKAGE",
+		"yum=jq":                 `unknown package manager "yum"`,
+		"npm=file:../../etc":     `npm package "file:../../etc" cannot be installed`,
+		"apt=--allow-downgrades": "may not start with '-'",
+		"go=golang.org/x/tools":  "need a version",
+	} {
+		if _, _, err := parse("--package", arg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--package %s: %v, want %q", arg, err, want)
+		}
+	}
+	logger := slog.New(slog.DiscardHandler)
+	f, hf, err := parse("--sandbox", "process", "--package", "apt=jq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.images(t.TempDir(), hf, nil, logger); err == nil || !strings.Contains(err.Error(), "--package needs Debian images") ||
+		!strings.Contains(err.Error(), "runs no sandbox of its own root") {
+		t.Errorf("--package where auto falls back to the host's layout: %v", err)
+	}
+	f, hf, _ = parse("--sandbox", "bwrap", "--images", "host", "--package", "apt=jq")
+	if _, err := f.images(t.TempDir(), hf, nil, logger); err == nil || !strings.Contains(err.Error(), "--images host installs no packages") {
+		t.Errorf("--package with --images host: %v", err)
+	}
+}

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/client"
+	"github.com/corralhq/corral/internal/image"
 	"github.com/corralhq/corral/internal/sandbox"
+	corral "github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/internal/worker"
 )
 
@@ -18,10 +22,11 @@ func init() {
 
 // runWorker maps corral worker's flags onto internal/worker, which runs it: it dials out only, long-polls the
 // server for its environment's work items and runs their built-in tool calls in sandboxes of the backends
-// table (backends.go) with the server's isolation, limits and egress rules. The SDK's EnvironmentWorker runs
-// them unsandboxed in a directory.
+// table (backends.go) with the server's isolation, limits and egress rules, on the Debian base plus the
+// worker's --package list (imageFlags, as serve's; host's layout where images cannot be built). The SDK's
+// EnvironmentWorker runs them unsandboxed in a directory.
 func runWorker(ctx context.Context, io *stdio, args []string) error {
-	fs := newFlagSet(io, "worker", "--url URL --env ENV_ID --key KEY [--sandbox bwrap|oci|gvisor|process] [flags]")
+	fs := newFlagSet(io, "worker", "--url URL --env ENV_ID --key KEY [--sandbox bwrap|oci|gvisor|process] [--images debian|host|auto] [--package MANAGER=PACKAGE]... [flags]")
 	tracingHelp(fs)
 	base := new(string)
 	urlFlag(fs, base, "url", os.Getenv("CORRAL_URL"), "Corral server `URL` (env CORRAL_URL)")
@@ -33,6 +38,9 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	uidBase := fs.Int("sandbox-uids", worker.DefaultUIDBase, "first host `uid` of this worker's sandboxes (10000 uids): workers sharing a machine, or a machine with a server, need ranges of their own")
 	var hf handsFlags
 	hf.register(fs)
+	var imf imageFlags
+	imf.register(fs)
+	imf.registerPackages(fs)
 	var lf logFlags
 	lf.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -83,6 +91,27 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if vols != nil {
 		pc.Volumes = vols
 	}
+	// The sandboxes run on the worker's image (the Debian base and its --package list), or on the host's layout.
+	imgs, err := imf.images(dataDir, &hf, nil, logger)
+	if err != nil {
+		return err
+	}
+	images := "host"
+	if _, host := imgs.(image.HostLayout); !host {
+		wi := workerImages{images: imgs, config: apitype.EnvConfig{Type: apitype.EnvironmentCloud, Packages: &imf.packages.Packages}}
+		pc.Images = wi
+		if err := imgs.Start(ctx); err != nil {
+			return err
+		}
+		defer imgs.Stop()
+		images = "debian"
+		if pk := imf.packages.String(); pk != "" {
+			images += " with " + pk
+		}
+		if wi.Image(nil).Status != apitype.ImageReady {
+			images += ", building in the background: the first tool calls wait for it"
+		}
+	}
 	tp, stopTracing, err := tracing(ctx)
 	if err != nil {
 		return err
@@ -93,7 +122,7 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(io.err, "corral: worker %s polling %s for %s (sandbox %s, data %s)\n", w.ID(), redactURL(*base), *envID, hf.kind, dataDir)
+	fmt.Fprintf(io.err, "corral: worker %s polling %s for %s (sandbox %s, image %s, data %s)\n", w.ID(), redactURL(*base), *envID, hf.kind, images, dataDir)
 	return w.Run(ctx)
 }
 
@@ -107,14 +136,23 @@ func workerData(getenv func(string) string, euid int) string {
 	if v := getenv("CORRAL_WORKER_DATA"); v != "" {
 		return v
 	}
-	if euid == 0 {
-		return "/var/lib/corral-worker"
-	}
-	if v := getenv("XDG_STATE_HOME"); filepath.IsAbs(v) {
-		return filepath.Join(v, "corral-worker")
-	}
-	if home := getenv("HOME"); home != "" {
-		return filepath.Join(home, ".local", "state", "corral-worker")
-	}
-	return "corral-worker"
+	home := func() (string, error) { return getenv("HOME"), nil }
+	return cmp.Or(defaultDir(euid, getenv, home, "/var/lib/corral-worker", "XDG_STATE_HOME", ".local/state", "corral-worker"), "corral-worker")
+}
+
+// workerImages gives every sandbox of a worker the image of config, a cloud environment's with the worker's
+// --package list, whatever the session's environment says: a self-hosted environment lists no packages.
+type workerImages struct {
+	images corral.Images
+	config apitype.EnvConfig
+}
+
+var _ sandbox.ImageStatus = workerImages{} // a tool call's provisioning says it waits for the build
+
+func (w workerImages) Acquire(ctx context.Context, _ *apitype.EnvConfig) (string, func(), error) {
+	return w.images.Acquire(ctx, &w.config)
+}
+
+func (w workerImages) Image(*apitype.EnvConfig) *apitype.EnvironmentImage {
+	return w.images.Image(&w.config)
 }

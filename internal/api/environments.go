@@ -122,8 +122,8 @@ func resolveEnvConfig(p string, raw json.RawMessage, prev *apitype.EnvConfig) (a
 			if f.in == nil {
 				continue
 			}
-			if len(f.in) > 256 {
-				return apitype.EnvConfig{}, invalid(path(pp, f.key), "at most 256 packages")
+			if len(f.in) > apitype.MaxPackages {
+				return apitype.EnvConfig{}, invalid(path(pp, f.key), "at most %d packages", apitype.MaxPackages)
 			}
 			for j, pkg := range f.in {
 				if err := checkString(index(path(pp, f.key), j), pkg, true, 256); err != nil {

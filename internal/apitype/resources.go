@@ -175,6 +175,9 @@ type Networking struct {
 	AllowPackageManagers *bool          `json:"allow_package_managers,omitempty"`
 }
 
+// MaxPackages is the most packages an environment may list for one package manager.
+const MaxPackages = 256
+
 // Packages lists packages to install in an environment, per package manager.
 type Packages struct {
 	Type  PackagesType `json:"type"`

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,13 +16,18 @@ import (
 // duplicates. Identical lists have one layer.
 type List map[string][]string
 
+// byManager is p's lists by manager name.
+func byManager(p *apitype.Packages) map[string][]string {
+	if p == nil {
+		return nil
+	}
+	return map[string][]string{Apt: p.Apt, Pip: p.Pip, Npm: p.Npm, Cargo: p.Cargo, Gem: p.Gem, Go: p.Go}
+}
+
 // Canonical returns p's canonical list; empty when p asks for nothing.
 func Canonical(p *apitype.Packages) List {
 	l := List{}
-	if p == nil {
-		return l
-	}
-	for m, pkgs := range map[string][]string{Apt: p.Apt, Pip: p.Pip, Npm: p.Npm, Cargo: p.Cargo, Gem: p.Gem, Go: p.Go} {
+	for m, pkgs := range byManager(p) {
 		var out []string
 		for _, s := range pkgs {
 			if s = strings.TrimSpace(s); s != "" {
@@ -71,6 +77,25 @@ func (l List) Validate() error {
 				return &BuildError{Manager: m, Package: p, Message: err.Error()}
 			}
 		}
+	}
+	return nil
+}
+
+// CheckPackages reports a package spec no build could install (an option, a second word, a go package without
+// a version: List.Validate) and a manager with more than apitype.MaxPackages packages. The API answers it with a
+// 400 when an environment's config has one (Service.Check); corral worker refuses its --package flags with it.
+func CheckPackages(p *apitype.Packages) error {
+	for _, m := range Managers {
+		if n := len(byManager(p)[m]); n > apitype.MaxPackages {
+			return fmt.Errorf("%d %s packages: at most %d", n, m, apitype.MaxPackages)
+		}
+	}
+	if err := Canonical(p).Validate(); err != nil {
+		var be *BuildError
+		if errors.As(err, &be) {
+			return fmt.Errorf("%s package %q cannot be installed: %s", be.Manager, be.Package, be.Message)
+		}
+		return err
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package image_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -49,6 +50,23 @@ func TestPackageSpecs(t *testing.T) {
 	c := &apitype.EnvConfig{Type: apitype.EnvironmentCloud, Packages: &apitype.Packages{Npm: []string{"file:../../etc"}}}
 	if err := new(image.Service).Check(c); err == nil || !strings.Contains(err.Error(), `npm package "file:../../etc" cannot be installed: not a registry package`) {
 		t.Errorf("Check: %v", err)
+	}
+	// corral worker's --package flags go through the same check, which also bounds a manager's list as the API does.
+	if err := image.CheckPackages(c.Packages); err == nil || !strings.Contains(err.Error(), `npm package "file:../../etc" cannot be installed`) {
+		t.Errorf("CheckPackages: %v", err)
+	}
+	many := make([]string, apitype.MaxPackages+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("p%d", i)
+	}
+	if err := image.CheckPackages(&apitype.Packages{Pip: many}); err == nil || !strings.Contains(err.Error(), "257 pip packages: at most 256") {
+		t.Errorf("CheckPackages of %d packages: %v", len(many), err)
+	}
+	if err := image.CheckPackages(&apitype.Packages{Apt: []string{"jq=1.6-2.1+deb12u2"}, Pip: many[:apitype.MaxPackages]}); err != nil {
+		t.Errorf("CheckPackages of good lists: %v", err)
+	}
+	if err := image.CheckPackages(nil); err != nil {
+		t.Errorf("CheckPackages(nil): %v", err)
 	}
 }
 

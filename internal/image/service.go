@@ -38,8 +38,12 @@ type Config struct {
 	// Layer says how package layers are built; its Dir is Base.Dir, its Log the service's.
 	Layer LayerConfig
 	// Store keeps the environments' image statuses (EnvironmentImageSet) and lists the environments whose
-	// layers are kept. Required.
+	// layers Start builds and GC keeps. Nil for a process without one (corral worker, which reaches the server
+	// only through its API): no status is kept, and only the Keep lists are built at Start and kept by GC.
 	Store store.Store
+	// Keep are package lists whose layers Start builds (after the base) and GC keeps, besides the stored
+	// environments' (corral worker's --package).
+	Keep []*apitype.Packages
 	// GCInterval is how often unused layers are removed (default DefaultGCInterval; negative: never, but GC
 	// may still be called).
 	GCInterval time.Duration
@@ -62,7 +66,7 @@ type Config struct {
 // Service builds the environments' images: the base at Start, in the background; an environment's layer when
 // it is created or its packages change (Build, from the API); and whatever a sandbox needs and is not built
 // yet (Acquire, from the Pool), each list once however many ask (in process: one build per key; across
-// processes: the build's lock file). Statuses go to the store, so the API shows them. Unused layers are
+// processes: the build's lock file). Statuses go to the store, if any, so the API shows them. Unused layers are
 // collected (GC).
 type Service struct {
 	cfg    Config
@@ -97,9 +101,6 @@ var (
 
 // New returns a Service; Start builds the base.
 func New(cfg Config) (*Service, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("image: Config.Store is required")
-	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -122,8 +123,8 @@ func New(cfg Config) (*Service, error) {
 	return &Service{cfg: cfg, baseID: id, id: rand.Text()[:16], baseDone: make(chan struct{}), builds: map[string]*flight{}, ctx: ctx, cancel: cancel}, nil
 }
 
-// Start builds the base in the background, then the layers of the stored environments that are not built
-// (after a restart, or on a new cache), then collects unused layers every GCInterval. It returns at once.
+// Start builds the base in the background, then the layers of the stored environments and of Keep that are not
+// built (after a restart, or on a new cache), then collects unused layers every GCInterval. It returns at once.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -172,9 +173,16 @@ func (s *Service) Stop() {
 	s.wg.Wait()
 }
 
-// buildStored starts the build of every stored cloud environment's image whose status is not ready, or whose
-// layer is not in the cache.
+// buildStored starts the build of every Keep list's layer that is not in the cache, and of every stored cloud
+// environment's image whose status is not ready, or whose layer is not in the cache.
 func (s *Service) buildStored(ctx context.Context) error {
+	for _, p := range s.cfg.Keep {
+		if l := Canonical(p); !l.Empty() {
+			if key := LayerKey(s.cfg.Layer, s.baseID, l); !Built(s.cfg.Base.Dir, key) {
+				s.flight(key, l, "", true)
+			}
+		}
+	}
 	return s.eachEnvironment(ctx, func(e *apitype.Environment) {
 		if e.Config.Type == apitype.EnvironmentSelfHosted {
 			return
@@ -186,8 +194,11 @@ func (s *Service) buildStored(ctx context.Context) error {
 	})
 }
 
-// eachEnvironment calls fn for every stored environment, archived ones included.
+// eachEnvironment calls fn for every stored environment, archived ones included (none without a Store).
 func (s *Service) eachEnvironment(ctx context.Context, fn func(*apitype.Environment)) error {
+	if s.cfg.Store == nil {
+		return nil
+	}
 	p := &store.ListParams{Limit: 500, IncludeArchived: true}
 	for {
 		page, err := s.cfg.Store.EnvironmentList(ctx, p)
@@ -224,17 +235,9 @@ func (s *Service) Key(c *apitype.EnvConfig) string {
 	return LayerKey(s.cfg.Layer, s.baseID, l)
 }
 
-// Check reports a package spec the builds would refuse (api.Images): the API answers it with a 400.
-func (s *Service) Check(c *apitype.EnvConfig) error {
-	if err := Canonical(c.Packages).Validate(); err != nil {
-		var be *BuildError
-		if errors.As(err, &be) {
-			return fmt.Errorf("%s package %q cannot be installed: %s", be.Manager, be.Package, be.Message)
-		}
-		return err
-	}
-	return nil
-}
+// Check reports a package spec the builds would refuse (api.Images, CheckPackages): the API answers it with a
+// 400.
+func (s *Service) Check(c *apitype.EnvConfig) error { return CheckPackages(c.Packages) }
 
 // Image is the status of the image of config c as of now: ready if built, failed if its last build here
 // failed, else building (api.Images). It looks, and starts nothing.
@@ -381,8 +384,11 @@ func (s *Service) run(key string, l List, f *flight) {
 }
 
 // setStatus records an environment's image status; a status of an image the environment no longer has is
-// dropped.
+// dropped, and so is every status without a Store.
 func (s *Service) setStatus(envID string, img *apitype.EnvironmentImage) {
+	if s.cfg.Store == nil || envID == "" {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
 	defer cancel()
 	err := s.cfg.Store.EnvironmentImageSet(ctx, envID, img)
@@ -458,10 +464,10 @@ func useLock(ctx context.Context, dir, key string) (func(), error) {
 	}
 }
 
-// GC removes the layers no stored environment's current package list needs and no sandbox uses (here or in
-// another process sharing the cache), nor another service sharing the cache marked as its store's in the last
-// KeepFor, and what failed or killed builds left behind; it returns how many layers it removed. It marks the
-// layers its own store lists first (images/<key>.keep), for the other services' passes.
+// GC removes the layers no stored environment's current package list nor Keep list needs and no sandbox uses
+// (here or in another process sharing the cache), nor another service sharing the cache marked as its own in
+// the last KeepFor, and what failed or killed builds left behind; it returns how many layers it removed. It
+// marks the layers it keeps first (images/<key>.keep.<service>), for the other services' passes.
 func (s *Service) GC(ctx context.Context) (int, error) {
 	keep := map[string]bool{}
 	if err := s.eachEnvironment(ctx, func(e *apitype.Environment) {
@@ -470,6 +476,9 @@ func (s *Service) GC(ctx context.Context) (int, error) {
 		}
 	}); err != nil {
 		return 0, err
+	}
+	for _, p := range s.cfg.Keep {
+		keep[s.Key(&apitype.EnvConfig{Packages: p})] = true
 	}
 	s.mu.Lock()
 	for k := range s.builds {

@@ -230,6 +230,69 @@ func TestService(t *testing.T) {
 	}
 }
 
+// TestServiceWithoutStore: a service without a store (corral worker's) builds its Keep lists at Start, once the
+// base is there, and keeps their layers through GC; other lists are built when a sandbox asks (Acquire) and
+// collected once unused; a Build of an environment records no status anywhere, and nothing needs a store.
+func TestServiceWithoutStore(t *testing.T) {
+	dir := privateCache(t)
+	counter := buildCounter{Handler: slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}), mu: &sync.Mutex{}, builds: map[string]int{}}
+	lc := layerConfig(t)
+	lc.Log = nil
+	kept := &apitype.Packages{Apt: []string{"bc"}}
+	svc, err := image.New(image.Config{Base: image.BaseConfig{Dir: dir}, Layer: lc, Keep: []*apitype.Packages{kept}, Log: slog.New(counter),
+		GCInterval: -1, GCGrace: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+
+	keptConfig := &apitype.EnvConfig{Type: apitype.EnvironmentCloud, Packages: kept}
+	key := svc.Key(keptConfig)
+	for !image.Built(dir, key) { // nobody asked for it: Start builds it
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the kept list was not built at Start: %+v", svc.Image(keptConfig))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if img := svc.Image(keptConfig); img.Status != apitype.ImageReady || img.ID != key || counter.count(key) != 1 {
+		t.Errorf("the kept list's image %+v, %d builds", img, counter.count(key))
+	}
+	root, release, err := svc.Acquire(ctx, keptConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := inImage(t, root, "echo 6*7 | bc"); err != nil || strings.TrimSpace(out) != "42" {
+		t.Errorf("bc in the kept layer %q: %v %q", root, err, out)
+	}
+	release()
+	// An environment's Build without a store: nothing to record, nothing fails.
+	svc.Build(&apitype.Environment{ID: apitype.NewID(apitype.PrefixEnvironment), Config: *keptConfig})
+	svc.Build(&apitype.Environment{ID: apitype.NewID(apitype.PrefixEnvironment), Config: apitype.EnvConfig{Type: apitype.EnvironmentCloud}})
+
+	// A list nobody keeps: built for the sandbox that asks, collected once it is released; the kept one stays.
+	other := &apitype.EnvConfig{Type: apitype.EnvironmentCloud, Packages: &apitype.Packages{Apt: []string{"units"}}}
+	root, release, err = svc.Acquire(ctx, other)
+	if err != nil || !image.Built(dir, svc.Key(other)) {
+		t.Fatalf("Acquire of another list = %q, %v", root, err)
+	}
+	if n, err := svc.GC(ctx); err != nil || n != 0 {
+		t.Errorf("GC while a sandbox holds a layer: removed %d, %v", n, err)
+	}
+	release()
+	if n, err := svc.GC(ctx); err != nil || n != 1 || image.Built(dir, svc.Key(other)) || !image.Built(dir, key) {
+		t.Errorf("GC: removed %d, %v; the unkept layer built: %v, the kept one: %v", n, err, image.Built(dir, svc.Key(other)), image.Built(dir, key))
+	}
+	if counter.count(key) != 1 {
+		t.Errorf("the kept list was built %d times, want 1", counter.count(key))
+	}
+}
+
 // TestLayerOneBuild: callers that race for a layer without a Service between them (as processes sharing a
 // cache do) build it once: the key's lock file serialises them and the later ones find it built.
 func TestLayerOneBuild(t *testing.T) {

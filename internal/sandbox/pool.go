@@ -47,9 +47,11 @@ type PoolConfig struct {
 	// filesystem of its own with a size and inode quota (internal/sandbox/volume), attached before the session's
 	// first sandbox and detached when its slot goes. A failure to attach fails the provisioning with the reason.
 	Volumes Volumes
-	// Images, if set, gives each sandbox of a cloud environment the root filesystem of its environment's image
-	// (HostDirs.RootFS), waiting for its build, unless the Provider takes images by reference (RootFSImageRef);
-	// a failed build fails the provisioning with an *ImageError. Nil: sandboxes run on the host's layout.
+	// Images, if set, gives each sandbox the root filesystem of its environment's image (HostDirs.RootFS),
+	// waiting for its build, unless the Provider takes images by reference (RootFSImageRef); a failed build
+	// fails the provisioning with an *ImageError. Nil: sandboxes run on the host's layout. A server's sandboxes
+	// are all of cloud environments; corral worker's, of a self-hosted one, get the image its Images choose
+	// (the worker's packages).
 	Images Images
 	// Outputs, if set, collects the files a session leaves under OutputsMount (into the Files API) from its
 	// HostDirs.Outputs, for a Provider with HostWorkspace: when the brain ends a turn (CollectOutputs), and
@@ -382,7 +384,7 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 // say it is still building; nil if it is built, failed, not acquired here, or the Images cannot say.
 func (p *Pool) pendingImage(r *Recipe, caps Capabilities) *apitype.EnvironmentImage {
 	is, ok := p.cfg.Images.(ImageStatus)
-	if !ok || r.Environment.Type == apitype.EnvironmentSelfHosted || caps.RootFS == RootFSImageRef {
+	if !ok || caps.RootFS == RootFSImageRef {
 		return nil
 	}
 	if img := is.Image(&r.Environment); img != nil && img.Status == apitype.ImageBuilding {
@@ -434,7 +436,7 @@ func (p *Pool) start(ctx context.Context, r *Recipe, host *HostDirs, caps Capabi
 		}
 	}
 	var release func()
-	if p.cfg.Images != nil && r.Environment.Type != apitype.EnvironmentSelfHosted && caps.RootFS != RootFSImageRef {
+	if p.cfg.Images != nil && caps.RootFS != RootFSImageRef {
 		if host.RootFS, release, err = p.cfg.Images.Acquire(ctx, &r.Environment); err != nil {
 			return nil, err
 		}

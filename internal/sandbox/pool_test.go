@@ -374,17 +374,20 @@ func (c *countCollector) Collect(context.Context, *sandbox.Recipe, sandbox.HostD
 // TestPoolConsultsCapabilities: for a backend whose sandboxes run elsewhere (no host workspace, an image
 // reference), the pool makes no directory on this host (not even its workspace root), acquires no image
 // directory, places and collects nothing here, and gives the provider zero HostDirs; for a local one it does
-// all of it, and the provider gets the session's workspace, session directory and image.
+// all of it, and the provider gets the session's workspace, session directory and image (a self-hosted
+// environment's too: corral worker's Images choose it).
 func TestPoolConsultsCapabilities(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		caps      sandbox.Capabilities
+		env       apitype.EnvironmentType
 		workspace bool
 		images    int32
 	}{
-		{"local", sandbox.Local, true, 1},
-		{"remote", sandbox.Capabilities{RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}, false, 0},
+		{"local", sandbox.Local, apitype.EnvironmentCloud, true, 1},
+		{"local self-hosted", sandbox.Local, apitype.EnvironmentSelfHosted, true, 1},
+		{"remote", sandbox.Capabilities{RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}, apitype.EnvironmentCloud, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -401,7 +404,9 @@ func TestPoolConsultsCapabilities(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = p.Stop() })
-			if _, err := p.Execute(context.Background(), call("s1")); err != nil {
+			c := call("s1")
+			c.Recipe.Environment.Type = tc.env
+			if _, err := p.Execute(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
 			if err := p.CollectOutputs(context.Background(), &sandbox.Recipe{SessionID: "s1"}); err != nil {
