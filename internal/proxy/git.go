@@ -179,12 +179,6 @@ type gitHandler struct {
 	client  *http.Client
 }
 
-// requestHeaders are the headers of git's requests passed to the repository; responseHeaders those passed back.
-var (
-	requestHeaders  = []string{"Accept", "Accept-Encoding", "Content-Encoding", "Content-Type", "Git-Protocol", "User-Agent"}
-	responseHeaders = []string{"Cache-Control", "Content-Encoding", "Content-Type", "Expires", "Last-Modified", "Pragma"}
-)
-
 // refuse answers a request the endpoint does not serve, in plain text that git shows to the user.
 func (h *gitHandler) refuse(w http.ResponseWriter, r *http.Request, code int, msg string) {
 	h.g.cfg.Logger.Info("git endpoint refused", "session", h.session, "method", r.Method, "path", r.URL.Path, "status", code, "reason", msg)
@@ -260,11 +254,7 @@ func (h *gitHandler) forward(w http.ResponseWriter, r *http.Request, rid, op str
 	if r.Method == http.MethodPost {
 		out.ContentLength = r.ContentLength
 	}
-	for _, k := range requestHeaders {
-		if v := r.Header.Values(k); len(v) > 0 {
-			out.Header[k] = slices.Clone(v)
-		}
-	}
+	sandbox.CopyGitHeaders(out.Header, r.Header, sandbox.GitRequestHeaders)
 	if hasToken {
 		out.Header.Set("Authorization", h.g.cfg.Authorization(token))
 	}
@@ -290,28 +280,8 @@ func (h *gitHandler) forward(w http.ResponseWriter, r *http.Request, rid, op str
 		h.refuse(w, r, http.StatusBadGateway, fmt.Sprintf("the repository redirected (%d); redirects are not followed", resp.StatusCode))
 		return
 	}
-	for _, k := range responseHeaders {
-		if v := resp.Header.Values(k); len(v) > 0 {
-			w.Header()[k] = slices.Clone(v)
-		}
-	}
-	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
-			}
-			_ = rc.Flush()
-		}
-		if rerr != nil {
-			if !errors.Is(rerr, io.EOF) {
-				h.g.cfg.Logger.Warn("git endpoint: response cut", "session", h.session, "resource", rid, "err", rerr)
-			}
-			return
-		}
+	if err := sandbox.ForwardGitResponse(w, resp); err != nil {
+		h.g.cfg.Logger.Warn("git endpoint: response cut", "session", h.session, "resource", rid, "err", err)
 	}
 }
 

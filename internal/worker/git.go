@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -60,13 +59,6 @@ func (g *repos) remote(_ context.Context, sessionID string, res *apitype.Resourc
 	return g.relayURL(sessionID, res.ID), "Bearer " + token, nil
 }
 
-// Headers of git's requests passed to the relay, and of its answers passed back (those of internal/proxy's
-// git endpoint).
-var (
-	relayRequestHeaders  = []string{"Accept", "Accept-Encoding", "Content-Encoding", "Content-Type", "Git-Protocol", "User-Agent"}
-	relayResponseHeaders = []string{"Cache-Control", "Content-Encoding", "Content-Type", "Expires", "Last-Modified", "Pragma"}
-)
-
 // handler is the git endpoint of session sessionID's sandboxes (sandbox.Egress.Local).
 func (g *repos) handler(sessionID string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, sessionID) })
@@ -109,11 +101,7 @@ func (g *repos) serve(w http.ResponseWriter, r *http.Request, sessionID string) 
 	if r.Method == http.MethodPost {
 		out.ContentLength = r.ContentLength
 	}
-	for _, k := range relayRequestHeaders {
-		if v := r.Header.Values(k); len(v) > 0 {
-			out.Header[k] = slices.Clone(v)
-		}
-	}
+	sandbox.CopyGitHeaders(out.Header, r.Header, sandbox.GitRequestHeaders)
 	out.Header.Set("Authorization", "Bearer "+token)
 	resp, err := g.hc.Do(out)
 	if err != nil {
@@ -139,28 +127,8 @@ func (g *repos) serve(w http.ResponseWriter, r *http.Request, sessionID string) 
 		g.refuse(w, r, sessionID, code, relayError(resp))
 		return
 	}
-	for _, k := range relayResponseHeaders {
-		if v := resp.Header.Values(k); len(v) > 0 {
-			w.Header()[k] = slices.Clone(v)
-		}
-	}
-	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
-			}
-			_ = rc.Flush()
-		}
-		if rerr != nil {
-			if !errors.Is(rerr, io.EOF) {
-				g.log.Warn("git endpoint: response cut", "session", sessionID, "resource", rid, "err", rerr)
-			}
-			return
-		}
+	if err := sandbox.ForwardGitResponse(w, resp); err != nil {
+		g.log.Warn("git endpoint: response cut", "session", sessionID, "resource", rid, "err", err)
 	}
 }
 
