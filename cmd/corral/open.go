@@ -22,7 +22,7 @@ type storeFlags struct {
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.data, "data", envOr("CORRAL_DATA", defaultDataDir(os.Geteuid(), os.Getenv, os.UserHomeDir)),
-		"`dir` for the SQLite database and the server's own files (default /var/lib/corral as root, else $XDG_DATA_HOME/corral or ~/.local/share/corral; env CORRAL_DATA)")
+		"`dir` for the SQLite database and the server's own files: /var/lib/corral as root, else $XDG_DATA_HOME/corral or ~/.local/share/corral (env CORRAL_DATA)")
 	urlFlag(fs, &f.db, "db", os.Getenv("CORRAL_DB"), "store `URL`: sqlite://PATH or postgres://... (default sqlite://DIR/corral.db; env CORRAL_DB)")
 }
 

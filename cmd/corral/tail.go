@@ -90,6 +90,8 @@ type tailEvent struct {
 	StopReason *apitype.StopReason    `json:"stop_reason"`
 	// Error is an object (session.error) or a string (span.sandbox_provision_end).
 	Error json.RawMessage `json:"error"`
+	// Image is the image a span.sandbox_provision_start waits for, while it builds.
+	Image *apitype.EnvironmentImage `json:"image"`
 }
 
 // print writes one event: a JSON line with --json, else a line of time, type and the gist.
@@ -121,6 +123,8 @@ func (t *tailer) print(ev *client.Event) {
 		}
 	case len(e.Error) > 0 && string(e.Error) != "null":
 		detail = errorText(e.Error)
+	case e.Image != nil && e.Image.Status == apitype.ImageBuilding:
+		detail = "waiting for the image " + e.Image.ID + " to build (the base image takes minutes on a server's first start)"
 	}
 	if e.IsError {
 		detail = "(error) " + detail
