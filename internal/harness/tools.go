@@ -47,6 +47,7 @@ func (t *thread) resolveTools() *toolset {
 			}
 		}
 	}
+	t.addWebFetch(ts)
 	if t.roster != nil {
 		t.addThreadTools(ts)
 	}
