@@ -110,6 +110,7 @@ func (t *thread) webFetch(u *toolUse) error {
 	t.b.cfg.Metrics.ToolCall(u.data.Name, "web", time.Since(began), failure != "")
 	endToolSpan(span, nil, nil, failure != "")
 	var ev apitype.NewEvent
+	var usage *apitype.SessionUsage
 	switch {
 	case interrupted:
 		ev = toolResult(u.ev.ID, true, msgInterrupted)
@@ -119,8 +120,11 @@ func (t *thread) webFetch(u *toolUse) error {
 		ev = toolResult(u.ev.ID, true, failure)
 	default:
 		ev = mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: u.ev.ID, Content: content})
+		// A page fetched counts in the session's usage as the hosted service counts its own fetches
+		// (server_tool_use.web_fetch_requests); the next session.usage reports it.
+		usage, _ = t.addUsage(&model.Response{ServerToolUse: apitype.ServerToolUse{WebFetchRequests: 1}})
 	}
-	_, err := t.append("", nil, ev)
+	_, err := t.append("", usage, ev)
 	return err
 }
 

@@ -152,6 +152,13 @@ func TestWebFetchPage(t *testing.T) {
 	if f.hands.count() != 0 {
 		t.Errorf("the hands ran %d calls: web_fetch runs outside the sandbox", f.hands.count())
 	}
+	// The fetches count in the session's usage, as the hosted service's server tool use does.
+	if u := decode[apitype.SessionUsageEvent](t, evs[12]); u.Usage.ServerToolUse.WebFetchRequests != 2 {
+		t.Errorf("usage after the fetches = %+v", u.Usage)
+	}
+	if first := decode[apitype.SessionUsageEvent](t, evs[6]); first.Usage.ServerToolUse.WebFetchRequests != 0 {
+		t.Errorf("usage before the fetches = %+v", first.Usage)
+	}
 	reqs := f.srv.Requests()
 	var offered *modeltest.Tool
 	for i, tl := range reqs[0].Tools {
