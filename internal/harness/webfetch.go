@@ -27,8 +27,9 @@ const (
 	webFetchInline = 100_000
 	// webFetchHead is how much of a page saved to a file the result shows.
 	webFetchHead = 8_000
-	// webFetchDir is where pages too long for a result are saved in the sandbox.
-	webFetchDir = "/workspace/.web_fetch"
+	// webFetchDir is where pages too long for a result are saved in the sandbox: relative to the workspace
+	// (the tools' working directory, /workspace in an isolating backend), so that every backend puts it there.
+	webFetchDir = ".web_fetch"
 )
 
 var webFetchSpec = model.ToolSpec{
@@ -195,7 +196,7 @@ func (t *thread) savePage(ctx context.Context, u *toolUse, head, text string) st
 		}
 		return cut(why)
 	}
-	return fmt.Sprintf("%s\n\nThe page is %d characters, too long for one result: it was saved whole to %s in your sandbox "+
+	return fmt.Sprintf("%s\n\nThe page is %d characters, too long for one result: it was saved whole to %s in your working directory "+
 		"(read it in parts with the read tool, or search it with grep). Its first %d characters:\n\n%s",
 		head, len(text), path, len(start), start)
 }

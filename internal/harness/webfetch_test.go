@@ -323,7 +323,7 @@ func TestWebFetchHugePage(t *testing.T) {
 	t.Parallel()
 	ws := newWebServer(t)
 	f := newFixture(t)
-	const path = "/workspace/.web_fetch/toolu_big.md"
+	const path = ".web_fetch/toolu_big.md"
 	f.srv.Script(
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{fetchUse("toolu_big", ws.URL+"/huge.txt")}},
 		modeltest.Turn{ToolUses: []modeltest.ToolUse{{ID: "toolu_sh", Name: "bash", Input: `{"command":"wc -c < ` + path + ` && tail -n 1 ` + path + `"}`}}},
@@ -337,10 +337,17 @@ func TestWebFetchHugePage(t *testing.T) {
 	f.say(id, "fetch the long page")
 	evs := f.waitIdle(id, 1)
 	var results []apitype.AgentToolResult
+	backend := ""
 	for _, e := range evs {
-		if e.Type == toolResult {
+		switch e.Type {
+		case toolResult:
 			results = append(results, decode[apitype.AgentToolResult](t, e))
+		case apitype.EventSpanSandboxProvisionEnd:
+			backend = decode[apitype.SandboxProvisionEnd](t, e).Backend
 		}
+	}
+	if backend != "bwrap" {
+		t.Errorf("the sandbox's backend is %q", backend)
 	}
 	if len(results) != 2 {
 		t.Fatalf("events %v", types(evs))
