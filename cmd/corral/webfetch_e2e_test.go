@@ -58,7 +58,7 @@ func TestWebFetchThroughSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, raw := sendAndWait(ctx, t, c, sess.ID, "How is the herd?")
+	events, raw := sendAndWait(ctx, t, c, sess.ID, "How is the herd? Read "+pages.URL+"/report, "+pages.URL+"/report.pdf and "+pages.URL+"/to-internal.")
 	// Each result is matched to its call by what it says: the page fetched, or the refusal.
 	var html, pdf, refused *anthropic.BetaManagedAgentsAgentToolResultEvent
 	for _, ev := range events {

@@ -141,6 +141,9 @@ func (t *thread) fetchPage(ctx context.Context, u *toolUse) ([]apitype.ContentBl
 		return nil, `web_fetch needs its input as {"url": "https://..."}`
 	}
 	cfg, _ := webFetchConfig(t.agent.Tools)
+	if ok, why := t.urlGiven(in.URL, cfg.URLSources); !ok {
+		return nil, why
+	}
 	req := &webfetch.Request{URL: in.URL, AllowedDomains: cfg.AllowedDomains, BlockedDomains: cfg.BlockedDomains}
 	if n := t.env.Networking; n != nil && n.Type == apitype.NetworkingLimited {
 		req.Limited, req.AllowedHosts = true, n.AllowedHosts

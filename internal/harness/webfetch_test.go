@@ -21,7 +21,8 @@ import (
 const webPage = `<!doctype html><html><head><title>Pasture report</title></head><body><nav>Menu</nav><article>
 <h1>Pasture report</h1><p>The herd grazed the <strong>north</strong> field today, and the fences held through the storm,
 which is more than anyone expected after the last one, when two posts went down and a calf got out onto the road.</p>
-<p>Tomorrow the herd moves south, weather permitting, and the water troughs get cleaned, checked, and filled again.</p>
+<p>Tomorrow the herd moves south, weather permitting, and the water troughs get cleaned, checked, and filled again.
+The numbers are in <a href="/report.pdf">the report</a>.</p>
 </article></body></html>`
 
 const webPDF = "%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[]/Count 0>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
@@ -143,7 +144,7 @@ func TestWebFetchPage(t *testing.T) {
 	cfg.WebFetch = ws.fetcher
 	f.start(cfg)
 	id := f.webSession(nil, webTools(nil))
-	f.say(id, "how is the herd?")
+	f.say(id, "how is the herd? See "+ws.URL+"/report and "+ws.URL+"/report.pdf.")
 	evs := f.waitIdle(id, 1)
 	assertTypes(t, evs, userMsg, running, start, toolUse, toolUse, end, usage, toolResult, toolResult, start, agentMsg, end, usage, idle)
 	if use := decode[apitype.AgentToolUse](t, evs[3]); use.Name != "web_fetch" || use.EvaluatedPermission != apitype.PermissionAllow {
@@ -224,7 +225,7 @@ func TestWebFetchRefusals(t *testing.T) {
 			cfg.WebFetch = ws.fetcher
 			f.start(cfg)
 			id := f.webSession(c.net, webTools(c.cfg))
-			f.say(id, "fetch it")
+			f.say(id, "fetch "+c.url)
 			evs := f.waitIdle(id, 1)
 			assertTypes(t, evs, userMsg, running, start, toolUse, end, usage, toolResult, start, agentMsg, end, usage, idle)
 			if r := decode[apitype.AgentToolResult](t, evs[6]); !r.IsError || !strings.Contains(resultText(r), c.want) {
@@ -248,7 +249,7 @@ func TestWebFetchAsks(t *testing.T) {
 	cfg.WebFetch = ws.fetcher
 	f.start(cfg)
 	id := f.webSession(nil, webTools(&apitype.ToolConfig{PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAsk}}))
-	f.say(id, "fetch it")
+	f.say(id, "fetch "+ws.URL+"/report")
 	evs := f.waitIdle(id, 1)
 	assertTypes(t, evs, userMsg, running, start, toolUse, end, usage, idle)
 	if use := decode[apitype.AgentToolUse](t, evs[3]); use.EvaluatedPermission != apitype.PermissionAsk {
@@ -334,7 +335,7 @@ func TestWebFetchHugePage(t *testing.T) {
 	cfg.WebFetch = ws.fetcher
 	f.start(cfg)
 	id := f.webSession(nil, webTools(nil))
-	f.say(id, "fetch the long page")
+	f.say(id, "fetch the long page at "+ws.URL+"/huge.txt")
 	evs := f.waitIdle(id, 1)
 	var results []apitype.AgentToolResult
 	backend := ""
@@ -378,7 +379,7 @@ func TestWebFetchMaxContentTokens(t *testing.T) {
 	f.start(cfg)
 	n := 100
 	id := f.webSession(nil, webTools(&apitype.ToolConfig{MaxContentTokens: &n}))
-	f.say(id, "fetch")
+	f.say(id, "fetch <"+ws.URL+"/huge.txt>")
 	evs := f.waitIdle(id, 1)
 	var r apitype.AgentToolResult
 	for _, e := range evs {
@@ -389,5 +390,59 @@ func TestWebFetchMaxContentTokens(t *testing.T) {
 	text := resultText(r)
 	if r.IsError || !strings.Contains(text, "[Truncated: the page is longer than this tool's max_content_tokens (100).]") || len(text) > 700 {
 		t.Errorf("result = %q", text)
+	}
+}
+
+// TestWebFetchURLSources: web_fetch fetches only URLs given to it: one the model wrote itself is refused, and so
+// is one from the user's message when url_sources say user_input none; a link on a page fetched before is given.
+func TestWebFetchURLSources(t *testing.T) {
+	t.Parallel()
+	ws := newWebServer(t)
+	none := json.RawMessage(`{"type":"none"}`)
+	for _, c := range []struct {
+		name    string
+		cfg     *apitype.ToolConfig
+		say     string
+		uses    []modeltest.ToolUse
+		refused []bool
+	}{
+		{"made up by the model", nil, "how is the herd?", []modeltest.ToolUse{fetchUse("toolu_1", ws.URL+"/report")}, []bool{true}},
+		{"user_input none", &apitype.ToolConfig{URLSources: &apitype.WebURLSources{UserInput: none}}, "read " + ws.URL + "/report",
+			[]modeltest.ToolUse{fetchUse("toolu_1", ws.URL+"/report")}, []bool{true}},
+		{"a link on a fetched page", nil, "read " + ws.URL + "/report#top",
+			[]modeltest.ToolUse{fetchUse("toolu_1", ws.URL+"/report"), fetchUse("toolu_2", ws.URL+"/report.pdf")}, []bool{false, false}},
+		{"a link on a fetched page, server_tool_results none", &apitype.ToolConfig{URLSources: &apitype.WebURLSources{ServerToolResults: none}},
+			"read " + ws.URL + "/report", []modeltest.ToolUse{fetchUse("toolu_1", ws.URL+"/report"), fetchUse("toolu_2", ws.URL+"/report.pdf")}, []bool{false, true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			var turns []modeltest.Turn
+			for _, u := range c.uses {
+				turns = append(turns, modeltest.Turn{ToolUses: []modeltest.ToolUse{u}})
+			}
+			f.srv.Script(append(turns, modeltest.Turn{Text: "Done."})...)
+			cfg := f.config()
+			cfg.WebFetch = ws.fetcher
+			f.start(cfg)
+			id := f.webSession(nil, webTools(c.cfg))
+			f.say(id, c.say)
+			evs := f.waitIdle(id, 1)
+			var results []apitype.AgentToolResult
+			for _, e := range evs {
+				if e.Type == toolResult {
+					results = append(results, decode[apitype.AgentToolResult](t, e))
+				}
+			}
+			if len(results) != len(c.refused) {
+				t.Fatalf("events %v", types(evs))
+			}
+			for i, r := range results {
+				given := !strings.Contains(resultText(r), "does not appear in the user's messages")
+				if r.IsError != c.refused[i] || given == c.refused[i] {
+					t.Errorf("result %d = %.300s (is_error %v), want refused %v", i, resultText(r), r.IsError, c.refused[i])
+				}
+			}
+		})
 	}
 }
