@@ -35,8 +35,9 @@ const (
 var webFetchSpec = model.ToolSpec{
 	Name: toolWebFetch,
 	Description: "Fetch the content of a web page or PDF document at a URL. HTML pages come back as Markdown (their " +
-		"readable part), plain text and JSON as they are, PDFs as documents. Only http and https URLs are fetched; " +
-		"some hosts and domains may be refused by this agent's configuration. A page too long for one result is " +
+		"readable part), plain text and JSON as they are, PDFs as documents. Only http and https URLs are fetched, " +
+		"and only URLs given to you: in the user's messages, in a custom tool's result, or on a page fetched before " +
+		"(its links); never a URL you make up. Some hosts and domains may be refused by this agent's configuration. A page too long for one result is " +
 		"saved to a file in your sandbox, and the result says where.",
 	InputSchema: json.RawMessage(`{"type":"object","properties":{"url":{"type":"string","description":"The URL to fetch (http or https)."}},"required":["url"]}`),
 }

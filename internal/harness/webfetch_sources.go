@@ -81,6 +81,18 @@ func (t *thread) urlGiven(raw string, src *apitype.WebURLSources) (bool, string)
 				if user.allows("") && e.DecodeData(&m) == nil {
 					texts = append(texts, blocksText(m.Content))
 				}
+			case apitype.EventUserDefineOutcome:
+				var d apitype.DefineOutcome
+				if user.allows("") && e.DecodeData(&d) == nil {
+					texts = append(texts, outcomeTask(d))
+				}
+			case apitype.EventAgentThreadMessageReceived:
+				// A thread's task and messages, from the coordinator or a child, are its user turns: the URLs
+				// the user gave the coordinator reach the threads it starts.
+				var m apitype.ThreadMessageReceived
+				if user.allows("") && e.DecodeData(&m) == nil {
+					texts = append(texts, blocksText(m.Content))
+				}
 			case apitype.EventAgentCustomToolUse, apitype.EventAgentToolUse:
 				var u apitype.AgentToolUse
 				if e.DecodeData(&u) == nil {
