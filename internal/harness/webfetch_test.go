@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model/modeltest"
@@ -444,5 +445,39 @@ func TestWebFetchURLSources(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWebFetchInterrupted: a user.interrupt cancels a fetch in flight (the page server sees its request end) and
+// closes the call as interrupted.
+func TestWebFetchInterrupted(t *testing.T) {
+	t.Parallel()
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	slow := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-r.Context().Done()
+		close(cancelled)
+	}))
+	defer slow.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(slow.Certificate())
+	f := newFixture(t)
+	f.srv.Script(modeltest.Turn{ToolUses: []modeltest.ToolUse{fetchUse("toolu_1", slow.URL+"/slow")}})
+	cfg := f.config()
+	cfg.WebFetch = httpfetch.New(httpfetch.Config{AllowInternal: []string{slow.Listener.Addr().String()}, RootCAs: roots})
+	f.start(cfg)
+	id := f.webSession(nil, webTools(nil))
+	f.say(id, "read "+slow.URL+"/slow")
+	<-started
+	f.send(id, interrupt, apitype.UserInterrupt{})
+	evs := f.waitIdle(id, 1)
+	assertTypes(t, evs, userMsg, running, start, toolUse, end, usage, interrupt, toolResult, idle)
+	if res := decode[apitype.AgentToolResult](t, evs[7]); !res.IsError || res.ToolUseID != evs[3].ID || resultText(res) != "interrupted by the user" {
+		t.Errorf("tool result = %+v", res)
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Error("the fetch was not cancelled")
 	}
 }
