@@ -36,6 +36,11 @@ func pages(t *testing.T, internal string) *httptest.Server {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = w.Write([]byte(article))
 	})
+	mux.HandleFunc("/index", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=iso-8859-1")
+		_, _ = w.Write([]byte("<html><head><title>Index</title></head><body><h1>Index</h1><ul><li><a href=\"/a\">Caf\xe9</a></li>" +
+			"<li>B</li></ul><table><tr><th>k</th><th>v</th></tr><tr><td>1</td><td>2</td></tr></table><script>x()</script></body></html>"))
+	})
 	mux.HandleFunc("/data.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"answer":42}`))
@@ -126,6 +131,19 @@ func TestHTMLToMarkdown(t *testing.T) {
 				t.Errorf("%s: markdown has %q:\n%s", path, not, p.Text)
 			}
 		}
+	}
+}
+
+// TestShortPageConvertedWhole: a page with no article (an index) is converted whole, in its declared charset.
+func TestShortPageConvertedWhole(t *testing.T) {
+	fx := newFixture(t, httpfetch.Config{})
+	p, err := fx.fetch(t, webfetch.Request{URL: "/index"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# Index\n\n- [Café](" + fx.srv.URL + "/a)\n- B\n\nk | v\n1 | 2"
+	if p.Title != "Index" || p.Text != want {
+		t.Errorf("page = %+v\nwant text %q", p, want)
 	}
 }
 
