@@ -105,6 +105,9 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 			return err
 		}
 		cfg.Brain.MCP = mcpProxy
+		if cfg.Brain.WebFetch, err = hf.webFetcher(); err != nil {
+			return err
+		}
 	}
 	srv, err := corral.New(cfg)
 	if err != nil {

@@ -35,10 +35,14 @@ var rules = map[string][]string{
 	"internal/skills": {},
 	// The Files API's storage: metadata in the store, bytes in the blob port.
 	"internal/files":   {"internal/apitype", "internal/store", "internal/blob"},
-	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp", "internal/price"},
+	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp", "internal/price", "internal/webfetch"},
 	"internal/price":   {},
 	// Deployment schedules: cron expressions in a timezone, stdlib only.
 	"internal/cron": {},
+	// The web_fetch port: what the brain asks and gets, no network code.
+	"internal/webfetch": {},
+	// Its adapter fetches from the brain's process under the egress rules of the sandboxes' proxy.
+	"internal/webfetch/httpfetch": {"internal/webfetch", "internal/sandbox/egress"},
 	"internal/server": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files",
 		"internal/metrics", "internal/console", "internal/maintain", "internal/price", "internal/webhook"},
 	// Periodic jobs under the store's leader lease: the store port, nothing else.

@@ -40,6 +40,7 @@ import (
 	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/webfetch"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -53,6 +54,9 @@ type Config struct {
 	// cannot run passes sandbox.Unavailable instead, so the model is still offered the tools and learns why they
 	// fail.
 	Hands sandbox.Hands
+	// WebFetch fetches pages for the web_fetch tool, in the brain's process under the egress rules (the webfetch
+	// port; cmd/ gives httpfetch). Nil: web_fetch is refused as a tool this server does not serve.
+	WebFetch webfetch.Fetcher
 	// MCP reaches the agents' MCP servers (the MCP proxy, which holds their credentials). Nil: an agent's
 	// mcp_toolset offers no tools, and the session gets an mcp_connection_failed_error saying why.
 	MCP mcp.Client

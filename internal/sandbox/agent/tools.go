@@ -20,8 +20,9 @@ type builtin struct {
 // a model sees the same tools here as with the hosted service; bash's schema also marks command as required.
 // Adding a tool is one entry here.
 //
-// web_fetch and web_search are not implemented: the hosted service runs them on its own side, and Corral has no
-// equivalent yet.
+// web_fetch and web_search are not sandbox tools: the hosted service runs them on its own side, and so does
+// Corral's brain for web_fetch (internal/harness/webfetch.go, through the webfetch port); web_search is not
+// implemented yet.
 var builtins = []builtin{
 	{
 		Tool: Tool{

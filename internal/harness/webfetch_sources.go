@@ -1,0 +1,131 @@
+package harness
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/webfetch"
+)
+
+// web_fetch fetches only URLs given to it, never URLs the model writes itself (which could carry what it read
+// out of the session): a URL must appear in a source that the tool's url_sources allow, as with the hosted
+// service. The sources are the text of the user's messages (user_input), the results of the agent's custom tools
+// (client_tool_results, by tool name) and of earlier web_fetch calls (server_tool_results): the pages fetched and
+// the links on them. The thread's log since its last compaction is read, and the compaction's summary, which
+// carries the URLs of what it replaced.
+
+// urlFilter is one source's filter: {"type":"all"|"none"} or {"type":"only"|"except","tools":[{"name"}]};
+// null (unset) is all.
+type urlFilter struct {
+	Type  string `json:"type"`
+	Tools []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+}
+
+// allows reports whether the filter lets the results of tool (or, for user_input, "") contribute URLs.
+func (f urlFilter) allows(tool string) bool {
+	in := slices.ContainsFunc(f.Tools, func(t struct {
+		Name string `json:"name"`
+	}) bool {
+		return t.Name == tool
+	})
+	switch f.Type {
+	case "none":
+		return false
+	case "only":
+		return in
+	case "except":
+		return !in
+	}
+	return true
+}
+
+func parseFilter(raw json.RawMessage) urlFilter {
+	var f urlFilter
+	if len(raw) == 0 || string(raw) == "null" {
+		return urlFilter{Type: "all"}
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return urlFilter{Type: s}
+		}
+		return urlFilter{Type: "none"}
+	}
+	return f
+}
+
+// urlGiven reports whether the URL appears in a source the tool's url_sources allow; if not, it says why.
+func (t *thread) urlGiven(raw string, src *apitype.WebURLSources) (bool, string) {
+	want := webfetch.NormURL(raw)
+	if want == "" {
+		return true, "" // not an http(s) URL: the fetcher says why
+	}
+	if src == nil {
+		src = &apitype.WebURLSources{}
+	}
+	user, client, server := parseFilter(src.UserInput), parseFilter(src.ClientToolResults), parseFilter(src.ServerToolResults)
+	var texts []string
+	if t.tail != nil {
+		if t.tail.summary != "" {
+			texts = append(texts, t.tail.summary)
+		}
+		names := map[string]string{} // tool use event id -> tool name
+		for _, e := range t.tail.events {
+			switch e.Type {
+			case apitype.EventUserMessage:
+				var m apitype.UserMessage
+				if user.allows("") && e.DecodeData(&m) == nil {
+					texts = append(texts, blocksText(m.Content))
+				}
+			case apitype.EventUserDefineOutcome:
+				var d apitype.DefineOutcome
+				if user.allows("") && e.DecodeData(&d) == nil {
+					texts = append(texts, outcomeTask(d))
+				}
+			case apitype.EventAgentThreadMessageReceived:
+				// A thread's task and messages, from the coordinator or a child, are its user turns: the URLs
+				// the user gave the coordinator reach the threads it starts.
+				var m apitype.ThreadMessageReceived
+				if user.allows("") && e.DecodeData(&m) == nil {
+					texts = append(texts, blocksText(m.Content))
+				}
+			case apitype.EventAgentCustomToolUse, apitype.EventAgentToolUse:
+				var u apitype.AgentToolUse
+				if e.DecodeData(&u) == nil {
+					names[e.ID] = u.Name
+				}
+			case apitype.EventUserCustomToolResult:
+				var r apitype.UserCustomToolResult
+				if e.DecodeData(&r) == nil && client.allows(names[r.CustomToolUseID]) {
+					texts = append(texts, blocksText(r.Content))
+				}
+			case apitype.EventAgentToolResult:
+				var r apitype.AgentToolResult
+				if e.DecodeData(&r) == nil && names[r.ToolUseID] == toolWebFetch && !r.IsError && server.allows(toolWebFetch) {
+					texts = append(texts, blocksText(r.Content))
+				}
+			}
+		}
+	}
+	for _, text := range texts {
+		if slices.Contains(webfetch.URLsIn(text), want) {
+			return true, ""
+		}
+	}
+	return false, "web_fetch fetches only URLs given to it, and " + raw + " does not appear in " +
+		"the user's messages, a custom tool's result or an earlier web_fetch result (as this agent's url_sources allow): " +
+		"it does not fetch URLs the model writes itself. Ask the user for the URL, or fetch a page that links to it."
+}
+
+func blocksText(blocks []apitype.ContentBlock) string {
+	var sb strings.Builder
+	for _, b := range blocks {
+		sb.WriteString(b.Text)
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
