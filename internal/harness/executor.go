@@ -50,6 +50,7 @@ const (
 	execMCP                    // an MCP server, through the MCP proxy (mcp.go)
 	execWork                   // a self_hosted environment's built-in tool, on a worker via the work queue
 	execAgents                 // a multi-agent session's thread tools, run by the brain itself (coordinate.go)
+	execSearch                 // web_search, run by the brain through the server's search provider (websearch.go)
 )
 
 // executors is the one table of executors, by kind.
@@ -60,6 +61,7 @@ var executors = map[execKind]executor{
 	execMCP:    mcpExec{},
 	execWork:   workExec{},
 	execAgents: agentsExec{},
+	execSearch: searchExec{},
 }
 
 // exec is the executor of a kind.

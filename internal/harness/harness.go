@@ -40,6 +40,7 @@ import (
 	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/websearch"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -56,6 +57,10 @@ type Config struct {
 	// MCP reaches the agents' MCP servers (the MCP proxy, which holds their credentials). Nil: an agent's
 	// mcp_toolset offers no tools, and the session gets an mcp_connection_failed_error saying why.
 	MCP mcp.Client
+	// WebSearch runs the agents' web_search calls (websearch.go): a search provider the operator configured
+	// (corral serve --web-search). Nil: web_search is left out of the model's tools, and a call to it gets an
+	// error result saying why.
+	WebSearch websearch.Searcher
 	// MCPTimeout bounds one MCP tool listing or call (default DefaultMCPTimeout).
 	MCPTimeout time.Duration
 	Logger     *slog.Logger // default: discard

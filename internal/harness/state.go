@@ -199,6 +199,8 @@ func deriveUse(s *state, e apitype.Event) error {
 	switch {
 	case ue.builtin && s.multi && isThreadTool(d.data.Name):
 		u.kind = execAgents
+	case ue.builtin && d.data.Name == toolWebSearch:
+		u.kind = execSearch
 	case ue.builtin:
 		u.kind = s.builtin
 	}

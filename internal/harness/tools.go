@@ -16,6 +16,8 @@ type toolRoute struct {
 	// execMCP: the agent's server and the tool's name there.
 	server  apitype.MCPServer
 	mcpName string
+	// execSearch: the tool's config (domains, user location).
+	web *apitype.ToolConfig
 }
 
 // toolset is an agent's tools as the brain resolved them: what the model is offered, and how each call is routed.
@@ -50,6 +52,7 @@ func (t *thread) resolveTools() *toolset {
 	if t.roster != nil {
 		t.addThreadTools(ts)
 	}
+	t.addWebSearch(ts)
 	return ts
 }
 
