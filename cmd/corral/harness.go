@@ -69,6 +69,14 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
+	eo, err := hf.egress.parse()
+	if err != nil {
+		return err
+	}
+	if brain.WebSearch, err = bf.searcher(eo); err != nil {
+		return err
+	}
+	fmt.Fprintln(io.err, webSearchNote(brain.WebSearch))
 	cfg := corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc, Images: images}
 	if cfg.Fleet, err = flf.config(&hf, p.vault, fsvc); err != nil {
 		return err

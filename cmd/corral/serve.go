@@ -81,7 +81,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	cfg := corral.Config{
 		Store: st, Logger: logger,
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault, Validator: mcpProxy,
-			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, GitRelay: gitRelay},
+			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, GitRelay: gitRelay, WebSearch: bf.webSearchName()},
 	}
 	if cfg.Fleet, err = flf.config(&hf, p.vault, fsvc); err != nil {
 		return err
@@ -105,6 +105,14 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 			return err
 		}
 		cfg.Brain.MCP = mcpProxy
+		eo, err := hf.egress.parse()
+		if err != nil {
+			return err
+		}
+		if cfg.Brain.WebSearch, err = bf.searcher(eo); err != nil {
+			return err
+		}
+		fmt.Fprintln(io.err, webSearchNote(cfg.Brain.WebSearch))
 	}
 	srv, err := corral.New(cfg)
 	if err != nil {
