@@ -80,7 +80,8 @@ func resolveTools(tools []apitype.Tool, hands sandbox.Hands) *toolset {
 // configs (as the API stores them: resolved, with enabled and permission_policy set); the default is enabled
 // with always_allow. The model is offered the hands' own definitions. A tool of the toolset the hands do not
 // serve (web_fetch and web_search, which the hosted service runs on its own side; every tool when there are no
-// hands) is refused, whatever the configuration says.
+// hands) is refused, whatever the configuration says; addWebSearch (websearch.go) then routes web_search to the
+// server's search provider when it has one.
 func (ts *toolset) addToolset(t *apitype.Tool, hands sandbox.Hands) {
 	var builtins []sandbox.Tool
 	if hands != nil {

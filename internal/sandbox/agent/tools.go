@@ -20,8 +20,8 @@ type builtin struct {
 // a model sees the same tools here as with the hosted service; bash's schema also marks command as required.
 // Adding a tool is one entry here.
 //
-// web_fetch and web_search are not implemented: the hosted service runs them on its own side, and Corral has no
-// equivalent yet.
+// web_fetch and web_search are not sandbox tools: the hosted service runs them on its own side, and Corral's brain
+// runs web_search itself through the server's search provider (internal/harness/websearch.go).
 var builtins = []builtin{
 	{
 		Tool: Tool{
