@@ -147,3 +147,24 @@ func TestSearXNGErrors(t *testing.T) {
 		t.Fatal("unknown provider accepted")
 	}
 }
+
+func TestKeepPaths(t *testing.T) {
+	t.Parallel()
+	q := websearch.Query{AllowedDomains: []string{"example.com/blog"}}
+	for u, want := range map[string]bool{
+		"https://example.com/blog":         true,
+		"https://www.example.com/blog/a":   true,
+		"https://example.com/blogger":      false,
+		"https://example.com/docs":         false,
+		"ftp://example.com/blog":           false,
+		"https://other.test/example.com/x": false,
+	} {
+		if got := q.Keep(u); got != want {
+			t.Errorf("allowed example.com/blog: Keep(%q) = %v", u, got)
+		}
+	}
+	q = websearch.Query{BlockedDomains: []string{"example.com/private"}}
+	if q.Keep("https://example.com/private/x") || !q.Keep("https://example.com/public") {
+		t.Error("blocked example.com/private")
+	}
+}

@@ -67,41 +67,68 @@ func (q Query) Check() error {
 }
 
 // MatchDomain reports whether host is domain or one of its subdomains ("docs.example.com" matches
-// "example.com"; "badexample.com" does not). A domain written with a scheme, a path or a leading "*." or "."
-// is read as its host.
+// "example.com"; "badexample.com" does not). A domain written with a scheme or a leading "*." or "." is read as
+// its host; a path after it is ignored here (MatchURL applies it).
 func MatchDomain(host, domain string) bool {
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	d := normDomain(domain)
+	d, _ := splitDomain(domain)
 	if d == "" || host == "" {
 		return false
 	}
 	return host == d || strings.HasSuffix(host, "."+d)
 }
 
+// MatchURL reports whether u is under domain: its host matches (MatchDomain) and, when the domain has a path
+// ("example.com/blog"), its path is that path or below it.
+func MatchURL(u *url.URL, domain string) bool {
+	if !MatchDomain(u.Hostname(), domain) {
+		return false
+	}
+	_, prefix := splitDomain(domain)
+	if prefix == "" {
+		return true
+	}
+	p := u.EscapedPath()
+	return p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/")
+}
+
 // normDomain reduces a configured domain to a lower-case host name.
 func normDomain(d string) string {
-	d = strings.ToLower(strings.TrimSpace(d))
+	h, _ := splitDomain(d)
+	return h
+}
+
+// splitDomain splits a configured domain into its lower-case host and its path ("" or starting with "/").
+func splitDomain(d string) (host, path string) {
+	d = strings.TrimSpace(d)
 	if i := strings.Index(d, "://"); i >= 0 {
 		d = d[i+3:]
 	}
-	if i := strings.IndexAny(d, "/?#"); i >= 0 {
+	if i := strings.IndexAny(d, "?#"); i >= 0 {
 		d = d[:i]
 	}
-	d = strings.TrimPrefix(d, "*.")
-	d = strings.TrimPrefix(d, ".")
-	return strings.TrimSuffix(d, ".")
+	host, path = d, ""
+	if i := strings.Index(d, "/"); i >= 0 {
+		host, path = d[:i], d[i:]
+	}
+	if path == "/" {
+		path = ""
+	}
+	host = strings.ToLower(host)
+	host = strings.TrimPrefix(host, "*.")
+	host = strings.TrimPrefix(host, ".")
+	return strings.TrimSuffix(host, "."), path
 }
 
-// Keep reports whether a result's URL passes q's domain rules: an http(s) URL whose host is under an allowed
-// domain (when there are any) and under no blocked one.
+// Keep reports whether a result's URL passes q's domain rules: an http(s) URL under an allowed domain (when there
+// are any) and under no blocked one.
 func (q Query) Keep(rawURL string) bool {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return false
 	}
-	host := u.Hostname()
 	for _, d := range q.BlockedDomains {
-		if MatchDomain(host, d) {
+		if MatchURL(u, d) {
 			return false
 		}
 	}
@@ -109,7 +136,7 @@ func (q Query) Keep(rawURL string) bool {
 		return true
 	}
 	for _, d := range q.AllowedDomains {
-		if MatchDomain(host, d) {
+		if MatchURL(u, d) {
 			return true
 		}
 	}
