@@ -53,7 +53,7 @@ func (f *brainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxRetries, "model-retries", defaultModelRetries, "retries of a failed model call before the session idles with retries_exhausted")
 	fs.StringVar(&f.pricesFile, "prices", envOr("CORRAL_PRICES", ""), "JSON `file` of list prices for models the built-in table (Anthropic's Claude models) does not name, or to replace its rates: {\"models\": {\"<model id>\": {\"input\": \"2.50\", \"output\": \"10\", \"cache_read\": \"1.25\"}}} in US dollars per million tokens; a budgeted session needs a priced model (env CORRAL_PRICES)")
 	fs.StringVar(&f.graderModel, "grader-model", envOr("CORRAL_GRADER_MODEL", ""), "the `model` that grades outcomes (user.define_outcome) in a context window of its own, routed like an agent's model (\"openai/<model>\" included); empty: each session's agent model (env CORRAL_GRADER_MODEL)")
-	fs.StringVar(&f.webSearch, "web-search", envOr("CORRAL_WEB_SEARCH", ""), "the search provider that runs the agents' web_search tool, in the brain's process under the egress rules (--egress-allow-internal for one on an internal address): \"searxng=https://host\" (a SearXNG instance with json in search.formats); empty: web_search is left out of the model's tools (env CORRAL_WEB_SEARCH)")
+	fs.StringVar(&f.webSearch, "web-search", envOr("CORRAL_WEB_SEARCH", ""), "how the agents' web_search tool runs: \"searxng=https://host\" (a SearXNG instance with json in search.formats), searched from the brain's process under the egress rules (--egress-allow-internal for one on an internal address), for every model; or \"anthropic\": Anthropic's own server tool, for Claude models on the Anthropic API only (always_allow policies only); empty: web_search is left out of the model's tools (env CORRAL_WEB_SEARCH)")
 	fs.BoolVar(&f.eagerHands, "eager-hands", false, "advanced, for comparison only (corral bench): provision each session's sandbox before its first model call, as a coupled design does")
 }
 
@@ -116,7 +116,7 @@ func (f *brainFlags) brainConfig() (*harness.Config, error) {
 
 // searcher is the --web-search provider, its connections under the egress flags eo (nil without the flag).
 func (f *brainFlags) searcher(eo *egressOptions) (websearch.Searcher, error) {
-	if f.webSearch == "" {
+	if f.webSearch == "" || f.webSearch == webSearchAnthropic {
 		return nil, nil
 	}
 	s, err := websearch.New(f.webSearch, eo.AllowInternal, eo.RootCAs)
@@ -133,8 +133,26 @@ func (f *brainFlags) webSearchName() string {
 	return strings.TrimSpace(kind)
 }
 
+// webSearchAnthropic is the --web-search value that passes web_search to Claude models as Anthropic's own
+// server tool.
+const webSearchAnthropic = "anthropic"
+
+// setWebSearch sets the brain's web search from the flag: a provider, or Anthropic's server tool.
+func (f *brainFlags) setWebSearch(cfg *harness.Config, eo *egressOptions) error {
+	s, err := f.searcher(eo)
+	if err != nil {
+		return err
+	}
+	cfg.WebSearch, cfg.WebSearchServer = s, f.webSearch == webSearchAnthropic
+	return nil
+}
+
 // webSearchNote is what serve and harness print about web_search at start.
-func webSearchNote(s websearch.Searcher) string {
+func webSearchNote(cfg *harness.Config) string {
+	s := cfg.WebSearch
+	if cfg.WebSearchServer {
+		return "corral: web_search is Anthropic's server tool for Claude models (--web-search anthropic); other models are not offered it"
+	}
 	if s == nil {
 		return "corral: no search provider (--web-search): the agents' web_search tool is left out of the model's tools"
 	}

@@ -73,10 +73,10 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	if brain.WebSearch, err = bf.searcher(eo); err != nil {
+	if err := bf.setWebSearch(brain, eo); err != nil {
 		return err
 	}
-	fmt.Fprintln(io.err, webSearchNote(brain.WebSearch))
+	fmt.Fprintln(io.err, webSearchNote(brain))
 	cfg := corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc, Images: images}
 	if cfg.Fleet, err = flf.config(&hf, p.vault, fsvc); err != nil {
 		return err

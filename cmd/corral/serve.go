@@ -109,10 +109,10 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 		if err != nil {
 			return err
 		}
-		if cfg.Brain.WebSearch, err = bf.searcher(eo); err != nil {
+		if err := bf.setWebSearch(cfg.Brain, eo); err != nil {
 			return err
 		}
-		fmt.Fprintln(io.err, webSearchNote(cfg.Brain.WebSearch))
+		fmt.Fprintln(io.err, webSearchNote(cfg.Brain))
 	}
 	srv, err := corral.New(cfg)
 	if err != nil {

@@ -61,6 +61,11 @@ type Config struct {
 	// (corral serve --web-search). Nil: web_search is left out of the model's tools, and a call to it gets an
 	// error result saying why.
 	WebSearch websearch.Searcher
+	// WebSearchServer, with WebSearch nil, offers web_search to the models of the default route (Anthropic's:
+	// ids without a "<prefix>/") as Anthropic's own server tool, web_search_20250305 (corral serve --web-search
+	// anthropic): the provider searches, and its server_tool_use and web_search_tool_result blocks are logged
+	// and replayed.
+	WebSearchServer bool
 	// MCPTimeout bounds one MCP tool listing or call (default DefaultMCPTimeout).
 	MCPTimeout time.Duration
 	Logger     *slog.Logger // default: discard

@@ -89,6 +89,7 @@ func (t *thread) appendResponse(a *answer) error {
 		}
 	}
 	calls := 0
+	srv := serverCalls{}
 	for i, b := range resp.Content {
 		switch b.Type {
 		case model.BlockText:
@@ -105,6 +106,9 @@ func (t *thread) appendResponse(a *answer) error {
 		case model.BlockRedactedThinking:
 			flushText()
 			evs = append(evs, mustEvent(apitype.EventAgentThinking, apitype.AgentThinking{Redacted: b.Data}))
+		case model.BlockServerToolUse, model.BlockWebSearchToolResult:
+			flushText()
+			evs = append(evs, srv.event(b)...)
 		case model.BlockToolUse:
 			flushText()
 			calls++

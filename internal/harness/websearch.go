@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,18 @@ const msgNoSearch = "the tool web_search is not available on this server: its op
 func (t *thread) addWebSearch(ts *toolset) {
 	tc, pol, on := webSearchConfig(t.agent.Tools)
 	if !on {
+		return
+	}
+	if t.b.cfg.WebSearch == nil && t.b.cfg.WebSearchServer && !strings.Contains(t.agent.Model.ID, "/") {
+		// Anthropic's server tool: the model calls it and the provider runs it; a call to it as a client tool
+		// (which the model is not offered) is refused.
+		if pol != apitype.PolicyAlwaysAllow {
+			ts.refuse(toolWebSearch, "the tool web_search is not available: its permission policy asks for confirmation, "+
+				"which Anthropic's server-side web search (this server's --web-search anthropic) cannot wait for")
+			return
+		}
+		ts.specs = append(ts.specs, model.ToolSpec{Name: toolWebSearch, Server: serverWebSearch(tc)})
+		ts.refuse(toolWebSearch, "web_search runs on the model provider's side")
 		return
 	}
 	if t.b.cfg.WebSearch == nil {
@@ -99,6 +112,12 @@ func (searchExec) run(t *thread, u *toolUse) (bool, error) { return true, t.webS
 // on.
 func (t *thread) webSearch(u *toolUse) error {
 	delete(t.fresh, u.ev.ID)
+	if len(u.data.ServerBlock) > 0 {
+		// A search the provider ran but left without its result (an answer cut at pause_turn): closed, and
+		// left out of the conversation (transcript).
+		_, err := t.append("", nil, toolResult(u.ev.ID, true, "The model provider did not finish this web search."))
+		return err
+	}
 	rt := t.tools.route(u.data.Name)
 	if t.b.cfg.WebSearch == nil || rt.by != execSearch {
 		_, err := t.append("", nil, failedResult(u.ev.ID, source(apitype.ComponentBrain, "", apitype.ReasonUnavailable), msgNoSearch))
@@ -163,4 +182,95 @@ func searchQuery(text string, tc *apitype.ToolConfig) websearch.Query {
 		}
 	}
 	return q
+}
+
+// webSearchMaxUses bounds the searches Anthropic's server tool makes in one model request.
+const webSearchMaxUses = 10
+
+// serverWebSearch is the definition of Anthropic's web search server tool under the tool's config tc (nil:
+// none): its domains and user location as the agent's config has them (the same shapes).
+func serverWebSearch(tc *apitype.ToolConfig) json.RawMessage {
+	def := map[string]any{"type": "web_search_20250305", "name": toolWebSearch, "max_uses": webSearchMaxUses}
+	if tc != nil {
+		if len(tc.AllowedDomains) > 0 {
+			def["allowed_domains"] = tc.AllowedDomains
+		}
+		if len(tc.BlockedDomains) > 0 {
+			def["blocked_domains"] = tc.BlockedDomains
+		}
+		if len(tc.UserLocation) > 0 {
+			def["user_location"] = tc.UserLocation
+		}
+	}
+	out, _ := json.Marshal(def)
+	return out
+}
+
+// serverCalls turns the server tool blocks of one answer into events: a server_tool_use into an
+// agent.tool_use (allowed: the provider ran it), its web_search_tool_result into the agent.tool_result that
+// closes it, the results listed as text; each keeps its block (ServerBlock) for the next requests.
+type serverCalls map[string]string // the provider's call id -> the agent.tool_use's event id
+
+func (sc serverCalls) event(b model.Block) []apitype.NewEvent {
+	var blk struct {
+		ID        string          `json:"id"`
+		Name      string          `json:"name"`
+		Input     json.RawMessage `json:"input"`
+		ToolUseID string          `json:"tool_use_id"`
+		Content   json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(b.Raw, &blk) != nil {
+		return nil
+	}
+	if b.Type == model.BlockServerToolUse {
+		ev := mustEvent(apitype.EventAgentToolUse, apitype.AgentToolUse{Name: blk.Name, Input: blk.Input, ModelToolUseID: blk.ID,
+			EvaluatedPermission: apitype.PermissionAllow, Evaluation: &apitype.ToolEvaluation{Type: apitype.PolicyAlwaysAllow},
+			ServerBlock: b.Raw})
+		ev.ID = apitype.NewID(apitype.PrefixEvent)
+		sc[blk.ID] = ev.ID
+		return []apitype.NewEvent{ev}
+	}
+	useID, ok := sc[blk.ToolUseID]
+	if !ok {
+		return nil // a result without its call in this answer: nothing to close
+	}
+	text, isErr := serverResultText(blk.Content)
+	return []apitype.NewEvent{mustEvent(apitype.EventAgentToolResult, apitype.AgentToolResult{ToolUseID: useID, IsError: isErr,
+		Content: []apitype.ContentBlock{apitype.TextBlock(text)}, ServerBlock: b.Raw})}
+}
+
+// serverResultText lists a web_search_tool_result's content for clients: its results' titles and URLs, or its
+// error code.
+func serverResultText(content json.RawMessage) (string, bool) {
+	var results []struct {
+		Type  string `json:"type"`
+		URL   string `json:"url"`
+		Title string `json:"title"`
+	}
+	if json.Unmarshal(content, &results) == nil {
+		rs := make([]websearch.Result, 0, len(results))
+		for _, r := range results {
+			if r.Type == "web_search_result" {
+				rs = append(rs, websearch.Result{Title: r.Title, URL: r.URL})
+			}
+		}
+		return websearch.Format("", rs), false
+	}
+	var e struct {
+		ErrorCode string `json:"error_code"`
+	}
+	_ = json.Unmarshal(content, &e)
+	return "The web search failed: " + cmp.Or(e.ErrorCode, "unknown error"), true
+}
+
+// serverResult is the provider's block an agent.tool_result keeps, if any.
+func serverResult(e apitype.Event) json.RawMessage {
+	if e.Type != apitype.EventAgentToolResult {
+		return nil
+	}
+	var r apitype.AgentToolResult
+	if e.DecodeData(&r) != nil {
+		return nil
+	}
+	return r.ServerBlock
 }

@@ -1,6 +1,7 @@
 package harness_test
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/json"
 	"net/http"
@@ -174,5 +175,97 @@ func TestWebSearchNoProvider(t *testing.T) {
 				t.Fatal("the untrusted provider was reached")
 			}
 		})
+	}
+}
+
+// TestWebSearchAnthropicServerTool: with --web-search anthropic and no provider, a Claude model is offered
+// Anthropic's web_search_20250305 server tool under the agent's config; the answer's server_tool_use and
+// web_search_tool_result blocks are logged as an allowed agent.tool_use and its agent.tool_result, sent back
+// unchanged in the next request's history, and usage.server_tool_use counts the search.
+func TestWebSearchAnthropicServerTool(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const (
+		use    = `{"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{"query":"corral agents"}}`
+		result = `{"type":"web_search_tool_result","tool_use_id":"srvtoolu_01","content":[{"type":"web_search_result","url":"https://docs.example.com/corral","title":"Corral docs","encrypted_content":"enc-1","page_age":"2 days"}]}`
+	)
+	f.srv.Script(
+		modeltest.Turn{ServerBlocks: []string{use, result}, Text: "Corral is self-hostable.",
+			Usage: modeltest.Usage{InputTokens: 100, OutputTokens: 20, WebSearchRequests: 1}},
+		modeltest.Turn{Text: "You are welcome."},
+	)
+	cfg := f.config()
+	cfg.WebSearchServer = true
+	f.start(cfg)
+	id := f.session(webSearchTool(apitype.PolicyAlwaysAllow))
+	f.say(id, "What is Corral?")
+	evs := f.waitIdle(id, 1)
+	f.say(id, "Thanks.")
+	evs = f.waitIdle(id, 2)
+
+	reqs := f.srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	var server *modeltest.Tool
+	for i, tl := range reqs[0].Tools {
+		if tl.Name == "web_search" {
+			server = &reqs[0].Tools[i]
+		}
+	}
+	if server == nil || server.Type != "web_search_20250305" || len(server.InputSchema) != 0 {
+		t.Fatalf("tools %+v", reqs[0].Tools)
+	}
+	body := string(reqs[0].Body)
+	for _, want := range []string{`"blocked_domains":["spam.test"]`, `"country":"DE"`, `"max_uses":10`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("server tool lacks %s: %s", want, body)
+		}
+	}
+	// The log: an allowed agent.tool_use closed by its agent.tool_result, no confirmation asked.
+	results := toolResultsOf(t, evs)["web_search"]
+	if len(results) != 1 || results[0].IsError || !strings.Contains(results[0].Content[0].Text, "https://docs.example.com/corral") {
+		t.Fatalf("results %+v", results)
+	}
+	for _, e := range evs {
+		if e.Type == toolUse {
+			if u := decode[apitype.AgentToolUse](t, e); u.Name == "web_search" && u.EvaluatedPermission != apitype.PermissionAllow {
+				t.Fatalf("server call %+v", u)
+			}
+		}
+	}
+	// The next request's history holds the provider's blocks unchanged, in the assistant turn, and no
+	// tool_result for them.
+	var asst *modeltest.Message
+	for i, m := range reqs[1].Messages {
+		if m.Role == "assistant" {
+			asst = &reqs[1].Messages[i]
+		}
+		for _, b := range m.Content {
+			if b.Type == "tool_result" {
+				t.Fatalf("a tool_result for the server call: %+v", m)
+			}
+		}
+	}
+	if asst == nil || len(asst.Content) != 3 || asst.Content[0].Type != "server_tool_use" || asst.Content[1].Type != "web_search_tool_result" ||
+		asst.Content[2].Text != "Corral is self-hostable." {
+		t.Fatalf("assistant turn %+v", asst)
+	}
+	if !strings.Contains(string(asst.Content[1].Raw), `"encrypted_content":"enc-1"`) || !strings.Contains(string(asst.Content[0].Raw), `"query":"corral agents"`) {
+		t.Fatalf("blocks sent back: %s %s", asst.Content[0].Raw, asst.Content[1].Raw)
+	}
+	sess, err := f.store.SessionGet(context.Background(), id)
+	if err != nil || sess.Usage.ServerToolUse.WebSearchRequests != 1 {
+		t.Fatalf("usage %+v, %v", sess.Usage, err)
+	}
+
+	// An always_ask web_search cannot be the server tool: it is not offered.
+	f.srv.Script(modeltest.Turn{Text: "no search"})
+	asked := f.session(webSearchTool(apitype.PolicyAlwaysAsk))
+	f.say(asked, "Search.")
+	f.waitIdle(asked, 1)
+	reqs = f.srv.Requests()
+	if slices.ContainsFunc(reqs[len(reqs)-1].Tools, func(tl modeltest.Tool) bool { return tl.Name == "web_search" }) {
+		t.Fatal("an always_ask web_search was offered as the server tool")
 	}
 }
