@@ -14,6 +14,7 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model/modeltest"
+	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/websearch"
 )
 
@@ -257,6 +258,10 @@ func TestWebSearchAnthropicServerTool(t *testing.T) {
 	sess, err := f.store.SessionGet(context.Background(), id)
 	if err != nil || sess.Usage.ServerToolUse.WebSearchRequests != 1 {
 		t.Fatalf("usage %+v, %v", sess.Usage, err)
+	}
+	// The list cost has the search's cent on top of the tokens' (well under a cent here).
+	if c := price.Pico(sess.Usage.ListCostPicodollars); c <= price.PicoPerCent || c >= 2*price.PicoPerCent {
+		t.Fatalf("list cost %d picodollars, want a cent and the tokens", c)
 	}
 
 	// An always_ask web_search cannot be the server tool: it is not offered.
