@@ -100,3 +100,53 @@ func TestWebSearchThroughSDK(t *testing.T) {
 		t.Fatalf("SearXNG got %v", queries)
 	}
 }
+
+// TestWebSearchAnthropicThroughSDK: `corral serve --web-search anthropic`: the Messages API request carries
+// Anthropic's server tool, the answer's server blocks show as agent.tool_use/agent.tool_result through the SDK,
+// and the session's usage (read through the SDK) counts the search.
+func TestWebSearchAnthropicThroughSDK(t *testing.T) {
+	model := modeltest.NewServer(t)
+	model.Script(modeltest.Turn{
+		ServerBlocks: []string{`{"type":"server_tool_use","id":"srvtoolu_9","name":"web_search","input":{"query":"go docs"}}`,
+			`{"type":"web_search_tool_result","tool_use_id":"srvtoolu_9","content":[{"type":"web_search_result","url":"https://go.dev/doc/","title":"Go documentation","encrypted_content":"e"}]}`},
+		Text: "At go.dev.", Usage: modeltest.Usage{InputTokens: 50, OutputTokens: 5, WebSearchRequests: 1}})
+	s := startServer(t, t.TempDir(), model, "--web-search", "anthropic")
+	c := sdkClient(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	agent, err := c.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
+		Name: "searcher", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
+		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{
+			DefaultConfig: anthropic.BetaManagedAgentsAgentToolsetDefaultConfigParams{Enabled: anthropic.Bool(false)},
+			Configs: []anthropic.BetaManagedAgentsAgentToolConfigParamsUnion{{OfWebSearch: &anthropic.BetaManagedAgentsWebSearchToolConfigParams{
+				Enabled: anthropic.Bool(true), AllowedDomains: []string{"go.dev"}}}},
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := c.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: "searcher"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := c.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)}, EnvironmentID: env.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, raw := sendAndWait(ctx, t, c, sess.ID, "Where are Go's docs?")
+	if body := string(model.Requests()[0].Body); !strings.Contains(body, `"type":"web_search_20250305"`) || !strings.Contains(body, `"allowed_domains":["go.dev"]`) {
+		t.Fatalf("request %s", body)
+	}
+	results := toolResults(events)
+	if len(results) != 1 || results[0].isError || !strings.Contains(results[0].text, "https://go.dev/doc/") {
+		t.Fatalf("tool results %+v; events %s", results, raw)
+	}
+	got, err := c.Beta.Sessions.Get(ctx, sess.ID, anthropic.BetaSessionGetParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := got.Usage.ServerToolUse.WebSearchRequests; n != 1 {
+		t.Fatalf("usage %s", got.Usage.RawJSON())
+	}
+}
