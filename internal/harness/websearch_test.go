@@ -274,3 +274,35 @@ func TestWebSearchAnthropicServerTool(t *testing.T) {
 		t.Fatal("an always_ask web_search was offered as the server tool")
 	}
 }
+
+// TestWebSearchServerPauseTurn: an answer the provider paused (pause_turn) after a server search is sent back as
+// the last, assistant, turn of the next request, and the turn goes on to its end.
+func TestWebSearchServerPauseTurn(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.Script(
+		modeltest.Turn{ServerBlocks: []string{
+			`{"type":"server_tool_use","id":"srvtoolu_p","name":"web_search","input":{"query":"q"}}`,
+			`{"type":"web_search_tool_result","tool_use_id":"srvtoolu_p","content":[]}`,
+		}, StopReason: "pause_turn", Usage: modeltest.Usage{InputTokens: 10, OutputTokens: 2, WebSearchRequests: 1}},
+		modeltest.Turn{Text: "Nothing found."},
+	)
+	cfg := f.config()
+	cfg.WebSearchServer = true
+	f.start(cfg)
+	id := f.session(webSearchTool(apitype.PolicyAlwaysAllow))
+	f.say(id, "Search.")
+	evs := f.waitIdle(id, 1)
+	if r := stopReason(t, evs[len(evs)-1]); r.Type != apitype.StopEndTurn {
+		t.Fatalf("idle %+v", r)
+	}
+	reqs := f.srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests; log %v", len(reqs), types(evs))
+	}
+	msgs := reqs[1].Messages
+	last := msgs[len(msgs)-1]
+	if last.Role != "assistant" || len(last.Content) != 2 || last.Content[0].Type != "server_tool_use" || last.Content[1].Type != "web_search_tool_result" {
+		t.Fatalf("the paused answer was not sent back last: %+v", last)
+	}
+}

@@ -175,14 +175,19 @@ func clip(s string, n int) string {
 	return s + "…"
 }
 
-// Format is the text of a tool result: the query, then each result's title, URL and snippet, numbered.
+// Format is the text of a tool result: the query (if not ""), then each result's title, URL and snippet, numbered.
 func Format(query string, rs []Result) string {
 	var b strings.Builder
-	if len(rs) == 0 {
-		fmt.Fprintf(&b, "No results for %q.", query)
-		return b.String()
+	switch {
+	case len(rs) == 0 && query == "":
+		return "No results."
+	case len(rs) == 0:
+		return fmt.Sprintf("No results for %q.", query)
+	case query == "":
+		b.WriteString("Web search results:\n")
+	default:
+		fmt.Fprintf(&b, "Web search results for %q:\n", query)
 	}
-	fmt.Fprintf(&b, "Web search results for %q:\n", query)
 	for i, r := range rs {
 		fmt.Fprintf(&b, "\n%d. %s\n   URL: %s\n", i+1, r.Title, r.URL)
 		if r.Snippet != "" {
