@@ -2,7 +2,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/corralhq/corral/internal/harness"
@@ -10,6 +12,8 @@ import (
 	"github.com/corralhq/corral/internal/model/anthropic"
 	"github.com/corralhq/corral/internal/model/openai"
 	"github.com/corralhq/corral/internal/price"
+	"github.com/corralhq/corral/internal/webfetch/httpfetch"
+	"github.com/corralhq/corral/internal/websearch"
 )
 
 // Defaults of the brain flags are the harness's own, declared once there: serve and harness show them, and
@@ -36,6 +40,7 @@ type brainFlags struct {
 	eagerHands     bool
 	pricesFile     string
 	graderModel    string
+	webSearch      string
 }
 
 func (f *brainFlags) register(fs *flag.FlagSet) {
@@ -49,6 +54,7 @@ func (f *brainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxRetries, "model-retries", defaultModelRetries, "retries of a failed model call before the session idles with retries_exhausted")
 	fs.StringVar(&f.pricesFile, "prices", envOr("CORRAL_PRICES", ""), "JSON `file` of list prices for models the built-in table (Anthropic's Claude models) does not name, or to replace its rates: {\"models\": {\"<model id>\": {\"input\": \"2.50\", \"output\": \"10\", \"cache_read\": \"1.25\"}}} in US dollars per million tokens; a budgeted session needs a priced model (env CORRAL_PRICES)")
 	fs.StringVar(&f.graderModel, "grader-model", envOr("CORRAL_GRADER_MODEL", ""), "the `model` that grades outcomes (user.define_outcome) in a context window of its own, routed like an agent's model (\"openai/<model>\" included); empty: each session's agent model (env CORRAL_GRADER_MODEL)")
+	fs.StringVar(&f.webSearch, "web-search", envOr("CORRAL_WEB_SEARCH", ""), "how the agents' web_search tool runs: \"searxng=https://host\" (a SearXNG instance with json in search.formats), searched from the brain's process under the egress rules (--egress-allow-internal for one on an internal address), for every model; or \"anthropic\": Anthropic's own server tool, for Claude models on the Anthropic API only (always_allow policies only); empty: web_search is left out of the model's tools (env CORRAL_WEB_SEARCH)")
 	fs.BoolVar(&f.eagerHands, "eager-hands", false, "advanced, for comparison only (corral bench): provision each session's sandbox before its first model call, as a coupled design does")
 }
 
@@ -107,6 +113,60 @@ func (f *brainFlags) brainConfig() (*harness.Config, error) {
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// searcher is the --web-search provider, its connections under the egress flags eo (nil without the flag).
+func (f *brainFlags) searcher(eo *egressOptions) (websearch.Searcher, error) {
+	if f.webSearch == "" || f.webSearch == webSearchAnthropic {
+		return nil, nil
+	}
+	s, err := websearch.New(f.webSearch, eo.AllowInternal, eo.RootCAs)
+	if err != nil {
+		return nil, fmt.Errorf("--web-search: %w", err)
+	}
+	return s, nil
+}
+
+// webSearchName names the --web-search provider for the API ("" none): with --brains 0, serve's API says
+// whether the brains of corral harness search, so both take the same --web-search.
+func (f *brainFlags) webSearchName() string {
+	kind, _, _ := strings.Cut(f.webSearch, "=")
+	return strings.TrimSpace(kind)
+}
+
+// webSearchAnthropic is the --web-search value that passes web_search to Claude models as Anthropic's own
+// server tool.
+const webSearchAnthropic = "anthropic"
+
+// setWebTools gives the brain its web tools, which it runs in its own process under the environments'
+// networking and the operator's --egress-allow-internal and --egress-ca-file, as the proxies do: web_fetch's
+// fetcher, and web_search's provider or Anthropic's server tool (--web-search); it says at start what
+// web_search is.
+func (f *brainFlags) setWebTools(io *stdio, cfg *harness.Config, hf *handsFlags) error {
+	eo, err := hf.egress.parse()
+	if err != nil {
+		return err
+	}
+	cfg.WebFetch = httpfetch.New(httpfetch.Config{AllowInternal: eo.AllowInternal, RootCAs: eo.RootCAs})
+	s, err := f.searcher(eo)
+	if err != nil {
+		return err
+	}
+	cfg.WebSearch, cfg.WebSearchServer = s, f.webSearch == webSearchAnthropic
+	fmt.Fprintln(io.err, webSearchNote(cfg))
+	return nil
+}
+
+// webSearchNote is what serve and harness print about web_search at start.
+func webSearchNote(cfg *harness.Config) string {
+	s := cfg.WebSearch
+	if cfg.WebSearchServer {
+		return "corral: web_search is Anthropic's server tool for Claude models (--web-search anthropic); other models are not offered it"
+	}
+	if s == nil {
+		return "corral: no search provider (--web-search): the agents' web_search tool is left out of the model's tools"
+	}
+	return "corral: web_search runs through " + s.Name()
 }
 
 // prices is the built-in price table with the --prices file's entries.

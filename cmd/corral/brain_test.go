@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/corralhq/corral/internal/harness"
 	"github.com/corralhq/corral/internal/model"
 	"github.com/corralhq/corral/internal/model/modeltest"
 )
@@ -51,5 +53,39 @@ func TestNewModelReadsEnvironment(t *testing.T) {
 	}
 	if got := anth.Requests(); len(got) != 2 || got[1].Header.Get("authorization") != "Bearer tok-env" {
 		t.Fatalf("anthropic requests with ANTHROPIC_AUTH_TOKEN %+v", got)
+	}
+}
+
+// TestWebSearchFlag: --web-search picks a SearXNG provider, Anthropic's server tool or nothing, and refuses
+// anything else.
+func TestWebSearchFlag(t *testing.T) {
+	hf := &handsFlags{egress: egressFlags{allowInternal: "127.0.0.1:8888"}}
+	for _, c := range []struct {
+		flag          string
+		provider, srv bool
+		wantErr       bool
+		name, noteHas string
+	}{
+		{"", false, false, false, "", "no search provider"},
+		{"searxng=http://127.0.0.1:8888", true, false, false, "searxng", "through searxng"},
+		{"anthropic", false, true, false, "anthropic", "server tool"},
+		{"searxng=ftp://x", false, false, true, "", ""},
+		{"bing=https://x", false, false, true, "", ""},
+	} {
+		f := brainFlags{webSearch: c.flag}
+		var cfg harness.Config
+		var stderr strings.Builder
+		err := f.setWebTools(&stdio{err: &stderr}, &cfg, hf)
+		if (err != nil) != c.wantErr {
+			t.Errorf("%q: err %v", c.flag, err)
+			continue
+		}
+		if c.wantErr {
+			continue
+		}
+		if (cfg.WebSearch != nil) != c.provider || cfg.WebSearchServer != c.srv || f.webSearchName() != c.name ||
+			!strings.Contains(stderr.String(), c.noteHas) || cfg.WebFetch == nil {
+			t.Errorf("%q: provider %v server %v name %q note %q fetcher %v", c.flag, cfg.WebSearch, cfg.WebSearchServer, f.webSearchName(), stderr.String(), cfg.WebFetch)
+		}
 	}
 }

@@ -32,7 +32,7 @@ type egressOptions struct {
 // register adds the flags to fs.
 func (f *egressFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.allowInternal, "egress-allow-internal", "", "comma-separated internal `host:port` pairs that clones, "+
-		"the git endpoint (and the workers' git relay), the MCP proxy, the web_fetch tool and the sandboxes' egress proxies may reach (a private git server, MCP server or API)")
+		"the git endpoint (and the workers' git relay), the MCP proxy, webhooks, the web_fetch tool, the web search provider and the sandboxes' egress proxies may reach (a private git server, MCP server, search engine or API)")
 	fs.StringVar(&f.caFile, "egress-ca-file", "", "PEM `file` of CA certificates trusted for upstream TLS besides the system roots")
 }
 

@@ -65,11 +65,11 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 	} else if brain.MCP, err = p.mcpProxy(&hf); err != nil {
 		return err
 	}
-	if brain.WebFetch, err = hf.webFetcher(); err != nil {
-		return err
-	}
 	images, err := p.images(&imf, &hf)
 	if err != nil {
+		return err
+	}
+	if err := bf.setWebTools(io, brain, &hf); err != nil {
 		return err
 	}
 	cfg := corral.Config{Store: st, Logger: logger, Brain: brain, Sandbox: sc, Images: images}

@@ -6,7 +6,6 @@ import (
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/vault"
-	"github.com/corralhq/corral/internal/webfetch/httpfetch"
 )
 
 // mcpProxy is the in-process MCP proxy the brains call MCP servers through (harness.Config.MCP): it holds the
@@ -18,14 +17,4 @@ func (f *handsFlags) mcpProxy(st store.Store, vlt *vault.Vault, logger *slog.Log
 		return nil, err
 	}
 	return proxy.NewMCP(proxy.MCPConfig{Store: st, Vault: vlt, AllowInternal: eo.AllowInternal, RootCAs: eo.RootCAs, Logger: logger})
-}
-
-// webFetcher fetches the web_fetch tool's pages in the brains' process (harness.Config.WebFetch), under the
-// environments' networking and the operator's --egress-allow-internal and --egress-ca-file, as the proxies do.
-func (f *handsFlags) webFetcher() (*httpfetch.Fetcher, error) {
-	eo, err := f.egress.parse()
-	if err != nil {
-		return nil, err
-	}
-	return httpfetch.New(httpfetch.Config{AllowInternal: eo.AllowInternal, RootCAs: eo.RootCAs}), nil
 }

@@ -81,7 +81,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	cfg := corral.Config{
 		Store: st, Logger: logger,
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault, Validator: mcpProxy,
-			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, GitRelay: gitRelay},
+			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, GitRelay: gitRelay, WebSearch: bf.webSearchName()},
 	}
 	if cfg.Fleet, err = flf.config(&hf, p.vault, fsvc); err != nil {
 		return err
@@ -105,7 +105,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 			return err
 		}
 		cfg.Brain.MCP = mcpProxy
-		if cfg.Brain.WebFetch, err = hf.webFetcher(); err != nil {
+		if err := bf.setWebTools(io, cfg.Brain, &hf); err != nil {
 			return err
 		}
 	}

@@ -251,6 +251,7 @@ func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.emitWebhook(r.Context(), "agent.created", a.ID)
+	s.warnWebSearch(w, a.Tools)
 	return writeJSON(w, http.StatusOK, a)
 }
 
@@ -322,6 +323,7 @@ func (s *Server) agentUpdate(w http.ResponseWriter, r *http.Request) error {
 		return lookup(err, "agent", id)
 	}
 	s.emitWebhook(r.Context(), "agent.updated", id)
+	s.warnWebSearch(w, next.Tools)
 	return writeJSON(w, http.StatusOK, next)
 }
 

@@ -107,6 +107,9 @@ type Config struct {
 	// sandboxes fetch and push with the work item's sessions token. Nil: the relay answers that this server
 	// has none.
 	GitRelay GitRelay
+	// WebSearch names the search provider the brains run web_search with ("" none: an agent create or update
+	// enabling web_search is answered with a Warning header saying it is left out of the model's tools).
+	WebSearch string
 }
 
 // GitRelay is what the API's git relay asks of the git endpoint (*proxy.Git).
@@ -159,6 +162,7 @@ type Server struct {
 	sealer       Sealer
 	validator    CredentialValidator
 	gitRelay     GitRelay
+	webSearch    string
 	files        *files.Service
 	images       Images
 	metrics      Metrics
@@ -208,6 +212,7 @@ func New(cfg Config) (*Server, error) {
 		sealer:       cfg.Sealer,
 		validator:    cfg.Validator,
 		gitRelay:     cfg.GitRelay,
+		webSearch:    cfg.WebSearch,
 		files:        cfg.Files,
 		dreamTimeout: cmp.Or(cfg.DreamTimeout, DefaultDreamTimeout),
 		catchUp:      cmp.Or(cfg.DeploymentCatchUp, DefaultCatchUp),

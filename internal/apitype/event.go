@@ -229,6 +229,9 @@ type AgentToolUse struct {
 	Evaluation          *ToolEvaluation `json:"evaluation,omitempty"`
 	// ModelToolUseID is the id the model gave the call; kept so history replays exactly.
 	ModelToolUseID string `json:"model_tool_use_id,omitempty"`
+	// ServerBlock is a call the model provider ran itself (Anthropic's web search server tool): its
+	// server_tool_use block as the provider sent it, replayed as is (Corral's field).
+	ServerBlock json.RawMessage `json:"server_block,omitempty"`
 }
 
 // AgentMCPToolUse is the payload of agent.mcp_tool_use: a call to a tool of an agent's MCP server.
@@ -265,6 +268,9 @@ type AgentToolResult struct {
 	IsError   bool           `json:"is_error"`
 	// Source, on an error result, says which part of Corral failed (not set when the tool reported the error).
 	Source *FailureSource `json:"source,omitempty"`
+	// ServerBlock is the result of a call the model provider ran itself: its web_search_tool_result block as
+	// the provider sent it, replayed as is (Corral's field); Content then lists the results as text.
+	ServerBlock json.RawMessage `json:"server_block,omitempty"`
 }
 
 // StopReason says why a session went idle.

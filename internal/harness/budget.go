@@ -107,6 +107,7 @@ func (t *thread) addTo(u *apitype.SessionUsage, resp *model.Response, modelID st
 	if r, ok := t.b.cfg.Prices.Rates(modelID); ok && !u.Unpriced {
 		cost := r.Cost(price.Tokens{Input: ru.InputTokens, Output: ru.OutputTokens, CacheWrite5m: ru.CacheCreationInputTokens - w1h,
 			CacheWrite1h: w1h, CacheRead: ru.CacheReadInputTokens})
+		cost = price.Add(cost, price.WebSearchCost(resp.ServerToolUse.WebSearchRequests))
 		total := price.Add(price.Pico(u.ListCostPicodollars), cost)
 		u.ListCostPicodollars = int64(total)
 		u.ListCost = &apitype.Money{Amount: strconv.FormatInt(total.Cents(), 10), Currency: "USD"}

@@ -35,18 +35,23 @@ func TestBudgetCheck(t *testing.T) {
 	}
 	// Cache writes by lifetime and reads: 100 5m ($3.75/M), 200 1h ($6/M), 1000 reads ($0.30/M) = 0.0975 cents.
 	total, _ = th.addUsage(&model.Response{Usage: apitype.SpanUsage{CacheCreationInputTokens: 300, CacheReadInputTokens: 1000},
-		CacheCreation1h: 200, ServerToolUse: apitype.ServerToolUse{WebSearchRequests: 2}})
+		CacheCreation1h: 200})
 	if total.ListCostPicodollars != 900_000_000+375_000_000+1_200_000_000+300_000_000 || total.CacheCreation.Ephemeral5mInputTokens != 100 ||
-		total.CacheCreation.Ephemeral1hInputTokens != 200 || total.ServerToolUse.WebSearchRequests != 2 || th.overBudget(th.budget) {
+		total.CacheCreation.Ephemeral1hInputTokens != 200 || th.overBudget(th.budget) {
 		t.Fatalf("after cache tokens: %+v %+v", total, total.CacheCreation)
 	}
-	// 2000 output tokens at $15/M: 3 cents more, over the 1-cent cap.
+	// 2 server-side web searches at $10 per 1,000: 2 cents more, over the 1-cent cap.
+	total, _ = th.addUsage(&model.Response{ServerToolUse: apitype.ServerToolUse{WebSearchRequests: 2}})
+	if total.ListCostPicodollars != 2_775_000_000+2*10_000_000_000 || total.ServerToolUse.WebSearchRequests != 2 || !th.overBudget(th.budget) {
+		t.Fatalf("after 2 searches: %+v", total)
+	}
+	// 2000 output tokens at $15/M: 3 cents more, still over.
 	th.addUsage(&model.Response{Usage: apitype.SpanUsage{OutputTokens: 2000}})
 	if !th.overBudget(th.budget) {
-		t.Fatal("not over budget at 3.3 cents of 1")
+		t.Fatal("not over budget at 5.3 cents of 1")
 	}
 	// Raised above the cost: under again; removed: no cap.
-	if th.overBudget(json.RawMessage(`{"type":"limit","max_list_cost":{"amount":"4","currency":"USD"}}`)) || th.overBudget(json.RawMessage("null")) {
+	if th.overBudget(json.RawMessage(`{"type":"limit","max_list_cost":{"amount":"6","currency":"USD"}}`)) || th.overBudget(json.RawMessage("null")) {
 		t.Fatal("a raised or removed budget still stops")
 	}
 	// Reached exactly: stopped (the cap is reached at the cap).

@@ -51,6 +51,7 @@ const (
 	execWork                   // a self_hosted environment's built-in tool, on a worker via the work queue
 	execAgents                 // a multi-agent session's thread tools, run by the brain itself (coordinate.go)
 	execWeb                    // web_fetch, run by the brain itself outside every sandbox (webfetch.go)
+	execSearch                 // web_search, run by the brain through the server's search provider (websearch.go)
 )
 
 // executors is the one table of executors, by kind.
@@ -62,6 +63,7 @@ var executors = map[execKind]executor{
 	execWork:   workExec{},
 	execAgents: agentsExec{},
 	execWeb:    webExec{},
+	execSearch: searchExec{},
 }
 
 // exec is the executor of a kind.

@@ -41,6 +41,7 @@ import (
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/webfetch"
+	"github.com/corralhq/corral/internal/websearch"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -60,6 +61,15 @@ type Config struct {
 	// MCP reaches the agents' MCP servers (the MCP proxy, which holds their credentials). Nil: an agent's
 	// mcp_toolset offers no tools, and the session gets an mcp_connection_failed_error saying why.
 	MCP mcp.Client
+	// WebSearch runs the agents' web_search calls (websearch.go): a search provider the operator configured
+	// (corral serve --web-search). Nil: web_search is left out of the model's tools, and a call to it gets an
+	// error result saying why.
+	WebSearch websearch.Searcher
+	// WebSearchServer, with WebSearch nil, offers web_search to the models of the default route (Anthropic's:
+	// ids without a "<prefix>/") as Anthropic's own server tool, web_search_20250305 (corral serve --web-search
+	// anthropic): the provider searches, and its server_tool_use and web_search_tool_result blocks are logged
+	// and replayed.
+	WebSearchServer bool
 	// MCPTimeout bounds one MCP tool listing or call (default DefaultMCPTimeout).
 	MCPTimeout time.Duration
 	Logger     *slog.Logger // default: discard

@@ -201,6 +201,8 @@ func deriveUse(s *state, e apitype.Event) error {
 		u.kind = execAgents
 	case ue.builtin && d.data.Name == toolWebFetch:
 		u.kind = execWeb
+	case ue.builtin && d.data.Name == toolWebSearch:
+		u.kind = execSearch
 	case ue.builtin:
 		u.kind = s.builtin
 	}

@@ -16,6 +16,8 @@ type toolRoute struct {
 	// execMCP: the agent's server and the tool's name there.
 	server  apitype.MCPServer
 	mcpName string
+	// execSearch: the tool's config (domains, user location).
+	web *apitype.ToolConfig
 }
 
 // toolset is an agent's tools as the brain resolved them: what the model is offered, and how each call is routed.
@@ -51,6 +53,7 @@ func (t *thread) resolveTools() *toolset {
 	if t.roster != nil {
 		t.addThreadTools(ts)
 	}
+	t.addWebSearch(ts)
 	return ts
 }
 
@@ -79,7 +82,8 @@ func resolveTools(tools []apitype.Tool, hands sandbox.Hands) *toolset {
 // with always_allow. The model is offered the hands' own definitions. A tool of the toolset the hands do not
 // serve (web_fetch and web_search, which the hosted service runs on its own side; every tool when there are no
 // hands) is refused, whatever the configuration says; the brain's own web_fetch replaces that refusal when it
-// has a fetcher (addWebFetch, webfetch.go).
+// has a fetcher (addWebFetch, webfetch.go), and addWebSearch (websearch.go) routes web_search to the server's
+// search provider when it has one.
 func (ts *toolset) addToolset(t *apitype.Tool, hands sandbox.Hands) {
 	var builtins []sandbox.Tool
 	if hands != nil {

@@ -29,7 +29,7 @@ func transcript(t *tail) ([]transcriptTurn, error) {
 	// it: the model learns that its answer was cut short, and the user's next message does not merge with the
 	// interrupted one.
 	c := &transcriber{
-		useIDs: map[string]string{}, answers: map[string]bool{},
+		useIDs: map[string]string{}, answers: map[string]bool{}, serverUses: map[string]bool{},
 		turnRunning: t.priorStatus == apitype.EventSessionStatusRunning || t.priorStatus == apitype.EventSessionStatusRescheduled,
 	}
 	if t.summary != "" {
@@ -62,6 +62,8 @@ type transcriber struct {
 	pending []apitype.Event   // processed client messages waiting for the model request that picked them up
 	useIDs  map[string]string // tool use event id -> the id the model knows the call by
 	answers map[string]bool   // tool use event ids whose result is in
+	// serverUses are the tool use event ids of calls the model provider ran (server tools).
+	serverUses map[string]bool
 	// turnRunning: a turn is in progress; interrupted: the user interrupted it.
 	turnRunning, interrupted bool
 }
@@ -208,6 +210,11 @@ func (c *transcriber) use(e apitype.Event) error {
 	}
 	id := cmp.Or(u.data.ModelToolUseID, e.ID)
 	c.useIDs[e.ID] = id
+	if len(u.data.ServerBlock) > 0 {
+		c.serverUses[e.ID] = true
+		c.add("assistant", e.Seq, model.Block{Type: model.BlockServerToolUse, Raw: u.data.ServerBlock})
+		return nil
+	}
 	input := u.data.Input
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage("{}")
@@ -227,6 +234,14 @@ func (c *transcriber) result(e apitype.Event) error {
 		return nil // a result for a call the transcript does not hold, or a second one: the model must not see it
 	}
 	c.answers[r.useID] = true
+	if c.serverUses[r.useID] {
+		// A server call's result is the provider's block, in the assistant's turn; any other (a call the
+		// provider left unfinished, closed by the brain) has no place in the conversation.
+		if raw := serverResult(e); len(raw) > 0 {
+			c.add("assistant", e.Seq, model.Block{Type: model.BlockWebSearchToolResult, Raw: raw})
+		}
+		return nil
+	}
 	c.add("user", e.Seq, model.Block{Type: model.BlockToolResult, ToolUseID: id, IsError: r.isErr, Content: resultBlocks(r.content)})
 	return nil
 }

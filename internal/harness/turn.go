@@ -89,6 +89,7 @@ func (t *thread) appendResponse(a *answer) error {
 		}
 	}
 	calls := 0
+	srv := serverCalls{}
 	for i, b := range resp.Content {
 		switch b.Type {
 		case model.BlockText:
@@ -105,6 +106,9 @@ func (t *thread) appendResponse(a *answer) error {
 		case model.BlockRedactedThinking:
 			flushText()
 			evs = append(evs, mustEvent(apitype.EventAgentThinking, apitype.AgentThinking{Redacted: b.Data}))
+		case model.BlockServerToolUse, model.BlockWebSearchToolResult:
+			flushText()
+			evs = append(evs, srv.event(b)...)
 		case model.BlockToolUse:
 			flushText()
 			calls++
@@ -116,10 +120,14 @@ func (t *thread) appendResponse(a *answer) error {
 	total, usage := t.addUsage(resp)
 	evs = append(append(evs, spanEnd(startID, false, resp.Usage)), usage...)
 	p := &store.EventAppendParams{Usage: total}
-	if o := t.outcome; calls == 0 && o != nil && o.evaluating == nil && resp.StopReason != "refusal" {
+	// pause_turn: the provider paused a long turn of server tool calls (its web search); the next request sends
+	// the answer back as the last, assistant, turn for the model to go on (modelStep: the server call's result
+	// is the conversation's last content).
+	paused := resp.StopReason == "pause_turn"
+	if o := t.outcome; calls == 0 && !paused && o != nil && o.evaluating == nil && resp.StopReason != "refusal" {
 		// The agent's turn is over: its outcome is evaluated before the session idles (outcome.go).
 		evs = append(evs, o.evaluationStart())
-	} else if calls == 0 {
+	} else if calls == 0 && !paused {
 		reason := apitype.StopEndTurn
 		if resp.StopReason == "refusal" {
 			reason = apitype.StopRefusal

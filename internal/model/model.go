@@ -67,6 +67,10 @@ const (
 	BlockRedactedThinking = "redacted_thinking"
 	BlockToolUse          = "tool_use"
 	BlockToolResult       = "tool_result"
+	// A server tool's call and result, which the provider ran itself (Anthropic's web search): kept as the
+	// provider sent them (Raw) and sent back as is in the assistant turn.
+	BlockServerToolUse       = "server_tool_use"
+	BlockWebSearchToolResult = "web_search_tool_result"
 )
 
 // Block is one content block of a message.
@@ -91,6 +95,8 @@ type Block struct {
 	ToolUseID string  // tool_result
 	IsError   bool    // tool_result
 	Content   []Block // tool_result: text, image and document blocks
+
+	Raw json.RawMessage // server_tool_use, web_search_tool_result: the block as the provider sent it
 }
 
 // ToolSpec describes a tool the model may call.
@@ -98,6 +104,10 @@ type ToolSpec struct {
 	Name        string
 	Description string
 	InputSchema json.RawMessage
+	// Server, when set, is the definition of a tool the provider runs itself (Anthropic's
+	// {"type":"web_search_20250305","name":"web_search",...}), sent as is; Description and InputSchema are unused.
+	// An adapter whose provider has no server tools leaves it out.
+	Server json.RawMessage
 }
 
 // Response is a complete model answer.

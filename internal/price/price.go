@@ -55,6 +55,13 @@ func (r Rates) Cost(t Tokens) Pico {
 	return sum
 }
 
+// WebSearchRequest is the list price of one search of Anthropic's web search server tool ($10 per 1,000), which
+// the Messages API reports in usage.server_tool_use.web_search_requests, whatever the model.
+const WebSearchRequest Pico = PicoPerCent
+
+// WebSearchCost is what n server-side web searches cost (zero for n <= 0).
+func WebSearchCost(n int64) Pico { return mul(n, WebSearchRequest) }
+
 // mul is n*rate, saturating; zero for a negative operand.
 func mul(n int64, rate Pico) Pico {
 	if n <= 0 || rate <= 0 {

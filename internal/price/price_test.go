@@ -189,3 +189,9 @@ func TestModels(t *testing.T) {
 		t.Errorf("Model(gpt-4o) = %+v", m)
 	}
 }
+
+func TestWebSearchCost(t *testing.T) {
+	if WebSearchCost(1000) != 10*PicoPerDollar || WebSearchCost(0) != 0 || WebSearchCost(-3) != 0 {
+		t.Fatalf("1,000 searches cost %d picodollars", WebSearchCost(1000))
+	}
+}

@@ -108,6 +108,8 @@ type APIConfig struct {
 	// GitRelay serves the git relay of the sessions' repositories (api.Config.GitRelay, *proxy.Git); nil: the
 	// relay answers that this server has none.
 	GitRelay api.GitRelay
+	// WebSearch names the brains' search provider (api.Config.WebSearch); "" none.
+	WebSearch string
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
@@ -288,7 +290,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.API != nil {
 		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
 			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
-			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices, GitRelay: cfg.API.GitRelay,
+			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices, GitRelay: cfg.API.GitRelay, WebSearch: cfg.API.WebSearch,
 			DreamTimeout: fleet.DreamTimeout, DeploymentCatchUp: fleet.DeploymentCatchUp})
 		if err != nil {
 			return undo(err)

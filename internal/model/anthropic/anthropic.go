@@ -150,8 +150,11 @@ func response(msg *anthropic.Message) (*model.Response, error) {
 				return nil, &model.Error{Kind: model.ErrServer, Err: fmt.Errorf("anthropic: tool_use %s: invalid input JSON", c.ID)}
 			}
 			resp.Content = append(resp.Content, model.Block{Type: c.Type, ID: c.ID, Name: c.Name, Input: input})
+		case model.BlockServerToolUse, model.BlockWebSearchToolResult:
+			// Kept as sent (with the accumulated input), for the log and the next requests.
+			resp.Content = append(resp.Content, model.Block{Type: c.Type, Raw: json.RawMessage(c.RawJSON())})
 		default:
-			// Server tool blocks and other types Corral does not request are dropped.
+			// Other types Corral does not request are dropped.
 		}
 	}
 	return resp, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
@@ -35,7 +36,19 @@ func (m *Model) params(req *model.Request) (anthropic.MessageNewParams, error) {
 	if req.System != "" {
 		p.System = []anthropic.TextBlockParam{{Text: req.System}}
 	}
+	// Server tools go first: the last tool, a client tool, carries the tools' cache mark (markCache).
 	for _, t := range req.Tools {
+		if len(t.Server) > 0 {
+			if !json.Valid(t.Server) {
+				return p, fmt.Errorf("server tool %s: invalid definition", t.Name)
+			}
+			p.Tools = append(p.Tools, param.Override[anthropic.ToolUnionParam](t.Server))
+		}
+	}
+	for _, t := range req.Tools {
+		if len(t.Server) > 0 {
+			continue
+		}
 		tool, err := toolParam(t)
 		if err != nil {
 			return p, err
@@ -188,6 +201,11 @@ func contentBlock(b model.Block) (anthropic.ContentBlockParamUnion, error) {
 			return anthropic.ContentBlockParamUnion{}, fmt.Errorf("tool_use %s: invalid input JSON", b.ID)
 		}
 		return anthropic.NewToolUseBlock(b.ID, input, b.Name), nil
+	case model.BlockServerToolUse, model.BlockWebSearchToolResult:
+		if !json.Valid(b.Raw) {
+			return anthropic.ContentBlockParamUnion{}, fmt.Errorf("%s block: invalid JSON", b.Type)
+		}
+		return param.Override[anthropic.ContentBlockParamUnion](b.Raw), nil
 	case model.BlockToolResult:
 		res := &anthropic.ToolResultBlockParam{ToolUseID: b.ToolUseID}
 		if b.IsError {

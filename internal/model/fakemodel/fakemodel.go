@@ -83,6 +83,9 @@ type Turn struct {
 	// Signature of the thinking block; default: derived from Thinking.
 	Signature string
 	ToolUses  []ToolUse // tool_use blocks after the text
+	// ServerBlocks are server tool blocks (server_tool_use, web_search_tool_result), complete JSON objects,
+	// sent after the thinking and before the text; a server_tool_use's input is streamed as input_json_delta.
+	ServerBlocks []string
 	// StopReason is end_turn by default, or tool_use when ToolUses is set.
 	StopReason string
 	// Usage is reported as is; when zero, input tokens are estimated from the request size (bytes/4) and
@@ -124,6 +127,8 @@ type ErrorReply struct {
 // Usage is the token usage a scripted reply reports.
 type Usage struct {
 	InputTokens, OutputTokens, CacheCreationInputTokens, CacheReadInputTokens int64
+	// WebSearchRequests is reported as usage.server_tool_use.web_search_requests (Messages API) when set.
+	WebSearchRequests int64
 }
 
 // Overloaded is a 529 overloaded_error.

@@ -13,10 +13,20 @@ type messagesUsage struct {
 	OutputTokens             int64 `json:"output_tokens"`
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	ServerToolUse            *struct {
+		WebSearchRequests int64 `json:"web_search_requests"`
+	} `json:"server_tool_use,omitempty"`
 }
 
 func (u Usage) messages() messagesUsage {
-	return messagesUsage(u)
+	m := messagesUsage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens}
+	if u.WebSearchRequests > 0 {
+		m.ServerToolUse = &struct {
+			WebSearchRequests int64 `json:"web_search_requests"`
+		}{u.WebSearchRequests}
+	}
+	return m
 }
 
 // writeMessagesError writes an error in the Anthropic error envelope.
@@ -40,6 +50,11 @@ func messageContent(t Turn, reqID int) []map[string]any {
 	var content []map[string]any
 	if t.Thinking != "" {
 		content = append(content, map[string]any{"type": "thinking", "thinking": t.Thinking, "signature": signature(t)})
+	}
+	for _, b := range t.ServerBlocks {
+		var m map[string]any
+		_ = json.Unmarshal([]byte(b), &m)
+		content = append(content, m)
 	}
 	if t.Text != "" {
 		content = append(content, map[string]any{"type": "text", "text": t.Text})
@@ -162,6 +177,21 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, req *Req
 		}
 		ds = append(ds, map[string]any{"type": "signature_delta", "signature": signature(turn)})
 		if !block(map[string]any{"type": "thinking", "thinking": "", "signature": ""}, ds) {
+			return
+		}
+	}
+	for _, raw := range turn.ServerBlocks {
+		var b map[string]any
+		if err := json.Unmarshal([]byte(raw), &b); err != nil {
+			panic("fakemodel: ServerBlocks: " + err.Error())
+		}
+		var ds []map[string]any
+		if in, ok := b["input"]; ok && b["type"] == "server_tool_use" {
+			js, _ := json.Marshal(in)
+			b["input"] = map[string]any{}
+			ds = append(ds, map[string]any{"type": "input_json_delta", "partial_json": string(js)})
+		}
+		if !block(b, ds) {
 			return
 		}
 	}

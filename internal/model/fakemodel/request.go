@@ -50,11 +50,15 @@ type Block struct {
 	IsError      bool            `json:"is_error,omitempty"`
 	Content      []Block         `json:"-"` // tool_result; string content is decoded as one text block
 	CacheControl *CacheControl   `json:"cache_control,omitempty"`
+	// Raw is the block as received (server_tool_use and web_search_tool_result are checked by it).
+	Raw json.RawMessage `json:"-"`
 }
 
 // Tool is a tool definition: a Messages API tool, or a chat completions function tool (its parameters in
 // InputSchema).
 type Tool struct {
+	// Type is a server tool's type ("web_search_20250305"); "" for a client tool.
+	Type         string          `json:"type,omitempty"`
 	Name         string          `json:"name"`
 	Description  string          `json:"description,omitempty"`
 	InputSchema  json.RawMessage `json:"input_schema,omitempty"`
@@ -166,6 +170,10 @@ func (b *Block) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	*b = Block(raw.plain)
+	b.Raw = append(json.RawMessage(nil), data...)
+	if b.Type == "web_search_tool_result" {
+		return nil // its content is search results or an error object, kept in Raw
+	}
 	content, err := decodeBlocks(raw.Content)
 	if err != nil {
 		return fmt.Errorf("%s block content: %w", b.Type, err)

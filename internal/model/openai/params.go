@@ -47,6 +47,9 @@ func (m *Model) params(req *model.Request) (openai.ChatCompletionNewParams, erro
 		p.Messages = append(p.Messages, msgs...)
 	}
 	for _, t := range req.Tools {
+		if len(t.Server) > 0 {
+			continue // a provider's own server tool: chat completions have none
+		}
 		params := shared.FunctionParameters{"type": "object", "properties": map[string]any{}}
 		if len(t.InputSchema) > 0 {
 			params = nil
@@ -149,7 +152,8 @@ func assistantMessage(blocks []model.Block) ([]openai.ChatCompletionMessageParam
 					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: b.Name, Arguments: args},
 				},
 			})
-		case model.BlockThinking, model.BlockRedactedThinking:
+		case model.BlockThinking, model.BlockRedactedThinking, model.BlockServerToolUse, model.BlockWebSearchToolResult:
+			// Another provider's: chat completions have no place for them.
 		default:
 			return nil, fmt.Errorf("unsupported assistant block type %q", b.Type)
 		}

@@ -21,8 +21,8 @@ type builtin struct {
 // Adding a tool is one entry here.
 //
 // web_fetch and web_search are not sandbox tools: the hosted service runs them on its own side, and so does
-// Corral's brain for web_fetch (internal/harness/webfetch.go, through the webfetch port); web_search is not
-// implemented yet.
+// Corral's brain: web_fetch through the webfetch port (internal/harness/webfetch.go), web_search through the
+// server's search provider (internal/harness/websearch.go).
 var builtins = []builtin{
 	{
 		Tool: Tool{
