@@ -3,7 +3,6 @@ package proxy
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
@@ -158,16 +157,8 @@ func (g *Git) Limits() (maxRequestBytes int64, timeout time.Duration) {
 func (g *Git) handler(sessionID string, networking *apitype.Networking) *gitHandler {
 	policy := egress.PolicyFor(networking)
 	policy.AllowInternal = slices.Clone(g.cfg.AllowInternal)
-	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           policy.DialContext,
-		TLSClientConfig:       &tls.Config{RootCAs: g.cfg.RootCAs, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:   15 * time.Second,
-		ResponseHeaderTimeout: 5 * time.Minute,
-		IdleConnTimeout:       30 * time.Second,
-		MaxIdleConns:          4,
-		ForceAttemptHTTP2:     true,
-	}
+	tr := policy.Transport(g.cfg.RootCAs, 15*time.Second)
+	tr.ResponseHeaderTimeout, tr.IdleConnTimeout, tr.MaxIdleConns = 5*time.Minute, 30*time.Second, 4
 	return &gitHandler{g: g, session: sessionID, client: &http.Client{Transport: tr,
 		// A redirect would carry the token to wherever it points: not followed.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}

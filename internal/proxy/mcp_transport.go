@@ -5,7 +5,6 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/tls"
 	"crypto/x509"
 	"io"
 	"mime"
@@ -41,16 +40,9 @@ func mcpPolicy(n *apitype.Networking, u *url.URL) egress.Policy {
 // transport is an HTTP transport whose every connection is checked by policy (with the operator's trusted
 // internal destinations) after resolution, and pinned to the addresses checked.
 func (m *MCP) transport(policy egress.Policy) *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           policy.DialContext,
-		TLSClientConfig:       &tls.Config{RootCAs: m.rootCAs(), MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:   15 * time.Second,
-		ResponseHeaderTimeout: 5 * time.Minute,
-		IdleConnTimeout:       90 * time.Second,
-		MaxIdleConns:          4,
-		ForceAttemptHTTP2:     true,
-	}
+	tr := policy.Transport(m.rootCAs(), 15*time.Second)
+	tr.ResponseHeaderTimeout, tr.IdleConnTimeout, tr.MaxIdleConns = 5*time.Minute, 90*time.Second, 4
+	return tr
 }
 
 // rootCAs is the system pool with the operator's extra CAs, or nil (the system pool) without them.

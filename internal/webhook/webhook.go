@@ -11,7 +11,6 @@ import (
 	"crypto/hmac"
 	crand "crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
@@ -154,17 +153,9 @@ func NewSender(cfg SenderConfig) *Sender {
 		s.userAgent = defaultUserAgent
 	}
 	policy := egress.Policy{AllowAll: true, AllowInternal: slices.Clone(cfg.AllowInternal)}
-	tr := &http.Transport{
-		Proxy:               nil, // a proxy would be dialed instead of the endpoint, unchecked
-		DialContext:         policy.DialContext,
-		TLSClientConfig:     &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout: s.timeout,
-		IdleConnTimeout:     90 * time.Second,
-		MaxIdleConns:        64,
-		ForceAttemptHTTP2:   true,
-		// A response's headers are bounded like its body: an endpoint cannot make the sender hold more.
-		MaxResponseHeaderBytes: 64 << 10,
-	}
+	// A response's headers are bounded like its body: an endpoint cannot make the sender hold more.
+	tr := policy.Transport(cfg.RootCAs, s.timeout)
+	tr.IdleConnTimeout, tr.MaxIdleConns = 90*time.Second, 64
 	s.client = &http.Client{
 		Transport: tr,
 		// A redirect is never followed: the signed delivery would go to wherever it points.

@@ -2,7 +2,6 @@ package websearch
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -62,16 +61,9 @@ func NewSearXNG(cfg SearXNGConfig) (*SearXNG, error) {
 		s.timeout = DefaultTimeout
 	}
 	policy := egress.Policy{AllowAll: true, AllowInternal: slices.Clone(cfg.AllowInternal)}
-	s.client = &http.Client{Transport: &http.Transport{
-		Proxy:                  nil, // a proxy would be dialed instead of the instance, unchecked
-		DialContext:            policy.DialContext,
-		TLSClientConfig:        &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:    s.timeout,
-		IdleConnTimeout:        90 * time.Second,
-		MaxIdleConns:           16,
-		ForceAttemptHTTP2:      true,
-		MaxResponseHeaderBytes: 64 << 10,
-	}}
+	tr := policy.Transport(cfg.RootCAs, s.timeout)
+	tr.IdleConnTimeout, tr.MaxIdleConns = 90*time.Second, 16
+	s.client = &http.Client{Transport: tr}
 	return s, nil
 }
 

@@ -13,6 +13,8 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -274,6 +276,22 @@ func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 
 // dialTimeout bounds the connection attempt to one address (ctx bounds them all).
 const dialTimeout = 10 * time.Second
+
+// Transport is an HTTP transport that reaches destinations on a session's or the operator's behalf under the
+// policy: every connection through DialContext, no Proxy (one would be dialed instead of the destination,
+// unchecked), TLS 1.2 or later verified against roots (nil: the system's), handshakes bounded by handshake and
+// response headers by 64 KiB, so that no destination makes the caller hold more. Callers set what else they
+// need (idle connections, response header timeouts).
+func (p Policy) Transport(roots *x509.CertPool, handshake time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:                  nil,
+		DialContext:            p.DialContext,
+		TLSClientConfig:        &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:    handshake,
+		ForceAttemptHTTP2:      true,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+}
 
 // DialContext connects to addr (host:port) if the policy allows it: it resolves the host and checks every
 // address (Resolve), then dials only those addresses, one after the other, never a second DNS answer. It is

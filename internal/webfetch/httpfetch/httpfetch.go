@@ -8,7 +8,6 @@ package httpfetch
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -79,14 +78,7 @@ func (f *Fetcher) Fetch(ctx context.Context, req *webfetch.Request) (*webfetch.P
 	if req.Limited {
 		policy.Hosts = slices.Clone(req.AllowedHosts)
 	}
-	tr := &http.Transport{
-		Proxy:                  nil, // a proxy would be dialed instead of the page's host, unchecked
-		DialContext:            policy.DialContext,
-		TLSClientConfig:        &tls.Config{RootCAs: f.cfg.RootCAs, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:    f.cfg.Timeout,
-		ForceAttemptHTTP2:      true,
-		MaxResponseHeaderBytes: 64 << 10,
-	}
+	tr := policy.Transport(f.cfg.RootCAs, f.cfg.Timeout)
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
