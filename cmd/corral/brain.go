@@ -14,6 +14,7 @@ import (
 	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/webfetch/httpfetch"
 	"github.com/corralhq/corral/internal/websearch"
+	"github.com/corralhq/corral/internal/websearch/searxng"
 )
 
 // Defaults of the brain flags are the harness's own, declared once there: serve and harness show them, and
@@ -120,7 +121,11 @@ func (f *brainFlags) searcher(eo *egressOptions) (websearch.Searcher, error) {
 	if f.webSearch == "" || f.webSearch == webSearchAnthropic {
 		return nil, nil
 	}
-	s, err := websearch.New(f.webSearch, eo.AllowInternal, eo.RootCAs)
+	kind, base, _ := strings.Cut(f.webSearch, "=")
+	if strings.TrimSpace(kind) != "searxng" {
+		return nil, fmt.Errorf("--web-search: unknown provider %q (want searxng=URL or anthropic)", kind)
+	}
+	s, err := searxng.New(searxng.Config{BaseURL: base, AllowInternal: eo.AllowInternal, RootCAs: eo.RootCAs})
 	if err != nil {
 		return nil, fmt.Errorf("--web-search: %w", err)
 	}

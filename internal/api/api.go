@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -179,6 +180,11 @@ type Server struct {
 	now func() time.Time
 	// maxOutputs is Config.MaxSessionOutputBytes.
 	maxOutputs int64
+	// outputLocks serialise the quota check and record of each session's uploads through a sessions token
+	// (outputLock).
+	outputLocks [64]sync.Mutex
+	// relaySlots bound the git relay's requests at once (resourceGit).
+	relaySlots relaySlots
 }
 
 // Metrics receives what the API measures. Its methods must be cheap and safe for concurrent use.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"mime"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -143,6 +145,11 @@ func (s *Server) fileUpload(w http.ResponseWriter, r *http.Request) error {
 	if c := callerOf(r.Context()); c != nil && c.kind == kindToken {
 		// A sessions token uploads its session's outputs, and nothing else.
 		meta.Scope = &apitype.FileScope{Type: apitype.FileScopeSession, ID: c.work.Data.ID}
+		// The check and the record are one step for the session's uploads in this process: concurrent uploads
+		// cannot each pass the quota on what the others have not recorded yet.
+		mu := s.outputLock(c.work.Data.ID)
+		mu.Lock()
+		defer mu.Unlock()
 		if err := s.checkOutputQuota(r.Context(), c.work.Data.ID, content.Size); err != nil {
 			return fail(err)
 		}
@@ -157,6 +164,14 @@ func (s *Server) fileUpload(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, &f.File)
+}
+
+// outputLock is the lock of a session's uploads through its sessions token: one of a fixed set, picked by the
+// session's id, so that the locks take no memory per session.
+func (s *Server) outputLock(sessionID string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(sessionID))
+	return &s.outputLocks[h.Sum32()%uint32(len(s.outputLocks))]
 }
 
 // checkOutputQuota refuses an output of size bytes that would bring the files scoped to the session past

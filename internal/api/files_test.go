@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -406,5 +408,21 @@ func TestFilesSessionsToken(t *testing.T) {
 	// The other token reads its own.
 	if got, err := read(theirs.ID, tok2); err != nil || got != "theirs" {
 		t.Fatalf("the other token reads its session's file resource: %q %v", got, err)
+	}
+	// Concurrent uploads cannot each pass the quota on what the others have not recorded yet: the other session
+	// has 6 bytes of outputs, so of 8 uploads of 5 bytes at once exactly 2 fit.
+	var wg sync.WaitGroup
+	var stored atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			if _, err := h.client.Beta.Files.Upload(ctx, anthropic.BetaFileUploadParams{
+				File: anthropic.File(strings.NewReader("12345"), "c.txt", "text/plain")}, tok2...); err == nil {
+				stored.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := stored.Load(); n != 2 {
+		t.Errorf("%d of 8 concurrent uploads of 5 bytes stored under 14 bytes of quota, want 2", n)
 	}
 }

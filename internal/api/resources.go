@@ -10,6 +10,7 @@ import (
 	gopath "path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -448,6 +449,14 @@ func (s *Server) resourceGit(w http.ResponseWriter, r *http.Request) error {
 			return fmt.Errorf("environment %s: %w", sess.EnvironmentID, err)
 		}
 	}
+	// A work item holds at most maxRelayPerItem relayed requests at once, and the server maxRelay: a token
+	// cannot hold the server's connections and goroutines for the relay's hour.
+	release, ok := s.relaySlots.take(callerOf(ctx).work.ID)
+	if !ok {
+		return &apiError{status: http.StatusTooManyRequests, typ: apitype.ErrRateLimit,
+			msg: fmt.Sprintf("too many git requests through the relay at once (at most %d a work item, %d in all)", maxRelayPerItem, maxRelay)}
+	}
+	defer release()
 	// A push's pack or a clone's may take longer than the server's read and write timeouts: the relay's own
 	// bound applies instead.
 	_, timeout := s.gitRelay.Limits()
@@ -456,4 +465,39 @@ func (s *Server) resourceGit(w http.ResponseWriter, r *http.Request) error {
 	_ = rc.SetWriteDeadline(time.Now().Add(timeout))
 	s.gitRelay.Relay(w, r, id, rid, op, networking)
 	return nil
+}
+
+// The git relay's bounds on requests at once (relaySlots).
+const (
+	maxRelayPerItem = 4
+	maxRelay        = 64
+)
+
+// relaySlots counts the git relay's requests running, by work item.
+type relaySlots struct {
+	mu     sync.Mutex
+	byItem map[string]int
+	total  int
+}
+
+// take reserves a slot for a request of work item id; false when its item or the server has none left.
+func (r *relaySlots) take(id string) (release func(), ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byItem == nil {
+		r.byItem = map[string]int{}
+	}
+	if r.byItem[id] >= maxRelayPerItem || r.total >= maxRelay {
+		return nil, false
+	}
+	r.byItem[id]++
+	r.total++
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.total--
+		if r.byItem[id]--; r.byItem[id] == 0 {
+			delete(r.byItem, id)
+		}
+	}, true
 }

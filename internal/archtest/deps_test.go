@@ -35,7 +35,7 @@ var rules = map[string][]string{
 	"internal/skills": {},
 	// The Files API's storage: metadata in the store, bytes in the blob port.
 	"internal/files":   {"internal/apitype", "internal/store", "internal/blob"},
-	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp", "internal/price", "internal/webfetch"},
+	"internal/harness": {"internal/apitype", "internal/store", "internal/model", "internal/sandbox", "internal/mcp", "internal/price", "internal/webfetch", "internal/websearch"},
 	"internal/price":   {},
 	// Deployment schedules: cron expressions in a timezone, stdlib only.
 	"internal/cron": {},
@@ -43,6 +43,10 @@ var rules = map[string][]string{
 	"internal/webfetch": {},
 	// Its adapter fetches from the brain's process under the egress rules of the sandboxes' proxy.
 	"internal/webfetch/httpfetch": {"internal/webfetch", "internal/sandbox/egress"},
+	// The web_search port: queries, results and their domain rules, no network code.
+	"internal/websearch": {},
+	// Its SearXNG adapter, under the same egress rules.
+	"internal/websearch/searxng": {"internal/websearch", "internal/sandbox/egress"},
 	"internal/server": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files",
 		"internal/metrics", "internal/console", "internal/maintain", "internal/price", "internal/webhook"},
 	// Periodic jobs under the store's leader lease: the store port, nothing else.

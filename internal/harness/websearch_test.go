@@ -15,7 +15,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model/modeltest"
 	"github.com/corralhq/corral/internal/price"
-	"github.com/corralhq/corral/internal/websearch"
+	"github.com/corralhq/corral/internal/websearch/searxng"
 )
 
 // searxngServer is a local HTTPS server speaking SearXNG's documented JSON format; it records the queries.
@@ -65,7 +65,7 @@ func TestWebSearchThroughProvider(t *testing.T) {
 		{"url": "https://www.spam.test/win", "title": "You won", "content": "Click here."},
 		{"url": "https://blog.example.org/post", "title": "A post", "content": "About agents."},
 	})
-	sx, err := websearch.NewSearXNG(websearch.SearXNGConfig{BaseURL: base, AllowInternal: []string{hostPort}, RootCAs: roots})
+	sx, err := searxng.New(searxng.Config{BaseURL: base, AllowInternal: []string{hostPort}, RootCAs: roots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestWebSearchNoProvider(t *testing.T) {
 				var base string
 				var roots *x509.CertPool
 				base, _, roots, sent = searxngServer(t, nil)
-				sx, err := websearch.NewSearXNG(websearch.SearXNGConfig{BaseURL: base, RootCAs: roots})
+				sx, err := searxng.New(searxng.Config{BaseURL: base, RootCAs: roots})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -92,8 +92,8 @@ func MatchURL(u *url.URL, domain string) bool {
 	return p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/")
 }
 
-// normDomain reduces a configured domain to a lower-case host name.
-func normDomain(d string) string {
+// HostOf reduces a configured domain to its lower-case host name (a path it names dropped).
+func HostOf(d string) string {
 	h, _ := splitDomain(d)
 	return h
 }

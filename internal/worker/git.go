@@ -60,9 +60,23 @@ func (g *repos) remote(_ context.Context, sessionID string, res *apitype.Resourc
 }
 
 // handler is the git endpoint of session sessionID's sandboxes (sandbox.Egress.Local).
+// It forwards at most maxGitRequests requests at once (the server's relay takes as many from a work item), so
+// that a sandbox cannot hold the worker's connections.
 func (g *repos) handler(sessionID string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, sessionID) })
+	slots := make(chan struct{}, maxGitRequests)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			g.serve(w, r, sessionID)
+		default:
+			g.refuse(w, r, sessionID, http.StatusTooManyRequests, fmt.Sprintf("at most %d git requests at once", maxGitRequests))
+		}
+	})
 }
+
+// maxGitRequests bounds a sandbox's git requests at once through its git endpoint.
+const maxGitRequests = 4
 
 // refuse answers a request the endpoint does not serve, in plain text that git shows to the user.
 func (g *repos) refuse(w http.ResponseWriter, r *http.Request, sessionID string, code int, msg string) {

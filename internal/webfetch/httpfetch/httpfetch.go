@@ -29,6 +29,12 @@ const (
 	DefaultTimeout      = 30 * time.Second
 	DefaultMaxBytes     = 10 << 20
 	DefaultMaxRedirects = 5
+	// DefaultMaxHTMLBytes bounds the HTML a fetch converts: parsing costs tens of times the page's size in memory
+	// (a 2 MiB page about 160 MB at its peak, a 10 MiB one 720 MB), and a gzip response of a few kilobytes can
+	// inflate to the whole of MaxBytes.
+	DefaultMaxHTMLBytes = 2 << 20
+	// DefaultMaxConversions is how many pages the server converts at once, across every session.
+	DefaultMaxConversions = 2
 	defaultUserAgent    = "Corral-WebFetch/1 (+https://github.com/corralhq/corral)"
 )
 
@@ -45,12 +51,22 @@ type Config struct {
 	MaxBytes int64
 	// MaxRedirects bounds the redirects followed (default DefaultMaxRedirects).
 	MaxRedirects int
+	// MaxHTMLBytes bounds the HTML converted to Markdown: a longer page is cut there first, and the text says so
+	// (default DefaultMaxHTMLBytes).
+	MaxHTMLBytes int
+	// MaxConversions bounds the HTML conversions running at once in the process (default
+	// DefaultMaxConversions): with MaxHTMLBytes, it bounds their memory whatever the pages and the sessions.
+	MaxConversions int
 	// UserAgent is sent with every request.
 	UserAgent string
 }
 
 // Fetcher implements webfetch.Fetcher.
-type Fetcher struct{ cfg Config }
+type Fetcher struct {
+	cfg Config
+	// conv holds a slot per conversion running (Config.MaxConversions).
+	conv chan struct{}
+}
 
 var _ webfetch.Fetcher = (*Fetcher)(nil)
 
@@ -68,8 +84,14 @@ func New(cfg Config) *Fetcher {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = defaultUserAgent
 	}
+	if cfg.MaxHTMLBytes <= 0 {
+		cfg.MaxHTMLBytes = DefaultMaxHTMLBytes
+	}
+	if cfg.MaxConversions <= 0 {
+		cfg.MaxConversions = DefaultMaxConversions
+	}
 	cfg.AllowInternal = slices.Clone(cfg.AllowInternal)
-	return &Fetcher{cfg: cfg}
+	return &Fetcher{cfg: cfg, conv: make(chan struct{}, cfg.MaxConversions)}
 }
 
 // Fetch fetches req.URL. Its errors are for the model.
@@ -179,7 +201,7 @@ func (f *Fetcher) get(ctx context.Context, client *http.Client, u *url.URL) (*we
 	page := &webfetch.Page{URL: u.String(), ContentType: mt}
 	switch {
 	case mt == "text/html" || mt == "application/xhtml+xml":
-		page.Title, page.Text, err = htmlToMarkdown(body, params["charset"], u)
+		page.Title, page.Text, err = f.convert(ctx, body, params["charset"], u)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: reading the HTML: %v", u.Redacted(), err)
 		}
@@ -194,6 +216,27 @@ func (f *Fetcher) get(ctx context.Context, client *http.Client, u *url.URL) (*we
 		return nil, nil, fmt.Errorf("%s is of type %s, which web_fetch cannot read (it reads HTML, plain text, JSON, XML and PDF)", u.Redacted(), mt)
 	}
 	return page, nil, nil
+}
+
+// convert turns a page's HTML into Markdown within the Fetcher's bounds: at most MaxHTMLBytes of it (the text
+// says where it was cut), in one of MaxConversions slots, waited for no longer than ctx allows.
+func (f *Fetcher) convert(ctx context.Context, body []byte, charset string, u *url.URL) (title, text string, err error) {
+	select {
+	case f.conv <- struct{}{}:
+		defer func() { <-f.conv }()
+	case <-ctx.Done():
+		return "", "", fmt.Errorf("waiting for a conversion slot: %w", ctx.Err())
+	}
+	cut := len(body) > f.cfg.MaxHTMLBytes
+	n := len(body)
+	if cut {
+		body = body[:f.cfg.MaxHTMLBytes]
+	}
+	title, text, err = htmlToMarkdown(body, charset, u)
+	if err == nil && cut {
+		text += fmt.Sprintf("\n\n[web_fetch: the page's HTML is %d bytes; only its first %d were read]", n, f.cfg.MaxHTMLBytes)
+	}
+	return title, text, err
 }
 
 // textual reports whether a media type is passed to the model as text as it came.

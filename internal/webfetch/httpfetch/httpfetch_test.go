@@ -1,6 +1,7 @@
 package httpfetch_test
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/x509"
 	"net/http"
@@ -56,6 +57,18 @@ func pages(t *testing.T, internal string) *httptest.Server {
 	mux.HandleFunc("/big", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte(strings.Repeat("x", 4096)))
+	})
+	mux.HandleFunc("/bomb", func(w http.ResponseWriter, r *http.Request) {
+		// A few kilobytes of gzip that inflate to 8 MiB of HTML, which Go's transport decompresses itself.
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			http.Error(w, "gzip only", http.StatusNotAcceptable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		_, _ = zw.Write([]byte("<html><body>" + strings.Repeat("<p>a ", 8<<20/5)))
+		_ = zw.Close()
 	})
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -131,6 +144,20 @@ func TestHTMLToMarkdown(t *testing.T) {
 				t.Errorf("%s: markdown has %q:\n%s", path, not, p.Text)
 			}
 		}
+	}
+}
+
+// TestHTMLBomb: a gzip page that inflates to 8 MiB of HTML is converted only up to MaxHTMLBytes, and the text
+// says it was cut; the conversion's memory stays bounded by that (parsing the whole page took 720 MB at its
+// peak for 10 MiB).
+func TestHTMLBomb(t *testing.T) {
+	fx := newFixture(t, httpfetch.Config{MaxHTMLBytes: 64 << 10})
+	p, err := fx.fetch(t, webfetch.Request{URL: "/bomb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.Text, "only its first 65536 were read") || strings.Count(p.Text, "a") > 64<<10 {
+		t.Errorf("the bomb's text: %d bytes, ends %q", len(p.Text), p.Text[max(0, len(p.Text)-120):])
 	}
 }
 

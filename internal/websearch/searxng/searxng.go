@@ -1,4 +1,6 @@
-package websearch
+// Package searxng is the websearch port's adapter to a SearXNG instance's JSON API, reached under the egress
+// rules of the sandboxes' proxy.
+package searxng
 
 import (
 	"context"
@@ -14,9 +16,10 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox/egress"
+	"github.com/corralhq/corral/internal/websearch"
 )
 
-// Defaults of SearXNGConfig.
+// Defaults of Config.
 const (
 	DefaultTimeout   = 30 * time.Second
 	maxResponseBytes = 4 << 20
@@ -26,8 +29,8 @@ const (
 	maxBlockedSites = 8
 )
 
-// SearXNGConfig configures a SearXNG adapter.
-type SearXNGConfig struct {
+// Config configures a SearXNG adapter.
+type Config struct {
 	// BaseURL is the instance's URL ("https://search.example.com" or with a path prefix); searches are
 	// GET {BaseURL}/search?q=...&format=json, which the instance must allow (search.formats: [html, json] in its
 	// settings.yml).
@@ -41,22 +44,22 @@ type SearXNGConfig struct {
 	Timeout time.Duration
 }
 
-// SearXNG searches through a SearXNG instance's JSON API.
-type SearXNG struct {
+// Client searches through a SearXNG instance's JSON API.
+type Client struct {
 	base    *url.URL
 	client  *http.Client
 	timeout time.Duration
 }
 
-// NewSearXNG returns a SearXNG adapter whose every connection is checked by the egress rules with
+// New returns a SearXNG adapter whose every connection is checked by the egress rules with
 // cfg.AllowInternal.
-func NewSearXNG(cfg SearXNGConfig) (*SearXNG, error) {
+func New(cfg Config) (*Client, error) {
 	u, err := url.Parse(strings.TrimSpace(cfg.BaseURL))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("websearch: SearXNG URL %q is not an http(s) URL", cfg.BaseURL)
+		return nil, fmt.Errorf("searxng: URL %q is not an http(s) URL", cfg.BaseURL)
 	}
 	u.RawQuery, u.Fragment = "", ""
-	s := &SearXNG{base: u, timeout: cfg.Timeout}
+	s := &Client{base: u, timeout: cfg.Timeout}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -68,16 +71,16 @@ func NewSearXNG(cfg SearXNGConfig) (*SearXNG, error) {
 }
 
 // Name is "searxng".
-func (s *SearXNG) Name() string { return "searxng" }
+func (s *Client) Name() string { return "searxng" }
 
 // URL is the search URL of q: the query with the domain rules as site: terms (a handful: the results are
 // filtered anyway), and the language of the user's country when known.
-func (s *SearXNG) URL(q Query) string {
+func (s *Client) URL(q websearch.Query) string {
 	text := strings.TrimSpace(q.Query)
 	if n := len(q.AllowedDomains); n > 0 && n <= maxAllowedSites {
 		sites := make([]string, n)
 		for i, d := range q.AllowedDomains {
-			sites[i] = "site:" + normDomain(d)
+			sites[i] = "site:" + websearch.HostOf(d)
 		}
 		text += " " + strings.Join(sites, " OR ")
 	}
@@ -85,12 +88,12 @@ func (s *SearXNG) URL(q Query) string {
 		if i == maxBlockedSites {
 			break
 		}
-		text += " -site:" + normDomain(d)
+		text += " -site:" + websearch.HostOf(d)
 	}
 	v := url.Values{"q": {text}, "format": {"json"}, "pageno": {"1"}}
 	lang := q.Language
 	if lang == "" {
-		lang = LanguageFor(q.Country)
+		lang = websearch.LanguageFor(q.Country)
 	}
 	if lang != "" {
 		v.Set("language", lang)
@@ -102,7 +105,7 @@ func (s *SearXNG) URL(q Query) string {
 }
 
 // Search runs q on the instance.
-func (s *SearXNG) Search(ctx context.Context, q Query) ([]Result, error) {
+func (s *Client) Search(ctx context.Context, q websearch.Query) ([]websearch.Result, error) {
 	if err := q.Check(); err != nil {
 		return nil, err
 	}
@@ -150,20 +153,9 @@ func (s *SearXNG) Search(ctx context.Context, q Query) ([]Result, error) {
 	if err := json.Unmarshal(body, &out); err != nil {
 		return nil, fmt.Errorf("the search provider's answer is not SearXNG JSON: %v", err)
 	}
-	rs := make([]Result, 0, len(out.Results))
+	rs := make([]websearch.Result, 0, len(out.Results))
 	for _, r := range out.Results {
-		rs = append(rs, Result{Title: r.Title, URL: r.URL, Snippet: r.Content})
+		rs = append(rs, websearch.Result{Title: r.Title, URL: r.URL, Snippet: r.Content})
 	}
-	return Filter(q, rs), nil
-}
-
-// New returns the Searcher a --web-search value names: "searxng=URL". ("anthropic" and "" are not
-// providers: the caller handles them.)
-func New(spec string, allowInternal []string, roots *x509.CertPool) (Searcher, error) {
-	kind, arg, _ := strings.Cut(spec, "=")
-	switch strings.TrimSpace(kind) {
-	case "searxng":
-		return NewSearXNG(SearXNGConfig{BaseURL: arg, AllowInternal: allowInternal, RootCAs: roots})
-	}
-	return nil, fmt.Errorf("websearch: unknown provider %q (want searxng=URL)", kind)
+	return websearch.Filter(q, rs), nil
 }

@@ -1,4 +1,4 @@
-package websearch_test
+package searxng_test
 
 import (
 	"context"
@@ -12,17 +12,18 @@ import (
 	"testing"
 
 	"github.com/corralhq/corral/internal/websearch"
+	"github.com/corralhq/corral/internal/websearch/searxng"
 )
 
 // searxng is a local HTTPS server speaking SearXNG's documented JSON format (GET /search?q=...&format=json).
-type searxng struct {
+type instance struct {
 	srv     *httptest.Server
 	mu      sync.Mutex
 	queries []url.Values
 }
 
-func newSearXNG(t *testing.T, results []map[string]string) *searxng {
-	s := &searxng{}
+func newSearXNG(t *testing.T, results []map[string]string) *instance {
+	s := &instance{}
 	s.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.queries = append(s.queries, r.URL.Query())
@@ -38,19 +39,19 @@ func newSearXNG(t *testing.T, results []map[string]string) *searxng {
 	return s
 }
 
-func (s *searxng) roots() *x509.CertPool {
+func (s *instance) roots() *x509.CertPool {
 	p := x509.NewCertPool()
 	p.AddCert(s.srv.Certificate())
 	return p
 }
 
-func (s *searxng) sent() []url.Values {
+func (s *instance) sent() []url.Values {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]url.Values(nil), s.queries...)
 }
 
-func (s *searxng) hostPort() string { u, _ := url.Parse(s.srv.URL); return u.Host }
+func (s *instance) hostPort() string { u, _ := url.Parse(s.srv.URL); return u.Host }
 
 func TestSearXNG(t *testing.T) {
 	t.Parallel()
@@ -65,7 +66,7 @@ func TestSearXNG(t *testing.T) {
 	q := websearch.Query{Query: "corral agents", BlockedDomains: []string{"spam.test"}, Country: "DE"}
 
 	// Without the operator's trust, the loopback instance is refused by the egress rules.
-	closed, err := websearch.NewSearXNG(websearch.SearXNGConfig{BaseURL: s.srv.URL, RootCAs: s.roots()})
+	closed, err := searxng.New(searxng.Config{BaseURL: s.srv.URL, RootCAs: s.roots()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestSearXNG(t *testing.T) {
 		t.Fatalf("the provider was reached: %v", s.sent())
 	}
 
-	sx, err := websearch.New("searxng="+s.srv.URL, []string{s.hostPort()}, s.roots())
+	sx, err := searxng.New(searxng.Config{BaseURL: s.srv.URL, AllowInternal: []string{s.hostPort()}, RootCAs: s.roots()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,15 +137,12 @@ func TestSearXNGErrors(t *testing.T) {
 	}))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
-	sx, _ := websearch.NewSearXNG(websearch.SearXNGConfig{BaseURL: srv.URL, AllowInternal: []string{u.Host}})
+	sx, _ := searxng.New(searxng.Config{BaseURL: srv.URL, AllowInternal: []string{u.Host}})
 	if _, err := sx.Search(context.Background(), websearch.Query{Query: "q"}); err == nil || !strings.Contains(err.Error(), "search.formats") {
 		t.Fatalf("403: %v", err)
 	}
 	if _, err := sx.Search(context.Background(), websearch.Query{Query: "  "}); err == nil {
 		t.Fatal("an empty query was sent")
-	}
-	if _, err := websearch.New("bing=x", nil, nil); err == nil {
-		t.Fatal("unknown provider accepted")
 	}
 }
 
