@@ -35,7 +35,7 @@ const (
 	DefaultMaxHTMLBytes = 2 << 20
 	// DefaultMaxConversions is how many pages the server converts at once, across every session.
 	DefaultMaxConversions = 2
-	defaultUserAgent    = "Corral-WebFetch/1 (+https://github.com/corralhq/corral)"
+	defaultUserAgent      = "Corral-WebFetch/1 (+https://github.com/corralhq/corral)"
 )
 
 // Config configures a Fetcher.
