@@ -59,14 +59,15 @@ func (webExec) settle(t *thread, open []*toolUse) (bool, error) {
 
 func (webExec) run(t *thread, u *toolUse) (bool, error) { return true, t.webFetch(u) }
 
-// webFetchConfig is the agent's web_fetch configuration under its agent_toolset_20260401 (as the API resolved
-// it), with the toolset's defaults; ok is false when the agent has no toolset.
-func webFetchConfig(tools []apitype.Tool) (cfg apitype.ToolConfig, ok bool) {
+// toolsetConfig is the configuration of the toolset's tool name in an agent's agent_toolset_20260401 (as the API
+// resolved it), with the toolset's defaults (its default_config, else enabled with always_allow); ok is false
+// when the agent has no toolset.
+func toolsetConfig(tools []apitype.Tool, name string) (cfg apitype.ToolConfig, ok bool) {
 	for _, t := range tools {
 		if t.Type != apitype.ToolTypeAgentToolset {
 			continue
 		}
-		cfg = apitype.ToolConfig{Name: toolWebFetch, Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAllow}}
+		cfg = apitype.ToolConfig{Name: name, Enabled: true, PermissionPolicy: apitype.PermissionPolicy{Type: apitype.PolicyAlwaysAllow}}
 		if t.DefaultConfig != nil {
 			cfg.Enabled = t.DefaultConfig.Enabled
 			if t.DefaultConfig.PermissionPolicy.Type != "" {
@@ -74,7 +75,7 @@ func webFetchConfig(tools []apitype.Tool) (cfg apitype.ToolConfig, ok bool) {
 			}
 		}
 		for _, c := range t.Configs {
-			if c.Name != toolWebFetch && string(c.Type) != toolWebFetch {
+			if c.Name != name && string(c.Type) != name {
 				continue
 			}
 			pol := cfg.PermissionPolicy
@@ -91,7 +92,7 @@ func webFetchConfig(tools []apitype.Tool) (cfg apitype.ToolConfig, ok bool) {
 // addWebFetch offers web_fetch when the agent's toolset enables it and the brain has a fetcher; without one, the
 // call stays refused as a tool this server does not serve.
 func (t *thread) addWebFetch(ts *toolset) {
-	cfg, ok := webFetchConfig(t.agent.Tools)
+	cfg, ok := toolsetConfig(t.agent.Tools, toolWebFetch)
 	switch {
 	case !ok || t.b.cfg.WebFetch == nil:
 	case !cfg.Enabled:
@@ -141,7 +142,7 @@ func (t *thread) fetchPage(ctx context.Context, u *toolUse) ([]apitype.ContentBl
 	if err := json.Unmarshal(u.data.Input, &in); err != nil || strings.TrimSpace(in.URL) == "" {
 		return nil, `web_fetch needs its input as {"url": "https://..."}`
 	}
-	cfg, _ := webFetchConfig(t.agent.Tools)
+	cfg, _ := toolsetConfig(t.agent.Tools, toolWebFetch)
 	if ok, why := t.urlGiven(in.URL, cfg.URLSources); !ok {
 		return nil, why
 	}

@@ -36,10 +36,11 @@ const msgNoSearch = "the tool web_search is not available on this server: its op
 // of the model's tools). An agent without the toolset, or with web_search disabled, keeps the route addToolset
 // gave it.
 func (t *thread) addWebSearch(ts *toolset) {
-	tc, pol, on := webSearchConfig(t.agent.Tools)
-	if !on {
+	cfg, ok := toolsetConfig(t.agent.Tools, toolWebSearch)
+	if !ok || !cfg.Enabled {
 		return
 	}
+	tc, pol := &cfg, cfg.PermissionPolicy.Type
 	if t.b.cfg.WebSearch == nil && t.b.cfg.WebSearchServer && !strings.Contains(t.agent.Model.ID, "/") {
 		// Anthropic's server tool: the model calls it and the provider runs it; a call to it as a client tool
 		// (which the model is not offered) is refused.
@@ -57,36 +58,6 @@ func (t *thread) addWebSearch(ts *toolset) {
 		return
 	}
 	ts.offer(webSearchSpec, toolRoute{by: execSearch, policy: pol, web: tc})
-}
-
-// webSearchConfig is web_search's config in an agent's tools, its permission policy, and whether it is enabled
-// (the toolset's default_config, then the tool's own config; the default is enabled with always_allow).
-func webSearchConfig(tools []apitype.Tool) (*apitype.ToolConfig, apitype.PermissionPolicyType, bool) {
-	for _, t := range tools {
-		if t.Type != apitype.ToolTypeAgentToolset {
-			continue
-		}
-		enabled, policy := true, apitype.PolicyAlwaysAllow
-		if t.DefaultConfig != nil {
-			enabled = t.DefaultConfig.Enabled
-			if t.DefaultConfig.PermissionPolicy.Type != "" {
-				policy = t.DefaultConfig.PermissionPolicy.Type
-			}
-		}
-		tc := &apitype.ToolConfig{Name: toolWebSearch}
-		for i, c := range t.Configs {
-			if c.Name != toolWebSearch && string(c.Type) != toolWebSearch {
-				continue
-			}
-			tc = &t.Configs[i]
-			enabled = c.Enabled
-			if c.PermissionPolicy.Type != "" {
-				policy = c.PermissionPolicy.Type
-			}
-		}
-		return tc, policy, enabled
-	}
-	return nil, "", false
 }
 
 // searchExec is web_search's executor: an agent.tool_use under the tool's permission policy, closed by an
