@@ -71,9 +71,11 @@ func pages(t *testing.T, internal string) *httptest.Server {
 		_ = zw.Close()
 	})
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		// Until the client gives up: a fallback of a few seconds answered a client that a loaded machine had
+		// stalled past it (CI, under -race), which then read an empty page instead of its timeout.
 		select {
 		case <-r.Context().Done():
-		case <-time.After(5 * time.Second):
+		case <-time.After(2 * time.Minute):
 		}
 	})
 	mux.HandleFunc("/to-article", func(w http.ResponseWriter, r *http.Request) {
