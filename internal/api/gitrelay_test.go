@@ -141,3 +141,32 @@ func TestGitRelay(t *testing.T) {
 		t.Fatalf("upstream main: %q", log)
 	}
 }
+
+// TestGitRelayAbsent: a server built without a git relay answers its route with a 501 in the API's error format
+// (and a sessions token still gets no further than its own session).
+func TestGitRelayAbsent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, _ := h.seed(ctx)
+	envID, key, _ := h.selfHosted(ctx, agentID)
+	code, _, b := h.do("POST", "/v1/sessions", fmt.Sprintf(`{"agent":%q,"environment_id":%q,"resources":[{"type":"github_repository",
+		"url":"https://git.example.com/o/p.git","authorization_token":"ghp_x"}]}`, agentID, envID))
+	var s apitype.Session
+	decodeRaw(t, string(b), &s)
+	if code != http.StatusOK || len(s.Resources) != 1 {
+		t.Fatalf("create session: %d %s", code, b)
+	}
+	h.queue(ctx, envID, s.ID)
+	var polled apitype.Work
+	code, _, body := h.do("GET", "/v1/environments/"+envID+"/work/poll", "", bearer(key)...)
+	decodeRaw(t, string(body), &polled)
+	if code != http.StatusOK || polled.Secret == nil {
+		t.Fatalf("poll: %d %s", code, body)
+	}
+	code, _, body = h.do("GET", "/v1/sessions/"+s.ID+"/resources/"+s.Resources[0].ID+"/git/info/refs?service=git-upload-pack", "",
+		bearer(apitype.SessionsTokenFromSecret(*polled.Secret))...)
+	if code != http.StatusNotImplemented || !strings.Contains(string(body), "no git relay") || !strings.Contains(string(body), `"type":"error"`) {
+		t.Errorf("a server without a relay: %d %s", code, body)
+	}
+}

@@ -68,26 +68,6 @@ func (c *Client) FileContent(ctx context.Context, id string) (io.ReadCloser, err
 	return resp.Body, nil
 }
 
-// FileListParams lists files, newest first.
-type FileListParams struct {
-	ListParams
-	// ScopeID, if set, lists only the files scoped to it (a session's outputs).
-	ScopeID string
-}
-
-// FileList returns a page of files.
-func (c *Client) FileList(ctx context.Context, p *FileListParams) (*Page[apitype.File], error) {
-	var lp *ListParams
-	if p != nil {
-		lp = &p.ListParams
-	}
-	q := lp.values()
-	if p != nil && p.ScopeID != "" {
-		q.Set("scope_id", p.ScopeID)
-	}
-	return call[Page[apitype.File]](ctx, c, "GET", "/v1/files", q, nil)
-}
-
 // SkillVersionGet returns a skill version (its name and description).
 func (c *Client) SkillVersionGet(ctx context.Context, skillID, version string) (*apitype.SkillVersion, error) {
 	return call[apitype.SkillVersion](ctx, c, "GET", pathOf("/v1/skills/", skillID, "/versions/", version), nil, nil)

@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/client"
 	"github.com/corralhq/corral/internal/sandbox"
 )
 
@@ -62,5 +64,45 @@ func TestReposEndpointRefusals(t *testing.T) {
 	release()
 	if _, _, err := g.remote(t.Context(), "sesn_1", res); err == nil {
 		t.Error("a clone's relay after the session was let go")
+	}
+}
+
+// TestReposEndpointBounded: a sandbox's git endpoint forwards at most maxGitRequests requests at once; one more
+// is refused with a 429 that says why, and a slot is free again once a request ends.
+func TestReposEndpointBounded(t *testing.T) {
+	t.Parallel()
+	arrived, release := make(chan struct{}, maxGitRequests), make(chan struct{})
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	t.Cleanup(relay.Close)
+	c, err := client.New(client.Config{BaseURL: relay.URL, APIKey: "corral-wst-x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHeld()
+	g := newRepos(c.BaseURL(), c.HTTPClient(), h, slog.New(slog.DiscardHandler))
+	defer h.hold("sesn_1", c, &sandbox.Recipe{})()
+	endpoint := g.handler("sesn_1")
+	get := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		endpoint.ServeHTTP(rec, httptest.NewRequest("GET", "http://corral.internal/git/res_1/info/refs?service=git-upload-pack", nil))
+		return rec
+	}
+	var wg sync.WaitGroup
+	for range maxGitRequests {
+		wg.Go(func() { get() })
+	}
+	for range maxGitRequests {
+		<-arrived
+	}
+	if rec := get(); rec.Code != http.StatusTooManyRequests || !strings.Contains(rec.Body.String(), "at most 4 git requests at once") {
+		t.Errorf("a request past the bound: %d %q", rec.Code, rec.Body.String())
+	}
+	close(release)
+	wg.Wait()
+	if rec := get(); rec.Code != http.StatusOK {
+		t.Errorf("a request once the others ended: %d %q", rec.Code, rec.Body.String())
 	}
 }
