@@ -54,29 +54,10 @@ func TestWebSearchThroughSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	agent, err := c.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
-		Name: "searcher", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
-		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{
-			DefaultConfig: anthropic.BetaManagedAgentsAgentToolsetDefaultConfigParams{Enabled: anthropic.Bool(false)},
-			Configs: []anthropic.BetaManagedAgentsAgentToolConfigParamsUnion{{OfWebSearch: &anthropic.BetaManagedAgentsWebSearchToolConfigParams{
-				Enabled: anthropic.Bool(true), BlockedDomains: []string{"spam.test"},
-				UserLocation: anthropic.BetaManagedAgentsUserLocationParam{Country: anthropic.String("FR")},
-			}}},
-		}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := c.Beta.Environments.New(ctx, anthropic.BetaEnvironmentNewParams{Name: "searcher"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := c.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
-		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)}, EnvironmentID: env.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events, raw := sendAndWait(ctx, t, c, sess.ID, "Where are Go's docs?")
+	events, raw := sendAndWait(ctx, t, c, webSearchSession(ctx, t, c, anthropic.BetaManagedAgentsWebSearchToolConfigParams{
+		Enabled: anthropic.Bool(true), BlockedDomains: []string{"spam.test"},
+		UserLocation: anthropic.BetaManagedAgentsUserLocationParam{Country: anthropic.String("FR")},
+	}), "Where are Go's docs?")
 	results := toolResults(events)
 	if len(results) != 1 || results[0].isError || !strings.Contains(results[0].text, "https://go.dev/doc/") || strings.Contains(results[0].text, "spam.test") {
 		t.Fatalf("tool results %+v; events %s", results, raw)
@@ -114,12 +95,34 @@ func TestWebSearchAnthropicThroughSDK(t *testing.T) {
 	c := sdkClient(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	sessID := webSearchSession(ctx, t, c, anthropic.BetaManagedAgentsWebSearchToolConfigParams{
+		Enabled: anthropic.Bool(true), AllowedDomains: []string{"go.dev"}})
+	events, raw := sendAndWait(ctx, t, c, sessID, "Where are Go's docs?")
+	if body := string(model.Requests()[0].Body); !strings.Contains(body, `"type":"web_search_20250305"`) || !strings.Contains(body, `"allowed_domains":["go.dev"]`) {
+		t.Fatalf("request %s", body)
+	}
+	results := toolResults(events)
+	if len(results) != 1 || results[0].isError || !strings.Contains(results[0].text, "https://go.dev/doc/") {
+		t.Fatalf("tool results %+v; events %s", results, raw)
+	}
+	got, err := c.Beta.Sessions.Get(ctx, sessID, anthropic.BetaSessionGetParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := got.Usage.ServerToolUse.WebSearchRequests; n != 1 {
+		t.Fatalf("usage %s", got.Usage.RawJSON())
+	}
+}
+
+// webSearchSession is a session of a new agent whose toolset enables web_search only, configured as ws, in a new
+// environment.
+func webSearchSession(ctx context.Context, t *testing.T, c anthropic.Client, ws anthropic.BetaManagedAgentsWebSearchToolConfigParams) string {
+	t.Helper()
 	agent, err := c.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
 		Name: "searcher", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "claude-sonnet-4-5"},
 		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{
 			DefaultConfig: anthropic.BetaManagedAgentsAgentToolsetDefaultConfigParams{Enabled: anthropic.Bool(false)},
-			Configs: []anthropic.BetaManagedAgentsAgentToolConfigParamsUnion{{OfWebSearch: &anthropic.BetaManagedAgentsWebSearchToolConfigParams{
-				Enabled: anthropic.Bool(true), AllowedDomains: []string{"go.dev"}}}},
+			Configs:       []anthropic.BetaManagedAgentsAgentToolConfigParamsUnion{{OfWebSearch: &ws}},
 		}}},
 	})
 	if err != nil {
@@ -134,19 +137,5 @@ func TestWebSearchAnthropicThroughSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, raw := sendAndWait(ctx, t, c, sess.ID, "Where are Go's docs?")
-	if body := string(model.Requests()[0].Body); !strings.Contains(body, `"type":"web_search_20250305"`) || !strings.Contains(body, `"allowed_domains":["go.dev"]`) {
-		t.Fatalf("request %s", body)
-	}
-	results := toolResults(events)
-	if len(results) != 1 || results[0].isError || !strings.Contains(results[0].text, "https://go.dev/doc/") {
-		t.Fatalf("tool results %+v; events %s", results, raw)
-	}
-	got, err := c.Beta.Sessions.Get(ctx, sess.ID, anthropic.BetaSessionGetParams{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := got.Usage.ServerToolUse.WebSearchRequests; n != 1 {
-		t.Fatalf("usage %s", got.Usage.RawJSON())
-	}
+	return sess.ID
 }
