@@ -39,7 +39,7 @@ func (f *imageFlags) register(fs *flag.FlagSet) {
 		"plus each environment's packages, built when the environment is created or changed; on corral worker, plus its --package list), "+
 		"host (the host's /usr, as before images; for machines without debootstrap: environments with packages then fail with a clear error), "+
 		"or auto (debian when running as root with debootstrap and bwrap installed and the backend isolates, else host)")
-	fs.StringVar(&f.cache, "image-cache", cmp.Or(os.Getenv("CORRAL_IMAGE_CACHE"), defaultImageCache(os.Geteuid(), os.Getenv, os.UserHomeDir)), "`directory` of the built images, shared by every server on the machine (env CORRAL_IMAGE_CACHE): /var/cache/corral/images as root, else $XDG_CACHE_HOME/corral/images or ~/.cache/corral/images; the base takes ~300 MB, each package list a layer of its own")
+	fs.StringVar(&f.cache, "image-cache", cmp.Or(os.Getenv("CORRAL_IMAGE_CACHE"), defaultImageCache(os.Geteuid(), os.Getenv, os.UserHomeDir)), "`directory` of the built images, shared by every server and worker on the machine (env CORRAL_IMAGE_CACHE): /var/cache/corral/images as root, else $XDG_CACHE_HOME/corral/images or ~/.cache/corral/images; the base takes ~300 MB, each package list a layer of its own")
 	fs.DurationVar(&f.timeout, "image-build-timeout", image.DefaultBuildTimeout, "time limit of one environment's package build")
 	fs.Int64Var(&f.diskMB, "image-build-disk", image.DefaultBuildDiskBytes>>20, "disk limit of one environment's package build in `MiB` (needs loop devices and mkfs.ext4, as --sandbox-disk)")
 	fs.DurationVar(&f.gc, "image-gc", envDuration("CORRAL_IMAGE_GC", image.DefaultGCInterval), "how often images no environment lists and no sandbox uses (for as long) are removed (env CORRAL_IMAGE_GC; 0 = never)")

@@ -32,7 +32,7 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	urlFlag(fs, base, "url", os.Getenv("CORRAL_URL"), "Corral server `URL` (env CORRAL_URL)")
 	envID := fs.String("env", os.Getenv("CORRAL_ENV"), "the self-hosted environment's `id` (env CORRAL_ENV)")
 	key := secretFlag(fs, "key", "CORRAL_ENV_KEY", "the environment `key` (corral envs keys create)")
-	data := fs.String("data", defaultWorkerData(), "`directory` for the sessions' workspaces (env CORRAL_WORKER_DATA; default /var/lib/corral-worker as root, else $XDG_STATE_HOME/corral-worker, ~/.local/state/corral-worker)")
+	data := fs.String("data", defaultWorkerData(), "`directory` for the sessions' workspaces (env CORRAL_WORKER_DATA): /var/lib/corral-worker as root, else $XDG_STATE_HOME/corral-worker or ~/.local/state/corral-worker")
 	workerID := fs.String("worker-id", "", "this worker's id, sent as Anthropic-Worker-ID (default: host name and a random suffix)")
 	idle := fs.Duration("session-idle", worker.DefaultIdle, "how long a session whose turn ended keeps this worker before it goes back to polling")
 	uidBase := fs.Int("sandbox-uids", worker.DefaultUIDBase, "first host `uid` of this worker's sandboxes (10000 uids): workers sharing a machine, or a machine with a server, need ranges of their own")
