@@ -35,12 +35,7 @@ type agentsExec struct{ builtinExec }
 func (agentsExec) name() string { return "agents" }
 
 func (agentsExec) settle(t *thread, open []*toolUse) (bool, error) {
-	for _, u := range open {
-		if u.approved() && !t.fresh[u.ev.ID] {
-			return true, t.agentCall(u)
-		}
-	}
-	return false, nil
+	return rerunOpen(t, open, (*thread).agentCall)
 }
 
 func (agentsExec) run(t *thread, u *toolUse) (bool, error) { return true, t.agentCall(u) }

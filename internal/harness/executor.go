@@ -115,3 +115,14 @@ func (clientExec) answeredBy() apitype.EventType { return apitype.EventUserCusto
 func (clientExec) use(b *model.Block, _ toolRoute) apitype.NewEvent {
 	return mustEvent(apitype.EventAgentCustomToolUse, apitype.AgentToolUse{Name: b.Name, Input: b.Input, ModelToolUseID: b.ID})
 }
+
+// rerunOpen is the settle of an executor whose calls have no effect but their result (or whose effects and
+// result are one append): the first approved call a crash left open, not sent by this run, is run again.
+func rerunOpen(t *thread, open []*toolUse, run func(*thread, *toolUse) error) (bool, error) {
+	for _, u := range open {
+		if u.approved() && !t.fresh[u.ev.ID] {
+			return true, run(t, u)
+		}
+	}
+	return false, nil
+}

@@ -49,12 +49,7 @@ type webExec struct{ builtinExec }
 func (webExec) name() string { return "web" }
 
 func (webExec) settle(t *thread, open []*toolUse) (bool, error) {
-	for _, u := range open {
-		if u.approved() && !t.fresh[u.ev.ID] {
-			return true, t.webFetch(u)
-		}
-	}
-	return false, nil
+	return rerunOpen(t, open, (*thread).webFetch)
 }
 
 func (webExec) run(t *thread, u *toolUse) (bool, error) { return true, t.webFetch(u) }

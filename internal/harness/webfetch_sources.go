@@ -3,7 +3,6 @@ package harness
 import (
 	"encoding/json"
 	"slices"
-	"strings"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/webfetch"
@@ -79,7 +78,7 @@ func (t *thread) urlGiven(raw string, src *apitype.WebURLSources) (bool, string)
 			case apitype.EventUserMessage:
 				var m apitype.UserMessage
 				if user.allows("") && e.DecodeData(&m) == nil {
-					texts = append(texts, blocksText(m.Content))
+					texts = append(texts, contentText(m.Content))
 				}
 			case apitype.EventUserDefineOutcome:
 				var d apitype.DefineOutcome
@@ -91,7 +90,7 @@ func (t *thread) urlGiven(raw string, src *apitype.WebURLSources) (bool, string)
 				// the user gave the coordinator reach the threads it starts.
 				var m apitype.ThreadMessageReceived
 				if user.allows("") && e.DecodeData(&m) == nil {
-					texts = append(texts, blocksText(m.Content))
+					texts = append(texts, contentText(m.Content))
 				}
 			case apitype.EventAgentCustomToolUse, apitype.EventAgentToolUse:
 				var u apitype.AgentToolUse
@@ -101,12 +100,12 @@ func (t *thread) urlGiven(raw string, src *apitype.WebURLSources) (bool, string)
 			case apitype.EventUserCustomToolResult:
 				var r apitype.UserCustomToolResult
 				if e.DecodeData(&r) == nil && client.allows(names[r.CustomToolUseID]) {
-					texts = append(texts, blocksText(r.Content))
+					texts = append(texts, contentText(r.Content))
 				}
 			case apitype.EventAgentToolResult:
 				var r apitype.AgentToolResult
 				if e.DecodeData(&r) == nil && names[r.ToolUseID] == toolWebFetch && !r.IsError && server.allows(toolWebFetch) {
-					texts = append(texts, blocksText(r.Content))
+					texts = append(texts, contentText(r.Content))
 				}
 			}
 		}
@@ -119,13 +118,4 @@ func (t *thread) urlGiven(raw string, src *apitype.WebURLSources) (bool, string)
 	return false, "web_fetch fetches only URLs given to it, and " + raw + " does not appear in " +
 		"the user's messages, a custom tool's result or an earlier web_fetch result (as this agent's url_sources allow): " +
 		"it does not fetch URLs the model writes itself. Ask the user for the URL, or fetch a page that links to it."
-}
-
-func blocksText(blocks []apitype.ContentBlock) string {
-	var sb strings.Builder
-	for _, b := range blocks {
-		sb.WriteString(b.Text)
-		sb.WriteByte('\n')
-	}
-	return sb.String()
 }

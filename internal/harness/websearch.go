@@ -68,12 +68,7 @@ type searchExec struct{ builtinExec }
 func (searchExec) name() string { return "search" }
 
 func (searchExec) settle(t *thread, open []*toolUse) (bool, error) {
-	for _, u := range open {
-		if u.approved() && !t.fresh[u.ev.ID] {
-			return true, t.webSearch(u)
-		}
-	}
-	return false, nil
+	return rerunOpen(t, open, (*thread).webSearch)
 }
 
 func (searchExec) run(t *thread, u *toolUse) (bool, error) { return true, t.webSearch(u) }
