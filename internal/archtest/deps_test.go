@@ -40,13 +40,13 @@ var rules = map[string][]string{
 	// Deployment schedules: cron expressions in a timezone, stdlib only.
 	"internal/cron": {},
 	// The web_fetch port: what the brain asks and gets, no network code.
-	"internal/webfetch": {},
+	"internal/webfetch": {"internal/apitype"},
 	// Its adapter fetches from the brain's process under the egress rules of the sandboxes' proxy.
 	"internal/webfetch/httpfetch": {"internal/webfetch", "internal/sandbox/egress"},
 	// The web_search port: queries, results and their domain rules, no network code.
-	"internal/websearch": {},
+	"internal/websearch": {"internal/apitype"},
 	// Its SearXNG adapter, under the same egress rules.
-	"internal/websearch/searxng": {"internal/websearch", "internal/sandbox/egress"},
+	"internal/websearch/searxng": {"internal/apitype", "internal/websearch", "internal/sandbox/egress"},
 	"internal/server": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files",
 		"internal/metrics", "internal/console", "internal/maintain", "internal/price", "internal/webhook"},
 	// Periodic jobs under the store's leader lease: the store port, nothing else.

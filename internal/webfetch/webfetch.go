@@ -6,6 +6,8 @@ package webfetch
 import (
 	"context"
 	"strings"
+
+	"github.com/corralhq/corral/internal/apitype"
 )
 
 // Request is one web_fetch call.
@@ -46,33 +48,18 @@ type Fetcher interface {
 // DomainAllowed reports whether host may be fetched under the tool's allowed_domains xor blocked_domains, and if
 // not, why. A domain matches itself and its subdomains, case and a final dot aside.
 func DomainAllowed(host string, allowed, blocked []string) (bool, string) {
-	host = normHost(host)
 	if len(allowed) > 0 {
 		for _, d := range allowed {
-			if MatchDomain(host, d) {
+			if apitype.MatchDomain(host, d) {
 				return true, ""
 			}
 		}
 		return false, "the domain " + host + " is not in this tool's allowed_domains (" + strings.Join(allowed, ", ") + ")"
 	}
 	for _, d := range blocked {
-		if MatchDomain(host, d) {
+		if apitype.MatchDomain(host, d) {
 			return false, "the domain " + host + " is in this tool's blocked_domains (" + d + ")"
 		}
 	}
 	return true, ""
-}
-
-// MatchDomain reports whether host is domain or one of its subdomains.
-func MatchDomain(host, domain string) bool {
-	host, domain = normHost(host), normHost(domain)
-	domain = strings.TrimPrefix(domain, "*.")
-	if domain == "" {
-		return false
-	}
-	return host == domain || strings.HasSuffix(host, "."+domain)
-}
-
-func normHost(h string) string {
-	return strings.TrimSuffix(strings.ToLower(strings.Trim(strings.TrimSpace(h), "[]")), ".")
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/webfetch"
 	"github.com/corralhq/corral/internal/webfetch/httpfetch"
 )
@@ -235,7 +236,7 @@ func TestMatchDomain(t *testing.T) {
 		{"example.com", "example.com", true}, {"docs.Example.com.", "example.com", true}, {"badexample.com", "example.com", false},
 		{"example.com", "docs.example.com", false}, {"a.b.example.com", "*.example.com", true},
 	} {
-		if got := webfetch.MatchDomain(c.host, c.domain); got != c.want {
+		if got := apitype.MatchDomain(c.host, c.domain); got != c.want {
 			t.Errorf("MatchDomain(%q, %q) = %v", c.host, c.domain, got)
 		}
 	}

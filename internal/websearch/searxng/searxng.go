@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox/egress"
 	"github.com/corralhq/corral/internal/websearch"
 )
@@ -80,7 +81,7 @@ func (s *Client) URL(q websearch.Query) string {
 	if n := len(q.AllowedDomains); n > 0 && n <= maxAllowedSites {
 		sites := make([]string, n)
 		for i, d := range q.AllowedDomains {
-			sites[i] = "site:" + websearch.HostOf(d)
+			sites[i] = "site:" + apitype.DomainHost(d)
 		}
 		text += " " + strings.Join(sites, " OR ")
 	}
@@ -88,7 +89,7 @@ func (s *Client) URL(q websearch.Query) string {
 		if i == maxBlockedSites {
 			break
 		}
-		text += " -site:" + websearch.HostOf(d)
+		text += " -site:" + apitype.DomainHost(d)
 	}
 	v := url.Values{"q": {text}, "format": {"json"}, "pageno": {"1"}}
 	lang := q.Language

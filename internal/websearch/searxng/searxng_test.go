@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/websearch"
 	"github.com/corralhq/corral/internal/websearch/searxng"
 )
@@ -124,7 +125,7 @@ func TestMatchDomain(t *testing.T) {
 		{"Docs.Example.COM", "*.example.com", true},
 		{"example.com", "https://example.com/path", true},
 	} {
-		if got := websearch.MatchDomain(c.host, c.domain); got != c.want {
+		if got := apitype.MatchDomain(c.host, c.domain); got != c.want {
 			t.Errorf("MatchDomain(%q, %q) = %v", c.host, c.domain, got)
 		}
 	}
