@@ -22,6 +22,9 @@ const (
 	PrefixMemory      = "mem_"
 	PrefixMemVersion  = "memver_"
 	PrefixDream       = "drm_"
+	PrefixTunnel      = "tnl_"
+	PrefixTunnelCert  = "tcrt_"
+	PrefixTunnelToken = "tnltok_"
 )
 
 const base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"

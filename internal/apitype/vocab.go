@@ -250,6 +250,9 @@ const (
 	ObjectDeployment           ObjectType = "deployment"
 	ObjectDeploymentRun        ObjectType = "deployment_run"
 	ObjectWebhookEndpoint      ObjectType = "webhook_endpoint"
+	ObjectTunnel               ObjectType = "tunnel"
+	ObjectTunnelToken          ObjectType = "tunnel_token"
+	ObjectTunnelCertificate    ObjectType = "tunnel_certificate"
 	ObjectEvent                ObjectType = "event" // the envelope of a webhook's payload
 	ObjectError                ObjectType = "error" // the envelope of an error response
 )

@@ -82,6 +82,7 @@ type Store interface {
 	DreamStore
 	WebhookStore
 	DeploymentStore
+	TunnelStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities
