@@ -111,6 +111,12 @@ type Config struct {
 	// WebSearch names the search provider the brains run web_search with ("" none: an agent create or update
 	// enabling web_search is answered with a Warning header saying it is left out of the model's tools).
 	WebSearch string
+	// TunnelDomain is the operator's base domain of the MCP tunnels: each tunnel gets a domain of its own under
+	// it (default DefaultTunnelDomain).
+	TunnelDomain string
+	// Tunnels drops a tunnel's connectors once its token is rotated or it is archived (the in-process connector
+	// hub); nil calls nothing.
+	Tunnels TunnelRevoker
 }
 
 // GitRelay is what the API's git relay asks of the git endpoint (*proxy.Git).
@@ -143,6 +149,11 @@ func (c *Config) validate() error {
 		c.DeploymentCatchUp < 0 || c.MaxSessionOutputBytes < 0 {
 		return errors.New("api: negative limits in Config")
 	}
+	if c.TunnelDomain != "" {
+		if _, err := checkTunnelDomain(c.TunnelDomain); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -164,6 +175,9 @@ type Server struct {
 	validator    CredentialValidator
 	gitRelay     GitRelay
 	webSearch    string
+	// tunnelDomain is the base domain of the tunnels' domains; tunnels is Config.Tunnels.
+	tunnelDomain string
+	tunnels      TunnelRevoker
 	files        *files.Service
 	images       Images
 	metrics      Metrics
@@ -219,6 +233,7 @@ func New(cfg Config) (*Server, error) {
 		validator:    cfg.Validator,
 		gitRelay:     cfg.GitRelay,
 		webSearch:    cfg.WebSearch,
+		tunnels:      cfg.Tunnels,
 		files:        cfg.Files,
 		dreamTimeout: cmp.Or(cfg.DreamTimeout, DefaultDreamTimeout),
 		catchUp:      cmp.Or(cfg.DeploymentCatchUp, DefaultCatchUp),
@@ -230,6 +245,7 @@ func New(cfg Config) (*Server, error) {
 		workTTL:      max(cmp.Or(cfg.WorkLeaseTTL, DefaultWorkLeaseTTL), time.Second),
 		workers:      newPollers(),
 	}
+	s.tunnelDomain, _ = checkTunnelDomain(cmp.Or(cfg.TunnelDomain, DefaultTunnelDomain)) // checked by validate
 	if s.metrics == nil {
 		s.metrics = nopMetrics{}
 	}

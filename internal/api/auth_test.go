@@ -32,7 +32,8 @@ func TestCredentialReach(t *testing.T) {
 		"{skill_id}", "skill_x", "{version}", "1", "{resource_id}", "sesrsc_x", "{key_id}", "envkey_x", "{thread_id}", "sthr_x",
 		"{model_id}", "claude-sonnet-4-6", "{memory_store_id}", "memstore_x", "{memory_id}", "mem_x",
 		"{memory_version_id}", "memver_x", "{dream_id}", "drm_x", "{deployment_id}", "depl_x",
-		"{deployment_run_id}", "drun_x", "{webhook_endpoint_id}", "whep_x", "{op...}", "info/refs")
+		"{deployment_run_id}", "drun_x", "{webhook_endpoint_id}", "whep_x",
+		"{tunnel_id}", "tnl_x", "{certificate_id}", "tcrt_x", "{op...}", "info/refs")
 
 	for _, kind := range []struct {
 		name, secret string

@@ -45,14 +45,18 @@ func memoryBackends(t *testing.T, run func(t *testing.T, h *harness)) {
 	})
 }
 
-// harnessOver is newHarness over a store the test opened (closed at cleanup).
-func harnessOver(t *testing.T, st store.Store) *harness {
+// harnessOver is newHarness over a store the test opened (closed at cleanup); tweak adjusts the config.
+func harnessOver(t *testing.T, st store.Store, tweak ...func(*api.Config)) *harness {
 	t.Helper()
-	srv := httptest.NewServer(newAPI(t, api.Config{
+	cfg := api.Config{
 		Store:  st,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Keys:   &api.KeyAuth{Static: testKey, Store: st},
-	}).Handler())
+	}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	srv := httptest.NewServer(newAPI(t, cfg).Handler())
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()

@@ -145,6 +145,17 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/organizations/webhooks/{webhook_endpoint_id}/regenerate_signing_secret", s.webhookRegenerate, accessAPIKey},
 		{"GET /v1/organizations/webhooks/{webhook_endpoint_id}/deliveries", s.webhookDeliveryList, accessAPIKey},
 
+		{"POST /v1/tunnels", s.tunnelCreate, accessAPIKey},
+		{"GET /v1/tunnels", s.tunnelList, accessAPIKey},
+		{"GET /v1/tunnels/{tunnel_id}", s.tunnelGet, accessAPIKey},
+		{"POST /v1/tunnels/{tunnel_id}/archive", s.tunnelArchive, accessAPIKey},
+		{"POST /v1/tunnels/{tunnel_id}/reveal_token", s.tunnelRevealToken, accessAPIKey},
+		{"POST /v1/tunnels/{tunnel_id}/rotate_token", s.tunnelRotateToken, accessAPIKey},
+		{"POST /v1/tunnels/{tunnel_id}/certificates", s.tunnelCertificateCreate, accessAPIKey},
+		{"GET /v1/tunnels/{tunnel_id}/certificates", s.tunnelCertificateList, accessAPIKey},
+		{"GET /v1/tunnels/{tunnel_id}/certificates/{certificate_id}", s.tunnelCertificateGet, accessAPIKey},
+		{"POST /v1/tunnels/{tunnel_id}/certificates/{certificate_id}/archive", s.tunnelCertificateArchive, accessAPIKey},
+
 		{"POST /v1/files", s.fileUpload, accessSessionOutput.upload(s.fileUploadLimit)},
 		{"GET /v1/files", s.fileList, accessAPIKey},
 		{"GET /v1/files/{file_id}", s.fileGet, accessSessionFile},

@@ -160,8 +160,9 @@ func TestPageWeight(t *testing.T) {
 	// and meta (dom.js), replacing the markup repeated on every page, won back 2.2 KiB: 188 KiB. The
 	// deployments (list, form, a deployment's page with its runs, a run's page) and webhooks (list and form, an
 	// endpoint's page with its deliveries), sharing the lists, pagers, links and the secret shown once with the
-	// other pages, came to 17.5 KiB: 206 KiB.
-	const budget = 206 << 10
+	// other pages, came to 17.5 KiB: 206 KiB. The tunnels (list and form, a tunnel's page with its token and its
+	// certificates) came to 5.3 KiB: 211 KiB.
+	const budget = 211 << 10
 	if h.Size() > budget {
 		t.Errorf("the console weighs %d bytes, over its budget of %d", h.Size(), budget)
 	}

@@ -15,6 +15,7 @@ import {memoryStoresPage, memoryStorePage} from './memory.js';
 import {dreamsPage, dreamPage} from './dreams.js';
 import {deploymentsPage, deploymentPage, deploymentNewPage, deploymentRunPage} from './deployments.js';
 import {webhooksPage, webhookPage} from './webhooks.js';
+import {tunnelsPage, tunnelPage} from './tunnels.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -55,6 +56,8 @@ const routes = [
   [/^\/deployment_runs\/([^/]+)$/, (v, m) => deploymentRunPage(v, decodeURIComponent(m[1]))],
   [/^\/webhooks\/([^/]+)$/, (v, m) => webhookPage(v, decodeURIComponent(m[1]))],
   [/^\/webhooks$/, (v, m, q) => webhooksPage(v, q)],
+  [/^\/tunnels\/([^/]+)$/, (v, m) => tunnelPage(v, decodeURIComponent(m[1]))],
+  [/^\/tunnels$/, (v, m, q) => tunnelsPage(v, q)],
 ];
 
 // parseHash splits "#/path?a=b" into the path and its parameters.
@@ -174,7 +177,7 @@ document.addEventListener('keydown', ev => {
   if (typing || ev.ctrlKey || help.open || !apiKey()) return;
   if (pendingG) {
     pendingG = false;
-    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files', k: '#/skills', m: '#/memory', d: '#/dreams', y: '#/deployments', w: '#/webhooks'}[ev.key];
+    const to = {s: '#/sessions', a: '#/agents', e: '#/environments', v: '#/vaults', f: '#/files', k: '#/skills', m: '#/memory', d: '#/dreams', y: '#/deployments', w: '#/webhooks', t: '#/tunnels'}[ev.key];
     if (to) { ev.preventDefault(); location.hash = to; }
     return;
   }

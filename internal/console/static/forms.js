@@ -113,11 +113,11 @@ export function twoClick(label, again, attrs, act) {
 }
 
 // once is the notice of a secret the API shows this once (a worker key, a signing secret), with a Copy button:
-// the page keeps it nowhere, so leaving or reloading it forgets the secret.
-export function once(title, secret, id) {
+// the page keeps it nowhere, so leaving or reloading it forgets the secret. note replaces the notice's warning.
+export function once(title, secret, id, note) {
   const value = h('input', {type: 'text', id: `new-${id}-value`, class: 'mono', readonly: true, value: secret, autocomplete: 'off', spellcheck: 'false'});
   return h('div', {class: 'notice', role: 'status'},
-    h('strong', null, title, ' '), 'Copy it now: it is shown this once, and neither the API nor this page can show it again.',
+    h('strong', null, title, ' '), note || 'Copy it now: it is shown this once, and neither the API nor this page can show it again.',
     h('div', {class: 'key-row'}, value, h('button', {type: 'button', id: `copy-${id}`, onclick: async () => {
       try { await navigator.clipboard.writeText(secret); toast('Copied.'); } catch { value.select(); toast('Select and copy it.', 'error'); }
     }}, 'Copy')));
