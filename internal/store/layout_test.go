@@ -36,6 +36,7 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.DreamStore]():          "dreams.go",
 		reflect.TypeFor[store.WebhookStore]():        "webhooks.go",
 		reflect.TypeFor[store.DeploymentStore]():     "deployments.go",
+		reflect.TypeFor[store.TunnelStore]():         "tunnels.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()
