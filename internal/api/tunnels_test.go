@@ -382,6 +382,7 @@ func TestTunnelsBadInput(t *testing.T) {
 	}{
 		{"display_name empty", "POST", "/v1/tunnels", `{"display_name":""}`, 400, apitype.ErrInvalidRequest, "display_name: must be 1 to 255"},
 		{"display_name too long", "POST", "/v1/tunnels", `{"display_name":` + jsonQuote(strings.Repeat("n", 256)) + `}`, 400, apitype.ErrInvalidRequest, "display_name: longer than 255"},
+		{"display_name with NUL", "POST", "/v1/tunnels", `{"display_name":"a\u0000b"}`, 400, apitype.ErrInvalidRequest, "display_name: must not contain NUL"},
 		{"unknown field", "POST", "/v1/tunnels", `{"domain":"mine.example.com"}`, 400, apitype.ErrInvalidRequest, "domain: unknown field"},
 		{"limit too large", "GET", "/v1/tunnels?limit=1001", "", 400, apitype.ErrInvalidRequest, "limit"},
 		{"bad page", "GET", "/v1/tunnels?page=garbage", "", 400, apitype.ErrInvalidRequest, "page"},
