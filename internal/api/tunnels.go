@@ -32,8 +32,8 @@ const (
 	maxTunnelNameLen   = 255
 	maxTunnelLimit     = 1000
 	maxTunnelReasonLen = 1024
-	// MaxTunnelCertificatePEM is the most bytes a certificate's PEM may hold (8 KB).
-	MaxTunnelCertificatePEM = 8192
+	// maxTunnelCertificatePEM is the most bytes a certificate's PEM may hold (8 KB).
+	maxTunnelCertificatePEM = 8192
 	// tunnelTokenName is the name the tunnel's token is sealed under, beside the tunnel's id.
 	tunnelTokenName = "tunnel_token"
 	// tunnelTokenPrefix starts every tunnel token (Corral tunnel token), so that one found in a log is known.
@@ -285,14 +285,14 @@ func (s *Server) tunnelRotateToken(w http.ResponseWriter, r *http.Request) error
 	return writeJSON(w, http.StatusOK, &apitype.TunnelToken{Type: apitype.ObjectTunnelToken, ID: tokenID, TunnelToken: plain})
 }
 
-// parseCACertificate reads a tunnel certificate's PEM: at most MaxTunnelCertificatePEM bytes holding exactly one
+// parseCACertificate reads a tunnel certificate's PEM: at most maxTunnelCertificatePEM bytes holding exactly one
 // CERTIFICATE block and nothing else (never a private key), an X.509 CA certificate that has not expired.
 func parseCACertificate(p, s string, now time.Time) (*x509.Certificate, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, invalid(p, "required: one PEM block of type CERTIFICATE")
 	}
-	if len(s) > MaxTunnelCertificatePEM {
-		return nil, invalid(p, "%d bytes, more than the %d (8 KB) a certificate's PEM may hold", len(s), MaxTunnelCertificatePEM)
+	if len(s) > maxTunnelCertificatePEM {
+		return nil, invalid(p, "%d bytes, more than the %d (8 KB) a certificate's PEM may hold", len(s), maxTunnelCertificatePEM)
 	}
 	var blocks []*pem.Block
 	rest := []byte(s)
