@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/corralhq/corral/internal/tunnel"
 )
 
 // egressFlags are serve's operator-trusted destinations: --egress-allow-internal HOST:PORT[,...] and
@@ -16,6 +18,7 @@ import (
 type egressFlags struct {
 	allowInternal string
 	caFile        string
+	tunnelDomain  string
 }
 
 // egressOptions are the parsed egress flags.
@@ -34,6 +37,7 @@ func (f *egressFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.allowInternal, "egress-allow-internal", "", "comma-separated internal `host:port` pairs that clones, "+
 		"the git endpoint (and the workers' git relay), the MCP proxy, webhooks, the web_fetch tool, the web search provider and the sandboxes' egress proxies may reach (a private git server, MCP server, search engine or API)")
 	fs.StringVar(&f.caFile, "egress-ca-file", "", "PEM `file` of CA certificates trusted for upstream TLS besides the system roots")
+	fs.StringVar(&f.tunnelDomain, "tunnel-domain", tunnel.DefaultDomain, "base `domain` of the MCP tunnels: each tunnel gets a domain below it, and MCP URLs below a tunnel's domain go through its connector (corral tunnel)")
 }
 
 // parse validates the flags.

@@ -62,7 +62,7 @@ func runHarness(ctx context.Context, io *stdio, args []string) error {
 		if brain.MCP, err = remoteMCP(*mcpProxyURL); err != nil {
 			return err
 		}
-	} else if brain.MCP, err = p.mcpProxy(&hf); err != nil {
+	} else if brain.MCP, _, err = p.mcpProxy(&hf); err != nil {
 		return err
 	}
 	images, err := p.images(&imf, &hf)

@@ -9,6 +9,7 @@ import (
 	"github.com/corralhq/corral/internal/proxy"
 	corral "github.com/corralhq/corral/internal/server" // aliased: the e2e tests have a type server
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/tunnel"
 	"github.com/corralhq/corral/internal/vault"
 )
 
@@ -54,14 +55,15 @@ func (p *parts) close() {
 	p.closers = nil
 }
 
-// mcpProxy builds the MCP proxy, which holds the sessions' MCP credentials (closed by close).
-func (p *parts) mcpProxy(hf *handsFlags) (*proxy.MCP, error) {
-	m, err := hf.mcpProxy(p.store, p.vault, p.log)
+// mcpProxy builds the MCP proxy, which holds the sessions' MCP credentials, and the hub of the tunnels'
+// connectors it reaches private MCP servers through (both closed by close).
+func (p *parts) mcpProxy(hf *handsFlags) (*proxy.MCP, *tunnel.Hub, error) {
+	m, hub, err := hf.mcpProxy(p.store, p.vault, p.log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	p.closers = append(p.closers, func() { m.Close() })
-	return m, nil
+	p.closers = append(p.closers, func() { hub.Close() }, func() { m.Close() })
+	return m, hub, nil
 }
 
 // files opens the Files API's service.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/mcp/remote"
+	"github.com/corralhq/corral/internal/tunnel"
 )
 
 func init() {
@@ -47,7 +48,7 @@ func runProxy(ctx context.Context, io *stdio, args []string) error {
 	}
 	defer parts.close()
 	st, logger := parts.store, parts.log
-	p, err := parts.mcpProxy(&hf)
+	p, hub, err := parts.mcpProxy(&hf)
 	if err != nil {
 		return err
 	}
@@ -55,7 +56,11 @@ func runProxy(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: remote.Handler(p, token), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	// The tunnels' connectors connect here too: the MCP proxy reaches private MCP servers through them.
+	mux := http.NewServeMux()
+	mux.Handle(tunnel.ConnectPath, hub)
+	mux.Handle("/", remote.Handler(p, token))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: 64 << 10}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()

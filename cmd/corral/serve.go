@@ -64,7 +64,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	}
 	// The MCP proxy holds the sessions' MCP credentials: the brains call MCP servers through it, and the API
 	// validates credentials with it.
-	mcpProxy, err := p.mcpProxy(&hf)
+	mcpProxy, tunnels, err := p.mcpProxy(&hf)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	cfg := corral.Config{
 		Store: st, Logger: logger,
 		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault, Validator: mcpProxy,
-			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, GitRelay: gitRelay, WebSearch: bf.webSearchName()},
+			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, GitRelay: gitRelay, WebSearch: bf.webSearchName(), Tunnels: tunnels},
 	}
 	if cfg.Fleet, err = flf.config(&hf, p.vault, fsvc); err != nil {
 		return err

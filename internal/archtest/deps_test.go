@@ -48,7 +48,9 @@ var rules = map[string][]string{
 	// Its SearXNG adapter, under the same egress rules.
 	"internal/websearch/searxng": {"internal/apitype", "internal/websearch", "internal/sandbox/egress"},
 	"internal/server": {"internal/apitype", "internal/store", "internal/api", "internal/harness", "internal/sandbox", "internal/files",
-		"internal/metrics", "internal/console", "internal/maintain", "internal/price", "internal/webhook"},
+		"internal/metrics", "internal/console", "internal/maintain", "internal/price", "internal/webhook", "internal/tunnel"},
+	// MCP tunnels: the connector and the hub of connectors, over the store port; no credential, no vault.
+	"internal/tunnel": {"internal/apitype", "internal/store"},
 	// Periodic jobs under the store's leader lease: the store port, nothing else.
 	"internal/maintain": {"internal/store"},
 	// The console serves its embedded files; its pages reach the server through the public HTTP API only.
@@ -71,7 +73,8 @@ var rules = map[string][]string{
 	"internal/vault":           {"internal/apitype", "internal/store"},
 	// The proxies use the vault's secrets outside every sandbox; the git endpoint checks destinations with
 	// the egress proxy's rules.
-	"internal/proxy": {"internal/apitype", "internal/sandbox", "internal/sandbox/egress", "internal/store", "internal/vault", "internal/mcp"},
+	"internal/proxy": {"internal/apitype", "internal/sandbox", "internal/sandbox/egress", "internal/store", "internal/vault", "internal/mcp",
+		"internal/tunnel"},
 	// Webhook deliveries reach their endpoints under the egress rules of the proxies; the dispatcher that
 	// picks them is elsewhere: no store, api or harness.
 	"internal/webhook": {"internal/apitype", "internal/sandbox/egress", "internal/store"},

@@ -21,6 +21,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/mcp"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/tunnel"
 	"github.com/corralhq/corral/internal/vault"
 )
 
@@ -50,6 +51,9 @@ type MCPConfig struct {
 	// a private MCP server, or token endpoint, must be one of them.
 	AllowInternal []string
 	RootCAs       *x509.CertPool // extra CAs to trust besides the system's (--egress-ca-file); nil: system only
+	// Tunnels carries the MCP URLs whose host is under the tunnels' base domain through the tunnel's connector
+	// (nil: such a URL is dialed like any other).
+	Tunnels *tunnel.Hub
 	// IdleTimeout closes a session's connection to a server unused this long (default 10 minutes).
 	IdleTimeout time.Duration
 	// Logger never receives a token. Default discards.
@@ -221,12 +225,11 @@ func (m *MCP) conn(ctx context.Context, sessionID string, server apitype.MCPServ
 	}
 	policy := mcpPolicy(networking, u)
 	policy.AllowInternal = slices.Clone(m.cfg.AllowInternal)
-	c = &mcpConn{m: m, session: sessionID, server: server, cred: cred, policy: policy, host: u.Hostname(), port: u.Port()}
-	if c.port == "" {
-		c.port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	c = &mcpConn{m: m, session: sessionID, server: server, cred: cred, policy: policy}
+	if err := c.dialer(ctx, u); err != nil {
+		return nil, err
 	}
 	c.touch()
-	c.http = newMCPHTTPClient(c, m.transport(policy))
 	m.mu.Lock()
 	if prev := m.conns[key]; prev != nil {
 		m.mu.Unlock()

@@ -30,6 +30,8 @@ type mcpConn struct {
 	policy  egress.Policy // the session's networking for MCP, with the operator's trusted internal destinations
 	host    string
 	port    string
+	// tunneled: the server is reached through a tunnel's connector, its host never resolved (dialer).
+	tunneled bool
 
 	used       atomic.Int64 // unix nanoseconds of the last use
 	authFailed atomic.Bool  // the server answered 401 or 403 (after any refresh) since the flag was reset
@@ -70,13 +72,11 @@ func (c *mcpConn) connect(ctx context.Context) error {
 	if c.sess != nil && !c.ended.Load() {
 		return nil
 	}
-	c.drop() // a connection the server (or the network) ended: a new one
-	if _, err := c.policy.Resolve(ctx, c.host, c.port); err != nil {
-		msg := err.Error()
-		if errors.Is(err, egress.ErrDenied) {
-			msg = "the environment's networking does not allow this server: " + msg
+	c.drop()         // a connection the server (or the network) ended: a new one
+	if !c.tunneled { // a tunnel's checks run at each of its dials (tunnel.Route.DialTLS)
+		if _, err := c.policy.Resolve(ctx, c.host, c.port); err != nil {
+			return c.refused(err)
 		}
-		return &mcp.Error{Kind: mcp.KindConnection, Server: c.server.Name, Message: msg}
 	}
 	client := sdk.NewClient(&sdk.Implementation{Name: "corral", Version: "1"}, &sdk.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { c.stale.Store(true) },
@@ -158,6 +158,16 @@ func (c *mcpConn) fail(ctx context.Context, err error) error {
 	}
 	c.m.cfg.Logger.Info("mcp server failed", "session", c.session, "mcp_server", c.server.Name, "kind", kind, "err", msg)
 	return &mcp.Error{Kind: kind, Server: c.server.Name, Message: msg}
+}
+
+// refused is the connection error of a server the connection may not reach (the environment's networking, or
+// its tunnel).
+func (c *mcpConn) refused(err error) error {
+	msg := err.Error()
+	if errors.Is(err, egress.ErrDenied) {
+		msg = "the environment's networking does not allow this server: " + msg
+	}
+	return &mcp.Error{Kind: mcp.KindConnection, Server: c.server.Name, Message: msg}
 }
 
 func (c *mcpConn) errorf(kind, format string, args ...any) error {

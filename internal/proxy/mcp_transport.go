@@ -5,9 +5,12 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
+	"errors"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -43,6 +46,54 @@ func (m *MCP) transport(policy egress.Policy) *http.Transport {
 	tr := policy.Transport(m.rootCAs(), 15*time.Second)
 	tr.ResponseHeaderTimeout, tr.IdleConnTimeout, tr.MaxIdleConns = 5*time.Minute, 90*time.Second, 4
 	return tr
+}
+
+// dialer sets the connection's host, port and HTTP client for u: through the tunnel whose domain u's host is
+// under (an https URL, its host allowed by name by the connection's policy: it is never resolved), or directly
+// under the policy.
+func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
+	c.host, c.port = u.Hostname(), u.Port()
+	if c.port == "" {
+		c.port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	hub := c.m.cfg.Tunnels
+	if hub == nil {
+		c.http = newMCPHTTPClient(c, c.m.transport(c.policy))
+		return nil
+	}
+	_, ok, err := hub.Resolve(ctx, c.host)
+	if !ok {
+		c.http = newMCPHTTPClient(c, c.m.transport(c.policy))
+		return nil
+	}
+	if err == nil && u.Scheme != "https" {
+		err = errors.New("an MCP server behind a tunnel is reached over https only")
+	}
+	if err == nil {
+		err = c.policy.AllowsName(c.host, c.port)
+	}
+	if err != nil {
+		return c.refused(err)
+	}
+	c.tunneled = true
+	tr := &http.Transport{
+		// Each connection resolves the tunnel again: a certificate added or archived, a token rotated, apply
+		// to the next connection.
+		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			r, _, err := hub.Resolve(ctx, host)
+			if err != nil {
+				return nil, err
+			}
+			return r.DialTLS(ctx, host, port)
+		},
+		ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConns: 4,
+	}
+	c.http = newMCPHTTPClient(c, tr)
+	return nil
 }
 
 // rootCAs is the system pool with the operator's extra CAs, or nil (the system pool) without them.

@@ -48,16 +48,15 @@ func (m *MCP) Validate(ctx context.Context, vaultID, credentialID string) (*apit
 	}
 	policy := egress.Policy{AllowAll: true, AllowInternal: slices.Clone(m.cfg.AllowInternal)}
 	conn := &mcpConn{m: m, server: apitype.MCPServer{Type: apitype.MCPServerURL, Name: u.Host, URL: c.Auth.MCPServerURL}, cred: b,
-		policy: policy, host: u.Hostname(), port: u.Port(), record: true}
-	if conn.port == "" {
-		conn.port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-	}
-	conn.http = newMCPHTTPClient(conn, m.transport(policy))
+		policy: policy, record: true}
+	err = conn.dialer(ctx, u)
 	defer conn.close()
 
 	conn.mu.Lock()
 	method := "initialize"
-	err = conn.connect(ctx)
+	if err == nil {
+		err = conn.connect(ctx)
+	}
 	if err == nil {
 		method = "tools/list"
 		conn.authFailed.Store(false)

@@ -27,6 +27,7 @@ import (
 	"github.com/corralhq/corral/internal/price"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/store"
+	"github.com/corralhq/corral/internal/tunnel"
 	"github.com/corralhq/corral/internal/webhook"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -110,6 +111,11 @@ type APIConfig struct {
 	GitRelay api.GitRelay
 	// WebSearch names the brains' search provider (api.Config.WebSearch); "" none.
 	WebSearch string
+	// Tunnels is the hub of the tunnels' connectors of this process's MCP proxy: they connect at
+	// tunnel.ConnectPath, the API allocates tunnels' domains under its base domain and drops a tunnel's
+	// connectors when its token is rotated or it is archived. nil: tunnels get domains under
+	// tunnel.DefaultDomain and no connector connects here.
+	Tunnels *tunnel.Hub
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.
 	ShutdownTimeout time.Duration
@@ -288,10 +294,14 @@ func New(cfg Config) (*Server, error) {
 		fleet = *cfg.Fleet
 	}
 	if cfg.API != nil {
-		a, err := api.New(api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
+		acfg := api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
 			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
 			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices, GitRelay: cfg.API.GitRelay, WebSearch: cfg.API.WebSearch,
-			DreamTimeout: fleet.DreamTimeout, DeploymentCatchUp: fleet.DeploymentCatchUp})
+			DreamTimeout: fleet.DreamTimeout, DeploymentCatchUp: fleet.DeploymentCatchUp}
+		if t := cfg.API.Tunnels; t != nil {
+			acfg.Tunnels, acfg.TunnelDomain = t, t.Domain()
+		}
+		a, err := api.New(acfg)
 		if err != nil {
 			return undo(err)
 		}
@@ -305,6 +315,9 @@ func New(cfg Config) (*Server, error) {
 		mux.Handle(console.Prefix, con)
 		mux.Handle(console.Prefix+"/", con)
 		mux.Handle("/", a.Handler())
+		if cfg.API.Tunnels != nil {
+			mux.Handle(tunnel.ConnectPath, cfg.API.Tunnels)
+		}
 		// Streams end when the server shuts down; ordinary requests finish first.
 		baseCtx, cancel := context.WithCancel(context.Background())
 		s.cancelStreams = cancel

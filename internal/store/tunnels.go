@@ -61,7 +61,7 @@ type TunnelRecord struct {
 	TokenID string
 	// TokenHash is the lowercase hex SHA-256 of the current token's plaintext.
 	TokenHash string
-	// Token is the current token, sealed by the vault under (tunnel id, TokenID).
+	// Token is the current token, sealed by the vault under (tunnel id, "tunnel_token").
 	Token SealedSecret
 }
 
@@ -72,11 +72,12 @@ type TunnelCertificateRecord struct {
 }
 
 // KeepTunnel is what TunnelUpdate keeps of the tunnel read: its id, domain and creation, and its archival
-// (an archived tunnel stays archived, its token cannot be rotated back to life).
+// (an archived tunnel stays archived, and no token is rotated into it: only its sealing may change, as a vault
+// key rotation rewraps it).
 func KeepTunnel(next, cur *TunnelRecord) {
 	next.ID, next.Domain, next.CreatedAt, next.Type = cur.ID, cur.Domain, cur.CreatedAt, cur.Type
 	if cur.ArchivedAt != nil {
 		next.ArchivedAt = cur.ArchivedAt
-		next.TokenID, next.TokenHash, next.Token = cur.TokenID, cur.TokenHash, cur.Token
+		next.TokenID, next.TokenHash = cur.TokenID, cur.TokenHash
 	}
 }

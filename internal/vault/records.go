@@ -2,6 +2,7 @@ package vault
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -9,12 +10,15 @@ import (
 )
 
 // RecordStore holds the records whose documents keep sealed secrets besides the secret tables: deployments
-// (their repositories' tokens) and webhook endpoints (their signing secrets). Rotate rewraps them too.
+// (their repositories' tokens), webhook endpoints (their signing secrets) and tunnels (their tokens). Rotate
+// rewraps them too.
 type RecordStore interface {
 	DeploymentList(ctx context.Context, p *store.DeploymentListParams) ([]store.DeploymentRecord, error)
 	DeploymentUpdate(ctx context.Context, id string, fn func(*store.DeploymentRecord) error) (*store.DeploymentRecord, error)
 	WebhookEndpointList(ctx context.Context, p *store.ListParams) ([]store.WebhookEndpointRecord, error)
 	WebhookEndpointUpdate(ctx context.Context, id string, fn func(*store.WebhookEndpointRecord) error) (*store.WebhookEndpointRecord, error)
+	TunnelList(ctx context.Context, p *store.ListParams) ([]store.TunnelRecord, error)
+	TunnelUpdate(ctx context.Context, id string, fn func(*store.TunnelRecord) error) (*store.TunnelRecord, error)
 }
 
 // rotateRecords rewraps the secrets kept in records (RecordStore) that are not under the primary key, each
@@ -75,7 +79,38 @@ func rotateRecords(ctx context.Context, st RecordStore, v *Vault) (rewrapped, le
 			return rewrapped, left + 1, err
 		}
 	}
-	return rewrapped, left, nil
+	err = eachTunnel(ctx, st, func(t *store.TunnelRecord) error {
+		if !stale(&t.Token) {
+			return nil
+		}
+		_, err := st.TunnelUpdate(ctx, t.ID, func(r *store.TunnelRecord) error { return rewrap(&r.Token) })
+		if err != nil {
+			left++
+		}
+		return err
+	})
+	return rewrapped, left, err
+}
+
+// eachTunnel calls fn for every tunnel, archived ones included (an archived tunnel's token is kept sealed).
+func eachTunnel(ctx context.Context, st RecordStore, fn func(*store.TunnelRecord) error) error {
+	p := &store.ListParams{Limit: rotatePage, IncludeArchived: true}
+	for {
+		page, err := st.TunnelList(ctx, p)
+		if err != nil {
+			return fmt.Errorf("vault: list tunnels: %w", err)
+		}
+		for i := range page {
+			if err := fn(&page[i]); err != nil {
+				return err
+			}
+		}
+		if len(page) < rotatePage {
+			return nil
+		}
+		last := page[len(page)-1]
+		p.After = &store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
 }
 
 // recordOrphan returns a secret kept in a record that is wrapped under none of the vault's keys, or nil.
@@ -109,5 +144,17 @@ func recordOrphan(ctx context.Context, st RecordStore, v *Vault) (*store.SealedS
 			return &eps[i].Secret, nil
 		}
 	}
-	return nil, nil
+	var found *store.SealedSecret
+	errFound := errors.New("found")
+	err = eachTunnel(ctx, st, func(t *store.TunnelRecord) error {
+		if orphan(&t.Token) {
+			found = &t.Token
+			return errFound
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return nil, err
+	}
+	return found, nil
 }

@@ -459,7 +459,8 @@ func TestRotateResourceSecrets(t *testing.T) {
 }
 
 // TestRotateRecordSecrets: a rotation rewraps the secrets kept in records too: a deployment's repository tokens
-// and a webhook endpoint's signing secret, which open with the new key alone afterwards.
+// a webhook endpoint's signing secret and an (archived) tunnel's token, which open with the new key alone
+// afterwards.
 func TestRotateRecordSecrets(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -491,6 +492,16 @@ func TestRotateRecordSecrets(t *testing.T) {
 		State: apitype.WebhookEnabled, CreatedAt: now, UpdatedAt: now}, Secret: *secret}); err != nil {
 		t.Fatal(err)
 	}
+	tnlID := apitype.NewID(apitype.PrefixTunnel)
+	tnlToken, err := old.Seal(tnlID, "tunnel_token", []byte("ctt_tunnel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Archived: its token is kept sealed all the same.
+	if err := st.TunnelCreate(ctx, &store.TunnelRecord{Tunnel: apitype.Tunnel{Type: apitype.ObjectTunnel, ID: tnlID,
+		Domain: "t.tunnels.corral.internal", CreatedAt: now, ArchivedAt: &now}, TokenID: "tnltok_1", TokenHash: "h", Token: *tnlToken}); err != nil {
+		t.Fatal(err)
+	}
 	newKey := vault.NewKey()
 	both, err := vault.Open(ctx, st, newKey, oldKey)
 	if err != nil {
@@ -501,7 +512,7 @@ func TestRotateRecordSecrets(t *testing.T) {
 		t.Fatalf("open with a key that unwraps no deployment token: %v", err)
 	}
 	res, err := vault.Rotate(ctx, st, both)
-	if err != nil || res.Rewrapped != 2 || res.Remaining != 0 {
+	if err != nil || res.Rewrapped != 3 || res.Remaining != 0 {
 		t.Fatalf("rotate: %+v, %v", res, err)
 	}
 	onlyNew, err := vault.Open(ctx, st, newKey)
@@ -521,6 +532,13 @@ func TestRotateRecordSecrets(t *testing.T) {
 	}
 	if plain, err := onlyNew.Open(&ep.Secret); err != nil || string(plain) != "whsec_signing" {
 		t.Fatalf("open the rotated signing secret: %q, %v", plain, err)
+	}
+	tnl, err := st.TunnelGet(ctx, tnlID)
+	if err != nil || tnl.Token.KeyID != newKey.ID() {
+		t.Fatalf("tunnel after rotation: %+v, %v", tnl, err)
+	}
+	if plain, err := onlyNew.Open(&tnl.Token); err != nil || string(plain) != "ctt_tunnel" {
+		t.Fatalf("open the rotated tunnel token: %q, %v", plain, err)
 	}
 	if res, err := vault.Rotate(ctx, st, both); err != nil || res.Rewrapped != 0 {
 		t.Errorf("a second rotation rewrapped %d: %v", res.Rewrapped, err)

@@ -99,26 +99,8 @@ var ErrDenied = errors.New("destination not allowed")
 // addresses returned, never to a second answer of the DNS.
 func (p Policy) check(ctx context.Context, host, port string) ([]net.IP, error) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	allowed := p.AllowAll
-	for _, h := range p.Hosts {
-		h = strings.ToLower(h)
-		hh, hp, err := net.SplitHostPort(h)
-		if err != nil {
-			hh, hp = h, ""
-		}
-		hh = strings.TrimSuffix(strings.Trim(hh, "[]"), ".")
-		if hp != "" && hp != port {
-			continue
-		}
-		switch {
-		case hh == host:
-			allowed = true
-		case strings.HasPrefix(hh, "*.") && strings.HasSuffix(host, hh[1:]):
-			allowed = true
-		}
-	}
-	if !allowed {
-		return nil, fmt.Errorf("%w: %s is not in the environment's allowed_hosts", ErrDenied, net.JoinHostPort(host, port))
+	if err := p.AllowsName(host, port); err != nil {
+		return nil, err
 	}
 	addrs, err := p.resolve(ctx, host)
 	if err != nil {
@@ -552,4 +534,32 @@ func (p *Proxy) untrack(cs ...net.Conn) {
 		delete(p.tunnel, c)
 		c.Close()
 	}
+}
+
+// AllowsName reports whether the policy allows host:port by its name alone (nil), before any resolution: what a
+// destination reached without DNS, as an MCP server through a tunnel, is checked against.
+func (p Policy) AllowsName(host, port string) error {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	allowed := p.AllowAll
+	for _, h := range p.Hosts {
+		h = strings.ToLower(h)
+		hh, hp, err := net.SplitHostPort(h)
+		if err != nil {
+			hh, hp = h, ""
+		}
+		hh = strings.TrimSuffix(strings.Trim(hh, "[]"), ".")
+		if hp != "" && hp != port {
+			continue
+		}
+		switch {
+		case hh == host:
+			allowed = true
+		case strings.HasPrefix(hh, "*.") && strings.HasSuffix(host, hh[1:]):
+			allowed = true
+		}
+	}
+	if !allowed {
+		return fmt.Errorf("%w: %s is not in the environment's allowed_hosts", ErrDenied, net.JoinHostPort(host, port))
+	}
+	return nil
 }
