@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(sdkWorkerEnv); spec != "" {
 		os.Exit(runSDKWorkerChild(spec))
 	}
+	if spec := os.Getenv(tunnelMCPEnv); spec != "" {
+		os.Exit(runTunnelMCPChild(spec))
+	}
 	dir, err := os.MkdirTemp("", "corral-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
