@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/corralhq/corral/internal/tunnel"
+	"github.com/corralhq/corral/internal/apitype"
 )
 
 // egressFlags are serve's operator-trusted destinations: --egress-allow-internal HOST:PORT[,...] and
@@ -37,7 +37,7 @@ func (f *egressFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.allowInternal, "egress-allow-internal", "", "comma-separated internal `host:port` pairs that clones, "+
 		"the git endpoint (and the workers' git relay), the MCP proxy, webhooks, the web_fetch tool, the web search provider and the sandboxes' egress proxies may reach (a private git server, MCP server, search engine or API)")
 	fs.StringVar(&f.caFile, "egress-ca-file", "", "PEM `file` of CA certificates trusted for upstream TLS besides the system roots")
-	fs.StringVar(&f.tunnelDomain, "tunnel-domain", tunnel.DefaultDomain, "base `domain` of the MCP tunnels: each tunnel gets a domain below it, and MCP URLs below a tunnel's domain go through its connector (corral tunnel)")
+	fs.StringVar(&f.tunnelDomain, "tunnel-domain", apitype.DefaultTunnelDomain, "base `domain` of the MCP tunnels: each tunnel gets a domain below it, and MCP URLs below a tunnel's domain go through its connector (corral tunnel)")
 }
 
 // parse validates the flags.

@@ -112,7 +112,7 @@ type Config struct {
 	// enabling web_search is answered with a Warning header saying it is left out of the model's tools).
 	WebSearch string
 	// TunnelDomain is the operator's base domain of the MCP tunnels: each tunnel gets a domain of its own under
-	// it (default DefaultTunnelDomain).
+	// it (default apitype.DefaultTunnelDomain).
 	TunnelDomain string
 	// Tunnels drops a tunnel's connectors once its token is rotated or it is archived (the in-process connector
 	// hub); nil calls nothing.
@@ -245,7 +245,7 @@ func New(cfg Config) (*Server, error) {
 		workTTL:      max(cmp.Or(cfg.WorkLeaseTTL, DefaultWorkLeaseTTL), time.Second),
 		workers:      newPollers(),
 	}
-	s.tunnelDomain, _ = checkTunnelDomain(cmp.Or(cfg.TunnelDomain, DefaultTunnelDomain)) // checked by validate
+	s.tunnelDomain, _ = checkTunnelDomain(cmp.Or(cfg.TunnelDomain, apitype.DefaultTunnelDomain)) // checked by validate
 	if s.metrics == nil {
 		s.metrics = nopMetrics{}
 	}

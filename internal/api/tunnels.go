@@ -24,9 +24,6 @@ import (
 // private MCP server whose TLS certificate is verified against the tunnel's CA certificates. The handlers here
 // keep tunnels, their tokens and their certificates; the connector hub (TunnelRevoker) carries the traffic.
 
-// DefaultTunnelDomain is the base domain of the tunnels' domains when Config.TunnelDomain is empty.
-const DefaultTunnelDomain = "tunnels.corral.internal"
-
 // Tunnel limits.
 const (
 	maxTunnelNameLen   = 255

@@ -423,8 +423,8 @@ func TestTunnelsBadInput(t *testing.T) {
 		t.Fatalf("tunnels after the refusals: %v %+v", err, tl.Data)
 	}
 	// The default base domain.
-	if !strings.HasSuffix(tn.Domain, "."+api.DefaultTunnelDomain) {
-		t.Errorf("domain %s, not under %s", tn.Domain, api.DefaultTunnelDomain)
+	if !strings.HasSuffix(tn.Domain, "."+apitype.DefaultTunnelDomain) {
+		t.Errorf("domain %s, not under %s", tn.Domain, apitype.DefaultTunnelDomain)
 	}
 }
 

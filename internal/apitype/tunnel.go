@@ -2,6 +2,10 @@ package apitype
 
 import "time"
 
+// DefaultTunnelDomain is the base domain tunnels' domains are drawn under when the operator names none
+// (--tunnel-domain): .internal is reserved for private use, so a tunnel's domain shadows no public name.
+const DefaultTunnelDomain = "tunnels.corral.internal"
+
 // Tunnel is an MCP tunnel (beta mcp-tunnels-2026-06-22): MCP server URLs whose host is under Domain are carried
 // through the tunnel's connector (`corral tunnel`) to a private MCP server, over TLS verified against the
 // tunnel's CA certificates.

@@ -114,7 +114,7 @@ type APIConfig struct {
 	// Tunnels is the hub of the tunnels' connectors of this process's MCP proxy: they connect at
 	// tunnel.ConnectPath, the API allocates tunnels' domains under its base domain and drops a tunnel's
 	// connectors when its token is rotated or it is archived. nil: tunnels get domains under
-	// tunnel.DefaultDomain and no connector connects here.
+	// apitype.DefaultTunnelDomain and no connector connects here.
 	Tunnels *tunnel.Hub
 	// ShutdownTimeout bounds Stop's wait for in-flight requests (default DefaultShutdownTimeout); open streams
 	// are cut at once.

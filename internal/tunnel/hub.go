@@ -34,7 +34,7 @@ type Store interface {
 // HubConfig configures a Hub.
 type HubConfig struct {
 	Store Store // required
-	// Domain is the base domain tunnels' domains are under (DefaultDomain when empty).
+	// Domain is the base domain tunnels' domains are under (apitype.DefaultTunnelDomain when empty).
 	Domain string
 	// MaxConnectors bounds the connectors of one tunnel connected to this process at once (default 8), and
 	// MaxConnections all of them (default 1,024).
@@ -73,7 +73,7 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 	}
 	cfg.Domain = strings.ToLower(strings.Trim(cfg.Domain, "."))
 	if cfg.Domain == "" {
-		cfg.Domain = DefaultDomain
+		cfg.Domain = apitype.DefaultTunnelDomain
 	}
 	if cfg.MaxConnectors <= 0 {
 		cfg.MaxConnectors = 8

@@ -37,10 +37,6 @@ const (
 	HeaderTunnelDomain = "Corral-Tunnel-Domain"
 )
 
-// DefaultDomain is the base domain tunnels' domains are allocated under when the operator names none: .internal
-// is reserved for private use, so no public name is ever shadowed.
-const DefaultDomain = "tunnels.corral.internal"
-
 // maxLine bounds an open or accept line.
 const maxLine = 1024
 
