@@ -127,10 +127,11 @@ func BenchmarkMCPCall(b *testing.B) {
 					b.Fatalf("echo answered %+v", res.Content[0])
 				}
 			}
-			// Each call dialed, or the calls shared the connections kept alive (at most two, as a call's answer
-			// is read to its end after the call returned; the standalone SSE stream keeps one of its own).
+			// Each call dialed, or nearly all shared the connections kept alive: the SDK drains a call's answer
+			// after the call returned, so a call that comes before the drain ends finds no idle connection
+			// and dials (1 in 100 to 400 here). The standalone SSE stream keeps a connection of its own.
 			n := dials.Load() - before
-			if c.fresh && (n < int64(b.N) || n > int64(b.N)+1) || !c.fresh && n > 2 {
+			if c.fresh && (n < int64(b.N) || n > int64(b.N)+1) || !c.fresh && n > max(2, int64(b.N)/10) {
 				b.Fatalf("%d dials for %d calls", n, b.N)
 			}
 			b.ReportMetric(float64(n)/float64(b.N), "dials/op")
