@@ -30,7 +30,7 @@ type rig struct {
 	ca     *proxy.CA
 }
 
-func newRig(t *testing.T, cfg tunnel.HubConfig) *rig {
+func newRig(t testing.TB, cfg tunnel.HubConfig) *rig {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "corral.db"))
 	if err != nil {
@@ -59,7 +59,7 @@ func newRig(t *testing.T, cfg tunnel.HubConfig) *rig {
 }
 
 // addTunnel stores a tunnel with the domain <label>.<base> and returns it with its token.
-func (r *rig) addTunnel(t *testing.T, label string) (*store.TunnelRecord, string) {
+func (r *rig) addTunnel(t testing.TB, label string) (*store.TunnelRecord, string) {
 	t.Helper()
 	token := "ctt_" + apitype.NewID("")
 	rec := &store.TunnelRecord{
@@ -75,7 +75,7 @@ func (r *rig) addTunnel(t *testing.T, label string) (*store.TunnelRecord, string
 	return rec, token
 }
 
-func (r *rig) addCert(t *testing.T, tunnelID string, ca *proxy.CA) {
+func (r *rig) addCert(t testing.TB, tunnelID string, ca *proxy.CA) {
 	t.Helper()
 	c := &store.TunnelCertificateRecord{TunnelCertificate: apitype.TunnelCertificate{Type: apitype.ObjectTunnelCertificate,
 		ID: apitype.NewID(apitype.PrefixTunnelCert), TunnelID: tunnelID, Fingerprint: "f", CreatedAt: apitype.Now()}, PEM: string(ca.CertPEM())}
@@ -102,7 +102,7 @@ func upstream(t *testing.T, ca *proxy.CA, host string) string {
 }
 
 // connector runs a connector until the test ends; its result arrives on the channel.
-func connector(t *testing.T, r *rig, token string, routes map[string]string) <-chan error {
+func connector(t testing.TB, r *rig, token string, routes map[string]string) <-chan error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done, stopped := make(chan error, 1), make(chan struct{})
@@ -121,7 +121,7 @@ func connector(t *testing.T, r *rig, token string, routes map[string]string) <-c
 	return done
 }
 
-func waitConnected(t *testing.T, hub *tunnel.Hub, tunnelID string, n int) {
+func waitConnected(t testing.TB, hub *tunnel.Hub, tunnelID string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for hub.Connected(tunnelID) != n {
