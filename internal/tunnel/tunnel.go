@@ -18,7 +18,6 @@ package tunnel
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -102,6 +101,3 @@ func routeKey(host, domain string) string {
 	}
 	return key
 }
-
-// errorf is an error of this package.
-func errorf(format string, args ...any) error { return fmt.Errorf("tunnel: "+format, args...) }
