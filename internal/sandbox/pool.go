@@ -419,6 +419,11 @@ func (p *Pool) prepareHost(ctx context.Context, s *session, host HostDirs) error
 	if err == nil {
 		err = os.MkdirAll(host.Outputs(), 0o700) // the backend gives it to the sandbox's uid
 	}
+	if err == nil {
+		// Made by the MkdirAll above (0755) or the root of its volume: no other user of the host lists it, or
+		// reads the session's uploads, skills and memories through it.
+		err = os.Chmod(host.Session, 0o711)
+	}
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}

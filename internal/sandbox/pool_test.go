@@ -419,6 +419,12 @@ func TestPoolConsultsCapabilities(t *testing.T) {
 			if _, err := os.Stat(root); (err == nil) != tc.workspace {
 				t.Errorf("workspace root made on the host: %v, want %v", err == nil, tc.workspace)
 			}
+			// The session directory: no other user of the host lists it or reads through it.
+			for dir, want := range map[string]os.FileMode{filepath.Join(root, "s1"): 0o700, sandbox.SessionDir(root, "s1"): 0o711} {
+				if fi, err := os.Stat(dir); tc.workspace && (err != nil || fi.Mode().Perm() != want) {
+					t.Errorf("%s: %v, %v; want mode %v", dir, fi.Mode(), err, want)
+				}
+			}
 			if n := imgs.n.Load(); n != tc.images {
 				t.Errorf("images acquired: %d, want %d", n, tc.images)
 			}
