@@ -41,6 +41,9 @@ type HubConfig struct {
 	MaxConnectors, MaxConnections int
 	// MaxStreams bounds the streams open at once on one connector's connection (default 64).
 	MaxStreams int
+	// DialTimeout bounds Route.DialTLS, from the wait for a stream to the end of the TLS handshake (default
+	// 30 s), whatever its context: http.Transport dials with a context that never ends.
+	DialTimeout time.Duration
 	// CheckInterval is how often the connected tunnels are read again, to drop the connectors of a tunnel
 	// archived, or a token rotated, by another process (default 5 s).
 	CheckInterval time.Duration
@@ -83,6 +86,9 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 	}
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = 64
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 30 * time.Second
 	}
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = 5 * time.Second
@@ -370,9 +376,12 @@ func (h *Hub) Resolve(ctx context.Context, host string) (r *Route, ok bool, err 
 
 // DialTLS opens a stream to host:port through one of the tunnel's connectors, and TLS over it verified against
 // the tunnel's CA certificates for host. Only a connector authenticated with the tunnel's current token is used
-// (one with an older token is dropped on the way).
+// (one with an older token is dropped on the way). It gives up after the hub's DialTimeout: the connector may
+// never answer, or never speak TLS, and http.Transport's dial context never ends.
 func (r *Route) DialTLS(ctx context.Context, host, port string) (net.Conn, error) {
 	h := r.hub
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
+	defer cancel()
 	h.dropStale(r.TunnelID, r.tokenID)
 	l := h.pick(r.TunnelID)
 	if l == nil {
@@ -381,7 +390,7 @@ func (r *Route) DialTLS(ctx context.Context, host, port string) (net.Conn, error
 	select {
 	case l.streams <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("%w: every stream of the connector's connection is in use: %w", ErrRefused, ctx.Err())
 	}
 	s, err := l.sess.OpenStream()
 	if err != nil {

@@ -1,0 +1,104 @@
+package tunnel_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/corralhq/corral/internal/tunnel"
+)
+
+// hostileConn connects to the rig's hub with token as a connector would, by hand, and returns the upgraded
+// connection: what the test then sends is up to it.
+func hostileConn(t *testing.T, r *rig, token string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", r.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	req, _ := http.NewRequest(http.MethodGet, r.srv.URL+tunnel.ConnectPath, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", tunnel.Upgrade)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if err := req.Write(conn); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols || br.Buffered() > 0 {
+		t.Fatalf("the hub answered %s (%d bytes after it)", resp.Status, br.Buffered())
+	}
+	return conn
+}
+
+// hostileSession is a hostile connector's yamux session over hostileConn.
+func hostileSession(t *testing.T, r *rig) *yamux.Session {
+	t.Helper()
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	sess, err := yamux.Server(hostileConn(t, r, r.token), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
+// TestTunnelHostileConnectorStalls: a connector that never answers a stream's open line, or answers it and then
+// never speaks TLS, does not hold Route.DialTLS past the hub's DialTimeout, even with a context that never ends
+// (http.Transport dials with the request's context detached from its cancellation and deadline), and the
+// stream's slot is given back: the stalled dials do not use up the connection's streams.
+func TestTunnelHostileConnectorStalls(t *testing.T) {
+	for _, answer := range []bool{false, true} {
+		r := newRig(t, tunnel.HubConfig{DialTimeout: 300 * time.Millisecond, MaxStreams: 2})
+		sess := hostileSession(t, r)
+		go func() {
+			for {
+				s, err := sess.AcceptStream()
+				if err != nil {
+					return
+				}
+				if answer {
+					br := bufio.NewReader(s)
+					_, _ = br.ReadString('\n')
+					_, _ = io.WriteString(s, "{}\n") // accepted; then silence where TLS should be
+				}
+			}
+		}()
+		waitConnected(t, r.hub, r.tunnel.ID, 1)
+		host := "wiki." + r.tunnel.Domain
+		route, _, err := r.hub.Resolve(context.Background(), host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 { // twice the streams a connection takes
+			done := make(chan error, 1)
+			go func() {
+				c, err := route.DialTLS(context.Background(), host, "443")
+				if c != nil {
+					c.Close()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "tunnel") {
+					t.Errorf("answer %v, dial %d: %v, want the tunnel's error", answer, i, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("answer %v, dial %d: DialTLS still blocked after 5 s (DialTimeout 300ms)", answer, i)
+			}
+		}
+	}
+}
