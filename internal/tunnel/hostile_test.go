@@ -102,3 +102,24 @@ func TestTunnelHostileConnectorStalls(t *testing.T) {
 		}
 	}
 }
+
+// TestTunnelConnectorOpensStream: only Corral opens streams; a connector that opens one is dropped. Each stream
+// it opened used to be accepted and half closed, and stayed for yamux's StreamCloseTimeout (a minute) holding up
+// to its receive window (256 KiB) of whatever the connector sent on it: memory bounded only by the connector's
+// bandwidth.
+func TestTunnelConnectorOpensStream(t *testing.T) {
+	r := newRig(t, tunnel.HubConfig{})
+	sess := hostileSession(t, r)
+	waitConnected(t, r.hub, r.tunnel.ID, 1)
+	s, err := sess.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = s.Write(make([]byte, 64<<10))
+	select {
+	case <-sess.CloseChan():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hub kept the connection of a connector that opened a stream")
+	}
+	waitConnected(t, r.hub, r.tunnel.ID, 0)
+}

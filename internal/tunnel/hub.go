@@ -193,7 +193,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.remove(l)
 		return
 	}
-	// Corral opens the streams: the connector may open none (a backlog of one, each refused at once).
+	// Corral opens the streams: a connector that opens one is dropped (a backlog of one: yamux resets the others
+	// at once). A stream accepted and closed would stay until the connector closed it too, or for a minute,
+	// holding what the connector sent on it.
 	sess, err := yamux.Client(conn, muxConfig(1))
 	if err != nil {
 		_ = conn.Close()
@@ -201,12 +203,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	go func() {
-		for {
-			s, err := sess.Accept()
-			if err != nil {
-				return
-			}
-			_ = s.Close()
+		if _, err := sess.Accept(); err == nil {
+			h.cfg.Logger.Warn("tunnel connector dropped: it opened a stream", "tunnel", t.ID, "remote", r.RemoteAddr)
+			_ = sess.Close()
 		}
 	}()
 	if !h.publish(l, sess) {
