@@ -148,7 +148,7 @@ func connectOnce(ctx context.Context, cfg *ConnectorConfig, server string) (up b
 	}
 	cancel() // the dial's deadline: the connection outlives it
 	domain, tunnelID := resp.Header.Get(HeaderTunnelDomain), resp.Header.Get(HeaderTunnelID)
-	sess, err := yamux.Server(rwc, muxConfig(cfg.MaxStreams))
+	sess, err := yamux.Server(&pingGuard{ReadWriteCloser: rwc}, muxConfig(cfg.MaxStreams))
 	if err != nil {
 		rwc.Close()
 		return false, err

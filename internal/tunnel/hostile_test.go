@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,34 @@ func TestTunnelConnectorOpensStream(t *testing.T) {
 	case <-sess.CloseChan():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the hub kept the connection of a connector that opened a stream")
+	}
+	waitConnected(t, r.hub, r.tunnel.ID, 0)
+}
+
+// TestTunnelConnectorPingFlood: yamux answers each ping in a goroutine of its own, which waits up to
+// ConnectionWriteTimeout (15 s) for room to send the answer; a connector that sends pings and reads nothing
+// made the server hold a goroutine per 12-byte ping. The hub bounds the pings a connector has unanswered, and
+// drops a connector past the bound.
+func TestTunnelConnectorPingFlood(t *testing.T) {
+	r := newRig(t, tunnel.HubConfig{})
+	conn := hostileConn(t, r, r.token)
+	waitConnected(t, r.hub, r.tunnel.ID, 1)
+	before := runtime.NumGoroutine()
+	const pings = 20000
+	frames := make([]byte, 0, 12*pings)
+	for i := range pings {
+		// version 0, type ping (2), flags SYN (1), stream 0, the ping's id
+		frames = append(frames, 0, 2, 0, 1, 0, 0, 0, 0, byte(i>>24), byte(i>>16), byte(i>>8), byte(i))
+	}
+	go func() { _, _ = conn.Write(frames) }() // and read nothing
+	deadline := time.Now().Add(2 * time.Second)
+	peak := 0
+	for time.Now().Before(deadline) {
+		peak = max(peak, runtime.NumGoroutine()-before)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if peak > 1000 {
+		t.Errorf("%d pings unread: the server grew by %d goroutines", pings, peak)
 	}
 	waitConnected(t, r.hub, r.tunnel.ID, 0)
 }

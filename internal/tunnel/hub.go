@@ -196,7 +196,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Corral opens the streams: a connector that opens one is dropped (a backlog of one: yamux resets the others
 	// at once). A stream accepted and closed would stay until the connector closed it too, or for a minute,
 	// holding what the connector sent on it.
-	sess, err := yamux.Client(conn, muxConfig(1))
+	sess, err := yamux.Client(&pingGuard{ReadWriteCloser: conn}, muxConfig(1))
 	if err != nil {
 		_ = conn.Close()
 		h.remove(l)
