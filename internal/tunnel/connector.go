@@ -167,6 +167,10 @@ func connectOnce(ctx context.Context, cfg *ConnectorConfig, server string) (up b
 		if err != nil {
 			return true, err
 		}
+		if n := sess.NumStreams(); n > 2*cfg.MaxStreams {
+			// The streams this side closed stay until the server closes them too, holding what it sends.
+			return true, fmt.Errorf("tunnel: %s keeps %d streams open, the connector carries %d at once", server, n, cfg.MaxStreams)
+		}
 		select {
 		case slots <- struct{}{}:
 		default:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -151,4 +152,90 @@ func TestTunnelConnectorPingFlood(t *testing.T) {
 		t.Errorf("%d pings unread: the server grew by %d goroutines", pings, peak)
 	}
 	waitConnected(t, r.hub, r.tunnel.ID, 0)
+}
+
+// TestTunnelLingeringStreams: a peer that never closes the streams the other side closed keeps them in yamux
+// for StreamCloseTimeout (a minute), each holding up to its receive window (256 KiB) of what the peer sends on
+// it. A connector that answers each dial and never closes its streams is dropped once it keeps twice MaxStreams
+// of them; a server that opens streams past the connector's MaxStreams and never closes them likewise.
+func TestTunnelLingeringStreams(t *testing.T) {
+	t.Run("connector", func(t *testing.T) {
+		r := newRig(t, tunnel.HubConfig{MaxStreams: 2})
+		sess := hostileSession(t, r)
+		go func() {
+			for {
+				s, err := sess.AcceptStream()
+				if err != nil {
+					return
+				}
+				_, _ = bufio.NewReader(s).ReadString('\n')
+				_, _ = io.WriteString(s, `{"error":"no"}`+"\n")
+				_, _ = s.Write(make([]byte, 200<<10)) // and never closed
+			}
+		}()
+		waitConnected(t, r.hub, r.tunnel.ID, 1)
+		host := "wiki." + r.tunnel.Domain
+		route, _, err := r.hub.Resolve(context.Background(), host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			if c, err := route.DialTLS(context.Background(), host, "443"); err == nil {
+				c.Close()
+				t.Fatal("a dial the connector refused succeeded")
+			}
+		}
+		select {
+		case <-sess.CloseChan():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the hub kept a connector holding %d streams (MaxStreams 2)", sess.NumStreams())
+		}
+		waitConnected(t, r.hub, r.tunnel.ID, 0)
+	})
+	t.Run("server", func(t *testing.T) {
+		opened := make(chan *yamux.Session, 1)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + tunnel.Upgrade +
+				"\r\n" + tunnel.HeaderTunnelDomain + ": t.example\r\n\r\n")
+			_ = brw.Flush()
+			cfg := yamux.DefaultConfig()
+			cfg.LogOutput = io.Discard
+			sess, err := yamux.Client(conn, cfg)
+			if err != nil {
+				return
+			}
+			for range 40 { // the connector takes 4 at once; these are never closed
+				s, err := sess.OpenStream()
+				if err != nil {
+					break
+				}
+				_, _ = s.Write(make([]byte, 200<<10))
+			}
+			opened <- sess
+			<-sess.CloseChan()
+		}))
+		defer srv.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			_ = tunnel.RunConnector(ctx, tunnel.ConnectorConfig{Servers: []string{srv.URL}, Token: "ctt_x",
+				Routes: map[string]string{"wiki": "127.0.0.1:1"}, MaxStreams: 4})
+		}()
+		var sess *yamux.Session
+		select {
+		case sess = <-opened:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the connector did not connect")
+		}
+		select {
+		case <-sess.CloseChan():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the connector kept a server holding %d streams (MaxStreams 4)", sess.NumStreams())
+		}
+	})
 }

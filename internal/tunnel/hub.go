@@ -391,6 +391,13 @@ func (r *Route) DialTLS(ctx context.Context, host, port string) (net.Conn, error
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: every stream of the connector's connection is in use: %w", ErrRefused, ctx.Err())
 	}
+	if n := l.sess.NumStreams(); n >= 2*cap(l.streams) {
+		// The streams this side closed stay until the connector closes them too, holding what it sends.
+		<-l.streams
+		_ = l.sess.Close()
+		h.cfg.Logger.Warn("tunnel connector dropped: it keeps streams open", "tunnel", r.TunnelID, "streams", n)
+		return nil, fmt.Errorf("%w: the connector of tunnel %s kept %d streams open and was dropped", ErrRefused, r.TunnelID, n)
+	}
 	s, err := l.sess.OpenStream()
 	if err != nil {
 		<-l.streams
