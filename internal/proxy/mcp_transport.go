@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -76,7 +77,13 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 		return c.refused(err)
 	}
 	c.tunneled = true
+	tunnelHost := c.host
 	tr := &http.Transport{
+		// The URL's host over TLS and nothing else: a server may name another URL (an HTTP+SSE endpoint event
+		// does), which a connection through a tunnel does not reach, neither through it nor directly.
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("an MCP server behind a tunnel is reached over https only")
+		},
 		// Each connection resolves the tunnel again: a certificate added or archived, a token rotated, apply
 		// to the next connection.
 		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -84,7 +91,13 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 			if err != nil {
 				return nil, err
 			}
-			r, _, err := hub.Resolve(ctx, host)
+			if !strings.EqualFold(host, tunnelHost) {
+				return nil, fmt.Errorf("the server named %s: a connection through a tunnel reaches %s only", host, tunnelHost)
+			}
+			r, ok, err := hub.Resolve(ctx, host)
+			if err == nil && !ok {
+				err = fmt.Errorf("%s is no longer below the tunnels' domain", host)
+			}
 			if err != nil {
 				return nil, err
 			}
