@@ -112,6 +112,20 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 // rootCAs is the system pool with the operator's extra CAs, or nil (the system pool) without them.
 func (m *MCP) rootCAs() *x509.CertPool { return m.cfg.RootCAs }
 
+// onServer reports whether u is on the MCP server's URL's origin (scheme, host and port), the only one its
+// credential is sent to: an HTTP+SSE server's endpoint event may name any URL, and the SDK posts there.
+func (c *mcpConn) onServer(u *url.URL) bool {
+	s, err := url.Parse(c.server.URL)
+	if err != nil || s.Scheme != u.Scheme || !strings.EqualFold(u.Hostname(), c.host) {
+		return false
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return port == c.port
+}
+
 // bearerTransport adds the credential to each request; on a 401 it refreshes an mcp_oauth token once and
 // retries the request with the new one.
 type bearerTransport struct {
@@ -121,7 +135,7 @@ type bearerTransport struct {
 
 func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	cred := t.c.cred
-	if cred == nil {
+	if cred == nil || !t.c.onServer(req.URL) {
 		resp, err := t.base.RoundTrip(req)
 		t.observe(resp)
 		return resp, err
