@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,4 +239,29 @@ func TestTunnelLingeringStreams(t *testing.T) {
 			t.Fatalf("the connector kept a server holding %d streams (MaxStreams 4)", sess.NumStreams())
 		}
 	})
+}
+
+// TestTunnelConnectorFlappingServer: a server that upgrades the connection and ends it at once (hostile, or a
+// load balancer that cuts upgraded connections) is connected to again at once only after a connection that
+// lasted; otherwise after the growing pause, not in a loop as fast as the network goes.
+func TestTunnelConnectorFlappingServer(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		n.Add(1)
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + tunnel.Upgrade + "\r\n\r\n")
+		_ = brw.Flush()
+		conn.Close()
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = tunnel.RunConnector(ctx, tunnel.ConnectorConfig{Servers: []string{srv.URL}, Token: "ctt_x",
+		Routes: map[string]string{"wiki": "127.0.0.1:1"}})
+	if got := n.Load(); got > 4 {
+		t.Errorf("%d connections in 2 s to a server that ends each at once, want a pause between them", got)
+	}
 }
