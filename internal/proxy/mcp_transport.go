@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -76,7 +77,13 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 		return c.refused(err)
 	}
 	c.tunneled = true
+	tunnelHost := c.host
 	tr := &http.Transport{
+		// The URL's host over TLS and nothing else: a server may name another URL (an HTTP+SSE endpoint event
+		// does), which a connection through a tunnel does not reach, neither through it nor directly.
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("an MCP server behind a tunnel is reached over https only")
+		},
 		// Each connection resolves the tunnel again: a certificate added or archived, a token rotated, apply
 		// to the next connection.
 		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -84,7 +91,13 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 			if err != nil {
 				return nil, err
 			}
-			r, _, err := hub.Resolve(ctx, host)
+			if !strings.EqualFold(host, tunnelHost) {
+				return nil, fmt.Errorf("the server named %s: a connection through a tunnel reaches %s only", host, tunnelHost)
+			}
+			r, ok, err := hub.Resolve(ctx, host)
+			if err == nil && !ok {
+				err = fmt.Errorf("%s is no longer below the tunnels' domain", host)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -99,6 +112,20 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 // rootCAs is the system pool with the operator's extra CAs, or nil (the system pool) without them.
 func (m *MCP) rootCAs() *x509.CertPool { return m.cfg.RootCAs }
 
+// onServer reports whether u is on the MCP server's URL's origin (scheme, host and port), the only one its
+// credential is sent to: an HTTP+SSE server's endpoint event may name any URL, and the SDK posts there.
+func (c *mcpConn) onServer(u *url.URL) bool {
+	s, err := url.Parse(c.server.URL)
+	if err != nil || s.Scheme != u.Scheme || !strings.EqualFold(u.Hostname(), c.host) {
+		return false
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return port == c.port
+}
+
 // bearerTransport adds the credential to each request; on a 401 it refreshes an mcp_oauth token once and
 // retries the request with the new one.
 type bearerTransport struct {
@@ -108,7 +135,7 @@ type bearerTransport struct {
 
 func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	cred := t.c.cred
-	if cred == nil {
+	if cred == nil || !t.c.onServer(req.URL) {
 		resp, err := t.base.RoundTrip(req)
 		t.observe(resp)
 		return resp, err

@@ -83,10 +83,14 @@ func RunConnector(ctx context.Context, cfg ConnectorConfig) error {
 	return ctx.Err()
 }
 
+// maxPause is the longest pause between connections to a server.
+const maxPause = 30 * time.Second
+
 // connectLoop keeps one connection to server; it returns ErrTokenRefused, or nil once ctx ends.
 func connectLoop(ctx context.Context, cfg *ConnectorConfig, server string) error {
 	pause := time.Second
 	for ctx.Err() == nil {
+		start := time.Now()
 		up, err := connectOnce(ctx, cfg, server)
 		if errors.Is(err, ErrTokenRefused) {
 			return err
@@ -94,9 +98,10 @@ func connectLoop(ctx context.Context, cfg *ConnectorConfig, server string) error
 		if ctx.Err() != nil {
 			return nil
 		}
-		if up {
-			// A connection that was up ended: connect again at once (a server that dropped it because the
-			// token was rotated then says so), and only then pause.
+		if up && time.Since(start) >= maxPause {
+			// A connection that was up a while ended: connect again at once (a server that dropped it because
+			// the token was rotated then says so), and only then pause. One that ends as soon as it is up
+			// (a hostile server, a load balancer that cuts upgrades) is made again after the pause.
 			pause = 0
 		}
 		cfg.Logger.Warn("tunnel connection ended; connecting again", "server", server, "err", err, "in", pause)
@@ -105,7 +110,7 @@ func connectLoop(ctx context.Context, cfg *ConnectorConfig, server string) error
 			return nil
 		case <-time.After(pause):
 		}
-		pause = max(time.Second, min(2*pause, 30*time.Second))
+		pause = max(time.Second, min(2*pause, maxPause))
 	}
 	return nil
 }
@@ -148,7 +153,7 @@ func connectOnce(ctx context.Context, cfg *ConnectorConfig, server string) (up b
 	}
 	cancel() // the dial's deadline: the connection outlives it
 	domain, tunnelID := resp.Header.Get(HeaderTunnelDomain), resp.Header.Get(HeaderTunnelID)
-	sess, err := yamux.Server(rwc, muxConfig(cfg.MaxStreams))
+	sess, err := yamux.Server(&pingGuard{ReadWriteCloser: rwc}, muxConfig(cfg.MaxStreams))
 	if err != nil {
 		rwc.Close()
 		return false, err
@@ -166,6 +171,10 @@ func connectOnce(ctx context.Context, cfg *ConnectorConfig, server string) (up b
 		s, err := sess.AcceptStream()
 		if err != nil {
 			return true, err
+		}
+		if n := sess.NumStreams(); n > 2*cfg.MaxStreams {
+			// The streams this side closed stay until the server closes them too, holding what it sends.
+			return true, fmt.Errorf("tunnel: %s keeps %d streams open, the connector carries %d at once", server, n, cfg.MaxStreams)
 		}
 		select {
 		case slots <- struct{}{}:

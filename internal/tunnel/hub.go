@@ -41,6 +41,9 @@ type HubConfig struct {
 	MaxConnectors, MaxConnections int
 	// MaxStreams bounds the streams open at once on one connector's connection (default 64).
 	MaxStreams int
+	// DialTimeout bounds Route.DialTLS, from the wait for a stream to the end of the TLS handshake (default
+	// 30 s), whatever its context: http.Transport dials with a context that never ends.
+	DialTimeout time.Duration
 	// CheckInterval is how often the connected tunnels are read again, to drop the connectors of a tunnel
 	// archived, or a token rotated, by another process (default 5 s).
 	CheckInterval time.Duration
@@ -83,6 +86,9 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 	}
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = 64
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 30 * time.Second
 	}
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = 5 * time.Second
@@ -187,20 +193,19 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.remove(l)
 		return
 	}
-	// Corral opens the streams: the connector may open none (a backlog of one, each refused at once).
-	sess, err := yamux.Client(conn, muxConfig(1))
+	// Corral opens the streams: a connector that opens one is dropped (a backlog of one: yamux resets the others
+	// at once). A stream accepted and closed would stay until the connector closed it too, or for a minute,
+	// holding what the connector sent on it.
+	sess, err := yamux.Client(&pingGuard{ReadWriteCloser: conn}, muxConfig(1))
 	if err != nil {
 		_ = conn.Close()
 		h.remove(l)
 		return
 	}
 	go func() {
-		for {
-			s, err := sess.Accept()
-			if err != nil {
-				return
-			}
-			_ = s.Close()
+		if _, err := sess.Accept(); err == nil {
+			h.cfg.Logger.Warn("tunnel connector dropped: it opened a stream", "tunnel", t.ID, "remote", r.RemoteAddr)
+			_ = sess.Close()
 		}
 	}()
 	if !h.publish(l, sess) {
@@ -370,9 +375,12 @@ func (h *Hub) Resolve(ctx context.Context, host string) (r *Route, ok bool, err 
 
 // DialTLS opens a stream to host:port through one of the tunnel's connectors, and TLS over it verified against
 // the tunnel's CA certificates for host. Only a connector authenticated with the tunnel's current token is used
-// (one with an older token is dropped on the way).
+// (one with an older token is dropped on the way). It gives up after the hub's DialTimeout: the connector may
+// never answer, or never speak TLS, and http.Transport's dial context never ends.
 func (r *Route) DialTLS(ctx context.Context, host, port string) (net.Conn, error) {
 	h := r.hub
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
+	defer cancel()
 	h.dropStale(r.TunnelID, r.tokenID)
 	l := h.pick(r.TunnelID)
 	if l == nil {
@@ -381,7 +389,14 @@ func (r *Route) DialTLS(ctx context.Context, host, port string) (net.Conn, error
 	select {
 	case l.streams <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("%w: every stream of the connector's connection is in use: %w", ErrRefused, ctx.Err())
+	}
+	if n := l.sess.NumStreams(); n >= 2*cap(l.streams) {
+		// The streams this side closed stay until the connector closes them too, holding what it sends.
+		<-l.streams
+		_ = l.sess.Close()
+		h.cfg.Logger.Warn("tunnel connector dropped: it keeps streams open", "tunnel", r.TunnelID, "streams", n)
+		return nil, fmt.Errorf("%w: the connector of tunnel %s kept %d streams open and was dropped", ErrRefused, r.TunnelID, n)
 	}
 	s, err := l.sess.OpenStream()
 	if err != nil {

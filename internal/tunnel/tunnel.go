@@ -16,6 +16,7 @@
 package tunnel
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -89,6 +90,57 @@ func muxConfig(backlog int) *yamux.Config {
 	c.StreamCloseTimeout = time.Minute
 	c.LogOutput = io.Discard
 	return c
+}
+
+// maxPings bounds the pings a peer sends per pingWindow: its keep-alives send one each KeepAliveInterval.
+const (
+	maxPings   = 16
+	pingWindow = 15 * time.Second
+)
+
+// errPingFlood ends a session whose peer sent more than maxPings pings in a pingWindow.
+var errPingFlood = errors.New("tunnel: the peer sent too many pings")
+
+// pingGuard is the connection a yamux session reads its peer's frames from, counting its pings on the way: yamux
+// answers each ping in a goroutine of its own that waits up to ConnectionWriteTimeout to send the answer, so a
+// peer that sent pings and read nothing made its side hold a goroutine per 12-byte frame. Past maxPings in a
+// pingWindow, Read fails, which ends the session.
+type pingGuard struct {
+	io.ReadWriteCloser
+	hdr   [12]byte // the frame header being read
+	n     int      // its bytes read so far
+	skip  uint32   // the bytes of a data frame's payload still to come
+	since time.Time
+	pings int
+}
+
+func (g *pingGuard) Read(p []byte) (int, error) {
+	n, err := g.ReadWriteCloser.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if g.skip > 0 {
+			k := min(uint32(len(b)), g.skip)
+			g.skip, b = g.skip-k, b[k:]
+			continue
+		}
+		k := copy(g.hdr[g.n:], b)
+		g.n, b = g.n+k, b[k:]
+		if g.n < len(g.hdr) {
+			break
+		}
+		g.n = 0
+		switch typ, flags := g.hdr[1], binary.BigEndian.Uint16(g.hdr[2:4]); {
+		case typ == 0: // data: a payload of the header's length follows
+			g.skip = binary.BigEndian.Uint32(g.hdr[8:12])
+		case typ == 2 && flags&1 != 0: // a ping (SYN) to answer
+			if now := time.Now(); now.Sub(g.since) > pingWindow {
+				g.since, g.pings = now, 0
+			}
+			if g.pings++; g.pings > maxPings {
+				return 0, errPingFlood
+			}
+		}
+	}
+	return n, err
 }
 
 // routeKey is the key a host is looked up under in a connector's routes: the labels in front of the tunnel's
