@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 
@@ -65,6 +66,7 @@ func runTunnel(ctx context.Context, io *stdio, args []string) error {
 	fs.Var(routes, "route", "a private MCP server, as `NAME=HOST:PORT`: MCP URLs https://NAME.<tunnel domain>/... reach it; repeatable")
 	tokenFile := fs.String("token-file", "", "`file` holding the tunnel token (else "+tunnelTokenEnv+")")
 	caFile := fs.String("ca-file", "", "PEM `file` of CA certificates to verify the servers' TLS with, besides the system roots")
+	insecure := fs.Bool("insecure-http", false, "allow an http:// --server other than loopback (the tunnel token then crosses the network in the clear)")
 	var lf logFlags
 	lf.register(fs)
 	if err := parseArgs(fs, args, 0); err != nil {
@@ -72,6 +74,11 @@ func runTunnel(ctx context.Context, io *stdio, args []string) error {
 	}
 	if len(servers) == 0 || len(routes) == 0 {
 		return errors.New("corral tunnel needs --server and at least one --route")
+	}
+	for _, s := range servers {
+		if u, err := url.Parse(s); err == nil && u.Scheme == "http" && !loopback(u.Hostname()) && !*insecure {
+			return fmt.Errorf("--server %s: the tunnel token would cross the network in the clear: use https (or --insecure-http)", s)
+		}
 	}
 	token := os.Getenv(tunnelTokenEnv)
 	if *tokenFile != "" {
@@ -114,4 +121,13 @@ func runTunnel(ctx context.Context, io *stdio, args []string) error {
 		return nil
 	}
 	return err
+}
+
+// loopback reports whether host names this machine's loopback interface.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -261,7 +261,7 @@ func TestTunnelThroughSDK(t *testing.T) {
 	connect := func(token string) *nsProcess {
 		t.Helper()
 		p := startInNetns(t, ns, append(os.Environ(), tunnelTokenEnv+"="+token),
-			filepath.Join(binDir, "corral"), "tunnel", "--server", s.url, "--route", "wiki="+mcpAddr)
+			filepath.Join(binDir, "corral"), "tunnel", "--server", s.url, "--insecure-http", "--route", "wiki="+mcpAddr)
 		p.await(t, "corral tunnel: connected to ")
 		return p
 	}

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/yamux"
 
@@ -142,9 +144,9 @@ func connectOnce(ctx context.Context, cfg *ConnectorConfig, server string) (up b
 		var env apitype.ErrorEnvelope
 		_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&env)
 		if resp.StatusCode == http.StatusUnauthorized {
-			return false, fmt.Errorf("%w: %s", ErrTokenRefused, env.Error.Message)
+			return false, fmt.Errorf("%w: %s", ErrTokenRefused, printable(env.Error.Message))
 		}
-		return false, fmt.Errorf("tunnel: %s answered %s: %s", server, resp.Status, env.Error.Message)
+		return false, fmt.Errorf("tunnel: %s answered %s: %s", server, resp.Status, printable(env.Error.Message))
 	}
 	rwc, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
@@ -232,4 +234,21 @@ func carry(ctx context.Context, cfg *ConnectorConfig, domain string, s *yamux.St
 	}()
 	<-done
 	<-done
+}
+
+// printable is a server's message as the connector may print it: at most 300 characters, with no control
+// character (a hostile server's escape sequences never reach the operator's terminal).
+func printable(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i >= 300 {
+			b.WriteString("...")
+			break
+		}
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			r = '?'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -375,14 +375,16 @@ func (h *Hub) Resolve(ctx context.Context, host string) (r *Route, ok bool, err 
 
 // DialTLS opens a stream to host:port through one of the tunnel's connectors, and TLS over it verified against
 // the tunnel's CA certificates for host. Only a connector authenticated with the tunnel's current token is used
-// (one with an older token is dropped on the way). It gives up after the hub's DialTimeout: the connector may
+// (one with an older token is not used). It gives up after the hub's DialTimeout: the connector may
 // never answer, or never speak TLS, and http.Transport's dial context never ends.
 func (r *Route) DialTLS(ctx context.Context, host, port string) (net.Conn, error) {
 	h := r.hub
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
 	defer cancel()
-	h.dropStale(r.TunnelID, r.tokenID)
-	l := h.pick(r.TunnelID)
+	// Only a connector of the current token (as the route read it): one of an older token is not used, and is
+	// dropped by Revoke or the check. (Dropping it here could drop a connector of a newer token, had the
+	// token been rotated since the route was read.)
+	l := h.pick(r.TunnelID, r.tokenID)
 	if l == nil {
 		return nil, fmt.Errorf("%w: no connector of tunnel %s is connected to this server (run `corral tunnel` with the tunnel's token)", ErrRefused, r.TunnelID)
 	}
@@ -428,13 +430,13 @@ func (r *Route) DialTLS(ctx context.Context, host, port string) (net.Conn, error
 	return tc, nil
 }
 
-// pick returns the tunnel's connector with the fewest open streams, or nil.
-func (h *Hub) pick(tunnelID string) *link {
+// pick returns the tunnel's connector authenticated with tokenID with the fewest open streams, or nil.
+func (h *Hub) pick(tunnelID, tokenID string) *link {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var best *link
 	for _, l := range h.links[tunnelID] {
-		if l.sess != nil && !l.sess.IsClosed() && (best == nil || len(l.streams) < len(best.streams)) {
+		if l.tokenID == tokenID && l.sess != nil && !l.sess.IsClosed() && (best == nil || len(l.streams) < len(best.streams)) {
 			best = l
 		}
 	}

@@ -304,3 +304,22 @@ func TestTunnelBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectorPrintsNoEscape: a server's refusal reaches the connector's operator without its control
+// characters (a hostile server's terminal escape sequences) and cut to a bounded length.
+func TestConnectorPrintsNoEscape(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"type":"error","error":{"type":"authentication_error","message":"\u001b]0;owned\u0007\u001b[2J`+strings.Repeat("x", 5000)+`"}}`)
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := tunnel.RunConnector(ctx, tunnel.ConnectorConfig{Servers: []string{srv.URL}, Token: "ctt_x", Routes: map[string]string{"wiki": "127.0.0.1:1"}})
+	if !errors.Is(err, tunnel.ErrTokenRefused) {
+		t.Fatalf("%v, want ErrTokenRefused", err)
+	}
+	if msg := err.Error(); strings.ContainsAny(msg, "\x1b\x07") || len(msg) > 500 || !strings.Contains(msg, "?]0;owned") {
+		t.Errorf("the refusal as printed: %q", msg)
+	}
+}
