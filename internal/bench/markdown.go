@@ -166,6 +166,16 @@ func (r *Report) Markdown(svgName string) string {
 			}
 			p("\n")
 		}
+		if r.Scale[0].Mem.HeapPeak > 0 {
+			p("Memory of the process (server, brains, fake model and the clients' streams: one process), sampled every 100 ms: ")
+			p("the live heap before the level (after a GC) and at its peak, what the level added per concurrent session, and the most goroutines:\n\n")
+			p("| sessions | try | heap before (MiB) | heap peak (MiB) | added per session (KiB) | goroutines (peak) |\n|---|---|---|---|---|---|\n")
+			for _, s := range r.Scale {
+				p("| %d | %d | %.1f | %.1f | %.1f | %d |\n", s.Sessions, max(s.Try, 1), float64(s.Mem.HeapBase)/(1<<20),
+					float64(s.Mem.HeapPeak)/(1<<20), float64(s.Mem.PerSession(s.Sessions))/1024, s.Mem.Goroutines)
+			}
+			p("\n")
+		}
 	}
 
 	if m := r.Memory; m != nil {

@@ -41,6 +41,22 @@ type ScaleStep struct {
 	Phases   [NumPhases]Dist
 	Try      int // 1, or 2 for the second try of a level that missed
 	Store    StoreTimes
+	Mem      ScaleMemory
+}
+
+// ScaleMemory is the memory of the process (server, brains, fake model and clients) during a scale level,
+// sampled every 100 ms: the live heap before the level (after a GC) and at its peak, and the most goroutines.
+type ScaleMemory struct {
+	HeapBase, HeapPeak uint64
+	Goroutines         int
+}
+
+// PerSession is the heap the level added at its peak, per concurrent session.
+func (m ScaleMemory) PerSession(sessions int) uint64 {
+	if sessions <= 0 || m.HeapPeak < m.HeapBase {
+		return 0
+	}
+	return (m.HeapPeak - m.HeapBase) / uint64(sessions)
 }
 
 // Holds reports whether the level held: no session failed and the p95 overhead stayed under the goal.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"time"
 
@@ -631,6 +632,7 @@ levels:
 		for try := 1; try <= 2; try++ {
 			b.progress("scale: %d concurrent active sessions × %d turns each (try %d)", n, b.cfg.ScalePerSlot, try)
 			timed.Take()
+			mem := sampleMemory()
 			t0 := time.Now()
 			samples, errs, err := RunTTFT(ctx, s.c, fake, Workload{
 				AgentID: s.agentID, EnvID: s.envID, Concurrency: n, PerSlot: b.cfg.ScalePerSlot, Stagger: b.cfg.ScaleTTFT,
@@ -641,10 +643,11 @@ levels:
 				return err
 			}
 			step := ScaleStep{Sessions: n, Try: try, TTFT: Summarize(TTFTs(samples)), Overhead: Summarize(Overheads(samples)),
-				Errors: errs, Rate: rate, Phases: PhaseDists(samples), Store: stt}
+				Errors: errs, Rate: rate, Phases: PhaseDists(samples), Store: stt, Mem: mem()}
 			b.rep.Scale = append(b.rep.Scale, step)
-			b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %.0f turns/s, %d errors; store append p95 %s ms, claim p95 %s ms, %d claims (%d sessions)",
-				n, Ms(step.Overhead.P50), Ms(step.Overhead.P95), rate, errs, Ms(stt.Append.P95), Ms(stt.Claim.P95), stt.Claims, stt.ClaimsFound)
+			b.progress("scale: %d sessions: overhead p50 %s p95 %s ms, %.0f turns/s, %d errors; store append p95 %s ms, claim p95 %s ms, %d claims (%d sessions); heap peak %.0f MiB (+%d KiB per session), %d goroutines",
+				n, Ms(step.Overhead.P50), Ms(step.Overhead.P95), rate, errs, Ms(stt.Append.P95), Ms(stt.Claim.P95), stt.Claims, stt.ClaimsFound,
+				float64(step.Mem.HeapPeak)/(1<<20), step.Mem.PerSession(n)>>10, step.Mem.Goroutines)
 			if err != nil {
 				b.progress("scale: first error: %v", err)
 			}
@@ -721,4 +724,38 @@ func redact(u string) string {
 		return p.Redacted()
 	}
 	return u
+}
+
+// sampleMemory starts sampling the process's live heap and goroutines every 100 ms (after a GC for the base);
+// the function it returns stops the sampling and gives what it saw.
+func sampleMemory() func() ScaleMemory {
+	runtime.GC()
+	samples := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/sched/goroutines:goroutines"}}
+	read := func() (uint64, int) {
+		metrics.Read(samples)
+		return samples[0].Value.Uint64(), int(samples[1].Value.Uint64())
+	}
+	var m ScaleMemory
+	m.HeapBase, m.Goroutines = read()
+	m.HeapPeak = m.HeapBase
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			h, g := read()
+			m.HeapPeak, m.Goroutines = max(m.HeapPeak, h), max(m.Goroutines, g)
+		}
+	}()
+	return func() ScaleMemory {
+		close(stop)
+		<-done
+		return m
+	}
 }
