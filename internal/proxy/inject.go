@@ -419,10 +419,7 @@ func (in *Injector) Certificate(host string) (*tls.Certificate, error) {
 // placeholder of a credential revoked since the sandbox started is refused with an error that names the
 // variable, so that the tool says why instead of the upstream's own 401.
 func (in *Injector) Rewrite(req *http.Request) error {
-	port := req.URL.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[req.URL.Scheme]
-	}
+	port := urlPort(req.URL)
 	creds, revoked := in.forHost(req.URL.Hostname(), port)
 	if len(creds)+len(revoked) == 0 {
 		return nil

@@ -53,10 +53,7 @@ func (m *MCP) transport(policy egress.Policy) *http.Transport {
 // under (an https URL, its host allowed by name by the connection's policy: it is never resolved), or directly
 // under the policy.
 func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
-	c.host, c.port = u.Hostname(), u.Port()
-	if c.port == "" {
-		c.port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-	}
+	c.host, c.port = u.Hostname(), urlPort(u)
 	hub := c.m.cfg.Tunnels
 	if hub == nil {
 		c.http = newMCPHTTPClient(c, c.m.transport(c.policy))
@@ -68,7 +65,7 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 		return nil
 	}
 	if err == nil && u.Scheme != "https" {
-		err = errors.New("an MCP server behind a tunnel is reached over https only")
+		err = errTunnelHTTPS
 	}
 	if err == nil {
 		err = c.policy.AllowsName(c.host, c.port)
@@ -81,9 +78,7 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 	tr := &http.Transport{
 		// The URL's host over TLS and nothing else: a server may name another URL (an HTTP+SSE endpoint event
 		// does), which a connection through a tunnel does not reach, neither through it nor directly.
-		DialContext: func(context.Context, string, string) (net.Conn, error) {
-			return nil, errors.New("an MCP server behind a tunnel is reached over https only")
-		},
+		DialContext: func(context.Context, string, string) (net.Conn, error) { return nil, errTunnelHTTPS },
 		// Each connection resolves the tunnel again: a certificate added or archived, a token rotated, apply
 		// to the next connection.
 		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -109,6 +104,8 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 	return nil
 }
 
+var errTunnelHTTPS = errors.New("an MCP server behind a tunnel is reached over https only")
+
 // rootCAs is the system pool with the operator's extra CAs, or nil (the system pool) without them.
 func (m *MCP) rootCAs() *x509.CertPool { return m.cfg.RootCAs }
 
@@ -119,11 +116,15 @@ func (c *mcpConn) onServer(u *url.URL) bool {
 	if err != nil || s.Scheme != u.Scheme || !strings.EqualFold(u.Hostname(), c.host) {
 		return false
 	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	return urlPort(u) == c.port
+}
+
+// urlPort is u's port, or its scheme's (80 for http, 443 for https).
+func urlPort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
 	}
-	return port == c.port
+	return map[string]string{"http": "80", "https": "443"}[u.Scheme]
 }
 
 // bearerTransport adds the credential to each request; on a 401 it refreshes an mcp_oauth token once and
