@@ -158,13 +158,31 @@ func (t *thread) refresh() error {
 
 // compactTo drops the events a new summary covers.
 func (t *tail) compactTo(summary string, upToSeq int64) {
-	var dropped []apitype.Event
+	var dropped, replaced []apitype.Event
 	for _, e := range t.events {
-		if e.Seq <= upToSeq && slices.Contains(outcomeEvents, e.Type) {
-			dropped = append(dropped, e)
+		if e.Seq <= upToSeq {
+			replaced = append(replaced, e)
+			if slices.Contains(outcomeEvents, e.Type) {
+				dropped = append(dropped, e)
+			}
 		}
 	}
 	t.priorOutcome = lastOutcome(append(slices.Clone(t.priorOutcome), dropped...))
+	// The URLs the replaced events gave web_fetch are carried: the summary, which the model wrote, gives none.
+	carried := t.carriedURLs
+	seen := make(map[sourceURL]bool, len(carried))
+	for _, u := range carried {
+		seen[u] = true
+	}
+	for _, u := range sourceURLs(replaced) {
+		if len(carried) >= maxCarriedURLs {
+			break
+		}
+		if !seen[u] {
+			seen[u] = true
+			carried = append(carried, u)
+		}
+	}
 	keep := t.events[:0]
 	for _, e := range t.events {
 		if e.Seq > upToSeq {
@@ -173,7 +191,7 @@ func (t *tail) compactTo(summary string, upToSeq int64) {
 			t.priorStatus = t.statusType(e.Type)
 		}
 	}
-	t.events, t.summary, t.upToSeq = keep, summary, upToSeq
+	t.events, t.summary, t.upToSeq, t.carriedURLs = keep, summary, upToSeq, carried
 }
 
 // settled reports whether every client event in the tail has been processed: a turn that ends then leaves
@@ -206,6 +224,9 @@ type tail struct {
 	events  []apitype.Event
 	summary string // the last compaction's summary, "" if the log was never compacted
 	upToSeq int64  // the last sequence number the summary covers
+	// carriedURLs are the URLs the events the compactions replaced gave web_fetch (sourceURLs), at most
+	// maxCarriedURLs: a summary's text, which the model wrote, gives none.
+	carriedURLs []sourceURL
 	lastSeq int64  // the last sequence number read
 	// priorStatus is the type of the last session.status_* event before the tail, for a tail that has none.
 	priorStatus apitype.EventType

@@ -12,8 +12,9 @@ import (
 // out of the session): a URL must appear in a source that the tool's url_sources allow, as with the hosted
 // service. The sources are the text of the user's messages (user_input), the results of the agent's custom tools
 // (client_tool_results, by tool name) and of earlier web_fetch calls (server_tool_results): the pages fetched and
-// the links on them. The thread's log since its last compaction is read, and the compaction's summary, which
-// carries the URLs of what it replaced.
+// the links on them. The thread's log since its last compaction is read, and the URLs its compactions carried
+// from the events they replaced (in this brain's memory: a brain that resumes the session after a restart has
+// only the log since the last compaction, and refuses what it cannot find there).
 
 // urlFilter is one source's filter: {"type":"all"|"none"} or {"type":"only"|"except","tools":[{"name"}]};
 // null (unset) is all.
@@ -57,7 +58,74 @@ func parseFilter(raw json.RawMessage) urlFilter {
 	return f
 }
 
-// urlGiven reports whether the URL appears in a source the tool's url_sources allow; if not, it says why.
+// source kinds: what gave a URL.
+const (
+	sourceUser   = iota // the user's messages (and a thread's task and messages)
+	sourceClient        // a custom tool's result (tool: its name)
+	sourceServer        // an earlier web_fetch result
+)
+
+// sourceURL is a URL a source gave.
+type sourceURL struct {
+	kind int
+	tool string // sourceClient: the custom tool's name
+	url  string // normalised (webfetch.NormURL)
+}
+
+// maxCarriedURLs bounds the URLs a thread carries across its compactions.
+const maxCarriedURLs = 4096
+
+// sourceURLs are the URLs the events gave, by source (before any filter).
+func sourceURLs(events []apitype.Event) []sourceURL {
+	var out []sourceURL
+	add := func(kind int, tool, text string) {
+		for _, u := range webfetch.URLsIn(text) {
+			out = append(out, sourceURL{kind: kind, tool: tool, url: u})
+		}
+	}
+	names := map[string]string{} // tool use event id -> tool name
+	for _, e := range events {
+		switch e.Type {
+		case apitype.EventUserMessage:
+			var m apitype.UserMessage
+			if e.DecodeData(&m) == nil {
+				add(sourceUser, "", contentText(m.Content))
+			}
+		case apitype.EventUserDefineOutcome:
+			var d apitype.DefineOutcome
+			if e.DecodeData(&d) == nil {
+				add(sourceUser, "", outcomeTask(d))
+			}
+		case apitype.EventAgentThreadMessageReceived:
+			// A thread's task and messages, from the coordinator or a child, are its user turns: the URLs
+			// the user gave the coordinator reach the threads it starts.
+			var m apitype.ThreadMessageReceived
+			if e.DecodeData(&m) == nil {
+				add(sourceUser, "", contentText(m.Content))
+			}
+		case apitype.EventAgentCustomToolUse, apitype.EventAgentToolUse:
+			var u apitype.AgentToolUse
+			if e.DecodeData(&u) == nil {
+				names[e.ID] = u.Name
+			}
+		case apitype.EventUserCustomToolResult:
+			var r apitype.UserCustomToolResult
+			if e.DecodeData(&r) == nil {
+				add(sourceClient, names[r.CustomToolUseID], contentText(r.Content))
+			}
+		case apitype.EventAgentToolResult:
+			var r apitype.AgentToolResult
+			if e.DecodeData(&r) == nil && names[r.ToolUseID] == toolWebFetch && !r.IsError {
+				add(sourceServer, "", contentText(r.Content))
+			}
+		}
+	}
+	return out
+}
+
+// urlGiven reports whether the URL appears in a source the tool's url_sources allow; if not, it says why. The
+// sources are the thread's tail and what its compactions carried of the events they replaced (never the
+// summary's text, which the model wrote).
 func (t *thread) urlGiven(raw string, src *apitype.WebURLSources) (bool, string) {
 	want := webfetch.NormURL(raw)
 	if want == "" {
@@ -66,54 +134,17 @@ func (t *thread) urlGiven(raw string, src *apitype.WebURLSources) (bool, string)
 	if src == nil {
 		src = &apitype.WebURLSources{}
 	}
-	user, client, server := parseFilter(src.UserInput), parseFilter(src.ClientToolResults), parseFilter(src.ServerToolResults)
-	var texts []string
-	if t.tail != nil {
-		if t.tail.summary != "" {
-			texts = append(texts, t.tail.summary)
+	filters := [...]urlFilter{sourceUser: parseFilter(src.UserInput), sourceClient: parseFilter(src.ClientToolResults),
+		sourceServer: parseFilter(src.ServerToolResults)}
+	allowed := func(u sourceURL) bool {
+		tool := u.tool
+		if u.kind == sourceServer {
+			tool = toolWebFetch
 		}
-		names := map[string]string{} // tool use event id -> tool name
-		for _, e := range t.tail.events {
-			switch e.Type {
-			case apitype.EventUserMessage:
-				var m apitype.UserMessage
-				if user.allows("") && e.DecodeData(&m) == nil {
-					texts = append(texts, contentText(m.Content))
-				}
-			case apitype.EventUserDefineOutcome:
-				var d apitype.DefineOutcome
-				if user.allows("") && e.DecodeData(&d) == nil {
-					texts = append(texts, outcomeTask(d))
-				}
-			case apitype.EventAgentThreadMessageReceived:
-				// A thread's task and messages, from the coordinator or a child, are its user turns: the URLs
-				// the user gave the coordinator reach the threads it starts.
-				var m apitype.ThreadMessageReceived
-				if user.allows("") && e.DecodeData(&m) == nil {
-					texts = append(texts, contentText(m.Content))
-				}
-			case apitype.EventAgentCustomToolUse, apitype.EventAgentToolUse:
-				var u apitype.AgentToolUse
-				if e.DecodeData(&u) == nil {
-					names[e.ID] = u.Name
-				}
-			case apitype.EventUserCustomToolResult:
-				var r apitype.UserCustomToolResult
-				if e.DecodeData(&r) == nil && client.allows(names[r.CustomToolUseID]) {
-					texts = append(texts, contentText(r.Content))
-				}
-			case apitype.EventAgentToolResult:
-				var r apitype.AgentToolResult
-				if e.DecodeData(&r) == nil && names[r.ToolUseID] == toolWebFetch && !r.IsError && server.allows(toolWebFetch) {
-					texts = append(texts, contentText(r.Content))
-				}
-			}
-		}
+		return u.url == want && filters[u.kind].allows(tool)
 	}
-	for _, text := range texts {
-		if slices.Contains(webfetch.URLsIn(text), want) {
-			return true, ""
-		}
+	if t.tail != nil && (slices.ContainsFunc(t.tail.carriedURLs, allowed) || slices.ContainsFunc(sourceURLs(t.tail.events), allowed)) {
+		return true, ""
 	}
 	return false, "web_fetch fetches only URLs given to it, and " + raw + " does not appear in " +
 		"the user's messages, a custom tool's result or an earlier web_fetch result (as this agent's url_sources allow): " +

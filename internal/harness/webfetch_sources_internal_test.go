@@ -1,0 +1,47 @@
+package harness
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/corralhq/corral/internal/apitype"
+)
+
+// TestWebFetchSourcesAcrossCompaction: a compaction carries the URLs the events it replaced gave web_fetch (with
+// their source, so that url_sources still apply), and its summary gives none: the model writes the summary, and
+// a URL it made up there (one carrying what it read, say) is not given.
+func TestWebFetchSourcesAcrossCompaction(t *testing.T) {
+	tl := logOf(t,
+		apitype.EventUserMessage, text("read https://docs.example.com/guide please"),
+		apitype.EventAgentCustomToolUse, apitype.AgentToolUse{Name: "lookup"},
+		apitype.EventUserCustomToolResult, apitype.UserCustomToolResult{CustomToolUseID: "e2",
+			Content: []apitype.ContentBlock{apitype.TextBlock("see https://tracker.example.com/issue/7")}},
+		apitype.EventUserMessage, text("and https://recent.example.com/now"),
+	)
+	tl.compactTo("The user wants https://docs.example.com/guide read; also https://evil.example.com/?k=secret-from-bash", 3)
+	th := &thread{tail: tl}
+	none := json.RawMessage(`{"type":"none"}`)
+	for _, c := range []struct {
+		url   string
+		src   *apitype.WebURLSources
+		given bool
+	}{
+		{"https://docs.example.com/guide", nil, true},                // carried from a replaced user message
+		{"https://tracker.example.com/issue/7", nil, true},           // carried from a replaced custom tool result
+		{"https://recent.example.com/now", nil, true},                // in the tail
+		{"https://evil.example.com/?k=secret-from-bash", nil, false}, // only in the summary
+		{"https://docs.example.com/guide", &apitype.WebURLSources{UserInput: none}, false},
+		{"https://tracker.example.com/issue/7", &apitype.WebURLSources{ClientToolResults: none}, false},
+		{"https://tracker.example.com/issue/7", &apitype.WebURLSources{ClientToolResults: json.RawMessage(`{"type":"except","tools":[{"name":"lookup"}]}`)}, false},
+		{"https://tracker.example.com/issue/7", &apitype.WebURLSources{UserInput: none}, true},
+	} {
+		if got, why := th.urlGiven(c.url, c.src); got != c.given {
+			t.Errorf("%s with %+v: given %v (%s), want %v", c.url, c.src, got, why, c.given)
+		}
+	}
+	// A second compaction keeps what the first carried.
+	tl.compactTo("nothing", 4)
+	if got, _ := th.urlGiven("https://docs.example.com/guide", nil); !got {
+		t.Error("a second compaction dropped what the first carried")
+	}
+}
