@@ -72,7 +72,7 @@ func TestRefused(t *testing.T) {
 }
 
 // zipOf writes a zip with the entries; a mode other than 0 is set on the entry.
-func zipOf(t *testing.T, entries []struct {
+func zipOf(t testing.TB, entries []struct {
 	name string
 	mode fs.FileMode
 	data []byte
@@ -143,18 +143,17 @@ func TestAddZip(t *testing.T) {
 // the raw archive writes nothing outside its directory, and at most MaxFiles files and MaxTotalBytes bytes (one
 // byte more in a file it then refuses).
 func FuzzSkillZip(f *testing.F) {
-	t := &testing.T{} // zipOf only fails on a write error, which a bytes.Buffer never has
 	for _, z := range [][]byte{
-		zipOf(t, []entry{{name: "s/", mode: fs.ModeDir | 0o755}, {name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/lib/a.py", data: []byte("x")}}),
-		zipOf(t, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/link", mode: fs.ModeSymlink | 0o777, data: []byte("/etc/passwd")}}),
-		zipOf(t, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/../../x", data: []byte("x")}}),
-		zipOf(t, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/SKILL.md", data: []byte(skillMD)}}),
-		zipOf(t, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "t/x", data: []byte("x")}}),
-		zipOf(t, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/a", data: []byte("x")}, {name: "s/a/b", data: []byte("y")}}),
-		zipOf(t, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/zeros", data: make([]byte, 1<<20)}}),
-		zipOf(t, []entry{{name: "SKILL.md", data: []byte(skillMD)}}),
-		zipOf(t, []entry{{name: "s\\SKILL.md", data: []byte(skillMD)}}),
-		zipOf(t, []entry{{name: "s/fifo", mode: fs.ModeNamedPipe | 0o644}}),
+		zipOf(f, []entry{{name: "s/", mode: fs.ModeDir | 0o755}, {name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/lib/a.py", data: []byte("x")}}),
+		zipOf(f, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/link", mode: fs.ModeSymlink | 0o777, data: []byte("/etc/passwd")}}),
+		zipOf(f, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/../../x", data: []byte("x")}}),
+		zipOf(f, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/SKILL.md", data: []byte(skillMD)}}),
+		zipOf(f, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "t/x", data: []byte("x")}}),
+		zipOf(f, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/a", data: []byte("x")}, {name: "s/a/b", data: []byte("y")}}),
+		zipOf(f, []entry{{name: "s/SKILL.md", data: []byte(skillMD)}, {name: "s/zeros", data: make([]byte, 1<<20)}}),
+		zipOf(f, []entry{{name: "SKILL.md", data: []byte(skillMD)}}),
+		zipOf(f, []entry{{name: "s\\SKILL.md", data: []byte(skillMD)}}),
+		zipOf(f, []entry{{name: "s/fifo", mode: fs.ModeNamedPipe | 0o644}}),
 		[]byte("PK\x05\x06" + strings.Repeat("\x00", 18)),
 		[]byte("not a zip"),
 	} {
