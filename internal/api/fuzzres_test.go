@@ -1,16 +1,21 @@
 package api_test
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -55,10 +60,19 @@ func newFuzzAPI(f *testing.F, tweak ...func(*api.Config)) *fuzzAPI {
 }
 
 func (a *fuzzAPI) call(method, target, body string) *httptest.ResponseRecorder {
+	ct := ""
+	if body != "" {
+		ct = "application/json"
+	}
+	return a.callCT(method, target, ct, body)
+}
+
+// callCT is call with a Content-Type.
+func (a *fuzzAPI) callCT(method, target, contentType, body string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testKey)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	rec := httptest.NewRecorder()
 	a.handler.ServeHTTP(rec, req)
@@ -579,6 +593,142 @@ func FuzzDeploymentWebhook(f *testing.F) {
 			answer(t, "DELETE "+get, a.call("DELETE", get, ""))
 		case create:
 			answer(t, "archive "+get, a.call("POST", get+"/archive", ""))
+		}
+	})
+}
+
+// uploadBoundary is the multipart boundary of FuzzUpload's bodies.
+const uploadBoundary = "fuzzboundary"
+
+// multipartBody writes parts (form name, file name, content type, content; a file name "" for a field) with
+// uploadBoundary.
+func multipartBody(tb testing.TB, parts ...[4]string) string {
+	tb.Helper()
+	var b strings.Builder
+	mw := multipart.NewWriter(&b)
+	if err := mw.SetBoundary(uploadBoundary); err != nil {
+		tb.Fatal(err)
+	}
+	for _, p := range parts {
+		h := textproto.MIMEHeader{}
+		cd := `form-data; name="` + p[0] + `"`
+		if p[1] != "" {
+			cd += `; filename="` + p[1] + `"`
+		}
+		h.Set("Content-Disposition", cd)
+		if p[2] != "" {
+			h.Set("Content-Type", p[2])
+		}
+		w, err := mw.CreatePart(h)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := io.WriteString(w, p[3]); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return b.String()
+}
+
+// FuzzUpload: the multipart decoders of the file upload, the skill create and the skill version create, with
+// an arbitrary body under a fixed boundary. An uploaded file's content is the file part's, byte for byte.
+func FuzzUpload(f *testing.F) {
+	a := newFuzzAPI(f, withFiles(f, f.TempDir(), 1<<20))
+	const md = "---\nname: csv-tools\ndescription: Reads CSV.\n---\n# CSV\n"
+	var zbuf bytes.Buffer
+	zw := zip.NewWriter(&zbuf)
+	for name, content := range map[string]string{"csv/SKILL.md": md, "csv/read.py": "print(1)\n"} {
+		w, err := zw.Create(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if _, err := io.WriteString(w, content); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		f.Fatal(err)
+	}
+	ct := "multipart/form-data; boundary=" + uploadBoundary
+	rec := a.callCT("POST", "/v1/skills", ct, multipartBody(f, [4]string{"files[]", "csv/SKILL.md", "text/markdown", md}))
+	var sk struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &sk); err != nil || rec.Code != http.StatusOK {
+		f.Fatalf("seed skill: %d %s", rec.Code, rec.Body)
+	}
+	const (
+		opFile = iota
+		opSkill
+		opSkillVersion
+		nOps
+	)
+	for _, s := range []struct {
+		op    uint8
+		parts [][4]string
+	}{
+		{opFile, [][4]string{{"file", "a.txt", "text/plain", "hello"}}},
+		{opFile, [][4]string{{"file", "../../etc/passwd", "", "x"}, {"expires_in_seconds", "", "", "3600"}}},
+		{opFile, [][4]string{{"file", "a.txt", "text/plain", ""}}},
+		{opFile, [][4]string{{"file", "a", "", "1"}, {"file", "b", "", "2"}}},
+		{opFile, [][4]string{{"expires_in_seconds", "", "", "-1"}, {"file", "a\\x.bin", "application/octet-stream", "\x00\xff"}}},
+		{opSkill, [][4]string{{"display_name", "", "", "CSV"}, {"files[]", "csv/SKILL.md", "", md}, {"files[]", "csv/lib/x.py", "", "x"}}},
+		{opSkill, [][4]string{{"files", "csv.zip", "application/zip", zbuf.String()}}},
+		{opSkill, [][4]string{{"files[]", "csv/SKILL.md", "", md}, {"files[]", "csv/../x", "", "x"}}},
+		{opSkill, [][4]string{{"files[]", "x.zip", "", "PK\x03\x04 not really"}}},
+		{opSkill, [][4]string{{"display_name", "", "", "only a name"}}},
+		{opSkillVersion, [][4]string{{"files[]", "csv/SKILL.md", "", md + "more\n"}}},
+		{opSkillVersion, [][4]string{{"files[]", "csv/SKILL.md", "", strings.Replace(md, "csv-tools", "other", 1)}}},
+	} {
+		f.Add(s.op, multipartBody(f, s.parts...))
+	}
+	f.Add(uint8(opFile), "--"+uploadBoundary+"\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nunterminated")
+	f.Add(uint8(opSkill), "not multipart at all")
+	f.Fuzz(func(t *testing.T, op uint8, body string) {
+		var target string
+		switch op % nOps {
+		case opFile:
+			target = "/v1/files"
+		case opSkill:
+			target = "/v1/skills"
+		case opSkillVersion:
+			target = "/v1/skills/" + sk.ID + "/versions"
+		}
+		what := fmt.Sprintf("POST %s %q", target, body)
+		got := answer(t, what, a.callCT("POST", target, ct, body))
+		if got == nil {
+			return
+		}
+		id, _ := got["id"].(string)
+		switch op % nOps {
+		case opFile:
+			a.sameAsGet(t, what, "/v1/files/"+id, got)
+			var sent []byte
+			mr := multipart.NewReader(strings.NewReader(body), uploadBoundary)
+			for {
+				p, err := mr.NextPart()
+				if err != nil {
+					t.Fatalf("%s: accepted, but no file part: %v", what, err)
+				}
+				if p.FormName() == "file" {
+					if sent, err = io.ReadAll(p); err != nil {
+						t.Fatalf("%s: accepted, but the file part does not read: %v", what, err)
+					}
+					break
+				}
+			}
+			content := a.call("GET", "/v1/files/"+id+"/content", "")
+			if content.Code != http.StatusOK || !bytes.Equal(content.Body.Bytes(), sent) {
+				t.Fatalf("%s: content %d %q, want %q", what, content.Code, content.Body, sent)
+			}
+			answer(t, "DELETE", a.call("DELETE", "/v1/files/"+id, ""))
+		case opSkill:
+			a.sameAsGet(t, what, "/v1/skills/"+id, got)
+		case opSkillVersion:
+			a.sameAsGet(t, what, "/v1/skills/"+sk.ID+"/versions/"+id, got)
 		}
 	})
 }
