@@ -1,9 +1,18 @@
 package api
 
 import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,5 +200,63 @@ func FuzzListQuery(f *testing.F) {
 		_, err = q.desc(true)
 		check4xx(t, []byte(raw), err)
 		_ = q.list("types")
+	})
+}
+
+// onePEMBlock reports whether s is exactly one PEM block of type CERTIFICATE, without headers, and nothing but
+// white space around it, and returns its bytes.
+func onePEMBlock(s string) ([]byte, bool) {
+	s = strings.TrimSpace(s)
+	if strings.Count(s, "-----BEGIN ") != 1 || strings.Count(s, "-----END ") != 1 ||
+		!strings.HasPrefix(s, "-----BEGIN CERTIFICATE-----") || !strings.HasSuffix(s, "-----END CERTIFICATE-----") {
+		return nil, false
+	}
+	b, rest := pem.Decode([]byte(s))
+	if b == nil || len(rest) != 0 || b.Type != "CERTIFICATE" || len(b.Headers) != 0 {
+		return nil, false
+	}
+	return b.Bytes, true
+}
+
+// FuzzCACertificate: a tunnel certificate's PEM, the rule alone (FuzzTunnel drives it through the API). An
+// accepted PEM is exactly one CERTIFICATE block of an unexpired CA certificate, and the certificate is its.
+func FuzzCACertificate(f *testing.F) {
+	now := time.Now()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var certs []string
+	for _, isCA := range []bool{true, false} {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "CA"}, NotBefore: now.Add(-time.Hour),
+			NotAfter: now.Add(24 * time.Hour), BasicConstraintsValid: true, IsCA: isCA, KeyUsage: x509.KeyUsageCertSign}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			f.Fatal(err)
+		}
+		certs = append(certs, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	}
+	ca, leaf := certs[0], certs[1]
+	body := strings.TrimSuffix(strings.TrimPrefix(ca, "-----BEGIN CERTIFICATE-----\n"), "-----END CERTIFICATE-----\n")
+	for _, s := range []string{ca, leaf, ca + leaf, " \n" + strings.ReplaceAll(ca, "\n", "\r\n") + "\n\n", "x" + ca, ca + "x",
+		"-----BEGIN X-----\n" + ca, "-----BEGIN CERTIFICATE-----\n!\n" + ca, ca + "-----END X-----\n",
+		"-----BEGIN CERTIFICATE-----\nA: b\n\n" + body + "-----END CERTIFICATE-----\n",
+		"-----BEGIN CERTIFICATE-----\n" + strings.ReplaceAll(body, "\n", "") + "\n-----END CERTIFICATE-----",
+		"-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n", "", "   "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		cert, err := parseCACertificate("ca_certificate_pem", s, now)
+		check4xx(t, []byte(s), err)
+		if err != nil {
+			return
+		}
+		der, ok := onePEMBlock(s)
+		if !ok {
+			t.Fatalf("accepted %q: not exactly one CERTIFICATE block", s)
+		}
+		if !bytes.Equal(cert.Raw, der) || !cert.IsCA || now.After(cert.NotAfter) {
+			t.Fatalf("accepted %q as %+v", s, cert)
+		}
 	})
 }

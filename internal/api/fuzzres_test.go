@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -395,21 +394,6 @@ func FuzzMemory(f *testing.F) {
 	})
 }
 
-// onePEMBlock reports whether s is exactly one PEM block of type CERTIFICATE, without headers, and nothing but
-// white space around it, and returns its bytes.
-func onePEMBlock(s string) ([]byte, bool) {
-	s = strings.TrimSpace(s)
-	if strings.Count(s, "-----BEGIN ") != 1 || strings.Count(s, "-----END ") != 1 ||
-		!strings.HasPrefix(s, "-----BEGIN CERTIFICATE-----") || !strings.HasSuffix(s, "-----END CERTIFICATE-----") {
-		return nil, false
-	}
-	b, rest := pem.Decode([]byte(s))
-	if b == nil || len(rest) != 0 || b.Type != "CERTIFICATE" || len(b.Headers) != 0 {
-		return nil, false
-	}
-	return b.Bytes, true
-}
-
 // FuzzTunnel: tunnel create, rotate_token, certificate create (whose body the fuzzer gives as the PEM itself, or
 // whole). An accepted PEM is exactly one CA certificate block, and the certificate's fingerprint is its.
 func FuzzTunnel(f *testing.F) {
@@ -478,7 +462,7 @@ func FuzzTunnel(f *testing.F) {
 			if err := json.Unmarshal([]byte(body), &req); err != nil {
 				t.Fatalf("%s: accepted, but: %v", what, err)
 			}
-			der, ok := onePEMBlock(req.PEM)
+			der, ok := api.OnePEMBlock(req.PEM)
 			if !ok {
 				t.Fatalf("%s: accepted a PEM that is not exactly one CERTIFICATE block", what)
 			}
