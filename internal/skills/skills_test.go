@@ -159,54 +159,93 @@ func FuzzSkillZip(f *testing.F) {
 	} {
 		f.Add(z)
 	}
-	f.Fuzz(func(t *testing.T, z []byte) {
-		var out bytes.Buffer
-		b := skills.NewBuilder(&out)
-		err := b.AddZip(bytes.NewReader(z), int64(len(z)))
-		var m *skills.Meta
-		if err == nil {
-			m, err = b.Close()
+	f.Fuzz(checkZip)
+}
+
+// FuzzSkillFiles: FuzzSkillZip with well-formed zips of fuzzed entries, one a line of paths: a path, or a path
+// and "@" and a digit, the entry's kind (0 a file, 1 a directory, 2 a symbolic link, 3 a named pipe). An entry's
+// content is its line.
+func FuzzSkillFiles(f *testing.F) {
+	for _, s := range []string{"s/SKILL.md\ns/a.py", "s/SKILL.md\ns/@1\ns/lib/@1\ns/lib/x", "s/SKILL.md\ns/a\ns/a/b",
+		"s/SKILL.md\ns/a/b\ns/a", "s/SKILL.md\ns/l@2", "s/SKILL.md\ns/p@3", "s/SKILL.md\ns/./a\ns//b", "s/SKILL.md\nt/SKILL.md",
+		"s/SKILL.md\ns/SKILL.md", "s/SKILL.md\ns/a@1\ns/a", "s/SKILL.md\ns/é\ns/e\u0301"} {
+		f.Add(s)
+	}
+	kinds := []fs.FileMode{0, fs.ModeDir | 0o755, fs.ModeSymlink | 0o777, fs.ModeNamedPipe | 0o644}
+	f.Fuzz(func(t *testing.T, lines string) {
+		var entries []entry
+		for i, line := range strings.Split(lines, "\n") {
+			if i == 2*skills.MaxFiles+2 {
+				break
+			}
+			name, kind := line, 0
+			if j := strings.LastIndexByte(line, '@'); j >= 0 && j == len(line)-2 && line[j+1] >= '0' && line[j+1] <= '3' {
+				name, kind = line[:j], int(line[j+1]-'0')
+			}
+			if len(name) > 2*skills.MaxPathLen {
+				continue // longer than any path a skill takes; zip refuses a name over 64 KiB
+			}
+			data := []byte(line)
+			switch {
+			case kind == 1 || strings.HasSuffix(name, "/"):
+				data = nil // zip writes no data for a directory
+			case strings.HasSuffix(name, "SKILL.md"):
+				data = []byte(skillMD)
+			}
+			entries = append(entries, entry{name: name, mode: kinds[kind], data: data})
 		}
-		if err != nil && !errors.Is(err, skills.ErrInvalid) {
-			t.Fatalf("upload refused with %v, not ErrInvalid", err)
+		checkZip(t, zipOf(t, entries))
+	})
+}
+
+// checkZip is the check of FuzzSkillZip and FuzzSkillFiles.
+func checkZip(t *testing.T, z []byte) {
+	var out bytes.Buffer
+	b := skills.NewBuilder(&out)
+	err := b.AddZip(bytes.NewReader(z), int64(len(z)))
+	var m *skills.Meta
+	if err == nil {
+		m, err = b.Close()
+	}
+	if err != nil && !errors.Is(err, skills.ErrInvalid) {
+		t.Fatalf("upload refused with %v, not ErrInvalid", err)
+	}
+	if err == nil {
+		checkBuilt(t, m, out.Bytes())
+	}
+	// The raw archive, unpacked as if a stored skill were hostile.
+	root := t.TempDir()
+	dir := filepath.Join(root, "skill")
+	xerr := skills.Extract(bytes.NewReader(z), int64(len(z)), dir)
+	n, total := 0, int64(0)
+	if werr := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
 		}
-		if err == nil {
-			checkBuilt(t, m, out.Bytes())
+		if p != root && p != dir && !strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			t.Fatalf("Extract wrote %s, outside %s", p, dir)
 		}
-		// The raw archive, unpacked as if a stored skill were hostile.
-		root := t.TempDir()
-		dir := filepath.Join(root, "skill")
-		xerr := skills.Extract(bytes.NewReader(z), int64(len(z)), dir)
-		n, total := 0, int64(0)
-		if werr := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if d.Type()&fs.ModeSymlink != 0 || !d.IsDir() && !d.Type().IsRegular() {
+			t.Fatalf("Extract made %s, a %v", p, d.Type())
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
 			if err != nil {
 				return err
 			}
-			if p != root && p != dir && !strings.HasPrefix(p, dir+string(filepath.Separator)) {
-				t.Fatalf("Extract wrote %s, outside %s", p, dir)
-			}
-			if d.Type()&fs.ModeSymlink != 0 || !d.IsDir() && !d.Type().IsRegular() {
-				t.Fatalf("Extract made %s, a %v", p, d.Type())
-			}
-			if d.Type().IsRegular() {
-				info, err := d.Info()
-				if err != nil {
-					return err
-				}
-				n, total = n+1, total+info.Size()
-			}
-			return nil
-		}); werr != nil {
-			t.Fatal(werr)
+			n, total = n+1, total+info.Size()
 		}
-		limit := int64(skills.MaxTotalBytes)
-		if xerr != nil {
-			limit++
-		}
-		if n > skills.MaxFiles || total > limit {
-			t.Fatalf("Extract (%v) wrote %d files, %d bytes", xerr, n, total)
-		}
-	})
+		return nil
+	}); werr != nil {
+		t.Fatal(werr)
+	}
+	limit := int64(skills.MaxTotalBytes)
+	if xerr != nil {
+		limit++
+	}
+	if n > skills.MaxFiles || total > limit {
+		t.Fatalf("Extract (%v) wrote %d files, %d bytes", xerr, n, total)
+	}
 }
 
 // checkBuilt checks a skill the Builder accepted: its zip's entries keep the rules and limits, and Extract
