@@ -52,7 +52,8 @@ func decodeJSON(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
-	if dec.More() {
+	// Not dec.More, which is false before a stray "}" or "]": the object must end the (trimmed) body.
+	if dec.InputOffset() != int64(len(body)) {
 		return invalid("", "malformed JSON: unexpected data after the top-level object")
 	}
 	return nil

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -174,5 +175,26 @@ func TestToolResultSource(t *testing.T) {
 				t.Fatalf("error %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDecodeJSONTrailingData: a body is one JSON object and nothing after it but white space; a stray closing
+// bracket after the object (which json.Decoder.More does not see) is refused like any other trailing data.
+// FuzzVaultCredential found `{}}` accepted.
+func TestDecodeJSONTrailingData(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{`{}}`, `{}]`, `{"a":1}}`, `{} }`, `{}{}`, `{} x`, `{},`, `{}"`} {
+		var v map[string]any
+		err := decodeJSON([]byte(body), &v)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.status != 400 || !strings.Contains(ae.msg, "after the top-level object") {
+			t.Errorf("%q: %v, want a 400 for the data after the object", body, err)
+		}
+	}
+	for _, body := range []string{`{}`, " {\"a\":[1,{}]} \n", "{}\r\n\t"} {
+		var v map[string]any
+		if err := decodeJSON([]byte(body), &v); err != nil {
+			t.Errorf("%q: %v", body, err)
+		}
 	}
 }

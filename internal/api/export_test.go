@@ -35,3 +35,6 @@ func (s *Server) RenderTranscript(ctx context.Context, id string, limit int) ([]
 
 // SetClock replaces the server's clock (the deployment runner's tests move time by hand).
 func (s *Server) SetClock(now func() time.Time) { s.now = now }
+
+// OnePEMBlock is onePEMBlock, for FuzzTunnel.
+var OnePEMBlock = onePEMBlock

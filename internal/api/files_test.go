@@ -27,7 +27,7 @@ import (
 )
 
 // withFiles gives the API a file service over a blob directory of the test's, with maxBytes as its limit.
-func withFiles(t *testing.T, dir string, maxBytes int64) func(*api.Config) {
+func withFiles(t testing.TB, dir string, maxBytes int64) func(*api.Config) {
 	return func(c *api.Config) {
 		blobs, err := localfs.Open(dir)
 		if err != nil {

@@ -1,9 +1,18 @@
 package api
 
 import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,5 +200,136 @@ func FuzzListQuery(f *testing.F) {
 		_, err = q.desc(true)
 		check4xx(t, []byte(raw), err)
 		_ = q.list("types")
+	})
+}
+
+// onePEMBlock reports whether s is exactly one PEM block of type CERTIFICATE, without headers, and nothing but
+// white space around it, and returns its bytes.
+func onePEMBlock(s string) ([]byte, bool) {
+	s = strings.TrimSpace(s)
+	if strings.Count(s, "-----BEGIN ") != 1 || strings.Count(s, "-----END ") != 1 ||
+		!strings.HasPrefix(s, "-----BEGIN CERTIFICATE-----") || !strings.HasSuffix(s, "-----END CERTIFICATE-----") {
+		return nil, false
+	}
+	b, rest := pem.Decode([]byte(s))
+	if b == nil || len(rest) != 0 || b.Type != "CERTIFICATE" || len(b.Headers) != 0 {
+		return nil, false
+	}
+	return b.Bytes, true
+}
+
+// FuzzCACertificate: a tunnel certificate's PEM, the rule alone (FuzzTunnel drives it through the API). An
+// accepted PEM is exactly one CERTIFICATE block of an unexpired CA certificate, and the certificate is its.
+func FuzzCACertificate(f *testing.F) {
+	now := time.Now()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var certs []string
+	for _, isCA := range []bool{true, false} {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "CA"}, NotBefore: now.Add(-time.Hour),
+			NotAfter: now.Add(24 * time.Hour), BasicConstraintsValid: true, IsCA: isCA, KeyUsage: x509.KeyUsageCertSign}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			f.Fatal(err)
+		}
+		certs = append(certs, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	}
+	ca, leaf := certs[0], certs[1]
+	body := strings.TrimSuffix(strings.TrimPrefix(ca, "-----BEGIN CERTIFICATE-----\n"), "-----END CERTIFICATE-----\n")
+	for _, s := range []string{ca, leaf, ca + leaf, " \n" + strings.ReplaceAll(ca, "\n", "\r\n") + "\n\n", "x" + ca, ca + "x",
+		"-----BEGIN X-----\n" + ca, "-----BEGIN CERTIFICATE-----\n!\n" + ca, ca + "-----END X-----\n",
+		"-----BEGIN CERTIFICATE-----\nA: b\n\n" + body + "-----END CERTIFICATE-----\n",
+		"-----BEGIN CERTIFICATE-----\n" + strings.ReplaceAll(body, "\n", "") + "\n-----END CERTIFICATE-----",
+		"-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n", "", "   "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		cert, err := parseCACertificate("ca_certificate_pem", s, now)
+		check4xx(t, []byte(s), err)
+		if err != nil {
+			return
+		}
+		der, ok := onePEMBlock(s)
+		if !ok {
+			t.Fatalf("accepted %q: not exactly one CERTIFICATE block", s)
+		}
+		if !bytes.Equal(cert.Raw, der) || !cert.IsCA || now.After(cert.NotAfter) {
+			t.Fatalf("accepted %q as %+v", s, cert)
+		}
+	})
+}
+
+// FuzzCredAuth: a credential's auth, create and update of each type, the rules alone (FuzzVaultCredential drives
+// them through the API). An accepted auth has a secret to seal for each one given, none empty, and its document
+// has no secret's field.
+func FuzzCredAuth(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"static_bearer","mcp_server_url":"https://a.example/","token":"t"}`,
+		`{"type":"mcp_oauth","mcp_server_url":"https://o.example/","access_token":"a","expires_at":"2999-01-01T00:00:00Z","refresh":{"client_id":"c","refresh_token":"r","token_endpoint":"https://o.example/t","token_endpoint_auth":{"type":"client_secret_basic","client_secret":"s"},"scope":"x","resource":"https://o.example/"}}`,
+		`{"type":"mcp_oauth","mcp_server_url":"https://o.example/","access_token":"a","refresh":{"client_id":"c","refresh_token":"r","token_endpoint":"https://o.example/t","token_endpoint_auth":{"type":"client_secret_post","client_secret":"s"}}}`,
+		`{"type":"mcp_oauth","mcp_server_url":"https://o.example/","access_token":"a","refresh":{"client_id":"c","refresh_token":"r","token_endpoint":"https://o.example/t","token_endpoint_auth":{"type":"none"}}}`,
+		`{"type":"environment_variable","secret_name":"K","secret_value":"v","networking":{"type":"limited","allowed_hosts":["*.a.com","1.2.3.4"]},"injection_location":{"body":true}}`,
+		`{"type":"environment_variable","secret_name":"K","secret_value":"v","networking":{"type":"unrestricted"}}`,
+		`{"type":"static_bearer","token":"n"}`, `{"type":"mcp_oauth","expires_at":null,"refresh":{"refresh_token":"r2","scope":""}}`,
+		`{"type":"environment_variable","injection_location":{"header":false}}`, `{"type":"x"}`, `{}`, `[]`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	now := time.Unix(1_800_000_000, 0).UTC()
+	var stored [][]byte // the documents of stored auths, decoded afresh for each update
+	for _, s := range []string{
+		`{"type":"static_bearer","mcp_server_url":"https://a.example/","token":"t"}`,
+		`{"type":"mcp_oauth","mcp_server_url":"https://o.example/","access_token":"a","refresh":{"client_id":"c","refresh_token":"r","token_endpoint":"https://o.example/t","token_endpoint_auth":{"type":"client_secret_basic","client_secret":"s"}}}`,
+		`{"type":"environment_variable","secret_name":"K","secret_value":"v","networking":{"type":"unrestricted"}}`,
+	} {
+		auth, _, _, err := parseCredAuth("auth", []byte(s), now)
+		if err != nil {
+			f.Fatal(err)
+		}
+		doc, err := json.Marshal(auth)
+		if err != nil {
+			f.Fatal(err)
+		}
+		stored = append(stored, doc)
+	}
+	secretFields := []string{`"token"`, `"access_token"`, `"refresh_token"`, `"client_secret"`, `"secret_value"`}
+	checkAuth := func(t *testing.T, raw []byte, auth *apitype.CredentialAuth, secrets []plain) {
+		for _, p := range secrets {
+			if p.name == "" || p.value == "" || len(p.value) > maxSecretLen {
+				t.Fatalf("accepted %q with a secret %s of %d bytes", raw, p.name, len(p.value))
+			}
+		}
+		doc, err := json.Marshal(auth)
+		if err != nil {
+			t.Fatalf("accepted %q but cannot encode it: %v", raw, err)
+		}
+		for _, s := range secretFields {
+			if bytes.Contains(doc, []byte(s+":")) {
+				t.Fatalf("accepted %q as %s, which has %s", raw, doc, s)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		auth, secrets, match, err := parseCredAuth("auth", raw, now)
+		check4xx(t, raw, err)
+		if err == nil {
+			if len(secrets) == 0 || match == "" || credAuthTypes[auth.Type].create == nil {
+				t.Fatalf("accepted %q as %+v with %d secrets, match %q", raw, auth, len(secrets), match)
+			}
+			checkAuth(t, raw, &auth, secrets)
+		}
+		for _, doc := range stored {
+			var cur apitype.CredentialAuth
+			if err := json.Unmarshal(doc, &cur); err != nil {
+				t.Fatal(err)
+			}
+			secrets, err := updateCredAuth("auth", raw, &cur, now)
+			check4xx(t, raw, err)
+			if err == nil {
+				checkAuth(t, raw, &cur, secrets)
+			}
+		}
 	})
 }

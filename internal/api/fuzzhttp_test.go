@@ -119,6 +119,9 @@ func FuzzHTTP(f *testing.F) {
 		if !json.Valid(rec.Body.Bytes()) {
 			t.Fatalf("%s %s %q: %d non-JSON body %q", method, url, body, rec.Code, rec.Body)
 		}
+		if rec.Code >= 400 {
+			answer(t, method+" "+url+" "+body, rec) // the error envelope
+		}
 		if rec.Header().Get("request-id") == "" {
 			t.Fatalf("%s %s: no request-id", method, url)
 		}

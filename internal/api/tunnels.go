@@ -305,6 +305,8 @@ func parseCACertificate(p, s string, now time.Time) (*x509.Certificate, error) {
 			return nil, invalid(p, "holds a private key (a %s block): send only the CA certificate, never a key", b.Type)
 		}
 	}
+	// pem.Decode skips what is not a block, a broken block before the certificate included: so besides the one
+	// block and the white space around it, s must have no other BEGIN line.
 	switch {
 	case len(blocks) == 0:
 		return nil, invalid(p, "not PEM: expected one -----BEGIN CERTIFICATE----- block")
@@ -315,7 +317,8 @@ func parseCACertificate(p, s string, now time.Time) (*x509.Certificate, error) {
 		return nil, invalid(p, "a PEM block of type %s: expected CERTIFICATE", blocks[0].Type)
 	case len(blocks[0].Headers) > 0:
 		return nil, invalid(p, "the CERTIFICATE block has PEM headers: expected none")
-	case len(bytes.TrimSpace(rest)) > 0 || !strings.HasPrefix(strings.TrimSpace(s), "-----BEGIN "):
+	case len(bytes.TrimSpace(rest)) > 0 || !strings.HasPrefix(strings.TrimSpace(s), "-----BEGIN ") ||
+		strings.Count(s, "-----BEGIN") > 1:
 		return nil, invalid(p, "holds text outside its PEM block: send the CERTIFICATE block only")
 	}
 	cert, err := x509.ParseCertificate(blocks[0].Bytes)

@@ -83,7 +83,7 @@ type testCA struct {
 }
 
 // newTestCA makes a self-signed certificate, a CA or not, valid from a day before notAfter until notAfter.
-func newTestCA(t *testing.T, isCA bool, notAfter time.Time) testCA {
+func newTestCA(t testing.TB, isCA bool, notAfter time.Time) testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -393,6 +393,8 @@ func TestTunnelsBadInput(t *testing.T) {
 		{"two certificates", "POST", certs, pemBody(ca.pem + expired.pem), 400, apitype.ErrInvalidRequest, "2 PEM blocks"},
 		{"not PEM", "POST", certs, pemBody("MIIB this is no certificate"), 400, apitype.ErrInvalidRequest, "not PEM"},
 		{"text around the block", "POST", certs, pemBody("my CA:\n" + ca.pem), 400, apitype.ErrInvalidRequest, "outside its PEM block"},
+		{"a broken block before the certificate", "POST", certs, pemBody("-----BEGIN NOTE-----\n" + ca.pem), 400, apitype.ErrInvalidRequest, "outside its PEM block"},
+		{"a broken certificate before the certificate", "POST", certs, pemBody("-----BEGIN CERTIFICATE-----\n!!\n" + ca.pem), 400, apitype.ErrInvalidRequest, "outside its PEM block"},
 		{"not x509", "POST", certs, pemBody(string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("garbage")}))), 400, apitype.ErrInvalidRequest, "not an X.509 certificate"},
 		{"not a CA", "POST", certs, pemBody(leaf.pem), 400, apitype.ErrInvalidRequest, "not a CA certificate"},
 		{"expired CA", "POST", certs, pemBody(expired.pem), 400, apitype.ErrInvalidRequest, "expired"},

@@ -3,6 +3,10 @@ package apitype_test
 import (
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/corralhq/corral/internal/apitype"
 )
@@ -83,4 +87,52 @@ func TestValidateMemoryContent(t *testing.T) {
 			t.Errorf("content %.10q: got %v, want an error saying %q", content, err, want)
 		}
 	}
+}
+
+// FuzzValidateMemoryPath: an accepted path keeps every rule, checked here independently of the validator: it
+// starts with "/", is at most 1,024 bytes of UTF-8 in NFC, has 1 to 20 segments, none empty, "." or "..", and no
+// control or format character nor a line or paragraph separator. A prefix (other than "/") is accepted exactly
+// when it is an accepted path with a trailing "/".
+func FuzzValidateMemoryPath(f *testing.F) {
+	for _, s := range []string{"/a", "/notes/a.md", "/é.md", "/e\u0301.md", "/a b/c", "/" + strings.Repeat("x/", 20) + "y",
+		"/" + strings.Repeat("x", 1023), "/a/../b", "/./a", "//a", "/a/", "/a\x00b", "/a\u200bb", "/a\u2028", "/\xff",
+		"/\ufeffa", "/a\u00adb", "/\U000E0001", "/Å", "/\u212b", "/한", "/\u1112\u1161\u11ab", "a", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		err := apitype.ValidateMemoryPath(p)
+		if perr := apitype.ValidateMemoryPrefix(p + "/"); p != "" && (perr == nil) != (err == nil) {
+			t.Fatalf("path %q: %v, but as a prefix %q: %v", p, err, p+"/", perr)
+		}
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("%q refused without a reason", p)
+			}
+			return
+		}
+		switch {
+		case len(p) > apitype.MaxMemoryPathBytes:
+			t.Fatalf("accepted %q: %d bytes", p, len(p))
+		case !strings.HasPrefix(p, "/"):
+			t.Fatalf("accepted %q: not absolute", p)
+		case !utf8.ValidString(p):
+			t.Fatalf("accepted %q: not UTF-8", p)
+		case norm.NFC.String(p) != p:
+			t.Fatalf("accepted %q: not NFC (%q)", p, norm.NFC.String(p))
+		}
+		segs := strings.Split(p[1:], "/")
+		if len(segs) < 1 || len(segs) > apitype.MaxMemoryPathSegments {
+			t.Fatalf("accepted %q: %d segments", p, len(segs))
+		}
+		for _, s := range segs {
+			if s == "" || s == "." || s == ".." {
+				t.Fatalf("accepted %q: segment %q", p, s)
+			}
+		}
+		for _, r := range p {
+			if r < 0x20 || r >= 0x7f && r < 0xa0 || unicode.In(r, unicode.Cc, unicode.Cf) || r == '\u2028' || r == '\u2029' {
+				t.Fatalf("accepted %q: character %U", p, r)
+			}
+		}
+	})
 }

@@ -52,13 +52,14 @@ type Builder struct {
 	top     string
 	files   int
 	total   int64
-	seen    map[string]bool
+	seen    map[string]bool // the files
+	dirs    map[string]bool // the directories under top the files are in
 	skillMD []byte
 }
 
 // NewBuilder returns a Builder writing to w.
 func NewBuilder(w io.Writer) *Builder {
-	return &Builder{zw: zip.NewWriter(w), seen: map[string]bool{}}
+	return &Builder{zw: zip.NewWriter(w), seen: map[string]bool{}, dirs: map[string]bool{}}
 }
 
 // CheckPath validates a file's path in a skill: relative, slash-separated, clean, no "..", no backslash or
@@ -99,6 +100,18 @@ func (b *Builder) Add(name string, r io.Reader) error {
 	}
 	if b.seen[name] {
 		return invalid("path %q given twice", name)
+	}
+	// A file and a directory of one name cannot both be unpacked.
+	if b.dirs[name] {
+		return invalid("path %q is a file and a directory", name)
+	}
+	for d := path.Dir(name); d != top; d = path.Dir(d) {
+		if b.seen[d] {
+			return invalid("path %q is under %q, a file", name, d)
+		}
+	}
+	for d := path.Dir(name); d != top; d = path.Dir(d) {
+		b.dirs[d] = true
 	}
 	b.seen[name] = true
 	if b.files++; b.files > MaxFiles {
