@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	gopath "path"
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
@@ -307,12 +308,33 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	// The mux answers a path that is not clean (a "." or ".." segment, a doubled slash) with a 307 to the cleaned
+	// path, which keeps the method: a client following it would send DELETE /v1/sessions/{id}/resources/.. to
+	// DELETE /v1/sessions/{id}. No id is such a segment, so such a path names no endpoint.
+	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && !cleanPath(p) {
+		s.serveErr(tw, r, &apiError{status: http.StatusNotFound, typ: apitype.ErrNotFound,
+			msg: fmt.Sprintf("no such endpoint: %s %s (a path has no empty, . or .. segments)", r.Method, r.URL.Path)})
+		return
+	}
 	// The mux's own 404 and 405 answers are plain text; answer unknown routes with the envelope instead.
 	if pattern == "" {
 		s.serveErr(tw, r, s.noRoute(tw, r))
 		return
 	}
 	s.mux.ServeHTTP(tw, r)
+}
+
+// cleanPath says whether p is a path the mux serves as it is: rooted, without empty, "." or ".." segments (a
+// trailing slash kept), as http.ServeMux cleans it.
+func cleanPath(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	c := gopath.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
 }
 
 // noRoute is the error for a request no pattern matches: 405 with an Allow header if the path exists for another

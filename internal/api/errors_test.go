@@ -100,6 +100,30 @@ func TestMalformedRequests(t *testing.T) {
 	}
 }
 
+// TestUncleanPath: a path with a "." or ".." segment or a doubled slash is answered 404 in the envelope, not
+// redirected (a 307 keeps the method) to the cleaned path: DELETE .../resources/.. does not delete the session.
+func TestUncleanPath(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, envID := h.seed(ctx)
+	sessID := h.newSession(ctx, agentID, envID)
+	for _, p := range []string{"/v1/sessions/" + sessID + "/resources/..", "/v1/sessions/" + sessID + "/resources/x/../..",
+		"/v1/sessions/" + sessID + "/.", "/v1/sessions//" + sessID, "/v1/environments/" + envID + "/keys/.."} {
+		status, hdr, body := h.do("DELETE", p, "")
+		var env envelope
+		decodeRaw(t, string(body), &env)
+		if status != http.StatusNotFound || env.Error.Type != apitype.ErrNotFound || hdr.Get("Location") != "" {
+			t.Errorf("DELETE %s: %d %s (Location %q), want 404", p, status, body, hdr.Get("Location"))
+		}
+	}
+	for _, p := range []string{"/v1/sessions/" + sessID, "/v1/environments/" + envID} {
+		if status, _, body := h.do("GET", p, ""); status != http.StatusOK {
+			t.Errorf("GET %s: %d %s", p, status, body)
+		}
+	}
+}
+
 // A 405 says which methods the path takes (RFC 9110, 15.5.6).
 func TestMethodNotAllowedAllow(t *testing.T) {
 	t.Parallel()
