@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -1045,16 +1046,27 @@ func (f *stateFuzzer) send(method, target string, b sfBody, auth string) (int, [
 	return f.do(method, target, b, auth, false)
 }
 
-// do sends a request (auth "-" for none) and checks that the answer is no 5xx, that an error is the API's error
-// envelope, and that a success is JSON (but for downloads and streams).
+// do sends a request (auth "-" for none), keeps it among the recent ones, and fails the run if the answer
+// breaks an invariant (exchange).
 func (f *stateFuzzer) do(method, target string, b sfBody, auth string, stream bool) (int, []byte) {
 	f.t.Helper()
 	f.requests++
 	line := fmt.Sprintf("%s %s %.300s", method, target, b.b)
-	f.recent = append(f.recent, line)
+	code, body, err := f.exchange(method, target, b, auth, stream)
+	f.recent = append(f.recent, fmt.Sprintf("%s → %d %.200s", line, code, body))
 	if len(f.recent) > 25 {
 		f.recent = f.recent[1:]
 	}
+	if err != nil {
+		f.fail("%s: %v", line, err)
+	}
+	return code, body
+}
+
+// exchange sends a request and checks that the answer is no redirect and no 5xx, that an error is the API's
+// error envelope, and that a success is JSON (but for downloads and streams). It uses nothing of f but its
+// client, so a burst's requests run it at once.
+func (f *stateFuzzer) exchange(method, target string, b sfBody, auth string, stream bool) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var rd io.Reader
@@ -1063,7 +1075,7 @@ func (f *stateFuzzer) do(method, target string, b sfBody, auth string, stream bo
 	}
 	req, err := http.NewRequestWithContext(ctx, method, f.h.srv.URL+target, rd)
 	if err != nil {
-		f.fail("request %s: %v", line, err)
+		return 0, nil, err
 	}
 	if auth != "-" {
 		req.Header.Set("Authorization", "Bearer "+auth)
@@ -1073,59 +1085,62 @@ func (f *stateFuzzer) do(method, target string, b sfBody, auth string, stream bo
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {
-		f.fail("%s: %v", line, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	var body []byte
-	if stream && resp.StatusCode == http.StatusOK {
+	code := resp.StatusCode
+	if stream && code == http.StatusOK {
 		cancel() // the stream's head is enough
 		_, _ = io.Copy(io.Discard, resp.Body)
 		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-			f.fail("%s: a stream of type %q", line, ct)
+			return code, nil, fmt.Errorf("a stream of type %q", ct)
 		}
-		return resp.StatusCode, nil
+		return code, nil, nil
 	}
-	if body, err = io.ReadAll(resp.Body); err != nil {
-		f.fail("%s: read: %v", line, err)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return code, body, fmt.Errorf("read: %w", err)
 	}
-	f.recent[len(f.recent)-1] += fmt.Sprintf(" → %d %.200s", resp.StatusCode, body)
-	code := resp.StatusCode
 	switch {
 	case code == http.StatusNotImplemented && strings.Contains(target, "/git/"):
 		// The server has no git relay: the fuzzer's sessions' repositories are not reachable, and a relay
 		// would answer their requests 502 (the upstream's failure, not the API's).
 	case code >= 300 && code < 400:
-		f.fail("%s: %d to %q", line, code, resp.Header.Get("Location"))
+		return code, body, fmt.Errorf("%d to %q", code, resp.Header.Get("Location"))
 	case code >= 500:
-		f.fail("%s: %d %s", line, code, body)
+		return code, body, fmt.Errorf("%d %s", code, body)
 	case code >= 400:
 		var e envelope
 		if err := json.Unmarshal(body, &e); err != nil || e.Type != "error" || e.Error.Type == "" || e.Error.Message == "" ||
 			!strings.HasPrefix(e.RequestID, apitype.PrefixRequest) || resp.Header.Get("request-id") != e.RequestID {
-			f.fail("%s: %d is not the error envelope: %q", line, code, body)
+			return code, body, fmt.Errorf("%d is not the error envelope: %q", code, body)
 		}
 		if !strings.Contains(resp.Header.Get("Content-Type"), "application/json") {
-			f.fail("%s: %d error of type %q", line, code, resp.Header.Get("Content-Type"))
+			return code, body, fmt.Errorf("%d error of type %q", code, resp.Header.Get("Content-Type"))
 		}
 		if code == http.StatusConflict && resp.Header.Get("x-should-retry") != "false" {
-			f.fail("%s: 409 without x-should-retry: false", line)
+			return code, body, errors.New("409 without x-should-retry: false")
 		}
 	case strings.HasSuffix(strings.SplitN(target, "?", 2)[0], "/content"):
 	case code >= 200 && code < 300:
 		if !json.Valid(body) {
-			f.fail("%s: %d with a body that is no JSON: %q", line, code, body)
+			return code, body, fmt.Errorf("%d with a body that is no JSON: %q", code, body)
 		}
 	}
-	return code, body
+	return code, body, nil
 }
 
-// step sends one random request of the route table, or plays the brain for a moment.
-func (f *stateFuzzer) step(patterns []string) {
-	if f.chance(0.03) {
-		f.brain()
-		return
-	}
-	// Routes on resources the model has none of mostly answer 404: prefer others (and creations) until it has.
+// sfCall is a request the fuzzer made up.
+type sfCall struct {
+	pattern, method, target, auth string
+	ids                           map[string]string
+	body                          sfBody
+	mutated, stream               bool
+}
+
+// pick picks a route: one on resources the model has none of mostly answers 404, so others (and creations)
+// are preferred until it has some, and archives and deletions are held back.
+func (f *stateFuzzer) pick(patterns []string) string {
 	pattern := patterns[f.r.IntN(len(patterns))]
 	for range 4 {
 		ws := sfWildcardRE.FindAllStringSubmatch(pattern, -1)
@@ -1142,46 +1157,52 @@ func (f *stateFuzzer) step(patterns []string) {
 		}
 		pattern = patterns[f.r.IntN(len(patterns))]
 	}
-	rt := sfRoutes[pattern]
-	method, path, ids := f.fill(pattern)
-	var b sfBody
-	mutated := false
-	if rt.body != nil {
-		b = rt.body(f, ids)
+	return pattern
+}
+
+// call makes up a request of a route: path ids, a body (mutated a quarter of the time), a query, a credential.
+func (f *stateFuzzer) call(pattern string) *sfCall {
+	c := &sfCall{pattern: pattern, stream: strings.HasSuffix(pattern, "/stream")}
+	var path string
+	c.method, path, c.ids = f.fill(pattern)
+	if rt := sfRoutes[pattern]; rt.body != nil {
+		c.body = rt.body(f, c.ids)
 		if f.chance(0.25) {
-			mutated = true
-			if b.ctype == "" {
-				b.b = f.mutate(b.b)
+			c.mutated = true
+			if c.body.ctype == "" {
+				c.body.b = f.mutate(c.body.b)
 			} else if f.chance(0.5) {
-				b.b = b.b[:f.r.IntN(len(b.b)+1)]
+				c.body.b = c.body.b[:f.r.IntN(len(c.body.b)+1)]
 			} else {
-				b.ctype = f.oneOf("application/json", "multipart/form-data", "multipart/form-data; boundary=x").(string)
+				c.body.ctype = f.oneOf("application/json", "multipart/form-data", "multipart/form-data; boundary=x").(string)
 			}
 		}
-	} else if method == "POST" && f.chance(0.1) {
-		b = sfBody{b: f.mutate([]byte(`{"x":1}`))}
+	} else if c.method == "POST" && f.chance(0.1) {
+		c.body = sfBody{b: f.mutate([]byte(`{"x":1}`))}
 	}
-	if q := f.query(method); q != "" {
+	if q := f.query(c.method); q != "" {
 		path += "?" + q
 	}
-	auth := f.auth(pattern, ids)
-	if auth == "" {
-		auth = "-"
+	c.target = path
+	if c.auth = f.auth(pattern, c.ids); c.auth == "" {
+		c.auth = "-"
 	}
-	stream := strings.HasSuffix(pattern, "/stream")
-	code, resp := f.do(method, path, b, auth, stream)
+	return c
+}
+
+// apply records a call's answer in the model.
+func (f *stateFuzzer) apply(c *sfCall, code int, resp []byte) {
 	if code >= 200 && code < 300 {
-		f.ok[pattern]++
+		f.ok[c.pattern]++
 	}
-	if dbg := os.Getenv("CORRAL_STATEFUZZ_TRACE"); dbg != "" && strings.Contains(pattern, dbg) {
-		f.t.Logf("%s %s %.300s → %d %.300s", method, path, b.b, code, resp)
+	if dbg := os.Getenv("CORRAL_STATEFUZZ_TRACE"); dbg != "" && strings.Contains(c.pattern, dbg) {
+		f.t.Logf("%s %s %.300s → %d %.300s", c.method, c.target, c.body.b, code, resp)
 	}
-	sess := f.byID[ids["session_id"]]
-	if len(b.nonces) > 0 && sess != nil && sess.kind == sfSession && pattern == "POST /v1/sessions/{session_id}/events" {
-		for _, n := range b.nonces {
+	if sess := f.byID[c.ids["session_id"]]; sess != nil && sess.kind == sfSession && c.pattern == "POST /v1/sessions/{session_id}/events" {
+		for _, n := range c.body.nonces {
 			switch {
-			case !bytes.Contains(b.b, []byte(n)):
-			case code >= 200 && code < 300 && !mutated:
+			case !bytes.Contains(c.body.b, []byte(n)):
+			case code >= 200 && code < 300 && !c.mutated:
 				sess.sent[n] = 1
 			case code >= 200 && code < 300:
 				sess.sent[n] = -1
@@ -1190,15 +1211,78 @@ func (f *stateFuzzer) step(patterns []string) {
 			}
 		}
 	}
-	if code < 200 || code >= 300 || rt.after == nil || stream {
+	rt := sfRoutes[c.pattern]
+	if code < 200 || code >= 300 || rt.after == nil || c.stream {
 		return
 	}
-	rt.after(f, ids, resp)
-	if pattern == "POST /v1/sessions" && !mutated {
+	rt.after(f, c.ids, resp)
+	if c.pattern == "POST /v1/sessions" && !c.mutated {
 		s := f.objs[sfSession][len(f.objs[sfSession])-1]
-		for _, n := range b.nonces {
+		for _, n := range c.body.nonces {
 			s.sent[n] = 1
 		}
+	}
+}
+
+// step sends one random request of the route table, or a burst of them at once, or plays the brain for a
+// moment.
+func (f *stateFuzzer) step(patterns []string) {
+	switch {
+	case f.chance(0.03):
+		f.brain()
+	case f.chance(0.03):
+		f.burst(patterns)
+	default:
+		c := f.call(f.pick(patterns))
+		code, resp := f.do(c.method, c.target, c.body, c.auth, c.stream)
+		f.apply(c, code, resp)
+	}
+}
+
+// burst sends 2 to 8 requests at once: creations, reads, and events to one session. Their effects on the model
+// do not depend on their order, so they are applied in any.
+func (f *stateFuzzer) burst(patterns []string) {
+	var calls []*sfCall
+	for range 2 + f.r.IntN(7) {
+		var p string
+		switch f.r.IntN(3) {
+		case 0:
+			p = "POST /v1/sessions/{session_id}/events"
+		default:
+			for p = f.pick(patterns); !strings.HasPrefix(p, "GET") && strings.Contains(p, "{") || strings.HasPrefix(p, "DELETE") ||
+				strings.HasSuffix(p, "/stream") || strings.HasSuffix(p, "/poll"); p = f.pick(patterns) {
+			}
+		}
+		c := f.call(p)
+		if len(calls) > 0 && p == "POST /v1/sessions/{session_id}/events" && f.chance(0.7) {
+			c.ids["session_id"] = calls[0].ids["session_id"] // events to one session, at once
+			c.target = "/v1/sessions/" + neturl.PathEscape(c.ids["session_id"]) + "/events"
+		}
+		calls = append(calls, c)
+	}
+	type answer struct {
+		code int
+		body []byte
+		err  error
+	}
+	answers := make([]answer, len(calls))
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Go(func() {
+			a := &answers[i]
+			a.code, a.body, a.err = f.exchange(c.method, c.target, c.body, c.auth, c.stream)
+		})
+	}
+	wg.Wait()
+	for i, c := range calls {
+		f.requests++
+		f.recent = append(f.recent, fmt.Sprintf("(burst) %s %s %.300s → %d %.200s", c.method, c.target, c.body.b, answers[i].code, answers[i].body))
+	}
+	for i, c := range calls {
+		if answers[i].err != nil {
+			f.fail("(burst) %s %s: %v", c.method, c.target, answers[i].err)
+		}
+		f.apply(c, answers[i].code, answers[i].body)
 	}
 }
 
