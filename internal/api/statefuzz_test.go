@@ -1331,17 +1331,23 @@ var sfLists = []sfList{
 	{sfSkillVer, "/v1/skills/{}/versions", false},
 }
 
-// walk lists path forwards with random small limits and returns the ids in order.
+// walk lists path forwards with random limits up to max (-max: pages of -max) and returns the ids in order (an
+// agent's versions as id@version).
 func (f *stateFuzzer) walk(path string, max int) []string {
 	var ids []string
 	page, after := "", ""
+	versions := strings.HasPrefix(path, "/v1/agents/") && strings.HasSuffix(path, "/versions")
 	for range 100000 {
 		target := path
 		sep := "?"
 		if strings.Contains(target, "?") {
 			sep = "&"
 		}
-		target += sep + "limit=" + strconv.Itoa(1+f.r.IntN(max))
+		limit := -max // max < 0: pages of -max
+		if max > 0 {
+			limit = 1 + f.r.IntN(max)
+		}
+		target += sep + "limit=" + strconv.Itoa(limit)
 		if page != "" {
 			target += "&page=" + neturl.QueryEscape(page)
 		}
@@ -1353,7 +1359,10 @@ func (f *stateFuzzer) walk(path string, max int) []string {
 			f.fail("walk %s: %d %s", target, code, body)
 		}
 		var p struct {
-			Data     []struct{ ID string }
+			Data []struct {
+				ID      string
+				Version json.RawMessage
+			}
 			NextPage *string `json:"next_page"`
 			HasMore  bool    `json:"has_more"`
 			LastID   *string `json:"last_id"`
@@ -1362,6 +1371,9 @@ func (f *stateFuzzer) walk(path string, max int) []string {
 			f.fail("walk %s: %v %s", target, err, body)
 		}
 		for _, d := range p.Data {
+			if versions { // an agent's versions: one id
+				d.ID += "@" + string(d.Version)
+			}
 			ids = append(ids, d.ID)
 		}
 		switch {
@@ -1377,6 +1389,34 @@ func (f *stateFuzzer) walk(path string, max int) []string {
 	return nil
 }
 
+// checkWalk walks a list with random small limits and with pages of 100, and checks that both give the same
+// ids in the same order, none twice; it returns them.
+func (f *stateFuzzer) checkWalk(path string) []string {
+	small, big := f.walk(path, 7), f.walk(path, -100)
+	if !slices.Equal(small, big) {
+		f.fail("list %s: by small pages %v, by pages of 100 %v", path, small, big)
+	}
+	seen := map[string]bool{}
+	for _, id := range small {
+		if seen[id] {
+			f.fail("list %s: %s twice in %v", path, id, small)
+		}
+		seen[id] = true
+	}
+	return small
+}
+
+// sfWalks are the lists the model does not know the contents of, walked for their consistency alone (with {}
+// the id of a resource of the kind).
+var sfWalks = []struct {
+	kind sfKind
+	path string
+}{
+	{sfAgent, "/v1/agents/{}/versions"}, {sfMemStore, "/v1/memory_stores/{}/memory_versions"},
+	{sfSession, "/v1/sessions/{}/threads"}, {sfWebhook, "/v1/organizations/webhooks/{}/deliveries"},
+	{"", "/v1/models"}, {"", "/v1/sessions?order=asc"}, {"", "/v1/memory_stores?include_archived=true&created_at[gte]=2020-01-01T00:00:00Z"},
+}
+
 // checkList walks a list and compares it with the model: no id twice, and exactly the model's resources (the
 // archived ones only with include_archived).
 func (f *stateFuzzer) checkList(l sfList, parent string, includeArchived bool) {
@@ -1384,7 +1424,7 @@ func (f *stateFuzzer) checkList(l sfList, parent string, includeArchived bool) {
 	if includeArchived {
 		path += "?include_archived=true"
 	}
-	got := f.walk(path, 7)
+	got := f.checkWalk(path)
 	seen := map[string]bool{}
 	for _, id := range got {
 		if seen[id] {
@@ -1411,6 +1451,18 @@ func (f *stateFuzzer) checkList(l sfList, parent string, includeArchived bool) {
 	}
 	if len(missing) > 0 || len(extra) > 0 {
 		f.fail("list %s: missing %v, unexpected %v (model %d, listed %d)", path, missing, extra, len(want), len(got))
+	}
+}
+
+// checkVersions checks that an agent's version list holds as many versions as its version number.
+func (f *stateFuzzer) checkVersions(id string, listed int) {
+	code, body := f.send("GET", "/v1/agents/"+id, sfBody{}, "")
+	var a struct{ Version int }
+	if err := json.Unmarshal(body, &a); code != http.StatusOK || err != nil {
+		f.fail("agent %s: %d %s", id, code, body)
+	}
+	if a.Version != listed {
+		f.fail("agent %s is at version %d, its version list has %d", id, a.Version, listed)
 	}
 }
 
@@ -1501,6 +1553,23 @@ func (f *stateFuzzer) check(all bool) {
 			f.checkList(l, p, false)
 			if l.archived {
 				f.checkList(l, p, true)
+			}
+		}
+	}
+	for _, w := range sfWalks {
+		if w.kind == "" {
+			f.checkWalk(w.path)
+			continue
+		}
+		os := slices.Clone(f.objs[w.kind])
+		if !all && len(os) > 2 {
+			f.r.Shuffle(len(os), func(i, j int) { os[i], os[j] = os[j], os[i] })
+			os = os[:2]
+		}
+		for _, o := range os {
+			ids := f.checkWalk(strings.Replace(w.path, "{}", o.id, 1))
+			if w.kind == sfAgent {
+				f.checkVersions(o.id, len(ids))
 			}
 		}
 	}
