@@ -1138,6 +1138,22 @@ type sfCall struct {
 	mutated, stream               bool
 }
 
+// sfMaxLive is how many resources of a kind a run keeps about: beyond it, their creations are mostly held
+// back, so a long run's checks do not grow with it.
+const sfMaxLive = 150
+
+// sfCreates are the routes that create a resource of a kind.
+var sfCreates = map[string]sfKind{
+	"POST /v1/agents": sfAgent, "POST /v1/environments": sfEnv, "POST /v1/sessions": sfSession, "POST /v1/vaults": sfVault,
+	"POST /v1/vaults/{vault_id}/credentials": sfCredential, "POST /v1/memory_stores": sfMemStore,
+	"POST /v1/memory_stores/{memory_store_id}/memories": sfMemory, "POST /v1/dreams": sfDream,
+	"POST /v1/deployments": sfDeployment, "POST /v1/deployments/{deployment_id}/run": sfRun,
+	"POST /v1/organizations/webhooks": sfWebhook, "POST /v1/tunnels": sfTunnel, "POST /v1/files": sfFile,
+	"POST /v1/skills": sfSkill, "POST /v1/skills/{skill_id}/versions": sfSkillVer,
+	"POST /v1/tunnels/{tunnel_id}/certificates": sfCert, "POST /v1/environments/{environment_id}/keys": sfEnvKey,
+	"POST /v1/sessions/{session_id}/resources": sfResource,
+}
+
 // pick picks a route: one on resources the model has none of mostly answers 404, so others (and creations)
 // are preferred until it has some, and archives and deletions are held back.
 func (f *stateFuzzer) pick(patterns []string) string {
@@ -1145,11 +1161,19 @@ func (f *stateFuzzer) pick(patterns []string) string {
 	for range 4 {
 		ws := sfWildcardRE.FindAllStringSubmatch(pattern, -1)
 		if len(ws) == 0 {
-			break
+			if k, ok := sfCreates[pattern]; !ok || len(f.objs[k]) < sfMaxLive || f.chance(0.1) {
+				break
+			}
+			pattern = patterns[f.r.IntN(len(patterns))]
+			continue
 		}
 		k := sfWildcards[ws[len(ws)-1][1]]
 		if k == sfGitOp {
 			k = sfResource
+		}
+		if k, ok := sfCreates[pattern]; ok && len(f.objs[k]) >= sfMaxLive && f.chance(0.9) {
+			pattern = patterns[f.r.IntN(len(patterns))]
+			continue
 		}
 		destroys := strings.HasSuffix(pattern, "/archive") || strings.HasPrefix(pattern, "DELETE")
 		if k == sfModel || len(f.objs[k]) > 0 && (!destroys || f.chance(0.4)) || f.chance(0.2) {
@@ -1534,7 +1558,16 @@ func (f *stateFuzzer) checkEvents(s *sfObject) {
 	}
 }
 
-// check walks every list of the model (those of a few parents, or all at the end) and checks sessions' logs.
+// sfSample is how many parents' lists (and sessions' logs) a check walks: a few in passing, many at the end.
+func sfSample(all bool) int {
+	if all {
+		return 60
+	}
+	return 2
+}
+
+// check walks every list of the model (those of a few parents, or of many at the end) and checks sessions'
+// logs.
 func (f *stateFuzzer) check(all bool) {
 	for _, l := range sfLists {
 		var parents []string
@@ -1542,9 +1575,9 @@ func (f *stateFuzzer) check(all bool) {
 			for _, p := range f.objs[pk] {
 				parents = append(parents, p.id)
 			}
-			if !all && len(parents) > 2 {
+			if n := sfSample(all); len(parents) > n {
 				f.r.Shuffle(len(parents), func(i, j int) { parents[i], parents[j] = parents[j], parents[i] })
-				parents = parents[:2]
+				parents = parents[:n]
 			}
 		} else {
 			parents = []string{""}
@@ -1562,9 +1595,9 @@ func (f *stateFuzzer) check(all bool) {
 			continue
 		}
 		os := slices.Clone(f.objs[w.kind])
-		if !all && len(os) > 2 {
+		if n := sfSample(all); len(os) > n {
 			f.r.Shuffle(len(os), func(i, j int) { os[i], os[j] = os[j], os[i] })
-			os = os[:2]
+			os = os[:n]
 		}
 		for _, o := range os {
 			ids := f.checkWalk(strings.Replace(w.path, "{}", o.id, 1))
@@ -1574,9 +1607,9 @@ func (f *stateFuzzer) check(all bool) {
 		}
 	}
 	sessions := slices.Clone(f.objs[sfSession])
-	if !all && len(sessions) > 3 {
+	if n := sfSample(all) + 1; len(sessions) > n {
 		f.r.Shuffle(len(sessions), func(i, j int) { sessions[i], sessions[j] = sessions[j], sessions[i] })
-		sessions = sessions[:3]
+		sessions = sessions[:n]
 	}
 	for _, s := range sessions {
 		f.checkEvents(s)
