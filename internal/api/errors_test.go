@@ -124,6 +124,32 @@ func TestUncleanPath(t *testing.T) {
 	}
 }
 
+// TestUnstorableText: an id in the path, or a query parameter, that holds a NUL or bytes that are not UTF-8 is
+// a 404 or a 400 in the envelope on each store backend (PostgreSQL stores neither: it was a 500).
+func TestUnstorableText(t *testing.T) {
+	t.Parallel()
+	memoryBackends(t, func(t *testing.T, h *harness) {
+		for _, tc := range []struct {
+			method, path string
+			status       int
+		}{
+			{"GET", "/v1/agents/%FF%FE", 404},
+			{"POST", "/v1/agents/agent_%00", 404},
+			{"DELETE", "/v1/sessions/sesn_%C3", 404},
+			{"GET", "/v1/memory_stores/memstore_x/memories/%00", 404},
+			{"GET", "/v1/sessions?agent_id=agent_%FF", 400},
+			{"GET", "/v1/deployment_runs?deployment_id=%00", 400},
+		} {
+			status, hdr, body := h.do(tc.method, tc.path, `{"name":"x"}`)
+			var env envelope
+			decodeRaw(t, string(body), &env)
+			if status != tc.status || env.Error.Type == "" || !strings.Contains(hdr.Get("Content-Type"), "application/json") {
+				t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, status, body, tc.status)
+			}
+		}
+	})
+}
+
 // A 405 says which methods the path takes (RFC 9110, 15.5.6).
 func TestMethodNotAllowedAllow(t *testing.T) {
 	t.Parallel()
