@@ -408,7 +408,7 @@ func (f *stateFuzzer) pickID(k sfKind, parent string) string {
 		}
 	}
 	return f.oneOf("x", "agent_011CZkZAtmR3yMPDzynEDxu7", "sesn_nope", "latest", "1", "%20", "ünï", strings.Repeat("z", 300),
-		"..", "memstore_", "drun_x").(string)
+		"..", "memstore_", "drun_x", "a\x00b", "\xff\xfe", "sesn_\u202e", "agent_011C\n").(string)
 }
 
 // ref returns an id to reference in a body: most of the time one of the model's that is not archived.
