@@ -150,6 +150,36 @@ func TestUnstorableText(t *testing.T) {
 	})
 }
 
+// TestBodyIDsWithNUL: an id in a body that holds a NUL (a session's agent and environment, an event's tool use or
+// thread, a roster's agent) is a 400 naming the field on each store backend (PostgreSQL answered 500).
+func TestBodyIDsWithNUL(t *testing.T) {
+	t.Parallel()
+	memoryBackends(t, func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		agentID, envID := h.seed(ctx)
+		sessID := h.newSession(ctx, agentID, envID)
+		events := "/v1/sessions/" + sessID + "/events"
+		for _, tc := range []struct{ path, body, field string }{
+			{"/v1/sessions", `{"agent":"agent_\u0000","environment_id":"` + envID + `"}`, "agent.id"},
+			{"/v1/sessions", `{"agent":{"type":"agent","id":"a\u0000"},"environment_id":"` + envID + `"}`, "agent.id"},
+			{"/v1/sessions", `{"agent":"` + agentID + `","environment_id":"` + envID + `\u0000"}`, "environment_id"},
+			{events, `{"events":[{"type":"user.custom_tool_result","custom_tool_use_id":"sevt_\u0000"}]}`, "events[0].custom_tool_use_id"},
+			{events, `{"events":[{"type":"user.tool_confirmation","tool_use_id":"sevt_\u0000","result":"allow"}]}`, "events[0].tool_use_id"},
+			{events, `{"events":[{"type":"user.interrupt","session_thread_id":"sthr_\u0000"}]}`, "events[0].session_thread_id"},
+			{"/v1/agents", `{"name":"a","model":"m","multiagent":{"type":"coordinator","agents":["agent_\u0000"]}}`, "multiagent.agents[0]"},
+			{"/v1/agents", `{"name":"a","model":"m","multiagent":{"type":"multiagent_20261001","subagents":{"type":"enabled",
+				"predefined_agents":[{"type":"agent","id":"agent_\u0000"}]}}}`, "multiagent.subagents.predefined_agents[0].id"},
+		} {
+			status, _, body := h.do("POST", tc.path, tc.body)
+			var env envelope
+			decodeRaw(t, string(body), &env)
+			if status != http.StatusBadRequest || !strings.HasPrefix(env.Error.Message, tc.field+": ") {
+				t.Errorf("POST %s %s: %d %s, want 400 on %s", tc.path, tc.body, status, body, tc.field)
+			}
+		}
+	})
+}
+
 // A 405 says which methods the path takes (RFC 9110, 15.5.6).
 func TestMethodNotAllowedAllow(t *testing.T) {
 	t.Parallel()
