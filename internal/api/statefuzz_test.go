@@ -955,6 +955,19 @@ func (f *stateFuzzer) mutateValue(v any, depth int) any {
 		}
 		x[i] = f.mutateValue(x[i], depth+1)
 		return x
+	case string:
+		if f.chance(0.5) { // a near miss: the id or name spoiled a little
+			switch k := f.r.IntN(len(x) + 1); f.r.IntN(4) {
+			case 0:
+				return x[:k] + "\x00" + x[k:]
+			case 1:
+				return x[:k]
+			case 2:
+				return strings.ToUpper(x) + " "
+			default:
+				return x + f.oneOf("\u202e", "\n", "/..", "%", "é").(string)
+			}
+		}
 	}
 	return f.junk()
 }
