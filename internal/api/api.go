@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	gopath "path"
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
@@ -19,6 +21,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/files"
@@ -307,12 +310,61 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	// The mux answers a path that is not clean (a "." or ".." segment, a doubled slash) with a 307 to the cleaned
+	// path, which keeps the method: a client following it would send DELETE /v1/sessions/{id}/resources/.. to
+	// DELETE /v1/sessions/{id}. No id is such a segment, so such a path names no endpoint.
+	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && !cleanPath(p) {
+		s.serveErr(tw, r, &apiError{status: http.StatusNotFound, typ: apitype.ErrNotFound,
+			msg: fmt.Sprintf("no such endpoint: %s %s (a path has no empty, . or .. segments)", r.Method, r.URL.Path)})
+		return
+	}
+	// No id or parameter holds a NUL or bytes that are not UTF-8, and PostgreSQL stores neither: such a path
+	// names nothing, such a query is refused, before they reach the store.
+	if p := r.URL.Path; !storableText(p) {
+		s.serveErr(tw, r, &apiError{status: http.StatusNotFound, typ: apitype.ErrNotFound,
+			msg: fmt.Sprintf("no such endpoint: %s %q (a path is UTF-8 text without NUL)", r.Method, p)})
+		return
+	}
+	if err := checkQueryText(r.URL.RawQuery); err != nil {
+		s.serveErr(tw, r, err)
+		return
+	}
 	// The mux's own 404 and 405 answers are plain text; answer unknown routes with the envelope instead.
 	if pattern == "" {
 		s.serveErr(tw, r, s.noRoute(tw, r))
 		return
 	}
 	s.mux.ServeHTTP(tw, r)
+}
+
+// cleanPath says whether p is a path the mux serves as it is: rooted, without empty, "." or ".." segments (a
+// trailing slash kept), as http.ServeMux cleans it.
+func cleanPath(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	c := gopath.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+// storableText says whether s is UTF-8 without NUL: text the store can hold.
+func storableText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// checkQueryText refuses a query whose values are not storable text (a name that is not is no known
+// parameter's, and is ignored like any unknown one).
+func checkQueryText(raw string) error {
+	q, _ := url.ParseQuery(raw) // the handlers read what parses, as url.URL.Query does
+	for k, vs := range q {
+		for _, v := range vs {
+			if !storableText(v) {
+				return invalid(k, "must be UTF-8 text without NUL")
+			}
+		}
+	}
+	return nil
 }
 
 // noRoute is the error for a request no pattern matches: 405 with an Allow header if the path exists for another

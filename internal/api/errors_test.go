@@ -100,6 +100,86 @@ func TestMalformedRequests(t *testing.T) {
 	}
 }
 
+// TestUncleanPath: a path with a "." or ".." segment or a doubled slash is answered 404 in the envelope, not
+// redirected (a 307 keeps the method) to the cleaned path: DELETE .../resources/.. does not delete the session.
+func TestUncleanPath(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, envID := h.seed(ctx)
+	sessID := h.newSession(ctx, agentID, envID)
+	for _, p := range []string{"/v1/sessions/" + sessID + "/resources/..", "/v1/sessions/" + sessID + "/resources/x/../..",
+		"/v1/sessions/" + sessID + "/.", "/v1/sessions//" + sessID, "/v1/environments/" + envID + "/keys/.."} {
+		status, hdr, body := h.do("DELETE", p, "")
+		var env envelope
+		decodeRaw(t, string(body), &env)
+		if status != http.StatusNotFound || env.Error.Type != apitype.ErrNotFound || hdr.Get("Location") != "" {
+			t.Errorf("DELETE %s: %d %s (Location %q), want 404", p, status, body, hdr.Get("Location"))
+		}
+	}
+	for _, p := range []string{"/v1/sessions/" + sessID, "/v1/environments/" + envID} {
+		if status, _, body := h.do("GET", p, ""); status != http.StatusOK {
+			t.Errorf("GET %s: %d %s", p, status, body)
+		}
+	}
+}
+
+// TestUnstorableText: an id in the path, or a query parameter, that holds a NUL or bytes that are not UTF-8 is
+// a 404 or a 400 in the envelope on each store backend (PostgreSQL stores neither: it was a 500).
+func TestUnstorableText(t *testing.T) {
+	t.Parallel()
+	memoryBackends(t, func(t *testing.T, h *harness) {
+		for _, tc := range []struct {
+			method, path string
+			status       int
+		}{
+			{"GET", "/v1/agents/%FF%FE", 404},
+			{"POST", "/v1/agents/agent_%00", 404},
+			{"DELETE", "/v1/sessions/sesn_%C3", 404},
+			{"GET", "/v1/memory_stores/memstore_x/memories/%00", 404},
+			{"GET", "/v1/sessions?agent_id=agent_%FF", 400},
+			{"GET", "/v1/deployment_runs?deployment_id=%00", 400},
+		} {
+			status, hdr, body := h.do(tc.method, tc.path, `{"name":"x"}`)
+			var env envelope
+			decodeRaw(t, string(body), &env)
+			if status != tc.status || env.Error.Type == "" || !strings.Contains(hdr.Get("Content-Type"), "application/json") {
+				t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, status, body, tc.status)
+			}
+		}
+	})
+}
+
+// TestBodyIDsWithNUL: an id in a body that holds a NUL (a session's agent and environment, an event's tool use or
+// thread, a roster's agent) is a 400 naming the field on each store backend (PostgreSQL answered 500).
+func TestBodyIDsWithNUL(t *testing.T) {
+	t.Parallel()
+	memoryBackends(t, func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		agentID, envID := h.seed(ctx)
+		sessID := h.newSession(ctx, agentID, envID)
+		events := "/v1/sessions/" + sessID + "/events"
+		for _, tc := range []struct{ path, body, field string }{
+			{"/v1/sessions", `{"agent":"agent_\u0000","environment_id":"` + envID + `"}`, "agent.id"},
+			{"/v1/sessions", `{"agent":{"type":"agent","id":"a\u0000"},"environment_id":"` + envID + `"}`, "agent.id"},
+			{"/v1/sessions", `{"agent":"` + agentID + `","environment_id":"` + envID + `\u0000"}`, "environment_id"},
+			{events, `{"events":[{"type":"user.custom_tool_result","custom_tool_use_id":"sevt_\u0000"}]}`, "events[0].custom_tool_use_id"},
+			{events, `{"events":[{"type":"user.tool_confirmation","tool_use_id":"sevt_\u0000","result":"allow"}]}`, "events[0].tool_use_id"},
+			{events, `{"events":[{"type":"user.interrupt","session_thread_id":"sthr_\u0000"}]}`, "events[0].session_thread_id"},
+			{"/v1/agents", `{"name":"a","model":"m","multiagent":{"type":"coordinator","agents":["agent_\u0000"]}}`, "multiagent.agents[0]"},
+			{"/v1/agents", `{"name":"a","model":"m","multiagent":{"type":"multiagent_20261001","subagents":{"type":"enabled",
+				"predefined_agents":[{"type":"agent","id":"agent_\u0000"}]}}}`, "multiagent.subagents.predefined_agents[0].id"},
+		} {
+			status, _, body := h.do("POST", tc.path, tc.body)
+			var env envelope
+			decodeRaw(t, string(body), &env)
+			if status != http.StatusBadRequest || !strings.HasPrefix(env.Error.Message, tc.field+": ") {
+				t.Errorf("POST %s %s: %d %s, want 400 on %s", tc.path, tc.body, status, body, tc.field)
+			}
+		}
+	})
+}
+
 // A 405 says which methods the path takes (RFC 9110, 15.5.6).
 func TestMethodNotAllowedAllow(t *testing.T) {
 	t.Parallel()

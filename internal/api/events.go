@@ -52,6 +52,9 @@ func (s *Server) checkRefs(r *http.Request, sess *apitype.Session, events []clie
 			}
 			continue
 		}
+		if err := checkString(ref.path, ref.id, true, 256); err != nil {
+			return err
+		}
 		ev, err := s.store.EventGet(r.Context(), sess.ID, ref.id)
 		if errors.Is(err, store.ErrNotFound) {
 			return invalid(ref.path, "no event %q in this session", ref.id)
@@ -108,6 +111,9 @@ func (s *Server) routeInterrupt(ctx context.Context, sessionID string, ce *clien
 	}
 	if in.SessionThreadID == "" {
 		return nil
+	}
+	if err := checkString(path(ce.path, "session_thread_id"), in.SessionThreadID, true, 256); err != nil {
+		return err
 	}
 	t, err := s.store.ThreadGet(ctx, sessionID, in.SessionThreadID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -186,7 +186,7 @@ func parseRosterEntry(p string, raw json.RawMessage, advisor bool) (maRef, error
 		if id == "" {
 			return maRef{}, invalid(p, "agent id required")
 		}
-		return maRef{Type: "agent", ID: id}, nil
+		return maRef{Type: "agent", ID: id}, checkString(p, id, true, 256)
 	}
 	typ, err := typeOf(p, raw)
 	if err != nil {
@@ -202,8 +202,8 @@ func parseRosterEntry(p string, raw json.RawMessage, advisor bool) (maRef, error
 		if err := strictUnmarshal(p, raw, &in); err != nil {
 			return maRef{}, err
 		}
-		if in.ID == "" {
-			return maRef{}, invalid(path(p, "id"), "required")
+		if err := checkString(path(p, "id"), in.ID, true, 256); err != nil {
+			return maRef{}, err
 		}
 		r := maRef{Type: "agent", ID: in.ID}
 		if in.Version != nil {

@@ -104,10 +104,7 @@ func parseAgentRef(p string, raw json.RawMessage) (agentRef, error) {
 			return ref, invalid(path(p, "type"), `must be "agent" or "agent_with_overrides"`)
 		}
 	}
-	if ref.ID == "" {
-		return ref, invalid(path(p, "id"), "required")
-	}
-	return ref, nil
+	return ref, checkString(path(p, "id"), ref.ID, true, 256)
 }
 
 // snapshot builds the session's agent from the stored agent and the overrides.
@@ -294,8 +291,8 @@ func (s *Server) createSession(ctx context.Context, req *sessionCreateRequest, i
 	if err != nil {
 		return nil, err
 	}
-	if req.EnvironmentID == "" {
-		return nil, invalid("environment_id", "required")
+	if err := checkString("environment_id", req.EnvironmentID, true, 256); err != nil {
+		return nil, err
 	}
 	now := s.now()
 	sess := &apitype.Session{Type: apitype.ObjectSession, ID: apitype.NewID(apitype.PrefixSession),
