@@ -227,7 +227,7 @@ type tail struct {
 	// carriedURLs are the URLs the events the compactions replaced gave web_fetch (sourceURLs), at most
 	// maxCarriedURLs: a summary's text, which the model wrote, gives none.
 	carriedURLs []sourceURL
-	lastSeq int64  // the last sequence number read
+	lastSeq     int64 // the last sequence number read
 	// priorStatus is the type of the last session.status_* event before the tail, for a tail that has none.
 	priorStatus apitype.EventType
 	// priorOutcome are the outcome events before the tail from the last processed user.define_outcome on: a
