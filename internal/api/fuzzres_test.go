@@ -122,6 +122,23 @@ func answer(t *testing.T, what string, rec *httptest.ResponseRecorder) map[strin
 	return v
 }
 
+// post POSTs body to target and, when it is accepted (got nil otherwise), returns the answer and the path a GET
+// reads it back at: get, or for a create (get "") the new id under target; a create is reported as such.
+func (a *fuzzAPI) post(t *testing.T, target, get, body string) (what string, got map[string]any, at string, create bool) {
+	what = "POST " + target + " " + body
+	if got = answer(t, what, a.call("POST", target, body)); got == nil {
+		return what, nil, "", false
+	}
+	id, _ := got["id"].(string)
+	if create = get == ""; create {
+		get = strings.TrimSuffix(target, "?view=full") + "/" + id
+	}
+	if id == "" || !strings.HasSuffix(get, "/"+id) {
+		t.Fatalf("%s: answered %v", what, got)
+	}
+	return what, got, get, create
+}
+
 // sameAsGet checks that a GET of target shows got, the resource a create or update answered.
 func (a *fuzzAPI) sameAsGet(t *testing.T, what, target string, got map[string]any) {
 	t.Helper()
@@ -277,18 +294,9 @@ func FuzzVaultCredential(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		what := "POST " + target + " " + body
-		got := answer(t, what, a.call("POST", target, body))
+		what, got, get, create := a.post(t, target, get, body)
 		if got == nil {
 			return
-		}
-		id, _ := got["id"].(string)
-		create := get == ""
-		if create {
-			get = target + "/" + id
-		}
-		if id == "" || !strings.HasSuffix(get, "/"+id) {
-			t.Fatalf("%s: answered %v", what, got)
 		}
 		a.sameAsGet(t, what, get, got)
 		if strings.Contains(target, "/credentials") {
@@ -360,18 +368,9 @@ func FuzzMemory(f *testing.F) {
 		case opDreamCreate:
 			target = "/v1/dreams"
 		}
-		what := "POST " + target + " " + body
-		got := answer(t, what, a.call("POST", target, body))
+		what, got, get, create := a.post(t, target, get, body)
 		if got == nil {
 			return
-		}
-		id, _ := got["id"].(string)
-		create := get == ""
-		if create {
-			get = strings.TrimSuffix(target, "?view=full") + "/" + id
-		}
-		if id == "" || !strings.HasSuffix(get, "/"+id) {
-			t.Fatalf("%s: answered %v", what, got)
 		}
 		a.sameAsGet(t, what, get, got)
 		var req struct {
@@ -387,7 +386,7 @@ func FuzzMemory(f *testing.F) {
 		}
 		switch {
 		case op%nOps == opDreamCreate: // end it, so that another update_existing dream may start
-			answer(t, "cancel "+id, a.call("POST", get+"/cancel", ""))
+			answer(t, "cancel "+get, a.call("POST", get+"/cancel", ""))
 		case create:
 			answer(t, "DELETE "+get, a.call("DELETE", get, ""))
 		}
@@ -541,18 +540,9 @@ func FuzzDeploymentWebhook(f *testing.F) {
 		case opHookUpdate:
 			target, get = "/v1/organizations/webhooks/"+hookID, "/v1/organizations/webhooks/"+hookID
 		}
-		what := "POST " + target + " " + body
-		got := answer(t, what, a.call("POST", target, body))
+		what, got, get, create := a.post(t, target, get, body)
 		if got == nil {
 			return
-		}
-		id, _ := got["id"].(string)
-		create := get == ""
-		if create {
-			get = target + "/" + id
-		}
-		if id == "" || !strings.HasSuffix(get, "/"+id) {
-			t.Fatalf("%s: answered %v", what, got)
 		}
 		if op%nOps == opHookCreate {
 			if sec, _ := got["signing_secret"].(string); sec == "" {
