@@ -106,8 +106,7 @@ func (s *Server) newTunnelToken(tunnelID string) (id, plain, hash string, sealed
 	if err != nil {
 		return "", "", "", nil, fmt.Errorf("seal the token of tunnel %s: %w", tunnelID, err)
 	}
-	sum := sha256.Sum256([]byte(plain))
-	return apitype.NewID(apitype.PrefixTunnelToken), plain, hex.EncodeToString(sum[:]), sealed, nil
+	return apitype.NewID(apitype.PrefixTunnelToken), plain, apitype.HashAPIKey(plain), sealed, nil
 }
 
 // revokeTunnel tells the connector hub to drop the tunnel's connectors.

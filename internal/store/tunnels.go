@@ -59,7 +59,7 @@ type TunnelRecord struct {
 	apitype.Tunnel
 	// TokenID is the id of the current token (apitype.TunnelToken.ID); it changes on each rotation.
 	TokenID string
-	// TokenHash is the lowercase hex SHA-256 of the current token's plaintext.
+	// TokenHash is the current token's hash (apitype.HashAPIKey: lowercase hex SHA-256).
 	TokenHash string
 	// Token is the current token, sealed by the vault under (tunnel id, "tunnel_token").
 	Token SealedSecret

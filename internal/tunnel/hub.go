@@ -2,10 +2,8 @@ package tunnel
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -144,12 +142,6 @@ func (h *Hub) Connected(tunnelID string) int {
 	return len(h.links[tunnelID])
 }
 
-// TokenHash is the lowercase hex SHA-256 of a tunnel token, as the store keeps it.
-func TokenHash(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
-}
-
 // ServeHTTP authenticates a connector by its tunnel token and keeps its connection until it ends, the hub
 // closes, or the tunnel's token is rotated or the tunnel archived.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -162,7 +154,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, apitype.ErrAuthentication, "a tunnel connector authenticates with its tunnel token (Authorization: Bearer)")
 		return
 	}
-	t, err := h.cfg.Store.TunnelByTokenHash(r.Context(), TokenHash(token))
+	t, err := h.cfg.Store.TunnelByTokenHash(r.Context(), apitype.HashAPIKey(token))
 	switch {
 	case errors.Is(err, store.ErrNotFound) || (err == nil && t.ArchivedAt != nil):
 		writeError(w, http.StatusUnauthorized, apitype.ErrAuthentication, "the tunnel token is not valid: it was rotated, or its tunnel archived")

@@ -65,7 +65,7 @@ func (r *rig) addTunnel(t testing.TB, label string) (*store.TunnelRecord, string
 	rec := &store.TunnelRecord{
 		Tunnel: apitype.Tunnel{Type: apitype.ObjectTunnel, ID: apitype.NewID(apitype.PrefixTunnel),
 			Domain: label + "." + r.hub.Domain(), CreatedAt: apitype.Now()},
-		TokenID: apitype.NewID(apitype.PrefixTunnelToken), TokenHash: tunnel.TokenHash(token),
+		TokenID: apitype.NewID(apitype.PrefixTunnelToken), TokenHash: apitype.HashAPIKey(token),
 		Token: store.SealedSecret{Name: "tunnel_token", Ciphertext: []byte("sealed")},
 	}
 	rec.Token.CredentialID = rec.ID
@@ -220,7 +220,7 @@ func TestTunnelTokenRefused(t *testing.T) {
 	rotate := func() string {
 		token := "ctt_" + apitype.NewID("")
 		if _, err := r.st.TunnelUpdate(context.Background(), r.tunnel.ID, func(t *store.TunnelRecord) error {
-			t.TokenID, t.TokenHash = apitype.NewID(apitype.PrefixTunnelToken), tunnel.TokenHash(token)
+			t.TokenID, t.TokenHash = apitype.NewID(apitype.PrefixTunnelToken), apitype.HashAPIKey(token)
 			return nil
 		}); err != nil {
 			t.Fatal(err)
