@@ -51,7 +51,7 @@ func TestMCPTunnelSSEEndpointElsewhere(t *testing.T) {
 			tn := &store.TunnelRecord{
 				Tunnel: apitype.Tunnel{Type: apitype.ObjectTunnel, ID: apitype.NewID(apitype.PrefixTunnel),
 					Domain: "t1." + hub.Domain(), CreatedAt: apitype.Now()},
-				TokenID: apitype.NewID(apitype.PrefixTunnelToken), TokenHash: tunnel.TokenHash(token),
+				TokenID: apitype.NewID(apitype.PrefixTunnelToken), TokenHash: apitype.HashAPIKey(token),
 				Token: store.SealedSecret{Name: "tunnel_token", Ciphertext: []byte("sealed")},
 			}
 			tn.Token.CredentialID = tn.ID
