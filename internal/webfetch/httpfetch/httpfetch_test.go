@@ -72,12 +72,13 @@ func pages(t *testing.T, internal string) *httptest.Server {
 		_ = zw.Close()
 	})
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
-		// Until the client gives up: a fallback of a few seconds answered a client that a loaded machine had
-		// stalled past it (CI, under -race), which then read an empty page instead of its timeout.
+		// Until the client gives up, and then no answer at all: returning would send an empty 200, which a
+		// client that a loaded machine stalled could read as a page instead of its timeout (seen in CI).
 		select {
 		case <-r.Context().Done():
 		case <-time.After(2 * time.Minute):
 		}
+		panic(http.ErrAbortHandler)
 	})
 	mux.HandleFunc("/to-article", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/article", http.StatusFound)
