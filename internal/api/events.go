@@ -26,15 +26,19 @@ type sendResponse struct {
 
 // checkRefs checks the events' references against the session's log and environment, and routes each event
 // to its thread (routeThread).
-func (s *Server) checkRefs(r *http.Request, sess *apitype.Session, events []clientEvent) error {
+func (s *Server) checkRefs(r *http.Request, sess *store.SessionState, events []clientEvent) error {
 	var env *apitype.Environment
 	for i := range events {
 		ce := &events[i]
 		if ce.ev.Type == apitype.EventUserToolResult {
 			if env == nil {
-				e, err := s.store.EnvironmentGet(r.Context(), sess.EnvironmentID)
+				full, err := s.store.SessionGet(r.Context(), sess.ID) // the environment is in the document
+				if err != nil {
+					return lookup(err, "session", sess.ID)
+				}
+				e, err := s.store.EnvironmentGet(r.Context(), full.EnvironmentID)
 				if err != nil && !errors.Is(err, store.ErrNotFound) {
-					return fmt.Errorf("environment %s: %w", sess.EnvironmentID, err)
+					return fmt.Errorf("environment %s: %w", full.EnvironmentID, err)
 				}
 				if e == nil {
 					e = &apitype.Environment{}
@@ -159,7 +163,7 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	if err := tokenMayAppend(r.Context(), events); err != nil {
 		return err
 	}
-	sess, err := s.store.SessionGet(r.Context(), id)
+	sess, err := s.store.SessionState(r.Context(), id)
 	if err != nil {
 		return lookup(err, "session", id)
 	}
@@ -229,7 +233,7 @@ func (s *Server) eventList(w http.ResponseWriter, r *http.Request) error {
 			p.AfterSeq = c.Seq
 		}
 	}
-	if _, err := s.store.SessionGet(r.Context(), id); err != nil {
+	if _, err := s.store.SessionState(r.Context(), id); err != nil {
 		return lookup(err, "session", id)
 	}
 	return s.writeEventPage(w, r, p, limit)

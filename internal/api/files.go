@@ -224,7 +224,7 @@ func (s *Server) fileOfSession(r *http.Request, wk *apitype.Work) error {
 
 // outputOfSession lets a sessions token upload only while its session exists: fileUpload scopes the file to it.
 func (s *Server) outputOfSession(r *http.Request, wk *apitype.Work) error {
-	if _, err := s.store.SessionGet(r.Context(), wk.Data.ID); err != nil {
+	if _, err := s.store.SessionState(r.Context(), wk.Data.ID); err != nil {
 		return lookup(err, "session", wk.Data.ID)
 	}
 	return nil

@@ -24,7 +24,7 @@ var threadStatuses = []string{apitype.StatusRunning, apitype.StatusIdle, apitype
 
 // thread returns a thread of the session, or the API's 404 for an unknown session or a thread it does not have.
 func (s *Server) thread(ctx context.Context, sessionID, threadID string) (*apitype.SessionThread, error) {
-	if _, err := s.store.SessionGet(ctx, sessionID); err != nil {
+	if _, err := s.store.SessionState(ctx, sessionID); err != nil {
 		return nil, lookup(err, "session", sessionID)
 	}
 	t, err := s.store.ThreadGet(ctx, sessionID, threadID)
@@ -70,7 +70,7 @@ func (s *Server) threadList(w http.ResponseWriter, r *http.Request) error {
 		}
 		p.After = lp.After
 	}
-	if _, err := s.store.SessionGet(r.Context(), id); err != nil {
+	if _, err := s.store.SessionState(r.Context(), id); err != nil {
 		return lookup(err, "session", id)
 	}
 	threads, err := s.store.ThreadList(r.Context(), p)

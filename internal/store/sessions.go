@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 )
@@ -13,12 +14,24 @@ type SessionStore interface {
 	// runnable when there are any.
 	SessionCreate(ctx context.Context, p *SessionCreateParams) (*apitype.Session, []apitype.Event, error)
 	SessionGet(ctx context.Context, id string) (*apitype.Session, error)
+	// SessionState reads what a request checks of a session before it acts on it, from the store's own
+	// columns: none of the session's document, which SessionGet decodes (the hot path of every append). No
+	// session is ErrNotFound.
+	SessionState(ctx context.Context, id string) (*SessionState, error)
 	// SessionUpdate reads the session, applies fn and writes the result, atomically. fn must not change
 	// status or usage; those belong to EventAppend.
 	SessionUpdate(ctx context.Context, id string, fn func(*apitype.Session) error) (*apitype.Session, error)
 	SessionList(ctx context.Context, p *SessionListParams) ([]apitype.Session, error)
 	// SessionDelete removes the session and its log. Subscribers are woken; their next read finds ErrNotFound.
 	SessionDelete(ctx context.Context, id string) error
+}
+
+// SessionState is a session's status and archive time: what the API checks before it appends to the session's
+// log or opens its stream.
+type SessionState struct {
+	ID         string
+	Status     string
+	ArchivedAt *time.Time
 }
 
 // SessionCreateParams creates a session.

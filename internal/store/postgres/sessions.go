@@ -131,6 +131,21 @@ func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, er
 	return sessions.get(ctx, s, "s.id = $1", id)
 }
 
+// SessionState reads the session's columns.
+func (s *Store) SessionState(ctx context.Context, id string) (*store.SessionState, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	st := store.SessionState{ID: id}
+	var archived *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT status, archived_at FROM sessions WHERE id = $1`, id).Scan(&st.Status, &archived)
+	if err != nil {
+		return nil, s.dbErr("session get", err)
+	}
+	st.ArchivedAt = utc(archived)
+	return &st, nil
+}
+
 // SessionUpdate applies fn to the session under a row lock and stores the document, under store.KeepSession's
 // rule.
 func (s *Store) SessionUpdate(ctx context.Context, id string,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/corralhq/corral/internal/apitype"
@@ -113,6 +114,21 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 // SessionGet returns a session with its status, usage and active time.
 func (s *Store) SessionGet(ctx context.Context, id string) (*apitype.Session, error) {
 	return sessions.get(ctx, s, id, "s.id = ?", id)
+}
+
+// SessionState reads the session's columns.
+func (s *Store) SessionState(ctx context.Context, id string) (*store.SessionState, error) {
+	st := store.SessionState{ID: id}
+	var archived sql.NullInt64
+	err := s.readRow(ctx, `SELECT status, archived_at FROM sessions WHERE id = ?`, id).Scan(&st.Status, &archived)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: get session %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.readErr("get session "+id, err)
+	}
+	st.ArchivedAt = timePtr(archived)
+	return &st, nil
 }
 
 // SessionUpdate applies fn to the session and stores the result, atomically, under store.KeepSession's rule.

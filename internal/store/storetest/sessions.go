@@ -199,6 +199,42 @@ func testSessionList(t *testing.T, h Harness) {
 	equal(t, list[0].Status, apitype.StatusRunning, "listed status is the store's")
 }
 
+// testSessionState: SessionState agrees with SessionGet on status and archive time as they change,
+// and a missing session is ErrNotFound.
+func testSessionState(t *testing.T, h Harness) {
+	s := h.open(t)
+	sess := createSession(t, s)
+	check := func(what string) {
+		t.Helper()
+		st, err := s.SessionState(ctxBg, sess.ID)
+		must(t, err, what+": state")
+		got, err := s.SessionGet(ctxBg, sess.ID)
+		must(t, err, what+": get")
+		equal(t, st.ID, got.ID, what+": id")
+		equal(t, st.Status, got.Status, what+": status")
+		if (st.ArchivedAt == nil) != (got.ArchivedAt == nil) || st.ArchivedAt != nil && !st.ArchivedAt.Equal(*got.ArchivedAt) {
+			t.Fatalf("%s: archived_at %v, SessionGet says %v", what, st.ArchivedAt, got.ArchivedAt)
+		}
+	}
+	check("new")
+	_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: sess.ID, Status: apitype.StatusRunning})
+	must(t, err, "running")
+	check("running")
+	at := base.Add(time.Hour)
+	_, err = s.SessionUpdate(ctxBg, sess.ID, func(in *apitype.Session) error { in.ArchivedAt = &at; return nil })
+	must(t, err, "archive")
+	check("archived")
+	st, err := s.SessionState(ctxBg, sess.ID)
+	must(t, err, "state")
+	if st.Status != apitype.StatusRunning || st.ArchivedAt == nil {
+		t.Fatalf("state after archive = %+v", st)
+	}
+	must(t, s.SessionDelete(ctxBg, sess.ID), "delete")
+	if _, err := s.SessionState(ctxBg, sess.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted session's state: %v, want ErrNotFound", err)
+	}
+}
+
 func testSessionDelete(t *testing.T, h Harness) {
 	s := h.open(t)
 	in := newSession("agent_x", 1, base)

@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 		{"SessionUpdate", testSessionUpdate},
 		{"SessionList", testSessionList},
 		{"SessionDelete", testSessionDelete},
+		{"SessionState", testSessionState},
 		{"EventAppend", testEventAppend},
 		{"EventAppendConditions", testEventAppendConditions},
 		{"EventAppendSessionState", testEventAppendSessionState},
