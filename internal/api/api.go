@@ -172,6 +172,7 @@ type Server struct {
 	poll      time.Duration
 	limiter   *rateLimiter
 	streams   *streamSlots
+	pages     *streamPages // streams share their reads of a page
 	// writeTimeout bounds each write to an event stream.
 	writeTimeout time.Duration
 	sealer       Sealer
@@ -242,6 +243,7 @@ func New(cfg Config) (*Server, error) {
 		catchUp:      cmp.Or(cfg.DeploymentCatchUp, DefaultCatchUp),
 		images:       cfg.Images,
 		metrics:      cfg.Metrics,
+		pages:        &streamPages{},
 		streams: newStreamSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
 			cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)),
 		writeTimeout: cmp.Or(cfg.StreamWriteTimeout, DefaultStreamWriteTimeout),

@@ -51,7 +51,7 @@ const sseWriteTimeout = DefaultStreamWriteTimeout
 // they do not move Last-Event-ID. See previewFilter for how they are kept consistent with the log's events.
 func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("session_id")
-	if _, err := s.store.SessionGet(r.Context(), id); err != nil {
+	if _, err := s.store.SessionState(r.Context(), id); err != nil {
 		return lookup(err, "session", id)
 	}
 	return s.stream(w, r, id, eventScope{})
@@ -192,14 +192,14 @@ func (f *previewFilter) allow(p *apitype.Preview) bool {
 
 // written records an event written to the stream: the event a preview was about closes it, and the end of a
 // model request closes every preview of it.
-func (f *previewFilter) written(ev *apitype.Event) {
-	switch ev.Type {
+func (f *previewFilter) written(id string, typ apitype.EventType) {
+	switch typ {
 	case apitype.EventAgentMessage, apitype.EventAgentThinking:
-		delete(f.open, ev.ID)
+		delete(f.open, id)
 		if len(f.done) >= maxDoneIDs {
 			clear(f.done)
 		}
-		f.done[ev.ID] = true
+		f.done[id] = true
 	case apitype.EventSpanModelRequestEnd:
 		for id := range f.open {
 			if len(f.done) >= maxDoneIDs {
@@ -246,13 +246,14 @@ type streamPager struct {
 	limit int // events to ask for in the next page
 }
 
-// read records a page of the log that was read with the current limit, and sizes the next one.
-func (p *streamPager) read(events []apitype.Event) {
-	size := dataSize(events) + len(events)*streamEventOverhead
+// read records a page of the log, n events and their data's bytes, read with the current limit, and sizes the
+// next one.
+func (p *streamPager) read(n, data int) {
+	size := data + n*streamEventOverhead
 	switch {
 	case size > streamPageBytes:
 		p.limit = max(1, p.limit*streamPageBytes/size)
-	case len(events) == p.limit && size <= streamPageBytes/2:
+	case n == p.limit && size <= streamPageBytes/2:
 		p.limit = min(streamBatch, 2*p.limit)
 	}
 }
@@ -273,8 +274,7 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 ) (done bool, err error) {
 	for {
 		limit := page.limit
-		events, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, Scope: sc.scope,
-			Thread: sc.thread, AfterSeq: *pos, Limit: limit, MaxBytes: streamPageBytes})
+		read, err := s.pages.read(ctx, s.store, pageKey{session: sessionID, scope: sc, after: *pos, limit: limit})
 		if errors.Is(err, store.ErrNotFound) {
 			now := s.now()
 			_ = sse.event(apitype.Event{ID: apitype.NewID(apitype.PrefixEvent), Type: apitype.EventSessionDeleted,
@@ -289,17 +289,18 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 		if sse.pendingPreviews() != nil {
 			return true, nil
 		}
-		page.read(events)
-		last := len(events) < limit && dataSize(events) < streamPageBytes // the end of the log, not of a page
-		for i := range events {
-			ev := events[i]
-			events[i] = apitype.Event{} // what is written need not be held while the rest of the page waits
-			if err := sse.event(ev); err != nil {
+		page.read(read.n, read.dataSize)
+		last := read.n < limit && read.dataSize < streamPageBytes // the end of the log, not of a page
+		for _, ev := range read.events {
+			if err := sse.write(ev.frame); err != nil {
 				return true, nil
 			}
-			*pos = ev.Seq
-			if ev.Type == apitype.EventSessionDeleted || ev.Type == apitype.EventSessionStatusTerminated ||
-				(sc.thread != "" && ev.Type == apitype.EventSessionThreadStatusTerminated) {
+			if sse.previews != nil {
+				sse.previews.written(ev.id, ev.typ)
+			}
+			*pos = ev.seq
+			if ev.typ == apitype.EventSessionDeleted || ev.typ == apitype.EventSessionStatusTerminated ||
+				(sc.thread != "" && ev.typ == apitype.EventSessionThreadStatusTerminated) {
 				return true, nil
 			}
 		}
@@ -339,6 +340,18 @@ func (s *sseWriter) pendingPreviews() error {
 // copied into it: an event can be large, and a stream holds what it is writing. encoding/json writes no raw
 // line break (it escapes them in strings and compacts raw messages), so the data is one line.
 func (s *sseWriter) event(ev apitype.Event) error {
+	frame, err := eventFrame(&ev)
+	if err != nil {
+		return err
+	}
+	if s.previews != nil {
+		s.previews.written(ev.ID, ev.Type)
+	}
+	return s.write(frame)
+}
+
+// eventFrame is an event's frame, as sseWriter.event writes it.
+func eventFrame(ev *apitype.Event) ([]byte, error) {
 	var b bytes.Buffer
 	b.Grow(len(ev.Data) + 512)
 	if ev.ID != "" {
@@ -346,13 +359,10 @@ func (s *sseWriter) event(ev apitype.Event) error {
 	}
 	b.WriteString("event: " + sseField(string(ev.Type)) + "\ndata: ")
 	if err := json.NewEncoder(&b).Encode(ev); err != nil { // ends the data line
-		return err
+		return nil, err
 	}
 	b.WriteByte('\n')
-	if s.previews != nil {
-		s.previews.written(&ev)
-	}
-	return s.write(b.Bytes())
+	return b.Bytes(), nil
 }
 
 // preview writes a preview the filter allows as "event: <type>\ndata: <json>\n\n", with no id: it is not a

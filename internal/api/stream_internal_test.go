@@ -1,22 +1,8 @@
 package api
 
 import (
-	"encoding/json"
-	"strings"
 	"testing"
-
-	"github.com/corralhq/corral/internal/apitype"
 )
-
-// pageOf returns n events of size bytes of data each.
-func pageOf(n, size int) []apitype.Event {
-	data := json.RawMessage(`"` + strings.Repeat("x", max(0, size-2)) + `"`)
-	events := make([]apitype.Event, n)
-	for i := range events {
-		events[i].Data = data
-	}
-	return events
-}
 
 // A stream's pages follow the sizes of the events: full pages of small events grow the page to streamBatch,
 // a page over streamPageBytes shrinks the next to what fits, and a page never asks for fewer than one event.
@@ -24,28 +10,28 @@ func TestStreamPagerSizesPagesByBytes(t *testing.T) {
 	t.Parallel()
 	p := &streamPager{limit: streamFirstPage}
 	for range 20 {
-		p.read(pageOf(p.limit, 100))
+		p.read(p.limit, (p.limit)*(100))
 	}
 	if p.limit != streamBatch {
 		t.Fatalf("after full pages of small events the page is %d events, want %d", p.limit, streamBatch)
 	}
-	p.read(pageOf(p.limit/2, 100)) // a short page: the end of the log, no reason to change
+	p.read(p.limit/2, (p.limit/2)*(100)) // a short page: the end of the log, no reason to change
 	if p.limit != streamBatch {
 		t.Fatalf("after a short page the page is %d events, want %d", p.limit, streamBatch)
 	}
-	p.read(pageOf(p.limit, 10<<10)) // 500 x 10 KiB: 5 MiB read, over the budget
+	p.read(p.limit, (p.limit)*(10<<10)) // 500 x 10 KiB: 5 MiB read, over the budget
 	if got := p.limit * (10<<10 + streamEventOverhead); got > streamPageBytes {
 		t.Fatalf("after a page of 10 KiB events the next page asks for %d events (%d bytes), want at most %d bytes",
 			p.limit, got, streamPageBytes)
 	}
 	for range 5 {
-		p.read(pageOf(p.limit, 8<<20)) // events larger than the budget on their own
+		p.read(p.limit, (p.limit)*(8<<20)) // events larger than the budget on their own
 	}
 	if p.limit != 1 {
 		t.Fatalf("after pages of 8 MiB events the page is %d events, want 1", p.limit)
 	}
 	for range 20 {
-		p.read(pageOf(p.limit, 100))
+		p.read(p.limit, (p.limit)*(100))
 	}
 	if p.limit != streamBatch {
 		t.Fatalf("back to small events the page is %d events, want %d again", p.limit, streamBatch)

@@ -33,6 +33,11 @@ type EventStore interface {
 	// missed or spurious wake-up costs nothing. Adapters without CrossProcessNotify only see appends made
 	// through this Store value; readers poll as well.
 	Subscribe(sessionID string) (<-chan struct{}, func())
+	// Wakes counts the wake-ups this process has delivered to the session's subscribers while it has had any.
+	// A read of the log that begins after Wakes returned n sees every event of those n wake-ups, so a reader
+	// woken when the count was at most n may take that read's result as its own (the API's streams share
+	// their reads so).
+	Wakes(sessionID string) uint64
 }
 
 // EventAppendParams appends events to a session.

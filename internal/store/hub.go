@@ -11,7 +11,7 @@ import "sync"
 // and dropped for a subscriber whose buffer is full.
 type Hub struct {
 	mu       sync.Mutex
-	sessions map[string]map[chan struct{}]struct{}
+	sessions map[string]*sessionSubs
 	runnable map[chan struct{}]struct{}
 	previews map[string]map[chan []byte]struct{}
 }
@@ -22,7 +22,7 @@ const PreviewBuffer = 256
 // NewHub returns an empty hub.
 func NewHub() *Hub {
 	return &Hub{
-		sessions: map[string]map[chan struct{}]struct{}{},
+		sessions: map[string]*sessionSubs{},
 		runnable: map[chan struct{}]struct{}{},
 		previews: map[string]map[chan []byte]struct{}{},
 	}
@@ -80,23 +80,29 @@ func (h *Hub) PublishPreview(sessionID string, payload []byte) {
 	}
 }
 
+// sessionSubs are a session's subscribers and the count of its wake-ups while it has any.
+type sessionSubs struct {
+	chans map[chan struct{}]struct{}
+	wakes uint64
+}
+
 // Subscribe returns a channel woken by NotifySession(sessionID), and a function that ends the subscription.
 func (h *Hub) Subscribe(sessionID string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	h.mu.Lock()
 	subs := h.sessions[sessionID]
 	if subs == nil {
-		subs = map[chan struct{}]struct{}{}
+		subs = &sessionSubs{chans: map[chan struct{}]struct{}{}}
 		h.sessions[sessionID] = subs
 	}
-	subs[ch] = struct{}{}
+	subs.chans[ch] = struct{}{}
 	h.mu.Unlock()
 	return ch, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if subs := h.sessions[sessionID]; subs != nil {
-			delete(subs, ch)
-			if len(subs) == 0 {
+			delete(subs.chans, ch)
+			if len(subs.chans) == 0 {
 				delete(h.sessions, sessionID)
 			}
 		}
@@ -107,9 +113,23 @@ func (h *Hub) Subscribe(sessionID string) (<-chan struct{}, func()) {
 func (h *Hub) NotifySession(sessionID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for ch := range h.sessions[sessionID] {
-		signal(ch)
+	if subs := h.sessions[sessionID]; subs != nil {
+		subs.wakes++
+		for ch := range subs.chans {
+			signal(ch)
+		}
 	}
+}
+
+// Wakes counts the session's wake-ups since it last had no subscriber (0 without one). A subscriber that reads
+// the log after Wakes returned n sees every event whose wake-up it counted: NotifySession follows the commit.
+func (h *Hub) Wakes(sessionID string) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if subs := h.sessions[sessionID]; subs != nil {
+		return subs.wakes
+	}
+	return 0
 }
 
 // WaitRunnable returns a channel woken by NotifyRunnable, and a function that ends the subscription.

@@ -459,6 +459,9 @@ func (s *Store) EventMarkProcessed(ctx context.Context, p *store.EventMarkProces
 	return nil
 }
 
+// Wakes counts the session's wake-ups in this process (see store.Hub.Wakes).
+func (s *Store) Wakes(sessionID string) uint64 { return s.hub.Wakes(sessionID) }
+
 // Subscribe returns a channel woken whenever the session may have new events, in this process or another.
 func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
 	ch, stop := s.hub.Subscribe(sessionID)

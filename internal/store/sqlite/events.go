@@ -399,6 +399,9 @@ func (s *Store) EventMarkProcessed(ctx context.Context, p *store.EventMarkProces
 	return nil
 }
 
+// Wakes counts the session's wake-ups in this process (see store.Hub.Wakes).
+func (s *Store) Wakes(sessionID string) uint64 { return s.hub.Wakes(sessionID) }
+
 // Subscribe returns a channel woken after every append to the session through this Store. While it lasts, the
 // session's newest events are kept in memory for EventList (see recent).
 func (s *Store) Subscribe(sessionID string) (<-chan struct{}, func()) {
