@@ -18,7 +18,10 @@ type LogResult struct {
 	AppendLatency Dist // one POST round trip (the event durably appended)
 	// Delivery: from just before a client POSTs an event to when each of Subscribers streams of the session
 	// reads it.
-	Delivery    Dist
+	Delivery Dist
+	// Ack: the POST's own round trip in the fan-out (the event durably appended), the part of Delivery that
+	// is not the streams'.
+	Ack         Dist
 	Subscribers int
 	Events      int
 }
@@ -70,11 +73,11 @@ func RunAppends(ctx context.Context, c *Client, agentID, envID string, writers i
 }
 
 // RunFanout opens subscribers streams on one session, then sends events one at a time, gap apart, and
-// measures when each subscriber reads each of them.
-func RunFanout(ctx context.Context, c *Client, agentID, envID string, subscribers, events int, gap time.Duration) (Dist, error) {
+// measures when each subscriber reads each of them (delivery), and each POST's round trip (ack).
+func RunFanout(ctx context.Context, c *Client, agentID, envID string, subscribers, events int, gap time.Duration) (delivery, ack Dist, err error) {
 	id, err := c.CreateSession(ctx, agentID, envID)
 	if err != nil {
-		return Dist{}, err
+		return Dist{}, Dist{}, err
 	}
 	streams := make([]*Stream, subscribers)
 	for i := range streams {
@@ -82,7 +85,7 @@ func RunFanout(ctx context.Context, c *Client, agentID, envID string, subscriber
 			for _, s := range streams[:i] {
 				s.Close()
 			}
-			return Dist{}, err
+			return Dist{}, Dist{}, err
 		}
 	}
 	sent := make([]time.Time, events)
@@ -118,6 +121,7 @@ func RunFanout(ctx context.Context, c *Client, agentID, envID string, subscriber
 			}
 		})
 	}
+	acks := make([]time.Duration, 0, events)
 	for i := range events {
 		sentMu.Lock()
 		sent[i] = time.Now()
@@ -127,8 +131,11 @@ func RunFanout(ctx context.Context, c *Client, agentID, envID string, subscriber
 				s.Close()
 			}
 			wg.Wait()
-			return Dist{}, err
+			return Dist{}, Dist{}, err
 		}
+		sentMu.RLock()
+		acks = append(acks, time.Since(sent[i]))
+		sentMu.RUnlock()
 		time.Sleep(gap)
 	}
 	done := make(chan struct{})
@@ -142,7 +149,7 @@ func RunFanout(ctx context.Context, c *Client, agentID, envID string, subscriber
 		<-done
 	}
 	if want := subscribers * events; len(lat) < want {
-		return Summarize(lat), fmt.Errorf("fan-out: %d of %d deliveries arrived", len(lat), want)
+		return Summarize(lat), Summarize(acks), fmt.Errorf("fan-out: %d of %d deliveries arrived", len(lat), want)
 	}
-	return Summarize(lat), nil
+	return Summarize(lat), Summarize(acks), nil
 }

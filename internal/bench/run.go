@@ -597,11 +597,12 @@ func (b *benchRun) log(ctx context.Context) error {
 	b.progress("log: %.0f appends/s", res.AppendsPerSec)
 	b.progress("log: SSE fan-out to 100 subscribers, %d events", events)
 	res.Subscribers, res.Events = 100, events
-	res.Delivery, err = RunFanout(ctx, s.c, s.agentID, s.envID, 100, events, 20*time.Millisecond)
+	res.Delivery, res.Ack, err = RunFanout(ctx, s.c, s.agentID, s.envID, 100, events, 20*time.Millisecond)
 	if err != nil {
 		return err
 	}
-	b.progress("log: delivery p50 %s p95 %s ms", Ms(res.Delivery.P50), Ms(res.Delivery.P95))
+	b.progress("log: delivery p50 %s p95 %s p99 %s ms (the POST's ack p50 %s p99 %s)", Ms(res.Delivery.P50), Ms(res.Delivery.P95),
+		Ms(res.Delivery.P99), Ms(res.Ack.P50), Ms(res.Ack.P99))
 	b.rep.Log = &res
 	return nil
 }
