@@ -24,6 +24,14 @@ type LogResult struct {
 	Ack         Dist
 	Subscribers int
 	Events      int
+	// Curve is the fan-out at each number of subscribers (Delivery and Ack are its level of Subscribers).
+	Curve []FanoutLevel
+}
+
+// FanoutLevel is the fan-out of one session's events to a number of subscribers.
+type FanoutLevel struct {
+	Subscribers   int
+	Delivery, Ack Dist
 }
 
 // RunAppends measures appends per second through the API.

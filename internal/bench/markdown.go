@@ -128,6 +128,13 @@ func (r *Report) Markdown(svgName string) string {
 			p("before the client POSTs an event to when each subscriber's stream reads it (%d events, one at a time). ", l.Events)
 			p("Of that, the POST's own round trip (the append durable, before any stream has it): p50 / p95 / p99 %s ms.\n", dist3(l.Ack))
 		}
+		if len(l.Curve) > 1 {
+			p("\nThe fan-out by number of subscribers (the same measure, %d events at each level):\n\n", l.Events)
+			p("| subscribers | delivery p50 / p95 / p99 | max | the POST's round trip p50 / p95 / p99 |\n|---|---|---|---|\n")
+			for _, lv := range l.Curve {
+				p("| %d | %s | %s | %s |\n", lv.Subscribers, dist3(lv.Delivery), Ms(lv.Delivery.Max), dist3(lv.Ack))
+			}
+		}
 		p("\n")
 	}
 
