@@ -88,6 +88,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id string, sc ev
 	}
 	wake, unsubscribe := s.store.Subscribe(id)
 	defer unsubscribe()
+	s.pages.open(id)
+	defer s.pages.close(id)
 	pos, err := s.streamStart(ctx, id, r.Header.Get("Last-Event-ID"))
 	if err != nil {
 		return err
@@ -274,7 +276,7 @@ func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID stri
 ) (done bool, err error) {
 	for {
 		limit := page.limit
-		read, err := s.pages.read(ctx, s.store, pageKey{session: sessionID, scope: sc, after: *pos, limit: limit})
+		read, err := s.pages.read(ctx, s.store, sessionID, pageKey{scope: sc, after: *pos, limit: limit})
 		if errors.Is(err, store.ErrNotFound) {
 			now := s.now()
 			_ = sse.event(apitype.Event{ID: apitype.NewID(apitype.PrefixEvent), Type: apitype.EventSessionDeleted,
@@ -472,5 +474,11 @@ func (l *streamSlots) open() int {
 
 // sseField strips line breaks from a header-like SSE field.
 func sseField(s string) string {
-	return strings.NewReplacer("\r", "", "\n", "").Replace(s)
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	return sseFieldBreaks.Replace(s)
 }
+
+// sseFieldBreaks drops line breaks (a Replacer is built on its first use: one for all).
+var sseFieldBreaks = strings.NewReplacer("\r", "", "\n", "")

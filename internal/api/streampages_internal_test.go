@@ -76,7 +76,8 @@ func TestStreamPagesShareOnlyReadsAfterTheWake(t *testing.T) {
 	wake, stop := st.Subscribe(id)
 	defer stop()
 	var pages streamPages
-	k := pageKey{session: id, after: 0, limit: 10}
+	pages.open(id)
+	k := pageKey{after: 0, limit: 10}
 
 	// A first stream's read is held in the store after it began; an event is appended meanwhile.
 	st.hold.Store(true)
@@ -84,7 +85,7 @@ func TestStreamPagesShareOnlyReadsAfterTheWake(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var err error
-		if leader, err = pages.read(context.Background(), st, k); err != nil {
+		if leader, err = pages.read(context.Background(), st, id, k); err != nil {
 			t.Error(err)
 		}
 	})
@@ -94,7 +95,7 @@ func TestStreamPagesShareOnlyReadsAfterTheWake(t *testing.T) {
 	for i := range joined {
 		wg.Go(func() {
 			var err error
-			if joined[i], err = pages.read(context.Background(), st, k); err != nil {
+			if joined[i], err = pages.read(context.Background(), st, id, k); err != nil {
 				t.Error(err)
 			}
 		})
@@ -102,7 +103,8 @@ func TestStreamPagesShareOnlyReadsAfterTheWake(t *testing.T) {
 	waitFor(t, func() bool {
 		pages.mu.Lock()
 		defer pages.mu.Unlock()
-		return pages.reads[k] != nil && pages.reads[k].joined == len(joined)
+		r := pages.sessions[id].reads[k]
+		return r != nil && r.joined == len(joined)
 	})
 	if n := st.lists.Load(); n != 1 {
 		t.Fatalf("%d reads while one was in flight, want the joiners to share it", n)
@@ -113,7 +115,7 @@ func TestStreamPagesShareOnlyReadsAfterTheWake(t *testing.T) {
 	// A stream woken by that append reads on its own, and sees the event.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	late, err := pages.read(ctx, st, k)
+	late, err := pages.read(ctx, st, id, k)
 	if err != nil {
 		close(st.release)
 		t.Fatalf("the stream woken by the append: %v (it waited for the held read)", err)
@@ -131,11 +133,33 @@ func TestStreamPagesShareOnlyReadsAfterTheWake(t *testing.T) {
 			t.Errorf("joiner %d got its own page, not the shared one", i)
 		}
 	}
+
+	// A stream the scheduler runs after the read ended, with no wake-up since, takes the kept page; one
+	// woken by a new append reads again.
+	lists := st.lists.Load()
+	again, err := pages.read(context.Background(), st, id, k)
+	if err != nil || again != late {
+		t.Fatalf("a stream after the read: page %p, err %v; want the kept page %p", again, err, late)
+	}
+	say(t, st, id, "later")
+	<-wake
+	fresh, err := pages.read(context.Background(), st, id, k)
+	if err != nil || !hasText(fresh, "later") || st.lists.Load() != lists+1 {
+		t.Fatalf("a stream woken by a later append: err %v, %d reads (want %d), has the event: %v", err,
+			st.lists.Load(), lists+1, err == nil && hasText(fresh, "later"))
+	}
 	pages.mu.Lock()
-	left := len(pages.reads)
+	kept := len(pages.sessions[id].reads)
+	pages.mu.Unlock()
+	if kept != 1 {
+		t.Errorf("%d pages kept for the session, want its latest only", kept)
+	}
+	pages.close(id)
+	pages.mu.Lock()
+	left := len(pages.sessions)
 	pages.mu.Unlock()
 	if left != 0 {
-		t.Errorf("%d reads left in the map after they ended", left)
+		t.Errorf("%d sessions' pages kept after their last stream closed", left)
 	}
 }
 
