@@ -24,17 +24,41 @@ type sendResponse struct {
 	Data []apitype.Event `json:"data"`
 }
 
+// allPlain reports whether every event is a user.message, which refers to nothing in the log.
+func allPlain(events []clientEvent) bool {
+	for i := range events {
+		if events[i].ev.Type != apitype.EventUserMessage || events[i].ref.id != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// checkOpen answers the API's error for a session that does not exist, is archived or is terminated.
+func (s *Server) checkOpen(ctx context.Context, id string) error {
+	sess, err := s.store.SessionState(ctx, id)
+	switch {
+	case err != nil:
+		return lookup(err, "session", id)
+	case sess.ArchivedAt != nil:
+		return invalid("", "session %s is archived and accepts no more events", id)
+	case sess.Status == apitype.StatusTerminated:
+		return invalid("", "session %s is terminated and accepts no more events", id)
+	}
+	return nil
+}
+
 // checkRefs checks the events' references against the session's log and environment, and routes each event
 // to its thread (routeThread).
-func (s *Server) checkRefs(r *http.Request, sess *store.SessionState, events []clientEvent) error {
+func (s *Server) checkRefs(r *http.Request, sessionID string, events []clientEvent) error {
 	var env *apitype.Environment
 	for i := range events {
 		ce := &events[i]
 		if ce.ev.Type == apitype.EventUserToolResult {
 			if env == nil {
-				full, err := s.store.SessionGet(r.Context(), sess.ID) // the environment is in the document
+				full, err := s.store.SessionGet(r.Context(), sessionID) // the environment is in the document
 				if err != nil {
-					return lookup(err, "session", sess.ID)
+					return lookup(err, "session", sessionID)
 				}
 				e, err := s.store.EnvironmentGet(r.Context(), full.EnvironmentID)
 				if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -51,7 +75,7 @@ func (s *Server) checkRefs(r *http.Request, sess *store.SessionState, events []c
 		}
 		ref := ce.ref
 		if ref.id == "" {
-			if err := s.routeInterrupt(r.Context(), sess.ID, ce); err != nil {
+			if err := s.routeInterrupt(r.Context(), sessionID, ce); err != nil {
 				return err
 			}
 			continue
@@ -59,7 +83,7 @@ func (s *Server) checkRefs(r *http.Request, sess *store.SessionState, events []c
 		if err := checkString(ref.path, ref.id, true, 256); err != nil {
 			return err
 		}
-		ev, err := s.store.EventGet(r.Context(), sess.ID, ref.id)
+		ev, err := s.store.EventGet(r.Context(), sessionID, ref.id)
 		if errors.Is(err, store.ErrNotFound) {
 			return invalid(ref.path, "no event %q in this session", ref.id)
 		}
@@ -69,7 +93,7 @@ func (s *Server) checkRefs(r *http.Request, sess *store.SessionState, events []c
 		if !slices.Contains(ref.kinds, ev.Type) {
 			return invalid(ref.path, "event %q is a %s, not %s", ref.id, ev.Type, join(ref.kinds, " or "))
 		}
-		if err := s.routeAnswer(r.Context(), sess.ID, ce, ev); err != nil {
+		if err := s.routeAnswer(r.Context(), sessionID, ce, ev); err != nil {
 			return err
 		}
 	}
@@ -163,18 +187,15 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	if err := tokenMayAppend(r.Context(), events); err != nil {
 		return err
 	}
-	sess, err := s.store.SessionState(r.Context(), id)
-	if err != nil {
-		return lookup(err, "session", id)
-	}
-	if sess.ArchivedAt != nil {
-		return invalid("", "session %s is archived and accepts no more events", id)
-	}
-	if sess.Status == apitype.StatusTerminated {
-		return invalid("", "session %s is terminated and accepts no more events", id)
-	}
-	if err := s.checkRefs(r, sess, events); err != nil {
-		return err
+	// Events that refer to others are checked against the session first; the append itself refuses a session
+	// that is gone, archived or terminated, in its transaction (Open), so plain messages need no read before it.
+	if !allPlain(events) {
+		if err := s.checkOpen(r.Context(), id); err != nil {
+			return err
+		}
+		if err := s.checkRefs(r, id, events); err != nil {
+			return err
+		}
 	}
 	for i := range events {
 		if err := s.resolveRubric(r.Context(), events[i].path, &events[i].ev); err != nil {
@@ -187,9 +208,15 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	}
 	began := time.Now()
 	_, span := s.tracer.Start(r.Context(), "store.append", trace.WithAttributes(attribute.Int("corral.events", len(news))))
-	stored, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id, Events: news, Wake: true})
+	stored, err := s.store.EventAppend(r.Context(), &store.EventAppendParams{SessionID: id, Events: news, Wake: true, Open: true})
 	s.metrics.StoreAppend(time.Since(began), err)
 	endAppendSpan(span, err)
+	if errors.Is(err, store.ErrSessionClosed) {
+		if err := s.checkOpen(r.Context(), id); err != nil { // which says how it closed
+			return err
+		}
+		return invalid("", "session %s accepts no more events", id)
+	}
 	if err != nil {
 		return lookup(err, "session", id)
 	}

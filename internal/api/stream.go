@@ -118,10 +118,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id string, sc ev
 		poll = t.C
 	}
 	page := &streamPager{limit: streamFirstPage}
-	read := true
+	// woken: the read follows a wake-up, so it may share another stream's (streamPages); the first read and
+	// those after a poll or a heartbeat read alone, since a wake-up count says nothing of what they look for.
+	read, woken := true, false
 	for {
 		if read {
-			done, err := s.streamDrain(ctx, sse, id, sc, &pos, page)
+			done, err := s.streamDrain(ctx, sse, id, sc, &pos, page, woken)
 			if done || err != nil {
 				if err != nil && ctx.Err() == nil {
 					s.log.Error("api: event stream failed", "request_id", requestID(ctx), "session", id, "err", err)
@@ -131,7 +133,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id string, sc ev
 				return nil
 			}
 		}
-		read = true
+		read, woken = true, false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -141,6 +143,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id string, sc ev
 			}
 			read = false // a preview is not a log event: no need to read the log
 		case <-wake:
+			woken = true
 		case <-poll:
 		case <-heartbeat.C:
 			if sse.comment("ping") != nil {
@@ -270,13 +273,20 @@ func dataSize(events []apitype.Event) int {
 }
 
 // streamDrain writes every event after *pos, a page at a time. done means the stream is over: the session was
-// deleted or terminated (a child thread's stream: the thread terminated), or the client went away.
+// deleted or terminated (a child thread's stream: the thread terminated), or the client went away. woken says the
+// read follows a wake-up and may share another stream's (streamPages).
 func (s *Server) streamDrain(ctx context.Context, sse *sseWriter, sessionID string, sc eventScope, pos *int64,
-	page *streamPager,
+	page *streamPager, woken bool,
 ) (done bool, err error) {
 	for {
 		limit := page.limit
-		read, err := s.pages.read(ctx, s.store, sessionID, pageKey{scope: sc, after: *pos, limit: limit})
+		k := pageKey{scope: sc, after: *pos, limit: limit}
+		var read *streamPage
+		if woken {
+			read, err = s.pages.read(ctx, s.store, sessionID, k)
+		} else {
+			read, err = readPage(ctx, s.store, sessionID, k)
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			now := s.now()
 			_ = sse.event(apitype.Event{ID: apitype.NewID(apitype.PrefixEvent), Type: apitype.EventSessionDeleted,

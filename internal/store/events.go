@@ -49,6 +49,9 @@ type EventAppendParams struct {
 
 	// Wake marks the session runnable (a client event a brain must act on), in the same transaction.
 	Wake bool
+	// Open refuses the append with ErrSessionClosed if the session is archived or terminated, in the same
+	// transaction: a client's event never follows the end of a session.
+	Open bool
 	// Status, if set, becomes the session's status in the same transaction, unless the session is terminated:
 	// terminated is final, and later appends (a brain finishing its last write) leave it so.
 	Status string

@@ -22,6 +22,8 @@ var (
 	// ErrLeaseLost: the caller's lease on the session is no longer the current one (expired, reclaimed or
 	// released). A brain that gets it must stop working on the session.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrSessionClosed: an append with EventAppendParams.Open found the session archived or terminated.
+	ErrSessionClosed = errors.New("session archived or terminated")
 	// ErrNoWork: no session is runnable right now.
 	ErrNoWork = errors.New("no runnable session")
 	// ErrClosed: the store was closed.

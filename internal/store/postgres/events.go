@@ -26,14 +26,14 @@ import (
 // $8 lease token, $9 expected seq, $10 append time. Events: $11 request index, $12 position in the request,
 // $13-$16 ids, types, data and processed flags. $17-$18 the events and runnable channels. Processed marks:
 // $19 request index, $20 sequence number. $21 release the lease, $22 the wake count it handled. $23-$24 the
-// events' threads and cross-post flags. A row's runnable column says whether the session is runnable after it
+// events' threads and cross-post flags. $25 refuse a closed session (EventAppendParams.Open). A row's runnable column says whether the session is runnable after it
 // (woken, or released with a newer wake-up).
 //
 // A round whose requests write threads (EventAppendParams.Threads) runs appendThreadsSQL: appendSQL with one
 // more step, which writes them for the requests applied.
 const appendSQL = appendHead + appendTail
 
-// appendThreadsSQL is appendSQL writing threads too: $25 request index, $26-$34 the threads' ids, parents,
+// appendThreadsSQL is appendSQL writing threads too: $26 request index, $27-$35 the threads' ids, parents,
 // statuses, usages, stats, creation, update and archive times, and documents. A stored thread takes the status,
 // usage, stats and updated_at given and keeps the rest (store.KeepThread's rule).
 const appendThreadsSQL = appendHead + threadsCTE + appendTail
@@ -42,8 +42,8 @@ const appendThreadsSQL = appendHead + threadsCTE + appendTail
 // more step, wh: appendWebhooksSQL is appendSQL with it, appendThreadsWebhooksSQL appendThreadsSQL with it. Its
 // arguments follow the others' (webhooksCTE), so that each statement numbers its arguments without a gap.
 var (
-	appendWebhooksSQL        = appendHead + webhooksCTE(25) + appendTail
-	appendThreadsWebhooksSQL = appendHead + threadsCTE + webhooksCTE(35) + appendTail
+	appendWebhooksSQL        = appendHead + webhooksCTE(26) + appendTail
+	appendThreadsWebhooksSQL = appendHead + threadsCTE + webhooksCTE(36) + appendTail
 )
 
 const threadsCTE = `, th AS (
@@ -51,8 +51,8 @@ const threadsCTE = `, th AS (
 		archived_at, doc)
 	SELECT u.session_id, t.id, t.parent, t.status, t.usage::json, t.stats::json, t.created, t.updated,
 		t.archived, t.doc::json
-	FROM u JOIN unnest($25::int[], $26::text[], $27::text[], $28::text[], $29::text[], $30::text[],
-		$31::timestamptz[], $32::timestamptz[], $33::timestamptz[], $34::text[])
+	FROM u JOIN unnest($26::int[], $27::text[], $28::text[], $29::text[], $30::text[], $31::text[],
+		$32::timestamptz[], $33::timestamptz[], $34::timestamptz[], $35::text[])
 		AS t (idx, id, parent, status, usage, stats, created, updated, archived, doc) ON t.idx = u.idx
 	ON CONFLICT (session_id, id) DO UPDATE SET status = excluded.status, usage = excluded.usage,
 		stats = excluded.stats, updated_at = excluded.updated_at
@@ -72,8 +72,8 @@ func webhooksCTE(n int) string {
 
 const appendHead = `WITH r AS (
 	SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bool[], $5::text[], $6::text[], $7::float8[],
-		$8::text[], $9::bigint[], $10::timestamptz[], $21::bool[], $22::bigint[])
-		AS r (idx, session_id, n, wake, status, usage, active, token, expected, created, release, handled)
+		$8::text[], $9::bigint[], $10::timestamptz[], $21::bool[], $22::bigint[], $25::bool[])
+		AS r (idx, session_id, n, wake, status, usage, active, token, expected, created, release, handled, open)
 ), u AS (
 	UPDATE sessions s SET
 		last_seq = s.last_seq + r.n,
@@ -90,6 +90,7 @@ const appendHead = `WITH r AS (
 	WHERE s.id = r.session_id
 		AND (r.token IS NULL OR (s.lease_token = r.token AND s.lease_expires_at > now()))
 		AND (r.expected <= 0 OR s.last_seq + 1 = r.expected)
+		AND (NOT r.open OR (s.archived_at IS NULL AND s.status <> 'terminated'))
 	RETURNING r.idx, r.session_id, r.n, r.created, s.last_seq,
 		r.wake OR (r.release AND s.wake_seq > s.handled_wake_seq) AS runnable
 ), ins AS (
@@ -192,12 +193,13 @@ func (s *Store) appendArgs(reqs []*appendReq) (string, []any) {
 		mSeq                []int64
 		release             = make([]bool, n)
 		handled             = make([]int64, n)
+		open                = make([]bool, n)
 		webhooks            webhookArgs
 	)
 	for i, r := range reqs {
 		idx[i], sessionIDs[i], count[i], wake[i] = int32(i), r.p.SessionID, int64(len(r.events)), r.p.Wake
 		status[i], usage[i], active[i], token[i] = r.status, r.usage, max(0, r.p.ActiveSeconds), r.token
-		expected[i], created[i] = r.p.ExpectedSeq, r.created
+		expected[i], created[i], open[i] = r.p.ExpectedSeq, r.created, r.p.Open
 		for j, ev := range r.events {
 			eIdx = append(eIdx, int32(i))
 			eOrd = append(eOrd, int64(j+1))
@@ -220,7 +222,7 @@ func (s *Store) appendArgs(reqs []*appendReq) (string, []any) {
 	}
 	args := []any{idx, sessionIDs, count, wake, status, usage, active, token, expected, created,
 		eIdx, eOrd, eIDs, eTypes, eData, eProcessed, s.eventsChannel, s.runnableChannel, mIdx, mSeq,
-		release, handled, eThreads, eCrossPosts}
+		release, handled, eThreads, eCrossPosts, open}
 	switch {
 	case len(threads.idx) == 0 && len(webhooks.idx) == 0:
 		return appendSQL, args
@@ -278,27 +280,30 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 		return nil, s.dbErr("event append", res.err)
 	}
 	if !res.ok {
-		return nil, s.dbErr("event append", s.whyRefused(ctx, p.SessionID, p.Lease))
+		return nil, s.dbErr("event append", s.whyRefused(ctx, p.SessionID, p.Lease, p.Open))
 	}
 	r.fill(res.lastSeq)
 	s.notifyLocal(p.SessionID, res.runnable)
 	return r.events, nil
 }
 
-// whyRefused tells which condition of a fenced write on the session failed: ErrNotFound, ErrLeaseLost or,
-// failing those, ErrConflict.
-func (s *Store) whyRefused(ctx context.Context, sessionID string, lease *store.Lease) error {
+// whyRefused tells which condition of a fenced write on the session failed: ErrNotFound, ErrSessionClosed (if
+// the write required an open session), ErrLeaseLost or, failing those, ErrConflict.
+func (s *Store) whyRefused(ctx context.Context, sessionID string, lease *store.Lease, open bool) error {
 	var (
-		token *string
-		live  bool
+		token  *string
+		live   bool
+		closed bool
 	)
-	err := s.pool.QueryRow(ctx, `SELECT lease_token, COALESCE(lease_expires_at > now(), false)
-		FROM sessions WHERE id = $1`, sessionID).Scan(&token, &live)
+	err := s.pool.QueryRow(ctx, `SELECT lease_token, COALESCE(lease_expires_at > now(), false),
+		archived_at IS NOT NULL OR status = 'terminated' FROM sessions WHERE id = $1`, sessionID).Scan(&token, &live, &closed)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return store.ErrNotFound
 	case err != nil:
 		return err
+	case open && closed:
+		return store.ErrSessionClosed
 	case lease != nil && (token == nil || *token != lease.Token || !live):
 		return store.ErrLeaseLost
 	}
@@ -450,7 +455,7 @@ func (s *Store) EventMarkProcessed(ctx context.Context, p *store.EventMarkProces
 		SELECT count(*), (SELECT pg_notify($5, id) FROM s) FROM s`,
 		p.SessionID, token, at, p.Seqs, s.eventsChannel).Scan(&held, nil)
 	if err == nil && held == 0 {
-		err = s.whyRefused(ctx, p.SessionID, p.Lease)
+		err = s.whyRefused(ctx, p.SessionID, p.Lease, false)
 	}
 	if err != nil {
 		return s.dbErr("event mark processed", err)

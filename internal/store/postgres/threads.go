@@ -99,7 +99,7 @@ func (a *threadArgs) add(i int32, rows []threadRow) {
 	}
 }
 
-// args are appendThreadsSQL's arguments $25-$34.
+// args are appendThreadsSQL's arguments $26-$35.
 func (a *threadArgs) args() []any {
 	return []any{a.idx, a.ids, a.parents, a.statuses, a.usages, a.stats, a.created, a.updated, a.archived, a.docs}
 }

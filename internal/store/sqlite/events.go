@@ -79,9 +79,12 @@ func appendEvents(w *wtx, p *store.EventAppendParams, threads []threadRow) ([]ap
 	if p.Lease != nil {
 		token = p.Lease.Token
 	}
-	wake, release, handled := 0, 0, int64(0)
+	wake, release, handled, open := 0, 0, int64(0), 0
 	if p.Wake {
 		wake = 1
+	}
+	if p.Open {
+		open = 1
 	}
 	if p.Release {
 		release, handled = 1, p.Lease.WakeSeq
@@ -104,9 +107,10 @@ func appendEvents(w *wtx, p *store.EventAppendParams, threads []threadRow) ([]ap
 		WHERE id = ?7
 			AND (?8 IS NULL OR (lease_token = ?8 AND lease_expires_at > ?3))
 			AND (?9 = 0 OR last_seq + 1 = ?9)
+			AND (?12 = 0 OR (archived_at IS NULL AND status <> 'terminated'))
 		RETURNING last_seq, ?2 = 1 OR (?10 = 1 AND wake_seq > handled_wake_seq)`,
 		n, wake, created, status, usage, max(p.ActiveSeconds, 0), p.SessionID, token, max(p.ExpectedSeq, 0),
-		release, handled).
+		release, handled, open).
 		Scan(&lastSeq, &runnable)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, appendFailure(w, p, now)
@@ -179,15 +183,17 @@ func hasIDs(events []apitype.NewEvent) bool {
 // appendFailure says which condition of an append failed.
 func appendFailure(w *wtx, p *store.EventAppendParams, now time.Time) error {
 	var lastSeq int64
-	var token sql.NullString
-	var expires sql.NullInt64
-	err := w.queryRow(`SELECT last_seq, lease_token, lease_expires_at FROM sessions WHERE id = ?`, p.SessionID).
-		Scan(&lastSeq, &token, &expires)
+	var token, status sql.NullString
+	var expires, archived sql.NullInt64
+	err := w.queryRow(`SELECT last_seq, lease_token, lease_expires_at, status, archived_at FROM sessions WHERE id = ?`,
+		p.SessionID).Scan(&lastSeq, &token, &expires, &status, &archived)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.ErrNotFound
 	case err != nil:
 		return err
+	case p.Open && (archived.Valid || status.String == apitype.StatusTerminated):
+		return store.ErrSessionClosed
 	case p.Lease != nil && !leaseHeld(p.Lease, token, expires, now):
 		return store.ErrLeaseLost
 	case p.ExpectedSeq > 0 && p.ExpectedSeq != lastSeq+1:

@@ -60,7 +60,8 @@ type writeReq struct {
 
 // isCondition reports whether err is a failed condition of a write rather than a failure of the database.
 func isCondition(err error) bool {
-	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLeaseLost)
+	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLeaseLost) ||
+		errors.Is(err, store.ErrSessionClosed)
 }
 
 // write queues fn for the writer goroutine and waits until its transaction has committed (or fn failed). Once

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,6 +234,54 @@ func testSessionState(t *testing.T, h Harness) {
 	if _, err := s.SessionState(ctxBg, sess.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("deleted session's state: %v, want ErrNotFound", err)
 	}
+}
+
+// testEventAppendOpen: an append with Open is refused with ErrSessionClosed once the session is archived or
+// terminated, in the same write, without failing the appends beside it; one without Open (a brain's) is not.
+func testEventAppendOpen(t *testing.T, h Harness) {
+	s := h.open(t)
+	open := func(id string) error {
+		_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: id, Open: true, Wake: true,
+			Events: []apitype.NewEvent{userMessage("hi")}})
+		return err
+	}
+	live, archived, terminated := createSession(t, s), createSession(t, s), createSession(t, s)
+	for _, sess := range []*apitype.Session{live, archived, terminated} {
+		must(t, open(sess.ID), "append to an open session")
+	}
+	at := base.Add(time.Hour)
+	_, err := s.SessionUpdate(ctxBg, archived.ID, func(in *apitype.Session) error { in.ArchivedAt = &at; return nil })
+	must(t, err, "archive")
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: terminated.ID, Status: apitype.StatusTerminated,
+		Events: []apitype.NewEvent{{Type: apitype.EventSessionStatusTerminated, Processed: true}}})
+	must(t, err, "terminate")
+
+	// At once, so that a group commit holds them together.
+	errs := make([]error, 12)
+	var wg sync.WaitGroup
+	for i := range errs {
+		id := []string{live.ID, archived.ID, terminated.ID}[i%3]
+		wg.Go(func() { errs[i] = open(id) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%3 == 0 && err != nil {
+			t.Errorf("append %d to the open session: %v", i, err)
+		}
+		if i%3 != 0 && !errors.Is(err, store.ErrSessionClosed) {
+			t.Errorf("append %d to a closed session: %v, want ErrSessionClosed", i, err)
+		}
+	}
+	equalSeqs(t, allEvents(t, s, live.ID), []int64{1, 2, 3, 4, 5}, "the open session's log")
+	equalSeqs(t, allEvents(t, s, archived.ID), []int64{1}, "the archived session's log")
+	equalSeqs(t, allEvents(t, s, terminated.ID), []int64{1, 2}, "the terminated session's log")
+	if err := open(apitype.NewID(apitype.PrefixSession)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("append to no session: %v, want ErrNotFound", err)
+	}
+	// A brain's append, without Open, still goes in (its last write after the end).
+	_, err = s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: terminated.ID,
+		Events: []apitype.NewEvent{agentMessage("late")}})
+	must(t, err, "append without Open to a terminated session")
 }
 
 func testSessionDelete(t *testing.T, h Harness) {

@@ -58,6 +58,7 @@ func Run(t *testing.T, h Harness) {
 		{"SessionList", testSessionList},
 		{"SessionDelete", testSessionDelete},
 		{"SessionState", testSessionState},
+		{"EventAppendOpen", testEventAppendOpen},
 		{"EventAppend", testEventAppend},
 		{"EventAppendConditions", testEventAppendConditions},
 		{"EventAppendSessionState", testEventAppendSessionState},
