@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
 	"github.com/corralhq/corral/internal/webfetch"
 )
 
@@ -60,9 +61,14 @@ func parseFilter(raw json.RawMessage) urlFilter {
 
 // source kinds: what gave a URL.
 const (
-	sourceUser   = iota // the user's messages (and a thread's task and messages)
+	sourceUser   = iota // the user's messages
 	sourceClient        // a custom tool's result (tool: its name)
 	sourceServer        // an earlier web_fetch result
+	// sourceThread: a message from another thread of the session (a thread's task included). Another thread's
+	// model wrote it, so a URL in it is given only if the user gave it too (userGave), under user_input's
+	// filter: the URLs the user gave the coordinator reach the threads it starts, and a URL a thread makes up,
+	// carrying what it read, does not reach another that would fetch it.
+	sourceThread
 )
 
 // sourceURL is a URL a source gave.
@@ -97,11 +103,9 @@ func sourceURLs(events []apitype.Event) []sourceURL {
 				add(sourceUser, "", outcomeTask(d))
 			}
 		case apitype.EventAgentThreadMessageReceived:
-			// A thread's task and messages, from the coordinator or a child, are its user turns: the URLs
-			// the user gave the coordinator reach the threads it starts.
 			var m apitype.ThreadMessageReceived
 			if e.DecodeData(&m) == nil {
-				add(sourceUser, "", contentText(m.Content))
+				add(sourceThread, "", contentText(m.Content))
 			}
 		case apitype.EventAgentCustomToolUse, apitype.EventAgentToolUse:
 			var u apitype.AgentToolUse
@@ -134,19 +138,66 @@ func (t *thread) urlGiven(raw string, src *apitype.WebURLSources) (bool, string)
 	if src == nil {
 		src = &apitype.WebURLSources{}
 	}
-	filters := [...]urlFilter{sourceUser: parseFilter(src.UserInput), sourceClient: parseFilter(src.ClientToolResults),
-		sourceServer: parseFilter(src.ServerToolResults)}
+	user := parseFilter(src.UserInput)
+	filters := [...]urlFilter{sourceUser: user, sourceClient: parseFilter(src.ClientToolResults),
+		sourceServer: parseFilter(src.ServerToolResults), sourceThread: user}
+	fromThread := false
 	allowed := func(u sourceURL) bool {
 		tool := u.tool
 		if u.kind == sourceServer {
 			tool = toolWebFetch
 		}
-		return u.url == want && filters[u.kind].allows(tool)
+		if u.url != want || !filters[u.kind].allows(tool) {
+			return false
+		}
+		if u.kind == sourceThread {
+			fromThread = true
+			return false
+		}
+		return true
 	}
 	if t.tail != nil && (slices.ContainsFunc(t.tail.carriedURLs, allowed) || slices.ContainsFunc(sourceURLs(t.tail.events), allowed)) {
 		return true, ""
 	}
+	if fromThread {
+		gave, err := t.userGave(want)
+		if err != nil {
+			return false, "web_fetch could not check where " + raw + " came from: " + err.Error()
+		}
+		if gave {
+			return true, ""
+		}
+		return false, "web_fetch fetches only URLs given to it, and " + raw + " appears only in a message from " +
+			"another thread of this session, not in the user's messages: it does not fetch URLs a model writes. " +
+			"Ask the user for the URL, or fetch a page that links to it."
+	}
 	return false, "web_fetch fetches only URLs given to it, and " + raw + " does not appear in " +
 		"the user's messages, a custom tool's result or an earlier web_fetch result (as this agent's url_sources allow): " +
 		"it does not fetch URLs the model writes itself. Ask the user for the URL, or fetch a page that links to it."
+}
+
+// maxUserEventsRead bounds the user's events userGave reads, the newest first.
+const maxUserEventsRead = 10000
+
+// userGave reports whether the user's own messages to the session (the primary thread's user.message and
+// user.define_outcome events, read from the log, compacted or not) hold the URL (normalised).
+func (t *thread) userGave(want string) (bool, error) {
+	var before int64
+	for read := 0; read < maxUserEventsRead; {
+		events, err := t.b.cfg.Store.EventList(t.ctx, &store.EventListParams{SessionID: t.sess.ID,
+			Scope: store.ScopeThread, Types: []apitype.EventType{apitype.EventUserMessage, apitype.EventUserDefineOutcome},
+			Desc: true, BeforeSeq: before, Limit: 200})
+		if err != nil {
+			return false, err
+		}
+		if slices.ContainsFunc(sourceURLs(events), func(u sourceURL) bool { return u.kind == sourceUser && u.url == want }) {
+			return true, nil
+		}
+		if len(events) < 200 {
+			return false, nil
+		}
+		read += len(events)
+		before = events[len(events)-1].Seq
+	}
+	return false, nil
 }
