@@ -69,8 +69,7 @@ func (s *Server) resolveRubric(ctx context.Context, p string, ev *apitype.NewEve
 // outcomeEvaluations derives the session's outcome_evaluations from its log: one per user.define_outcome, in
 // order, with the state its evaluation events say.
 func (s *Server) outcomeEvaluations(ctx context.Context, sessionID string) ([]json.RawMessage, error) {
-	var out []*apitype.OutcomeEvaluation
-	byID := map[string]*apitype.OutcomeEvaluation{}
+	var ev evaluations
 	after := int64(0)
 	for {
 		evs, err := s.store.EventList(ctx, &store.EventListParams{SessionID: sessionID, AfterSeq: after, Limit: maxEventLimit,
@@ -79,54 +78,76 @@ func (s *Server) outcomeEvaluations(ctx context.Context, sessionID string) ([]js
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range evs {
-			after = e.Seq
-			switch e.Type {
-			case apitype.EventUserDefineOutcome:
-				var d apitype.DefineOutcome
-				if err := e.DecodeData(&d); err != nil {
-					return nil, err
-				}
-				o := &apitype.OutcomeEvaluation{Type: apitype.ObjectOutcomeEvaluation, OutcomeID: d.OutcomeID,
-					Description: d.Description, Result: apitype.OutcomePending}
-				if e.ProcessedAt != nil {
-					o.Result = apitype.OutcomeRunning
-				}
-				out = append(out, o)
-				byID[d.OutcomeID] = o
-			case apitype.EventSpanOutcomeEvaluationStart:
-				var sp apitype.OutcomeEvaluationSpan
-				if err := e.DecodeData(&sp); err != nil {
-					return nil, err
-				}
-				if o := byID[sp.OutcomeID]; o != nil {
-					o.Iteration, o.Result = sp.Iteration, apitype.OutcomeEvaluating
-				}
-			case apitype.EventSpanOutcomeEvaluationEnd:
-				var end apitype.OutcomeEvaluationEnd
-				if err := e.DecodeData(&end); err != nil {
-					return nil, err
-				}
-				o := byID[end.OutcomeID]
-				if o == nil {
-					continue
-				}
-				o.Explanation = end.Explanation
-				if end.Result == apitype.OutcomeNeedsRevision {
-					// The agent revises: the next iteration is running.
-					o.Iteration, o.Result = end.Iteration+1, apitype.OutcomeRunning
-					continue
-				}
-				at := e.CreatedAt.UTC().Truncate(time.Microsecond)
-				o.Iteration, o.Result, o.CompletedAt = end.Iteration, end.Result, &at
-			}
+		if err := ev.read(evs); err != nil {
+			return nil, err
 		}
 		if len(evs) < maxEventLimit {
 			break
 		}
+		after = evs[len(evs)-1].Seq
 	}
-	raws := make([]json.RawMessage, len(out))
-	for i, o := range out {
+	return ev.encode()
+}
+
+// evaluations are outcome evaluations as a session's events, read in order, say.
+type evaluations struct {
+	out  []*apitype.OutcomeEvaluation
+	byID map[string]*apitype.OutcomeEvaluation
+}
+
+// read takes the next events of the log (those of other types are skipped).
+func (v *evaluations) read(events []apitype.Event) error {
+	if v.byID == nil {
+		v.byID = map[string]*apitype.OutcomeEvaluation{}
+	}
+	for _, e := range events {
+		switch e.Type {
+		case apitype.EventUserDefineOutcome:
+			var d apitype.DefineOutcome
+			if err := e.DecodeData(&d); err != nil {
+				return err
+			}
+			o := &apitype.OutcomeEvaluation{Type: apitype.ObjectOutcomeEvaluation, OutcomeID: d.OutcomeID,
+				Description: d.Description, Result: apitype.OutcomePending}
+			if e.ProcessedAt != nil {
+				o.Result = apitype.OutcomeRunning
+			}
+			v.out = append(v.out, o)
+			v.byID[d.OutcomeID] = o
+		case apitype.EventSpanOutcomeEvaluationStart:
+			var sp apitype.OutcomeEvaluationSpan
+			if err := e.DecodeData(&sp); err != nil {
+				return err
+			}
+			if o := v.byID[sp.OutcomeID]; o != nil {
+				o.Iteration, o.Result = sp.Iteration, apitype.OutcomeEvaluating
+			}
+		case apitype.EventSpanOutcomeEvaluationEnd:
+			var end apitype.OutcomeEvaluationEnd
+			if err := e.DecodeData(&end); err != nil {
+				return err
+			}
+			o := v.byID[end.OutcomeID]
+			if o == nil {
+				continue
+			}
+			o.Explanation = end.Explanation
+			if end.Result == apitype.OutcomeNeedsRevision {
+				// The agent revises: the next iteration is running.
+				o.Iteration, o.Result = end.Iteration+1, apitype.OutcomeRunning
+				continue
+			}
+			at := e.CreatedAt.UTC().Truncate(time.Microsecond)
+			o.Iteration, o.Result, o.CompletedAt = end.Iteration, end.Result, &at
+		}
+	}
+	return nil
+}
+
+// encode is the evaluations as the session's outcome_evaluations.
+func (v *evaluations) encode() ([]json.RawMessage, error) {
+	raws := make([]json.RawMessage, len(v.out))
+	for i, o := range v.out {
 		b, err := json.Marshal(o)
 		if err != nil {
 			return nil, err

@@ -395,12 +395,17 @@ func (s *Server) createSession(ctx context.Context, req *sessionCreateRequest, i
 		return nil, err
 	}
 	// The repositories' sealed tokens go in with the session: a brain that claims it at once finds them.
-	created, _, err := s.store.SessionCreate(ctx, &store.SessionCreateParams{Session: sess, InitialEvents: initial,
+	created, events, err := s.store.SessionCreate(ctx, &store.SessionCreateParams{Session: sess, InitialEvents: initial,
 		ResourceSecrets: tokens, Threads: threads})
 	if err != nil {
 		return nil, err
 	}
-	if created.OutcomeEvaluations, err = s.outcomeEvaluations(ctx, created.ID); err != nil {
+	// The new session's log is its initial events: its evaluations are theirs, without reading the log back.
+	var ev evaluations
+	if err := ev.read(events); err != nil {
+		return nil, err
+	}
+	if created.OutcomeEvaluations, err = ev.encode(); err != nil {
 		return nil, err
 	}
 	s.normalizeSession(created, s.now())

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -301,5 +302,37 @@ func TestSessionUpdateEmitsSessionUpdated(t *testing.T) {
 	if e := evs[1]; e.Agent.ID != agentID || len(e.Agent.Tools) != 1 || e.Agent.Tools[0].Name != "other" ||
 		e.JSON.Title.Raw() != "" || e.JSON.Metadata.Raw() != "" {
 		t.Errorf("session.updated = %s, want the agent snapshot only", e.RawJSON())
+	}
+}
+
+// TestCreateReportsInitialOutcomes: a session created with a user.define_outcome among its initial events
+// reports its evaluation at once (derived from the events just appended), as a later get derives it from the log.
+func TestCreateReportsInitialOutcomes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	agentID, envID := h.seed(ctxT(t))
+	code, _, body := h.do("POST", "/v1/sessions", `{"agent":"`+agentID+`","environment_id":"`+envID+`","initial_events":[`+
+		`{"type":"user.define_outcome","description":"a short poem","rubric":{"type":"text","content":"rhymes"}},`+
+		`{"type":"user.message","content":[{"type":"text","text":"go"}]}]}`)
+	if code != http.StatusOK {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var created struct {
+		ID    string            `json:"id"`
+		Evals []json.RawMessage `json:"outcome_evaluations"`
+	}
+	if err := json.Unmarshal(body, &created); err != nil {
+		t.Fatal(err)
+	}
+	if len(created.Evals) != 1 || !strings.Contains(string(created.Evals[0]), `"description":"a short poem"`) ||
+		!strings.Contains(string(created.Evals[0]), `"result":"pending"`) {
+		t.Fatalf("the create's outcome_evaluations: %s", body)
+	}
+	code, _, got := h.do("GET", "/v1/sessions/"+created.ID, "")
+	var read struct {
+		Evals []json.RawMessage `json:"outcome_evaluations"`
+	}
+	if code != http.StatusOK || json.Unmarshal(got, &read) != nil || len(read.Evals) != 1 || string(read.Evals[0]) != string(created.Evals[0]) {
+		t.Fatalf("get: %d %s; want the create's %s", code, got, created.Evals)
 	}
 }
