@@ -174,7 +174,7 @@ against a fake model server of configurable latency and real sandboxes, and comp
 --eager-hands does). Sections:
   ttft      time to first token as a client sees it, and platform overhead, per backend, mode and concurrency
   hands     provision / ready / execute latency per backend
-  log       appends per second through the API; SSE delivery latency to 100 subscribers of one session
+  log       appends per second through the API; SSE delivery to 1, 10, 100 and 1,000 subscribers of one session (and the POST's own round trip)
   scale     the most concurrent active sessions with p95 platform overhead under 50 ms
   idle      memory, goroutines and sandboxes held by idle sessions
   multiagent  multi-agent sessions (issue 22) on the first backend: a coordinator's start_thread answer to the
