@@ -12,17 +12,17 @@ import (
 	"github.com/corralhq/corral/internal/store/sqlite"
 )
 
-// A renewal must not count a wake-up the brain has not looked at as handled: a client event that arrives after
-// the brain's look at the log keeps the session runnable after the release.
-func TestRenewalKeepsUnseenWakeUps(t *testing.T) {
-	t.Parallel()
+// storeWithSession opens a SQLite store (closed with the test) holding a session whose log is one user message
+// of the text given.
+func storeWithSession(t *testing.T, text string) (store.Store, *apitype.Session, apitype.NewEvent) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "c.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	msg, err := apitype.MakeEvent(apitype.EventUserMessage, apitype.UserMessage{Content: []apitype.ContentBlock{apitype.TextBlock("hi")}})
+	t.Cleanup(func() { st.Close() })
+	msg, err := apitype.MakeEvent(apitype.EventUserMessage, apitype.UserMessage{Content: []apitype.ContentBlock{apitype.TextBlock(text)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +31,15 @@ func TestRenewalKeepsUnseenWakeUps(t *testing.T) {
 	if _, _, err := st.SessionCreate(ctx, &store.SessionCreateParams{Session: s, InitialEvents: []apitype.NewEvent{msg}}); err != nil {
 		t.Fatal(err)
 	}
+	return st, s, msg
+}
+
+// A renewal must not count a wake-up the brain has not looked at as handled: a client event that arrives after
+// the brain's look at the log keeps the session runnable after the release.
+func TestRenewalKeepsUnseenWakeUps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, s, msg := storeWithSession(t, "hi")
 	ls, err := st.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: "a", TTL: time.Minute, SessionID: s.ID})
 	if err != nil {
 		t.Fatal(err)
