@@ -51,3 +51,37 @@ func TestArchivedSessionRefusesEvents(t *testing.T) {
 		t.Fatalf("log = %+v, %v; want one session.status_terminated", events, err)
 	}
 }
+
+// TestTerminatedSessionRefusesEvents: a terminated session that is not archived refuses a message (appended with
+// no read before it: the append's own transaction refuses it) and an interrupt (checked before) with a 400 that
+// says so, and a message to no session is a 404; nothing reaches a log.
+func TestTerminatedSessionRefusesEvents(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := ctxT(t)
+	agentID, envID := h.seed(ctx)
+	id := h.newSession(ctx, agentID, envID)
+	if _, err := h.store.EventAppend(ctx, &store.EventAppendParams{SessionID: id, Status: apitype.StatusTerminated,
+		Events: []apitype.NewEvent{{Type: apitype.EventSessionStatusTerminated, Processed: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []anthropic.BetaManagedAgentsEventParamsUnion{
+		userText("are you there?"),
+		{OfUserInterrupt: &anthropic.BetaManagedAgentsUserInterruptEventParams{}},
+	} {
+		_, err := h.client.Beta.Sessions.Events.Send(ctx, id, anthropic.BetaSessionEventSendParams{
+			Events: []anthropic.BetaManagedAgentsEventParamsUnion{ev},
+		})
+		if aerr := wantAPIError(t, err, http.StatusBadRequest, apitype.ErrInvalidRequest); !strings.Contains(aerr.Message, "terminated") {
+			t.Errorf("message %q does not say the session is terminated", aerr.Message)
+		}
+	}
+	events, err := h.store.EventList(ctx, &store.EventListParams{SessionID: id, Limit: 10})
+	if err != nil || len(events) != 1 || events[0].Type != apitype.EventSessionStatusTerminated {
+		t.Fatalf("log = %+v, %v; want one session.status_terminated", events, err)
+	}
+	_, err = h.client.Beta.Sessions.Events.Send(ctx, "sesn_011CNoSuchSession00000000", anthropic.BetaSessionEventSendParams{
+		Events: []anthropic.BetaManagedAgentsEventParamsUnion{userText("hello?")},
+	})
+	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
+}
