@@ -35,21 +35,7 @@ func TestArchivedSessionRefusesEvents(t *testing.T) {
 		t.Fatalf("get: %v %s", err, got.RawJSON())
 	}
 
-	for _, ev := range []anthropic.BetaManagedAgentsEventParamsUnion{
-		userText("are you there?"),
-		{OfUserInterrupt: &anthropic.BetaManagedAgentsUserInterruptEventParams{}},
-	} {
-		_, err = h.client.Beta.Sessions.Events.Send(ctx, id, anthropic.BetaSessionEventSendParams{
-			Events: []anthropic.BetaManagedAgentsEventParamsUnion{ev},
-		})
-		if aerr := wantAPIError(t, err, http.StatusBadRequest, apitype.ErrInvalidRequest); !strings.Contains(aerr.Message, "archived") {
-			t.Errorf("message %q does not say the session is archived", aerr.Message)
-		}
-	}
-	events, err := h.store.EventList(ctx, &store.EventListParams{SessionID: id, Limit: 10})
-	if err != nil || len(events) != 1 || events[0].Type != apitype.EventSessionStatusTerminated {
-		t.Fatalf("log = %+v, %v; want one session.status_terminated", events, err)
-	}
+	refusesEvents(t, h, id, "archived")
 }
 
 // TestTerminatedSessionRefusesEvents: a terminated session that is not archived refuses a message (appended with
@@ -65,6 +51,18 @@ func TestTerminatedSessionRefusesEvents(t *testing.T) {
 		Events: []apitype.NewEvent{{Type: apitype.EventSessionStatusTerminated, Processed: true}}}); err != nil {
 		t.Fatal(err)
 	}
+	refusesEvents(t, h, id, "terminated")
+	_, err := h.client.Beta.Sessions.Events.Send(ctx, "sesn_011CNoSuchSession00000000", anthropic.BetaSessionEventSendParams{
+		Events: []anthropic.BetaManagedAgentsEventParamsUnion{userText("hello?")},
+	})
+	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
+}
+
+// refusesEvents checks that the session refuses a message and an interrupt with a 400 whose message has the word
+// given (why), and that its log is its one session.status_terminated.
+func refusesEvents(t *testing.T, h *harness, id, why string) {
+	t.Helper()
+	ctx := ctxT(t)
 	for _, ev := range []anthropic.BetaManagedAgentsEventParamsUnion{
 		userText("are you there?"),
 		{OfUserInterrupt: &anthropic.BetaManagedAgentsUserInterruptEventParams{}},
@@ -72,16 +70,12 @@ func TestTerminatedSessionRefusesEvents(t *testing.T) {
 		_, err := h.client.Beta.Sessions.Events.Send(ctx, id, anthropic.BetaSessionEventSendParams{
 			Events: []anthropic.BetaManagedAgentsEventParamsUnion{ev},
 		})
-		if aerr := wantAPIError(t, err, http.StatusBadRequest, apitype.ErrInvalidRequest); !strings.Contains(aerr.Message, "terminated") {
-			t.Errorf("message %q does not say the session is terminated", aerr.Message)
+		if aerr := wantAPIError(t, err, http.StatusBadRequest, apitype.ErrInvalidRequest); !strings.Contains(aerr.Message, why) {
+			t.Errorf("message %q does not say the session is %s", aerr.Message, why)
 		}
 	}
 	events, err := h.store.EventList(ctx, &store.EventListParams{SessionID: id, Limit: 10})
 	if err != nil || len(events) != 1 || events[0].Type != apitype.EventSessionStatusTerminated {
 		t.Fatalf("log = %+v, %v; want one session.status_terminated", events, err)
 	}
-	_, err = h.client.Beta.Sessions.Events.Send(ctx, "sesn_011CNoSuchSession00000000", anthropic.BetaSessionEventSendParams{
-		Events: []anthropic.BetaManagedAgentsEventParamsUnion{userText("hello?")},
-	})
-	wantAPIError(t, err, http.StatusNotFound, apitype.ErrNotFound)
 }

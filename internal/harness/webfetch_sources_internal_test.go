@@ -74,4 +74,11 @@ func TestWebFetchThreadMessages(t *testing.T) {
 			t.Errorf("%s with %+v: given %v (%q), want %v (%q)", c.url, c.src, got, why, c.given, c.why)
 		}
 	}
+	// A store that cannot answer refuses the URL, saying so: never a URL it could not check.
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, why := child.urlGiven("https://docs.example.com/guide", nil); got || !strings.Contains(why, "could not check") {
+		t.Errorf("with the store closed: given %v (%q), want a refusal that says it could not check", got, why)
+	}
 }
