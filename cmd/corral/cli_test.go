@@ -138,6 +138,44 @@ func TestKeys(t *testing.T) {
 		t.Errorf("unknown key: got %v, want authentication_error", err)
 	}
 
+	// The first key is an organization admin key: it makes a workspace, and keys create --workspace a key of it,
+	// which acts there and is refused the admin API.
+	admin := func(key, method, path, body string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, method, s.url+path, strings.NewReader(body))
+		req.Header.Set("x-api-key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := admin(first, "POST", "/v1/organizations/workspaces", `{"name":"team"}`)
+	ws := regexp.MustCompile(`"id":"(wrkspc_\w+)"`).FindStringSubmatch(body)
+	if code != http.StatusOK || ws == nil {
+		t.Fatalf("create a workspace with the first key: %d %s", code, body)
+	}
+	if out, code := cli("keys", "create", "--workspace", "wrkspc_none"); code == 0 || !strings.Contains(out, "no workspace wrkspc_none") {
+		t.Errorf("keys create in no workspace: exit %d: %s", code, out)
+	}
+	out, code = cli("keys", "create", "--name", "team key", "--workspace", ws[1])
+	if fields = strings.Fields(out); code != 0 || len(fields) < 2 {
+		t.Fatalf("keys create --workspace: exit %d: %s", code, out)
+	}
+	teamID, team := fields[0], fields[1]
+	if err := get(team); err != nil {
+		t.Errorf("the workspace's key is refused: %v", err)
+	}
+	if code, body := admin(team, "GET", "/v1/organizations/workspaces", ""); code != http.StatusForbidden {
+		t.Errorf("the workspace's key on the admin API: %d %s, want 403", code, body)
+	}
+	list, _ := cli("keys", "list")
+	if !regexp.MustCompile(teamID+`\s+team key\s+`+ws[1]+`\s`).MatchString(list) ||
+		!regexp.MustCompile(printed[1]+`\s+initial\s+\(organization admin\)`).MatchString(list) {
+		t.Errorf("keys list must show each key's workspace:\n%s", list)
+	}
+
 	// A restart with keys in the store mints none.
 	s.cmd.Process.Kill()
 	<-s.exited
@@ -146,7 +184,7 @@ func TestKeys(t *testing.T) {
 		t.Errorf("second start minted another key:\n%s", s2.stderr.String())
 	}
 	// It says how to get a key instead.
-	if !strings.Contains(s2.stderr.String(), "1 API key(s) in the store") || !strings.Contains(s2.stderr.String(), "corral keys create --data "+data) {
+	if !strings.Contains(s2.stderr.String(), "2 API key(s) in the store") || !strings.Contains(s2.stderr.String(), "corral keys create --data "+data) {
 		t.Errorf("second start gives no hint about keys:\n%s", s2.stderr.String())
 	}
 }

@@ -30,17 +30,19 @@ import (
 
 // handsFlags pick and configure the sandbox backend.
 type handsFlags struct {
-	kind     string
-	agent    string
-	runsc    string
-	idle     time.Duration
-	memoryMB int64
-	pids     int
-	cpus     float64
-	cpuShare int
-	cpuIdle  bool
-	timeout  time.Duration
-	egress   egressFlags
+	kind string
+	// wsSandboxes is each workspace's share of live sandboxes, across the brains of the store.
+	wsSandboxes int
+	agent       string
+	runsc       string
+	idle        time.Duration
+	memoryMB    int64
+	pids        int
+	cpus        float64
+	cpuShare    int
+	cpuIdle     bool
+	timeout     time.Duration
+	egress      egressFlags
 	// The quotas of each session's workspace and /tmp, and the disk reserve of the data directory.
 	diskMB, inodes, reserveMB, headroomMB, tmpMB, tmpInodes int64
 	overcommit                                              float64
@@ -64,6 +66,8 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary or on PATH, else this binary)")
 	runscFlag(fs, &f.runsc)
 	fs.DurationVar(&f.idle, "sandbox-idle", sandbox.DefaultIdleTimeout, "how long an unused sandbox lives before it is reaped (its workspace stays)")
+	fs.IntVar(&f.wsSandboxes, "workspace-sandboxes", defaultWorkspaceSandboxes, "`sandboxes` a workspace's sessions may hold live at once, across every brain of\n"+
+		"the store: a tool call beyond it fails, saying so, until one closes (0 = unlimited)")
 	fs.Int64Var(&f.memoryMB, "sandbox-memory", host.DefaultMemoryBytes>>20, "memory limit of each sandbox in `MiB`")
 	fs.IntVar(&f.pids, "sandbox-pids", host.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
@@ -189,7 +193,7 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 	sc := corral.SandboxConfig{Tools: host.Tools(), Pool: sandbox.PoolConfig{
 		WorkspaceRoot: root, IdleTimeout: f.idle, Limits: f.limits(), Placer: placer, Egress: proxy.Merge(git, secrets, &image.ManagerEgress{Registries: f.registries}),
 		Outputs: placer,
-	}}
+	}, WorkspaceSandboxes: f.wsSandboxes}
 	if f.kind == "none" {
 		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")
 		return sc, nil

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -21,10 +23,12 @@ func init() {
 }
 
 func keysCreate(ctx context.Context, io *stdio, args []string) error {
-	fs := newFlagSet(io, "keys create", "[--name NAME] [flags]")
+	fs := newFlagSet(io, "keys create", "[--name NAME] [--workspace WORKSPACE_ID] [flags]")
 	var sf storeFlags
 	sf.register(fs)
 	name := fs.String("name", "", "a `name` to recognise the key by")
+	ws := fs.String("workspace", "", "the `workspace` the key acts in, alone (default: none, an organization admin key, which\n"+
+		"manages workspaces and keys and acts in the workspace a request names, the default one if none)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -33,7 +37,19 @@ func keysCreate(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 	defer st.Close()
-	secret, key, err := createKey(ctx, st, *name)
+	if *ws != "" {
+		w, err := st.WorkspaceGet(ctx, *ws)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("no workspace %s (create one with the admin API: POST /v1/organizations/workspaces)", *ws)
+		}
+		if err != nil {
+			return err
+		}
+		if w.ArchivedAt != nil {
+			return fmt.Errorf("workspace %s is archived", *ws)
+		}
+	}
+	secret, key, err := createKey(ctx, st, *name, *ws)
 	if err != nil {
 		return err
 	}
@@ -42,16 +58,10 @@ func keysCreate(ctx context.Context, io *stdio, args []string) error {
 	return nil
 }
 
-// createKey mints a key, stores its hash and returns the secret.
-func createKey(ctx context.Context, st store.Store, name string) (string, *apitype.APIKey, error) {
-	secret := apitype.NewAPIKeySecret()
-	key := &apitype.APIKey{
-		ID:        apitype.NewID(apitype.PrefixAPIKey),
-		Name:      name,
-		Hash:      apitype.HashAPIKey(secret),
-		Hint:      secret[len(secret)-4:],
-		CreatedAt: apitype.Now(),
-	}
+// createKey mints a key of workspace ws ("": an organization admin key), stores its hash and returns the
+// secret.
+func createKey(ctx context.Context, st store.Store, name, ws string) (string, *apitype.APIKey, error) {
+	secret, key := apitype.NewAPIKey(name, ws, apitype.Now())
 	if err := st.APIKeyCreate(ctx, key); err != nil {
 		return "", nil, fmt.Errorf("store key: %w", err)
 	}
@@ -75,13 +85,14 @@ func keysList(ctx context.Context, io *stdio, args []string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(io.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tENDS WITH\tCREATED\tREVOKED")
+	fmt.Fprintln(tw, "ID\tNAME\tWORKSPACE\tENDS WITH\tCREATED\tSTATUS")
 	for _, k := range keys {
-		revoked := "-"
+		status := k.Status()
 		if k.RevokedAt != nil {
-			revoked = k.RevokedAt.Format(time.RFC3339)
+			status += " " + k.RevokedAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t…%s\t%s\t%s\n", k.ID, k.Name, k.Hint, k.CreatedAt.Format(time.RFC3339), revoked)
+		ws := cmp.Or(k.WorkspaceID, "(organization admin)")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t…%s\t%s\t%s\n", k.ID, k.Name, ws, k.Hint, k.CreatedAt.Format(time.RFC3339), status)
 	}
 	return tw.Flush()
 }

@@ -11,6 +11,15 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
+// The workspaces' fair shares by default: a workspace may send 500 requests a second, run 250 sessions and
+// hold 100 live sandboxes at once, so that no single one takes a whole server (docs/benchmarks.md: about 5,000
+// appends a second and 500 to 750 active sessions on 2 cores).
+const (
+	defaultWorkspaceRate      = 500
+	defaultWorkspaceSessions  = 250
+	defaultWorkspaceSandboxes = 100
+)
+
 func init() {
 	register("serve", "run the server: the HTTP API (and the web console at /console/), brains and sandboxes, with embedded defaults", runServe)
 }
@@ -32,6 +41,10 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	var ff fileFlags
 	ff.register(fs)
 	rateLimit := fs.Float64("rate-limit", 0, "`requests` per second allowed per API key (0 = unlimited)")
+	wsRate := fs.Float64("workspace-rate", defaultWorkspaceRate, "`requests` per second a workspace's credentials may send, in bursts of twice as many,\n"+
+		"counted across every server of a PostgreSQL store (0 = unlimited); over it, a 429 with retry-after")
+	wsSessions := fs.Int("workspace-sessions", defaultWorkspaceSessions, "`sessions` of a workspace that may run at once: a message that would start one more is\n"+
+		"a 429 with retry-after (0 = unlimited)")
 	var lf logFlags
 	lf.register(fs)
 	var mf metricsFlags
@@ -80,7 +93,8 @@ func runServe(ctx context.Context, io *stdio, args []string) error {
 	}
 	cfg := corral.Config{
 		Store: st, Logger: logger,
-		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault, Validator: mcpProxy,
+		API: &corral.APIConfig{Listen: *listen, Keys: keys, RateLimit: *rateLimit, Sealer: p.vault,
+			Shares: api.Shares{RequestRate: *wsRate, RunningSessions: *wsSessions}, Validator: mcpProxy,
 			WorkLeaseTTL: *workTTL, Files: fsvc, Prices: prices, GitRelay: gitRelay, WebSearch: bf.webSearchName(), Tunnels: tunnels},
 	}
 	if cfg.Fleet, err = flf.config(&hf, p.vault, fsvc); err != nil {
@@ -162,7 +176,7 @@ func apiKeys(ctx context.Context, io *stdio, st store.Store, sf *storeFlags) (ap
 			live, more, storeArgs(sf))
 		return auth, nil
 	}
-	secret, key, err := createKey(ctx, st, "initial")
+	secret, key, err := createKey(ctx, st, "initial", "")
 	if err != nil {
 		return nil, err
 	}

@@ -247,6 +247,9 @@ func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.resolveMultiagent(r.Context(), "multiagent", a); err != nil {
 		return err
 	}
+	if err := s.own(r.Context(), a.ID); err != nil {
+		return err
+	}
 	if err := s.store.AgentCreate(r.Context(), a); err != nil {
 		return err
 	}
@@ -335,7 +338,9 @@ func (s *Server) agentList(w http.ResponseWriter, r *http.Request) error {
 	}
 	p.Desc = true
 	data, next, _, err := listByCreated(p, limit, c, false,
-		func(p *store.ListParams) ([]apitype.Agent, error) { return s.store.AgentList(r.Context(), p) },
+		func(p *store.ListParams) ([]apitype.Agent, error) {
+			return s.store.AgentList(r.Context(), inWorkspace(r, p))
+		},
 		func(a *apitype.Agent) (time.Time, string) { return a.CreatedAt, a.ID })
 	if err != nil {
 		return err

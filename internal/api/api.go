@@ -71,6 +71,8 @@ type Config struct {
 	RateLimit float64
 	// RateBurst is the token bucket size per key. Default max(1, 2*RateLimit).
 	RateBurst int
+	// Shares are each workspace's fair shares (shares.go); zero values are no limits.
+	Shares Shares
 	// WorkLeaseTTL is the lease a self-hosted worker gets on a work item by its ack, and by a heartbeat that asks
 	// for no other (desired_ttl_seconds): a worker silent for that long loses the item. Default
 	// DefaultWorkLeaseTTL.
@@ -148,6 +150,7 @@ func (c *Config) validate() error {
 		return errors.New("api: Config.Store is required")
 	}
 	if c.MaxBodyBytes < 0 || c.HeartbeatInterval < 0 || c.PollInterval < 0 || c.RateLimit < 0 || c.RateBurst < 0 ||
+		c.Shares.RequestRate < 0 || c.Shares.RunningSessions < 0 ||
 		c.MaxStreams < 0 || c.MaxStreamsPerKey < 0 || c.StreamWriteTimeout < 0 || c.WorkLeaseTTL < 0 ||
 		c.DeploymentCatchUp < 0 || c.MaxSessionOutputBytes < 0 {
 		return errors.New("api: negative limits in Config")
@@ -163,7 +166,8 @@ func (c *Config) validate() error {
 // Server serves the API. It holds no state besides the rate limiter and the count of open event streams;
 // every request goes to the store.
 type Server struct {
-	store     store.Store
+	store     store.Store // a guardedStore (workspaces.go)
+	owners    ownerCache
 	prices    *price.Table
 	log       *slog.Logger
 	keys      Authenticator
@@ -171,8 +175,12 @@ type Server struct {
 	heartbeat time.Duration
 	poll      time.Duration
 	limiter   *rateLimiter
-	streams   *streamSlots
-	pages     *streamPages // streams share their reads of a page
+	shares    Shares
+	wsLimiter *rateLimiter // the workspaces' request rates, on a store of one process
+	// sharedRates: the workspaces' request rates are buckets of the store, which many processes share.
+	sharedRates bool
+	streams     *streamSlots
+	pages       *streamPages // streams share their reads of a page
 	// writeTimeout bounds each write to an event stream.
 	writeTimeout time.Duration
 	sealer       Sealer
@@ -224,7 +232,6 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		store:        cfg.Store,
 		prices:       cfg.Prices,
 		log:          cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		keys:         cfg.Keys,
@@ -250,6 +257,7 @@ func New(cfg Config) (*Server, error) {
 		workTTL:      max(cmp.Or(cfg.WorkLeaseTTL, DefaultWorkLeaseTTL), time.Second),
 		workers:      newPollers(),
 	}
+	s.store = &guardedStore{Store: cfg.Store, s: s}
 	s.tunnelDomain, _ = checkTunnelDomain(cmp.Or(cfg.TunnelDomain, apitype.DefaultTunnelDomain)) // checked by validate
 	if s.metrics == nil {
 		s.metrics = nopMetrics{}
@@ -267,6 +275,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.RateLimit > 0 {
 		s.limiter = newRateLimiter(cfg.RateLimit, cmp.Or(cfg.RateBurst, max(1, int(2*cfg.RateLimit))))
+	}
+	s.shares = cfg.Shares
+	if r := cfg.Shares.RequestRate; r > 0 {
+		if s.sharedRates = cfg.Store.Capabilities().CrossProcessNotify; !s.sharedRates {
+			s.wsLimiter = newRateLimiter(r, max(1, int(2*r)))
+		}
 	}
 	s.mux = http.NewServeMux()
 	s.routes()

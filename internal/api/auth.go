@@ -49,6 +49,11 @@ type caller struct {
 	id     string                  // for rate limiting and stream slots
 	envKey *apitype.EnvironmentKey // kindEnvKey: the key
 	work   *apitype.Work           // kindToken: the work item the token was minted for
+	// ws is the workspace the request acts in (workspaces.go): the API key's, the one an organization admin
+	// key's request names (the default one if none), the environment key's environment's, the sessions
+	// token's session's.
+	ws    string
+	admin bool // an organization admin key
 }
 
 // credential is how one kind of credential is recognised, authenticated and scoped to a request's path.
@@ -86,7 +91,7 @@ func (s *Server) authEnvKey(ctx context.Context, secret string) (*caller, error)
 	if err != nil {
 		return nil, err
 	}
-	return &caller{kind: kindEnvKey, id: k.ID, envKey: k}, nil
+	return s.inOwnersWorkspace(ctx, &caller{kind: kindEnvKey, id: k.ID, envKey: k}, k.EnvironmentID)
 }
 
 // scopeEnvKey: an environment key reaches only its own environment.
@@ -105,7 +110,7 @@ func (s *Server) authToken(ctx context.Context, secret string) (*caller, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &caller{kind: kindToken, id: "work:" + wk.ID, work: wk}, nil
+	return s.inOwnersWorkspace(ctx, &caller{kind: kindToken, id: "work:" + wk.ID, work: wk}, wk.Data.ID)
 }
 
 // scopeToken: a sessions token reaches only its work item, that item's environment and its session.
@@ -121,11 +126,11 @@ func scopeToken(r *http.Request, c *caller) error {
 }
 
 func (s *Server) authAPIKey(ctx context.Context, secret string) (*caller, error) {
-	id, err := s.keys.Authenticate(ctx, secret)
+	k, err := s.keys.Authenticate(ctx, secret)
 	if err != nil {
 		return nil, err
 	}
-	return &caller{kind: kindAPIKey, id: id}, nil
+	return &caller{kind: kindAPIKey, id: k.ID, ws: k.WorkspaceID, admin: k.WorkspaceID == ""}, nil
 }
 
 // access is what a route lets through: the kinds of credential it accepts and, for some, a body cap of its own
@@ -144,6 +149,8 @@ type access struct {
 	maxBody func() int64
 	// refused, if set, is the 403 of a credential this access does not take, instead of its kind's.
 	refused string
+	// admin marks the admin API's routes, which only an organization admin key reaches.
+	admin bool
 }
 
 // The accesses of the route table.
@@ -151,6 +158,8 @@ var (
 	accessPublic = access{name: "public", public: true}
 	// accessAPIKey: the operator's resources.
 	accessAPIKey = access{name: "api_key", accept: kindAPIKey}
+	// accessAdmin: the organization's workspaces and keys, an organization admin key's alone.
+	accessAdmin = access{name: "admin", accept: kindAPIKey, admin: true}
 	// accessSession: a session (or its environment), which the sessions token of a work item of it may use too.
 	accessSession = access{name: "session", accept: kindAPIKey | kindToken}
 	// accessSessionSkill: a skill's versions, which a sessions token reads only for the skills its session's
@@ -222,6 +231,9 @@ func (s *Server) authenticate(r *http.Request, a access) (*caller, error) {
 	if err := cred.scope(r, c); err != nil {
 		return nil, err
 	}
+	if err := s.enterWorkspace(r, a, c); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -244,6 +256,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, a access, h handl
 		return err
 	}
 	if err := s.rateLimit(w, c.id); err != nil {
+		return err
+	}
+	if err := s.workspaceRate(w, r, c); err != nil {
 		return err
 	}
 	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
@@ -336,17 +351,18 @@ func errForbidden(format string, args ...any) error {
 	return &apiError{status: http.StatusForbidden, typ: apitype.ErrPermission, msg: fmt.Sprintf(format, args...)}
 }
 
-// Authenticator checks an API key and returns a stable id for it (used to rate limit per key). An unknown key
-// gives an error; the server answers 401 whatever the error says, and logs nothing.
+// Authenticator checks an API key and returns it: its id is stable (it rate limits per key), its WorkspaceID
+// is its workspace ("" for an organization admin key). An unknown key gives an error; the server answers 401
+// whatever the error says, and logs nothing.
 type Authenticator interface {
-	Authenticate(ctx context.Context, key string) (keyID string, err error)
+	Authenticate(ctx context.Context, key string) (*apitype.APIKey, error)
 }
 
 // StaticKeyID is the key id KeyAuth reports for the static key.
 const StaticKeyID = "static"
 
-// KeyAuth accepts an optional static key (e.g. from CORRAL_API_KEY) and the unrevoked keys of a store, which
-// are looked up by apitype.HashAPIKey of the presented key.
+// KeyAuth accepts an optional static key (e.g. from CORRAL_API_KEY), an organization admin key, and the active
+// keys of a store, which are looked up by apitype.HashAPIKey of the presented key.
 type KeyAuth struct {
 	Static string            // accepted as is when non-empty
 	Store  store.APIKeyStore // may be nil: only the static key is accepted
@@ -355,24 +371,24 @@ type KeyAuth struct {
 var errBadKey = &apiError{status: http.StatusUnauthorized, typ: apitype.ErrAuthentication, msg: "invalid API key"}
 
 // Authenticate implements Authenticator.
-func (k *KeyAuth) Authenticate(ctx context.Context, key string) (string, error) {
+func (k *KeyAuth) Authenticate(ctx context.Context, key string) (*apitype.APIKey, error) {
 	if k.Static != "" && subtle.ConstantTimeCompare([]byte(key), []byte(k.Static)) == 1 {
-		return StaticKeyID, nil
+		return &apitype.APIKey{ID: StaticKeyID}, nil
 	}
 	if k.Store == nil {
-		return "", errBadKey
+		return nil, errBadKey
 	}
 	ak, err := k.Store.APIKeyByHash(ctx, apitype.HashAPIKey(key))
 	if errors.Is(err, store.ErrNotFound) {
-		return "", errBadKey
+		return nil, errBadKey
 	}
 	if err != nil {
-		return "", err // a store failure is a 500, not a wrong key
+		return nil, err // a store failure is a 500, not a wrong key
 	}
-	if ak.RevokedAt != nil {
-		return "", errBadKey
+	if ak.RevokedAt != nil || ak.Inactive {
+		return nil, errBadKey
 	}
-	return ak.ID, nil
+	return ak, nil
 }
 
 // presentedKey returns the key from "Authorization: Bearer KEY" or "x-api-key: KEY".

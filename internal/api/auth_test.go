@@ -33,7 +33,8 @@ func TestCredentialReach(t *testing.T) {
 		"{model_id}", "claude-sonnet-4-6", "{memory_store_id}", "memstore_x", "{memory_id}", "mem_x",
 		"{memory_version_id}", "memver_x", "{dream_id}", "drm_x", "{deployment_id}", "depl_x",
 		"{deployment_run_id}", "drun_x", "{webhook_endpoint_id}", "whep_x",
-		"{tunnel_id}", "tnl_x", "{certificate_id}", "tcrt_x", "{op...}", "info/refs")
+		"{tunnel_id}", "tnl_x", "{certificate_id}", "tcrt_x", "{op...}", "info/refs", "{workspace_id}", "wrkspc_x",
+		"{api_key_id}", "apikey_x")
 
 	for _, kind := range []struct {
 		name, secret string

@@ -323,6 +323,9 @@ func (s *Server) deploymentCreate(w http.ResponseWriter, r *http.Request) error 
 	if err := reschedule(d, now); err != nil {
 		return err
 	}
+	if err := s.own(ctx, rec.Deployment.ID); err != nil {
+		return err
+	}
 	if err := s.store.DeploymentCreate(ctx, rec); err != nil {
 		return err
 	}
@@ -534,7 +537,7 @@ func (s *Server) deploymentList(w http.ResponseWriter, r *http.Request) error {
 	}
 	data, next, _, err := listByCreated(lp, limit, c, false,
 		func(lp *store.ListParams) ([]store.DeploymentRecord, error) {
-			p.ListParams = *lp
+			p.ListParams = *inWorkspace(r, lp)
 			return s.store.DeploymentList(r.Context(), &p)
 		},
 		func(d *store.DeploymentRecord) (time.Time, string) { return d.Deployment.CreatedAt, d.Deployment.ID })
@@ -664,7 +667,7 @@ func (s *Server) deploymentRunList(w http.ResponseWriter, r *http.Request) error
 	}
 	data, next, _, err := listByCreated(lp, limit, c, false,
 		func(lp *store.ListParams) ([]apitype.DeploymentRun, error) {
-			p.ListParams = *lp
+			p.ListParams = *inWorkspace(r, lp)
 			return s.store.DeploymentRunList(r.Context(), &p)
 		},
 		func(d *apitype.DeploymentRun) (time.Time, string) { return d.CreatedAt, d.ID })

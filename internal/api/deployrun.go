@@ -66,6 +66,10 @@ func (s *Server) RunDeployments(ctx context.Context) error {
 // run with a schedule_missed_error, so that they are visible.
 func (s *Server) fireDeployment(ctx context.Context, rec *store.DeploymentRecord, now time.Time) error {
 	d := &rec.Deployment
+	ctx, open, err := s.inWorkspaceOf(ctx, d.ID)
+	if err != nil || !open {
+		return err
+	}
 	next := store.DeploymentNextRun(rec)
 	if next == nil {
 		return nil
@@ -125,6 +129,10 @@ func (s *Server) newScheduledRun(d *apitype.Deployment, at time.Time, runErr *ap
 // the deployment on an error that would repeat. It is idempotent: a run resolved meanwhile is returned as
 // resolved.
 func (s *Server) carryOutRun(ctx context.Context, run *apitype.DeploymentRun) (*apitype.DeploymentRun, error) {
+	ctx, _, err := s.inWorkspaceOf(ctx, run.DeploymentID)
+	if err != nil {
+		return nil, err
+	}
 	s.emitWebhookOnce(ctx, "deployment_run.started", run.ID)
 	out := *run
 	sess, runErr := s.runSession(ctx, &out)
@@ -176,6 +184,13 @@ func (s *Server) pauseOnError(ctx context.Context, id string, typ apitype.RunErr
 // runSession creates the session of a run from its deployment as it is now, or says why it cannot: a typed
 // run error. The run's agent becomes the version the session runs.
 func (s *Server) runSession(ctx context.Context, run *apitype.DeploymentRun) (*apitype.Session, *apitype.RunError) {
+	ctx, open, err := s.inWorkspaceOf(ctx, run.DeploymentID)
+	if err != nil {
+		return nil, runError(apitype.RunUnknown, "deployment %s: %v", run.DeploymentID, err)
+	}
+	if !open {
+		return nil, runError(apitype.RunUnknown, "the workspace of deployment %s is archived", run.DeploymentID)
+	}
 	rec, err := s.store.DeploymentGet(ctx, run.DeploymentID)
 	if err != nil {
 		return nil, runError(apitype.RunUnknown, "deployment %s: %v", run.DeploymentID, err)
@@ -329,6 +344,9 @@ func (s *Server) recordWebhook(ctx context.Context, typ apitype.WebhookEventType
 }
 
 func (s *Server) appendWebhook(ctx context.Context, ev apitype.WebhookEvent) {
+	if ws := ctxWorkspace(ctx); ws != "" {
+		ev.Data.WorkspaceID = ws // the fan-out gives it to this workspace's endpoints alone
+	}
 	typ, id := ev.Data.Type, ev.Data.ID
 	if err := s.store.WebhookEventAppend(context.WithoutCancel(ctx), []apitype.WebhookEvent{ev}); err != nil {
 		s.log.Warn("record webhook event", "type", typ, "id", id, "err", err)

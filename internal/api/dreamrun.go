@@ -92,6 +92,11 @@ func (s *Server) failDream(ctx context.Context, id string, typ apitype.DreamErro
 // startDream makes a pending dream's output store, transcripts and session, then marks it running. Nothing is
 // written before the inputs are checked: a dream over a deleted store or session fails with nothing changed.
 func (s *Server) startDream(ctx context.Context, d *apitype.Dream) error {
+	ws, err := s.ownerOf(ctx, d.ID)
+	if err != nil {
+		return err
+	}
+	ctx = withWorkspace(ctx, ws) // what the dream reads and writes is its workspace's
 	sessID := derivedID(apitype.PrefixSession, d.ID)
 	mss := s.store
 	in, err := mss.MemoryStoreGet(ctx, d.MemoryStoreInput())
@@ -146,6 +151,10 @@ func (s *Server) startDream(ctx context.Context, d *apitype.Dream) error {
 		Name: out.Name, Description: out.Description,
 		Instructions: "The dream's output: what this store holds when the session ends is the dream's result.",
 		CreatedAt:    now, UpdatedAt: now})
+	// The session is the dream's workspace's, and so are the transcripts scoped to it (files.Service.Record).
+	if err := s.own(ctx, sessID); err != nil {
+		return fmt.Errorf("dream %s: own session: %w", d.ID, err)
+	}
 	scope := &apitype.FileScope{Type: apitype.FileScopeSession, ID: sessID}
 	for _, t := range transcripts {
 		f, err := s.files.Create(ctx, t.sessionID+".md", "text/markdown", scope, bytes.NewReader(t.text))
@@ -176,6 +185,9 @@ func (s *Server) makeDreamOutput(ctx context.Context, mss store.MemoryStore, d *
 		Name:        fmt.Sprintf("%s (dreamed %s)", in.Name, d.CreatedAt.UTC().Format("2006-01-02")),
 		Description: fmt.Sprintf("Written by dream %s from memory store %s.", d.ID, in.ID),
 		Metadata:    map[string]string{"dream_id": d.ID, "source_memory_store_id": in.ID}, CreatedAt: now, UpdatedAt: now}
+	if err := s.own(ctx, out.ID); err != nil {
+		return nil, fmt.Errorf("dream %s: own output store: %w", d.ID, err)
+	}
 	if err := mss.MemoryStoreCreate(ctx, out); err != nil && !errors.Is(err, store.ErrConflict) {
 		return nil, fmt.Errorf("dream %s: create output store: %w", d.ID, err)
 	}
@@ -223,7 +235,7 @@ func (s *Server) markDreamRunning(ctx context.Context, id, sessID, outID string)
 		return err
 	}
 	if d.Status == apitype.DreamCanceled {
-		return s.stopDreamSession(ctx, sessID)
+		return s.stopSession(ctx, sessID)
 	}
 	return nil
 }
@@ -266,7 +278,7 @@ func (s *Server) followDream(ctx context.Context, d *apitype.Dream) error {
 	}
 	timeout := s.dreamTimeout
 	if status == apitype.DreamRunning && s.now().Sub(d.CreatedAt) > timeout {
-		if err := s.stopDreamSession(ctx, sessID); err != nil {
+		if err := s.stopSession(ctx, sessID); err != nil {
 			return err
 		}
 		status, errType, msg = apitype.DreamFailed, apitype.DreamErrTimeout, fmt.Sprintf("the dream ran longer than %s", timeout)

@@ -191,6 +191,9 @@ func (s *Server) dreamCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkDreamInputs(r.Context(), d); err != nil {
 		return err
 	}
+	if err := s.own(r.Context(), d.ID); err != nil {
+		return err
+	}
 	if err := s.store.DreamCreate(r.Context(), d); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return conflict("another update_existing dream on memory store %s has not ended yet", d.MemoryStoreInput())
@@ -244,7 +247,7 @@ func (s *Server) dreamList(w http.ResponseWriter, r *http.Request) error {
 	}
 	data, next, _, err := listByCreated(lp, limit, c, false,
 		func(lp *store.ListParams) ([]apitype.Dream, error) {
-			p.ListParams = *lp
+			p.ListParams = *inWorkspace(r, lp)
 			return s.store.DreamList(r.Context(), &p)
 		},
 		func(d *apitype.Dream) (time.Time, string) { return d.CreatedAt, d.ID })
@@ -296,23 +299,24 @@ func (s *Server) dreamCancel(w http.ResponseWriter, r *http.Request) error {
 	}
 	if d.SessionID != nil {
 		// A retried cancel interrupts again: harmless on a session that is idle.
-		if err := s.stopDreamSession(r.Context(), *d.SessionID); err != nil {
+		if err := s.stopSession(r.Context(), *d.SessionID); err != nil {
 			return err
 		}
 	}
 	return writeJSON(w, http.StatusOK, viewDream(d))
 }
 
-// stopDreamSession interrupts a dream's session: its turn ends, and its mounts are collected as at any turn's
-// end, so the output store keeps what the dream wrote. A session that is gone or has ended needs nothing; an
-// idle one takes the interrupt as a no-op (its status may lag a message it has not taken yet).
-func (s *Server) stopDreamSession(ctx context.Context, sessionID string) error {
+// stopSession interrupts a session (a dream's, an archived workspace's): its turn ends, and its mounts are
+// collected as at any turn's end, so a dream's output store keeps what the dream wrote. A session that is gone
+// or has ended needs nothing; an idle one takes the interrupt as a no-op (its status may lag a message it has
+// not taken yet).
+func (s *Server) stopSession(ctx context.Context, sessionID string) error {
 	sess, err := s.store.SessionGet(ctx, sessionID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("dream session %s: %w", sessionID, err)
+		return fmt.Errorf("session %s: %w", sessionID, err)
 	}
 	if sess.Status == apitype.StatusTerminated || sess.ArchivedAt != nil {
 		return nil
@@ -323,7 +327,7 @@ func (s *Server) stopDreamSession(ctx context.Context, sessionID string) error {
 	}
 	_, err = s.store.EventAppend(ctx, &store.EventAppendParams{SessionID: sessionID, Events: []apitype.NewEvent{ev}, Wake: true})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("interrupt dream session %s: %w", sessionID, err)
+		return fmt.Errorf("interrupt session %s: %w", sessionID, err)
 	}
 	return nil
 }

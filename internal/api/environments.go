@@ -284,6 +284,9 @@ func (s *Server) envCreate(w http.ResponseWriter, r *http.Request) error {
 	now := s.now()
 	e.ID = apitype.NewID(apitype.PrefixEnvironment)
 	e.CreatedAt, e.UpdatedAt = now, now
+	if err := s.own(r.Context(), e.ID); err != nil {
+		return err
+	}
 	if err := s.store.EnvironmentCreate(r.Context(), e); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nameTaken(e.Name)
@@ -409,7 +412,7 @@ func (s *Server) envList(w http.ResponseWriter, r *http.Request) error {
 	p.Desc = true
 	data, next, _, err := listByCreated(p, limit, c, false,
 		func(p *store.ListParams) ([]apitype.Environment, error) {
-			return s.store.EnvironmentList(r.Context(), p)
+			return s.store.EnvironmentList(r.Context(), inWorkspace(r, p))
 		},
 		func(e *apitype.Environment) (time.Time, string) { return e.CreatedAt, e.ID })
 	if err != nil {

@@ -81,6 +81,13 @@ func (s *Server) serveErr(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.
 		return
+	case store.IsUnavailable(s.store, err):
+		// The database is restarting or out of reach: the SDKs retry a 503 after retry-after.
+		s.log.Warn("api: the store is unavailable", "request_id", requestID(r.Context()), "method", r.Method,
+			"path", r.URL.Path, "err", err)
+		w.Header().Set("retry-after", "2")
+		ae = &apiError{status: http.StatusServiceUnavailable, typ: apitype.ErrAPI,
+			msg: "the database is unavailable for a moment; retry the request"}
 	default:
 		attrs := []any{"request_id", requestID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err}
 		if id := r.PathValue("session_id"); id != "" {

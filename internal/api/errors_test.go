@@ -2,8 +2,12 @@ package api_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,5 +246,41 @@ func TestInternalErrors(t *testing.T) {
 	// The server survives.
 	if _, err := client.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{}); err != nil {
 		t.Fatalf("after panic: %v", err)
+	}
+}
+
+// unreachableStore is a store whose database is out of reach: AgentGet fails with a connection error the
+// adapter did not wrap (its Reachability recognizes it), EnvironmentGet with store.ErrUnavailable.
+type unreachableStore struct{ store.Store }
+
+var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+
+func (unreachableStore) AgentGet(context.Context, *store.AgentGetParams) (*apitype.Agent, error) {
+	return nil, fmt.Errorf("agent get: %w", errRefused)
+}
+
+func (unreachableStore) EnvironmentGet(context.Context, string) (*apitype.Environment, error) {
+	return nil, fmt.Errorf("environment get: %w: connection reset", store.ErrUnavailable)
+}
+
+func (unreachableStore) Unreachable(err error) bool { return errors.Is(err, errRefused) }
+
+// TestStoreUnavailable: while the database is out of reach the API answers 503 with retry-after (which the
+// SDKs retry), not a 500, and says nothing of the cause.
+func TestStoreUnavailable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	client := httpServer(t, api.Config{Store: unreachableStore{h.store}, Keys: &api.KeyAuth{Static: testKey}},
+		option.WithMaxRetries(0))
+	ctx := ctxT(t)
+	_, err := client.Beta.Agents.Get(ctx, "agent_x", anthropic.BetaAgentGetParams{})
+	aerr := wantAPIError(t, err, http.StatusServiceUnavailable, apitype.ErrAPI)
+	if aerr.Response.Header.Get("retry-after") != "2" || strings.Contains(aerr.Message, "dial") {
+		t.Errorf("503: retry-after %q, message %q", aerr.Response.Header.Get("retry-after"), aerr.Message)
+	}
+	_, err = client.Beta.Environments.Get(ctx, "env_x", anthropic.BetaEnvironmentGetParams{})
+	aerr = wantAPIError(t, err, http.StatusServiceUnavailable, apitype.ErrAPI)
+	if strings.Contains(aerr.Message, "reset") {
+		t.Errorf("cause leaked to the client: %q", aerr.Message)
 	}
 }

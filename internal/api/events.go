@@ -187,6 +187,15 @@ func (s *Server) eventSend(w http.ResponseWriter, r *http.Request) error {
 	if err := tokenMayAppend(r.Context(), events); err != nil {
 		return err
 	}
+	if s.shares.RunningSessions > 0 { // no work on the event path without the share
+		types := make([]apitype.EventType, len(events))
+		for i := range events {
+			types[i] = events[i].ev.Type
+		}
+		if err := s.admitTurn(r.Context(), w, id, types); err != nil {
+			return err
+		}
+	}
 	// Events that refer to others are checked against the session first; the append itself refuses a session
 	// that is gone, archived or terminated, in its transaction (Open), so plain messages need no read before it.
 	if !allPlain(events) {

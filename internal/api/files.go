@@ -159,6 +159,12 @@ func (s *Server) fileUpload(w http.ResponseWriter, r *http.Request) error {
 		at := meta.CreatedAt.Add(time.Duration(expires) * time.Second)
 		meta.ExpiresAt = &at
 	}
+	if meta.Scope == nil { // Record makes a session's output its session's workspace's
+		if err := s.own(r.Context(), meta.ID); err != nil {
+			s.files.Discard(r.Context(), content)
+			return err
+		}
+	}
 	f, err := s.files.Record(r.Context(), meta, content)
 	if err != nil {
 		return err
@@ -255,7 +261,7 @@ func (s *Server) fileList(w http.ResponseWriter, r *http.Request) error {
 		if q.str("page") != "" || q.str("limit") != "" {
 			return invalid("ids", "cannot be combined with page or limit")
 		}
-		p.IDs, p.Limit, p.Desc = ids, maxFileIDs, true
+		p.IDs, p.Limit, p.Desc, p.Workspace = ids, maxFileIDs, true, workspaceOf(r)
 		data, err := s.store.FileList(r.Context(), &p)
 		if err != nil {
 			return err
@@ -269,7 +275,7 @@ func (s *Server) fileList(w http.ResponseWriter, r *http.Request) error {
 	lp.Desc = true
 	data, next, _, err := listByCreated(lp, limit, c, false,
 		func(lp *store.ListParams) ([]store.File, error) {
-			p.ListParams = *lp
+			p.ListParams = *inWorkspace(r, lp)
 			return s.store.FileList(r.Context(), &p)
 		},
 		func(f *store.File) (time.Time, string) { return f.CreatedAt, f.ID })

@@ -706,3 +706,67 @@ func FuzzUpload(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAdmin: the admin API's bodies: workspace create and update, API key create and update.
+func FuzzAdmin(f *testing.F) {
+	a := newFuzzAPI(f)
+	wsID := a.seed(f, "POST", "/v1/organizations/workspaces", `{"name":"w"}`)
+	keyID := a.seed(f, "POST", "/v1/organizations/api_keys", `{"name":"k","workspace_id":"`+wsID+`"}`)
+	const (
+		opCreate = iota
+		opUpdate
+		opKeyCreate
+		opKeyUpdate
+		nOps
+	)
+	for _, s := range []struct {
+		op   uint8
+		body string
+	}{
+		{opCreate, `{"name":"x"}`}, {opCreate, `{}`}, {opCreate, `{"name":""}`}, {opCreate, `{"name":null}`},
+		{opCreate, `{"name":"x","display_color":"#a1b2c3","tags":{"k":"v"}}`}, {opCreate, `{"name":"x","tags":null}`},
+		{opCreate, `{"name":"x","data_residency":{"workspace_geo":"us"}}`}, {opCreate, `{"name":"x","external_key_id":"k"}`},
+		{opUpdate, `{"name":"y"}`}, {opUpdate, `{"display_color":""}`}, {opUpdate, `{"display_color":"blue"}`},
+		{opUpdate, `{"tags":{"":"v"}}`}, {opUpdate, `[]`},
+		{opKeyCreate, `{}`}, {opKeyCreate, `{"workspace_id":"` + wsID + `"}`}, {opKeyCreate, `{"workspace_id":"wrkspc_no"}`},
+		{opKeyCreate, `{"name":7}`},
+		{opKeyUpdate, `{"status":"inactive"}`}, {opKeyUpdate, `{"status":"active","name":"n"}`}, {opKeyUpdate, `{"status":"x"}`},
+		{opKeyUpdate, `{"name":""}`},
+	} {
+		f.Add(s.op, s.body)
+	}
+	f.Fuzz(func(t *testing.T, op uint8, body string) {
+		var target string
+		switch op % nOps {
+		case opCreate:
+			target = "/v1/organizations/workspaces"
+		case opUpdate:
+			target = "/v1/organizations/workspaces/" + wsID
+		case opKeyCreate:
+			target = "/v1/organizations/api_keys"
+		case opKeyUpdate:
+			target = "/v1/organizations/api_keys/" + keyID
+		}
+		what := "POST " + target + " " + body
+		got := answer(t, what, a.call("POST", target, body))
+		if got == nil {
+			return
+		}
+		id, _ := got["id"].(string)
+		switch op % nOps {
+		case opCreate, opUpdate:
+			if name, _ := got["name"].(string); name == "" || len(name) > 40 {
+				t.Fatalf("%s: accepted the name %q", what, name)
+			}
+			a.sameAsGet(t, what, "/v1/organizations/workspaces/"+id, got)
+		case opKeyCreate:
+			if secret, _ := got["secret"].(string); !strings.HasPrefix(secret, "corral-") {
+				t.Fatalf("%s: no secret in %v", what, got)
+			}
+			delete(got, "secret")
+			a.sameAsGet(t, what, "/v1/organizations/api_keys/"+id, got)
+		default:
+			a.sameAsGet(t, what, "/v1/organizations/api_keys/"+id, got)
+		}
+	})
+}

@@ -187,6 +187,9 @@ func (s *Server) memoryStoreCreate(w http.ResponseWriter, r *http.Request) error
 	m := &apitype.MemoryStore{Type: apitype.ObjectMemoryStore, ID: apitype.NewID(apitype.PrefixMemoryStore),
 		Name: req.Name, Description: desc, Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now}
 	viewMemoryStore(m)
+	if err := s.own(r.Context(), m.ID); err != nil {
+		return err
+	}
 	if err := s.store.MemoryStoreCreate(r.Context(), m); err != nil {
 		return err
 	}
@@ -253,7 +256,7 @@ func (s *Server) memoryStoreList(w http.ResponseWriter, r *http.Request) error {
 	p.Desc = true
 	data, next, _, err := listByCreated(p, limit, c, false,
 		func(p *store.ListParams) ([]apitype.MemoryStore, error) {
-			return s.store.MemoryStoreList(r.Context(), p)
+			return s.store.MemoryStoreList(r.Context(), inWorkspace(r, p))
 		},
 		func(m *apitype.MemoryStore) (time.Time, string) { return m.CreatedAt, m.ID })
 	if err != nil {

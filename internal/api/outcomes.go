@@ -39,7 +39,14 @@ func (s *Server) resolveRubric(ctx context.Context, p string, ev *apitype.NewEve
 	if s.files == nil {
 		return invalid(fp, "this server has no Files API: give the rubric as text")
 	}
-	f, rc, err := s.files.Open(ctx, rubric.FileID)
+	// The file is read through the API's store first: another workspace's is not found (the Files service
+	// reads any).
+	_, err := s.store.FileGet(ctx, rubric.FileID)
+	var f *store.File
+	var rc io.ReadCloser
+	if err == nil {
+		f, rc, err = s.files.Open(ctx, rubric.FileID)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return invalid(fp, "no file %q", rubric.FileID)
 	}

@@ -137,6 +137,16 @@ func (s *Server) routeTable() []route {
 		{"GET /v1/deployment_runs", s.deploymentRunList, accessAPIKey},
 		{"GET /v1/deployment_runs/{deployment_run_id}", s.deploymentRunGet, accessAPIKey},
 
+		{"POST /v1/organizations/workspaces", s.workspaceCreate, accessAdmin},
+		{"GET /v1/organizations/workspaces", s.workspaceList, accessAdmin},
+		{"GET /v1/organizations/workspaces/{workspace_id}", s.workspaceGet, accessAdmin},
+		{"POST /v1/organizations/workspaces/{workspace_id}", s.workspaceUpdate, accessAdmin},
+		{"POST /v1/organizations/workspaces/{workspace_id}/archive", s.workspaceArchive, accessAdmin},
+		{"POST /v1/organizations/api_keys", s.apiKeyCreate, accessAdmin},
+		{"GET /v1/organizations/api_keys", s.apiKeyList, accessAdmin},
+		{"GET /v1/organizations/api_keys/{api_key_id}", s.apiKeyGet, accessAdmin},
+		{"POST /v1/organizations/api_keys/{api_key_id}", s.apiKeyUpdate, accessAdmin},
+
 		{"POST /v1/organizations/webhooks", s.webhookCreate, accessAPIKey},
 		{"GET /v1/organizations/webhooks", s.webhookList, accessAPIKey},
 		{"GET /v1/organizations/webhooks/{webhook_endpoint_id}", s.webhookGet, accessAPIKey},

@@ -256,6 +256,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		return invalid("initial_events", "at most %d events", maxInitialEvents)
 	}
 	initial := make([]apitype.NewEvent, 0, len(req.InitialEvents))
+	types := make([]apitype.EventType, 0, len(req.InitialEvents))
 	for i, raw := range req.InitialEvents {
 		ce, err := parseClientEvent(index("initial_events", i), raw,
 			[]apitype.EventType{apitype.EventUserMessage, apitype.EventUserDefineOutcome})
@@ -266,6 +267,10 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		initial = append(initial, traced(r.Context(), ce.ev))
+		types = append(types, ce.ev.Type)
+	}
+	if err := s.admitTurn(r.Context(), w, "", types); err != nil {
+		return err
 	}
 	created, err := s.createSession(r.Context(), &req, initial, nil)
 	if err != nil {
@@ -392,6 +397,9 @@ func (s *Server) createSession(ctx context.Context, req *sessionCreateRequest, i
 		return nil, invalidCode("environment_archived", "environment_id: environment %s is archived", env.ID)
 	}
 	if err := s.checkSessionVaults(ctx, req.VaultIDs); err != nil {
+		return nil, err
+	}
+	if err := s.own(ctx, sess.ID); err != nil {
 		return nil, err
 	}
 	// The repositories' sealed tokens go in with the session: a brain that claims it at once finds them.
@@ -643,7 +651,7 @@ func (s *Server) sessionList(w http.ResponseWriter, r *http.Request) error {
 	data, next, prev, err := listByCreated(p.ListParams, limit, c, true,
 		func(lp *store.ListParams) ([]apitype.Session, error) {
 			sp := p
-			sp.ListParams = *lp
+			sp.ListParams = *inWorkspace(r, lp)
 			if memoryStoreID != "" {
 				return s.sessionsWithMemoryStore(r.Context(), &sp, memoryStoreID)
 			}

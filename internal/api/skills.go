@@ -175,6 +175,10 @@ func (s *Server) skillCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.storeSkillZip(r.Context(), u, v); err != nil {
 		return err
 	}
+	if err := s.own(r.Context(), sk.ID); err != nil {
+		_ = s.files.DeleteBlob(r.Context(), v.BlobKey)
+		return err
+	}
 	if err := s.store.SkillCreate(r.Context(), sk, v); err != nil {
 		_ = s.files.DeleteBlob(r.Context(), v.BlobKey)
 		return err
@@ -222,7 +226,9 @@ func (s *Server) skillList(w http.ResponseWriter, r *http.Request) error {
 	}
 	p.Desc = true
 	data, next, _, err := listByCreated(p, limit, c, false,
-		func(p *store.ListParams) ([]apitype.Skill, error) { return s.store.SkillList(r.Context(), p) },
+		func(p *store.ListParams) ([]apitype.Skill, error) {
+			return s.store.SkillList(r.Context(), inWorkspace(r, p))
+		},
 		func(sk *apitype.Skill) (time.Time, string) { return sk.CreatedAt, sk.ID })
 	if err != nil {
 		return err

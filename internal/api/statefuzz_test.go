@@ -73,6 +73,8 @@ const (
 	sfSkillVer   sfKind = "skill_version"
 	sfModel      sfKind = "model"
 	sfGitOp      sfKind = "git_op"
+	sfWorkspace  sfKind = "workspace"
+	sfAPIKey     sfKind = "api_key"
 )
 
 // sfWildcards maps each path wildcard of the route table to the kind of id it takes; sfParents gives the kind
@@ -84,7 +86,7 @@ var (
 		"memory_store_id": sfMemStore, "memory_id": sfMemory, "memory_version_id": sfMemVersion, "dream_id": sfDream,
 		"deployment_id": sfDeployment, "deployment_run_id": sfRun, "webhook_endpoint_id": sfWebhook,
 		"tunnel_id": sfTunnel, "certificate_id": sfCert, "file_id": sfFile, "skill_id": sfSkill,
-		"version": sfSkillVer, "model_id": sfModel, "op": sfGitOp,
+		"version": sfSkillVer, "model_id": sfModel, "op": sfGitOp, "workspace_id": sfWorkspace, "api_key_id": sfAPIKey,
 	}
 	sfParents = map[sfKind]sfKind{
 		sfEnvKey: sfEnv, sfWork: sfEnv, sfThread: sfSession, sfResource: sfSession, sfCredential: sfVault,
@@ -246,6 +248,24 @@ var sfRoutes = map[string]sfRoute{
 	"POST /v1/deployments/{deployment_id}/run":     {after: (*stateFuzzer).afterRun},
 	"GET /v1/deployment_runs":                      {},
 	"GET /v1/deployment_runs/{deployment_run_id}":  {},
+
+	"POST /v1/organizations/workspaces": {body: func(f *stateFuzzer, _ map[string]string) sfBody {
+		return sfJSON(obj{"name": "w" + f.n(), "tags": obj{"team": "t"}})
+	}, after: sfCreated(sfWorkspace, "")},
+	"GET /v1/organizations/workspaces":                {},
+	"GET /v1/organizations/workspaces/{workspace_id}": {},
+	"POST /v1/organizations/workspaces/{workspace_id}": {body: func(f *stateFuzzer, _ map[string]string) sfBody {
+		return sfJSON(f.oneOf(obj{"name": "w2"}, obj{"display_color": "#123456"}, obj{"tags": nil}))
+	}},
+	"POST /v1/organizations/workspaces/{workspace_id}/archive": {after: sfArchived("workspace_id")},
+	"POST /v1/organizations/api_keys": {body: func(f *stateFuzzer, _ map[string]string) sfBody {
+		return sfJSON(obj{"name": "k" + f.n()})
+	}, after: sfCreated(sfAPIKey, "")},
+	"GET /v1/organizations/api_keys":              {},
+	"GET /v1/organizations/api_keys/{api_key_id}": {},
+	"POST /v1/organizations/api_keys/{api_key_id}": {body: func(f *stateFuzzer, _ map[string]string) sfBody {
+		return sfJSON(f.oneOf(obj{"name": "k2"}, obj{"status": "inactive"}, obj{"status": "active"}, obj{"status": "archived"}))
+	}},
 
 	"POST /v1/organizations/webhooks": {body: func(f *stateFuzzer, _ map[string]string) sfBody {
 		return sfJSON(obj{"url": "https://hooks.example.test/" + f.n(), "enabled_events": []string{"session.created"}, "name": "h"})
@@ -1164,7 +1184,8 @@ var sfCreates = map[string]sfKind{
 	"POST /v1/organizations/webhooks": sfWebhook, "POST /v1/tunnels": sfTunnel, "POST /v1/files": sfFile,
 	"POST /v1/skills": sfSkill, "POST /v1/skills/{skill_id}/versions": sfSkillVer,
 	"POST /v1/tunnels/{tunnel_id}/certificates": sfCert, "POST /v1/environments/{environment_id}/keys": sfEnvKey,
-	"POST /v1/sessions/{session_id}/resources": sfResource,
+	"POST /v1/sessions/{session_id}/resources": sfResource, "POST /v1/organizations/workspaces": sfWorkspace,
+	"POST /v1/organizations/api_keys": sfAPIKey,
 }
 
 // pick picks a route: one on resources the model has none of mostly answers 404, so others (and creations)

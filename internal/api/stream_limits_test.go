@@ -17,10 +17,12 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 )
 
-// keyIDs accepts every key and reports it as its own id.
+// keyIDs accepts every key as an organization admin key whose id is the key itself.
 type keyIDs struct{}
 
-func (keyIDs) Authenticate(_ context.Context, key string) (string, error) { return key, nil }
+func (keyIDs) Authenticate(_ context.Context, key string) (*apitype.APIKey, error) {
+	return &apitype.APIKey{ID: key}, nil
+}
 
 // getStream opens a stream with key; the caller closes the body.
 func getStream(t *testing.T, ctx context.Context, srv *httptest.Server, sessionID, key string, hdr ...string) *http.Response {

@@ -29,6 +29,9 @@ const (
 	maxTunnelNameLen   = 255
 	maxTunnelLimit     = 1000
 	maxTunnelReasonLen = 1024
+	// maxWorkspaceTunnels is the most active tunnels of a workspace: with the hub's 8 connectors a tunnel, one
+	// workspace's connectors take at most half of a process's 1,024 connections.
+	maxWorkspaceTunnels = 64
 	// maxTunnelCertificatePEM is the most bytes a certificate's PEM may hold (8 KB).
 	maxTunnelCertificatePEM = 8192
 	// tunnelTokenName is the name the tunnel's token is sealed under, beside the tunnel's id.
@@ -154,6 +157,13 @@ func (s *Server) tunnelCreate(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	active, err := s.store.TunnelList(r.Context(), inWorkspace(r, &store.ListParams{Limit: maxWorkspaceTunnels}))
+	if err != nil {
+		return err
+	}
+	if len(active) >= maxWorkspaceTunnels {
+		return invalid("", "the workspace has %d active tunnels, the most it may have: archive one first", len(active))
+	}
 	id := apitype.NewID(apitype.PrefixTunnel)
 	tokenID, _, hash, sealed, err := s.newTunnelToken(id)
 	if err != nil {
@@ -165,6 +175,9 @@ func (s *Server) tunnelCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	for try := 1; ; try++ {
 		rec.Domain = s.newTunnelDomain()
+		if err := s.own(r.Context(), rec.ID); err != nil {
+			return err
+		}
 		err = s.store.TunnelCreate(r.Context(), rec)
 		if err == nil {
 			break
@@ -193,7 +206,9 @@ func (s *Server) tunnelList(w http.ResponseWriter, r *http.Request) error {
 	}
 	lp.Desc = true
 	recs, next, _, err := listByCreated(lp, limit, c, false,
-		func(p *store.ListParams) ([]store.TunnelRecord, error) { return s.store.TunnelList(r.Context(), p) },
+		func(p *store.ListParams) ([]store.TunnelRecord, error) {
+			return s.store.TunnelList(r.Context(), inWorkspace(r, p))
+		},
 		func(t *store.TunnelRecord) (time.Time, string) { return t.CreatedAt, t.ID })
 	if err != nil {
 		return err

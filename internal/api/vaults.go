@@ -46,6 +46,9 @@ func (s *Server) vaultCreate(w http.ResponseWriter, r *http.Request) error {
 	v := &apitype.Vault{Type: apitype.ObjectVault, ID: apitype.NewID(apitype.PrefixVault), DisplayName: req.DisplayName,
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now}
 	viewVault(v)
+	if err := s.own(r.Context(), v.ID); err != nil {
+		return err
+	}
 	if err := s.store.VaultCreate(r.Context(), v); err != nil {
 		return err
 	}
@@ -105,7 +108,9 @@ func (s *Server) vaultList(w http.ResponseWriter, r *http.Request) error {
 	}
 	p.Desc = true
 	data, next, _, err := listByCreated(p, limit, c, false,
-		func(p *store.ListParams) ([]apitype.Vault, error) { return s.store.VaultList(r.Context(), p) },
+		func(p *store.ListParams) ([]apitype.Vault, error) {
+			return s.store.VaultList(r.Context(), inWorkspace(r, p))
+		},
 		func(v *apitype.Vault) (time.Time, string) { return v.CreatedAt, v.ID })
 	if err != nil {
 		return err

@@ -131,7 +131,7 @@ func (s *Server) webhookCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := checkWebhookText(&req); err != nil {
 		return err
 	}
-	existing, err := s.store.WebhookEndpointList(r.Context(), &store.ListParams{Limit: maxWebhookEndpoints + 1})
+	existing, err := s.store.WebhookEndpointList(r.Context(), &store.ListParams{Limit: maxWebhookEndpoints + 1, Workspace: workspaceOf(r)})
 	if err != nil {
 		return err
 	}
@@ -149,6 +149,9 @@ func (s *Server) webhookCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	secret, sealed, err := s.newSigningSecret(e.ID)
 	if err != nil {
+		return err
+	}
+	if err := s.own(r.Context(), e.ID); err != nil {
 		return err
 	}
 	if err := s.store.WebhookEndpointCreate(r.Context(), &store.WebhookEndpointRecord{Endpoint: e, Secret: *sealed}); err != nil {
@@ -262,7 +265,7 @@ func (s *Server) webhookList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	recs, err := s.store.WebhookEndpointList(r.Context(), &store.ListParams{Limit: maxWebhookEndpoints + 1, Desc: desc})
+	recs, err := s.store.WebhookEndpointList(r.Context(), &store.ListParams{Limit: maxWebhookEndpoints + 1, Desc: desc, Workspace: workspaceOf(r)})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package apitype
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"time"
 )
 
 // APIKeySecretPrefix starts every API key Corral mints.
@@ -19,4 +20,12 @@ func NewAPIKeySecret() string {
 func HashAPIKey(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:])
+}
+
+// NewAPIKey mints a key of workspace ws ("" for an organization admin key): its secret, shown once, and the
+// key to store, which keeps only the secret's hash.
+func NewAPIKey(name, ws string, now time.Time) (string, *APIKey) {
+	secret := NewAPIKeySecret()
+	return secret, &APIKey{ID: NewID(PrefixAPIKey), Name: name, Hash: HashAPIKey(secret), Hint: secret[len(secret)-4:],
+		CreatedAt: now, WorkspaceID: ws}
 }

@@ -344,7 +344,22 @@ type APIKey struct {
 	Hash      string     `json:"-"`
 	Hint      string     `json:"hint"` // the last four characters
 	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at"`
+	RevokedAt *time.Time `json:"revoked_at"` // archived: it never works again
+	// WorkspaceID is the workspace the key belongs to; "" is an organization admin key, which manages the
+	// workspaces and keys and works on the resources of the workspace a request names (the default one if none).
+	WorkspaceID string `json:"workspace_id"`
+	Inactive    bool   `json:"inactive"` // turned off by the admin API; it can be turned on again
+}
+
+// Status is the key's status on the admin API.
+func (k *APIKey) Status() string {
+	switch {
+	case k.RevokedAt != nil:
+		return APIKeyArchived
+	case k.Inactive:
+		return APIKeyInactive
+	}
+	return APIKeyActive
 }
 
 // File is a file of the Files API: «FileMetadata». Its bytes are in the blob store.

@@ -12,11 +12,12 @@ const (
 	PrefixWebhookEvent    = "whe_"
 )
 
-// Organization and workspace ids a webhook event's data names: Corral serves one organization with one
-// workspace until workspaces exist.
+// DefaultOrganizationID is the organization a webhook event's data names: a server is one organization.
+// DefaultWorkspaceID is the workspace every store has from its first start: the resources of a server set up
+// before workspaces existed, and those of a single-key set-up, are in it. It cannot be archived.
 const (
 	DefaultOrganizationID = "org_corral"
-	DefaultWorkspaceID    = "wrkspc_default"
+	DefaultWorkspaceID    = PrefixWorkspace + "default"
 )
 
 // WebhookEndpoint is a webhook endpoint of the organization: a URL that receives signed events of the types it

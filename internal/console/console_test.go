@@ -393,7 +393,8 @@ func quantize(img image.Image) *image.Paletted {
 }
 
 // api calls the server's API as a client would.
-func (e *env) api(method, path string, body, out any) {
+// api sends a request with the test key and more headers (name, value, ...), and decodes its answer into out.
+func (e *env) api(method, path string, body, out any, hdr ...string) {
 	e.t.Helper()
 	var rd bytes.Reader
 	if body != nil {
@@ -406,6 +407,9 @@ func (e *env) api(method, path string, body, out any) {
 	}
 	req.Header.Set("x-api-key", key)
 	req.Header.Set("content-type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

@@ -161,8 +161,9 @@ func TestPageWeight(t *testing.T) {
 	// deployments (list, form, a deployment's page with its runs, a run's page) and webhooks (list and form, an
 	// endpoint's page with its deliveries), sharing the lists, pagers, links and the secret shown once with the
 	// other pages, came to 17.5 KiB: 206 KiB. The tunnels (list and form, a tunnel's page with its token and its
-	// certificates) came to 5.3 KiB: 211 KiB.
-	const budget = 211 << 10
+	// certificates) came to 5.3 KiB: 211 KiB. Issue 27's workspaces (list and form, a workspace's page with its
+	// keys, the workspace the console acts in), sharing the webhooks' reader of Page lists, came to 4.8 KiB: 216 KiB.
+	const budget = 216 << 10
 	if h.Size() > budget {
 		t.Errorf("the console weighs %d bytes, over its budget of %d", h.Size(), budget)
 	}

@@ -45,6 +45,7 @@ const spaceCheckEvery = 4 << 20
 type Store interface {
 	store.FileStore
 	store.SkillStore
+	store.Owners
 }
 
 // Service stores files, and the archives of skill versions.
@@ -150,15 +151,32 @@ func (s *Service) Discard(ctx context.Context, c *Content) {
 	_ = s.blobs.Delete(context.WithoutCancel(ctx), c.Key)
 }
 
-// Record stores the metadata of a file whose content Put stored; if that fails the content is deleted.
+// Record stores the metadata of a file whose content Put stored; if that fails the content is deleted. A file
+// scoped to a session is its session's workspace's (the caller records the owner of any other file first).
 func (s *Service) Record(ctx context.Context, meta *apitype.File, c *Content) (*store.File, error) {
 	f := &store.File{File: *meta, SHA256: c.SHA256, BlobKey: c.Key}
 	f.SizeBytes = c.Size
-	if err := s.store.FileCreate(ctx, f); err != nil {
+	err := s.ownScoped(ctx, meta)
+	if err == nil {
+		err = s.store.FileCreate(ctx, f)
+	}
+	if err != nil {
 		_ = s.blobs.Delete(context.WithoutCancel(ctx), c.Key)
 		return nil, fmt.Errorf("files: record %s: %w", meta.ID, err)
 	}
 	return f, nil
+}
+
+// ownScoped records that a file scoped to a session belongs to the session's workspace.
+func (s *Service) ownScoped(ctx context.Context, meta *apitype.File) error {
+	if meta.Scope == nil || meta.Scope.Type != apitype.FileScopeSession {
+		return nil
+	}
+	ws, err := s.store.OwnerOf(ctx, meta.Scope.ID)
+	if err != nil {
+		return err
+	}
+	return s.store.Own(ctx, meta.ID, ws)
 }
 
 // Create stores a new file from content under a new id, with the given scope: Put, then Record.

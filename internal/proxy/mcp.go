@@ -41,6 +41,8 @@ type MCPStore interface {
 	CredentialUpdate(ctx context.Context, p *store.CredentialUpdateParams) (*apitype.Credential, error)
 	// WebhookEventAppend records vault_credential.refresh_failed when a refresh fails.
 	WebhookEventAppend(ctx context.Context, events []apitype.WebhookEvent) error
+	// OwnerOf gives a session's workspace: a tunnel carries its workspace's sessions' MCP traffic alone.
+	OwnerOf(ctx context.Context, id string) (string, error)
 }
 
 // MCPConfig configures MCP.

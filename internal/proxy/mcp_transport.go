@@ -59,7 +59,11 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 		c.http = newMCPHTTPClient(c, c.m.transport(c.policy))
 		return nil
 	}
-	_, ok, err := hub.Resolve(ctx, c.host)
+	ws, err := c.m.cfg.Store.OwnerOf(ctx, c.session)
+	if err != nil {
+		return err
+	}
+	_, ok, err := hub.Resolve(ctx, c.host, ws)
 	if !ok {
 		c.http = newMCPHTTPClient(c, c.m.transport(c.policy))
 		return nil
@@ -89,7 +93,7 @@ func (c *mcpConn) dialer(ctx context.Context, u *url.URL) error {
 			if !strings.EqualFold(host, tunnelHost) {
 				return nil, fmt.Errorf("the server named %s: a connection through a tunnel reaches %s only", host, tunnelHost)
 			}
-			r, ok, err := hub.Resolve(ctx, host)
+			r, ok, err := hub.Resolve(ctx, host, ws)
 			if err == nil && !ok {
 				err = fmt.Errorf("%s is no longer below the tunnels' domain", host)
 			}

@@ -96,6 +96,8 @@ type APIConfig struct {
 	// Keys authenticates requests. Required.
 	Keys      api.Authenticator
 	RateLimit float64 // requests per second per API key (0 = unlimited)
+	// Shares are each workspace's fair shares of the server (zero values: no limits).
+	Shares api.Shares
 	// Sealer seals the credentials the API is given (*vault.Vault); nil refuses to store credentials.
 	Sealer api.Sealer
 	// Validator validates MCP credentials (the MCP proxy); nil: mcp_oauth_validate says it cannot.
@@ -153,6 +155,9 @@ type SandboxConfig struct {
 	// Pool configures the pool; its Provider and Logger are set by the server. Pool.WorkspaceRoot is required
 	// with a Provider whose sandboxes have their workspaces on this host (Capabilities.HostWorkspace).
 	Pool sandbox.PoolConfig
+	// WorkspaceSandboxes is how many of a workspace's sessions may hold a live sandbox at once, across every
+	// brain of the store; a tool call beyond it fails with the reason (0 = unlimited).
+	WorkspaceSandboxes int
 	// SweepInterval is how often the workspaces of deleted sessions are removed, and expired files deleted,
 	// the first time at Start (default DefaultSweepInterval).
 	SweepInterval time.Duration
@@ -237,6 +242,9 @@ func New(cfg Config) (*Server, error) {
 		if pc.Images == nil {
 			pc.Images = cfg.Images // a nil Images stays nil: no images
 		}
+		if n := sc.WorkspaceSandboxes; n > 0 && pc.Quota == nil {
+			pc.Quota = &workspaceSandboxes{store: cfg.Store, max: n, log: cfg.Logger}
+		}
 		pool, err := sandbox.NewPool(pc)
 		if err != nil {
 			closeProvider(sc.Provider)
@@ -294,7 +302,7 @@ func New(cfg Config) (*Server, error) {
 		fleet = *cfg.Fleet
 	}
 	if cfg.API != nil {
-		acfg := api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Sealer: cfg.API.Sealer,
+		acfg := api.Config{Store: cfg.Store, Logger: cfg.Logger, Keys: cfg.API.Keys, RateLimit: cfg.API.RateLimit, Shares: cfg.API.Shares, Sealer: cfg.API.Sealer,
 			Validator: cfg.API.Validator, WorkLeaseTTL: cfg.API.WorkLeaseTTL, Files: cfg.API.Files, Metrics: apiMetrics(cfg.Metrics),
 			TracerProvider: cfg.TracerProvider, Images: cfg.Images, Prices: cfg.API.Prices, GitRelay: cfg.API.GitRelay, WebSearch: cfg.API.WebSearch,
 			DreamTimeout: fleet.DreamTimeout, DeploymentCatchUp: fleet.DeploymentCatchUp}

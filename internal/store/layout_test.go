@@ -37,6 +37,9 @@ func TestAdaptersMirror(t *testing.T) {
 		reflect.TypeFor[store.WebhookStore]():        "webhooks.go",
 		reflect.TypeFor[store.DeploymentStore]():     "deployments.go",
 		reflect.TypeFor[store.TunnelStore]():         "tunnels.go",
+		reflect.TypeFor[store.WorkspaceStore]():      "workspaces.go",
+		reflect.TypeFor[store.RateStore]():           "rates.go",
+		reflect.TypeFor[store.SlotStore]():           "slots.go",
 	}
 	// Every sub-interface embedded in Store has its file.
 	st := reflect.TypeFor[store.Store]()

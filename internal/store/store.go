@@ -28,7 +28,28 @@ var (
 	ErrNoWork = errors.New("no runnable session")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store closed")
+	// ErrUnavailable: the database could not be reached, or dropped the connection mid-operation (it restarts,
+	// or the network failed). The operation may be retried once it is back; a write that failed so may or may not
+	// have been applied.
+	ErrUnavailable = errors.New("store unavailable")
 )
+
+// Reachability is implemented by an adapter whose database is reached over a network: Unreachable reports
+// whether err, returned by one of its methods, means the database could not be reached or dropped the
+// connection, whether or not the adapter wrapped it in ErrUnavailable.
+type Reachability interface {
+	Unreachable(err error) bool
+}
+
+// IsUnavailable reports whether err, returned by st, means st's database could not be reached: ErrUnavailable,
+// or an error st's Reachability recognizes.
+func IsUnavailable(st any, err error) bool {
+	if errors.Is(err, ErrUnavailable) {
+		return true
+	}
+	r, ok := st.(Reachability)
+	return ok && err != nil && r.Unreachable(err)
+}
 
 // CommitObserver is told the size of each group commit of an adapter's write batcher: how many writes (appends
 // and other writes) went into one transaction. Its method must be cheap and safe for concurrent use.
@@ -85,6 +106,9 @@ type Store interface {
 	WebhookStore
 	DeploymentStore
 	TunnelStore
+	WorkspaceStore
+	RateStore
+	SlotStore
 
 	// Capabilities says what this adapter does natively.
 	Capabilities() Capabilities
@@ -110,6 +134,9 @@ type ListParams struct {
 	CreatedFrom     *time.Time // created_at >= t (gte)
 	CreatedBefore   *time.Time // created_at < t  (lt)
 	CreatedTo       *time.Time // created_at <= t (lte)
+	// Workspace, if set, lists only the resources of that workspace (WorkspaceStore): for the lists of
+	// resources that belong to a workspace themselves, not those of a parent's children.
+	Workspace string
 }
 
 // Cursor is the position of an item in a (created_at, id) ordered list.

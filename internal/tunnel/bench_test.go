@@ -13,6 +13,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/proxy"
 	"github.com/corralhq/corral/internal/tunnel"
 )
@@ -75,7 +76,7 @@ func BenchmarkMCPCall(b *testing.B) {
 			if err != nil {
 				return nil, err
 			}
-			route, ok, err := r.hub.Resolve(ctx, h)
+			route, ok, err := r.hub.Resolve(ctx, h, apitype.DefaultWorkspaceID)
 			if !ok {
 				return nil, errors.New("not a tunnel's host")
 			}

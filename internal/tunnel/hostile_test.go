@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/tunnel"
 )
 
@@ -81,7 +82,7 @@ func TestTunnelHostileConnectorStalls(t *testing.T) {
 		}()
 		waitConnected(t, r.hub, r.tunnel.ID, 1)
 		host := "wiki." + r.tunnel.Domain
-		route, _, err := r.hub.Resolve(context.Background(), host)
+		route, _, err := r.hub.Resolve(context.Background(), host, apitype.DefaultWorkspaceID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +177,7 @@ func TestTunnelLingeringStreams(t *testing.T) {
 		}()
 		waitConnected(t, r.hub, r.tunnel.ID, 1)
 		host := "wiki." + r.tunnel.Domain
-		route, _, err := r.hub.Resolve(context.Background(), host)
+		route, _, err := r.hub.Resolve(context.Background(), host, apitype.DefaultWorkspaceID)
 		if err != nil {
 			t.Fatal(err)
 		}

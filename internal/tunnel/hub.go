@@ -21,8 +21,9 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// Store is what the hub reads: tunnels by token and domain, and their certificates.
+// Store is what the hub reads: tunnels by token and domain, their certificates, and their workspaces.
 type Store interface {
+	OwnerOf(ctx context.Context, id string) (string, error)
 	TunnelGet(ctx context.Context, id string) (*store.TunnelRecord, error)
 	TunnelByDomain(ctx context.Context, domain string) (*store.TunnelRecord, error)
 	TunnelByTokenHash(ctx context.Context, hash string) (*store.TunnelRecord, error)
@@ -326,10 +327,11 @@ type Route struct {
 // ErrRefused wraps the reasons a tunnel does not carry a request; the message says why.
 var ErrRefused = errors.New("tunnel")
 
-// Resolve reports whether host is under the hub's base domain (ok) and, if it is, its tunnel: an error wrapping
-// ErrRefused when no tunnel has that domain, the tunnel is archived, has no active CA certificate, or the host
-// names no server below the tunnel's domain.
-func (h *Hub) Resolve(ctx context.Context, host string) (r *Route, ok bool, err error) {
+// Resolve reports whether host is under the hub's base domain (ok) and, if it is, its tunnel for a session of
+// workspace ws: an error wrapping ErrRefused when no tunnel of ws has that domain (another workspace's tunnel
+// is refused as if there were none), the tunnel is archived, has no active CA certificate, or the host names no
+// server below the tunnel's domain.
+func (h *Hub) Resolve(ctx context.Context, host, ws string) (r *Route, ok bool, err error) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	rest, under := strings.CutSuffix(host, "."+h.cfg.Domain)
 	if !under {
@@ -341,6 +343,12 @@ func (h *Hub) Resolve(ctx context.Context, host string) (r *Route, ok bool, err 
 		return nil, true, fmt.Errorf("%w: %s is a tunnel's domain: an MCP URL through a tunnel names a server below it, as <server>.%s", ErrRefused, host, host)
 	}
 	t, err := h.cfg.Store.TunnelByDomain(ctx, domain)
+	if err == nil {
+		var owner string
+		if owner, err = h.cfg.Store.OwnerOf(ctx, t.ID); err == nil && owner != ws {
+			err = store.ErrNotFound
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, true, fmt.Errorf("%w: no tunnel has the domain %s", ErrRefused, domain)

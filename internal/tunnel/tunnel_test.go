@@ -136,7 +136,7 @@ func waitConnected(t testing.TB, hub *tunnel.Hub, tunnelID string, n int) {
 func get(ctx context.Context, hub *tunnel.Hub, host, path string) (string, error) {
 	tr := &http.Transport{DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 		h, port, _ := net.SplitHostPort(addr)
-		route, ok, err := hub.Resolve(ctx, h)
+		route, ok, err := hub.Resolve(ctx, h, apitype.DefaultWorkspaceID)
 		if !ok {
 			return nil, errors.New("not a tunnel's host")
 		}
@@ -186,15 +186,30 @@ func TestTunnelCarries(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", c.host, err, c.want)
 		}
 	}
-	if _, ok, _ := r.hub.Resolve(ctx, "example.com"); ok {
+	if _, ok, _ := r.hub.Resolve(ctx, "example.com", apitype.DefaultWorkspaceID); ok {
 		t.Error("example.com resolved as a tunnel's host")
 	}
 	bare, _ := r.addTunnel(t, "bare")
-	if _, _, err := r.hub.Resolve(ctx, "wiki."+bare.Domain); err == nil || !strings.Contains(err.Error(), "no CA certificate") {
+	if _, _, err := r.hub.Resolve(ctx, "wiki."+bare.Domain, apitype.DefaultWorkspaceID); err == nil || !strings.Contains(err.Error(), "no CA certificate") {
 		t.Errorf("a tunnel without a certificate: %v", err)
 	}
 	if _, err := get(ctx, r.hub, "wiki."+r.tunnel.Domain, "/"); err != nil {
 		t.Errorf("a second request: %v", err)
+	}
+	// A tunnel carries its workspace's sessions' traffic alone: to another workspace it does not exist.
+	if _, _, err := r.hub.Resolve(ctx, "wiki."+r.tunnel.Domain, "wrkspc_other"); err == nil ||
+		!strings.Contains(err.Error(), "no tunnel has the domain "+r.tunnel.Domain) {
+		t.Errorf("the default workspace's tunnel for another workspace: %v", err)
+	}
+	if err := r.st.Own(ctx, bare.ID, "wrkspc_b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.hub.Resolve(ctx, "wiki."+bare.Domain, "wrkspc_b"); err == nil || !strings.Contains(err.Error(), "no CA certificate") {
+		t.Errorf("b's tunnel for b: %v, want it found (and refused for its missing certificate)", err)
+	}
+	if _, _, err := r.hub.Resolve(ctx, "wiki."+bare.Domain, apitype.DefaultWorkspaceID); err == nil ||
+		!strings.Contains(err.Error(), "no tunnel has the domain "+bare.Domain) {
+		t.Errorf("b's tunnel for the default workspace: %v", err)
 	}
 }
 
@@ -257,7 +272,7 @@ func TestTunnelTokenRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(done, "archived")
-	if _, _, err := r.hub.Resolve(ctx, "wiki."+r.tunnel.Domain); err == nil || !strings.Contains(err.Error(), "archived") {
+	if _, _, err := r.hub.Resolve(ctx, "wiki."+r.tunnel.Domain, apitype.DefaultWorkspaceID); err == nil || !strings.Contains(err.Error(), "archived") {
 		t.Errorf("an archived tunnel: %v", err)
 	}
 }

@@ -9,6 +9,16 @@ import {row, text, area, form, parseJSON, json, same, metadataPatch, gone, FormE
 // pagedList renders a list page with Previous/Next over the API's cursors. columns: [[header, cell(row)], ...].
 // params are more parameters of the list request; noArchived drops the Archived filter (files have none); before
 // is shown above the list (a form that adds to it); read(token), if given, reads a page instead of GET path.
+// idPages reads the pages of a Page-shaped list (data, has_more, first_id, last_id: the webhooks', the admin
+// API's) as pagedList's cursors: a token is "a" (after) or "b" (before) and an id.
+export function idPages(path, params) {
+  return async t => {
+    const r = await get(path, Object.assign({limit: 50, [t[0] === 'b' ? 'before_id' : 'after_id']: t.slice(1) || undefined}, params || {}));
+    return {data: r.data, next_page: (t[0] === 'b' || r.has_more) && r.last_id ? `a${r.last_id}` : null,
+      prev_page: t && r.first_id && (t[0] === 'a' || r.has_more) ? `b${r.first_id}` : null};
+  };
+}
+
 export async function pagedList(main, {title, path, q, columns, emptyTitle, emptyHint, caption, actions, params, noArchived, before, read}) {
   const stack = [];
   let token = q.get('page') || '';

@@ -6,7 +6,13 @@ export const BETA = 'managed-agents-2026-04-01';
 
 export function apiKey() { return sessionStorage.getItem(KEY) || ''; }
 export function setKey(k) { sessionStorage.setItem(KEY, k); }
-export function forgetKey() { sessionStorage.removeItem(KEY); }
+export function forgetKey() { sessionStorage.removeItem(KEY); sessionStorage.removeItem(WS); }
+
+// The workspace the console acts in, as an organization admin key names it (anthropic-workspace-id); none is the
+// key's own (a workspace key's, or the default workspace for an admin key).
+const WS = 'corral.console.workspace';
+export function workspace() { return sessionStorage.getItem(WS) || ''; }
+export function setWorkspace(w) { if (w) sessionStorage.setItem(WS, w); else sessionStorage.removeItem(WS); }
 
 export class APIError extends Error {
   constructor(status, type, message) {
@@ -17,7 +23,8 @@ export class APIError extends Error {
 }
 
 export function headers(extra) {
-  return Object.assign({'x-api-key': apiKey(), 'anthropic-beta': BETA, 'anthropic-version': '2023-06-01'}, extra || {});
+  const ws = workspace() ? {'anthropic-workspace-id': workspace()} : {};
+  return Object.assign({'x-api-key': apiKey(), 'anthropic-beta': BETA, 'anthropic-version': '2023-06-01'}, ws, extra || {});
 }
 
 let onUnauthorized = () => {};

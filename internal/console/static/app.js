@@ -16,6 +16,7 @@ import {dreamsPage, dreamPage} from './dreams.js';
 import {deploymentsPage, deploymentPage, deploymentNewPage, deploymentRunPage} from './deployments.js';
 import {webhooksPage, webhookPage} from './webhooks.js';
 import {tunnelsPage, tunnelPage} from './tunnels.js';
+import {workspacesPage, workspacePage} from './workspaces.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -58,6 +59,8 @@ const routes = [
   [/^\/webhooks$/, (v, m, q) => webhooksPage(v, q)],
   [/^\/tunnels\/([^/]+)$/, (v, m) => tunnelPage(v, decodeURIComponent(m[1]))],
   [/^\/tunnels$/, (v, m, q) => tunnelsPage(v, q)],
+  [/^\/workspaces\/([^/]+)$/, (v, m) => workspacePage(v, decodeURIComponent(m[1]))],
+  [/^\/workspaces$/, (v, m, q) => workspacesPage(v, q)],
 ];
 
 // parseHash splits "#/path?a=b" into the path and its parameters.

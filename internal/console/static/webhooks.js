@@ -4,7 +4,7 @@
 
 import {h, clear, time, fmtTime, statusBadge, fact, crumbs, mono, empty, toast, to} from './dom.js';
 import {get, post, id as esc} from './api.js';
-import {pagedList} from './agents.js';
+import {pagedList, idPages} from './agents.js';
 import {cursorPager} from './memory.js';
 import {row, text, form, twoClick, gone, once} from './forms.js';
 
@@ -31,14 +31,6 @@ function endpointForm(id, e, label, send) {
   return f;
 }
 
-// page reads a page of the Page-shaped list (data, has_more, first_id, last_id) as pagedList's cursors: a
-// token is "a" (after) or "b" (before) and an id.
-async function page(t) {
-  const r = await get(P, {limit: 50, [t[0] === 'b' ? 'before_id' : 'after_id']: t.slice(1) || undefined});
-  return {data: r.data, next_page: (t[0] === 'b' || r.has_more) && r.last_id ? `a${r.last_id}` : null,
-    prev_page: t && r.first_id && (t[0] === 'a' || r.has_more) ? `b${r.first_id}` : null};
-}
-
 export async function webhooksPage(main, q) {
   const shown = h('div', {id: 'new-secret'});
   const details = h('details', {class: 'card', id: 'new-webhook'}, h('summary', null, 'New endpoint'));
@@ -50,7 +42,7 @@ export async function webhooksPage(main, q) {
     await list.reload();
   });
   details.append(f);
-  const list = await pagedList(main, {title: 'Webhooks', path: P, q, caption: 'Webhook endpoints', noArchived: true, read: page,
+  const list = await pagedList(main, {title: 'Webhooks', path: P, q, caption: 'Webhook endpoints', noArchived: true, read: idPages(P),
     before: [shown, details],
     emptyTitle: 'No webhook endpoints yet.', emptyHint: 'An endpoint receives signed events (a session idled, a deployment run failed) at its URL.',
     columns: [

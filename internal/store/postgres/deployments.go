@@ -34,7 +34,7 @@ var (
 		},
 	}
 	deploymentRuns = &table[apitype.DeploymentRun]{
-		what: "deployment run", name: "deployment_runs", alias: "r",
+		what: "deployment run", name: "deployment_runs", alias: "r", owner: "deployment_id",
 		sel:  `SELECT r.doc FROM deployment_runs r`,
 		scan: scanDoc[apitype.DeploymentRun]("deployment run", nil),
 		put: func(ctx context.Context, tx pgx.Tx, r, _ *apitype.DeploymentRun) error {

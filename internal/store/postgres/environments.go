@@ -24,7 +24,7 @@ var environments = &table[apitype.Environment]{
 		// The name column changes only with the name: an environment that shares a name it had before the
 		// names became unique keeps it.
 		_, err = tx.Exec(ctx, `UPDATE environments SET doc = $2, archived_at = $3,
-			name = CASE WHEN $4 THEN $5 ELSE name END WHERE id = $1`,
+			name = CASE WHEN $4 THEN `+workspaceName+` ELSE name END WHERE id = $1`,
 			e.ID, doc, e.ArchivedAt, e.Name != cur.Name, e.Name)
 		return err
 	},
@@ -38,8 +38,13 @@ func (s *Store) EnvironmentCreate(ctx context.Context, e *apitype.Environment) e
 		return fmt.Errorf("environment create: encode: %w", err)
 	}
 	return environments.create(ctx, s, `INSERT INTO environments (id, created_at, archived_at, name, doc)
-		VALUES ($1, $2, $3, $4, $5)`, e.ID, e.CreatedAt, e.ArchivedAt, e.Name, doc)
+		VALUES ($1, $2, $3, `+workspaceName+`, $4)`, e.ID, e.CreatedAt, e.ArchivedAt, doc, e.Name)
 }
+
+// workspaceName is the name column of the environment whose id is $1 and name $5: unique within its workspace,
+// so the name is its workspace's id (recorded with store.Owners before the environment is written), a slash
+// and the name.
+const workspaceName = `coalesce((SELECT o.workspace_id FROM owners o WHERE o.id = $1), '` + apitype.DefaultWorkspaceID + `') || '/' || $5::text`
 
 // EnvironmentGet returns an environment.
 func (s *Store) EnvironmentGet(ctx context.Context, id string) (*apitype.Environment, error) {

@@ -16,9 +16,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"net"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -96,20 +101,43 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) init(ctx context.Context, connCfg *pgx.ConnConfig) error {
+// prepare reads the schema, applies the migrations and writes the default workspace: what Open does before it
+// starts listening. It is idempotent.
+func (s *Store) prepare(ctx context.Context) (string, error) {
 	var schema *string
 	if err := s.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-		return fmt.Errorf("postgres: current schema: %w", err)
+		return "", fmt.Errorf("postgres: current schema: %w", err)
 	}
 	if schema == nil {
-		return errors.New("postgres: no schema: the search_path names no existing schema")
+		return "", errors.New("postgres: no schema: the search_path names no existing schema")
 	}
 	if err := migrate(ctx, s.pool, *schema); err != nil {
+		return "", err
+	}
+	return *schema, s.ensureDefaultWorkspace(ctx)
+}
+
+// openWait is how long Open waits for a database it cannot reach (starting, restarting, failing over) before it
+// gives up: a process started during an outage comes up when the database does, instead of exiting.
+const openWait = time.Minute
+
+func (s *Store) init(ctx context.Context, connCfg *pgx.ConnConfig) error {
+	deadline := time.Now().Add(openWait)
+	schema, err := s.prepare(ctx)
+	for err != nil && s.Unreachable(err) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+		schema, err = s.prepare(ctx)
+	}
+	if err != nil {
 		return err
 	}
-	s.eventsChannel = channelName("corral_events", *schema)
-	s.runnableChannel = channelName("corral_runnable", *schema)
-	s.previewChannel = channelName("corral_preview", *schema)
+	s.eventsChannel = channelName("corral_events", schema)
+	s.runnableChannel = channelName("corral_runnable", schema)
+	s.previewChannel = channelName("corral_preview", schema)
 	s.origin = newToken()[:12]
 
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -184,8 +212,26 @@ func (s *Store) dbErr(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
 		return fmt.Errorf("%s: %w: %s", op, store.ErrConflict, pgErr.ConstraintName)
+	case s.Unreachable(err):
+		return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Unreachable implements store.Reachability: err says PostgreSQL could not be reached or dropped the connection
+// (it is restarting or shutting down, refuses connections, or the network failed), rather than refusing the
+// operation.
+func (s *Store) Unreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// connection_exception, admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
+		return strings.HasPrefix(pgErr.Code, "08") || slices.Contains([]string{"57P01", "57P02", "57P03", "53300"}, pgErr.Code)
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr *net.OpError
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || pgconn.SafeToRetry(err)
 }
 
 // utc returns t in UTC, or nil.

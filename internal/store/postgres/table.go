@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +27,9 @@ type table[T any] struct {
 	archivable bool
 	// put writes next, as changed by update from cur, back (nil: the table is not updated).
 	put func(ctx context.Context, tx pgx.Tx, next, cur *T) error
+	// owner is the column of the id whose owner is a row's workspace (ListParams.Workspace): "" is the row's
+	// own id; a deployment run's is its deployment's.
+	owner string
 }
 
 // querier is what a pool and a transaction share.
@@ -66,6 +70,9 @@ func (t *table[T]) query() *query {
 
 // list lists the rows of q (from t.query, with conditions) that p selects, in p's order.
 func (t *table[T]) list(ctx context.Context, s *Store, q *query, p *store.ListParams) ([]T, error) {
+	if p.Workspace != "" {
+		q.sql.WriteString(" AND " + ownedBy(t.alias+"."+cmp.Or(t.owner, "id"), q.arg(p.Workspace)))
+	}
 	q.listFilter(p, t.alias, t.archivable)
 	return t.rows(ctx, s, t.what+" list", q.sql.String(), q.args...)
 }

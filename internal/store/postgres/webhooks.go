@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,19 +136,25 @@ func (a *webhookArgs) args() []any { return []any{a.idx, a.ids, a.types, a.creat
 func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 	return txResult(ctx, s, "webhook fan out", func(tx pgx.Tx) (int, error) {
 		now := apitype.Now()
-		rows, err := tx.Query(ctx, `SELECT id, type, created_at FROM webhook_events WHERE fanned_out_at IS NULL
-			ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED`, limitOrAll(limit))
+		// An event's workspace is the one its data names, or else (the events a log's append records name the
+		// default one) the owner of its vault or its object.
+		rows, err := tx.Query(ctx, `SELECT e.id, e.type, e.created_at, CASE
+				WHEN e.doc->'data'->>'workspace_id' <> $2 THEN e.doc->'data'->>'workspace_id'
+				ELSE coalesce((SELECT o.workspace_id FROM owners o
+					WHERE o.id = coalesce(e.doc->'data'->>'vault_id', e.doc->'data'->>'id')), $2) END
+			FROM webhook_events e WHERE e.fanned_out_at IS NULL
+			ORDER BY e.created_at, e.id LIMIT $1 FOR UPDATE SKIP LOCKED`, limitOrAll(limit), apitype.DefaultWorkspaceID)
 		if err != nil {
 			return 0, err
 		}
 		var (
-			ids, types []string
-			created    []time.Time
+			ids, types, wss []string
+			created         []time.Time
 		)
-		var id, typ string
+		var id, typ, ws string
 		var at time.Time
-		if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &at}, func() error {
-			ids, types, created = append(ids, id), append(types, typ), append(created, at)
+		if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &at, &ws}, func() error {
+			ids, types, created, wss = append(ids, id), append(types, typ), append(created, at), append(wss, ws)
 			return nil
 		}); err != nil || len(ids) == 0 {
 			return 0, err
@@ -158,6 +165,26 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 		if err != nil {
 			return 0, err
 		}
+		epIDs := make([]string, len(endpoints))
+		for j := range endpoints {
+			epIDs[j] = endpoints[j].Endpoint.ID
+		}
+		owned := map[string]string{} // the endpoints with an owner recorded; the others are the default workspace's
+		rows, err = tx.Query(ctx, `SELECT id, workspace_id FROM owners WHERE id = ANY($1)`, epIDs)
+		if err != nil {
+			return 0, err
+		}
+		var ownedID, ownedWS string
+		if _, err := pgx.ForEachRow(rows, []any{&ownedID, &ownedWS}, func() error {
+			owned[ownedID] = ownedWS
+			return nil
+		}); err != nil {
+			return 0, err
+		}
+		epWS := make([]string, len(endpoints))
+		for j, id := range epIDs {
+			epWS[j] = cmp.Or(owned[id], apitype.DefaultWorkspaceID)
+		}
 		var (
 			evs, eps []string
 			due      []time.Time
@@ -165,7 +192,8 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 		for i := range ids {
 			for j := range endpoints {
 				ep := &endpoints[j].Endpoint
-				if ep.CreatedAt.Truncate(time.Microsecond).After(created[i]) || !ep.Subscribed(apitype.WebhookEventType(types[i])) {
+				if ep.CreatedAt.Truncate(time.Microsecond).After(created[i]) || !ep.Subscribed(apitype.WebhookEventType(types[i])) ||
+					epWS[j] != wss[i] {
 					continue
 				}
 				evs, eps, due = append(evs, ids[i]), append(eps, ep.ID), append(due, created[i])
@@ -180,7 +208,9 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 				return 0, err
 			}
 		}
-		_, err = tx.Exec(ctx, `UPDATE webhook_events SET fanned_out_at = $2 WHERE id = ANY($1)`, ids, now)
+		_, err = tx.Exec(ctx, `UPDATE webhook_events e SET fanned_out_at = $2,
+				doc = jsonb_set(e.doc::jsonb, '{data,workspace_id}', to_jsonb(x.ws))::json
+			FROM unnest($1::text[], $3::text[]) AS x (id, ws) WHERE e.id = x.id`, ids, now, wss)
 		return len(ids), err
 	})
 }

@@ -19,8 +19,8 @@ var environments = &table[apitype.Environment]{
 		}
 		// The name column changes only with the name: an environment that shares a name it had before the
 		// names became unique keeps it.
-		_, err = w.exec(`UPDATE environments SET archived_at = ?, doc = ?,
-			name = CASE WHEN ? THEN ? ELSE name END WHERE id = ?`,
+		_, err = w.exec(`UPDATE environments SET archived_at = ?1, doc = ?2,
+			name = CASE WHEN ?3 THEN `+workspaceName+` ELSE name END WHERE id = ?5`,
 			nullMicros(e.ArchivedAt), doc, e.Name != cur.Name, e.Name, e.ID)
 		return err
 	},
@@ -34,8 +34,13 @@ func (s *Store) EnvironmentCreate(ctx context.Context, e *apitype.Environment) e
 		return writeErr(err, "create environment %s", e.ID)
 	}
 	return environments.create(ctx, s, e.ID, `INSERT INTO environments (id, created_at, archived_at, name, doc)
-		VALUES (?, ?, ?, ?, ?)`, e.ID, micros(e.CreatedAt), nullMicros(e.ArchivedAt), e.Name, doc)
+		VALUES (?5, ?1, ?2, `+workspaceName+`, ?3)`, micros(e.CreatedAt), nullMicros(e.ArchivedAt), doc, e.Name, e.ID)
 }
+
+// workspaceName is the name column of the environment whose id is ?5 and name ?4: unique within its workspace,
+// so the name is its workspace's id (recorded with store.Owners before the environment is written), a slash
+// and the name.
+const workspaceName = `coalesce((SELECT o.workspace_id FROM owners o WHERE o.id = ?5), '` + apitype.DefaultWorkspaceID + `') || '/' || ?4`
 
 // EnvironmentGet returns an environment.
 func (s *Store) EnvironmentGet(ctx context.Context, id string) (*apitype.Environment, error) {

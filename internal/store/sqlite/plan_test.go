@@ -52,7 +52,8 @@ func TestWebhookPlans(t *testing.T) {
 		args  []any
 		want  []string
 	}{
-		{unfannedSQL, []any{10}, []string{"SCAN webhook_events USING INDEX webhook_events_unfanned"}},
+		{unfannedSQL, []any{10}, []string{"SCAN e USING INDEX webhook_events_unfanned", "CORRELATED SCALAR SUBQUERY 1",
+			"SEARCH o USING PRIMARY KEY (id=?)"}},
 		{dueSQL(0), []any{5, 10}, []string{
 			"SEARCH d USING INDEX webhook_deliveries_due (next_attempt_at<?)",
 			"SEARCH w USING INDEX sqlite_autoindex_webhook_endpoints_1 (id=?)",

@@ -141,6 +141,10 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		wdb.Close()
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
+	if err := ensureDefaultWorkspace(ctx, wdb); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: the default workspace: %w", err)
+	}
 
 	rdb, err := sql.Open("sqlite", path+"?_busy_timeout="+busy+"&_foreign_keys=1&_query_only=1")
 	if err != nil {

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -25,6 +26,9 @@ type table[T any] struct {
 	archivable bool
 	// put writes next, as changed by update from cur, back (nil: the table is not updated).
 	put func(w *wtx, next, cur *T) error
+	// owner is the column of the id whose owner is a row's workspace (ListParams.Workspace): "" is the row's
+	// own id; a deployment run's is its deployment's.
+	owner string
 }
 
 // get reads the one row of sel that where selects; no row is ErrNotFound. key names it in errors.
@@ -57,6 +61,9 @@ func (t *table[T]) read(w *wtx, where string, args ...any) (*T, error) {
 func (t *table[T]) list(ctx context.Context, s *Store, f *filter, p *store.ListParams) ([]T, error) {
 	lp := *p
 	lp.IncludeArchived = lp.IncludeArchived || !t.archivable
+	if lp.Workspace != "" {
+		f.add(ownedBy(t.alias+"."+cmp.Or(t.owner, "id")), lp.Workspace)
+	}
 	tail := f.addList(t.alias, &lp)
 	return t.rows(ctx, s, "list "+t.name, t.sel+f.where()+tail, append(f.args, limitArg(p.Limit))...)
 }

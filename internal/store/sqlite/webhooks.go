@@ -48,8 +48,18 @@ var (
 // The statements of the outbox's work, each a range search of an index of its own (TestWebhookPlans).
 const (
 	// unfannedSQL selects the events that have not fanned out, oldest first.
-	unfannedSQL = `SELECT id, type, created_at FROM webhook_events WHERE fanned_out_at IS NULL
-		ORDER BY created_at, id LIMIT ?`
+	// An event's workspace is the one its data names, or else (the events a log's append records name the
+	// default one) the owner of its vault or its object.
+	unfannedSQL = `SELECT e.id, e.type, e.created_at, CASE
+			WHEN json_extract(CAST(e.doc AS TEXT), '$.data.workspace_id') <> '` + apitype.DefaultWorkspaceID + `'
+			THEN json_extract(CAST(e.doc AS TEXT), '$.data.workspace_id')
+			ELSE coalesce((SELECT o.workspace_id FROM owners o WHERE o.id = coalesce(
+				json_extract(CAST(e.doc AS TEXT), '$.data.vault_id'), json_extract(CAST(e.doc AS TEXT), '$.data.id'))),
+				'` + apitype.DefaultWorkspaceID + `') END
+		FROM webhook_events e WHERE e.fanned_out_at IS NULL ORDER BY e.created_at, e.id LIMIT ?`
+	// enabledEndpointsSQL selects the enabled endpoints with their workspaces.
+	enabledEndpointsSQL = `SELECT w.doc, coalesce((SELECT o.workspace_id FROM owners o WHERE o.id = w.id),
+		'` + apitype.DefaultWorkspaceID + `') FROM webhook_endpoints w WHERE w.state = 'enabled'`
 	// pruneDeliveriesSQL deletes the final deliveries last attempted before a time.
 	pruneDeliveriesSQL = `DELETE FROM webhook_deliveries WHERE state <> 'pending' AND last_attempt_at < ?`
 	// pruneEventsSQL deletes the events fanned out before a time that no delivery shows.
@@ -135,8 +145,8 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 	return writeResult(ctx, s, func(w *wtx) (int, error) {
 		now := apitype.Now()
 		type pending struct {
-			id, typ string
-			created int64
+			id, typ, ws string
+			created     int64
 		}
 		rows, err := w.query(unfannedSQL, limitArg(limit))
 		if err != nil {
@@ -145,7 +155,7 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 		var events []pending
 		for rows.Next() {
 			var e pending
-			if err := rows.Scan(&e.id, &e.typ, &e.created); err != nil {
+			if err := rows.Scan(&e.id, &e.typ, &e.created, &e.ws); err != nil {
 				rows.Close()
 				return 0, err
 			}
@@ -157,11 +167,27 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 		if err := rows.Err(); err != nil || len(events) == 0 {
 			return 0, err
 		}
-		rows, err = w.query(`SELECT w.doc FROM webhook_endpoints w WHERE w.state = 'enabled'`)
+		rows, err = w.query(enabledEndpointsSQL)
 		if err != nil {
 			return 0, err
 		}
-		endpoints, err := collect(rows, webhookEndpoints.scan)
+		type endpoint struct {
+			store.WebhookEndpointRecord
+			ws string
+		}
+		endpoints, err := collect(rows, func(row scanner) (*endpoint, error) {
+			var doc []byte
+			var e endpoint
+			if err := row.Scan(&doc, &e.ws); err != nil {
+				return nil, err
+			}
+			rec, err := decodeDoc[store.WebhookEndpointRecord]("webhook endpoint", doc)
+			if err != nil {
+				return nil, err
+			}
+			e.WebhookEndpointRecord = *rec
+			return &e, nil
+		})
 		if err != nil {
 			return 0, err
 		}
@@ -169,7 +195,8 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 		for _, ev := range events {
 			for i := range endpoints {
 				ep := &endpoints[i].Endpoint
-				if micros(ep.CreatedAt) > ev.created || !ep.Subscribed(apitype.WebhookEventType(ev.typ)) {
+				if micros(ep.CreatedAt) > ev.created || !ep.Subscribed(apitype.WebhookEventType(ev.typ)) ||
+					endpoints[i].ws != ev.ws {
 					continue
 				}
 				if _, err := w.exec(`INSERT OR IGNORE INTO webhook_deliveries
@@ -178,7 +205,8 @@ func (s *Store) WebhookFanOut(ctx context.Context, limit int) (int, error) {
 					return 0, err
 				}
 			}
-			if _, err := w.exec(`UPDATE webhook_events SET fanned_out_at = ? WHERE id = ?`, at, ev.id); err != nil {
+			if _, err := w.exec(`UPDATE webhook_events SET fanned_out_at = ?,
+					doc = json_set(CAST(doc AS TEXT), '$.data.workspace_id', ?) WHERE id = ?`, at, ev.ws, ev.id); err != nil {
 				return 0, err
 			}
 		}
