@@ -19,6 +19,7 @@ import (
 func TestPreviewerIDs(t *testing.T) {
 	var mu sync.Mutex
 	var got []apitype.Preview
+	first := make(chan struct{}, 1)
 	p := newPreviewer(context.Background(), time.Hour, func(_ context.Context, b []byte) error {
 		var pv apitype.Preview
 		if err := json.Unmarshal(b, &pv); err != nil {
@@ -27,10 +28,17 @@ func TestPreviewerIDs(t *testing.T) {
 		mu.Lock()
 		got = append(got, pv)
 		mu.Unlock()
+		select {
+		case first <- struct{}{}:
+		default:
+		}
 		return nil
 	}, nil)
+	// The first block's start is published at once; the publisher then waits out its interval (an hour), so
+	// everything after it is pending together until finish, whatever the goroutines' timing.
+	p.onDelta(model.Delta{Index: 0, Type: model.BlockThinking, Started: true})
+	<-first
 	deltas := []model.Delta{
-		{Index: 0, Type: model.BlockThinking, Started: true},
 		{Index: 0, Type: model.BlockThinking, Text: "hmm"},
 		{Index: 1, Type: model.BlockText, Started: true},
 		{Index: 1, Type: model.BlockText, Text: "a"},

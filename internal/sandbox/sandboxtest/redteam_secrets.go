@@ -392,7 +392,7 @@ func DumpScript(dir string, prune ...string) string {
 	return `mkdir -p ` + dir + ` && cd ` + dir + ` &&
 for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; echo; done > procs
 find / \( ` + strings.Join(paths, " -o ") + ` \) -prune -o -type f -size -64M -print 2>/dev/null > files
-while read -r f; do cat "$f" 2>/dev/null; done < files > contents; wc -l < files`
+tr '\n' '\0' < files | xargs -0 -r cat 2>/dev/null > contents; wc -l < files`
 }
 
 // Dump is what a DumpScript wrote.
