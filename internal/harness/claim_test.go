@@ -2,6 +2,9 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,5 +51,59 @@ func TestIdleWorkersDoNotHerd(t *testing.T) {
 	close(hold)
 	for _, id := range ids {
 		f.waitIdle(id, 1)
+	}
+}
+
+// outageStore fails lease claims as an unreachable database would while down is set.
+type outageStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (o *outageStore) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*store.Lease, error) {
+	if o.down.Load() {
+		return nil, fmt.Errorf("lease claim: %w", store.ErrUnavailable)
+	}
+	return o.Store.LeaseClaim(ctx, p)
+}
+
+// TestClaimOutageLogsOnce: while the store is unreachable a brain keeps polling and logs one error for the
+// outage, not one a poll, and one line when claims succeed again; then it works sessions as before.
+func TestClaimOutageLogsOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	st := &outageStore{Store: f.store}
+	logs := &syncBuffer{}
+	cfg := f.config()
+	cfg.Store, cfg.PollInterval = st, 10*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	count := func(msg string) int { return strings.Count(logs.String(), `msg="`+msg+`"`) }
+	waitFor := func(msg string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); count(msg) < n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q line %d in the brain's log:\n%s", msg, n, logs.String())
+			}
+		}
+	}
+	f.srv.Script(modeltest.Turn{Text: "after the outage"})
+	st.down.Store(true)
+	f.start(cfg)
+	time.Sleep(300 * time.Millisecond) // about 30 polls
+	if n := count("lease claims failing; retrying every poll"); n != 1 {
+		t.Fatalf("%d lines for one outage of about 30 failed polls; want 1:\n%s", n, logs.String())
+	}
+	st.down.Store(false)
+	waitFor("lease claims succeed again", 1)
+	id := f.session()
+	f.say(id, "hi")
+	f.waitIdle(id, 1)
+
+	st.down.Store(true) // a second outage is a second line
+	waitFor("lease claims failing; retrying every poll", 2)
+	st.down.Store(false)
+	waitFor("lease claims succeed again", 2)
+	if n := count("lease claims failing; retrying every poll"); n != 2 {
+		t.Fatalf("%d lines for two outages; want 2", n)
 	}
 }

@@ -325,6 +325,7 @@ func (b *Brain) dispatch(ctx context.Context) {
 	defer stop()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var failing time.Time // when the claims began to fail, while they do: one line for an outage, not one a poll
 	for {
 		// Wait for an idle worker, then count the others.
 		select {
@@ -343,8 +344,15 @@ func (b *Brain) dispatch(ctx context.Context) {
 			}
 		}
 		leases, err := b.cfg.Store.LeaseClaim(ctx, &store.LeaseClaimParams{Owner: b.cfg.Owner, TTL: b.cfg.LeaseTTL, Limit: n})
-		if err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrNoWork) {
-			b.cfg.Logger.Error("lease claim failed", "err", err)
+		switch {
+		case err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrNoWork):
+			if failing.IsZero() {
+				failing = time.Now()
+				b.cfg.Logger.Error("lease claims failing; retrying every poll", "err", err)
+			}
+		case !failing.IsZero() && ctx.Err() == nil:
+			b.cfg.Logger.Info("lease claims succeed again", "after", time.Since(failing).Round(time.Millisecond))
+			failing = time.Time{}
 		}
 		for i, l := range leases {
 			select {

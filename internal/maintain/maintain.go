@@ -146,14 +146,18 @@ func (r *Runner) Stop() {
 // campaign acquires the lease whenever it is free and leads while it holds it, until ctx ends.
 func (r *Runner) campaign(ctx context.Context) {
 	retry := r.cfg.TTL / 3
+	failing := false // one line for an outage of the store, not one a try
 	for ctx.Err() == nil {
 		l, err := r.cfg.Store.LeaderAcquire(ctx, &store.LeaderAcquireParams{Name: r.cfg.Lease, Owner: r.cfg.Owner, TTL: r.cfg.TTL})
 		switch {
 		case err == nil:
+			failing = false
 			r.lead(ctx, l)
 		case errors.Is(err, store.ErrConflict) || ctx.Err() != nil:
-		default:
-			r.cfg.Logger.Warn("leader lease acquisition failed", "lease", r.cfg.Lease, "err", err)
+			failing = false
+		case !failing:
+			failing = true
+			r.cfg.Logger.Warn("leader lease acquisition failing; retrying", "lease", r.cfg.Lease, "every", retry, "err", err)
 		}
 		sleep(ctx, retry)
 	}

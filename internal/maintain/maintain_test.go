@@ -1,7 +1,10 @@
 package maintain
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -203,4 +206,55 @@ func TestLocal(t *testing.T) {
 	if err := r.Start(context.Background()); err == nil {
 		t.Error("a second Start succeeded")
 	}
+}
+
+// unreachable is a LeaderStore whose acquisitions fail as an unreachable database's do while down is set.
+type unreachable struct {
+	store.LeaderStore
+	down atomic.Bool
+}
+
+func (u *unreachable) LeaderAcquire(ctx context.Context, p *store.LeaderAcquireParams) (*store.Leader, error) {
+	if u.down.Load() {
+		return nil, fmt.Errorf("leader acquire: %w", store.ErrUnavailable)
+	}
+	return u.LeaderStore.LeaderAcquire(ctx, p)
+}
+
+// lineCounter is a log sink that counts the records (one Write each) holding text.
+type lineCounter struct {
+	text string
+	n    atomic.Int64
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(c.text)) {
+		c.n.Add(1)
+	}
+	return len(p), nil
+}
+
+// TestAcquireOutageLogsOnce: while the store is unreachable a runner keeps trying to lead and logs one warning
+// for the outage, not one a try; once the store is back it leads.
+func TestAcquireOutageLogsOnce(t *testing.T) {
+	t.Parallel()
+	u := &unreachable{LeaderStore: stores(t)["sqlite"](t)}
+	u.down.Store(true)
+	failing := &lineCounter{text: "leader lease acquisition failing"}
+	r, err := New(Config{Store: u, Lease: "test", Owner: "a", TTL: 60 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(failing, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	r.Add("count", time.Hour, func(context.Context) error { runs.Add(1); return nil })
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	time.Sleep(400 * time.Millisecond) // a try every 20 ms
+	if n := failing.n.Load(); n != 1 {
+		t.Fatalf("%d lines for one outage of about 20 failed tries; want 1", n)
+	}
+	u.down.Store(false)
+	waitFor(t, "the runner leads once the store is back", 5*time.Second, func() bool { return runs.Load() > 0 })
 }
