@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -55,8 +56,9 @@ type Server struct {
 	all           []string        // every token and secret the server issued or knows
 	tokenForms    []map[string]string
 	calls         map[string]int
-	TokenRequests atomic.Int64 // refresh requests received
-	Unauthorized  atomic.Int64 // MCP requests refused with 401
+	echoed        map[string]int // the echo tool's texts, counted
+	TokenRequests atomic.Int64   // refresh requests received
+	Unauthorized  atomic.Int64   // MCP requests refused with 401
 }
 
 // New starts a Server; it stops when the test ends.
@@ -68,7 +70,7 @@ func New(t testing.TB, cfg Config) *Server {
 	if cfg.TokenAuth == "" {
 		cfg.TokenAuth = apitype.TokenAuthNone
 	}
-	s := &Server{cfg: cfg, access: map[string]bool{}, refresh: map[string]bool{}, calls: map[string]int{}, Release: make(chan struct{})}
+	s := &Server{cfg: cfg, access: map[string]bool{}, refresh: map[string]bool{}, calls: map[string]int{}, echoed: map[string]int{}, Release: make(chan struct{})}
 	if cfg.ClientSecret != "" {
 		s.all = append(s.all, cfg.ClientSecret)
 	}
@@ -78,6 +80,9 @@ func New(t testing.TB, cfg Config) *Server {
 	}
 	sdk.AddTool(s.mcp, &sdk.Tool{Name: "echo", Description: "Echoes its text."}, func(ctx context.Context, r *sdk.CallToolRequest, in text) (*sdk.CallToolResult, any, error) {
 		s.count("echo")
+		s.mu.Lock()
+		s.echoed[in.Text]++
+		s.mu.Unlock()
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "echo: " + in.Text}}}, nil, nil
 	})
 	type none struct{}
@@ -134,6 +139,13 @@ func (s *Server) Calls(tool string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[tool]
+}
+
+// Echoed returns how many times the echo tool ran with each text.
+func (s *Server) Echoed() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.echoed)
 }
 
 // AddTool adds a tool that answers "<name> ran"; the server tells connected clients that its tools changed.

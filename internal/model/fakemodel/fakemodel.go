@@ -47,6 +47,14 @@ type Option func(*config)
 type config struct {
 	ttft, perToken, jitter time.Duration
 	observe                func(Timing)
+	respond                func(*Request) Turn // also: keep no record of the requests
+}
+
+// WithResponder answers every request no scripted turn matches with respond's turn (instead of the default
+// "ok"), and keeps no record of the requests (Requests is empty): a model for long runs whose answers follow
+// from the conversation. respond runs under the server's lock: it must not call the Server's methods.
+func WithResponder(respond func(*Request) Turn) Option {
+	return func(c *config) { c.respond = respond }
 }
 
 // Timing is when the server received one request and when it finished answering it: the fake model's own share
@@ -270,19 +278,22 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, decode func([]b
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.requests = append(s.requests, *req)
+	if s.cfg.respond == nil {
+		s.requests = append(s.requests, *req)
+	}
 	close(s.arrived)
 	s.arrived = make(chan struct{})
 	s.nextID++
-	turn := Turn{Text: "ok"}
 	for i, t := range s.turns {
 		if t.Match == nil || t.Match(req) {
-			turn = t
 			s.turns = append(s.turns[:i:i], s.turns[i+1:]...)
-			break
+			return req, t, s.nextID, true
 		}
 	}
-	return req, turn, s.nextID, true
+	if s.cfg.respond != nil {
+		return req, s.cfg.respond(req), s.nextID, true
+	}
+	return req, Turn{Text: "ok"}, s.nextID, true
 }
 
 // hold blocks until ch is closed (nil: no wait), the client goes away or the server closes.

@@ -342,3 +342,26 @@ func newServer(t testing.TB, opts ...fakemodel.Option) *fakemodel.Server {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// TestResponder: WithResponder answers what no scripted turn matches from the request, a matching scripted turn
+// still comes first, and no request is recorded.
+func TestResponder(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, fakemodel.WithResponder(func(r *fakemodel.Request) fakemodel.Turn {
+		return fakemodel.Turn{Text: "re " + r.LastUserText()}
+	}))
+	s.Script(fakemodel.Turn{Text: "scripted", Match: func(r *fakemodel.Request) bool { return r.LastUserText() == "b" }})
+	ask := func(user string) string {
+		resp := post(t, s.URL+"/v1/messages", `{"model":"m","max_tokens":1,"stream":true,"messages":[{"role":"user","content":"`+user+`"}]}`)
+		text, _ := streamedText(t, readSSE(t, resp.Body))
+		return text
+	}
+	for user, want := range map[string]string{"a": "re a", "b": "scripted", "c": "re c"} {
+		if got := ask(user); got != want {
+			t.Errorf("%q got %q, want %q", user, got, want)
+		}
+	}
+	if n := len(s.Requests()); n != 0 {
+		t.Errorf("%d requests recorded, want none", n)
+	}
+}

@@ -64,6 +64,10 @@ func Start(opts ...Option) (*Server, error) { return fakemodel.Start(opts...) }
 // WithObserver calls observe after each request is answered (fakemodel.WithObserver).
 func WithObserver(observe func(Timing)) Option { return fakemodel.WithObserver(observe) }
 
+// WithResponder answers the requests no scripted turn matches with respond's turn, recording none of them
+// (fakemodel.WithResponder).
+func WithResponder(respond func(*Request) Turn) Option { return fakemodel.WithResponder(respond) }
+
 // WithLatency makes replies take time (fakemodel.WithLatency).
 func WithLatency(ttft, perToken, jitter time.Duration) Option {
 	return fakemodel.WithLatency(ttft, perToken, jitter)

@@ -170,6 +170,12 @@ func New(cfg Config) (*Volumes, error) {
 	if cfg.Inodes < 64 {
 		return nil, fmt.Errorf("volume: %d inodes are too few (at least 64)", cfg.Inodes)
 	}
+	// mkfs.ext4 refuses inode tables (256 bytes an inode) as big as the filesystem; past half of it, a
+	// workspace is mostly tables. Say so now rather than at every workspace's first mount.
+	if tables := cfg.Inodes * 256; tables > cfg.SizeBytes/2 {
+		return nil, fmt.Errorf("volume: %d inodes take %d MiB of inode tables (256 bytes each), more than half of a %d MiB workspace: fewer inodes or a bigger workspace",
+			cfg.Inodes, tables>>20, cfg.SizeBytes>>20)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

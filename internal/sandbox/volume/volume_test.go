@@ -267,7 +267,8 @@ func TestNotUnderRoot(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	for _, c := range []Config{{Root: "rel"}, {Root: "/x", SizeBytes: 1 << 20}, {Root: "/x", Inodes: 10}} {
+	for _, c := range []Config{{Root: "rel"}, {Root: "/x", SizeBytes: 1 << 20}, {Root: "/x", Inodes: 10},
+		{Root: "/x", SizeBytes: 64 << 20}} { // the default 262,144 inodes' tables fill 64 MiB
 		if _, err := New(c); err == nil {
 			t.Errorf("New(%+v) succeeded", c)
 		}
