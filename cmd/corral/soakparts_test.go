@@ -347,8 +347,10 @@ func scanLeftovers(root string) leftovers {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		// A sandbox's own processes (its agent is /.corral/agent there) are in its cgroup.
+		cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
 		if base := filepath.Base(args[0]); base == "bwrap" || base == "corral-sandbox-agent" ||
-			(root != "" && bytes.Contains(b, []byte(root))) {
+			bytes.Contains(cg, []byte("/corral/bwrap-")) || (root != "" && bytes.Contains(b, []byte(root))) {
 			l["process"] = append(l["process"], filepath.Base(filepath.Dir(p))+" "+strings.Join(args, " "))
 		}
 	}
