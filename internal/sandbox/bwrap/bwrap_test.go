@@ -77,6 +77,11 @@ func BenchmarkSandboxNoCgroups(b *testing.B) {
 		if err != nil {
 			sandboxtest.Require(t, "bwrap", err)
 		}
+		t.Cleanup(func() {
+			if err := p.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
 		return p
 	})
 }
