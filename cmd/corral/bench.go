@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +59,7 @@ type benchFlags struct {
 	agent          string
 	runsc          string
 	cpuProfile     string
+	traceFile      string
 	cpuShare       int
 	cpuIdle        bool
 	recipeSessions string
@@ -113,6 +115,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.svg, "svg", "", "SVG chart `file` (default bench.svg beside --out)")
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: as serve finds it; from a test binary or a dynamically linked corral, built static with go build when run in the source checkout)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, brains and client are one process) to `file`")
+	fs.StringVar(&f.traceFile, "trace", "", "write an execution trace of the whole run to `file` (go tool trace; -pprof=sched and -pprof=sync show where a turn waits); keep the run short, a trace grows by megabytes a second")
 	runscFlag(fs, &f.runsc)
 	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
 	// The recipe section's servers build images and clone as corral serve does with these flags.
@@ -220,6 +223,17 @@ Flags:
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if f.traceFile != "" {
+		tf, err := os.Create(f.traceFile)
+		if err != nil {
+			return err
+		}
+		defer tf.Close()
+		if err := trace.Start(tf); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	cfg, err := f.config(io, args)
 	if err != nil {
