@@ -114,6 +114,41 @@ func TestFlags(t *testing.T) {
 	}
 }
 
+// TestOutRefusesOtherDirectories: --out replaces an earlier image layout, and never deletes anything else.
+func TestOutRefusesOtherDirectories(t *testing.T) {
+	dir := t.TempDir()
+	keep := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(keep, []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(t.Context(), []string{"--out", dir, "--bin-dir", t.TempDir()}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "not an OCI image layout") {
+		t.Fatalf("--out on a directory of files: %v, want a refusal", err)
+	}
+	if b, err := os.ReadFile(keep); err != nil || string(b) != "mine" {
+		t.Fatalf("the directory's file after the refusal: %q, %v", b, err)
+	}
+
+	layoutDir := filepath.Join(t.TempDir(), "layout")
+	if err := os.MkdirAll(layoutDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"oci-layout", "index.json"} {
+		if err := os.WriteFile(filepath.Join(layoutDir, f), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := clearLayout(layoutDir, true); err != nil {
+		t.Fatalf("an earlier layout: %v", err)
+	}
+	if _, err := os.Stat(layoutDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the earlier layout is still there: %v", err)
+	}
+	if err := clearLayout(filepath.Join(t.TempDir(), "new"), true); err != nil {
+		t.Fatalf("a new directory: %v", err)
+	}
+}
+
 // buildCLI runs the tool and returns the digest it printed.
 func buildCLI(ctx context.Context, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer

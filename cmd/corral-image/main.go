@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,26 +49,26 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("corral-image", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("out", "", "write the image (an index of its platforms) as an OCI image layout to `directory`")
-	tarPath := fs.String("tar", "", "write the image as a tarball to `file` (docker load, ctr images import, podman load); one platform only")
-	tag := fs.String("tag", "corral:latest", "the `reference` the tarball names")
-	push := fs.String("push", "", "push the image (an index of its platforms) to `reference`, with the credentials of docker login (~/.docker/config.json)")
-	platforms := fs.String("platforms", "linux/"+runtime.GOARCH, "comma-separated `os/arch` list to build for")
-	binDir := fs.String("bin-dir", "", "take corral and corral-sandbox-agent from `directory` (one platform, the first of --platforms) instead of building them")
-	caBundle := fs.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "PEM `file` of the CA certificates the processes trust for TLS (the model API, git, MCP servers)")
-	epoch := fs.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "Unix `seconds` of every timestamp in the image (env SOURCE_DATE_EPOCH; default: the last commit's time, else 0)")
-	version := fs.String("version", "", "the org.opencontainers.image.version label (default: git describe, else dev)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: corral-image [flags]\n\nBuilds Corral's container image from this module's binaries (run it at the module's root). At least one\nof --out, --tar and --push. The image runs `corral serve` as user 65532 by default; the Helm chart under\ndeploy/helm/corral runs its other commands.\n\nFlags:\n")
-		fs.PrintDefaults()
+	flags := flag.NewFlagSet("corral-image", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	out := flags.String("out", "", "write the image (an index of its platforms) as an OCI image layout to `directory`")
+	tarPath := flags.String("tar", "", "write the image as a tarball to `file` (docker load, ctr images import, podman load); one platform only")
+	tag := flags.String("tag", "corral:latest", "the `reference` the tarball names")
+	push := flags.String("push", "", "push the image (an index of its platforms) to `reference`, with the credentials of docker login (~/.docker/config.json)")
+	platforms := flags.String("platforms", "linux/"+runtime.GOARCH, "comma-separated `os/arch` list to build for")
+	binDir := flags.String("bin-dir", "", "take corral and corral-sandbox-agent from `directory` (one platform, the first of --platforms) instead of building them")
+	caBundle := flags.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "PEM `file` of the CA certificates the processes trust for TLS (the model API, git, MCP servers)")
+	epoch := flags.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "Unix `seconds` of every timestamp in the image (env SOURCE_DATE_EPOCH; default: the last commit's time, else 0)")
+	version := flags.String("version", "", "the org.opencontainers.image.version label (default: git describe, else dev)")
+	flags.Usage = func() {
+		fmt.Fprintf(flags.Output(), "Usage: corral-image [flags]\n\nBuilds Corral's container image from this module's binaries (run it inside the module). At least one of\n--out, --tar and --push; --out replaces an OCI image layout there, and refuses any other directory. The image runs `corral serve` as user 65532 by default; the Helm chart under\ndeploy/helm/corral runs its other commands.\n\nFlags:\n")
+		flags.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := flags.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if flags.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", flags.Arg(0))
 	}
 	if *out == "" && *tarPath == "" && *push == "" {
 		return errors.New("nothing to do: give --out, --tar or --push")
@@ -81,6 +82,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *binDir != "" && len(plats) > 1 {
 		return errors.New("--bin-dir takes one platform")
+	}
+	if *out != "" { // before minutes of building
+		if err := clearLayout(*out, false); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
 	}
 	when, err := sourceDate(*epoch)
 	if err != nil {
@@ -128,8 +134,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *out != "" {
-		if err := os.RemoveAll(*out); err != nil {
-			return err
+		if err := clearLayout(*out, true); err != nil {
+			return fmt.Errorf("--out: %w", err)
 		}
 		if _, err := layout.Write(*out, idx); err != nil {
 			return fmt.Errorf("--out: %w", err)
@@ -158,6 +164,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, digest)
 	return nil
+}
+
+// clearLayout makes way for an image layout at dir: nothing there, an empty directory, or an earlier OCI image
+// layout (which it removes when remove is set); anything else is refused, so that a mistyped --out never deletes
+// a user's files.
+func clearLayout(dir string, remove bool) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "oci-layout")); err != nil {
+		return fmt.Errorf("%s holds files and is not an OCI image layout: give a new or empty directory", dir)
+	}
+	if !remove {
+		return nil
+	}
+	return os.RemoveAll(dir)
 }
 
 // parsePlatforms reads --platforms: linux only, since the binaries are Linux's.
