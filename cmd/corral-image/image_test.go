@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,8 +24,11 @@ import (
 
 	"github.com/corralhq/corral/internal/sandbox/oci"
 	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -52,6 +57,28 @@ func TestReproducible(t *testing.T) {
 	}
 	if other == first {
 		t.Fatalf("another source date gave the same digest %s: the timestamps are not the epoch's", first)
+	}
+
+	// --push writes the same index to a registry (go-containerregistry's own registry server, over HTTP on
+	// 127.0.0.1), with no credentials configured.
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/corral:test"
+	pushed, err := buildCLI(ctx, "--push", ref, "--source-date-epoch", "1700000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remoteIdx, err := remote.Index(parsed)
+	if err != nil {
+		t.Fatalf("pull the pushed index: %v", err)
+	}
+	if d, _ := remoteIdx.Digest(); pushed != first || d.String() != first {
+		t.Fatalf("pushed: the tool printed %s, the registry holds %s; the layout's is %s", pushed, d, first)
 	}
 
 	// The layout holds one image for this platform, whose config runs corral serve as 65532.
@@ -99,17 +126,24 @@ func TestReproducible(t *testing.T) {
 	t.Run("runs under runc", func(t *testing.T) { runImage(t, filepath.Join(dir, "a.tar")) })
 }
 
+// TestFlags: bad flags are refused, before anything is built, with an error that names what is wrong.
 func TestFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{},
-		{"--out", "x", "--platforms", "windows/amd64"},
-		{"--tar", "x", "--platforms", "linux/amd64,linux/arm64"},
-		{"--out", "x", "--source-date-epoch", "yesterday"},
-		{"--out", "x", "surplus"},
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "nothing to do"},
+		{[]string{"--out", "x", "--platforms", "windows/amd64"}, "want linux/<arch>"},
+		{[]string{"--tar", "x", "--platforms", "linux/amd64,linux/arm64"}, "--tar takes one platform"},
+		{[]string{"--out", "x", "--source-date-epoch", "yesterday"}, "want Unix seconds"},
+		{[]string{"--out", "x", "surplus"}, "unexpected argument"},
+		{[]string{"--tar", "x", "--tag", "Not A Tag!"}, "--tag"},
+		{[]string{"--push", "Not A Reference!"}, "--push"},
+		{[]string{"--out", "x", "--ca-bundle", "/nonexistent/ca.pem"}, "--ca-bundle"},
 	} {
-		var stderr bytes.Buffer
-		if err := run(t.Context(), args, io.Discard, &stderr); err == nil {
-			t.Errorf("run %q: no error", args)
+		err := run(t.Context(), c.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("run %q: %v, want an error saying %q", c.args, err, c.want)
 		}
 	}
 }

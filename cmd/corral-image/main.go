@@ -83,9 +83,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *binDir != "" && len(plats) > 1 {
 		return errors.New("--bin-dir takes one platform")
 	}
-	if *out != "" { // before minutes of building
+	// Every destination is checked before minutes of building.
+	if *out != "" {
 		if err := clearLayout(*out, false); err != nil {
 			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	tagRef, err := name.NewTag(*tag)
+	if err != nil {
+		return fmt.Errorf("--tag: %w", err)
+	}
+	var pushRef name.Reference
+	if *push != "" {
+		if pushRef, err = name.ParseReference(*push); err != nil {
+			return fmt.Errorf("--push: %w", err)
 		}
 	}
 	when, err := sourceDate(*epoch)
@@ -143,24 +154,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "wrote the OCI image layout %s\n", *out)
 	}
 	if *tarPath != "" {
-		ref, err := name.NewTag(*tag)
-		if err != nil {
-			return fmt.Errorf("--tag: %w", err)
-		}
-		if err := tarball.WriteToFile(*tarPath, ref, images[0].image); err != nil {
+		if err := tarball.WriteToFile(*tarPath, tagRef, images[0].image); err != nil {
 			return fmt.Errorf("--tar: %w", err)
 		}
-		fmt.Fprintf(stderr, "wrote %s (%s)\n", *tarPath, ref)
+		fmt.Fprintf(stderr, "wrote %s (%s)\n", *tarPath, tagRef)
 	}
-	if *push != "" {
-		ref, err := name.ParseReference(*push)
-		if err != nil {
+	if pushRef != nil {
+		if err := remote.WriteIndex(pushRef, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 			return fmt.Errorf("--push: %w", err)
 		}
-		if err := remote.WriteIndex(ref, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-			return fmt.Errorf("--push: %w", err)
-		}
-		fmt.Fprintf(stderr, "pushed %s@%s\n", ref.Context(), digest)
+		fmt.Fprintf(stderr, "pushed %s@%s\n", pushRef.Context(), digest)
 	}
 	fmt.Fprintln(stdout, digest)
 	return nil
