@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// serveBridge forwards the connections of ln to the Unix socket at socketPath until ctx is done.
-func serveBridge(ctx context.Context, ln net.Listener, socketPath string) {
+// serveBridge forwards the connections of ln to the proxy at addr on network ("unix": a socket bound into the
+// sandbox; "tcp": the proxy's endpoint for a sandbox on another machine) until ctx is done.
+func serveBridge(ctx context.Context, ln net.Listener, network, addr string) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	go func() {
@@ -29,7 +30,7 @@ func serveBridge(ctx context.Context, ln net.Listener, socketPath string) {
 		go func() {
 			defer wg.Done()
 			defer c.Close()
-			u, err := net.DialTimeout("unix", socketPath, 5*time.Second)
+			u, err := net.DialTimeout(network, addr, 5*time.Second)
 			if err != nil {
 				return
 			}

@@ -30,7 +30,7 @@ func bridgeExec(args, env []string) int {
 		fmt.Fprintln(os.Stderr, "corral-sandbox-agent: proxy bridge:", err)
 		return 126
 	}
-	go serveBridge(ctx, ln, args[0])
+	go serveBridge(ctx, ln, "unix", args[0])
 	cmd := exec.Command(args[1], args[2:]...)
 	proxy := "http://" + ProxyListenAddr
 	// No no_proxy: every destination goes through the proxy, a registry the operator runs on the host's

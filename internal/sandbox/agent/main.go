@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -16,6 +17,9 @@ import (
 func Main(args []string) int {
 	if len(args) > 0 && args[0] == BridgeExecArg {
 		return bridgeExec(args[1:], os.Environ())
+	}
+	if len(args) > 0 && args[0] == InstallArg {
+		return install(args[1:])
 	}
 	if err := run(args); err != nil {
 		fmt.Fprintln(os.Stderr, "corral-sandbox-agent:", err)
@@ -32,6 +36,7 @@ func run(args []string) error {
 	workspace := fs.String("workspace", Workspace, "directory relative tool paths resolve against")
 	confine := fs.Bool("confine", false, "confine the file tools to the workspace")
 	proxySocket := fs.String("proxy-socket", ProxySocketPath, "egress proxy Unix socket to bridge at "+ProxyListenAddr+" when it exists; empty for none")
+	proxyAddr := fs.String("proxy-addr", "", "egress proxy TCP address (host:port) to bridge at "+ProxyListenAddr+" instead of the socket (a sandbox on another machine)")
 	shellNS := fs.Bool("shell-namespace", false, "start the shells in user and pid namespaces of their own, where the agent has no pid")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -50,14 +55,18 @@ func run(args []string) error {
 	defer stop()
 
 	env := os.Environ()
-	if _, err := os.Stat(*proxySocket); *proxySocket != "" && err == nil {
+	network, addr := "unix", *proxySocket
+	if *proxyAddr != "" {
+		network, addr = "tcp", *proxyAddr
+	}
+	if _, err := os.Stat(addr); network == "tcp" || addr != "" && err == nil {
 		// Bound before the first command runs: a command that starts at once must find the proxy listening.
 		var lc net.ListenConfig
 		ln, err := lc.Listen(ctx, "tcp", ProxyListenAddr)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "corral-sandbox-agent: proxy bridge: listen %s: %v\n", ProxyListenAddr, err)
 		} else {
-			go serveBridge(ctx, ln, *proxySocket)
+			go serveBridge(ctx, ln, network, addr)
 		}
 		proxy := "http://" + ProxyListenAddr
 		env = append(env, "http_proxy="+proxy, "https_proxy="+proxy, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy,
@@ -72,4 +81,42 @@ func run(args []string) error {
 	}()
 	defer srv.Close()
 	return srv.Serve(ctx, os.Stdin, os.Stdout)
+}
+
+// InstallArg, as the agent's first argument, makes it copy its own executable to the path that follows
+// (mode 0555) and exit: an init container runs it from Corral's image to put the agent into a pod whose image
+// has no shell and no cp (internal/sandbox/kubernetes).
+const InstallArg = "install"
+
+func install(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "corral-sandbox-agent: install DEST")
+		return 2
+	}
+	if err := copySelf(args[0]); err != nil {
+		fmt.Fprintln(os.Stderr, "corral-sandbox-agent: install:", err)
+		return 1
+	}
+	return 0
+}
+
+func copySelf(dest string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o555)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

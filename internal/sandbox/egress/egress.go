@@ -155,6 +155,9 @@ type Config struct {
 	// Path is the Unix socket to create (mode 0600, owned by UID:GID, which may be -1 to keep the caller's).
 	Path     string
 	UID, GID int
+	// Listener, if set, is served instead of a socket at Path: a TCP endpoint of one sandbox whose processes
+	// run on another machine (a pod). Whoever makes it decides who may connect; the Proxy closes it.
+	Listener net.Listener
 	// Policy is the environment's networking policy (PolicyFor).
 	Policy Policy
 	// Egress is what the host adds to the policy (sandbox.Recipe.Egress): its AllowInternal extends the
@@ -168,7 +171,7 @@ type Config struct {
 	Refused func(host string, err error)
 }
 
-// Proxy is one sandbox's egress proxy on a Unix socket.
+// Proxy is one sandbox's egress proxy, on a Unix socket or the TCP listener it was given.
 type Proxy struct {
 	policy   Policy
 	local    http.Handler
@@ -186,7 +189,7 @@ type Proxy struct {
 	closed bool
 }
 
-// Listen starts a proxy on a new Unix socket (Config.Path).
+// Listen starts a proxy on a new Unix socket (Config.Path), or on Config.Listener.
 func Listen(cfg Config) (*Proxy, error) {
 	path, uid, gid, policy, logger := cfg.Path, cfg.UID, cfg.GID, cfg.Policy, cfg.Logger
 	if logger == nil {
@@ -200,18 +203,12 @@ func Listen(cfg Config) (*Proxy, error) {
 		}
 		local = e.Local
 	}
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("egress: listen: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("egress: chmod socket: %w", err)
-	}
-	if err := os.Lchown(path, uid, gid); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("egress: chown socket: %w", err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = listenUnix(path, uid, gid); err != nil {
+			return nil, err
+		}
 	}
 	p := &Proxy{policy: policy, local: local, logger: logger, onRefuse: cfg.Refused, egress: cfg.Egress, ln: ln, done: make(chan struct{}), tunnel: map[net.Conn]struct{}{}}
 	p.itr = p.interceptTransport()
@@ -232,6 +229,24 @@ func Listen(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
+// listenUnix listens on a new Unix socket at path that only uid:gid may connect to.
+func listenUnix(path string, uid, gid int) (net.Listener, error) {
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("egress: listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("egress: chmod socket: %w", err)
+	}
+	if err := os.Lchown(path, uid, gid); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("egress: chown socket: %w", err)
+	}
+	return ln, nil
+}
+
 // Close stops the proxy and cuts every connection through it. Idempotent.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -248,7 +263,9 @@ func (p *Proxy) Close() error {
 	<-p.done
 	p.tr.CloseIdleConnections()
 	p.itr.CloseIdleConnections()
-	_ = os.Remove(p.ln.Addr().String())
+	if p.ln.Addr().Network() == "unix" {
+		_ = os.Remove(p.ln.Addr().String())
+	}
 	return err
 }
 
