@@ -59,9 +59,21 @@ func (e *ResourceError) Error() string {
 
 func (e *ResourceError) Unwrap() error { return e.Err }
 
+// ErrNotPlacedRemote is the resource error of a session that has resources when its sandboxes run on other
+// machines (a Provider without Capabilities.HostWorkspace): no backend of that kind places them yet.
+var ErrNotPlacedRemote = errors.New("this sandbox backend does not place session resources (files, repositories, skills, memory stores) in its sandboxes yet; no resource was placed")
+
 // place has the Placer place the recipe's resources and skills (and remove the files of deleted resources);
-// without one, a recipe with resources or skills gets ErrNoPlacer.
+// without one, or for a Provider without host workspaces, a recipe with resources or skills gets an error that
+// says so.
 func (p *Pool) place(ctx context.Context, r *Recipe, host HostDirs) []*ResourceError {
+	if !p.cfg.Provider.Capabilities().HostWorkspace {
+		if len(r.Resources) == 0 && len(r.Skills) == 0 {
+			return nil
+		}
+		p.cfg.Logger.Warn("session resources not placed", "session", r.SessionID, "err", ErrNotPlacedRemote)
+		return []*ResourceError{{Err: ErrNotPlacedRemote}}
+	}
 	if p.cfg.Placer == nil {
 		if len(r.Resources) == 0 && len(r.Skills) == 0 {
 			return nil

@@ -363,9 +363,7 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 		err = p.prepareHost(ctx, s, host)
 	}
 	if err == nil {
-		if caps.HostWorkspace {
-			unplaced = p.place(ctx, r, host)
-		}
+		unplaced = p.place(ctx, r, host)
 		sb, err = p.start(ctx, r, &host, caps)
 	}
 	d := time.Since(start)

@@ -406,8 +406,14 @@ func TestPoolConsultsCapabilities(t *testing.T) {
 			t.Cleanup(func() { _ = p.Stop() })
 			c := call("s1")
 			c.Recipe.Environment.Type = tc.env
-			if _, err := p.Execute(context.Background(), c); err != nil {
+			c.Recipe.Resources = []apitype.Resource{{ID: "file_1", Type: apitype.ResourceFile}}
+			res, err := p.Execute(context.Background(), c)
+			if err != nil {
 				t.Fatal(err)
+			}
+			// Resources the pool cannot place where the sandbox runs are reported, never silently left out.
+			if noted := strings.Contains(text(res), sandbox.ErrNotPlacedRemote.Error()); noted == tc.workspace {
+				t.Errorf("the result notes the resources as not placed: %v, want %v (%q)", noted, !tc.workspace, text(res))
 			}
 			if err := p.CollectOutputs(context.Background(), &sandbox.Recipe{SessionID: "s1"}); err != nil {
 				t.Fatal(err)
@@ -525,4 +531,13 @@ func TestPoolReportsImageWait(t *testing.T) {
 			}
 		})
 	}
+}
+
+// text joins a result's text blocks.
+func text(r sandbox.Result) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
 }

