@@ -14,14 +14,16 @@ import (
 // else gets its settings through its Config, filled in by cmd/ (docs/architecture.md).
 var envReaders = map[string]string{
 	// Test kits: they read the test's settings (CORRAL_TEST_POSTGRES, CI, the backends a run requires).
-	"internal/store/postgres/pgtest/pgtest.go":    "test kit",
-	"internal/store/storetest/crash.go":           "test kit (the crash child's settings)",
-	"internal/sandbox/sandboxtest/sandboxtest.go": "test kit",
-	"internal/sandbox/sandboxtest/gitrepo.go":     "test kit",
-	"internal/sandbox/sandboxtest/gitserver.go":   "test kit",
-	"internal/blob/s3/s3test/s3test.go":           "test kit",
-	"internal/image/imagetest/imagetest.go":       "test kit",
-	"internal/sandbox/agent/main.go":              "the in-sandbox agent's main: its environment is the sandbox's",
+	"internal/store/postgres/pgtest/pgtest.go":         "test kit",
+	"internal/store/storetest/crash.go":                "test kit (the crash child's settings)",
+	"internal/sandbox/sandboxtest/sandboxtest.go":      "test kit",
+	"internal/sandbox/sandboxtest/gitrepo.go":          "test kit",
+	"internal/sandbox/sandboxtest/gitserver.go":        "test kit",
+	"internal/blob/s3/s3test/s3test.go":                "test kit",
+	"internal/image/imagetest/imagetest.go":            "test kit",
+	"internal/sandbox/kubernetes/kubetest/kubetest.go": "test kit",
+	"internal/sandbox/kubernetes/kubetest/image.go":    "test kit",
+	"internal/sandbox/agent/main.go":                   "the in-sandbox agent's main: its environment is the sandbox's",
 }
 
 // TestOnlyCmdReadsEnv: outside cmd/, no non-test file calls os.Getenv, os.LookupEnv or os.Environ unless it is
