@@ -28,6 +28,9 @@ type backend struct {
 	check func(o *backendOptions) error
 	// new constructs a provider whose state lives under stateDir ("" = the backend's default).
 	new func(o *backendOptions, stateDir string) (sandbox.Provider, error)
+	// remote: its sandboxes run on other machines, with their workspaces there: this host gives them no
+	// workspace volumes.
+	remote bool
 }
 
 // backendOptions are the settings every backend is constructed with.
@@ -40,6 +43,8 @@ type backendOptions struct {
 	uidBase  int
 	cpuShare int  // the sandboxes' common cpu.shares (0 = the default, < 0 = the kernel's)
 	cpuIdle  bool // and cpu.idle on it
+	// kube configures the kubernetes backend; nil where its flags are not offered (bench).
+	kube *kubeFlags
 }
 
 // runscFallback is where the project's install script puts a current, static runsc.
@@ -91,6 +96,21 @@ var backends = []backend{
 		new: func(o *backendOptions, dir string) (sandbox.Provider, error) {
 			return gvisor.New(gvisor.Config{Runsc: o.runsc, OCI: ociConfig(o, dir)})
 		},
+	},
+	{
+		name:    "kubernetes",
+		aliases: []string{"k8s"},
+		check: func(o *backendOptions) error {
+			if o.kube == nil {
+				return errors.New("the kubernetes backend is configured by the --k8s-* flags of serve, harness, worker and bench")
+			}
+			_, err := o.kube.config()
+			return err
+		},
+		new: func(o *backendOptions, _ string) (sandbox.Provider, error) {
+			return kubeProvider(o)
+		},
+		remote: true,
 	},
 	{
 		name:  "process",

@@ -7,13 +7,13 @@ import (
 )
 
 func TestLookupBackend(t *testing.T) {
-	for name, want := range map[string]string{"bwrap": "bwrap", "oci": "oci", "runc": "oci", "gvisor": "gvisor", "runsc": "gvisor", "process": "process"} {
+	for name, want := range map[string]string{"bwrap": "bwrap", "oci": "oci", "runc": "oci", "gvisor": "gvisor", "runsc": "gvisor", "kubernetes": "kubernetes", "k8s": "kubernetes", "process": "process"} {
 		b, err := lookupBackend(name)
 		if err != nil || b.name != want {
 			t.Errorf("lookupBackend(%q) = %v, %v; want %s", name, b, err, want)
 		}
 	}
-	if _, err := lookupBackend("docker"); err == nil || !strings.Contains(err.Error(), "bwrap, oci, gvisor, process") {
+	if _, err := lookupBackend("docker"); err == nil || !strings.Contains(err.Error(), "bwrap, oci, gvisor, kubernetes, process") {
 		t.Errorf("lookupBackend(docker) = %v, want an error naming the backends", err)
 	}
 }

@@ -763,8 +763,10 @@ func testSecretInjectedAtEgress(t *testing.T, sandboxArgs []string) {
 			places[p] = string(b)
 		}
 	}
-	assertNowhere(t, places, map[string]string{"the secret value": secret, "the body secret value": bodySecret,
-		"the old master key": rot.oldKey, "the new master key": rot.newKey})
+	forbidden := map[string]string{"the secret value": secret, "the body secret value": bodySecret,
+		"the old master key": rot.oldKey, "the new master key": rot.newKey}
+	assertNowhere(t, places, forbidden)
+	assertClusterClean(t, sandboxArgs, forbidden)
 	if reqs := model.Requests(); len(reqs) != 4 || !strings.Contains(string(reqs[1].Body), "env="+ph) {
 		t.Errorf("the model's second request lacks the tool result (%d requests)", len(reqs))
 	}

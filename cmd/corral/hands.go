@@ -52,6 +52,7 @@ type handsFlags struct {
 	// registries are the package managers' registries allow_package_managers opens to sandboxes, with the
 	// operator's mirrors (--package-registry, the image builds' flag); nil: the managers' defaults.
 	registries *image.Registries
+	kube       kubeFlags
 }
 
 func defaultSandbox() string {
@@ -62,9 +63,10 @@ func defaultSandbox() string {
 }
 
 func (f *handsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.kind, "sandbox", envOr("CORRAL_SANDBOX", defaultSandbox()), "sandbox `backend`: bwrap, oci (runc), gvisor (runsc), process (no isolation: development only) or none (env CORRAL_SANDBOX)")
+	fs.StringVar(&f.kind, "sandbox", envOr("CORRAL_SANDBOX", defaultSandbox()), "sandbox `backend`: bwrap, oci (runc), gvisor (runsc), kubernetes (k8s: pods on a cluster, --k8s-*), process (no isolation: development only) or none (env CORRAL_SANDBOX)")
 	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary or on PATH, else this binary)")
 	runscFlag(fs, &f.runsc)
+	f.kube.register(fs)
 	fs.DurationVar(&f.idle, "sandbox-idle", sandbox.DefaultIdleTimeout, "how long an unused sandbox lives before it is reaped (its workspace stays)")
 	fs.IntVar(&f.wsSandboxes, "workspace-sandboxes", defaultWorkspaceSandboxes, "`sandboxes` a workspace's sessions may hold live at once, across every brain of\n"+
 		"the store: a tool call beyond it fails, saying so, until one closes (0 = unlimited)")
@@ -198,7 +200,10 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")
 		return sc, nil
 	}
-	vols, err := f.volumes(root, logger)
+	var vols *volume.Volumes
+	if b, lerr := lookupBackend(f.kind); lerr != nil || !b.remote {
+		vols, err = f.volumes(root, logger)
+	}
 	if err != nil {
 		logger.Error("sandbox unavailable: built-in tools will fail until it is fixed", "err", err)
 		sc.Unavailable = err.Error()
@@ -230,7 +235,7 @@ func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Prov
 		return nil, err
 	}
 	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle,
-		uidBase: f.uidBase}, "")
+		uidBase: f.uidBase, kube: &f.kube}, "")
 }
 
 // agentName is the in-sandbox agent's binary name; the corral binary runs as the agent under it.

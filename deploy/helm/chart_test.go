@@ -281,3 +281,64 @@ func checkRestricted(t *testing.T, name string, sc any) {
 		t.Errorf("%s security context is not restricted: %v", name, sc)
 	}
 }
+
+// TestRenderKubernetes: with the kubernetes sandbox backend, the brains get a ServiceAccount (its token
+// mounted, for the cluster's API) bound to a Role in the sandboxes' namespace that grants what the backend uses
+// and nothing else (no secrets), the backend's flags, their address and their name; the other components
+// still mount no token.
+func TestRenderKubernetes(t *testing.T) {
+	if _, err := helm(t, append([]string{"template", "rel", "corral"}, sets(append(slices.Clone(required), "harness.sandbox=kubernetes")...)...)...); err == nil ||
+		!strings.Contains(err.Error(), "harness.kubernetes.image is required") {
+		t.Errorf("no sandbox image: %v; want a refusal naming harness.kubernetes.image", err)
+	}
+	objs := render(t, "harness.sandbox=kubernetes", "harness.kubernetes.image=registry.example.com/sandbox:1",
+		"harness.kubernetes.namespace=sandboxes", "harness.kubernetes.runtimeClassName=gvisor")
+	harness := objs["Deployment/rel-corral-harness"]
+	role, binding := objs["Role/rel-corral-harness-sandboxes"], objs["RoleBinding/rel-corral-harness-sandboxes"]
+	if harness == nil || role == nil || binding == nil || objs["ServiceAccount/rel-corral-harness"] == nil {
+		t.Fatalf("objects: %v", slices.Sorted(maps.Keys(objs)))
+	}
+	spec := get(harness, "spec", "template", "spec")
+	if get(spec, "serviceAccountName") != "rel-corral-harness" || get(spec, "automountServiceAccountToken") != true {
+		t.Errorf("harness account: %v, token %v", get(spec, "serviceAccountName"), get(spec, "automountServiceAccountToken"))
+	}
+	var args []string
+	for _, a := range get(container(harness), "args").([]any) {
+		args = append(args, a.(string))
+	}
+	for _, want := range []string{"--sandbox=kubernetes", "--k8s-namespace=sandboxes", "--k8s-image=registry.example.com/sandbox:1",
+		"--k8s-agent-image=registry.example.com/corral@" + digest, "--k8s-runtime-class=gvisor"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("harness args %q lack %s", args, want)
+		}
+	}
+	env := map[string]any{}
+	for _, e := range get(container(harness), "env").([]any) {
+		env[get(e, "name").(string)] = get(e, "valueFrom", "fieldRef", "fieldPath")
+	}
+	if env["POD_IP"] != "status.podIP" || env["CORRAL_K8S_OWNER"] != "metadata.name" {
+		t.Errorf("harness env: %v", env)
+	}
+	if get(role, "metadata", "namespace") != "sandboxes" || get(binding, "metadata", "namespace") != "sandboxes" {
+		t.Errorf("the role is not in the sandboxes' namespace: %v", get(role, "metadata"))
+	}
+	granted := map[string]bool{}
+	for _, r := range get(role, "rules").([]any) {
+		for _, res := range get(r, "resources").([]any) {
+			granted[res.(string)] = true
+		}
+	}
+	for _, want := range []string{"pods", "pods/attach", "configmaps", "networkpolicies"} {
+		if !granted[want] {
+			t.Errorf("the role does not grant %s", want)
+		}
+	}
+	if granted["secrets"] || granted["pods/exec"] || len(granted) != 4 {
+		t.Errorf("the role grants %v; want exactly pods, pods/attach, configmaps, networkpolicies", slices.Sorted(maps.Keys(granted)))
+	}
+	for _, name := range []string{"api", "proxy"} {
+		if get(objs["Deployment/rel-corral-"+name], "spec", "template", "spec", "automountServiceAccountToken") != false {
+			t.Errorf("%s mounts a service account token", name)
+		}
+	}
+}

@@ -1,0 +1,577 @@
+package kubernetes_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/corralhq/corral/internal/image/imagetest"
+	"github.com/corralhq/corral/internal/proxy/proxytest"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/kubernetes"
+	"github.com/corralhq/corral/internal/sandbox/kubernetes/kubetest"
+	"github.com/corralhq/corral/internal/sandbox/sandboxtest"
+)
+
+var (
+	cluster   *kubetest.Cluster
+	agentPath string
+)
+
+const namespace = "corral-test"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(crashChildEnv) != "" {
+		os.Exit(m.Run()) // TestCrash's server: the parent's cluster, images and agent
+	}
+	// The agent is built where it is found again by the next run (kubetest.Main exits the process).
+	dir := filepath.Join(os.TempDir(), "corral-kubernetes-test-agent")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var err error
+	if agentPath, err = sandboxtest.BuildAgent(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	kubetest.Main(m, &cluster)
+}
+
+var (
+	imagesOnce sync.Once
+	imagesErr  error
+)
+
+// images imports Corral's agent image (the agent at kubernetes.DefaultAgentPath, nothing else: no shell) and
+// the sandbox image (the tests' Debian base) into the node, once.
+func images(t testing.TB) {
+	t.Helper()
+	kubetest.Require(t, kubetest.StartErr())
+	base := imagetest.Base(t)
+	imagesOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		imagesErr = cluster.ImportSandboxImages(ctx, agentPath, kubernetes.DefaultAgentPath, base.RootFS)
+		if imagesErr == nil {
+			_, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				imagesErr = err
+			}
+		}
+	})
+	if imagesErr != nil {
+		t.Fatal(imagesErr)
+	}
+}
+
+var owners atomic.Int64
+
+// config is a provider's configuration on the test cluster, with an owner of its own.
+func config(t testing.TB) kubernetes.Config {
+	images(t)
+	return configOn(cluster.Config, cluster.NodeIP, fmt.Sprintf("test-%d-%d", os.Getpid(), owners.Add(1)))
+}
+
+func configOn(rc *rest.Config, nodeIP, owner string) kubernetes.Config {
+	return kubernetes.Config{REST: rc, Namespace: namespace, Image: kubetest.SandboxImage, AgentImage: kubetest.AgentImage,
+		ImagePullPolicy: corev1.PullNever, EgressIP: netip.MustParseAddr(nodeIP), Owner: owner, WorkspaceBytes: 1 << 30,
+		// The node has two cores: the suites run dozens of pods at once.
+		CPURequestMilli: 10}
+}
+
+func newProviderWith(t testing.TB, cfg kubernetes.Config) *kubernetes.Provider {
+	t.Helper()
+	p, err := kubernetes.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return p
+}
+
+// newProvider is a provider whose pods run on the tests' base image, which the suites are told (its RootFS:
+// the image's own /root is not the host's).
+func newProvider(t testing.TB) sandbox.Provider {
+	return onBase{Provider: newProviderWith(t, config(t)), rootfs: imagetest.Base(t).RootFS}
+}
+
+type onBase struct {
+	*kubernetes.Provider
+	rootfs string
+}
+
+func (p onBase) RootFS() string { return p.rootfs }
+
+func TestConformance(t *testing.T) {
+	sandboxtest.Run(t, newProvider, sandboxtest.Options{Remote: true})
+}
+
+func TestRedTeam(t *testing.T) {
+	sandboxtest.RunRedTeamWith(t, newProvider, sandboxtest.RedTeamOptions{
+		KernelCmdlineShown: "a runc pod sees the node's /proc/cmdline (containerd masks no such path); a gvisor RuntimeClass hides it"})
+}
+
+func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
+
+// TestSecrets runs the credentials red team in pods, then searches every object of the cluster (through the
+// API server) and every file of its state (etcd's data, containerd's and the kubelet's directories) for the
+// secrets: none may hold one.
+func TestSecrets(t *testing.T) {
+	var forbidden map[string]string
+	setup := func(t *testing.T, creds []sandboxtest.SecretCredential, trusted []string) (sandbox.EgressSource, map[string]string) {
+		src, f := proxytest.Setup(t, creds, trusted)
+		forbidden = map[string]string{}
+		for k, v := range f {
+			forbidden[k] = v
+		}
+		for _, c := range creds {
+			forbidden["secret value of "+c.Name] = c.Value
+		}
+		return src, f
+	}
+	var seen atomic.Int64
+	search := func(t *testing.T) {
+		if forbidden == nil {
+			t.Fatal("the secrets suite set up no credentials")
+		}
+		ctx := context.Background()
+		objs := map[string]any{}
+		var err error
+		if objs["pods"], err = cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if objs["configmaps"], err = cluster.Client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if objs["secrets"], err = cluster.Client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if objs["events"], err = cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if objs["networkpolicies"], err = cluster.Client.NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods := objs["pods"].(*corev1.PodList)
+		n := 0
+		for _, p := range pods.Items {
+			if p.Namespace == namespace {
+				n++
+			}
+		}
+		seen.Store(int64(n))
+		for kind, o := range objs {
+			b, _ := json.Marshal(o)
+			for label, v := range forbidden {
+				if v != "" && bytes.Contains(b, []byte(v)) {
+					t.Errorf("the cluster's %s hold the %s", kind, label)
+				}
+			}
+		}
+		files := searchFiles(t, cluster.Dir, forbidden)
+		t.Logf("searched the cluster's pods, config maps, secrets, events and network policies (%d sandbox pods) and %d files of its state for %d secrets",
+			n, files, len(forbidden))
+	}
+	wrap := func(tb testing.TB) sandbox.Provider {
+		return &searchingProvider{Provider: newProvider(tb), search: func() { search(tb.(*testing.T)) }}
+	}
+	// Registered first, run last: after the suite's pools closed their sandboxes, which searched.
+	t.Cleanup(func() {
+		if seen.Load() == 0 {
+			t.Error("the cluster was not searched while a sandbox pod ran: the search proves nothing")
+		}
+	})
+	sandboxtest.RunSecrets(t, wrap, setup)
+}
+
+// searchingProvider searches the cluster for the secrets before it closes each sandbox, while its pod runs.
+type searchingProvider struct {
+	sandbox.Provider
+	search func()
+}
+
+func (p *searchingProvider) Provision(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs) (sandbox.Sandbox, error) {
+	sb, err := p.Provider.Provision(ctx, r, host)
+	if err != nil {
+		return nil, err
+	}
+	return &searchingSandbox{Sandbox: sb, search: p.search}, nil
+}
+
+type searchingSandbox struct {
+	sandbox.Sandbox
+	search func()
+	once   sync.Once
+}
+
+func (s *searchingSandbox) Close() error {
+	s.once.Do(s.search)
+	return s.Sandbox.Close()
+}
+
+// searchFiles reads every regular file under dir (up to 256 MiB each) for the forbidden values, and returns
+// how many it read.
+func searchFiles(t *testing.T, dir string, forbidden map[string]string) int {
+	files := 0
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			// Container root filesystems (the images' files) hold nothing of a session's.
+			if d.Name() == "snapshots" && strings.Contains(path, "overlayfs") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() > 256<<20 {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		files++
+		for label, v := range forbidden {
+			if v != "" && bytes.Contains(b, []byte(v)) {
+				t.Errorf("%s holds the %s", path, label)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files == 0 {
+		t.Errorf("no file under %s was searched", dir)
+	}
+	return files
+}
+
+// TestPodSpec checks what a sandbox's pod is: restricted, with no token, no service links, no resolver, its
+// limits, its labels, and a network policy that allows one port of the egress address and nothing else.
+func TestPodSpec(t *testing.T) {
+	cfg := config(t)
+	p := newProviderWith(t, cfg)
+	r := &sandbox.Recipe{SessionID: "sesn_podspec", Limits: sandbox.Limits{MemoryBytes: 512 << 20, CPUQuota: 0.5}}
+	sb, err := p.Provision(context.Background(), r, sandbox.HostDirs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	ctx := context.Background()
+	pods, err := cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelOwner + "=" + cfg.Owner})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods of the owner: %v, %v; want one", pods, err)
+	}
+	pod := pods.Items[0]
+	if pod.Labels[kubernetes.LabelSession] != "sesn_podspec" || pod.Annotations[kubernetes.AnnotationExpires] == "" {
+		t.Errorf("labels %v, annotations %v", pod.Labels, pod.Annotations)
+	}
+	spec := pod.Spec
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken || spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
+		t.Error("the pod mounts a service account token or gets service links")
+	}
+	if spec.DNSPolicy != corev1.DNSNone || spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Errorf("dns %s, host network %v pid %v ipc %v", spec.DNSPolicy, spec.HostNetwork, spec.HostPID, spec.HostIPC)
+	}
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		sc := c.SecurityContext
+		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 ||
+			sc.Capabilities.Drop[0] != "ALL" || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("container %s is not restricted: %+v", c.Name, sc)
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				t.Errorf("container %s takes %s from another object", c.Name, e.Name)
+			}
+		}
+	}
+	lim := spec.Containers[0].Resources.Limits
+	if lim.Memory().Value() != 512<<20 || lim.Cpu().MilliValue() != 500 || lim.StorageEphemeral().Value() == 0 {
+		t.Errorf("limits %v", lim)
+	}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil || v.HostPath != nil || v.Projected != nil {
+			t.Errorf("volume %s mounts a secret, a host path or a projection", v.Name)
+		}
+		if v.Name == "workspace" && (v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil) {
+			t.Errorf("the workspace has no size limit: %+v", v)
+		}
+	}
+	nps, err := cluster.Client.NetworkingV1().NetworkPolicies(namespace).List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelSandbox + "=" + pod.Name})
+	if err != nil || len(nps.Items) != 1 {
+		t.Fatalf("policies: %v, %v", nps, err)
+	}
+	eg := nps.Items[0].Spec.Egress
+	if len(eg) != 1 || len(eg[0].To) != 1 || eg[0].To[0].IPBlock == nil || eg[0].To[0].IPBlock.CIDR != cluster.NodeIP+"/32" || len(eg[0].Ports) != 1 ||
+		len(nps.Items[0].Spec.Ingress) != 0 {
+		t.Errorf("policy: %+v", nps.Items[0].Spec)
+	}
+	// From inside: no name resolves, and nothing but the proxy's port answers (the API server's port, on the
+	// same address, does not).
+	res, err := sb.Execute(ctx, "", "bash", json.RawMessage(fmt.Sprintf(
+		`{"command":"getent hosts kubernetes.default || echo no-dns; timeout 3 bash -c 'exec 3<>/dev/tcp/%s/16443' 2>/dev/null && echo apiserver-reached || echo apiserver-refused; ls /var/run/secrets 2>&1 | head -1"}`, cluster.NodeIP)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := text(res)
+	if !strings.Contains(out, "no-dns") || !strings.Contains(out, "apiserver-refused") || !strings.Contains(out, "No such file") {
+		t.Errorf("from inside the pod: %q", out)
+	}
+}
+
+// TestPodDeleted: a pod deleted under a session is a dead sandbox, and the pool's next call gets a fresh one.
+func TestPodDeleted(t *testing.T) {
+	cfg := config(t)
+	p := newProviderWith(t, cfg)
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: p, WorkspaceRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pool.Stop() })
+	call := &sandbox.Call{Recipe: sandbox.Recipe{SessionID: "sesn_deleted"}, Name: "bash", Input: json.RawMessage(`{"command":"hostname"}`)}
+	ctx := context.Background()
+	first, err := pool.Execute(ctx, call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := int64(0)
+	if err := cluster.Client.CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
+		metav1.ListOptions{LabelSelector: kubernetes.LabelOwner + "=" + cfg.Owner}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pool.Execute(ctx, &sandbox.Call{Recipe: call.Recipe, Name: "bash", Input: json.RawMessage(`{"command":"sleep 30"}`)})
+	if !errors.Is(err, sandbox.ErrSandboxDead) {
+		t.Fatalf("a call on a deleted pod: %v; want ErrSandboxDead", err)
+	}
+	second, err := pool.Execute(ctx, call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text(first) == text(second) {
+		t.Errorf("the same pod answered after its deletion: %q", text(first))
+	}
+}
+
+// TestReap: the pods of a server that died (it never closed them) are deleted by its next start, and by any
+// other server once their expiry passes.
+func TestReap(t *testing.T) {
+	ctx := context.Background()
+	cfg := config(t)
+	dead, err := kubernetes.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := dead.Provision(ctx, &sandbox.Recipe{SessionID: "sesn_reap"}, sandbox.HostDirs{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubernetes.Abandon(dead) // as a SIGKILL leaves it: its pods stay
+	count := func(owner string) int {
+		pods, err := cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelOwner + "=" + owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(cfg.Owner); n != 2 {
+		t.Fatalf("%d pods before the restart; want 2", n)
+	}
+	newProviderWith(t, cfg) // the same owner starts again
+	if n := count(cfg.Owner); n != 0 {
+		t.Errorf("%d pods of the dead run after the restart; want 0", n)
+	}
+
+	// Another server reaps the pods of one that never comes back, once their expiry passes.
+	gone := config(t)
+	gone.TTL = 3 * time.Second
+	dead, err = kubernetes.New(ctx, gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.Provision(ctx, &sandbox.Recipe{SessionID: "sesn_reap"}, sandbox.HostDirs{}); err != nil {
+		t.Fatal(err)
+	}
+	kubernetes.Abandon(dead)
+	other := config(t)
+	other.TTL = 3 * time.Second
+	newProviderWith(t, other)
+	deadline := time.Now().Add(30 * time.Second)
+	for count(gone.Owner) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the expired pod of a dead server is still there after 30 s")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func text(r sandbox.Result) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+// crashChildEnv names, in the environment of TestCrash's child (the server it kills), the file it reports to;
+// crashKubeconfigEnv, crashNodeEnv and crashOwnerEnv are the cluster and the owner name it runs with.
+const (
+	crashChildEnv      = "CORRAL_K8S_CRASH_CHILD"
+	crashKubeconfigEnv = "CORRAL_K8S_CRASH_KUBECONFIG"
+	crashNodeEnv       = "CORRAL_K8S_CRASH_NODE"
+	crashOwnerEnv      = "CORRAL_K8S_CRASH_OWNER"
+)
+
+// TestCrash: a server (a child process) provisions two pods, with processes left running in the background of
+// each, and is SIGKILLed. Its pods end without any help (the attach stream dropped, the agent's stdin closed,
+// the container ended with every process in it), and the next start under the same owner name deletes them.
+func TestCrash(t *testing.T) {
+	if report := os.Getenv(crashChildEnv); report != "" {
+		crashChild(t, report)
+		return
+	}
+	images(t)
+	owner := fmt.Sprintf("crash-%d", os.Getpid())
+	report := filepath.Join(t.TempDir(), "report")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrash$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+report, crashKubeconfigEnv+"="+cluster.Kubeconfig,
+		crashNodeEnv+"="+cluster.NodeIP, crashOwnerEnv+"="+owner)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(report); err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("the server exited before it was killed (%v):\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Fatalf("no report from the server after 3 minutes:\n%s", out.String())
+		}
+	}
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: kubernetes.LabelOwner + "=" + owner}
+	pods, err := cluster.Client.CoreV1().Pods(namespace).List(ctx, sel)
+	if err != nil || len(pods.Items) != 2 {
+		t.Fatalf("the server's pods: %v (%v); want 2", pods, err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		pods, err := cluster.Client.CoreV1().Pods(namespace).List(ctx, sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var running []string
+		for _, p := range pods.Items {
+			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				running = append(running, p.Name+" "+string(p.Status.Phase))
+			}
+		}
+		if len(running) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pods of the killed server still run 60 s after it died: %v", running)
+		}
+	}
+
+	newProviderWith(t, configOn(cluster.Config, cluster.NodeIP, owner)) // the server starts again
+	pods, err = cluster.Client.CoreV1().Pods(namespace).List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			t.Errorf("pod %s of the killed server is still there after the restart", p.Name)
+		}
+	}
+	for _, list := range []func() (int, error){
+		func() (int, error) {
+			l, err := cluster.Client.CoreV1().ConfigMaps(namespace).List(ctx, sel)
+			return len(l.Items), err
+		},
+		func() (int, error) {
+			l, err := cluster.Client.NetworkingV1().NetworkPolicies(namespace).List(ctx, sel)
+			return len(l.Items), err
+		},
+	} {
+		if n, err := list(); err != nil || n != 0 {
+			t.Errorf("config maps or policies of the killed server after the restart: %d (%v)", n, err)
+		}
+	}
+}
+
+// crashChild is TestCrash's server: it provisions two sandboxes, leaves processes running in each, reports and
+// waits to be killed.
+func crashChild(t *testing.T, report string) {
+	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv(crashKubeconfigEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := kubernetes.New(context.Background(), configOn(rc, os.Getenv(crashNodeEnv), os.Getenv(crashOwnerEnv)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		sb, err := p.Provision(context.Background(), &sandbox.Recipe{SessionID: fmt.Sprintf("sesn_crash%d", i)}, sandbox.HostDirs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Execute(context.Background(), "", "bash", json.RawMessage(`{"command":"(sleep 1000 &); setsid sleep 1000 >/dev/null 2>&1 &"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(report, []byte("ready"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {} // until killed
+}
