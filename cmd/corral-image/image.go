@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"time"
@@ -12,7 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -137,9 +138,16 @@ func buildImage(in imageInputs) (v1.Image, error) {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
 	created := v1.Time{Time: in.Meta.Created}
+	// The blob is the gzip stream as written (its digest is what makes the image reproducible); the config's
+	// diff_id is the digest of the tar inside it, which the runtimes check when they unpack the layer.
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(gz)), nil },
+		tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.Append(base, mutate.Addendum{
-		Layer:     static.NewLayer(gz, types.OCILayer),
+		Layer:     l,
 		History:   v1.History{Created: created, CreatedBy: "corral-image", Comment: "corral and corral-sandbox-agent " + in.Meta.Version},
 		MediaType: types.OCILayer,
 	})

@@ -3,7 +3,9 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -108,6 +110,7 @@ func TestReproducible(t *testing.T) {
 		!cf.Created.Equal(time.Unix(1700000000, 0)) {
 		t.Errorf("config: user %q, entrypoint %q, created %s", cf.Config.User, cf.Config.Entrypoint, cf.Created)
 	}
+	checkDiffID(t, img, cf)
 	files := layerFiles(t, img)
 	for _, want := range []string{"usr/local/bin/corral", "usr/local/bin/corral-sandbox-agent", "etc/passwd", "etc/ssl/certs/ca-certificates.crt", "var/lib/corral/"} {
 		h, ok := files[want]
@@ -190,6 +193,44 @@ func buildCLI(ctx context.Context, args ...string) (string, error) {
 		return "", fmt.Errorf("corral-image %q: %v\n%s", args, err, stderr.String())
 	}
 	return strings.TrimSpace(stdout.String()), nil
+}
+
+// checkDiffID checks what a runtime checks when it unpacks the layer (containerd: "wrong diff id calculated on
+// extraction"): the blob is gzip, its digest is the manifest's, and the digest of the tar inside it is the
+// config's diff_id.
+func checkDiffID(t *testing.T, img v1.Image, cf *v1.ConfigFile) {
+	t.Helper()
+	m, err := img.Manifest()
+	if err != nil || len(m.Layers) != 1 || len(cf.RootFS.DiffIDs) != 1 {
+		t.Fatalf("manifest %+v (%v), diff_ids %v; want one layer", m, err, cf.RootFS.DiffIDs)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := layers[0].Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(blob))
+	if err != nil {
+		t.Fatalf("the layer blob is not gzip: %v", err)
+	}
+	tarBytes, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("sha256:%x", sha256.Sum256(blob)); got != m.Layers[0].Digest.String() {
+		t.Errorf("the blob's digest is %s, the manifest says %s", got, m.Layers[0].Digest)
+	}
+	if got := fmt.Sprintf("sha256:%x", sha256.Sum256(tarBytes)); got != cf.RootFS.DiffIDs[0].String() {
+		t.Errorf("the layer's tar has digest %s, the config's diff_id is %s: runtimes refuse to unpack it", got, cf.RootFS.DiffIDs[0])
+	}
 }
 
 // layerFiles reads the image's one layer: each entry's header by name.
