@@ -44,6 +44,7 @@ var required = []string{
 	"database.existingSecret=corral-db",
 	"vault.existingSecret=corral-vault",
 	"apiKey.existingSecret=corral-api-key",
+	"proxy.existingSecret=corral-proxy",
 }
 
 func helm(t *testing.T, args ...string) (string, error) {
@@ -189,7 +190,7 @@ func TestRender(t *testing.T) {
 		// Secrets are referenced, never inlined: no env var holds a value for a secret's name.
 		for _, e := range get(c, "env").([]any) {
 			n, _ := get(e, "name").(string)
-			secret := n == "CORRAL_DB" || n == "CORRAL_VAULT_KEY" || n == "CORRAL_API_KEY" || n == "CORRAL_ENV_KEY"
+			secret := n == "CORRAL_DB" || n == "CORRAL_VAULT_KEY" || n == "CORRAL_API_KEY" || n == "CORRAL_ENV_KEY" || n == "CORRAL_PROXY_TOKEN"
 			if secret && (get(e, "value") != nil || get(e, "valueFrom", "secretKeyRef", "name") == nil) {
 				t.Errorf("%s env %s is not from a Secret: %v", name, n, e)
 			}
@@ -213,6 +214,16 @@ func TestRender(t *testing.T) {
 	}
 	if s := secretOf(api, "CORRAL_API_KEY"); s != "corral-api-key" {
 		t.Errorf("api CORRAL_API_KEY from %v", s)
+	}
+	// The brains authenticate to the MCP proxy with the token both take from its Secret (corral proxy and
+	// harness --mcp-proxy refuse to start without one).
+	for name, o := range map[string]map[string]any{"harness": harness, "proxy": proxy} {
+		if s := secretOf(o, "CORRAL_PROXY_TOKEN"); s != "corral-proxy" {
+			t.Errorf("%s CORRAL_PROXY_TOKEN from %v, want the Secret corral-proxy", name, s)
+		}
+	}
+	if s := secretOf(api, "CORRAL_PROXY_TOKEN"); s != nil {
+		t.Errorf("the API gets the proxy's token (%v)", s)
 	}
 	if s := secretOf(worker, "CORRAL_ENV_KEY"); s != "corral-env-key" {
 		t.Errorf("worker CORRAL_ENV_KEY from %v", s)

@@ -60,6 +60,15 @@ app.kubernetes.io/component: {{ .component }}
       key: {{ .Values.vault.key }}
 {{- end -}}
 
+{{/* corral.proxyTokenEnv: the token the brains and the MCP proxy share, from its Secret. */}}
+{{- define "corral.proxyTokenEnv" -}}
+- name: CORRAL_PROXY_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "proxy.existingSecret is required with proxy.enabled: a Secret holding the token the brains authenticate to the MCP proxy with" .Values.proxy.existingSecret }}
+      key: {{ .Values.proxy.key }}
+{{- end -}}
+
 {{/* corral.restricted: the container security context of a process that needs no privilege. */}}
 {{- define "corral.restricted" -}}
 runAsNonRoot: true
