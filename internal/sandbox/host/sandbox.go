@@ -58,7 +58,7 @@ func WithDefaults(l sandbox.Limits) sandbox.Limits {
 type Process struct {
 	Cmd    *exec.Cmd
 	Client *Client
-	stderr *tailWriter
+	stderr *TailWriter
 	exited chan struct{}
 	pipes  []*os.File
 }
@@ -86,7 +86,7 @@ func StartProcess(cmd *exec.Cmd) (*Process, error) {
 		outW.Close()
 		return nil, fmt.Errorf("agent stderr: %w", err)
 	}
-	p := &Process{Cmd: cmd, stderr: &tailWriter{max: 4096}, exited: make(chan struct{}), pipes: []*os.File{inW, outR, errR}}
+	p := &Process{Cmd: cmd, stderr: NewTailWriter(4096), exited: make(chan struct{}), pipes: []*os.File{inW, outR, errR}}
 	cmd.Stdin = inR
 	cmd.Stdout = outW
 	// stderr too is a pipe of our own, read by our own goroutine: with exec's, Wait would wait for every holder
@@ -219,9 +219,9 @@ func (s *Sandbox) Execute(ctx context.Context, shell, name string, input json.Ra
 	case ev.PidsMax > prev.PidsMax:
 		// Whatever forked past the limit may still be forking: stop the whole sandbox. The next call gets a
 		// fresh one with the same workspace.
-		return sandbox.Result{}, s.die(fmt.Errorf("%w: it reached its limit of %d processes (a fork bomb?); all its processes were killed%w", sandbox.ErrSandboxDead, s.limits.Pids, limitHit))
+		return sandbox.Result{}, s.die(fmt.Errorf("%w: it reached its limit of %d processes (a fork bomb?); all its processes were killed%w", sandbox.ErrSandboxDead, s.limits.Pids, LimitHit))
 	case err != nil && ev.OOMKills > prev.OOMKills:
-		return sandbox.Result{}, s.die(fmt.Errorf("%w: it ran out of memory (limit %d MiB) and the kernel killed its agent%w", sandbox.ErrSandboxDead, s.limits.MemoryBytes>>20, limitHit))
+		return sandbox.Result{}, s.die(fmt.Errorf("%w: it ran out of memory (limit %d MiB) and the kernel killed its agent%w", sandbox.ErrSandboxDead, s.limits.MemoryBytes>>20, LimitHit))
 	case err != nil:
 		if tail := s.proc.Stderr(); tail != "" {
 			err = fmt.Errorf("%w (agent stderr: %s)", err, lastLine(tail))
@@ -236,8 +236,9 @@ func (s *Sandbox) Execute(ctx context.Context, shell, name string, input json.Ra
 	return res, nil
 }
 
-// limitHit marks a death by a limit (sandbox.ErrLimit) without adding to the message.
-var limitHit = silent{sandbox.ErrLimit}
+// LimitHit, wrapped (%w) at the end of a dead sandbox's error, marks a death by a limit (sandbox.ErrLimit)
+// without adding to the message.
+var LimitHit error = silent{sandbox.ErrLimit}
 
 // silent wraps an error for errors.Is and prints nothing.
 type silent struct{ err error }
@@ -320,16 +321,19 @@ func lastLine(s string) string {
 	return s
 }
 
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
+// TailWriter keeps the last bytes written to it (an agent's stderr, for error reports).
+type TailWriter struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
 }
 
-var _ io.Writer = (*tailWriter)(nil)
+var _ io.Writer = (*TailWriter)(nil)
 
-func (w *tailWriter) Write(p []byte) (int, error) {
+// NewTailWriter returns a TailWriter that keeps the last max bytes.
+func NewTailWriter(max int) *TailWriter { return &TailWriter{max: max} }
+
+func (w *TailWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf = append(w.buf, p...)
@@ -339,7 +343,7 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (w *tailWriter) String() string {
+func (w *TailWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return string(w.buf)

@@ -339,7 +339,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, _ sandbox.H
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	limits := host.WithDefaults(r.Limits)
-	sb := &Sandbox{p: p, name: "corral-" + randomID(), limits: limits, stderr: &tail{max: 4096}}
+	sb := &Sandbox{p: p, name: "corral-" + randomID(), limits: limits, stderr: host.NewTailWriter(4096)}
 	defer func() {
 		if err != nil {
 			_ = sb.Close()
@@ -645,7 +645,7 @@ type Sandbox struct {
 	ln      *podListener
 	proxy   *egress.Proxy
 	created bool
-	stderr  *tail
+	stderr  *host.TailWriter
 
 	client *host.Client
 	stdin  *io.PipeWriter     // the agent's stdin: closing it ends the agent, and then the stream
@@ -701,7 +701,7 @@ func (sb *Sandbox) attach() error {
 func (sb *Sandbox) ping(ctx context.Context) error {
 	res, err := sb.client.Call(ctx, "", agent.PingTool, json.RawMessage(`{}`), 30*time.Second, 0, 5*time.Second)
 	if err != nil {
-		if t := sb.stderr.String(); t != "" {
+		if t := strings.TrimSpace(sb.stderr.String()); t != "" {
 			err = fmt.Errorf("%w (agent stderr: %s)", err, t)
 		}
 		return err
@@ -747,7 +747,7 @@ func (sb *Sandbox) Execute(ctx context.Context, shell, name string, input json.R
 			err = fmt.Errorf("%w (%s)", err, why)
 		}
 		if oom {
-			err = fmt.Errorf("%w: it ran out of memory (limit %d MiB)%w", err, sb.limits.MemoryBytes>>20, silent{sandbox.ErrLimit})
+			err = fmt.Errorf("%w: it ran out of memory (limit %d MiB)%w", err, sb.limits.MemoryBytes>>20, host.LimitHit)
 		}
 	}
 	return res, err
@@ -846,35 +846,6 @@ func acceptAndClose(ln net.Listener) {
 		c.Close()
 	}
 }
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(bytes.TrimSpace(t.buf))
-}
-
-// silent wraps an error for errors.Is and prints nothing.
-type silent struct{ err error }
-
-func (s silent) Error() string { return "" }
-func (s silent) Unwrap() error { return s.err }
 
 func resultText(r sandbox.Result) string {
 	var b bytes.Buffer

@@ -1,19 +1,15 @@
 package kubetest
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
@@ -73,26 +69,7 @@ func GoImage(ctx context.Context, source string) (v1.Image, error) {
 		return nil, err
 	}
 
-	var layerTar bytes.Buffer
-	tw := tar.NewWriter(&layerTar)
-	if err := tw.WriteHeader(&tar.Header{
-		Name: "app", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(binary)), ModTime: time.Unix(0, 0),
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(binary); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar.Bytes())), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
+	img, err := fileImage("/app", binary)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +78,6 @@ func GoImage(ctx context.Context, source string) (v1.Image, error) {
 		return nil, err
 	}
 	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
 	cfg.Config.Entrypoint = []string{"/app"}
 	return mutate.ConfigFile(img, cfg)
 }
@@ -127,10 +103,16 @@ func (c *Cluster) ImportImage(ctx context.Context, img v1.Image, ref string) err
 	if err != nil {
 		return fmt.Errorf("import %s: write the archive: %w", ref, err)
 	}
+	return c.ImportArchive(ctx, f.Name())
+}
+
+// ImportArchive imports an image archive (docker load's format, or an OCI layout's tar, the references it names
+// inside: `corral-image --tar`'s) into the node's containerd, as `ctr images import` does.
+func (c *Cluster) ImportArchive(ctx context.Context, path string) error {
 	ctr := exec.CommandContext(ctx, filepath.Join(c.bin, "ctr"), "--address", c.layout.containerdSock(),
-		"--namespace", "k8s.io", "images", "import", f.Name())
+		"--namespace", "k8s.io", "images", "import", path)
 	if out, err := ctr.CombinedOutput(); err != nil {
-		return fmt.Errorf("import %s: ctr images import: %w: %s", ref, err, bytes.TrimSpace(out))
+		return fmt.Errorf("import %s: ctr images import: %w: %s", filepath.Base(path), err, bytes.TrimSpace(out))
 	}
 	return nil
 }

@@ -23,46 +23,59 @@ const (
 )
 
 // ImportSandboxImages imports the images the kubernetes backend's pods run: AgentImage, which holds only the
-// in-sandbox agent at agentInImage (as Corral's own image does: no shell, no cp), and SandboxImage, the root
-// filesystem at rootfs (the tests' Debian base) as one layer.
+// in-sandbox agent at agentInImage (as Corral's own image does: no shell, no cp), and SandboxImage (ImportSandboxImage).
 func (c *Cluster) ImportSandboxImages(ctx context.Context, agentPath, agentInImage, rootfs string) error {
+	if err := c.importAgentImage(ctx, agentPath, agentInImage); err != nil {
+		return err
+	}
+	return c.ImportSandboxImage(ctx, rootfs)
+}
+
+// ImportSandboxImage imports the root filesystem at rootfs (the tests' Debian base) as SandboxImage, one layer.
+func (c *Cluster) ImportSandboxImage(ctx context.Context, rootfs string) error {
+	img, err := layerImage(func() (io.ReadCloser, error) { return tarDir(rootfs), nil })
+	if err != nil {
+		return err
+	}
+	return c.ImportImage(ctx, img, SandboxImage)
+}
+
+func (c *Cluster) importAgentImage(ctx context.Context, agentPath, agentInImage string) error {
 	agentBin, err := os.ReadFile(agentPath)
 	if err != nil {
 		return err
 	}
-	var agentTar bytes.Buffer
-	tw := tar.NewWriter(&agentTar)
-	name := strings.TrimPrefix(agentInImage, "/")
+	img, err := fileImage(agentInImage, agentBin)
+	if err != nil {
+		return err
+	}
+	return c.ImportImage(ctx, img, AgentImage)
+}
+
+// fileImage is a linux/amd64 image of one executable file at path (its parent directories made), nothing else.
+func fileImage(path string, data []byte) (v1.Image, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	name := strings.TrimPrefix(path, "/")
 	var dirs []string
 	for d := filepath.Dir(name); d != "."; d = filepath.Dir(d) {
 		dirs = append([]string{d + "/"}, dirs...)
 	}
 	for _, d := range dirs {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755}); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(agentBin))}); err != nil {
-		return err
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(data))}); err != nil {
+		return nil, err
 	}
-	if _, err := tw.Write(agentBin); err != nil {
-		return err
+	if _, err := tw.Write(data); err != nil {
+		return nil, err
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	agentImg, err := layerImage(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(agentTar.Bytes())), nil })
-	if err != nil {
-		return err
-	}
-	if err := c.ImportImage(ctx, agentImg, AgentImage); err != nil {
-		return err
-	}
-	sbImg, err := layerImage(func() (io.ReadCloser, error) { return tarDir(rootfs), nil })
-	if err != nil {
-		return err
-	}
-	return c.ImportImage(ctx, sbImg, SandboxImage)
+	return layerImage(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
 }
 
 // layerImage is a linux/amd64 image of the one layer open reads.
