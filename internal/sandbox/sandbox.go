@@ -91,9 +91,9 @@ const (
 	EgressHostNetwork EgressKind = iota
 	// EgressUnixSocket: the proxy listens on a Unix socket of this host bound into the sandbox (host.Kit).
 	EgressUnixSocket
-	// EgressTCP: the sandbox reaches its proxy over TCP, from another machine. Declared for a backend whose
-	// sandboxes run elsewhere (a cluster); nothing serves it yet: the host kit's listener (host.Kit.Stage) is a
-	// Unix socket only, and the Pool stages no listener itself (it only builds the Recipe's Egress).
+	// EgressTCP: the sandbox reaches its proxy over TCP, from another machine: the backend serves the proxy on
+	// a TCP port of its own per sandbox (internal/sandbox/kubernetes; the host kit's listener is a Unix socket
+	// only, and the Pool stages no listener itself: it only builds the Recipe's Egress).
 	EgressTCP
 )
 

@@ -74,7 +74,8 @@ const (
 	defaultMemoryRequest   = 256 << 20
 	// agentDir is where the init container puts the agent in the sandbox container (an emptyDir).
 	agentDir = "/.corral/bin"
-	// caDir is where the sandbox's CA bundle is mounted (a ConfigMap), at host.CABundlePath's name.
+	// caKey is the CA bundle's key in the sandbox's ConfigMap, mounted at host.CABundlePath and over the
+	// system bundle.
 	caKey = "ca.pem"
 )
 
@@ -315,8 +316,8 @@ func (p *Provider) extend(ctx context.Context, pod string) error {
 	return err
 }
 
-// reapExpired deletes the sandboxes (of any owner) whose pods' expiry has passed, and the policies and config
-// maps of sandboxes whose pod is gone.
+// reapExpired deletes the sandboxes (pod, policy and config map) of any owner whose pod's expiry has passed: a
+// server that died and never came back under its owner name.
 func (p *Provider) reapExpired(ctx context.Context) error {
 	pods, err := p.cs.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelManaged + "=corral," + LabelSandbox})
 	if err != nil {
