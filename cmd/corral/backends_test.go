@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -69,5 +70,44 @@ func TestFindRunsc(t *testing.T) {
 	}
 	if got := findRunsc(""); got != want {
 		t.Errorf("findRunsc(\"\") = %q, want %q", got, want)
+	}
+}
+
+// TestKubeFlags: the kubernetes backend's settings are checked before anything reaches a cluster, and each
+// refusal names what to fix.
+func TestKubeFlags(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("POD_IP", "")
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := kubeFlags{kubeconfig: kubeconfig, namespace: "ns", image: "img", agentImage: "corral", pullPolicy: "Never",
+		egressIP: "10.0.0.7", owner: "me", workspaceMB: 100, cpuRequest: 10}
+	cfg, err := good.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.EgressIP.String() != "10.0.0.7" || cfg.Owner != "me" || cfg.WorkspaceBytes != 100<<20 || cfg.CPURequestMilli != 10 || cfg.REST.Host != "https://127.0.0.1:1" {
+		t.Errorf("config %+v", cfg)
+	}
+	for want, f := range map[string]func(*kubeFlags){
+		"no cluster: pass --k8s-kubeconfig": func(f *kubeFlags) { f.kubeconfig = "" },
+		"nonexistent":                       func(f *kubeFlags) { f.kubeconfig = "/nonexistent/kubeconfig" },
+		"--k8s-pull-policy":                 func(f *kubeFlags) { f.pullPolicy = "Sometimes" },
+		"--k8s-image and --k8s-agent-image": func(f *kubeFlags) { f.image = "" },
+		"--k8s-egress-ip":                   func(f *kubeFlags) { f.egressIP = "not-an-ip" },
+	} {
+		bad := good
+		f(&bad)
+		if _, err := bad.config(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want an error naming %q, got %v", want, err)
+		}
 	}
 }

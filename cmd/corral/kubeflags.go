@@ -30,7 +30,7 @@ func (f *kubeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.namespace, "k8s-namespace", envOr("CORRAL_K8S_NAMESPACE", "corral-sandboxes"), "kubernetes backend: the `namespace` of the sandboxes' pods (env CORRAL_K8S_NAMESPACE)")
 	fs.StringVar(&f.image, "k8s-image", os.Getenv("CORRAL_K8S_IMAGE"), "kubernetes backend: the sandboxes' `image` (bash and the agents' tools; env CORRAL_K8S_IMAGE)")
 	fs.StringVar(&f.agentImage, "k8s-agent-image", os.Getenv("CORRAL_K8S_AGENT_IMAGE"), "kubernetes backend: Corral's own `image`, whose "+kubernetes.DefaultAgentPath+" an init container copies into each pod (env CORRAL_K8S_AGENT_IMAGE)")
-	fs.StringVar(&f.runtimeClass, "k8s-runtime-class", os.Getenv("CORRAL_K8S_RUNTIME_CLASS"), "kubernetes backend: the pods' RuntimeClass, e.g. gvisor (env CORRAL_K8S_RUNTIME_CLASS)")
+	fs.StringVar(&f.runtimeClass, "k8s-runtime-class", os.Getenv("CORRAL_K8S_RUNTIME_CLASS"), "kubernetes backend: the pods' RuntimeClass `name`, e.g. gvisor where the nodes have runsc (env CORRAL_K8S_RUNTIME_CLASS)")
 	fs.StringVar(&f.egressIP, "k8s-egress-ip", os.Getenv("CORRAL_K8S_EGRESS_IP"), "kubernetes backend: this process's `address` as pods reach it: each sandbox's egress proxy listens on a port of its own there (default: env POD_IP, else the first address of an up interface; env CORRAL_K8S_EGRESS_IP)")
 	fs.StringVar(&f.owner, "k8s-owner", os.Getenv("CORRAL_K8S_OWNER"), "kubernetes backend: this server's `name` on its pods, stable across restarts: a start deletes the pods a killed run left (default: the host name; env CORRAL_K8S_OWNER)")
 	fs.StringVar(&f.pullPolicy, "k8s-pull-policy", envOr("CORRAL_K8S_PULL_POLICY", string(corev1.PullIfNotPresent)), "kubernetes backend: the images' pull `policy`: Always, IfNotPresent or Never")
