@@ -67,11 +67,17 @@ func TestInstallOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	// Cleanups run last first: the database is dropped (its pods' connections forced off), then the
+	// connection closes.
+	t.Cleanup(func() { conn.Close(context.Background()) })
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+	t.Cleanup(func() {
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop the test's database %s: %v", db, err)
+		}
+	})
 	pgURL, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
