@@ -1,0 +1,271 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/egress"
+	"github.com/corralhq/corral/internal/sandbox/host"
+)
+
+// Sandbox is one pod.
+type Sandbox struct {
+	p       *Provider
+	name    string
+	limits  sandbox.Limits
+	ln      *podListener
+	proxy   *egress.Proxy
+	created bool
+	stderr  *host.TailWriter
+
+	client *host.Client
+	stdin  *io.PipeWriter     // the agent's stdin: closing it ends the agent, and then the stream
+	cancel context.CancelFunc // ends the attach stream
+	ended  chan struct{}      // closed when the stream has ended
+
+	once     sync.Once
+	closeErr error
+}
+
+var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+// hangGrace is how long past a call's timeout the host waits before it declares the agent hung.
+const hangGrace = 15 * time.Second
+
+// attach opens the stream to the agent's stdin and stdout.
+func (sb *Sandbox) attach() error {
+	p := sb.p
+	req := p.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.cfg.Namespace).Name(sb.name).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: "sandbox", Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	spdy, err := remotecommand.NewSPDYExecutor(p.cfg.REST, "POST", req.URL())
+	if err != nil {
+		return fmt.Errorf("attach: %w", err)
+	}
+	ws, err := remotecommand.NewWebSocketExecutor(p.cfg.REST, "GET", req.URL().String())
+	if err != nil {
+		return fmt.Errorf("attach: %w", err)
+	}
+	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return fmt.Errorf("attach: %w", err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	sb.cancel, sb.ended, sb.stdin = cancel, make(chan struct{}), inW
+	sb.client = host.NewClient(inW, outR)
+	go func() {
+		defer close(sb.ended)
+		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: sb.stderr})
+		if err == nil {
+			err = errors.New("the attach stream ended")
+		}
+		outW.CloseWithError(err)
+		inR.CloseWithError(err)
+	}()
+	return nil
+}
+
+// ping waits until the agent answers.
+func (sb *Sandbox) ping(ctx context.Context) error {
+	res, err := sb.client.Call(ctx, "", agent.PingTool, json.RawMessage(`{}`), 30*time.Second, 0, 5*time.Second)
+	if err != nil {
+		if t := strings.TrimSpace(sb.stderr.String()); t != "" {
+			err = fmt.Errorf("%w (agent stderr: %s)", err, t)
+		}
+		return err
+	}
+	if res.IsError {
+		return errors.New("agent: ping failed")
+	}
+	return nil
+}
+
+// confined proves the pod's network policy is enforced: from inside, the provider's canary port (which no
+// policy allows) must be unreachable. A policy engine programs a new pod's rules a moment after it starts;
+// until then the pod is not handed out.
+func (sb *Sandbox) confined(ctx context.Context, canaryPort int) error {
+	probe, _ := json.Marshal(map[string]any{"command": fmt.Sprintf(
+		"timeout 2 bash -c 'exec 3<>/dev/tcp/%s/%d' 2>/dev/null && echo reached || echo refused", sb.p.cfg.EgressIP, canaryPort)})
+	for {
+		res, err := sb.client.Call(ctx, "", "bash", probe, 10*time.Second, 0, 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("network policy probe: %w", err)
+		}
+		out := resultText(res)
+		if strings.Contains(out, "refused") {
+			return nil
+		}
+		if !strings.Contains(out, "reached") {
+			return fmt.Errorf("network policy probe: %s", out)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the pod's network policy was not enforced in time: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Execute runs one tool call in the pod.
+func (sb *Sandbox) Execute(ctx context.Context, shell, name string, input json.RawMessage) (sandbox.Result, error) {
+	res, err := sb.client.Call(ctx, shell, name, input, sb.limits.CommandTimeout, sb.limits.OutputBytes, hangGrace)
+	if err != nil && errors.Is(err, sandbox.ErrSandboxDead) {
+		why, oom := sb.status()
+		if why != "" {
+			err = fmt.Errorf("%w (%s)", err, why)
+		}
+		if oom {
+			err = fmt.Errorf("%w: it ran out of memory (limit %d MiB)%w", err, sb.limits.MemoryBytes>>20, host.LimitHit)
+		}
+	}
+	return res, err
+}
+
+// status is what the cluster says of the pod once the stream to it ended, and whether the kernel killed its
+// agent at the memory limit.
+func (sb *Sandbox) status() (why string, oom bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pod, err := sb.p.cs.CoreV1().Pods(sb.p.cfg.Namespace).Get(ctx, sb.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "its pod was deleted", false
+	case err != nil:
+		return "", false
+	case pod.DeletionTimestamp != nil:
+		return "its pod is being deleted", false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.Reason == "OOMKilled" {
+			oom = true
+		}
+	}
+	return strings.TrimSpace(string(pod.Status.Phase) + " " + containerReasons(pod)), oom
+}
+
+// Close deletes the pod (its policy and config map with it) and stops its proxy. Idempotent.
+func (sb *Sandbox) Close() error {
+	sb.once.Do(func() {
+		if sb.cancel != nil {
+			// The agent's stdin closes first (the container has stdinOnce: the agent ends, and the stream with
+			// it); a stream that outlives that is cut.
+			sb.stdin.Close()
+			select {
+			case <-sb.ended:
+			case <-time.After(3 * time.Second):
+			}
+			sb.cancel()
+			<-sb.ended
+		}
+		var errs []error
+		if sb.created {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			errs = append(errs, sb.p.deleteWhere(ctx, LabelSandbox+"="+sb.name))
+			cancel()
+		}
+		if sb.proxy != nil {
+			errs = append(errs, sb.proxy.Close())
+		} else if sb.ln != nil {
+			errs = append(errs, sb.ln.Close())
+		}
+		sb.p.untrack(sb)
+		sb.closeErr = errors.Join(errs...)
+	})
+	return sb.closeErr
+}
+
+// podListener accepts connections only from the pod's address, once it is known: another pod, or anything
+// else that reaches the port, is cut at once.
+type podListener struct {
+	net.Listener
+	mu sync.Mutex
+	ip netip.Addr
+}
+
+func (l *podListener) allow(ip netip.Addr) {
+	l.mu.Lock()
+	l.ip = ip
+	l.mu.Unlock()
+}
+
+func (l *podListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		from, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+		l.mu.Lock()
+		ok := l.ip.IsValid() && from.Addr().Unmap() == l.ip
+		l.mu.Unlock()
+		if ok {
+			return c, nil
+		}
+		c.Close()
+	}
+}
+
+func acceptAndClose(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+}
+
+func resultText(r sandbox.Result) string {
+	var b bytes.Buffer
+	for _, c := range r.Content {
+		if c.Type == apitype.ContentText {
+			b.WriteString(c.Text)
+		}
+	}
+	return b.String()
+}
+
+// validLabel reports whether s can be a label value: 1 to 63 letters, digits, '-', '_' and '.', starting and
+// ending with a letter or digit.
+func validLabel(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, c := range []byte(s) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || i == len(s)-1 || c != '-' && c != '_' && c != '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
