@@ -507,3 +507,51 @@ func crashChild(t *testing.T, report string) {
 	}
 	select {} // until killed
 }
+
+// TestProvisionFails: a pod that cannot start (its image is not on the node, and may not be pulled) fails
+// Provision as soon as the kubelet says so, with its reason (not at the start timeout), and leaves nothing of the sandbox on the cluster.
+func TestProvisionFails(t *testing.T) {
+	cfg := config(t)
+	cfg.Image = "localhost/corral/no-such-image:1"
+	p := newProviderWith(t, cfg)
+	start := time.Now()
+	_, err := p.Provision(context.Background(), &sandbox.Recipe{SessionID: "sesn_noimage"}, sandbox.HostDirs{})
+	if err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") {
+		t.Fatalf("Provision on a missing image: %v; want the kubelet's ErrImageNeverPull", err)
+	}
+	t.Logf("refused after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: kubernetes.LabelOwner + "=" + cfg.Owner}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		pods, err := cluster.Client.CoreV1().Pods(namespace).List(ctx, sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				live++
+			}
+		}
+		if live == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pods of the failed sandbox are still there", live)
+		}
+	}
+	for _, n := range []func() (int, error){
+		func() (int, error) {
+			l, err := cluster.Client.CoreV1().ConfigMaps(namespace).List(ctx, sel)
+			return len(l.Items), err
+		},
+		func() (int, error) {
+			l, err := cluster.Client.NetworkingV1().NetworkPolicies(namespace).List(ctx, sel)
+			return len(l.Items), err
+		},
+	} {
+		if k, err := n(); err != nil || k != 0 {
+			t.Errorf("config maps or policies of the failed sandbox: %d (%v)", k, err)
+		}
+	}
+}
