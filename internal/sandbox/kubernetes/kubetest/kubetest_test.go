@@ -361,7 +361,9 @@ func TestStop(t *testing.T) {
 			t.Errorf("%s: existed before Start: %t, after Stop: %v", p, existed, err)
 		}
 	}
-	if m := mountsUnder(func(p string) bool { return within(p, StateDir) || filepath.Dir(p) == "/run/netns" }); len(m) > 0 {
+	if m := mountsUnder(func(p string) bool {
+		return within(p, StateDir) || filepath.Dir(p) == "/run/netns" && podNetns(base, filepath.Base(p))
+	}); len(m) > 0 {
 		t.Errorf("still mounted: %v", m)
 	}
 	if cg := podCgroups(); !slices.Equal(cg, base.Cgroups) {

@@ -309,8 +309,8 @@ func unmountAll(dir string, b *baseline) error {
 		if within(p, dir) {
 			return true
 		}
-		if filepath.Dir(p) == "/run/netns" && !slices.Contains(b.Netns, filepath.Base(p)) {
-			return true
+		if p == "/run/netns" || filepath.Dir(p) == "/run/netns" {
+			return podNetns(b, filepath.Base(p)) // ip netns's own bind mount of the directory is not the cluster's
 		}
 		for _, q := range outsidePaths {
 			if existed, known := b.Paths[q]; known && !existed && within(p, q) {
@@ -338,12 +338,19 @@ func unmountAll(dir string, b *baseline) error {
 	return nil
 }
 
+// podNetns reports whether /run/netns/name is a pod's network namespace the cluster made: containerd names them
+// cni-<uuid>. Another process's namespaces (ip netns add, a test's of its own) are left alone, even when they are
+// newer than the baseline.
+func podNetns(b *baseline, name string) bool {
+	return strings.HasPrefix(name, "cni-") && !slices.Contains(b.Netns, name)
+}
+
 // removeNetns removes the network namespace files the CNI made for the pods; the namespaces (and the host ends of
 // their veth pairs) go with the last reference.
 func removeNetns(b *baseline) error {
 	var errs []error
 	for _, n := range dirNames("/run/netns") {
-		if !slices.Contains(b.Netns, n) {
+		if podNetns(b, n) {
 			if err := os.Remove(filepath.Join("/run/netns", n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}
@@ -654,6 +661,15 @@ func removePaths(b *baseline, logf func(string, ...any)) error {
 			continue
 		}
 		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if p == "/run/netns" {
+			// Shared with every user of ip netns: removed only when nothing else has a namespace there.
+			if err := os.Remove(p); err == nil {
+				logf("kubetest: removed %s", p)
+			} else if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.EBUSY) {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		if m := mountsUnder(func(q string) bool { return within(q, p) }); len(m) > 0 {
