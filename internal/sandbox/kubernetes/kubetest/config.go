@@ -150,7 +150,10 @@ state = %[2]q
 		runcPath, l.path("containerd", "runc"))
 }
 
-// kubeletConfig is deploy/testcluster/kubelet.yaml with the paths under the state directory. The host has cgroup
+// PodPidsLimit is the node's per-pod process limit (the kubelet's podPidsLimit).
+const PodPidsLimit = 128
+
+// kubeletConfig is the kubelet's configuration, with the paths under the state directory. The host has cgroup
 // v1 and no systemd (failCgroupV1, cgroupDriver). The kubelet does not manage iptables (kube-router does what
 // NetworkPolicy needs) and does not garbage-collect images: the imported ones cannot be pulled again.
 func kubeletConfig(l layout) string {
@@ -175,6 +178,7 @@ failSwapOn: false
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+podPidsLimit: %d
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
@@ -183,7 +187,7 @@ makeIPTablesUtilChains: false
 podLogsDir: %q
 volumePluginDir: %q
 `, l.containerdSock(), l.pki("ca.crt"), l.pki("kubelet-serving.crt"), l.pki("kubelet-serving.key"),
-		kubeletPort, kubeletHealthzPort, l.path("pod-logs"), l.path("kubelet-plugins"))
+		kubeletPort, kubeletHealthzPort, PodPidsLimit, l.path("pod-logs"), l.path("kubelet-plugins"))
 }
 
 // component is one process of the cluster: its name (also of its log and pid files) and command line.

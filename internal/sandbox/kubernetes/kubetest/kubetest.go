@@ -96,14 +96,16 @@ type Cluster struct {
 	procs  []*proc
 	base   *baseline
 
+	stopStorage context.CancelFunc // ends StorageClass's provisioner
+
 	mu      sync.Mutex
 	stopped bool
 	stopErr error
 }
 
 // Start starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, the kubelet and
-// kube-router (NetworkPolicy only), and waits until the node is Ready, kube-router is healthy and the "default"
-// service account exists in namespace default. It returns an error saying why when the cluster cannot run here
+// kube-router (NetworkPolicy only), waits until the node is Ready, kube-router is healthy and the "default"
+// service account exists in namespace default, and starts StorageClass's provisioner. It returns an error saying why when the cluster cannot run here
 // (BinEnv unset or binaries missing, not root, a tool missing, a port taken) or did not come up; a failed Start has
 // undone what it did. logf (nil for none) receives progress.
 func Start(ctx context.Context, logf func(format string, args ...any)) (*Cluster, error) {
@@ -347,10 +349,15 @@ func (c *Cluster) start(ctx context.Context, nodeIP net.IP) error {
 	if err := c.waitFor(ctx, "kube-router healthy", "kube-router", kubeRouterHealthy); err != nil {
 		return err
 	}
-	return c.waitFor(ctx, `service account "default"`, "kube-controller-manager", func(ctx context.Context) error {
+	if err := c.waitFor(ctx, `service account "default"`, "kube-controller-manager", func(ctx context.Context) error {
 		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
-	})
+	}); err != nil {
+		return err
+	}
+	storageCtx, cancel := context.WithCancel(context.Background())
+	c.stopStorage = cancel
+	return c.startStorage(storageCtx)
 }
 
 // waitFor polls check until it returns nil, for at most readyTimeout. It gives up early when a component exits,
@@ -507,6 +514,9 @@ func (c *Cluster) Stop() error {
 	}
 	c.stopped = true
 	began := time.Now()
+	if c.stopStorage != nil {
+		c.stopStorage()
+	}
 	// The kubelet and kube-router first, so that nothing restarts or reprograms what the rest takes down; then the
 	// runtime and the control plane, all at once. The state is thrown away, so a graceful shutdown is not worth
 	// more than a moment: the API server alone would take longer than the whole undo.
