@@ -89,12 +89,13 @@ current-context: c
 		t.Fatal(err)
 	}
 	good := kubeFlags{kubeconfig: kubeconfig, namespace: "ns", image: "img", agentImage: "corral", pullPolicy: "Never",
-		egressIP: "10.0.0.7", owner: "me", workspaceMB: 100, cpuRequest: 10}
+		egressIP: "10.0.0.7", owner: "me", workspaceMB: 100, cpuRequest: 10, workspaceClass: "fast", podPidsLimit: 256}
 	cfg, err := good.config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.EgressIP.String() != "10.0.0.7" || cfg.Owner != "me" || cfg.WorkspaceBytes != 100<<20 || cfg.CPURequestMilli != 10 || cfg.REST.Host != "https://127.0.0.1:1" {
+	if cfg.EgressIP.String() != "10.0.0.7" || cfg.Owner != "me" || cfg.WorkspaceBytes != 100<<20 || cfg.CPURequestMilli != 10 || cfg.REST.Host != "https://127.0.0.1:1" ||
+		cfg.WorkspaceClass != "fast" || cfg.PodPidsLimit != 256 {
 		t.Errorf("config %+v", cfg)
 	}
 	for want, f := range map[string]func(*kubeFlags){

@@ -21,8 +21,9 @@ import (
 
 // kubeFlags configure the kubernetes backend (--sandbox kubernetes).
 type kubeFlags struct {
-	kubeconfig, namespace, image, agentImage, runtimeClass, egressIP, owner, pullPolicy string
-	workspaceMB, cpuRequest                                                             int64
+	kubeconfig, namespace, image, agentImage, runtimeClass, egressIP, owner, pullPolicy, workspaceClass string
+	workspaceMB, cpuRequest                                                                             int64
+	podPidsLimit                                                                                        int
 }
 
 func (f *kubeFlags) register(fs *flag.FlagSet) {
@@ -35,6 +36,8 @@ func (f *kubeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.owner, "k8s-owner", os.Getenv("CORRAL_K8S_OWNER"), "kubernetes backend: this server's `name` on its pods, stable across restarts: a start deletes the pods a killed run left (default: the host name; env CORRAL_K8S_OWNER)")
 	fs.StringVar(&f.pullPolicy, "k8s-pull-policy", envOr("CORRAL_K8S_PULL_POLICY", string(corev1.PullIfNotPresent)), "kubernetes backend: the images' pull `policy`: Always, IfNotPresent or Never")
 	fs.Int64Var(&f.cpuRequest, "k8s-cpu-request", 100, "kubernetes backend: each pod's CPU request in `millicores` (what the scheduler reserves; --sandbox-cpus is the limit)")
+	fs.StringVar(&f.workspaceClass, "k8s-workspace-class", os.Getenv("CORRAL_K8S_WORKSPACE_CLASS"), "kubernetes backend: a StorageClass `name` for the sessions' workspaces: each one a PersistentVolumeClaim that outlives its pods, deleted with the session (default: an emptyDir per pod, gone with it; env CORRAL_K8S_WORKSPACE_CLASS)")
+	fs.IntVar(&f.podPidsLimit, "k8s-pod-pids-limit", 0, "kubernetes backend: the nodes' per-pod process `limit` (the kubelet's podPidsLimit; Kubernetes has no per-pod setting, so --sandbox-pids does not apply to pods), named in the error of a sandbox that reaches it")
 	fs.Int64Var(&f.workspaceMB, "k8s-workspace", kubernetes.DefaultWorkspaceBytes>>20, "kubernetes backend: size limit of each pod's workspace volume in `MiB`")
 }
 
@@ -72,7 +75,8 @@ func (f *kubeFlags) config() (kubernetes.Config, error) {
 	}
 	return kubernetes.Config{REST: rc, Namespace: f.namespace, Image: f.image, AgentImage: f.agentImage,
 		ImagePullPolicy: corev1.PullPolicy(f.pullPolicy), RuntimeClassName: f.runtimeClass, EgressIP: ip, Owner: owner,
-		WorkspaceBytes: f.workspaceMB << 20, CPURequestMilli: f.cpuRequest}, nil
+		WorkspaceBytes: f.workspaceMB << 20, CPURequestMilli: f.cpuRequest, PodPidsLimit: f.podPidsLimit,
+		WorkspaceClass: f.workspaceClass}, nil
 }
 
 // egressIP is --k8s-egress-ip, else POD_IP (the chart sets it from the downward API), else the first

@@ -347,6 +347,25 @@ func TestRenderKubernetes(t *testing.T) {
 	if granted["secrets"] || granted["pods/exec"] || len(granted) != 4 {
 		t.Errorf("the role grants %v; want exactly pods, pods/attach, configmaps, networkpolicies", slices.Sorted(maps.Keys(granted)))
 	}
+	// With a workspace class: the claims too, and the flags.
+	objs = render(t, "harness.sandbox=kubernetes", "harness.kubernetes.image=registry.example.com/sandbox:1",
+		"harness.kubernetes.workspaceClass=fast", "harness.kubernetes.podPidsLimit=1024")
+	args = nil
+	for _, a := range get(container(objs["Deployment/rel-corral-harness"]), "args").([]any) {
+		args = append(args, a.(string))
+	}
+	if !slices.Contains(args, "--k8s-workspace-class=fast") || !slices.Contains(args, "--k8s-pod-pids-limit=1024") {
+		t.Errorf("harness args %q lack the workspace class or the pids limit", args)
+	}
+	var claims []any
+	for _, r := range get(objs["Role/rel-corral-harness-sandboxes"], "rules").([]any) {
+		if slices.Contains(get(r, "resources").([]any), any("persistentvolumeclaims")) {
+			claims = get(r, "verbs").([]any)
+		}
+	}
+	if !slices.Equal(claims, []any{"create", "list", "delete"}) {
+		t.Errorf("with a workspace class the role grants %v on claims; want create, list, delete", claims)
+	}
 	for _, name := range []string{"api", "proxy"} {
 		if get(objs["Deployment/rel-corral-"+name], "spec", "template", "spec", "automountServiceAccountToken") != false {
 			t.Errorf("%s mounts a service account token", name)

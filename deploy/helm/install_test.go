@@ -33,7 +33,8 @@ import (
 // TestInstallOnCluster installs the chart with the real helm into a real one-node cluster (kubetest), on
 // Corral's own image (cmd/corral-image) and a PostgreSQL database of its own, with the kubernetes sandbox
 // backend: the API, the brains and the MCP proxy become ready, and a session driven through the official SDK
-// runs its bash call in a pod the brain made with the chart's service account, in the release's namespace.
+// runs its bash call in a pod the brain made with the chart's service account, in the release's namespace, on a
+// workspace claim of the cluster's storage class.
 func TestInstallOnCluster(t *testing.T) {
 	base := os.Getenv("CORRAL_TEST_POSTGRES")
 	if base == "" {
@@ -117,6 +118,8 @@ func TestInstallOnCluster(t *testing.T) {
 		"--set", "proxy.existingSecret=corral-proxy",
 		"--set", "api.replicas=1", "--set", "harness.replicas=1",
 		"--set", "harness.sandbox=kubernetes", "--set", "harness.kubernetes.image="+kubetest.SandboxImage,
+		"--set", "harness.kubernetes.workspaceClass="+kubetest.StorageClass,
+		"--set", fmt.Sprintf("harness.kubernetes.podPidsLimit=%d", kubetest.PodPidsLimit),
 		"--set", "extraEnv[0].name=KUBERNETES_SERVICE_HOST", "--set", "extraEnv[0].value="+c.NodeIP,
 		"--set-string", "extraEnv[1].name=KUBERNETES_SERVICE_PORT", "--set-string", "extraEnv[1].value=16443")
 	install.Dir = filepath.Dir(file)
@@ -184,6 +187,18 @@ func TestInstallOnCluster(t *testing.T) {
 	}
 	if owner := sb.Labels[kubernetes.LabelOwner]; !strings.HasPrefix(owner, "rel-corral-harness-") || sb.Labels[kubernetes.LabelSession] != sess.ID {
 		t.Errorf("the sandbox pod's labels: %v; want the harness pod as its owner and the session", sb.Labels)
+	}
+	// The session's workspace is a claim of the workspace class, which the chart's Role let the harness make.
+	claims, err := c.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelSession + "=" + sess.ID})
+	if err != nil || len(claims.Items) != 1 || claims.Items[0].Status.Phase != corev1.ClaimBound {
+		t.Fatalf("the session's workspace claims: %v %v; want one, bound", claims, err)
+	}
+	mounted := false
+	for _, v := range sb.Spec.Volumes {
+		mounted = mounted || v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claims.Items[0].Name
+	}
+	if !mounted {
+		t.Errorf("the sandbox pod does not mount the session's claim %s", claims.Items[0].Name)
 	}
 }
 

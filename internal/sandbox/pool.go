@@ -590,9 +590,13 @@ func (p *Pool) Close(sessionID string) error {
 // RemoveWorkspaces deletes the workspaces of the sessions that gone reports as gone (and has the Placer forget
 // them), closing any sandbox they still have, and returns how many it removed. A session gone cannot answer for
 // is left alone. Workspaces outlive sandboxes on purpose; this is how a deleted session's files go. A Provider
-// without host workspaces has none here: there is nothing to remove.
+// without host workspaces has none here; if it keeps them where its sandboxes run (a WorkspaceKeeper), they are
+// removed through it.
 func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Context, sessionID string) (bool, error)) (int, error) {
 	if !p.cfg.Provider.Capabilities().HostWorkspace {
+		if k, ok := p.cfg.Provider.(WorkspaceKeeper); ok {
+			return p.removeKept(ctx, k, gone)
+		}
 		return 0, nil
 	}
 	entries, err := os.ReadDir(p.cfg.WorkspaceRoot)
@@ -628,6 +632,28 @@ func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Conte
 		}
 		if p.cfg.Placer != nil {
 			errs = append(errs, p.cfg.Placer.Forget(dir))
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// removeKept removes the workspaces a WorkspaceKeeper keeps for sessions that gone reports as gone.
+func (p *Pool) removeKept(ctx context.Context, k WorkspaceKeeper, gone func(ctx context.Context, sessionID string) (bool, error)) (int, error) {
+	ids, err := k.Workspaces(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox pool: workspaces: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, id := range ids {
+		if ok, err := gone(ctx, id); err != nil || !ok {
+			errs = append(errs, err)
+			continue
+		}
+		if err := errors.Join(p.Close(id), k.RemoveWorkspace(ctx, id)); err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		n++
 	}

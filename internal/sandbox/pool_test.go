@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -350,6 +352,64 @@ func TestPoolRemoveWorkspaces(t *testing.T) {
 	prov.mu.Lock()
 	closed := prov.live[0].closed.Load()
 	prov.mu.Unlock()
+	if closed == 0 {
+		t.Error("the deleted session's sandbox was not closed")
+	}
+}
+
+// keeperProvider is a remote fakeProvider that keeps its sessions' workspaces (sandbox.WorkspaceKeeper).
+type keeperProvider struct {
+	fakeProvider
+	mu   sync.Mutex
+	kept map[string]bool
+}
+
+func (p *keeperProvider) Workspaces(context.Context) ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.kept)), nil
+}
+
+func (p *keeperProvider) RemoveWorkspace(_ context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.kept, id)
+	return nil
+}
+
+// TestPoolRemoveKeptWorkspaces: a remote backend's kept workspaces of gone sessions are removed through it, the
+// sessions' sandboxes closed first; the others are left.
+func TestPoolRemoveKeptWorkspaces(t *testing.T) {
+	t.Parallel()
+	prov := &keeperProvider{kept: map[string]bool{"sesn_deleted": true, "sesn_live": true, "sesn_unknown": true}}
+	prov.caps = &sandbox.Capabilities{RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}
+	p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	ctx := context.Background()
+	if _, err := p.Execute(ctx, call("sesn_deleted")); err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.RemoveWorkspaces(ctx, func(_ context.Context, id string) (bool, error) {
+		switch id {
+		case "sesn_deleted":
+			return true, nil
+		case "sesn_unknown":
+			return false, errors.New("store unavailable")
+		}
+		return false, nil
+	})
+	if n != 1 || err == nil || !strings.Contains(err.Error(), "store unavailable") {
+		t.Fatalf("RemoveWorkspaces = %d, %v; want 1 and the lookup error", n, err)
+	}
+	if got, _ := prov.Workspaces(ctx); !slices.Equal(got, []string{"sesn_live", "sesn_unknown"}) {
+		t.Errorf("workspaces left: %v, want sesn_live and sesn_unknown", got)
+	}
+	prov.fakeProvider.mu.Lock()
+	closed := prov.live[0].closed.Load()
+	prov.fakeProvider.mu.Unlock()
 	if closed == 0 {
 		t.Error("the deleted session's sandbox was not closed")
 	}

@@ -53,6 +53,15 @@ type Provider interface {
 	Provision(ctx context.Context, r *Recipe, host HostDirs) (Sandbox, error)
 }
 
+// WorkspaceKeeper is a Provider without host workspaces whose sessions' workspaces outlive their sandboxes where
+// those run (a volume of a cluster): Pool.RemoveWorkspaces removes a gone session's through it.
+type WorkspaceKeeper interface {
+	// Workspaces lists the sessions that have a workspace.
+	Workspaces(ctx context.Context) ([]string, error)
+	// RemoveWorkspace deletes the session's workspace. Idempotent.
+	RemoveWorkspace(ctx context.Context, sessionID string) error
+}
+
 // Capabilities say what a Provider's sandboxes need of the host the Pool runs on, so that a backend whose
 // sandboxes run on other machines (pods on a cluster) is spared the steps only a local one uses.
 type Capabilities struct {

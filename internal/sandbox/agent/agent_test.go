@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
 )
 
 func newTestServer(t *testing.T, confine bool) (*Server, string) {
@@ -232,5 +234,41 @@ func TestServeCancel(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	if _, err := os.Stat(filepath.Join(ws, "late")); err == nil {
 		t.Error("the cancelled command ran on")
+	}
+}
+
+// TestLimitEvents: the agent reads its cgroup's event files as a container runtime mounts them, v1 (one
+// directory per controller) or v2 (the group itself), and the host kit parses both.
+func TestLimitEvents(t *testing.T) {
+	write := func(root, name, content string) {
+		t.Helper()
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v1, v2 := t.TempDir(), t.TempDir()
+	write(v1, "memory/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+	write(v1, "pids/pids.events", "max 7\n")
+	write(v2, "memory.events", "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n")
+	write(v2, "pids.events", "max 1\n")
+	for _, c := range []struct {
+		root     string
+		oom, max int
+	}{{v1, 3, 7}, {v2, 2, 1}, {t.TempDir(), 0, 0}} {
+		var le LimitEvents
+		if err := json.Unmarshal([]byte(limitEvents(c.root).text), &le); err != nil {
+			t.Fatal(err)
+		}
+		if got := cgroup.ParseEvents([]byte(le.Memory), []byte(le.Pids)); got.OOMKills != c.oom || got.PidsMax != c.max {
+			t.Errorf("%s: %+v, want %d oom kills and %d refused forks", c.root, got, c.oom, c.max)
+		}
+	}
+	resp := NewServer(Config{Workspace: t.TempDir()}).Handle(context.Background(), Request{ID: 1, Tool: LimitEventsTool})
+	if resp.IsError || len(resp.Content) != 1 || !strings.HasPrefix(resp.Content[0].Text, `{"memory":`) {
+		t.Errorf("the tool's answer: %+v", resp)
 	}
 }

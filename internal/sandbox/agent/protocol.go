@@ -54,6 +54,19 @@ const FailureTimeout = "timeout"
 // PingTool is a request the agent answers at once with "pong": the host's proof that the agent runs.
 const PingTool = "ping"
 
+// LimitEventsTool is a request the agent answers with its own cgroup's event counters, as JSON LimitEvents: how
+// a backend that cannot read a sandbox's cgroups from its host (a pod on another machine) learns that the kernel
+// killed a process at the memory limit or refused a fork at the pids limit. Read-only kernel files: nothing in
+// the sandbox can change what they say.
+const LimitEventsTool = "limit_events"
+
+// LimitEvents is LimitEventsTool's answer: the text of the agent's memory cgroup's oom_control (v1) or
+// memory.events (v2) file, and of its pids.events, each "" when absent.
+type LimitEvents struct {
+	Memory string `json:"memory"`
+	Pids   string `json:"pids"`
+}
+
 // Defaults the agent applies when a Request leaves them zero.
 const (
 	DefaultTimeoutMS = 120_000

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -65,10 +67,30 @@ func (s *Server) Handle(ctx context.Context, req Request) Response {
 		}
 	case req.Tool == PingTool:
 		res = textResult("pong")
+	case req.Tool == LimitEventsTool:
+		res = limitEvents("/sys/fs/cgroup")
 	default:
 		res = errorf("unknown tool %q: the sandbox runs %s", req.Tool, toolNames())
 	}
 	return Response{ID: req.ID, Content: res.blocks(outCap), IsError: res.isErr, Failure: res.failure}
+}
+
+// limitEvents reads the event files of the cgroups the agent is in, as the container runtime mounts them at root:
+// one directory per controller (v1), or the group itself (v2).
+func limitEvents(root string) result {
+	first := func(names ...string) string {
+		for _, n := range names {
+			if b, err := os.ReadFile(filepath.Join(root, n)); err == nil {
+				return string(b)
+			}
+		}
+		return ""
+	}
+	b, _ := json.Marshal(LimitEvents{
+		Memory: first("memory/memory.oom_control", "memory.events"),
+		Pids:   first("pids/pids.events", "pids.events"),
+	})
+	return textResult(string(b))
 }
 
 // writes are the tools that write files: their results end with a note when a quota is (nearly) used up.

@@ -280,18 +280,19 @@ func (g *Group) Limits() Limits { return g.limits }
 
 // Events reads how often the limits were hit.
 func (g *Group) Events() Events {
-	var ev Events
 	mem, pids := g.dir("memory"), g.dir("pids")
 	if mem == "" || pids == "" {
-		return ev
+		return Events{}
 	}
-	if data, err := os.ReadFile(filepath.Join(mem, "memory.oom_control")); err == nil {
-		ev.OOMKills = field(data, "oom_kill")
-	}
-	if data, err := os.ReadFile(filepath.Join(pids, "pids.events")); err == nil {
-		ev.PidsMax = field(data, "max")
-	}
-	return ev
+	memData, _ := os.ReadFile(filepath.Join(mem, "memory.oom_control"))
+	pidsData, _ := os.ReadFile(filepath.Join(pids, "pids.events"))
+	return ParseEvents(memData, pidsData)
+}
+
+// ParseEvents reads Events from a memory cgroup's oom_control (v1) or memory.events (v2) file and a pids.events
+// file (both versions): their oom_kill and max counters. Missing counters are zero.
+func ParseEvents(memory, pids []byte) Events {
+	return Events{OOMKills: field(memory, "oom_kill"), PidsMax: field(pids, "max")}
 }
 
 func field(data []byte, key string) int {

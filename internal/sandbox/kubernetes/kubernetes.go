@@ -42,6 +42,10 @@ const (
 	LabelSandbox = "corral.dev/sandbox"           // the sandbox's name (its pod's)
 	LabelSession = "corral.dev/session"
 	LabelOwner   = "corral.dev/owner" // Config.Owner
+	// LabelWorkspace marks a session's workspace claim (its name).
+	LabelWorkspace = "corral.dev/workspace"
+	// AnnotationSession is the session id of a workspace claim (ids are not all label values).
+	AnnotationSession = "corral.dev/session-id"
 	// AnnotationExpires is when any Corral server may delete the pod (RFC 3339): its owner moves it forward
 	// while the sandbox lives.
 	AnnotationExpires = "corral.dev/expires"
@@ -91,11 +95,19 @@ type Config struct {
 	// WorkspaceBytes bounds the workspace volume (and the pod's ephemeral storage); default
 	// DefaultWorkspaceBytes.
 	WorkspaceBytes int64
+	// WorkspaceClass is the StorageClass of the sessions' workspaces: each session's is a PersistentVolumeClaim
+	// of WorkspaceBytes, which outlives its pods (the next pod of the session mounts it) until the session is
+	// gone (RemoveWorkspace). Empty: each pod's workspace is an emptyDir of WorkspaceBytes, gone with the pod.
+	WorkspaceClass string
 	// TTL is how long a pod outlives its owner's last sign of life; default DefaultTTL.
 	TTL time.Duration
 	// CPURequestMilli is each sandbox's CPU request in thousandths of a core (what the scheduler reserves, not
 	// a limit: the recipe's CPUQuota is); default 100.
 	CPURequestMilli int64
+	// PodPidsLimit is the nodes' per-pod process limit (the kubelet's podPidsLimit), which is said in the error
+	// of a sandbox that reaches it. Kubernetes has no per-pod setting: a recipe's Limits.Pids is not applied
+	// to a pod. Zero: not known.
+	PodPidsLimit int
 	// StartTimeout bounds a pod's start (scheduling, image pull, the agent's first answer); default
 	// DefaultStartTimeout.
 	StartTimeout time.Duration
@@ -236,7 +248,8 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, _ sandbox.H
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	limits := host.WithDefaults(r.Limits)
-	sb := &Sandbox{p: p, name: "corral-" + randomID(), limits: limits, stderr: host.NewTailWriter(4096)}
+	sb := &Sandbox{p: p, name: "corral-" + randomID(), limits: limits, stderr: host.NewTailWriter(4096),
+		note: packagesNote(r.Environment.Packages)}
 	defer func() {
 		if err != nil {
 			_ = sb.Close()
@@ -261,7 +274,13 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, _ sandbox.H
 		return nil, err
 	}
 
-	pod := p.pod(sb.name, r, limits, ln.Addr().(*net.TCPAddr).Port, bundle != nil)
+	claim := ""
+	if p.cfg.WorkspaceClass != "" {
+		if claim, err = p.ensureClaim(ctx, r.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	pod := p.pod(sb.name, r, limits, podVolumes{proxyPort: ln.Addr().(*net.TCPAddr).Port, ca: bundle != nil, claim: claim})
 	if !p.track(sb) {
 		return nil, errors.New("kubernetes: provider closed")
 	}
@@ -310,6 +329,14 @@ func (p *Provider) track(sb *Sandbox) bool {
 	}
 	p.live[sb.name] = sb
 	return true
+}
+
+// pidsLimit names the process limit a pod reaches.
+func (p *Provider) pidsLimit() string {
+	if p.cfg.PodPidsLimit > 0 {
+		return fmt.Sprintf("its limit of %d processes (the kubelet's podPidsLimit)", p.cfg.PodPidsLimit)
+	}
+	return "the process limit its node sets per pod (the kubelet's podPidsLimit)"
 }
 
 func (p *Provider) untrack(sb *Sandbox) {

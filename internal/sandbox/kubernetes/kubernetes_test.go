@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/image/imagetest"
 	"github.com/corralhq/corral/internal/proxy/proxytest"
 	"github.com/corralhq/corral/internal/sandbox"
@@ -94,7 +96,7 @@ func configOn(rc *rest.Config, nodeIP, owner string) kubernetes.Config {
 	return kubernetes.Config{REST: rc, Namespace: namespace, Image: kubetest.SandboxImage, AgentImage: kubetest.AgentImage,
 		ImagePullPolicy: corev1.PullNever, EgressIP: netip.MustParseAddr(nodeIP), Owner: owner, WorkspaceBytes: 1 << 30,
 		// The node has two cores: the suites run dozens of pods at once.
-		CPURequestMilli: 10}
+		CPURequestMilli: 10, PodPidsLimit: kubetest.PodPidsLimit}
 }
 
 func newProviderWith(t testing.TB, cfg kubernetes.Config) *kubernetes.Provider {
@@ -112,17 +114,27 @@ func newProviderWith(t testing.TB, cfg kubernetes.Config) *kubernetes.Provider {
 }
 
 // newProvider is a provider whose pods run on the tests' base image, which the suites are told (its RootFS:
-// the image's own /root is not the host's).
+// the image's own /root is not the host's), with the sessions' workspaces on claims of the cluster's storage
+// class. The suites name their sessions alike: each provider's are its own.
 func newProvider(t testing.TB) sandbox.Provider {
-	return onBase{Provider: newProviderWith(t, config(t)), rootfs: imagetest.Base(t).RootFS}
+	cfg := config(t)
+	cfg.WorkspaceClass = kubetest.StorageClass
+	return onBase{Provider: newProviderWith(t, cfg), rootfs: imagetest.Base(t).RootFS, sessions: cfg.Owner + "-"}
 }
 
 type onBase struct {
 	*kubernetes.Provider
-	rootfs string
+	rootfs   string
+	sessions string // the prefix of its sessions' ids
 }
 
 func (p onBase) RootFS() string { return p.rootfs }
+
+func (p onBase) Provision(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs) (sandbox.Sandbox, error) {
+	own := *r
+	own.SessionID = p.sessions + r.SessionID
+	return p.Provider.Provision(ctx, &own, host)
+}
 
 func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, newProvider, sandboxtest.Options{Remote: true})
@@ -134,6 +146,101 @@ func TestRedTeam(t *testing.T) {
 }
 
 func TestNetwork(t *testing.T) { sandboxtest.RunNetwork(t, newProvider) }
+
+func TestLimits(t *testing.T) {
+	sandboxtest.RunLimits(t, newProvider, sandboxtest.Options{Remote: true, PidsLimit: kubetest.PodPidsLimit})
+}
+
+// TestWorkspaceClaim: with a workspace class, a session's workspace is a claim of its own that its next pod
+// mounts again, and RemoveWorkspaces deletes it (and its volume) once the session is gone; without one, the
+// workspace goes with the pod.
+func TestWorkspaceClaim(t *testing.T) {
+	ctx := context.Background()
+	cfg := config(t)
+	cfg.WorkspaceClass = kubetest.StorageClass
+	p := newProviderWith(t, cfg)
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Provider: p, WorkspaceRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pool.Stop() })
+	session := "sesn_claim_" + cfg.Owner
+	run := func(cmd string) string {
+		t.Helper()
+		in, _ := json.Marshal(map[string]string{"command": cmd})
+		res, err := pool.Execute(ctx, &sandbox.Call{Recipe: sandbox.Recipe{SessionID: session}, Name: "bash", Input: in})
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %q", cmd, err, text(res))
+		}
+		return strings.TrimSpace(text(res))
+	}
+	run("echo kept > keep.txt; hostname > first")
+	pods, err := cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelOwner + "=" + cfg.Owner})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods: %v, %v", pods, err)
+	}
+	var claim string
+	for _, v := range pods.Items[0].Spec.Volumes {
+		if v.Name == "workspace" && v.PersistentVolumeClaim != nil {
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	pvc, err := cluster.Client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the pod's workspace claim %q: %v", claim, err)
+	}
+	if pvc.Annotations[kubernetes.AnnotationSession] != session || pvc.Spec.Resources.Requests.Storage().Value() != cfg.WorkspaceBytes ||
+		pvc.Status.Phase != corev1.ClaimBound {
+		t.Errorf("claim: annotations %v, request %v, phase %s", pvc.Annotations, pvc.Spec.Resources.Requests, pvc.Status.Phase)
+	}
+	// The pod goes (closed, as the idle reaper does; TestPodDeleted and the suites delete or kill it): the next
+	// one finds the workspace.
+	if err := pool.Close(session); err != nil {
+		t.Fatal(err)
+	}
+	if got := run("cat keep.txt; [ \"$(cat first)\" != \"$(hostname)\" ] && echo new-pod"); got != "kept\nnew-pod" {
+		t.Errorf("the next pod's workspace: %q", got)
+	}
+	if ids, err := p.Workspaces(ctx); err != nil || !slices.Contains(ids, session) {
+		t.Fatalf("Workspaces = %v, %v; want %s in it", ids, err, session)
+	}
+	n, err := pool.RemoveWorkspaces(ctx, func(_ context.Context, id string) (bool, error) { return id == session, nil })
+	if n != 1 || err != nil {
+		t.Fatalf("RemoveWorkspaces = %d, %v", n, err)
+	}
+	volume := pvc.Spec.VolumeName
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, cerr := cluster.Client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
+		_, verr := cluster.Client.CoreV1().PersistentVolumes().Get(ctx, volume, metav1.GetOptions{})
+		if apierrors.IsNotFound(cerr) && apierrors.IsNotFound(verr) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("60 s after RemoveWorkspaces: claim %v, volume %v", cerr, verr)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	// Without a class: an emptyDir, gone with its pod.
+	plain := newProviderWith(t, config(t))
+	sb, err := plain.Provision(ctx, &sandbox.Recipe{SessionID: session}, sandbox.HostDirs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Execute(ctx, "", "bash", json.RawMessage(`{"command":"echo kept > keep.txt"}`)); err != nil {
+		t.Fatal(err)
+	}
+	sb.Close()
+	if sb, err = plain.Provision(ctx, &sandbox.Recipe{SessionID: session}, sandbox.HostDirs{}); err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	res, err := sb.Execute(ctx, "", "bash", json.RawMessage(`{"command":"cat keep.txt 2>/dev/null || echo empty"}`))
+	if err != nil || strings.TrimSpace(text(res)) != "empty" {
+		t.Errorf("an emptyDir workspace after its pod: %v %q", err, text(res))
+	}
+}
 
 // TestSecrets runs the credentials red team in pods, then searches every object of the cluster (through the
 // API server) and every file of its state (etcd's data, containerd's and the kubelet's directories) for the
@@ -212,7 +319,8 @@ func (s *searchingSandbox) Close() error {
 func TestPodSpec(t *testing.T) {
 	cfg := config(t)
 	p := newProviderWith(t, cfg)
-	r := &sandbox.Recipe{SessionID: "sesn_podspec", Limits: sandbox.Limits{MemoryBytes: 512 << 20, CPUQuota: 0.5}}
+	r := &sandbox.Recipe{SessionID: "sesn_podspec", Limits: sandbox.Limits{MemoryBytes: 512 << 20, CPUQuota: 0.5},
+		Environment: apitype.EnvConfig{Packages: &apitype.Packages{Pip: []string{"requests"}, Apt: []string{"jq"}}}}
 	sb, err := p.Provision(context.Background(), r, sandbox.HostDirs{})
 	if err != nil {
 		t.Fatal(err)
@@ -278,6 +386,13 @@ func TestPodSpec(t *testing.T) {
 	out := text(res)
 	if !strings.Contains(out, "no-dns") || !strings.Contains(out, "apiserver-refused") || !strings.Contains(out, "No such file") {
 		t.Errorf("from inside the pod: %q", out)
+	}
+	// The environment's packages are not installed in a pod: its first result says so, once.
+	if !strings.HasPrefix(out, "Note: the environment's packages were not installed (apt: jq; pip: requests)") {
+		t.Errorf("the first result does not say the packages were not installed: %q", out)
+	}
+	if res, err = sb.Execute(ctx, "", "bash", json.RawMessage(`{"command":"echo again"}`)); err != nil || text(res) != "again" {
+		t.Errorf("the second result: %v %q", err, text(res))
 	}
 }
 

@@ -49,10 +49,18 @@ func (p *Provider) policy(name string, r *sandbox.Recipe, owner []metav1.OwnerRe
 	}
 }
 
+// podVolumes say what a pod reaches besides its image: its proxy's port, whether it has a CA bundle, and the
+// session's workspace claim ("" for an emptyDir).
+type podVolumes struct {
+	proxyPort int
+	ca        bool
+	claim     string
+}
+
 // pod is the sandbox's pod: restricted (non-root, no privilege escalation, no capabilities, the runtime's
 // default seccomp profile, a read-only root), no service account token, no service links, no DNS, its limits
 // from the recipe, its workspace and /tmp volumes bounded.
-func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, proxyPort int, ca bool) *corev1.Pod {
+func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, v podVolumes) *corev1.Pod {
 	f, t := false, true
 	uid := p.cfg.UID
 	restricted := &corev1.SecurityContext{
@@ -80,7 +88,7 @@ func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, proxyPo
 		{Name: "tmp", MountPath: "/tmp"},
 		{Name: "agent", MountPath: agentDir, ReadOnly: true},
 	}
-	if ca {
+	if v.ca {
 		mounts = append(mounts, corev1.VolumeMount{Name: "ca", MountPath: host.CABundlePath, SubPath: caKey, ReadOnly: true},
 			corev1.VolumeMount{Name: "ca", MountPath: host.SystemCABundle, SubPath: caKey, ReadOnly: true})
 	}
@@ -89,7 +97,13 @@ func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, proxyPo
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
-	proxyAddr := netip.AddrPortFrom(p.cfg.EgressIP, uint16(proxyPort)).String()
+	proxyAddr := netip.AddrPortFrom(p.cfg.EgressIP, uint16(v.proxyPort)).String()
+	workspace := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ws}}
+	if v.claim != "" {
+		workspace = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.claim}}
+	}
+	// A claim's files keep their owner from one pod to the next: the kubelet need not walk them again.
+	onMismatch := corev1.FSGroupChangeOnRootMismatch
 	var runtimeClass *string
 	if p.cfg.RuntimeClassName != "" {
 		runtimeClass = &p.cfg.RuntimeClassName
@@ -106,7 +120,7 @@ func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, proxyPo
 			DNSPolicy: corev1.DNSNone,
 			DNSConfig: &corev1.PodDNSConfig{Nameservers: []string{"127.0.0.1"}},
 			SecurityContext: &corev1.PodSecurityContext{
-				RunAsUser: &uid, RunAsGroup: &uid, FSGroup: &uid, RunAsNonRoot: &t,
+				RunAsUser: &uid, RunAsGroup: &uid, FSGroup: &uid, FSGroupChangePolicy: &onMismatch, RunAsNonRoot: &t,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			InitContainers: []corev1.Container{{
@@ -133,7 +147,7 @@ func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, proxyPo
 				Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
 			}},
 			Volumes: []corev1.Volume{
-				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ws}}},
+				{Name: "workspace", VolumeSource: workspace},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmp}}},
 				{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(128<<20, resource.BinarySI)}}},
 				{Name: "ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}},

@@ -25,6 +25,7 @@ import (
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/agent"
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
 	"github.com/corralhq/corral/internal/sandbox/egress"
 	"github.com/corralhq/corral/internal/sandbox/host"
 )
@@ -43,6 +44,10 @@ type Sandbox struct {
 	stdin  *io.PipeWriter     // the agent's stdin: closing it ends the agent, and then the stream
 	cancel context.CancelFunc // ends the attach stream
 	ended  chan struct{}      // closed when the stream has ended
+
+	mu   sync.Mutex
+	seen cgroup.Events // the pod's limit events after the last call
+	note string        // put in front of the next result, once
 
 	once     sync.Once
 	closeErr error
@@ -130,10 +135,43 @@ func (sb *Sandbox) confined(ctx context.Context, canaryPort int) error {
 	}
 }
 
-// Execute runs one tool call in the pod.
+// Execute runs one tool call in the pod. Its cgroups are on the node, out of this process's reach: the agent
+// reads their event counters (agent.LimitEventsTool) while the call runs and after it, to tell a fork refused at
+// the pod's pids limit (the call is stopped at once and the pod deleted, as one host ends a sandbox) from a
+// process the kernel killed at the memory limit (said in the result; the agent and its shells live on).
 func (sb *Sandbox) Execute(ctx context.Context, shell, name string, input json.RawMessage) (sandbox.Result, error) {
-	res, err := sb.client.Call(ctx, shell, name, input, sb.limits.CommandTimeout, sb.limits.OutputBytes, hangGrace)
-	if err != nil && errors.Is(err, sandbox.ErrSandboxDead) {
+	sb.mu.Lock()
+	prev := sb.seen
+	sb.mu.Unlock()
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go sb.watchPids(prev.PidsMax, cancel, stop)
+	res, err := sb.client.Call(callCtx, shell, name, input, sb.limits.CommandTimeout, sb.limits.OutputBytes, hangGrace)
+	if err != nil && !errors.Is(err, sandbox.ErrSandboxDead) && ctx.Err() != nil {
+		return res, err // the caller gave up
+	}
+	if err == nil {
+		sb.mu.Lock()
+		if sb.note != "" {
+			res.Content = append([]apitype.ContentBlock{apitype.TextBlock(sb.note)}, res.Content...)
+			sb.note = ""
+		}
+		sb.mu.Unlock()
+	}
+	ev, evErr := sb.events(context.Background())
+	if evErr == nil {
+		sb.mu.Lock()
+		sb.seen = ev
+		sb.mu.Unlock()
+	}
+	switch {
+	case evErr == nil && ev.PidsMax > prev.PidsMax:
+		// Whatever forked past the limit may still be forking: the pod goes. The next call gets a new one.
+		_ = sb.Close()
+		return sandbox.Result{}, fmt.Errorf("%w: it reached %s (a fork bomb?); its pod was deleted%w", sandbox.ErrSandboxDead, sb.p.pidsLimit(), host.LimitHit)
+	case err != nil && errors.Is(err, sandbox.ErrSandboxDead):
 		why, oom := sb.status()
 		if why != "" {
 			err = fmt.Errorf("%w (%s)", err, why)
@@ -141,8 +179,53 @@ func (sb *Sandbox) Execute(ctx context.Context, shell, name string, input json.R
 		if oom {
 			err = fmt.Errorf("%w: it ran out of memory (limit %d MiB)%w", err, sb.limits.MemoryBytes>>20, host.LimitHit)
 		}
+		return res, err
+	case err == nil && evErr == nil && ev.OOMKills > prev.OOMKills:
+		res.IsError, res.Failure = true, sandbox.FailureLimit
+		res.Content = append(res.Content, apitype.TextBlock(fmt.Sprintf(
+			"\n[the sandbox reached its memory limit of %d MiB; the kernel killed %d process(es) (oom-kill)]",
+			sb.limits.MemoryBytes>>20, ev.OOMKills-prev.OOMKills)))
 	}
 	return res, err
+}
+
+// eventsTimeout bounds one read of the pod's cgroup counters.
+const eventsTimeout = 5 * time.Second
+
+// events asks the agent how often the pod's container hit its limits.
+func (sb *Sandbox) events(ctx context.Context) (cgroup.Events, error) {
+	res, err := sb.client.Call(ctx, "", agent.LimitEventsTool, json.RawMessage(`{}`), eventsTimeout, 0, eventsTimeout)
+	if err != nil {
+		return cgroup.Events{}, err
+	}
+	var le agent.LimitEvents
+	if err := json.Unmarshal([]byte(resultText(res)), &le); err != nil || res.IsError {
+		return cgroup.Events{}, fmt.Errorf("agent: limit events: %q", resultText(res))
+	}
+	return cgroup.ParseEvents([]byte(le.Memory), []byte(le.Pids)), nil
+}
+
+// pidsPoll is how often a running call's pod is asked whether a fork was refused.
+const pidsPoll = 100 * time.Millisecond
+
+// watchPids cancels the call when the pod's pids limit is hit.
+func (sb *Sandbox) watchPids(seen int, cancel func(), stop <-chan struct{}) {
+	t := time.NewTicker(pidsPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, done := context.WithTimeout(context.Background(), eventsTimeout)
+			ev, err := sb.events(ctx)
+			done()
+			if err == nil && ev.PidsMax > seen {
+				cancel()
+				return
+			}
+		}
+	}
 }
 
 // status is what the cluster says of the pod once the stream to it ended, and whether the kernel killed its
@@ -237,6 +320,28 @@ func acceptAndClose(ln net.Listener) {
 		}
 		c.Close()
 	}
+}
+
+// packagesNote is what a sandbox says of the environment's packages, which a pod does not install: "" when it
+// lists none.
+func packagesNote(pk *apitype.Packages) string {
+	if pk == nil {
+		return ""
+	}
+	var listed []string
+	for _, m := range []struct {
+		name string
+		pkgs []string
+	}{{"apt", pk.Apt}, {"cargo", pk.Cargo}, {"gem", pk.Gem}, {"go", pk.Go}, {"npm", pk.Npm}, {"pip", pk.Pip}} {
+		if len(m.pkgs) > 0 {
+			listed = append(listed, m.name+": "+strings.Join(m.pkgs, " "))
+		}
+	}
+	if len(listed) == 0 {
+		return ""
+	}
+	return "Note: the environment's packages were not installed (" + strings.Join(listed, "; ") +
+		"): this sandbox runs on the operator's image as it is, which may or may not have them.\n"
 }
 
 func resultText(r sandbox.Result) string {

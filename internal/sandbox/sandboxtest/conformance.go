@@ -28,7 +28,9 @@ func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Optio
 	t.Run("Cancel", func(t *testing.T) { t.Parallel(); testCancel(t, newProvider) })
 	t.Run("OutputCap", func(t *testing.T) { t.Parallel(); testOutputCap(t, newProvider) })
 	t.Run("WorkspaceSurvivesReprovision", func(t *testing.T) {
-		skipRemote(t, opts)
+		if opts.EphemeralWorkspace {
+			t.Skip("the workspace goes with its sandbox (Options.EphemeralWorkspace); KilledSandbox and IdleReap check that the next one starts empty")
+		}
 		t.Parallel()
 		testWorkspaceSurvives(t, newProvider, opts)
 	})
@@ -51,10 +53,10 @@ func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Optio
 	t.Run("MemoryMountEscapes", func(t *testing.T) { skipRemote(t, opts); t.Parallel(); testMemoryMountEscapes(t, newProvider) })
 }
 
-// skipRemote skips a check of the host workspace and the resources placed in it for a remote backend.
+// skipRemote skips a check of the session's resources placed in the workspace for a remote backend.
 func skipRemote(t *testing.T, opts Options) {
 	if opts.Remote {
-		t.Skip("a remote backend's workspace is its sandbox's own, and the Pool places no resource in it (Options.Remote)")
+		t.Skip("the Pool places no session resource in a remote backend's sandboxes (Options.Remote)")
 	}
 }
 
@@ -445,7 +447,7 @@ func testKilled(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opt
 	}
 	var provisions int
 	c := call(s, "read", map[string]any{"file_path": "keep.txt"})
-	if opts.Remote {
+	if opts.EphemeralWorkspace {
 		c = bash(s, "echo fresh") // the workspace went with the sandbox
 	}
 	c.OnProvision = func(r sandbox.ProvisionReport) {
@@ -453,7 +455,7 @@ func testKilled(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opt
 			provisions++
 		}
 	}
-	if got := mustRun(t, p, c); got != "kept" && (!opts.Remote || got != "fresh") {
+	if got := mustRun(t, p, c); got != "kept" && (!opts.EphemeralWorkspace || got != "fresh") {
 		t.Errorf("after re-provision: %q", got)
 	}
 	if provisions != 1 {
@@ -567,7 +569,7 @@ func testIdleReap(t *testing.T, newProvider func(testing.TB) sandbox.Provider, o
 	p := newPool(t, newProvider, 100*time.Millisecond)
 	mustRun(t, p, call("idle", "write", map[string]any{"file_path": "f", "content": "x"}))
 	want := "x"
-	if opts.Remote {
+	if opts.EphemeralWorkspace {
 		want = "" // the workspace went with the reaped sandbox
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,12 +13,17 @@ import (
 
 // RunLimits checks that a fork bomb and a memory hog are contained in their sandbox and reported to the model,
 // while the server and another session's sandbox stay healthy. Run it for every backend that enforces
-// sandbox.Limits. Under gVisor (opts.NoHostProcesses) the kernel's OOM killer kills the whole sandbox, not one
+// sandbox.Limits. A backend whose workspace goes with its sandbox (opts.EphemeralWorkspace) starts the next one
+// with an empty workspace. Under gVisor (opts.NoHostProcesses) the kernel's OOM killer kills the whole sandbox, not one
 // process in it, which must then be reported as the sandbox's death.
 func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Options) {
 	limits := sandbox.Limits{Pids: 64, MemoryBytes: 128 << 20, CommandTimeout: 20 * time.Second}
 	p := newPool(t, newProvider, 0)
 	limited := func(c *sandbox.Call) *sandbox.Call { c.Recipe.Limits = limits; return c }
+	pidsLimit := limits.Pids
+	if opts.PidsLimit > 0 {
+		pidsLimit = opts.PidsLimit
+	}
 	// A bystander, provisioned before the trouble starts.
 	mustRun(t, p, limited(bash("bystander", "echo up")))
 
@@ -28,7 +34,7 @@ func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts
 		if !errors.Is(err, sandbox.ErrSandboxDead) || !errors.Is(err, sandbox.ErrLimit) {
 			t.Fatalf("fork bomb: err = %v (result %q), want ErrSandboxDead and ErrLimit", err, text(res))
 		}
-		if got := text(res); !res.IsError || !strings.Contains(got, "limit of 64 processes") {
+		if got := text(res); !res.IsError || !strings.Contains(got, fmt.Sprintf("limit of %d processes", pidsLimit)) {
 			t.Errorf("fork bomb result: %q", got)
 		}
 		// The bomb is stopped when it hits the limit, not when the command's timeout (20 s) ends.
@@ -39,9 +45,15 @@ func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts
 		if got := mustRun(t, p, limited(bash("bystander", "echo still up"))); got != "still up" {
 			t.Errorf("bystander: %q", got)
 		}
-		// The next call gets a fresh sandbox with the workspace.
-		if got := mustRun(t, p, limited(bash("bomb", "cat keep.txt; ls -d /proc/[0-9]* | wc -l"))); !strings.HasPrefix(got, "kept") {
-			t.Errorf("after fork bomb: %q", got)
+		// The next call gets a fresh sandbox, with the workspace unless it went with the sandbox.
+		got := mustRun(t, p, limited(bash("bomb", "cat keep.txt 2>/dev/null || echo fresh; ls -d /proc/[0-9]* | wc -l")))
+		want := "kept"
+		if opts.EphemeralWorkspace {
+			want = "fresh"
+			t.Log("Options.EphemeralWorkspace: the new sandbox's workspace is a new one")
+		}
+		if !strings.HasPrefix(got, want) {
+			t.Errorf("after fork bomb: %q, want %s", got, want)
 		}
 	})
 	t.Run("MemoryHog", func(t *testing.T) {

@@ -72,9 +72,15 @@ type Options struct {
 	// kills a sandbox's processes from the host is skipped.
 	NoHostProcesses bool
 	// Remote marks a backend whose sandboxes run on other machines with workspaces of their own (kubernetes):
-	// the workspace does not outlive a sandbox and the session's resources are not placed in it (the Pool
-	// reports them as not placed), so the checks of both are skipped, saying so.
+	// the session's resources are not placed in them (the Pool reports them as not placed), so the checks of
+	// the session's mounts are skipped, saying so.
 	Remote bool
+	// EphemeralWorkspace marks a backend whose workspace goes with its sandbox (kubernetes without a workspace
+	// class): the next sandbox of the session starts with an empty one.
+	EphemeralWorkspace bool
+	// PidsLimit is the process limit the backend enforces in place of the recipe's, when it cannot take one
+	// per sandbox (kubernetes: the node's per-pod limit); zero: the recipe's.
+	PidsLimit int
 }
 
 // WorkspaceRoot returns a new directory for workspaces whose ancestors sandbox uids can search.
