@@ -311,6 +311,18 @@ func TestPoolDefaultLimits(t *testing.T) {
 	}
 }
 
+// goneDeleted is RemoveWorkspaces's lookup: sesn_deleted is gone, sesn_live is not, sesn_unknown cannot be
+// looked up.
+func goneDeleted(_ context.Context, id string) (bool, error) {
+	switch id {
+	case "sesn_deleted":
+		return true, nil
+	case "sesn_unknown":
+		return false, errors.New("store unavailable")
+	}
+	return false, nil
+}
+
 func TestPoolRemoveWorkspaces(t *testing.T) {
 	t.Parallel()
 	prov := &fakeProvider{}
@@ -329,15 +341,7 @@ func TestPoolRemoveWorkspaces(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, err := p.RemoveWorkspaces(ctx, func(_ context.Context, id string) (bool, error) {
-		switch id {
-		case "sesn_deleted":
-			return true, nil
-		case "sesn_unknown":
-			return false, errors.New("store unavailable")
-		}
-		return false, nil
-	})
+	n, err := p.RemoveWorkspaces(ctx, goneDeleted)
 	if n != 1 || err == nil || !strings.Contains(err.Error(), "store unavailable") {
 		t.Fatalf("RemoveWorkspaces = %d, %v; want 1 and the lookup error", n, err)
 	}
@@ -392,15 +396,7 @@ func TestPoolRemoveKeptWorkspaces(t *testing.T) {
 	if _, err := p.Execute(ctx, call("sesn_deleted")); err != nil {
 		t.Fatal(err)
 	}
-	n, err := p.RemoveWorkspaces(ctx, func(_ context.Context, id string) (bool, error) {
-		switch id {
-		case "sesn_deleted":
-			return true, nil
-		case "sesn_unknown":
-			return false, errors.New("store unavailable")
-		}
-		return false, nil
-	})
+	n, err := p.RemoveWorkspaces(ctx, goneDeleted)
 	if n != 1 || err == nil || !strings.Contains(err.Error(), "store unavailable") {
 		t.Fatalf("RemoveWorkspaces = %d, %v; want 1 and the lookup error", n, err)
 	}

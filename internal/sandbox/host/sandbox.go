@@ -202,7 +202,7 @@ func (s *Sandbox) Execute(ctx context.Context, shell, name string, input json.Ra
 		// the call at once rather than at its timeout.
 		stop := make(chan struct{})
 		defer close(stop)
-		go s.watchPids(prev.PidsMax, cancel, stop)
+		go WatchPids(50*time.Millisecond, func() (int, bool) { return s.group.Events().PidsMax, true }, prev.PidsMax, cancel, stop)
 	}
 	res, err := s.proc.Client.Call(callCtx, shell, name, input, s.limits.CommandTimeout, s.limits.OutputBytes, hangGrace)
 	if err != nil && !errors.Is(err, sandbox.ErrSandboxDead) && ctx.Err() != nil {
@@ -228,10 +228,7 @@ func (s *Sandbox) Execute(ctx context.Context, shell, name string, input json.Ra
 		}
 		return sandbox.Result{}, s.die(err)
 	case ev.OOMKills > prev.OOMKills:
-		res.IsError, res.Failure = true, sandbox.FailureLimit
-		res.Content = append(res.Content, apitype.TextBlock(fmt.Sprintf(
-			"\n[the sandbox reached its memory limit of %d MiB; the kernel killed %d process(es) (oom-kill)]",
-			s.limits.MemoryBytes>>20, ev.OOMKills-prev.OOMKills)))
+		OOMKilled(&res, s.limits.MemoryBytes, ev.OOMKills-prev.OOMKills)
 	}
 	return res, nil
 }
@@ -246,21 +243,30 @@ type silent struct{ err error }
 func (s silent) Error() string { return "" }
 func (s silent) Unwrap() error { return s.err }
 
-// watchPids cancels the call when the pids limit is hit.
-func (s *Sandbox) watchPids(seen int, cancel func(), stop <-chan struct{}) {
-	t := time.NewTicker(50 * time.Millisecond)
+// WatchPids calls cancel once pidsMax (how many forks the sandbox's pids limit refused; false when it could
+// not tell) says more than seen, asking every interval, until stop is closed.
+func WatchPids(every time.Duration, pidsMax func() (int, bool), seen int, cancel func(), stop <-chan struct{}) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			if s.group.Events().PidsMax > seen {
+			if n, ok := pidsMax(); ok && n > seen {
 				cancel()
 				return
 			}
 		}
 	}
+}
+
+// OOMKilled adds to res that the kernel killed kills of the sandbox's processes at its memory limit, and marks
+// it a limit's failure.
+func OOMKilled(res *sandbox.Result, limitBytes int64, kills int) {
+	res.IsError, res.Failure = true, sandbox.FailureLimit
+	res.Content = append(res.Content, apitype.TextBlock(fmt.Sprintf(
+		"\n[the sandbox reached its memory limit of %d MiB; the kernel killed %d process(es) (oom-kill)]", limitBytes>>20, kills)))
 }
 
 // die records that the sandbox is dead, kills what is left of it and returns err.

@@ -147,7 +147,7 @@ func (sb *Sandbox) Execute(ctx context.Context, shell, name string, input json.R
 	defer cancel()
 	stop := make(chan struct{})
 	defer close(stop)
-	go sb.watchPids(prev.PidsMax, cancel, stop)
+	go host.WatchPids(pidsPoll, sb.pidsMax, prev.PidsMax, cancel, stop)
 	res, err := sb.client.Call(callCtx, shell, name, input, sb.limits.CommandTimeout, sb.limits.OutputBytes, hangGrace)
 	if err != nil && !errors.Is(err, sandbox.ErrSandboxDead) && ctx.Err() != nil {
 		return res, err // the caller gave up
@@ -181,10 +181,7 @@ func (sb *Sandbox) Execute(ctx context.Context, shell, name string, input json.R
 		}
 		return res, err
 	case err == nil && evErr == nil && ev.OOMKills > prev.OOMKills:
-		res.IsError, res.Failure = true, sandbox.FailureLimit
-		res.Content = append(res.Content, apitype.TextBlock(fmt.Sprintf(
-			"\n[the sandbox reached its memory limit of %d MiB; the kernel killed %d process(es) (oom-kill)]",
-			sb.limits.MemoryBytes>>20, ev.OOMKills-prev.OOMKills)))
+		host.OOMKilled(&res, sb.limits.MemoryBytes, ev.OOMKills-prev.OOMKills)
 	}
 	return res, err
 }
@@ -208,24 +205,12 @@ func (sb *Sandbox) events(ctx context.Context) (cgroup.Events, error) {
 // pidsPoll is how often a running call's pod is asked whether a fork was refused.
 const pidsPoll = 100 * time.Millisecond
 
-// watchPids cancels the call when the pod's pids limit is hit.
-func (sb *Sandbox) watchPids(seen int, cancel func(), stop <-chan struct{}) {
-	t := time.NewTicker(pidsPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			ctx, done := context.WithTimeout(context.Background(), eventsTimeout)
-			ev, err := sb.events(ctx)
-			done()
-			if err == nil && ev.PidsMax > seen {
-				cancel()
-				return
-			}
-		}
-	}
+// pidsMax asks the pod how many forks its pids limit refused.
+func (sb *Sandbox) pidsMax() (int, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), eventsTimeout)
+	defer cancel()
+	ev, err := sb.events(ctx)
+	return ev.PidsMax, err == nil
 }
 
 // status is what the cluster says of the pod once the stream to it ended, and whether the kernel killed its
