@@ -581,19 +581,8 @@ func TestCrash(t *testing.T) {
 			t.Errorf("pod %s of the killed server is still there after the restart", p.Name)
 		}
 	}
-	for _, list := range []func() (int, error){
-		func() (int, error) {
-			l, err := cluster.Client.CoreV1().ConfigMaps(namespace).List(ctx, sel)
-			return len(l.Items), err
-		},
-		func() (int, error) {
-			l, err := cluster.Client.NetworkingV1().NetworkPolicies(namespace).List(ctx, sel)
-			return len(l.Items), err
-		},
-	} {
-		if n, err := list(); err != nil || n != 0 {
-			t.Errorf("config maps or policies of the killed server after the restart: %d (%v)", n, err)
-		}
+	if n, err := policiesAndConfigMaps(ctx, sel); err != nil || n != 0 {
+		t.Errorf("config maps or policies of the killed server after the restart: %d (%v)", n, err)
 	}
 }
 
@@ -655,18 +644,20 @@ func TestProvisionFails(t *testing.T) {
 			t.Fatalf("%d pods of the failed sandbox are still there", live)
 		}
 	}
-	for _, n := range []func() (int, error){
-		func() (int, error) {
-			l, err := cluster.Client.CoreV1().ConfigMaps(namespace).List(ctx, sel)
-			return len(l.Items), err
-		},
-		func() (int, error) {
-			l, err := cluster.Client.NetworkingV1().NetworkPolicies(namespace).List(ctx, sel)
-			return len(l.Items), err
-		},
-	} {
-		if k, err := n(); err != nil || k != 0 {
-			t.Errorf("config maps or policies of the failed sandbox: %d (%v)", k, err)
-		}
+	if n, err := policiesAndConfigMaps(ctx, sel); err != nil || n != 0 {
+		t.Errorf("config maps or policies of the failed sandbox: %d (%v)", n, err)
 	}
+}
+
+// policiesAndConfigMaps counts the network policies and config maps sel picks.
+func policiesAndConfigMaps(ctx context.Context, sel metav1.ListOptions) (int, error) {
+	cms, err := cluster.Client.CoreV1().ConfigMaps(namespace).List(ctx, sel)
+	if err != nil {
+		return 0, err
+	}
+	nps, err := cluster.Client.NetworkingV1().NetworkPolicies(namespace).List(ctx, sel)
+	if err != nil {
+		return 0, err
+	}
+	return len(cms.Items) + len(nps.Items), nil
 }
