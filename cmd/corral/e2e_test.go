@@ -242,6 +242,23 @@ func waitIdle(t *testing.T, c *client.Client, sessionID string) []map[string]any
 	}
 }
 
+// waitModelCall waits until the model has received n requests and the session's log holds n
+// span.model_request_start events: a brain sends a request while it appends its start, so a test that kills a
+// brain mid-call waits for both before the kill.
+func waitModelCall(ctx context.Context, t *testing.T, model *modeltest.Server, c *client.Client, sessionID string, n int) {
+	t.Helper()
+	if err := model.WaitRequests(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	for count(listEvents(t, c, sessionID), "span.model_request_start") < n {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("session %s: no %d request starts in the log; events: %v", sessionID, n, types(listEvents(t, c, sessionID)))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 func listEvents(t *testing.T, c *client.Client, sessionID string) []map[string]any {
 	t.Helper()
 	var all []map[string]any
@@ -444,9 +461,7 @@ func TestServeCrashMidModelCall(t *testing.T) {
 	id := newSession(t, s.client(), "Tell me something.")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := model.WaitRequests(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	waitModelCall(ctx, t, model, s.client(), id, 1)
 	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -35,9 +35,7 @@ func TestHarnessFailover(t *testing.T) {
 	id := newSession(t, api.client(), "Tell me something.")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := model.WaitRequests(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	waitModelCall(ctx, t, model, api.client(), id, 1)
 	second := harness() // started only now, so the first one is the one holding the session
 	model.Script(modeltest.Turn{Text: "The answer from the second brain."})
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {

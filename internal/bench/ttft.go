@@ -47,7 +47,9 @@ const (
 	// -> span.model_request_start appended: zero unless coupled, where the session is announced running
 	// before its sandbox is provisioned
 	PhasePrepare
-	PhaseToModel // -> the fake model received the request: the adapter and the HTTP hop
+	// -> the fake model received the request: the adapter and the HTTP hop. The brain sends the request while it
+	// appends its start, so this is negative when the request arrives before the append's transaction runs.
+	PhaseToModel
 	PhaseAnswer  // the fake model done -> the answer appended: reading the stream's end, the append
 	PhaseDeliver // -> the client read the answer on its SSE stream
 	NumPhases

@@ -9,6 +9,8 @@ import (
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/model"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -29,11 +31,6 @@ import (
 // with what it appends.
 func (t *thread) call(req *model.Request, preview bool, shrink func() (*model.Request, error)) (*answer, error) {
 	for attempt := 0; ; attempt++ {
-		start, err := t.append("", nil, mustEvent(apitype.EventSpanModelRequestStart, nil))
-		if err != nil {
-			return nil, err
-		}
-		startID := start[0].ID
 		ctx, done := t.watchInterrupts()
 		var pv *previewer
 		var said partialText // a conversation answer's text (preview is set only for those)
@@ -51,13 +48,25 @@ func (t *thread) call(req *model.Request, preview bool, shrink func() (*model.Re
 			}
 		}
 		callCtx, cancelCall := context.WithTimeoutCause(ctx, t.b.cfg.ModelTimeout, errModelTimeout)
-		span := t.startModelSpan(req, startID)
+		started := t.appendBeside(cancelCall, mustEvent(apitype.EventSpanModelRequestStart, nil))
+		span := t.startModelSpan(req)
 		began := time.Now()
 		resp, err := t.b.cfg.Model.Call(trace.ContextWithSpan(callCtx, span), req, onDelta)
 		took := time.Since(began)
 		timedOut := errors.Is(context.Cause(callCtx), errModelTimeout)
 		cancelCall()
 		interrupted := done()
+		start, serr := started()
+		if serr != nil {
+			// The request's start never made the log: nothing of its answer may (the lease is lost, or the
+			// store failed).
+			pv.finish(false)
+			span.SetStatus(codes.Error, serr.Error()) // the append's own span says why
+			span.End()
+			return nil, serr
+		}
+		startID := start[0].ID
+		span.SetAttributes(attribute.String("corral.event.id", startID))
 		t.recordModel(req.Model, took, resp, err, interrupted, timedOut)
 		endModelSpan(span, req, resp, err, interrupted, timedOut)
 		if err == nil && !interrupted {
@@ -136,6 +145,33 @@ func (t *thread) call(req *model.Request, preview bool, shrink func() (*model.Re
 			return nil, err
 		}
 		return nil, errTurnEnded
+	}
+}
+
+// appendBeside appends evs on a goroutine of its own and returns a wait for the append's result; if the append
+// fails, it calls fail (the model call's cancel), so that the call it runs beside stops. It is how a model
+// request's span.model_request_start (and the lead that rides on it) is written while the request goes out:
+// the request acts on nothing outside Corral, so it need not wait for its start to be durable (the append
+// before acting that rule 2 of DESIGN.md asks is the tool call's), and nothing of the answer is used or
+// appended before the start's append has succeeded. A crash before that append leaves the log as a crash
+// before the request did: the next brain makes the request again. The wait must be called once, before the
+// thread appends again; until then the thread's state is the append's.
+func (t *thread) appendBeside(fail func(), evs ...apitype.NewEvent) func() ([]apitype.Event, error) {
+	type result struct {
+		evs []apitype.Event
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		out, err := t.append("", nil, evs...)
+		if err != nil {
+			fail()
+		}
+		ch <- result{out, err}
+	}()
+	return func() ([]apitype.Event, error) {
+		r := <-ch
+		return r.evs, r.err
 	}
 }
 

@@ -191,6 +191,28 @@ func (f *fixture) waitIdle(sessionID string, n int) []apitype.Event {
 	})
 }
 
+// waitCalls waits until the model has received n requests and the session's log (every thread's part) holds n
+// span.model_request_start events: a request goes out while its start is appended (see thread.call), so a
+// test that acts on the log mid-call waits for both.
+func (f *fixture) waitCalls(sessionID string, n int) {
+	f.t.Helper()
+	f.waitRequests(n)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		evs, err := f.store.EventList(context.Background(), &store.EventListParams{SessionID: sessionID, Scope: store.ScopeAll, Limit: 10000})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if len(ofType(evs, start)) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %d request starts; log: %v", n, types(evs))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (f *fixture) waitRequests(n int) {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -432,7 +454,7 @@ func TestQueuedMessagePickedUpAtNextCall(t *testing.T) {
 	f.start(f.config())
 	id := f.session(toolset)
 	f.say(id, "first")
-	f.waitRequests(1)
+	f.waitCalls(id, 1)
 	queued := f.say(id, "second, while you work")
 	if queued.ProcessedAt != nil {
 		t.Fatal("a queued message is processed at append")
@@ -464,7 +486,7 @@ func TestMessageDuringLastCallGetsATurn(t *testing.T) {
 	f.start(f.config())
 	id := f.session()
 	f.say(id, "first")
-	f.waitRequests(1)
+	f.waitCalls(id, 1)
 	f.say(id, "second, while you answer")
 	close(hold)
 
@@ -606,7 +628,7 @@ func TestInterruptMidStream(t *testing.T) {
 	ch, unsubscribe := f.store.PreviewSubscribe(id)
 	defer unsubscribe()
 	f.say(id, "tell me everything")
-	f.waitRequests(1)
+	f.waitCalls(id, 1)
 	waitTextPreview(t, ch)
 	f.send(id, interrupt, apitype.UserInterrupt{})
 
@@ -1052,7 +1074,7 @@ func TestTakeoverMidModelCall(t *testing.T) {
 	f.start(cfgA)
 	id := f.session()
 	f.say(id, "hi")
-	f.waitRequests(1)
+	f.waitCalls(id, 1)
 	cs.dead.Store(true) // brain A dies mid-call: no release, no further appends
 
 	cfgB := f.config()
@@ -1132,7 +1154,7 @@ func TestStopReschedulesMidTurn(t *testing.T) {
 	t.Cleanup(a.Stop)
 	id := f.session()
 	f.say(id, "hi")
-	f.waitRequests(1)
+	f.waitCalls(id, 1)
 	a.Stop()
 	a.Stop() // idempotent
 	assertTypes(t, f.events(id), userMsg, running, start, resched)

@@ -287,7 +287,7 @@ func TestOutcomeInterruptedWhileWorking(t *testing.T) {
 	f.srv.Script(modeltest.Turn{Text: "working on it", Hold: hold})
 	def := outcomeDef(3)
 	f.send(id, defineOutcome, def)
-	f.waitRequests(1)
+	f.waitCalls(id, 1)
 	f.send(id, interrupt, apitype.UserInterrupt{})
 	evs := f.waitIdle(id, 1)
 	evs = slices.DeleteFunc(evs, func(e apitype.Event) bool { return e.Type == agentMsg }) // what it had streamed, if any

@@ -36,6 +36,7 @@ func TestThreadsTakeoverChildMidTurn(t *testing.T) {
 		return count(f.threadEvents(sid, ""), apitype.EventSessionThreadStatusIdle) == 1 &&
 			slices.ContainsFunc(f.srv.Requests(), func(r modeltest.Request) bool { return bySystem(researcherPrompt)(&r) })
 	})
+	f.waitCalls(sid, 3) // and the researcher's request start in the log
 	cs.dead.Store(true) // brain A dies: no release, no further appends
 
 	cfgB := f.config()

@@ -434,7 +434,7 @@ func TestThreadsInterrupt(t *testing.T) {
 	)
 	f.start(f.config())
 	f.say(sid, "Go.")
-	f.waitRequests(4) // the coordinator's two, and each child's held one
+	f.waitCalls(sid, 4) // the coordinator's two, and each child's held one
 	before := len(f.srv.Requests())
 	f.send(sid, interrupt, apitype.UserInterrupt{})
 	f.waitThreadsIdle(sid, 0)
@@ -514,7 +514,7 @@ func TestThreadsResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.say(sid, "Go.")
-	f.waitRequests(4)
+	f.waitCalls(sid, 4)
 	first.Stop()
 	if evs := f.events(sid); evs[len(evs)-1].Type != resched {
 		t.Fatalf("after the stop: %v", types(evs))

@@ -153,11 +153,11 @@ func (r *run) recoverSpan(src *apitype.FailureSource) {
 	span.End()
 }
 
-// startModelSpan starts the chat span of one model request, whose span.model_request_start event in the
-// session's log is startID (corral.event.id: the log and the trace name the same request).
-func (r *run) startModelSpan(req *model.Request, startID string) trace.Span {
+// startModelSpan starts the chat span of one model request. The caller adds the id of the request's
+// span.model_request_start event in the session's log once it is appended (corral.event.id: the log and the
+// trace name the same request).
+func (r *run) startModelSpan(req *model.Request) trace.Span {
 	attrs := append(r.agentAttrs(),
-		attribute.String("corral.event.id", startID),
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.provider.name", modelProvider(req.Model)),
 		attribute.String("gen_ai.request.model", req.Model),
