@@ -468,8 +468,8 @@ func TestPoolConsultsCapabilities(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Resources the pool cannot place where the sandbox runs are reported, never silently left out.
-			if noted := strings.Contains(text(res), sandbox.ErrNotPlacedRemote.Error()); noted == tc.workspace {
-				t.Errorf("the result notes the resources as not placed: %v, want %v (%q)", noted, !tc.workspace, text(res))
+			if noted := strings.Contains(res.Text(), sandbox.ErrNotPlacedRemote.Error()); noted == tc.workspace {
+				t.Errorf("the result notes the resources as not placed: %v, want %v (%q)", noted, !tc.workspace, res.Text())
 			}
 			if err := p.CollectOutputs(context.Background(), &sandbox.Recipe{SessionID: "s1"}); err != nil {
 				t.Fatal(err)
@@ -587,13 +587,4 @@ func TestPoolReportsImageWait(t *testing.T) {
 			}
 		})
 	}
-}
-
-// text joins a result's text blocks.
-func text(r sandbox.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
 }

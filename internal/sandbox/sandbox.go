@@ -138,6 +138,17 @@ type Result struct {
 	Failure string
 }
 
+// Text joins the result's text blocks.
+func (r Result) Text() string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if c.Type == apitype.ContentText {
+			b.WriteString(c.Text)
+		}
+	}
+	return b.String()
+}
+
 // Result failures.
 const (
 	FailureTimeout = "timeout"

@@ -259,16 +259,28 @@ func TestLimitEvents(t *testing.T) {
 		root     string
 		oom, max int
 	}{{v1, 3, 7}, {v2, 2, 1}, {t.TempDir(), 0, 0}} {
-		var le LimitEvents
-		if err := json.Unmarshal([]byte(limitEvents(c.root).text), &le); err != nil {
-			t.Fatal(err)
-		}
+		le := limitEvents(c.root)
 		if got := cgroup.ParseEvents([]byte(le.Memory), []byte(le.Pids)); got.OOMKills != c.oom || got.PidsMax != c.max {
 			t.Errorf("%s: %+v, want %d oom kills and %d refused forks", c.root, got, c.oom, c.max)
 		}
 	}
-	resp := NewServer(Config{Workspace: t.TempDir()}).Handle(context.Background(), Request{ID: 1, Tool: LimitEventsTool})
-	if resp.IsError || len(resp.Content) != 1 || !strings.HasPrefix(resp.Content[0].Text, `{"memory":`) {
+	srv := NewServer(Config{Workspace: t.TempDir()})
+	defer srv.Close()
+	resp := srv.Handle(context.Background(), Request{ID: 1, Tool: LimitEventsTool})
+	if resp.IsError || len(resp.Content) != 1 || !strings.HasPrefix(resp.Content[0].Text, `{"memory":`) || resp.Limits != nil {
 		t.Errorf("the tool's answer: %+v", resp)
+	}
+	// A call that asks for them gets the counters with its answer, as the tool gives them; one that does not,
+	// none.
+	var asked LimitEvents
+	if err := json.Unmarshal([]byte(resp.Content[0].Text), &asked); err != nil {
+		t.Fatal(err)
+	}
+	with := srv.Handle(context.Background(), Request{ID: 2, Tool: "bash", Input: json.RawMessage(`{"command":"echo hi"}`), Limits: true})
+	if with.IsError || with.Limits == nil || *with.Limits != asked {
+		t.Errorf("bash with limits: %+v (limits %+v), want the counters %+v", with, with.Limits, asked)
+	}
+	if without := srv.Handle(context.Background(), Request{ID: 3, Tool: "bash", Input: json.RawMessage(`{"command":"echo hi"}`)}); without.Limits != nil {
+		t.Errorf("bash without limits: %+v", without.Limits)
 	}
 }

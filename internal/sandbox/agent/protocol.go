@@ -36,6 +36,9 @@ type Request struct {
 	// Cancel, when set, makes this line a cancellation of the request with that ID (its command is killed);
 	// it gets no response of its own.
 	Cancel uint64 `json:"cancel,omitempty"`
+	// Limits asks for the agent's cgroup event counters as they are once the call is over (Response.Limits):
+	// what LimitEventsTool answers, without a request of its own after every call.
+	Limits bool `json:"limits,omitempty"`
 }
 
 // Response is the agent's answer to one Request.
@@ -45,6 +48,8 @@ type Response struct {
 	IsError bool                   `json:"is_error,omitempty"`
 	// Failure is FailureTimeout when the command ran past its timeout; the host keeps only the values it knows.
 	Failure string `json:"failure,omitempty"`
+	// Limits are the counters Request.Limits asked for (nil when it did not, or from an agent that predates it).
+	Limits *LimitEvents `json:"limits,omitempty"`
 }
 
 // FailureTimeout is Response.Failure for a command that ran past its timeout (sandbox.FailureTimeout, which the

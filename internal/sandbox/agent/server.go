@@ -68,16 +68,25 @@ func (s *Server) Handle(ctx context.Context, req Request) Response {
 	case req.Tool == PingTool:
 		res = textResult("pong")
 	case req.Tool == LimitEventsTool:
-		res = limitEvents("/sys/fs/cgroup")
+		b, _ := json.Marshal(limitEvents(cgroupRoot))
+		res = textResult(string(b))
 	default:
 		res = errorf("unknown tool %q: the sandbox runs %s", req.Tool, toolNames())
 	}
-	return Response{ID: req.ID, Content: res.blocks(outCap), IsError: res.isErr, Failure: res.failure}
+	resp := Response{ID: req.ID, Content: res.blocks(outCap), IsError: res.isErr, Failure: res.failure}
+	if req.Limits {
+		le := limitEvents(cgroupRoot)
+		resp.Limits = &le
+	}
+	return resp
 }
+
+// cgroupRoot is where a container runtime mounts the agent's own cgroups.
+const cgroupRoot = "/sys/fs/cgroup"
 
 // limitEvents reads the event files of the cgroups the agent is in, as the container runtime mounts them at root:
 // one directory per controller (v1), or the group itself (v2).
-func limitEvents(root string) result {
+func limitEvents(root string) LimitEvents {
 	first := func(names ...string) string {
 		for _, n := range names {
 			if b, err := os.ReadFile(filepath.Join(root, n)); err == nil {
@@ -86,11 +95,10 @@ func limitEvents(root string) result {
 		}
 		return ""
 	}
-	b, _ := json.Marshal(LimitEvents{
+	return LimitEvents{
 		Memory: first("memory/memory.oom_control", "memory.events"),
 		Pids:   first("pids/pids.events", "pids.events"),
-	})
-	return textResult(string(b))
+	}
 }
 
 // writes are the tools that write files: their results end with a note when a quota is (nearly) used up.

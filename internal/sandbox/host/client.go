@@ -166,11 +166,22 @@ func checkResponse(resp agent.Response, outCap int) error {
 // waits for its response, for ctx, or for the agent's death. A call that outlives its own timeout by grace is
 // treated as the agent hanging and fails with sandbox.ErrSandboxDead; the caller should then close the sandbox.
 func (c *Client) Call(ctx context.Context, shell, tool string, input json.RawMessage, timeout time.Duration, outputCap int, grace time.Duration) (sandbox.Result, error) {
+	res, _, err := c.call(ctx, shell, tool, input, timeout, outputCap, grace, false)
+	return res, err
+}
+
+// CallLimits is Call, and the agent's cgroup event counters as they are once the call is over
+// (agent.Request.Limits), in the same answer: nil when the call failed, or from an agent that sends none.
+func (c *Client) CallLimits(ctx context.Context, shell, tool string, input json.RawMessage, timeout time.Duration, outputCap int, grace time.Duration) (sandbox.Result, *agent.LimitEvents, error) {
+	return c.call(ctx, shell, tool, input, timeout, outputCap, grace, true)
+}
+
+func (c *Client) call(ctx context.Context, shell, tool string, input json.RawMessage, timeout time.Duration, outputCap int, grace time.Duration, limits bool) (sandbox.Result, *agent.LimitEvents, error) {
 	c.mu.Lock()
 	if c.dead != nil {
 		err := c.dead
 		c.mu.Unlock()
-		return sandbox.Result{}, err
+		return sandbox.Result{}, nil, err
 	}
 	c.next++
 	id := c.next
@@ -183,17 +194,17 @@ func (c *Client) Call(ctx context.Context, shell, tool string, input json.RawMes
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	line, err := json.Marshal(agent.Request{ID: id, Tool: tool, Shell: shell, Input: input, TimeoutMS: timeout.Milliseconds(), OutputCap: outputCap})
+	line, err := json.Marshal(agent.Request{ID: id, Tool: tool, Shell: shell, Input: input, TimeoutMS: timeout.Milliseconds(), OutputCap: outputCap, Limits: limits})
 	if err != nil {
 		c.forget(id)
-		return sandbox.Result{}, fmt.Errorf("encode request: %w", err)
+		return sandbox.Result{}, nil, fmt.Errorf("encode request: %w", err)
 	}
 	c.wmu.Lock()
 	_, err = c.w.Write(append(line, '\n'))
 	c.wmu.Unlock()
 	if err != nil {
 		c.forget(id)
-		return sandbox.Result{}, fmt.Errorf("%w: send request: %v", sandbox.ErrSandboxDead, err)
+		return sandbox.Result{}, nil, fmt.Errorf("%w: send request: %v", sandbox.ErrSandboxDead, err)
 	}
 	// A bash call may carry its own timeout_ms; the agent enforces it, the host only guards against a hang.
 	hang := time.NewTimer(maxTimeout(input, timeout) + grace)
@@ -201,13 +212,13 @@ func (c *Client) Call(ctx context.Context, shell, tool string, input json.RawMes
 	select {
 	case resp, ok := <-ch:
 		if !ok {
-			return sandbox.Result{}, c.deadErr()
+			return sandbox.Result{}, nil, c.deadErr()
 		}
 		res := sandbox.Result{Content: resp.Content, IsError: resp.IsError}
 		if resp.IsError && resp.Failure == agent.FailureTimeout {
 			res.Failure = sandbox.FailureTimeout // the only failure the agent reports; anything else is dropped
 		}
-		return res, nil
+		return res, resp.Limits, nil
 	case <-ctx.Done():
 		c.forget(id)
 		// Best effort: have the agent kill what the call started.
@@ -216,10 +227,10 @@ func (c *Client) Call(ctx context.Context, shell, tool string, input json.RawMes
 			_, _ = c.w.Write(append(line, '\n'))
 			c.wmu.Unlock()
 		}
-		return sandbox.Result{}, ctx.Err()
+		return sandbox.Result{}, nil, ctx.Err()
 	case <-hang.C:
 		c.forget(id)
-		return sandbox.Result{}, fmt.Errorf("%w: the agent did not answer within %s", sandbox.ErrSandboxDead, timeout+grace)
+		return sandbox.Result{}, nil, fmt.Errorf("%w: the agent did not answer within %s", sandbox.ErrSandboxDead, timeout+grace)
 	}
 }
 

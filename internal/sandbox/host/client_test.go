@@ -122,7 +122,7 @@ func TestClientEnforcesOutputCap(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("a response within the cap: %v", err)
 	}
-	if got := text(<-resc); got != ok {
+	if got := (<-resc).Text(); got != ok {
 		t.Errorf("a response within the cap: %q", got)
 	}
 	// Binary output: every byte of it invalid UTF-8, each arriving as U+FFFD.
@@ -131,7 +131,7 @@ func TestClientEnforcesOutputCap(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("a binary response within the cap: %v", err)
 	}
-	if got := text(<-resc); got != strings.Repeat("\uFFFD", outCap) {
+	if got := (<-resc).Text(); got != strings.Repeat("\uFFFD", outCap) {
 		t.Errorf("a binary response within the cap: %d bytes", len(got))
 	}
 	errc, _, id = f.call(outCap)
@@ -139,14 +139,6 @@ func TestClientEnforcesOutputCap(t *testing.T) {
 	if err := <-errc; !errors.Is(err, sandbox.ErrSandboxDead) || !strings.Contains(err.Error(), "output cap") {
 		t.Errorf("a response over the cap: %v, want ErrSandboxDead naming the output cap", err)
 	}
-}
-
-func text(r sandbox.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
 }
 
 // TestClientShell: a call's shell travels in the request's "shell" field, which a call to the default shell

@@ -170,9 +170,9 @@ func TestWorkspaceClaim(t *testing.T) {
 		in, _ := json.Marshal(map[string]string{"command": cmd})
 		res, err := pool.Execute(ctx, &sandbox.Call{Recipe: sandbox.Recipe{SessionID: session}, Name: "bash", Input: in})
 		if err != nil || res.IsError {
-			t.Fatalf("%s: %v %q", cmd, err, text(res))
+			t.Fatalf("%s: %v %q", cmd, err, res.Text())
 		}
-		return strings.TrimSpace(text(res))
+		return strings.TrimSpace(res.Text())
 	}
 	run("echo kept > keep.txt; hostname > first")
 	pods, err := cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelOwner + "=" + cfg.Owner})
@@ -237,8 +237,8 @@ func TestWorkspaceClaim(t *testing.T) {
 	}
 	defer sb.Close()
 	res, err := sb.Execute(ctx, "", "bash", json.RawMessage(`{"command":"cat keep.txt 2>/dev/null || echo empty"}`))
-	if err != nil || strings.TrimSpace(text(res)) != "empty" {
-		t.Errorf("an emptyDir workspace after its pod: %v %q", err, text(res))
+	if err != nil || strings.TrimSpace(res.Text()) != "empty" {
+		t.Errorf("an emptyDir workspace after its pod: %v %q", err, res.Text())
 	}
 }
 
@@ -383,7 +383,7 @@ func TestPodSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := text(res)
+	out := res.Text()
 	if !strings.Contains(out, "no-dns") || !strings.Contains(out, "apiserver-refused") || !strings.Contains(out, "No such file") {
 		t.Errorf("from inside the pod: %q", out)
 	}
@@ -391,8 +391,8 @@ func TestPodSpec(t *testing.T) {
 	if !strings.HasPrefix(out, "Note: the environment's packages were not installed (apt: jq; pip: requests)") {
 		t.Errorf("the first result does not say the packages were not installed: %q", out)
 	}
-	if res, err = sb.Execute(ctx, "", "bash", json.RawMessage(`{"command":"echo again"}`)); err != nil || text(res) != "again" {
-		t.Errorf("the second result: %v %q", err, text(res))
+	if res, err = sb.Execute(ctx, "", "bash", json.RawMessage(`{"command":"echo again"}`)); err != nil || res.Text() != "again" {
+		t.Errorf("the second result: %v %q", err, res.Text())
 	}
 }
 
@@ -424,8 +424,8 @@ func TestPodDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if text(first) == text(second) {
-		t.Errorf("the same pod answered after its deletion: %q", text(first))
+	if first.Text() == second.Text() {
+		t.Errorf("the same pod answered after its deletion: %q", first.Text())
 	}
 }
 
@@ -486,14 +486,6 @@ func TestReap(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-func text(r sandbox.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		b.WriteString(c.Text)
-	}
-	return b.String()
 }
 
 // crashChildEnv names, in the environment of TestCrash's child (the server it kills), the file it reports to;

@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -120,7 +119,7 @@ func (sb *Sandbox) confined(ctx context.Context, canaryPort int) error {
 		if err != nil {
 			return fmt.Errorf("network policy probe: %w", err)
 		}
-		out := resultText(res)
+		out := res.Text()
 		if strings.Contains(out, "refused") {
 			return nil
 		}
@@ -136,9 +135,10 @@ func (sb *Sandbox) confined(ctx context.Context, canaryPort int) error {
 }
 
 // Execute runs one tool call in the pod. Its cgroups are on the node, out of this process's reach: the agent
-// reads their event counters (agent.LimitEventsTool) while the call runs and after it, to tell a fork refused at
-// the pod's pids limit (the call is stopped at once and the pod deleted, as one host ends a sandbox) from a
-// process the kernel killed at the memory limit (said in the result; the agent and its shells live on).
+// reads their event counters while the call runs (agent.LimitEventsTool) and with its answer (agent.Request.Limits),
+// to tell a fork refused at the pod's pids limit (the call is stopped at once and the pod deleted, as one host ends
+// a sandbox) from a process the kernel killed at the memory limit (said in the result; the agent and its shells
+// live on).
 func (sb *Sandbox) Execute(ctx context.Context, shell, name string, input json.RawMessage) (sandbox.Result, error) {
 	sb.mu.Lock()
 	prev := sb.seen
@@ -148,7 +148,7 @@ func (sb *Sandbox) Execute(ctx context.Context, shell, name string, input json.R
 	stop := make(chan struct{})
 	defer close(stop)
 	go host.WatchPids(pidsPoll, sb.pidsMax, prev.PidsMax, cancel, stop)
-	res, err := sb.client.Call(callCtx, shell, name, input, sb.limits.CommandTimeout, sb.limits.OutputBytes, hangGrace)
+	res, after, err := sb.client.CallLimits(callCtx, shell, name, input, sb.limits.CommandTimeout, sb.limits.OutputBytes, hangGrace)
 	if err != nil && !errors.Is(err, sandbox.ErrSandboxDead) && ctx.Err() != nil {
 		return res, err // the caller gave up
 	}
@@ -160,7 +160,13 @@ func (sb *Sandbox) Execute(ctx context.Context, shell, name string, input json.R
 		}
 		sb.mu.Unlock()
 	}
-	ev, evErr := sb.events(context.Background())
+	var ev cgroup.Events
+	var evErr error
+	if after != nil {
+		ev = cgroup.ParseEvents([]byte(after.Memory), []byte(after.Pids))
+	} else {
+		ev, evErr = sb.events(context.Background()) // a failed call, or an agent that does not send them
+	}
 	if evErr == nil {
 		sb.mu.Lock()
 		sb.seen = ev
@@ -196,8 +202,8 @@ func (sb *Sandbox) events(ctx context.Context) (cgroup.Events, error) {
 		return cgroup.Events{}, err
 	}
 	var le agent.LimitEvents
-	if err := json.Unmarshal([]byte(resultText(res)), &le); err != nil || res.IsError {
-		return cgroup.Events{}, fmt.Errorf("agent: limit events: %q", resultText(res))
+	if err := json.Unmarshal([]byte(res.Text()), &le); err != nil || res.IsError {
+		return cgroup.Events{}, fmt.Errorf("agent: limit events: %q", res.Text())
 	}
 	return cgroup.ParseEvents([]byte(le.Memory), []byte(le.Pids)), nil
 }
@@ -327,16 +333,6 @@ func packagesNote(pk *apitype.Packages) string {
 	}
 	return "Note: the environment's packages were not installed (" + strings.Join(listed, "; ") +
 		"): this sandbox runs on the operator's image as it is, which may or may not have them.\n"
-}
-
-func resultText(r sandbox.Result) string {
-	var b bytes.Buffer
-	for _, c := range r.Content {
-		if c.Type == apitype.ContentText {
-			b.WriteString(c.Text)
-		}
-	}
-	return b.String()
 }
 
 // validLabel reports whether s can be a label value: 1 to 63 letters, digits, '-', '_' and '.', starting and

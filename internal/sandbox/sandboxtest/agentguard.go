@@ -124,7 +124,7 @@ func RunAgentGuard(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 				res, err := p.Execute(ctx, bash(s, fmt.Sprintf("kill -%s $PPID 1; echo sent $?", sig)))
 				cancel()
 				if err != nil || res.IsError {
-					t.Fatalf("kill -%s <agent> 1: %v %q", sig, err, text(res))
+					t.Fatalf("kill -%s <agent> 1: %v %q", sig, err, res.Text())
 				}
 				ctx, cancel = context.WithTimeout(context.Background(), 40*time.Second)
 				res, err = p.Execute(ctx, bash(s, "echo $GUARD $PPID"))
@@ -132,7 +132,7 @@ func RunAgentGuard(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 				if errors.Is(err, sandbox.ErrSandboxDead) || err != nil {
 					t.Fatalf("after kill -%s <agent> 1: the agent did not answer: %v", sig, err)
 				}
-				if got := text(res); got != "kept "+agentPID {
+				if got := res.Text(); got != "kept "+agentPID {
 					t.Fatalf("after kill -%s <agent> 1: %q, want the same shell of the same agent (%q)", sig, got, "kept "+agentPID)
 				}
 			}
@@ -158,9 +158,9 @@ func RunAgentGuard(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 				"for p in 1 -1 $(ls /proc | grep -E '^[0-9]+$'); do [ \"$p\" = $$ ] || kill -%[1]s -- $p; done 2>/dev/null; kill -%[1]s $$; sleep 5; echo survived", sig))))
 			cancel()
 			if err != nil {
-				t.Fatalf("kill -%s everyone: %v %q, want a result (the agent unharmed)", sig, err, text(res))
+				t.Fatalf("kill -%s everyone: %v %q, want a result (the agent unharmed)", sig, err, res.Text())
 			}
-			t.Logf("kill -%s everyone: %q", sig, text(res))
+			t.Logf("kill -%s everyone: %q", sig, res.Text())
 			if got := mustRun(t, p, short(bash(s, "cat /tmp/guard-mark"))); got != mark {
 				t.Fatalf("after kill -%s everyone: /tmp/guard-mark is %q, want %q (the same sandbox)", sig, got, mark)
 			}

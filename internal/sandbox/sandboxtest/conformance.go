@@ -97,7 +97,7 @@ func testMemoryMounts(t *testing.T, newProvider func(testing.TB) sandbox.Provide
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := text(res)
+	got := res.Text()
 	// The pool has no placer here: a note about that may come first.
 	if want := "oldrules\nrw-ok\n" + strings.Repeat("refused\n", 5) +
 		"/mnt/memory/style-guide ro\n/mnt/memory/team-notes rw\na.md"; !strings.HasSuffix(got, want) {
@@ -144,7 +144,7 @@ func testMemoryMountEscapes(t *testing.T, newProvider func(testing.TB) sandbox.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := text(res)
+	got := res.Text()
 	if want := strings.Repeat("refused\n", 11) + "fact"; !strings.HasSuffix(got, want) {
 		t.Errorf("in the sandbox: %q, want it to end with %q", got, want)
 	}
@@ -292,8 +292,8 @@ func testInvalidInput(t *testing.T, newProvider func(testing.TB) sandbox.Provide
 	for _, tl := range p.Tools() {
 		c := &sandbox.Call{Recipe: sandbox.Recipe{SessionID: s}, Name: tl.Name, Input: json.RawMessage(`{}`)}
 		res, err := p.Execute(context.Background(), c)
-		if err != nil || strings.Contains(text(res), "unknown tool") {
-			t.Errorf("declared tool %s: %v %q", tl.Name, err, text(res))
+		if err != nil || strings.Contains(res.Text(), "unknown tool") {
+			t.Errorf("declared tool %s: %v %q", tl.Name, err, res.Text())
 		}
 	}
 }
@@ -352,7 +352,7 @@ func testTimeout(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	c := bash(s+"2", "sleep 30")
 	c.Recipe.Limits.CommandTimeout = 200 * time.Millisecond
 	res, err := p.Execute(context.Background(), c)
-	if got := text(res); err != nil || !res.IsError || res.Failure != sandbox.FailureTimeout || !strings.Contains(got, "timed out") {
+	if got := res.Text(); err != nil || !res.IsError || res.Failure != sandbox.FailureTimeout || !strings.Contains(got, "timed out") {
 		t.Errorf("recipe timeout: err %v, error result %v, failure %q: %q; want failure %q", err, res.IsError, res.Failure, got, sandbox.FailureTimeout)
 	}
 }

@@ -149,8 +149,8 @@ probe("clone3", 435, 0, 0)
 		}
 	}
 	res, err := p.Execute(context.Background(), bash("seccomp", "unshare -r true && echo UNSHARED"))
-	if err != nil || strings.Contains(text(res), "UNSHARED") {
-		t.Errorf("unshare -r: %v %q", err, text(res))
+	if err != nil || strings.Contains(res.Text(), "UNSHARED") {
+		t.Errorf("unshare -r: %v %q", err, res.Text())
 	}
 	// Threads (clone without CLONE_NEWUSER; glibc falls back from clone3), git and a pipeline still work.
 	const threads = `import threading

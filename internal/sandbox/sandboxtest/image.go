@@ -176,7 +176,7 @@ func RunImage(t *testing.T, newProvider func(testing.TB) sandbox.Provider, rootf
 				t.Errorf("%s writable: %q", dir, got)
 			}
 			if res, err := p.Execute(context.Background(), call(s, "write", map[string]any{"file_path": path, "content": "x"})); err != nil || !res.IsError {
-				t.Errorf("write %s: %v %q", path, err, text(res))
+				t.Errorf("write %s: %v %q", path, err, res.Text())
 			}
 			if _, err := os.Lstat(filepath.Join(rootfs, path)); err == nil {
 				t.Errorf("the sandbox's write reached the image: %s", filepath.Join(rootfs, path))

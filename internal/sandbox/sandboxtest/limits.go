@@ -32,16 +32,16 @@ func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts
 		start := time.Now()
 		res, err := p.Execute(context.Background(), limited(bash("bomb", "b(){ b|b & }; b; sleep 60; echo survived")))
 		if !errors.Is(err, sandbox.ErrSandboxDead) || !errors.Is(err, sandbox.ErrLimit) {
-			t.Fatalf("fork bomb: err = %v (result %q), want ErrSandboxDead and ErrLimit", err, text(res))
+			t.Fatalf("fork bomb: err = %v (result %q), want ErrSandboxDead and ErrLimit", err, res.Text())
 		}
-		if got := text(res); !res.IsError || !strings.Contains(got, fmt.Sprintf("limit of %d processes", pidsLimit)) {
+		if got := res.Text(); !res.IsError || !strings.Contains(got, fmt.Sprintf("limit of %d processes", pidsLimit)) {
 			t.Errorf("fork bomb result: %q", got)
 		}
 		// The bomb is stopped when it hits the limit, not when the command's timeout (20 s) ends.
 		if d := time.Since(start); d > 15*time.Second {
 			t.Errorf("fork bomb stopped only after %s", d)
 		}
-		t.Logf("fork bomb contained in %s: %s", time.Since(start), text(res))
+		t.Logf("fork bomb contained in %s: %s", time.Since(start), res.Text())
 		if got := mustRun(t, p, limited(bash("bystander", "echo still up"))); got != "still up" {
 			t.Errorf("bystander: %q", got)
 		}
@@ -59,8 +59,8 @@ func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts
 	t.Run("MemoryHog", func(t *testing.T) {
 		if opts.NoHostProcesses {
 			res, err := p.Execute(context.Background(), limited(bash("hog", "tail /dev/zero; echo status $?")))
-			if !errors.Is(err, sandbox.ErrSandboxDead) || !errors.Is(err, sandbox.ErrLimit) || !strings.Contains(text(res), "ran out of memory (limit 128 MiB)") {
-				t.Fatalf("memory hog: %v %q", err, text(res))
+			if !errors.Is(err, sandbox.ErrSandboxDead) || !errors.Is(err, sandbox.ErrLimit) || !strings.Contains(res.Text(), "ran out of memory (limit 128 MiB)") {
+				t.Fatalf("memory hog: %v %q", err, res.Text())
 			}
 			if got := mustRun(t, p, limited(bash("hog", "echo fresh"))); got != "fresh" {
 				t.Errorf("after memory hog: %q", got)
@@ -68,7 +68,7 @@ func RunLimits(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts
 			return
 		}
 		res, err := p.Execute(context.Background(), limited(bash("hog", "tail /dev/zero; echo status $?")))
-		got := text(res)
+		got := res.Text()
 		if err != nil || !res.IsError || res.Failure != sandbox.FailureLimit || !strings.Contains(got, "memory limit of 128 MiB") {
 			t.Errorf("memory hog result: err %v, error result %v, failure %q: %q; want an error result, failure %q", err, res.IsError, res.Failure, got, sandbox.FailureLimit)
 		}

@@ -78,9 +78,9 @@ func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		res, err := pool.Execute(context.Background(), call("disk", "write",
 			map[string]any{"file_path": "/workspace/more.txt", "content": strings.Repeat("x", 1<<20)}))
 		if err != nil || !res.IsError {
-			t.Fatalf("write into a full workspace: %v %s", err, text(res))
+			t.Fatalf("write into a full workspace: %v %s", err, res.Text())
 		}
-		if got := text(res); !strings.Contains(got, "no space left on device") {
+		if got := res.Text(); !strings.Contains(got, "no space left on device") {
 			t.Errorf("write into a full workspace: %q does not say there is no space left", got)
 		} else {
 			wantQuotaHit(t, got, "/workspace", "its disk quota")
@@ -184,9 +184,9 @@ func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		defer p.Stop()
 		res, err := p.Execute(context.Background(), bash("reserve", "echo should not run"))
 		if !errors.Is(err, volume.ErrReserve) || !res.IsError {
-			t.Fatalf("a workspace below the disk reserve: %v, %s", err, text(res))
+			t.Fatalf("a workspace below the disk reserve: %v, %s", err, res.Text())
 		}
-		if got := text(res); !strings.Contains(got, "nearly full") || !strings.Contains(got, "reserve") {
+		if got := res.Text(); !strings.Contains(got, "nearly full") || !strings.Contains(got, "reserve") {
 			t.Errorf("the tool result does not say why: %q", got)
 		}
 		if _, err := os.Lstat(filepath.Join(rroot, ".reserve.img")); !errors.Is(err, os.ErrNotExist) {
@@ -228,8 +228,8 @@ func RunQuota(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 			start := time.Now()
 			res, err := p.Execute(ctx, bash(s, "echo ran"))
 			cancel()
-			if err != nil || !strings.Contains(text(res), "ran") {
-				t.Fatalf("session %s, with the others idle, after %v: %v: %s", s, time.Since(start).Round(time.Millisecond), err, text(res))
+			if err != nil || !strings.Contains(res.Text(), "ran") {
+				t.Fatalf("session %s, with the others idle, after %v: %v: %s", s, time.Since(start).Round(time.Millisecond), err, res.Text())
 			}
 			t.Logf("session %s ran its command in %v (%d sessions hold a sandbox)", s, time.Since(start).Round(time.Millisecond), p.Sessions())
 		}

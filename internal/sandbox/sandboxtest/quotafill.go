@@ -84,7 +84,7 @@ func BenchQuotaFill(b *testing.B, newProvider func(testing.TB) sandbox.Provider)
 				if err != nil {
 					b.Fatalf("%s: %v", cmd, err)
 				}
-				return text(res)
+				return res.Text()
 			}
 			fsState := func(what string) {
 				var st syscall.Statfs_t

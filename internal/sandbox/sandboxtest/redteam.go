@@ -95,7 +95,7 @@ func RunRedTeamWith(t *testing.T, newProvider func(testing.TB) sandbox.Provider,
 		if err != nil {
 			t.Fatalf("probe %s: %v", pr.name, err)
 		}
-		out := text(res)
+		out := res.Text()
 		t.Logf("probe %s: %s", pr.name, strings.ReplaceAll(out, "\n", " | "))
 		if strings.Contains(out, canary) {
 			t.Errorf("probe %s revealed the canary: %q", pr.name, out)
@@ -120,12 +120,12 @@ func RunRedTeamWith(t *testing.T, newProvider func(testing.TB) sandbox.Provider,
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out := text(res); strings.Contains(out, canary) {
+		if out := res.Text(); strings.Contains(out, canary) {
 			t.Errorf("read %s revealed the canary: %q", path, out)
 		}
 	}
 	res, err := p.Execute(context.Background(), call(attacker, "grep", map[string]any{"pattern": canary, "path": "/proc"}))
-	if err == nil && strings.Contains(text(res), canary) {
+	if err == nil && strings.Contains(res.Text(), canary) {
 		t.Errorf("grep /proc revealed the canary")
 	}
 	select {

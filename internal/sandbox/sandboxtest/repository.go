@@ -67,7 +67,7 @@ func runRepo(t *testing.T, p *sandbox.Pool, c *sandbox.Call) (string, bool) {
 	if len(placeErr) > 0 {
 		t.Fatalf("the repository was not placed: %v", placeErr)
 	}
-	return text(res), res.IsError
+	return res.Text(), res.IsError
 }
 
 // gitIdentity lets the sandbox's git commit.

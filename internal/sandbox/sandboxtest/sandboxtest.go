@@ -22,7 +22,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
 )
 
@@ -136,17 +135,6 @@ func call(session, tool string, input any) *sandbox.Call {
 	return &sandbox.Call{Recipe: sandbox.Recipe{SessionID: session}, Name: tool, Input: b}
 }
 
-// text joins a result's text blocks.
-func text(r sandbox.Result) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		if c.Type == apitype.ContentText {
-			b.WriteString(c.Text)
-		}
-	}
-	return b.String()
-}
-
 // mustRun runs a call that must succeed and returns its text.
 func mustRun(t *testing.T, h sandbox.Hands, c *sandbox.Call) string {
 	t.Helper()
@@ -155,9 +143,9 @@ func mustRun(t *testing.T, h sandbox.Hands, c *sandbox.Call) string {
 		t.Fatalf("%s %s: %v", c.Name, c.Input, err)
 	}
 	if res.IsError {
-		t.Fatalf("%s %s: error result: %s", c.Name, c.Input, text(res))
+		t.Fatalf("%s %s: error result: %s", c.Name, c.Input, res.Text())
 	}
-	return text(res)
+	return res.Text()
 }
 
 // mustFail runs a call that must give an error result and returns its text.
@@ -168,9 +156,9 @@ func mustFail(t *testing.T, h sandbox.Hands, c *sandbox.Call) string {
 		t.Fatalf("%s %s: %v", c.Name, c.Input, err)
 	}
 	if !res.IsError {
-		t.Fatalf("%s %s: want an error result, got: %s", c.Name, c.Input, text(res))
+		t.Fatalf("%s %s: want an error result, got: %s", c.Name, c.Input, res.Text())
 	}
-	return text(res)
+	return res.Text()
 }
 
 func bash(session, command string) *sandbox.Call {

@@ -56,9 +56,9 @@ func testShells(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		go func() {
 			res, err := p.Execute(ctx, c)
 			if err == nil && res.IsError {
-				err = fmt.Errorf("error result: %s", text(res))
+				err = fmt.Errorf("error result: %s", res.Text())
 			}
-			ch <- answer{text(res), err}
+			ch <- answer{res.Text(), err}
 		}()
 		return ch
 	}
@@ -66,9 +66,9 @@ func testShells(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		t.Helper()
 		res, err := p.Execute(ctx, inShell(shell, bash(s, command)))
 		if err != nil || res.IsError {
-			t.Fatalf("shell %s: %q: %v %s", shell, command, err, text(res))
+			t.Fatalf("shell %s: %q: %v %s", shell, command, err, res.Text())
 		}
-		return text(res)
+		return res.Text()
 	}
 	first := async(ctx, inShell("A", call(s, "bash", map[string]any{
 		"command": "touch started; while [ ! -e release ]; do sleep 0.05; done; echo A done", "timeout_ms": 120000})))
