@@ -154,6 +154,35 @@ func TestLimits(t *testing.T) {
 // TestWorkspaceClaim: with a workspace class, a session's workspace is a claim of its own that its next pod
 // mounts again, and RemoveWorkspaces deletes it (and its volume) once the session is gone; without one, the
 // workspace goes with the pod.
+// A workspace class the cluster does not have: the sandbox does not start, and the error says why (the pod
+// unschedulable on its claim) once the start timeout is up; the claim is left for the session's removal.
+func TestWorkspaceClassMissing(t *testing.T) {
+	ctx := context.Background()
+	cfg := config(t)
+	cfg.WorkspaceClass = "corral-no-such-class"
+	cfg.StartTimeout = 20 * time.Second
+	p := newProviderWith(t, cfg)
+	session := "sesn_noclass_" + cfg.Owner
+	sb, err := p.Provision(ctx, &sandbox.Recipe{SessionID: session}, sandbox.HostDirs{})
+	if err == nil {
+		sb.Close()
+		t.Fatal("a sandbox started on a claim of a class the cluster does not have")
+	}
+	t.Logf("the error: %v", err)
+	if msg := err.Error(); !strings.Contains(msg, "did not start") || !strings.Contains(msg, "Unschedulable") || !strings.Contains(msg, "PersistentVolumeClaim") {
+		t.Errorf("error %q does not say the pod could not be scheduled on its claim", msg)
+	}
+	if ids, err := p.Workspaces(ctx); err != nil || !slices.Contains(ids, session) {
+		t.Fatalf("Workspaces = %v, %v; want %s in it", ids, err, session)
+	}
+	if err := p.RemoveWorkspace(ctx, session); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := p.Workspaces(ctx); err != nil || slices.Contains(ids, session) {
+		t.Errorf("Workspaces after RemoveWorkspace = %v, %v", ids, err)
+	}
+}
+
 func TestWorkspaceClaim(t *testing.T) {
 	ctx := context.Background()
 	cfg := config(t)

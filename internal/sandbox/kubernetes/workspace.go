@@ -50,7 +50,8 @@ func (p *Provider) ensureClaim(ctx context.Context, sessionID string) (string, e
 	return name, nil
 }
 
-// Workspaces lists the sessions that have a workspace claim in the namespace, whichever server made it. Without
+// Workspaces lists the sessions that have a workspace claim in the namespace, whichever server made it, except
+// claims already being deleted (a claim a pod still uses stays until the pod goes). Without
 // Config.WorkspaceClass there are none to keep.
 func (p *Provider) Workspaces(ctx context.Context) ([]string, error) {
 	if p.cfg.WorkspaceClass == "" {
@@ -62,7 +63,7 @@ func (p *Provider) Workspaces(ctx context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, c := range list.Items {
-		if id := c.Annotations[AnnotationSession]; id != "" && claimName(id) == c.Name {
+		if id := c.Annotations[AnnotationSession]; id != "" && claimName(id) == c.Name && c.DeletionTimestamp == nil {
 			ids = append(ids, id)
 		}
 	}
