@@ -182,3 +182,49 @@ func TestClientShell(t *testing.T) {
 		}
 	}
 }
+
+// TestClientLimits: CallLimits asks for the agent's counters in the call's own request and returns those its
+// answer carries; an answer without them (an agent that predates the field) gives none, for the caller to ask
+// otherwise; Call does not ask.
+func TestClientLimits(t *testing.T) {
+	f := newFakeAgent(t)
+	sent := &agent.LimitEvents{Memory: "oom_kill 2\n", Pids: "max 1\n"}
+	for _, tc := range []struct {
+		ask   bool
+		reply *agent.LimitEvents
+	}{{true, sent}, {true, nil}, {false, nil}} {
+		type out struct {
+			res    sandbox.Result
+			limits *agent.LimitEvents
+			err    error
+		}
+		done := make(chan out, 1)
+		go func() {
+			var o out
+			if tc.ask {
+				o.res, o.limits, o.err = f.c.CallLimits(context.Background(), "", "bash", json.RawMessage(`{"command":"true"}`), time.Minute, 0, time.Minute)
+			} else {
+				o.res, o.err = f.c.Call(context.Background(), "", "bash", json.RawMessage(`{"command":"true"}`), time.Minute, 0, time.Minute)
+			}
+			done <- o
+		}()
+		var req agent.Request
+		if err := f.req.Decode(&req); err != nil {
+			t.Fatal(err)
+		}
+		if req.Limits != tc.ask {
+			t.Errorf("request limits = %v, want %v", req.Limits, tc.ask)
+		}
+		resp, _ := json.Marshal(agent.Response{ID: req.ID, Content: []apitype.ContentBlock{apitype.TextBlock("ok")}, Limits: tc.reply})
+		if _, err := f.out.Write(append(resp, '\n')); err != nil {
+			t.Fatal(err)
+		}
+		o := <-done
+		if o.err != nil || o.res.Text() != "ok" {
+			t.Fatalf("call: %v %q", o.err, o.res.Text())
+		}
+		if (o.limits == nil) != (tc.reply == nil) || (o.limits != nil && *o.limits != *tc.reply) {
+			t.Errorf("asked %v, answered %+v: limits %+v", tc.ask, tc.reply, o.limits)
+		}
+	}
+}
