@@ -39,6 +39,8 @@ type Request struct {
 	// Limits asks for the agent's cgroup event counters as they are once the call is over (Response.Limits):
 	// what LimitEventsTool answers, without a request of its own after every call.
 	Limits bool `json:"limits,omitempty"`
+	// Data is a chunk of an archive transfer (ArchivePutTool), at most ArchiveChunk bytes.
+	Data []byte `json:"data,omitempty"`
 }
 
 // Response is the agent's answer to one Request.
@@ -50,6 +52,9 @@ type Response struct {
 	Failure string `json:"failure,omitempty"`
 	// Limits are the counters Request.Limits asked for (nil when it did not, or from an agent that predates it).
 	Limits *LimitEvents `json:"limits,omitempty"`
+	// Data is a chunk of an archive transfer (ArchiveGetTool), at most ArchiveChunk bytes; EOF marks its last.
+	Data []byte `json:"data,omitempty"`
+	EOF  bool   `json:"eof,omitempty"`
 }
 
 // FailureTimeout is Response.Failure for a command that ran past its timeout (sandbox.FailureTimeout, which the

@@ -34,6 +34,7 @@ type Config struct {
 type Server struct {
 	cfg  Config
 	bash *bashTool
+	xfer transfers // the archive transfer under way (archive.go)
 }
 
 // NewServer returns a Server for cfg.
@@ -46,6 +47,9 @@ func (s *Server) Close() { s.bash.close() }
 
 // Handle runs one request and returns its response. It never fails: problems become error results.
 func (s *Server) Handle(ctx context.Context, req Request) Response {
+	if req.Tool == ArchivePutTool || req.Tool == ArchiveGetTool {
+		return s.archive(req)
+	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
 	if timeout <= 0 {
 		timeout = DefaultTimeoutMS * time.Millisecond

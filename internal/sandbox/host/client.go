@@ -159,6 +159,9 @@ func checkResponse(resp agent.Response, outCap int) error {
 	if n > 3*outCap+noteSlack {
 		return fmt.Errorf("response %d carries %d bytes of text, over the call's output cap of %d bytes", resp.ID, n, outCap)
 	}
+	if len(resp.Data) > agent.ArchiveChunk {
+		return fmt.Errorf("response %d carries %d bytes of data, over the %d-byte chunk", resp.ID, len(resp.Data), agent.ArchiveChunk)
+	}
 	return nil
 }
 
@@ -177,60 +180,71 @@ func (c *Client) CallLimits(ctx context.Context, shell, tool string, input json.
 }
 
 func (c *Client) call(ctx context.Context, shell, tool string, input json.RawMessage, timeout time.Duration, outputCap int, grace time.Duration, limits bool) (sandbox.Result, *agent.LimitEvents, error) {
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	// A bash call may carry its own timeout_ms; the agent enforces it, the host only guards against a hang.
+	resp, err := c.do(ctx, agent.Request{Tool: tool, Shell: shell, Input: input, TimeoutMS: timeout.Milliseconds(), OutputCap: outputCap, Limits: limits},
+		maxTimeout(input, timeout)+grace)
+	if err != nil {
+		return sandbox.Result{}, nil, err
+	}
+	res := sandbox.Result{Content: resp.Content, IsError: resp.IsError}
+	if resp.IsError && resp.Failure == agent.FailureTimeout {
+		res.Failure = sandbox.FailureTimeout // the only failure the agent reports; anything else is dropped
+	}
+	return res, resp.Limits, nil
+}
+
+// do sends req (with an ID of its own) and waits for its response, for ctx, or for the agent's death; a request
+// not answered within hang is the agent hanging (sandbox.ErrSandboxDead).
+func (c *Client) do(ctx context.Context, req agent.Request, hang time.Duration) (agent.Response, error) {
 	c.mu.Lock()
 	if c.dead != nil {
 		err := c.dead
 		c.mu.Unlock()
-		return sandbox.Result{}, nil, err
+		return agent.Response{}, err
 	}
 	c.next++
-	id := c.next
+	req.ID = c.next
 	ch := make(chan agent.Response, 1)
-	c.pending[id] = pendingCall{ch: ch, outCap: outputCap}
+	c.pending[req.ID] = pendingCall{ch: ch, outCap: req.OutputCap}
 	c.mu.Unlock()
-	for cur := c.maxCap.Load(); int64(outputCap) > cur && !c.maxCap.CompareAndSwap(cur, int64(outputCap)); cur = c.maxCap.Load() {
+	for cur := c.maxCap.Load(); int64(req.OutputCap) > cur && !c.maxCap.CompareAndSwap(cur, int64(req.OutputCap)); cur = c.maxCap.Load() {
 	}
 
-	if len(input) == 0 {
-		input = json.RawMessage("{}")
-	}
-	line, err := json.Marshal(agent.Request{ID: id, Tool: tool, Shell: shell, Input: input, TimeoutMS: timeout.Milliseconds(), OutputCap: outputCap, Limits: limits})
+	line, err := json.Marshal(req)
 	if err != nil {
-		c.forget(id)
-		return sandbox.Result{}, nil, fmt.Errorf("encode request: %w", err)
+		c.forget(req.ID)
+		return agent.Response{}, fmt.Errorf("encode request: %w", err)
 	}
 	c.wmu.Lock()
 	_, err = c.w.Write(append(line, '\n'))
 	c.wmu.Unlock()
 	if err != nil {
-		c.forget(id)
-		return sandbox.Result{}, nil, fmt.Errorf("%w: send request: %v", sandbox.ErrSandboxDead, err)
+		c.forget(req.ID)
+		return agent.Response{}, fmt.Errorf("%w: send request: %v", sandbox.ErrSandboxDead, err)
 	}
-	// A bash call may carry its own timeout_ms; the agent enforces it, the host only guards against a hang.
-	hang := time.NewTimer(maxTimeout(input, timeout) + grace)
-	defer hang.Stop()
+	timer := time.NewTimer(hang)
+	defer timer.Stop()
 	select {
 	case resp, ok := <-ch:
 		if !ok {
-			return sandbox.Result{}, nil, c.deadErr()
+			return agent.Response{}, c.deadErr()
 		}
-		res := sandbox.Result{Content: resp.Content, IsError: resp.IsError}
-		if resp.IsError && resp.Failure == agent.FailureTimeout {
-			res.Failure = sandbox.FailureTimeout // the only failure the agent reports; anything else is dropped
-		}
-		return res, resp.Limits, nil
+		return resp, nil
 	case <-ctx.Done():
-		c.forget(id)
+		c.forget(req.ID)
 		// Best effort: have the agent kill what the call started.
-		if line, err := json.Marshal(agent.Request{Cancel: id}); err == nil {
+		if line, err := json.Marshal(agent.Request{Cancel: req.ID}); err == nil {
 			c.wmu.Lock()
 			_, _ = c.w.Write(append(line, '\n'))
 			c.wmu.Unlock()
 		}
-		return sandbox.Result{}, nil, ctx.Err()
-	case <-hang.C:
-		c.forget(id)
-		return sandbox.Result{}, nil, fmt.Errorf("%w: the agent did not answer within %s", sandbox.ErrSandboxDead, timeout+grace)
+		return agent.Response{}, ctx.Err()
+	case <-timer.C:
+		c.forget(req.ID)
+		return agent.Response{}, fmt.Errorf("%w: the agent did not answer within %s", sandbox.ErrSandboxDead, hang)
 	}
 }
 

@@ -1,0 +1,258 @@
+package host
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/agent"
+)
+
+// agentClient is a Client of a real agent (agent.Server) over pipes.
+func agentClient(t *testing.T) *Client {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	srv := agent.NewServer(agent.Config{Workspace: t.TempDir()})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(context.Background(), inR, outW)
+		outW.Close()
+	}()
+	c := NewClient(inW, outR)
+	t.Cleanup(func() {
+		inW.Close()
+		<-served
+		<-c.Done()
+		srv.Close()
+	})
+	return c
+}
+
+func writeFile(t *testing.T, name, content string, mode fs.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tree reads a directory as path -> content ("-> target" for a link, "/" for a directory).
+func tree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			out[rel] = "-> " + target
+			return err
+		case d.IsDir():
+			out[rel] = "/"
+		default:
+			b, err := os.ReadFile(p)
+			out[rel] = string(b)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestArchivePutAndGet: a tree of several chunks goes into the sandbox's directory, leaving a kept path that is
+// already there as it was and replacing the rest, with its links, modes and times; a read-only copy has no
+// write permission; and a copy back replaces the host's directory whole, deletions included.
+func TestArchivePutAndGet(t *testing.T) {
+	c := agentClient(t)
+	ctx := context.Background()
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "in", "sandbox")
+	big := make([]byte, 2*agent.ArchiveChunk+12345) // three chunks
+	_, _ = rand.Read(big)
+	writeFile(t, filepath.Join(src, "big.bin"), string(big), 0o644)
+	writeFile(t, filepath.Join(src, "repo", "README"), "placed", 0o644)
+	writeFile(t, filepath.Join(src, "data", "run.sh"), "#!/bin/sh\n", 0o755)
+	if err := os.MkdirAll(filepath.Join(src, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../big.bin", filepath.Join(src, "data", "link")); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(filepath.Join(src, "data", "run.sh"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	// What the sandbox already has: its own edit of a resource (kept), and a stale file the copy replaces.
+	writeFile(t, filepath.Join(dst, "repo", "README"), "edited by the agent", 0o644)
+	writeFile(t, filepath.Join(dst, "data", "run.sh"), "stale", 0o644)
+
+	if err := c.PutDir(ctx, src, agent.ArchiveInput{Dir: dst, Keep: []string{"repo", "gone"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := tree(t, dst)
+	want := tree(t, src)
+	want["repo/README"] = "edited by the agent"
+	if len(got) != len(want) {
+		t.Errorf("the sandbox has %d entries, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %.40q, want %.40q", k, got[k], v)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(dst, "data", "run.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o755 || !fi.ModTime().Equal(old) {
+		t.Errorf("run.sh: mode %v, time %v; want 0755, %v", fi.Mode(), fi.ModTime(), old)
+	}
+
+	ro := filepath.Join(t.TempDir(), "ro")
+	if err := c.PutDir(ctx, src, agent.ArchiveInput{Dir: ro, ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"big.bin", "data/run.sh", "data", "empty"} {
+		fi, err := os.Stat(filepath.Join(ro, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o222 != 0 {
+			t.Errorf("read-only copy: %s has mode %v", name, fi.Mode())
+		}
+	}
+	t.Cleanup(func() {
+		_ = filepath.WalkDir(ro, func(p string, _ fs.DirEntry, _ error) error { return os.Chmod(p, 0o755) })
+	})
+
+	// Back: the host's copy loses what the sandbox deleted and gets what it made.
+	back := filepath.Join(t.TempDir(), "back")
+	writeFile(t, filepath.Join(back, "deleted-in-sandbox"), "x", 0o644)
+	if err := os.Remove(filepath.Join(dst, "big.bin")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dst, "out", "report.txt"), "made in the sandbox", 0o644)
+	if err := c.GetDir(ctx, agent.ArchiveInput{Dir: dst}, back, agent.ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, want = tree(t, back), tree(t, dst)
+	if len(got) != len(want) {
+		t.Errorf("the copy back has %d entries, want %d: %v", len(got), len(want), got)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("copy back: %s: %.40q, want %.40q", k, got[k], v)
+		}
+	}
+	if siblings, _ := os.ReadDir(filepath.Dir(back)); len(siblings) != 1 {
+		t.Errorf("the copy left %d entries beside it", len(siblings)-1)
+	}
+}
+
+// TestArchiveGetBounded: a copy back past its bounds fails and leaves the host's directory as it was; the agent
+// is not left stuck in it: the next transfer works.
+func TestArchiveGetBounded(t *testing.T) {
+	c := agentClient(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	big := make([]byte, 3*agent.ArchiveChunk)
+	writeFile(t, filepath.Join(dir, "a"), string(big), 0o644)
+	for i := range 20 {
+		writeFile(t, filepath.Join(dir, "many", string(rune('a'+i))), "x", 0o644)
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	writeFile(t, filepath.Join(back, "before"), "as it was", 0o644)
+	for _, opt := range []agent.ExtractOptions{{MaxBytes: agent.ArchiveChunk}, {MaxEntries: 10}} {
+		err := c.GetDir(ctx, agent.ArchiveInput{Dir: dir}, back, opt)
+		if !errors.Is(err, agent.ErrArchiveTooLarge) {
+			t.Fatalf("%+v: %v, want ErrArchiveTooLarge", opt, err)
+		}
+		if got := tree(t, back); len(got) != 1 || got["before"] != "as it was" {
+			t.Fatalf("%+v: the host's directory changed: %v", opt, got)
+		}
+	}
+	if err := c.GetDir(ctx, agent.ArchiveInput{Dir: dir}, back, agent.ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tree(t, back); len(got) != 22 || got["a"] != string(big) {
+		t.Fatalf("the copy after the refused ones has %d entries", len(got))
+	}
+}
+
+// TestExtractTarConfined: a stream made to write outside its directory (a path out of it, a link it then
+// writes through) writes nothing there.
+func TestExtractTarConfined(t *testing.T) {
+	outside := t.TempDir()
+	for name, entries := range map[string][]tar.Header{
+		"dot-dot":  {{Name: "../escaped", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}},
+		"absolute": {{Name: filepath.Join(outside, "escaped"), Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}},
+		"via link": {
+			{Name: "l", Typeflag: tar.TypeSymlink, Linkname: outside},
+			{Name: "l/escaped", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644},
+		},
+	} {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for _, h := range entries {
+			if err := tw.WriteHeader(&h); err != nil {
+				t.Fatal(err)
+			}
+			if h.Size > 0 {
+				_, _ = tw.Write([]byte("x"))
+			}
+		}
+		_ = tw.Close()
+		err := agent.ExtractTar(t.TempDir(), &b, agent.ExtractOptions{})
+		if err == nil {
+			t.Errorf("%s: extracted", name)
+		}
+		if _, serr := os.Stat(filepath.Join(outside, "escaped")); serr == nil {
+			t.Fatalf("%s: wrote outside its directory (%v)", name, err)
+		}
+		if _, serr := os.Stat(filepath.Join(filepath.Dir(outside), "escaped")); serr == nil {
+			t.Fatalf("%s: wrote outside its directory (%v)", name, err)
+		}
+	}
+}
+
+// TestClientBoundsData: an agent that answers a transfer with more than a chunk of data is treated as dead.
+func TestClientBoundsData(t *testing.T) {
+	f := newFakeAgent(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- f.c.GetDir(context.Background(), agent.ArchiveInput{Dir: "/x"}, filepath.Join(t.TempDir(), "d"), agent.ExtractOptions{})
+	}()
+	var req agent.Request
+	if err := f.req.Decode(&req); err != nil {
+		t.Fatal(err)
+	}
+	if req.Tool != agent.ArchiveGetTool {
+		t.Fatalf("tool %q", req.Tool)
+	}
+	resp, _ := json.Marshal(agent.Response{ID: req.ID, Data: make([]byte, agent.ArchiveChunk+1), Content: []apitype.ContentBlock{}})
+	go func() { _, _ = f.out.Write(append(resp, '\n')) }()
+	if err := <-done; !errors.Is(err, sandbox.ErrSandboxDead) || !strings.Contains(err.Error(), "chunk") {
+		t.Fatalf("%v, want ErrSandboxDead over the chunk", err)
+	}
+}
