@@ -323,6 +323,22 @@ type Resource struct {
 	UpdatedAt   time.Time `json:"updated_at"`
 }
 
+// Path is where the resource appears in a sandbox: its mount path, or its type's default (/workspace/<repository
+// name> for a repository, /mnt/session/uploads/<file_id> for a file); "" when it has neither.
+func (r *Resource) Path() string {
+	switch {
+	case r.MountPath != "":
+		return r.MountPath
+	case r.Type == ResourceGitHubRepository:
+		if name, err := RepoName(r.URL); err == nil {
+			return "/workspace/" + name
+		}
+	case r.Type == ResourceFile:
+		return "/mnt/session/uploads/" + r.FileID
+	}
+	return ""
+}
+
 // RepoName is the name of the repository at rawURL: the last element of its path without ".git", the directory
 // a github_repository resource is mounted at by default (/workspace/<name>). An error if the URL names none.
 func RepoName(rawURL string) (string, error) {

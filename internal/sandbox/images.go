@@ -46,6 +46,9 @@ type imageSandbox struct {
 	release func()
 }
 
+// Unwrap is the sandbox wrapped.
+func (s *imageSandbox) Unwrap() Sandbox { return s.Sandbox }
+
 func (s *imageSandbox) Close() error {
 	err := s.Sandbox.Close()
 	s.release()

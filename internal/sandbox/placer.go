@@ -18,9 +18,9 @@ type Placer interface {
 	// Place places the recipe's resources and skills that were not attempted before in host.Workspace (and
 	// host.Session), which exist, and removes the files of resources the recipe no longer has. The Pool calls
 	// it before every provisioning, with resources or without, for a Provider with Capabilities.HostWorkspace
-	// only. It returns the resources that could not be placed: they do not stop the session, which continues
-	// without them (an error with an empty Type is a failure of the placement as a whole). An attempt cut
-	// short because ctx ended must not count as attempted.
+	// or StagedWorkspace only. It returns the resources that could not be placed: they do not stop the
+	// session, which continues without them (an error with an empty Type is a failure of the placement as a
+	// whole). An attempt cut short because ctx ended must not count as attempted.
 	Place(ctx context.Context, r *Recipe, host HostDirs) []*ResourceError
 	// Forget discards what the Placer keeps about workspace dir, whose workspace the Pool has removed.
 	// Idempotent.
@@ -60,14 +60,15 @@ func (e *ResourceError) Error() string {
 func (e *ResourceError) Unwrap() error { return e.Err }
 
 // ErrNotPlacedRemote is the resource error of a session that has resources when its sandboxes run on other
-// machines (a Provider without Capabilities.HostWorkspace): no backend of that kind places them yet.
-var ErrNotPlacedRemote = errors.New("this sandbox backend does not place session resources (files, repositories, skills, memory stores) in its sandboxes yet; no resource was placed")
+// machines and the Pool keeps no copy of their files (a Provider with neither Capabilities.HostWorkspace nor
+// StagedWorkspace).
+var ErrNotPlacedRemote = errors.New("this sandbox backend does not place session resources (files, repositories, skills, memory stores) in its sandboxes; no resource was placed")
 
 // place has the Placer place the recipe's resources and skills (and remove the files of deleted resources);
-// without one, or for a Provider without host workspaces, a recipe with resources or skills gets an error that
-// says so.
+// without one, or for a Provider whose sessions have no directories on this host, a recipe with resources or
+// skills gets an error that says so.
 func (p *Pool) place(ctx context.Context, r *Recipe, host HostDirs) []*ResourceError {
-	if !p.cfg.Provider.Capabilities().HostWorkspace {
+	if !p.cfg.Provider.Capabilities().KeepsHostDirs() {
 		if len(r.Resources) == 0 && len(r.Skills) == 0 {
 			return nil
 		}

@@ -27,9 +27,9 @@ type PoolConfig struct {
 	// Provider provisions the sandboxes. Required.
 	Provider Provider
 	// WorkspaceRoot holds the sessions' workspaces and session directories on this host, for a Provider with
-	// Capabilities.HostWorkspace: a session's HostDirs are WorkspaceRoot/<session id> (created 0700; the
-	// provider gives it to the sandbox's uid) and SessionDir(WorkspaceRoot, <session id>). Required for such a
-	// Provider; the Pool makes nothing under it for another.
+	// Capabilities.HostWorkspace or StagedWorkspace: a session's HostDirs are WorkspaceRoot/<session id>
+	// (created 0700; the provider gives it to the sandbox's uid) and SessionDir(WorkspaceRoot, <session id>).
+	// Required for such a Provider; the Pool makes nothing under it for another.
 	WorkspaceRoot string
 	// IdleTimeout is how long an unused sandbox lives; default DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -58,8 +58,9 @@ type PoolConfig struct {
 	// (the worker's packages).
 	Images Images
 	// Outputs, if set, collects the files a session leaves under OutputsMount (into the Files API) from its
-	// HostDirs.Outputs, for a Provider with HostWorkspace: when the brain ends a turn (CollectOutputs), and
-	// before a sandbox is reaped, replaced or stopped.
+	// HostDirs.Outputs, for a Provider with HostWorkspace or StagedWorkspace (once its sandbox has copied them
+	// back: Syncer): when the brain ends a turn (CollectOutputs), and before a sandbox is reaped, replaced or
+	// stopped.
 	Outputs Collector
 }
 
@@ -93,7 +94,7 @@ func (c *PoolConfig) validate() error {
 	if err := validTools(c.Provider.Tools()); err != nil {
 		return fmt.Errorf("sandbox pool: provider %s: %w", c.Provider.Name(), err)
 	}
-	if (c.WorkspaceRoot != "" || c.Provider.Capabilities().HostWorkspace) && !filepath.IsAbs(c.WorkspaceRoot) {
+	if (c.WorkspaceRoot != "" || c.Provider.Capabilities().KeepsHostDirs()) && !filepath.IsAbs(c.WorkspaceRoot) {
 		return fmt.Errorf("sandbox pool: WorkspaceRoot %q must be an absolute path", c.WorkspaceRoot)
 	}
 	if c.IdleTimeout < 0 {
@@ -149,7 +150,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Provider.Capabilities().HostWorkspace {
+	if cfg.Provider.Capabilities().KeepsHostDirs() {
 		if err := os.MkdirAll(cfg.WorkspaceRoot, 0o711); err != nil {
 			return nil, fmt.Errorf("sandbox pool: workspace root: %w", err)
 		}
@@ -359,7 +360,7 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 	var unplaced []*ResourceError
 	host := p.hostDirs(r.SessionID, caps)
 	var err error
-	if caps.HostWorkspace {
+	if caps.KeepsHostDirs() {
 		err = p.prepareHost(ctx, s, host)
 	}
 	if err == nil {
@@ -396,17 +397,17 @@ func (p *Pool) pendingImage(r *Recipe, caps Capabilities) *apitype.EnvironmentIm
 }
 
 // hostDirs are the directories of this host the session's sandboxes use, as far as caps use them: its
-// workspace and session directory under WorkspaceRoot with HostWorkspace, none otherwise. The image root
-// (RootFS) is acquired for each provisioning (start).
+// workspace and session directory under WorkspaceRoot with HostWorkspace or StagedWorkspace, none otherwise.
+// The image root (RootFS) is acquired for each provisioning (start).
 func (p *Pool) hostDirs(sessionID string, caps Capabilities) HostDirs {
-	if !caps.HostWorkspace {
+	if !caps.KeepsHostDirs() {
 		return HostDirs{}
 	}
 	return HostDirs{Workspace: filepath.Join(p.cfg.WorkspaceRoot, sessionID), Session: p.sessionDir(sessionID)}
 }
 
 // prepareHost makes the session's workspace and session directories on this host (attaching its volumes first),
-// for a Provider with Capabilities.HostWorkspace.
+// for a Provider with Capabilities.HostWorkspace or StagedWorkspace.
 func (p *Pool) prepareHost(ctx context.Context, s *session, host HostDirs) error {
 	err := p.attach(ctx, s, host.Workspace, host.Session)
 	if err == nil {
@@ -525,7 +526,7 @@ func (p *Pool) release(s *session, sb Sandbox, err error) {
 	s.mu.Unlock()
 	if dead {
 		_ = sb.Close()
-		p.collect(rec, host)
+		p.collect(nil, rec, host) // nothing to copy back from a dead sandbox
 	}
 }
 
@@ -540,13 +541,15 @@ func SessionDir(workspaceRoot, sessionID string) string {
 }
 
 // collect collects the outputs of the recipe's session from its host directories, if the pool has a collector
-// and the session's sandbox had an outputs directory on this host; failures are logged.
-func (p *Pool) collect(r *Recipe, host HostDirs) {
+// and the session's sandbox had an outputs directory on this host, once sb (if a Syncer) has copied them back;
+// failures are logged.
+func (p *Pool) collect(sb Sandbox, r *Recipe, host HostDirs) {
 	if p.cfg.Outputs == nil || r == nil || host.Outputs() == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 	defer cancel()
+	p.sync(ctx, sb, r, host)
 	if err := p.cfg.Outputs.Collect(ctx, r, host); err != nil {
 		p.cfg.Logger.Warn("session outputs not collected", "session", r.SessionID, "err", err)
 	}
@@ -572,7 +575,47 @@ func (p *Pool) CollectOutputs(ctx context.Context, call *Recipe) error {
 	if _, err := os.Stat(host.Outputs()); err != nil {
 		return nil // no sandbox ever had it
 	}
+	p.sync(ctx, p.live(r.SessionID), &r, host)
 	return p.cfg.Outputs.Collect(ctx, &r, host)
+}
+
+// sync has sb copy the session's files back into host if it is a Syncer (a sandbox of a Provider with
+// StagedWorkspace); a failure is logged, and what is collected is then what was copied back before.
+func (p *Pool) sync(ctx context.Context, sb Sandbox, r *Recipe, host HostDirs) {
+	s := syncer(sb)
+	if s == nil {
+		return
+	}
+	if err := s.Sync(ctx, r, host); err != nil {
+		p.cfg.Logger.Warn("session outputs not copied back from the sandbox", "session", r.SessionID, "err", err)
+	}
+}
+
+// syncer is sb as a Syncer, under the Pool's own wrappers (quota, image); nil if it is none.
+func syncer(sb Sandbox) Syncer {
+	for sb != nil {
+		if s, ok := sb.(Syncer); ok {
+			return s
+		}
+		u, ok := sb.(interface{ Unwrap() Sandbox })
+		if !ok {
+			return nil
+		}
+		sb = u.Unwrap()
+	}
+	return nil
+}
+
+// live is the session's sandbox, if it has one.
+func (p *Pool) live(sessionID string) Sandbox {
+	p.mu.Lock()
+	s := p.sessions[sessionID]
+	p.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	sb, _, _ := s.last()
+	return sb
 }
 
 // Close closes the session's sandbox, if any. The workspace stays. Idempotent.
@@ -590,20 +633,27 @@ func (p *Pool) Close(sessionID string) error {
 // RemoveWorkspaces deletes the workspaces of the sessions that gone reports as gone (and has the Placer forget
 // them), closing any sandbox they still have, and returns how many it removed. A session gone cannot answer for
 // is left alone. Workspaces outlive sandboxes on purpose; this is how a deleted session's files go. A Provider
-// without host workspaces has none here; if it keeps them where its sandboxes run (a WorkspaceKeeper), they are
-// removed through it.
+// whose sessions have no directories here has none here; if it keeps workspaces where its sandboxes run (a
+// WorkspaceKeeper), they are removed through it (with StagedWorkspace, both go; a session counts once).
 func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Context, sessionID string) (bool, error)) (int, error) {
-	if !p.cfg.Provider.Capabilities().HostWorkspace {
-		if k, ok := p.cfg.Provider.(WorkspaceKeeper); ok {
-			return p.removeKept(ctx, k, gone)
-		}
-		return 0, nil
+	removed := map[string]bool{}
+	var errs []error
+	if p.cfg.Provider.Capabilities().KeepsHostDirs() {
+		errs = append(errs, p.removeHostDirs(ctx, gone, removed))
 	}
+	if k, ok := p.cfg.Provider.(WorkspaceKeeper); ok {
+		errs = append(errs, p.removeKept(ctx, k, gone, removed))
+	}
+	return len(removed), errors.Join(errs...)
+}
+
+// removeHostDirs removes the workspaces and session directories under WorkspaceRoot of the sessions that gone
+// reports as gone, adding their ids to removed.
+func (p *Pool) removeHostDirs(ctx context.Context, gone func(ctx context.Context, sessionID string) (bool, error), removed map[string]bool) error {
 	entries, err := os.ReadDir(p.cfg.WorkspaceRoot)
 	if err != nil {
-		return 0, fmt.Errorf("sandbox pool: workspaces: %w", err)
+		return fmt.Errorf("sandbox pool: workspaces: %w", err)
 	}
-	n := 0
 	var errs []error
 	for _, e := range entries {
 		id := e.Name()
@@ -633,18 +683,18 @@ func (p *Pool) RemoveWorkspaces(ctx context.Context, gone func(ctx context.Conte
 		if p.cfg.Placer != nil {
 			errs = append(errs, p.cfg.Placer.Forget(dir))
 		}
-		n++
+		removed[id] = true
 	}
-	return n, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
-// removeKept removes the workspaces a WorkspaceKeeper keeps for sessions that gone reports as gone.
-func (p *Pool) removeKept(ctx context.Context, k WorkspaceKeeper, gone func(ctx context.Context, sessionID string) (bool, error)) (int, error) {
+// removeKept removes the workspaces a WorkspaceKeeper keeps for sessions that gone reports as gone, adding their
+// ids to removed.
+func (p *Pool) removeKept(ctx context.Context, k WorkspaceKeeper, gone func(ctx context.Context, sessionID string) (bool, error), removed map[string]bool) error {
 	ids, err := k.Workspaces(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("sandbox pool: workspaces: %w", err)
+		return fmt.Errorf("sandbox pool: workspaces: %w", err)
 	}
-	n := 0
 	var errs []error
 	for _, id := range ids {
 		if ok, err := gone(ctx, id); err != nil || !ok {
@@ -655,9 +705,9 @@ func (p *Pool) removeKept(ctx context.Context, k WorkspaceKeeper, gone func(ctx 
 			errs = append(errs, err)
 			continue
 		}
-		n++
+		removed[id] = true
 	}
-	return n, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 func (s *session) close() error {
@@ -703,14 +753,14 @@ func (p *Pool) Stop() error {
 	return errors.Join(errs...)
 }
 
-// last is the recipe and host directories of the session's sandbox; a nil recipe if it has none.
-func (s *session) last() (*Recipe, HostDirs) {
+// last is the session's sandbox, with its recipe and host directories; nil if it has none.
+func (s *session) last() (Sandbox, *Recipe, HostDirs) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sb == nil {
-		return nil, HostDirs{}
+		return nil, nil, HostDirs{}
 	}
-	return s.recipe, s.host
+	return s.sb, s.recipe, s.host
 }
 
 // Sessions returns the number of sessions that hold a slot (a sandbox or one being provisioned).

@@ -84,8 +84,8 @@ func (p *Pool) reap(ctx context.Context) {
 			return
 		case now := <-t.C:
 			for _, s := range p.idle(now) {
-				r, host := s.last()
-				p.collect(r, host)
+				sb, r, host := s.last()
+				p.collect(sb, r, host)
 				if err := s.close(); err != nil {
 					id := ""
 					if r != nil {

@@ -67,6 +67,13 @@ func (p *fakeProvider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sa
 type fakeSandbox struct {
 	closed atomic.Int32
 	dead   atomic.Bool
+	synced atomic.Int32 // Sync calls
+}
+
+// Sync counts the Pool's requests to copy the session's files back.
+func (s *fakeSandbox) Sync(context.Context, *sandbox.Recipe, sandbox.HostDirs) error {
+	s.synced.Add(1)
+	return nil
 }
 
 // Execute answers with the call: "name input", after "[shell] " when the call names a shell.
@@ -431,7 +438,8 @@ func (c *countCollector) Collect(context.Context, *sandbox.Recipe, sandbox.HostD
 // reference), the pool makes no directory on this host (not even its workspace root), acquires no image
 // directory, places and collects nothing here, and gives the provider zero HostDirs; for a local one it does
 // all of it, and the provider gets the session's workspace, session directory and image (a self-hosted
-// environment's too: corral worker's Images choose it).
+// environment's too: corral worker's Images choose it); for one that runs elsewhere from a staging copy, it
+// makes, places in and collects from the copy, has the sandbox copy its files back first, and acquires no image.
 func TestPoolConsultsCapabilities(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -444,6 +452,7 @@ func TestPoolConsultsCapabilities(t *testing.T) {
 		{"local", sandbox.Local, apitype.EnvironmentCloud, true, 1},
 		{"local self-hosted", sandbox.Local, apitype.EnvironmentSelfHosted, true, 1},
 		{"remote", sandbox.Capabilities{RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}, apitype.EnvironmentCloud, false, 0},
+		{"staged", sandbox.Capabilities{StagedWorkspace: true, RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}, apitype.EnvironmentCloud, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -492,7 +501,10 @@ func TestPoolConsultsCapabilities(t *testing.T) {
 			}
 			var want sandbox.HostDirs
 			if tc.workspace {
-				want = sandbox.HostDirs{Workspace: filepath.Join(root, "s1"), Session: sandbox.SessionDir(root, "s1"), RootFS: "/nonexistent-image"}
+				want = sandbox.HostDirs{Workspace: filepath.Join(root, "s1"), Session: sandbox.SessionDir(root, "s1")}
+			}
+			if tc.images > 0 {
+				want.RootFS = "/nonexistent-image"
 			}
 			if got := prov.dirs[0]; got != want {
 				t.Errorf("the provider's host directories: %+v, want %+v", got, want)
@@ -503,6 +515,10 @@ func TestPoolConsultsCapabilities(t *testing.T) {
 			}
 			if placed, collected := len(placer.placed), int(outputs.n.Load()); placed != wantN || collected != wantN {
 				t.Errorf("placements %d, collections %d; want %d of each", placed, collected, wantN)
+			}
+			// The live sandbox copies its files back before the collection (any Syncer: the local fake is one too).
+			if synced := int(prov.live[0].synced.Load()); synced != wantN {
+				t.Errorf("copies back %d, want %d", synced, wantN)
 			}
 		})
 	}

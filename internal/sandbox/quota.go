@@ -17,6 +17,9 @@ type admittedSandbox struct {
 	done func()
 }
 
+// Unwrap is the sandbox wrapped.
+func (s *admittedSandbox) Unwrap() Sandbox { return s.Sandbox }
+
 func (s *admittedSandbox) Close() error {
 	err := s.Sandbox.Close()
 	s.done()

@@ -48,8 +48,8 @@ type Provider interface {
 	Capabilities() Capabilities
 	// Provision starts a sandbox for the recipe. host are its directories on this host, as far as the
 	// Capabilities use them (the Pool leaves the others empty): with HostWorkspace, the sandbox's /workspace is
-	// host.Workspace and its session mounts are under host.Session; with RootFSHostDir, it runs on
-	// host.RootFS (empty: the host's layout). A backend whose sandboxes run elsewhere gets zero HostDirs.
+	// host.Workspace and its session mounts are under host.Session; with StagedWorkspace, those are what it
+	// copies into the new sandbox; with RootFSHostDir, it runs on host.RootFS (empty: the host's layout).
 	Provision(ctx context.Context, r *Recipe, host HostDirs) (Sandbox, error)
 }
 
@@ -68,13 +68,28 @@ type Capabilities struct {
 	// HostWorkspace: the sandbox's /workspace and the session's files are directories of this host
 	// (HostDirs.Workspace and Session, under PoolConfig.WorkspaceRoot): the Pool makes them, attaches their
 	// volumes, has its Placer place the session's resources there before the first sandbox and collects the
-	// outputs from there. False: the backend places them where its sandboxes run, and the Pool makes no
-	// directory on this host.
+	// outputs from there. False: the Pool makes no directory on this host, unless StagedWorkspace.
 	HostWorkspace bool
+	// StagedWorkspace: the sandboxes run elsewhere, and the Pool keeps a staging copy of each session's
+	// directories on this host as it does with HostWorkspace (the Placer places the resources there); the
+	// Provider copies them into each sandbox it provisions (where a workspace outlives its sandboxes, a resource
+	// already there is left as the agent left it), and its sandboxes are Syncers, which copy the outputs and
+	// memory stores back before the Pool collects them.
+	StagedWorkspace bool
 	// RootFS is how the backend runs a sandbox on an environment's image.
 	RootFS RootFSKind
 	// Egress is how a sandbox reaches the egress proxy the host runs for it.
 	Egress EgressKind
+}
+
+// KeepsHostDirs: the Pool makes the sessions' directories on this host (HostWorkspace or StagedWorkspace).
+func (c Capabilities) KeepsHostDirs() bool { return c.HostWorkspace || c.StagedWorkspace }
+
+// Syncer is a Sandbox whose session files are where it runs (a Provider with Capabilities.StagedWorkspace):
+// Sync copies its outputs directory and its read_write memory stores back into host (the staging copy), each
+// replacing the copy there whole, before the Pool collects them. A failure leaves the staging copy as it was.
+type Syncer interface {
+	Sync(ctx context.Context, r *Recipe, host HostDirs) error
 }
 
 // RootFSKind is how a backend takes an environment's image.

@@ -219,7 +219,7 @@ func (p *Placer) Place(ctx context.Context, r *sandbox.Recipe, host sandbox.Host
 			continue
 		}
 		p.cfg.Logger.Info("session resource placed", "session", r.SessionID, "type", res.Type, "url", res.URL,
-			"mount_path", mountPathOf(res), "duration", time.Since(start))
+			"mount_path", res.Path(), "duration", time.Since(start))
 	}
 	if f, ch := p.placeSkills(ctx, r, host, &rec); ch {
 		failed, changed = append(failed, f...), true
@@ -245,22 +245,6 @@ func (p *Placer) Forget(ws string) error {
 	return nil
 }
 
-// mountPathOf is where a resource appears in the sandbox: its mount path, or the default of its type
-// (/workspace/<repo-name> for a repository, /mnt/session/uploads/<file_id> for a file).
-func mountPathOf(res *apitype.Resource) string {
-	switch {
-	case res.MountPath != "":
-		return res.MountPath
-	case res.Type == apitype.ResourceGitHubRepository:
-		if name, err := apitype.RepoName(res.URL); err == nil {
-			return workspaceMount + "/" + name
-		}
-	case res.Type == apitype.ResourceFile:
-		return "/mnt/session/uploads/" + res.FileID
-	}
-	return ""
-}
-
 // writeRecord replaces a record (of resources or outputs) atomically.
 func writeRecord(name string, rec any) error {
 	data, err := json.Marshal(rec)
@@ -281,7 +265,7 @@ func writeRecord(name string, rec any) error {
 // placeResource places one resource in the session's host directories.
 func (p *Placer) placeResource(ctx context.Context, r *sandbox.Recipe, host sandbox.HostDirs, res *apitype.Resource, rec *resourceRecord) *sandbox.ResourceError {
 	sessionID, ws, n := r.SessionID, host.Workspace, r.Environment.Networking
-	rerr := &sandbox.ResourceError{ResourceID: res.ID, Type: string(res.Type), URL: redactURL(res.URL), MountPath: mountPathOf(res)}
+	rerr := &sandbox.ResourceError{ResourceID: res.ID, Type: string(res.Type), URL: redactURL(res.URL), MountPath: res.Path()}
 	switch res.Type {
 	case apitype.ResourceGitHubRepository:
 		if rerr.MountPath == "" {
