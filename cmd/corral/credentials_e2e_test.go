@@ -504,6 +504,8 @@ func testPrivateRepositoryPush(t *testing.T, sandboxArgs []string) {
 		"the old master key":                  rot.oldKey,
 		"the new master key":                  rot.newKey,
 	})
+	// On a cluster: nor in any of its objects or files (the pods' volumes included).
+	assertClusterClean(t, sandboxArgs, map[string]string{"the token": token, "the rotated token": rotated})
 	// The search is not vacuous: the model saw the tool's output.
 	if reqs := model.Requests(); len(reqs) != 8 || !strings.Contains(string(reqs[1].Body), "pushed-ok") || !strings.Contains(string(reqs[7].Body), "pushed-after-restart") {
 		t.Errorf("the model's requests lack the tool results (%d requests)", len(reqs))

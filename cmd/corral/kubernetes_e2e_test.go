@@ -23,7 +23,9 @@ var kubeClusters sync.Map // string -> *kubetest.Cluster
 // TestKubernetesSession is TestSecretInjectedAtEgress with `corral serve --sandbox kubernetes` on a real one-node
 // cluster (kubetest): the session's bash calls run in pods, a vault secret is injected at egress (the pod holds
 // a placeholder), and the secret is found nowhere the other backends' test looks, nor in any object of the
-// cluster or file of its state (etcd's data, the kubelet's and containerd's directories).
+// cluster or file of its state (etcd's data, the kubelet's and containerd's directories). Then the session
+// resources' tests of the other backends (files and outputs, skills, memory stores, a private repository
+// pushed to through the git endpoint) run on it too.
 func TestKubernetesSession(t *testing.T) {
 	base := imagetest.Base(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -38,15 +40,35 @@ func TestKubernetesSession(t *testing.T) {
 	}
 	kubeClusters.Store(c.Kubeconfig, c)
 	t.Cleanup(func() { kubeClusters.Delete(c.Kubeconfig) })
-	testSecretInjectedAtEgress(t, []string{"--sandbox", "kubernetes", "--k8s-kubeconfig", c.Kubeconfig, "--k8s-namespace", ns,
-		"--k8s-image", kubetest.SandboxImage, "--k8s-agent-image", kubetest.AgentImage, "--k8s-pull-policy", "Never",
-		"--k8s-egress-ip", c.NodeIP, "--k8s-owner", "e2e"})
+	args := func(owner string, more ...string) []string {
+		return append([]string{"--sandbox", "kubernetes", "--k8s-kubeconfig", c.Kubeconfig, "--k8s-namespace", ns,
+			"--k8s-image", kubetest.SandboxImage, "--k8s-agent-image", kubetest.AgentImage, "--k8s-pull-policy", "Never",
+			"--k8s-egress-ip", c.NodeIP, "--k8s-owner", owner}, more...)
+	}
+	testSecretInjectedAtEgress(t, args("e2e"))
 	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelOwner + "=e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) == 0 {
 		t.Error("no sandbox pod of the server: the calls did not run on the cluster")
+	}
+
+	// The session's resources, placed in a staging copy on the server and copied into each pod; the outputs and
+	// memory stores copied back when a turn ends. The other backends' tests, each on a server of its own (its
+	// owner's pods are its own). The repository's test restarts its server: its workspace is a claim, which the
+	// next pod mounts with the agent's commits in it (the resource is not copied over them).
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T, []string)
+		args []string
+	}{
+		{"Files", testFilesInAndOut, args("e2e-files")},
+		{"Skills", testSkillInSandbox, args("e2e-skills")},
+		{"Memory", testMemoryMounted, args("e2e-memory")},
+		{"PrivateRepository", testPrivateRepositoryPush, args("e2e-repo", "--k8s-workspace-class", kubetest.StorageClass)},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, tc.args) })
 	}
 }
 

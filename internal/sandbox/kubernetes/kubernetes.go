@@ -215,9 +215,10 @@ func (p *Provider) Name() string { return "kubernetes" }
 // Tools are the agent's tools.
 func (p *Provider) Tools() []sandbox.Tool { return host.Tools() }
 
-// Capabilities: the sandboxes run elsewhere, on the images their pods name, and reach their proxies over TCP.
+// Capabilities: the sandboxes run elsewhere, on the images their pods name, reach their proxies over TCP, and
+// get their session's files from a staging copy on this host (staged.go).
 func (p *Provider) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}
+	return sandbox.Capabilities{StagedWorkspace: true, RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}
 }
 
 // Close closes every sandbox and stops the keeper. The pods of sandboxes the Pool still holds are deleted.
@@ -243,8 +244,9 @@ func (p *Provider) Close() error {
 	return errors.Join(errs...)
 }
 
-// Provision starts a pod for r and returns once its agent answers and its network policy is enforced.
-func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, _ sandbox.HostDirs) (_ sandbox.Sandbox, err error) {
+// Provision starts a pod for r and returns once its agent answers, its network policy is enforced and the
+// session's files (dirs: their staging copy) are in it.
+func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbox.HostDirs) (_ sandbox.Sandbox, err error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	limits := host.WithDefaults(r.Limits)
@@ -316,6 +318,9 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, _ sandbox.H
 		return nil, err
 	}
 	if err := sb.confined(ctx, p.canary.Addr().(*net.TCPAddr).Port); err != nil {
+		return nil, err
+	}
+	if err := sb.seed(ctx, r, dirs); err != nil {
 		return nil, err
 	}
 	return sb, nil

@@ -73,7 +73,7 @@ func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, v podVo
 	tmp := resource.NewQuantity(l.TmpBytes, resource.BinarySI)
 	limits := corev1.ResourceList{
 		corev1.ResourceMemory:           *resource.NewQuantity(l.MemoryBytes, resource.BinarySI),
-		corev1.ResourceEphemeralStorage: *resource.NewQuantity(p.cfg.WorkspaceBytes+(1<<30), resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(p.cfg.WorkspaceBytes+sessionBytes+(1<<30), resource.BinarySI),
 	}
 	requests := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(p.cfg.CPURequestMilli, resource.DecimalSI),
@@ -87,6 +87,7 @@ func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, v podVo
 		{Name: "workspace", MountPath: agent.Workspace},
 		{Name: "tmp", MountPath: "/tmp"},
 		{Name: "agent", MountPath: agentDir, ReadOnly: true},
+		{Name: "session", MountPath: sessionRoot},
 	}
 	if v.ca {
 		mounts = append(mounts, corev1.VolumeMount{Name: "ca", MountPath: host.CABundlePath, SubPath: caKey, ReadOnly: true},
@@ -150,6 +151,7 @@ func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, v podVo
 				{Name: "workspace", VolumeSource: workspace},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmp}}},
 				{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(128<<20, resource.BinarySI)}}},
+				{Name: "session", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(sessionBytes, resource.BinarySI)}}},
 				{Name: "ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}},
 			},
 		},

@@ -53,10 +53,12 @@ func Run(t *testing.T, newProvider func(testing.TB) sandbox.Provider, opts Optio
 	t.Run("MemoryMountEscapes", func(t *testing.T) { skipRemote(t, opts); t.Parallel(); testMemoryMountEscapes(t, newProvider) })
 }
 
-// skipRemote skips a check of the session's resources placed in the workspace for a remote backend.
+// skipRemote skips, for a remote backend, a check of the session's files as mounts of host directories: a
+// remote backend's are copies of the Pool's staging copy (sandbox.Capabilities.StagedWorkspace), which its own
+// tests check (kubernetes: TestSessionFiles, and cmd/corral's TestKubernetesSession through the API).
 func skipRemote(t *testing.T, opts Options) {
 	if opts.Remote {
-		t.Skip("the Pool places no session resource in a remote backend's sandboxes (Options.Remote)")
+		t.Skip("a remote backend's session files are copies, not mounts of the host's directories: its own tests check them (Options.Remote)")
 	}
 }
 
