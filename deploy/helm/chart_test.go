@@ -366,6 +366,21 @@ func TestRenderKubernetes(t *testing.T) {
 	if !slices.Equal(claims, []any{"create", "list", "delete"}) {
 		t.Errorf("with a workspace class the role grants %v on claims; want create, list, delete", claims)
 	}
+	// And get on that one StorageClass (cluster-scoped), for the check at the backend's start: nothing else.
+	cr, crb := objs["ClusterRole/default-rel-corral-harness-workspace-class"], objs["ClusterRoleBinding/default-rel-corral-harness-workspace-class"]
+	if cr == nil || crb == nil {
+		t.Fatalf("with a workspace class: no ClusterRole and binding for it: %v", slices.Sorted(maps.Keys(objs)))
+	}
+	if rules := get(cr, "rules").([]any); len(rules) != 1 || !slices.Equal(get(rules[0], "resources").([]any), []any{"storageclasses"}) ||
+		!slices.Equal(get(rules[0], "resourceNames").([]any), []any{"fast"}) || !slices.Equal(get(rules[0], "verbs").([]any), []any{"get"}) {
+		t.Errorf("the cluster role grants %v; want get on storageclasses/fast alone", rules)
+	}
+	if s := get(crb, "subjects").([]any); len(s) != 1 || get(s[0], "name") != "rel-corral-harness" || get(crb, "roleRef", "name") != "default-rel-corral-harness-workspace-class" {
+		t.Errorf("the cluster role binding: %v", crb)
+	}
+	if without := render(t, "harness.sandbox=kubernetes", "harness.kubernetes.image=registry.example.com/sandbox:1"); without["ClusterRole/default-rel-corral-harness-workspace-class"] != nil {
+		t.Error("a cluster role without a workspace class")
+	}
 	for _, name := range []string{"api", "proxy"} {
 		if get(objs["Deployment/rel-corral-"+name], "spec", "template", "spec", "automountServiceAccountToken") != false {
 			t.Errorf("%s mounts a service account token", name)

@@ -21,6 +21,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/jackc/pgx/v5"
+	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -129,6 +130,20 @@ func TestInstallOnCluster(t *testing.T) {
 		t.Fatalf("helm install: %v\n%s\n%s", err, out, podReport(ctx, c, ns))
 	}
 	t.Logf("helm install --wait: ready in %s", time.Since(t0).Round(time.Millisecond))
+
+	// The harness may read its workspace class (the check at the backend's start) and no other StorageClass.
+	for class, want := range map[string]bool{kubetest.StorageClass: true, "another-class": false} {
+		review, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + ns + ":rel-corral-harness",
+			ResourceAttributes: &authv1.ResourceAttributes{Group: "storage.k8s.io", Resource: "storageclasses", Name: class, Verb: "get"},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed != want {
+			t.Errorf("the harness may get StorageClass %s: %v, want %v (%s)", class, review.Status.Allowed, want, review.Status.Reason)
+		}
+	}
 
 	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=api"})
 	if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {

@@ -256,3 +256,34 @@ func TestClientBoundsData(t *testing.T) {
 		t.Fatalf("%v, want ErrSandboxDead over the chunk", err)
 	}
 }
+
+// TestArchiveLinksNotFollowed: a link the sandbox makes to a file of the machine (its own, or the host's by the
+// same path) is copied as a link, never as what it names, both ways: the host never reads through it.
+func TestArchiveLinksNotFollowed(t *testing.T) {
+	c := agentClient(t)
+	ctx := context.Background()
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	writeFile(t, secret, "host only", 0o600)
+	sandboxDir := t.TempDir()
+	if err := os.Symlink(secret, filepath.Join(sandboxDir, "leak")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Dir(secret), filepath.Join(sandboxDir, "leakdir")); err != nil {
+		t.Fatal(err)
+	}
+	staging := filepath.Join(t.TempDir(), "staging")
+	if err := c.GetDir(ctx, agent.ArchiveInput{Dir: sandboxDir}, staging, agent.ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(t.TempDir(), "next")
+	if err := c.PutDir(ctx, staging, agent.ArchiveInput{Dir: next}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{staging, next} {
+		got := tree(t, dir)
+		want := map[string]string{"leak": "-> " + secret, "leakdir": "-> " + filepath.Dir(secret)}
+		if len(got) != len(want) || got["leak"] != want["leak"] || got["leakdir"] != want["leakdir"] {
+			t.Errorf("%s: %v, want the links only: %v", dir, got, want)
+		}
+	}
+}

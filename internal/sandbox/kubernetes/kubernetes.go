@@ -174,8 +174,8 @@ type Provider struct {
 var _ sandbox.Provider = (*Provider)(nil)
 
 // New connects to the cluster, deletes what an earlier run of this owner left (a killed server's pods), makes
-// sure the namespace denies every pod's traffic unless a policy allows it, and starts keeping its pods alive
-// and reaping expired ones.
+// sure the namespace denies every pod's traffic unless a policy allows it, refuses a workspace class the cluster
+// does not have, and starts keeping its pods alive and reaping expired ones.
 func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
@@ -200,6 +200,12 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if err := p.denyByDefault(ctx); err != nil {
 		canary.Close()
 		return nil, err
+	}
+	if cfg.WorkspaceClass != "" {
+		if err := p.checkClass(ctx); err != nil {
+			canary.Close()
+			return nil, err
+		}
 	}
 	if err := p.deleteWhere(ctx, LabelOwner+"="+cfg.Owner); err != nil {
 		canary.Close()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -156,12 +157,28 @@ func TestLimits(t *testing.T) {
 // workspace goes with the pod.
 // A workspace class the cluster does not have: the sandbox does not start, and the error says why (the pod
 // unschedulable on its claim) once the start timeout is up; the claim is left for the session's removal.
+// TestWorkspaceClassMissing: a workspace class the cluster does not have is refused when the provider starts,
+// with the reason; one whose StorageClass goes after the start fails each sandbox's start at its timeout with the
+// scheduler's reason, and its claim is still removed with the session.
 func TestWorkspaceClassMissing(t *testing.T) {
 	ctx := context.Background()
 	cfg := config(t)
 	cfg.WorkspaceClass = "corral-no-such-class"
+	if p, err := kubernetes.New(ctx, cfg); err == nil || !strings.Contains(err.Error(), `workspace class "corral-no-such-class": the cluster has no such StorageClass`) {
+		if p != nil {
+			p.Close()
+		}
+		t.Fatalf("New with a class the cluster does not have: %v", err)
+	}
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: cfg.WorkspaceClass}, Provisioner: "corral.dev/nobody"}
+	if _, err := cluster.Client.StorageV1().StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	cfg.StartTimeout = 20 * time.Second
 	p := newProviderWith(t, cfg)
+	if err := cluster.Client.StorageV1().StorageClasses().Delete(ctx, class.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	session := "sesn_noclass_" + cfg.Owner
 	sb, err := p.Provision(ctx, &sandbox.Recipe{SessionID: session}, sandbox.HostDirs{})
 	if err == nil {

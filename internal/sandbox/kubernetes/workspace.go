@@ -26,6 +26,24 @@ func claimName(sessionID string) string {
 	return "corral-ws-" + hex.EncodeToString(sum[:10])
 }
 
+// checkClass refuses a workspace class the cluster does not have: each session's pod would otherwise wait out its
+// start timeout, unschedulable on a claim that never binds. A StorageClass is cluster-scoped: without the right
+// to read it (the chart grants get on that one class by name), the check is skipped, and the log says so.
+func (p *Provider) checkClass(ctx context.Context) error {
+	_, err := p.cs.StorageV1().StorageClasses().Get(ctx, p.cfg.WorkspaceClass, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("kubernetes: workspace class %q: the cluster has no such StorageClass", p.cfg.WorkspaceClass)
+	case apierrors.IsForbidden(err):
+		p.cfg.Logger.Warn("kubernetes: the workspace class is not checked: no right to read it", "class", p.cfg.WorkspaceClass, "err", err)
+		return nil
+	default:
+		return fmt.Errorf("kubernetes: workspace class %q: %w", p.cfg.WorkspaceClass, err)
+	}
+}
+
 // ensureClaim creates the session's workspace claim unless it exists, and returns its name.
 func (p *Provider) ensureClaim(ctx context.Context, sessionID string) (string, error) {
 	name := claimName(sessionID)
