@@ -120,6 +120,10 @@ type Pool struct {
 	reclaiming atomic.Bool // reclaimIdle is reaping
 
 	noticer Noticer // PoolConfig.Outputs, if it has notices for the agents
+
+	// collecting serialises the collections of a session with the copies back before them (a Syncer replaces
+	// the directories the collector walks): session id -> *sync.Mutex, forgotten with its workspace.
+	collecting sync.Map
 }
 
 // session is one session's slot. mu serialises provisioning; the sandbox then serves calls concurrently.
@@ -549,8 +553,7 @@ func (p *Pool) collect(sb Sandbox, r *Recipe, host HostDirs) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 	defer cancel()
-	p.sync(ctx, sb, r, host)
-	if err := p.cfg.Outputs.Collect(ctx, r, host); err != nil {
+	if err := p.syncAndCollect(ctx, sb, r, host); err != nil {
 		p.cfg.Logger.Warn("session outputs not collected", "session", r.SessionID, "err", err)
 	}
 }
@@ -575,8 +578,16 @@ func (p *Pool) CollectOutputs(ctx context.Context, call *Recipe) error {
 	if _, err := os.Stat(host.Outputs()); err != nil {
 		return nil // no sandbox ever had it
 	}
-	p.sync(ctx, p.live(r.SessionID), &r, host)
-	return p.cfg.Outputs.Collect(ctx, &r, host)
+	return p.syncAndCollect(ctx, p.live(r.SessionID), &r, host)
+}
+
+// syncAndCollect has sb copy the session's files back (sync), then collects them, one session's at a time.
+func (p *Pool) syncAndCollect(ctx context.Context, sb Sandbox, r *Recipe, host HostDirs) error {
+	mu, _ := p.collecting.LoadOrStore(r.SessionID, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	p.sync(ctx, sb, r, host)
+	return p.cfg.Outputs.Collect(ctx, r, host)
 }
 
 // sync has sb copy the session's files back into host if it is a Syncer (a sandbox of a Provider with
@@ -683,6 +694,7 @@ func (p *Pool) removeHostDirs(ctx context.Context, gone func(ctx context.Context
 		if p.cfg.Placer != nil {
 			errs = append(errs, p.cfg.Placer.Forget(dir))
 		}
+		p.collecting.Delete(id)
 		removed[id] = true
 	}
 	return errors.Join(errs...)

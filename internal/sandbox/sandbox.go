@@ -88,6 +88,7 @@ func (c Capabilities) KeepsHostDirs() bool { return c.HostWorkspace || c.StagedW
 // Syncer is a Sandbox whose session files are where it runs (a Provider with Capabilities.StagedWorkspace):
 // Sync copies its outputs directory and its read_write memory stores back into host (the staging copy), each
 // replacing the copy there whole, before the Pool collects them. A failure leaves the staging copy as it was.
+// The Pool runs one Sync and collection of a session at a time.
 type Syncer interface {
 	Sync(ctx context.Context, r *Recipe, host HostDirs) error
 }

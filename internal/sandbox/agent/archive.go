@@ -23,8 +23,9 @@ import (
 // host places a session's resources in a staging copy on its own disk, copies them in when it provisions the
 // sandbox, and copies the outputs and memory stores back before it collects them. A transfer is a tar stream in
 // chunks of at most ArchiveChunk bytes (Request.Data, Response.Data), one request per chunk, each sent once the
-// previous one is answered; every request of a transfer carries the same ArchiveInput. The agent runs one
-// transfer at a time: a request of another transfer aborts the one under way.
+// previous one is answered; every request of a transfer carries the same ArchiveInput but for its Seq. The agent
+// runs one transfer at a time: a transfer starts at Seq 0 (aborting the one under way), and a request that is not
+// the next of the transfer under way is refused, so that an aborted transfer fails rather than starts again.
 const (
 	// ArchivePutTool extracts a tar stream under ArchiveInput.Dir (made if missing). Each request carries the
 	// next chunk; the one with ArchiveInput.Last set is answered once the extraction has ended, with its error
@@ -41,6 +42,8 @@ const (
 type ArchiveInput struct {
 	// Transfer names the transfer (unique per sandbox): its requests all carry it.
 	Transfer string `json:"transfer"`
+	// Seq numbers the transfer's requests from 0.
+	Seq int `json:"seq,omitempty"`
 	// Dir is the absolute directory in the sandbox.
 	Dir string `json:"dir"`
 	// Keep (put) are paths relative to Dir that are left as they are if they exist when the transfer starts:
@@ -60,19 +63,31 @@ type ArchiveInput struct {
 type ExtractOptions struct {
 	Keep     []string // as ArchiveInput.Keep
 	ReadOnly bool     // as ArchiveInput.ReadOnly
-	// MaxBytes and MaxEntries, when positive, bound the files' bytes and the number of entries: a stream past
-	// either fails the extraction.
+	// MaxBytes and MaxEntries, when positive, bound the files' bytes and the number of entries, and with them
+	// the stream as a whole (MaxBytes and maxEntryBytes an entry): a stream past any fails the extraction.
 	MaxBytes   int64
 	MaxEntries int
 }
+
+// Bounds on every entry of an extracted stream: a name (a tar's PAX header may carry one of a megabyte) and its
+// depth (each path's cost grows with it), and what an entry may take of a bounded stream besides its file's bytes.
+const (
+	maxNameBytes  = 4096
+	maxNameDepth  = 128
+	maxEntryBytes = 16 << 10
+)
 
 // ErrArchiveTooLarge is the failure of an extraction past ExtractOptions' bounds.
 var ErrArchiveTooLarge = errors.New("archive too large")
 
 // ExtractTar extracts the tar stream r under dir (which exists), without following a link out of it: regular
-// files, directories and symbolic links; other entries are skipped. Names must be local paths. Modes keep their
-// permission bits only; modification times are the entries'.
-func ExtractTar(dir string, r io.Reader, opt ExtractOptions) error {
+// files, directories and symbolic links; other entries are skipped. Names must be local paths of at most
+// maxNameBytes and maxNameDepth segments. Modes keep their permission bits only; modification times are the
+// entries'. It stops when ctx ends.
+func ExtractTar(ctx context.Context, dir string, r io.Reader, opt ExtractOptions) error {
+	if opt.MaxBytes > 0 && opt.MaxEntries > 0 {
+		r = &capReader{r: r, left: opt.MaxBytes + int64(opt.MaxEntries+2)*maxEntryBytes}
+	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -109,6 +124,9 @@ func ExtractTar(dir string, r io.Reader, opt ExtractOptions) error {
 		if err != nil {
 			return err
 		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if entries++; opt.MaxEntries > 0 && entries > opt.MaxEntries {
 			return fmt.Errorf("%w: more than %d entries", ErrArchiveTooLarge, opt.MaxEntries)
 		}
@@ -118,6 +136,10 @@ func ExtractTar(dir string, r io.Reader, opt ExtractOptions) error {
 		}
 		if !filepath.IsLocal(name) {
 			return fmt.Errorf("archive entry %q is not a local path", h.Name)
+		}
+		if len(name) > maxNameBytes || strings.Count(name, "/") >= maxNameDepth {
+			return fmt.Errorf("%w: an entry's name of %d bytes and %d segments (at most %d and %d)", ErrArchiveTooLarge,
+				len(name), strings.Count(name, "/")+1, maxNameBytes, maxNameDepth)
 		}
 		if isKept(name) {
 			continue
@@ -168,6 +190,21 @@ func ExtractTar(dir string, r io.Reader, opt ExtractOptions) error {
 		}
 	}
 	return nil
+}
+
+// capReader fails a read past its bound.
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(b []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, fmt.Errorf("%w: the stream runs past its bound", ErrArchiveTooLarge)
+	}
+	n, err := c.r.Read(b[:min(int64(len(b)), c.left)])
+	c.left -= int64(n)
+	return n, err
 }
 
 // writeEntry writes one regular file, replacing whatever is at name (a link is replaced, not followed).
@@ -260,6 +297,7 @@ func WriteTar(ctx context.Context, dir string, w io.Writer) error {
 // transfer is the archive transfer under way in the agent.
 type transfer struct {
 	name string
+	next int            // the Seq of its next request
 	pw   *io.PipeWriter // put: chunks in, to the extraction
 	pr   *io.PipeReader // get: chunks out, from WriteTar
 	done chan error     // put: the extraction's result
@@ -283,21 +321,27 @@ type transfers struct {
 	cur *transfer
 }
 
-// take returns the transfer in, starting it with start if it is not the one under way (which is aborted).
-func (ts *transfers) take(in ArchiveInput, start func(ctx context.Context, t *transfer)) *transfer {
+// take returns the transfer of in's request: a new one (with start) at Seq 0, which aborts the one under way, or
+// the one under way if in is its next request; else an error (the transfer was aborted by another, or a request
+// was lost).
+func (ts *transfers) take(in ArchiveInput, start func(ctx context.Context, t *transfer)) (*transfer, error) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.cur != nil && ts.cur.name == in.Transfer {
-		return ts.cur
+	if in.Seq != 0 {
+		if t := ts.cur; t != nil && t.name == in.Transfer && t.next == in.Seq {
+			t.next++
+			return t, nil
+		}
+		return nil, fmt.Errorf("transfer %s is not under way at request %d (another transfer aborted it?)", in.Transfer, in.Seq)
 	}
 	if ts.cur != nil {
 		ts.cur.abort()
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	t := &transfer{name: in.Transfer, stop: stop}
+	t := &transfer{name: in.Transfer, next: 1, stop: stop}
 	start(ctx, t)
 	ts.cur = t
-	return t
+	return t, nil
 }
 
 // end forgets t if it is the transfer under way, and aborts it.
@@ -342,13 +386,13 @@ func (s *Server) archive(req Request) Response {
 	if len(req.Data) > ArchiveChunk {
 		return fail("a chunk carries at most %d bytes", ArchiveChunk)
 	}
-	t := s.xfer.take(in, func(_ context.Context, t *transfer) {
+	t, err := s.xfer.take(in, func(ctx context.Context, t *transfer) {
 		pr, pw := io.Pipe()
 		t.pw, t.done = pw, make(chan error, 1)
 		go func() {
 			err := os.MkdirAll(in.Dir, 0o755)
 			if err == nil {
-				err = ExtractTar(in.Dir, pr, ExtractOptions{Keep: in.Keep, ReadOnly: in.ReadOnly})
+				err = ExtractTar(ctx, in.Dir, pr, ExtractOptions{Keep: in.Keep, ReadOnly: in.ReadOnly})
 			}
 			if err == nil {
 				_, err = io.Copy(io.Discard, pr) // the tar's padding after its end
@@ -357,6 +401,9 @@ func (s *Server) archive(req Request) Response {
 			t.done <- err
 		}()
 	})
+	if err != nil {
+		return fail("%v", err)
+	}
 	if t.pw == nil {
 		s.xfer.end(t)
 		return fail("transfer %s is not a put", in.Transfer)
@@ -369,7 +416,7 @@ func (s *Server) archive(req Request) Response {
 		return Response{ID: req.ID, Content: textResult("ok").blocks(DefaultOutputCap)}
 	}
 	t.pw.Close()
-	err := <-t.done
+	err = <-t.done
 	s.xfer.end(t)
 	if err != nil {
 		return fail("extracting under %s: %v", in.Dir, err)
@@ -379,11 +426,14 @@ func (s *Server) archive(req Request) Response {
 
 // archiveGet answers one request of a get with the stream's next chunk.
 func (s *Server) archiveGet(req Request, in ArchiveInput, fail func(string, ...any) Response) Response {
-	t := s.xfer.take(in, func(tctx context.Context, t *transfer) {
+	t, err := s.xfer.take(in, func(tctx context.Context, t *transfer) {
 		pr, pw := io.Pipe()
 		t.pr = pr
 		go func() { pw.CloseWithError(cmp.Or(WriteTar(tctx, in.Dir, pw), io.EOF)) }()
 	})
+	if err != nil {
+		return fail("%v", err)
+	}
 	if t.pr == nil {
 		s.xfer.end(t)
 		return fail("transfer %s is not a get", in.Transfer)

@@ -12,6 +12,8 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/corralhq/corral/internal/sandbox/agent"
 )
 
@@ -21,6 +23,8 @@ const archiveHang = 2 * time.Minute
 // PutDir copies the tree of dir, on this host, into the sandbox at in.Dir (agent.ArchivePutTool): in's Keep and
 // ReadOnly apply; its Transfer is filled in.
 func (c *Client) PutDir(ctx context.Context, dir string, in agent.ArchiveInput) error {
+	c.xferMu.Lock() // the agent runs one transfer at a time
+	defer c.xferMu.Unlock()
 	in.Transfer = "put-" + randomName()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(agent.WriteTar(ctx, dir, pw)) }()
@@ -41,13 +45,17 @@ func (c *Client) PutDir(ctx context.Context, dir string, in agent.ArchiveInput) 
 		if in.Last {
 			return nil
 		}
+		in.Seq++
 	}
 }
 
 // GetDir makes dir, on this host, a copy of the sandbox's in.Dir (agent.ArchiveGetTool), within opt's bounds:
-// the copy is extracted beside dir and replaces it only when whole, so that dir is either as it was or as the
-// sandbox's is (what the sandbox deleted is gone from it too). Its Transfer is filled in.
+// the copy is extracted beside dir and exchanged with it (atomically) only when whole, so that dir is either as it
+// was or as the sandbox's is (what the sandbox deleted is gone from it too), even across a crash. Its Transfer is
+// filled in.
 func (c *Client) GetDir(ctx context.Context, in agent.ArchiveInput, dir string, opt agent.ExtractOptions) error {
+	c.xferMu.Lock()
+	defer c.xferMu.Unlock()
 	in.Transfer = "get-" + randomName()
 	tmp := dir + ".sync-" + in.Transfer
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
@@ -57,7 +65,7 @@ func (c *Client) GetDir(ctx context.Context, in agent.ArchiveInput, dir string, 
 	pr, pw := io.Pipe()
 	extracted := make(chan error, 1)
 	go func() {
-		err := agent.ExtractTar(tmp, pr, opt)
+		err := agent.ExtractTar(ctx, tmp, pr, opt)
 		if err == nil {
 			_, err = io.Copy(io.Discard, pr)
 		}
@@ -65,7 +73,7 @@ func (c *Client) GetDir(ctx context.Context, in agent.ArchiveInput, dir string, 
 		extracted <- err
 	}()
 	var err error
-	for eof := false; err == nil && !eof; {
+	for eof := false; err == nil && !eof; in.Seq++ {
 		err = c.chunk(ctx, agent.ArchiveGetTool, in, nil, func(resp agent.Response) error {
 			eof = resp.EOF
 			_, err := pw.Write(resp.Data)
@@ -84,14 +92,12 @@ func (c *Client) GetDir(ctx context.Context, in agent.ArchiveInput, dir string, 
 	if err := <-extracted; err != nil {
 		return fmt.Errorf("copy of %s: %w", in.Dir, err)
 	}
-	old := dir + ".old-" + in.Transfer
-	if err := os.Rename(dir, old); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	// The copy takes dir's place and dir's content goes to tmp (removed), in one step: no moment without dir.
+	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE)
+	if errors.Is(err, unix.ENOENT) {
+		err = os.Rename(tmp, dir) // no dir yet
 	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return err
-	}
-	return os.RemoveAll(old)
+	return err
 }
 
 // chunk sends one request of a transfer, with data, and hands its answer to got.

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -223,7 +224,7 @@ func TestExtractTarConfined(t *testing.T) {
 			}
 		}
 		_ = tw.Close()
-		err := agent.ExtractTar(t.TempDir(), &b, agent.ExtractOptions{})
+		err := agent.ExtractTar(context.Background(), t.TempDir(), &b, agent.ExtractOptions{})
 		if err == nil {
 			t.Errorf("%s: extracted", name)
 		}
@@ -287,3 +288,73 @@ func TestArchiveLinksNotFollowed(t *testing.T) {
 		}
 	}
 }
+
+// TestArchiveTransferNotRestarted: a transfer another one aborted fails at its next request, rather than start
+// again from its beginning (a copy back would then be cut short, and the files it missed taken for deleted);
+// transfers of one Client run one at a time, so that concurrent copies back are all whole.
+func TestArchiveTransferNotRestarted(t *testing.T) {
+	c := agentClient(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	for i := range 8 {
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("f%d", i)), strings.Repeat("x", agent.ArchiveChunk/3), 0o644)
+	}
+	first := agent.ArchiveInput{Transfer: "first", Dir: dir}
+	if err := c.chunk(ctx, agent.ArchiveGetTool, first, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.GetDir(ctx, agent.ArchiveInput{Dir: dir}, filepath.Join(t.TempDir(), "other"), agent.ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first.Seq = 1
+	if err := c.chunk(ctx, agent.ArchiveGetTool, first, nil, nil); err == nil || !strings.Contains(err.Error(), "not under way") {
+		t.Fatalf("the aborted transfer's next request: %v, want a refusal", err)
+	}
+	want := tree(t, dir)
+	done := make(chan error, 6)
+	for i := range 6 {
+		go func() {
+			back := filepath.Join(t.TempDir(), fmt.Sprint("back", i))
+			err := c.GetDir(ctx, agent.ArchiveInput{Dir: dir}, back, agent.ExtractOptions{})
+			if got := tree(t, back); err == nil && len(got) != len(want) {
+				err = fmt.Errorf("a concurrent copy back has %d entries, want %d", len(got), len(want))
+			}
+			done <- err
+		}()
+	}
+	for range 6 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestExtractTarBounded: a name too long or too deep for any path the host keeps, or a stream that carries more
+// than its bounds allow in entries the extraction skips, fails the extraction.
+func TestExtractTarBounded(t *testing.T) {
+	for name, h := range map[string]tar.Header{
+		"deep":         {Name: strings.Repeat("d/", 200) + "f", Typeflag: tar.TypeReg, Mode: 0o644},
+		"long":         {Name: strings.Repeat("n", 5000), Typeflag: tar.TypeReg, Mode: 0o644},
+		"skipped data": {Name: "x", Typeflag: 'Z', Size: 8 << 20, Mode: 0o644},
+	} {
+		pr, pw := io.Pipe()
+		go func() {
+			tw := tar.NewWriter(pw)
+			if err := tw.WriteHeader(&h); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			_, _ = io.Copy(tw, io.LimitReader(zeros{}, h.Size))
+			pw.CloseWithError(tw.Close())
+		}()
+		err := agent.ExtractTar(context.Background(), t.TempDir(), pr, agent.ExtractOptions{MaxBytes: 1 << 20, MaxEntries: 10})
+		pr.Close()
+		if !errors.Is(err, agent.ErrArchiveTooLarge) {
+			t.Errorf("%s: %v, want ErrArchiveTooLarge", name, err)
+		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }

@@ -22,6 +22,8 @@ type Client struct {
 
 	wmu sync.Mutex // serialises writes of whole lines
 
+	xferMu sync.Mutex // one archive transfer at a time (archive.go)
+
 	maxCap atomic.Int64 // the largest output cap of any call so far: it bounds every message's size
 
 	mu      sync.Mutex

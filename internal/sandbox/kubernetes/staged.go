@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/sandbox"
@@ -32,6 +33,8 @@ const (
 	maxOutputsEntries = 20_000
 	maxMemoryBytes    = 256 << 20
 	maxMemoryEntries  = 20_000
+	// syncTimeout bounds one Sync.
+	syncTimeout = 2 * time.Minute
 )
 
 // seed copies the session's staging copy into the pod: the workspace (a resource already in a claim's workspace
@@ -73,6 +76,8 @@ func (sb *Sandbox) Sync(ctx context.Context, r *sandbox.Recipe, host sandbox.Hos
 	if host.Session == "" {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, syncTimeout) // whatever the caller's: a pod may stream slowly
+	defer cancel()
 	errs := []error{sb.client.GetDir(ctx, agent.ArchiveInput{Dir: sandbox.OutputsMount}, host.Outputs(),
 		agent.ExtractOptions{MaxBytes: maxOutputsBytes, MaxEntries: maxOutputsEntries})}
 	dirs, _ := r.MemoryDirs()
