@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,7 +177,10 @@ func TestOutcomesThroughSDK(t *testing.T) {
 			t.Fatal(err)
 		}
 		if during != nil {
-			go during(sess.ID)
+			// Waited for before returning: its own requests must not outlive the test's context.
+			var wg sync.WaitGroup
+			wg.Go(func() { during(sess.ID) })
+			defer wg.Wait()
 		}
 		var end anthropic.BetaManagedAgentsSpanOutcomeEvaluationEndEvent
 		var types []string
