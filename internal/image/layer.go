@@ -319,10 +319,15 @@ func newStage(c LayerConfig, key string) (*stage, error) {
 	}
 	st := &stage{dir: dir}
 	fail := func(err error) (*stage, error) { st.remove(); return nil, err }
-	if st.lock, err = os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+	// The lock file takes its name only once it is locked: a sweep (another server's, or another build's) that
+	// found it unlocked would remove the stage being made.
+	if st.lock, err = os.OpenFile(filepath.Join(dir, "lock.new"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
 		return fail(err)
 	}
 	if err := syscall.Flock(int(st.lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "lock.new"), filepath.Join(dir, "lock")); err != nil {
 		return fail(err)
 	}
 	if err := os.Chmod(dir, 0o711); err != nil {

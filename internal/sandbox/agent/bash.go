@@ -347,14 +347,24 @@ func (s *shell) drain() {
 	}
 }
 
-// kill kills the shell's process group and releases its pipes.
+// kill kills the shell's process group and releases its pipes. It returns once the group is gone (within
+// groupGoneWait): a killed process lingers until the kernel has torn it down and its parent reaped it, and the
+// next call must not see the last one's processes.
 func (s *shell) kill() {
 	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 	s.stdin.Close()
 	<-s.exited
 	s.out.Close() // unblocks drain even when a process outside the group still holds the pipe
 	<-s.drainDone
+	for deadline := time.Now().Add(groupGoneWait); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if syscall.Kill(-s.pid, syscall.SIGKILL) == syscall.ESRCH {
+			return
+		}
+	}
 }
+
+// groupGoneWait bounds how long kill waits for a killed group's processes to be gone.
+const groupGoneWait = 2 * time.Second
 
 // exec runs command in the shell and returns its combined output (the last outCap bytes, with a note when
 // more was written) and exit status.
