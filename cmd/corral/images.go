@@ -112,10 +112,19 @@ var _ flag.Value = (*image.Registries)(nil)
 func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logger *slog.Logger) (corral.Images, error) {
 	mode := f.mode
 	why := "--images host installs no packages"
+	registry, kube := "", false
+	if b, err := lookupBackend(hf.kind); err == nil && b.name == "kubernetes" {
+		registry, kube = hf.kube.registry, true
+	}
 	switch mode {
 	case "debian", "host":
 	case "auto":
-		if why = debianUnavailable(hf.kind); why != "" {
+		if kube && registry == "" {
+			why = "the kubernetes backend's pods run --k8s-image unless --k8s-registry says where their images go"
+		} else {
+			why = debianUnavailable(hf.kind)
+		}
+		if why != "" {
 			logger.Warn("sandboxes run on the host's layout, and environments with packages fail (--images host)", "reason", why)
 			mode = "host"
 		} else {
@@ -128,10 +137,16 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 		if !f.packages.empty() {
 			return nil, fmt.Errorf("--package needs Debian images (--images debian): %s", why)
 		}
+		if registry != "" {
+			return nil, fmt.Errorf("--k8s-registry needs Debian images (--images debian): %s", why)
+		}
 		return image.HostLayout{}, nil
 	}
 	if hf.kind == "process" || hf.kind == "none" {
-		return nil, fmt.Errorf("--images debian needs an isolating --sandbox backend (bwrap, oci, gvisor), not %s", hf.kind)
+		return nil, fmt.Errorf("--images debian needs an isolating --sandbox backend (bwrap, oci, gvisor, kubernetes), not %s", hf.kind)
+	}
+	if kube && registry == "" {
+		return nil, errors.New("--images debian with the kubernetes backend needs --k8s-registry: its pods pull the environments' images from there")
 	}
 	if f.timeout <= 0 || f.diskMB <= 0 {
 		return nil, errors.New("--image-build-timeout and --image-build-disk must be positive")
@@ -173,9 +188,13 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 	if !f.packages.empty() {
 		keep = []*apitype.Packages{&f.packages.Packages}
 	}
-	return image.New(image.Config{Base: base, Store: st, Keep: keep, Log: logger, GCInterval: gc, GCGrace: gc,
+	svc, err := image.New(image.Config{Base: base, Store: st, Keep: keep, Log: logger, GCInterval: gc, GCGrace: gc,
 		Layer: image.LayerConfig{Agent: agentPath, Registries: &f.registries, Timeout: f.timeout, DiskBytes: f.diskMB << 20,
 			CgroupRoot: cgroupRoot, AllowInternal: eo.AllowInternal, CAFile: caFile}})
+	if err != nil || registry == "" {
+		return svc, err
+	}
+	return image.NewPublisher(svc, registry) // pods pull the images from there
 }
 
 // defaultImageCache is the machine's image cache when neither --image-cache nor CORRAL_IMAGE_CACHE says: one per

@@ -94,4 +94,17 @@ func TestPackageFlags(t *testing.T) {
 	if _, err := f.images(t.TempDir(), hf, nil, logger); err == nil || !strings.Contains(err.Error(), "--images host installs no packages") {
 		t.Errorf("--package with --images host: %v", err)
 	}
+	// The kubernetes backend's images: built only to be pushed (--k8s-registry), pulled by the pods.
+	f, hf, _ = parse("--sandbox", "k8s")
+	if imgs, err := f.images(t.TempDir(), hf, nil, logger); err != nil || imgs != (image.HostLayout{}) {
+		t.Errorf("kubernetes without --k8s-registry, --images auto: %T, %v; want the host's layout (pods run --k8s-image)", imgs, err)
+	}
+	f, hf, _ = parse("--sandbox", "kubernetes", "--images", "debian")
+	if _, err := f.images(t.TempDir(), hf, nil, logger); err == nil || !strings.Contains(err.Error(), "needs --k8s-registry") {
+		t.Errorf("--images debian on kubernetes without --k8s-registry: %v", err)
+	}
+	f, hf, _ = parse("--sandbox", "kubernetes", "--images", "host", "--k8s-registry", "registry.example.com/corral/env")
+	if _, err := f.images(t.TempDir(), hf, nil, logger); err == nil || !strings.Contains(err.Error(), "--k8s-registry needs Debian images") {
+		t.Errorf("--k8s-registry with --images host: %v", err)
+	}
 }

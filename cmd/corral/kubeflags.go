@@ -21,9 +21,9 @@ import (
 
 // kubeFlags configure the kubernetes backend (--sandbox kubernetes).
 type kubeFlags struct {
-	kubeconfig, namespace, image, agentImage, runtimeClass, egressIP, owner, pullPolicy, workspaceClass string
-	workspaceMB, cpuRequest                                                                             int64
-	podPidsLimit                                                                                        int
+	kubeconfig, namespace, image, agentImage, runtimeClass, egressIP, owner, pullPolicy, workspaceClass, registry string
+	workspaceMB, cpuRequest                                                                                       int64
+	podPidsLimit                                                                                                  int
 }
 
 func (f *kubeFlags) register(fs *flag.FlagSet) {
@@ -31,6 +31,7 @@ func (f *kubeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.namespace, "k8s-namespace", envOr("CORRAL_K8S_NAMESPACE", "corral-sandboxes"), "kubernetes backend: the `namespace` of the sandboxes' pods (env CORRAL_K8S_NAMESPACE)")
 	fs.StringVar(&f.image, "k8s-image", os.Getenv("CORRAL_K8S_IMAGE"), "kubernetes backend: the sandboxes' `image` (bash and the agents' tools; env CORRAL_K8S_IMAGE)")
 	fs.StringVar(&f.agentImage, "k8s-agent-image", os.Getenv("CORRAL_K8S_AGENT_IMAGE"), "kubernetes backend: Corral's own `image`, whose "+kubernetes.DefaultAgentPath+" an init container copies into each pod (env CORRAL_K8S_AGENT_IMAGE)")
+	fs.StringVar(&f.registry, "k8s-registry", os.Getenv("CORRAL_K8S_REGISTRY"), "kubernetes backend: the `repository` the environments' images are pushed to (e.g. registry.example.com/corral/env), with the credentials of the server's Docker configuration: the server builds them (--images debian) and pods run them; without it, pods run --k8s-image and an environment's packages are not installed (env CORRAL_K8S_REGISTRY)")
 	fs.StringVar(&f.runtimeClass, "k8s-runtime-class", os.Getenv("CORRAL_K8S_RUNTIME_CLASS"), "kubernetes backend: the pods' RuntimeClass `name`, e.g. gvisor where the nodes have runsc (env CORRAL_K8S_RUNTIME_CLASS)")
 	fs.StringVar(&f.egressIP, "k8s-egress-ip", os.Getenv("CORRAL_K8S_EGRESS_IP"), "kubernetes backend: this process's `address` as pods reach it: each sandbox's egress proxy listens on a port of its own there (default: env POD_IP, else the first address of an up interface; env CORRAL_K8S_EGRESS_IP)")
 	fs.StringVar(&f.owner, "k8s-owner", os.Getenv("CORRAL_K8S_OWNER"), "kubernetes backend: this server's `name` on its pods, stable across restarts: a start deletes the pods a killed run left (default: the host name; env CORRAL_K8S_OWNER)")

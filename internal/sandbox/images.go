@@ -16,6 +16,14 @@ type Images interface {
 	Acquire(ctx context.Context, env *apitype.EnvConfig) (rootFS string, release func(), err error)
 }
 
+// ImageRefs is an Images whose images are also in a registry, for a Provider whose runtime pulls them
+// (RootFSImageRef): the Pool passes the reference in HostDirs.Image.
+type ImageRefs interface {
+	// Ref returns the reference of the image of env, by digest, building and pushing it if it is not there yet
+	// ("": env has no packages, and the Provider runs its own image). A failed build is an *ImageError.
+	Ref(ctx context.Context, env *apitype.EnvConfig) (string, error)
+}
+
 // ImageStatus is an Images that can say, without waiting or starting anything, whether the image of env is
 // built (image.Service): a provisioning that will wait for a build says so in its start report
 // (ProvisionReport.Image), since a first start builds the base for minutes.

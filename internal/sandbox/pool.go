@@ -52,8 +52,9 @@ type PoolConfig struct {
 	// as the tool's error; the admission ends when the sandbox closes.
 	Quota Quota
 	// Images, if set, gives each sandbox the root filesystem of its environment's image (HostDirs.RootFS),
-	// waiting for its build, unless the Provider takes images by reference (RootFSImageRef); a failed build
-	// fails the provisioning with an *ImageError. Nil: sandboxes run on the host's layout. A server's sandboxes
+	// waiting for its build, or, for a Provider that takes images by reference (RootFSImageRef), the image's
+	// reference (HostDirs.Image) if the Images are ImageRefs; a failed build fails the provisioning with an
+	// *ImageError. Nil: sandboxes run on the host's layout. A server's sandboxes
 	// are all of cloud environments; corral worker's, of a self-hosted one, get the image its Images choose
 	// (the worker's packages).
 	Images Images
@@ -391,7 +392,7 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 // say it is still building; nil if it is built, failed, not acquired here, or the Images cannot say.
 func (p *Pool) pendingImage(r *Recipe, caps Capabilities) *apitype.EnvironmentImage {
 	is, ok := p.cfg.Images.(ImageStatus)
-	if !ok || caps.RootFS == RootFSImageRef {
+	if _, refs := p.cfg.Images.(ImageRefs); !ok || (caps.RootFS == RootFSImageRef && !refs) {
 		return nil
 	}
 	if img := is.Image(&r.Environment); img != nil && img.Status == apitype.ImageBuilding {
@@ -465,7 +466,11 @@ func (p *Pool) startAdmitted(ctx context.Context, r *Recipe, host *HostDirs, cap
 		}
 	}
 	var release func()
-	if p.cfg.Images != nil && caps.RootFS != RootFSImageRef {
+	if refs, ok := p.cfg.Images.(ImageRefs); ok && caps.RootFS == RootFSImageRef {
+		if host.Image, err = refs.Ref(ctx, &r.Environment); err != nil {
+			return nil, err
+		}
+	} else if p.cfg.Images != nil && caps.RootFS != RootFSImageRef {
 		if host.RootFS, release, err = p.cfg.Images.Acquire(ctx, &r.Environment); err != nil {
 			return nil, err
 		}

@@ -604,3 +604,69 @@ func TestPoolReportsImageWait(t *testing.T) {
 		})
 	}
 }
+
+// refImages are images in a registry: Ref gives ref, or fails with err.
+type refImages struct {
+	countImages
+	refs atomic.Int32
+	ref  string
+	err  error
+}
+
+func (r *refImages) Ref(context.Context, *apitype.EnvConfig) (string, error) {
+	r.refs.Add(1)
+	return r.ref, r.err
+}
+
+// TestPoolImageRefs: a provider that pulls images gets the image's reference from Images that are ImageRefs
+// (nothing acquired on this host); a failed Ref fails the provisioning with its error; a local provider still
+// acquires a directory.
+func TestPoolImageRefs(t *testing.T) {
+	t.Parallel()
+	remote := sandbox.Capabilities{RootFS: sandbox.RootFSImageRef, Egress: sandbox.EgressTCP}
+	for _, tc := range []struct {
+		name      string
+		caps      sandbox.Capabilities
+		err       error
+		wantImage string
+		wantRefs  int32
+		wantDirs  int32
+	}{
+		{"remote", remote, nil, "registry.example/env@sha256:1", 1, 0},
+		{"remote, push failed", remote, &sandbox.ImageError{ImageBuildError: apitype.ImageBuildError{Message: "pushing the image: denied"}}, "", 1, 0},
+		{"local", sandbox.Local, nil, "", 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			prov := &fakeProvider{caps: &tc.caps}
+			imgs := &refImages{ref: "registry.example/env@sha256:1", err: tc.err}
+			p, err := sandbox.NewPool(sandbox.PoolConfig{Provider: prov, WorkspaceRoot: t.TempDir(), Images: imgs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Stop() })
+			res, err := p.Execute(context.Background(), call("s1"))
+			if tc.err != nil {
+				if err == nil && !strings.Contains(res.Text(), "pushing the image: denied") {
+					t.Errorf("a failed Ref: %v, %q; want its error", err, res.Text())
+				}
+				if prov.provisions.Load() != 0 {
+					t.Error("provisioned without the image")
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if n := imgs.refs.Load(); n != tc.wantRefs {
+				t.Errorf("Ref called %d times, want %d", n, tc.wantRefs)
+			}
+			if n := imgs.n.Load(); n != tc.wantDirs {
+				t.Errorf("Acquire called %d times, want %d", n, tc.wantDirs)
+			}
+			if tc.err == nil {
+				if got := prov.dirs[0].Image; got != tc.wantImage {
+					t.Errorf("HostDirs.Image = %q, want %q", got, tc.wantImage)
+				}
+			}
+		})
+	}
+}

@@ -104,7 +104,7 @@ const (
 	// PoolConfig.Images before each provisioning.
 	RootFSHostDir
 	// RootFSImageRef: the backend's runtime pulls the environment's image by reference where its sandboxes run;
-	// the Pool acquires no directory.
+	// the Pool acquires no directory, and passes the reference (HostDirs.Image) if its Images are ImageRefs.
 	RootFSImageRef
 )
 
@@ -216,6 +216,9 @@ type HostDirs struct {
 	// session mounts and agent are as without one. Empty: the host's /usr and a minimal copy of its /etc. The
 	// process backend refuses one (ErrRootFSUnsupported).
 	RootFS string
+	// Image is, for a Provider with RootFSImageRef, the reference of the environment's image its runtime pulls
+	// (PoolConfig.Images is an ImageRefs). Empty: the Provider's own image.
+	Image string
 }
 
 // Skills is the directory bound at SkillsMount ("" without a Session directory).

@@ -257,7 +257,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbo
 	defer cancel()
 	limits := host.WithDefaults(r.Limits)
 	sb := &Sandbox{p: p, name: "corral-" + randomID(), limits: limits, stderr: host.NewTailWriter(4096),
-		note: packagesNote(r.Environment.Packages)}
+		note: packagesNote(r.Environment.Packages, dirs.Image)}
 	defer func() {
 		if err != nil {
 			_ = sb.Close()
@@ -288,7 +288,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbo
 			return nil, err
 		}
 	}
-	pod := p.pod(sb.name, r, limits, podVolumes{proxyPort: ln.Addr().(*net.TCPAddr).Port, ca: bundle != nil, claim: claim})
+	pod := p.pod(sb.name, r, limits, podParts{image: dirs.Image, proxyPort: ln.Addr().(*net.TCPAddr).Port, ca: bundle != nil, claim: claim})
 	if !p.track(sb) {
 		return nil, errors.New("kubernetes: provider closed")
 	}

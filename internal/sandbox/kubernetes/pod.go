@@ -49,9 +49,10 @@ func (p *Provider) policy(name string, r *sandbox.Recipe, owner []metav1.OwnerRe
 	}
 }
 
-// podVolumes say what a pod reaches besides its image: its proxy's port, whether it has a CA bundle, and the
-// session's workspace claim ("" for an emptyDir).
-type podVolumes struct {
+// podParts say what a sandbox's pod is made of besides its recipe: its image ("" for Config.Image), its proxy's
+// port, whether it has a CA bundle, and the session's workspace claim ("" for an emptyDir).
+type podParts struct {
+	image     string
 	proxyPort int
 	ca        bool
 	claim     string
@@ -60,7 +61,7 @@ type podVolumes struct {
 // pod is the sandbox's pod: restricted (non-root, no privilege escalation, no capabilities, the runtime's
 // default seccomp profile, a read-only root), no service account token, no service links, no DNS, its limits
 // from the recipe, its workspace and /tmp volumes bounded.
-func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, v podVolumes) *corev1.Pod {
+func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, v podParts) *corev1.Pod {
 	f, t := false, true
 	uid := p.cfg.UID
 	restricted := &corev1.SecurityContext{
@@ -105,6 +106,15 @@ func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, v podVo
 	}
 	// A claim's files keep their owner from one pod to the next: the kubelet need not walk them again.
 	onMismatch := corev1.FSGroupChangeOnRootMismatch
+	// The environment's image is named by its digest: pulled once per node whatever the operator's policy for
+	// the others (unless it is Always).
+	image, pull := p.cfg.Image, p.cfg.ImagePullPolicy
+	if v.image != "" {
+		image = v.image
+		if pull != corev1.PullAlways {
+			pull = corev1.PullIfNotPresent
+		}
+	}
 	var runtimeClass *string
 	if p.cfg.RuntimeClassName != "" {
 		runtimeClass = &p.cfg.RuntimeClassName
@@ -137,7 +147,7 @@ func (p *Provider) pod(name string, r *sandbox.Recipe, l sandbox.Limits, v podVo
 				},
 			}},
 			Containers: []corev1.Container{{
-				Name: "sandbox", Image: p.cfg.Image, ImagePullPolicy: p.cfg.ImagePullPolicy,
+				Name: "sandbox", Image: image, ImagePullPolicy: pull,
 				Command:         []string{agentDir + "/corral-sandbox-agent", "-proxy-addr", proxyAddr, "-proxy-socket", ""},
 				WorkingDir:      agent.Workspace,
 				Env:             env,

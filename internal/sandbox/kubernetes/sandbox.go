@@ -313,10 +313,11 @@ func acceptAndClose(ln net.Listener) {
 	}
 }
 
-// packagesNote is what a sandbox says of the environment's packages, which a pod does not install: "" when it
-// lists none.
-func packagesNote(pk *apitype.Packages) string {
-	if pk == nil {
+// packagesNote is what a sandbox says of the environment's packages when its pod does not run the
+// environment's image (image: the Pool gave none, as when the server pushes no images: corral serve
+// --k8s-registry): "" when it lists none or the pod runs the image.
+func packagesNote(pk *apitype.Packages, image string) string {
+	if pk == nil || image != "" {
 		return ""
 	}
 	var listed []string
