@@ -119,15 +119,17 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 	switch mode {
 	case "debian", "host":
 	case "auto":
-		if kube && registry == "" {
+		switch why = debianUnavailable(hf.kind); {
+		case kube && registry == "":
 			why = "the kubernetes backend's pods run --k8s-image unless --k8s-registry says where their images go"
-		} else {
-			why = debianUnavailable(hf.kind)
-		}
-		if why != "" {
+			logger.Info("the environments' packages are not built: " + why)
+			mode = "host"
+		case why != "" && kube:
+			mode = "host" // --k8s-registry: refused below with the reason
+		case why != "":
 			logger.Warn("sandboxes run on the host's layout, and environments with packages fail (--images host)", "reason", why)
 			mode = "host"
-		} else {
+		default:
 			mode = "debian"
 		}
 	default:

@@ -121,7 +121,7 @@ func testEnvironmentImageInPods(t *testing.T, c *kubetest.Cluster, ns string, ar
 	owner := flagValue(args, "--k8s-owner")
 	for i := range 2 {
 		events := waitIdleFor(ctx, t, cl, newEnvSession(t, cl, env.ID, "Use jq."))
-		if out := resultText(events); !strings.Contains(out, "5\n1.6-2.1+deb12u2") || strings.Contains(out, "not installed") {
+		if out := resultText(events); !strings.Contains(out, `5\n1.6-2.1+deb12u2`) || strings.Contains(out, "not installed") {
 			t.Errorf("session %d: jq in the pod: %s", i, out)
 		}
 	}
