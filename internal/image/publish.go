@@ -69,11 +69,6 @@ func (p *Publisher) Ref(ctx context.Context, env *apitype.EnvConfig) (string, er
 	if l.Empty() {
 		return "", nil
 	}
-	rootFS, release, err := p.Acquire(ctx, env) // holds the layer against GC while it is pushed
-	if err != nil {
-		return "", err
-	}
-	defer release()
 	key := LayerKey(p.cfg.Layer, p.baseID, l)
 	marker := filepath.Join(LayerDir(p.cfg.Base.Dir, key), "pushed-"+shortHash(p.repo.String()))
 	if b, err := os.ReadFile(marker); err == nil {
@@ -83,9 +78,15 @@ func (p *Publisher) Ref(ctx context.Context, env *apitype.EnvConfig) (string, er
 		// Not the caller's context: a push others wait for finishes even if the first to ask gives up.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Layer.Timeout)
 		defer cancel()
-		d, err := p.push(ctx, key, rootFS)
+		rootFS, release, err := p.Acquire(ctx, env) // the layer is held against GC until it is pushed
 		if err != nil {
 			return nil, err
+		}
+		defer release()
+		d, err := p.push(ctx, key, rootFS)
+		if err != nil {
+			return nil, &sandbox.ImageError{ImageBuildError: apitype.ImageBuildError{
+				Message: fmt.Sprintf("pushing the image to %s: %v", p.repo, err)}}
 		}
 		if err := os.WriteFile(marker, []byte(d.String()+"\n"), 0o644); err != nil {
 			p.cfg.Log.Warn("the image's push not recorded", "key", key, "err", err)
@@ -95,8 +96,7 @@ func (p *Publisher) Ref(ctx context.Context, env *apitype.EnvConfig) (string, er
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return "", &sandbox.ImageError{ImageBuildError: apitype.ImageBuildError{
-				Message: fmt.Sprintf("pushing the image to %s: %v", p.repo, r.Err)}}
+			return "", r.Err
 		}
 		return p.repo.Digest(r.Val.(v1.Hash).String()).String(), nil
 	case <-ctx.Done():

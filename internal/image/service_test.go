@@ -1,9 +1,13 @@
 package image_test
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +16,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/image"
@@ -291,6 +300,78 @@ func TestServiceWithoutStore(t *testing.T) {
 	if counter.count(key) != 1 {
 		t.Errorf("the kept list was built %d times, want 1", counter.count(key))
 	}
+	testPublisher(ctx, t, svc, keptConfig)
+}
+
+// testPublisher pushes the image of env, built by svc, to registries: one that is down fails the push with an
+// *sandbox.ImageError naming it; a live one gets the image once (a second Ref reads the record, and works with
+// the registry down), whose flattened filesystem holds the package's files and the base's.
+func testPublisher(ctx context.Context, t *testing.T, svc *image.Service, env *apitype.EnvConfig) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	pub, err := image.NewPublisher(svc, strings.TrimPrefix(down.URL, "http://")+"/corral/env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ie *sandbox.ImageError
+	if ref, err := pub.Ref(ctx, env); !errors.As(err, &ie) || !strings.Contains(err.Error(), "pushing the image to "+strings.TrimPrefix(down.URL, "http://")) {
+		t.Errorf("Ref with the registry down = %q, %v; want an image error naming the push", ref, err)
+	}
+	if ref, err := pub.Ref(ctx, &apitype.EnvConfig{Type: apitype.EnvironmentCloud}); ref != "" || err != nil {
+		t.Errorf("Ref without packages = %q, %v; want none", ref, err)
+	}
+
+	reg := httptest.NewServer(registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(t.TempDir()))))
+	repo := strings.TrimPrefix(reg.URL, "http://") + "/corral/env"
+	if pub, err = image.NewPublisher(svc, repo); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := pub.Ref(ctx, env)
+	if err != nil || !strings.HasPrefix(ref, repo+"@sha256:") {
+		t.Fatalf("Ref = %q, %v; want %s by digest", ref, err, repo)
+	}
+	reg.Close()
+	if again, err := pub.Ref(ctx, env); again != ref || err != nil {
+		t.Errorf("a second Ref = %q, %v; want %q from the record", again, err, ref)
+	}
+	reg = httptest.NewServer(reg.Config.Handler)
+	defer reg.Close()
+	pulled, err := remote.Image(mustParseRef(t, strings.Replace(ref, repo, strings.TrimPrefix(reg.URL, "http://")+"/corral/env", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := pulled.Layers()
+	if err != nil || len(layers) != 2 {
+		t.Fatalf("the image's layers: %d, %v; want the base's and the packages'", len(layers), err)
+	}
+	rc := mutate.Extract(pulled)
+	defer rc.Close()
+	seen := map[string]bool{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[h.Name] = true
+	}
+	for _, want := range []string{"usr/bin/bc", "usr/bin/bash", "etc/os-release"} {
+		if !seen[want] {
+			t.Errorf("%s is not in the pushed image (%d entries)", want, len(seen))
+		}
+	}
+}
+
+func mustParseRef(t *testing.T, s string) name.Reference {
+	t.Helper()
+	r, err := name.ParseReference(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestLayerOneBuild: callers that race for a layer without a Service between them (as processes sharing a
