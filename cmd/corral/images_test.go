@@ -95,6 +95,7 @@ func TestPackageFlags(t *testing.T) {
 		t.Errorf("--package with --images host: %v", err)
 	}
 	// The kubernetes backend's images: built only to be pushed (--k8s-registry), pulled by the pods.
+	t.Setenv("CORRAL_K8S_REGISTRY", "") // the flag's default
 	f, hf, _ = parse("--sandbox", "k8s")
 	if imgs, err := f.images(t.TempDir(), hf, nil, logger); err != nil || imgs != (image.HostLayout{}) {
 		t.Errorf("kubernetes without --k8s-registry, --images auto: %T, %v; want the host's layout (pods run --k8s-image)", imgs, err)

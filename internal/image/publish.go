@@ -3,12 +3,15 @@ package image
 import (
 	"archive/tar"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -23,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/singleflight"
@@ -44,22 +48,24 @@ type Publisher struct {
 
 	pushes singleflight.Group // by layer key
 
-	mu   sync.Mutex
-	base map[string]v1.Layer // the base layer by its root filesystem (its digest is computed once)
+	mu     sync.Mutex
+	base   map[string]v1.Layer // the base layer by its root filesystem (its digest is computed once)
+	pushed map[string]v1.Hash  // the images this process pushed or found in the registry, by layer key
 }
 
 var _ sandbox.ImageRefs = (*Publisher)(nil)
 
 // NewPublisher pushes the images of s to repo ("registry.example.com/corral/env"), with the credentials the
-// Docker configuration of the server's user holds for its registry (none: anonymous). A registry on localhost
-// or a private address is reached over plain HTTP when it does not answer HTTPS.
+// Docker configuration of the server's user holds for its registry (none: anonymous), over TLS unless the
+// registry is on this host (tlsUnlessLocal).
 func NewPublisher(s *Service, repo string) (*Publisher, error) {
 	r, err := name.NewRepository(repo)
 	if err != nil {
 		return nil, fmt.Errorf("image registry %q: %w", repo, err)
 	}
-	return &Publisher{Service: s, repo: r, opts: []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)},
-		base: map[string]v1.Layer{}}, nil
+	opts := []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain), remote.WithTransport(tlsUnlessLocal{remote.DefaultTransport})}
+	return &Publisher{Service: s, repo: r, opts: opts,
+		base: map[string]v1.Layer{}, pushed: map[string]v1.Hash{}}, nil
 }
 
 // Ref returns the reference, by digest, of the image of env in the registry, building it if nobody has and
@@ -70,27 +76,31 @@ func (p *Publisher) Ref(ctx context.Context, env *apitype.EnvConfig) (string, er
 		return "", nil
 	}
 	key := LayerKey(p.cfg.Layer, p.baseID, l)
-	marker := filepath.Join(LayerDir(p.cfg.Base.Dir, key), "pushed-"+shortHash(p.repo.String()))
-	if b, err := os.ReadFile(marker); err == nil {
-		return p.repo.Digest(strings.TrimSpace(string(b))).String(), nil
+	if d, ok := p.known(ctx, key); ok {
+		return p.repo.Digest(d.String()).String(), nil
 	}
 	ch := p.pushes.DoChan(key, func() (any, error) {
-		// Not the caller's context: a push others wait for finishes even if the first to ask gives up.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Layer.Timeout)
+		if d, ok := p.known(ctx, key); ok { // pushed by a flight that ended since
+			return d, nil
+		}
+		// The service's context, not the caller's: a push others wait for finishes even if the first to ask
+		// gives up, and ends with the service.
+		actx, cancel := context.WithTimeout(p.ctx, p.cfg.Layer.Timeout)
 		defer cancel()
-		rootFS, release, err := p.Acquire(ctx, env) // the layer is held against GC until it is pushed
+		rootFS, release, err := p.Acquire(actx, env) // the layer is held against GC until it is pushed
 		if err != nil {
 			return nil, err
 		}
 		defer release()
-		d, err := p.push(ctx, key, rootFS)
+		pctx, cancel := context.WithTimeout(p.ctx, pushTimeout)
+		defer cancel()
+		d, err := p.push(pctx, key, rootFS)
 		if err != nil {
+			p.cfg.Log.Warn("an environment's image was not pushed", "key", key, "repository", p.repo.String(), "err", err)
 			return nil, &sandbox.ImageError{ImageBuildError: apitype.ImageBuildError{
-				Message: fmt.Sprintf("pushing the image to %s: %v", p.repo, err)}}
+				Message: fmt.Sprintf("pushing the image to %s failed (the server's log has the registry's answer)", p.repo)}}
 		}
-		if err := os.WriteFile(marker, []byte(d.String()+"\n"), 0o644); err != nil {
-			p.cfg.Log.Warn("the image's push not recorded", "key", key, "err", err)
-		}
+		p.record(key, d)
 		return d, nil
 	})
 	select {
@@ -100,8 +110,66 @@ func (p *Publisher) Ref(ctx context.Context, env *apitype.EnvConfig) (string, er
 		}
 		return p.repo.Digest(r.Val.(v1.Hash).String()).String(), nil
 	case <-ctx.Done():
-		return "", fmt.Errorf("waiting for the environment's image to be pushed: %w", ctx.Err())
+		return "", fmt.Errorf("waiting for the environment's image to be built and pushed: %w", ctx.Err())
 	}
+}
+
+// pushTimeout bounds one push of an image.
+const pushTimeout = 30 * time.Minute
+
+// known returns the digest of the image of key in the registry if this process pushed it or found it there;
+// else, if the layer's record (written by a push of this or another process) names one, it asks the registry
+// for it, once per process: a record whose image the registry no longer has (wiped, collected) is removed.
+func (p *Publisher) known(ctx context.Context, key string) (v1.Hash, bool) {
+	p.mu.Lock()
+	d, ok := p.pushed[key]
+	p.mu.Unlock()
+	if ok {
+		return d, true
+	}
+	marker := p.marker(key)
+	b, err := os.ReadFile(marker)
+	if err != nil {
+		return v1.Hash{}, false
+	}
+	if d, err = v1.NewHash(strings.TrimSpace(string(b))); err != nil {
+		_ = os.Remove(marker) // not a record of ours
+		return v1.Hash{}, false
+	}
+	if _, err := remote.Head(p.repo.Digest(d.String()), append(p.opts, remote.WithContext(ctx))...); err != nil {
+		var te *transport.Error
+		if errors.As(err, &te) && te.StatusCode == http.StatusNotFound {
+			_ = os.Remove(marker)
+		}
+		return v1.Hash{}, false
+	}
+	p.mu.Lock()
+	p.pushed[key] = d
+	p.mu.Unlock()
+	return d, true
+}
+
+// record notes that the image of key is in the registry, in memory and in the layer's directory (written
+// whole: a temporary file renamed).
+func (p *Publisher) record(key string, d v1.Hash) {
+	p.mu.Lock()
+	p.pushed[key] = d
+	p.mu.Unlock()
+	marker := p.marker(key)
+	tmp := marker + ".tmp-" + rand.Text()[:8]
+	err := os.WriteFile(tmp, []byte(d.String()+"\n"), 0o644)
+	if err == nil {
+		err = os.Rename(tmp, marker)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		p.cfg.Log.Warn("the image's push not recorded", "key", key, "err", err)
+	}
+}
+
+// marker is the file of the layer key that records the digest of its image in p's repository.
+func (p *Publisher) marker(key string) string {
+	return filepath.Join(LayerDir(p.cfg.Base.Dir, key), "pushed-"+shortHash(p.repo.String()))
 }
 
 // push pushes the image of the layer key, whose root filesystem is rootFS, and returns its digest.
@@ -146,7 +214,9 @@ func (p *Publisher) push(ctx context.Context, key, rootFS string) (v1.Hash, erro
 			}
 		}
 	}()
-	err = remote.Write(p.repo.Tag(key), img, append(p.opts, remote.WithContext(ctx), remote.WithProgress(progress))...)
+	// A tag of its own per image: another server's image of the same key (its directories' times differ) keeps
+	// its tag.
+	err = remote.Write(p.repo.Tag(key+"-"+d.Hex[:12]), img, append(p.opts, remote.WithContext(ctx), remote.WithProgress(progress))...)
 	close(done)
 	if err != nil {
 		return v1.Hash{}, err
@@ -186,8 +256,8 @@ func imageOf(layers ...v1.Layer) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// treeLayer is the layer of the tree at root (WriteLayer), gzip-compressed when it is pushed. Its digest is
-// computed here, reading the whole tree; each upload reads it again (one that stops early closes the reader,
+// treeLayer is the layer of the tree at root (WriteLayer), gzip-compressed when it is pushed. Its digests are
+// computed here and when the image is made, each reading the whole tree; each upload reads it again (one that stops early closes the reader,
 // which ends the writing).
 func treeLayer(root, base string) (v1.Layer, error) {
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
@@ -204,7 +274,8 @@ func treeLayer(root, base string) (v1.Layer, error) {
 // not base's, and a whiteout for each of base's entries root lacks. The same tree gives the same bytes.
 func WriteLayer(ctx context.Context, w io.Writer, root, base string) error {
 	tw := tar.NewWriter(w)
-	links := map[uint64]string{} // a file with several names: its first
+	type inode struct{ dev, ino uint64 }
+	links := map[inode]string{} // a file with several names: its first
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -226,15 +297,14 @@ func WriteLayer(ctx context.Context, w io.Writer, root, base string) error {
 				return nil // the base's
 			}
 		}
+		if !inLayer(fi) {
+			return nil
+		}
 		link := ""
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
+		if fi.Mode()&fs.ModeSymlink != 0 {
 			if link, err = os.Readlink(path); err != nil {
 				return err
 			}
-		case fi.IsDir(), fi.Mode().IsRegular():
-		default:
-			return nil
 		}
 		h, err := tar.FileInfoHeader(fi, link)
 		if err != nil {
@@ -245,10 +315,10 @@ func WriteLayer(ctx context.Context, w io.Writer, root, base string) error {
 			h.Name += "/"
 		}
 		if fi.Mode().IsRegular() && st != nil && st.Nlink > 1 {
-			if first, ok := links[st.Ino]; ok {
+			if first, ok := links[inode{st.Dev, st.Ino}]; ok {
 				h.Typeflag, h.Linkname, h.Size = tar.TypeLink, first, 0
 			} else {
-				links[st.Ino] = rel
+				links[inode{st.Dev, st.Ino}] = rel
 			}
 		}
 		if err := tw.WriteHeader(h); err != nil {
@@ -276,6 +346,11 @@ func WriteLayer(ctx context.Context, w io.Writer, root, base string) error {
 	return tw.Close()
 }
 
+// inLayer reports whether a layer holds an entry like fi: a directory, a regular file or a symbolic link.
+func inLayer(fi fs.FileInfo) bool {
+	return fi.IsDir() || fi.Mode().IsRegular() || fi.Mode()&fs.ModeSymlink != 0
+}
+
 // writeWhiteouts writes a whiteout (.wh.<name>, OCI's) for each entry of base that root lacks.
 func writeWhiteouts(tw *tar.Writer, root, base string) error {
 	return filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
@@ -288,11 +363,14 @@ func writeWhiteouts(tw *tar.Writer, root, base string) error {
 		}
 		fi, err := os.Lstat(filepath.Join(root, rel))
 		switch {
-		case err == nil && d.IsDir() && !fi.IsDir():
+		case err == nil && inLayer(fi) && d.IsDir() && !fi.IsDir():
 			return fs.SkipDir // root's entry replaces the directory
-		case err == nil || !errors.Is(err, fs.ErrNotExist):
+		case err == nil && inLayer(fi):
+			return nil
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
 			return err
 		}
+		// Not in root, or of a kind no layer holds: hidden.
 		h := &tar.Header{Typeflag: tar.TypeReg, Name: filepath.Join(filepath.Dir(rel), ".wh."+d.Name()), Mode: 0o600}
 		if err := tw.WriteHeader(h); err != nil {
 			return err
@@ -308,4 +386,18 @@ func writeWhiteouts(tw *tar.Writer, root, base string) error {
 func shortHash(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:8])
+}
+
+// tlsUnlessLocal refuses plain HTTP to anything but this host: go-containerregistry falls back to HTTP for a
+// registry at a private address, where the credentials it sends would cross the network in the clear.
+type tlsUnlessLocal struct{ http.RoundTripper }
+
+func (t tlsUnlessLocal) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme != "https" {
+		h := r.URL.Hostname()
+		if ip, err := netip.ParseAddr(h); h != "localhost" && (err != nil || !ip.IsLoopback()) {
+			return nil, fmt.Errorf("plain HTTP to %s refused: only a registry on this host is reached without TLS", r.URL.Host)
+		}
+	}
+	return t.RoundTripper.RoundTrip(r)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -25,8 +26,10 @@ import (
 
 // TestLayersRoundTrip pushes an image of two layers, a base and a tree made from it as a build's flatten makes
 // one (the base's files hard-linked, some replaced, some removed, a directory become a file, new files with two
-// names), to a registry (go-containerregistry's, over HTTP), pulls it back and checks that its filesystem, the
-// layers applied with their whiteouts, is the tree: the same entries, kinds, modes, owners, targets and bytes.
+// names, directories become files or links, entries become pipes, set-id and sticky bits), to a registry
+// (go-containerregistry's, over HTTP), pulls it back and checks that its filesystem, the layers applied with
+// their whiteouts (by go-containerregistry's mutate.Extract, as a runtime unpacks them), is the tree: the same
+// entries, kinds, modes, owners, targets and bytes, pipes left out.
 func TestLayersRoundTrip(t *testing.T) {
 	base, root := t.TempDir(), t.TempDir()
 	write := func(dir, rel, data string, mode os.FileMode) {
@@ -58,6 +61,25 @@ func TestLayersRoundTrip(t *testing.T) {
 	if err := os.Symlink("kept", filepath.Join(base, "usr/bin/link")); err != nil {
 		t.Fatal(err)
 	}
+	write(base, "usr/bin/suid", "s", 0o755)
+	if err := os.Chmod(filepath.Join(base, "usr/bin/suid"), 0o4755); err != nil {
+		t.Fatal(err)
+	}
+	mkdir(base, "tmp")
+	if err := os.Chmod(filepath.Join(base, "tmp"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	write(base, "srv/file-became-dir", "f", 0o644)
+	write(base, "srv/dir-became-link/x", "x", 0o644)
+	write(base, "srv/file-became-fifo", "f", 0o644)
+	write(base, "srv/dir-became-fifo/y", "y", 0o644)
+	if err := os.Link(filepath.Join(base, "usr/bin/kept"), filepath.Join(base, "usr/bin/kept-too")); err != nil {
+		t.Fatal(err)
+	}
+	var baseBefore bytes.Buffer // the base's layer before the tree links its files (their link counts change)
+	if err := WriteLayer(context.Background(), &baseBefore, base, ""); err != nil {
+		t.Fatal(err)
+	}
 	// The tree: base's directories made anew, its files linked, then the build's changes.
 	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -77,8 +99,20 @@ func TestLayersRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(root, "etc/removed-dir")); err != nil {
+	for _, rel := range []string{"etc/removed-dir", "srv/file-became-dir", "srv/dir-became-link", "srv/file-became-fifo", "srv/dir-became-fifo"} {
+		if err := os.RemoveAll(filepath.Join(root, rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(root, "srv/file-became-dir/inside", "in", 0o644)
+	if err := os.Symlink("/usr", filepath.Join(root, "srv/dir-became-link")); err != nil {
 		t.Fatal(err)
+	}
+	// A pipe is of no layer: what it replaced is gone from the image, and it is not there.
+	for _, rel := range []string{"srv/file-became-fifo", "srv/dir-became-fifo"} {
+		if err := syscall.Mkfifo(filepath.Join(root, rel), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	write(root, "usr/bin/replaced", "new", 0o755)
 	write(root, "var/became-file", "now a file", 0o600)
@@ -91,7 +125,14 @@ func TestLayersRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The same tree gives the same bytes.
+	// The same tree gives the same bytes, whatever links to its files.
+	var baseAfter bytes.Buffer
+	if err := WriteLayer(context.Background(), &baseAfter, base, ""); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(baseBefore.Bytes(), baseAfter.Bytes()) {
+		t.Error("the base's layer changed when another tree linked its files")
+	}
 	var a, b bytes.Buffer
 	if err := WriteLayer(context.Background(), &a, root, base); err != nil {
 		t.Fatal(err)
@@ -222,8 +263,9 @@ func treeEntries(t *testing.T, root string) map[string]string {
 		}
 		st := fi.Sys().(*syscall.Stat_t)
 		switch {
+		case fi.Mode()&fs.ModeNamedPipe != 0:
 		case fi.IsDir():
-			out[rel] = fmt.Sprintf("dir %o %d:%d", fi.Mode().Perm(), st.Uid, st.Gid)
+			out[rel] = fmt.Sprintf("dir %o %d:%d", st.Mode&0o7777, st.Uid, st.Gid)
 		case fi.Mode()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)
 			if err != nil {
@@ -235,7 +277,7 @@ func treeEntries(t *testing.T, root string) map[string]string {
 			if err != nil {
 				return err
 			}
-			out[rel] = fmt.Sprintf("file %o %d:%d %x", fi.Mode().Perm(), st.Uid, st.Gid, sha256.Sum256(data))
+			out[rel] = fmt.Sprintf("file %o %d:%d %x", st.Mode&0o7777, st.Uid, st.Gid, sha256.Sum256(data))
 		}
 		return nil
 	})
@@ -243,4 +285,33 @@ func treeEntries(t *testing.T, root string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestPlainHTTPOnlyToThisHost: the registry's client sends nothing over plain HTTP but to this host.
+func TestPlainHTTPOnlyToThisHost(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+	defer srv.Close()
+	rt := tlsUnlessLocal{http.DefaultTransport}
+	for _, tc := range []struct {
+		url string
+		ok  bool
+	}{
+		{srv.URL + "/v2/", true},
+		{strings.Replace(srv.URL, "127.0.0.1", "localhost", 1) + "/v2/", true},
+		{"http://10.1.2.3:5000/v2/", false},
+		{"http://registry.example.com/v2/", false},
+		{"http://[::ffff:10.1.2.3]:5000/v2/", false},
+	} {
+		req, err := http.NewRequest(http.MethodGet, tc.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if (err == nil) != tc.ok || (!tc.ok && !strings.Contains(err.Error(), "plain HTTP to")) {
+			t.Errorf("%s: %v; want allowed %v", tc.url, err, tc.ok)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -322,7 +323,8 @@ func testPublisher(ctx context.Context, t *testing.T, svc *image.Service, env *a
 	}
 
 	reg := httptest.NewServer(registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(t.TempDir()))))
-	repo := strings.TrimPrefix(reg.URL, "http://") + "/corral/env"
+	pushedTo := strings.TrimPrefix(reg.URL, "http://")
+	repo := pushedTo + "/corral/env"
 	if pub, err = image.NewPublisher(svc, repo); err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +338,8 @@ func testPublisher(ctx context.Context, t *testing.T, svc *image.Service, env *a
 	}
 	reg = httptest.NewServer(reg.Config.Handler)
 	defer reg.Close()
-	pulled, err := remote.Image(mustParseRef(t, strings.Replace(ref, repo, strings.TrimPrefix(reg.URL, "http://")+"/corral/env", 1)))
+	repo = strings.TrimPrefix(reg.URL, "http://") + "/corral/env"
+	pulled, err := remote.Image(mustParseRef(t, strings.Replace(ref, strings.Split(ref, "@")[0], repo, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,6 +365,26 @@ func testPublisher(ctx context.Context, t *testing.T, svc *image.Service, env *a
 		if !seen[want] {
 			t.Errorf("%s is not in the pushed image (%d entries)", want, len(seen))
 		}
+	}
+
+	// The registry loses its images (wiped at the same address): a new server's Publisher finds the record
+	// stale and pushes again.
+	ln, err := net.Listen("tcp", pushedTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wiped := &httptest.Server{Listener: ln, Config: &http.Server{Handler: registry.New()}}
+	wiped.Start()
+	defer wiped.Close()
+	if pub, err = image.NewPublisher(svc, pushedTo+"/corral/env"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := pub.Ref(ctx, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Head(mustParseRef(t, again)); err != nil {
+		t.Errorf("the image was not pushed again to the wiped registry: %v", err)
 	}
 }
 

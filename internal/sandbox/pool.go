@@ -392,8 +392,11 @@ func (p *Pool) provision(ctx context.Context, s *session, call *Call, r *Recipe)
 // say it is still building; nil if it is built, failed, not acquired here, or the Images cannot say.
 func (p *Pool) pendingImage(r *Recipe, caps Capabilities) *apitype.EnvironmentImage {
 	is, ok := p.cfg.Images.(ImageStatus)
-	if _, refs := p.cfg.Images.(ImageRefs); !ok || (caps.RootFS == RootFSImageRef && !refs) {
+	if !ok {
 		return nil
+	}
+	if _, refs := p.cfg.Images.(ImageRefs); caps.RootFS == RootFSImageRef && !refs {
+		return nil // the provider runs its own image
 	}
 	if img := is.Image(&r.Environment); img != nil && img.Status == apitype.ImageBuilding {
 		return img
@@ -456,7 +459,8 @@ func (p *Pool) start(ctx context.Context, r *Recipe, host *HostDirs, caps Capabi
 }
 
 // startAdmitted builds the sandbox's egress, acquires its image as a host directory (host.RootFS) if the
-// Provider takes one (RootFSHostDir, or RootFSNone, which refuses it), and provisions the sandbox. The image is
+// Provider takes one (RootFSHostDir, or RootFSNone, which refuses it), or its reference (host.Image) if the
+// Provider pulls it (RootFSImageRef) and the Images are ImageRefs, and provisions the sandbox. A directory is
 // released with the sandbox.
 func (p *Pool) startAdmitted(ctx context.Context, r *Recipe, host *HostDirs, caps Capabilities) (Sandbox, error) {
 	var err error

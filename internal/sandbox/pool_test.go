@@ -647,7 +647,8 @@ func TestPoolImageRefs(t *testing.T) {
 			t.Cleanup(func() { _ = p.Stop() })
 			res, err := p.Execute(context.Background(), call("s1"))
 			if tc.err != nil {
-				if err == nil && !strings.Contains(res.Text(), "pushing the image: denied") {
+				var ie *sandbox.ImageError
+				if err != nil && !errors.As(err, &ie) || err == nil && !strings.Contains(res.Text(), "pushing the image: denied") {
 					t.Errorf("a failed Ref: %v, %q; want its error", err, res.Text())
 				}
 				if prov.provisions.Load() != 0 {
