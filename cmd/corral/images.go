@@ -38,7 +38,8 @@ func (f *imageFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.mode, "images", envOr("CORRAL_IMAGES", "auto"), "`mode` of the sandboxes' root filesystems (env CORRAL_IMAGES): debian (a minimal Debian base built with debootstrap, "+
 		"plus each environment's packages, built when the environment is created or changed; on corral worker, plus its --package list), "+
 		"host (the host's /usr, as before images; for machines without debootstrap: environments with packages then fail with a clear error), "+
-		"or auto (debian when running as root with debootstrap and bwrap installed and the backend isolates, else host)")
+		"or auto (debian when running as root with debootstrap and bwrap installed and the backend isolates, else host; "+
+		"on kubernetes, debian only with --k8s-registry, where the images are pushed for the pods)")
 	fs.StringVar(&f.cache, "image-cache", cmp.Or(os.Getenv("CORRAL_IMAGE_CACHE"), defaultImageCache(os.Geteuid(), os.Getenv, os.UserHomeDir)), "`directory` of the built images, shared by every server and worker on the machine (env CORRAL_IMAGE_CACHE): /var/cache/corral/images as root, else $XDG_CACHE_HOME/corral/images or ~/.cache/corral/images; the base takes ~300 MB, each package list a layer of its own")
 	fs.DurationVar(&f.timeout, "image-build-timeout", image.DefaultBuildTimeout, "time limit of one environment's package build")
 	fs.Int64Var(&f.diskMB, "image-build-disk", image.DefaultBuildDiskBytes>>20, "disk limit of one environment's package build in `MiB` (needs loop devices and mkfs.ext4, as --sandbox-disk)")

@@ -186,7 +186,7 @@ func (p *Publisher) push(ctx context.Context, key, rootFS string) (v1.Hash, erro
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("the packages' layer: %w", err)
 	}
-	img, err := imageOf(baseLayer, diff)
+	img, err := OCIImage(baseLayer, diff)
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -240,8 +240,8 @@ func (p *Publisher) baseLayer(rootFS string) (v1.Layer, error) {
 	return l, nil
 }
 
-// imageOf is the linux image of layers, for this machine's architecture, its PATH Debian's.
-func imageOf(layers ...v1.Layer) (v1.Image, error) {
+// OCIImage is the linux OCI image of layers, for this machine's architecture, its PATH Debian's.
+func OCIImage(layers ...v1.Layer) (v1.Image, error) {
 	img, err := mutate.AppendLayers(mutate.MediaType(mutate.ConfigMediaType(empty.Image, types.OCIConfigJSON), types.OCIManifestSchema1), layers...)
 	if err != nil {
 		return nil, err
@@ -257,8 +257,8 @@ func imageOf(layers ...v1.Layer) (v1.Image, error) {
 }
 
 // treeLayer is the layer of the tree at root (WriteLayer), gzip-compressed when it is pushed. Its digests are
-// computed here and when the image is made, each reading the whole tree; each upload reads it again (one that stops early closes the reader,
-// which ends the writing).
+// computed here and when the image is made, each reading the whole tree; each upload reads it again (one that
+// stops early closes the reader, which ends the writing).
 func treeLayer(root, base string) (v1.Layer, error) {
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		pr, pw := io.Pipe()

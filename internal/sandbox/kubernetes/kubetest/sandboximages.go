@@ -10,8 +10,6 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/corralhq/corral/internal/image"
@@ -83,21 +81,11 @@ func fileImage(path string, data []byte) (v1.Image, error) {
 	return layerImage(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
 }
 
-// layerImage is a linux/amd64 image of the one layer open reads.
+// layerImage is a linux image of the one layer open reads.
 func layerImage(open tarball.Opener) (v1.Image, error) {
 	layer, err := tarball.LayerFromOpener(open)
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	return mutate.ConfigFile(img, cf)
+	return image.OCIImage(layer)
 }
