@@ -186,7 +186,7 @@ func (p *Publisher) push(ctx context.Context, key, rootFS string) (v1.Hash, erro
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("the packages' layer: %w", err)
 	}
-	img, err := OCIImage(baseLayer, diff)
+	img, err := imageOf(baseLayer, diff)
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -240,8 +240,8 @@ func (p *Publisher) baseLayer(rootFS string) (v1.Layer, error) {
 	return l, nil
 }
 
-// OCIImage is the linux OCI image of layers, for this machine's architecture, its PATH Debian's.
-func OCIImage(layers ...v1.Layer) (v1.Image, error) {
+// imageOf is the linux OCI image of layers, for this machine's architecture, its PATH Debian's.
+func imageOf(layers ...v1.Layer) (v1.Image, error) {
 	img, err := mutate.AppendLayers(mutate.MediaType(mutate.ConfigMediaType(empty.Image, types.OCIConfigJSON), types.OCIManifestSchema1), layers...)
 	if err != nil {
 		return nil, err

@@ -162,7 +162,7 @@ func TestLayersRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := OCIImage(baseLayer, diff)
+	img, err := imageOf(baseLayer, diff)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,15 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-
-	"github.com/corralhq/corral/internal/image"
 )
 
 // The references of the images ImportSandboxImages imports.
@@ -32,11 +33,7 @@ func (c *Cluster) ImportSandboxImages(ctx context.Context, agentPath, agentInIma
 
 // ImportSandboxImage imports the root filesystem at rootfs (the tests' Debian base) as SandboxImage, one layer.
 func (c *Cluster) ImportSandboxImage(ctx context.Context, rootfs string) error {
-	img, err := layerImage(func() (io.ReadCloser, error) {
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(image.WriteLayer(ctx, pw, rootfs, "")) }()
-		return pr, nil
-	})
+	img, err := layerImage(func() (io.ReadCloser, error) { return tarDir(rootfs), nil })
 	if err != nil {
 		return err
 	}
@@ -81,11 +78,75 @@ func fileImage(path string, data []byte) (v1.Image, error) {
 	return layerImage(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
 }
 
-// layerImage is a linux image of the one layer open reads.
+// layerImage is a linux/amd64 image of the one layer open reads.
 func layerImage(open tarball.Opener) (v1.Image, error) {
 	layer, err := tarball.LayerFromOpener(open)
 	if err != nil {
 		return nil, err
 	}
-	return image.OCIImage(layer)
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	return mutate.ConfigFile(img, cf)
+}
+
+// tarDir streams the tree at root as a tar: regular files, directories and symlinks, owned by root (devices,
+// sockets and fifos belong in no image layer).
+func tarDir(root string) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || path == root {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			link := ""
+			switch {
+			case fi.Mode()&fs.ModeSymlink != 0:
+				if link, err = os.Readlink(path); err != nil {
+					return err
+				}
+			case !fi.Mode().IsRegular() && !fi.IsDir():
+				return nil
+			}
+			hdr, err := tar.FileInfoHeader(fi, link)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			hdr.Name, hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = rel, 0, 0, "", ""
+			if fi.IsDir() {
+				hdr.Name += "/"
+			}
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			if !fi.Mode().IsRegular() {
+				return nil
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.Copy(tw, f)
+			return err
+		})
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr
 }
