@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"log"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
@@ -103,7 +105,7 @@ func assertClusterClean(t *testing.T, sandboxArgs []string, forbidden map[string
 // from localhost over HTTP) and its sessions' pods run it by digest: jq is there, without a note that the
 // packages were not installed. A second session's pod runs the same image, pushed once.
 func testEnvironmentImageInPods(t *testing.T, c *kubetest.Cluster, ns string, args []string) {
-	reg := httptest.NewServer(registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(t.TempDir()))))
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithBlobHandler(registry.NewDiskBlobHandler(t.TempDir()))))
 	defer reg.Close()
 	repo := "localhost:" + strings.TrimPrefix(reg.URL, "http://127.0.0.1:") + "/corral/env"
 	model := modeltest.NewServer(t)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -148,7 +149,7 @@ func TestLayersRoundTrip(t *testing.T) {
 		t.Errorf("the changes' layer holds %q", names)
 	}
 
-	srv := httptest.NewServer(registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(t.TempDir()))))
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithBlobHandler(registry.NewDiskBlobHandler(t.TempDir()))))
 	defer srv.Close()
 	repo, err := name.NewRepository(strings.TrimPrefix(srv.URL, "http://") + "/corral/env")
 	if err != nil {

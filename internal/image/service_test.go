@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -322,7 +323,7 @@ func testPublisher(ctx context.Context, t *testing.T, svc *image.Service, env *a
 		t.Errorf("Ref without packages = %q, %v; want none", ref, err)
 	}
 
-	reg := httptest.NewServer(registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(t.TempDir()))))
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithBlobHandler(registry.NewDiskBlobHandler(t.TempDir()))))
 	pushedTo := strings.TrimPrefix(reg.URL, "http://")
 	repo := pushedTo + "/corral/env"
 	if pub, err = image.NewPublisher(svc, repo); err != nil {
@@ -373,7 +374,7 @@ func testPublisher(ctx context.Context, t *testing.T, svc *image.Service, env *a
 	if err != nil {
 		t.Fatal(err)
 	}
-	wiped := &httptest.Server{Listener: ln, Config: &http.Server{Handler: registry.New()}}
+	wiped := &httptest.Server{Listener: ln, Config: &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}}
 	wiped.Start()
 	defer wiped.Close()
 	if pub, err = image.NewPublisher(svc, pushedTo+"/corral/env"); err != nil {
