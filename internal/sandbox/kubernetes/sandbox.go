@@ -314,8 +314,8 @@ func acceptAndClose(ln net.Listener) {
 }
 
 // packagesNote is what a sandbox says of the environment's packages when its pod does not run the
-// environment's image (image: the Pool gave none, as when the server pushes no images: corral serve
-// --k8s-registry): "" when it lists none or the pod runs the image.
+// environment's image (image is "": the Pool gave none, as on a server without --k8s-registry): "" when the
+// environment lists none or the pod runs its image.
 func packagesNote(pk *apitype.Packages, image string) string {
 	if pk == nil || image != "" {
 		return ""
