@@ -112,3 +112,26 @@ current-context: c
 		}
 	}
 }
+
+// TestAgentPath: --sandbox-agent is taken as given; else corral-sandbox-agent on PATH (or beside the binary); else
+// a copy of this binary in the data directory, reported as such (serve then logs selfAgentNote).
+func TestAgentPath(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PATH", t.TempDir()) // no agent on PATH
+	p, self, err := (&handsFlags{}).agentPath(dir)
+	if err != nil || !self || p != filepath.Join(dir, "bin", agentName) || !fileExists(p) {
+		t.Fatalf("without an installed agent: %q self %v, %v; want a copy at %s", p, self, err, filepath.Join(dir, "bin", agentName))
+	}
+	given := filepath.Join(dir, "my-agent")
+	if p, self, err := (&handsFlags{agent: given}).agentPath(dir); err != nil || self || p != given {
+		t.Errorf("--sandbox-agent %s: %q self %v, %v", given, p, self, err)
+	}
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, agentName), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin)
+	if p, self, err := (&handsFlags{}).agentPath(dir); err != nil || self || p != filepath.Join(bin, agentName) {
+		t.Errorf("with %s on PATH: %q self %v, %v", agentName, p, self, err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -60,7 +61,13 @@ type benchFlags struct {
 	agent          string
 	runsc          string
 	cpuProfile     string
+	memProfile     string
+	blockProfile   string
+	mutexProfile   string
 	traceFile      string
+	scaleHeap      string
+	history        string
+	historyTurns   int
 	cpuShare       int
 	cpuIdle        bool
 	recipeSessions string
@@ -96,8 +103,10 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.scale, "scale", "100,250,500,750,1000,1500,2000", "comma-separated concurrent-session `levels` of the scale search (stops at the first level at or over 50 ms p95 overhead)")
 	fs.DurationVar(&f.scaleTTFT, "scale-model-ttft", 2*time.Second, "the fake model's time to first token in the scale section (a session stays active that long per call)")
 	fs.IntVar(&f.scalePerSlot, "scale-turns", 2, "fresh sessions each concurrent slot runs, one after the other, at each scale level")
+	fs.StringVar(&f.history, "history", "0,100,1000,10000", "comma-separated `levels` of the history section: events in a session's log before its measured turns")
+	fs.IntVar(&f.historyTurns, "history-turns", 10, "turns measured at each level of the history section")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")
-	fs.StringVar(&f.sections, "sections", "ttft,hands,log,scale,idle,multiagent,failover", "comma-separated `sections` to run (also: cpu, recipe, memory, webhooks)")
+	fs.StringVar(&f.sections, "sections", "ttft,hands,log,history,scale,idle,multiagent,failover", "comma-separated `sections` to run (also: cpu, recipe, memory, webhooks)")
 	fs.IntVar(&f.maRuns, "multiagent-runs", 30, "coordinator sessions starting one child in the multiagent section (and as many single-agent sessions, alternating)")
 	fs.IntVar(&f.maChildren, "multiagent-children", 24, "start_thread calls of the multiagent fan-out's one coordinator answer (the brain runs at most 25 threads of a session at once, the coordinator included: more are refused)")
 	fs.IntVar(&f.maRounds, "multiagent-rounds", 5, "fan-out sessions of the multiagent section, one after the other")
@@ -114,8 +123,12 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.workers, "brains", 2500, "in-process brain workers of the servers under test (>= the largest level)")
 	fs.StringVar(&f.out, "out", "docs/benchmarks.md", "markdown `file` whose generated section is replaced (\"\" = do not write)")
 	fs.StringVar(&f.svg, "svg", "", "SVG chart `file` (default bench.svg beside --out)")
-	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: as serve finds it; from a test binary or a dynamically linked corral, built static with go build when run in the source checkout)")
+	fs.StringVar(&f.agent, "sandbox-agent", os.Getenv("CORRAL_SANDBOX_AGENT"), "`path` of the in-sandbox agent binary (default: corral-sandbox-agent beside this binary or on PATH, else built static with go build in the source checkout, as the container image ships it, else this binary)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, brains and client are one process) to `file`")
+	fs.StringVar(&f.memProfile, "memprofile", "", "write an allocation profile of the whole run to `file` at its end (go tool pprof: -sample_index=alloc_space for what was allocated, inuse_space for what is live at the end)")
+	fs.StringVar(&f.blockProfile, "blockprofile", "", "write a profile of where goroutines blocked (channels, selects, locks, waits of 10 µs or more) during the whole run to `file`")
+	fs.StringVar(&f.mutexProfile, "mutexprofile", "", "write a profile of contended mutexes (one contention in 10 sampled) during the whole run to `file`")
+	fs.StringVar(&f.scaleHeap, "scale-heapprofile", "", "write a heap profile in the middle of each scale level's first try (once every session of the level is in its first turn) to `prefix`-N.pb.gz, N the level")
 	fs.StringVar(&f.traceFile, "trace", "", "write an execution trace of the whole run to `file` (go tool trace; -pprof=sched and -pprof=sync show where a turn waits); keep the run short, a trace grows by megabytes a second")
 	runscFlag(fs, &f.runsc)
 	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
@@ -146,6 +159,8 @@ func (f *benchFlags) applyQuick(set map[string]bool) {
 		"scale":                 func() { f.scale = "50,100" },
 		"scale-model-ttft":      func() { f.scaleTTFT = 300 * time.Millisecond },
 		"idle-sessions":         func() { f.idleSessions = 100 },
+		"history":               func() { f.history = "0,1000" },
+		"history-turns":         func() { f.historyTurns = 3 },
 		"failover-runs":         func() { f.failoverRuns = 1 },
 		"model-ttft":            func() { f.ttft = 100 * time.Millisecond },
 		"brains":                func() { f.workers = 200 },
@@ -180,6 +195,8 @@ against a fake model server of configurable latency and real sandboxes, and comp
   ttft      time to first token as a client sees it, and platform overhead, per backend, mode and concurrency
   hands     provision / ready / execute latency per backend
   log       appends per second through the API; SSE delivery to 1, 10, 100 and 1,000 subscribers of one session (and the POST's own round trip)
+  history   a turn's platform overhead in a session whose log already holds --history events (earlier turns,
+            filled through the store), --history-turns turns at each level
   scale     the most concurrent active sessions with p95 platform overhead under 50 ms
   idle      memory, goroutines and sandboxes held by idle sessions
   multiagent  multi-agent sessions (issue 22) on the first backend: a coordinator's start_thread answer to the
@@ -226,6 +243,29 @@ Flags:
 		}
 		defer pprof.StopCPUProfile()
 	}
+	for _, p := range []struct {
+		file, name string
+		on         func()
+	}{
+		{f.memProfile, "allocs", func() {}},
+		{f.blockProfile, "block", func() { runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds())) }},
+		{f.mutexProfile, "mutex", func() { runtime.SetMutexProfileFraction(10) }},
+	} {
+		if p.file == "" {
+			continue
+		}
+		pf, err := os.Create(p.file)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		p.on()
+		defer func() {
+			if err := pprof.Lookup(p.name).WriteTo(pf, 0); err != nil {
+				fmt.Fprintf(io.err, "corral bench: %s profile: %v\n", p.name, err)
+			}
+		}()
+	}
 	if f.traceFile != "" {
 		tf, err := os.Create(f.traceFile)
 		if err != nil {
@@ -246,15 +286,22 @@ Flags:
 
 // config maps the flags to the benchmark's config.
 func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
-	sessions, err := intList(f.sessions)
+	sessions, err := intList(f.sessions, 1)
 	if err != nil {
 		return bench.Config{}, fmt.Errorf("--sessions: %w", err)
 	}
-	scale, err := intList(f.scale)
+	scale, err := intList(f.scale, 1)
 	if err != nil {
 		return bench.Config{}, fmt.Errorf("--scale: %w", err)
 	}
-	recipeSessions, err := intList(f.recipeSessions)
+	history, err := intList(f.history, 0)
+	if err != nil {
+		return bench.Config{}, fmt.Errorf("--history: %w", err)
+	}
+	if f.historyTurns <= 0 {
+		return bench.Config{}, errors.New("--history-turns must be positive")
+	}
+	recipeSessions, err := intList(f.recipeSessions, 1)
 	if err != nil {
 		return bench.Config{}, fmt.Errorf("--recipe-sessions: %w", err)
 	}
@@ -302,7 +349,8 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		Brain:    defaultBrainConfig(),
 		Sessions: sessions, Samples: f.samples, GvisorMax: f.gvisorMax, ToolShare: f.toolShare,
 		ModelTTFT: f.ttft, ModelPerToken: f.perToken, ModelJitter: f.jitter,
-		Scale: scale, ScaleTTFT: f.scaleTTFT, ScalePerSlot: f.scalePerSlot, IdleSessions: f.idleSessions,
+		Scale: scale, ScaleTTFT: f.scaleTTFT, ScalePerSlot: f.scalePerSlot, ScaleHeapProfile: f.scaleHeap, IdleSessions: f.idleSessions,
+		HistoryEvents: history, HistoryTurns: f.historyTurns,
 		Sections: sections, FailoverRuns: f.failoverRuns, FailoverLeaseTTL: f.leaseTTL, Workers: f.workers,
 		Out: f.out, SVG: f.svg, CPUShare: f.cpuShare, CPUIdle: f.cpuIdle,
 		Recipe: f.recipeParts(io), RecipeSessions: recipeSessions, RecipeSamples: f.recipeSamples,
@@ -330,14 +378,14 @@ func (f *benchFlags) agentPath(io *stdio, root string) (string, error) {
 	return p, err
 }
 
+// findAgent finds the agent as the image ships it: --sandbox-agent, else corral-sandbox-agent beside this binary
+// or on PATH, else built from the source checkout, else (outside one) this binary as serve would copy it.
 func (f *benchFlags) findAgent(io *stdio, root string) (string, error) {
-	hf := handsFlags{agent: f.agent}
-	exe, err := os.Executable()
-	if err != nil {
-		return "", err
+	if f.agent != "" {
+		return filepath.Abs(f.agent)
 	}
-	if f.agent != "" || (!strings.HasSuffix(filepath.Base(exe), ".test") && !dynamic(exe)) {
-		return hf.agentPath(root)
+	if p, ok := installedAgent(); ok {
+		return p, nil
 	}
 	src := ""
 	for _, dir := range []string{"cmd/corral-sandbox-agent", "../corral-sandbox-agent"} {
@@ -346,10 +394,16 @@ func (f *benchFlags) findAgent(io *stdio, root string) (string, error) {
 		}
 	}
 	if src == "" {
-		if !strings.HasSuffix(filepath.Base(exe), ".test") {
-			return hf.agentPath(root) // dynamically linked: fine for bwrap and runc, not for gVisor
+		exe, err := os.Executable()
+		if err != nil {
+			return "", err
 		}
-		return "", errors.New("corral-sandbox-agent not found (pass --sandbox-agent)")
+		if strings.HasSuffix(filepath.Base(exe), ".test") {
+			return "", errors.New("corral-sandbox-agent not found (pass --sandbox-agent)")
+		}
+		fmt.Fprintln(io.err, "corral bench: "+selfAgentNote)
+		p, _, err := (&handsFlags{}).agentPath(root) // dynamically linked: fine for bwrap and runc, not for gVisor
+		return p, err
 	}
 	out := filepath.Join(root, "bin", "corral-sandbox-agent")
 	fmt.Fprintln(io.err, "corral bench: building corral-sandbox-agent")
@@ -371,11 +425,12 @@ func splitList(s string) []string {
 	return out
 }
 
-func intList(s string) ([]int, error) {
+// intList parses comma-separated levels, each at least least.
+func intList(s string, least int) ([]int, error) {
 	var out []int
 	for _, p := range splitList(s) {
 		n, err := strconv.Atoi(p)
-		if err != nil || n <= 0 {
+		if err != nil || n < least {
 			return nil, fmt.Errorf("bad level %q", p)
 		}
 		out = append(out, n)

@@ -24,7 +24,9 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(binDir, "corral"), "bench", "--quick", "--backends", sandboxKind(),
-		"--sessions", "1,4", "--scale", "20", "--idle-sessions", "20", "--out", out)
+		"--sessions", "1,4", "--scale", "20", "--idle-sessions", "20", "--out", out,
+		"--memprofile", filepath.Join(dir, "allocs.pb.gz"), "--blockprofile", filepath.Join(dir, "block.pb.gz"),
+		"--mutexprofile", filepath.Join(dir, "mutex.pb.gz"))
 	cmd.Dir = dir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -37,12 +39,16 @@ func TestBenchQuick(t *testing.T) {
 	if !strings.Contains(stderr.String(), "ttft: ") {
 		t.Errorf("no progress on stderr:\n%s", stderr.String())
 	}
+	// Outside the source checkout, with no corral-sandbox-agent installed, the agent is this binary: said once.
+	if _, err := exec.LookPath(agentName); err != nil && strings.Count(stderr.String(), selfAgentNote) != 1 {
+		t.Errorf("stderr does not say once that the agent is the corral binary:\n%s", stderr.String())
+	}
 	md, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"other engineers' figures", bench.BeginMarker, "### Time to first token", "### Hands", "### Log",
-		"### Scale", "### Idle sessions", "### Multi-agent sessions", "### Closing note"} {
+		"### Scale", "### Idle sessions", "### Multi-agent sessions", "### Closing note", "### A session's history"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
@@ -53,6 +59,13 @@ func TestBenchQuick(t *testing.T) {
 	svg, err := os.ReadFile(filepath.Join(dir, "bench.svg"))
 	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
 		t.Errorf("bench.svg: %v %.80q", err, svg)
+	}
+	// Each profile is one go tool pprof reads, with samples of the run in it.
+	for name, index := range map[string]string{"allocs": "alloc_space", "block": "delay", "mutex": "delay"} {
+		top, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index="+index, filepath.Join(dir, name+".pb.gz")).CombinedOutput()
+		if err != nil || !strings.Contains(string(top), "flat%") {
+			t.Errorf("the %s profile: %v\n%s", name, err, top)
+		}
 	}
 	t.Logf("stdout:\n%s", stdout.String())
 }

@@ -230,9 +230,12 @@ func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Prov
 	if err != nil {
 		return nil, err
 	}
-	agentPath, err := f.agentPath(dataDir)
+	agentPath, self, err := f.agentPath(dataDir)
 	if err != nil {
 		return nil, err
+	}
+	if self && !b.remote {
+		logger.Info(selfAgentNote, "agent", agentPath)
 	}
 	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle,
 		uidBase: f.uidBase, kube: &f.kube}, "")
@@ -243,27 +246,45 @@ const agentName = "corral-sandbox-agent"
 
 // agentPath finds the in-sandbox agent: --sandbox-agent, else corral-sandbox-agent beside this binary or on
 // PATH, else a copy of this binary (which runs as the agent under that name) in the data dir, where sandbox
-// uids can reach it (go run builds into a private directory).
-func (f *handsFlags) agentPath(dataDir string) (string, error) {
+// uids can reach it (go run builds into a private directory). self says it is that copy.
+func (f *handsFlags) agentPath(dataDir string) (path string, self bool, err error) {
 	if f.agent != "" {
-		return filepath.Abs(f.agent)
+		path, err = filepath.Abs(f.agent)
+		return path, false, err
+	}
+	if p, ok := installedAgent(); ok {
+		return p, false, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return "", fmt.Errorf("find own binary: %w", err)
-	}
-	if p := filepath.Join(filepath.Dir(exe), agentName); fileExists(p) {
-		return p, nil
-	}
-	if p, err := exec.LookPath(agentName); err == nil {
-		return filepath.Abs(p)
+		return "", false, fmt.Errorf("find own binary: %w", err)
 	}
 	dst, err := filepath.Abs(filepath.Join(dataDir, "bin", agentName))
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	return dst, copyIfChanged(exe, dst)
+	return dst, true, copyIfChanged(exe, dst)
 }
+
+// installedAgent finds corral-sandbox-agent beside this binary or on PATH.
+func installedAgent() (string, bool) {
+	if exe, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(exe), agentName); fileExists(p) {
+			return p, true
+		}
+	}
+	if p, err := exec.LookPath(agentName); err == nil {
+		if p, err := filepath.Abs(p); err == nil {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// selfAgentNote is logged when the in-sandbox agent is this binary: it starts as slowly as the whole server.
+const selfAgentNote = "the in-sandbox agent is a copy of this binary: each sandbox start then runs every package initialization of the server " +
+	"(tens of milliseconds more per start: docs/benchmarks.md); put corral-sandbox-agent beside it or on PATH " +
+	"(go install ./cmd/corral-sandbox-agent), as the container image does"
 
 func fileExists(p string) bool {
 	_, err := os.Stat(p)

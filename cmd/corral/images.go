@@ -163,7 +163,7 @@ func (f *imageFlags) images(dataDir string, hf *handsFlags, st store.Store, logg
 		return nil, err
 	}
 	f.dir = cache
-	agentPath, err := hf.agentPath(dataDir)
+	agentPath, _, err := hf.agentPath(dataDir)
 	if err != nil {
 		return nil, err
 	}

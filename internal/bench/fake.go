@@ -23,6 +23,8 @@ type fakeModel struct {
 	new chan struct{} // closed and replaced on each timing
 	// calls are the answered requests of the multi-agent workload (first user message with a task marker).
 	calls []modelCall
+	// sizes are the body sizes of the history section's requests (historyMark), by marker.
+	sizes map[string]int
 }
 
 // modelCall is one request of the multi-agent workload that the fake model answered.
@@ -38,7 +40,7 @@ type modelCall struct {
 // startFake starts a fake model server of the run's per-token latency and jitter and this time to first
 // token, and the model adapter (Config.Model) pointed at it.
 func (b *benchRun) startFake(ttft time.Duration) (*fakeModel, error) {
-	m := &fakeModel{got: map[string]fakemodel.Timing{}, new: make(chan struct{})}
+	m := &fakeModel{got: map[string]fakemodel.Timing{}, new: make(chan struct{}), sizes: map[string]int{}}
 	srv, err := fakemodel.Start(fakemodel.WithLatency(ttft, b.cfg.ModelPerToken, b.cfg.ModelJitter), fakemodel.WithObserver(m.observe))
 	if err != nil {
 		return nil, err
@@ -70,6 +72,9 @@ func (m *fakeModel) observe(t fakemodel.Timing) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.got[marker]; !ok {
+		if strings.HasPrefix(marker, historyMark) {
+			m.sizes[marker] = len(t.Request.Body)
+		}
 		t.Request = nil
 		m.got[marker] = t
 		close(m.new)
@@ -82,6 +87,16 @@ func (m *fakeModel) ScriptTool(marker, command string) {
 		ToolUses: []fakemodel.ToolUse{{Name: "bash", Input: fmt.Sprintf(`{"command":%q}`, command)}},
 		Match:    func(r *fakemodel.Request) bool { return r.LastUserText() == marker },
 	})
+}
+
+// requestBytes takes the body size of the history section's request whose last user text is marker (0 if none
+// arrived).
+func (m *fakeModel) requestBytes(marker string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.sizes[marker]
+	delete(m.sizes, marker)
+	return n
 }
 
 // scriptHeld makes the answer to the request whose last user text is marker wait until hold is closed.

@@ -137,6 +137,10 @@ func (r *Report) Markdown(svgName string) string {
 		}
 		p("\n")
 	}
+	if len(r.History) > 0 {
+		b.WriteString(historyMarkdown(r.History, r.HistoryTurns))
+		p("\n")
+	}
 
 	if len(r.Scale) > 0 {
 		p("### Scale\n\n")

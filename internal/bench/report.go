@@ -85,19 +85,22 @@ type Report struct {
 	ScaleModelTTFT                        time.Duration
 	ScalePerSlot                          int
 
-	Cells      []Cell
-	Hands      []HandsResult
-	Log        *LogResult
-	Scale      []ScaleStep
-	ScaleMax   int // the largest level whose p95 overhead stayed under the limit
-	Memory     *MemoryResult
-	CPU        []CPUResult
-	Failover   *FailoverResult
-	Recipe     *RecipeResult
-	Multiagent *MultiagentResult
-	MemStores  []*MemStoreResult
-	Webhooks   *WebhookResult
-	Skipped    []string // "section: reason"
+	Cells   []Cell
+	Hands   []HandsResult
+	Log     *LogResult
+	History []HistoryLevel
+	// HistoryTurns is the turns measured at each History level.
+	HistoryTurns int
+	Scale        []ScaleStep
+	ScaleMax     int // the largest level whose p95 overhead stayed under the limit
+	Memory       *MemoryResult
+	CPU          []CPUResult
+	Failover     *FailoverResult
+	Recipe       *RecipeResult
+	Multiagent   *MultiagentResult
+	MemStores    []*MemStoreResult
+	Webhooks     *WebhookResult
+	Skipped      []string // "section: reason"
 }
 
 // Goals.
@@ -273,6 +276,9 @@ func (r *Report) WriteSummary(w io.Writer) {
 	for _, m := range r.MemStores {
 		fmt.Fprintln(w)
 		m.writeSummary(w)
+	}
+	if len(r.History) > 0 {
+		writeHistorySummary(w, r.History)
 	}
 	if wh := r.Webhooks; wh != nil {
 		fmt.Fprintf(w, "\nwebhooks: log append → delivery p50 %s ms, p95 %s ms; %s\n", Ms(wh.Latency.P50), Ms(wh.Latency.P95), wh.rates())

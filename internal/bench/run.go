@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -27,7 +28,7 @@ import (
 )
 
 // Sections of a run, in the order they run.
-var Sections = []string{"ttft", "hands", "log", "scale", "idle", "multiagent", "cpu", "failover", "recipe", "memory", "webhooks"}
+var Sections = []string{"ttft", "hands", "log", "history", "scale", "idle", "multiagent", "cpu", "failover", "recipe", "memory", "webhooks"}
 
 // Config is one corral bench run. cmd/corral maps the flags to it; the fields' doc is the flags' help.
 type Config struct {
@@ -59,9 +60,17 @@ type Config struct {
 	Scale                                 []int // levels of the scale search
 	ScaleTTFT                             time.Duration
 	ScalePerSlot                          int
-	IdleSessions                          int
-	Sections                              []string // of Sections
-	FailoverRuns                          int
+	// ScaleHeapProfile, if set, is the path prefix of a heap profile written in the middle of each scale level's
+	// first try (PREFIX-N.pb.gz, N the level), once every slot is in its first turn: what the live heap holds at
+	// that level, by allocation site.
+	ScaleHeapProfile string
+	IdleSessions     int
+	// HistoryEvents are the history section's levels (events in a session's log before its measured turns),
+	// HistoryTurns the turns measured at each.
+	HistoryEvents []int
+	HistoryTurns  int
+	Sections      []string // of Sections
+	FailoverRuns  int
 	// Recipe builds the recipe section's server parts for its git server (cmd/corral); nil skips the section.
 	Recipe func(RecipeGit) (RecipeParts, error)
 	// RecipeSessions are the recipe section's concurrency levels, RecipeSamples its samples per level and
@@ -138,6 +147,7 @@ func (b *benchRun) run(ctx context.Context) error {
 		Started: time.Now(), Command: "corral bench " + strings.Join(f.Args, " "), Workers: f.Workers,
 		ModelTTFT: f.ModelTTFT, ModelPerToken: f.ModelPerToken, ModelJitter: f.ModelJitter, ToolShare: f.ToolShare,
 		PerSlot: map[int]int{}, Machine: machine(), ScaleModelTTFT: f.ScaleTTFT, ScalePerSlot: f.ScalePerSlot,
+		HistoryTurns: f.HistoryTurns,
 	}
 	b.rep.Command = strings.TrimSpace(b.rep.Command)
 	load0 := loadAvg()
@@ -197,6 +207,11 @@ func (b *benchRun) run(ctx context.Context) error {
 	if sections["log"] {
 		if err := b.log(ctx); err != nil {
 			b.skip("log", err.Error())
+		}
+	}
+	if sections["history"] {
+		if err := b.history(ctx); err != nil {
+			b.skip("history", err.Error())
 		}
 	}
 	if sections["scale"] {
@@ -648,9 +663,14 @@ levels:
 			timed.Take()
 			mem := sampleMemory()
 			t0 := time.Now()
+			stopProfile := func() bool { return false }
+			if try == 1 && b.cfg.ScaleHeapProfile != "" {
+				stopProfile = b.heapProfileAt(fmt.Sprintf("%s-%d.pb.gz", b.cfg.ScaleHeapProfile, n), b.cfg.ScaleTTFT*3/2)
+			}
 			samples, errs, err := RunTTFT(ctx, s.c, fake, Workload{
 				AgentID: s.agentID, EnvID: s.envID, Concurrency: n, PerSlot: b.cfg.ScalePerSlot, Stagger: b.cfg.ScaleTTFT,
 			})
+			stopProfile()
 			stt := timed.Take()
 			rate := float64(len(samples)) / time.Since(t0).Seconds()
 			if err != nil && len(samples) == 0 {
@@ -738,6 +758,24 @@ func redact(u string) string {
 		return p.Redacted()
 	}
 	return u
+}
+
+// heapProfileAt writes a heap profile to path after d (after a GC, so that it shows what is live then), unless
+// the function it returns is called first.
+func (b *benchRun) heapProfileAt(path string, d time.Duration) (stop func() bool) {
+	return time.AfterFunc(d, func() {
+		runtime.GC()
+		f, err := os.Create(path)
+		if err == nil {
+			err = pprof.Lookup("heap").WriteTo(f, 0)
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			b.progress("scale: heap profile: %v", err)
+			return
+		}
+		b.progress("scale: heap profile written to %s", path)
+	}).Stop
 }
 
 // sampleMemory starts sampling the process's live heap and goroutines every 100 ms (after a GC for the base);

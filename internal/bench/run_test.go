@@ -79,6 +79,7 @@ func TestRunQuick(t *testing.T) {
 		Sessions: []int{1, 2}, Samples: 2, GvisorMax: 10, ToolShare: 0.5,
 		ModelTTFT: 20 * time.Millisecond, ModelPerToken: time.Millisecond,
 		Scale: []int{4}, ScaleTTFT: 50 * time.Millisecond, ScalePerSlot: 1, IdleSessions: 8,
+		HistoryEvents: []int{0, 42}, HistoryTurns: 2,
 		Sections: bench.Sections, FailoverRuns: 1, FailoverLeaseTTL: 2 * time.Second, Workers: 20,
 		MultiagentRuns: 2, MultiagentChildren: 3, MultiagentRounds: 1,
 		Out: out, Stdout: &stdout, Stderr: &stderr,
@@ -98,6 +99,7 @@ func TestRunQuick(t *testing.T) {
 	}
 	for _, want := range []string{"other engineers' figures", bench.BeginMarker, "### Time to first token", "### Hands", "### Log",
 		"### Scale", "### Idle sessions", "### Multi-agent sessions", "### Closing note", "bubblewrap is not installed: apt-get install bubblewrap",
+		"### A session's history", "\n| 42 | ",
 		"failover: it runs `corral harness` processes"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

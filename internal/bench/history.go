@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/internal/apitype"
+	"github.com/corralhq/corral/internal/store"
+)
+
+// The history section (issue 30) measures how a turn's platform overhead grows with the events already in its
+// session's log. A brain that wakes a session reads the log back to its last compaction (harness loadTail) and
+// sends the whole conversation to the model, so both grow with the history until a compaction bounds them.
+// For each level a fresh session's log is filled through the store with whole earlier turns of six events, as a
+// brain writes a talk-only turn (the user's message, already processed; session.status_running; the model
+// request's start; the agent's answer; the request's end; session.status_idle),
+// then HistoryTurns talk-only turns are sent through the API one after the other and timed as the ttft section
+// times a turn.
+
+// HistoryLevel is one level of the history section.
+type HistoryLevel struct {
+	// Events is the log's length before the first measured turn.
+	Events   int
+	Overhead Dist
+	Phases   [NumPhases]Dist
+	// RequestBytes is the size of the body of the model request of the level's last turn.
+	RequestBytes int
+	Errors       int
+	FirstError   string
+}
+
+// historyMark begins the markers of the history section's turns: the fake model keeps their requests' sizes.
+const historyMark = "bench history "
+
+// historyTurnEvents is how many events a filled turn has.
+const historyTurnEvents = 6
+
+// historyText is the text of each filled message: about what a short chat message weighs (60 bytes).
+const historyText = "an earlier message of this session, as long as a short one."
+
+func (b *benchRun) history(ctx context.Context) error {
+	s, err := b.startServer(ctx, "history", serverSpec{fake: b.fake})
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	for _, n := range b.cfg.HistoryEvents {
+		b.progress("history: a session with %d events in its log, %d turns", n, b.cfg.HistoryTurns)
+		lv, err := b.historyLevel(ctx, s, n)
+		if err != nil {
+			return err
+		}
+		b.progress("history: %d events: overhead p50 %s p95 %s ms (wake p50 %s, to model p50 %s ms), model request %s",
+			lv.Events, Ms(lv.Overhead.P50), Ms(lv.Overhead.P95), Ms(lv.Phases[PhaseWake].P50), Ms(lv.Phases[PhaseToModel].P50), kib(lv.RequestBytes))
+		b.rep.History = append(b.rep.History, lv)
+	}
+	return nil
+}
+
+// historyLevel fills a fresh session with n events (rounded down to whole turns) and times the turns after them.
+func (b *benchRun) historyLevel(ctx context.Context, s *benchServer, n int) (HistoryLevel, error) {
+	lv := HistoryLevel{}
+	id, err := s.c.CreateSession(ctx, s.agentID, s.envID)
+	if err != nil {
+		return lv, err
+	}
+	if err := fillHistory(ctx, s.st, id, n/historyTurnEvents); err != nil {
+		return lv, err
+	}
+	evs, err := s.st.EventList(ctx, &store.EventListParams{SessionID: id, Desc: true, Limit: 1})
+	if err != nil {
+		return lv, fmt.Errorf("history: read the filled log: %w", err)
+	}
+	if len(evs) > 0 {
+		lv.Events = int(evs[0].Seq)
+	}
+	st, err := s.c.Open(ctx, id)
+	if err != nil {
+		return lv, err
+	}
+	defer st.Close()
+	var samples []Sample
+	for k := range b.cfg.HistoryTurns {
+		p := &prepared{id: id, stream: st, marker: fmt.Sprintf("%s%d %d %s", historyMark, n, k, id)}
+		smp, err := turn(ctx, s.c, b.fake, p, 2*time.Minute)
+		if err != nil {
+			lv.Errors++
+			if lv.FirstError == "" {
+				lv.FirstError = err.Error()
+			}
+			// The stream may be mid-turn: the level's later turns would read the wrong events.
+			break
+		}
+		samples = append(samples, smp)
+		lv.RequestBytes = b.fake.requestBytes(p.marker)
+	}
+	b.fake.forget()
+	lv.Overhead, lv.Phases = Summarize(Overheads(samples)), PhaseDists(samples)
+	if len(samples) == 0 {
+		return lv, fmt.Errorf("history at %d events: %s", n, lv.FirstError)
+	}
+	return lv, nil
+}
+
+// fillHistory appends turns whole earlier turns to the session's log, 250 turns per append.
+func fillHistory(ctx context.Context, st store.Store, sessionID string, turns int) error {
+	msg := func(typ apitype.EventType, payload any) apitype.NewEvent {
+		data, err := json.Marshal(payload)
+		if err != nil {
+			panic(err) // the payloads below always encode
+		}
+		return apitype.NewEvent{Type: typ, Data: data, Processed: true}
+	}
+	text := []apitype.ContentBlock{apitype.TextBlock(historyText)}
+	one := []apitype.NewEvent{
+		msg(apitype.EventUserMessage, apitype.UserMessage{Content: text}),
+		msg(apitype.EventSessionStatusRunning, struct{}{}),
+		msg(apitype.EventSpanModelRequestStart, struct{}{}),
+		msg(apitype.EventAgentMessage, apitype.AgentMessage{Content: text}),
+		msg(apitype.EventSpanModelRequestEnd, apitype.SpanModelRequestEnd{}),
+		msg(apitype.EventSessionStatusIdle, apitype.SessionIdle{StopReason: apitype.StopReason{Type: apitype.StopEndTurn},
+			StopDetails: json.RawMessage("null")}),
+	}
+	for turns > 0 {
+		k := min(turns, 250)
+		batch := make([]apitype.NewEvent, 0, k*len(one))
+		for range k {
+			batch = append(batch, one...)
+		}
+		if _, err := st.EventAppend(ctx, &store.EventAppendParams{SessionID: sessionID, Events: batch}); err != nil {
+			return fmt.Errorf("history: fill the log: %w", err)
+		}
+		turns -= k
+	}
+	return nil
+}
+
+func historyMarkdown(levels []HistoryLevel, turns int) string {
+	var b strings.Builder
+	b.WriteString("\n### A session's history\n\n")
+	fmt.Fprintf(&b, "A turn's platform overhead in a session whose log already holds earlier talk-only turns (six events each: the user's "+
+		"message, the running and idle statuses, the model request's start and end, the answer), %d talk-only turns per level, one after the other. The brain reads the log back to "+
+		"its last compaction and sends the whole conversation, so both grow with the history until a compaction bounds them.\n\n", turns)
+	b.WriteString("| events in the log | overhead p50 / p95 (ms) | wake p50 / p95 (ms) | to model p50 / p95 (ms) | model request | errors |\n|---|---|---|---|---|---|\n")
+	for _, lv := range levels {
+		fmt.Fprintf(&b, "| %d | %s / %s | %s / %s | %s / %s | %s | %d |\n", lv.Events, Ms(lv.Overhead.P50), Ms(lv.Overhead.P95),
+			Ms(lv.Phases[PhaseWake].P50), Ms(lv.Phases[PhaseWake].P95), Ms(lv.Phases[PhaseToModel].P50), Ms(lv.Phases[PhaseToModel].P95),
+			kib(lv.RequestBytes), lv.Errors)
+	}
+	return b.String()
+}
+
+func writeHistorySummary(w io.Writer, levels []HistoryLevel) {
+	fmt.Fprintln(w)
+	for _, lv := range levels {
+		fmt.Fprintf(w, "history: %d events: overhead p50 %s p95 %s ms, model request %s\n", lv.Events, Ms(lv.Overhead.P50),
+			Ms(lv.Overhead.P95), kib(lv.RequestBytes))
+	}
+}
+
+func kib(n int) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/1024)
+	}
+	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+}
