@@ -128,7 +128,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.memProfile, "memprofile", "", "write an allocation profile of the whole run to `file` at its end (go tool pprof: -sample_index=alloc_space for what was allocated, inuse_space for what is live at the end)")
 	fs.StringVar(&f.blockProfile, "blockprofile", "", "write a profile of where goroutines blocked (channels, selects, locks, waits of 10 µs or more) during the whole run to `file`")
 	fs.StringVar(&f.mutexProfile, "mutexprofile", "", "write a profile of contended mutexes (one contention in 10 sampled) during the whole run to `file`")
-	fs.StringVar(&f.scaleHeap, "scale-heapprofile", "", "write a heap profile in the middle of each scale level's first try (once every session of the level is in its first turn) to `prefix`-N.pb.gz, N the level")
+	fs.StringVar(&f.scaleHeap, "scale-heapprofile", "", "write a heap profile in the middle of each scale level's first try (once every session of the level is in its first turn) to `prefix`-N.pb.gz, N the level; the GC it runs first is in that try's figures")
 	fs.StringVar(&f.traceFile, "trace", "", "write an execution trace of the whole run to `file` (go tool trace; -pprof=sched and -pprof=sync show where a turn waits); keep the run short, a trace grows by megabytes a second")
 	runscFlag(fs, &f.runsc)
 	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
