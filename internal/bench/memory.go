@@ -119,3 +119,29 @@ func RunIdleMemory(ctx context.Context, c *Client, fake FakeModel, cfg IdleConfi
 	}
 	return res, nil
 }
+
+func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
+	s, err := b.startServer(ctx, "idle", serverSpec{fake: b.fake, backend: be, idle: time.Second})
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	share := 0.1
+	var sandboxes func() int
+	if pool := s.Pool(); pool != nil {
+		sandboxes = pool.Sessions
+	} else {
+		share = 0
+	}
+	b.progress("idle: %d sessions through one turn each, then idle", b.cfg.IdleSessions)
+	res, err := RunIdleMemory(ctx, s.c, b.fake, IdleConfig{
+		Workload: Workload{AgentID: s.agentID, EnvID: s.envID, Concurrency: 50, ToolShare: share},
+		Sessions: b.cfg.IdleSessions, Sandboxes: sandboxes, Settle: 10 * time.Second, Forget: b.fake.forget,
+	})
+	if err != nil {
+		return err
+	}
+	b.progress("idle: heap %.0f B/session, goroutines %d -> %d, sandboxes left %d", res.HeapPerSession, res.GoroutinesBefore, res.GoroutinesAfter, res.SandboxesLeft)
+	b.rep.Memory = &res
+	return nil
+}
