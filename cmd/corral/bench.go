@@ -232,6 +232,11 @@ Flags:
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	f.applyQuick(set)
+	// Every flag is checked before a profile file is created.
+	cfg, err := f.config(io, args)
+	if err != nil {
+		return err
+	}
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
@@ -276,10 +281,6 @@ Flags:
 			return err
 		}
 		defer trace.Stop()
-	}
-	cfg, err := f.config(io, args)
-	if err != nil {
-		return err
 	}
 	return bench.Run(ctx, cfg)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,14 @@ func TestBenchQuick(t *testing.T) {
 		"--memprofile", filepath.Join(dir, "allocs.pb.gz"), "--blockprofile", filepath.Join(dir, "block.pb.gz"),
 		"--mutexprofile", filepath.Join(dir, "mutex.pb.gz"))
 	cmd.Dir = dir
+	// No corral-sandbox-agent on PATH: outside the source checkout the bench then takes this binary as the agent.
+	var path []string
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		if !fileExists(filepath.Join(d, agentName)) {
+			path = append(path, d)
+		}
+	}
+	cmd.Env = append(os.Environ(), "PATH="+strings.Join(path, string(filepath.ListSeparator)))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -40,7 +49,7 @@ func TestBenchQuick(t *testing.T) {
 		t.Errorf("no progress on stderr:\n%s", stderr.String())
 	}
 	// Outside the source checkout, with no corral-sandbox-agent installed, the agent is this binary: said once.
-	if _, err := exec.LookPath(agentName); err != nil && strings.Count(stderr.String(), selfAgentNote) != 1 {
+	if strings.Count(stderr.String(), selfAgentNote) != 1 {
 		t.Errorf("stderr does not say once that the agent is the corral binary:\n%s", stderr.String())
 	}
 	md, err := os.ReadFile(out)
@@ -86,6 +95,27 @@ func TestRecipePackageList(t *testing.T) {
 	for _, bad := range []string{"jq", "brew:jq", "apt:", ":jq"} {
 		if _, err := packageList(bad); err == nil {
 			t.Errorf("packageList(%q) accepted", bad)
+		}
+	}
+}
+
+// TestBenchFlagErrors: bad levels, turns and profile paths are refused before anything runs, saying which flag.
+func TestBenchFlagErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--history", "-1"}, `--history: bad level "-1"`},
+		{[]string{"--history", "0,x"}, `--history: bad level "x"`},
+		{[]string{"--history-turns", "0"}, "--history-turns must be positive"},
+		{[]string{"--sessions", "0"}, `--sessions: bad level "0"`},
+		{[]string{"--memprofile", "/nonexistent/dir/allocs.pb.gz"}, "no such file or directory"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), &stdio{out: &out, err: &errb}, append([]string{"bench", "--out", ""}, c.args...))
+		if code == 0 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("corral bench %s: exit %d, %q; want %q", strings.Join(c.args, " "), code, errb.String(), c.want)
 		}
 	}
 }

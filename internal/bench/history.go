@@ -36,9 +36,6 @@ type HistoryLevel struct {
 // historyMark begins the markers of the history section's turns: the fake model keeps their requests' sizes.
 const historyMark = "bench history "
 
-// historyTurnEvents is how many events a filled turn has.
-const historyTurnEvents = 6
-
 // historyText is the text of each filled message: about what a short chat message weighs (60 bytes).
 const historyText = "an earlier message of this session, as long as a short one."
 
@@ -55,7 +52,7 @@ func (b *benchRun) history(ctx context.Context) error {
 			return err
 		}
 		b.progress("history: %d events: overhead p50 %s p95 %s ms (wake p50 %s, to model p50 %s ms), model request %s",
-			lv.Events, Ms(lv.Overhead.P50), Ms(lv.Overhead.P95), Ms(lv.Phases[PhaseWake].P50), Ms(lv.Phases[PhaseToModel].P50), kib(lv.RequestBytes))
+			lv.Events, Ms(lv.Overhead.P50), Ms(lv.Overhead.P95), Ms(lv.Phases[PhaseWake].P50), Ms(lv.Phases[PhaseToModel].P50), bytesText(float64(lv.RequestBytes)))
 		b.rep.History = append(b.rep.History, lv)
 	}
 	return nil
@@ -68,7 +65,7 @@ func (b *benchRun) historyLevel(ctx context.Context, s *benchServer, n int) (His
 	if err != nil {
 		return lv, err
 	}
-	if err := fillHistory(ctx, s.st, id, n/historyTurnEvents); err != nil {
+	if err := fillHistory(ctx, s.st, id, n); err != nil {
 		return lv, err
 	}
 	evs, err := s.st.EventList(ctx, &store.EventListParams{SessionID: id, Desc: true, Limit: 1})
@@ -106,25 +103,29 @@ func (b *benchRun) historyLevel(ctx context.Context, s *benchServer, n int) (His
 	return lv, nil
 }
 
-// fillHistory appends turns whole earlier turns to the session's log, 250 turns per append.
-func fillHistory(ctx context.Context, st store.Store, sessionID string, turns int) error {
-	msg := func(typ apitype.EventType, payload any) apitype.NewEvent {
-		data, err := json.Marshal(payload)
-		if err != nil {
-			panic(err) // the payloads below always encode
-		}
-		return apitype.NewEvent{Type: typ, Data: data, Processed: true}
-	}
+// fillHistory appends n events to the session's log, as whole earlier turns (n rounded down), 250 turns per append.
+func fillHistory(ctx context.Context, st store.Store, sessionID string, n int) error {
 	text := []apitype.ContentBlock{apitype.TextBlock(historyText)}
-	one := []apitype.NewEvent{
-		msg(apitype.EventUserMessage, apitype.UserMessage{Content: text}),
-		msg(apitype.EventSessionStatusRunning, struct{}{}),
-		msg(apitype.EventSpanModelRequestStart, struct{}{}),
-		msg(apitype.EventAgentMessage, apitype.AgentMessage{Content: text}),
-		msg(apitype.EventSpanModelRequestEnd, apitype.SpanModelRequestEnd{}),
-		msg(apitype.EventSessionStatusIdle, apitype.SessionIdle{StopReason: apitype.StopReason{Type: apitype.StopEndTurn},
-			StopDetails: json.RawMessage("null")}),
+	var one []apitype.NewEvent
+	for _, e := range []struct {
+		typ     apitype.EventType
+		payload any
+	}{
+		{apitype.EventUserMessage, apitype.UserMessage{Content: text}},
+		{apitype.EventSessionStatusRunning, nil},
+		{apitype.EventSpanModelRequestStart, nil},
+		{apitype.EventAgentMessage, apitype.AgentMessage{Content: text}},
+		{apitype.EventSpanModelRequestEnd, apitype.SpanModelRequestEnd{}},
+		{apitype.EventSessionStatusIdle, apitype.SessionIdle{StopReason: apitype.StopReason{Type: apitype.StopEndTurn}, StopDetails: json.RawMessage("null")}},
+	} {
+		ev, err := apitype.MakeEvent(e.typ, e.payload)
+		if err != nil {
+			return err
+		}
+		ev.Processed = true // the user's message too: a brain took it in its turn
+		one = append(one, ev)
 	}
+	turns := n / len(one)
 	for turns > 0 {
 		k := min(turns, 250)
 		batch := make([]apitype.NewEvent, 0, k*len(one))
@@ -149,7 +150,7 @@ func historyMarkdown(levels []HistoryLevel, turns int) string {
 	for _, lv := range levels {
 		fmt.Fprintf(&b, "| %d | %s / %s | %s / %s | %s / %s | %s | %d |\n", lv.Events, Ms(lv.Overhead.P50), Ms(lv.Overhead.P95),
 			Ms(lv.Phases[PhaseWake].P50), Ms(lv.Phases[PhaseWake].P95), Ms(lv.Phases[PhaseToModel].P50), Ms(lv.Phases[PhaseToModel].P95),
-			kib(lv.RequestBytes), lv.Errors)
+			bytesText(float64(lv.RequestBytes)), lv.Errors)
 	}
 	return b.String()
 }
@@ -158,13 +159,6 @@ func writeHistorySummary(w io.Writer, levels []HistoryLevel) {
 	fmt.Fprintln(w)
 	for _, lv := range levels {
 		fmt.Fprintf(w, "history: %d events: overhead p50 %s p95 %s ms, model request %s\n", lv.Events, Ms(lv.Overhead.P50),
-			Ms(lv.Overhead.P95), kib(lv.RequestBytes))
+			Ms(lv.Overhead.P95), bytesText(float64(lv.RequestBytes)))
 	}
-}
-
-func kib(n int) string {
-	if n < 1<<20 {
-		return fmt.Sprintf("%.1f KiB", float64(n)/1024)
-	}
-	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
 }
