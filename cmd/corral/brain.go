@@ -26,6 +26,7 @@ const (
 	defaultMaxTokens     = harness.DefaultMaxTokens
 	defaultModelTimeout  = harness.DefaultModelTimeout
 	defaultModelRetries  = harness.DefaultMaxRetries
+	defaultTailCacheMiB  = harness.DefaultTailCacheBytes >> 20
 )
 
 // brainFlags configure the brains of serve and harness.
@@ -42,6 +43,7 @@ type brainFlags struct {
 	pricesFile     string
 	graderModel    string
 	webSearch      string
+	tailCacheMiB   int64
 }
 
 func (f *brainFlags) register(fs *flag.FlagSet) {
@@ -56,6 +58,7 @@ func (f *brainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pricesFile, "prices", envOr("CORRAL_PRICES", ""), "JSON `file` of list prices for models the built-in table (Anthropic's Claude models) does not name, or to replace its rates: {\"models\": {\"<model id>\": {\"input\": \"2.50\", \"output\": \"10\", \"cache_read\": \"1.25\"}}} in US dollars per million tokens; a budgeted session needs a priced model (env CORRAL_PRICES)")
 	fs.StringVar(&f.graderModel, "grader-model", envOr("CORRAL_GRADER_MODEL", ""), "the `model` that grades outcomes (user.define_outcome) in a context window of its own, routed like an agent's model (\"openai/<model>\" included); empty: each session's agent model (env CORRAL_GRADER_MODEL)")
 	fs.StringVar(&f.webSearch, "web-search", envOr("CORRAL_WEB_SEARCH", ""), "how the agents' web_search tool runs: \"searxng=https://host\" (a SearXNG instance with json in search.formats), searched from the brain's process under the egress rules (--egress-allow-internal for one on an internal address), for every model; or \"anthropic\": Anthropic's own server tool, for Claude models on the Anthropic API only (always_allow policies only); empty: web_search is left out of the model's tools (env CORRAL_WEB_SEARCH)")
+	fs.Int64Var(&f.tailCacheMiB, "tail-cache", defaultTailCacheMiB, "MiB of the logs of long sessions (over 200 events since their last compaction) a brain keeps after a turn, so that its next turn on one reads only the events appended since; 0 keeps none")
 	fs.BoolVar(&f.eagerHands, "eager-hands", false, "advanced, for comparison only (corral bench): provision each session's sandbox before its first model call, as a coupled design does")
 }
 
@@ -72,13 +75,23 @@ func (f *brainFlags) config() harness.Config {
 		Retry:          harness.RetryPolicy{MaxRetries: retries(f.maxRetries)},
 		EagerHands:     f.eagerHands,
 		GraderModel:    f.graderModel,
+		TailCacheBytes: tailCacheBytes(f.tailCacheMiB),
 	}
+}
+
+// tailCacheBytes is --tail-cache in bytes for the harness (which reads 0 as its default, negative as none).
+func tailCacheBytes(mib int64) int64 {
+	if mib <= 0 {
+		return -1
+	}
+	return mib << 20
 }
 
 // defaultBrainConfig is the brains' config with every flag at its default: what corral bench's servers run.
 func defaultBrainConfig() harness.Config {
 	f := brainFlags{leaseTTL: defaultLeaseTTL, pollInterval: defaultPollInterval, contextTokens: defaultContextTokens,
-		maxTokens: defaultMaxTokens, modelTimeout: defaultModelTimeout, maxRetries: defaultModelRetries, workers: defaultWorkers()}
+		maxTokens: defaultMaxTokens, modelTimeout: defaultModelTimeout, maxRetries: defaultModelRetries, workers: defaultWorkers(),
+		tailCacheMiB: defaultTailCacheMiB}
 	return f.config()
 }
 

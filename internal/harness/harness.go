@@ -7,8 +7,9 @@
 // saying its outcome is unknown, and the model decides.
 //
 // The files follow one session's work: harness.go (the Brain: claims and workers) and lease.go (renewal), then
-// per claimed session run.go (the run, its thread, and its loop), tail.go (reading the log), state.go (the state
-// derived from it, a reading per event type), step.go (the table of steps, the first the state calls for taken),
+// per claimed session run.go (the run, its thread, and its loop), tail.go (reading the log), tailcache.go (the
+// tails of long sessions a brain keeps between its runs on them), state.go (the state derived from the tail, a
+// reading per event type), step.go (the table of steps, the first the state calls for taken),
 // append.go (fenced appends), turn.go and call.go (a model turn and one model call under the retry policy),
 // transcript.go (the model's context, a reading per event type) and compact.go (its compaction), tools.go (tool
 // routes), executor.go (the one table of executors: who runs a tool's calls, by kind), and the executors:
@@ -115,6 +116,9 @@ type Config struct {
 	Prices *price.Table
 	// Metrics receives the brain's measurements (internal/metrics implements it); nil records nothing.
 	Metrics Metrics
+	// TailCacheBytes bounds the tails of long sessions the brain keeps between its runs on them (tailcache.go), so
+	// that its next run reads only what was appended since (default DefaultTailCacheBytes; negative: none).
+	TailCacheBytes int64
 	// TracerProvider traces each run of a session (invoke_agent), its model requests (chat, with the GenAI
 	// attributes), tool calls (execute_tool) and sandbox provisioning; nil traces nothing.
 	TracerProvider trace.TracerProvider
@@ -166,6 +170,7 @@ const (
 	DefaultGraderHeartbeat = 15 * time.Second
 	DefaultMaxTokens       = 8192
 	DefaultPreviewInterval = 25 * time.Millisecond
+	DefaultTailCacheBytes  = 64 << 20
 	DefaultMaxRetries      = 5
 	DefaultRetryBaseDelay  = time.Second
 	DefaultRetryMaxDelay   = time.Minute
@@ -204,6 +209,7 @@ func (c *Config) setDefaults() {
 	c.MaxTokens = cmp.Or(c.MaxTokens, DefaultMaxTokens)
 	c.ModelTimeout = cmp.Or(c.ModelTimeout, DefaultModelTimeout)
 	c.GraderHeartbeat = cmp.Or(c.GraderHeartbeat, DefaultGraderHeartbeat)
+	c.TailCacheBytes = cmp.Or(c.TailCacheBytes, DefaultTailCacheBytes)
 }
 
 func (c *Config) validate() error {
@@ -229,7 +235,8 @@ func (c *Config) validate() error {
 // Brain runs sessions: Workers goroutines each claim a runnable session, work it until its turn is over, and
 // release it. An idle session holds no goroutine.
 type Brain struct {
-	cfg Config
+	cfg   Config
+	tails *tailCache
 
 	// free holds a token per idle worker; leases carries claimed sessions to idle workers (see dispatch).
 	free   chan struct{}
@@ -249,7 +256,7 @@ func New(cfg Config) (*Brain, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Brain{cfg: cfg}, nil
+	return &Brain{cfg: cfg, tails: newTailCache(cfg.TailCacheBytes)}, nil
 }
 
 // Errors that end a brain's work on a session.
@@ -430,6 +437,9 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	stopRenew()
 	renewer.Wait()
 	if r.released {
+		if err == nil {
+			r.keepTails()
+		}
 		return err // handed back by the turn's last append
 	}
 	switch {
@@ -442,5 +452,12 @@ func (b *Brain) work(ctx context.Context, l *store.Lease) error {
 	// The turn is over, or the brain is stopping: hand the session back. Only a loop that ended on its own
 	// looked at the log after the claim; a brain stopped before that (even before it read the log) may not
 	// have acted on every wake-up, so it counts none as handled and the next brain looks again.
-	return r.release(err == nil && leaseCtx.Err() == nil)
+	handled := err == nil && leaseCtx.Err() == nil
+	if err := r.release(handled); err != nil {
+		return err
+	}
+	if handled {
+		r.keepTails()
+	}
+	return nil
 }

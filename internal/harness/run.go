@@ -241,3 +241,18 @@ func (r *run) builtin() execKind {
 	}
 	return execHands
 }
+
+// keepTails offers the run's tails to the brain's cache (tailcache.go), once the run is over and has released
+// its lease.
+func (r *run) keepTails() {
+	if r.main == nil {
+		return
+	}
+	threads := []*thread{r.main}
+	if r.roster != nil {
+		threads = r.multi.threads
+	}
+	for _, t := range threads {
+		r.b.tails.keep(tailKey{r.sess.ID, t.id}, t.tail)
+	}
+}

@@ -14,8 +14,18 @@ import (
 const eventPage = 200
 
 // loadTail reads the log backwards from its end, a page at a time, down to the last compaction's UpToSeq (or
-// the start). It never reads the part a summary replaced.
+// the start). It never reads the part a summary replaced. A tail the brain kept from its last run on the thread
+// (tailcache.go) is taken up instead, with what was appended since.
 func (t *thread) loadTail() error {
+	if kept := t.b.tails.take(tailKey{t.sess.ID, t.id}); kept != nil {
+		ok, err := t.resumeTail(kept)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return t.loaded()
+		}
+	}
 	tl := &tail{multi: t.rec != nil}
 	var rev []apitype.Event
 	stopAt := int64(-1) // once a compaction is found: the last seq its summary covers
@@ -78,6 +88,30 @@ walk:
 		tl.priorOutcome = lastOutcome(prior)
 	}
 	t.tail = tl
+	return t.loaded()
+}
+
+// resumeTail makes kept the thread's tail and reads what was appended after it. It reports false, and leaves the
+// thread without a tail, if what was appended holds a compaction (whose summary replaces events kept holds).
+func (t *thread) resumeTail(kept *tail) (bool, error) {
+	if kept.multi != (t.rec != nil) {
+		return false, nil
+	}
+	t.tail = kept
+	n := len(kept.events)
+	if err := t.refresh(); err != nil {
+		t.tail = nil
+		return false, err
+	}
+	if slices.ContainsFunc(kept.events[n:], func(e apitype.Event) bool { return e.Type == apitype.EventAgentContextCompacted }) {
+		t.tail = nil
+		return false, nil
+	}
+	return true, nil
+}
+
+// loaded notes, once the thread's tail is read, whether the claim found the thread's turn in progress.
+func (t *thread) loaded() error {
 	if st, err := t.derive(); err == nil && st.running() && !t.child() {
 		t.tookOver()
 	}
