@@ -61,7 +61,7 @@ walk:
 	}
 	slices.Reverse(rev)
 	tl.events = rev
-	if tl.upToSeq > 0 && !slices.ContainsFunc(tl.events, tl.isStatus) {
+	if tl.upToSeq > 0 {
 		types := []apitype.EventType{apitype.EventSessionStatusRunning, apitype.EventSessionStatusIdle, apitype.EventSessionStatusRescheduled,
 			apitype.EventSessionStatusTerminated}
 		if tl.multi {
@@ -225,6 +225,7 @@ func (t *tail) compactTo(summary string, upToSeq int64) {
 			t.priorStatus = t.statusType(e.Type)
 		}
 	}
+	clear(t.events[len(keep):]) // the replaced events' data is not held past the slice's end
 	t.events, t.summary, t.upToSeq, t.carriedURLs = keep, summary, upToSeq, carried
 }
 
@@ -262,7 +263,9 @@ type tail struct {
 	// maxCarriedURLs: a summary's text, which the model wrote, gives none.
 	carriedURLs []sourceURL
 	lastSeq     int64 // the last sequence number read
-	// priorStatus is the type of the last session.status_* event before the tail, for a tail that has none.
+	// priorStatus is the type of the last session.status_* event before the tail ("" if none): a compaction in
+	// the middle of a turn leaves the turn's running status before the tail. A tail read from the log and one a
+	// compaction cut agree on it.
 	priorStatus apitype.EventType
 	// priorOutcome are the outcome events before the tail from the last processed user.define_outcome on: a
 	// compaction does not end an outcome (see outcomeEvents).

@@ -20,6 +20,9 @@ import (
 // tail read again from the log. Any brain can still resume any session; a brain that never worked it reads its
 // tail as before.
 //
+// A tail that carries URLs its compactions replaced (for web_fetch) is not kept either: a tail read from the log
+// has none (the summary gives none), and a kept tail must answer as a read one would.
+//
 // Only a tail longer than one page of the log is kept (a shorter one is read in one query anyway), so an idle
 // session's cost in memory stays nil; the kept tails are bounded in bytes, the least recently kept dropped
 // first.
@@ -50,6 +53,9 @@ func newTailCache(maxBytes int64) *tailCache {
 
 // take removes k's tail from the cache and returns it (nil if none is kept).
 func (c *tailCache) take(k tailKey) *tail {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el := c.byKey[k]
@@ -63,7 +69,7 @@ func (c *tailCache) take(k tailKey) *tail {
 // keep keeps t as k's tail if it is worth keeping and may be kept (see above), dropping the least recently kept
 // tails past the cache's bound.
 func (c *tailCache) keep(k tailKey, t *tail) {
-	if c.max <= 0 || t == nil || len(t.events) <= eventPage || slices.ContainsFunc(t.events, pending) {
+	if c == nil || c.max <= 0 || t == nil || len(t.events) <= eventPage || slices.ContainsFunc(t.events, pending) || len(t.carriedURLs) > 0 {
 		return
 	}
 	size := tailSize(t)
@@ -102,14 +108,14 @@ func pending(e apitype.Event) bool { return e.ProcessedAt == nil }
 // processed_at and the slice's slot.
 const eventOverhead = 200
 
-// tailSize is about how many bytes t holds.
+// tailSize is about how many bytes t holds: its events' slots up to the slice's capacity, and their strings and
+// data (a compaction clears the slots past the events it keeps).
 func tailSize(t *tail) int64 {
-	n := int64(len(t.summary))
-	for _, e := range slices.Concat(t.events, t.priorOutcome) {
-		n += int64(eventOverhead + len(e.ID) + len(e.Type) + len(e.SessionID) + len(e.Thread) + len(e.Data))
-	}
-	for _, u := range t.carriedURLs {
-		n += int64(len(u.tool) + len(u.url) + 40)
+	n := int64(len(t.summary) + eventOverhead*(cap(t.events)+len(t.priorOutcome)))
+	for _, evs := range [][]apitype.Event{t.events, t.priorOutcome} {
+		for _, e := range evs {
+			n += int64(len(e.ID) + len(e.Type) + len(e.SessionID) + len(e.Thread) + len(e.Data))
+		}
 	}
 	return n
 }
