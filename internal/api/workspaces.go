@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 
 	"github.com/corralhq/corral/internal/apitype"
 	"github.com/corralhq/corral/internal/store"
@@ -208,31 +207,6 @@ func (s *Server) checkPathOwners(r *http.Request, c *caller) error {
 		}
 	}
 	return nil
-}
-
-// ownerCache keeps recorded owners, which never change, so that a request's path costs no read once its
-// resources were seen. It holds at most maxOwnersCached ids, and forgets them all when full.
-type ownerCache struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-const maxOwnersCached = 1 << 16
-
-func (c *ownerCache) get(id string) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ws, ok := c.m[id]
-	return ws, ok
-}
-
-func (c *ownerCache) put(id, ws string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxOwnersCached {
-		c.m = make(map[string]string)
-	}
-	c.m[id] = ws
 }
 
 // guardedStore is the API's store: a read of a resource of a workspace other than its context's finds nothing

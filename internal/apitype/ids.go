@@ -27,7 +27,8 @@ const (
 	PrefixTunnelToken = "tnltok_"
 )
 
-const base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+// Base58 is the alphabet of NewID's random part, in ascending byte order.
+const Base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
 // NewID returns prefix + "011C" + 24 random base58 characters, the shape of the hosted service's identifiers.
 func NewID(prefix string) string {
@@ -38,7 +39,7 @@ func NewID(prefix string) string {
 	var raw [24]byte
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails.
 	for _, c := range raw {
-		b.WriteByte(base58[int(c)%len(base58)])
+		b.WriteByte(Base58[int(c)%len(Base58)])
 	}
 	return b.String()
 }

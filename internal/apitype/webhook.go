@@ -93,7 +93,7 @@ func DerivedID(prefix, key string) string {
 	b = append(b, prefix...)
 	b = append(b, "011C"...)
 	for _, c := range sum[:24] {
-		b = append(b, base58[int(c)%len(base58)])
+		b = append(b, Base58[int(c)%len(Base58)])
 	}
 	return string(b)
 }

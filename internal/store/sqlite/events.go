@@ -203,7 +203,7 @@ func appendFailure(w *wtx, p *store.EventAppendParams, now time.Time) error {
 }
 
 // base58 is the alphabet of apitype.NewID, in ascending byte order: fixed-width numbers in it sort as numbers.
-const base58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+const base58 = apitype.Base58
 
 // eventIDs makes event ids of the shape apitype.NewID makes ("sevt_", "011C", 24 base58 characters), but
 // time-ordered: 9 characters of a strictly increasing microsecond clock, then 15 random ones (about 88 bits).
