@@ -66,6 +66,7 @@ type benchFlags struct {
 	mutexProfile   string
 	traceFile      string
 	scaleHeap      string
+	idleHeap       string
 	history        string
 	historyTurns   int
 	cpuShare       int
@@ -106,6 +107,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.history, "history", "0,100,1000,10000", "comma-separated `levels` of the history section: events in a session's log before its measured turns")
 	fs.IntVar(&f.historyTurns, "history-turns", 10, "turns measured at each level of the history section")
 	fs.IntVar(&f.idleSessions, "idle-sessions", 1000, "idle sessions created to measure memory per idle session")
+	fs.StringVar(&f.idleHeap, "idle-heapprofile", "", "write the idle section's heap profiles, taken with its two measurements, to `prefix`-before.pb.gz and prefix-after.pb.gz (go tool pprof -base shows what the idle sessions hold; run with GODEBUG=memprofilerate=64 for a fine sampling)")
 	fs.StringVar(&f.sections, "sections", "ttft,hands,log,history,scale,idle,multiagent,failover", "comma-separated `sections` to run (also: cpu, recipe, memory, webhooks)")
 	fs.IntVar(&f.maRuns, "multiagent-runs", 30, "coordinator sessions starting one child in the multiagent section (and as many single-agent sessions, alternating)")
 	fs.IntVar(&f.maChildren, "multiagent-children", 24, "start_thread calls of the multiagent fan-out's one coordinator answer (the brain runs at most 25 threads of a session at once, the coordinator included: more are refused)")
@@ -351,7 +353,8 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		Sessions: sessions, Samples: f.samples, GvisorMax: f.gvisorMax, ToolShare: f.toolShare,
 		ModelTTFT: f.ttft, ModelPerToken: f.perToken, ModelJitter: f.jitter,
 		Scale: scale, ScaleTTFT: f.scaleTTFT, ScalePerSlot: f.scalePerSlot, ScaleHeapProfile: f.scaleHeap, IdleSessions: f.idleSessions,
-		HistoryEvents: history, HistoryTurns: f.historyTurns,
+		IdleHeapProfile: f.idleHeap,
+		HistoryEvents:   history, HistoryTurns: f.historyTurns,
 		Sections: sections, FailoverRuns: f.failoverRuns, FailoverLeaseTTL: f.leaseTTL, Workers: f.workers,
 		Out: f.out, SVG: f.svg, CPUShare: f.cpuShare, CPUIdle: f.cpuIdle,
 		Recipe: f.recipeParts(io), RecipeSessions: recipeSessions, RecipeSamples: f.recipeSamples,

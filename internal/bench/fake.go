@@ -18,6 +18,7 @@ import (
 type fakeModel struct {
 	srv *fakemodel.Server
 	mdl model.Model
+	tr  *http.Transport // the model adapter's
 	mu  sync.Mutex
 	got map[string]fakemodel.Timing
 	new chan struct{} // closed and replaced on each timing
@@ -48,7 +49,7 @@ func (b *benchRun) startFake(ttft time.Duration) (*fakeModel, error) {
 	m.srv = srv
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 4096, 4096
-	m.mdl = b.cfg.Model(srv.URL, &http.Client{Transport: tr})
+	m.tr, m.mdl = tr, b.cfg.Model(srv.URL, &http.Client{Transport: tr})
 	return m, nil
 }
 
@@ -57,6 +58,9 @@ func (m *fakeModel) close()      { m.srv.Close() }
 
 // forget drops the fake's record of requests.
 func (m *fakeModel) forget() { m.srv.DropRequests() }
+
+// closeIdle closes the model adapter's idle connections to the fake, and so the fake's ends of them.
+func (m *fakeModel) closeIdle() { m.tr.CloseIdleConnections() }
 
 func (m *fakeModel) observe(t fakemodel.Timing) {
 	if task := firstUserText(t.Request); strings.Contains(task, taskMark) {

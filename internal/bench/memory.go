@@ -61,6 +61,12 @@ type IdleConfig struct {
 	// Forget, if set, is called before each snapshot to drop what the benchmark itself keeps in the process
 	// (the fake model's record of requests).
 	Forget func()
+	// CloseIdle, if set, closes the idle connections of the server's clients (its model adapter's) before each
+	// snapshot, as the benchmark's own client's are: how many of them a pool keeps varies from run to run, by
+	// far more than the sessions' own bytes.
+	CloseIdle func()
+	// Measured, if set, is called after each snapshot with "before" or "after".
+	Measured func(when string)
 }
 
 // RunIdleMemory warms the server with one round, takes a snapshot, runs Sessions sessions through one turn each,
@@ -74,6 +80,9 @@ func RunIdleMemory(ctx context.Context, c *Client, fake FakeModel, cfg IdleConfi
 	}
 	settle := func() {
 		c.CloseIdleConnections()
+		if cfg.CloseIdle != nil {
+			cfg.CloseIdle()
+		}
 		deadline := time.Now().Add(cfg.Settle)
 		for time.Now().Before(deadline) && cfg.Sandboxes != nil && cfg.Sandboxes() > 0 {
 			time.Sleep(100 * time.Millisecond)
@@ -94,21 +103,21 @@ func RunIdleMemory(ctx context.Context, c *Client, fake FakeModel, cfg IdleConfi
 			cfg.Forget()
 		}
 	}
+	measure := func(when string) Snapshot {
+		s := Measure()
+		if cfg.Measured != nil {
+			cfg.Measured(when)
+		}
+		return s
+	}
 	settle()
-	before := Measure()
+	before := measure("before")
 	w.PerSlot = max(1, cfg.Sessions/max(w.Concurrency, 1))
-	samples, _, err := RunTTFT(ctx, c, fake, w)
-	if err != nil {
+	if err := countSessions(ctx, &res, c, fake, w); err != nil {
 		return res, err
 	}
 	settle()
-	after := Measure()
-	res.Sessions = len(samples)
-	for _, s := range samples {
-		if s.Tool {
-			res.ToolSessions++
-		}
-	}
+	after := measure("after")
 	if res.Sessions > 0 {
 		res.HeapPerSession = (float64(after.Heap) - float64(before.Heap)) / float64(res.Sessions)
 		res.RSSPerSession = (float64(after.RSS) - float64(before.RSS)) / float64(res.Sessions)
@@ -137,6 +146,7 @@ func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
 	res, err := RunIdleMemory(ctx, s.c, b.fake, IdleConfig{
 		Workload: Workload{AgentID: s.agentID, EnvID: s.envID, Concurrency: 50, ToolShare: share},
 		Sessions: b.cfg.IdleSessions, Sandboxes: sandboxes, Settle: 10 * time.Second, Forget: b.fake.forget,
+		CloseIdle: b.fake.closeIdle, Measured: b.idleHeapProfile,
 	})
 	if err != nil {
 		return err
@@ -144,4 +154,24 @@ func (b *benchRun) idle(ctx context.Context, be *benchBackend) error {
 	b.progress("idle: heap %.0f B/session, goroutines %d -> %d, sandboxes left %d", res.HeapPerSession, res.GoroutinesBefore, res.GoroutinesAfter, res.SandboxesLeft)
 	b.rep.Memory = &res
 	return nil
+}
+
+// countSessions runs the workload w and counts its sessions into res: its samples, which the benchmark keeps, are
+// garbage by the time the idle sessions are measured.
+func countSessions(ctx context.Context, res *MemoryResult, c *Client, fake FakeModel, w Workload) error {
+	samples, _, err := RunTTFT(ctx, c, fake, w)
+	res.Sessions = len(samples)
+	for _, s := range samples {
+		if s.Tool {
+			res.ToolSessions++
+		}
+	}
+	return err
+}
+
+// idleHeapProfile writes the idle section's heap profile of a snapshot (when: "before" or "after"), if asked for.
+func (b *benchRun) idleHeapProfile(when string) {
+	if b.cfg.IdleHeapProfile != "" {
+		b.writeHeapProfile("idle", b.cfg.IdleHeapProfile+"-"+when+".pb.gz")
+	}
 }

@@ -63,6 +63,11 @@ type Config struct {
 	// that level, by allocation site.
 	ScaleHeapProfile string
 	IdleSessions     int
+	// IdleHeapProfile, if set, is the path prefix of the idle section's two heap profiles, PREFIX-before.pb.gz
+	// and PREFIX-after.pb.gz, taken with its two measurements: `go tool pprof -base` of the first shows what the
+	// idle sessions hold, by allocation site (run with GODEBUG=memprofilerate=64 or so: the default rate samples
+	// one allocation in 512 KiB).
+	IdleHeapProfile string
 	// HistoryEvents are the history section's levels (events in a session's log before its measured turns),
 	// HistoryTurns the turns measured at each.
 	HistoryEvents []int

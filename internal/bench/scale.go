@@ -83,17 +83,22 @@ levels:
 func (b *benchRun) heapProfileAt(path string, d time.Duration) (stop func() bool) {
 	return time.AfterFunc(d, func() {
 		runtime.GC()
-		f, err := os.Create(path)
-		if err == nil {
-			err = pprof.Lookup("heap").WriteTo(f, 0)
-			err = errors.Join(err, f.Close())
-		}
-		if err != nil {
-			b.progress("scale: heap profile: %v", err)
-			return
-		}
-		b.progress("scale: heap profile written to %s", path)
+		b.writeHeapProfile("scale", path)
 	}).Stop
+}
+
+// writeHeapProfile writes the heap profile as of the last GC to path, and says so, or why not, as section.
+func (b *benchRun) writeHeapProfile(section, path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("heap").WriteTo(f, 0)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		b.progress("%s: heap profile: %v", section, err)
+		return
+	}
+	b.progress("%s: heap profile written to %s", section, path)
 }
 
 // sampleMemory starts sampling the process's live heap and goroutines every 100 ms (after a GC for the base);
