@@ -43,3 +43,27 @@ func TestHeapProfileAt(t *testing.T) {
 		t.Errorf("an uncreatable path: progress %q, want the error", progress.String())
 	}
 }
+
+// TestIdleHeapProfile: --idle-heapprofile's prefix gives one profile per snapshot, PREFIX-before.pb.gz and
+// PREFIX-after.pb.gz; without it nothing is written.
+func TestIdleHeapProfile(t *testing.T) {
+	progress := &lockedLog{}
+	dir := t.TempDir()
+	b := &benchRun{cfg: &Config{Stderr: progress}, rep: Report{Started: time.Now()}}
+	b.idleHeapProfile("before") // no prefix: nothing
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 || progress.String() != "" {
+		t.Fatalf("without a prefix: %d files, progress %q, want none", len(entries), progress.String())
+	}
+	b.cfg.IdleHeapProfile = filepath.Join(dir, "idle")
+	for _, when := range []string{"before", "after"} {
+		b.idleHeapProfile(when)
+		path := filepath.Join(dir, "idle-"+when+".pb.gz")
+		data, err := os.ReadFile(path)
+		if err != nil || len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b {
+			t.Fatalf("%s: %v, %d bytes, want a gzipped profile (progress: %s)", path, err, len(data), progress.String())
+		}
+		if !strings.Contains(progress.String(), "idle: heap profile written to "+path) {
+			t.Errorf("progress %q does not say where the %s profile went", progress.String(), when)
+		}
+	}
+}

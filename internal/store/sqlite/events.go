@@ -202,11 +202,9 @@ func appendFailure(w *wtx, p *store.EventAppendParams, now time.Time) error {
 	return errors.New("append matched no session row, yet every condition holds")
 }
 
-// base58 is the alphabet of apitype.NewID, in ascending byte order: fixed-width numbers in it sort as numbers.
-const base58 = apitype.Base58
-
 // eventIDs makes event ids of the shape apitype.NewID makes ("sevt_", "011C", 24 base58 characters), but
-// time-ordered: 9 characters of a strictly increasing microsecond clock, then 15 random ones (about 88 bits).
+// time-ordered: 9 characters of a strictly increasing microsecond clock, then 15 random ones (about 88 bits). Its
+// alphabet, apitype.Base58, is in ascending byte order, so fixed-width numbers in it sort as numbers.
 // Appends then add to the right edge of the id index instead of a random page of it, which cuts the pages a
 // group commit writes by about a quarter. Only the writer goroutine uses it.
 type eventIDs struct{ last int64 }
@@ -218,13 +216,13 @@ func (g *eventIDs) next(now time.Time) string {
 	var b [len(prefix) + 24]byte
 	copy(b[:], prefix)
 	for i := len(prefix) + 8; i >= len(prefix); i-- { // 58^9 > 7e15 µs: good until the year 2200
-		b[i] = base58[t%58]
+		b[i] = apitype.Base58[t%58]
 		t /= 58
 	}
 	random := b[len(prefix)+9:]
 	_, _ = rand.Read(random) // crypto/rand.Read never fails.
 	for i, c := range random {
-		random[i] = base58[int(c)%len(base58)]
+		random[i] = apitype.Base58[int(c)%len(apitype.Base58)]
 	}
 	return string(b[:])
 }
