@@ -84,7 +84,7 @@ func sampleReport() *Report {
 			cell("gvisor", Decoupled, 1, 305, 5), // no coupled counterpart: not a pair
 		},
 		Hands:    []HandsResult{{Backend: "bwrap", Provision: Dist{N: 3, P50: dms(10)}, Ready: Dist{N: 3, P50: dms(30)}, Exec: Dist{N: 9, P50: dms(0.5)}}},
-		Log:      &LogResult{AppendsPerSec: 5000, Writers: 32, Subscribers: 100, Events: 10, Delivery: Dist{N: 1000, P50: dms(3)}},
+		Log:      &LogResult{AppendsPerSec: 5000, Writers: 32, CommitsPerSec: 400, WritesPerCommit: 12.5, Subscribers: 100, Events: 10, Delivery: Dist{N: 1000, P50: dms(3)}},
 		Scale:    []ScaleStep{{Sessions: 500, Overhead: Dist{P95: dms(20)}}, {Sessions: 1000, Overhead: Dist{P95: dms(80)}}},
 		ScaleMax: 500,
 		Memory:   &MemoryResult{Sessions: 100, HeapPerSession: 2048},
@@ -122,7 +122,7 @@ func TestRender(t *testing.T) {
 	r := sampleReport()
 	md := r.Markdown("bench.svg")
 	for _, want := range []string{"| bwrap | 100 | 310 / 465 / 620 | 900 / 1350 / 1800 | 0.34 | 0.34 |", "![TTFT", "### Closing note",
-		"runc is not installed", "Largest level held: **500**", "2.0 KiB", "| bwrap | decoupled | 1 | 2.00 / 0.00 |"} {
+		"runc is not installed", "Largest level held: **500**", "; 400 group commits/s of 12.5 writes on average.", "2.0 KiB", "| bwrap | decoupled | 1 | 2.00 / 0.00 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}

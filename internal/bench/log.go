@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/corralhq/corral/internal/store"
 )
 
 // LogResult is the log's throughput through the API and its fan-out to subscribers.
@@ -16,6 +18,9 @@ type LogResult struct {
 	AppendsPerSec float64
 	Writers       int
 	AppendLatency Dist // one POST round trip (the event durably appended)
+	// CommitsPerSec and WritesPerCommit: the store's group commits during the appends, and the writes each held
+	// on average (the appends and any other write); 0 when the store does not report its commits.
+	CommitsPerSec, WritesPerCommit float64
 	// Delivery: from just before a client POSTs an event to when each of Subscribers streams of the session
 	// reads it.
 	Delivery Dist
@@ -34,8 +39,17 @@ type FanoutLevel struct {
 	Delivery, Ack Dist
 }
 
-// RunAppends measures appends per second through the API.
-func RunAppends(ctx context.Context, c *Client, agentID, envID string, writers int, d time.Duration) (LogResult, error) {
+// commitCounter is a store.CommitObserver that counts group commits and the writes in them.
+type commitCounter struct{ commits, writes atomic.Int64 }
+
+func (c *commitCounter) GroupCommit(n int) {
+	c.commits.Add(1)
+	c.writes.Add(int64(n))
+}
+
+// RunAppends measures appends per second through the API; st, if not nil, is the server's store, whose group
+// commits during the run are counted when it reports them.
+func RunAppends(ctx context.Context, c *Client, st store.Store, agentID, envID string, writers int, d time.Duration) (LogResult, error) {
 	res := LogResult{Writers: writers}
 	ids := make([]string, writers)
 	for i := range ids {
@@ -44,6 +58,11 @@ func RunAppends(ctx context.Context, c *Client, agentID, envID string, writers i
 			return res, err
 		}
 		ids[i] = id
+	}
+	var counted commitCounter
+	if co, ok := st.(store.CommitsObserved); ok {
+		co.ObserveCommits(&counted)
+		defer co.ObserveCommits(nil)
 	}
 	var n atomic.Int64
 	var mu sync.Mutex
@@ -75,8 +94,12 @@ func RunAppends(ctx context.Context, c *Client, agentID, envID string, writers i
 	if firstErr != nil {
 		return res, firstErr
 	}
-	res.AppendsPerSec = float64(n.Load()) / time.Since(start).Seconds()
+	elapsed := time.Since(start).Seconds()
+	res.AppendsPerSec = float64(n.Load()) / elapsed
 	res.AppendLatency = Summarize(lat)
+	if commits := counted.commits.Load(); commits > 0 {
+		res.CommitsPerSec, res.WritesPerCommit = float64(commits)/elapsed, float64(counted.writes.Load())/float64(commits)
+	}
 	return res, nil
 }
 
@@ -160,4 +183,12 @@ func RunFanout(ctx context.Context, c *Client, agentID, envID string, subscriber
 		return Summarize(lat), Summarize(acks), fmt.Errorf("fan-out: %d of %d deliveries arrived", len(lat), want)
 	}
 	return Summarize(lat), Summarize(acks), nil
+}
+
+// commitNote says how the store grouped the appends into commits ("" when it did not report them).
+func commitNote(r LogResult) string {
+	if r.CommitsPerSec == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %.0f group commits/s of %.1f writes on average", r.CommitsPerSec, r.WritesPerCommit)
 }

@@ -120,7 +120,7 @@ func (r *Report) Markdown(svgName string) string {
 	if l := r.Log; l != nil {
 		p("### Log\n\n")
 		p("- **Appends through the API**: %.0f events/s, %d clients each POSTing `user.message` events one at a time to its own ", l.AppendsPerSec, l.Writers)
-		p("session (every event durably committed before the 200; no brain running); one POST p50 / p95 / p99 %s ms. ", dist3(l.AppendLatency))
+		p("session (every event durably committed before the 200; no brain running); one POST p50 / p95 / p99 %s ms%s. ", dist3(l.AppendLatency), commitNote(*l))
 		p("The Store section above measures the adapters alone.\n")
 		if l.Subscribers > 0 {
 			p("- **SSE delivery to %d subscribers of one session**: p50 / p95 / p99 %s ms (max %s ms) over %d deliveries, from just ",

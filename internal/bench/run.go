@@ -608,11 +608,11 @@ func (b *benchRun) log(ctx context.Context) error {
 		d, events = time.Second, 10
 	}
 	b.progress("log: appends through the API, 32 clients for %s", d)
-	res, err := RunAppends(ctx, s.c, s.agentID, s.envID, 32, d)
+	res, err := RunAppends(ctx, s.c, s.st, s.agentID, s.envID, 32, d)
 	if err != nil {
 		return err
 	}
-	b.progress("log: %.0f appends/s", res.AppendsPerSec)
+	b.progress("log: %.0f appends/s (POST p50 %s p99 %s ms)%s", res.AppendsPerSec, Ms(res.AppendLatency.P50), Ms(res.AppendLatency.P99), commitNote(res))
 	// The goal's 100 subscribers, and the curve around it.
 	res.Subscribers, res.Events = 100, events
 	levels := []int{1, 10, 100, 1000}

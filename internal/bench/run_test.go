@@ -99,7 +99,7 @@ func TestRunQuick(t *testing.T) {
 	}
 	for _, want := range []string{"other engineers' figures", bench.BeginMarker, "### Time to first token", "### Hands", "### Log",
 		"### Scale", "### Idle sessions", "### Multi-agent sessions", "### Closing note", "bubblewrap is not installed: apt-get install bubblewrap",
-		"### A session's history", "\n| 42 | ",
+		"### A session's history", "\n| 42 | ", " group commits/s of ",
 		"failover: it runs `corral harness` processes"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
