@@ -65,7 +65,10 @@ func TestConsoleWebhooks(t *testing.T) {
 	const P = "/v1/organizations/webhooks"
 	e.login()
 	e.do("g w", chromedp.KeyEvent("g"), chromedp.KeyEvent("w"))
-	e.wait("the empty list", `location.hash.startsWith('#/webhooks') && !!document.querySelector('table.list .empty')`)
+	// The page's own form too: the hash changes before the page renders, and the page it replaces has an empty
+	// list of its own.
+	e.wait("the empty list", `location.hash.startsWith('#/webhooks') && !!document.getElementById('webhook-form') &&
+		!!document.querySelector('table.list .empty')`)
 	if got := e.eval(`[...document.querySelectorAll('#webhook-form input[type=checkbox]')].map(c => c.value).join(' ')`); got != strings.Join(apitype.WebhookEventTypes, " ") {
 		t.Fatalf("the form's event types %q, the API's %q", got, apitype.WebhookEventTypes)
 	}
