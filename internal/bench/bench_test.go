@@ -127,6 +127,12 @@ func TestRender(t *testing.T) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
 	}
+	// A store that does not report its commits: the appends line says nothing of them.
+	noCommits := *r.Log
+	noCommits.CommitsPerSec, noCommits.WritesPerCommit = 0, 0
+	if note := commitNote(noCommits); note != "" {
+		t.Errorf("commitNote without commits = %q, want none", note)
+	}
 	var sb strings.Builder
 	r.WriteSummary(&sb)
 	if !strings.Contains(sb.String(), "bwrap    100") || !strings.Contains(sb.String(), "goal") {
