@@ -249,8 +249,17 @@ func TestPoolIdleReapAndStop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The reaper forgets a session before it closes its sandbox, so wait for both.
+	reaped := func() bool {
+		for _, sb := range prov.live {
+			if sb.closed.Load() == 0 {
+				return false
+			}
+		}
+		return p.Sessions() == 0
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for p.Sessions() != 0 {
+	for !reaped() {
 		if time.Now().After(deadline) {
 			t.Fatal("not reaped")
 		}
