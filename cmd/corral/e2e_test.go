@@ -47,8 +47,8 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := func() int {
 		// Only corral, statically linked (gVisor needs that): serve copies itself into the data dir and runs as
-		// the in-sandbox agent.
-		build := exec.Command("go", "build", "-o", dir, ".")
+		// the in-sandbox agent. With -trimpath, as cmd/corral-image builds it: the two builds share Go's cache.
+		build := exec.Command("go", "build", "-trimpath", "-o", dir, ".")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stderr = os.Stderr
 		if err := build.Run(); err != nil {
