@@ -327,9 +327,41 @@ const maxClaim = 64
 // runnable sessions the store sees one claim per group instead of one per session, and a wake-up sends one
 // claimer to the store, not every idle worker (a thundering herd: with hundreds of workers polling on their own,
 // most of the store's time went to claims that found nothing).
+//
+// While it waits for a wake-up, the idle workers it holds are offered to the store when the store takes offers
+// (store.ClaimsOffered): a client's event that makes a session runnable then claims it for this brain in its own
+// transaction, and the lease comes here once that has committed, with no claim of ours in between.
 func (b *Brain) dispatch(ctx context.Context) {
 	runnable, stop := b.cfg.Store.WaitRunnable()
 	defer stop()
+	var offered <-chan *store.Lease // nil without an offer: never ready
+	var offer *store.ClaimOffer
+	if st, ok := b.cfg.Store.(store.ClaimsOffered); ok {
+		offer = store.NewClaimOffer(b.cfg.Owner, b.cfg.LeaseTTL, maxClaim)
+		offered = offer.C()
+		stopOffer := st.OfferClaims(offer)
+		defer func() {
+			stopOffer()
+			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL)
+			defer cancel()
+			b.giveBack(offer.Settle(ctx))
+		}()
+	}
+	// take hands a lease the offer delivered to an idle worker (the dispatcher holds one for it), or gives the
+	// worker back when the take claimed nothing. It reports false when the brain is stopping.
+	take := func(l *store.Lease) bool {
+		if l == nil {
+			b.free <- struct{}{}
+			return true
+		}
+		select {
+		case b.leases <- l:
+			return true
+		case <-ctx.Done():
+			b.giveBack([]*store.Lease{l})
+			return false
+		}
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var failing time.Time // when the claims began to fail, while they do: one line for an outage, not one a poll
@@ -338,6 +370,11 @@ func (b *Brain) dispatch(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case l := <-offered:
+			if !take(l) {
+				return
+			}
+			continue
 		case <-b.free:
 		}
 		n := 1
@@ -369,18 +406,36 @@ func (b *Brain) dispatch(ctx context.Context) {
 				return
 			}
 		}
-		for range n - len(leases) {
-			b.free <- struct{}{}
-		}
-		if len(leases) == n {
+		idle := n - len(leases)
+		if idle == 0 {
 			continue // more may be waiting
 		}
+		if offer != nil {
+			idle -= offer.Open(idle)
+		}
+		for range idle {
+			b.free <- struct{}{}
+		}
 		timer.Reset(b.cfg.PollInterval)
-		select {
-		case <-ctx.Done():
-			return
-		case <-runnable:
-		case <-timer.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case l := <-offered:
+				if !take(l) {
+					return
+				}
+			case <-runnable:
+				break wait
+			case <-timer.C:
+				break wait
+			}
+		}
+		if offer != nil {
+			for range offer.Withdraw() {
+				b.free <- struct{}{}
+			}
 		}
 	}
 }

@@ -28,11 +28,14 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 	}
 	var events []apitype.Event
 	var runnable bool
+	var offered offeredClaim
 	err = s.submit(ctx, &writeReq{
 		fn: func(w *wtx) error {
 			var err error
-			events, runnable, err = appendEvents(w, p, threads)
-			return err
+			if events, runnable, err = appendEvents(w, p, threads); err != nil || !runnable || !p.Wake || p.Lease != nil {
+				return err
+			}
+			return offered.claim(w, p.SessionID)
 		},
 		after: func() {
 			s.recent.appended(p.SessionID, events)
@@ -40,10 +43,11 @@ func (s *Store) EventAppend(ctx context.Context, p *store.EventAppendParams) ([]
 				s.recent.processed(p.SessionID, p.MarkProcessed, events[0].CreatedAt)
 			}
 			s.hub.NotifySession(p.SessionID)
-			if runnable {
+			if claimed := offered.committed(); runnable && !claimed {
 				s.hub.NotifyRunnable()
 			}
 		},
+		failed: offered.failed,
 		// appendEvents checks every condition in its first statement, except that an id the caller gives may
 		// already exist: such an append needs a savepoint of its own.
 		checksFirst: !hasIDs(p.Events),

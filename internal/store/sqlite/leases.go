@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/internal/store"
@@ -169,4 +171,88 @@ func newToken() string {
 // leaseHeld reports whether l is the session's current lease (token and expiry as stored) at now.
 func leaseHeld(l *store.Lease, token sql.NullString, expires sql.NullInt64, now time.Time) bool {
 	return token.Valid && token.String == l.Token && expires.Valid && expires.Int64 > micros(now)
+}
+
+// offers are the claim offers of the brains in this process (store.ClaimsOffered).
+type offers struct {
+	mu   sync.Mutex
+	list []*store.ClaimOffer
+}
+
+// take reserves room in the first offer that has some, and returns it (nil: none has).
+func (o *offers) take() *store.ClaimOffer {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, c := range o.list {
+		if c.Take() {
+			return c
+		}
+	}
+	return nil
+}
+
+// OfferClaims lets the appends that make a session runnable claim it for o in their own transaction.
+func (s *Store) OfferClaims(o *store.ClaimOffer) (stop func()) {
+	s.offers.mu.Lock()
+	s.offers.list = append(s.offers.list, o)
+	s.offers.mu.Unlock()
+	return func() {
+		s.offers.mu.Lock()
+		defer s.offers.mu.Unlock()
+		s.offers.list = slices.DeleteFunc(s.offers.list, func(c *store.ClaimOffer) bool { return c == o })
+	}
+}
+
+var _ store.ClaimsOffered = (*Store)(nil)
+
+// offeredClaim is an append's claim for an in-process brain's offer (OfferClaims): made in the append's
+// transaction when the append made the session runnable and an offer has room, handed over once the append has
+// committed (committed) or given back if it did not (failed). Its methods run on the writer goroutine.
+type offeredClaim struct {
+	offer *store.ClaimOffer // the offer a take was made in, if any
+	lease *store.Lease      // what the take claimed, if anything
+}
+
+// claim claims the session for an offer with room, in w's transaction, if its lease is free or expired.
+func (c *offeredClaim) claim(w *wtx, sessionID string) error {
+	if c.offer = w.s.offers.take(); c.offer == nil {
+		return nil
+	}
+	var err error
+	c.lease, err = claimOffered(w, sessionID, c.offer)
+	return err
+}
+
+// committed ends the take with its lease, and reports whether the append claimed the session (then no runnable
+// waiter need look for it).
+func (c *offeredClaim) committed() bool {
+	if c.offer != nil {
+		c.offer.Deliver(c.lease)
+	}
+	return c.lease != nil
+}
+
+// failed ends the take of an append that did not commit: it claimed nothing.
+func (c *offeredClaim) failed() {
+	if c.offer != nil {
+		c.offer.Deliver(nil)
+	}
+}
+
+// claimOffered claims the session for o, in w's transaction, if it is runnable and its lease is free or
+// expired; nil if not.
+func claimOffered(w *wtx, sessionID string, o *store.ClaimOffer) (*store.Lease, error) {
+	now := time.Now()
+	l := &store.Lease{SessionID: sessionID, Owner: o.Owner, Token: newToken(),
+		ExpiresAt: now.Add(o.TTL).UTC().Truncate(time.Microsecond)}
+	err := w.queryRow(`UPDATE sessions SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3
+		WHERE id = ?4 AND wake_seq > handled_wake_seq AND (lease_token IS NULL OR lease_expires_at <= ?5)
+		RETURNING wake_seq`, l.Owner, l.Token, micros(l.ExpiresAt), sessionID, micros(now)).Scan(&l.WakeSeq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }

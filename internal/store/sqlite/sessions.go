@@ -57,8 +57,9 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	}
 	var sess *apitype.Session
 	var events []apitype.Event
+	var offered offeredClaim
 	wake := len(p.InitialEvents) > 0
-	err = s.write(ctx, func(w *wtx) error {
+	err = s.submit(ctx, &writeReq{fn: func(w *wtx) error {
 		if _, err := w.exec(`INSERT INTO sessions (id, created_at, archived_at, agent_id, agent_version, deployment_id,
 			status, usage, active_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			in.ID, micros(in.CreatedAt), nullMicros(in.ArchivedAt), in.Agent.ID, in.Agent.Version,
@@ -91,14 +92,18 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 			return err
 		}
 		var err error
-		sess, err = sessions.read(w, "s.id = ?", in.ID)
-		return err
-	}, func() {
+		if sess, err = sessions.read(w, "s.id = ?", in.ID); err != nil || !wake {
+			return err
+		}
+		return offered.claim(w, in.ID)
+	}, after: func() {
 		if wake {
 			s.hub.NotifySession(in.ID)
-			s.hub.NotifyRunnable()
+			if !offered.committed() {
+				s.hub.NotifyRunnable()
+			}
 		}
-	})
+	}, failed: offered.failed})
 	if isConstraint(err) {
 		err = store.ErrConflict
 	}

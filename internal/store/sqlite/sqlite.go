@@ -72,6 +72,7 @@ type Store struct {
 
 	hub    *store.Hub
 	recent *recent // the newest events of followed sessions
+	offers offers  // the claim offers of in-process brains (OfferClaims)
 	cfg    config
 
 	checkpointNeeded chan struct{} // the writer committed; coalesced

@@ -50,6 +50,9 @@ type writeReq struct {
 	ctx   context.Context
 	fn    func(w *wtx) error
 	after func()
+	// failed, if set, runs instead of after when the request did not commit (fn failed, was not run, or the group
+	// failed).
+	failed func()
 	// checksFirst: fn fails with a condition error (see isCondition) only before its first write, so it needs no
 	// savepoint; any other error it returns fails the whole group.
 	checksFirst bool
@@ -152,8 +155,11 @@ func (s *Store) runBatch(batch []*writeReq) {
 		if err != nil && r.err == nil {
 			r.err = err
 		}
-		if r.err == nil && r.after != nil {
+		switch {
+		case r.err == nil && r.after != nil:
 			r.after()
+		case r.err != nil && r.failed != nil:
+			r.failed()
 		}
 		close(r.done)
 	}
