@@ -59,13 +59,15 @@ const threadsCTE = `, th AS (
 )`
 
 // webhooksCTE is the step that records the webhook events of the requests applied, its arguments from $n: the
-// request index, the events' ids, types, times and documents. An event recorded already is skipped.
+// request index, the events' ids, types, times and documents. An event recorded already is skipped, and none is
+// recorded while no endpoint is enabled.
 func webhooksCTE(n int) string {
 	return fmt.Sprintf(`, wh AS (
 	INSERT INTO webhook_events (id, type, created_at, doc)
 	SELECT w.id, w.type, w.created, w.doc::json
 	FROM u JOIN unnest($%d::int[], $%d::text[], $%d::text[], $%d::timestamptz[], $%d::text[])
 		AS w (idx, id, type, created, doc) ON w.idx = u.idx
+	WHERE `+anyEndpointEnabled+`
 	ON CONFLICT (id) DO NOTHING
 )`, n, n+1, n+2, n+3, n+4)
 }

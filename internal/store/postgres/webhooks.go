@@ -93,14 +93,19 @@ func (s *Store) WebhookEventAppend(ctx context.Context, events []apitype.Webhook
 	return s.dbErr("webhook event append", insertWebhookEvents(ctx, s.pool, events))
 }
 
+// anyEndpointEnabled is the condition under which the outbox records events: some endpoint is enabled. A
+// fan-out would deliver the events of a time no endpoint was enabled to no one, and a turn's appends write less.
+const anyEndpointEnabled = `EXISTS (SELECT 1 FROM webhook_endpoints WHERE state = 'enabled')`
+
 // insertWebhookEvents records events through q (SessionCreate's transaction too); an event whose id is recorded
-// is skipped.
+// is skipped, and nothing is recorded while no endpoint is enabled (anyEndpointEnabled).
 func insertWebhookEvents(ctx context.Context, q querier, events []apitype.WebhookEvent) error {
 	var a webhookArgs
 	a.add(0, events)
 	_, err := q.Exec(ctx, `INSERT INTO webhook_events (id, type, created_at, doc)
 		SELECT w.id, w.type, w.created, w.doc::json
 		FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS w (id, type, created, doc)
+		WHERE `+anyEndpointEnabled+`
 		ON CONFLICT (id) DO NOTHING`, a.ids, a.types, a.created, a.docs)
 	return err
 }

@@ -57,6 +57,8 @@ const (
 				json_extract(CAST(e.doc AS TEXT), '$.data.vault_id'), json_extract(CAST(e.doc AS TEXT), '$.data.id'))),
 				'` + apitype.DefaultWorkspaceID + `') END
 		FROM webhook_events e WHERE e.fanned_out_at IS NULL ORDER BY e.created_at, e.id LIMIT ?`
+	// anyEndpointEnabledSQL says whether any endpoint is enabled (the outbox records events only then).
+	anyEndpointEnabledSQL = `SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE state = 'enabled')`
 	// enabledEndpointsSQL selects the enabled endpoints with their workspaces.
 	enabledEndpointsSQL = `SELECT w.doc, coalesce((SELECT o.workspace_id FROM owners o WHERE o.id = w.id),
 		'` + apitype.DefaultWorkspaceID + `') FROM webhook_endpoints w WHERE w.state = 'enabled'`
@@ -123,8 +125,16 @@ func (s *Store) WebhookEventAppend(ctx context.Context, events []apitype.Webhook
 }
 
 // insertWebhookEvents records events in w's transaction (EventAppend's and SessionCreate's too); an event whose
-// id is recorded is skipped.
+// id is recorded is skipped. Nothing is recorded while no endpoint is enabled: a fan-out would deliver the events
+// to no one (an endpoint gets the events of the time it is enabled), and a turn's appends write fewer pages.
 func insertWebhookEvents(w *wtx, events []apitype.WebhookEvent) error {
+	if len(events) == 0 {
+		return nil
+	}
+	var enabled bool
+	if err := w.queryRow(anyEndpointEnabledSQL).Scan(&enabled); err != nil || !enabled {
+		return err
+	}
 	for i := range events {
 		ev := &events[i]
 		doc, err := json.Marshal(ev)

@@ -133,6 +133,7 @@ func Run(t *testing.T, h Harness) {
 		{"WebhookEndpointList", testWebhookEndpointList},
 		{"WebhookEndpointDelete", testWebhookEndpointDelete},
 		{"WebhookLogEvents", testWebhookLogEvents},
+		{"WebhookNoEndpointEnabled", testWebhookNoEndpointEnabled},
 		{"WebhookEventAppend", testWebhookEventAppend},
 		{"WebhookFanOut", testWebhookFanOut},
 		{"WebhookFanOutRace", testWebhookFanOutRace},

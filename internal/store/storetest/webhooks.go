@@ -259,6 +259,38 @@ func testWebhookLogEvents(t *testing.T, h Harness) {
 	equal(t, slices.Equal(gotIDs, wantConcurrent), true, "the concurrent appends' event ids")
 }
 
+// testWebhookNoEndpointEnabled: while no endpoint is enabled the outbox records nothing (no event would reach
+// anyone: an endpoint gets the events of the time it is enabled), so an endpoint created or enabled later gets
+// none of that time's events, and the next ones reach it.
+func testWebhookNoEndpointEnabled(t *testing.T, h Harness) {
+	s := h.open(t)
+	sess := createSession(t, s)
+	appendEvents(t, s, sess.ID, sessionIdle(apitype.StopEndTurn))
+	must(t, s.WebhookEventAppend(ctxBg, []apitype.WebhookEvent{webhookEvent("vault.created", "vlt_a", apitype.Now())}), "append an event")
+	equal(t, fanOut(t, s, 0), 0, "events recorded with no endpoint")
+
+	off := createEndpoint(t, s, base, apitype.WebhookEventTypes...)
+	_, err := s.WebhookEndpointUpdate(ctxBg, off.Endpoint.ID, func(r *store.WebhookEndpointRecord) error {
+		r.Endpoint.State = apitype.WebhookDisabled
+		return nil
+	})
+	must(t, err, "disable endpoint")
+	appendEvents(t, s, sess.ID, sessionIdle(apitype.StopEndTurn))
+	createSession(t, s)
+	equal(t, fanOut(t, s, 0), 0, "events recorded with only a disabled endpoint")
+
+	_, err = s.WebhookEndpointUpdate(ctxBg, off.Endpoint.ID, func(r *store.WebhookEndpointRecord) error {
+		r.Endpoint.State = apitype.WebhookEnabled
+		return nil
+	})
+	must(t, err, "enable endpoint")
+	equal(t, len(deliveries(t, s, off.Endpoint.ID)), 0, "deliveries of the time no endpoint was enabled")
+	appended := appendEvents(t, s, sess.ID, sessionIdle(apitype.StopEndTurn))
+	equal(t, fanOut(t, s, 0), 1, "the next event, once an endpoint is enabled")
+	equal(t, ids(deliveries(t, s, off.Endpoint.ID), deliveryEventID), store.LogWebhookEvents(sess.ID, appended)[0].ID,
+		"its delivery")
+}
+
 // testWebhookEventAppend: an event recorded twice is one event, fanned out once.
 func testWebhookEventAppend(t *testing.T, h Harness) {
 	s := h.open(t)
