@@ -365,8 +365,15 @@ func (b *Brain) dispatch(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var failing time.Time // when the claims began to fail, while they do: one line for an outage, not one a poll
+	waiting := false      // for a wake-up or the poll, its idle workers offered; else for an idle worker
 	for {
-		// Wait for an idle worker, then count the others.
+		var free, woken <-chan struct{}
+		var polled <-chan time.Time
+		if waiting {
+			woken, polled = runnable, timer.C
+		} else {
+			free = b.free
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -375,8 +382,20 @@ func (b *Brain) dispatch(ctx context.Context) {
 				return
 			}
 			continue
-		case <-b.free:
+		case <-woken:
+		case <-polled:
+		case <-free:
 		}
+		if waiting {
+			waiting = false
+			if offer != nil {
+				for range offer.Withdraw() {
+					b.free <- struct{}{}
+				}
+			}
+			continue
+		}
+		// An idle worker: count the others.
 		n := 1
 	count:
 		for n < maxClaim {
@@ -416,27 +435,8 @@ func (b *Brain) dispatch(ctx context.Context) {
 		for range idle {
 			b.free <- struct{}{}
 		}
+		waiting = true
 		timer.Reset(b.cfg.PollInterval)
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case l := <-offered:
-				if !take(l) {
-					return
-				}
-			case <-runnable:
-				break wait
-			case <-timer.C:
-				break wait
-			}
-		}
-		if offer != nil {
-			for range offer.Withdraw() {
-				b.free <- struct{}{}
-			}
-		}
 	}
 }
 

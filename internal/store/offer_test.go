@@ -18,8 +18,10 @@ func TestClaimOfferRoom(t *testing.T) {
 	if n := o.Open(5); n != 3 {
 		t.Fatalf("Open(5) with capacity 3 added %d", n)
 	}
-	if !o.Take() || !o.Take() {
-		t.Fatal("Take failed with room left")
+	for i := range 2 {
+		if !o.Take() {
+			t.Fatalf("take %d failed with room left", i+1)
+		}
 	}
 	if n := o.Open(1); n != 0 {
 		t.Fatalf("Open added %d beyond the capacity (1 room, 2 takes in flight)", n)
