@@ -65,28 +65,16 @@ func (o *ClaimOffer) Room() int {
 // C delivers the ends of the takes: a lease claimed for the brain, or nil for a take that claimed nothing.
 func (o *ClaimOffer) C() <-chan *Lease { return o.c }
 
-// Settle waits until no take is in flight (or ctx is done) and returns the leases delivered and not yet
-// received, for a stopping brain to give back. It withdraws the room first.
+// Settle withdraws the room and waits until every take in flight has ended (or ctx is done); it returns the
+// leases delivered and not yet received, for a stopping brain to give back. Nothing else may receive from C
+// meanwhile.
 func (o *ClaimOffer) Settle(ctx context.Context) []*Lease {
-	o.Withdraw()
+	o.mu.Lock()
+	o.room = 0
+	pending := o.taken + len(o.c) // no take starts now: each of these is a value C has or will have
+	o.mu.Unlock()
 	var out []*Lease
-	for {
-		o.mu.Lock()
-		inFlight := o.taken
-		o.mu.Unlock()
-		for drained := false; !drained; {
-			select {
-			case l := <-o.c:
-				if l != nil {
-					out = append(out, l)
-				}
-			default:
-				drained = true
-			}
-		}
-		if inFlight == 0 {
-			return out
-		}
+	for range pending {
 		select {
 		case <-ctx.Done():
 			return out
@@ -96,6 +84,7 @@ func (o *ClaimOffer) Settle(ctx context.Context) []*Lease {
 			}
 		}
 	}
+	return out
 }
 
 // Take reserves a unit of room for an append about to claim a session, and reports whether there was one. The
