@@ -147,6 +147,10 @@ func (c *Client) readLine(br *bufio.Reader) ([]byte, error) {
 
 var errTooLong = errors.New("the agent sent a message too long for any result")
 
+// ErrNoAnswer is wrapped, beside sandbox.ErrSandboxDead, by a call whose answer did not come in time while the
+// agent's output was still open.
+var ErrNoAnswer = errors.New("the agent did not answer")
+
 // checkResponse refuses a response whose text exceeds what the agent can produce for a call with output cap
 // outCap (the content, not only the line, is bounded).
 func checkResponse(resp agent.Response, outCap int) error {
@@ -246,7 +250,7 @@ func (c *Client) do(ctx context.Context, req agent.Request, hang time.Duration) 
 		return agent.Response{}, ctx.Err()
 	case <-timer.C:
 		c.forget(req.ID)
-		return agent.Response{}, fmt.Errorf("%w: the agent did not answer within %s", sandbox.ErrSandboxDead, hang)
+		return agent.Response{}, fmt.Errorf("%w: %w within %s", sandbox.ErrSandboxDead, ErrNoAnswer, hang)
 	}
 }
 

@@ -93,20 +93,37 @@ func (sb *Sandbox) attach() error {
 	return nil
 }
 
-// ping waits until the agent answers.
+// ping waits until the agent answers, for at most pingTimeout. containerd starts copying a new attach stream's
+// stdin to the container before it adds the stream's stdout to the container's outputs (ContainerIO.Attach in
+// its CRI plugin), so an answer to a request sent at once can go to the container's log alone: the ping is sent
+// again every pingEvery until one is answered (a late answer to an earlier one is dropped by the client).
 func (sb *Sandbox) ping(ctx context.Context) error {
-	res, err := sb.client.Call(ctx, "", agent.PingTool, json.RawMessage(`{}`), 30*time.Second, 0, 5*time.Second)
-	if err != nil {
-		if t := strings.TrimSpace(sb.stderr.String()); t != "" {
-			err = fmt.Errorf("%w (agent stderr: %s)", err, t)
+	deadline := time.Now().Add(pingTimeout)
+	for {
+		res, err := sb.client.Call(ctx, "", agent.PingTool, json.RawMessage(`{}`), pingEvery, 0, 0)
+		if errors.Is(err, host.ErrNoAnswer) {
+			if time.Now().Before(deadline) {
+				continue
+			}
+			err = fmt.Errorf("%w (pinged every %s for %s)", err, pingEvery, pingTimeout)
 		}
-		return err
+		if err != nil {
+			if t := strings.TrimSpace(sb.stderr.String()); t != "" {
+				err = fmt.Errorf("%w (agent stderr: %s)", err, t)
+			}
+			return err
+		}
+		if res.IsError {
+			return errors.New("agent: ping failed")
+		}
+		return nil
 	}
-	if res.IsError {
-		return errors.New("agent: ping failed")
-	}
-	return nil
 }
+
+const (
+	pingTimeout = 35 * time.Second
+	pingEvery   = time.Second
+)
 
 // confined proves the pod's network policy is enforced: from inside, the provider's canary port (which no
 // policy allows) must be unreachable. A policy engine programs a new pod's rules a moment after it starts;
