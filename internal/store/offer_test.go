@@ -64,3 +64,22 @@ func TestClaimOfferRoom(t *testing.T) {
 		t.Errorf("room after Settle: %d", o.Room())
 	}
 }
+
+// TestClaimOfferSettleGivesUp: a take that never ends does not hold a stopping brain past its context; Settle
+// returns the leases delivered so far.
+func TestClaimOfferSettleGivesUp(t *testing.T) {
+	o := store.NewClaimOffer("brain", time.Minute, 2)
+	o.Open(2)
+	o.Take()
+	o.Take()
+	o.Deliver(&store.Lease{SessionID: "s1"}) // the other take never ends
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	got := o.Settle(ctx)
+	if len(got) != 1 || got[0].SessionID != "s1" {
+		t.Fatalf("Settle returned %+v, want s1", got)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("Settle returned before its context ended, with a take still in flight")
+	}
+}

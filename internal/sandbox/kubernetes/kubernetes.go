@@ -320,7 +320,7 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbo
 	if err := sb.attach(); err != nil {
 		return nil, err
 	}
-	if err := sb.ping(ctx); err != nil {
+	if err := sb.ping(ctx, pingTimeout); err != nil {
 		return nil, err
 	}
 	if err := sb.confined(ctx, p.canary.Addr().(*net.TCPAddr).Port); err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
 	"github.com/corralhq/corral/internal/sandbox/agent"
@@ -60,7 +61,7 @@ func pingOver(t *testing.T, drop int) (*Sandbox, *lossyOutput, *io.PipeWriter) {
 // stream's stdout after it starts copying its stdin); the ping is sent again and the second answer counts.
 func TestPingAnswerLost(t *testing.T) {
 	sb, out, _ := pingOver(t, 2)
-	if err := sb.ping(t.Context()); err != nil {
+	if err := sb.ping(t.Context(), pingTimeout); err != nil {
 		t.Fatalf("ping with its first two answers lost: %v", err)
 	}
 	out.mu.Lock()
@@ -74,8 +75,23 @@ func TestPingAnswerLost(t *testing.T) {
 func TestPingStreamEnded(t *testing.T) {
 	sb, _, outW := pingOver(t, 1<<30)
 	outW.CloseWithError(errors.New("the attach stream ended"))
-	err := sb.ping(t.Context())
+	err := sb.ping(t.Context(), pingTimeout)
 	if !errors.Is(err, sandbox.ErrSandboxDead) || errors.Is(err, host.ErrNoAnswer) {
 		t.Fatalf("ping of an agent whose output ended: %v, want sandbox.ErrSandboxDead and not ErrNoAnswer", err)
+	}
+}
+
+// TestPingNoAnswer: an agent whose answers never come through is pinged again until the timeout, then fails as
+// a sandbox that did not answer.
+func TestPingNoAnswer(t *testing.T) {
+	sb, out, _ := pingOver(t, 1<<30)
+	err := sb.ping(t.Context(), 2500*time.Millisecond)
+	if !errors.Is(err, sandbox.ErrSandboxDead) || !errors.Is(err, host.ErrNoAnswer) {
+		t.Fatalf("ping of an agent whose answers are all lost: %v, want ErrSandboxDead and ErrNoAnswer", err)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if out.dropped < 2 {
+		t.Errorf("%d pings answered (and lost) before the timeout, want at least 2: the ping was not sent again", out.dropped)
 	}
 }

@@ -93,19 +93,19 @@ func (sb *Sandbox) attach() error {
 	return nil
 }
 
-// ping waits until the agent answers, for at most pingTimeout. containerd starts copying a new attach stream's
+// ping waits until the agent answers, for at most timeout. containerd starts copying a new attach stream's
 // stdin to the container before it adds the stream's stdout to the container's outputs (ContainerIO.Attach in
 // its CRI plugin), so an answer to a request sent at once can go to the container's log alone: the ping is sent
 // again every pingEvery until one is answered (a late answer to an earlier one is dropped by the client).
-func (sb *Sandbox) ping(ctx context.Context) error {
-	deadline := time.Now().Add(pingTimeout)
+func (sb *Sandbox) ping(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		res, err := sb.client.Call(ctx, "", agent.PingTool, json.RawMessage(`{}`), pingEvery, 0, 0)
 		if errors.Is(err, host.ErrNoAnswer) {
 			if time.Now().Before(deadline) {
 				continue
 			}
-			err = fmt.Errorf("%w (pinged every %s for %s)", err, pingEvery, pingTimeout)
+			err = fmt.Errorf("%w (pinged every %s for %s)", err, pingEvery, timeout)
 		}
 		if err != nil {
 			if t := strings.TrimSpace(sb.stderr.String()); t != "" {
