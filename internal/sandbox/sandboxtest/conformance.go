@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -333,13 +334,20 @@ func testBashState(t *testing.T, newProvider func(testing.TB) sandbox.Provider) 
 	}
 }
 
+// timeoutRuns numbers the runs of testTimeout in this process.
+var timeoutRuns atomic.Int64
+
 func testTimeout(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 	p := newPool(t, newProvider, 0)
 	const s = "timeout"
 	mustRun(t, p, bash(s, "true"))
+	// The sleeps' argument is this run's own: a backend that shares the host's processes (process) sees every
+	// other sandbox of the host, and the other backends' packages run this test at the same time (CI counted two
+	// sleeps of another package's run as left by this one). A test binary's pid is unique among those running.
+	sleep := fmt.Sprintf("sleep 31.%07d%03d", os.Getpid(), timeoutRuns.Add(1)%1000)
 	start := time.Now()
 	// 2 s for "echo before" to run even on a loaded machine; the sleeps are not waited for (31 s).
-	got := mustFail(t, p, call(s, "bash", map[string]any{"command": "echo before; sleep 31.17 & sleep 31.17; echo never", "timeout_ms": 2000}))
+	got := mustFail(t, p, call(s, "bash", map[string]any{"command": "echo before; " + sleep + " & " + sleep + "; echo never", "timeout_ms": 2000}))
 	if d := time.Since(start); d > 25*time.Second {
 		t.Errorf("timeout took %s: the command's sleep was waited for", d)
 	}
@@ -347,7 +355,7 @@ func testTimeout(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 		t.Errorf("timeout result: %q", got)
 	}
 	// The command's processes are gone, and the shell works again.
-	if got := mustRun(t, p, bash(s, "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null | grep -c '^sleep 31.17 $' || true")); strings.TrimSpace(got) != "0" {
+	if got := mustRun(t, p, bash(s, "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null | grep -cxF '"+sleep+" ' || true")); strings.TrimSpace(got) != "0" {
 		t.Errorf("sleep processes left after timeout: %q", got)
 	}
 	// The recipe's CommandTimeout is the default.
