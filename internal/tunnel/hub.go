@@ -68,6 +68,9 @@ type link struct {
 	streams           chan struct{} // a slot per open stream
 }
 
+// usable reports whether l can carry a dial: published (its upgrade done) and its session open. Call with h.mu held.
+func (l *link) usable() bool { return l.sess != nil && !l.sess.IsClosed() }
+
 // NewHub returns a hub and starts its check of the connected tunnels; Close stops it.
 func NewHub(cfg HubConfig) (*Hub, error) {
 	if cfg.Store == nil {
@@ -136,11 +139,18 @@ func (h *Hub) Revoke(tunnelID string) {
 	}
 }
 
-// Connected is how many connectors of the tunnel are connected to this process.
+// Connected is how many connectors of the tunnel are connected to this process and can carry a dial: a connector
+// whose upgrade is still under way holds its place (add) but is not counted until it is published.
 func (h *Hub) Connected(tunnelID string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.links[tunnelID])
+	n := 0
+	for _, l := range h.links[tunnelID] {
+		if l.usable() {
+			n++
+		}
+	}
+	return n
 }
 
 // ServeHTTP authenticates a connector by its tunnel token and keeps its connection until it ends, the hub
@@ -436,7 +446,7 @@ func (h *Hub) pick(tunnelID, tokenID string) *link {
 	defer h.mu.Unlock()
 	var best *link
 	for _, l := range h.links[tunnelID] {
-		if l.tokenID == tokenID && l.sess != nil && !l.sess.IsClosed() && (best == nil || len(l.streams) < len(best.streams)) {
+		if l.tokenID == tokenID && l.usable() && (best == nil || len(l.streams) < len(best.streams)) {
 			best = l
 		}
 	}
