@@ -595,7 +595,6 @@ func TestSDKWorkerMemory(t *testing.T) {
 
 	// The tool has written its note on the worker's host and waits.
 	note := filepath.Join(rwDir, "notes", "a.md")
-	started := time.Now() // after the worker's download, which started its sync interval
 	for {
 		if _, err := os.Stat(note); err == nil {
 			break
@@ -608,6 +607,10 @@ func TestSDKWorkerMemory(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	// The worker started its sync interval when its download ended, before it ran the tool that wrote the note:
+	// the interval is measured from here, not from the message sent, which can precede the worker's claim by
+	// seconds when the machine is loaded.
+	started := time.Now()
 	// Every memory call so far carried one credential: the work item's sessions token.
 	authMu.Lock()
 	var token string
