@@ -250,11 +250,20 @@ func podState(pod *corev1.Pod) (netip.Addr, string, error) {
 	return netip.Addr{}, state, nil
 }
 
+// containerReasons says why a pod ended: the node's reason, if it ended the pod itself (an eviction, a deadline,
+// an admission refused), and each container's end, or what it was waiting for.
 func containerReasons(pod *corev1.Pod) string {
 	var b bytes.Buffer
+	if pod.Status.Reason != "" || pod.Status.Message != "" {
+		fmt.Fprintf(&b, "%s %s; ", pod.Status.Reason, pod.Status.Message)
+	}
 	for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
-		if t := cs.State.Terminated; t != nil {
+		switch {
+		case cs.State.Terminated != nil:
+			t := cs.State.Terminated
 			fmt.Fprintf(&b, "%s: %s (exit %d) %s; ", cs.Name, t.Reason, t.ExitCode, t.Message)
+		case cs.State.Waiting != nil:
+			fmt.Fprintf(&b, "%s: waiting: %s %s; ", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
 		}
 	}
 	return b.String()
