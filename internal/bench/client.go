@@ -12,14 +12,22 @@ import (
 )
 
 // Client is the benchmark's client of Corral's HTTP API: internal/client (the one the CLI uses) over a transport
-// sized for many concurrent streams to one host, with the few calls a workload makes.
+// sized for many concurrent streams to one host, with the few calls a workload makes. Its event streams have a
+// transport of their own: a stream holds its connection until it is closed, and on a shared pool the call after
+// a stream's open (a session's first message, whose time the TTFT measures) would find no idle connection and
+// dial one, as a client that keeps its connections warm does not.
 type Client struct {
 	*client.Client
+	streams *client.Client
 }
 
 // NewClient returns a client of the server at base with a transport sized for many concurrent streams to one
 // host. base is a server's own URL: an invalid one is a programming error, and panics.
 func NewClient(base, key string) *Client {
+	return &Client{Client: newAPIClient(base, key), streams: newAPIClient(base, key)}
+}
+
+func newAPIClient(base, key string) *client.Client {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        4096,
@@ -30,7 +38,13 @@ func NewClient(base, key string) *Client {
 	if err != nil {
 		panic(err)
 	}
-	return &Client{Client: c}
+	return c
+}
+
+// CloseIdleConnections closes the idle connections of both transports.
+func (c *Client) CloseIdleConnections() {
+	c.Client.CloseIdleConnections()
+	c.streams.CloseIdleConnections()
 }
 
 // CreateAgent creates an agent; with tools it has the built-in toolset (bash, read, write, ...).
@@ -96,7 +110,7 @@ type Stream struct {
 // Open opens the session's event stream; it returns once the server has answered with the stream's headers,
 // so every event appended afterwards is delivered on it.
 func (c *Client) Open(ctx context.Context, sessionID string) (*Stream, error) {
-	s, err := c.EventStream(ctx, sessionID, nil)
+	s, err := c.streams.EventStream(ctx, sessionID, nil)
 	if err != nil {
 		return nil, err
 	}
