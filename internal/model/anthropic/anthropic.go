@@ -43,6 +43,7 @@ type Model struct {
 	client    anthropic.Client
 	maxTokens int
 	noCreds   bool
+	tools     toolCache
 }
 
 var _ model.Model = (*Model)(nil)
@@ -75,11 +76,12 @@ func (m *Model) Call(ctx context.Context, req *model.Request, onDelta func(model
 	if m.noCreds {
 		return nil, &model.Error{Kind: model.ErrAuth, Err: model.ErrNoCredentials}
 	}
-	params, err := m.params(req)
+	params, body, err := m.params(req)
 	if err != nil {
 		return nil, &model.Error{Kind: model.ErrInvalid, Err: fmt.Errorf("anthropic: %w", err)}
 	}
-	stream := m.client.Messages.NewStreaming(ctx, params)
+	// The SDK sends body (with "stream": true, which it sets), not its encoding of params.
+	stream := m.client.Messages.NewStreaming(ctx, params, option.WithRequestBody("application/json", body))
 	defer stream.Close()
 
 	var msg anthropic.Message
