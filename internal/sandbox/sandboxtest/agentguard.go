@@ -161,7 +161,10 @@ func RunAgentGuard(t *testing.T, newProvider func(testing.TB) sandbox.Provider, 
 				t.Fatalf("kill -%s everyone: %v %q, want a result (the agent unharmed)", sig, err, res.Text())
 			}
 			t.Logf("kill -%s everyone: %q", sig, res.Text())
-			if got := mustRun(t, p, short(bash(s, "cat /tmp/guard-mark"))); got != mark {
+			// The check has a timeout of its own: a new shell's start after the kill is the machine's load (CI's
+			// gVisor once took more than the 2 s), and a hung sandbox fails it all the same.
+			check := short(call(s, "bash", map[string]any{"command": "cat /tmp/guard-mark", "timeout_ms": 30_000}))
+			if got := mustRun(t, p, check); got != mark {
 				t.Fatalf("after kill -%s everyone: /tmp/guard-mark is %q, want %q (the same sandbox)", sig, got, mark)
 			}
 		}
