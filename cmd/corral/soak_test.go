@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -114,6 +115,9 @@ type sessionResult struct {
 	id   string
 	seen map[string]bool
 	end  string // "idle", "terminated" or why it did not settle
+	// state is where the session stood when the driver last looked: its last status event and, while it waits
+	// for the client, the calls it named, and what the driver's last answer got. An unsettled session says it.
+	state string
 }
 
 func newSoak(t *testing.T, dur time.Duration) *soak {
@@ -373,7 +377,7 @@ func (k *soak) session(n int, settleBy time.Time) {
 	for {
 		evs, err := k.listEvents(ctx, sess.ID)
 		if ctx.Err() != nil {
-			res.end = "did not settle by the deadline"
+			res.end = "did not settle by the deadline; " + cmp.Or(res.state, "no status after the message")
 			return
 		}
 		if err == nil {
@@ -411,6 +415,7 @@ func (k *soak) step(ctx context.Context, sid string, evs []anthropic.BetaManaged
 	if last == nil {
 		return ""
 	}
+	res.state = "last status " + last.Type + " " + last.ID
 	switch {
 	case last.Type == "session.status_terminated":
 		k.terminated.Add(1)
@@ -423,6 +428,7 @@ func (k *soak) step(ctx context.Context, sid string, evs []anthropic.BetaManaged
 	}
 	for _, id := range last.AsSessionStatusIdle().StopReason.EventIDs {
 		ev, ok := byID[id]
+		res.state += fmt.Sprintf("; waits for %s (listed %t, answered %t)", id, ok, answered[id])
 		if !ok || answered[id] {
 			continue
 		}
@@ -445,6 +451,9 @@ func (k *soak) step(ctx context.Context, sid string, evs []anthropic.BetaManaged
 		sent, err := k.client.Beta.Sessions.Events.Send(ctx, sid, anthropic.BetaSessionEventSendParams{
 			Events: []anthropic.BetaManagedAgentsEventParamsUnion{send}})
 		var aerr *anthropic.Error
+		if err != nil {
+			res.state += ": the answer got " + err.Error()
+		}
 		switch {
 		case err == nil:
 			k.ack(res, sent)
