@@ -154,7 +154,7 @@ func (b *backend) provider(o backendOptions, stateDir string) (sandbox.Provider,
 
 // benchBackends resolves corral bench's --backends against the table: every backend is returned, those that
 // cannot run here with their reason.
-func benchBackends(names []string, o backendOptions) []bench.Backend {
+func benchBackends(names []string, o backendOptions, starts int) []bench.Backend {
 	var out []bench.Backend
 	for _, name := range names {
 		b, err := lookupBackend(name)
@@ -167,7 +167,11 @@ func benchBackends(names []string, o backendOptions) []bench.Backend {
 			out = append(out, bench.Backend{Name: b.name, Unavailable: err.Error()})
 			continue
 		}
-		out = append(out, bench.Backend{Name: b.name, New: func(dir string) (sandbox.Provider, error) { return b.new(&opts, dir) }})
+		be := bench.Backend{Name: b.name, New: func(dir string) (sandbox.Provider, error) { return b.new(&opts, dir) }}
+		if !b.remote {
+			be.MaxStarting = starts
+		}
+		out = append(out, be)
 	}
 	return out
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -33,10 +35,30 @@ func TestBackendReasons(t *testing.T) {
 			t.Errorf("%s: err = %v, want %q", name, err, want)
 		}
 	}
-	got := benchBackends([]string{"runc", "docker", "process"}, backendOptions{agentPath: "/nonexistent/agent"})
+	got := benchBackends([]string{"runc", "docker", "process"}, backendOptions{agentPath: "/nonexistent/agent"}, 3)
 	if len(got) != 3 || got[0].Name != "oci" || !strings.Contains(got[0].Unavailable, "runc is not installed") ||
-		got[1].Unavailable == "" || got[2].Name != "process" || got[2].Unavailable != "" || got[2].New == nil {
+		got[1].Unavailable == "" || got[2].Name != "process" || got[2].Unavailable != "" || got[2].New == nil || got[2].MaxStarting != 3 {
 		t.Errorf("benchBackends = %+v", got)
+	}
+}
+
+// TestMaxStarting: --sandbox-starts bounds the starts of a backend whose sandboxes run on this host, and not a
+// kubernetes cluster's pods; its default is half the CPUs, at least one.
+func TestMaxStarting(t *testing.T) {
+	for kind, want := range map[string]int{"bwrap": 5, "oci": 5, "process": 5, "kubernetes": 0, "k8s": 0} {
+		f := handsFlags{kind: kind, starts: 5}
+		if got := f.maxStarting(); got != want {
+			t.Errorf("%s: maxStarting = %d, want %d", kind, got, want)
+		}
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var f handsFlags
+	f.register(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := max(1, runtime.GOMAXPROCS(0)/2); f.starts != want {
+		t.Errorf("--sandbox-starts defaults to %d, want %d", f.starts, want)
 	}
 }
 

@@ -71,6 +71,7 @@ type benchFlags struct {
 	historyTurns   int
 	cpuShare       int
 	cpuIdle        bool
+	starts         int
 	recipeSessions string
 	recipeSamples  int
 	recipeRepoMB   int64
@@ -134,6 +135,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.traceFile, "trace", "", "write an execution trace of the whole run to `file` (go tool trace; -pprof=sched and -pprof=sync show where a turn waits); keep the run short, a trace grows by megabytes a second")
 	runscFlag(fs, &f.runsc)
 	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
+	startsFlag(fs, &f.starts)
 	f.kube.register(fs)
 	// The recipe section's servers build images and clone as corral serve does with these flags.
 	f.images.register(fs)
@@ -343,7 +345,7 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 			if len(want) == 0 {
 				want = []string{"bwrap", "oci", "gvisor"}
 			}
-			return benchBackends(want, backendOptions{agentPath: agentPath, runsc: f.runsc, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle, kube: &f.kube}), nil
+			return benchBackends(want, backendOptions{agentPath: agentPath, runsc: f.runsc, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle, kube: &f.kube}, f.starts), nil
 		},
 		OpenStore: openStore,
 		Model: func(baseURL string, hc *http.Client) model.Model {

@@ -41,6 +41,7 @@ type handsFlags struct {
 	cpus        float64
 	cpuShare    int
 	cpuIdle     bool
+	starts      int // --sandbox-starts
 	timeout     time.Duration
 	egress      egressFlags
 	// The quotas of each session's workspace and /tmp, and the disk reserve of the data directory.
@@ -74,6 +75,7 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.pids, "sandbox-pids", host.DefaultPids, "process limit of each sandbox")
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
 	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
+	startsFlag(fs, &f.starts)
 	fs.DurationVar(&f.timeout, "tool-timeout", host.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
 	fs.Int64Var(&f.diskMB, "sandbox-disk", volume.DefaultSizeBytes>>20, "disk quota of each session's workspace in `MiB` (a loop-mounted ext4 image; needs root, loop devices and mkfs.ext4; 0 = no quota)")
 	fs.Int64Var(&f.inodes, "sandbox-inodes", volume.DefaultInodes, "inode (file) quota of each session's workspace")
@@ -90,6 +92,24 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 func cpuFlags(fs *flag.FlagSet, share *int, idle *bool) {
 	fs.IntVar(share, "sandbox-cpu-share", 0, fmt.Sprintf("cpu.shares of the cgroup all sandboxes run in, beside the server's threads (1024 each); each sandbox gets an equal part of it (0 = %d, -1 = the kernel's 1024)", cgroup.DefaultShare))
 	fs.BoolVar(idle, "sandbox-cpu-idle", false, "also mark the sandboxes' cgroup idle (cpu.idle): sandboxes run only on CPU time nothing else on the host wants")
+}
+
+// startsFlag adds --sandbox-starts to serve, harness, worker and bench.
+func startsFlag(fs *flag.FlagSet, starts *int) {
+	fs.IntVar(starts, "sandbox-starts", defaultStarts(), "sandboxes started at once on this host; more wait their turn, so that a burst of first tool calls\n"+
+		"leaves the server CPUs of its own (0 = no bound; the default is half the CPUs, at least 1; kubernetes pods start on the cluster's nodes and are not bounded)")
+}
+
+// defaultStarts is --sandbox-starts' default: half the CPUs this process may use, at least one, so that the
+// sandboxes' starts never take every CPU from the sessions' turns (docs/benchmarks.md, stop 55).
+func defaultStarts() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+
+// maxStarting is the pool's bound on the sandboxes it starts at once: --sandbox-starts, none for a remote backend.
+func (f *handsFlags) maxStarting() int {
+	if b, err := lookupBackend(f.kind); err == nil && b.remote {
+		return 0
+	}
+	return f.starts
 }
 
 // runscFlag adds --runsc, the gvisor backend's binary, to serve, harness and bench.
@@ -194,7 +214,7 @@ func (f *handsFlags) sandbox(dataDir string, st store.Store, vlt *vault.Vault, f
 	}
 	sc := corral.SandboxConfig{Tools: host.Tools(), Pool: sandbox.PoolConfig{
 		WorkspaceRoot: root, IdleTimeout: f.idle, Limits: f.limits(), Placer: placer, Egress: proxy.Merge(git, secrets, &image.ManagerEgress{Registries: f.registries}),
-		Outputs: placer,
+		Outputs: placer, MaxStarting: f.maxStarting(),
 	}, WorkspaceSandboxes: f.wsSandboxes}
 	if f.kind == "none" {
 		logger.Warn("no sandbox backend: built-in tools (bash, read, write, ...) will fail")

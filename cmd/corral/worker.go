@@ -82,7 +82,8 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox backend %s: %w", hf.kind, err)
 	}
-	pc := sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, IdleTimeout: hf.idle, Limits: hf.limits(), Logger: logger}
+	pc := sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, IdleTimeout: hf.idle, Limits: hf.limits(), Logger: logger,
+		MaxStarting: hf.maxStarting()}
 	// The same workspace quotas as the server's (a worker's disk is the user's machine).
 	vols, err := hf.volumes(root, logger)
 	if err != nil {

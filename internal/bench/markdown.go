@@ -62,19 +62,24 @@ func (r *Report) Markdown(svgName string) string {
 	p("create the session, open its stream, send the first message, read until the turn is over. The slots start spread ")
 	p("over one model TTFT, so about N sessions are in flight at any time without a synchronized burst. ")
 	p("%.0f%% of the sessions get a tool call as first answer (the sandbox then runs `echo hello` and the model ", r.ToolShare*100)
-	p("answers \"ok\"), the others a text answer. Every agent has the built-in toolset. Sessions per slot: %s.\n\n", roundsText(r.PerSlot))
+	p("answers \"ok\"), the others a text answer. Every agent has the built-in toolset. Sessions per slot: %s. ", roundsText(r.PerSlot))
+	if r.SandboxStarts > 0 {
+		p("The server starts at most %d sandboxes at once (`--sandbox-starts`).\n\n", r.SandboxStarts)
+	} else {
+		p("The server starts sandboxes with no bound on how many at once (`--sandbox-starts 0`).\n\n")
+	}
 
 	if pairs := r.Pairs(); len(pairs) > 0 {
 		p("### Time to first token, decoupled vs coupled\n\n")
 		if svgName != "" {
 			p("![TTFT p50 and p95, decoupled vs coupled](%s)\n\n", svgName)
 		}
-		p("| backend | concurrent sessions | decoupled TTFT p50 / p95 / p99 | coupled TTFT p50 / p95 / p99 | ratio p50 | ratio p95 | decoupled overhead p50 / p95 | coupled overhead p50 / p95 | sessions/s (decoupled, coupled) | samples (errors) |\n")
-		p("|---|---|---|---|---|---|---|---|---|---|\n")
+		p("| backend | concurrent sessions | decoupled TTFT p50 / p95 / p99 | coupled TTFT p50 / p95 / p99 | ratio p50 | ratio p95 | decoupled overhead p50 / p95 | coupled overhead p50 / p95 | first tool result p50 / p95 (decoupled; coupled) | sessions/s (decoupled, coupled) | samples (errors) |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range pairs {
-			p("| %s | %d | %s | %s | %s | %s | %s | %s | %.1f, %.1f | %d+%d (%d+%d) |\n", x.Backend, x.Concurrency, dist3(x.D.TTFT), dist3(x.C.TTFT),
+			p("| %s | %d | %s | %s | %s | %s | %s | %s | %s; %s | %.1f, %.1f | %d+%d (%d+%d) |\n", x.Backend, x.Concurrency, dist3(x.D.TTFT), dist3(x.C.TTFT),
 				Ratio(x.D.TTFT.P50, x.C.TTFT.P50), Ratio(x.D.TTFT.P95, x.C.TTFT.P95), dist2(x.D.Overhead), dist2(x.C.Overhead),
-				x.D.Rate, x.C.Rate, x.D.TTFT.N, x.C.TTFT.N, x.D.Errors, x.C.Errors)
+				dist2(x.D.ToolResult), dist2(x.C.ToolResult), x.D.Rate, x.C.Rate, x.D.TTFT.N, x.C.TTFT.N, x.D.Errors, x.C.Errors)
 		}
 		p("\nAll times in milliseconds; ratio = decoupled / coupled (goal: p50 <= %.1f, p95 <= %.1f). ", GoalRatioP50, GoalRatioP95)
 		p("The fake model's own time is in every TTFT: p50 %s ms over the decoupled cells.\n\n", Ms(medianModel(r)))

@@ -29,6 +29,9 @@ type Cell struct {
 	Rate float64
 	// Phases splits the overhead (see PhaseNames).
 	Phases [NumPhases]Dist
+	// ToolResult is the tool sessions' time from the send to their first tool result: what a session that needs
+	// its sandbox waits, its start included.
+	ToolResult Dist
 }
 
 // ScaleStep is one level of the scale search (text-only sessions, decoupled).
@@ -81,6 +84,7 @@ type Report struct {
 	Workers                               int
 	ModelTTFT, ModelPerToken, ModelJitter time.Duration
 	ToolShare                             float64
+	SandboxStarts                         int         // the TTFT servers' bound on sandboxes started at once (0: none)
 	PerSlot                               map[int]int // concurrency -> sessions per slot
 	ScaleModelTTFT                        time.Duration
 	ScalePerSlot                          int

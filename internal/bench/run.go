@@ -118,6 +118,8 @@ type Backend struct {
 	Unavailable string
 	// New constructs a provider whose state lives under stateDir.
 	New func(stateDir string) (sandbox.Provider, error)
+	// MaxStarting is the sandbox pool's bound on the sandboxes it starts at once (--sandbox-starts; 0: none).
+	MaxStarting int
 }
 
 // Run runs the benchmark: the sections of cfg, then the summary to Stdout and the report to Out and SVG.
@@ -329,8 +331,9 @@ func (b *benchRun) write() error {
 
 // benchBackend is one sandbox backend under test that runs here.
 type benchBackend struct {
-	name string
-	new  func(stateDir string) (sandbox.Provider, error)
+	name        string
+	new         func(stateDir string) (sandbox.Provider, error)
+	maxStarting int
 }
 
 func backendNames(bs []*benchBackend) string {
@@ -357,7 +360,7 @@ func (b *benchRun) backends() []*benchBackend {
 			b.skip("backend "+be.Name, cmp.Or(be.Unavailable, "no constructor"))
 			continue
 		}
-		bb := &benchBackend{name: be.Name, new: be.New}
+		bb := &benchBackend{name: be.Name, new: be.New, maxStarting: be.MaxStarting}
 		// A provider that cannot start a sandbox here is skipped, not fatal.
 		if err := b.probe(bb); err != nil {
 			b.skip("backend "+bb.name, err.Error())
@@ -500,7 +503,7 @@ func (b *benchRun) serve(ctx context.Context, name string, st store.Store, spec 
 			return nil, err
 		}
 		cfg.Sandbox = server.SandboxConfig{Provider: prov, Pool: sandbox.PoolConfig{WorkspaceRoot: filepath.Join(dir, "workspaces"),
-			IdleTimeout: spec.idle, Placer: spec.placer, Outputs: spec.outputs}}
+			IdleTimeout: spec.idle, Placer: spec.placer, Outputs: spec.outputs, MaxStarting: be.maxStarting}}
 	}
 	if spec.images != nil {
 		if cfg.Images, err = spec.images(served); err != nil {
@@ -546,6 +549,7 @@ func (b *benchRun) hands(ctx context.Context, be *benchBackend) error {
 
 // ttft runs the TTFT comparison on one backend: both modes at every level.
 func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
+	b.rep.SandboxStarts = be.maxStarting
 	levels := b.cfg.Sessions
 	for _, mode := range []string{Decoupled, Coupled} {
 		s, err := b.startServer(ctx, "ttft-"+be.name+"-"+mode, serverSpec{fake: b.fake, backend: be, eager: mode == Coupled, idle: 5 * time.Second})
@@ -574,10 +578,11 @@ func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
 					b.progress("ttft: %d sessions failed; first error: %v", errs, err)
 				}
 				cell := Cell{Backend: be.name, Mode: mode, Concurrency: n, TTFT: Summarize(TTFTs(samples)),
-					Overhead: Summarize(Overheads(samples)), Model: Summarize(Models(samples)), Errors: errs, Rate: rate, Phases: PhaseDists(samples)}
+					Overhead: Summarize(Overheads(samples)), Model: Summarize(Models(samples)), Errors: errs, Rate: rate, Phases: PhaseDists(samples),
+					ToolResult: Summarize(ToolResults(samples))}
 				b.rep.Cells = append(b.rep.Cells, cell)
-				b.progress("ttft: %s %s ×%d: TTFT p50 %s p95 %s ms; overhead p50 %s p95 %s ms", be.name, mode, n,
-					Ms(cell.TTFT.P50), Ms(cell.TTFT.P95), Ms(cell.Overhead.P50), Ms(cell.Overhead.P95))
+				b.progress("ttft: %s %s ×%d: TTFT p50 %s p95 %s ms; overhead p50 %s p95 %s ms; first tool result p50 %s p95 %s ms", be.name, mode, n,
+					Ms(cell.TTFT.P50), Ms(cell.TTFT.P95), Ms(cell.Overhead.P50), Ms(cell.Overhead.P95), Ms(cell.ToolResult.P50), Ms(cell.ToolResult.P95))
 			}
 			return nil
 		}()

@@ -63,6 +63,12 @@ type PoolConfig struct {
 	// back: Syncer): when the brain ends a turn (CollectOutputs), and before a sandbox is reaped, replaced or
 	// stopped.
 	Outputs Collector
+	// MaxStarting bounds the sandboxes the pool starts at once (the Provider's Provision, once the sandbox's
+	// image and egress are ready); the others wait their turn, in the order they came, for as long as their
+	// call's context allows. A burst of sessions' first tool calls otherwise starts as many sandboxes at once:
+	// their processes then outnumber the server's threads on the host's CPUs, and every session's turn slows,
+	// while the starts, which share the same CPUs, end no sooner. 0: no bound.
+	MaxStarting int
 }
 
 // Collector collects a session's outputs: the files under host.Outputs() not collected before (or changed
@@ -98,8 +104,8 @@ func (c *PoolConfig) validate() error {
 	if (c.WorkspaceRoot != "" || c.Provider.Capabilities().KeepsHostDirs()) && !filepath.IsAbs(c.WorkspaceRoot) {
 		return fmt.Errorf("sandbox pool: WorkspaceRoot %q must be an absolute path", c.WorkspaceRoot)
 	}
-	if c.IdleTimeout < 0 {
-		return errors.New("sandbox pool: IdleTimeout must not be negative")
+	if c.IdleTimeout < 0 || c.MaxStarting < 0 {
+		return errors.New("sandbox pool: IdleTimeout and MaxStarting must not be negative")
 	}
 	return nil
 }
@@ -119,6 +125,9 @@ type Pool struct {
 	reaped sync.WaitGroup
 
 	reclaiming atomic.Bool // reclaimIdle is reaping
+
+	// starting holds a token for each sandbox being started, up to PoolConfig.MaxStarting; nil: no bound.
+	starting chan struct{}
 
 	noticer Noticer // PoolConfig.Outputs, if it has notices for the agents
 
@@ -161,6 +170,9 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		}
 	}
 	p := &Pool{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
+	if cfg.MaxStarting > 0 {
+		p.starting = make(chan struct{}, cfg.MaxStarting)
+	}
 	p.noticer, _ = cfg.Outputs.(Noticer)
 	if r, ok := cfg.Volumes.(Reclaimer); ok {
 		r.SetReclaim(p.reclaimIdle)
@@ -479,7 +491,7 @@ func (p *Pool) startAdmitted(ctx context.Context, r *Recipe, host *HostDirs, cap
 			return nil, err
 		}
 	}
-	sb, err := p.cfg.Provider.Provision(ctx, r, *host)
+	sb, err := p.provisionInTurn(ctx, r, host)
 	switch {
 	case release != nil && err != nil:
 		release()
@@ -487,6 +499,19 @@ func (p *Pool) startAdmitted(ctx context.Context, r *Recipe, host *HostDirs, cap
 		sb = &imageSandbox{Sandbox: sb, release: sync.OnceFunc(release)}
 	}
 	return sb, err
+}
+
+// provisionInTurn has the Provider provision the sandbox once fewer than MaxStarting others are starting.
+func (p *Pool) provisionInTurn(ctx context.Context, r *Recipe, host *HostDirs) (Sandbox, error) {
+	if p.starting != nil {
+		select {
+		case p.starting <- struct{}{}:
+			defer func() { <-p.starting }()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for its turn to start (%d sandboxes start at once): %w", cap(p.starting), context.Cause(ctx))
+		}
+	}
+	return p.cfg.Provider.Provision(ctx, r, *host)
 }
 
 // attach attaches the session's volumes (its workspace and its session directory, both under WorkspaceRoot:
