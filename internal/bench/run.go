@@ -581,8 +581,12 @@ func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
 					Overhead: Summarize(Overheads(samples)), Model: Summarize(Models(samples)), Errors: errs, Rate: rate, Phases: PhaseDists(samples),
 					ToolResult: Summarize(ToolResults(samples))}
 				b.rep.Cells = append(b.rep.Cells, cell)
-				b.progress("ttft: %s %s ×%d: TTFT p50 %s p95 %s ms; overhead p50 %s p95 %s ms; first tool result p50 %s p95 %s ms", be.name, mode, n,
-					Ms(cell.TTFT.P50), Ms(cell.TTFT.P95), Ms(cell.Overhead.P50), Ms(cell.Overhead.P95), Ms(cell.ToolResult.P50), Ms(cell.ToolResult.P95))
+				tools := ""
+				if cell.ToolResult.N > 0 {
+					tools = fmt.Sprintf("; first tool result p50 %s p95 %s ms", Ms(cell.ToolResult.P50), Ms(cell.ToolResult.P95))
+				}
+				b.progress("ttft: %s %s ×%d: TTFT p50 %s p95 %s ms; overhead p50 %s p95 %s ms%s", be.name, mode, n,
+					Ms(cell.TTFT.P50), Ms(cell.TTFT.P95), Ms(cell.Overhead.P50), Ms(cell.Overhead.P95), tools)
 			}
 			return nil
 		}()
