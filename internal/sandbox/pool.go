@@ -67,7 +67,8 @@ type PoolConfig struct {
 	// image and egress are ready); the others wait their turn, in the order they came, for as long as their
 	// call's context allows. A burst of sessions' first tool calls otherwise starts as many sandboxes at once:
 	// their processes then outnumber the server's threads on the host's CPUs, and every session's turn slows,
-	// while the starts, which share the same CPUs, end no sooner. 0: no bound.
+	// while the starts, which share the same CPUs, end no sooner. A start that takes longer than StartTurn
+	// gives its turn up and goes on uncounted, so that one stuck start cannot hold the others back. 0: no bound.
 	MaxStarting int
 }
 
@@ -126,8 +127,10 @@ type Pool struct {
 
 	reclaiming atomic.Bool // reclaimIdle is reaping
 
-	// starting holds a token for each sandbox being started, up to PoolConfig.MaxStarting; nil: no bound.
-	starting chan struct{}
+	// starting holds a token for each sandbox being started, up to PoolConfig.MaxStarting; nil: no bound. A
+	// start gives its token back when it ends, or after startTurn.
+	starting  chan struct{}
+	startTurn time.Duration
 
 	noticer Noticer // PoolConfig.Outputs, if it has notices for the agents
 
@@ -171,7 +174,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	}
 	p := &Pool{cfg: cfg, sessions: map[string]*session{}, stop: make(chan struct{})}
 	if cfg.MaxStarting > 0 {
-		p.starting = make(chan struct{}, cfg.MaxStarting)
+		p.starting, p.startTurn = make(chan struct{}, cfg.MaxStarting), StartTurn
 	}
 	p.noticer, _ = cfg.Outputs.(Noticer)
 	if r, ok := cfg.Volumes.(Reclaimer); ok {
@@ -501,15 +504,26 @@ func (p *Pool) startAdmitted(ctx context.Context, r *Recipe, host *HostDirs, cap
 	return sb, err
 }
 
-// provisionInTurn has the Provider provision the sandbox once fewer than MaxStarting others are starting.
+// StartTurn is how long a start counts against PoolConfig.MaxStarting: a start still running then goes on
+// uncounted.
+const StartTurn = 5 * time.Second
+
+// provisionInTurn has the Provider provision the sandbox once fewer than MaxStarting others are starting (those
+// started within startTurn).
 func (p *Pool) provisionInTurn(ctx context.Context, r *Recipe, host *HostDirs) (Sandbox, error) {
 	if p.starting != nil {
 		select {
 		case p.starting <- struct{}{}:
-			defer func() { <-p.starting }()
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for its turn to start (%d sandboxes start at once): %w", cap(p.starting), context.Cause(ctx))
 		}
+		// The token goes back once: by the timer, or here if the timer had not fired.
+		t := time.AfterFunc(p.startTurn, func() { <-p.starting })
+		defer func() {
+			if t.Stop() {
+				<-p.starting
+			}
+		}()
 	}
 	return p.cfg.Provider.Provision(ctx, r, *host)
 }

@@ -52,3 +52,56 @@ func TestReapedSlotIsNotHandedOut(t *testing.T) {
 		t.Errorf("acquire on a reaped slot = ok %v, err %v; want it refused (ok false)", ok, err)
 	}
 }
+
+// stuckProvider's Provision of the session "sess_stuck" waits for its context; others start at once.
+type stuckProvider struct{ nopProvider }
+
+func (stuckProvider) Provision(ctx context.Context, r *Recipe, _ HostDirs) (Sandbox, error) {
+	if r.SessionID == "sess_stuck" {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return nopSandbox{}, nil
+}
+
+// TestStuckStartGivesUpItsTurn: with one start at a time, a start that does not end gives its turn up after
+// startTurn, and the next session's sandbox starts; the stuck one still ends with its call's context.
+func TestStuckStartGivesUpItsTurn(t *testing.T) {
+	t.Parallel()
+	p, err := NewPool(PoolConfig{Provider: stuckProvider{}, WorkspaceRoot: t.TempDir(), MaxStarting: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	p.startTurn = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := p.Execute(ctx, &Call{Recipe: Recipe{SessionID: "sess_stuck"}, Name: "bash", Input: json.RawMessage(`{}`)})
+		stuck <- err
+	}()
+	// The other session's call waits for the stuck start's turn, at most startTurn, not for its end.
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	if _, err := p.Execute(wctx, &Call{Recipe: Recipe{SessionID: "sess_next"}, Name: "bash", Input: json.RawMessage(`{}`)}); err != nil {
+		t.Fatalf("the next session's call behind a stuck start: %v", err)
+	}
+	select {
+	case err := <-stuck:
+		t.Fatalf("the stuck start ended on its own: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-stuck; err == nil {
+		t.Fatal("the stuck start succeeded")
+	}
+	// Both turns are back: two more sessions start, one after the other, without waiting.
+	for _, id := range []string{"sess_a", "sess_b"} {
+		if _, err := p.Execute(wctx, &Call{Recipe: Recipe{SessionID: id}, Name: "bash", Input: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(p.starting); n != 0 {
+		t.Fatalf("%d turns still taken after every start ended", n)
+	}
+}
