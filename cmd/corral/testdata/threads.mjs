@@ -49,11 +49,22 @@ for await (const ev of stream) {
   if (ev.type === 'session.thread_status_idle') break;
 }
 
+// Whether the coordinator has answered the child's report: a status_idle of its thread after the report's receipt.
+// Until then both threads can be idle for a moment: the child done, the coordinator not yet woken by its report.
+async function coordinatorAnswered() {
+  const types = [];
+  for await (const ev of client.beta.sessions.threads.events.list(primary.id, { session_id: sessionID })) {
+    types.push(ev.type);
+  }
+  const received = types.lastIndexOf('agent.thread_message_received');
+  return received >= 0 && types.slice(received).some((type) => type.endsWith('status_idle'));
+}
+
 // Every thread idle (the coordinator has the child's report and has answered it), listed by status.
 let idle;
 for (;;) {
   idle = await listThreads({ statuses: ['idle'] });
-  if (idle.length === 2) break;
+  if (idle.length === 2 && (await coordinatorAnswered())) break;
   if (Date.now() > deadline) throw new Error(`threads not idle: ${JSON.stringify(await listThreads())}`);
   await sleep(100);
 }
