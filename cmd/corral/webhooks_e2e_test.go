@@ -198,6 +198,9 @@ func TestWebhooksThroughSDK(t *testing.T) {
 	r.down.Store(false)
 	r.waitFor(ctx, t, "session.status_idled after the outage", isEvent("session.status_idled", run2.SessionID))
 	r.waitFor(ctx, t, "deployment_run.succeeded after the outage", isEvent("deployment_run.succeeded", run2.ID))
+	// Every event of the outage delivered before the secret changes: one still retrying would be signed with the
+	// new secret before the receiver has it.
+	r.waitFor(ctx, t, "session.status_run_started after the outage", isEvent("session.status_run_started", run2.SessionID))
 
 	// A regenerated secret signs what follows: the receiver verifies with the new one only.
 	sec, err := c.Beta.Organization.Webhooks.RegenerateSigningSecret(ctx, e.ID, anthropic.BetaOrganizationWebhookRegenerateSigningSecretParams{})
