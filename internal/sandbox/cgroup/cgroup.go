@@ -65,14 +65,14 @@ func Available(root string) error {
 
 // New creates the groups <root>/<controller>/<own group>/corral/<name> and writes the limits.
 func New(root, name string, l Limits) (*Group, error) {
-	if name == "" || strings.ContainsAny(name, "/.") {
-		return nil, fmt.Errorf("cgroup: invalid name %q", name)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	own, err := ownGroups()
 	if err != nil {
 		return nil, err
 	}
-	g := &Group{limits: l, dirs: map[string]string{}}
+	g := &Group{dirs: map[string]string{}}
 	for _, c := range controllers {
 		dir := filepath.Join(root, c, own[c], "corral", name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -81,6 +81,18 @@ func New(root, name string, l Limits) (*Group, error) {
 		}
 		g.dirs[c] = dir
 	}
+	if err := g.SetLimits(l); err != nil {
+		g.Remove()
+		return nil, err
+	}
+	return g, nil
+}
+
+// SetLimits writes l into the groups (New's limits; a zero bound is left as it is) and keeps it as the group's
+// Limits. Processes already in the groups are held to it from then on.
+func (g *Group) SetLimits(l Limits) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	write := func(c, file, v string) error {
 		if err := os.WriteFile(filepath.Join(g.dirs[c], file), []byte(v), 0); err != nil {
 			return fmt.Errorf("cgroup: set %s: %w", file, err)
@@ -102,11 +114,39 @@ func New(root, name string, l Limits) (*Group, error) {
 		errs = append(errs, write("cpu", "cpu.cfs_period_us", "100000"),
 			write("cpu", "cpu.cfs_quota_us", strconv.FormatInt(int64(l.CPUQuota*100000), 10)))
 	}
-	if err := errors.Join(errs...); err != nil {
-		g.Remove()
-		return nil, err
+	g.limits = l
+	return errors.Join(errs...)
+}
+
+// Rename gives the groups New made another name in the same parent (cgroup v1 allows it; the processes in them
+// stay, with their limits): a group made before its sandbox was known takes the sandbox's name, under which
+// Existing finds it.
+func (g *Group) Rename(name string) error {
+	if err := checkName(name); err != nil {
+		return err
 	}
-	return g, nil
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range controllers {
+		dir := g.dirs[c]
+		if dir == "" {
+			return errors.New("cgroup: rename of a removed group")
+		}
+		to := filepath.Join(filepath.Dir(dir), name)
+		if err := os.Rename(dir, to); err != nil {
+			return fmt.Errorf("cgroup: rename %s group: %w", c, err)
+		}
+		g.dirs[c] = to
+	}
+	return nil
+}
+
+// checkName refuses a group name that is empty or would leave the parent.
+func checkName(name string) error {
+	if name == "" || strings.ContainsAny(name, "/.") {
+		return fmt.Errorf("cgroup: invalid name %q", name)
+	}
+	return nil
 }
 
 // Open returns the existing groups at <root>/<controller>/<path> (made by someone else, such as an OCI runtime)
@@ -122,8 +162,8 @@ func Open(root, path string, l Limits) *Group {
 // Existing returns the groups New(root, name, ...) made, whether or not they still exist, for killing and
 // removing those of a server that is gone.
 func Existing(root, name string) (*Group, error) {
-	if name == "" || strings.ContainsAny(name, "/.") {
-		return nil, fmt.Errorf("cgroup: invalid name %q", name)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	own, err := ownGroups()
 	if err != nil {

@@ -140,3 +140,67 @@ func TestSetShare(t *testing.T) {
 		t.Errorf("cpu.idle = %s, want 0", read("cpu.idle"))
 	}
 }
+
+// TestRenameAndSetLimits: a group made without limits and with a process in it takes a new name and then its
+// limits; the process stays in it, under them, and Remove removes the renamed group.
+func TestRenameAndSetLimits(t *testing.T) {
+	if err := Available(DefaultRoot); err != nil {
+		t.Skipf("cgroup v1 unavailable: %v", err)
+	}
+	name := "test-" + strings.ReplaceAll(filepath.Base(t.TempDir()), ".", "")
+	g, err := New(DefaultRoot, name+"-a", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Remove() })
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	old := g.Dirs()
+	if err := g.Rename(name + "-b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range old {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s still there after Rename (%v)", d, err)
+		}
+	}
+	for _, d := range g.Dirs() {
+		if filepath.Base(d) != name+"-b" {
+			t.Errorf("renamed group at %s", d)
+		}
+	}
+	if err := g.SetLimits(Limits{MemoryBytes: 96 << 20, Pids: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if l := g.Limits(); l.MemoryBytes != 96<<20 || l.Pids != 5 {
+		t.Errorf("Limits = %+v", l)
+	}
+	for file, want := range map[string]string{
+		filepath.Join(g.dir("memory"), "memory.limit_in_bytes"): "100663296",
+		filepath.Join(g.dir("pids"), "pids.max"):                "5",
+	} {
+		if b, err := os.ReadFile(file); err != nil || strings.TrimSpace(string(b)) != want {
+			t.Errorf("%s = %q (%v), want %s", file, b, err, want)
+		}
+	}
+	if procs := g.Procs(); len(procs) != 1 || procs[0] != cmd.Process.Pid {
+		t.Errorf("Procs after Rename = %v, want [%d]", procs, cmd.Process.Pid)
+	}
+	if err := g.Rename("a/b"); err == nil {
+		t.Error("Rename to a path: no error")
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Error("process survived Remove")
+	}
+	for _, d := range g.Dirs() {
+		t.Errorf("%s left after Remove", d)
+	}
+}
