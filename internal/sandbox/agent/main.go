@@ -21,6 +21,9 @@ func Main(args []string) int {
 	if len(args) > 0 && args[0] == InstallArg {
 		return install(args[1:])
 	}
+	if len(args) > 0 && args[0] == SpawnArg {
+		return spawn(args[1:])
+	}
 	if err := run(args); err != nil {
 		fmt.Fprintln(os.Stderr, "corral-sandbox-agent:", err)
 		return 1

@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// SpawnArg, as the agent's first argument followed by a descriptor's number, makes it a start kept ready on the
+// host (internal/sandbox/bwrap): started as root before any sandbox needs it and moved into a sandbox's cgroups
+// while nothing waits for it, it reads a SpawnRequest from the descriptor, drops to the request's uid and
+// becomes the request's program (bubblewrap), whose processes are then born in those groups: the sandbox's start
+// need not move them there, which waits out an RCU grace period in the kernel. The descriptor is closed first;
+// the process's other descriptors pass to the program. At end of input with no request (the server is gone, or
+// dropped the start) it exits.
+const SpawnArg = "spawn"
+
+// SpawnRequest is what a start kept ready becomes.
+type SpawnRequest struct {
+	Path string   `json:"path"` // the program, absolute
+	Args []string `json:"args"` // its argv, from argv[0]
+	Env  []string `json:"env"`  // its whole environment
+	UID  int      `json:"uid"`  // the uid and gid it runs as, with no supplementary groups
+	GID  int      `json:"gid"`
+}
+
+// spawnMax bounds a request: it carries only the sandbox's environment and a short argv.
+const spawnMax = 1 << 20
+
+func spawn(args []string) int {
+	if err := runSpawn(args); err != nil {
+		fmt.Fprintln(os.Stderr, "corral-sandbox-agent: spawn:", err)
+		return 1
+	}
+	return 0
+}
+
+func runSpawn(args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: spawn FD")
+	}
+	fd, err := strconv.Atoi(args[0])
+	if err != nil || fd < 3 {
+		return fmt.Errorf("bad descriptor %q", args[0])
+	}
+	f := os.NewFile(uintptr(fd), "spawn")
+	data, err := io.ReadAll(io.LimitReader(f, spawnMax))
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return errors.New("no request")
+	}
+	var req SpawnRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return err
+	}
+	if req.Path == "" || len(req.Args) == 0 || req.UID <= 0 || req.GID <= 0 {
+		return errors.New("incomplete request")
+	}
+	// The groups first: once the uid is dropped they cannot be set.
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(req.GID); err != nil {
+		return fmt.Errorf("setgid: %w", err)
+	}
+	if err := syscall.Setuid(req.UID); err != nil {
+		return fmt.Errorf("setuid: %w", err)
+	}
+	return syscall.Exec(req.Path, req.Args, req.Env)
+}
