@@ -43,6 +43,7 @@ type backendOptions struct {
 	uidBase  int
 	cpuShare int  // the sandboxes' common cpu.shares (0 = the default, < 0 = the kernel's)
 	cpuIdle  bool // and cpu.idle on it
+	warm     int  // bwrap's starts kept ready (bwrap.Config.Warm: 0 = one, < 0 = none)
 	// kube configures the kubernetes backend; nil where its flags are not offered (bench).
 	kube *kubeFlags
 }
@@ -61,7 +62,7 @@ var backends = []backend{
 		},
 		new: func(o *backendOptions, dir string) (sandbox.Provider, error) {
 			return bwrap.New(bwrap.Config{AgentPath: o.agentPath, StateDir: dir, Logger: o.logger, UIDBase: o.uidBase,
-				CPUShare: o.cpuShare, CPUIdle: o.cpuIdle})
+				CPUShare: o.cpuShare, CPUIdle: o.cpuIdle, Warm: o.warm})
 		},
 	},
 	{

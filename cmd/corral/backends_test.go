@@ -157,3 +157,12 @@ func TestAgentPath(t *testing.T) {
 		t.Errorf("with %s on PATH: %q self %v, %v", agentName, p, self, err)
 	}
 }
+
+// TestWarmConfig: --sandbox-warm 0 keeps no start ready (bwrap.Config.Warm < 0, as its zero means the default).
+func TestWarmConfig(t *testing.T) {
+	for flag, want := range map[int]int{0: -1, -3: -1, 1: 1, 4: 4} {
+		if got := warmConfig(flag); got != want {
+			t.Errorf("warmConfig(%d) = %d, want %d", flag, got, want)
+		}
+	}
+}

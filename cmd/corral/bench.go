@@ -72,6 +72,7 @@ type benchFlags struct {
 	cpuShare       int
 	cpuIdle        bool
 	starts         int
+	warm           int
 	recipeSessions string
 	recipeSamples  int
 	recipeRepoMB   int64
@@ -136,6 +137,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	runscFlag(fs, &f.runsc)
 	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
 	startsFlag(fs, &f.starts)
+	warmFlag(fs, &f.warm)
 	f.kube.register(fs)
 	// The recipe section's servers build images and clone as corral serve does with these flags.
 	f.images.register(fs)
@@ -345,7 +347,7 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 			if len(want) == 0 {
 				want = []string{"bwrap", "oci", "gvisor"}
 			}
-			return benchBackends(want, backendOptions{agentPath: agentPath, runsc: f.runsc, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle, kube: &f.kube}, f.starts), nil
+			return benchBackends(want, backendOptions{agentPath: agentPath, runsc: f.runsc, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle, warm: warmConfig(f.warm), kube: &f.kube}, f.starts), nil
 		},
 		OpenStore: openStore,
 		Model: func(baseURL string, hc *http.Client) model.Model {
@@ -357,7 +359,7 @@ func (f *benchFlags) config(io *stdio, args []string) (bench.Config, error) {
 		Scale: scale, ScaleTTFT: f.scaleTTFT, ScalePerSlot: f.scalePerSlot, ScaleHeapProfile: f.scaleHeap, IdleSessions: f.idleSessions,
 		IdleHeapProfile: f.idleHeap, HistoryEvents: history, HistoryTurns: f.historyTurns,
 		Sections: sections, FailoverRuns: f.failoverRuns, FailoverLeaseTTL: f.leaseTTL, Workers: f.workers,
-		Out: f.out, SVG: f.svg, CPUShare: f.cpuShare, CPUIdle: f.cpuIdle,
+		Out: f.out, SVG: f.svg, CPUShare: f.cpuShare, CPUIdle: f.cpuIdle, Warm: f.warm,
 		Recipe: f.recipeParts(io), RecipeSessions: recipeSessions, RecipeSamples: f.recipeSamples,
 		RecipeRepoBytes: f.recipeRepoMB << 20, RecipePackages: packages,
 		MultiagentRuns: f.maRuns, MultiagentChildren: f.maChildren, MultiagentRounds: f.maRounds, MultiagentTTFT: f.maTTFT,

@@ -42,6 +42,7 @@ type handsFlags struct {
 	cpuShare    int
 	cpuIdle     bool
 	starts      int // --sandbox-starts
+	warm        int // --sandbox-warm
 	timeout     time.Duration
 	egress      egressFlags
 	// The quotas of each session's workspace and /tmp, and the disk reserve of the data directory.
@@ -76,6 +77,7 @@ func (f *handsFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.cpus, "sandbox-cpus", 0, "CPU limit of each sandbox in `cores` (0 = unlimited)")
 	cpuFlags(fs, &f.cpuShare, &f.cpuIdle)
 	startsFlag(fs, &f.starts)
+	warmFlag(fs, &f.warm)
 	fs.DurationVar(&f.timeout, "tool-timeout", host.DefaultCommandTimeout, "default wall-clock limit of one tool call (bash's timeout_ms overrides it)")
 	fs.Int64Var(&f.diskMB, "sandbox-disk", volume.DefaultSizeBytes>>20, "disk quota of each session's workspace in `MiB` (a loop-mounted ext4 image; needs root, loop devices and mkfs.ext4; 0 = no quota)")
 	fs.Int64Var(&f.inodes, "sandbox-inodes", volume.DefaultInodes, "inode (file) quota of each session's workspace")
@@ -98,6 +100,20 @@ func cpuFlags(fs *flag.FlagSet, share *int, idle *bool) {
 func startsFlag(fs *flag.FlagSet, starts *int) {
 	fs.IntVar(starts, "sandbox-starts", defaultStarts(), "sandboxes started at once on this host; more wait their turn, so that a burst of first tool calls\n"+
 		"leaves the server CPUs of its own (0 = no bound; the default is half the CPUs, at least 1; kubernetes pods start on the cluster's nodes and are not bounded)")
+}
+
+// warmFlag adds --sandbox-warm to serve, harness, worker and bench.
+func warmFlag(fs *flag.FlagSet, warm *int) {
+	fs.IntVar(warm, "sandbox-warm", 1, "bwrap sandbox starts kept ready: processes parked in cgroups of their own, so that a sandbox's start\n"+
+		"skips the kernel's wait to move it into its groups (an RCU grace period, 10-20 ms on an idle VM); 0 = none")
+}
+
+// warmConfig maps --sandbox-warm to bwrap.Config.Warm, where 0 is the default (one) and a negative value none.
+func warmConfig(flag int) int {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }
 
 // defaultStarts is --sandbox-starts' default: half the CPUs this process may use, at least one, so that the
@@ -257,7 +273,7 @@ func (f *handsFlags) provider(dataDir string, logger *slog.Logger) (sandbox.Prov
 	if self && !b.remote {
 		logger.Info(selfAgentNote, "agent", agentPath)
 	}
-	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle,
+	return b.provider(backendOptions{agentPath: agentPath, runsc: f.runsc, logger: logger, cpuShare: f.cpuShare, cpuIdle: f.cpuIdle, warm: warmConfig(f.warm),
 		uidBase: f.uidBase, kube: &f.kube}, "")
 }
 

@@ -85,6 +85,7 @@ type Report struct {
 	ModelTTFT, ModelPerToken, ModelJitter time.Duration
 	ToolShare                             float64
 	SandboxStarts                         int         // the TTFT servers' bound on sandboxes started at once (0: none)
+	SandboxWarm                           int         // bwrap's starts kept ready (--sandbox-warm; 0: none)
 	PerSlot                               map[int]int // concurrency -> sessions per slot
 	ScaleModelTTFT                        time.Duration
 	ScalePerSlot                          int

@@ -101,6 +101,7 @@ type Config struct {
 	Workers  int    // in-process brain workers of the servers under test
 	CPUShare int    // the backends' --sandbox-cpu-share, for the report
 	CPUIdle  bool   // and --sandbox-cpu-idle
+	Warm     int    // bwrap's --sandbox-warm, for the report
 	Out, SVG string // markdown report (its generated section) and chart; Out "" writes neither
 
 	// Executable is the corral binary the failover section starts as `corral harness`; Environ is their
@@ -549,7 +550,7 @@ func (b *benchRun) hands(ctx context.Context, be *benchBackend) error {
 
 // ttft runs the TTFT comparison on one backend: both modes at every level.
 func (b *benchRun) ttft(ctx context.Context, be *benchBackend) error {
-	b.rep.SandboxStarts = be.maxStarting
+	b.rep.SandboxStarts, b.rep.SandboxWarm = be.maxStarting, b.cfg.Warm
 	levels := b.cfg.Sessions
 	for _, mode := range []string{Decoupled, Coupled} {
 		s, err := b.startServer(ctx, "ttft-"+be.name+"-"+mode, serverSpec{fake: b.fake, backend: be, eager: mode == Coupled, idle: 5 * time.Second})

@@ -6,8 +6,9 @@
 // read-write, a private /tmp, no capabilities, and an environment that holds only the sandbox's variables
 // (bwrap's pid 1 keeps its caller's environment, readable at /proc/1/environ). bwrap's arguments travel on a
 // pipe (--args), so /proc/1/cmdline shows no host path. Processes die with the server (--die-with-parent).
-// Limits are cgroup v1 groups the sandbox is put into before the agent starts (--block-fd). Networking goes
-// through a per-sandbox egress proxy on a Unix socket; the sandbox has no network of its own.
+// Limits are cgroup v1 groups the sandbox is born in (a start kept ready: warm.go) or put into before the
+// agent starts (--block-fd). Networking goes through a per-sandbox egress proxy on a Unix socket; the sandbox
+// has no network of its own.
 package bwrap
 
 import (
@@ -66,6 +67,11 @@ type Config struct {
 	// sandboxes then run only on CPU time nothing else wants, and starve on a saturated host.
 	CPUShare int
 	CPUIdle  bool
+	// Warm is how many starts the provider keeps ready: processes parked in cgroups of their own, so that a
+	// sandbox's start need not move its processes into its groups, which waits for an RCU grace period in the
+	// kernel (warm.go). Each is an idle process of the agent binary, made again in the background as one is
+	// taken; a start with none ready starts cold. 0 keeps one; a negative value none. None with NoCgroups.
+	Warm int
 	// Logger receives the sandboxes' lifecycle; default discards.
 	Logger *slog.Logger
 }
@@ -93,6 +99,7 @@ type Provider struct {
 	agent   string    // the staged agent binary (stageAgent)
 	seccomp []byte    // the seccomp filter (seccomp.Program)
 	kit     *host.Kit // stages each sandbox on the host
+	warm    *warmer   // the starts kept ready; nil for none
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -180,7 +187,11 @@ func newOnState(cfg Config, link string, owned bool, bw string) (*Provider, erro
 	}
 	kit := &host.Kit{UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount, StateDir: cfg.StateDir, Prefix: "bwrap-",
 		Images: host.NewImages(filepath.Join(cfg.StateDir, stagedImages)), Logger: cfg.Logger}
-	return &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter, kit: kit}, nil
+	p := &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter, kit: kit}
+	if n := cmp.Or(cfg.Warm, 1); n > 0 && !cfg.NoCgroups {
+		p.warm = newWarmer(n, p.newWarm, cfg.Logger)
+	}
+	return p, nil
 }
 
 // defaultStateDir makes a default StateDir, /run/corral-bwrap/s-<random> (or under os.TempDir() without /run),
@@ -267,6 +278,7 @@ func (c *Config) reapGroup(name string) {
 // (host.MountState), and a default StateDir with its link. The server calls it on Stop; a server that crashed
 // leaves them to the next New's sweep. Idempotent.
 func (p *Provider) Close() error {
+	p.warm.close()
 	var errs []error
 	for _, m := range host.MountsUnder(p.cfg.StateDir) {
 		errs = append(errs, host.Unmount(m))
@@ -303,6 +315,10 @@ func (p *Provider) HostPaths() []string {
 	return []string{p.cfg.StateDir, p.link}
 }
 
+// CgroupDirs lists the cgroup directories of the starts kept ready (Config.Warm): processes of the provider's
+// own, which the crash suite checks die with the server and are swept with its sandboxes.
+func (p *Provider) CgroupDirs() []string { return p.warm.groups() }
+
 // Name returns "bwrap".
 func (p *Provider) Name() string { return "bwrap" }
 
@@ -313,7 +329,8 @@ func (p *Provider) Capabilities() sandbox.Capabilities { return sandbox.Local }
 func (p *Provider) Tools() []sandbox.Tool { return host.Tools() }
 
 // Provision starts a sandbox for r and returns once its agent is running: the host kit stages it (host.Kit.Stage),
-// bwrap's own binds are staged beside (stageBinds), and bwrap starts under the sandbox's uid in its cgroup.
+// bwrap's own binds are staged beside (stageBinds), and bwrap starts under the sandbox's uid in its cgroup: from
+// a start kept ready if one is (startWarm), else cold (startCold).
 func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbox.HostDirs) (_ sandbox.Sandbox, err error) {
 	st, err := p.kit.Stage(r, dirs)
 	if err != nil {
@@ -329,16 +346,26 @@ func (p *Provider) Provision(ctx context.Context, r *sandbox.Recipe, dirs sandbo
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	var group *cgroup.Group
-	if !p.cfg.NoCgroups {
-		l := st.Limits
-		if group, err = cgroup.New(p.cfg.CgroupRoot, st.Name, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUQuota: l.CPUQuota}); err != nil {
-			return nil, fmt.Errorf("bwrap: %w", err)
+	var proc *host.Process
+	var childPID int
+	// Whatever the start, the starts kept ready are made again once it is over (take may also have dropped one
+	// that died while parked).
+	defer p.warm.refill()
+	if w := p.warm.take(); w != nil {
+		childPID, err = p.startWarm(ctx, w, st, args)
+		switch {
+		case errors.Is(err, errUnclaimed):
+			p.cfg.Logger.Warn("bwrap: a start kept ready could not take the sandbox; it starts cold", "sandbox", st.Name, "err", err)
+		case err != nil:
+			return nil, err
+		default:
+			group, proc = w.group, w.proc
 		}
-		st.Add(group.Remove)
 	}
-	proc, childPID, err := p.start(ctx, st, args, group)
-	if err != nil {
-		return nil, err
+	if proc == nil {
+		if group, proc, childPID, err = p.startCold(ctx, st, args); err != nil {
+			return nil, err
+		}
 	}
 	sb := host.NewSandbox(proc, r.Limits, group)
 	// Once the agent answers, bwrap has made the sandbox's own mounts of the staged workspace and agent, and
@@ -422,29 +449,31 @@ func (p *Provider) stageBinds(st *host.Staged) (args, staged []string, err error
 	return args, staged, nil
 }
 
-// start runs bwrap with args as the sandbox's uid, puts the sandbox's pid 1 into group (if any) before the
-// agent starts, and returns the agent's process and the host pid of the sandbox's pid 1. bwrap's arguments and
-// the seccomp filter travel on pipes: in the child, fd 3 = args, 4 = info, 5 = block, 6 = the seccomp filter,
-// which bwrap installs last, just before it runs the agent.
-func (p *Provider) start(ctx context.Context, st *host.Staged, args []string, group *cgroup.Group) (*host.Process, int, error) {
+// startCold makes the sandbox's groups (unless NoCgroups), runs bwrap with args as the sandbox's uid, puts the
+// sandbox's pid 1 into the groups before the agent starts, and returns the groups, the agent's process and the
+// host pid of the sandbox's pid 1. bwrap's arguments and the seccomp filter travel on pipes: in the child, fd 3 =
+// args, 4 = info, 5 = block, 6 = the seccomp filter, which bwrap installs last, just before it runs the agent.
+func (p *Provider) startCold(ctx context.Context, st *host.Staged, args []string) (*cgroup.Group, *host.Process, int, error) {
+	var group *cgroup.Group
+	if !p.cfg.NoCgroups {
+		var err error
+		if group, err = cgroup.New(p.cfg.CgroupRoot, st.Name, groupLimits(st.Limits)); err != nil {
+			return nil, nil, 0, fmt.Errorf("bwrap: %w", err)
+		}
+		st.Add(group.Remove)
+	}
 	fds, err := openStartPipes()
 	if err != nil {
-		return nil, 0, fmt.Errorf("bwrap: %w", err)
+		return nil, nil, 0, fmt.Errorf("bwrap: %w", err)
 	}
 	defer fds.close()
 	args = append(args, "--info-fd", "4", "--block-fd", "5", "--seccomp", "6")
-	var argv bytes.Buffer
-	for _, a := range args {
-		argv.WriteString(a)
-		argv.WriteByte(0)
-	}
 	// The arguments and the filter are far below a pipe's capacity, so writing them before bwrap starts
 	// cannot block.
-	if err := fds.writeInputs(argv.Bytes(), p.seccomp); err != nil {
-		return nil, 0, fmt.Errorf("bwrap: write args: %w", err)
+	if err := fds.writeInputs(argv(args), p.seccomp); err != nil {
+		return nil, nil, 0, fmt.Errorf("bwrap: write args: %w", err)
 	}
-	// Options come from the pipe; bwrap takes the command from its own argv.
-	cmd := exec.Command(p.bwrap, "--args", "3", "--", agent.BinPath)
+	cmd := &exec.Cmd{Path: p.bwrap, Args: bwrapArgv(p.bwrap)}
 	cmd.Env = st.Env
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{fds.argsR, fds.infoW, fds.blockR, fds.seccompR}
@@ -453,27 +482,46 @@ func (p *Provider) start(ctx context.Context, st *host.Staged, args []string, gr
 		Setpgid:    true,
 	}
 	if err := closeOnExec(); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	proc, err := host.StartProcess(cmd)
 	fds.closeChildEnds()
 	if err != nil {
-		return nil, 0, fmt.Errorf("bwrap: %w", err)
+		return nil, nil, 0, fmt.Errorf("bwrap: %w", err)
 	}
 	st.Add(func() error { proc.Stop(); return nil })
 	childPID, err := readChildPID(ctx, fds.infoR, proc)
 	if err != nil {
-		return nil, 0, fmt.Errorf("bwrap: sandbox did not start: %w", err)
+		return nil, nil, 0, fmt.Errorf("bwrap: sandbox did not start: %w", err)
 	}
 	if group != nil {
 		if err := group.Add(childPID); err != nil {
-			return nil, 0, fmt.Errorf("bwrap: %w", err)
+			return nil, nil, 0, fmt.Errorf("bwrap: %w", err)
 		}
 	}
 	if _, err := fds.blockW.Write([]byte{1}); err != nil {
-		return nil, 0, fmt.Errorf("bwrap: start agent: %w", err)
+		return nil, nil, 0, fmt.Errorf("bwrap: start agent: %w", err)
 	}
-	return proc, childPID, nil
+	return group, proc, childPID, nil
+}
+
+// groupLimits are the cgroup limits of a sandbox's limits.
+func groupLimits(l sandbox.Limits) cgroup.Limits {
+	return cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUQuota: l.CPUQuota}
+}
+
+// bwrapArgv is bwrap's argv: its options come from the pipe at fd 3 (argv below), the command from its own
+// argv, so that /proc/1/cmdline in the sandbox shows no host path.
+func bwrapArgv(bwrap string) []string { return []string{bwrap, "--args", "3", "--", agent.BinPath} }
+
+// argv encodes bwrap's options for --args: each followed by a NUL.
+func argv(args []string) []byte {
+	var b bytes.Buffer
+	for _, a := range args {
+		b.WriteString(a)
+		b.WriteByte(0)
+	}
+	return b.Bytes()
 }
 
 // startPipes are the pipes bwrap starts with: its arguments, its --info-fd, its --block-fd and the seccomp

@@ -21,9 +21,14 @@ var agentPath string
 func TestMain(m *testing.M) { sandboxtest.Main(m, &agentPath) }
 
 func newProvider(t testing.TB) sandbox.Provider {
+	return newProviderWith(t, bwrap.Config{AgentPath: agentPath})
+}
+
+// newProviderWith is a provider of cfg, closed when the test ends.
+func newProviderWith(t testing.TB, cfg bwrap.Config) *bwrap.Provider {
 	t.Helper()
 	sandboxtest.Require(t, "bwrap", bwrap.Available(""))
-	p, err := bwrap.New(bwrap.Config{AgentPath: agentPath})
+	p, err := bwrap.New(cfg)
 	if err != nil {
 		sandboxtest.Require(t, "bwrap", err)
 	}
@@ -72,17 +77,14 @@ func BenchmarkQuotaFill(b *testing.B) { sandboxtest.BenchQuotaFill(b, newProvide
 // BenchmarkSandboxNoCgroups measures bwrap without the cgroup setup, to show what the limits cost.
 func BenchmarkSandboxNoCgroups(b *testing.B) {
 	sandboxtest.Bench(b, func(t testing.TB) sandbox.Provider {
-		sandboxtest.Require(t, "bwrap", bwrap.Available(""))
-		p, err := bwrap.New(bwrap.Config{AgentPath: agentPath, StateDir: sandboxtest.WorkspaceRoot(t), NoCgroups: true})
-		if err != nil {
-			sandboxtest.Require(t, "bwrap", err)
-		}
-		t.Cleanup(func() {
-			if err := p.Close(); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-		})
-		return p
+		return newProviderWith(t, bwrap.Config{AgentPath: agentPath, StateDir: sandboxtest.WorkspaceRoot(t), NoCgroups: true})
+	})
+}
+
+// BenchmarkSandboxCold measures bwrap with no start kept ready (Config.Warm), to show what it saves.
+func BenchmarkSandboxCold(b *testing.B) {
+	sandboxtest.Bench(b, func(t testing.TB) sandbox.Provider {
+		return newProviderWith(t, bwrap.Config{AgentPath: agentPath, Warm: -1})
 	})
 }
 

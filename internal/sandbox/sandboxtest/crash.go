@@ -145,6 +145,16 @@ func crashChild(t *testing.T, newProvider func(testing.TB) sandbox.Provider, rep
 		}
 		rep.Cgroups = append(rep.Cgroups, g.CgroupDirs()...)
 	}
+	// A provider that keeps processes of its own in cgroups (bwrap's starts kept ready) reports them: they too
+	// must die with the server, and their groups be swept.
+	if g, ok := p.(cgroupDirs); ok {
+		for end := time.Now().Add(10 * time.Second); len(g.CgroupDirs()) == 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal("the provider reports no cgroup of its own (CgroupDirs) within 10 s")
+			}
+		}
+		rep.Cgroups = append(rep.Cgroups, g.CgroupDirs()...)
+	}
 	in, _ := json.Marshal(map[string]any{"command": "sleep 3600 >/dev/null 2>&1 & setsid sleep 3601 >/dev/null 2>&1 < /dev/null & echo started"})
 	if res, err := boxes[0].Execute(context.Background(), "", "bash", in); err != nil || res.IsError {
 		t.Fatalf("bash: %v %+v", err, res)
