@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
 )
@@ -47,21 +48,19 @@ func runSpawn(args []string) error {
 	if err != nil || fd < 3 {
 		return fmt.Errorf("bad descriptor %q", args[0])
 	}
+	// The parent-death signal the server set is cleared when the uid changes: it is set again on this thread,
+	// the one that execs, so that bwrap dies with the server until its own --die-with-parent.
+	runtime.LockOSThread()
+	ppid := os.Getppid()
 	f := os.NewFile(uintptr(fd), "spawn")
 	data, err := io.ReadAll(io.LimitReader(f, spawnMax))
 	f.Close()
 	if err != nil {
 		return err
 	}
-	if len(data) == 0 {
-		return errors.New("no request")
-	}
-	var req SpawnRequest
-	if err := json.Unmarshal(data, &req); err != nil {
+	req, err := parseSpawn(data)
+	if err != nil {
 		return err
-	}
-	if req.Path == "" || len(req.Args) == 0 || req.UID <= 0 || req.GID <= 0 {
-		return errors.New("incomplete request")
 	}
 	// The groups first: once the uid is dropped they cannot be set.
 	if err := syscall.Setgroups(nil); err != nil {
@@ -73,5 +72,26 @@ func runSpawn(args []string) error {
 	if err := syscall.Setuid(req.UID); err != nil {
 		return fmt.Errorf("setuid: %w", err)
 	}
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); errno != 0 {
+		return fmt.Errorf("prctl: %w", errno)
+	}
+	if os.Getppid() != ppid {
+		return errors.New("the server is gone")
+	}
 	return syscall.Exec(req.Path, req.Args, req.Env)
+}
+
+// parseSpawn reads a request, refusing one that is empty, names no program or asks for root.
+func parseSpawn(data []byte) (SpawnRequest, error) {
+	var req SpawnRequest
+	if len(data) == 0 {
+		return req, errors.New("no request")
+	}
+	if err := json.Unmarshal(data, &req); err != nil {
+		return req, err
+	}
+	if req.Path == "" || len(req.Args) == 0 || req.UID <= 0 || req.GID <= 0 {
+		return req, errors.New("incomplete request")
+	}
+	return req, nil
 }
