@@ -127,14 +127,19 @@ func (g *Group) Rename(name string) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	renamed := map[string]string{} // controllers mounted together share a directory: renamed once
 	for _, c := range controllers {
 		dir := g.dirs[c]
 		if dir == "" {
 			return errors.New("cgroup: rename of a removed group")
 		}
-		to := filepath.Join(filepath.Dir(dir), name)
-		if err := os.Rename(dir, to); err != nil {
-			return fmt.Errorf("cgroup: rename %s group: %w", c, err)
+		to, done := renamed[dir]
+		if !done {
+			to = filepath.Join(filepath.Dir(dir), name)
+			if err := os.Rename(dir, to); err != nil {
+				return fmt.Errorf("cgroup: rename %s group: %w", c, err)
+			}
+			renamed[dir] = to
 		}
 		g.dirs[c] = to
 	}
@@ -315,8 +320,12 @@ func (g *Group) Dirs() []string {
 	return dirs
 }
 
-// Limits returns the limits the group was created with.
-func (g *Group) Limits() Limits { return g.limits }
+// Limits returns the limits the group was created with, or last given (SetLimits).
+func (g *Group) Limits() Limits {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.limits
+}
 
 // Events reads how often the limits were hit.
 func (g *Group) Events() Events {

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,7 +148,8 @@ func TestRenameAndSetLimits(t *testing.T) {
 	if err := Available(DefaultRoot); err != nil {
 		t.Skipf("cgroup v1 unavailable: %v", err)
 	}
-	name := "test-" + strings.ReplaceAll(filepath.Base(t.TempDir()), ".", "")
+	// Unique on the machine: another test process may make groups under the same parent.
+	name := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano())
 	g, err := New(DefaultRoot, name+"-a", Limits{})
 	if err != nil {
 		t.Fatal(err)
