@@ -68,7 +68,11 @@ func (r *Report) Markdown(svgName string) string {
 	} else {
 		p("The server starts sandboxes with no bound on how many at once (`--sandbox-starts 0`).\n\n")
 	}
-	p("bwrap keeps %d sandbox starts ready in their cgroups (`--sandbox-warm`).\n\n", r.SandboxWarm)
+	if r.SandboxWarm > 0 {
+		p("bwrap keeps %d sandbox starts ready in their cgroups (`--sandbox-warm`).\n\n", r.SandboxWarm)
+	} else {
+		p("bwrap keeps no sandbox start ready: every one starts cold (`--sandbox-warm 0`).\n\n")
+	}
 
 	if pairs := r.Pairs(); len(pairs) > 0 {
 		p("### Time to first token, decoupled vs coupled\n\n")

@@ -70,7 +70,9 @@ type Config struct {
 	// Warm is how many starts the provider keeps ready: processes parked in cgroups of their own, so that a
 	// sandbox's start need not move its processes into its groups, which waits for an RCU grace period in the
 	// kernel (warm.go). Each is an idle process of the agent binary, made again in the background as one is
-	// taken; a start with none ready starts cold. 0 keeps one; a negative value none. None with NoCgroups.
+	// taken; a start with none ready starts cold. 0 keeps one; a negative value none. None with NoCgroups, or
+	// with an agent binary that has no spawn mode (probeSpawn). bwrap's own process is then in the sandbox's
+	// groups too, counted in its limits, where a cold start puts only the sandbox's processes.
 	Warm int
 	// Logger receives the sandboxes' lifecycle; default discards.
 	Logger *slog.Logger
@@ -189,7 +191,12 @@ func newOnState(cfg Config, link string, owned bool, bw string) (*Provider, erro
 		Images: host.NewImages(filepath.Join(cfg.StateDir, stagedImages)), Logger: cfg.Logger}
 	p := &Provider{cfg: cfg, link: link, owned: owned, bwrap: bw, etc: etc, agent: agentBin, seccomp: filter, kit: kit}
 	if n := cmp.Or(cfg.Warm, 1); n > 0 && !cfg.NoCgroups {
-		p.warm = newWarmer(n, p.newWarm, cfg.Logger)
+		if err := probeSpawn(agentBin); err != nil {
+			cfg.Logger.Warn("bwrap: the agent binary cannot keep starts ready (an older release?); sandboxes start cold",
+				"agent", cfg.AgentPath, "err", err)
+		} else {
+			p.warm = newWarmer(n, p.newWarm, cfg.Logger)
+		}
 	}
 	return p, nil
 }

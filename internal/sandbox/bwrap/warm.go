@@ -1,6 +1,7 @@
 package bwrap
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -181,8 +182,8 @@ func (w *warmer) close() {
 }
 
 // newWarm starts the parked process and puts it into groups of its own, named warmPrefix and a random suffix
-// (groups of a server that is gone are swept with the sandboxes'). It is the slow part of a cold start, done
-// while nothing waits.
+// (groups of a server that is gone are swept with the sandboxes'): the move, whose wait on the kernel a cold
+// start may pay, done while nothing waits.
 func (p *Provider) newWarm() (_ *warmStart, err error) {
 	name := warmPrefix + randomID()
 	w := &warmStart{marker: filepath.Join(p.cfg.StateDir, name)}
@@ -214,7 +215,9 @@ func (p *Provider) newWarm() (_ *warmStart, err error) {
 	defer closeAll(child[:]...)
 	// argv[0] is the agent's in-sandbox path, under which the corral binary too runs as the agent; the parked
 	// process's environment is empty, not the server's.
-	cmd := &exec.Cmd{Path: p.cfg.AgentPath, Args: []string{agent.BinPath, agent.SpawnArg, strconv.Itoa(warmCtlFD)},
+	// The staged copy of the agent runs, root's own on the provider's tmpfs: the binary the sandboxes run, which
+	// nobody but root can change.
+	cmd := &exec.Cmd{Path: p.agent, Args: []string{agent.BinPath, agent.SpawnArg, strconv.Itoa(warmCtlFD)},
 		Env: []string{}, Dir: "/", ExtraFiles: child[:],
 		// The parked process dies with the server; once it is bwrap, --die-with-parent sees to that.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}}
@@ -273,6 +276,30 @@ func (p *Provider) claim(w *warmStart, st *host.Staged, args []string) error {
 		return err
 	}
 	return writeClose(w.ctlW, req)
+}
+
+// probeSpawn checks that the agent binary at path has the spawn mode: at the end of an empty request pipe it must
+// exit saying so. An agent of a release before it would run as a parked start and never become bwrap.
+func probeSpawn(path string) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	w.Close()
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, agent.SpawnArg, "3")
+	cmd.Args[0] = agent.BinPath
+	cmd.Env, cmd.Dir, cmd.ExtraFiles = []string{}, "/", []*os.File{r}
+	if err := closeOnExec(); err != nil {
+		return err
+	}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte(agent.SpawnArg+": no request")) {
+		return fmt.Errorf("%s %s: %v: %q", path, agent.SpawnArg, err, bytes.TrimSpace(out))
+	}
+	return nil
 }
 
 // errUnclaimed marks startWarm's failures before the parked process was told anything.

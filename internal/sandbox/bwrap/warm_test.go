@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,8 +22,9 @@ import (
 
 // TestWarmStart: a start kept ready is a root process with an empty environment, parked in groups of its own.
 // A sandbox started from it runs in those groups renamed for the sandbox, under the sandbox's limits, bwrap
-// included, as the sandbox's uid; another start is made ready at once. A parked process killed is replaced, and
-// the sandbox asked for meanwhile starts cold. Close leaves no parked process and no group.
+// included, as the sandbox's uid; another start is made ready once that start is over. A parked process killed
+// is replaced, and a sandbox asked for meanwhile still starts (cold: none is ready). Close leaves no parked
+// process and no group.
 func TestWarmStart(t *testing.T) {
 	if err := cgroup.Available(cgroup.DefaultRoot); err != nil {
 		sandboxtest.Require(t, "cgroup v1", err)
@@ -107,6 +109,26 @@ func TestWarmStart(t *testing.T) {
 	}
 	if g := groupOf(t, os.Getpid(), "memory"); strings.HasPrefix(g, "bwrap-") {
 		t.Errorf("the test process is in a sandbox's group %q", g)
+	}
+}
+
+// TestWarmStartOldAgent: an agent binary without the spawn mode (an older release beside a newer server) keeps
+// no start ready, which would never become bwrap: the provider says so in its log and starts every sandbox cold.
+func TestWarmStartOldAgent(t *testing.T) {
+	old := filepath.Join(t.TempDir(), "old-agent")
+	if err := os.WriteFile(old, []byte("#!/bin/sh\nexec cat >/dev/null\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	p := newProviderWith(t, bwrap.Config{AgentPath: old, Warm: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if bwrap.KeepsStartsReady(p) {
+		t.Error("an agent without the spawn mode keeps starts ready")
+	}
+	if !strings.Contains(logs.String(), "cannot keep starts ready") {
+		t.Errorf("the log does not say why no start is kept ready:\n%s", logs.String())
+	}
+	if real := newProviderWith(t, bwrap.Config{AgentPath: agentPath, Warm: 1}); !bwrap.KeepsStartsReady(real) {
+		t.Error("the agent built from this tree keeps no start ready")
 	}
 }
 
