@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"net/http"
@@ -118,6 +119,38 @@ func isEvent(typ, id string) func(*anthropic.UnwrapWebhookEvent) bool {
 // --egress-ca-file: the only way a webhook reaches an internal address).
 func webhookServer(t *testing.T, data string, model *modeltest.Server, r *receiver, extra ...string) *server {
 	return startServer(t, data, model, append([]string{"--egress-allow-internal", r.hostPort(), "--egress-ca-file", r.caFile(t)}, extra...)...)
+}
+
+// waitAttemptsRecorded waits until the endpoint has n deliveries, each with a failed attempt recorded and its
+// next attempt at least a second away: none is in the server's hand then, nor can one be claimed in that second.
+// A server killed with a delivery in hand (claimed, its next attempt pushed out by the claim) leaves it to be
+// attempted when the claim lapses, minutes later: by design, and not what TestWebhookSurvivesSIGKILL checks.
+func waitAttemptsRecorded(ctx context.Context, t *testing.T, s *server, endpoint string, n int) {
+	t.Helper()
+	var page struct {
+		Data []struct {
+			Attempts      int        `json:"attempts"`
+			NextAttemptAt *time.Time `json:"next_attempt_at"`
+		} `json:"data"`
+	}
+	for {
+		if err := json.Unmarshal([]byte(rawGET(t, s, "/v1/organizations/webhooks/"+endpoint+"/deliveries")), &page); err != nil {
+			t.Fatal(err)
+		}
+		now, ready := time.Now(), len(page.Data) >= n
+		for _, d := range page.Data {
+			next := d.NextAttemptAt
+			ready = ready && d.Attempts > 0 && next != nil && next.After(now.Add(time.Second)) && next.Before(now.Add(time.Minute))
+		}
+		if ready {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the deliveries' failed attempts were not recorded: %+v", page.Data)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // newEndpoint registers the receiver through the official SDK and gives it the signing secret.
@@ -266,10 +299,11 @@ func TestWebhookSurvivesSIGKILL(t *testing.T) {
 	c := sdkClient(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	newEndpoint(ctx, t, c, r, "session.status_idled", "session.status_run_started", "session.created")
+	e := newEndpoint(ctx, t, c, r, "session.status_idled", "session.status_run_started", "session.created")
 	model.Script(modeltest.Turn{Text: "Done before the crash."})
 	id := newSession(t, s.client(), "work, then the server dies")
 	waitIdle(t, s.client(), id)
+	waitAttemptsRecorded(ctx, t, s, e.ID, 3)
 	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
