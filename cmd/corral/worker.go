@@ -82,6 +82,15 @@ func runWorker(ctx context.Context, io *stdio, args []string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox backend %s: %w", hf.kind, err)
 	}
+	// Once the worker's pool has closed its sandboxes (Run), the provider removes what it keeps on the host (its
+	// state directory, bwrap's starts kept ready), as the server does on Stop.
+	if c, ok := prov.(interface{ Close() error }); ok {
+		defer func() {
+			if err := c.Close(); err != nil {
+				logger.Warn("closing the sandbox backend", "err", err)
+			}
+		}()
+	}
 	pc := sandbox.PoolConfig{Provider: prov, WorkspaceRoot: root, IdleTimeout: hf.idle, Limits: hf.limits(), Logger: logger,
 		MaxStarting: hf.maxStarting()}
 	// The same workspace quotas as the server's (a worker's disk is the user's machine).
