@@ -213,14 +213,10 @@ func (p *Provider) newWarm() (_ *warmStart, err error) {
 		}
 	}
 	defer closeAll(child[:]...)
-	// argv[0] is the agent's in-sandbox path, under which the corral binary too runs as the agent; the parked
-	// process's environment is empty, not the server's.
 	// The staged copy of the agent runs, root's own on the provider's tmpfs: the binary the sandboxes run, which
 	// nobody but root can change.
-	cmd := &exec.Cmd{Path: p.agent, Args: []string{agent.BinPath, agent.SpawnArg, strconv.Itoa(warmCtlFD)},
-		Env: []string{}, Dir: "/", ExtraFiles: child[:],
-		// The parked process dies with the server; once it is bwrap, --die-with-parent sees to that.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}}
+	cmd := spawnCmd(p.agent, warmCtlFD)
+	cmd.ExtraFiles = child[:]
 	if err = closeOnExec(); err == nil {
 		w.proc, err = host.StartProcess(cmd)
 	}
@@ -256,7 +252,8 @@ func (p *Provider) startWarm(ctx context.Context, w *warmStart, st *host.Staged,
 
 // claim gives w's groups the sandbox's name and limits and tells the parked process what to become.
 func (p *Provider) claim(w *warmStart, st *host.Staged, args []string) error {
-	args = append(args, "--info-fd", "4", "--seccomp", "5")
+	// The parked process's network namespace is the sandbox's (spawnCmd): bwrap keeps it.
+	args = append(args, "--share-net", "--info-fd", "4", "--seccomp", "5")
 	// The arguments, the filter and the request are far below a pipe's capacity: the writes cannot block. A
 	// parked process that died fails them (EPIPE).
 	if err := writeClose(w.argsW, argv(args)); err != nil {
@@ -278,8 +275,21 @@ func (p *Provider) claim(w *warmStart, st *host.Staged, args []string) error {
 	return writeClose(w.ctlW, req)
 }
 
+// spawnCmd runs the agent at path in its spawn mode, reading its request from fd, in a network namespace of its
+// own whose loopback interface it brings up: the sandbox's, which bwrap keeps (claim's --share-net) instead of
+// making one during the start. The namespace belongs to the host's user namespace, so that the sandbox, in a
+// user namespace of bwrap's, holds no capability over it, as over the rest of the host. argv[0] is the agent's
+// in-sandbox path, under which the corral binary too runs as the agent; the environment is empty, not the
+// server's. The process dies with the server; once it is bwrap, --die-with-parent sees to that.
+func spawnCmd(path string, fd int) *exec.Cmd {
+	return &exec.Cmd{Path: path, Args: []string{agent.BinPath, agent.SpawnArg, strconv.Itoa(fd), agent.SpawnLoopback},
+		Env: []string{}, Dir: "/",
+		SysProcAttr: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Setpgid: true, Pdeathsig: syscall.SIGKILL}}
+}
+
 // probeSpawn checks that the agent binary at path has the spawn mode: at the end of an empty request pipe it must
-// exit saying so. An agent of a release before it would run as a parked start and never become bwrap.
+// exit saying so. An agent of a release before it would run as a parked start and never become bwrap, and one
+// of the release before SpawnLoopback would leave the sandbox's loopback down.
 func probeSpawn(path string) error {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -287,17 +297,21 @@ func probeSpawn(path string) error {
 	}
 	w.Close()
 	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, agent.SpawnArg, "3")
-	cmd.Args[0] = agent.BinPath
-	cmd.Env, cmd.Dir, cmd.ExtraFiles = []string{}, "/", []*os.File{r}
+	cmd := spawnCmd(path, 3)
+	cmd.ExtraFiles = []*os.File{r}
 	if err := closeOnExec(); err != nil {
 		return err
 	}
-	out, err := cmd.CombinedOutput()
-	if err == nil || !bytes.Contains(out, []byte(agent.SpawnArg+": no request")) {
-		return fmt.Errorf("%s %s: %v: %q", path, agent.SpawnArg, err, bytes.TrimSpace(out))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	timer := time.AfterFunc(10*time.Second, func() { _ = cmd.Process.Kill() })
+	err = cmd.Wait()
+	timer.Stop()
+	if err == nil || !bytes.Contains(out.Bytes(), []byte(agent.SpawnArg+": no request")) {
+		return fmt.Errorf("%s %s: %v: %q", path, agent.SpawnArg, err, bytes.TrimSpace(out.Bytes()))
 	}
 	return nil
 }

@@ -74,6 +74,21 @@ func TestWarmStart(t *testing.T) {
 			t.Errorf("bwrap's %s group is %q, want %q", c, got, name)
 		}
 	}
+	// Its network namespace is the one the parked process was born in, kept by bwrap: the agent and its shell
+	// are in it, not in the host's, and its loopback is up (a connection is refused, not unreachable).
+	hostNet := netNS(t, os.Getpid())
+	sandboxNet := netNS(t, parked)
+	if sandboxNet == hostNet {
+		t.Errorf("the sandbox runs in the host's network namespace %s", hostNet)
+	}
+	for _, pid := range groupProcs(t, "pids", name) {
+		if ns := netNS(t, pid); ns != sandboxNet {
+			t.Errorf("process %d of the sandbox is in network namespace %s, bwrap in %s", pid, ns, sandboxNet)
+		}
+	}
+	if got := run(t, sb, "exec 3<>/dev/tcp/127.0.0.1/1 2>&1; true"); !strings.Contains(got, "Connection refused") {
+		t.Errorf("a connection to the sandbox's loopback: %q, want it refused", got)
+	}
 
 	// The next start is ready without a sandbox asking for it.
 	next, nextGroup := waitParked(t, parked)
@@ -88,6 +103,9 @@ func TestWarmStart(t *testing.T) {
 	}
 	if got := run(t, sb2, "echo ok"); strings.TrimSpace(got) != "ok" {
 		t.Errorf("cold sandbox answered %q", got)
+	}
+	if ns := strings.TrimSpace(run(t, sb2, "readlink /proc/self/ns/net")); ns == hostNet || ns == sandboxNet {
+		t.Errorf("the cold sandbox's network namespace %s is the host's (%s) or the first sandbox's (%s)", ns, hostNet, sandboxNet)
 	}
 	third, thirdGroup := waitParked(t, next)
 
@@ -190,14 +208,7 @@ func groupOf(t *testing.T, pid int, controller string) string {
 
 func groupProcs(t *testing.T, controller, name string) []int {
 	t.Helper()
-	data, _ := os.ReadFile(filepath.Join(corralGroups(t, controller), name, "cgroup.procs"))
-	var pids []int
-	for f := range strings.FieldsSeq(string(data)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, n)
-		}
-	}
-	return pids
+	return cgroup.ProcsIn(filepath.Join(corralGroups(t, controller), name))
 }
 
 // waitParked waits for a parked process of this test's provider (a child of this process, in a bwrap-warm-
@@ -247,6 +258,16 @@ func procField(t *testing.T, pid int, field string) string {
 		}
 	}
 	return ""
+}
+
+// netNS names pid's network namespace.
+func netNS(t *testing.T, pid int) string {
+	t.Helper()
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }
 
 func procUID(t *testing.T, pid int) int {

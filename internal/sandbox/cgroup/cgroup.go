@@ -362,12 +362,17 @@ func (g *Group) Procs() []int {
 	if dir == "" {
 		return nil
 	}
+	return ProcsIn(dir)
+}
+
+// ProcsIn lists the processes in the group at dir, a controller's directory of it (none if it cannot be read).
+func ProcsIn(dir string) []int {
 	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil
 	}
 	var pids []int
-	for _, f := range strings.Fields(string(data)) {
+	for f := range strings.FieldsSeq(string(data)) {
 		if n, err := strconv.Atoi(f); err == nil {
 			pids = append(pids, n)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/sandbox"
+	"github.com/corralhq/corral/internal/sandbox/cgroup"
 )
 
 // crashReport is what a crash child tells its parent about what it holds on the host.
@@ -99,7 +100,7 @@ func RunCrash(t *testing.T, newProvider func(testing.TB) sandbox.Provider) {
 			}
 		}
 		for _, dir := range rep.Cgroups {
-			for _, pid := range procsIn(dir) {
+			for _, pid := range cgroup.ProcsIn(dir) {
 				if !slices.Contains(alive, pid) {
 					alive = append(alive, pid)
 				}
@@ -184,22 +185,7 @@ func pidsOf(dirs []string) []int {
 	var pids []int
 	for _, d := range dirs {
 		if strings.Contains(d, "/pids/") {
-			pids = append(pids, procsIn(d)...)
-		}
-	}
-	return pids
-}
-
-// procsIn lists the processes in a cgroup directory (none if it is gone).
-func procsIn(dir string) []int {
-	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(data)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, n)
+			pids = append(pids, cgroup.ProcsIn(d)...)
 		}
 	}
 	return pids
