@@ -150,6 +150,44 @@ func TestWarmStartOldAgent(t *testing.T) {
 	}
 }
 
+// TestWarmStartUnclaimed: a ready start that cannot be claimed (its pipe broken, as when its process dies
+// between take and claim) is discarded, its process and groups with it, and the sandbox starts cold; the log
+// says so, and another start is made ready.
+func TestWarmStartUnclaimed(t *testing.T) {
+	if err := cgroup.Available(cgroup.DefaultRoot); err != nil {
+		sandboxtest.Require(t, "cgroup v1", err)
+	}
+	// The log is a file: the warmer logs from its own goroutine.
+	logs, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	p := newProviderWith(t, bwrap.Config{AgentPath: agentPath, Warm: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	parked, group := waitParked(t, 0)
+	if n := bwrap.BreakStartsReady(p); n != 1 {
+		t.Fatalf("broke %d starts, want the one ready", n)
+	}
+	sb, err := p.Provision(context.Background(), &sandbox.Recipe{SessionID: "sesn_unclaimed"}, sandbox.HostDirs{Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatalf("Provision with a start that cannot be claimed: %v", err)
+	}
+	defer sb.Close()
+	if got := run(t, sb, "echo ok"); strings.TrimSpace(got) != "ok" {
+		t.Errorf("the sandbox answered %q", got)
+	}
+	if log, _ := os.ReadFile(logs.Name()); !strings.Contains(string(log), "it starts cold") {
+		t.Errorf("the log does not say the sandbox started cold:\n%s", log)
+	}
+	waitGone(t, parked)
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		if _, err := os.Stat(filepath.Join(corralGroups(t, c), group)); !os.IsNotExist(err) {
+			t.Errorf("the discarded start's group %s/%s is left (%v)", c, group, err)
+		}
+	}
+	waitParked(t, parked)
+}
+
 // TestColdStart runs the conformance and limits suites with no start kept ready: every sandbox starts cold,
 // moved into its groups while bwrap waits (TestConformance and TestLimits mostly start warm).
 func TestColdStart(t *testing.T) {
