@@ -15,6 +15,22 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
+// The sessions a brain may claim (?2, if not empty, the one it asks for) at ?1: runnable, holding no lease or
+// one that lapsed by then. Each part is a search of sessions_claimable: those holding none in the order they were
+// woken, those whose lease lapsed by the range of their lapse (few: a brain that died). claimableSQL takes the
+// ?3 woken first.
+const (
+	claimableNone   = `FROM sessions INDEXED BY sessions_claimable WHERE wake_seq > handled_wake_seq AND lease_expires_at IS NULL AND (?2 = '' OR id = ?2)`
+	claimableLapsed = `FROM sessions INDEXED BY sessions_claimable WHERE wake_seq > handled_wake_seq AND lease_expires_at <= ?1 AND (?2 = '' OR id = ?2)`
+
+	claimableLookSQL = `SELECT EXISTS (SELECT 1 ` + claimableNone + `) OR EXISTS (SELECT 1 ` + claimableLapsed + `)`
+	claimableSQL     = `SELECT id, wake_seq FROM (
+		SELECT * FROM (SELECT id, wake_seq, woken_at ` + claimableNone + ` ORDER BY woken_at, id LIMIT ?3)
+		UNION ALL
+		SELECT * FROM (SELECT id, wake_seq, woken_at ` + claimableLapsed + ` ORDER BY woken_at, id LIMIT ?3))
+		ORDER BY woken_at, id LIMIT ?3`
+)
+
 // LeaseClaim claims up to p.Limit runnable sessions whose lease is free or expired, those woken longest ago first.
 func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*store.Lease, error) {
 	limit, err := p.ClaimLimit()
@@ -23,14 +39,12 @@ func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*s
 	}
 	// Brains poll: look on the read pool first, so that a poll with nothing to claim costs the writer nothing. A
 	// session woken just after the look is found by the next poll, which the wake-up triggers.
-	var found int
-	err = s.readRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM sessions WHERE wake_seq > handled_wake_seq
-		AND (lease_token IS NULL OR lease_expires_at <= ?) AND (?2 = '' OR id = ?2) LIMIT 1)`,
-		micros(time.Now()), p.SessionID).Scan(&found)
+	var found bool
+	err = s.readRow(ctx, claimableLookSQL, micros(time.Now()), p.SessionID).Scan(&found)
 	if err != nil {
 		return nil, s.readErr("claim lease", err)
 	}
-	if found == 0 {
+	if !found {
 		if p.SessionID != "" {
 			var one int
 			err := s.readRow(ctx, `SELECT 1 FROM sessions WHERE id = ?`, p.SessionID).Scan(&one)
@@ -48,9 +62,7 @@ func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*s
 	err = s.write(ctx, func(w *wtx) error {
 		leases = leases[:0]
 		now := time.Now()
-		rows, err := w.query(`SELECT id, wake_seq FROM sessions WHERE wake_seq > handled_wake_seq
-			AND (lease_token IS NULL OR lease_expires_at <= ?1) AND (?2 = '' OR id = ?2)
-			ORDER BY woken_at, id LIMIT ?3`, micros(now), p.SessionID, limit)
+		rows, err := w.query(claimableSQL, micros(now), p.SessionID, limit)
 		if err != nil {
 			return err
 		}
