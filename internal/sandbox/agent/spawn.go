@@ -23,7 +23,7 @@ import (
 //
 // With SpawnLoopback after the descriptor, it first brings up the loopback interface of its network namespace:
 // the server starts it in a new one, made while nothing waits, and bwrap then keeps it (--share-net) instead of
-// making one in the sandbox's start (about 3 ms of it, docs/benchmarks.md, stop 58).
+// making one in the sandbox's start (0.5 to 3 ms of it by the VM, docs/benchmarks.md, stops 57 and 58).
 const SpawnArg = "spawn"
 
 // SpawnLoopback is the spawn mode's option to bring up the loopback interface before waiting.
