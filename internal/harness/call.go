@@ -38,17 +38,18 @@ func (t *thread) call(req *model.Request, preview bool, shrink func() (*model.Re
 		if preview {
 			onDelta = said.add
 		}
+		durable := make(chan struct{}) // closed once the request's start is in the log
 		if preview && t.b.cfg.PreviewInterval > 0 && !t.child() {
 			// Previews are the session's (the store keys them by session): a child's would show on the
 			// session's condensed stream, so only the primary thread publishes them.
-			pv = t.newPreviewer()
+			pv = t.newPreviewer(durable)
 			onDelta = func(d model.Delta) {
 				said.add(d)
 				pv.onDelta(d)
 			}
 		}
 		callCtx, cancelCall := context.WithTimeoutCause(ctx, t.b.cfg.ModelTimeout, errModelTimeout)
-		started := t.appendBeside(cancelCall, mustEvent(apitype.EventSpanModelRequestStart, nil))
+		started := t.appendBeside(cancelCall, durable, mustEvent(apitype.EventSpanModelRequestStart, nil))
 		span := t.startModelSpan(req)
 		began := time.Now()
 		resp, err := t.b.cfg.Model.Call(trace.ContextWithSpan(callCtx, span), req, onDelta)
@@ -149,14 +150,15 @@ func (t *thread) call(req *model.Request, preview bool, shrink func() (*model.Re
 }
 
 // appendBeside appends evs on a goroutine of its own and returns a wait for the append's result; if the append
-// fails, it calls fail (the model call's cancel), so that the call it runs beside stops. It is how a model
-// request's span.model_request_start (and the lead that rides on it) is written while the request goes out:
-// the request acts on nothing outside Corral, so it need not wait for its start to be durable (the append
-// before acting that rule 2 of DESIGN.md asks is the tool call's), and nothing of the answer is used or
-// appended before the start's append has succeeded. A crash before that append leaves the log as a crash
+// succeeds, it closes durable, and if it fails, it calls fail (the model call's cancel), so that the call it
+// runs beside stops. It is how a model request's span.model_request_start (and the lead that rides on it) is
+// written while the request goes out: the request acts on nothing outside Corral, so it need not wait for its
+// start to be durable (the append before acting that rule 2 of DESIGN.md asks is the tool call's), and nothing
+// of the answer is used, appended or previewed (the previewer waits for durable) before the start's append has
+// succeeded. A crash before that append leaves the log as a crash
 // before the request did: the next brain makes the request again. The wait must be called once, before the
 // thread appends again; until then the thread's state is the append's.
-func (t *thread) appendBeside(fail func(), evs ...apitype.NewEvent) func() ([]apitype.Event, error) {
+func (t *thread) appendBeside(fail func(), durable chan<- struct{}, evs ...apitype.NewEvent) func() ([]apitype.Event, error) {
 	type result struct {
 		evs []apitype.Event
 		err error
@@ -166,6 +168,8 @@ func (t *thread) appendBeside(fail func(), evs ...apitype.NewEvent) func() ([]ap
 		out, err := t.append("", nil, evs...)
 		if err != nil {
 			fail()
+		} else {
+			close(durable)
 		}
 		ch <- result{out, err}
 	}()

@@ -22,7 +22,9 @@ const previewPublishTimeout = 2 * time.Second
 // appends them under the same ids (ids). Deltas are coalesced: the store sees at most one publication round per
 // interval.
 //
-// onDelta runs on the model call's goroutine and only records; a goroutine of the previewer publishes. finish
+// onDelta runs on the model call's goroutine and only records; a goroutine of the previewer publishes, once
+// ready is closed: the request's span.model_request_start, which goes out beside the request, is in the log
+// (a client must not see an answer of a request the log does not show, nor append before its start). finish
 // stops it: after a complete answer it publishes what is left first, so every preview precedes the append of
 // the answer; after a failed or interrupted one it publishes nothing more.
 type previewer struct {
@@ -30,6 +32,7 @@ type previewer struct {
 	ctx      context.Context
 	interval time.Duration
 	onError  func(error)
+	ready    <-chan struct{}
 
 	mu      sync.Mutex
 	pending []apitype.Preview
@@ -52,10 +55,10 @@ type previewer struct {
 	once sync.Once
 }
 
-func newPreviewer(ctx context.Context, interval time.Duration, publish func(context.Context, []byte) error,
+func newPreviewer(ctx context.Context, interval time.Duration, ready <-chan struct{}, publish func(context.Context, []byte) error,
 	onError func(error)) *previewer {
 	p := &previewer{
-		publish: publish, ctx: ctx, interval: interval, onError: onError,
+		publish: publish, ctx: ctx, interval: interval, onError: onError, ready: ready,
 		ids: map[int]string{}, started: map[int]bool{}, position: map[int]int{}, lastIndex: -2,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
@@ -119,8 +122,13 @@ func (p *previewer) add(pv apitype.Preview) {
 	}
 }
 
-// run publishes what is pending whenever there is some, at most once per interval.
+// run publishes what is pending whenever there is some, at most once per interval, from when ready is closed.
 func (p *previewer) run() {
+	select {
+	case <-p.ready:
+	case <-p.stop:
+		return
+	}
 	for {
 		select {
 		case <-p.stop:
@@ -205,11 +213,12 @@ func encodePreview(pv apitype.Preview) [][]byte {
 }
 
 // newPreviewer starts the previewer of one model call of the session. It publishes under the run's context,
-// not the call's: the call's ends with the answer, before the last previews are published.
-func (r *run) newPreviewer() *previewer {
+// not the call's: the call's ends with the answer, before the last previews are published. It publishes once
+// ready is closed.
+func (r *run) newPreviewer(ready <-chan struct{}) *previewer {
 	sessionID := r.sess.ID
 	failed := false
-	return newPreviewer(r.ctx, r.b.cfg.PreviewInterval,
+	return newPreviewer(r.ctx, r.b.cfg.PreviewInterval, ready,
 		func(ctx context.Context, payload []byte) error {
 			return r.b.cfg.Store.PreviewPublish(ctx, sessionID, payload)
 		},

@@ -20,7 +20,7 @@ func TestPreviewerIDs(t *testing.T) {
 	var mu sync.Mutex
 	var got []apitype.Preview
 	first := make(chan struct{}, 1)
-	p := newPreviewer(context.Background(), time.Hour, func(_ context.Context, b []byte) error {
+	p := newPreviewer(context.Background(), time.Hour, closed(), func(_ context.Context, b []byte) error {
 		var pv apitype.Preview
 		if err := json.Unmarshal(b, &pv); err != nil {
 			t.Error(err)
@@ -82,7 +82,7 @@ func TestPreviewerIDs(t *testing.T) {
 
 	// An unfinished answer publishes nothing more: what is pending is dropped, and later deltas are ignored.
 	published := make(chan string, 10)
-	p = newPreviewer(context.Background(), time.Hour, func(_ context.Context, b []byte) error {
+	p = newPreviewer(context.Background(), time.Hour, closed(), func(_ context.Context, b []byte) error {
 		published <- string(b)
 		return nil
 	}, nil)
@@ -119,5 +119,50 @@ func TestEncodePreviewSplits(t *testing.T) {
 	}
 	if sb.String() != text {
 		t.Error("split deltas do not add up to the text")
+	}
+}
+
+// closed is a ready channel already closed: the request's start is in the log.
+func closed() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// TestPreviewerWaitsForReady: nothing is published before ready is closed (the request's start, which goes out
+// beside the request, is in the log); what was recorded meanwhile is published once it is, in order. A previewer
+// finished unfinished before then publishes nothing.
+func TestPreviewerWaitsForReady(t *testing.T) {
+	published := make(chan apitype.Preview, 10)
+	publish := func(_ context.Context, b []byte) error {
+		var pv apitype.Preview
+		if err := json.Unmarshal(b, &pv); err != nil {
+			t.Error(err)
+		}
+		published <- pv
+		return nil
+	}
+	ready := make(chan struct{})
+	p := newPreviewer(context.Background(), time.Millisecond, ready, publish, nil)
+	p.onDelta(model.Delta{Index: 0, Type: model.BlockText, Text: "before the start is durable"})
+	select {
+	case pv := <-published:
+		t.Fatalf("published %+v before ready", pv)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(ready)
+	if pv := <-published; pv.Type != apitype.EventStart {
+		t.Errorf("first preview after ready %+v, want the message's start", pv)
+	}
+	if pv := <-published; pv.Type != apitype.EventDelta || pv.Delta.Content.Text != "before the start is durable" {
+		t.Errorf("second preview after ready %+v, want the delta recorded before", pv)
+	}
+	p.finish(true)
+
+	never := newPreviewer(context.Background(), time.Millisecond, make(chan struct{}), publish, nil)
+	never.onDelta(model.Delta{Index: 0, Type: model.BlockText, Text: "the start failed"})
+	never.finish(false)
+	if len(published) != 0 {
+		t.Errorf("a previewer whose start never became durable published %d previews", len(published))
 	}
 }
