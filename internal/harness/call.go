@@ -155,9 +155,9 @@ func (t *thread) call(req *model.Request, preview bool, shrink func() (*model.Re
 // written while the request goes out: the request acts on nothing outside Corral, so it need not wait for its
 // start to be durable (the append before acting that rule 2 of DESIGN.md asks is the tool call's), and nothing
 // of the answer is used, appended or previewed (the previewer waits for durable) before the start's append has
-// succeeded. A crash before that append leaves the log as a crash
-// before the request did: the next brain makes the request again. The wait must be called once, before the
-// thread appends again; until then the thread's state is the append's.
+// succeeded. A crash before that append leaves the log as a crash before the request did: the next brain makes
+// the request again. The wait must be called once, before the thread appends again; until then the thread's
+// state is the append's.
 func (t *thread) appendBeside(fail func(), durable chan<- struct{}, evs ...apitype.NewEvent) func() ([]apitype.Event, error) {
 	type result struct {
 		evs []apitype.Event
