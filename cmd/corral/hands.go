@@ -104,8 +104,9 @@ func startsFlag(fs *flag.FlagSet, starts *int) {
 
 // warmFlag adds --sandbox-warm to serve, harness, worker and bench.
 func warmFlag(fs *flag.FlagSet, warm *int) {
-	fs.IntVar(warm, "sandbox-warm", 1, "bwrap sandbox starts kept ready: processes parked in cgroups of their own, so that a sandbox's start\n"+
-		"skips the kernel's wait to move it into its groups (an RCU grace period, 10-20 ms on an idle VM); 0 = none")
+	fs.IntVar(warm, "sandbox-warm", 1, "bwrap sandbox starts kept ready: processes parked in cgroups and a network namespace of their own, so that a\n"+
+		"sandbox's start skips the kernel's wait to move it into its groups (an RCU grace period, 10-20 ms on an idle VM)\n"+
+		"and the making of its network namespace; 0 = none")
 }
 
 // warmConfig maps --sandbox-warm to bwrap.Config.Warm, where 0 is the default (one) and a negative value none.
