@@ -19,9 +19,10 @@ type Lease struct {
 
 // LeaseStore schedules sessions onto brains.
 type LeaseStore interface {
-	// LeaseClaim claims up to p.Limit runnable sessions whose lease is free or expired, for ttl, those woken
-	// longest ago first, each with a lease of its own. A session is runnable when it has been woken (EventAppend
-	// with Wake) since its last release. ErrNoWork when none is.
+	// LeaseClaim claims up to p.Limit runnable sessions whose lease is free or expired, for ttl, each with a
+	// lease of its own: first those whose lease expired (a brain stopped in their turn), by when it expired, then
+	// those holding none, woken longest ago first. It returns them woken longest ago first. A session is runnable
+	// when it has been woken (EventAppend with Wake) since its last release. ErrNoWork when none is.
 	LeaseClaim(ctx context.Context, p *LeaseClaimParams) ([]*Lease, error)
 	// LeaseRenew extends the lease by ttl from now, returning the renewed lease, or ErrLeaseLost. It also
 	// refreshes WakeSeq.

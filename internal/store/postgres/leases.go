@@ -13,8 +13,26 @@ import (
 	"github.com/corralhq/corral/internal/store"
 )
 
-// LeaseClaim claims up to p.Limit runnable sessions woken longest ago whose lease is free or expired. Rows another
-// claimer is taking are skipped, not waited for.
+// claimSQL locks the sessions a claim takes: the runnable ones whose lease lapsed (a brain that stopped without
+// releasing them), by when it lapsed, then as many of those holding no lease as are still wanted, longest woken
+// first, each part a search of its own partial index (sessions_leased, sessions_unleased), so that the sessions
+// leased and in their turns are not walked. Rows another claimer is taking are skipped, not waited for; every
+// row locked is claimed (the second part's limit is what the first left). Each row's rank is its place by wake-up
+// among those claimed. $1 the session to claim ("" any), $2 the limit.
+const claimSQL = `WITH lapsed AS (
+		SELECT id, woken_at FROM sessions
+		WHERE wake_seq > handled_wake_seq AND lease_expires_at <= now() AND ($1 = '' OR id = $1)
+		ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+	), unleased AS (
+		SELECT id, woken_at FROM sessions
+		WHERE wake_seq > handled_wake_seq AND lease_expires_at IS NULL AND ($1 = '' OR id = $1)
+		ORDER BY woken_at, id LIMIT $2 - (SELECT count(*) FROM lapsed) FOR UPDATE SKIP LOCKED
+	)
+	SELECT id, row_number() OVER (ORDER BY woken_at, id) AS rank
+	FROM (SELECT id, woken_at FROM lapsed UNION ALL SELECT id, woken_at FROM unleased) c`
+
+// LeaseClaim claims up to p.Limit runnable sessions whose lease is free or lapsed (claimSQL), and returns them
+// woken longest ago first.
 func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*store.Lease, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -28,19 +46,13 @@ func (s *Store) LeaseClaim(ctx context.Context, p *store.LeaseClaimParams) ([]*s
 		tokens[i] = newToken()
 	}
 	// Each claimed row takes the token at its rank among the claimed rows.
-	rows, err := s.pool.Query(ctx, `UPDATE sessions s SET lease_owner = $1, lease_token = ($4::text[])[c.rank],
-			lease_expires_at = now() + $2 * interval '1 microsecond'
-		FROM (
-			SELECT id, row_number() OVER (ORDER BY woken_at, id) AS rank FROM (
-				SELECT id, woken_at FROM sessions
-				WHERE wake_seq > handled_wake_seq AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-					AND ($3 = '' OR id = $3)
-				ORDER BY woken_at, id LIMIT $5 FOR UPDATE SKIP LOCKED
-			) runnable
-		) c
+	rows, err := s.pool.Query(ctx, `WITH c AS (`+claimSQL+`)
+		UPDATE sessions s SET lease_owner = $3, lease_token = ($5::text[])[c.rank],
+			lease_expires_at = now() + $4 * interval '1 microsecond'
+		FROM c
 		WHERE s.id = c.id
 		RETURNING c.rank, s.id, s.lease_token, s.lease_expires_at, s.wake_seq`,
-		p.Owner, p.TTL.Microseconds(), p.SessionID, tokens, limit)
+		p.SessionID, limit, p.Owner, p.TTL.Microseconds(), tokens)
 	if err != nil {
 		return nil, s.dbErr("lease claim", err)
 	}

@@ -17,18 +17,20 @@ import (
 
 // The sessions a brain may claim (?2, if not empty, the one it asks for) at ?1: runnable, holding no lease or
 // one that lapsed by then. Each part is a search of sessions_claimable: those holding none in the order they were
-// woken, those whose lease lapsed by the range of their lapse (few: a brain that died). claimableSQL takes the
-// ?3 woken first.
+// woken, those whose lease lapsed by the range of their lapse (few: a brain that died). claimableSQL takes ?3 of
+// them, those whose lease lapsed first (by when), then those holding none (woken longest ago first), as the
+// PostgreSQL adapter does, and returns them woken longest ago first.
 const (
 	claimableNone   = `FROM sessions INDEXED BY sessions_claimable WHERE wake_seq > handled_wake_seq AND lease_expires_at IS NULL AND (?2 = '' OR id = ?2)`
 	claimableLapsed = `FROM sessions INDEXED BY sessions_claimable WHERE wake_seq > handled_wake_seq AND lease_expires_at <= ?1 AND (?2 = '' OR id = ?2)`
 
 	claimableLookSQL = `SELECT EXISTS (SELECT 1 ` + claimableNone + `) OR EXISTS (SELECT 1 ` + claimableLapsed + `)`
 	claimableSQL     = `SELECT id, wake_seq FROM (
-		SELECT * FROM (SELECT id, wake_seq, woken_at ` + claimableNone + ` ORDER BY woken_at, id LIMIT ?3)
+		SELECT * FROM (SELECT id, wake_seq, woken_at, 0 AS part ` + claimableLapsed + ` ORDER BY lease_expires_at LIMIT ?3)
 		UNION ALL
-		SELECT * FROM (SELECT id, wake_seq, woken_at ` + claimableLapsed + ` ORDER BY woken_at, id LIMIT ?3))
-		ORDER BY woken_at, id LIMIT ?3`
+		SELECT * FROM (SELECT id, wake_seq, woken_at, 1 AS part ` + claimableNone + ` ORDER BY woken_at, id LIMIT ?3)
+		ORDER BY part, woken_at, id LIMIT ?3)
+		ORDER BY woken_at, id`
 )
 
 // LeaseClaim claims up to p.Limit runnable sessions whose lease is free or expired, those woken longest ago first.

@@ -76,8 +76,8 @@ func TestWebhookPlans(t *testing.T) {
 }
 
 // TestLeaseClaimPlans: a claim's look and the claim search the sessions that hold no lease in the order they
-// were woken (no sort) and range over the lapsed leases; neither walks the sessions whose brains hold them,
-// which at scale are most of the runnable ones.
+// were woken and range over the lapsed leases in the order they lapsed (no sort); neither walks the sessions
+// whose brains hold them, which at scale are most of the runnable ones.
 func TestLeaseClaimPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -90,9 +90,12 @@ func TestLeaseClaimPlans(t *testing.T) {
 		want  []string
 	}{
 		{claimableLookSQL, []any{5, ""}, []string{"SCAN CONSTANT ROW", "SCALAR SUBQUERY 1", none, "SCALAR SUBQUERY 2", lapsed}},
-		{claimableSQL, []any{5, "", 10}, []string{"CO-ROUTINE (subquery-4)", "COMPOUND QUERY", "LEFT-MOST SUBQUERY",
-			"CO-ROUTINE (subquery-1)", none, "SCAN (subquery-1)", "UNION ALL", "CO-ROUTINE (subquery-3)", lapsed,
-			"USE TEMP B-TREE FOR ORDER BY", "SCAN (subquery-3)", "SCAN (subquery-4)", "USE TEMP B-TREE FOR ORDER BY"}},
+		// Each part is taken in its index's order (no sort inside its co-routine); only the rows taken are sorted,
+		// to merge the parts and to return them by wake-up.
+		{claimableSQL, []any{5, "", 10}, []string{"CO-ROUTINE (subquery-4)", "MERGE (UNION ALL)", "LEFT",
+			"CO-ROUTINE (subquery-1)", lapsed, "SCAN (subquery-1)", "USE TEMP B-TREE FOR ORDER BY", "RIGHT",
+			"CO-ROUTINE (subquery-3)", none, "SCAN (subquery-3)", "USE TEMP B-TREE FOR ORDER BY",
+			"SCAN (subquery-4)", "USE TEMP B-TREE FOR ORDER BY"}},
 	} {
 		if plan := queryPlan(ctx, t, s, c.query, c.args...); !slices.Equal(plan, c.want) {
 			t.Errorf("%s:\nplan %s,\nwant %s", c.query, strings.Join(plan, "; "), strings.Join(c.want, "; "))

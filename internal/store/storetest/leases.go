@@ -255,6 +255,42 @@ func testLeaseClaimLimit(t *testing.T, h Harness) {
 	mustIs(t, err, store.ErrNoWork, "claim after every wake-up was handled")
 }
 
+// testLeaseClaimLapsedFirst: a claim takes the sessions whose lease lapsed (a brain stopped in their turn), by
+// when it lapsed, before those holding none, however long ago these were woken, and returns what it took woken
+// longest ago first.
+func testLeaseClaimLapsedFirst(t *testing.T, h Harness) {
+	s := h.open(t)
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, createSession(t, s, userMessage(fmt.Sprint("work ", i))).ID)
+		time.Sleep(time.Millisecond) // distinct wake-up times
+	}
+	// A brain claims the two woken last, one after the other, and stops: their leases lapse in that order.
+	var stopped []*store.Lease
+	for _, id := range ids[2:] {
+		l, err := claim(s, "stopped", shortTTL, id)
+		must(t, err, "claim "+id)
+		stopped = append(stopped, l)
+		time.Sleep(time.Millisecond)
+	}
+	waitExpired(stopped[1])
+
+	claimed := func(limit int) []string {
+		t.Helper()
+		ls, err := s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: "brain", TTL: time.Minute, Limit: limit})
+		must(t, err, fmt.Sprintf("claim %d", limit))
+		var got []string
+		for _, l := range ls {
+			got = append(got, l.SessionID)
+		}
+		return got
+	}
+	equal(t, fmt.Sprint(claimed(1)), fmt.Sprint(ids[2:3]), "a claim of one: the lease that lapsed first")
+	equal(t, fmt.Sprint(claimed(2)), fmt.Sprint([]string{ids[0], ids[3]}),
+		"a claim of two: the other lapsed lease and the longest woken of those holding none, by wake-up")
+	equal(t, fmt.Sprint(claimed(5)), fmt.Sprint(ids[1:2]), "a claim of five: the one left")
+}
+
 func testEventAppendRelease(t *testing.T, h Harness) {
 	s := h.open(t)
 	_, err := s.EventAppend(ctxBg, &store.EventAppendParams{SessionID: createSession(t, s).ID, Release: true,

@@ -86,6 +86,7 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseReleaseWakeSeq", testLeaseReleaseWakeSeq},
 		{"LeaseClaimSessionID", testLeaseClaimSessionID},
 		{"LeaseClaimLimit", testLeaseClaimLimit},
+		{"LeaseClaimLapsedFirst", testLeaseClaimLapsedFirst},
 		{"EventAppendRelease", testEventAppendRelease},
 		{"LeaseClaimRace", testLeaseClaimRace},
 		{"WaitRunnable", testWaitRunnable},
