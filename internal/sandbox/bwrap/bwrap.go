@@ -475,8 +475,7 @@ func (p *Provider) startCold(ctx context.Context, st *host.Staged, args []string
 	}
 	defer fds.close()
 	args = append(args, "--info-fd", "4", "--block-fd", "5", "--seccomp", "6")
-	// The arguments and the filter are far below a pipe's capacity, so writing them before bwrap starts
-	// cannot block.
+	// writeClose makes each pipe hold what it writes, so writing before bwrap runs cannot block.
 	if err := fds.writeInputs(argv(args), p.seccomp); err != nil {
 		return nil, nil, 0, fmt.Errorf("bwrap: write args: %w", err)
 	}
@@ -555,12 +554,10 @@ func openStartPipes() (*startPipes, error) {
 
 // writeInputs writes bwrap's arguments and the seccomp filter and closes their write ends.
 func (f *startPipes) writeInputs(argv, filter []byte) error {
-	_, err := f.argsW.Write(argv)
-	f.argsW.Close()
-	if err == nil {
-		_, err = f.seccompW.Write(filter)
+	err := writeClose(f.argsW, argv)
+	if ferr := writeClose(f.seccompW, filter); err == nil {
+		err = ferr
 	}
-	f.seccompW.Close()
 	return err
 }
 

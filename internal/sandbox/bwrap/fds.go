@@ -41,3 +41,41 @@ func closeOnExec() error {
 	}
 	return nil
 }
+
+// writeClose writes b to the pipe f and closes it. What reads the pipe may not run yet (bwrap reads its
+// arguments and its filter once it has started, and the parked process of a start kept ready becomes bwrap only
+// once told to), so the pipe is first made to hold b: a recipe with many mounts can give bwrap more arguments
+// than a pipe holds by default (64 KiB), and the write would wait for a reader that waits for it.
+func writeClose(f *os.File, b []byte) error {
+	err := fitPipe(f, len(b))
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// fitPipe grows the pipe f's buffer to hold n bytes if it holds fewer.
+func fitPipe(f *os.File, n int) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var opErr error
+	if err := rc.Control(func(fd uintptr) {
+		size, err := unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0)
+		switch {
+		case err != nil:
+			opErr = fmt.Errorf("pipe size: %w", err)
+		case n > size:
+			if _, err := unix.FcntlInt(fd, unix.F_SETPIPE_SZ, n); err != nil {
+				opErr = fmt.Errorf("a pipe of %d bytes for %d: %w", size, n, err)
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return opErr
+}

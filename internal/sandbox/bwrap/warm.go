@@ -91,6 +91,7 @@ func (w *warmer) take() *warmStart {
 		select {
 		case <-s.proc.Exited():
 			// Killed while parked (by an operator, or the OOM killer): make another.
+			w.logger.Warn("bwrap: a start kept ready had exited; it is discarded and another made", "stderr", s.proc.Stderr())
 			s.discard()
 		default:
 			return s
@@ -254,8 +255,8 @@ func (p *Provider) startWarm(ctx context.Context, w *warmStart, st *host.Staged,
 func (p *Provider) claim(w *warmStart, st *host.Staged, args []string) error {
 	// The parked process's network namespace is the sandbox's (spawnCmd): bwrap keeps it.
 	args = append(args, "--share-net", "--info-fd", "4", "--seccomp", "5")
-	// The arguments, the filter and the request are far below a pipe's capacity: the writes cannot block. A
-	// parked process that died fails them (EPIPE).
+	// writeClose makes each pipe hold what it writes, so no write waits for a reader. A parked process that
+	// died fails them (EPIPE).
 	if err := writeClose(w.argsW, argv(args)); err != nil {
 		return err
 	}
@@ -318,14 +319,6 @@ func probeSpawn(path string) error {
 
 // errUnclaimed marks startWarm's failures before the parked process was told anything.
 var errUnclaimed = errors.New("bwrap: the start kept ready was not used")
-
-func writeClose(f *os.File, b []byte) error {
-	_, err := f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
 
 func closeAll(fs ...*os.File) {
 	for _, f := range fs {

@@ -23,13 +23,19 @@ import (
 // TestWarmStart: a start kept ready is a root process with an empty environment, parked in groups of its own.
 // A sandbox started from it runs in those groups renamed for the sandbox, under the sandbox's limits, bwrap
 // included, as the sandbox's uid; another start is made ready once that start is over. A parked process killed
-// is replaced, and a sandbox asked for meanwhile still starts (cold: none is ready). Close leaves no parked
+// is logged and replaced, and a sandbox asked for meanwhile still starts (cold: none is ready). Close leaves no parked
 // process and no group.
 func TestWarmStart(t *testing.T) {
 	if err := cgroup.Available(cgroup.DefaultRoot); err != nil {
 		sandboxtest.Require(t, "cgroup v1", err)
 	}
-	p := newProviderWith(t, bwrap.Config{AgentPath: agentPath, Warm: 1})
+	// The log is a file: the warmer logs from its own goroutine.
+	logs, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	p := newProviderWith(t, bwrap.Config{AgentPath: agentPath, Warm: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ctx := context.Background()
 
 	parked, group := waitParked(t, 0)
@@ -103,6 +109,9 @@ func TestWarmStart(t *testing.T) {
 	}
 	if got := run(t, sb2, "echo ok"); strings.TrimSpace(got) != "ok" {
 		t.Errorf("cold sandbox answered %q", got)
+	}
+	if log, _ := os.ReadFile(logs.Name()); !strings.Contains(string(log), "a start kept ready had exited") {
+		t.Errorf("the log does not say a start kept ready had exited:\n%s", log)
 	}
 	if ns := strings.TrimSpace(run(t, sb2, "readlink /proc/self/ns/net")); ns == hostNet || ns == sandboxNet {
 		t.Errorf("the cold sandbox's network namespace %s is the host's (%s) or the first sandbox's (%s)", ns, hostNet, sandboxNet)

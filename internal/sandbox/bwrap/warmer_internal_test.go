@@ -1,7 +1,9 @@
 package bwrap
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -59,5 +61,32 @@ func TestWarmerRetries(t *testing.T) {
 	log, _ := os.ReadFile(logs.Name())
 	if got := strings.Count(string(log), "a start kept ready could not be made"); got < 3 || !strings.Contains(string(log), "no cgroups here") {
 		t.Errorf("the log has %d warnings of a failed start, want one per try with its error:\n%s", got, log)
+	}
+}
+
+// TestWriteCloseFitsPipe: bwrap's arguments are written to a pipe before anything reads it; more than a pipe
+// holds by default (64 KiB) must not wait for a reader, and reach it whole.
+func TestWriteCloseFitsPipe(t *testing.T) {
+	t.Parallel()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want := []byte(strings.Repeat("--bind\x00/a/mount/source\x00/a/mount/target\x00", 8000)) // 320 KB
+	written := make(chan error, 1)
+	go func() { written <- writeClose(w, want) }()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatalf("writeClose: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		r.Close() // unblocks the write
+		t.Fatalf("writeClose of %d bytes waited for a reader", len(want))
+	}
+	got, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes (%v), want the %d written", len(got), err, len(want))
 	}
 }
