@@ -260,7 +260,7 @@ func TestLeaseClaimPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	defer tx.Rollback(ctx) // it only reads
 	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
 		t.Fatal(err)
 	}
