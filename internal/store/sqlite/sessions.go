@@ -55,7 +55,6 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
 	}
-	var sess *apitype.Session
 	var events []apitype.Event
 	var offered offeredClaim
 	wake := len(p.InitialEvents) > 0
@@ -91,9 +90,8 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 		if err := insertWebhookEvents(w, []apitype.WebhookEvent{store.SessionCreatedWebhookEvent(&in)}); err != nil {
 			return err
 		}
-		var err error
-		if sess, err = sessions.read(w, "s.id = ?", in.ID); err != nil || !wake {
-			return err
+		if !wake {
+			return nil
 		}
 		return offered.claim(w, in.ID)
 	}, after: func() {
@@ -112,6 +110,16 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	}
 	if events == nil {
 		events = []apitype.Event{}
+	}
+	// The session as a read would return it, made from what was written (its initial events change none of
+	// its columns) here rather than read back by the writer, which every write of the store waits for.
+	var archived sql.NullInt64
+	if in.ArchivedAt != nil {
+		archived = sql.NullInt64{Int64: micros(*in.ArchivedAt), Valid: true}
+	}
+	sess, err := sessionOf(doc, in.Status, usage, in.Stats.ActiveSeconds, archived)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
 	}
 	return sess, events, nil
 }
@@ -180,6 +188,12 @@ func scanSession(row scanner) (*apitype.Session, error) {
 	if err := row.Scan(&doc, &status, &usage, &active, &archived); err != nil {
 		return nil, err
 	}
+	return sessionOf(doc, status, usage, active, archived)
+}
+
+// sessionOf is the session whose document is doc, with the columns the store keeps of it beside the document.
+func sessionOf(doc []byte, status string, usage []byte, active float64, archived sql.NullInt64) (*apitype.Session,
+	error) {
 	var sess apitype.Session
 	if err := json.Unmarshal(doc, &sess); err != nil {
 		return nil, fmt.Errorf("decode session: %w", err)

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -52,6 +53,7 @@ func testSessionCreate(t *testing.T, h Harness) {
 	equal(t, got.Metadata["k"], "v", "metadata")
 	equal(t, got.Status, apitype.StatusIdle, "status")
 	sameTime(t, got.CreatedAt, base, "created_at")
+	sameSession(t, sess, got, "created with events")
 
 	// The initial events made it runnable.
 	l, err := claim(s, "brain", time.Minute, in.ID)
@@ -62,6 +64,9 @@ func testSessionCreate(t *testing.T, h Harness) {
 	quiet, events, err := s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: newSession("agent_x", 1, base)})
 	must(t, err, "create session without events")
 	equal(t, len(events), 0, "no initial events")
+	gotQuiet, err := s.SessionGet(ctxBg, quiet.ID)
+	must(t, err, "get session created without events")
+	sameSession(t, quiet, gotQuiet, "created without events")
 	_, err = s.LeaseClaim(ctxBg, &store.LeaseClaimParams{Owner: "brain", TTL: time.Minute, SessionID: quiet.ID})
 	mustIs(t, err, store.ErrNoWork, "claim session created without events")
 
@@ -69,6 +74,19 @@ func testSessionCreate(t *testing.T, h Harness) {
 	mustIs(t, err, store.ErrConflict, "create duplicate session")
 	_, err = s.SessionGet(ctxBg, "sesn_missing")
 	mustIs(t, err, store.ErrNotFound, "get unknown session")
+}
+
+// sameSession fails unless SessionCreate returned the session as SessionGet reads it, as the API would encode
+// both.
+func sameSession(t *testing.T, created, got *apitype.Session, what string) {
+	t.Helper()
+	a, err := json.Marshal(created)
+	must(t, err, what+": encode")
+	b, err := json.Marshal(got)
+	must(t, err, what+": encode")
+	if string(a) != string(b) {
+		t.Fatalf("%s: SessionCreate returned\n%s\nSessionGet reads\n%s", what, a, b)
+	}
 }
 
 func testSessionUpdate(t *testing.T, h Harness) {
