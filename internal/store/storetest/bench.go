@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,12 +17,13 @@ import (
 //	Append/sessions=1/writers=1     one appender, one session: the latency of a durable append
 //	Append/sessions=1/writers=16    16 goroutines appending to one session
 //	Append/sessions=64/writers=64   64 goroutines, each appending to its own session
+//	SessionCreate/writers=32        32 goroutines creating sessions with their first message, as the API does
 //	EventList/100k/after            100 events after the middle of a 100,000-event log
 //	EventList/100k/before-desc      the 100 events before the middle, newest first
 //	Resources/create-get-update     a vault created, read and updated: the document-table path
 //	Resources/list                  a page of 100 of 1,000 vaults
 //
-// Appends are one event each and report appends/s; reads report ns/op.
+// Appends are one event each and report appends/s, creates report creates/s; reads report ns/op.
 func Bench(b *testing.B, h Harness) {
 	b.Run("Append", func(b *testing.B) {
 		for _, tc := range []struct {
@@ -35,6 +37,7 @@ func Bench(b *testing.B, h Harness) {
 			b.Run(tc.name, func(b *testing.B) { benchAppend(b, h, tc.sessions, tc.per) })
 		}
 	})
+	b.Run("SessionCreate/writers=32", func(b *testing.B) { benchSessionCreate(b, h, 32) })
 	b.Run("Resources", func(b *testing.B) { benchResources(b, h) })
 	b.Run("EventList", func(b *testing.B) {
 		s := h.open(b)
@@ -149,4 +152,41 @@ func benchAppend(b *testing.B, h Harness, sessions, per int) {
 		b.Fatal(*err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "appends/s")
+}
+
+// benchSessionCreate creates b.N sessions, each with a first user.message, from writers goroutines. The session
+// carries an agent like the API's (a system prompt, the built-in toolset, a custom tool), so that its document
+// is of a real one's size.
+func benchSessionCreate(b *testing.B, h Harness, writers int) {
+	s := h.open(b)
+	msg := userMessage("hello")
+	schema := json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range writers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				in := newSession("agent_x", 1, apitype.Now())
+				in.Agent.System = strings.Repeat("You are a careful engineer. ", 20)
+				in.Agent.Model = apitype.ModelConfig{ID: "claude-sonnet-4-6"}
+				in.Agent.Tools = []apitype.Tool{{Type: apitype.ToolTypeAgentToolset, Configs: []apitype.ToolConfig{}},
+					{Type: apitype.ToolTypeCustom, Name: "weather", Description: "The weather in a city.", InputSchema: schema}}
+				if _, _, err := s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: in,
+					InitialEvents: []apitype.NewEvent{msg}}); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "creates/s")
 }
