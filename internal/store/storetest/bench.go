@@ -122,36 +122,18 @@ func benchResources(b *testing.B, h Harness) {
 // benchAppend appends b.N single events from sessions*per goroutines (per goroutines per session).
 func benchAppend(b *testing.B, h Harness, sessions, per int) {
 	s := h.open(b)
-	ids := make([]string, sessions)
-	for i := range ids {
-		ids[i] = createSession(b, s).ID
-	}
 	ev := agentMessage(strings.Repeat("x", 200))
-	var next atomic.Int64
-	var failed atomic.Pointer[error]
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for _, id := range ids {
+	params := make([]*store.EventAppendParams, 0, sessions*per)
+	for range sessions {
+		id := createSession(b, s).ID
 		for range per {
-			wg.Go(func() {
-				p := &store.EventAppendParams{SessionID: id, Events: []apitype.NewEvent{ev}}
-				for next.Add(1) <= int64(b.N) {
-					if _, err := s.EventAppend(ctxBg, p); err != nil {
-						failed.CompareAndSwap(nil, &err)
-						return
-					}
-				}
-			})
+			params = append(params, &store.EventAppendParams{SessionID: id, Events: []apitype.NewEvent{ev}})
 		}
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "appends/s")
+	benchConcurrent(b, len(params), "appends/s", func(g int) error {
+		_, err := s.EventAppend(ctxBg, params[g])
+		return err
+	})
 }
 
 // benchSessionCreate creates b.N sessions, each with a first user.message, from writers goroutines. The session
@@ -161,21 +143,28 @@ func benchSessionCreate(b *testing.B, h Harness, writers int) {
 	s := h.open(b)
 	msg := userMessage("hello")
 	schema := json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)
+	benchConcurrent(b, writers, "creates/s", func(int) error {
+		in := newSession("agent_x", 1, apitype.Now())
+		in.Agent.System = strings.Repeat("You are a careful engineer. ", 20)
+		in.Agent.Model = apitype.ModelConfig{ID: "claude-sonnet-4-6"}
+		in.Agent.Tools = []apitype.Tool{{Type: apitype.ToolTypeAgentToolset, Configs: []apitype.ToolConfig{}},
+			{Type: apitype.ToolTypeCustom, Name: "weather", Description: "The weather in a city.", InputSchema: schema}}
+		_, _, err := s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: in, InitialEvents: []apitype.NewEvent{msg}})
+		return err
+	})
+}
+
+// benchConcurrent runs op b.N times in all from n goroutines (op(g) in goroutine g) and reports the rate as unit.
+func benchConcurrent(b *testing.B, n int, unit string, op func(g int) error) {
 	var next atomic.Int64
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	start := time.Now()
-	for range writers {
+	for g := range n {
 		wg.Go(func() {
 			for next.Add(1) <= int64(b.N) {
-				in := newSession("agent_x", 1, apitype.Now())
-				in.Agent.System = strings.Repeat("You are a careful engineer. ", 20)
-				in.Agent.Model = apitype.ModelConfig{ID: "claude-sonnet-4-6"}
-				in.Agent.Tools = []apitype.Tool{{Type: apitype.ToolTypeAgentToolset, Configs: []apitype.ToolConfig{}},
-					{Type: apitype.ToolTypeCustom, Name: "weather", Description: "The weather in a city.", InputSchema: schema}}
-				if _, _, err := s.SessionCreate(ctxBg, &store.SessionCreateParams{Session: in,
-					InitialEvents: []apitype.NewEvent{msg}}); err != nil {
+				if err := op(g); err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
@@ -188,5 +177,5 @@ func benchSessionCreate(b *testing.B, h Harness, writers int) {
 	if err := failed.Load(); err != nil {
 		b.Fatal(*err)
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "creates/s")
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), unit)
 }
