@@ -55,6 +55,17 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
 	}
+	// The session as a read would return it, made from what is written (its initial events change none of its
+	// columns) here, before the write, rather than read back by the writer, which every write of the store waits
+	// for. Made before, a failure leaves nothing written.
+	var archived sql.NullInt64
+	if in.ArchivedAt != nil {
+		archived = sql.NullInt64{Int64: micros(*in.ArchivedAt), Valid: true}
+	}
+	sess, err := sessionOf(doc, in.Status, usage, in.Stats.ActiveSeconds, archived)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
+	}
 	var events []apitype.Event
 	var offered offeredClaim
 	wake := len(p.InitialEvents) > 0
@@ -110,16 +121,6 @@ func (s *Store) SessionCreate(ctx context.Context, p *store.SessionCreateParams)
 	}
 	if events == nil {
 		events = []apitype.Event{}
-	}
-	// The session as a read would return it, made from what was written (its initial events change none of
-	// its columns) here rather than read back by the writer, which every write of the store waits for.
-	var archived sql.NullInt64
-	if in.ArchivedAt != nil {
-		archived = sql.NullInt64{Int64: micros(*in.ArchivedAt), Valid: true}
-	}
-	sess, err := sessionOf(doc, in.Status, usage, in.Stats.ActiveSeconds, archived)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sqlite: create session %s: %w", in.ID, err)
 	}
 	return sess, events, nil
 }
